@@ -1,0 +1,44 @@
+# lwopt. On a fresh Debian 12 machine `make test` and `make demo` do all the set-up: install the
+# missing Debian packages (scripts/deps.sh), configure and build with CMake, then run.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build build-asan test demo bench install clean format
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The C library and tests again with AddressSanitizer + UndefinedBehaviorSanitizer.
+build-asan: deps
+	@[ -f $(ASAN_BUILD)/CMakeCache.txt ] || cmake -S . -B $(ASAN_BUILD) \
+		-DCMAKE_BUILD_TYPE=Debug -DLWOPT_SANITIZE=ON
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# C tests (ctest), C tests under the sanitizers, busted specs under LuaJIT.
+test: build build-asan
+	@scripts/test.sh $(BUILD) $(ASAN_BUILD)
+
+demo: build
+	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8
+
+bench: build
+	@luajit bench/layout.lua
+
+install: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build $(BUILD) -j $(JOBS)
+	cmake --install $(BUILD)
+
+format:
+	clang-format -i src/*.h src/core/*.c src/core/*.h tests/*.c tests/*.h
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

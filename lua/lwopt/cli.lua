@@ -1,0 +1,138 @@
+-- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
+-- lwopt on its path), repl, version. main(argv) returns the exit status.
+local flags = require("lwopt.flags")
+
+local cli = {}
+
+local USAGE = [[
+usage: lwopt <command> [args]
+
+commands:
+  layout [flags]      print the layout of a model's parameters (lwopt layout --help)
+  run FILE [args]     run a Lua script with lwopt on its path (arg[0] = FILE, arg[1..] = args)
+  repl                interactive LuaJIT session with `lw` loaded
+  version             library version, path and features
+  help                this text
+
+example:
+  lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost]]
+
+local LAYOUT_FLAGS = {
+   { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
+   { "n-layer", "int", nil, "layers" },
+   { "n-embd", "int", nil, "model width" },
+   { "n-head", "int", nil, "attention heads" },
+   { "n-kv-head", "int", nil, "key/value heads (llama, moe)" },
+   { "ffn-hidden", "int", nil, "MLP hidden size (llama)" },
+   { "n-expert", "int", nil, "experts per layer (moe)" },
+   { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
+   { "vocab", "int", nil, "vocabulary size" },
+   { "seq-len", "int", nil, "sequence length (gpt position embedding)" },
+   { "tied", "bool", false, "share input embedding and LM head" },
+   { "untied", "bool", false, "separate LM head" },
+   { "bias", "bool", false, "linear and layernorm biases (gpt)" },
+   { "fused", "bool", false, "fused qkv and gate_up matrices (llama, moe)" },
+   { "dtype", { "f32", "bf16", "f16" }, nil, "parameter dtype" },
+   { "dp", "int", 1, "data-parallel size" },
+   { "expert-dp", "int", nil, "expert data-parallel size (default: dp)" },
+   { "algorithm", { "cost", "lpt", "size_matching", "distopt", "default", "legacy" }, "cost",
+     "layout of Muon buffers" },
+   { "adamw-layout", { "distopt", "aligned", "default", "legacy" }, nil,
+     "layout of AdamW buffers (default distopt)" },
+   { "bucket-size", "size", nil, "bucket size in elements, e.g. 40M (default: one bucket)" },
+   { "high-busbw", "bool", false, "pad bucket ends to lcm(dp, 128, 65536)" },
+   { "json", "bool", false, "print JSON instead of the map" },
+   { "stats", "bool", false, "print only the statistics" },
+   { "ascii", "bool", false, "draw bars with ASCII characters" },
+   { "width", "int", 40, "bar width in characters" },
+   { "help", "bool", false, "this text" },
+}
+
+local ARCH_FIELDS = { "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "n_expert",
+   "expert_hidden", "vocab", "seq_len", "dtype" }
+
+local function usage_error(out, msg, usage)
+   out:write("lwopt: ", msg, "\n", usage, "\n")
+   return 2
+end
+
+local function layout_command(argv, out, err)
+   local usage = "usage: lwopt layout [flags]\n" .. flags.usage(LAYOUT_FLAGS)
+   local v, positional = flags.parse(argv, LAYOUT_FLAGS)
+   if v == nil then return usage_error(err, positional, usage) end
+   if v.help then
+      out:write(usage, "\n")
+      return 0
+   end
+   if #positional > 0 then return usage_error(err, "unexpected argument '" .. positional[1] .. "'", usage) end
+   if v.tied and v.untied then return usage_error(err, "--tied and --untied exclude each other", usage) end
+   local lw = require("lwopt")
+   local config = {}
+   for _, k in ipairs(ARCH_FIELDS) do config[k] = v[k] end
+   if v.tied then config.tied = true end
+   if v.untied then config.tied = false end
+   if v.bias then config.bias = true end
+   if v.fused then config.fused = true end
+   local ok, result = pcall(function()
+      local specs = lw.arch[v.arch](config)
+      return lw.layout.compute(specs, { dp = v.dp, expert_dp = v.expert_dp,
+         bucket_size = v.bucket_size, algorithm = v.algorithm, adamw_layout = v.adamw_layout,
+         high_busbw = v.high_busbw })
+   end)
+   if not ok then
+      err:write("lwopt layout: ", tostring(result), "\n")
+      return 1
+   end
+   if v.json then
+      out:write(result:json("  "), "\n")
+   elseif v.stats then
+      local text = result:show()
+      out:write(text:match("\n(stats\n.*)$"), "\n")
+   else
+      out:write(result:show{ ascii = v.ascii, width = v.width }, "\n")
+   end
+   return 0
+end
+
+local function run_command(argv, _, err)
+   local file = argv[1]
+   if file == nil then return usage_error(err, "run needs a FILE", USAGE) end
+   local chunk, load_err = loadfile(file)
+   if chunk == nil then
+      err:write("lwopt run: ", load_err, "\n")
+      return 1
+   end
+   local script_arg = { [0] = file }
+   for i = 2, #argv do script_arg[i - 1] = argv[i] end
+   _G.arg = script_arg
+   local ok, result = xpcall(function() return chunk(unpack(script_arg)) end, debug.traceback)
+   if not ok then
+      err:write(tostring(result), "\n")
+      return 1
+   end
+   return type(result) == "number" and result or 0
+end
+
+function cli.main(argv, out, err)
+   out, err = out or io.stdout, err or io.stderr
+   local command = argv[1]
+   local rest = { unpack(argv, 2) }
+   if command == nil or command == "help" or command == "--help" or command == "-h" then
+      out:write(USAGE, "\n")
+      return command == nil and 2 or 0
+   elseif command == "layout" then
+      return layout_command(rest, out, err)
+   elseif command == "run" then
+      return run_command(rest, out, err)
+   elseif command == "repl" then
+      return require("lwopt.repl").run{ lw = require("lwopt") }
+   elseif command == "version" then
+      local lw = require("lwopt")
+      out:write(("lwopt %s\nlibrary %s\ncuda %s\n"):format(lw.version, lw.library,
+         lw.has_cuda() and "yes" or "no (CPU only)"))
+      return 0
+   end
+   return usage_error(err, "unknown command '" .. tostring(command) .. "'", USAGE)
+end
+
+return cli

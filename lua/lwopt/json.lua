@@ -1,0 +1,90 @@
+-- json.lua: a small JSON encoder for layouts, logs and manifests. Objects are written with
+-- sorted keys so that equal values give equal text; json.object marks a table (even an empty
+-- one) as an object, json.array as an array.
+local json = {}
+
+local object_mt = { __jsontype = "object" }
+local array_mt = { __jsontype = "array" }
+
+-- json.null encodes as null where a nil would drop the key.
+json.null = setmetatable({}, { __jsontype = "null", __tostring = function() return "null" end })
+
+function json.object(t) return setmetatable(t or {}, object_mt) end
+function json.array(t) return setmetatable(t or {}, array_mt) end
+
+local escapes = {
+   ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+   ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
+}
+
+local function encode_string(s)
+   return '"' .. s:gsub('[%c"\\]', function(c)
+      return escapes[c] or string.format("\\u%04x", c:byte())
+   end) .. '"'
+end
+
+local function encode_number(n)
+   if n ~= n or n == math.huge or n == -math.huge then return "null" end
+   if n == math.floor(n) and math.abs(n) < 2 ^ 53 then return string.format("%d", n) end
+   return string.format("%.17g", n)
+end
+
+local function is_array(t)
+   local mt = getmetatable(t)
+   if mt == array_mt then return true end
+   if mt == object_mt then return false end
+   local n = #t
+   if n == 0 then return next(t) == nil end
+   local count = 0
+   for _ in pairs(t) do count = count + 1 end
+   return count == n
+end
+
+local encode
+
+local function encode_table(t, indent, depth)
+   local nl, pad, inner = "", "", ""
+   if indent then
+      nl = "\n"
+      pad = string.rep(indent, depth)
+      inner = string.rep(indent, depth + 1)
+   end
+   local parts = {}
+   if is_array(t) then
+      if #t == 0 then return "[]" end
+      for i = 1, #t do parts[i] = inner .. encode(t[i], indent, depth + 1) end
+      return "[" .. nl .. table.concat(parts, "," .. nl) .. nl .. pad .. "]"
+   end
+   local keys = {}
+   for k in pairs(t) do
+      if type(k) ~= "string" then
+         error("json.encode: object key " .. tostring(k) .. " is not a string", 0)
+      end
+      keys[#keys + 1] = k
+   end
+   if #keys == 0 then return "{}" end
+   table.sort(keys)
+   local sep = indent and ": " or ":"
+   for i, k in ipairs(keys) do
+      parts[i] = inner .. encode_string(k) .. sep .. encode(t[k], indent, depth + 1)
+   end
+   return "{" .. nl .. table.concat(parts, "," .. nl) .. nl .. pad .. "}"
+end
+
+encode = function(v, indent, depth)
+   local kind = type(v)
+   if kind == "nil" then return "null" end
+   if kind == "boolean" then return tostring(v) end
+   if kind == "number" then return encode_number(v) end
+   if kind == "string" then return encode_string(v) end
+   if v == json.null then return "null" end
+   if kind == "table" then return encode_table(v, indent, depth) end
+   error("json.encode: cannot encode a " .. kind, 0)
+end
+
+-- JSON text of v; indent (e.g. "  ") pretty-prints.
+function json.encode(v, indent)
+   return encode(v, indent, 0)
+end
+
+return json

@@ -1,0 +1,301 @@
+-- layout.lua: lw.layout.compute over the C layout engine (src/core/layout*.c). Reads the
+-- finished layout into plain Lua tables (buffers, buckets, places) once; :check and :hash ask
+-- the C object, :show draws the map (layout_show.lua), :json serialises it.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local route = require("lwopt.route")
+local json = require("lwopt.json")
+
+local lib = C.lib
+local layout = {}
+
+local Layout = {}
+Layout.__index = Layout
+
+local WHERE = "lw.layout.compute"
+
+local dtypes = { f32 = 0, bf16 = 1, f16 = 2 }
+local dtype_names = { [0] = "f32", [1] = "bf16", [2] = "f16" }
+
+local algorithms = { cost = 0, lpt = 1, size_matching = 2, distopt = 3, default = 4, legacy = 5 }
+local algorithm_names = { [0] = "cost", "lpt", "size_matching", "distopt", "default", "legacy" }
+layout.algorithms = { "cost", "lpt", "size_matching", "distopt", "default", "legacy" }
+layout.adamw_layouts = { "distopt", "aligned", "default", "legacy" }
+
+local option_names = {
+   dp = true, expert_dp = true, bucket_size = true, algorithm = true, adamw_layout = true,
+   high_busbw = true,
+}
+
+local function fail(fmt, ...)
+   error(WHERE .. ": " .. fmt:format(...), 0)
+end
+
+local function is_integer(v)
+   return type(v) == "number" and v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53
+end
+
+-- Checks and completes the options; returns the normalised table.
+local function normalise(opts)
+   if opts ~= nil and type(opts) ~= "table" then fail("options must be a table, got %s", type(opts)) end
+   opts = opts or {}
+   for k in pairs(opts) do
+      if not option_names[k] then fail("unknown option '%s'", tostring(k)) end
+   end
+   local o = {}
+   o.dp = opts.dp == nil and 1 or opts.dp
+   if not is_integer(o.dp) then fail("dp must be an integer, got %s", tostring(o.dp)) end
+   o.expert_dp = opts.expert_dp == nil and o.dp or opts.expert_dp
+   if not is_integer(o.expert_dp) then
+      fail("expert_dp must be an integer, got %s", tostring(o.expert_dp))
+   end
+   o.bucket_size = opts.bucket_size
+   if o.bucket_size ~= nil and not is_integer(o.bucket_size) then
+      fail("bucket_size must be an integer number of elements or nil, got %s",
+         tostring(o.bucket_size))
+   end
+   o.algorithm = opts.algorithm or "cost"
+   if algorithms[o.algorithm] == nil then
+      fail("unknown algorithm '%s' (one of %s)", tostring(o.algorithm),
+         table.concat(layout.algorithms, ", "))
+   end
+   local simple = o.algorithm == "default" or o.algorithm == "legacy"
+   o.adamw_layout = opts.adamw_layout or (simple and o.algorithm or "distopt")
+   if o.adamw_layout ~= "distopt" and o.adamw_layout ~= "aligned" and o.adamw_layout ~= "default"
+      and o.adamw_layout ~= "legacy" then
+      fail("unknown adamw_layout '%s' (one of %s)", tostring(o.adamw_layout),
+         table.concat(layout.adamw_layouts, ", "))
+   end
+   o.high_busbw = opts.high_busbw or false
+   if type(o.high_busbw) ~= "boolean" then fail("high_busbw must be a boolean") end
+   return o
+end
+
+local function c_options(o)
+   local c = lib.lw_layout_defaults()
+   c.dp = o.dp
+   c.expert_dp = o.expert_dp
+   if o.bucket_size ~= nil then c.bucket_size = o.bucket_size end
+   c.algorithm = algorithms[o.algorithm]
+   c.adamw_algorithm = o.adamw_layout == "aligned" and algorithms[o.algorithm]
+      or algorithms[o.adamw_layout]
+   c.high_busbw = o.high_busbw
+   return c
+end
+
+-- Routes the specs that have no .optimizer yet with the default rules.
+local function routed_specs(specs)
+   if type(specs) ~= "table" then fail("specs must be a list, got %s", type(specs)) end
+   local out = {}
+   for i, s in ipairs(specs) do
+      if type(s) ~= "table" then fail("spec %d is a %s, not a table", i, type(s)) end
+      out[i] = s.optimizer ~= nil and s or route({ s })[1]
+   end
+   return out
+end
+
+local function c_specs(specs)
+   local n = #specs
+   local c = ffi.new("lw_param_spec[?]", math.max(n, 1))
+   for i, s in ipairs(specs) do
+      local name = s.name
+      if type(name) ~= "string" then fail("spec %d has no string name", i) end
+      if type(s.shape) ~= "table" then fail("parameter '%s' has no shape table", name) end
+      if s.optimizer ~= "muon" and s.optimizer ~= "adamw" then
+         fail("parameter '%s' has optimizer '%s' (muon or adamw)", name, tostring(s.optimizer))
+      end
+      local cs = c[i - 1]
+      cs.name = name -- the Lua string stays alive in specs for the duration of the call
+      cs.ndim = #s.shape
+      for d, size in ipairs(s.shape) do
+         if not is_integer(size) then
+            fail("parameter '%s' has shape %s: sizes must be integers", name,
+               route.shape_text(s.shape))
+         end
+         if d <= 4 then cs.shape[d - 1] = size end
+      end
+      local dtype, grad_dtype = s.dtype or "f32", s.grad_dtype or "f32"
+      if dtypes[dtype] == nil then fail("parameter '%s' has unknown dtype '%s'", name, dtype) end
+      if dtypes[grad_dtype] == nil then
+         fail("parameter '%s' has unknown grad_dtype '%s'", name, grad_dtype)
+      end
+      cs.dtype = dtypes[dtype]
+      cs.grad_dtype = dtypes[grad_dtype]
+      cs.expert = s.expert == true
+      cs.shared_embedding = s.shared_embedding == true
+      cs.muon = s.optimizer == "muon"
+   end
+   return c, n
+end
+
+-- A record that reads both by field and by position, as the contract writes it positionally.
+local function record(names, values)
+   local t = {}
+   for i, k in ipairs(names) do
+      t[k] = values[i]
+      t[i] = values[i]
+   end
+   return t
+end
+
+local KEY = { "param_dtype", "grad_dtype", "expert", "muon" }
+local BUCKET = { "start", "stop", "shard_size", "numel_unpadded" }
+
+-- Reads the C layout into Lua tables.
+local function read(self, specs)
+   local c = self._c
+   local buffer_info, bucket_info = ffi.new("lw_buffer_info"), ffi.new("lw_bucket_info")
+   local place, index = ffi.new("lw_param_place"), ffi.new("int32_t[1]")
+   self.params = {}
+   self._by_name = {}
+   for i, s in ipairs(specs) do
+      C.check(lib.lw_layout_place(c, i - 1, place), WHERE)
+      local p = {
+         name = s.name, shape = s.shape, optimizer = s.optimizer, role = s.role,
+         buffer = place.buffer + 1, bucket = place.bucket + 1,
+         start = tonumber(place.start), stop = tonumber(place.stop),
+         owner = place.owner >= 0 and place.owner or nil,
+      }
+      p.numel = p.stop - p.start
+      self.params[i] = p
+      self._by_name[s.name] = p
+   end
+   self.buffers = {}
+   for b = 0, lib.lw_layout_num_buffers(c) - 1 do
+      C.check(lib.lw_layout_buffer(c, b, buffer_info), WHERE)
+      local buffer = {
+         key = record(KEY, { dtype_names[tonumber(buffer_info.param_dtype)],
+            dtype_names[tonumber(buffer_info.grad_dtype)], buffer_info.expert, buffer_info.muon }),
+         algorithm = algorithm_names[tonumber(buffer_info.algorithm)],
+         dp = buffer_info.dp,
+         numel = tonumber(buffer_info.numel),
+         buckets = {},
+         params = {},
+      }
+      for k = 0, buffer_info.n_buckets - 1 do
+         C.check(lib.lw_layout_bucket(c, b, k, bucket_info), WHERE)
+         local bucket = record(BUCKET, { tonumber(bucket_info.start), tonumber(bucket_info.stop),
+            tonumber(bucket_info.shard_size), tonumber(bucket_info.numel_unpadded) })
+         bucket.params = {}
+         for e = 0, bucket_info.n_params - 1 do
+            C.check(lib.lw_layout_bucket_param(c, b, k, e, index), WHERE)
+            bucket.params[e + 1] = specs[index[0] + 1].name
+         end
+         buffer.buckets[k + 1] = bucket
+      end
+      self.buffers[b + 1] = buffer
+   end
+   for _, p in ipairs(self.params) do
+      local list = self.buffers[p.buffer].params
+      list[#list + 1] = p.name
+   end
+end
+
+-- lw.layout.compute(specs, opts): the layout of specs (definition order) for the options
+-- { dp, expert_dp, bucket_size, algorithm, adamw_layout, high_busbw } (DESIGN.md).
+function layout.compute(specs, opts)
+   local o = normalise(opts)
+   specs = routed_specs(specs)
+   local c_spec, n = c_specs(specs)
+   local out = ffi.new("lw_layout*[1]")
+   C.check(lib.lw_layout_new(c_spec, n, c_options(o), out), WHERE)
+   local self = setmetatable({}, Layout)
+   self._c = ffi.gc(out[0], lib.lw_layout_free)
+   self.options = o
+   for k, v in pairs(o) do self[k] = v end
+   read(self, specs)
+   return self
+end
+
+-- { buffer, bucket, start, stop, owner } of a parameter (1-based buffer and bucket, 0-based
+-- element offsets, 0-based owner rank or nil when the buffer is element-wise or unsharded).
+function Layout:place(name)
+   local p = self._by_name[name]
+   if p == nil then error("layout:place: no parameter named '" .. tostring(name) .. "'", 2) end
+   return { buffer = p.buffer, bucket = p.bucket, start = p.start, stop = p.stop,
+            owner = p.owner, numel = p.numel }
+end
+
+function Layout:stats()
+   local s = ffi.new("lw_layout_stats")
+   C.check(lib.lw_layout_stats_get(self._c, s), "layout:stats")
+   local numel, cost = ffi.new("int64_t[1]"), ffi.new("double[1]")
+   local rank_numel, rank_cost = {}, {}
+   for r = 0, s.ranks - 1 do
+      C.check(lib.lw_layout_rank_load(self._c, r, numel, cost), "layout:stats")
+      rank_numel[r + 1] = tonumber(numel[0])
+      rank_cost[r + 1] = cost[0]
+   end
+   return {
+      params = s.params, numel = tonumber(s.numel), buffer_numel = tonumber(s.buffer_numel),
+      padding = tonumber(s.padding), overhead = s.overhead,
+      muon_numel = tonumber(s.muon_numel), muon_buffer_numel = tonumber(s.muon_buffer_numel),
+      muon_padding = tonumber(s.muon_buffer_numel - s.muon_numel),
+      muon_overhead = s.muon_overhead,
+      numel_imbalance = s.numel_imbalance, cost_imbalance = s.cost_imbalance,
+      cost_imbalance_bound = s.cost_imbalance_bound,
+      ranks = s.ranks, rank_numel = rank_numel, rank_cost = rank_cost,
+   }
+end
+
+-- true, or false and the first violated invariant.
+function Layout:check()
+   if lib.lw_layout_check(self._c) == 0 then return true end
+   return false, C.last_error()
+end
+
+function Layout:hash()
+   local hex = ffi.new("char[17]")
+   C.check(lib.lw_layout_hash(self._c, hex), "layout:hash")
+   return ffi.string(hex)
+end
+
+function Layout:show(opts)
+   return require("lwopt.layout_show").show(self, opts)
+end
+
+Layout.__tostring = function(self) return self:show() end
+
+-- The layout as JSON: options, hash, buffers with buckets and placed params, stats.
+function Layout:json(indent)
+   local buffers = {}
+   for b, buffer in ipairs(self.buffers) do
+      local buckets = {}
+      for k, bucket in ipairs(buffer.buckets) do
+         local params = {}
+         for e, name in ipairs(bucket.params) do
+            local p = self._by_name[name]
+            params[e] = json.object({ name = name, shape = json.array(p.shape), start = p.start,
+                                      stop = p.stop, owner = p.owner == nil and json.null or p.owner, optimizer = p.optimizer })
+         end
+         buckets[k] = json.object({ start = bucket.start, stop = bucket.stop,
+            shard_size = bucket.shard_size, numel_unpadded = bucket.numel_unpadded,
+            params = json.array(params) })
+      end
+      buffers[b] = json.object({
+         key = json.object({ param_dtype = buffer.key.param_dtype,
+            grad_dtype = buffer.key.grad_dtype, expert = buffer.key.expert,
+            muon = buffer.key.muon }),
+         algorithm = buffer.algorithm, dp = buffer.dp, numel = buffer.numel,
+         buckets = json.array(buckets),
+      })
+   end
+   local stats = self:stats()
+   stats.rank_numel = json.array(stats.rank_numel)
+   stats.rank_cost = json.array(stats.rank_cost)
+   local options = json.object({})
+   for k, v in pairs(self.options) do options[k] = v end
+   return json.encode(json.object({ options = options, hash = self:hash(),
+      buffers = json.array(buffers), stats = json.object(stats) }), indent)
+end
+
+-- Padding rules of REFERENCE.md section 3.
+function layout.bucket_end_divisor(dp, high_busbw)
+   return tonumber(lib.lw_bucket_end_divisor(dp, high_busbw or false))
+end
+
+function layout.shard_divisor(dp, high_busbw)
+   return tonumber(lib.lw_shard_divisor(dp, high_busbw or false))
+end
+
+return layout

@@ -1,0 +1,138 @@
+-- layout_show.lua: draws a layout as text a person reads at a glance: per buffer and bucket one
+-- row per shard (rank) with its parameters and padding drawn to scale as a bar, then the stats.
+local show = {}
+
+local function commas(n)
+   local s = string.format("%d", n)
+   local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
+   return (out:gsub("^,", ""):gsub("^%-,", "-"))
+end
+
+local function percent(x) return string.format("%.2f%%", 100 * x) end
+
+local GLYPHS = { unicode = { "█", "▓", "░" }, ascii = { "#", "=", "." } }
+
+-- A bar of `width` cells for the range [lo, hi): each cell shows the parameter that covers its
+-- middle, consecutive parameters alternating between two glyphs; padding is the third glyph.
+local function bar(spans, lo, hi, width, glyphs)
+   local cells = {}
+   local j = 1
+   for c = 0, width - 1 do
+      local mid = lo + (c + 0.5) * (hi - lo) / width
+      while j <= #spans and spans[j].stop <= mid do j = j + 1 end
+      local s = spans[j]
+      if s and s.start <= mid then
+         cells[c + 1] = glyphs[(s.index % 2) + 1]
+      else
+         cells[c + 1] = glyphs[3]
+      end
+   end
+   return table.concat(cells)
+end
+
+-- Short names: drop the trailing ".weight" that nearly every matrix has.
+local function short(name) return (name:gsub("%.weight$", "")) end
+
+local function names_in(spans, lo, hi, room)
+   local names = {}
+   for _, s in ipairs(spans) do
+      if s.start < hi and s.stop > lo then names[#names + 1] = short(s.name) end
+   end
+   local text, shown = "", 0
+   for i, n in ipairs(names) do
+      local more = #names - i
+      local piece = (i > 1 and ", " or "") .. n
+      local tail = more > 0 and (" +" .. more .. " more") or ""
+      if #text + #piece + #tail > room and shown > 0 then
+         return text .. " +" .. (#names - shown) .. " more"
+      end
+      text = text .. piece
+      shown = shown + 1
+   end
+   return text
+end
+
+local function rank_label(r, dp)
+   return string.format("r%-" .. #tostring(dp - 1) .. "d", r)
+end
+
+local function show_bucket(lines, self, buffer, k, bucket, opts)
+   local spans = {}
+   for _, name in ipairs(bucket.params) do
+      local p = self._by_name[name]
+      spans[#spans + 1] = { start = p.start, stop = p.stop, name = name, owner = p.owner }
+   end
+   table.sort(spans, function(a, b) return a.start < b.start end)
+   for i, s in ipairs(spans) do s.index = i end
+   local size = bucket.stop - bucket.start
+   lines[#lines + 1] = string.format("  bucket %d  [%s, %s)  %d x %s  real %s  padding %s", k,
+      commas(bucket.start), commas(bucket.stop), size / bucket.shard_size,
+      commas(bucket.shard_size),
+      commas(bucket.numel_unpadded), percent((size - bucket.numel_unpadded) / size))
+   local rows = size / bucket.shard_size
+   for r = 0, rows - 1 do
+      local lo = bucket.start + r * bucket.shard_size
+      local hi = lo + bucket.shard_size
+      local real = 0
+      for _, s in ipairs(spans) do
+         local a, b = math.max(s.start, lo), math.min(s.stop, hi)
+         if b > a then real = real + (b - a) end
+      end
+      local head = rows > 1 and rank_label(r, buffer.dp) or "all"
+      local prefix = string.format("    %s |%s| %s", head,
+         bar(spans, lo, hi, opts.width, opts.glyphs), commas(real))
+      local prefix_width = 4 + #head + 2 + opts.width + 2 + #commas(real)
+      lines[#lines + 1] = prefix .. "  "
+         .. names_in(spans, lo, hi, math.max(20, opts.columns - prefix_width - 2))
+   end
+end
+
+local function show_stats(lines, self)
+   local s = self:stats()
+   lines[#lines + 1] = "stats"
+   lines[#lines + 1] = string.format("  %d params, %s elements in buffers of %s: padding %s (%s)",
+      s.params, commas(s.numel), commas(s.buffer_numel), commas(s.padding), percent(s.overhead))
+   lines[#lines + 1] = string.format("  muon: %s elements, padding %s (%s)",
+      commas(s.muon_numel), commas(s.muon_padding), percent(s.muon_overhead))
+   local lo, hi = math.huge, 0
+   for _, n in ipairs(s.rank_numel) do lo, hi = math.min(lo, n), math.max(hi, n) end
+   lines[#lines + 1] = string.format("  muon numel per rank: min %s, max %s, imbalance %.3f",
+      commas(lo), commas(hi), s.numel_imbalance)
+   lines[#lines + 1] = string.format(
+      "  muon Newton-Schulz cost per rank: imbalance %.3f (lower bound %.3f)",
+      s.cost_imbalance, s.cost_imbalance_bound)
+end
+
+-- layout:show{ width = 40, ascii = false, columns = 100 }
+function show.show(self, opts)
+   opts = opts or {}
+   local o = {
+      width = opts.width or 40,
+      glyphs = opts.ascii and GLYPHS.ascii or GLYPHS.unicode,
+      columns = opts.columns or 100,
+   }
+   local lines = {}
+   lines[1] = string.format("layout  dp %d  expert_dp %d  algorithm %s  adamw %s  bucket_size %s"
+      .. "%s  hash %s", self.dp, self.expert_dp, self.algorithm, self.adamw_layout,
+      self.bucket_size and commas(self.bucket_size) or "none",
+      self.high_busbw and "  high_busbw" or "", self:hash())
+   lines[2] = string.format("  legend: %s %s parameters (alternating), %s padding",
+      o.glyphs[1], o.glyphs[2], o.glyphs[3])
+   for b, buffer in ipairs(self.buffers) do
+      local real = 0
+      for _, bucket in ipairs(buffer.buckets) do real = real + bucket.numel_unpadded end
+      lines[#lines + 1] = string.format("buffer %d  %s%s  %s/%s  %s  dp %d  %s elements "
+         .. "(real %s, padding %s)  %d bucket%s", b, buffer.key.muon and "muon" or "adamw",
+         buffer.key.expert and " expert" or "", buffer.key.param_dtype, buffer.key.grad_dtype,
+         buffer.algorithm, buffer.dp, commas(buffer.numel), commas(real),
+         percent((buffer.numel - real) / buffer.numel), #buffer.buckets,
+         #buffer.buckets == 1 and "" or "s")
+      for k, bucket in ipairs(buffer.buckets) do show_bucket(lines, self, buffer, k, bucket, o) end
+   end
+   show_stats(lines, self)
+   return table.concat(lines, "\n")
+end
+
+show.commas = commas
+
+return show

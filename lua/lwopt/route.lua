@@ -1,0 +1,115 @@
+-- route.lua: decides which optimizer updates each parameter. Rules are data: an ordered list of
+-- { match = <Lua pattern on the name> | function(spec) -> bool, optimizer = "muon" | "adamw",
+-- opts = {...} }; the first match wins and a parameter that no rule matches is an error.
+local route = {}
+
+local function is_matrix(spec) return #spec.shape == 2 end
+
+-- REFERENCE.md section 1: Muon for 2-D weights that are not embeddings or the LM head and were
+-- not excluded; a shared embedding is never Muon; AdamW for everything else.
+route.default_rules = {
+   { name = "excluded from Muon", optimizer = "adamw",
+     match = function(s) return s.use_muon == false end },
+   { name = "shared embedding", optimizer = "adamw",
+     match = function(s) return s.shared_embedding == true end },
+   { name = "asked for Muon", optimizer = "muon",
+     match = function(s) return s.use_muon == true end },
+   { name = "embedding or output", optimizer = "adamw",
+     match = function(s) return s.role == "embedding" or s.role == "output" end },
+   { name = "matrix", optimizer = "muon", match = is_matrix },
+   { name = "everything else", optimizer = "adamw", match = function() return true end },
+}
+
+local optimizers = { muon = true, adamw = true }
+
+local function shape_text(shape)
+   local dims = {}
+   for i, d in ipairs(shape) do dims[i] = tostring(d) end
+   return "{" .. table.concat(dims, ", ") .. "}"
+end
+
+local function check_rules(rules)
+   if type(rules) ~= "table" then
+      error("lw.route: rules must be a list of rules, got " .. type(rules), 0)
+   end
+   if #rules == 0 then error("lw.route: the rule list is empty", 0) end
+   for i, rule in ipairs(rules) do
+      if type(rule) ~= "table" then
+         error(("lw.route: rule %d is a %s, not a table"):format(i, type(rule)), 0)
+      end
+      local kind = type(rule.match)
+      if kind ~= "string" and kind ~= "function" then
+         error(("lw.route: rule %d: match must be a Lua pattern or a function, got %s")
+            :format(i, kind), 0)
+      end
+      if kind == "string" then
+         local ok, err = pcall(string.find, "", rule.match)
+         if not ok then
+            error(("lw.route: rule %d: bad pattern '%s': %s"):format(i, rule.match, err), 0)
+         end
+      end
+      if not optimizers[rule.optimizer] then
+         error(("lw.route: rule %d: optimizer must be 'muon' or 'adamw', got %s")
+            :format(i, tostring(rule.optimizer)), 0)
+      end
+      if rule.opts ~= nil and type(rule.opts) ~= "table" then
+         error(("lw.route: rule %d: opts must be a table"):format(i), 0)
+      end
+   end
+end
+
+local function rule_label(rules, i)
+   local name = rules[i].name
+   return name and ("rule %d (%s)"):format(i, name) or ("rule %d"):format(i)
+end
+
+local function matches(rule, spec)
+   if type(rule.match) == "string" then return spec.name:find(rule.match) ~= nil end
+   return rule.match(spec) and true or false
+end
+
+-- Routes specs with rules (default: route.default_rules). Returns new spec tables, each a copy
+-- with .optimizer ("muon" | "adamw") and .opts (the rule's opts, or nil) added.
+local function route_specs(specs, rules)
+   rules = rules or route.default_rules
+   if type(specs) ~= "table" then error("lw.route: specs must be a list, got " .. type(specs), 0) end
+   check_rules(rules)
+   local routed = {}
+   for n, spec in ipairs(specs) do
+      if type(spec) ~= "table" or type(spec.name) ~= "string" or type(spec.shape) ~= "table" then
+         error(("lw.route: spec %d needs a string name and a shape table"):format(n), 0)
+      end
+      local chosen
+      for i, rule in ipairs(rules) do
+         if matches(rule, spec) then
+            chosen = i
+            break
+         end
+      end
+      if chosen == nil then
+         error(("lw.route: no rule matches parameter '%s' (shape %s, role %s)")
+            :format(spec.name, shape_text(spec.shape), tostring(spec.role)), 0)
+      end
+      local rule = rules[chosen]
+      if rule.optimizer == "muon" and spec.shared_embedding then
+         error(("lw.route: %s sends shared embedding '%s' to muon; a shared embedding is "
+            .. "used as embedding and LM head and must use adamw")
+            :format(rule_label(rules, chosen), spec.name), 0)
+      end
+      if rule.optimizer == "muon" and not is_matrix(spec) then
+         error(("lw.route: %s sends '%s' (shape %s) to muon, which needs a 2-D matrix")
+            :format(rule_label(rules, chosen), spec.name, shape_text(spec.shape)), 0)
+      end
+      local copy = {}
+      for k, v in pairs(spec) do copy[k] = v end
+      copy.optimizer = rule.optimizer
+      copy.opts = rule.opts
+      routed[n] = copy
+   end
+   return routed
+end
+
+route.route = route_specs
+route.shape_text = shape_text
+
+return setmetatable(route, { __call = function(_, specs, rules) return route_specs(specs, rules) end })

@@ -1,0 +1,30 @@
+-- C_spec.lua: the FFI binding: generated declarations, errors raised with the C message, and a
+-- clear message when the library cannot be found.
+local C = require("lwopt.C")
+local ffi = require("ffi")
+local helpers = require("helpers")
+
+describe("lwopt.C", function()
+   it("declares the API from src/lw.h", function()
+      assert.equal("cdata", type(C.lib.lw_layout_defaults()))
+      assert.equal(1, C.lib.lw_layout_defaults().dp)
+      assert.equal(-1, ffi.C and tonumber(ffi.new("lw_status", "LW_ERR_INVALID")))
+   end)
+
+   it("turns a failed status into an error carrying lw_last_error", function()
+      local out = ffi.new("lw_layout*[1]")
+      local status = C.lib.lw_layout_new(nil, -1, nil, out)
+      assert.has_error(function() C.check(status, "here") end,
+         "here: layout: negative parameter count -1")
+      assert.has_no_error(function() C.check(0) end)
+   end)
+
+   it("says how to fix a library that cannot be loaded", function()
+      local out, status = helpers.sh("LWOPT_LIB=/nonexistent/liblwopt.so luajit -e "
+         .. "'package.path=\"lua/?.lua;lua/?/init.lua;build/lua/?.lua;\"..package.path "
+         .. "require(\"lwopt\")'")
+      assert.not_equal(0, status)
+      assert.matches("cannot load the library '/nonexistent/liblwopt.so'", out, 1, true)
+      assert.matches("point LWOPT_LIB at liblwopt.so", out, 1, true)
+   end)
+end)

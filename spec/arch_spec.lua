@@ -1,0 +1,354 @@
+-- Specs for lua/lwopt/arch.lua: parameter names, shapes, order, roles and totals of the GPT,
+-- LLaMA and MoE spec builders, and every config validation error.
+
+local arch = require("lwopt.arch")
+
+-- "name {d1,d2} role" per spec, so a whole model compares as one list.
+local function summary(specs)
+   local out = {}
+   for i, s in ipairs(specs) do
+      out[i] = string.format("%s {%s} %s", s.name, table.concat(s.shape, ","), s.role)
+   end
+   return out
+end
+
+local function by_name(specs)
+   local t = {}
+   for _, s in ipairs(specs) do t[s.name] = s end
+   return t
+end
+
+-- A GPT with 1 layer, n_embd 8, 2 heads, vocab 16, seq_len 4.
+local function tiny_gpt(extra)
+   local cfg = { n_layer = 1, n_embd = 8, n_head = 2, vocab = 16, seq_len = 4 }
+   for k, v in pairs(extra or {}) do cfg[k] = v end
+   return arch.gpt(cfg)
+end
+
+-- A LLaMA with 1 layer, n_embd 8, 4 query heads sharing 2 kv heads (head_dim 2).
+local function tiny_llama(extra)
+   local cfg = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, ffn_hidden = 12, vocab = 16 }
+   for k, v in pairs(extra or {}) do cfg[k] = v end
+   return arch.llama(cfg)
+end
+
+local function tiny_moe(extra)
+   local cfg = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, n_expert = 2,
+                 expert_hidden = 6, vocab = 16 }
+   for k, v in pairs(extra or {}) do cfg[k] = v end
+   return arch.moe(cfg)
+end
+
+describe("arch.gpt", function()
+   it("lists a tied bias-free GPT's parameters in forward order with {out, in} shapes", function()
+      assert.same({
+         "wte.weight {16,8} embedding",
+         "wpe.weight {4,8} embedding",
+         "h.0.ln_1.weight {8} norm",
+         "h.0.attn.qkv.weight {24,8} matrix",
+         "h.0.attn.proj.weight {8,8} matrix",
+         "h.0.ln_2.weight {8} norm",
+         "h.0.mlp.fc.weight {32,8} matrix",
+         "h.0.mlp.proj.weight {8,32} matrix",
+         "ln_f.weight {8} norm",
+      }, summary(tiny_gpt()))
+   end)
+
+   it("puts each bias right after its weight and adds lm_head when untied", function()
+      assert.same({
+         "wte.weight {16,8} embedding",
+         "wpe.weight {4,8} embedding",
+         "h.0.ln_1.weight {8} norm",
+         "h.0.ln_1.bias {8} bias",
+         "h.0.attn.qkv.weight {24,8} matrix",
+         "h.0.attn.qkv.bias {24} bias",
+         "h.0.attn.proj.weight {8,8} matrix",
+         "h.0.attn.proj.bias {8} bias",
+         "h.0.ln_2.weight {8} norm",
+         "h.0.ln_2.bias {8} bias",
+         "h.0.mlp.fc.weight {32,8} matrix",
+         "h.0.mlp.fc.bias {32} bias",
+         "h.0.mlp.proj.weight {8,32} matrix",
+         "h.0.mlp.proj.bias {8} bias",
+         "ln_f.weight {8} norm",
+         "ln_f.bias {8} bias",
+         "lm_head.weight {16,8} output",
+      }, summary(tiny_gpt{ tied = false, bias = true }))
+   end)
+
+   it("adds lm_head untied without bias and only biases tied with bias", function()
+      local untied = summary(tiny_gpt{ tied = false })
+      assert.equal(10, #untied)
+      assert.equal("lm_head.weight {16,8} output", untied[10])
+      local biased = summary(tiny_gpt{ bias = true })
+      assert.equal(16, #biased)
+      assert.equal("ln_f.bias {8} bias", biased[16])
+   end)
+
+   it("marks only the token embedding as shared, and only when tied", function()
+      local tied, untied = by_name(tiny_gpt()), by_name(tiny_gpt{ tied = false })
+      assert.is_true(tied["wte.weight"].shared_embedding)
+      assert.is_false(tied["wpe.weight"].shared_embedding)
+      assert.is_false(untied["wte.weight"].shared_embedding)
+      for _, s in ipairs(tiny_gpt{ bias = true }) do
+         assert.is_false(s.expert)
+         assert.is_nil(s.use_muon)
+         if s.name ~= "wte.weight" then assert.is_false(s.shared_embedding) end
+      end
+   end)
+
+   it("gives every spec the configured dtype, f32 by default", function()
+      for _, s in ipairs(tiny_gpt()) do assert.equal("f32", s.dtype) end
+      for _, s in ipairs(tiny_gpt{ dtype = "bf16" }) do assert.equal("bf16", s.dtype) end
+   end)
+
+   it("returns fresh shape tables on every call", function()
+      local a, b = tiny_gpt(), tiny_gpt()
+      a[1].shape[1] = 99
+      assert.equal(16, b[1].shape[1])
+   end)
+
+   it("counts 124,373,760 parameters for GPT-2 124M with vocab 50304, tied, no bias", function()
+      -- wte 50304*768 + wpe 1024*768 + 12 * (2*768 + 12*768^2) + 768
+      local specs = arch.gpt{ n_layer = 12, n_embd = 768, n_head = 12 }
+      assert.equal(124373760, arch.numel(specs))
+      assert.equal(2 + 12 * 6 + 1, #specs)
+   end)
+
+   it("counts the well-known 124,439,808 with vocab 50257 and biases", function()
+      local specs = arch.gpt{ n_layer = 12, n_embd = 768, n_head = 12, vocab = 50257,
+                              seq_len = 1024, tied = true, bias = true }
+      assert.equal(124439808, arch.numel(specs))
+   end)
+end)
+
+describe("arch.llama", function()
+   it("lists unfused q, k, v and gate, up, down with grouped-query k/v shapes", function()
+      assert.same({
+         "embed.weight {16,8} embedding",
+         "layers.0.attn_norm.weight {8} norm",
+         "layers.0.attn.q.weight {8,8} matrix",
+         "layers.0.attn.k.weight {4,8} matrix",
+         "layers.0.attn.v.weight {4,8} matrix",
+         "layers.0.attn.o.weight {8,8} matrix",
+         "layers.0.ffn_norm.weight {8} norm",
+         "layers.0.mlp.gate.weight {12,8} matrix",
+         "layers.0.mlp.up.weight {12,8} matrix",
+         "layers.0.mlp.down.weight {8,12} matrix",
+         "norm.weight {8} norm",
+         "lm_head.weight {16,8} output",
+      }, summary(tiny_llama()))
+   end)
+
+   it("lists fused qkv and gate_up with the same element count as unfused", function()
+      local fused = tiny_llama{ fused = true }
+      assert.same({
+         "embed.weight {16,8} embedding",
+         "layers.0.attn_norm.weight {8} norm",
+         "layers.0.attn.qkv.weight {16,8} matrix",
+         "layers.0.attn.o.weight {8,8} matrix",
+         "layers.0.ffn_norm.weight {8} norm",
+         "layers.0.mlp.gate_up.weight {24,8} matrix",
+         "layers.0.mlp.down.weight {8,12} matrix",
+         "norm.weight {8} norm",
+         "lm_head.weight {16,8} output",
+      }, summary(fused))
+      assert.equal(arch.numel(tiny_llama()), arch.numel(fused))
+   end)
+
+   it("defaults n_kv_head to n_head and drops lm_head when tied", function()
+      local specs = arch.llama{ n_layer = 2, n_embd = 8, n_head = 4, ffn_hidden = 12, vocab = 16,
+                                tied = true }
+      local t = by_name(specs)
+      assert.same({ 8, 8 }, t["layers.1.attn.k.weight"].shape)
+      assert.is_nil(t["lm_head.weight"])
+      assert.is_true(t["embed.weight"].shared_embedding)
+      assert.equal("norm.weight", specs[#specs].name)
+   end)
+
+   it("leaves the embedding unshared by default (untied)", function()
+      assert.is_false(by_name(tiny_llama())["embed.weight"].shared_embedding)
+   end)
+
+   it("counts 8,030,261,248 parameters for LLaMA-3 8B", function()
+      -- 2 * 128256*4096 + 32 * (2*4096 + 2*4096^2 + 2*1024*4096 + 3*14336*4096) + 4096
+      local specs = arch.llama{ n_layer = 32, n_embd = 4096, n_head = 32, n_kv_head = 8,
+                                ffn_hidden = 14336, vocab = 128256 }
+      assert.equal(8030261248, arch.numel(specs))
+      assert.same({ 1024, 4096 }, by_name(specs)["layers.31.attn.v.weight"].shape)
+   end)
+end)
+
+describe("arch.moe", function()
+   it("replaces each dense MLP with a router and per-expert gate, up, down", function()
+      assert.same({
+         "embed.weight {16,8} embedding",
+         "layers.0.attn_norm.weight {8} norm",
+         "layers.0.attn.q.weight {8,8} matrix",
+         "layers.0.attn.k.weight {4,8} matrix",
+         "layers.0.attn.v.weight {4,8} matrix",
+         "layers.0.attn.o.weight {8,8} matrix",
+         "layers.0.ffn_norm.weight {8} norm",
+         "layers.0.moe.router.weight {2,8} matrix",
+         "layers.0.moe.experts.0.gate.weight {6,8} expert",
+         "layers.0.moe.experts.0.up.weight {6,8} expert",
+         "layers.0.moe.experts.0.down.weight {8,6} expert",
+         "layers.0.moe.experts.1.gate.weight {6,8} expert",
+         "layers.0.moe.experts.1.up.weight {6,8} expert",
+         "layers.0.moe.experts.1.down.weight {8,6} expert",
+         "norm.weight {8} norm",
+         "lm_head.weight {16,8} output",
+      }, summary(tiny_moe()))
+   end)
+
+   it("fuses each expert's gate and up into gate_up when fused", function()
+      local t = by_name(tiny_moe{ fused = true })
+      assert.same({ 12, 8 }, t["layers.0.moe.experts.1.gate_up.weight"].shape)
+      assert.is_nil(t["layers.0.moe.experts.1.gate.weight"])
+      assert.same({ 16, 8 }, t["layers.0.attn.qkv.weight"].shape)
+   end)
+
+   it("flags expert weights, and only them, with expert = true", function()
+      for _, s in ipairs(tiny_moe()) do
+         local is_expert = s.name:find("%.experts%.") ~= nil
+         assert.equal(is_expert, s.expert)
+         assert.equal(is_expert, s.role == "expert")
+      end
+   end)
+
+   it("keeps the router off Muon unless router_muon is set", function()
+      local off = by_name(tiny_moe())["layers.0.moe.router.weight"]
+      assert.equal("matrix", off.role)
+      assert.is_false(off.use_muon)
+      assert.is_false(off.expert)
+      local on = by_name(tiny_moe{ router_muon = true })["layers.0.moe.router.weight"]
+      assert.is_nil(on.use_muon)
+      for _, s in ipairs(tiny_moe()) do
+         if s.name ~= "layers.0.moe.router.weight" then assert.is_nil(s.use_muon) end
+      end
+   end)
+
+   it("accepts but does not use ffn_hidden", function()
+      assert.same(summary(tiny_moe()), summary(tiny_moe{ ffn_hidden = 100 }))
+   end)
+end)
+
+describe("arch validation", function()
+   local gpt = { n_layer = 1, n_embd = 8, n_head = 2 }
+   local llama = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, ffn_hidden = 12 }
+   local moe = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, n_expert = 2,
+                 expert_hidden = 6 }
+
+   local function with(base, changes)
+      local t = {}
+      for k, v in pairs(base) do t[k] = v end
+      for k, v in pairs(changes) do t[k] = v end
+      return t
+   end
+   local function without(base, key)
+      local t = with(base, {})
+      t[key] = nil
+      return t
+   end
+
+   it("rejects a config that is not a table", function()
+      assert.has_error(function() arch.gpt(nil) end, "lw.arch.gpt: config must be a table, got nil")
+      assert.has_error(function() arch.llama(12) end,
+                       "lw.arch.llama: config must be a table, got number")
+      assert.has_error(function() arch.moe("x") end,
+                       "lw.arch.moe: config must be a table, got string")
+   end)
+
+   it("rejects a missing required field", function()
+      assert.has_error(function() arch.gpt(without(gpt, "n_layer")) end,
+                       "lw.arch.gpt: missing required field 'n_layer'")
+      assert.has_error(function() arch.gpt(without(gpt, "n_head")) end,
+                       "lw.arch.gpt: missing required field 'n_head'")
+      assert.has_error(function() arch.llama(without(llama, "ffn_hidden")) end,
+                       "lw.arch.llama: missing required field 'ffn_hidden'")
+      assert.has_error(function() arch.moe(without(moe, "n_expert")) end,
+                       "lw.arch.moe: missing required field 'n_expert'")
+      assert.has_error(function() arch.moe(without(moe, "expert_hidden")) end,
+                       "lw.arch.moe: missing required field 'expert_hidden'")
+   end)
+
+   it("rejects sizes that are zero, negative, fractional or not numbers", function()
+      assert.has_error(function() arch.gpt(with(gpt, { n_layer = 0 })) end,
+                       "lw.arch.gpt: n_layer (0) must be a positive integer")
+      assert.has_error(function() arch.gpt(with(gpt, { vocab = -5 })) end,
+                       "lw.arch.gpt: vocab (-5) must be a positive integer")
+      assert.has_error(function() arch.gpt(with(gpt, { seq_len = 2.5 })) end,
+                       "lw.arch.gpt: seq_len (2.5) must be a positive integer")
+      assert.has_error(function() arch.gpt(with(gpt, { n_embd = "8" })) end,
+                       'lw.arch.gpt: n_embd ("8") must be a positive integer')
+      assert.has_error(function() arch.gpt(with(gpt, { n_layer = math.huge })) end,
+                       "lw.arch.gpt: n_layer (inf) must be a positive integer")
+      assert.has_error(function() arch.llama(with(llama, { ffn_hidden = 0 })) end,
+                       "lw.arch.llama: ffn_hidden (0) must be a positive integer")
+      assert.has_error(function() arch.moe(with(moe, { expert_hidden = 1.5 })) end,
+                       "lw.arch.moe: expert_hidden (1.5) must be a positive integer")
+      assert.has_error(function() arch.moe(with(moe, { ffn_hidden = -1 })) end,
+                       "lw.arch.moe: ffn_hidden (-1) must be a positive integer")
+   end)
+
+   it("rejects n_embd not divisible by n_head", function()
+      assert.has_error(function() arch.gpt{ n_layer = 1, n_embd = 100, n_head = 3 } end,
+                       "lw.arch.gpt: n_embd (100) must be divisible by n_head (3)")
+      assert.has_error(function() arch.llama(with(llama, { n_head = 3, n_kv_head = 3 })) end,
+                       "lw.arch.llama: n_embd (8) must be divisible by n_head (3)")
+   end)
+
+   it("rejects n_kv_head larger than n_head", function()
+      assert.has_error(function() arch.llama(with(llama, { n_kv_head = 8 })) end,
+                       "lw.arch.llama: n_kv_head (8) must be <= n_head (4)")
+      assert.has_error(function() arch.moe(with(moe, { n_kv_head = 8 })) end,
+                       "lw.arch.moe: n_kv_head (8) must be <= n_head (4)")
+   end)
+
+   it("rejects n_head not divisible by n_kv_head", function()
+      assert.has_error(function() arch.llama(with(llama, { n_head = 8, n_kv_head = 3 })) end,
+                       "lw.arch.llama: n_head (8) must be divisible by n_kv_head (3)")
+   end)
+
+   it("rejects unknown fields so that typos are caught", function()
+      assert.has_error(function() arch.gpt(with(without(gpt, "n_layer"), { n_layers = 1 })) end,
+                       "lw.arch.gpt: unknown field 'n_layers'")
+      assert.has_error(function() arch.gpt(with(gpt, { n_kv_head = 2 })) end,
+                       "lw.arch.gpt: unknown field 'n_kv_head'")
+      assert.has_error(function() arch.llama(with(llama, { bias = false })) end,
+                       "lw.arch.llama: unknown field 'bias'")
+      assert.has_error(function() arch.llama(with(llama, { router_muon = true })) end,
+                       "lw.arch.llama: unknown field 'router_muon'")
+      assert.has_error(function() arch.moe(with(moe, { n_experts = 2 })) end,
+                       "lw.arch.moe: unknown field 'n_experts'")
+   end)
+
+   it("rejects an unknown dtype", function()
+      assert.has_error(function() arch.gpt(with(gpt, { dtype = "fp32" })) end,
+                       'lw.arch.gpt: dtype ("fp32") must be one of "f32", "bf16", "f16"')
+      assert.has_error(function() arch.llama(with(llama, { dtype = 16 })) end,
+                       'lw.arch.llama: dtype (16) must be one of "f32", "bf16", "f16"')
+   end)
+
+   it("accepts f16 and bf16 as dtypes", function()
+      assert.equal("f16", arch.llama(with(llama, { dtype = "f16" }))[1].dtype)
+      assert.equal("bf16", arch.moe(with(moe, { dtype = "bf16" }))[1].dtype)
+   end)
+
+   it("rejects booleans given as other types", function()
+      assert.has_error(function() arch.gpt(with(gpt, { tied = 1 })) end,
+                       "lw.arch.gpt: tied (1) must be a boolean")
+      assert.has_error(function() arch.gpt(with(gpt, { bias = "false" })) end,
+                       'lw.arch.gpt: bias ("false") must be a boolean')
+      assert.has_error(function() arch.llama(with(llama, { fused = 0 })) end,
+                       "lw.arch.llama: fused (0) must be a boolean")
+      assert.has_error(function() arch.moe(with(moe, { router_muon = "yes" })) end,
+                       'lw.arch.moe: router_muon ("yes") must be a boolean')
+   end)
+
+   it("points the error at the caller's line", function()
+      local ok, msg = pcall(function() arch.gpt(with(gpt, { n_layer = 0 })) end)
+      assert.is_false(ok)
+      assert.matches("^[^:]*arch_spec%.lua:%d+: lw%.arch%.gpt: n_layer %(0%)", msg)
+   end)
+end)

@@ -1,0 +1,105 @@
+-- cli_spec.lua: the lwopt command (lua/lwopt/cli.lua) in-process, and bin/lwopt as a user
+-- runs it, from another directory.
+local cli = require("lwopt.cli")
+local lw = require("lwopt")
+local helpers = require("helpers")
+
+local function run(argv)
+   local out, err = helpers.sink(), helpers.sink()
+   local status = cli.main(argv, out, err)
+   return status, out.text(), err.text()
+end
+
+local root = assert(io.popen("pwd")):read("*l")
+local bin = root .. "/bin/lwopt"
+
+describe("lwopt layout", function()
+   it("prints the map of a GPT-2 124M layout at dp 8", function()
+      local status, out = run({ "layout", "--arch", "gpt", "--n-layer", "12", "--n-embd", "768",
+         "--n-head", "12", "--dp", "8", "--algorithm", "cost" })
+      assert.equal(0, status)
+      assert.matches("layout  dp 8  expert_dp 8  algorithm cost", out, 1, true)
+      assert.matches("    r7 |", out, 1, true)
+      assert.matches("stats\n", out, 1, true)
+   end)
+
+   it("prints the same JSON as layout:json()", function()
+      local status, out = run({ "layout", "--n-layer", "2", "--n-embd", "64", "--n-head", "2",
+         "--dp", "4", "--bucket-size", "10K", "--json" })
+      assert.equal(0, status)
+      local l = lw.layout.compute(lw.arch.gpt{ n_layer = 2, n_embd = 64, n_head = 2 },
+         { dp = 4, bucket_size = 10000 })
+      assert.equal(l:json("  ") .. "\n", out)
+   end)
+
+   it("passes llama and moe options through", function()
+      local status, out = run({ "layout", "--arch", "moe", "--n-layer", "1", "--n-embd", "64",
+         "--n-head", "4", "--n-kv-head", "2", "--n-expert", "4", "--expert-hidden", "32",
+         "--vocab", "100", "--dp", "4", "--expert-dp", "2", "--stats" })
+      assert.equal(0, status)
+      assert.matches("^stats\n", out)
+   end)
+
+   it("reports bad flags with usage and status 2, bad values with status 1", function()
+      local status, _, err = run({ "layout", "--n-layers", "2" })
+      assert.equal(2, status)
+      assert.matches("lwopt: unknown flag --n-layers\nusage: lwopt layout", err, 1, true)
+      status, _, err = run({ "layout", "--n-layer", "2", "--n-embd", "65", "--n-head", "2" })
+      assert.equal(1, status)
+      assert.matches("n_embd (65) must be divisible by n_head (2)", err, 1, true)
+      status, _, err = run({ "layout", "--n-layer", "1", "--n-embd", "64", "--n-head", "2",
+         "--dp", "0" })
+      assert.equal(1, status)
+      assert.matches("dp must be >= 1, got 0", err, 1, true)
+      status, _, err = run({ "layout", "--tied", "--untied" })
+      assert.equal(2, status)
+   end)
+end)
+
+describe("lwopt", function()
+   it("lists its commands with --help and fails on an unknown one", function()
+      local status, out = run({ "--help" })
+      assert.equal(0, status)
+      for _, command in ipairs({ "layout", "run FILE", "repl", "version" }) do
+         assert.matches(command, out, 1, true)
+      end
+      local bad, _, err = run({ "fly" })
+      assert.equal(2, bad)
+      assert.matches("unknown command 'fly'", err, 1, true)
+   end)
+
+   it("runs from another directory as bin/lwopt", function()
+      local out, status = helpers.sh("cd /tmp && " .. bin .. " layout --n-layer 1 --n-embd 64 "
+         .. "--n-head 2 --dp 2 --ascii")
+      assert.equal(0, status)
+      assert.matches("r1 |", out, 1, true)
+   end)
+
+   it("runs a script with its arguments and returns its status", function()
+      local out, status = helpers.sh("cd /tmp && " .. bin .. " run " .. root
+         .. "/spec/fixtures/echo_args.lua a b")
+      assert.equal(3, status)
+      assert.matches("args a,b arg1 a", out, 1, true)
+      assert.matches("lwopt " .. lw.version, out, 1, true)
+      local missing, code = helpers.sh(bin .. " run /nonexistent.lua")
+      assert.equal(1, code)
+      assert.matches("cannot open /nonexistent.lua", missing, 1, true)
+   end)
+
+   it("starts a REPL where lw is loaded and expressions print", function()
+      local input = helpers.tempfile("x = lw.layout.compute(lw.arch.gpt{n_layer = 1, n_embd = 64, "
+         .. "n_head = 2}, {dp = 2})\nx:stats().ranks\n")
+      local out, status = helpers.sh(bin .. " repl < " .. input)
+      os.remove(input)
+      assert.equal(0, status)
+      assert.matches("lwopt " .. lw.version .. ", LuaJIT REPL", out, 1, true)
+      assert.matches("lw> 2\n", out, 1, true)
+   end)
+
+   it("tells its version, library and devices", function()
+      local status, out = run({ "version" })
+      assert.equal(0, status)
+      assert.matches("lwopt %d+%.%d+%.%d+\nlibrary .*liblwopt%.so", out)
+      assert.matches("cuda no", out, 1, true)
+   end)
+end)

@@ -1,0 +1,100 @@
+-- route_spec.lua: lw.route with the default rules (REFERENCE.md section 1) and custom lists.
+local route = require("lwopt.route")
+local arch = require("lwopt.arch")
+
+local function by_name(routed)
+   local t = {}
+   for _, s in ipairs(routed) do t[s.name] = s.optimizer end
+   return t
+end
+
+describe("lw.route with the default rules", function()
+   it("sends GPT matrices to muon and embeddings, norms and biases to adamw", function()
+      local r = by_name(route(arch.gpt{ n_layer = 1, n_embd = 64, n_head = 2, bias = true,
+         tied = false, vocab = 100, seq_len = 16 }))
+      assert.equal("muon", r["h.0.attn.qkv.weight"])
+      assert.equal("muon", r["h.0.attn.proj.weight"])
+      assert.equal("muon", r["h.0.mlp.fc.weight"])
+      assert.equal("muon", r["h.0.mlp.proj.weight"])
+      assert.equal("adamw", r["h.0.attn.qkv.bias"])
+      assert.equal("adamw", r["h.0.ln_1.weight"])
+      assert.equal("adamw", r["wte.weight"])
+      assert.equal("adamw", r["wpe.weight"])
+      assert.equal("adamw", r["lm_head.weight"])
+   end)
+
+   it("keeps a tied embedding on adamw and the MoE router off muon", function()
+      local r = by_name(route(arch.moe{ n_layer = 1, n_embd = 64, n_head = 2, n_expert = 2,
+         expert_hidden = 32, vocab = 100, tied = true }))
+      assert.equal("adamw", r["embed.weight"])
+      assert.equal("adamw", r["layers.0.moe.router.weight"])
+      assert.equal("muon", r["layers.0.moe.experts.1.down.weight"])
+   end)
+
+   it("honours use_muon in both directions and sends 3-D tensors to adamw", function()
+      local r = by_name(route({
+         { name = "a", shape = { 4, 4 }, role = "matrix", use_muon = false },
+         { name = "b", shape = { 10, 4 }, role = "output", use_muon = true },
+         { name = "c", shape = { 2, 4, 4 }, role = "matrix" },
+      }))
+      assert.same({ a = "adamw", b = "muon", c = "adamw" }, r)
+   end)
+
+   it("returns copies and leaves the input specs untouched", function()
+      local specs = { { name = "w", shape = { 4, 4 }, role = "matrix" } }
+      local routed = route(specs)
+      assert.is_nil(specs[1].optimizer)
+      assert.equal("muon", routed[1].optimizer)
+      assert.not_equal(specs[1], routed[1])
+   end)
+end)
+
+describe("lw.route with custom rules", function()
+   local specs = arch.gpt{ n_layer = 2, n_embd = 64, n_head = 2, vocab = 100, seq_len = 16 }
+
+   it("takes the first matching rule, by pattern or predicate, and carries opts", function()
+      local rules = {
+         { match = "attn%.proj%.weight$", optimizer = "adamw", opts = { lr = 1e-3 } },
+         { match = function(s) return #s.shape == 2 and s.role == "matrix" end,
+           optimizer = "muon" },
+         { match = ".", optimizer = "adamw" },
+      }
+      local routed = route(specs, rules)
+      local r = by_name(routed)
+      assert.equal("adamw", r["h.1.attn.proj.weight"])
+      assert.equal("muon", r["h.1.attn.qkv.weight"])
+      for _, s in ipairs(routed) do
+         if s.name == "h.0.attn.proj.weight" then assert.same({ lr = 1e-3 }, s.opts) end
+      end
+   end)
+
+   it("stops on a parameter that no rule matches, naming it", function()
+      assert.has_error(function()
+         route(specs, { { match = "^h%.", optimizer = "adamw" } })
+      end, "lw.route: no rule matches parameter 'wte.weight' (shape {100, 64}, role embedding)")
+      assert.has_error(function()
+         route(specs, { { match = "^w", optimizer = "adamw" }, { match = "attn", optimizer = "muon" } })
+      end, "lw.route: no rule matches parameter 'h.0.ln_1.weight' (shape {64}, role norm)")
+   end)
+
+   it("refuses a shared embedding or a non-matrix on muon", function()
+      assert.has_error(function() route(specs, { { match = ".", optimizer = "muon" } }) end,
+         "lw.route: rule 1 sends shared embedding 'wte.weight' to muon; a shared embedding is "
+         .. "used as embedding and LM head and must use adamw")
+      assert.has_error(function()
+         route(specs, { { match = "^w", optimizer = "adamw" }, { match = ".", optimizer = "muon" } })
+      end, "lw.route: rule 2 sends 'h.0.ln_1.weight' (shape {64}) to muon, which needs a 2-D matrix")
+   end)
+
+   it("names malformed rules", function()
+      assert.has_error(function() route(specs, {}) end, "lw.route: the rule list is empty")
+      assert.has_error(function() route(specs, { { match = ".", optimizer = "sgd" } }) end,
+         "lw.route: rule 1: optimizer must be 'muon' or 'adamw', got sgd")
+      assert.has_error(function() route(specs, { { optimizer = "adamw" } }) end,
+         "lw.route: rule 1: match must be a Lua pattern or a function, got nil")
+      assert.has_error(function() route(specs, { { match = "[", optimizer = "adamw" } }) end,
+         "lw.route: rule 1: bad pattern '[': malformed pattern (missing ']')")
+      assert.has_error(function() route(specs, { "x" }) end, "lw.route: rule 1 is a string, not a table")
+      assert.has_error(function() route("x") end, "lw.route: specs must be a list, got string")
+   end)
+end)

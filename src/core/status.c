@@ -1,0 +1,33 @@
+/* status.c: the thread's last error message, library version and feature queries. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char last_error[1024];
+
+lw_status lwi_fail(lw_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+const char *lw_last_error(void) { return last_error; }
+
+const char *lw_version(void) { return "0.1.0"; }
+
+/* The CUDA backend arrives with its own library (src/cuda); until it is built, there is none. */
+bool lw_has_cuda(void) { return false; }
+
+int64_t lwi_gcd(int64_t a, int64_t b) {
+    while (b != 0) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int64_t lwi_lcm(int64_t a, int64_t b) { return a / lwi_gcd(a, b) * b; }
