@@ -30,7 +30,7 @@ demo: build
 	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8
 
 bench: build
-	@luajit bench/layout.lua
+	@bin/lwopt run bench/layout.lua
 
 install: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX)

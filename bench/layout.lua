@@ -1,0 +1,56 @@
+-- bench/layout.lua: padding, balance and speed of the shard-aligned layouts on real model
+-- shapes. Run: bin/lwopt run bench/layout.lua [--markdown] (make bench). Prints, per model, dp,
+-- bucket setting and algorithm: Muon padding overhead, numel imbalance, cost imbalance, cost
+-- imbalance over its lower bound, and the time one layout takes (median of repeated runs).
+local lw = require("lwopt")
+
+local models = {
+   { "GPT-2 124M", lw.arch.gpt{ n_layer = 12, n_embd = 768, n_head = 12 } },
+   { "GPT-2 350M", lw.arch.gpt{ n_layer = 24, n_embd = 1024, n_head = 16 } },
+   { "GPT-2 1.5B", lw.arch.gpt{ n_layer = 48, n_embd = 1600, n_head = 25 } },
+   { "LLaMA 1B", lw.arch.llama{ n_layer = 16, n_embd = 2048, n_head = 32, n_kv_head = 8,
+      ffn_hidden = 8192, vocab = 128256, tied = true, fused = true } },
+   { "LLaMA 8B", lw.arch.llama{ n_layer = 32, n_embd = 4096, n_head = 32, n_kv_head = 8,
+      ffn_hidden = 14336, vocab = 128256, fused = true } },
+   { "MoE 64x", lw.arch.moe{ n_layer = 16, n_embd = 2048, n_head = 16, n_expert = 64,
+      expert_hidden = 1024, vocab = 50304, fused = true } },
+}
+local dps = { 2, 4, 8, 16, 32, 64, 256 }
+local algorithms = { "cost", "lpt", "size_matching" }
+local buckets = { { "none", nil }, { "40M", 40e6 } }
+
+-- Median seconds of one layout computation, repeating until about 0.05 s has passed.
+local function time_layout(specs, opts)
+   local samples, spent = {}, 0
+   while spent < 0.05 or #samples < 3 do
+      local t0 = os.clock()
+      lw.layout.compute(specs, opts)
+      local dt = os.clock() - t0
+      samples[#samples + 1] = dt
+      spent = spent + dt
+   end
+   table.sort(samples)
+   return samples[math.ceil(#samples / 2)]
+end
+
+print("| model | params | dp | bucket | algorithm | Muon padding | numel imb. | cost imb. "
+   .. "| cost / bound | time ms |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for _, model in ipairs(models) do
+   local name, specs = model[1], lw.route(model[2])
+   local total = lw.arch.numel(specs)
+   for _, dp in ipairs(dps) do
+      for _, bucket in ipairs(buckets) do
+         for _, algorithm in ipairs(algorithms) do
+            local opts = { dp = dp, bucket_size = bucket[2], algorithm = algorithm }
+            local layout = lw.layout.compute(specs, opts)
+            assert(layout:check())
+            local s = layout:stats()
+            print(string.format("| %s | %.2fB | %d | %s | %s | %.2f%% | %.3f | %.3f | %.3f | %.2f |",
+               name, total / 1e9, dp, bucket[1], algorithm, 100 * s.muon_overhead,
+               s.numel_imbalance, s.cost_imbalance, s.cost_imbalance / s.cost_imbalance_bound,
+               1000 * time_layout(specs, opts)))
+         end
+      end
+   end
+end
