@@ -43,23 +43,19 @@ bool lw_has_cuda(void);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
-typedef enum lw_dtype {
-    LW_DTYPE_F32 = 0,
-    LW_DTYPE_BF16 = 1,
-    LW_DTYPE_F16 = 2
-} lw_dtype;
+typedef enum lw_dtype { LW_DTYPE_F32 = 0, LW_DTYPE_BF16 = 1, LW_DTYPE_F16 = 2 } lw_dtype;
 
 /* One model parameter, as the layout engine sees it. */
 typedef struct lw_param_spec {
-    const char *name;    /* [borrowed] unique, non-empty; copied by lw_layout_new */
-    int32_t ndim;        /* 1..4 */
-    int64_t shape[4];    /* shape[0..ndim-1] > 0; e.g. {out, in} for a linear weight */
-    lw_dtype dtype;      /* parameter dtype */
-    lw_dtype grad_dtype; /* gradient dtype */
-    bool expert;         /* sharded over the expert data-parallel group */
+    const char *name;      /* [borrowed] unique, non-empty; copied by lw_layout_new */
+    int32_t ndim;          /* 1..4 */
+    int64_t shape[4];      /* shape[0..ndim-1] > 0; e.g. {out, in} for a linear weight */
+    lw_dtype dtype;        /* parameter dtype */
+    lw_dtype grad_dtype;   /* gradient dtype */
+    bool expert;           /* sharded over the expert data-parallel group */
     bool shared_embedding; /* one tensor used as input embedding and LM head: never Muon,
                               isolated in its own bucket */
-    bool muon;           /* managed by Muon (routed); false = AdamW */
+    bool muon;             /* managed by Muon (routed); false = AdamW */
 } lw_param_spec;
 
 /* ---- layouts ------------------------------------------------------------------------------- */
@@ -95,8 +91,8 @@ typedef struct lw_buffer_info {
     bool expert;
     bool muon;
     lw_algorithm algorithm;
-    int32_t dp;        /* size of the group that shards it */
-    int64_t numel;     /* elements, padding included */
+    int32_t dp;    /* size of the group that shards it */
+    int64_t numel; /* elements, padding included */
     int32_t n_buckets;
     int32_t n_params;
 } lw_buffer_info;
@@ -114,29 +110,29 @@ typedef struct lw_bucket_info {
 typedef struct lw_param_place {
     int32_t buffer;
     int32_t bucket;
-    int64_t start;  /* element offset in the buffer */
-    int64_t stop;   /* start + numel */
-    int32_t owner;  /* rank within the buffer's group that owns it whole; -1 if element-wise
-                       (distopt: split across ranks) or unsharded (default: every rank) */
+    int64_t start; /* element offset in the buffer */
+    int64_t stop;  /* start + numel */
+    int32_t owner; /* rank within the buffer's group that owns it whole; -1 if element-wise
+                      (distopt: split across ranks) or unsharded (default: every rank) */
 } lw_param_place;
 
 /* Whole-model statistics. Per-rank figures cover Muon buffers only, over
  * max(dp, expert_dp) ranks: owned numel, and owned Newton-Schulz cost (max(m,n) * min(m,n)^2
  * for an m x n matrix, numel otherwise; an element-wise slice counts its share). */
 typedef struct lw_layout_stats {
-    int32_t params;           /* number of parameters */
-    int64_t numel;            /* sum of real parameter sizes */
-    int64_t buffer_numel;     /* sum of buffer sizes, padding included */
-    int64_t padding;          /* buffer_numel - numel */
-    double overhead;          /* padding / numel */
-    int64_t muon_numel;       /* the same, for Muon buffers only */
+    int32_t params;       /* number of parameters */
+    int64_t numel;        /* sum of real parameter sizes */
+    int64_t buffer_numel; /* sum of buffer sizes, padding included */
+    int64_t padding;      /* buffer_numel - numel */
+    double overhead;      /* padding / numel */
+    int64_t muon_numel;   /* the same, for Muon buffers only */
     int64_t muon_buffer_numel;
     double muon_overhead;
-    double numel_imbalance;   /* max over ranks / mean over ranks; 1 when nothing is owned */
+    double numel_imbalance; /* max over ranks / mean over ranks; 1 when nothing is owned */
     double cost_imbalance;
     double cost_imbalance_bound; /* lower bound for whole-matrix ownership:
                                     max(total/ranks, largest cost) / (total/ranks) */
-    int32_t ranks;            /* number of per-rank entries, max(dp, expert_dp) */
+    int32_t ranks;               /* number of per-rank entries, max(dp, expert_dp) */
 } lw_layout_stats;
 
 /* Computes the layout of n params (definition order) under opts. [out] *out owned by the
@@ -152,8 +148,8 @@ lw_status lw_layout_buffer(const lw_layout *layout, int32_t buffer, lw_buffer_in
 lw_status lw_layout_bucket(const lw_layout *layout, int32_t buffer, int32_t bucket,
                            lw_bucket_info *out);
 /* The k-th param of a bucket, in placement order: [out] *param is its index in the specs. */
-lw_status lw_layout_bucket_param(const lw_layout *layout, int32_t buffer, int32_t bucket,
-                                 int32_t k, int32_t *param);
+lw_status lw_layout_bucket_param(const lw_layout *layout, int32_t buffer, int32_t bucket, int32_t k,
+                                 int32_t *param);
 /* Place of the param with this index in the specs. */
 lw_status lw_layout_place(const lw_layout *layout, int32_t param, lw_param_place *out);
 /* Index of the param with this name; LW_ERR_RANGE if none. */
@@ -162,8 +158,7 @@ lw_status lw_layout_find(const lw_layout *layout, const char *name, int32_t *par
 lw_status lw_layout_param_name(const lw_layout *layout, int32_t param, const char **name);
 lw_status lw_layout_stats_get(const lw_layout *layout, lw_layout_stats *out);
 /* Owned numel and cost of one rank (0 <= rank < stats.ranks), Muon buffers. */
-lw_status lw_layout_rank_load(const lw_layout *layout, int32_t rank, int64_t *numel,
-                              double *cost);
+lw_status lw_layout_rank_load(const lw_layout *layout, int32_t rank, int64_t *numel, double *cost);
 /* Checks every invariant; LW_ERR_INVALID with the first violation named if one fails. */
 lw_status lw_layout_check(const lw_layout *layout);
 /* Stable 64-bit hash of options and placement, as 16 hex digits. [out] hex: 17 bytes. */

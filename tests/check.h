@@ -11,53 +11,53 @@
 static int check_failures;
 static int check_passes;
 
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (cond) {                                                                      \
-            check_passes++;                                                              \
-        } else {                                                                         \
-            check_failures++;                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
-        }                                                                                \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            check_passes++;                                                                        \
+        } else {                                                                                   \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_EQ(a, b)                                                                   \
-    do {                                                                                 \
-        long long check_a = (long long)(a), check_b = (long long)(b);                    \
-        if (check_a == check_b) {                                                        \
-            check_passes++;                                                              \
-        } else {                                                                         \
-            check_failures++;                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n", __FILE__,  \
-                    __LINE__, #a, #b, check_a, check_b);                                 \
-        }                                                                                \
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long check_a = (long long)(a), check_b = (long long)(b);                              \
+        if (check_a == check_b) {                                                                  \
+            check_passes++;                                                                        \
+        } else {                                                                                   \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n", __FILE__, __LINE__,  \
+                    #a, #b, check_a, check_b);                                                     \
+        }                                                                                          \
     } while (0)
 
 /* status is ok; otherwise print lw_last_error() */
-#define CHECK_OK(expr)                                                                   \
-    do {                                                                                 \
-        lw_status check_st = (expr);                                                     \
-        if (check_st == LW_OK) {                                                         \
-            check_passes++;                                                              \
-        } else {                                                                         \
-            check_failures++;                                                            \
-            fprintf(stderr, "%s:%d: %s failed (%d): %s\n", __FILE__, __LINE__, #expr,    \
-                    (int)check_st, lw_last_error());                                     \
-        }                                                                                \
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        lw_status check_st = (expr);                                                               \
+        if (check_st == LW_OK) {                                                                   \
+            check_passes++;                                                                        \
+        } else {                                                                                   \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: %s failed (%d): %s\n", __FILE__, __LINE__, #expr,              \
+                    (int)check_st, lw_last_error());                                               \
+        }                                                                                          \
     } while (0)
 
 /* status is `status` and the error message contains `text` */
-#define CHECK_FAILS(expr, status, text)                                                  \
-    do {                                                                                 \
-        lw_status check_st = (expr);                                                     \
-        if (check_st == (status) && strstr(lw_last_error(), (text)) != NULL) {           \
-            check_passes++;                                                              \
-        } else {                                                                         \
-            check_failures++;                                                            \
-            fprintf(stderr, "%s:%d: %s: expected status %d with \"%s\", got %d: \"%s\"\n", \
-                    __FILE__, __LINE__, #expr, (int)(status), (text), (int)check_st,     \
-                    lw_last_error());                                                    \
-        }                                                                                \
+#define CHECK_FAILS(expr, status, text)                                                            \
+    do {                                                                                           \
+        lw_status check_st = (expr);                                                               \
+        if (check_st == (status) && strstr(lw_last_error(), (text)) != NULL) {                     \
+            check_passes++;                                                                        \
+        } else {                                                                                   \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: %s: expected status %d with \"%s\", got %d: \"%s\"\n",         \
+                    __FILE__, __LINE__, #expr, (int)(status), (text), (int)check_st,               \
+                    lw_last_error());                                                              \
+        }                                                                                          \
     } while (0)
 
 static inline int check_exit(const char *name) {

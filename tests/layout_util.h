@@ -24,9 +24,8 @@ static inline lw_param_spec vec(const char *name, int64_t n) {
     return s;
 }
 
-static inline lw_layout *make_layout(const lw_param_spec *specs, int n, int dp,
-                                     int64_t bucket_size, lw_algorithm muon_alg,
-                                     lw_algorithm adamw_alg) {
+static inline lw_layout *make_layout(const lw_param_spec *specs, int n, int dp, int64_t bucket_size,
+                                     lw_algorithm muon_alg, lw_algorithm adamw_alg) {
     lw_layout_options o = lw_layout_defaults();
     o.dp = dp;
     o.expert_dp = dp;
@@ -40,7 +39,7 @@ static inline lw_layout *make_layout(const lw_param_spec *specs, int n, int dp,
 }
 
 /* name is in buffer/bucket (0-based) at start, owned by owner (-1: element-wise/unsharded). */
-#define EXPECT_PLACE(l, name, buffer, bucket, start, owner) \
+#define EXPECT_PLACE(l, name, buffer, bucket, start, owner)                                        \
     expect_place(__FILE__, __LINE__, l, name, buffer, bucket, start, owner)
 
 static inline void expect_place(const char *file, int line, const lw_layout *l, const char *name,
@@ -54,15 +53,17 @@ static inline void expect_place(const char *file, int line, const lw_layout *l, 
     }
     if (p.buffer != buffer || p.bucket != bucket || p.start != start || p.owner != owner) {
         check_failures++;
-        fprintf(stderr, "%s:%d: '%s' expected buffer %d bucket %d start %lld owner %d, got "
-                "buffer %d bucket %d start %lld owner %d\n", file, line, name, buffer, bucket,
-                (long long)start, owner, p.buffer, p.bucket, (long long)p.start, p.owner);
+        fprintf(stderr,
+                "%s:%d: '%s' expected buffer %d bucket %d start %lld owner %d, got "
+                "buffer %d bucket %d start %lld owner %d\n",
+                file, line, name, buffer, bucket, (long long)start, owner, p.buffer, p.bucket,
+                (long long)p.start, p.owner);
         return;
     }
     check_passes++;
 }
 
-#define EXPECT_BUCKET(l, buffer, bucket, start, stop, shard) \
+#define EXPECT_BUCKET(l, buffer, bucket, start, stop, shard)                                       \
     expect_bucket(__FILE__, __LINE__, l, buffer, bucket, start, stop, shard)
 
 static inline void expect_bucket(const char *file, int line, const lw_layout *l, int buffer,
@@ -75,10 +76,11 @@ static inline void expect_bucket(const char *file, int line, const lw_layout *l,
     }
     if (b.start != start || b.stop != stop || b.shard_size != shard) {
         check_failures++;
-        fprintf(stderr, "%s:%d: buffer %d bucket %d expected [%lld, %lld) shard %lld, got "
-                "[%lld, %lld) shard %lld\n", file, line, buffer, bucket, (long long)start,
-                (long long)stop, (long long)shard, (long long)b.start, (long long)b.stop,
-                (long long)b.shard_size);
+        fprintf(stderr,
+                "%s:%d: buffer %d bucket %d expected [%lld, %lld) shard %lld, got "
+                "[%lld, %lld) shard %lld\n",
+                file, line, buffer, bucket, (long long)start, (long long)stop, (long long)shard,
+                (long long)b.start, (long long)b.stop, (long long)b.shard_size);
         return;
     }
     check_passes++;

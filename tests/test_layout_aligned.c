@@ -2,10 +2,10 @@
  * whose offsets were worked out by hand from REFERENCE.md section 4. */
 #include "layout_util.h"
 
-#define NONE INT64_MAX
-#define COST LW_ALGORITHM_COST
-#define LPT LW_ALGORITHM_LPT
-#define SM LW_ALGORITHM_SIZE_MATCHING
+#define NONE    INT64_MAX
+#define COST    LW_ALGORITHM_COST
+#define LPT     LW_ALGORITHM_LPT
+#define SM      LW_ALGORITHM_SIZE_MATCHING
 #define DISTOPT LW_ALGORITHM_DISTOPT
 
 static void test_padding_rules(void) {
@@ -27,8 +27,8 @@ static void test_padding_rules(void) {
 
 /* Four equal 64x64 matrices at dp 2 pack two per shard with no padding, in every algorithm. */
 static void test_equal_sizes_pack_without_padding(void) {
-    lw_param_spec s[] = {mat("p0", 64, 64, true), mat("p1", 64, 64, true),
-                         mat("p2", 64, 64, true), mat("p3", 64, 64, true)};
+    lw_param_spec s[] = {mat("p0", 64, 64, true), mat("p1", 64, 64, true), mat("p2", 64, 64, true),
+                         mat("p3", 64, 64, true)};
     lw_algorithm algs[] = {COST, LPT, SM};
     for (int a = 0; a < 3; a++) {
         lw_layout *l = make_layout(s, 4, 2, NONE, algs[a], DISTOPT);
@@ -48,8 +48,7 @@ static void test_equal_sizes_pack_without_padding(void) {
 /* Three equal matrices at dp 2: no shard has room under 1.3 x the mean for the third, so cost
  * falls back to the smallest fill (shard 0, lowest on the tie); the other shard is padded. */
 static void test_remainder_needs_padding(void) {
-    lw_param_spec s[] = {mat("p0", 64, 64, true), mat("p1", 64, 64, true),
-                         mat("p2", 64, 64, true)};
+    lw_param_spec s[] = {mat("p0", 64, 64, true), mat("p1", 64, 64, true), mat("p2", 64, 64, true)};
     lw_layout *l = make_layout(s, 3, 2, NONE, COST, DISTOPT);
     EXPECT_BUCKET(l, 0, 0, 0, 16384, 8192);
     EXPECT_PLACE(l, "p2", 0, 0, 0, 0);
@@ -64,8 +63,7 @@ static void test_remainder_needs_padding(void) {
 
 /* Mixed sizes that are not multiples of 64: starts inside a shard are padded to 64. */
 static void test_mixed_sizes_align_to_64(void) {
-    lw_param_spec s[] = {mat("p0", 10, 10, true), mat("p1", 5, 10, true),
-                         mat("p2", 3, 10, true)};
+    lw_param_spec s[] = {mat("p0", 10, 10, true), mat("p1", 5, 10, true), mat("p2", 3, 10, true)};
     lw_layout *l = make_layout(s, 3, 2, NONE, LPT, DISTOPT);
     /* lpt: p0 (100) -> shard 0, p1 (50) -> shard 1, p2 (30) -> shard 1 at pad64(50) = 64;
      * S = pad(100, 64) = 128 */
@@ -79,9 +77,8 @@ static void test_mixed_sizes_align_to_64(void) {
 /* A large matrix that no shard can take under the 1.3 cap goes to the emptiest shard alone;
  * its small neighbours pack onto the other shard. */
 static void test_large_param_small_neighbours(void) {
-    lw_param_spec s[] = {mat("a", 32, 32, true), mat("b", 32, 32, true),
-                         mat("big", 128, 128, true), mat("c", 32, 32, true),
-                         mat("d", 32, 32, true)};
+    lw_param_spec s[] = {mat("a", 32, 32, true), mat("b", 32, 32, true), mat("big", 128, 128, true),
+                         mat("c", 32, 32, true), mat("d", 32, 32, true)};
     lw_layout *l = make_layout(s, 5, 2, NONE, COST, DISTOPT);
     EXPECT_BUCKET(l, 0, 0, 0, 32768, 16384);
     EXPECT_PLACE(l, "big", 0, 0, 0, 0);
@@ -133,8 +130,8 @@ static void test_soft_minimum_absorbs_into_padding(void) {
 /* Bucket size closes chunks: lpt with bucket_size 8192 on four 64x64 at dp 2. Before the third
  * param the chunk holds 8192 >= max(8192, 7372) and the param does not fit into padding. */
 static void test_bucket_size_makes_buckets(void) {
-    lw_param_spec s[] = {mat("p0", 64, 64, true), mat("p1", 64, 64, true),
-                         mat("p2", 64, 64, true), mat("p3", 64, 64, true)};
+    lw_param_spec s[] = {mat("p0", 64, 64, true), mat("p1", 64, 64, true), mat("p2", 64, 64, true),
+                         mat("p3", 64, 64, true)};
     lw_layout *l = make_layout(s, 4, 2, 8192, LPT, DISTOPT);
     CHECK_EQ(num_buckets(l, 0), 2);
     EXPECT_BUCKET(l, 0, 0, 0, 8192, 4096);
@@ -265,8 +262,7 @@ static void test_shared_embedding_aligned(void) {
 
 /* Expert params form their own buffer, sharded by expert_dp. */
 static void test_expert_buffer_uses_expert_dp(void) {
-    lw_param_spec s[] = {mat("w", 64, 64, true), mat("e0", 64, 64, true),
-                         mat("e1", 64, 64, true)};
+    lw_param_spec s[] = {mat("w", 64, 64, true), mat("e0", 64, 64, true), mat("e1", 64, 64, true)};
     s[1].expert = s[2].expert = true;
     lw_layout_options o = lw_layout_defaults();
     o.dp = 4;

@@ -101,7 +101,8 @@ int main(void) {
     l = fresh(LW_ALGORITHM_DEFAULT);
     l->buffers[0].buckets[0].stop += 1;
     l->buffers[0].buckets[0].shard_size += 1;
-    for (int32_t k = 1; k < l->buffers[0].n_buckets; k++) l->buffers[0].buckets[k].start += 1;
+    for (int32_t k = 1; k < l->buffers[0].n_buckets; k++)
+        l->buffers[0].buckets[k].start += 1;
     expect_violation(l, "gap");
 
     l = fresh(LW_ALGORITHM_COST);

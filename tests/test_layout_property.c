@@ -23,10 +23,14 @@ static bool chance(int percent) { return uniform(1, 100) <= percent; }
 
 static int64_t random_dim(void) {
     switch (uniform(0, 3)) {
-    case 0: return uniform(1, 70);
-    case 1: return 64 * uniform(1, 16);
-    case 2: return uniform(1, 600);
-    default: return uniform(1, 5000);
+    case 0:
+        return uniform(1, 70);
+    case 1:
+        return 64 * uniform(1, 16);
+    case 2:
+        return uniform(1, 600);
+    default:
+        return uniform(1, 5000);
     }
 }
 
@@ -48,10 +52,12 @@ static void make_case(random_case *c) {
         snprintf(c->names[i], sizeof c->names[i], "p%d", i);
         s->name = c->names[i];
         s->ndim = chance(60) ? 2 : (int32_t)uniform(1, 4);
-        for (int d = 0; d < s->ndim; d++) s->shape[d] = random_dim();
+        for (int d = 0; d < s->ndim; d++)
+            s->shape[d] = random_dim();
         if (s->ndim > 2) s->shape[0] = uniform(1, 8); /* keep 3-D and 4-D tensors small */
         int64_t numel = 1;
-        for (int d = 0; d < s->ndim; d++) numel *= s->shape[d];
+        for (int d = 0; d < s->ndim; d++)
+            numel *= s->shape[d];
         total += numel;
         s->expert = chance(15);
         s->muon = chance(60);
@@ -66,7 +72,7 @@ static void make_case(random_case *c) {
     o->bucket_size = chance(30) ? INT64_MAX : chance(15) ? 0 : uniform(1, 2 * total);
     o->high_busbw = chance(10);
     static const lw_algorithm adamw[] = {LW_ALGORITHM_DISTOPT, LW_ALGORITHM_COST,
-                                         LW_ALGORITHM_LPT, LW_ALGORITHM_SIZE_MATCHING,
+                                         LW_ALGORITHM_LPT,     LW_ALGORITHM_SIZE_MATCHING,
                                          LW_ALGORITHM_DEFAULT, LW_ALGORITHM_LEGACY};
     o->adamw_algorithm = adamw[chance(50) ? 0 : uniform(1, 5)];
 }
@@ -117,10 +123,11 @@ done:
     lw_layout_free(l);
     lw_layout_free(again);
     if (check_failures != before && case_failures++ < 5)
-        fprintf(stderr, "  in case %d: %d params, dp %d, expert_dp %d, bucket %lld, algorithm "
-                "%d/%d\n", index, c->n, c->opts.dp, c->opts.expert_dp,
-                (long long)c->opts.bucket_size, (int)c->opts.algorithm,
-                (int)c->opts.adamw_algorithm);
+        fprintf(stderr,
+                "  in case %d: %d params, dp %d, expert_dp %d, bucket %lld, algorithm "
+                "%d/%d\n",
+                index, c->n, c->opts.dp, c->opts.expert_dp, (long long)c->opts.bucket_size,
+                (int)c->opts.algorithm, (int)c->opts.adamw_algorithm);
 }
 
 /* Equal sizes that are multiples of the shard divisor, a count divisible by dp: every
@@ -153,9 +160,10 @@ static void zero_padding_case(void) {
         lw_layout_stats st;
         if (l != NULL && lw_layout_stats_get(l, &st) == LW_OK) {
             if (st.padding != 0)
-                fprintf(stderr, "zero-padding case: dp %d, %d x (%lld x 64), algorithm %d: "
-                        "padding %lld\n", dp, n, (long long)rows, (int)algs[a],
-                        (long long)st.padding);
+                fprintf(stderr,
+                        "zero-padding case: dp %d, %d x (%lld x 64), algorithm %d: "
+                        "padding %lld\n",
+                        dp, n, (long long)rows, (int)algs[a], (long long)st.padding);
             CHECK_EQ(st.padding, 0);
             CHECK(st.numel_imbalance == 1.0);
         }
@@ -166,9 +174,9 @@ static void zero_padding_case(void) {
 int main(void) {
     const char *env = getenv("LW_PROPERTY_CASES");
     int cases = env ? atoi(env) : 10000;
-    static const lw_algorithm algs[] = {LW_ALGORITHM_COST, LW_ALGORITHM_LPT,
+    static const lw_algorithm algs[] = {LW_ALGORITHM_COST,          LW_ALGORITHM_LPT,
                                         LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_DISTOPT,
-                                        LW_ALGORITHM_DEFAULT, LW_ALGORITHM_LEGACY};
+                                        LW_ALGORITHM_DEFAULT,       LW_ALGORITHM_LEGACY};
     random_case c;
     for (int i = 0; i < cases; i++) {
         make_case(&c);
@@ -177,7 +185,8 @@ int main(void) {
             run_case(&c, i);
         }
     }
-    for (int i = 0; i < cases / 10; i++) zero_padding_case();
+    for (int i = 0; i < cases / 10; i++)
+        zero_padding_case();
     printf("%d random cases x 6 algorithms\n", cases);
     return check_exit("test_layout_property");
 }

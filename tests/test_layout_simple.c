@@ -2,11 +2,11 @@
  * input validation, on small cases worked out by hand from REFERENCE.md sections 2-4. */
 #include "layout_util.h"
 
-#define NONE INT64_MAX
+#define NONE    INT64_MAX
 #define DEFAULT LW_ALGORITHM_DEFAULT
 #define DISTOPT LW_ALGORITHM_DISTOPT
-#define LEGACY LW_ALGORITHM_LEGACY
-#define COST LW_ALGORITHM_COST
+#define LEGACY  LW_ALGORITHM_LEGACY
+#define COST    LW_ALGORITHM_COST
 
 /* distopt: 64-aligned starts; a bucket closes once param_end - bucket_start >= bucket_size and
  * its end is padded to lcm(dp, 128). Four 1000-element params, dp 2, bucket size 1500. */
@@ -77,7 +77,8 @@ static void test_legacy_ping_pong(void) {
     lw_param_spec s[10];
     /* define out of size order to show the sort: sizes 1..10, shuffled definition order */
     static const int order[10] = {3, 9, 0, 5, 1, 8, 2, 7, 4, 6};
-    for (int k = 0; k < 10; k++) s[k] = mat(names[order[k]], 1, order[k] + 1, true);
+    for (int k = 0; k < 10; k++)
+        s[k] = mat(names[order[k]], 1, order[k] + 1, true);
     lw_layout *l = make_layout(s, 10, 4, NONE, LEGACY, LEGACY);
     static const int owner[10] = {0, 1, 2, 3, 3, 2, 1, 0, 0, 1};
     for (int k = 0; k < 10; k++) {

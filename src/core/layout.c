@@ -9,7 +9,7 @@
 /* Guards against int64 overflow: padding and dp-fold shards stay far below 2^63. */
 #define MAX_PARAM_NUMEL (INT64_C(1) << 50)
 #define MAX_TOTAL_NUMEL (INT64_C(1) << 52)
-#define MAX_DP (1 << 20)
+#define MAX_DP          (1 << 20)
 
 lw_layout_options lw_layout_defaults(void) {
     lw_layout_options o;
@@ -45,8 +45,8 @@ static lw_status check_options(const lw_layout_options *o) {
     if (o->expert_dp < 1)
         return lwi_fail(LW_ERR_INVALID, "layout: expert_dp must be >= 1, got %d", o->expert_dp);
     if (o->dp > MAX_DP || o->expert_dp > MAX_DP)
-        return lwi_fail(LW_ERR_INVALID, "layout: dp %d / expert_dp %d above the limit of %d",
-                        o->dp, o->expert_dp, MAX_DP);
+        return lwi_fail(LW_ERR_INVALID, "layout: dp %d / expert_dp %d above the limit of %d", o->dp,
+                        o->expert_dp, MAX_DP);
     if (o->bucket_size < 0)
         return lwi_fail(LW_ERR_INVALID, "layout: bucket_size must be >= 0, got %lld",
                         (long long)o->bucket_size);
@@ -70,8 +70,10 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
     int64_t numel = 1;
     for (int d = 0; d < s->ndim; d++) {
         if (s->shape[d] <= 0)
-            return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has size %lld in dimension %d "
-                            "(sizes must be > 0)", s->name, (long long)s->shape[d], d + 1);
+            return lwi_fail(LW_ERR_INVALID,
+                            "layout: parameter '%s' has size %lld in dimension %d "
+                            "(sizes must be > 0)",
+                            s->name, (long long)s->shape[d], d + 1);
         if (numel > MAX_PARAM_NUMEL / s->shape[d])
             return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has more than 2^50 elements",
                             s->name);
@@ -81,15 +83,18 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
         return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has unknown dtype %d", s->name,
                         (int)s->dtype);
     if (!valid_dtype(s->grad_dtype))
-        return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has unknown grad dtype %d",
-                        s->name, (int)s->grad_dtype);
+        return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has unknown grad dtype %d", s->name,
+                        (int)s->grad_dtype);
     if (s->shared_embedding && s->muon)
-        return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' is a shared embedding and cannot "
-                        "be managed by Muon", s->name);
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' is a shared embedding and cannot "
+                        "be managed by Muon",
+                        s->name);
     memset(p, 0, sizeof *p);
     p->ndim = s->ndim;
     memcpy(p->shape, s->shape, sizeof p->shape);
-    for (int d = s->ndim; d < 4; d++) p->shape[d] = 0;
+    for (int d = s->ndim; d < 4; d++)
+        p->shape[d] = 0;
     p->numel = numel;
     p->dtype = s->dtype;
     p->grad_dtype = s->grad_dtype;
@@ -122,23 +127,25 @@ static lw_status index_names(lw_layout *l) {
         free(sorted);
         return lwi_fail(LW_ERR_NOMEM, "layout: out of memory");
     }
-    for (int32_t i = 0; i < l->n_params; i++) sorted[i] = (named){l->params[i].name, i};
+    for (int32_t i = 0; i < l->n_params; i++)
+        sorted[i] = (named){l->params[i].name, i};
     qsort(sorted, (size_t)l->n_params, sizeof(named), by_name_cmp);
     lw_status st = LW_OK;
     for (int32_t k = 0; k < l->n_params; k++) {
         l->by_name[k] = sorted[k].index;
         if (st == LW_OK && k > 0 && strcmp(sorted[k - 1].name, sorted[k].name) == 0)
-            st = lwi_fail(LW_ERR_INVALID, "layout: duplicate parameter name '%s' (parameters "
-                          "%d and %d)", sorted[k].name, sorted[k - 1].index + 1,
-                          sorted[k].index + 1);
+            st = lwi_fail(LW_ERR_INVALID,
+                          "layout: duplicate parameter name '%s' (parameters "
+                          "%d and %d)",
+                          sorted[k].name, sorted[k - 1].index + 1, sorted[k].index + 1);
     }
     free(sorted);
     return st;
 }
 
 static bool same_key(const lwi_buffer *b, const lwi_param *p) {
-    return b->param_dtype == p->dtype && b->grad_dtype == p->grad_dtype &&
-           b->expert == p->expert && b->muon == p->muon;
+    return b->param_dtype == p->dtype && b->grad_dtype == p->grad_dtype && b->expert == p->expert &&
+           b->muon == p->muon;
 }
 
 /* Groups params into buffers by key, in first-seen order, keeping definition order inside. */
@@ -148,7 +155,8 @@ static lw_status group_buffers(lw_layout *l) {
     for (int32_t i = 0; i < l->n_params; i++) {
         lwi_param *p = &l->params[i];
         int32_t k = 0;
-        while (k < l->n_buffers && !same_key(&l->buffers[k], p)) k++;
+        while (k < l->n_buffers && !same_key(&l->buffers[k], p))
+            k++;
         if (k == l->n_buffers) {
             lwi_buffer *b = &l->buffers[l->n_buffers++];
             b->param_dtype = p->dtype;
@@ -204,10 +212,14 @@ void lwi_bucket_close(lwi_buffer *b, int64_t stop, int64_t shard_size) {
 
 static lw_status lay_out_buffer(lw_layout *l, lwi_buffer *b) {
     switch (b->algorithm) {
-    case LW_ALGORITHM_DEFAULT: return lwi_layout_default(l, b);
-    case LW_ALGORITHM_LEGACY: return lwi_layout_legacy(l, b);
-    case LW_ALGORITHM_DISTOPT: return lwi_layout_distopt(l, b);
-    default: return lwi_layout_aligned(l, b);
+    case LW_ALGORITHM_DEFAULT:
+        return lwi_layout_default(l, b);
+    case LW_ALGORITHM_LEGACY:
+        return lwi_layout_legacy(l, b);
+    case LW_ALGORITHM_DISTOPT:
+        return lwi_layout_distopt(l, b);
+    default:
+        return lwi_layout_aligned(l, b);
     }
 }
 
@@ -261,7 +273,8 @@ fail:
 
 void lw_layout_free(lw_layout *l) {
     if (l == NULL) return;
-    for (int32_t i = 0; i < l->n_params; i++) free(l->params[i].name);
+    for (int32_t i = 0; i < l->n_params; i++)
+        free(l->params[i].name);
     if (l->buffers != NULL) {
         for (int32_t k = 0; k < l->n_buffers; k++) {
             free(l->buffers[k].params);
@@ -363,7 +376,8 @@ lw_status lw_layout_place(const lw_layout *l, int32_t param, lw_param_place *out
 }
 
 lw_status lw_layout_find(const lw_layout *l, const char *name, int32_t *param) {
-    if (l == NULL || name == NULL) return lwi_fail(LW_ERR_INVALID, "layout: layout or name is NULL");
+    if (l == NULL || name == NULL)
+        return lwi_fail(LW_ERR_INVALID, "layout: layout or name is NULL");
     int32_t lo = 0, hi = l->n_params;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
@@ -372,8 +386,10 @@ lw_status lw_layout_find(const lw_layout *l, const char *name, int32_t *param) {
             *param = l->by_name[mid];
             return LW_OK;
         }
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lwi_fail(LW_ERR_RANGE, "layout: no parameter named '%s'", name);
 }

@@ -30,10 +30,10 @@ typedef struct aligned {
     int64_t next_start; /* where the next bucket begins */
     entry *entries;     /* the open bucket, in assignment order */
     int32_t n_entries;
-    int64_t *fill;      /* [dp] per-shard fill of the bucket being emitted */
-    int64_t *estimate;  /* [dp] lpt/cost: fills estimated while a chunk grows */
-    double *load;       /* [dp] cost: Newton-Schulz load, kept across the buffer's buckets */
-    keyed *chunk;       /* lpt/cost: the growing chunk, in arrival order */
+    int64_t *fill;     /* [dp] per-shard fill of the bucket being emitted */
+    int64_t *estimate; /* [dp] lpt/cost: fills estimated while a chunk grows */
+    double *load;      /* [dp] cost: Newton-Schulz load, kept across the buffer's buckets */
+    keyed *chunk;      /* lpt/cost: the growing chunk, in arrival order */
     int32_t n_chunk;
     int64_t chunk_numel;
     int64_t chunk_max;
@@ -58,8 +58,7 @@ static void push(aligned *a, int32_t param, int32_t shard, int64_t offset) {
 static lw_status emit_bucket(aligned *a, int64_t max_fill) {
     int64_t shard = lwi_pad(max_fill, a->shard_div);
     if (shard > (INT64_MAX / 2 - a->next_start) / a->dp)
-        return lwi_fail(LW_ERR_INVALID, "layout: buffer larger than 2^62 elements at dp %d",
-                        a->dp);
+        return lwi_fail(LW_ERR_INVALID, "layout: buffer larger than 2^62 elements at dp %d", a->dp);
     lwi_bucket_open(a->b, a->next_start);
     for (int32_t k = 0; k < a->n_entries; k++) {
         const entry *e = &a->entries[k];
@@ -81,8 +80,10 @@ static lw_status emit_shared_embedding(aligned *a, int32_t param) {
 
 static void pool_remove(aligned *a, int32_t *head, int32_t k) {
     int32_t p = a->pool_prev[k], n = a->pool_next[k];
-    if (p >= 0) a->pool_next[p] = n;
-    else *head = n;
+    if (p >= 0)
+        a->pool_next[p] = n;
+    else
+        *head = n;
     if (n >= 0) a->pool_prev[n] = p;
 }
 
@@ -112,7 +113,8 @@ static lw_status size_matching_pool(aligned *a, const int32_t *pool, int32_t n) 
         push(a, pool[seed], 0, at);
         for (int32_t s = 1; s < a->dp && head >= 0; s++) {
             int32_t match = head;
-            while (match >= 0 && params[pool[match]].numel != size) match = a->pool_next[match];
+            while (match >= 0 && params[pool[match]].numel != size)
+                match = a->pool_next[match];
             if (match >= 0) {
                 pool_remove(a, &head, match);
                 push(a, pool[match], s, at);
@@ -231,8 +233,8 @@ static lw_status chunked(aligned *a) {
         a->estimate[s] = pad64(a->estimate[s]) + p->numel;
         a->chunk_numel += p->numel;
         if (p->numel > a->chunk_max) a->chunk_max = p->numel;
-        a->chunk[a->n_chunk] = (keyed){by_cost ? lwi_param_cost(p) : (double)p->numel,
-                                       a->n_chunk, i};
+        a->chunk[a->n_chunk] =
+            (keyed){by_cost ? lwi_param_cost(p) : (double)p->numel, a->n_chunk, i};
         a->n_chunk++;
     }
     return emit_chunk(a);

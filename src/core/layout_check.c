@@ -43,18 +43,16 @@ static lw_status check_param_in_bucket(const lw_layout *l, const lwi_buffer *b, 
             FAIL("buffer #%d bucket #%d: '%s' crosses from shard %lld into shard %lld", bi + 1,
                  ki + 1, p->name, (long long)shard, (long long)last);
         if (p->owner != shard)
-            FAIL("buffer #%d bucket #%d: '%s' is owned by rank %d but lies in shard %lld",
-                 bi + 1, ki + 1, p->name, p->owner, (long long)shard);
+            FAIL("buffer #%d bucket #%d: '%s' is owned by rank %d but lies in shard %lld", bi + 1,
+                 ki + 1, p->name, p->owner, (long long)shard);
         if (p->shared_embedding && shard != 0)
             FAIL("buffer #%d bucket #%d: shared embedding '%s' is in shard %lld, not 0", bi + 1,
                  ki + 1, p->name, (long long)shard);
     } else if (alg == LW_ALGORITHM_LEGACY) {
         if (p->owner < 0 || p->owner >= b->dp)
-            FAIL("buffer #%d: '%s' has owner %d outside [0, %d)", bi + 1, p->name, p->owner,
-                 b->dp);
+            FAIL("buffer #%d: '%s' has owner %d outside [0, %d)", bi + 1, p->name, p->owner, b->dp);
     } else if (p->owner != -1) {
-        FAIL("buffer #%d: '%s' has owner %d in an element-wise buffer", bi + 1, p->name,
-             p->owner);
+        FAIL("buffer #%d: '%s' has owner %d in an element-wise buffer", bi + 1, p->name, p->owner);
     }
     return LW_OK;
 }
@@ -67,16 +65,15 @@ static lw_status check_bucket(const lw_layout *l, const lwi_buffer *b, int32_t b
     const int64_t shard_div = lw_shard_divisor(b->dp, l->opts.high_busbw);
     if (k->count < 1) FAIL("buffer #%d bucket #%d is empty", bi + 1, ki + 1);
     if (k->start >= k->stop)
-        FAIL("buffer #%d bucket #%d: empty range [%lld, %lld)", bi + 1, ki + 1,
-             (long long)k->start, (long long)k->stop);
+        FAIL("buffer #%d bucket #%d: empty range [%lld, %lld)", bi + 1, ki + 1, (long long)k->start,
+             (long long)k->stop);
     if (lwi_is_padded(alg)) {
         if (k->stop % end_div != 0)
             FAIL("buffer #%d bucket #%d: end %lld is not a multiple of bucket_end_divisor %lld",
                  bi + 1, ki + 1, (long long)k->stop, (long long)end_div);
         if (k->shard_size * b->dp != k->stop - k->start)
-            FAIL("buffer #%d bucket #%d: %d shards of %lld do not make its %lld elements",
-                 bi + 1, ki + 1, b->dp, (long long)k->shard_size,
-                 (long long)(k->stop - k->start));
+            FAIL("buffer #%d bucket #%d: %d shards of %lld do not make its %lld elements", bi + 1,
+                 ki + 1, b->dp, (long long)k->shard_size, (long long)(k->stop - k->start));
     } else if (k->shard_size != k->stop - k->start) {
         FAIL("buffer #%d bucket #%d: unsharded bucket has shard size %lld, not %lld", bi + 1,
              ki + 1, (long long)k->shard_size, (long long)(k->stop - k->start));
@@ -105,8 +102,8 @@ static lw_status check_bucket(const lw_layout *l, const lwi_buffer *b, int32_t b
         int64_t at = k->start;
         for (int32_t e = 0; e < k->count; e++) {
             if (spans[e].start != at)
-                FAIL("buffer #%d bucket #%d: unpadded layout has a gap before '%s'", bi + 1,
-                     ki + 1, l->params[spans[e].param].name);
+                FAIL("buffer #%d bucket #%d: unpadded layout has a gap before '%s'", bi + 1, ki + 1,
+                     l->params[spans[e].param].name);
             at = spans[e].stop;
         }
         if (at != k->stop)
@@ -148,7 +145,8 @@ static lw_status check_buffer(const lw_layout *l, int32_t bi, int32_t *seen, spa
         if (k->start != at)
             FAIL("buffer #%d bucket #%d starts at %lld, not at the previous end %lld", bi + 1,
                  ki + 1, (long long)k->start, (long long)at);
-        if (k->first != first) FAIL("buffer #%d bucket #%d: entry list out of step", bi + 1, ki + 1);
+        if (k->first != first)
+            FAIL("buffer #%d bucket #%d: entry list out of step", bi + 1, ki + 1);
         lw_status st = check_bucket(l, b, bi, ki, spans);
         if (st != LW_OK) return st;
         at = k->stop;
@@ -164,8 +162,8 @@ static lw_status check_buffer(const lw_layout *l, int32_t bi, int32_t *seen, spa
             const lwi_param *p = &l->params[lwi_backprop(b, k)];
             if (p->bucket < prev->bucket)
                 FAIL("buffer #%d: bucket of '%s' (#%d) comes before that of '%s' (#%d), which "
-                     "is earlier in backprop order", bi + 1, p->name, p->bucket + 1, prev->name,
-                     prev->bucket + 1);
+                     "is earlier in backprop order",
+                     bi + 1, p->name, p->bucket + 1, prev->name, prev->bucket + 1);
         }
     }
     return LW_OK;

@@ -40,8 +40,8 @@ typedef struct lwi_buffer {
     int32_t dp;
     int64_t numel;
     int32_t n_params;
-    int32_t *params;  /* [owned] param indices in definition order */
-    int32_t *placed;  /* [owned] param indices in placement order, bucket by bucket */
+    int32_t *params; /* [owned] param indices in definition order */
+    int32_t *placed; /* [owned] param indices in placement order, bucket by bucket */
     int32_t n_placed;
     int32_t n_buckets;
     lwi_bucket *buckets; /* [owned] capacity n_params: every bucket holds at least one param */
@@ -50,8 +50,8 @@ typedef struct lwi_buffer {
 struct lw_layout {
     lw_layout_options opts;
     int32_t n_params;
-    lwi_param *params;   /* [owned] definition order */
-    int32_t *by_name;    /* [owned] param indices sorted by name, for lookups */
+    lwi_param *params; /* [owned] definition order */
+    int32_t *by_name;  /* [owned] param indices sorted by name, for lookups */
     int32_t n_buffers;
     lwi_buffer *buffers; /* [owned] */
     lw_layout_stats stats;
@@ -79,7 +79,9 @@ static inline bool lwi_is_padded(lw_algorithm a) {
 void lwi_bucket_open(lwi_buffer *b, int64_t start);
 void lwi_bucket_put(lw_layout *l, lwi_buffer *b, int32_t param, int64_t start, int32_t owner);
 void lwi_bucket_close(lwi_buffer *b, int64_t stop, int64_t shard_size);
-static inline lwi_bucket *lwi_bucket_current(lwi_buffer *b) { return &b->buckets[b->n_buckets - 1]; }
+static inline lwi_bucket *lwi_bucket_current(lwi_buffer *b) {
+    return &b->buckets[b->n_buckets - 1];
+}
 
 /* The layouts, one buffer at a time (buffer params and dp already set). */
 lw_status lwi_layout_default(lw_layout *l, lwi_buffer *b);

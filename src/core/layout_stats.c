@@ -24,7 +24,8 @@ static void credit_param(lw_layout *l, const lwi_buffer *b, const lwi_param *p) 
             if (hi > lo) credit(l, r, hi - lo, cost * (double)(hi - lo) / (double)p->numel);
         }
     } else {
-        for (int32_t r = 0; r < b->dp; r++) credit(l, r, p->numel, cost); /* unsharded */
+        for (int32_t r = 0; r < b->dp; r++)
+            credit(l, r, p->numel, cost); /* unsharded */
     }
 }
 
@@ -56,7 +57,8 @@ void lwi_layout_compute_stats(lw_layout *l) {
     s->padding = s->buffer_numel - s->numel;
     s->overhead = s->numel > 0 ? (double)s->padding / (double)s->numel : 0.0;
     s->muon_overhead = s->muon_numel > 0
-        ? (double)(s->muon_buffer_numel - s->muon_numel) / (double)s->muon_numel : 0.0;
+                           ? (double)(s->muon_buffer_numel - s->muon_numel) / (double)s->muon_numel
+                           : 0.0;
     int64_t max_numel = 0, total_numel = 0;
     double max_cost = 0, total_cost = 0;
     for (int32_t r = 0; r < ranks; r++) {
@@ -68,8 +70,8 @@ void lwi_layout_compute_stats(lw_layout *l) {
     s->numel_imbalance = imbalance((double)max_numel, (double)total_numel, ranks);
     s->cost_imbalance = imbalance(max_cost, total_cost, ranks);
     double mean = total_cost / ranks;
-    s->cost_imbalance_bound = total_cost > 0 ? (largest_cost > mean ? largest_cost : mean) / mean
-                                             : 1.0;
+    s->cost_imbalance_bound =
+        total_cost > 0 ? (largest_cost > mean ? largest_cost : mean) / mean : 1.0;
 }
 
 lw_status lw_layout_stats_get(const lw_layout *l, lw_layout_stats *out) {
@@ -81,8 +83,7 @@ lw_status lw_layout_stats_get(const lw_layout *l, lw_layout_stats *out) {
 lw_status lw_layout_rank_load(const lw_layout *l, int32_t rank, int64_t *numel, double *cost) {
     if (l == NULL) return lwi_fail(LW_ERR_INVALID, "layout: layout is NULL");
     if (rank < 0 || rank >= l->stats.ranks)
-        return lwi_fail(LW_ERR_RANGE, "layout: rank %d out of range [0, %d)", rank,
-                        l->stats.ranks);
+        return lwi_fail(LW_ERR_RANGE, "layout: rank %d out of range [0, %d)", rank, l->stats.ranks);
     if (numel) *numel = l->rank_numel[rank];
     if (cost) *cost = l->rank_cost[rank];
     return LW_OK;
@@ -104,7 +105,8 @@ static void fnv_bytes(fnv *f, const void *data, size_t n) {
 
 static void fnv_int(fnv *f, int64_t v) {
     unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)v >> (8 * i));
     fnv_bytes(f, b, 8);
 }
 
@@ -123,7 +125,8 @@ lw_status lw_layout_hash(const lw_layout *l, char *hex) {
         const lwi_param *p = &l->params[i];
         fnv_bytes(&f, p->name, strlen(p->name) + 1);
         fnv_int(&f, p->ndim);
-        for (int d = 0; d < p->ndim; d++) fnv_int(&f, p->shape[d]);
+        for (int d = 0; d < p->ndim; d++)
+            fnv_int(&f, p->shape[d]);
         fnv_int(&f, p->dtype | p->grad_dtype << 4 | p->expert << 8 | p->shared_embedding << 9 |
                         p->muon << 10);
         fnv_int(&f, p->buffer);
@@ -143,7 +146,8 @@ lw_status lw_layout_hash(const lw_layout *l, char *hex) {
         }
     }
     static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) hex[i] = digits[(f.h >> (60 - 4 * i)) & 0xf];
+    for (int i = 0; i < 16; i++)
+        hex[i] = digits[(f.h >> (60 - 4 * i)) & 0xf];
     hex[16] = '\0';
     return LW_OK;
 }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# install_test.sh: installs lwopt into a temporary prefix from a separate build tree, then uses
+# it as a user would: bin/lwopt, require("lwopt") from share/lua/5.1, and a C program built
+# with pkg-config. Usage: install_test.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DLWOPT_TESTS=OFF \
+    -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
+cmake --build "$tmp/build" -j 2 >/dev/null
+cmake --install "$tmp/build" >/dev/null
+
+for f in include/lwopt/lw.h share/lua/5.1/lwopt/init.lua share/lua/5.1/lwopt/cdef.lua \
+         share/lua/5.1/lwopt/layout.lua bin/lwopt; do
+    [ -e "$prefix/$f" ] || { echo "install_test: $f not installed"; exit 1; }
+done
+pc=$(dirname "$(find "$prefix" -name lwopt.pc | head -n 1)")
+[ -n "$pc" ] || { echo "install_test: lwopt.pc not installed"; exit 1; }
+
+# the installed command, from elsewhere, with the build tree gone
+rm -rf "$tmp/build"
+out=$(cd / && "$prefix/bin/lwopt" layout --n-layer 1 --n-embd 64 --n-head 2 --dp 2 --stats)
+echo "$out" | grep -q "muon numel per rank" || { echo "install_test: lwopt layout: $out"; exit 1; }
+
+# the Lua modules from share/lua/5.1
+LUA_PATH="$prefix/share/lua/5.1/?.lua;$prefix/share/lua/5.1/?/init.lua;;" \
+    luajit -e 'local lw = require("lwopt"); assert(lw.library:find("'"$prefix"'", 1, true), lw.library)'
+
+# a C user through pkg-config
+cat >"$tmp/user.c" <<'C'
+#include <lw.h>
+#include <stdio.h>
+int main(void) {
+    lw_param_spec s = {"w", 2, {64, 64, 0, 0}, LW_DTYPE_F32, LW_DTYPE_F32, false, false, true};
+    lw_layout_options o = lw_layout_defaults();
+    lw_layout *l;
+    if (lw_layout_new(&s, 1, &o, &l) != LW_OK) return 1;
+    int ok = lw_layout_check(l) == LW_OK;
+    lw_layout_free(l);
+    printf("lwopt %s %s\n", lw_version(), ok ? "ok" : "bad");
+    return ok ? 0 : 1;
+}
+C
+export PKG_CONFIG_PATH=$pc
+cc -std=c11 -Wall -Werror "$tmp/user.c" $(pkg-config --cflags --libs lwopt) -o "$tmp/user"
+LD_LIBRARY_PATH=$(pkg-config --variable=libdir lwopt) "$tmp/user"
