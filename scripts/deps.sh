@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     build-essential cmake pkg-config
-    luajit libluajit-5.1-dev lua-busted
+    luajit libluajit-5.1-dev lua-busted lua-dkjson
     openmpi-bin libopenmpi-dev
     libopenblas-dev
     bible-kjv bible-kjv-text
