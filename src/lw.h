@@ -43,7 +43,13 @@ bool lw_has_cuda(void);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
-typedef enum lw_dtype { LW_DTYPE_F32 = 0, LW_DTYPE_BF16 = 1, LW_DTYPE_F16 = 2 } lw_dtype;
+typedef enum lw_dtype {
+    LW_DTYPE_F32 = 0,
+    LW_DTYPE_BF16 = 1,
+    LW_DTYPE_F16 = 2,
+    LW_DTYPE_F64 = 3, /* reductions only (norms), not parameters */
+    LW_DTYPE_I64 = 4  /* reductions only (counts), not parameters */
+} lw_dtype;
 
 /* One model parameter, as the layout engine sees it. */
 typedef struct lw_param_spec {
@@ -167,6 +173,268 @@ lw_status lw_layout_hash(const lw_layout *layout, char *hex);
 /* Padding rules of REFERENCE.md section 3. */
 int64_t lw_bucket_end_divisor(int32_t dp, bool high_busbw);
 int64_t lw_shard_divisor(int32_t dp, bool high_busbw);
+
+
+/* ---- communicator ---------------------------------------------------------------------------
+ * A group of ranks and the collectives lwopt needs. Backends: "self" (one rank, no MPI) and
+ * "mpi". Every rank of a communicator must issue the same collectives in the same order.
+ * Nonblocking collectives run on an lw_request; MPI progresses them only inside MPI calls, so
+ * callers poll (lw_request_test, lw_buffers_progress) while they compute. */
+
+typedef struct lw_comm lw_comm;
+typedef struct lw_request lw_request;
+
+typedef enum lw_reduce_op {
+    LW_REDUCE_SUM = 0,
+    LW_REDUCE_MAX = 1,
+    LW_REDUCE_MIN = 2
+} lw_reduce_op;
+
+/* Kinds of operation, for the counters. */
+typedef enum lw_comm_op {
+    LW_COMM_ALLREDUCE = 0,
+    LW_COMM_REDUCE_SCATTER = 1,
+    LW_COMM_ALLGATHER = 2,
+    LW_COMM_ALLGATHERV = 3,
+    LW_COMM_BROADCAST = 4,
+    LW_COMM_BARRIER = 5
+} lw_comm_op;
+
+/* Per-operation counters: calls, bytes this rank sends under ring algorithms ((p-1)/p of the
+ * buffer for reduce-scatter and all-gather, 2(p-1)/p for all-reduce), and wall time spent
+ * inside lwopt's calls for it (start, test, wait): the communication time left exposed. */
+typedef struct lw_comm_counter {
+    int64_t calls;
+    int64_t bytes;
+    double seconds;
+} lw_comm_counter;
+
+/* The world: MPI when the process was started by an MPI launcher (or LWOPT_COMM=mpi), a
+ * one-rank communicator otherwise (or LWOPT_COMM=self). MPI is initialised on first use and
+ * finalised when the last MPI communicator is freed or at exit. [out] owned. */
+lw_status lw_comm_init(lw_comm **out);
+/* A one-rank communicator. [out] owned. */
+lw_status lw_comm_self(lw_comm **out);
+void lw_comm_free(lw_comm *comm);
+int32_t lw_comm_rank(const lw_comm *comm);
+int32_t lw_comm_size(const lw_comm *comm);
+/* "self" or "mpi". [borrowed] static string. */
+const char *lw_comm_backend(const lw_comm *comm);
+/* Ranks with equal color form a new communicator, ordered by key (collective). [out] owned. */
+lw_status lw_comm_split(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
+lw_status lw_comm_barrier(lw_comm *comm);
+lw_status lw_comm_broadcast(lw_comm *comm, void *data, int64_t bytes, int32_t root);
+/* In place over count elements of dtype F32, F64 or I64. */
+lw_status lw_comm_allreduce(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
+                            lw_reduce_op op);
+/* Nonblocking in-place sum of count floats over the ranks, on req (finish with
+ * lw_request_wait). */
+lw_status lw_comm_allreduce_start(lw_comm *comm, float *data, int64_t count, lw_request *req);
+/* Sum over ranks of bucket[0..count), count divisible by the size; afterwards this rank's shard
+ * bucket[rank * count/size, +count/size) holds the sum (the rest is left as it was). With req,
+ * it starts and returns (finish with lw_request_wait); with req NULL it blocks. */
+lw_status lw_comm_reduce_scatter(lw_comm *comm, float *bucket, int64_t count, lw_request *req);
+/* In place: every rank's shard of bucket[0..count) (count divisible by the size) to all ranks.
+ * dtype F32, BF16 or F16. With req it starts and returns; with NULL it blocks. */
+lw_status lw_comm_allgather(lw_comm *comm, void *bucket, int64_t count, lw_dtype dtype,
+                            lw_request *req);
+/* Variable-size all-gather: rank r contributes counts[r] floats; recv holds them in rank order.
+ * send_count must equal counts[rank]. Blocking. */
+lw_status lw_comm_allgatherv(lw_comm *comm, const float *send, int64_t send_count, float *recv,
+                             const int64_t *counts);
+/* Ends every rank of the job (MPI_Abort); returns only on the self backend. */
+lw_status lw_comm_abort(lw_comm *comm, int32_t code);
+lw_status lw_comm_counter_get(const lw_comm *comm, lw_comm_op op, lw_comm_counter *out);
+void lw_comm_counters_reset(lw_comm *comm);
+
+/* A reusable handle for one nonblocking collective at a time; it keeps the scratch that
+ * reduce-scatter needs (MPI forbids overlapping send and receive buffers). [out] owned. */
+lw_status lw_request_new(lw_request **out);
+/* Waits for an active request, then frees. */
+void lw_request_free(lw_request *req);
+/* Progresses the request; *done is true once it completed (or was never started). */
+lw_status lw_request_test(lw_request *req, bool *done);
+/* Blocks until the request completed; a no-op when it is not active. */
+lw_status lw_request_wait(lw_request *req);
+bool lw_request_active(const lw_request *req);
+
+/* ---- vector kernels ------------------------------------------------------------------------ */
+
+/* Sum of squares in double precision. */
+double lw_vec_sum_squares(const float *x, int64_t n);
+/* Number of elements exactly zero. */
+int64_t lw_vec_count_zeros(const float *x, int64_t n);
+/* Whether every element is finite. */
+bool lw_vec_all_finite(const float *x, int64_t n);
+/* x *= alpha */
+void lw_vec_scale(float *x, int64_t n, float alpha);
+
+/* ---- Muon ---------------------------------------------------------------------------------- */
+
+typedef enum lw_ns_coeffs {
+    LW_NS_SIMPLE = 0,        /* (3.4445, -4.7750, 2.0315), cycled */
+    LW_NS_QUINTIC = 1,       /* five triples, cycled */
+    LW_NS_POLAR_EXPRESS = 2, /* eight triples, the last repeated */
+    LW_NS_CUBIC5 = 3,        /* five (a, b) pairs, exactly 5 steps */
+    LW_NS_CUSTOM = 4,        /* options.custom */
+    LW_NS_IDENTITY = 5       /* no orthogonalisation, X = U: for tests and ablations */
+} lw_ns_coeffs;
+
+typedef enum lw_weight_decay {
+    LW_WD_DECOUPLED = 0,   /* W -= lr * wd * W */
+    LW_WD_INDEPENDENT = 1, /* W -= wd * W */
+    LW_WD_L2 = 2           /* G += wd * W */
+} lw_weight_decay;
+
+typedef enum lw_muon_scale {
+    LW_MUON_SCALE_SPECTRAL = 0,      /* sqrt(max(rows, cols)) */
+    LW_MUON_SCALE_UNIT_RMS_NORM = 1, /* sqrt(rows / cols) */
+    LW_MUON_SCALE_SHAPE_SCALING = 2, /* sqrt(max(1, rows / cols)) */
+    LW_MUON_SCALE_MOONLIGHT = 3      /* 0.2 * sqrt(max(rows, cols)) */
+} lw_muon_scale;
+
+typedef struct lw_muon_options {
+    float momentum;       /* beta in [0, 1) */
+    bool nesterov;
+    int32_t ns_steps;     /* >= 1 */
+    lw_ns_coeffs coeffs;
+    const float *custom;  /* [borrowed, copied] n_custom (a, b, c) triples for LW_NS_CUSTOM */
+    int32_t n_custom;
+    bool custom_repeat;   /* custom: keep the last triple (true) or cycle the list (false) */
+    lw_weight_decay weight_decay_mode;
+    lw_muon_scale scale;
+    float extra_scale;
+    float eps;            /* Frobenius normalisation floor */
+    bool symmetric;       /* X X^T and A A through SYRK/SYMM (default); false: full GEMMs */
+} lw_muon_options;
+
+/* momentum 0.95, nesterov, 5 steps, quintic, decoupled wd, moonlight scale (AdamW learning
+ * rates carry over), extra 1,
+ * eps 1e-7, symmetric. */
+lw_muon_options lw_muon_defaults(void);
+
+/* Muon's kernels with their workspace (grown on demand, kept between calls). */
+typedef struct lw_muon lw_muon;
+lw_status lw_muon_new(const lw_muon_options *opts, lw_muon **out);
+void lw_muon_free(lw_muon *muon);
+/* x = Newton-Schulz orthogonalisation of the rows x cols matrix u (row-major); x may be u. */
+lw_status lw_muon_orthogonalize(lw_muon *muon, const float *u, float *x, int64_t rows,
+                                int64_t cols);
+/* One Muon update of w (rows x cols) with gradient g (read as grad_scale * g), momentum m:
+ * weight decay, momentum, Newton-Schulz, w -= lr * scale * extra * X. g is not modified. */
+lw_status lw_muon_update(lw_muon *muon, float *w, const float *g, float *m, int64_t rows,
+                         int64_t cols, float lr, float weight_decay, float grad_scale);
+
+/* ---- AdamW --------------------------------------------------------------------------------- */
+
+typedef struct lw_adamw_options {
+    float beta1;
+    float beta2;
+    float eps;
+} lw_adamw_options;
+
+/* beta1 0.9, beta2 0.95, eps 1e-8. */
+lw_adamw_options lw_adamw_defaults(void);
+/* One AdamW update of n elements at step t >= 1 (bias correction), gradient grad_scale * g. */
+void lw_adamw_update(const lw_adamw_options *opts, float *w, const float *g, float *m, float *v,
+                     int64_t n, int64_t t, float lr, float weight_decay, float grad_scale);
+
+/* ---- buffers ------------------------------------------------------------------------------- *
+ * The flat parameter and gradient arrays of a layout (host memory, 64-byte aligned, padding
+ * zero), a view per parameter, and gradient / parameter synchronisation per bucket. Buckets are
+ * synchronised in a fixed order that every rank shares: gradients in backprop order (a bucket
+ * starts once it and every bucket before it have all their gradients), parameters in forward
+ * order. Sharded buffers (shard-aligned, distopt) reduce-scatter gradients and all-gather
+ * parameters; default buffers all-reduce gradients; legacy buffers all-reduce gradients and
+ * gather updated parameters with a variable-size all-gather. */
+
+typedef struct lw_buffers lw_buffers;
+
+typedef struct lw_buffers_options {
+    bool overlap_grad;  /* start a bucket's gradient sync as soon as it is ready */
+    bool overlap_param; /* defer parameter all-gathers to lw_buffers_finish_param_sync */
+} lw_buffers_options;
+
+/* Both overlaps on. */
+lw_buffers_options lw_buffers_defaults(void);
+/* layout and comm (and expert_comm, for expert buffers; NULL = comm) are [borrowed] and must
+ * outlive the buffers; their sizes must equal the layout's dp and expert_dp. [out] owned. */
+lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert_comm,
+                         const lw_buffers_options *opts, lw_buffers **out);
+void lw_buffers_free(lw_buffers *buffers);
+const lw_layout *lw_buffers_layout(const lw_buffers *buffers);
+lw_comm *lw_buffers_comm(const lw_buffers *buffers);
+/* Views into the flat arrays. [out] *data borrowed, numel elements of the param. */
+lw_status lw_buffers_param(lw_buffers *buffers, int32_t param, float **data);
+lw_status lw_buffers_grad(lw_buffers *buffers, int32_t param, float **data);
+/* Whole arrays of one buffer (numel of lw_buffer_info). */
+lw_status lw_buffers_param_array(lw_buffers *buffers, int32_t buffer, float **data);
+lw_status lw_buffers_grad_array(lw_buffers *buffers, int32_t buffer, float **data);
+/* Zeroes every gradient (after any sync in flight). */
+lw_status lw_buffers_zero_grad(lw_buffers *buffers);
+/* The gradient of param is complete for this step; may start bucket syncs. */
+lw_status lw_buffers_grad_ready(lw_buffers *buffers, int32_t param);
+/* Starts the syncs not started yet, then waits for all: afterwards each rank holds the
+ * averaged gradient of everything it updates. */
+lw_status lw_buffers_finish_grad_sync(lw_buffers *buffers);
+/* After the optimizer wrote its updates: starts the parameter syncs (the first group's with
+ * overlap_param, every one and waits without). */
+lw_status lw_buffers_start_param_sync(lw_buffers *buffers);
+/* Waits for the parameters of group (and every group before it in forward order) and starts
+ * the next group's gather; group -1 waits for all. */
+lw_status lw_buffers_finish_param_sync(lw_buffers *buffers, int32_t group);
+/* Parameter groups: one per bucket; numbered in forward order (group 0 is used first). */
+int32_t lw_buffers_num_groups(const lw_buffers *buffers);
+lw_status lw_buffers_param_group(const lw_buffers *buffers, int32_t param, int32_t *group);
+/* Drives progress of nonblocking syncs in flight. */
+lw_status lw_buffers_progress(lw_buffers *buffers);
+/* The elements of param this rank updates: [start, start + count) of the param (count 0 when
+ * none): the whole param for its owner, a slice in element-wise buffers, all of it in default
+ * buffers. */
+lw_status lw_buffers_owned(const lw_buffers *buffers, int32_t param, int64_t *start,
+                           int64_t *count);
+
+/* ---- optimizer ----------------------------------------------------------------------------- *
+ * One step over buffers: finish the gradient sync, global gradient norm (one all-reduce over
+ * the world), skip on a non-finite norm, clip, Muon on the owned matrices and AdamW on the owned
+ * elements, then start the parameter sync. Only owners keep optimizer state. The mode
+ * (layer-wise, legacy, replicated) follows from the layout's algorithms. */
+
+typedef struct lw_optimizer lw_optimizer;
+
+typedef struct lw_optimizer_options {
+    lw_muon_options muon;
+    lw_adamw_options adamw;
+    float clip; /* max gradient norm; <= 0: no clipping */
+} lw_optimizer_options;
+
+lw_optimizer_options lw_optimizer_defaults(void);
+
+typedef struct lw_step_result {
+    double grad_norm; /* before clipping */
+    int64_t zeros;    /* gradient elements exactly zero */
+    bool skipped;     /* non-finite norm: nothing was updated */
+    int64_t skips;    /* skipped steps so far */
+    int64_t step;     /* updates applied so far */
+    double seconds_grad_sync;  /* waiting for gradient syncs */
+    double seconds_norm;       /* norm, zeros and their all-reduce */
+    double seconds_muon;       /* Muon updates of the owned matrices */
+    double seconds_adamw;      /* AdamW updates of the owned elements */
+    double seconds_param_sync; /* starting (or, without overlap, doing) the parameter sync */
+} lw_step_result;
+
+/* buffers [borrowed] must outlive the optimizer. [out] owned. */
+lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
+                           lw_optimizer **out);
+void lw_optimizer_free(lw_optimizer *opt);
+/* Hyper-parameter groups: every param starts in group 0; groups are numbered from 0 and
+ * created by naming them. */
+lw_status lw_optimizer_set_group(lw_optimizer *opt, int32_t param, int32_t group);
+/* Learning rate and weight decay of a group, for the next steps (schedules call it each step).
+ * lr >= 0. */
+lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr,
+                                   float weight_decay);
+lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out);
 
 /* LW_CDEF_END */
 

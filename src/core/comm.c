@@ -1,0 +1,310 @@
+/* comm.c: the communicator object: argument checks, counters, requests and the blocking forms
+ * of the collectives, over a backend (comm_self.c: one rank; comm_mpi.c: MPI). */
+#include "comm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double lwi_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+size_t lwi_dtype_size(lw_dtype dtype) {
+    switch (dtype) {
+    case LW_DTYPE_F32: return 4;
+    case LW_DTYPE_BF16:
+    case LW_DTYPE_F16: return 2;
+    case LW_DTYPE_F64:
+    case LW_DTYPE_I64: return 8;
+    }
+    return 0;
+}
+
+lw_status lwi_comm_make(const lwi_comm_backend *backend, int32_t rank, int32_t size, void *impl,
+                        lw_comm **out) {
+    lw_comm *c = calloc(1, sizeof *c);
+    if (c == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    c->backend = backend;
+    c->rank = rank;
+    c->size = size;
+    c->impl = impl;
+    lw_status st = lw_request_new(&c->blocking);
+    if (st != LW_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return LW_OK;
+}
+
+lw_status lw_comm_init(lw_comm **out) {
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    *out = NULL;
+    const char *choice = getenv("LWOPT_COMM");
+    bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
+                    getenv("PMI_RANK") || getenv("PMI_SIZE");
+    if (choice != NULL && choice[0] != '\0') {
+        if (strcmp(choice, "self") == 0) return lw_comm_self(out);
+        if (strcmp(choice, "mpi") == 0) return lwi_comm_mpi_world(out);
+        return lwi_fail(LW_ERR_INVALID, "comm: LWOPT_COMM is '%s' (self or mpi)", choice);
+    }
+    return launched ? lwi_comm_mpi_world(out) : lw_comm_self(out);
+}
+
+lw_status lw_comm_self(lw_comm **out) {
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    return lwi_comm_make(&lwi_comm_self_backend, 0, 1, NULL, out);
+}
+
+void lw_comm_free(lw_comm *c) {
+    if (c == NULL) return;
+    lw_request_free(c->blocking);
+    c->backend->free(c);
+    free(c);
+}
+
+int32_t lw_comm_rank(const lw_comm *c) { return c ? c->rank : -1; }
+int32_t lw_comm_size(const lw_comm *c) { return c ? c->size : 0; }
+const char *lw_comm_backend(const lw_comm *c) { return c ? c->backend->name : "none"; }
+
+static lw_status check_comm(const lw_comm *c) {
+    return c ? LW_OK : lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+}
+
+static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
+    c->counters[op].calls++;
+    c->counters[op].bytes += (int64_t)bytes;
+    c->counters[op].seconds += lwi_now() - since;
+}
+
+lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    if (color < 0) return lwi_fail(LW_ERR_INVALID, "comm: split color must be >= 0, got %d", color);
+    *out = NULL;
+    return c->backend->split(c, color, key, out);
+}
+
+lw_status lw_comm_barrier(lw_comm *c) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    double t = lwi_now();
+    st = c->backend->barrier(c);
+    count(c, LW_COMM_BARRIER, 0, t);
+    return st;
+}
+
+lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (bytes < 0 || (bytes > 0 && data == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: broadcast of %lld bytes from %p", (long long)bytes,
+                        data);
+    if (root < 0 || root >= c->size)
+        return lwi_fail(LW_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
+    double t = lwi_now();
+    st = c->backend->broadcast(c, data, bytes, root);
+    count(c, LW_COMM_BROADCAST, c->rank == root ? (double)bytes : 0, t);
+    return st;
+}
+
+lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_F64 && dtype != LW_DTYPE_I64)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of dtype %d (f32, f64 or i64)",
+                        (int)dtype);
+    if (op < LW_REDUCE_SUM || op > LW_REDUCE_MIN)
+        return lwi_fail(LW_ERR_INVALID, "comm: unknown reduce op %d", (int)op);
+    if (n < 0 || (n > 0 && data == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
+                        data);
+    double t = lwi_now();
+    st = c->backend->allreduce(c, data, n, dtype, op);
+    double bytes = 2.0 * (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype);
+    count(c, LW_COMM_ALLREDUCE, bytes, t);
+    return st;
+}
+
+static lw_status claim(lw_request *req);
+
+lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request *req) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (req == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-reduce start without a request");
+    if (n < 0 || (n > 0 && data == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
+                        (void *)data);
+    if ((st = claim(req)) != LW_OK) return st;
+    double t = lwi_now();
+    req->op = LW_COMM_ALLREDUCE;
+    req->copy_to = NULL;
+    req->copy_count = 0;
+    st = c->backend->allreduce_start(c, data, n, req);
+    if (st == LW_OK) req->comm = c;
+    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)n * 4.0, t);
+    return st;
+}
+
+static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, const char *what) {
+    if (n < 0 || (n > 0 && bucket == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements at %p", what, (long long)n,
+                        bucket);
+    if (n % c->size != 0)
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements does not split into %d equal "
+                        "shards", what, (long long)n, c->size);
+    return LW_OK;
+}
+
+static lw_status claim(lw_request *req) {
+    if (req->comm != NULL)
+        return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
+    return LW_OK;
+}
+
+lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_request *req) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK) return st;
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(r)) != LW_OK) return st;
+    double t = lwi_now();
+    int64_t shard = n / c->size;
+    if (shard > r->scratch_capacity) {
+        float *grown = realloc(r->scratch, sizeof(float) * (size_t)shard);
+        if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard");
+        r->scratch = grown;
+        r->scratch_capacity = shard;
+    }
+    r->op = LW_COMM_REDUCE_SCATTER;
+    r->copy_to = bucket + (int64_t)c->rank * shard;
+    r->copy_count = shard;
+    st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
+    if (st == LW_OK) r->comm = c;
+    count(c, LW_COMM_REDUCE_SCATTER, (double)(c->size - 1) / c->size * (double)n * 4.0, t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
+}
+
+lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
+                            lw_request *req) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = check_bucket(c, bucket, n, "all-gather")) != LW_OK) return st;
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather of dtype %d (f32, bf16 or f16)",
+                        (int)dtype);
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(r)) != LW_OK) return st;
+    double t = lwi_now();
+    r->op = LW_COMM_ALLGATHER;
+    r->copy_to = NULL;
+    r->copy_count = 0;
+    st = c->backend->allgather_start(c, bucket, n / c->size, dtype, r);
+    if (st == LW_OK) r->comm = c;
+    count(c, LW_COMM_ALLGATHER,
+          (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype), t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
+}
+
+lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, float *recv,
+                             const int64_t *counts) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (counts == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v without counts");
+    int64_t total = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+        if (counts[r] < 0)
+            return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v count %lld for rank %d",
+                            (long long)counts[r], r);
+        total += counts[r];
+    }
+    if (send_count != counts[c->rank])
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v sends %lld but counts[%d] is %lld",
+                        (long long)send_count, c->rank, (long long)counts[c->rank]);
+    if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
+    double t = lwi_now();
+    st = c->backend->allgatherv(c, send, send_count, recv, counts);
+    count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
+    return st;
+}
+
+lw_status lw_comm_abort(lw_comm *c, int32_t code) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    c->backend->abort(c, code);
+    return LW_OK;
+}
+
+lw_status lw_comm_counter_get(const lw_comm *c, lw_comm_op op, lw_comm_counter *out) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (op < 0 || op >= LWI_COMM_OPS || out == NULL)
+        return lwi_fail(LW_ERR_INVALID, "comm: unknown counter %d", (int)op);
+    *out = c->counters[op];
+    return LW_OK;
+}
+
+void lw_comm_counters_reset(lw_comm *c) {
+    if (c != NULL) memset(c->counters, 0, sizeof c->counters);
+}
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+lw_status lw_request_new(lw_request **out) {
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    *out = calloc(1, sizeof **out);
+    return *out ? LW_OK : lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+}
+
+void lw_request_free(lw_request *r) {
+    if (r == NULL) return;
+    lw_request_wait(r);
+    free(r->scratch);
+    free(r->handle);
+    free(r);
+}
+
+bool lw_request_active(const lw_request *r) { return r != NULL && r->comm != NULL; }
+
+/* The request completed in the backend: finish the reduce-scatter's copy, release it. */
+static void complete(lw_request *r) {
+    if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_count > 0)
+        memcpy(r->copy_to, r->scratch, sizeof(float) * (size_t)r->copy_count);
+    r->comm = NULL;
+}
+
+lw_status lw_request_test(lw_request *r, bool *done) {
+    if (r == NULL || done == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
+    *done = true;
+    if (r->comm == NULL) return LW_OK;
+    lw_comm *c = r->comm;
+    double t = lwi_now();
+    lw_status st = c->backend->test(r, done);
+    c->counters[r->op].seconds += lwi_now() - t;
+    if (st != LW_OK) {
+        r->comm = NULL;
+        return st;
+    }
+    if (*done) complete(r);
+    return LW_OK;
+}
+
+lw_status lw_request_wait(lw_request *r) {
+    if (r == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
+    if (r->comm == NULL) return LW_OK;
+    lw_comm *c = r->comm;
+    double t = lwi_now();
+    lw_status st = c->backend->wait(r);
+    c->counters[r->op].seconds += lwi_now() - t;
+    if (st != LW_OK) {
+        r->comm = NULL;
+        return st;
+    }
+    complete(r);
+    return LW_OK;
+}

@@ -1,0 +1,167 @@
+/* test_comm.c: every collective against a direct computation, at whatever rank count it is
+ * started with (ctest runs it alone and under mpirun -np 2 and -np 3). Each rank's data is a
+ * known function of (rank, index), so every rank can compute the expected result itself. */
+#include "check.h"
+
+#include <stdlib.h>
+
+static float value(int rank, int64_t i) { return (float)(rank + 1) * 0.5f + (float)(i % 7); }
+
+static void test_reduce_scatter_and_allgather(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    /* several bucket sizes, including shards of one element and many */
+    const int64_t shards[] = {1, 3, 64, 1000};
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < 4; k++) {
+        int64_t shard = shards[k], n = shard * size;
+        float *b = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) b[i] = value(rank, i);
+        for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+            for (int64_t i = 0; i < n; i++) b[i] = value(rank, i);
+            if (nonblocking) {
+                CHECK_OK(lw_comm_reduce_scatter(c, b, n, req));
+                bool done = false;
+                while (!done) CHECK_OK(lw_request_test(req, &done));
+                CHECK(!lw_request_active(req));
+            } else {
+                CHECK_OK(lw_comm_reduce_scatter(c, b, n, NULL));
+            }
+            int bad = 0;
+            for (int64_t i = rank * shard; i < (rank + 1) * shard; i++) {
+                float sum = 0;
+                for (int r = 0; r < size; r++) sum += value(r, i);
+                bad += b[i] != sum;
+            }
+            /* outside its shard a rank keeps its own data */
+            for (int64_t i = 0; i < n; i++)
+                if (i < rank * shard || i >= (rank + 1) * shard) bad += b[i] != value(rank, i);
+            CHECK_EQ(bad, 0);
+        }
+        /* all-gather: shard r comes from rank r */
+        for (int64_t i = 0; i < n; i++) b[i] = (i / shard == rank) ? value(rank, i) : -1.0f;
+        CHECK_OK(lw_comm_allgather(c, b, n, LW_DTYPE_F32, req));
+        CHECK_OK(lw_request_wait(req));
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += b[i] != value((int)(i / shard), i);
+        CHECK_EQ(bad, 0);
+        free(b);
+    }
+    /* a second start on an active request is refused */
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = 1.0f;
+    if (64 % size == 0) {
+        CHECK_OK(lw_comm_allgather(c, x, 64, LW_DTYPE_F32, req));
+        CHECK_FAILS(lw_comm_allgather(c, x, 64, LW_DTYPE_F32, req), LW_ERR_STATE,
+                    "still active");
+        CHECK_OK(lw_request_wait(req));
+    }
+    lw_request_free(req);
+    if (size > 1)
+        CHECK_FAILS(lw_comm_reduce_scatter(c, x, size * 3 + 1, NULL), LW_ERR_INVALID,
+                    "equal shards");
+}
+
+static void test_allreduce(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    float f[3] = {(float)rank, 1.0f, (float)(rank * rank)};
+    CHECK_OK(lw_comm_allreduce(c, f, 3, LW_DTYPE_F32, LW_REDUCE_SUM));
+    CHECK(f[0] == size * (size - 1) / 2.0f && f[1] == (float)size);
+    double d[2] = {(double)rank, -(double)rank};
+    CHECK_OK(lw_comm_allreduce(c, d, 2, LW_DTYPE_F64, LW_REDUCE_MAX));
+    CHECK(d[0] == size - 1 && d[1] == 0.0);
+    int64_t i[1] = {rank + 10};
+    CHECK_OK(lw_comm_allreduce(c, i, 1, LW_DTYPE_I64, LW_REDUCE_MIN));
+    CHECK_EQ(i[0], 10);
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    float g[5];
+    for (int k = 0; k < 5; k++) g[k] = (float)(rank + k);
+    CHECK_OK(lw_comm_allreduce_start(c, g, 5, req));
+    CHECK_OK(lw_request_wait(req));
+    for (int k = 0; k < 5; k++) CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
+    lw_request_free(req);
+    CHECK_FAILS(lw_comm_allreduce(c, f, 3, LW_DTYPE_BF16, LW_REDUCE_SUM), LW_ERR_INVALID,
+                "all-reduce of dtype 1");
+}
+
+static void test_allgatherv(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size), total = 0;
+    for (int r = 0; r < size; r++) {
+        counts[r] = r % 2 == 1 ? 0 : r + 2; /* uneven, some ranks send nothing */
+        total += counts[r];
+    }
+    float *send = malloc(sizeof(float) * (size_t)(counts[rank] + 1));
+    float *recv = malloc(sizeof(float) * (size_t)(total + 1));
+    for (int64_t i = 0; i < counts[rank]; i++) send[i] = value(rank, i);
+    CHECK_OK(lw_comm_allgatherv(c, send, counts[rank], recv, counts));
+    int64_t at = 0;
+    int bad = 0;
+    for (int r = 0; r < size; r++)
+        for (int64_t i = 0; i < counts[r]; i++) bad += recv[at++] != value(r, i);
+    CHECK_EQ(bad, 0);
+    CHECK_FAILS(lw_comm_allgatherv(c, send, counts[rank] + 1, recv, counts), LW_ERR_INVALID,
+                "all-gather-v sends");
+    free(counts), free(send), free(recv);
+}
+
+static void test_broadcast_split_barrier(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    char text[32] = "nothing";
+    if (rank == size - 1) snprintf(text, sizeof text, "from %d", size - 1);
+    CHECK_OK(lw_comm_broadcast(c, text, sizeof text, size - 1));
+    char expect[32];
+    snprintf(expect, sizeof expect, "from %d", size - 1);
+    CHECK(strcmp(text, expect) == 0);
+    CHECK_FAILS(lw_comm_broadcast(c, text, 4, size), LW_ERR_INVALID, "root");
+
+    lw_comm *half;
+    CHECK_OK(lw_comm_split(c, rank % 2, rank, &half));
+    CHECK_EQ(lw_comm_size(half), rank % 2 == 0 ? (size + 1) / 2 : size / 2);
+    CHECK_EQ(lw_comm_rank(half), rank / 2);
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(half, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, lw_comm_size(half));
+    lw_comm_free(half);
+    CHECK_OK(lw_comm_barrier(c));
+}
+
+static void test_counters(lw_comm *c) {
+    const int size = lw_comm_size(c);
+    lw_comm_counters_reset(c);
+    float *b = calloc((size_t)(size * 256), sizeof(float));
+    CHECK_OK(lw_comm_reduce_scatter(c, b, size * 256, NULL));
+    CHECK_OK(lw_comm_allgather(c, b, size * 256, LW_DTYPE_F32, NULL));
+    lw_comm_counter rs, ag;
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_REDUCE_SCATTER, &rs));
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLGATHER, &ag));
+    CHECK_EQ(rs.calls, 1);
+    CHECK_EQ(ag.calls, 1);
+    /* ring volume: (p - 1) / p of the buffer each */
+    CHECK_EQ(rs.bytes, (int64_t)(size - 1) * 256 * 4);
+    CHECK_EQ(ag.bytes, rs.bytes);
+    CHECK(rs.seconds >= 0 && ag.seconds >= 0);
+    free(b);
+}
+
+int main(void) {
+    lw_comm *c = NULL;
+    CHECK_OK(lw_comm_init(&c));
+    if (c == NULL) return check_exit("test_comm");
+    const char *expect = getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "self";
+    CHECK(strcmp(lw_comm_backend(c), expect) == 0);
+    test_reduce_scatter_and_allgather(c);
+    test_allreduce(c);
+    test_allgatherv(c);
+    test_broadcast_split_barrier(c);
+    test_counters(c);
+    int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    /* every rank's verdict, so that one failing rank fails the whole run */
+    int64_t failures = check_failures;
+    CHECK_OK(lw_comm_allreduce(c, &failures, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    lw_comm_free(c);
+    if (failures > 0 && check_failures == 0) check_failures = 1;
+    printf("rank %d of %d: ", rank, size);
+    return check_exit("test_comm");
+}
