@@ -145,6 +145,22 @@ static void test_counters(lw_comm *c) {
     free(b);
 }
 
+/* Freeing a communicator completes its collectives in flight, so a request that outlives it
+ * (freed later, as Lua's garbage collector may order it) touches no freed memory. */
+static void test_free_with_request_in_flight(lw_comm *c) {
+    lw_comm *part;
+    CHECK_OK(lw_comm_split(c, 0, lw_comm_rank(c), &part));
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    float *b = calloc((size_t)lw_comm_size(part) * 8, sizeof(float));
+    CHECK_OK(lw_comm_allgather(part, b, lw_comm_size(part) * 8, LW_DTYPE_F32, req));
+    CHECK(lw_request_active(req));
+    lw_comm_free(part);
+    CHECK(!lw_request_active(req));
+    lw_request_free(req);
+    free(b);
+}
+
 int main(void) {
     lw_comm *c = NULL;
     CHECK_OK(lw_comm_init(&c));
@@ -156,6 +172,7 @@ int main(void) {
     test_allgatherv(c);
     test_broadcast_split_barrier(c);
     test_counters(c);
+    test_free_with_request_in_flight(c);
     int rank = lw_comm_rank(c), size = lw_comm_size(c);
     /* every rank's verdict, so that one failing rank fails the whole run */
     int64_t failures = check_failures;

@@ -1,5 +1,5 @@
--- lwopt: the Lua front end. require("lwopt") gives the arch, route and layout modules and the
--- library's version and features; see DESIGN.md for the contract.
+-- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, comm,
+-- tensor, ddp, optim, json) and the library's version and features; see DESIGN.md.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 
@@ -7,6 +7,10 @@ local lw = {
    arch = require("lwopt.arch"),
    route = require("lwopt.route"),
    layout = require("lwopt.layout"),
+   comm = require("lwopt.comm"),
+   tensor = require("lwopt.tensor"),
+   ddp = require("lwopt.ddp"),
+   optim = require("lwopt.optim"),
    json = require("lwopt.json"),
    version = ffi.string(C.lib.lw_version()),
    library = C.path,

@@ -61,6 +61,8 @@ lw_status lw_comm_self(lw_comm **out) {
 
 void lw_comm_free(lw_comm *c) {
     if (c == NULL) return;
+    /* collectives still in flight finish first: their requests may outlive the comm */
+    while (c->active != NULL) lw_request_wait(c->active);
     lw_request_free(c->blocking);
     c->backend->free(c);
     free(c);
@@ -132,6 +134,15 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
 
 static lw_status claim(lw_request *req);
 
+/* Marks req in flight on c (after a successful start). */
+static void activate(lw_comm *c, lw_request *req) {
+    req->comm = c;
+    req->prev_active = NULL;
+    req->next_active = c->active;
+    if (c->active != NULL) c->active->prev_active = req;
+    c->active = req;
+}
+
 lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request *req) {
     lw_status st = check_comm(c);
     if (st != LW_OK) return st;
@@ -145,7 +156,7 @@ lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request
     req->copy_to = NULL;
     req->copy_count = 0;
     st = c->backend->allreduce_start(c, data, n, req);
-    if (st == LW_OK) req->comm = c;
+    if (st == LW_OK) activate(c, req);
     count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)n * 4.0, t);
     return st;
 }
@@ -183,7 +194,7 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
     r->copy_to = bucket + (int64_t)c->rank * shard;
     r->copy_count = shard;
     st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
-    if (st == LW_OK) r->comm = c;
+    if (st == LW_OK) activate(c, r);
     count(c, LW_COMM_REDUCE_SCATTER, (double)(c->size - 1) / c->size * (double)n * 4.0, t);
     if (st != LW_OK || req != NULL) return st;
     return lw_request_wait(r);
@@ -203,7 +214,7 @@ lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
     r->copy_to = NULL;
     r->copy_count = 0;
     st = c->backend->allgather_start(c, bucket, n / c->size, dtype, r);
-    if (st == LW_OK) r->comm = c;
+    if (st == LW_OK) activate(c, r);
     count(c, LW_COMM_ALLGATHER,
           (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype), t);
     if (st != LW_OK || req != NULL) return st;
@@ -271,11 +282,21 @@ void lw_request_free(lw_request *r) {
 
 bool lw_request_active(const lw_request *r) { return r != NULL && r->comm != NULL; }
 
+/* Takes r off its comm's list of requests in flight. */
+static void release(lw_request *r) {
+    lw_comm *c = r->comm;
+    if (r->prev_active != NULL) r->prev_active->next_active = r->next_active;
+    else c->active = r->next_active;
+    if (r->next_active != NULL) r->next_active->prev_active = r->prev_active;
+    r->next_active = r->prev_active = NULL;
+    r->comm = NULL;
+}
+
 /* The request completed in the backend: finish the reduce-scatter's copy, release it. */
 static void complete(lw_request *r) {
     if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_count > 0)
         memcpy(r->copy_to, r->scratch, sizeof(float) * (size_t)r->copy_count);
-    r->comm = NULL;
+    release(r);
 }
 
 lw_status lw_request_test(lw_request *r, bool *done) {
@@ -287,7 +308,7 @@ lw_status lw_request_test(lw_request *r, bool *done) {
     lw_status st = c->backend->test(r, done);
     c->counters[r->op].seconds += lwi_now() - t;
     if (st != LW_OK) {
-        r->comm = NULL;
+        release(r);
         return st;
     }
     if (*done) complete(r);
@@ -302,7 +323,7 @@ lw_status lw_request_wait(lw_request *r) {
     lw_status st = c->backend->wait(r);
     c->counters[r->op].seconds += lwi_now() - t;
     if (st != LW_OK) {
-        r->comm = NULL;
+        release(r);
         return st;
     }
     complete(r);

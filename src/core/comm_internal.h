@@ -36,6 +36,7 @@ struct lw_comm {
     void *impl; /* backend data (the MPI communicator) */
     lw_comm_counter counters[LWI_COMM_OPS];
     lw_request *blocking; /* [owned] request for the blocking forms of the collectives */
+    lw_request *active;   /* [borrowed] requests in flight, completed before the comm is freed */
 };
 
 struct lw_request {
@@ -46,6 +47,8 @@ struct lw_request {
     float *copy_to; /* reduce-scatter: where the result goes on completion */
     int64_t copy_count;
     void *handle; /* [owned] backend handle storage (MPI_Request), allocated on first use */
+    lw_request *next_active; /* the comm's list of requests in flight */
+    lw_request *prev_active;
 };
 
 extern const lwi_comm_backend lwi_comm_self_backend;

@@ -1,0 +1,116 @@
+-- comm.lua: the communicator (src/core/comm*.c) from Lua, and lw.comm.run, which makes an
+-- error on any rank end the whole MPI job with "[rank r] message" instead of a hang.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+
+local lib = C.lib
+local comm = {}
+
+local Comm = {}
+Comm.__index = Comm
+
+local ops = { "allreduce", "reduce_scatter", "allgather", "allgatherv", "broadcast", "barrier" }
+local dtypes = { f32 = "float", f64 = "double", i64 = "int64_t" }
+local dtype_codes = { f32 = 0, f64 = 3, i64 = 4 }
+local reduce_codes = { sum = 0, max = 1, min = 2 }
+
+local function wrap(ptr)
+   local self = setmetatable({ _c = ffi.gc(ptr, lib.lw_comm_free) }, Comm)
+   self.rank = lib.lw_comm_rank(ptr)
+   self.size = lib.lw_comm_size(ptr)
+   self.backend = ffi.string(lib.lw_comm_backend(ptr))
+   return self
+end
+
+local world
+
+-- The world communicator (one per process): MPI when started by mpirun, else one rank.
+function comm.init()
+   if world == nil then
+      local out = ffi.new("lw_comm*[1]")
+      C.check(lib.lw_comm_init(out), "lw.comm.init")
+      world = wrap(out[0])
+   end
+   return world
+end
+
+-- A one-rank communicator, whatever launched the process.
+function comm.self()
+   local out = ffi.new("lw_comm*[1]")
+   C.check(lib.lw_comm_self(out), "lw.comm.self")
+   return wrap(out[0])
+end
+
+function Comm:split(color, key)
+   local out = ffi.new("lw_comm*[1]")
+   C.check(lib.lw_comm_split(self._c, color, key or self.rank, out), "comm:split")
+   return wrap(out[0])
+end
+
+function Comm:barrier()
+   C.check(lib.lw_comm_barrier(self._c), "comm:barrier")
+end
+
+-- All-reduce of a Lua list of numbers (op "sum" | "max" | "min", dtype "f64" | "f32" | "i64");
+-- returns a new list.
+function Comm:allreduce(values, op, dtype)
+   dtype = dtype or "f64"
+   local code = reduce_codes[op or "sum"]
+   if code == nil then error("comm:allreduce: unknown op '" .. tostring(op) .. "'", 2) end
+   if dtypes[dtype] == nil then error("comm:allreduce: unknown dtype '" .. tostring(dtype) .. "'", 2) end
+   local n = #values
+   local buf = ffi.new(dtypes[dtype] .. "[?]", math.max(n, 1))
+   for i = 1, n do buf[i - 1] = values[i] end
+   C.check(lib.lw_comm_allreduce(self._c, buf, n, dtype_codes[dtype], code), "comm:allreduce")
+   local out = {}
+   for i = 1, n do out[i] = tonumber(buf[i - 1]) end
+   return out
+end
+
+-- Broadcast of a string from root; returns the root's string on every rank.
+function Comm:broadcast_string(s, root)
+   root = root or 0
+   local len = ffi.new("int64_t[1]", self.rank == root and #s or 0)
+   C.check(lib.lw_comm_broadcast(self._c, len, 8, root), "comm:broadcast_string")
+   local n = tonumber(len[0])
+   local buf = ffi.new("char[?]", math.max(n, 1))
+   if self.rank == root then ffi.copy(buf, s, n) end
+   C.check(lib.lw_comm_broadcast(self._c, buf, n, root), "comm:broadcast_string")
+   return ffi.string(buf, n)
+end
+
+-- Counters per operation: { allreduce = { calls, bytes, seconds }, ... }.
+function Comm:counters()
+   local out, c = {}, ffi.new("lw_comm_counter")
+   for i, name in ipairs(ops) do
+      C.check(lib.lw_comm_counter_get(self._c, i - 1, c), "comm:counters")
+      out[name] = { calls = tonumber(c.calls), bytes = tonumber(c.bytes), seconds = c.seconds }
+   end
+   return out
+end
+
+function Comm:reset_counters() lib.lw_comm_counters_reset(self._c) end
+
+-- Ends every rank of the job with `code`; on one rank, exits the process.
+function Comm:abort(code)
+   io.stderr:flush()
+   io.stdout:flush()
+   lib.lw_comm_abort(self._c, code or 1)
+   os.exit(code or 1)
+end
+
+-- Runs fn(); on an error prints "[rank r] message" and a traceback to stderr and ends the whole
+-- job (MPI_Abort), so that no rank is left waiting in a collective. Returns fn's results.
+function comm.run(fn, ...)
+   local args = { n = select("#", ...), ... }
+   local results = { xpcall(function() return fn(unpack(args, 1, args.n)) end, debug.traceback) }
+   if results[1] then return unpack(results, 2, table.maxn(results)) end
+   local rank = world and world.rank or tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or "0")
+   io.stderr:write(("[rank %d] %s\n"):format(rank, tostring(results[2])))
+   local c = world
+   if c == nil and os.getenv("OMPI_COMM_WORLD_SIZE") then c = comm.init() end
+   if c ~= nil and c.size > 1 then c:abort(1) end
+   os.exit(1)
+end
+
+return comm

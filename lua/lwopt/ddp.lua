@@ -1,0 +1,154 @@
+-- ddp.lua: lw.ddp.new, the flat parameter and gradient buffers of a layout (src/core/buffers.c)
+-- on a communicator: tensor views by name, and the gradient / parameter syncs that training
+-- calls from its hooks. The mode picks the layout: layerwise (shard-aligned Muon buffers,
+-- element-wise AdamW), legacy (unpadded, ping-pong owners), replicated (plain data parallel).
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local route = require("lwopt.route")
+local layout_mod = require("lwopt.layout")
+local tensor = require("lwopt.tensor")
+local comm_mod = require("lwopt.comm")
+
+local lib = C.lib
+local ddp = {}
+
+local DDP = {}
+DDP.__index = DDP
+
+local WHERE = "lw.ddp.new"
+local known = {
+   mode = true, algorithm = true, adamw_layout = true, bucket_size = true, high_busbw = true,
+   expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
+   overlap_param = true, layout = true,
+}
+local modes = { layerwise = true, legacy = true, replicated = true }
+local mode_algorithm = { legacy = "legacy", replicated = "default" }
+
+local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+
+local function layout_for(specs, comm, o)
+   if o.layout ~= nil then return o.layout end
+   local algorithm, adamw_layout = o.algorithm, o.adamw_layout
+   if o.mode ~= "layerwise" then
+      if algorithm ~= nil or adamw_layout ~= nil then
+         fail("mode '%s' fixes the layout; algorithm and adamw_layout are for mode 'layerwise'",
+            o.mode)
+      end
+      algorithm = mode_algorithm[o.mode]
+   end
+   return layout_mod.compute(specs, { dp = comm.size,
+      expert_dp = o.expert_dp or (o.expert_comm and o.expert_comm.size) or comm.size,
+      bucket_size = o.bucket_size, algorithm = algorithm or "cost", adamw_layout = adamw_layout,
+      high_busbw = o.high_busbw })
+end
+
+-- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
+-- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
+-- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
+-- overlap_param, layout (a layout computed before, instead of the layout options).
+function ddp.new(specs, comm, opts)
+   opts = opts or {}
+   if type(opts) ~= "table" then fail("options must be a table") end
+   for k in pairs(opts) do
+      if not known[k] then fail("unknown option '%s'", tostring(k)) end
+   end
+   local o = {}
+   for k, v in pairs(opts) do o[k] = v end
+   o.mode = o.mode or "layerwise"
+   if not modes[o.mode] then
+      fail("unknown mode '%s' (layerwise, legacy or replicated)", tostring(o.mode))
+   end
+   comm = comm or comm_mod.init()
+   local routed = {}
+   for i, s in ipairs(specs) do routed[i] = s.optimizer and s or route({ s })[1] end
+   local layout = layout_for(routed, comm, o)
+   local overlap = o.overlap ~= false
+   local bo = ffi.new("lw_buffers_options")
+   bo.overlap_grad = overlap
+   bo.overlap_param = overlap
+   if o.overlap_grad ~= nil then bo.overlap_grad = o.overlap_grad end
+   if o.overlap_param ~= nil then bo.overlap_param = o.overlap_param end
+   local out = ffi.new("lw_buffers*[1]")
+   C.check(lib.lw_buffers_new(layout._c, comm._c, o.expert_comm and o.expert_comm._c or nil, bo,
+      out), WHERE)
+   local self = setmetatable({ layout = layout, comm = comm, mode = o.mode, specs = routed,
+      expert_comm = o.expert_comm }, DDP)
+   self._c = ffi.gc(out[0], lib.lw_buffers_free)
+   self._index = {}
+   for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
+   return self
+end
+
+-- 0-based index of a parameter in the specs.
+function DDP:index(name)
+   local i = self._index[name]
+   if i == nil then error("ddp: no parameter named '" .. tostring(name) .. "'", 2) end
+   return i
+end
+
+local float_out = ffi.new("float*[1]")
+
+-- The parameter as a tensor view into its buffer (never a copy).
+function DDP:param(name)
+   local i = self:index(name)
+   C.check(lib.lw_buffers_param(self._c, i, float_out), "ddp:param")
+   return tensor.view(float_out[0], self.specs[i + 1].shape, self)
+end
+
+function DDP:grad(name)
+   local i = self:index(name)
+   C.check(lib.lw_buffers_grad(self._c, i, float_out), "ddp:grad")
+   return tensor.view(float_out[0], self.specs[i + 1].shape, self)
+end
+
+function DDP:zero_grad() C.check(lib.lw_buffers_zero_grad(self._c), "ddp:zero_grad") end
+
+function DDP:grad_ready(name)
+   C.check(lib.lw_buffers_grad_ready(self._c, self:index(name)), "ddp:grad_ready")
+end
+
+function DDP:finish_grad_sync()
+   C.check(lib.lw_buffers_finish_grad_sync(self._c), "ddp:finish_grad_sync")
+end
+
+function DDP:start_param_sync()
+   C.check(lib.lw_buffers_start_param_sync(self._c), "ddp:start_param_sync")
+end
+
+-- Waits for the parameters of group g (1-based, forward order; nil = all) and starts the next.
+function DDP:finish_param_sync(g)
+   C.check(lib.lw_buffers_finish_param_sync(self._c, g and g - 1 or -1), "ddp:finish_param_sync")
+end
+
+function DDP:num_groups() return lib.lw_buffers_num_groups(self._c) end
+
+local int_out = ffi.new("int32_t[1]")
+
+-- The group (1-based, forward order) whose parameter sync carries this parameter.
+function DDP:group_of(name)
+   C.check(lib.lw_buffers_param_group(self._c, self:index(name), int_out), "ddp:group_of")
+   return int_out[0] + 1
+end
+
+function DDP:progress() C.check(lib.lw_buffers_progress(self._c), "ddp:progress") end
+
+local start_out, count_out = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+
+-- The elements of a parameter this rank updates: 0-based start and count (0 when none).
+function DDP:owned(name)
+   C.check(lib.lw_buffers_owned(self._c, self:index(name), start_out, count_out), "ddp:owned")
+   return tonumber(start_out[0]), tonumber(count_out[0])
+end
+
+-- Copies every parameter from rank `root` (default 0) to all ranks.
+function DDP:broadcast_params(root)
+   local info = ffi.new("lw_buffer_info")
+   for b = 0, #self.layout.buffers - 1 do
+      C.check(lib.lw_layout_buffer(self.layout._c, b, info), "ddp:broadcast_params")
+      C.check(lib.lw_buffers_param_array(self._c, b, float_out), "ddp:broadcast_params")
+      C.check(lib.lw_comm_broadcast(self.comm._c, float_out[0], 4 * info.numel, root or 0),
+         "ddp:broadcast_params")
+   end
+end
+
+return ddp

@@ -1,0 +1,191 @@
+-- optim.lua: lw.optim.new, the optimizer over lw.ddp buffers (src/core/optimizer.c): Muon on
+-- the matrices each rank owns, AdamW on its elements, options named as in REFERENCE.md
+-- sections 6-7. Parameters fall into hyper-parameter groups by (optimizer, lr, weight decay),
+-- taken from the routing rule's opts, the optimizer's options, and the defaults.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+
+local lib = C.lib
+local optim = {}
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+
+local WHERE = "lw.optim.new"
+
+local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+
+local coefficient_sets = { simple = 0, quintic = 1, polar_express = 2, cubic5 = 3, identity = 5 }
+local wd_modes = { decoupled = 0, independent = 1, l2 = 2 }
+local scales = { spectral = 0, unit_rms_norm = 1, shape_scaling = 2, moonlight = 3 }
+
+local function check_keys(t, allowed, where)
+   if t == nil then return {} end
+   if type(t) ~= "table" then fail("%s must be a table", where) end
+   for k in pairs(t) do
+      if not allowed[k] then fail("unknown option '%s%s'", where == "" and "" or where .. ".", tostring(k)) end
+   end
+   return t
+end
+
+local function set(list)
+   local s = {}
+   for _, k in ipairs(list) do s[k] = true end
+   return s
+end
+
+local TOP = set{ "mode", "lr", "weight_decay", "clip", "muon", "adamw" }
+local MUON = set{ "lr", "weight_decay", "momentum", "nesterov", "ns_steps", "coefficients",
+   "coefficients_repeat", "weight_decay_mode", "scale", "extra_scale", "eps", "symmetric" }
+local ADAMW = set{ "lr", "weight_decay", "beta1", "beta2", "eps" }
+
+local function pick(value, default) if value == nil then return default end return value end
+
+-- The C options, and a keep-alive for the custom coefficient array.
+local function c_options(o, m, a)
+   local c = lib.lw_optimizer_defaults()
+   local keep
+   c.clip = o.clip or 0
+   c.muon.momentum = pick(m.momentum, c.muon.momentum)
+   c.muon.nesterov = pick(m.nesterov, true)
+   c.muon.ns_steps = pick(m.ns_steps, c.muon.ns_steps)
+   local coeffs = pick(m.coefficients, "quintic")
+   if type(coeffs) == "string" then
+      if coefficient_sets[coeffs] == nil then
+         fail("unknown muon.coefficients '%s' (simple, quintic, polar_express, cubic5, "
+            .. "identity, or a list of {a, b, c})", coeffs)
+      end
+      c.muon.coeffs = coefficient_sets[coeffs]
+   elseif type(coeffs) == "table" then
+      if #coeffs == 0 then fail("muon.coefficients is an empty list") end
+      keep = ffi.new("float[?]", 3 * #coeffs)
+      for i, abc in ipairs(coeffs) do
+         if type(abc) ~= "table" or #abc ~= 3 then
+            fail("muon.coefficients[%d] must be {a, b, c}", i)
+         end
+         for j = 1, 3 do
+            if type(abc[j]) ~= "number" then fail("muon.coefficients[%d][%d] is not a number", i, j) end
+            keep[3 * (i - 1) + j - 1] = abc[j]
+         end
+      end
+      c.muon.coeffs = 4
+      c.muon.custom = keep
+      c.muon.n_custom = #coeffs
+      c.muon.custom_repeat = m.coefficients_repeat == true
+   else
+      fail("muon.coefficients must be a name or a list of {a, b, c}")
+   end
+   local mode = pick(m.weight_decay_mode, "decoupled")
+   if wd_modes[mode] == nil then
+      fail("unknown muon.weight_decay_mode '%s' (decoupled, independent, l2)", tostring(mode))
+   end
+   c.muon.weight_decay_mode = wd_modes[mode]
+   local scale = pick(m.scale, "moonlight")
+   if scales[scale] == nil then
+      fail("unknown muon.scale '%s' (spectral, unit_rms_norm, shape_scaling, moonlight)",
+         tostring(scale))
+   end
+   c.muon.scale = scales[scale]
+   c.muon.extra_scale = pick(m.extra_scale, 1)
+   c.muon.eps = pick(m.eps, c.muon.eps)
+   c.muon.symmetric = pick(m.symmetric, true)
+   c.adamw.beta1 = pick(a.beta1, c.adamw.beta1)
+   c.adamw.beta2 = pick(a.beta2, c.adamw.beta2)
+   c.adamw.eps = pick(a.eps, c.adamw.eps)
+   return c, keep
+end
+
+-- AdamW decays matrices, not gains, biases or embeddings (REFERENCE.md section 7).
+local function adamw_decays(spec)
+   return #spec.shape == 2 and spec.role ~= "embedding" and not spec.shared_embedding
+end
+
+local function group_of(spec, o, m, a)
+   local rule = spec.opts or {}
+   local lr, wd
+   if spec.optimizer == "muon" then
+      lr = pick(rule.lr, pick(m.lr, pick(o.lr, 1e-3)))
+      wd = pick(rule.weight_decay, pick(m.weight_decay, pick(o.weight_decay, 0.1)))
+   else
+      lr = pick(rule.lr, pick(a.lr, pick(o.lr, 1e-3)))
+      local default_wd = adamw_decays(spec) and pick(a.weight_decay, pick(o.weight_decay, 0.1)) or 0
+      wd = pick(rule.weight_decay, default_wd)
+   end
+   return spec.optimizer, lr, wd
+end
+
+-- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, muon = { lr, weight_decay,
+-- momentum, nesterov, ns_steps, coefficients, coefficients_repeat, weight_decay_mode, scale,
+-- extra_scale, eps, symmetric }, adamw = { lr, weight_decay, beta1, beta2, eps } }.
+function optim.new(d, opts)
+   local o = check_keys(opts, TOP, "")
+   local m, a = check_keys(o.muon, MUON, "muon"), check_keys(o.adamw, ADAMW, "adamw")
+   if o.mode ~= nil and o.mode ~= d.mode then
+      fail("mode '%s' does not match the buffers, which were made for mode '%s'", tostring(o.mode),
+         d.mode)
+   end
+   local c, keep = c_options(o, m, a)
+   local out = ffi.new("lw_optimizer*[1]")
+   C.check(lib.lw_optimizer_new(d._c, c, out), WHERE)
+   local self = setmetatable({ ddp = d, mode = d.mode, groups = {}, _keep = keep,
+      _lr_scale = 1 }, Optimizer)
+   self._c = ffi.gc(out[0], lib.lw_optimizer_free)
+   local by_key = {}
+   for i, spec in ipairs(d.specs) do
+      local kind, lr, wd = group_of(spec, o, m, a)
+      local key = kind .. "|" .. lr .. "|" .. wd
+      local g = by_key[key]
+      if g == nil then
+         g = { optimizer = kind, lr = lr, weight_decay = wd, params = {} }
+         self.groups[#self.groups + 1] = g
+         g.index = #self.groups - 1
+         by_key[key] = g
+      end
+      g.params[#g.params + 1] = spec.name
+      C.check(lib.lw_optimizer_set_group(self._c, i - 1, g.index), WHERE)
+   end
+   self:_send_hparams(WHERE)
+   return self
+end
+
+function Optimizer:_send_hparams(where)
+   for _, g in ipairs(self.groups) do
+      C.check(lib.lw_optimizer_set_hparams(self._c, g.index, g.lr * self._lr_scale,
+         g.weight_decay), where)
+   end
+end
+
+-- Sets a group's lr and weight decay (groups[i], 1-based) for the following steps.
+function Optimizer:set_group(i, lr, weight_decay)
+   local g = self.groups[i]
+   if g == nil then error("optimizer:set_group: no group " .. tostring(i), 2) end
+   g.lr = lr or g.lr
+   g.weight_decay = weight_decay or g.weight_decay
+   self:_send_hparams("optimizer:set_group")
+end
+
+local result = ffi.new("lw_step_result")
+
+-- One step. lr_scale (default 1) multiplies every group's lr: schedules pass it each step.
+-- Returns { ok, grad_norm, zeros, skipped, skips, step, time = { grad_sync, norm, muon, adamw,
+-- param_sync } } (seconds); ok is false when a non-finite norm skipped the update.
+function Optimizer:step(lr_scale)
+   lr_scale = lr_scale or 1
+   if lr_scale ~= self._lr_scale then
+      if type(lr_scale) ~= "number" or lr_scale < 0 then
+         error("optimizer:step: lr_scale must be a number >= 0", 2)
+      end
+      self._lr_scale = lr_scale
+      self:_send_hparams("optimizer:step")
+   end
+   C.check(lib.lw_optimizer_step(self._c, result), "optimizer:step")
+   return {
+      ok = not result.skipped, grad_norm = result.grad_norm, zeros = tonumber(result.zeros),
+      skipped = result.skipped, skips = tonumber(result.skips), step = tonumber(result.step),
+      time = { grad_sync = result.seconds_grad_sync, norm = result.seconds_norm,
+               muon = result.seconds_muon, adamw = result.seconds_adamw,
+               param_sync = result.seconds_param_sync },
+   }
+end
+
+return optim

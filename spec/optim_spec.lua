@@ -1,0 +1,129 @@
+-- optim_spec.lua: the optimizer from Lua on one rank: groups, a step that matches the kernels,
+-- schedules, skipping, and option errors.
+local lw = require("lwopt")
+
+local function specs()
+   return { { name = "w", shape = { 8, 4 }, role = "matrix" },
+            { name = "g", shape = { 4 }, role = "norm" },
+            { name = "e", shape = { 10, 4 }, role = "embedding" } }
+end
+
+local function setup(opts, ddp_opts)
+   local d = lw.ddp.new(specs(), lw.comm.self(), ddp_opts)
+   for _, name in ipairs({ "w", "g", "e" }) do
+      d:param(name):copy(function(i) return 0.1 * math.sin(i) end)
+   end
+   return d, lw.optim.new(d, opts)
+end
+
+local function backward(d, value)
+   d:zero_grad()
+   for _, name in ipairs({ "e", "g", "w" }) do
+      d:grad(name):copy(function(i) return value * math.cos(i) end)
+      d:grad_ready(name)
+   end
+end
+
+describe("lw.optim.new", function()
+   it("groups parameters by optimizer, lr and weight decay", function()
+      local _, opt = setup({ lr = 0.01, muon = { lr = 0.02 } })
+      assert.equal(2, #opt.groups)
+      local by = {}
+      for _, g in ipairs(opt.groups) do
+         for _, name in ipairs(g.params) do by[name] = g end
+      end
+      assert.same({ "muon", 0.02, 0.1 }, { by.w.optimizer, by.w.lr, by.w.weight_decay })
+      assert.same({ "adamw", 0.01, 0 }, { by.g.optimizer, by.g.lr, by.g.weight_decay })
+      assert.equal(by.g, by.e) -- a norm gain and an embedding: neither decays
+   end)
+
+   it("takes a routing rule's opts over the defaults", function()
+      local routed = lw.route(specs(), {
+         { match = "^e$", optimizer = "adamw", opts = { lr = 0.5, weight_decay = 0.2 } },
+         { match = "^w$", optimizer = "muon" }, { match = ".", optimizer = "adamw" } })
+      local opt = lw.optim.new(lw.ddp.new(routed, lw.comm.self()), {})
+      local e
+      for _, g in ipairs(opt.groups) do if g.params[1] == "e" then e = g end end
+      assert.same({ 0.5, 0.2 }, { e.lr, e.weight_decay })
+   end)
+
+   it("steps: the result reports the norm, and parameters move", function()
+      local d, opt = setup({ lr = 0.01 })
+      local before = d:param("w"):totable()
+      backward(d, 1)
+      local r = opt:step()
+      assert.is_true(r.ok)
+      assert.is_false(r.skipped)
+      assert.equal(1, r.step)
+      local expect = 0
+      for _, n in ipairs({ 32, 4, 40 }) do
+         for i = 1, n do expect = expect + math.cos(i) ^ 2 end
+      end
+      assert.near(math.sqrt(expect), r.grad_norm, 1e-4)
+      assert.is_number(r.time.muon)
+      assert.not_same(before, d:param("w"):totable())
+   end)
+
+   it("matches the Muon kernel on a matrix (identity orthogonaliser, no momentum)", function()
+      local d, opt = setup({ lr = 0.1, weight_decay = 0, muon = { coefficients = "identity",
+         momentum = 0, nesterov = false, scale = "unit_rms_norm" } })
+      local w0 = d:param("w"):totable()
+      backward(d, 2)
+      opt:step()
+      local w = d:param("w"):totable()
+      -- unit_rms_norm scale for 8 x 4 is sqrt(2)
+      for i = 1, 32 do assert.near(w0[i] - 0.1 * math.sqrt(2) * 2 * math.cos(i), w[i], 1e-5) end
+   end)
+
+   it("scales every group's lr for schedules; lr_scale 0 leaves parameters alone", function()
+      local d, opt = setup({ lr = 0.01, weight_decay = 0 })
+      local before = d:param("g"):totable()
+      backward(d, 1)
+      opt:step(0)
+      assert.same(before, d:param("g"):totable())
+      backward(d, 1)
+      opt:step(1)
+      assert.not_same(before, d:param("g"):totable())
+   end)
+
+   it("skips a step with a non-finite gradient and changes nothing", function()
+      local d, opt = setup({ lr = 0.01 })
+      local before = d:param("w"):totable()
+      backward(d, 1)
+      d:grad("g"):set(2, 0 / 0)
+      local r = opt:step()
+      assert.is_false(r.ok)
+      assert.is_true(r.skipped)
+      assert.equal(1, r.skips)
+      assert.equal(0, r.step)
+      assert.same(before, d:param("w"):totable())
+   end)
+
+   it("names bad options", function()
+      local d = lw.ddp.new(specs(), lw.comm.self())
+      local function fails(opts, message)
+         assert.has_error(function() lw.optim.new(d, opts) end, message)
+      end
+      fails({ muon = { momentum = 1 } }, "lw.optim.new: muon: momentum must be in [0, 1), got 1")
+      fails({ muon = { ns_steps = 0 } }, "lw.optim.new: muon: ns_steps must be >= 1, got 0")
+      fails({ muon = { coefficients = "fast" } }, "lw.optim.new: unknown muon.coefficients "
+         .. "'fast' (simple, quintic, polar_express, cubic5, identity, or a list of {a, b, c})")
+      fails({ muon = { coefficients = { { 1, 2 } } } },
+         "lw.optim.new: muon.coefficients[1] must be {a, b, c}")
+      fails({ lr = -1 }, "lw.optim.new: optimizer: lr must be finite and >= 0, got -1")
+      fails({ adamw = { beta1 = 1.5 } }, "lw.optim.new: adamw: beta1 must be in [0, 1), got 1.5")
+      fails({ muon = { scale = "big" } }, "lw.optim.new: unknown muon.scale 'big' (spectral, "
+         .. "unit_rms_norm, shape_scaling, moonlight)")
+      fails({ mode = "legacy" }, "lw.optim.new: mode 'legacy' does not match the buffers, which "
+         .. "were made for mode 'layerwise'")
+      fails({ momentum = 0.9 }, "lw.optim.new: unknown option 'momentum'")
+   end)
+
+   it("accepts custom coefficients, cycled or repeated", function()
+      local d = lw.ddp.new(specs(), lw.comm.self())
+      local opt = lw.optim.new(d, { muon = { coefficients = { { 3.4445, -4.7750, 2.0315 },
+         { 2, -1.5, 0.5 } }, coefficients_repeat = true } })
+      backward(d, 1)
+      assert.is_true(opt:step().ok)
+   end)
+end)
