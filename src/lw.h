@@ -40,6 +40,8 @@ const char *lw_last_error(void);
 const char *lw_version(void);
 /* Whether the CUDA backend (liblwopt_cuda.so) is built and loadable. */
 bool lw_has_cuda(void);
+/* Seconds on a monotonic clock, for timing. */
+double lw_now(void);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 

@@ -50,7 +50,7 @@ static void test_reduce_scatter_and_allgather(lw_comm *c) {
     /* a second start on an active request is refused */
     float x[64];
     for (int i = 0; i < 64; i++) x[i] = 1.0f;
-    if (64 % size == 0) {
+    if (64 % size == 0 && size > 1) { /* one rank: nothing is ever in flight */
         CHECK_OK(lw_comm_allgather(c, x, 64, LW_DTYPE_F32, req));
         CHECK_FAILS(lw_comm_allgather(c, x, 64, LW_DTYPE_F32, req), LW_ERR_STATE,
                     "still active");
@@ -148,6 +148,7 @@ static void test_counters(lw_comm *c) {
 /* Freeing a communicator completes its collectives in flight, so a request that outlives it
  * (freed later, as Lua's garbage collector may order it) touches no freed memory. */
 static void test_free_with_request_in_flight(lw_comm *c) {
+    if (lw_comm_size(c) < 2) return; /* one rank completes collectives at once */
     lw_comm *part;
     CHECK_OK(lw_comm_split(c, 0, lw_comm_rank(c), &part));
     lw_request *req;

@@ -20,4 +20,9 @@ function lw.has_cuda()
    return C.lib.lw_has_cuda()
 end
 
+-- Seconds on a monotonic clock.
+function lw.now()
+   return C.lib.lw_now()
+end
+
 return lw

@@ -342,7 +342,8 @@ static lw_status start_grad(lw_buffers *bs, int32_t gi) {
     group *g = &bs->groups[gi];
     buffer *b = &bs->buffers[g->buffer];
     float *bucket = b->grad + g->start;
-    lw_vec_scale(bucket, g->count, 1.0f / (float)lw_comm_size(b->comm));
+    const int32_t dp = lw_comm_size(b->comm);
+    if (dp > 1) lw_vec_scale(bucket, g->count, 1.0f / (float)dp);
     g->grad_started = true;
     if (b->kind == SYNC_SHARDED) return lw_comm_reduce_scatter(b->comm, bucket, g->count, g->req);
     return lw_comm_allreduce_start(b->comm, bucket, g->count, g->req);

@@ -12,6 +12,8 @@ double lwi_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+double lw_now(void) { return lwi_now(); }
+
 size_t lwi_dtype_size(lw_dtype dtype) {
     switch (dtype) {
     case LW_DTYPE_F32: return 4;
@@ -109,7 +111,7 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
     if (root < 0 || root >= c->size)
         return lwi_fail(LW_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
     double t = lwi_now();
-    st = c->backend->broadcast(c, data, bytes, root);
+    if (c->size > 1) st = c->backend->broadcast(c, data, bytes, root);
     count(c, LW_COMM_BROADCAST, c->rank == root ? (double)bytes : 0, t);
     return st;
 }
@@ -126,7 +128,7 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
     double t = lwi_now();
-    st = c->backend->allreduce(c, data, n, dtype, op);
+    if (c->size > 1) st = c->backend->allreduce(c, data, n, dtype, op);
     double bytes = 2.0 * (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype);
     count(c, LW_COMM_ALLREDUCE, bytes, t);
     return st;
@@ -155,8 +157,10 @@ lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request
     req->op = LW_COMM_ALLREDUCE;
     req->copy_to = NULL;
     req->copy_count = 0;
-    st = c->backend->allreduce_start(c, data, n, req);
-    if (st == LW_OK) activate(c, req);
+    if (c->size > 1) {
+        st = c->backend->allreduce_start(c, data, n, req);
+        if (st == LW_OK) activate(c, req);
+    }
     count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)n * 4.0, t);
     return st;
 }
@@ -184,6 +188,10 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
     if ((st = claim(r)) != LW_OK) return st;
     double t = lwi_now();
     int64_t shard = n / c->size;
+    if (c->size == 1) { /* the sum over one rank is the bucket itself */
+        count(c, LW_COMM_REDUCE_SCATTER, 0, t);
+        return LW_OK;
+    }
     if (shard > r->scratch_capacity) {
         float *grown = realloc(r->scratch, sizeof(float) * (size_t)shard);
         if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard");
@@ -210,6 +218,10 @@ lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
     lw_request *r = req ? req : c->blocking;
     if ((st = claim(r)) != LW_OK) return st;
     double t = lwi_now();
+    if (c->size == 1) { /* one shard: every rank already has it */
+        count(c, LW_COMM_ALLGATHER, 0, t);
+        return LW_OK;
+    }
     r->op = LW_COMM_ALLGATHER;
     r->copy_to = NULL;
     r->copy_count = 0;
@@ -239,7 +251,8 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
     if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
     double t = lwi_now();
-    st = c->backend->allgatherv(c, send, send_count, recv, counts);
+    const lwi_comm_backend *b = c->size == 1 ? &lwi_comm_self_backend : c->backend;
+    st = b->allgatherv(c, send, send_count, recv, counts);
     count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
     return st;
 }
