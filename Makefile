@@ -29,8 +29,10 @@ test: build build-asan
 demo: build
 	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8
 
+# The quick benchmarks; bench/optimizer_step.sh (several minutes) runs the MPI one.
 bench: build
 	@bin/lwopt run bench/layout.lua
+	@$(BUILD)/bench_newton_schulz
 
 install: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX)

@@ -65,4 +65,16 @@ static inline int check_exit(const char *name) {
     return check_failures == 0 ? 0 : 1;
 }
 
+/* For tests that run on several ranks: fails every rank when any rank failed, frees the
+ * communicator, and reports "rank r of n: ...". */
+static inline int check_exit_all_ranks(lw_comm *c, const char *name) {
+    int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t failures = check_failures;
+    CHECK_OK(lw_comm_allreduce(c, &failures, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    if (failures > 0 && check_failures == 0) check_failures = 1;
+    lw_comm_free(c);
+    printf("rank %d of %d: ", rank, size);
+    return check_exit(name);
+}
+
 #endif

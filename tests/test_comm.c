@@ -174,12 +174,5 @@ int main(void) {
     test_broadcast_split_barrier(c);
     test_counters(c);
     test_free_with_request_in_flight(c);
-    int rank = lw_comm_rank(c), size = lw_comm_size(c);
-    /* every rank's verdict, so that one failing rank fails the whole run */
-    int64_t failures = check_failures;
-    CHECK_OK(lw_comm_allreduce(c, &failures, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
-    lw_comm_free(c);
-    if (failures > 0 && check_failures == 0) check_failures = 1;
-    printf("rank %d of %d: ", rank, size);
-    return check_exit("test_comm");
+    return check_exit_all_ranks(c, "test_comm");
 }

@@ -48,6 +48,8 @@ typedef struct variant {
     bool overlap;
     float clip;
     int nan_step; /* -1: none */
+    float bad;    /* the non-finite value injected at nan_step (NAN or INFINITY) */
+    int silent;   /* a param whose gradient never arrives (-1: none): zeros, still synced */
 } variant;
 
 static const float LR[2] = {0.02f, 0.01f}, WD[2] = {0.1f, 0.05f};
@@ -73,8 +75,8 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
             for (int64_t i = 0; i < numel_of(&sp[p]); i++) {
                 double s = 0;
                 for (int r = 0; r < size; r++) s += grad_value(p, i, step, r, size);
-                g[p][i] = (float)(s / size);
-                if (step == v->nan_step && p == 3 && i == 5) g[p][i] = NAN;
+                g[p][i] = p == v->silent ? 0.0f : (float)(s / size);
+                if (step == v->nan_step && p == 3 && i == 5) g[p][i] = v->bad;
                 sq += (double)g[p][i] * g[p][i];
             }
         norms[step] = sqrt(sq);
@@ -162,11 +164,12 @@ static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const varian
         CHECK_OK(lw_buffers_zero_grad(bs));
         /* backward: gradients arrive in reverse definition order */
         for (int p = n - 1; p >= 0; p--) {
+            if (p == v->silent) continue;
             float *g;
             CHECK_OK(lw_buffers_grad(bs, p, &g));
             for (int64_t i = 0; i < numel_of(&sp[p]); i++)
                 g[i] = grad_value(p, i, step, rank, size);
-            if (step == v->nan_step && p == 3 && rank == size - 1) g[5] = NAN;
+            if (step == v->nan_step && p == 3 && rank == size - 1) g[5] = v->bad;
             CHECK_OK(lw_buffers_grad_ready(bs, p));
         }
         lw_step_result r;
@@ -262,32 +265,33 @@ int main(void) {
             for (int overlap = 0; overlap < 2; overlap++) {
                 snprintf(label, sizeof label, "%s bucket=%d overlap=%d", names[a], bucket, overlap);
                 variant v = {label, aligned[a], LW_ALGORITHM_DISTOPT, bucket ? 1500 : INT64_MAX,
-                             overlap, 0.0f, -1};
+                             overlap, 0.0f, -1, 0.0f, -1};
                 run_variant(c, specs, N_SPECS, &v);
             }
     variant more[] = {
-        {"aligned adamw", LW_ALGORITHM_COST, LW_ALGORITHM_COST, 2000, true, 0.0f, -1},
-        {"legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, -1},
-        {"legacy buckets", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, 1000, false, 0.0f, -1},
-        {"replicated", LW_ALGORITHM_DEFAULT, LW_ALGORITHM_DEFAULT, 1000, true, 0.0f, -1},
-        {"clipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 1.0f, -1},
-        {"nan skipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, 1},
-        {"nan legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, 1},
+        {"aligned adamw", LW_ALGORITHM_COST, LW_ALGORITHM_COST, 2000, true, 0.0f, -1, 0.0f, -1},
+        {"legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, -1, 0.0f, -1},
+        {"legacy buckets", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, 1000, false, 0.0f, -1, 0.0f,
+         -1},
+        {"replicated", LW_ALGORITHM_DEFAULT, LW_ALGORITHM_DEFAULT, 1000, true, 0.0f, -1, 0.0f, -1},
+        {"clipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 1.0f, -1, 0.0f, -1},
+        {"nan skipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, 1, NAN, -1},
+        {"inf skipped", LW_ALGORITHM_LPT, LW_ALGORITHM_DISTOPT, INT64_MAX, false, 0.0f, 2,
+         INFINITY, -1},
+        {"nan legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, 1, NAN, -1},
+        {"silent matrix", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f, 5},
+        {"silent vector", LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_DISTOPT, INT64_MAX, true, 0.0f,
+         -1, 0.0f, 4},
     };
     for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
         run_variant(c, specs, N_SPECS, &more[k]);
 
     /* two parameters: at dp 3 at least one rank owns nothing and still takes part */
     lw_param_spec two[2] = {mat("w", 8, 8, true), vec("g", 4)};
-    variant tiny = {"two params", LW_ALGORITHM_COST, LW_ALGORITHM_COST, INT64_MAX, true, 0.0f, -1};
+    variant tiny = {"two params", LW_ALGORITHM_COST, LW_ALGORITHM_COST, INT64_MAX, true, 0.0f, -1,
+                    0.0f, -1};
     run_variant(c, two, 2, &tiny);
 
     test_errors(c);
-    int rank = lw_comm_rank(c), size = lw_comm_size(c);
-    int64_t failures = check_failures;
-    CHECK_OK(lw_comm_allreduce(c, &failures, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
-    if (failures > 0 && check_failures == 0) check_failures = 1;
-    lw_comm_free(c);
-    printf("rank %d of %d: ", rank, size);
-    return check_exit("test_optimizer");
+    return check_exit_all_ranks(c, "test_optimizer");
 }
