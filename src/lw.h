@@ -438,6 +438,60 @@ lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr,
                                    float weight_decay);
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out);
 
+/* ---- model kernels (CPU, f32, row-major) ---------------------------------------------------- *
+ * Forward and backward of the GPT building blocks, on raw pointers; no allocation inside.
+ * Shapes: n rows (n = batch * time), c channels. Every backward ACCUMULATES (+=) into its
+ * outputs (parameter gradients sum over micro-steps and tied uses, activation gradients over
+ * residual branches), so callers zero them first. A NULL optional output is skipped. */
+
+/* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional). */
+void lw_linear_forward(float *y, const float *x, const float *w, const float *b, int64_t n,
+                       int64_t in, int64_t out);
+/* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional). */
+void lw_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                        const float *w, int64_t n, int64_t in, int64_t out);
+
+/* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
+void lw_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
+                          int64_t b, int64_t t, int64_t c);
+/* dwte[tokens[b, t], :] += dy[b, t, :]; dwpe[t, :] += dy[b, t, :] (dwpe optional). */
+void lw_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens,
+                           int64_t b, int64_t t, int64_t c);
+
+/* y = (x - mean) * rstd * g + beta per row (beta optional); saves mean[n], rstd[n]. */
+void lw_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *g,
+                          const float *beta, int64_t n, int64_t c, float eps);
+/* dx[n, c] += ...; dg[c] += ...; dbeta[c] += ... (dbeta optional). */
+void lw_layernorm_backward(float *dx, float *dg, float *dbeta, const float *dy, const float *x,
+                           const float *g, const float *mean, const float *rstd, int64_t n,
+                           int64_t c);
+
+/* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void lw_gelu_forward(float *y, const float *x, int64_t n);
+/* dx += dy * gelu'(x) */
+void lw_gelu_backward(float *dx, const float *dy, const float *x, int64_t n);
+
+/* Causal multi-head self-attention. qkv[b, t, 3c] holds q, k, v (each [b, t, c], head h in
+ * channels [h*c/nh, (h+1)*c/nh)); out[b, t, c]; att[b, nh, t, t] saves the probabilities (zero
+ * above the diagonal). Scale 1/sqrt(c/nh). c must divide by nh. */
+void lw_attention_forward(float *out, float *att, const float *qkv, int64_t b, int64_t t,
+                          int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += ...; scratch holds t*t floats. */
+void lw_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int64_t b, int64_t t, int64_t c, int64_t nh);
+
+/* The LM head fused with softmax cross-entropy: logits[n, v] = h[n, c] w[v, c]^T, then
+ * probs[n, v] (softmax, written into the caller's buffer), losses[n] = -log probs[target].
+ * Returns the mean loss over rows whose target is >= 0 (a target < 0 is ignored). */
+double lw_cross_entropy_forward(float *probs, float *losses, const float *h, const float *w,
+                                const int32_t *targets, int64_t n, int64_t c, int64_t v);
+/* Backward of loss_scale * (mean loss): dlogits = loss_scale * (probs - onehot) / count,
+ * formed in probs in place (probs is consumed), then dh[n, c] += dlogits w and
+ * dw[v, c] += dlogits^T h (dh optional). */
+void lw_cross_entropy_backward(float *dh, float *dw, float *probs, const float *h, const float *w,
+                               const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                               float loss_scale);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus
