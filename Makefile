@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan test demo bench install clean format
+.PHONY: all deps build build-asan test demo layout-demo bench install clean format data
 
 all: build
 
@@ -22,11 +22,24 @@ build-asan: deps
 		-DCMAKE_BUILD_TYPE=Debug -DLWOPT_SANITIZE=ON
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+# The default corpus: the King James Bible from Debian's bible-kjv, 4.3 MB of ASCII.
+data: data/kjv.txt
+
+data/kjv.txt: | deps
+	@mkdir -p data
+	@bible -l1000 "gen1:1-rev22:21" > $@.tmp && mv $@.tmp $@
+
 # C tests (ctest), C tests under the sanitizers, busted specs under LuaJIT.
-test: build build-asan
+test: build build-asan data
 	@scripts/test.sh $(BUILD) $(ASAN_BUILD)
 
-demo: build
+# The main job: gpt_small on 2 ranks, with its log and loss curve in runs/.
+demo: build data
+	@mkdir -p runs
+	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 \
+		-x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --log runs/demo.jsonl
+
+layout-demo: build
 	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8
 
 # The quick benchmarks; bench/optimizer_step.sh (several minutes) runs the MPI one.

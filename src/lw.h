@@ -42,6 +42,8 @@ const char *lw_version(void);
 bool lw_has_cuda(void);
 /* Seconds on a monotonic clock, for timing. */
 double lw_now(void);
+/* Whether file descriptor fd is a terminal (progress lines redraw in place there). */
+bool lw_is_terminal(int32_t fd);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
@@ -270,6 +272,8 @@ int64_t lw_vec_count_zeros(const float *x, int64_t n);
 bool lw_vec_all_finite(const float *x, int64_t n);
 /* x *= alpha */
 void lw_vec_scale(float *x, int64_t n, float alpha);
+/* y = a + b (y may be a or b) */
+void lw_vec_add(float *y, const float *a, const float *b, int64_t n);
 
 /* ---- Muon ---------------------------------------------------------------------------------- */
 

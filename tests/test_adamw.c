@@ -31,6 +31,9 @@ static void test_vectors(void) {
     CHECK(!lw_vec_all_finite(x, 5));
     lw_vec_scale(x, 1, 0.5f);
     CHECK(x[0] == 0.5f);
+    float a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+    lw_vec_add(a, a, b, 3);
+    CHECK(a[0] == 11 && a[1] == 22 && a[2] == 33);
 }
 
 int main(void) {

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 
 static _Thread_local char last_error[1024];
 
@@ -20,6 +21,8 @@ const char *lw_version(void) { return "0.1.0"; }
 
 /* The CUDA backend arrives with its own library (src/cuda); until it is built, there is none. */
 bool lw_has_cuda(void) { return false; }
+
+bool lw_is_terminal(int32_t fd) { return isatty(fd) == 1; }
 
 int64_t lwi_gcd(int64_t a, int64_t b) {
     while (b != 0) {

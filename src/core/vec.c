@@ -32,3 +32,7 @@ bool lw_vec_all_finite(const float *x, int64_t n) {
 void lw_vec_scale(float *x, int64_t n, float alpha) {
     for (int64_t i = 0; i < n; i++) x[i] *= alpha;
 }
+
+void lw_vec_add(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}

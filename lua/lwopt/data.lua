@@ -1,0 +1,94 @@
+-- data.lua: byte-level text data. Tokens are bytes (vocabulary 256); the last 5% of the file is
+-- the validation split. A step's global batch is a fixed set of sequences chosen from (seed,
+-- step) alone, so runs at any rank count and accumulation give the same losses: sequence k of
+-- the global batch goes to micro-step floor(k / (ranks * batch)), rank floor(k / batch) % ranks.
+local ffi = require("ffi")
+local bit = require("bit")
+
+local data = {}
+
+local Dataset = {}
+Dataset.__index = Dataset
+
+-- Loads a text file as bytes. Errors name the file and say how to get the default corpus.
+function data.load(path, opts)
+   opts = opts or {}
+   local f, err = io.open(path, "rb")
+   if f == nil then
+      error(("lw.data: cannot read '%s' (%s)%s"):format(path, tostring(err), opts.hint or ""), 0)
+   end
+   local text = f:read("*a")
+   f:close()
+   local n = #text
+   local seq = opts.seq_len or 1
+   local n_val = math.floor(n * (opts.val_fraction or 0.05))
+   if n - n_val < seq + 2 or n_val < seq + 2 then
+      error(("lw.data: '%s' has %d bytes, too few for sequences of %d with a 5%% validation "
+         .. "split"):format(path, n, seq), 0)
+   end
+   local bytes = ffi.new("uint8_t[?]", n)
+   ffi.copy(bytes, text, n)
+   return setmetatable({ path = path, bytes = bytes, n = n, n_train = n - n_val,
+                         n_val = n_val, vocab = 256 }, Dataset)
+end
+
+-- splitmix64: a counter-based generator, the same on every machine.
+local function mix(z)
+   z = z + 0x9E3779B97F4A7C15ULL
+   z = bit.bxor(z, bit.rshift(z, 30)) * 0xBF58476D1CE4E5B9ULL
+   z = bit.bxor(z, bit.rshift(z, 27)) * 0x94D049BB133111EBULL
+   return bit.bxor(z, bit.rshift(z, 31))
+end
+
+-- Start offset in the training split of sequence k of step `step`.
+function Dataset:offset(seed, step, k, t)
+   local z = mix(mix(mix(0ULL + seed) + step) + k)
+   return tonumber(z % (self.n_train - t - 1))
+end
+
+-- Fills tokens and targets (int32_t* [b * t]) with the micro-batch of this rank: sequences
+-- k = micro * ranks * b + rank * b + i of the step's global batch.
+function Dataset:train_batch(tokens, targets, seed, step, micro, rank, ranks, b, t)
+   local bytes = self.bytes
+   for i = 0, b - 1 do
+      local k = (micro * ranks + rank) * b + i
+      local at = self:offset(seed, step, k, t)
+      local row = i * t
+      for j = 0, t - 1 do
+         tokens[row + j] = bytes[at + j]
+         targets[row + j] = bytes[at + j + 1]
+      end
+   end
+end
+
+-- The validation set: consecutive non-overlapping sequences from the start of the split, at
+-- most `max` of them. Returns their count.
+function Dataset:val_count(t, max)
+   return math.min(max or math.huge, math.floor((self.n_val - 1) / t))
+end
+
+-- Fills a batch of validation sequences first .. first + b - 1 (missing ones get targets -1).
+function Dataset:val_batch(tokens, targets, first, count, b, t)
+   local bytes, base = self.bytes, self.n_train
+   for i = 0, b - 1 do
+      local k = first + i
+      local row = i * t
+      for j = 0, t - 1 do
+         if k < count then
+            local at = base + k * t + j
+            tokens[row + j] = bytes[at]
+            targets[row + j] = bytes[at + 1]
+         else
+            tokens[row + j] = 0
+            targets[row + j] = -1
+         end
+      end
+   end
+end
+
+-- Text of the bytes [from, from + len) (for samples and tests).
+function Dataset:text(from, len)
+   return ffi.string(self.bytes + from, len)
+end
+
+return data

@@ -1,0 +1,141 @@
+-- train.lua: the training loop over a model (lw.nn), its buffers (lw.ddp), optimizer (lw.optim)
+-- and data (lw.data): micro-steps with gradient accumulation, hooks that overlap communication
+-- with compute, warmup + cosine learning rate, evaluation split across ranks, a progress line
+-- on rank 0 and JSON lines per step (DESIGN.md).
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local json = require("lwopt.json")
+
+local lib = C.lib
+local train = {}
+
+-- lr multiplier at step s (1-based): linear warmup over `warmup` steps, then a cosine from 1
+-- (the first step after warmup) down to min_ratio (the last step).
+function train.schedule(s, steps, warmup, min_ratio)
+   if warmup > 0 and s <= warmup then return s / warmup end
+   local span = math.max(1, steps - warmup - 1)
+   local progress = math.max(0, math.min(1, (s - warmup - 1) / span))
+   return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+end
+
+local function comm_seconds(comm)
+   local total = 0
+   for _, c in pairs(comm:counters()) do total = total + c.seconds end
+   return total
+end
+
+-- Mean validation loss over the first `max` validation sequences, split across ranks.
+function train.evaluate(run, max)
+   local model, data, comm = run.model, run.data, run.comm
+   local b, t = run.batch, run.seq
+   run.ddp:finish_param_sync()
+   local count = data:val_count(t, max)
+   local sum, rows = 0, 0
+   for first = comm.rank * b, count - 1, comm.size * b do
+      data:val_batch(run.tokens, run.targets, first, count, b, t)
+      local loss = model:forward(run.tokens, run.targets, b, t)
+      local k = math.min(b, count - first)
+      sum, rows = sum + loss * k, rows + k
+   end
+   local totals = comm:allreduce({ sum, rows })
+   return totals[1] / math.max(totals[2], 1)
+end
+
+local function progress(run, rec, t_start)
+   if run.comm.rank ~= 0 or run.quiet then return end
+   local elapsed = lib.lw_now() - t_start
+   local eta = elapsed / rec.step * (run.steps - rec.step)
+   local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s  eta %4.0fs%s"):format(rec.step,
+      run.steps, rec.loss, rec.lr, rec.tokens_per_s, eta,
+      rec.val_loss and ("  val %.4f"):format(rec.val_loss) or "")
+   if run.terminal and not rec.val_loss then
+      io.stdout:write("\r", line, "\027[K")
+   else
+      io.stdout:write(run.terminal and "\r" or "", line, run.terminal and "\027[K\n" or "\n")
+   end
+   io.stdout:flush()
+end
+
+-- Runs `steps` optimizer steps. run = { comm, model (bound to ddp with train.hooks), ddp, opt,
+-- data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
+-- (path or nil), quiet, progress ("auto" | "redraw" | "lines") }. Returns the step records.
+function train.run(run)
+   local comm, model, ddp, opt, data = run.comm, run.model, run.ddp, run.opt, run.data
+   local b, t, accum = run.batch, run.seq, run.accum or 1
+   run.tokens = run.tokens or ffi.new("int32_t[?]", b * t)
+   run.targets = run.targets or ffi.new("int32_t[?]", b * t)
+   -- under mpirun every rank's stdout is a pty, terminal or not: redraw only when asked there
+   local launched = os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE")
+   if run.progress == "redraw" then run.terminal = true
+   elseif run.progress == "lines" then run.terminal = false
+   else run.terminal = lib.lw_is_terminal(1) and not launched end
+   local log = nil
+   if run.log and comm.rank == 0 then
+      log = assert(io.open(run.log, "w"))
+   end
+   local records = {}
+   local tokens_per_step = b * t * accum * comm.size
+   local t_start = lib.lw_now()
+   for step = 1, run.steps do
+      local t0, comm0 = lib.lw_now(), comm_seconds(comm)
+      local fwd, bwd, loss = 0, 0, 0
+      ddp:zero_grad()
+      for micro = 0, accum - 1 do
+         data:train_batch(run.tokens, run.targets, run.seed, step, micro, comm.rank, comm.size, b, t)
+         -- only the last micro-step's backward completes gradients (and starts their sync)
+         run.report_ready = micro == accum - 1
+         local a = lib.lw_now()
+         loss = loss + model:forward(run.tokens, run.targets, b, t) / accum
+         local m = lib.lw_now()
+         model:backward(1 / accum)
+         fwd, bwd = fwd + (m - a), bwd + (lib.lw_now() - m)
+      end
+      local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
+      local o0 = lib.lw_now()
+      local r = opt:step(lr_scale)
+      local opt_time = lib.lw_now() - o0
+      local mean_loss = comm:allreduce({ loss })[1] / comm.size
+      local wall = lib.lw_now() - t0
+      local comm_wait = comm_seconds(comm) - comm0
+      local rec = {
+         step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
+         tokens_per_s = tokens_per_step / wall, skipped = r.skipped or nil,
+         time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
+            opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync) }),
+      }
+      if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
+         or step == run.steps then
+         rec.val_loss = train.evaluate(run, run.eval_max)
+      end
+      records[#records + 1] = rec
+      if log then
+         log:write(json.encode(json.object(rec)), "\n")
+         log:flush()
+      end
+      progress(run, rec, t_start)
+   end
+   if log then log:close() end
+   return records
+end
+
+-- Hooks for model:bind: before a parameter is read, its group's gather must be done; when a
+-- gradient is complete (last micro-step only), its bucket may start syncing.
+function train.hooks(run)
+   local ddp = run.ddp
+   local group_of = {}
+   return {
+      before = function(name)
+         local g = group_of[name]
+         if g == nil then
+            g = ddp:group_of(name)
+            group_of[name] = g
+         end
+         ddp:finish_param_sync(g)
+      end,
+      ready = function(name)
+         if run.report_ready ~= false then ddp:grad_ready(name) end
+      end,
+   }
+end
+
+return train

@@ -1,0 +1,76 @@
+-- recipe_spec.lua: recipes/gpt_small.lua as a user runs it (from another directory): a short
+-- run's output, flag and data errors with their messages, and routing rules that miss a
+-- parameter stopping the run before any work.
+local helpers = require("helpers")
+
+local root = assert(io.popen("pwd")):read("*l")
+local recipe = root .. "/recipes/gpt_small.lua"
+
+describe("recipes/gpt_small.lua", function()
+   it("trains the tiny preset, reports the validation loss and prints a sample", function()
+      local log = os.tmpname() .. ".jsonl"
+      local out, status = helpers.sh("cd /tmp && luajit " .. recipe .. " --preset tiny --steps 6 "
+         .. "--eval-every 3 --sample 30 --progress lines --log " .. log)
+      assert.equal(0, status)
+      assert.matches("step     6/6  loss %d%.%d+", out)
+      assert.matches("final validation loss %d%.%d+ %(%d%.%d+ bits/byte%)", out)
+      assert.matches("sample:\nAnd God said", out, 1, true)
+      local lines = 0
+      for _ in io.lines(log) do lines = lines + 1 end
+      assert.equal(6, lines)
+      local png = log:gsub("%.jsonl$", ".png")
+      assert.matches("loss curve: " .. png, out, 1, true)
+      assert.is_not_nil(io.open(png))
+      os.remove(log)
+      os.remove(png)
+   end)
+
+   it("writes the parameters as safetensors that a separate reader loads", function()
+      local file = os.tmpname() .. ".safetensors"
+      local _, status = helpers.sh("luajit " .. recipe .. " --preset tiny --steps 2 --sample 0 "
+         .. "--quiet --save-params " .. file)
+      assert.equal(0, status)
+      local check = [[
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+w = header["h.0.attn.qkv.weight"]
+a, b = w["data_offsets"]
+x = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=np.float32).reshape(w["shape"])
+assert w["dtype"] == "F32" and list(x.shape) == [192, 64] and np.isfinite(x).all()
+print("ok", len(header))
+]]
+      local script = helpers.tempfile(check)
+      local out, code = helpers.sh("/usr/bin/python3 " .. script .. " " .. file)
+      assert.equal(0, code, out)
+      assert.matches("ok 27", out, 1, true) -- wte, wpe, 4 layers x 6, ln_f
+      os.remove(script)
+      os.remove(file)
+   end)
+
+   it("answers a mistyped flag with the usage and status 2", function()
+      local out, status = helpers.sh("luajit " .. recipe .. " --step 5")
+      assert.equal(2, status)
+      assert.matches("unknown flag --step", out, 1, true)
+      assert.matches("--steps INT", out, 1, true)
+      out, status = helpers.sh("luajit " .. recipe .. " --mode zero")
+      assert.equal(2, status)
+      assert.matches("--mode must be one of layerwise|legacy|replicated, got 'zero'", out, 1, true)
+   end)
+
+   it("says how to get a missing corpus, on rank 0's message", function()
+      local out, status = helpers.sh("luajit " .. recipe .. " --data /nonexistent/corpus.txt")
+      assert.equal(1, status)
+      assert.matches("[rank 0] lw.data: cannot read '/nonexistent/corpus.txt'", out, 1, true)
+   end)
+
+   it("stops before any work when a routing rule list leaves a parameter unmatched", function()
+      local out, status = helpers.sh("luajit " .. root .. "/spec/fixtures/bad_rules.lua --preset tiny")
+      assert.equal(1, status)
+      assert.matches("lw.route: no rule matches parameter 'h.0.ln_1.weight'", out, 1, true)
+      assert.is_nil(out:find("trained anyway", 1, true))
+      assert.is_nil(out:find("step ", 1, true))
+   end)
+end)

@@ -1,0 +1,51 @@
+-- train_spec.lua: the schedule, and a short training run through the library API on one rank.
+local lw = require("lwopt")
+local helpers = require("helpers")
+
+describe("lw.train.schedule", function()
+   it("warms up linearly, then follows a cosine down to the minimum", function()
+      assert.equal(0.1, lw.train.schedule(1, 101, 10, 0.1))
+      assert.equal(1, lw.train.schedule(10, 101, 10, 0.1))
+      assert.equal(1, lw.train.schedule(11, 101, 10, 0.1))
+      assert.near(0.55, lw.train.schedule(56, 101, 10, 0.1), 1e-12)
+      assert.near(0.1, lw.train.schedule(101, 101, 10, 0.1), 1e-12)
+      assert.equal(1, lw.train.schedule(1, 1, 0, 0.1))
+   end)
+end)
+
+describe("lw.train.run", function()
+   it("lowers the loss of a tiny GPT and writes one JSON line per step", function()
+      local text = {}
+      for i = 1, 400 do text[i] = "the cat sat on the mat. " end
+      local path = helpers.tempfile(table.concat(text))
+      local log = os.tmpname()
+      local comm = lw.comm.init()
+      local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 32, n_head = 2, vocab = 256, seq_len = 16 }
+      local ddp = lw.ddp.new(model:parameters(), comm)
+      local opt = lw.optim.new(ddp, { lr = 1e-2 })
+      for _, s in ipairs(model:parameters()) do
+         ddp:param(s.name):copy(function(k) return s.role == "norm" and 1 or 0.02 * math.sin(k) end)
+      end
+      local run = { comm = comm, model = model, ddp = ddp, opt = opt,
+         data = lw.data.load(path, { seq_len = 16 }), steps = 40, batch = 4, seq = 16, accum = 2,
+         seed = 1, base_lr = 1e-2, lr_warmup = 5, eval_every = 20, eval_max = 8, log = log,
+         quiet = true }
+      model:bind(ddp, lw.train.hooks(run))
+      local records = lw.train.run(run)
+      assert.equal(40, #records)
+      assert.is_true(records[40].loss < records[1].loss - 1.5)
+      assert.is_number(records[20].val_loss)
+      assert.is_nil(records[19].val_loss)
+      local lines = 0
+      for line in io.lines(log) do
+         lines = lines + 1
+         for _, key in ipairs({ '"step":', '"loss":', '"lr":', '"grad_norm":', '"tokens_per_s":',
+            '"time_ms":{"bwd":', '"comm_wait":', '"fwd":', '"opt":' }) do
+            assert.matches(key, line, 1, true)
+         end
+      end
+      assert.equal(40, lines)
+      os.remove(log)
+      os.remove(path)
+   end)
+end)

@@ -1,0 +1,227 @@
+/* test_nn_attention.c: causal attention against a float64 reference loop, dqkv against finite
+ * differences, accumulation into a pre-filled dqkv, and causality of the outputs and of the
+ * gradients. One case has t = 70 so that OpenBLAS runs its blocked GEMM paths. */
+#include "nn_check.h"
+
+typedef struct {
+    int64_t b, t, c, nh;
+    float *qkv;  /* [b, t, 3c] */
+    float *out;  /* [b, t, c] */
+    float *att;  /* [b, nh, t, t] */
+    float *r;    /* [b, t, c]: the loss weights, so dout = r */
+    float *dqkv; /* [b, t, 3c] */
+    float *scratch;
+} att_case;
+
+static att_case case_new(int64_t b, int64_t t, int64_t c, int64_t nh) {
+    att_case k = {b, t, c, nh, NULL, NULL, NULL, NULL, NULL, NULL};
+    k.qkv = nn_alloc(b * t * 3 * c);
+    k.out = nn_alloc(b * t * c);
+    k.att = nn_alloc(b * nh * t * t);
+    k.r = nn_alloc(b * t * c);
+    k.dqkv = nn_alloc(b * t * 3 * c);
+    k.scratch = nn_alloc(t * t);
+    nn_fill(k.qkv, b * t * 3 * c, 1.0f);
+    nn_fill(k.r, b * t * c, 1.0f);
+    return k;
+}
+
+static void case_free(att_case *k) {
+    free(k->qkv), free(k->out), free(k->att), free(k->r), free(k->dqkv), free(k->scratch);
+}
+
+static void forward(att_case *k) {
+    lw_attention_forward(k->out, k->att, k->qkv, k->b, k->t, k->c, k->nh);
+}
+
+static void backward_into(att_case *k, float *dqkv, const float *dout) {
+    lw_attention_backward(dqkv, k->scratch, dout, k->qkv, k->att, k->b, k->t, k->c, k->nh);
+}
+
+/* Explicit per-head loops in double, the causal mask as a loop bound. */
+static void reference(const att_case *k, double *out, double *att) {
+    int64_t b = k->b, t = k->t, c = k->c, nh = k->nh, hd = c / nh;
+    double *p = malloc(sizeof(double) * (size_t)t);
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < t; i++) {
+                const float *q = k->qkv + (bi * t + i) * 3 * c + h * hd;
+                double m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    const float *kj = k->qkv + (bi * t + j) * 3 * c + c + h * hd;
+                    double s = 0;
+                    for (int64_t d = 0; d < hd; d++)
+                        s += (double)q[d] * kj[d];
+                    p[j] = s / sqrt((double)hd);
+                    m = fmax(m, p[j]);
+                }
+                for (int64_t j = 0; j <= i; j++)
+                    sum += (p[j] = exp(p[j] - m));
+                double *arow = att + ((bi * nh + h) * t + i) * t;
+                for (int64_t j = 0; j < t; j++)
+                    arow[j] = j <= i ? p[j] / sum : 0.0;
+                for (int64_t d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int64_t j = 0; j <= i; j++)
+                        o += arow[j] * k->qkv[(bi * t + j) * 3 * c + 2 * c + h * hd + d];
+                    out[(bi * t + i) * c + h * hd + d] = o;
+                }
+            }
+    free(p);
+}
+
+/* float32 GEMMs of <= 70 terms of size <= 1 against float64: ~1e-7 is typical (measured <= 1e-7),
+ * 1e-6 leaves room for other OpenBLAS kernels' summation orders. */
+static void test_forward_matches_reference(int64_t b, int64_t t, int64_t c, int64_t nh) {
+    att_case k = case_new(b, t, c, nh);
+    double *out = malloc(sizeof(double) * (size_t)(b * t * c));
+    double *att = malloc(sizeof(double) * (size_t)(b * nh * t * t));
+    forward(&k);
+    reference(&k, out, att);
+    double dout = 0, datt = 0;
+    for (int64_t i = 0; i < b * t * c; i++)
+        dout = fmax(dout, fabs(k.out[i] - out[i]));
+    for (int64_t i = 0; i < b * nh * t * t; i++)
+        datt = fmax(datt, fabs(k.att[i] - att[i]));
+    int upper_nonzero = 0;
+    for (int64_t r = 0; r < b * nh; r++)
+        for (int64_t i = 0; i < t; i++)
+            for (int64_t j = i + 1; j < t; j++)
+                upper_nonzero += k.att[(r * t + i) * t + j] != 0.0f;
+    printf("forward b=%lld t=%lld c=%lld nh=%lld: max |out - ref| %.2e, |att - ref| %.2e\n",
+           (long long)b, (long long)t, (long long)c, (long long)nh, dout, datt);
+    CHECK(dout <= 1e-6);
+    CHECK(datt <= 1e-6);
+    CHECK_EQ(upper_nonzero, 0);
+    free(out), free(att);
+    case_free(&k);
+}
+
+/* Scores in the hundreds overflow an unshifted expf (> 88): the softmax must subtract the row
+ * max. The float32 scores carry ~3e-5 of absolute rounding at this size, so the outputs are
+ * held to 5e-4 rather than 1e-6. */
+static void test_forward_large_scores(void) {
+    int64_t b = 2, t = 7, c = 12, nh = 3;
+    att_case k = case_new(b, t, c, nh);
+    for (int64_t i = 0; i < b * t; i++)
+        for (int64_t j = 0; j < c; j++)
+            k.qkv[i * 3 * c + j] *= 200.0f;
+    double *out = malloc(sizeof(double) * (size_t)(b * t * c));
+    double *att = malloc(sizeof(double) * (size_t)(b * nh * t * t));
+    forward(&k);
+    reference(&k, out, att);
+    int finite = 1;
+    double dout = 0;
+    for (int64_t i = 0; i < b * t * c; i++) {
+        finite &= isfinite(k.out[i]);
+        dout = fmax(dout, fabs(k.out[i] - out[i]));
+    }
+    for (int64_t i = 0; i < b * nh * t * t; i++)
+        finite &= isfinite(k.att[i]);
+    printf("forward with scores ~100: max |out - ref| %.2e\n", dout);
+    CHECK(finite);
+    CHECK(dout <= 5e-4);
+    free(out), free(att);
+    case_free(&k);
+}
+
+static double loss_fn(void *ctx) {
+    att_case *k = ctx;
+    forward(k);
+    return nn_dot(k->out, k->r, k->b * k->t * k->c);
+}
+
+/* L = sum(out * r) in double over a float32 forward. Central differences with eps = 5e-3 have a
+ * truncation error ~eps^2 |L'''| ~ 1e-5 and a rounding error ~ (float noise of L, ~1e-6) / eps ~
+ * 2e-4, so 1e-2 (absolute below 1, relative above) leaves margin while a wrong factor such as a
+ * missing 1/sqrt(hd) (x2 at hd = 4) or a missing softmax term is far outside it. */
+static void test_gradients(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t samples) {
+    att_case k = case_new(b, t, c, nh);
+    int64_t n = b * t * 3 * c;
+    forward(&k);
+    backward_into(&k, k.dqkv, k.r);
+    double worst = nn_fd_worst(k.qkv, k.dqkv, n, loss_fn, &k, 5e-3f, samples);
+    printf("dqkv b=%lld t=%lld c=%lld nh=%lld: worst finite-difference error %.2e\n", (long long)b,
+           (long long)t, (long long)c, (long long)nh, worst);
+    CHECK(worst <= 1e-2);
+    case_free(&k);
+}
+
+/* backward(pre) == pre + backward(0) up to the rounding of one addition */
+static void test_backward_accumulates(void) {
+    att_case k = case_new(2, 6, 12, 3);
+    int64_t n = 2 * 6 * 36;
+    float *pre = nn_alloc(n), *acc = nn_alloc(n);
+    nn_fill(pre, n, 1.0f);
+    memcpy(acc, pre, sizeof(float) * (size_t)n);
+    forward(&k);
+    backward_into(&k, k.dqkv, k.r);
+    backward_into(&k, acc, k.r);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)acc[i] - ((double)pre[i] + k.dqkv[i])));
+    CHECK(worst <= 1e-6);
+    free(pre), free(acc);
+    case_free(&k);
+}
+
+/* Changing q, k and v at step s of batch 0 leaves batch 0's outputs and probabilities before s
+ * bit-identical (masked scores are never read) and all of batch 1; a dout that is zero from step
+ * s on gives exactly zero dq, dk, dv from step s on. */
+static void test_causality(void) {
+    int64_t b = 2, t = 7, c = 12, nh = 3, s = 3;
+    att_case k = case_new(b, t, c, nh);
+    float *out0 = nn_alloc(b * t * c), *att0 = nn_alloc(b * nh * t * t);
+    forward(&k);
+    memcpy(out0, k.out, sizeof(float) * (size_t)(b * t * c));
+    memcpy(att0, k.att, sizeof(float) * (size_t)(b * nh * t * t));
+    for (int64_t j = 0; j < 3 * c; j++)
+        k.qkv[s * 3 * c + j] += 0.5f + nn_rand(0.25f);
+    forward(&k);
+    int before_changed = 0, batch1_changed = 0;
+    double at_s = 0;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < c; j++) {
+            if (i < s) before_changed += k.out[i * c + j] != out0[i * c + j];
+            if (i == s) at_s = fmax(at_s, fabs(k.out[i * c + j] - out0[i * c + j]));
+            batch1_changed += k.out[(t + i) * c + j] != out0[(t + i) * c + j];
+        }
+    for (int64_t h = 0; h < nh; h++)
+        for (int64_t i = 0; i < s; i++)
+            for (int64_t j = 0; j < t; j++)
+                before_changed += k.att[(h * t + i) * t + j] != att0[(h * t + i) * t + j];
+    CHECK_EQ(before_changed, 0);
+    CHECK_EQ(batch1_changed, 0);
+    CHECK(at_s > 1e-3); /* the perturbation does reach step s itself */
+
+    float *dout = nn_alloc(b * t * c);
+    for (int64_t i = 0; i < s * c; i++)
+        dout[i] = k.r[i];
+    backward_into(&k, k.dqkv, dout);
+    int late_nonzero = 0;
+    double early = 0;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < 3 * c; j++) {
+            if (i >= s)
+                late_nonzero += k.dqkv[i * 3 * c + j] != 0.0f;
+            else
+                early = fmax(early, fabs(k.dqkv[i * 3 * c + j]));
+        }
+    CHECK_EQ(late_nonzero, 0);
+    CHECK(early > 1e-3);
+    free(out0), free(att0), free(dout);
+    case_free(&k);
+}
+
+int main(void) {
+    test_forward_matches_reference(2, 5, 12, 3);
+    test_forward_matches_reference(2, 7, 12, 3);
+    test_forward_matches_reference(2, 70, 64, 2);
+    test_forward_large_scores();
+    test_gradients(2, 5, 12, 3, 360);
+    test_gradients(2, 7, 12, 3, 504);
+    test_gradients(1, 70, 64, 2, 400);
+    test_backward_accumulates();
+    test_causality();
+    return check_exit("test_nn_attention");
+}
