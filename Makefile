@@ -46,6 +46,7 @@ layout-demo: build
 bench: build
 	@bin/lwopt run bench/layout.lua
 	@$(BUILD)/bench_newton_schulz
+	@bin/lwopt run bench/train_throughput.lua
 
 install: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX)

@@ -2,12 +2,14 @@
  * symmetric path (SYRK for X X^T and A A, SYMM for B X) against the same five steps done with
  * full GEMMs, and the GFLOP/s of each counted with full-GEMM FLOPs (4 m^2 n + 2 m^3 per step),
  * next to plain sgemm on an n x n x n product measured in the same run. Best of the repeats.
- * Usage: bench_newton_schulz [repeats]   (build/bench_newton_schulz; make bench) */
+ * Usage: bench_newton_schulz [repeats] [--sgemm-threads N]   (make bench). With
+ * --sgemm-threads it only prints sgemm's GFLOP/s on N threads (for bench/train_throughput.lua). */
 #include "lw.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -43,6 +45,11 @@ static double sgemm_gflops(int n, int repeats) {
 int main(int argc, char **argv) {
     int repeats = argc > 1 ? atoi(argv[1]) : 5;
     if (repeats < 1 || repeats > 32) repeats = 5;
+    if (argc > 3 && strcmp(argv[2], "--sgemm-threads") == 0) {
+        openblas_set_num_threads(atoi(argv[3]));
+        printf("%.1f\n", sgemm_gflops(1024, repeats));
+        return 0;
+    }
     openblas_set_num_threads(1);
     const int shapes[][2] = {{256, 768}, {256, 1024}, {768, 768},
                              {768, 3072}, {1024, 1024}, {1024, 4096}};

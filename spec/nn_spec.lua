@@ -79,6 +79,22 @@ describe("lw.nn modules against finite differences", function()
       end
    end
 
+   it("Embedding (token + position; the token input has no gradient)", function()
+      local m = nn.Embedding.new(7, 4, 3, false)
+      local d = bind(m)
+      local tokens = ffi.new("int32_t[6]", { 1, 6, 1, 0, 3, 6 })
+      local r = randoms(6 * 4, 5)
+      local function loss() return dot(m:forward(tokens, 2, 3), r, 6 * 4) end
+      loss()
+      d:zero_grad()
+      m:backward(tokens, r, 2, 3)
+      for _, s in ipairs(m:parameters()) do
+         local p, g = d:param(s.name), d:grad(s.name)
+         assert.is_true(fd_worst(p.data, g.data, p.numel, loss) < 2e-2, s.name)
+      end
+      assert.equal(0, d:grad("wte.weight"):at(2 * 4 + 1)) -- token 2 never appears
+   end)
+
    it("Linear", function()
       local m = nn.Linear.new("l.", 5, 7, true)
       check(m, 3 * 5, 3 * 7, function(x) return m:forward(x, 3) end,

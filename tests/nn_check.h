@@ -32,6 +32,18 @@ static inline double nn_dot(const float *y, const float *r, int64_t n) {
     return s;
 }
 
+/* max |got - (pre + g)| / (1 + |pre| + |g|): a backward into buffers pre-filled with `pre`
+ * should leave pre + g, up to the rounding of one addition (an OpenBLAS beta = 1 update adds C
+ * after the product). */
+static inline double nn_accumulate_error(const float *got, const float *pre, const float *g,
+                                         int64_t n) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)got[i] - ((double)pre[i] + g[i])) /
+                                (1.0 + fabs(pre[i]) + fabs(g[i])));
+    return worst;
+}
+
 /* Runs the forward pass and returns the loss; ctx is the test's. */
 typedef double (*nn_loss_fn)(void *ctx);
 

@@ -37,14 +37,6 @@ static double forward_error(const ctx_t *x, const float *wpe) {
     return worst;
 }
 
-static double accumulate_error(const float *got, const float *pre, const float *g, int64_t n) {
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        worst = fmax(worst, fabs((double)got[i] - ((double)pre[i] + g[i])) /
-                                (1.0 + fabs(pre[i]) + fabs(g[i])));
-    return worst;
-}
-
 /* vocab rows, of which tokens use only [0, vocab - 1): the last row's gradient must stay 0 */
 static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     int64_t n = b * t;
@@ -85,8 +77,8 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     memcpy(ate, pte, sizeof(float) * (size_t)(vocab * c));
     memcpy(ape, ppe, sizeof(float) * (size_t)(t * c));
     lw_embedding_backward(ate, ape, x.r, x.tokens, b, t, c);
-    check_tol("accumulate dwte", b, t, c, accumulate_error(ate, pte, dwte, vocab * c), 1e-6);
-    check_tol("accumulate dwpe", b, t, c, accumulate_error(ape, ppe, dwpe, t * c), 1e-6);
+    check_tol("accumulate dwte", b, t, c, nn_accumulate_error(ate, pte, dwte, vocab * c), 1e-6);
+    check_tol("accumulate dwpe", b, t, c, nn_accumulate_error(ape, ppe, dwpe, t * c), 1e-6);
 
     /* (d) no position table: y is the token rows; no position gradient: dwte unchanged */
     lw_embedding_forward(x.y, x.tokens, x.wte, NULL, b, t, c);

@@ -46,14 +46,6 @@ static double forward_error(const float *y, const float *x, const float *w, cons
 
 /* max |got - (pre + g)| / (1 + |pre| + |g|): got should be pre + g up to the rounding of one
  * addition (an OpenBLAS beta = 1 update adds C after the product). */
-static double accumulate_error(const float *got, const float *pre, const float *g, int64_t n) {
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        worst = fmax(worst, fabs((double)got[i] - ((double)pre[i] + g[i])) /
-                                (1.0 + fabs(pre[i]) + fabs(g[i])));
-    return worst;
-}
-
 static void test_shape(int64_t n, int64_t in, int64_t out) {
     ctx_t c = {nn_alloc(n * out), nn_alloc(n * in), nn_alloc(out * in), nn_alloc(out),
                nn_alloc(n * out), n, in, out};
@@ -93,9 +85,9 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
     memcpy(adw, pdw, sizeof(float) * (size_t)(out * in));
     memcpy(adb, pdb, sizeof(float) * (size_t)out);
     lw_linear_backward(adx, adw, adb, c.r, c.x, c.w, n, in, out);
-    check_tol("accumulate dx", n, in, out, accumulate_error(adx, pdx, dx, n * in), 1e-6);
-    check_tol("accumulate dw", n, in, out, accumulate_error(adw, pdw, dw, out * in), 1e-6);
-    check_tol("accumulate db", n, in, out, accumulate_error(adb, pdb, db, out), 1e-6);
+    check_tol("accumulate dx", n, in, out, nn_accumulate_error(adx, pdx, dx, n * in), 1e-6);
+    check_tol("accumulate dw", n, in, out, nn_accumulate_error(adw, pdw, dw, out * in), 1e-6);
+    check_tol("accumulate db", n, in, out, nn_accumulate_error(adb, pdb, db, out), 1e-6);
 
     /* (d) dx and db NULL: dw alone, the same bits as with all three */
     float *dw2 = nn_alloc(out * in);

@@ -137,6 +137,37 @@ function Linear:backward(x, dy, dx, n)
    if self.has_bias then self:ready("bias") end
 end
 
+-- ---- Embedding: token + position ---------------------------------------------------------------
+
+local Embedding = class(Module)
+nn.Embedding = Embedding
+
+-- Embedding(vocab, c, seq_len, shared): wte {vocab, c} (the LM head too when shared) and
+-- wpe {seq_len, c}, named as in GPT-2.
+function Embedding.new(vocab, c, seq_len, shared)
+   local self = setmetatable({}, Embedding):init("")
+   self.vocab, self.c = vocab, c
+   self:declare("wte.weight", { vocab, c }, "embedding", { shared_embedding = shared })
+   self:declare("wpe.weight", { seq_len, c }, "embedding")
+   return self
+end
+
+-- tokens: int32_t* [b*t] -> float* [b*t, c]
+function Embedding:forward(tokens, b, t)
+   self:before_forward()
+   local y = self:buffer("y", b * t * self.c)
+   lib.lw_embedding_forward(y, tokens, self.w["wte.weight"], self.w["wpe.weight"], b, t, self.c)
+   return y
+end
+
+-- Accumulates into the embedding gradients; position first, then the token table, which a
+-- shared LM head has already added to.
+function Embedding:backward(tokens, dy, b, t)
+   lib.lw_embedding_backward(self.g["wte.weight"], self.g["wpe.weight"], dy, tokens, b, t, self.c)
+   self:ready("wpe.weight")
+   self:ready("wte.weight")
+end
+
 -- ---- LayerNorm -----------------------------------------------------------------------------------
 
 local LayerNorm = class(Module)
@@ -306,8 +337,7 @@ function GPT.new(cfg)
    assert(o.n_embd % o.n_head == 0, "nn.GPT: n_embd must be divisible by n_head")
    self.cfg = o
    local c = o.n_embd
-   self:declare("wte.weight", { o.vocab, c }, "embedding", { shared_embedding = o.tied })
-   self:declare("wpe.weight", { o.seq_len, c }, "embedding")
+   self.embedding = self:add(Embedding.new(o.vocab, c, o.seq_len, o.tied))
    self.blocks = {}
    for i = 0, o.n_layer - 1 do
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias))
@@ -336,19 +366,15 @@ function GPT:forward(tokens, targets, b, t)
    end
    check_tokens(tokens, n, o.vocab, "token")
    self.tokens, self.targets, self.b, self.t = tokens, targets, b, t
-   if self.hooks then -- the LM head's turn comes last, so it is not waited for here
-      self.hooks.before("wte.weight")
-      self.hooks.before("wpe.weight")
-   end
-   local x = self:buffer("x0", n * c)
-   lib.lw_embedding_forward(x, tokens, self.w["wte.weight"], self.w["wpe.weight"], b, t, c)
+   local x = self.embedding:forward(tokens, b, t)
    for _, block in ipairs(self.blocks) do x = block:forward(x, b, t) end
    self.x_last = x
    self.h = self.ln_f:forward(x, n)
    self.probs = self:buffer("probs", n * o.vocab)
    self.losses = self:buffer("losses", n)
+   -- the LM head's turn comes last in forward, so it is waited for only here
    if self.hooks and not o.tied then self.hooks.before("lm_head.weight") end
-   local head = o.tied and self.w["wte.weight"] or self.w["lm_head.weight"]
+   local head = o.tied and self.embedding.w["wte.weight"] or self.w["lm_head.weight"]
    local none = self:buffer("no_targets", n)
    local tg = targets or ffi.cast("int32_t *", none)
    if targets == nil then ffi.fill(none, 4 * n, 0xff) end -- all -1: ignored
@@ -361,8 +387,8 @@ function GPT:backward(loss_scale)
    local o, c = self.cfg, self.cfg.n_embd
    local b, t = self.b, self.t
    local n = b * t
-   local head_w = o.tied and self.w["wte.weight"] or self.w["lm_head.weight"]
-   local head_g = o.tied and self.g["wte.weight"] or self.g["lm_head.weight"]
+   local head_w = o.tied and self.embedding.w["wte.weight"] or self.w["lm_head.weight"]
+   local head_g = o.tied and self.embedding.g["wte.weight"] or self.g["lm_head.weight"]
    local dh = self:buffer("dh", n * c)
    zero(dh, n * c)
    lib.lw_cross_entropy_backward(dh, head_g, self.probs, self.h, head_w, self.targets, n, c,
@@ -377,9 +403,7 @@ function GPT:backward(loss_scale)
       self.blocks[i]:backward(dx, dnext, b, t)
       dx, dnext = dnext, dx
    end
-   lib.lw_embedding_backward(self.g["wte.weight"], self.g["wpe.weight"], dx, self.tokens, b, t, c)
-   self:ready("wpe.weight")
-   self:ready("wte.weight")
+   self.embedding:backward(self.tokens, dx, b, t)
 end
 
 -- Next-token probabilities at row `row` (0-based) of the last forward: float* [vocab].

@@ -1,0 +1,91 @@
+-- bench/train_throughput.lua: tokens/s of recipes/gpt_small.lua (small preset) at dp 1 with 2
+-- BLAS threads and dp 2 with 1 each, for muon-layerwise, muon-legacy, muon-replicated and
+-- adamw, with the step split into forward, backward, exposed communication and optimizer (mean
+-- over steps 6..N of each run's JSON log), the model's achieved GFLOP/s over forward+backward,
+-- and the Newton-Schulz share of the step's FLOPs.
+-- The machine's speed moves by tens of percent within minutes, so the configurations run
+-- interleaved, `repeats` times, and each keeps its best run (highest tokens/s).
+-- Usage: bin/lwopt run bench/train_throughput.lua [steps] [repeats]   (from the repo root)
+local dkjson = require("dkjson")
+
+local steps = tonumber(arg[1]) or 30
+local repeats = tonumber(arg[2]) or 3
+local L, C, T, V, B = 6, 256, 128, 256, 8 -- the small preset
+
+-- FLOPs of forward + backward per token (6 per multiply-add of the linears and the head; the
+-- attention GEMMs run over the full t x t square: 4 T C forward, twice that backward).
+local model_flops_per_token = L * (6 * 12 * C * C + 12 * T * C) + 6 * V * C
+-- Newton-Schulz FLOPs per step over all matrices, full-GEMM count (4 m^2 n + 2 m^3 per step, 5).
+local function ns(m, n) return 5 * (4 * m * m * n + 2 * m * m * m) end
+local ns_flops = L * (ns(C, 3 * C) + ns(C, C) + 2 * ns(C, 4 * C))
+
+-- sgemm on this machine now, for the efficiency column
+local function sgemm(threads)
+   local pipe = assert(io.popen("build/bench_newton_schulz 5 --sgemm-threads " .. threads))
+   local v = tonumber(pipe:read("*a"))
+   pipe:close()
+   return v
+end
+local sgemm_rate = { [1] = sgemm(2), [2] = sgemm(1) } -- by dp: threads per rank 2, 1
+
+local configs = {
+   { "muon", "layerwise" }, { "muon", "legacy" }, { "muon", "replicated" }, { "adamw", "layerwise" },
+}
+
+local function run(dp, optimizer, mode)
+   local log = os.tmpname() .. ".jsonl"
+   local launcher = dp == 1 and "OPENBLAS_NUM_THREADS=2 "
+      or "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
+   local cmd = ("%sluajit recipes/gpt_small.lua --steps %d --optimizer %s --mode %s --sample 0 "
+      .. "--quiet --eval-every 0 --eval-max 1 --log %s > /dev/null"):format(launcher, steps,
+      optimizer, mode, log)
+   local ok = os.execute(cmd)
+   assert(ok == 0 or ok == true, "failed: " .. cmd)
+   local sum, n = { fwd = 0, bwd = 0, comm_wait = 0, opt = 0, tps = 0, wall = 0 }, 0
+   for line in io.lines(log) do
+      local r = dkjson.decode(line)
+      if r.step > 5 then
+         n = n + 1
+         for k, v in pairs(r.time_ms) do sum[k] = sum[k] + v end
+         sum.tps = sum.tps + r.tokens_per_s
+      end
+   end
+   os.remove(log)
+   os.remove((log:gsub("%.jsonl$", ".png")))
+   for k, v in pairs(sum) do sum[k] = v / n end
+   return sum
+end
+
+print(("model: %.1f MFLOP per token (forward + backward); Newton-Schulz %.1f GFLOP per step "
+   .. "(all matrices)"):format(model_flops_per_token / 1e6, ns_flops / 1e9))
+print(("sgemm 1024^3: %.1f GFLOP/s on 2 threads (dp 1), %.1f on 1 thread (dp 2, per rank)")
+   :format(sgemm_rate[1], sgemm_rate[2]))
+print("| dp | optimizer | mode | tokens/s | fwd ms | bwd ms | exposed comm ms | opt ms | "
+   .. "model GFLOP/s per rank | of sgemm |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+local results = {}
+for _ = 1, repeats do
+   for _, dp in ipairs({ 1, 2 }) do
+      for _, c in ipairs(configs) do
+         local key = dp .. c[1] .. c[2]
+         local r = run(dp, c[1], c[2])
+         if results[key] == nil or r.tps > results[key].tps then results[key] = r end
+      end
+   end
+end
+for _, dp in ipairs({ 1, 2 }) do
+   for _, c in ipairs(configs) do
+      local r = results[dp .. c[1] .. c[2]]
+      local tokens = B * T -- per rank per step
+      local rate = model_flops_per_token * tokens / ((r.fwd + r.bwd) / 1e3) / 1e9
+      print(("| %d | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |"):format(dp, c[1],
+         c[2], r.tps, r.fwd, r.bwd, r.comm_wait, r.opt, rate, 100 * rate / sgemm_rate[dp]))
+   end
+end
+local lw, rep, adamw = results["2muonlayerwise"], results["2muonreplicated"], results["2adamwlayerwise"]
+local step_flops = model_flops_per_token * B * T + ns_flops / 2 -- per rank at dp 2
+local share = (ns_flops / 2) / step_flops
+print(("\ndp 2: layer-wise / replicated tokens/s = %.2f (goal >= 1.10)"):format(lw.tps / rep.tps))
+print(("dp 2: layer-wise slowdown against adamw = %.2f; Newton-Schulz share of the step's FLOPs "
+   .. "= %.2f; ratio %.2f (goal <= 1.25)"):format(adamw.tps / lw.tps - 1, share,
+   (adamw.tps / lw.tps - 1) / share))
