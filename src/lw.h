@@ -496,6 +496,82 @@ void lw_cross_entropy_backward(float *dh, float *dw, float *probs, const float *
                                const int32_t *targets, int64_t n, int64_t c, int64_t v,
                                float loss_scale);
 
+/* ---- JSON (manifests, safetensors headers) -------------------------------------------------- *
+ * A strict, bounded parser: RFC 8259 grammar only (no comments, trailing commas, NaN), UTF-8
+ * checked, duplicate object keys refused, nesting at most 64 deep. Nodes are numbered, the root
+ * is node 0; strings are unescaped and NUL-terminated. */
+
+typedef struct lw_json lw_json;
+
+typedef enum lw_json_type {
+    LW_JSON_NULL = 0,
+    LW_JSON_FALSE = 1,
+    LW_JSON_TRUE = 2,
+    LW_JSON_NUMBER = 3,
+    LW_JSON_STRING = 4,
+    LW_JSON_ARRAY = 5,
+    LW_JSON_OBJECT = 6
+} lw_json_type;
+
+/* Parses len bytes of text. [out] owned. Errors say what and at which byte. */
+lw_status lw_json_parse(const char *text, int64_t len, lw_json **out);
+void lw_json_free(lw_json *json);
+int32_t lw_json_count(const lw_json *json); /* nodes */
+lw_json_type lw_json_type_of(const lw_json *json, int32_t node);
+/* Elements of an array or members of an object; 0 for other nodes. */
+int32_t lw_json_length(const lw_json *json, int32_t node);
+/* The i-th element (array) or member value (object); -1 when out of range. */
+int32_t lw_json_child(const lw_json *json, int32_t node, int32_t i);
+/* The i-th member name of an object. [borrowed] NULL when out of range. */
+const char *lw_json_key(const lw_json *json, int32_t node, int32_t i);
+/* The value of member `key` of an object; -1 when absent. */
+int32_t lw_json_member(const lw_json *json, int32_t node, const char *key);
+double lw_json_number(const lw_json *json, int32_t node);
+/* [borrowed] the unescaped string (NUL-terminated; *len bytes, may contain NUL) or NULL. */
+const char *lw_json_string(const lw_json *json, int32_t node, int64_t *len);
+
+/* ---- CRC32C (Castagnoli), for checkpoint files ----------------------------------------------- */
+
+/* Continues crc over n bytes; start with 0. */
+uint32_t lw_crc32c(uint32_t crc, const void *data, int64_t n);
+
+/* ---- safetensors ----------------------------------------------------------------------------- *
+ * Reading is strict and bounded: header length within the file and at most 100 MB, a JSON object
+ * of tensors { dtype, shape, data_offsets } (plus an optional "__metadata__" object of strings)
+ * whose byte ranges match dtype x shape and tile the data section exactly. */
+
+typedef struct lw_safetensors lw_safetensors;
+
+/* dtype names: F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL */
+typedef struct lw_tensor_view {
+    const char *name;  /* [borrowed] */
+    const char *dtype; /* [borrowed] */
+    int32_t ndim;      /* 0..8 */
+    int64_t shape[8];
+    const void *data;  /* [borrowed] into the loaded bytes */
+    int64_t bytes;
+} lw_tensor_view;
+
+/* Loads and checks a file. [out] owned. Errors name the file and the problem. */
+lw_status lw_safetensors_open(const char *path, lw_safetensors **out);
+/* The same from bytes in memory (copied), named `what` in errors. */
+lw_status lw_safetensors_parse(const void *bytes, int64_t n, const char *what,
+                               lw_safetensors **out);
+void lw_safetensors_free(lw_safetensors *st);
+int32_t lw_safetensors_count(const lw_safetensors *st);
+lw_status lw_safetensors_tensor(const lw_safetensors *st, int32_t i, lw_tensor_view *out);
+/* Index of tensor `name`; LW_ERR_RANGE if none. */
+lw_status lw_safetensors_find(const lw_safetensors *st, const char *name, int32_t *i);
+/* [borrowed] a "__metadata__" value, or NULL. */
+const char *lw_safetensors_metadata(const lw_safetensors *st, const char *key);
+
+/* Writes n tensors (dtype "F32" etc.; data of shape's size) and metadata pairs (keys[i],
+ * values[i]) to path, then fsyncs it. [out] *bytes and *crc (CRC32C of the whole file) when
+ * not NULL. */
+lw_status lw_safetensors_write(const char *path, const lw_tensor_view *tensors, int32_t n,
+                               const char *const *keys, const char *const *values,
+                               int32_t n_meta, int64_t *bytes, uint32_t *crc);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus
