@@ -442,6 +442,25 @@ lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr,
                                    float weight_decay);
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out);
 
+/* The optimizer state this rank holds, for checkpoints: one entry per parameter it updates.
+ * Muon: the momentum of the whole matrix (count = numel, v NULL). AdamW: m and v of elements
+ * [start, start + count) of the parameter. The arrays are [borrowed] and writable, so a
+ * checkpoint loads state by writing into them. */
+typedef struct lw_state_entry {
+    int32_t param;
+    bool muon;
+    int64_t start;
+    int64_t count;
+    float *m; /* Muon momentum, or AdamW first moment */
+    float *v; /* AdamW second moment; NULL for Muon */
+} lw_state_entry;
+
+int32_t lw_optimizer_state_count(const lw_optimizer *opt);
+lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry *out);
+/* Updates applied and steps skipped so far (AdamW's bias correction uses the updates). */
+lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips);
+lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips);
+
 /* ---- model kernels (CPU, f32, row-major) ---------------------------------------------------- *
  * Forward and backward of the GPT building blocks, on raw pointers; no allocation inside.
  * Shapes: n rows (n = batch * time), c channels. Every backward ACCUMULATES (+=) into its
@@ -534,6 +553,17 @@ const char *lw_json_string(const lw_json *json, int32_t node, int64_t *len);
 
 /* Continues crc over n bytes; start with 0. */
 uint32_t lw_crc32c(uint32_t crc, const void *data, int64_t n);
+
+/* ---- durable files (checkpoints) ------------------------------------------------------------ */
+
+/* Writes n bytes to path (created or truncated) and fsyncs it; [out] *crc (CRC32C) if not NULL. */
+lw_status lw_file_write(const char *path, const void *data, int64_t n, uint32_t *crc);
+/* Size and CRC32C of a file's contents. */
+lw_status lw_file_checksum(const char *path, int64_t *bytes, uint32_t *crc);
+/* fsync of a directory, so that the names created, renamed or removed in it are durable. */
+lw_status lw_dir_sync(const char *path);
+/* Creates a directory (and its missing parents); an existing directory is fine. */
+lw_status lw_dir_make(const char *path);
 
 /* ---- safetensors ----------------------------------------------------------------------------- *
  * Reading is strict and bounded: header length within the file and at most 100 MB, a JSON object

@@ -38,6 +38,12 @@ recipe.flags = {
    { "data", "string", nil, "text file (default: the KJV corpus in data/)" },
    { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
+   { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
+   { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)" },
+   { "keep", "int", 3, "checkpoints kept (the newest)" },
+   { "resume", "bool", false, "continue from the latest checkpoint in --ckpt-dir, if any" },
+   { "stop-after", "int", nil, "stop after this step (checkpointed with --ckpt-dir); the "
+     .. "schedule still spans --steps" },
    { "sample", "int", 200, "characters to generate at the end (0: none)" },
    { "prompt", "string", "And God said", "prompt for the sample" },
    { "quiet", "bool", false, "no progress lines" },
@@ -175,13 +181,34 @@ function recipe.main(argv, rules, script)
       batch = b, seq = t, accum = v.accum, seed = v.seed, base_lr = lr,
       lr_warmup = v.warmup or preset.warmup, lr_min_ratio = 0.1,
       eval_every = v.eval_every or preset.eval_every, eval_max = v.eval_max, log = v.log,
-      quiet = v.quiet, progress = v.progress }
+      quiet = v.quiet, progress = v.progress, stop_after = v.stop_after }
    model:bind(ddp, train.hooks(run))
+   if v.resume and not v.ckpt_dir then error("--resume needs --ckpt-dir", 0) end
+   if v.keep < 1 then error(("--keep must be >= 1, got %d"):format(v.keep), 0) end
+   if v.ckpt_dir then
+      run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
+         extra = { preset = v.preset, seq = t, batch = b, accum = v.accum, seed = v.seed,
+                   lr = lr, steps = steps, optimizer = v.optimizer } }
+      local latest = v.resume and require("lwopt.checkpoint").latest(v.ckpt_dir)
+      if latest then
+         local m = require("lwopt.checkpoint").load(latest, { ddp = ddp, opt = opt })
+         run.start_step = m.step + 1
+         if comm.rank == 0 and not v.quiet then
+            print(("resuming from %s (step %d, saved on %d rank%s)"):format(latest, m.step,
+               m.ranks, m.ranks == 1 and "" or "s"))
+         end
+      end
+   end
    if comm.rank == 0 and not v.quiet then
       print(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s on %d rank%s, "
          .. "global batch %d x %d bytes; %s (%d bytes)"):format(lw.version, preset.n_layer,
          preset.n_embd, preset.n_head, lw.arch.numel(specs) / 1e6, v.optimizer, v.mode,
          comm.size, comm.size == 1 and "" or "s", b * v.accum * comm.size, t, path, data.n))
+   end
+   if (run.start_step or 1) > steps then
+      if comm.rank == 0 then print(("nothing to do: the checkpoint is at step %d of %d"):format(
+         run.start_step - 1, steps)) end
+      return {}
    end
    local records = train.run(run)
    local final = records[#records]

@@ -14,6 +14,7 @@ local lw = {
    nn = require("lwopt.nn"),
    data = require("lwopt.data"),
    train = require("lwopt.train"),
+   checkpoint = require("lwopt.checkpoint"),
    json = require("lwopt.json"),
    version = ffi.string(C.lib.lw_version()),
    library = C.path,

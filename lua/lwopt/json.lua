@@ -87,4 +87,35 @@ function json.encode(v, indent)
    return encode(v, indent, 0)
 end
 
+-- Lua value of JSON text, through lwopt's strict C parser (src/core/json.c): objects become
+-- tables with json.object's mark, arrays json.array's, null json.null. Errors name the byte.
+function json.decode(text)
+   local ffi = require("ffi")
+   local C = require("lwopt.C")
+   local lib = C.lib
+   local out = ffi.new("lw_json*[1]")
+   C.check(lib.lw_json_parse(text, #text, out), "json.decode")
+   local doc = ffi.gc(out[0], lib.lw_json_free)
+   local len = ffi.new("int64_t[1]")
+   local function value(node)
+      local kind = tonumber(lib.lw_json_type_of(doc, node))
+      if kind == 0 then return json.null end
+      if kind == 1 then return false end
+      if kind == 2 then return true end
+      if kind == 3 then return lib.lw_json_number(doc, node) end
+      if kind == 4 then
+         local s = lib.lw_json_string(doc, node, len)
+         return ffi.string(s, len[0])
+      end
+      local t = kind == 5 and json.array() or json.object()
+      for i = 0, lib.lw_json_length(doc, node) - 1 do
+         local child = value(lib.lw_json_child(doc, node, i))
+         if kind == 5 then t[i + 1] = child
+         else t[ffi.string(lib.lw_json_key(doc, node, i))] = child end
+      end
+      return t
+   end
+   return value(0)
+end
+
 return json

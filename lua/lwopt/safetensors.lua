@@ -1,40 +1,40 @@
--- safetensors.lua: writes f32 tensors by name in the safetensors format (8-byte little-endian
--- header length, a JSON header { name: { dtype, shape, data_offsets } }, then the raw data),
--- readable by any safetensors reader.
+-- safetensors.lua: writes f32 tensors by name as a safetensors file through lwopt's C writer
+-- (src/core/safetensors.c: 8-byte header length, JSON header, 8-byte aligned data, fsync).
 local ffi = require("ffi")
-local json = require("lwopt.json")
+local C = require("lwopt.C")
 
+local lib = C.lib
 local safetensors = {}
 
-local function u64_le(n)
-   local bytes = {}
-   for i = 1, 8 do
-      bytes[i] = string.char(n % 256)
-      n = math.floor(n / 256)
-   end
-   return table.concat(bytes)
-end
-
--- tensors: list of { name, shape, data = float* }. Writes to path.tmp, then renames.
-function safetensors.write(path, tensors)
-   local header, at = json.object({}), 0
-   for _, t in ipairs(tensors) do
+-- tensors: list of { name, data = float*, shape = {...} | count = n }; metadata: optional list
+-- of { key, value } string pairs. Returns the file's size and CRC32C.
+function safetensors.write(path, tensors, metadata)
+   metadata = metadata or {}
+   local views = ffi.new("lw_tensor_view[?]", math.max(#tensors, 1))
+   for i, t in ipairs(tensors) do
+      local v = views[i - 1]
+      v.name = t.name -- the Lua strings stay alive in `tensors` during the call
+      v.dtype = "F32"
+      local shape = t.shape or { t.count }
+      v.ndim = #shape
       local numel = 1
-      for _, d in ipairs(t.shape) do numel = numel * d end
-      header[t.name] = json.object({ dtype = "F32", shape = json.array(t.shape),
-                                     data_offsets = json.array({ at, at + 4 * numel }) })
-      t.bytes = 4 * numel
-      at = at + t.bytes
+      for d, size in ipairs(shape) do
+         v.shape[d - 1] = size
+         numel = numel * size
+      end
+      v.data = t.data
+      v.bytes = 4 * numel
    end
-   local text = json.encode(header)
-   text = text .. string.rep(" ", (8 - #text % 8) % 8) -- data starts 8-byte aligned
-   local tmp = path .. ".tmp"
-   local f, err = io.open(tmp, "wb")
-   if f == nil then error("safetensors: cannot write '" .. path .. "': " .. tostring(err), 0) end
-   f:write(u64_le(#text), text)
-   for _, t in ipairs(tensors) do f:write(ffi.string(t.data, t.bytes)) end
-   f:close()
-   assert(os.rename(tmp, path))
+   local keys = ffi.new("const char*[?]", math.max(#metadata, 1))
+   local values = ffi.new("const char*[?]", math.max(#metadata, 1))
+   for i, kv in ipairs(metadata) do
+      keys[i - 1] = kv[1]
+      values[i - 1] = kv[2]
+   end
+   local bytes, crc = ffi.new("int64_t[1]"), ffi.new("uint32_t[1]")
+   C.check(lib.lw_safetensors_write(path, views, #tensors, keys, values, #metadata, bytes, crc),
+      "safetensors.write")
+   return tonumber(bytes[0]), tonumber(crc[0])
 end
 
 return safetensors

@@ -41,10 +41,10 @@ function train.evaluate(run, max)
    return totals[1] / math.max(totals[2], 1)
 end
 
-local function progress(run, rec, t_start)
+local function progress(run, rec, t_start, first)
    if run.comm.rank ~= 0 or run.quiet then return end
    local elapsed = lib.lw_now() - t_start
-   local eta = elapsed / rec.step * (run.steps - rec.step)
+   local eta = elapsed / (rec.step - first + 1) * (run.steps - rec.step)
    local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s  eta %4.0fs%s"):format(rec.step,
       run.steps, rec.loss, rec.lr, rec.tokens_per_s, eta,
       rec.val_loss and ("  val %.4f"):format(rec.val_loss) or "")
@@ -58,7 +58,9 @@ end
 
 -- Runs `steps` optimizer steps. run = { comm, model (bound to ddp with train.hooks), ddp, opt,
 -- data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
--- (path or nil), quiet, progress ("auto" | "redraw" | "lines") }. Returns the step records.
+-- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
+-- first step to run), stop_after (last step to run; the schedule still spans `steps`),
+-- checkpoint = { dir, every, keep, extra } }. Returns the step records.
 function train.run(run)
    local comm, model, ddp, opt, data = run.comm, run.model, run.ddp, run.opt, run.data
    local b, t, accum = run.batch, run.seq, run.accum or 1
@@ -70,13 +72,16 @@ function train.run(run)
    elseif run.progress == "lines" then run.terminal = false
    else run.terminal = lib.lw_is_terminal(1) and not launched end
    local log = nil
+   local first = run.start_step or 1
    if run.log and comm.rank == 0 then
-      log = assert(io.open(run.log, "w"))
+      log = assert(io.open(run.log, first > 1 and "a" or "w")) -- a resumed run appends
    end
    local records = {}
    local tokens_per_step = b * t * accum * comm.size
    local t_start = lib.lw_now()
-   for step = 1, run.steps do
+   local ckpt = run.checkpoint
+   local last = math.min(run.steps, run.stop_after or run.steps)
+   for step = first, last do
       local t0, comm0 = lib.lw_now(), comm_seconds(comm)
       local fwd, bwd, loss = 0, 0, 0
       ddp:zero_grad()
@@ -104,7 +109,7 @@ function train.run(run)
             opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync) }),
       }
       if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
-         or step == run.steps then
+         or step == last then
          rec.val_loss = train.evaluate(run, run.eval_max)
       end
       records[#records + 1] = rec
@@ -112,7 +117,12 @@ function train.run(run)
          log:write(json.encode(json.object(rec)), "\n")
          log:flush()
       end
-      progress(run, rec, t_start)
+      progress(run, rec, t_start, first)
+      if ckpt and ckpt.dir and ((ckpt.every or 0) > 0 and step % ckpt.every == 0
+         or step == last) then
+         require("lwopt.checkpoint").save(ckpt.dir, { ddp = ddp, opt = opt, step = step,
+            keep = ckpt.keep, extra = ckpt.extra })
+      end
    end
    if log then log:close() end
    return records

@@ -250,3 +250,39 @@ lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
     *out = r;
     return st;
 }
+
+/* ---- state, for checkpoints ---------------------------------------------------------------- */
+
+int32_t lw_optimizer_state_count(const lw_optimizer *opt) { return opt ? opt->n_owned : 0; }
+
+lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry *out) {
+    if (opt == NULL || out == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL argument");
+    if (k < 0 || k >= opt->n_owned)
+        return lwi_fail(LW_ERR_RANGE, "optimizer: state entry %d out of range [0, %d)", k,
+                        opt->n_owned);
+    const owned *o = &opt->owned[k];
+    out->param = o->param;
+    out->muon = o->muon;
+    out->start = o->start;
+    out->count = o->count;
+    out->m = o->state;
+    out->v = o->muon ? NULL : o->state + o->count;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    if (step) *step = opt->step;
+    if (skips) *skips = opt->skips;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    if (step < 0 || skips < 0)
+        return lwi_fail(LW_ERR_INVALID, "optimizer: counters must be >= 0, got step %lld, skips "
+                        "%lld", (long long)step, (long long)skips);
+    opt->step = step;
+    opt->skips = skips;
+    return LW_OK;
+}
