@@ -34,4 +34,29 @@ function helpers.tempfile(text)
    return path
 end
 
+-- Reads one tensor of a safetensors file with Debian's python3 and numpy, parsing the header
+-- itself (an independent reader). Returns { shape = {...}, first, last } or fails the spec.
+function helpers.read_safetensors(path, name)
+   local script = helpers.tempfile([==[
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+t = header[sys.argv[2]]
+assert t["dtype"] == "F32"
+a, b = t["data_offsets"]
+x = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=np.float32).reshape(t["shape"])
+assert np.isfinite(x).all()
+print(len(header), " ".join(str(d) for d in x.shape), repr(float(x.flat[0])), repr(float(x.flat[-1])))
+]==])
+   local out, status = helpers.sh("/usr/bin/python3 " .. script .. " " .. path .. " '" .. name .. "'")
+   os.remove(script)
+   assert(status == 0, out)
+   local count, dims, first, last = out:match("^(%d+) ([%d ]+) (%S+) (%S+)")
+   local shape = {}
+   for d in dims:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
+   return { entries = tonumber(count), shape = shape, first = tonumber(first), last = tonumber(last) }
+end
+
 return helpers

@@ -6,14 +6,8 @@
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
 os.remove(tmp)
-local passed, failed = 0, 0
-
-local function expect(ok, what)
-   if ok then passed = passed + 1 else
-      failed = failed + 1
-      io.stderr:write("FAILED: ", what, "\n")
-   end
-end
+local tally = dofile("tests/lua/tally.lua")
+local expect = tally.expect
 
 local function sh(cmd)
    local ok = os.execute(cmd)
@@ -91,5 +85,4 @@ for _, np in ipairs({ 1, 2, 3 }) do
    os.remove(tmp .. "-ref" .. np .. ".jsonl")
    os.remove(tmp .. "-ref" .. np .. ".st")
 end
-print(("ckpt_consistency: %d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+tally.finish("ckpt_consistency")

@@ -8,7 +8,8 @@ local ffi = require("ffi")
 
 local tmp = os.tmpname()
 os.remove(tmp)
-local passed, failed = 0, 0
+local tally = dofile("tests/lua/tally.lua")
+local expect = tally.expect
 
 local function run(name, np, args)
    local out = tmp .. "-" .. name
@@ -25,13 +26,6 @@ local function run(name, np, args)
    os.remove(out .. ".losses")
    os.remove(out .. ".params")
    return { losses = losses, params = params }
-end
-
-local function expect(ok, what)
-   if ok then passed = passed + 1 else
-      failed = failed + 1
-      io.stderr:write("FAILED: ", what, "\n")
-   end
 end
 
 local function max_loss_diff(a, b)
@@ -69,5 +63,4 @@ expect(max_param_diff(legacy, dp3) < 1e-5,
 local adamw = run("adamw", 2, "--batch 2 --accum 3 --optimizer adamw")
 expect(adamw.params ~= dp2.params, "adamw for everything trains differently")
 
-print(("train_consistency: %d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+tally.finish("train_consistency")

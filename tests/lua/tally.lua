@@ -1,0 +1,20 @@
+-- tally.lua: pass/fail bookkeeping for the Lua test drivers in tests/lua, which end with the
+-- plain "N passed, M failed" line. Load with dofile("tests/lua/tally.lua").
+local tally = { passed = 0, failed = 0 }
+
+function tally.expect(ok, what)
+   if ok then
+      tally.passed = tally.passed + 1
+   else
+      tally.failed = tally.failed + 1
+      io.stderr:write("FAILED: ", what, "\n")
+   end
+end
+
+-- Prints "<name>: N passed, M failed" and exits non-zero on a failure.
+function tally.finish(name)
+   print(("%s: %d passed, %d failed"):format(name, tally.passed, tally.failed))
+   os.exit(tally.failed == 0 and 0 or 1)
+end
+
+return tally
