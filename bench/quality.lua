@@ -3,12 +3,20 @@
 -- `lrs`), same data, steps and schedule. Reports the step at which Muon first reaches AdamW's
 -- final validation loss, as a fraction of the steps (goal: at most 0.8), and plots both
 -- validation curves to bench/quality.png.
--- Usage: bin/lwopt run bench/quality.lua [steps] [eval_every]   (from the repo root)
+-- Usage: bin/lwopt run bench/quality.lua [steps] [eval_every] [muon lrs] [adamw lrs]
+--        (from the repo root; lrs as comma lists, default 1e-3,3e-3,1e-2 each). The curves
+--        behind the plot stay in bench/quality.dat.
 local dkjson = require("dkjson")
 
 local steps = tonumber(arg[1]) or 300
 local every = tonumber(arg[2]) or 25
-local lrs = { 1e-3, 3e-3, 1e-2 }
+local function list(text)
+   if text == nil then return { 1e-3, 3e-3, 1e-2 } end
+   local out = {}
+   for v in text:gmatch("[^,]+") do out[#out + 1] = assert(tonumber(v), "bad lr " .. v) end
+   return out
+end
+local lrs = { muon = list(arg[3]), adamw = list(arg[4]) }
 
 local function run(optimizer, lr)
    local log = ("/tmp/lwopt-quality-%s-%g.jsonl"):format(optimizer, lr)
@@ -31,7 +39,7 @@ local best = {}
 print("| optimizer | lr | final validation loss |")
 print("|---|---|---|")
 for _, optimizer in ipairs({ "muon", "adamw" }) do
-   for _, lr in ipairs(lrs) do
+   for _, lr in ipairs(lrs[optimizer]) do
       local curve = run(optimizer, lr)
       local final = curve[#curve][2]
       print(("| %s | %g | %.4f |"):format(optimizer, lr, final))
@@ -60,14 +68,15 @@ end
 
 local dat = "bench/quality.dat"
 local f = assert(io.open(dat, "w"))
+f:write("# step, validation loss of Muon (best lr), of AdamW (best lr)\n")
 for i = 1, #best.muon.curve do
    f:write(("%d %.6f %.6f\n"):format(best.muon.curve[i][1], best.muon.curve[i][2],
       best.adamw.curve[i][2]))
 end
 f:close()
-os.execute(("gnuplot -e \"set terminal pngcairo size 800,480; set output 'bench/quality.png'; "
+os.execute(("gnuplot -e \"set terminal pngcairo noenhanced size 800,480; "
+   .. "set output 'bench/quality.png'; "
    .. "set xlabel 'step'; set ylabel 'validation loss (nats/byte)'; set grid; "
    .. "set title 'gpt_small, dp 2: Muon (lr %g) vs AdamW (lr %g)'; "
    .. "plot '%s' using 1:2 with linespoints pt 7 title 'Muon (layer-wise)', "
    .. "'' using 1:3 with linespoints pt 5 title 'AdamW'\""):format(best.muon.lr, best.adamw.lr, dat))
-os.remove(dat)

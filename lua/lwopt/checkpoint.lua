@@ -68,9 +68,8 @@ local function state_tensors(ddp, opt)
    return tensors, metadata
 end
 
+-- Removes a checkpoint directory: its files, then itself (checkpoints hold no subdirectories).
 local function remove_tree(dir)
-   local manifest = io.open(dir .. "/manifest.json")
-   if manifest then manifest:close() end
    local p = io.popen('ls -1 "' .. dir .. '" 2>/dev/null')
    for name in p:lines() do os.remove(dir .. "/" .. name) end
    p:close()

@@ -123,6 +123,8 @@ function train.run(run)
          require("lwopt.checkpoint").save(ckpt.dir, { ddp = ddp, opt = opt, step = step,
             keep = ckpt.keep, extra = ckpt.extra })
       end
+      -- a test hook: LWOPT_KILL_AFTER_STEP=N ends the job after step N, as a kill would
+      if os.getenv("LWOPT_KILL_AFTER_STEP") == tostring(step) then comm:abort(9) end
    end
    if log then log:close() end
    return records

@@ -1,7 +1,7 @@
 -- ckpt_consistency.lua: checkpoints through recipes/gpt_small.lua (tiny preset, 6 steps):
 -- a run stopped after step 3 and resumed at the same rank count continues bit-identically
 -- (losses and final parameters); resumed at another rank count (resharding 3->2, 2->3, 1->2,
--- 2->1) it continues with the uninterrupted run's losses within 1e-5. Also: a save killed at
+-- 2->1) or layout algorithm it continues with the uninterrupted run's losses within 1e-5. Also: a save killed at
 -- each point of the protocol leaves the previous checkpoint loadable with `latest` on it.
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
@@ -62,6 +62,38 @@ for _, pair in ipairs({ { 1, 1 }, { 2, 2 }, { 3, 3 }, { 3, 2 }, { 2, 3 }, { 1, 2
       expect(#got == 6 and worst < 1e-5,
          ("dp %d -> %d: resharded losses within 1e-5 (max diff %g)"):format(from, to, worst))
    end
+   sh("rm -rf " .. dir)
+   os.remove(log)
+   os.remove(params)
+end
+
+-- another layout algorithm and rank count: ownership moves, state follows by name and range
+do
+   local dir, log = tmp .. "-cklayout", tmp .. "-runlayout.jsonl"
+   assert(recipe(2, "--ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))
+   assert(recipe(3, "--ckpt-dir " .. dir .. " --resume --layout size_matching --log " .. log))
+   local got, want = losses(log), reference[2].losses
+   local worst = 0
+   for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
+   expect(#got == 6 and worst < 1e-5,
+      ("cost at dp 2 -> size_matching at dp 3: losses within 1e-5 (max diff %g)"):format(worst))
+   sh("rm -rf " .. dir)
+   os.remove(log)
+end
+
+-- killed during training, between checkpoints: resuming loses only the steps since the last
+-- one, and the run ends bit-identical to the uninterrupted one
+do
+   local dir, log = tmp .. "-killed", tmp .. "-killed.jsonl"
+   local killed = recipe(2, "--ckpt-dir " .. dir .. " --ckpt-every 2 --log " .. log,
+      "LWOPT_KILL_AFTER_STEP=5")
+   expect(not killed, "the job killed after step 5 ends with an error")
+   local latest = (slurp(dir .. "/latest") or ""):gsub("%s+$", "")
+   expect(latest == "step-000000004", "after the kill latest names step 4 (" .. latest .. ")")
+   local params = tmp .. "-killed.st"
+   expect(recipe(2, "--ckpt-dir " .. dir .. " --resume --save-params " .. params),
+      "the killed run resumes")
+   expect(slurp(params) == reference[2].params, "and ends bit-identical to the uninterrupted run")
    sh("rm -rf " .. dir)
    os.remove(log)
    os.remove(params)
