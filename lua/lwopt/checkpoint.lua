@@ -127,8 +127,11 @@ function checkpoint.save(dir, s)
       end
    end)
    agree(comm, ok, err, where)
-   sizes = comm:allreduce(sizes)
-   crcs = comm:allreduce(crcs)
+   -- every rank's size and checksum in one all-reduce: each rank fills only its own slots
+   local both = {}
+   for r = 1, comm.size do both[r], both[comm.size + r] = sizes[r], crcs[r] end
+   both = comm:allreduce(both)
+   for r = 1, comm.size do sizes[r], crcs[r] = both[r], both[comm.size + r] end
 
    ok, err = protect(function()
       if comm.rank ~= 0 then return end

@@ -59,8 +59,7 @@ function ddp.new(specs, comm, opts)
       fail("unknown mode '%s' (layerwise, legacy or replicated)", tostring(o.mode))
    end
    comm = comm or comm_mod.init()
-   local routed = {}
-   for i, s in ipairs(specs) do routed[i] = s.optimizer and s or route({ s })[1] end
+   local routed = route.fill(specs, WHERE)
    local layout = layout_for(routed, comm, o)
    local overlap = o.overlap ~= false
    local bo = ffi.new("lw_buffers_options")

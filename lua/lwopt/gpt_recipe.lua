@@ -57,12 +57,15 @@ local function usage(script)
    return ("usage: [mpirun -np N] luajit %s [flags]\n"):format(script) .. flags.usage(recipe.flags)
 end
 
+-- The next state of a 31-bit linear congruential generator: seeded, the same on every rank.
+local function lcg(state) return (state * 1103515245 + 12345) % 2147483648 end
+
 -- Seeded parameter initialisation, the same on every rank (GPT-2's: normal(0, 0.02), residual
 -- projections scaled by 1/sqrt(2 n_layer), norm gains 1, biases 0).
 local function init_params(model, ddp, seed, n_layer)
    local state = seed
    local function uniform()
-      state = (state * 1103515245 + 12345) % 2147483648
+      state = lcg(state)
       return (state + 0.5) / 2147483648
    end
    local function normal() -- Box-Muller
@@ -123,7 +126,7 @@ local function sample(model, data, prompt, chars, seq, seed)
          weights[v] = w
          total = total + w
       end
-      state = (state * 1103515245 + 12345) % 2147483648
+      state = lcg(state)
       local r, pick = state / 2147483648 * total, 255
       for v = 0, 255 do
          r = r - weights[v]

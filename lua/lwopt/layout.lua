@@ -83,17 +83,6 @@ local function c_options(o)
    return c
 end
 
--- Routes the specs that have no .optimizer yet with the default rules.
-local function routed_specs(specs)
-   if type(specs) ~= "table" then fail("specs must be a list, got %s", type(specs)) end
-   local out = {}
-   for i, s in ipairs(specs) do
-      if type(s) ~= "table" then fail("spec %d is a %s, not a table", i, type(s)) end
-      out[i] = s.optimizer ~= nil and s or route({ s })[1]
-   end
-   return out
-end
-
 local function c_specs(specs)
    local n = #specs
    local c = ffi.new("lw_param_spec[?]", math.max(n, 1))
@@ -195,7 +184,7 @@ end
 -- { dp, expert_dp, bucket_size, algorithm, adamw_layout, high_busbw } (DESIGN.md).
 function layout.compute(specs, opts)
    local o = normalise(opts)
-   specs = routed_specs(specs)
+   specs = route.fill(specs, WHERE)
    local c_spec, n = c_specs(specs)
    local out = ffi.new("lw_layout*[1]")
    C.check(lib.lw_layout_new(c_spec, n, c_options(o), out), WHERE)

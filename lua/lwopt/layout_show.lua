@@ -133,6 +133,4 @@ function show.show(self, opts)
    return table.concat(lines, "\n")
 end
 
-show.commas = commas
-
 return show

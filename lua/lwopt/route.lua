@@ -109,6 +109,22 @@ local function route_specs(specs, rules)
    return routed
 end
 
+-- The specs, with those that have no .optimizer yet routed by the default rules (the others
+-- kept as they are). `where` prefixes the errors (the calling function's name).
+function route.fill(specs, where)
+   if type(specs) ~= "table" then
+      error(("%s: specs must be a list, got %s"):format(where, type(specs)), 0)
+   end
+   local out = {}
+   for i, s in ipairs(specs) do
+      if type(s) ~= "table" then
+         error(("%s: spec %d is a %s, not a table"):format(where, i, type(s)), 0)
+      end
+      out[i] = s.optimizer ~= nil and s or route_specs({ s })[1]
+   end
+   return out
+end
+
 route.route = route_specs
 route.shape_text = shape_text
 

@@ -400,8 +400,3 @@ lw_status lw_layout_param_name(const lw_layout *l, int32_t param, const char **n
     *name = l->params[param].name;
     return LW_OK;
 }
-
-const char *lwi_algorithm_name(lw_algorithm a) {
-    static const char *names[] = {"cost", "lpt", "size_matching", "distopt", "default", "legacy"};
-    return (a >= 0 && a <= LW_ALGORITHM_LEGACY) ? names[a] : "?";
-}

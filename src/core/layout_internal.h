@@ -59,8 +59,6 @@ struct lw_layout {
     double *rank_cost;   /* [owned] stats.ranks entries */
 };
 
-const char *lwi_algorithm_name(lw_algorithm a);
-
 /* Newton-Schulz cost of a param: max(m,n) * min(m,n)^2 for a 2-D (m, n), numel otherwise. */
 double lwi_param_cost(const lwi_param *p);
 /* The k-th param of a buffer in backprop (reverse definition) order. */
