@@ -31,6 +31,42 @@ describe("lw.ddp.new", function()
       end)
    end)
 
+   it("checks the ZeRO level and the sharding against the mode", function()
+      local function err(opts)
+         local ok, e = pcall(lw.ddp.new, tiny(), lw.comm.self(), opts)
+         assert.is_false(ok)
+         return e
+      end
+      assert.matches("zero must be 1, 2 or 3, got 0", err({ zero = 0 }), 1, true)
+      assert.matches("zero 2 shards gradients across ranks; mode 'legacy' keeps them whole",
+         err({ zero = 2, mode = "legacy" }), 1, true)
+      assert.matches("shard 'rows' is row-sharded FSDP: it needs zero 3, got zero 1",
+         err({ shard = "rows" }), 1, true)
+      assert.matches("algorithm 'lpt' is for shard 'aligned'",
+         err({ shard = "rows", zero = 3, algorithm = "lpt" }), 1, true)
+      assert.matches("unknown shard 'cols'", err({ shard = "cols" }), 1, true)
+      local d = lw.ddp.new(tiny(), lw.comm.self(), { zero = 3, shard = "rows" })
+      assert.equal("rows", d.layout.algorithm)
+      assert.equal(3, d.zero)
+   end)
+
+   it("at ZeRO-3 holds a parameter only between acquire and release (or until evicted)",
+      function()
+      local d = lw.ddp.new(tiny(), lw.comm.self(), { zero = 3, bucket_size = 4096 })
+      local ok, e = pcall(d.param, d, "h.1.mlp.fc.weight")
+      assert.is_false(ok)
+      assert.matches("'h.1.mlp.fc.weight' is not gathered", e, 1, true)
+      d:with_param("h.1.mlp.fc.weight", function(t) t:fill(0.25) end)
+      local w, g = d:acquire("h.1.mlp.fc.weight", "backward")
+      assert.equal(0.25, w[5])
+      assert.equal(0, g[5]) -- whole-gradient storage, zeroed
+      d:release("h.1.mlp.fc.weight")
+      local m = d:memory()
+      assert.is_true(m.peak > m.arrays and m.peak <= m.arrays + m.budget)
+      d:start_param_sync() -- drops what was gathered: the shard has the committed values
+      d:with_param("h.1.mlp.fc.weight", function(t) assert.equal(0.25, t:at(7)) end)
+   end)
+
    it("picks the layout from the mode", function()
       assert.equal("legacy", lw.ddp.new(tiny(), lw.comm.self(), { mode = "legacy" }).layout.algorithm)
       assert.equal("default",

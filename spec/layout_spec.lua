@@ -202,7 +202,7 @@ describe("lw.layout.compute on bad input", function()
 
    it("names an unknown algorithm, layout or option", function()
       fails("lw.layout.compute: unknown algorithm 'greedy' (one of cost, lpt, size_matching, "
-         .. "distopt, default, legacy)", nil, { algorithm = "greedy" })
+         .. "distopt, default, legacy, rows)", nil, { algorithm = "greedy" })
       fails("lw.layout.compute: unknown adamw_layout 'zero3' (one of distopt, aligned, default, "
          .. "legacy)", nil, { adamw_layout = "zero3" })
       fails("lw.layout.compute: unknown option 'bucket'", nil, { bucket = 10 })

@@ -59,4 +59,40 @@ describe("recipes/gpt_small.lua", function()
       assert.is_nil(out:find("trained anyway", 1, true))
       assert.is_nil(out:find("step ", 1, true))
    end)
+
+   it("refuses ZeRO and sharding combinations that cannot work, before any work", function()
+      for _, case in ipairs({
+         { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
+         { "--zero 2 --shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
+         { "--zero 4", "--zero must be 1, 2 or 3, got 4" },
+         { "--zero 3 --mode legacy", "--zero 3 shards gradients and parameters across ranks; "
+           .. "--mode legacy keeps them whole" },
+         { "--zero 2 --mode replicated", "--zero 2 shards gradients across ranks; --mode "
+           .. "replicated keeps them whole" },
+         { "--zero 3 --bucket-size 1000", "at ZeRO-3 a bucket group is gathered whole, but "
+           .. "bucket_size 1000 is smaller than 'wte.weight' (16384 elements)" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(1, status)
+         assert.matches(case[2], out, 1, true)
+         assert.is_nil(out:find("step ", 1, true))
+      end
+   end)
+
+   it("trains at ZeRO-3, row-sharded too, and reports memory per rank", function()
+      for _, args in ipairs({ "--zero 3", "--zero 3 --shard rows", "--zero 2" }) do
+         local log = os.tmpname() .. ".jsonl"
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --steps 2 --sample 10 "
+            .. "--progress lines --log " .. log .. " " .. args)
+         assert.equal(0, status)
+         assert.matches("final validation loss", out, 1, true)
+         assert.matches("memory per rank %(MiB%): rank  params  grads  optimizer  activations  peak\n"
+            .. "     0 +%d+%.%d+", out)
+         local first = io.lines(log)()
+         assert.matches('"memory_mb":{', first, 1, true)
+         assert.matches('"peak":[', first, 1, true)
+         os.remove(log)
+         os.remove((log:gsub("%.jsonl$", ".png")))
+      end
+   end)
 end)

@@ -76,14 +76,16 @@ typedef enum lw_algorithm {
     LW_ALGORITHM_SIZE_MATCHING = 2, /* shard-aligned, first published version */
     LW_ALGORITHM_DISTOPT = 3,       /* element-wise ZeRO-1: rank r owns the r-th slice */
     LW_ALGORITHM_DEFAULT = 4,       /* unpadded, unsharded (plain data parallel) */
-    LW_ALGORITHM_LEGACY = 5         /* unpadded, whole params owned by ping-pong dealing */
+    LW_ALGORITHM_LEGACY = 5,        /* unpadded, whole params owned by ping-pong dealing */
+    LW_ALGORITHM_ROWS = 6           /* element-wise, one bucket per param, every param split by
+                                       rows into dp equal shards (row-sharded FSDP) */
 } lw_algorithm;
 
 typedef struct lw_layout_options {
     int32_t dp;                   /* data-parallel size for non-expert buffers, >= 1 */
     int32_t expert_dp;            /* data-parallel size for expert buffers, >= 1 */
     int64_t bucket_size;          /* elements, >= 0; INT64_MAX = one bucket per buffer */
-    lw_algorithm algorithm;       /* layout of Muon buffers */
+    lw_algorithm algorithm;       /* layout of Muon buffers (ROWS only here) */
     lw_algorithm adamw_algorithm; /* layout of AdamW buffers (DISTOPT, or a shard-aligned one
                                      for owning AdamW params whole) */
     bool high_busbw;              /* pad bucket ends to lcm(dp, 128, 65536) */
@@ -326,6 +328,13 @@ void lw_muon_free(lw_muon *muon);
 /* x = Newton-Schulz orthogonalisation of the rows x cols matrix u (row-major); x may be u. */
 lw_status lw_muon_orthogonalize(lw_muon *muon, const float *u, float *x, int64_t rows,
                                 int64_t cols);
+/* The element-wise part of a Muon update, on any n elements of a matrix (a row shard): weight
+ * decay of w, momentum m from gradient grad_scale * g, and the update to orthogonalise in u. */
+lw_status lw_muon_momentum(lw_muon *muon, float *w, const float *g, float *m, float *u,
+                           int64_t n, float lr, float weight_decay, float grad_scale);
+/* w -= lr * scale * extra * x on n elements of a rows x cols matrix (scale from its shape). */
+lw_status lw_muon_apply(lw_muon *muon, float *w, const float *x, int64_t n, int64_t rows,
+                        int64_t cols, float lr);
 /* One Muon update of w (rows x cols) with gradient g (read as grad_scale * g), momentum m:
  * weight decay, momentum, Newton-Schulz, w -= lr * scale * extra * X. g is not modified. */
 lw_status lw_muon_update(lw_muon *muon, float *w, const float *g, float *m, int64_t rows,
@@ -350,18 +359,29 @@ void lw_adamw_update(const lw_adamw_options *opts, float *w, const float *g, flo
  * zero), a view per parameter, and gradient / parameter synchronisation per bucket. Buckets are
  * synchronised in a fixed order that every rank shares: gradients in backprop order (a bucket
  * starts once it and every bucket before it have all their gradients), parameters in forward
- * order. Sharded buffers (shard-aligned, distopt) reduce-scatter gradients and all-gather
+ * order. Sharded buffers (shard-aligned, distopt, rows) reduce-scatter gradients and all-gather
  * parameters; default buffers all-reduce gradients; legacy buffers all-reduce gradients and
- * gather updated parameters with a variable-size all-gather. */
+ * gather updated parameters with a variable-size all-gather.
+ *
+ * ZeRO levels (sharded buffers only). 1: every rank holds whole parameter and gradient arrays;
+ * the optimizer state is sharded. 2: gradients are held whole only per bucket group while
+ * backward writes them and the reduce-scatter runs; afterwards only this rank's shard is kept.
+ * 3: parameters too: each rank keeps its shard of every bucket; lw_buffers_acquire gathers a
+ * group's parameters when a module needs them. Group-sized blocks come from a pool that every
+ * rank manages identically, within a budget of the two largest groups' parameters, gradients
+ * and reduce-scatter shards; ranks must therefore call acquire / release / grad_ready in the
+ * same order (same model, same passes). */
 
 typedef struct lw_buffers lw_buffers;
 
 typedef struct lw_buffers_options {
     bool overlap_grad;  /* start a bucket's gradient sync as soon as it is ready */
-    bool overlap_param; /* defer parameter all-gathers to lw_buffers_finish_param_sync */
+    bool overlap_param; /* defer parameter all-gathers to lw_buffers_finish_param_sync; ZeRO-3:
+                           prefetch the next group's parameters */
+    int32_t zero;       /* 1, 2 or 3 (see above) */
 } lw_buffers_options;
 
-/* Both overlaps on. */
+/* Both overlaps on, ZeRO-1. */
 lw_buffers_options lw_buffers_defaults(void);
 /* layout and comm (and expert_comm, for expert buffers; NULL = comm) are [borrowed] and must
  * outlive the buffers; their sizes must equal the layout's dp and expert_dp. [out] owned. */
@@ -370,28 +390,55 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
 void lw_buffers_free(lw_buffers *buffers);
 const lw_layout *lw_buffers_layout(const lw_buffers *buffers);
 lw_comm *lw_buffers_comm(const lw_buffers *buffers);
-/* Views into the flat arrays. [out] *data borrowed, numel elements of the param. */
+int32_t lw_buffers_zero(const lw_buffers *buffers);
+/* Views of a whole parameter / gradient. [out] *data borrowed, numel elements. ZeRO-3
+ * parameters and ZeRO-2/3 gradients are only there while their group is held (acquired, or
+ * not yet reused); otherwise LW_ERR_STATE. */
 lw_status lw_buffers_param(lw_buffers *buffers, int32_t param, float **data);
 lw_status lw_buffers_grad(lw_buffers *buffers, int32_t param, float **data);
-/* Whole arrays of one buffer (numel of lw_buffer_info). */
+/* Whole arrays of one buffer (numel of lw_buffer_info); LW_ERR_STATE where only shards are
+ * kept (params at ZeRO-3, gradients at ZeRO-2/3). */
 lw_status lw_buffers_param_array(lw_buffers *buffers, int32_t buffer, float **data);
 lw_status lw_buffers_grad_array(lw_buffers *buffers, int32_t buffer, float **data);
 /* Zeroes every gradient (after any sync in flight). */
 lw_status lw_buffers_zero_grad(lw_buffers *buffers);
-/* The gradient of param is complete for this step; may start bucket syncs. */
+/* The gradient of param is complete for this step (ZeRO-2/3: for this micro-step); may start
+ * bucket syncs. */
 lw_status lw_buffers_grad_ready(lw_buffers *buffers, int32_t param);
+/* ZeRO-2/3, after each micro-step's backward: starts the gradient syncs not started yet, so
+ * the next micro-step begins with no gradient held whole. A no-op at ZeRO-1. */
+lw_status lw_buffers_end_backward(lw_buffers *buffers);
 /* Starts the syncs not started yet, then waits for all: afterwards each rank holds the
  * averaged gradient of everything it updates. */
 lw_status lw_buffers_finish_grad_sync(lw_buffers *buffers);
 /* After the optimizer wrote its updates: starts the parameter syncs (the first group's with
- * overlap_param, every one and waits without). */
+ * overlap_param, every one and waits without). ZeRO-3: drops every gathered group (they are
+ * stale) and, with overlap_param, starts gathering group 0. */
 lw_status lw_buffers_start_param_sync(lw_buffers *buffers);
 /* Waits for the parameters of group (and every group before it in forward order) and starts
- * the next group's gather; group -1 waits for all. */
+ * the next group's gather; group -1 waits for all. ZeRO-3: waits for gathers in flight. */
 lw_status lw_buffers_finish_param_sync(lw_buffers *buffers, int32_t group);
 /* Parameter groups: one per bucket; numbered in forward order (group 0 is used first). */
 int32_t lw_buffers_num_groups(const lw_buffers *buffers);
 lw_status lw_buffers_param_group(const lw_buffers *buffers, int32_t param, int32_t *group);
+
+typedef enum lw_pass {
+    LW_PASS_FORWARD = 0,
+    LW_PASS_BACKWARD = 1
+} lw_pass;
+
+/* A module is about to read param (and, in backward, accumulate into its gradient): makes the
+ * param's group readable (ZeRO-1/2: waits for its parameter sync; ZeRO-3: gathers it unless
+ * held) and, in backward at ZeRO-2/3, gives the group whole-gradient storage (zeroed). The
+ * group stays held until the matching lw_buffers_release. Prefetches the next group of the pass
+ * (ZeRO-3, with overlap_param) unless reuse is set: reuse marks a use out of the pass's order
+ * (a tied weight read again), which neither advances the pass nor frees groups behind it. */
+lw_status lw_buffers_acquire(lw_buffers *buffers, int32_t param, lw_pass pass, bool reuse);
+lw_status lw_buffers_release(lw_buffers *buffers, int32_t param);
+/* ZeRO-3: after writing into the acquired views of group's params (initialisation, loading a
+ * checkpoint), copies this rank's shard of them back into its parameter shard; every rank must
+ * have written the same values. A no-op below ZeRO-3, where the views are the storage. */
+lw_status lw_buffers_commit(lw_buffers *buffers, int32_t group);
 /* Drives progress of nonblocking syncs in flight. */
 lw_status lw_buffers_progress(lw_buffers *buffers);
 /* The elements of param this rank updates: [start, start + count) of the param (count 0 when
@@ -399,6 +446,26 @@ lw_status lw_buffers_progress(lw_buffers *buffers);
  * buffers. */
 lw_status lw_buffers_owned(const lw_buffers *buffers, int32_t param, int64_t *start,
                            int64_t *count);
+/* Where those elements are held (params: after the parameter sync; gradients: after the
+ * gradient sync), at every ZeRO level; NULL when count is 0. [out] borrowed. */
+lw_status lw_buffers_owned_param(lw_buffers *buffers, int32_t param, float **data);
+lw_status lw_buffers_owned_grad(lw_buffers *buffers, int32_t param, float **data);
+
+/* Bytes held on this rank for parameters and gradients. */
+typedef struct lw_buffers_memory {
+    int64_t params;      /* parameter arrays (whole, or this rank's shards) + gathered groups */
+    int64_t grads;       /* gradient arrays (whole, or shards) + whole-gradient groups in use */
+    int64_t arrays;      /* of which the parameter and gradient arrays (whole or shards) */
+    int64_t cached;      /* group blocks kept for reuse */
+    int64_t peak;        /* the most params + grads + cached held at once */
+    int64_t budget;      /* ZeRO-2/3: bytes allowed for group blocks; 0 at ZeRO-1 */
+    int64_t block_bytes; /* bytes of one block of the largest group (with its reduce shard) */
+    int64_t over_budget; /* blocks taken beyond the budget because every block was in use */
+    int64_t gathers;     /* ZeRO-3 parameter all-gathers of a group */
+    int64_t flushes;     /* ZeRO-2/3 partial gradient reductions forced by the budget */
+} lw_buffers_memory;
+
+lw_status lw_buffers_memory_get(const lw_buffers *buffers, lw_buffers_memory *out);
 
 /* ---- optimizer ----------------------------------------------------------------------------- *
  * One step over buffers: finish the gradient sync, global gradient norm (one all-reduce over

@@ -176,17 +176,18 @@ int main(void) {
     int cases = env ? atoi(env) : 10000;
     static const lw_algorithm algs[] = {LW_ALGORITHM_COST,          LW_ALGORITHM_LPT,
                                         LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_DISTOPT,
-                                        LW_ALGORITHM_DEFAULT,       LW_ALGORITHM_LEGACY};
+                                        LW_ALGORITHM_DEFAULT,       LW_ALGORITHM_LEGACY,
+                                        LW_ALGORITHM_ROWS};
     random_case c;
     for (int i = 0; i < cases; i++) {
         make_case(&c);
-        for (int a = 0; a < 6; a++) {
+        for (int a = 0; a < 7; a++) {
             c.opts.algorithm = algs[a];
             run_case(&c, i);
         }
     }
     for (int i = 0; i < cases / 10; i++)
         zero_padding_case();
-    printf("%d random cases x 6 algorithms\n", cases);
+    printf("%d random cases x 7 algorithms\n", cases);
     return check_exit("test_layout_property");
 }

@@ -7,6 +7,7 @@
 #define DISTOPT LW_ALGORITHM_DISTOPT
 #define LEGACY  LW_ALGORITHM_LEGACY
 #define COST    LW_ALGORITHM_COST
+#define ROWS    LW_ALGORITHM_ROWS
 
 /* distopt: 64-aligned starts; a bucket closes once param_end - bucket_start >= bucket_size and
  * its end is padded to lcm(dp, 128). Four 1000-element params, dp 2, bucket size 1500. */
@@ -27,6 +28,35 @@ static void test_distopt_buckets_and_alignment(void) {
     EXPECT_BUCKET(l, 0, 0, 0, 4224, 1408);
     EXPECT_PLACE(l, "p0", 0, 0, 3072, -1);
     lw_layout_free(l);
+}
+
+/* rows: each Muon matrix alone in a bucket of dp shards of whole rows, at least ceil(rows / dp)
+ * per shard, more until the bucket is a multiple of lcm(dp, 128). */
+static void test_rows(void) {
+    lw_param_spec s[] = {mat("a", 10, 64, true), mat("b", 256, 256, true), mat("c", 3, 5, true),
+                         vec("ln", 64)};
+    lw_layout *l = make_layout(s, 4, 3, NONE, ROWS, DISTOPT);
+    /* backprop: c, b, a. c: 3 rows of 5 per shard gives 45, raised to 128 rows (1920 = 5 x 384) */
+    EXPECT_PLACE(l, "c", 0, 0, 0, -1);
+    EXPECT_BUCKET(l, 0, 0, 0, 1920, 640);
+    /* b: 86 rows per shard (258 >= 256), 66048 = 172 x 384 */
+    EXPECT_PLACE(l, "b", 0, 1, 1920, -1);
+    EXPECT_BUCKET(l, 0, 1, 1920, 1920 + 66048, 22016);
+    /* a: 4 rows per shard, 768 = 2 x 384 */
+    EXPECT_PLACE(l, "a", 0, 2, 1920 + 66048, -1);
+    EXPECT_BUCKET(l, 0, 2, 1920 + 66048, 1920 + 66048 + 768, 256);
+    CHECK_OK(lw_layout_check(l));
+    lw_layout_free(l);
+
+    l = make_layout(s, 4, 2, NONE, ROWS, DISTOPT);
+    EXPECT_BUCKET(l, 0, 1, 640, 640 + 65536, 32768);             /* b: 128 rows each, no padding */
+    EXPECT_BUCKET(l, 0, 2, 640 + 65536, 640 + 65536 + 640, 320); /* a: 5 rows each */
+    lw_layout_free(l);
+
+    /* AdamW buffers cannot be row-sharded */
+    lw_layout_options o = lw_layout_defaults();
+    o.adamw_algorithm = ROWS;
+    CHECK_FAILS(lw_layout_new(s, 4, &o, &l), LW_ERR_INVALID, "rows layout is for Muon");
 }
 
 /* distopt: a shared embedding closes the bucket before it and sits alone in its own. */
@@ -216,6 +246,7 @@ static void test_lookup_and_hash(void) {
 }
 
 int main(void) {
+    test_rows();
     test_distopt_buckets_and_alignment();
     test_distopt_shared_embedding();
     test_default_layout();

@@ -2,7 +2,9 @@
  * whatever rank count it is started with (ctest: alone, mpirun -np 2, -np 3). Every rank feeds
  * different gradients whose average is known; after 3 steps the parameters must equal the
  * reference within 1e-5 and be bit-identical across ranks, for every layout algorithm, with and
- * without buckets and overlap, and for the legacy and replicated modes. */
+ * without buckets and overlap, at ZeRO-1, 2 and 3, row-sharded, and for the legacy and
+ * replicated modes. Parameters and gradients are reached the way modules reach them: acquire,
+ * view, release. */
 #include "layout_util.h"
 
 #include <math.h>
@@ -27,7 +29,8 @@ static void make_specs(void) {
 
 static int64_t numel_of(const lw_param_spec *s) {
     int64_t n = 1;
-    for (int d = 0; d < s->ndim; d++) n *= s->shape[d];
+    for (int d = 0; d < s->ndim; d++)
+        n *= s->shape[d];
     return n;
 }
 
@@ -47,9 +50,13 @@ typedef struct variant {
     int64_t bucket_size;
     bool overlap;
     float clip;
-    int nan_step; /* -1: none */
-    float bad;    /* the non-finite value injected at nan_step (NAN or INFINITY) */
-    int silent;   /* a param whose gradient never arrives (-1: none): zeros, still synced */
+    int nan_step;   /* -1: none */
+    float bad;      /* the non-finite value injected at nan_step (NAN or INFINITY) */
+    int silent;     /* a param whose gradient never arrives (-1: none): zeros, still synced */
+    int zero;       /* ZeRO level (0 = 1) */
+    int micro;      /* micro-steps, each adding 1/micro of the gradient (0 = 1) */
+    bool scrambled; /* backward visits params in definition order: groups complete out of
+                       order, so ZeRO-2/3 hold many gradient groups and must reduce early */
 } variant;
 
 static const float LR[2] = {0.02f, 0.01f}, WD[2] = {0.1f, 0.05f};
@@ -66,7 +73,8 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
         w[p] = malloc(sizeof(float) * (size_t)k);
         g[p] = malloc(sizeof(float) * (size_t)k);
         state[p] = calloc((size_t)(2 * k), sizeof(float));
-        for (int64_t i = 0; i < k; i++) w[p][i] = init_value(p, i);
+        for (int64_t i = 0; i < k; i++)
+            w[p][i] = init_value(p, i);
     }
     int64_t t = 0;
     for (int step = 0; step < STEPS; step++) {
@@ -74,7 +82,8 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
         for (int p = 0; p < n; p++)
             for (int64_t i = 0; i < numel_of(&sp[p]); i++) {
                 double s = 0;
-                for (int r = 0; r < size; r++) s += grad_value(p, i, step, r, size);
+                for (int r = 0; r < size; r++)
+                    s += grad_value(p, i, step, r, size);
                 g[p][i] = p == v->silent ? 0.0f : (float)(s / size);
                 if (step == v->nan_step && p == 3 && i == 5) g[p][i] = v->bad;
                 sq += (double)g[p][i] * g[p][i];
@@ -88,33 +97,57 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
         for (int p = 0; p < n; p++) {
             int grp = sp[p].muon ? 0 : 1;
             if (sp[p].muon)
-                CHECK_OK(lw_muon_update(muon, w[p], g[p], state[p], sp[p].shape[0],
-                                        sp[p].shape[1], LR[grp], WD[grp], scale));
+                CHECK_OK(lw_muon_update(muon, w[p], g[p], state[p], sp[p].shape[0], sp[p].shape[1],
+                                        LR[grp], WD[grp], scale));
             else
                 lw_adamw_update(&ao, w[p], g[p], state[p], state[p] + numel_of(&sp[p]),
                                 numel_of(&sp[p]), t, LR[grp], WD[grp], scale);
         }
     }
-    for (int p = 0; p < n; p++) free(g[p]), free(state[p]);
+    for (int p = 0; p < n; p++)
+        free(g[p]), free(state[p]);
     lw_muon_free(muon);
 }
 
-/* Compares rank 0's parameter arrays with this rank's, byte for byte. */
-static bool identical_across_ranks(lw_comm *c, lw_buffers *bs, const lw_layout *l) {
+/* Compares rank 0's parameters with this rank's, byte for byte. */
+static bool identical_across_ranks(lw_comm *c, lw_buffers *bs, const lw_param_spec *sp, int n) {
     int64_t differs = 0;
-    for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
-        lw_buffer_info info;
-        float *data;
-        CHECK_OK(lw_layout_buffer(l, b, &info));
-        CHECK_OK(lw_buffers_param_array(bs, b, &data));
-        float *root = malloc(sizeof(float) * (size_t)info.numel);
-        memcpy(root, data, sizeof(float) * (size_t)info.numel);
-        CHECK_OK(lw_comm_broadcast(c, root, (int64_t)sizeof(float) * info.numel, 0));
-        differs += memcmp(root, data, sizeof(float) * (size_t)info.numel) != 0;
+    for (int p = 0; p < n; p++) {
+        float *data = NULL;
+        const int64_t k = numel_of(&sp[p]);
+        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
+        CHECK_OK(lw_buffers_param(bs, p, &data));
+        if (data == NULL) return false;
+        float *root = malloc(sizeof(float) * (size_t)k);
+        memcpy(root, data, sizeof(float) * (size_t)k);
+        CHECK_OK(lw_comm_broadcast(c, root, (int64_t)sizeof(float) * k, 0));
+        differs += memcmp(root, data, sizeof(float) * (size_t)k) != 0;
         free(root);
+        CHECK_OK(lw_buffers_release(bs, p));
     }
     CHECK_OK(lw_comm_allreduce(c, &differs, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
     return differs == 0;
+}
+
+/* One micro-step's backward: each param's share of its gradient, written through its view. */
+static void backward(lw_buffers *bs, const lw_param_spec *sp, int n, const variant *v, int step,
+                     int micro, int rank, int size) {
+    const int micros = v->micro ? v->micro : 1, zero = v->zero ? v->zero : 1;
+    const bool report = zero >= 2 || micro == micros - 1;
+    for (int k = 0; k < n; k++) {
+        int p = v->scrambled ? k : n - 1 - k; /* backprop order unless scrambled */
+        if (p == v->silent) continue;
+        float *g = NULL;
+        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_BACKWARD, false));
+        CHECK_OK(lw_buffers_grad(bs, p, &g));
+        if (g == NULL) return;
+        for (int64_t i = 0; i < numel_of(&sp[p]); i++)
+            g[i] += grad_value(p, i, step, rank, size) / (float)micros;
+        if (step == v->nan_step && p == 3 && rank == size - 1 && micro == 0) g[5] = v->bad;
+        CHECK_OK(lw_buffers_release(bs, p));
+        if (report) CHECK_OK(lw_buffers_grad_ready(bs, p));
+    }
+    CHECK_OK(lw_buffers_end_backward(bs));
 }
 
 static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const variant *v) {
@@ -129,20 +162,30 @@ static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const varian
     lw_buffers *bs = NULL;
     lw_optimizer *opt = NULL;
     CHECK_OK(lw_layout_new(sp, n, &lo, &l));
-    lw_buffers_options bo = {v->overlap, v->overlap};
+    lw_buffers_options bo = {v->overlap, v->overlap, v->zero ? v->zero : 1};
     CHECK_OK(lw_buffers_new(l, c, NULL, &bo, &bs));
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.clip = v->clip;
     CHECK_OK(lw_optimizer_new(bs, &oo, &opt));
     if (opt == NULL) goto done;
-    for (int p = 0; p < n; p++) CHECK_OK(lw_optimizer_set_group(opt, p, sp[p].muon ? 0 : 1));
-    for (int grp = 0; grp < 2; grp++) CHECK_OK(lw_optimizer_set_hparams(opt, grp, LR[grp], WD[grp]));
+    for (int p = 0; p < n; p++)
+        CHECK_OK(lw_optimizer_set_group(opt, p, sp[p].muon ? 0 : 1));
+    for (int grp = 0; grp < 2; grp++)
+        CHECK_OK(lw_optimizer_set_hparams(opt, grp, LR[grp], WD[grp]));
 
     for (int p = 0; p < n; p++) {
-        float *w;
+        float *w = NULL;
+        int32_t grp;
+        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
         CHECK_OK(lw_buffers_param(bs, p, &w));
-        for (int64_t i = 0; i < numel_of(&sp[p]); i++) w[i] = init_value(p, i);
+        if (w == NULL) goto done;
+        for (int64_t i = 0; i < numel_of(&sp[p]); i++)
+            w[i] = init_value(p, i);
+        CHECK_OK(lw_buffers_param_group(bs, p, &grp));
+        CHECK_OK(lw_buffers_commit(bs, grp));
+        CHECK_OK(lw_buffers_release(bs, p));
     }
+    CHECK_OK(lw_buffers_start_param_sync(bs)); /* ZeRO-3: what was gathered is dropped */
     /* everything this rank updates, summed over ranks, covers every element once */
     int64_t owned = 0, total = 0;
     for (int p = 0; p < n; p++) {
@@ -158,19 +201,14 @@ static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const varian
     double norms[STEPS];
     reference(sp, n, v, size, ref, norms);
     for (int step = 0; step < STEPS; step++) {
-        /* forward: the pre-hooks finish each group's parameter gather in turn */
-        for (int32_t grp = 0; grp < lw_buffers_num_groups(bs); grp++)
-            CHECK_OK(lw_buffers_finish_param_sync(bs, grp));
         CHECK_OK(lw_buffers_zero_grad(bs));
-        /* backward: gradients arrive in reverse definition order */
-        for (int p = n - 1; p >= 0; p--) {
-            if (p == v->silent) continue;
-            float *g;
-            CHECK_OK(lw_buffers_grad(bs, p, &g));
-            for (int64_t i = 0; i < numel_of(&sp[p]); i++)
-                g[i] = grad_value(p, i, step, rank, size);
-            if (step == v->nan_step && p == 3 && rank == size - 1) g[5] = v->bad;
-            CHECK_OK(lw_buffers_grad_ready(bs, p));
+        for (int micro = 0; micro < (v->micro ? v->micro : 1); micro++) {
+            /* forward: each module acquires its parameters in turn */
+            for (int p = 0; p < n; p++) {
+                CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, false));
+                CHECK_OK(lw_buffers_release(bs, p));
+            }
+            backward(bs, sp, n, v, step, micro, rank, size);
         }
         lw_step_result r;
         CHECK_OK(lw_optimizer_step(opt, &r));
@@ -185,16 +223,26 @@ static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const varian
     CHECK_OK(lw_buffers_finish_param_sync(bs, -1));
     double worst = 0;
     for (int p = 0; p < n; p++) {
-        float *w;
+        float *w = NULL;
+        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
         CHECK_OK(lw_buffers_param(bs, p, &w));
-        for (int64_t i = 0; i < numel_of(&sp[p]); i++)
+        for (int64_t i = 0; w != NULL && i < numel_of(&sp[p]); i++)
             worst = fmax(worst, fabs((double)w[i] - ref[p][i]));
+        CHECK_OK(lw_buffers_release(bs, p));
         free(ref[p]);
     }
     CHECK(worst <= 1e-5);
-    CHECK(identical_across_ranks(c, bs, l));
+    CHECK(identical_across_ranks(c, bs, sp, n));
+    lw_buffers_memory mem;
+    CHECK_OK(lw_buffers_memory_get(bs, &mem));
+    CHECK_EQ(mem.over_budget, 0); /* one group pinned at a time: the budget always suffices */
+    if (v->zero >= 2) CHECK(mem.peak <= mem.arrays + mem.budget);
+    /* five groups, one or two blocks each allowed: out of order, some must reduce early */
+    if (v->scrambled && v->zero >= 2 && v->muon == LW_ALGORITHM_SIZE_MATCHING)
+        CHECK(mem.flushes > 0);
     if (check_failures != before)
-        fprintf(stderr, "rank %d: variant %s failed (max diff %g)\n", rank, v->name, worst);
+        fprintf(stderr, "rank %d: variant %s, zero %d, failed (max diff %g)\n", rank, v->name,
+                v->zero, worst);
 done:
     lw_optimizer_free(opt);
     lw_buffers_free(bs);
@@ -208,7 +256,7 @@ static void test_errors(lw_comm *c) {
     lw_layout *l = NULL;
     lw_buffers *bs = NULL;
     CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
-    CHECK_FAILS(lw_buffers_new(l, c, NULL, NULL, &bs), LW_ERR_INVALID, "has " );
+    CHECK_FAILS(lw_buffers_new(l, c, NULL, NULL, &bs), LW_ERR_INVALID, "has ");
     CHECK(bs == NULL);
     lw_layout_free(l);
 
@@ -216,8 +264,7 @@ static void test_errors(lw_comm *c) {
     lo.dp = size;
     lo.bucket_size = rank == size - 1 && size > 1 ? 1000 : INT64_MAX;
     CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
-    if (size > 1)
-        CHECK_FAILS(lw_buffers_new(l, c, NULL, NULL, &bs), LW_ERR_INVALID, "layout hash");
+    if (size > 1) CHECK_FAILS(lw_buffers_new(l, c, NULL, NULL, &bs), LW_ERR_INVALID, "layout hash");
     lw_layout_free(l);
 
     lo.bucket_size = INT64_MAX;
@@ -242,6 +289,42 @@ static void test_errors(lw_comm *c) {
     lw_buffers_free(bs);
     lw_layout_free(l);
 
+    /* ZeRO-2/3 need sharded buffers; at ZeRO-3 buckets must hold the largest parameter */
+    lo.algorithm = LW_ALGORITHM_LEGACY;
+    lo.adamw_algorithm = LW_ALGORITHM_LEGACY;
+    CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
+    lw_buffers_options bo = lw_buffers_defaults();
+    bo.zero = 2;
+    CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_INVALID,
+                "ZeRO-2 shards gradients across ranks, so it needs sharded buffers");
+    lw_layout_free(l);
+    lo = lw_layout_defaults();
+    lo.dp = size;
+    lo.bucket_size = 500;
+    CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
+    bo.zero = 4;
+    CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_INVALID, "zero must be 1, 2 or 3");
+    bo.zero = 3;
+    CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_INVALID,
+                "bucket_size 500 is smaller than 'emb' (800 elements)");
+    lw_layout_free(l);
+    lo.bucket_size = 800;
+    CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
+    CHECK_OK(lw_buffers_new(l, c, NULL, &bo, &bs));
+    float *data;
+    CHECK_FAILS(lw_buffers_param_array(bs, 0, &data), LW_ERR_STATE, "no rank holds");
+    CHECK_FAILS(lw_buffers_param(bs, 1, &data), LW_ERR_STATE, "'l0.w' is not gathered");
+    CHECK_FAILS(lw_buffers_grad(bs, 1, &data), LW_ERR_STATE, "whole gradient of 'l0.w'");
+    CHECK_FAILS(lw_buffers_release(bs, 1), LW_ERR_STATE, "released more often than acquired");
+    CHECK_OK(lw_buffers_acquire(bs, 1, LW_PASS_FORWARD, false));
+    CHECK_OK(lw_buffers_param(bs, 1, &data));
+    CHECK_FAILS(lw_buffers_start_param_sync(bs), LW_ERR_STATE, "still acquired");
+    CHECK_OK(lw_buffers_release(bs, 1));
+    lw_buffers_free(bs);
+    lw_layout_free(l);
+    lo = lw_layout_defaults();
+    lo.dp = size;
+
     /* Muon needs whole matrices: an element-wise Muon buffer is refused */
     lo.algorithm = LW_ALGORITHM_DISTOPT;
     CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
@@ -260,36 +343,85 @@ int main(void) {
                                     LW_ALGORITHM_SIZE_MATCHING};
     const char *names[] = {"cost", "lpt", "size_matching"};
     char label[64];
-    for (int a = 0; a < 3; a++)
-        for (int bucket = 0; bucket < 2; bucket++)
-            for (int overlap = 0; overlap < 2; overlap++) {
-                snprintf(label, sizeof label, "%s bucket=%d overlap=%d", names[a], bucket, overlap);
-                variant v = {label, aligned[a], LW_ALGORITHM_DISTOPT, bucket ? 1500 : INT64_MAX,
-                             overlap, 0.0f, -1, 0.0f, -1};
-                run_variant(c, specs, N_SPECS, &v);
-            }
+    for (int zero = 1; zero <= 3; zero++)
+        for (int a = 0; a < 3; a++)
+            for (int bucket = 0; bucket < 2; bucket++)
+                for (int overlap = 0; overlap < 2; overlap++) {
+                    snprintf(label, sizeof label, "%s bucket=%d overlap=%d zero=%d", names[a],
+                             bucket, overlap, zero);
+                    variant v = {label,
+                                 aligned[a],
+                                 LW_ALGORITHM_DISTOPT,
+                                 bucket ? 1500 : INT64_MAX,
+                                 overlap,
+                                 0.0f,
+                                 -1,
+                                 0.0f,
+                                 -1,
+                                 zero,
+                                 0,
+                                 false};
+                    run_variant(c, specs, N_SPECS, &v);
+                }
+    for (int zero = 1; zero <= 3; zero++) {
+        variant z[] = {
+            {"rows", LW_ALGORITHM_ROWS, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f, -1, zero,
+             0, false},
+            {"rows clipped", LW_ALGORITHM_ROWS, LW_ALGORITHM_DISTOPT, INT64_MAX, false, 1.0f, -1,
+             0.0f, -1, zero, 0, false},
+            {"scrambled", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f, -1,
+             zero, 0, true},
+            {"scrambled size_matching", LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_COST, 800, true,
+             0.0f, -1, 0.0f, -1, zero, 0, true},
+            {"two micro-steps", LW_ALGORITHM_LPT, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f,
+             -1, zero, 2, false},
+            {"nan skipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, 1, NAN, -1,
+             zero, 2, false},
+            {"silent", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f, 5, zero,
+             0, false},
+        };
+        for (size_t k = 0; k < sizeof z / sizeof z[0]; k++)
+            run_variant(c, specs, N_SPECS, &z[k]);
+    }
     variant more[] = {
-        {"aligned adamw", LW_ALGORITHM_COST, LW_ALGORITHM_COST, 2000, true, 0.0f, -1, 0.0f, -1},
-        {"legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, -1, 0.0f, -1},
+        {"aligned adamw", LW_ALGORITHM_COST, LW_ALGORITHM_COST, 2000, true, 0.0f, -1, 0.0f, -1, 0,
+         0, false},
+        {"legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, -1, 0.0f, -1, 0,
+         0, false},
         {"legacy buckets", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, 1000, false, 0.0f, -1, 0.0f,
-         -1},
-        {"replicated", LW_ALGORITHM_DEFAULT, LW_ALGORITHM_DEFAULT, 1000, true, 0.0f, -1, 0.0f, -1},
-        {"clipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 1.0f, -1, 0.0f, -1},
-        {"nan skipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, 1, NAN, -1},
-        {"inf skipped", LW_ALGORITHM_LPT, LW_ALGORITHM_DISTOPT, INT64_MAX, false, 0.0f, 2,
-         INFINITY, -1},
-        {"nan legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, 1, NAN, -1},
-        {"silent matrix", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f, 5},
+         -1, 0, 0, false},
+        {"replicated", LW_ALGORITHM_DEFAULT, LW_ALGORITHM_DEFAULT, 1000, true, 0.0f, -1, 0.0f, -1,
+         0, 0, false},
+        {"clipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 1.0f, -1, 0.0f, -1, 0, 0,
+         false},
+        {"nan skipped", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, 1, NAN, -1, 0, 0,
+         false},
+        {"inf skipped", LW_ALGORITHM_LPT, LW_ALGORITHM_DISTOPT, INT64_MAX, false, 0.0f, 2, INFINITY,
+         -1, 0, 0, false},
+        {"nan legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, INT64_MAX, true, 0.0f, 1, NAN, -1,
+         0, 0, false},
+        {"silent matrix", LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT, 1500, true, 0.0f, -1, 0.0f, 5, 0,
+         0, false},
         {"silent vector", LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_DISTOPT, INT64_MAX, true, 0.0f,
-         -1, 0.0f, 4},
+         -1, 0.0f, 4, 0, 0, false},
     };
     for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
         run_variant(c, specs, N_SPECS, &more[k]);
 
     /* two parameters: at dp 3 at least one rank owns nothing and still takes part */
     lw_param_spec two[2] = {mat("w", 8, 8, true), vec("g", 4)};
-    variant tiny = {"two params", LW_ALGORITHM_COST, LW_ALGORITHM_COST, INT64_MAX, true, 0.0f, -1,
-                    0.0f, -1};
+    variant tiny = {"two params",
+                    LW_ALGORITHM_COST,
+                    LW_ALGORITHM_COST,
+                    INT64_MAX,
+                    true,
+                    0.0f,
+                    -1,
+                    0.0f,
+                    -1,
+                    0,
+                    0,
+                    false};
     run_variant(c, two, 2, &tiny);
 
     test_errors(c);

@@ -110,17 +110,33 @@ function checkpoint.save(dir, s)
    local sizes, crcs = {}, {}
    for r = 1, comm.size do sizes[r], crcs[r] = 0, 0 end
    local model_bytes, model_crc = 0, 0
+   -- the model on rank 0: views below ZeRO-3; at ZeRO-3 a copy of each parameter, gathered
+   -- group by group with every rank taking part (so rank 0 holds the whole model while writing)
+   local params = {}
+   ok, err = protect(function()
+      for _, spec in ipairs(ddp.specs) do
+         if ddp.zero < 3 then
+            if comm.rank == 0 then
+               params[#params + 1] = { name = spec.name, shape = spec.shape,
+                                       data = ddp:param(spec.name).data }
+            end
+         else
+            ddp:with_param(spec.name, function(p)
+               if comm.rank ~= 0 then return end
+               local copy = ffi.new("float[?]", p.numel)
+               ffi.copy(copy, p.data, 4 * p.numel)
+               params[#params + 1] = { name = spec.name, shape = spec.shape, data = copy }
+            end)
+         end
+      end
+   end)
+   agree(comm, ok, err, where)
    ok, err = protect(function()
       local tensors, metadata = state_tensors(ddp, opt)
       sizes[comm.rank + 1], crcs[comm.rank + 1] =
          safetensors.write(tmp .. "/" .. optim_name(comm.rank), tensors, metadata)
       crash_point("optim")
       if comm.rank == 0 then
-         local params = {}
-         for _, spec in ipairs(ddp.specs) do
-            params[#params + 1] = { name = spec.name, shape = spec.shape,
-                                    data = ddp:param(spec.name).data }
-         end
          model_bytes, model_crc = safetensors.write(tmp .. "/model.safetensors", params,
             { { "format", checkpoint.FORMAT }, { "step", tostring(s.step) } })
          crash_point("model")
@@ -154,7 +170,7 @@ function checkpoint.save(dir, s)
          ranks = comm.size, mode = ddp.mode,
          layout = json.object({ algorithm = layout.algorithm, adamw_layout = layout.adamw_layout,
             bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
-            expert_dp = layout.expert_dp }),
+            expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
          optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
          extra = json.object(s.extra or {}), params = params, files = files,
       })
@@ -242,8 +258,8 @@ local function find(st, name)
    return view
 end
 
--- Loads the parameters of the checkpoint at path into ddp (every rank).
-local function load_params(path, ddp, m)
+-- Checks the parameters of the checkpoint at path against ddp's model; returns the open file.
+local function check_params(path, ddp, m)
    local where = "checkpoint.load"
    local by_name = {}
    for _, p in ipairs(m.params) do by_name[p.name] = p end
@@ -264,11 +280,23 @@ local function load_params(path, ddp, m)
    local st = open_st(path .. "/model.safetensors")
    for _, spec in ipairs(ddp.specs) do
       local view = find(st, spec.name)
-      local target = ddp:param(spec.name)
-      if view == nil or ffi.string(view.dtype) ~= "F32" or tonumber(view.bytes) ~= 4 * target.numel then
+      local numel = 1
+      for _, d in ipairs(spec.shape) do numel = numel * d end
+      if view == nil or ffi.string(view.dtype) ~= "F32" or tonumber(view.bytes) ~= 4 * numel then
          fail(where, "%s/model.safetensors: '%s' is missing or has the wrong size", path, spec.name)
       end
-      ffi.copy(target.data, view.data, 4 * target.numel)
+   end
+   return st
+end
+
+-- Writes the checked parameters into ddp: collective at ZeRO-3, so it runs only once every rank
+-- has agreed that its checks passed.
+local function write_params(st, ddp)
+   for _, spec in ipairs(ddp.specs) do
+      local view = find(st, spec.name)
+      ddp:with_param(spec.name, function(target)
+         ffi.copy(target.data, view.data, 4 * target.numel)
+      end)
    end
 end
 
@@ -323,13 +351,14 @@ end
 -- this run's ranks and layout. Returns the manifest (step, extra).
 function checkpoint.load(path, s)
    local comm = s.ddp.comm
-   local m
+   local m, st
    local ok, err = protect(function()
       m = checkpoint.read_manifest(path)
-      load_params(path, s.ddp, m)
+      st = check_params(path, s.ddp, m)
       if s.opt and not s.weights_only then load_state(path, s.ddp, s.opt, m) end
    end)
    agree(comm, ok, err, "checkpoint.load")
+   write_params(st, s.ddp)
    s.ddp:broadcast_params(0) -- the same on every rank, byte for byte
    return m
 end

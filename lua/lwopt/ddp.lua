@@ -2,6 +2,9 @@
 -- on a communicator: tensor views by name, and the gradient / parameter syncs that training
 -- calls from its hooks. The mode picks the layout: layerwise (shard-aligned Muon buffers,
 -- element-wise AdamW), legacy (unpadded, ping-pong owners), replicated (plain data parallel).
+-- zero = 2 keeps only this rank's shard of the gradients, zero = 3 of the parameters too
+-- (gathered per bucket group when a module acquires them); shard = "rows" splits every Muon
+-- matrix by rows across the ranks instead (row-sharded FSDP, for comparison; needs zero 3).
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local route = require("lwopt.route")
@@ -19,7 +22,7 @@ local WHERE = "lw.ddp.new"
 local known = {
    mode = true, algorithm = true, adamw_layout = true, bucket_size = true, high_busbw = true,
    expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
-   overlap_param = true, layout = true,
+   overlap_param = true, layout = true, zero = true, shard = true,
 }
 local modes = { layerwise = true, legacy = true, replicated = true }
 local mode_algorithm = { legacy = "legacy", replicated = "default" }
@@ -29,6 +32,13 @@ local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
 local function layout_for(specs, comm, o)
    if o.layout ~= nil then return o.layout end
    local algorithm, adamw_layout = o.algorithm, o.adamw_layout
+   if o.shard == "rows" then
+      if algorithm ~= nil then
+         fail("shard 'rows' lays the Muon matrices out by rows; algorithm '%s' is for shard "
+            .. "'aligned'", tostring(algorithm))
+      end
+      algorithm = "rows"
+   end
    if o.mode ~= "layerwise" then
       if algorithm ~= nil or adamw_layout ~= nil then
          fail("mode '%s' fixes the layout; algorithm and adamw_layout are for mode 'layerwise'",
@@ -58,11 +68,27 @@ function ddp.new(specs, comm, opts)
    if not modes[o.mode] then
       fail("unknown mode '%s' (layerwise, legacy or replicated)", tostring(o.mode))
    end
+   o.zero = o.zero or 1
+   if o.zero ~= 1 and o.zero ~= 2 and o.zero ~= 3 then
+      fail("zero must be 1, 2 or 3, got %s", tostring(o.zero))
+   end
+   if o.zero > 1 and o.mode ~= "layerwise" then
+      fail("zero %d shards gradients%s across ranks; mode '%s' keeps them whole (use mode "
+         .. "'layerwise')", o.zero, o.zero == 3 and " and parameters" or "", o.mode)
+   end
+   o.shard = o.shard or "aligned"
+   if o.shard ~= "aligned" and o.shard ~= "rows" then
+      fail("unknown shard '%s' (aligned or rows)", tostring(o.shard))
+   end
+   if o.shard == "rows" and o.zero ~= 3 then
+      fail("shard 'rows' is row-sharded FSDP: it needs zero 3, got zero %d", o.zero)
+   end
    comm = comm or comm_mod.init()
    local routed = route.fill(specs, WHERE)
    local layout = layout_for(routed, comm, o)
    local overlap = o.overlap ~= false
-   local bo = ffi.new("lw_buffers_options")
+   local bo = lib.lw_buffers_defaults()
+   bo.zero = o.zero
    bo.overlap_grad = overlap
    bo.overlap_param = overlap
    if o.overlap_grad ~= nil then bo.overlap_grad = o.overlap_grad end
@@ -71,7 +97,7 @@ function ddp.new(specs, comm, opts)
    C.check(lib.lw_buffers_new(layout._c, comm._c, o.expert_comm and o.expert_comm._c or nil, bo,
       out), WHERE)
    local self = setmetatable({ layout = layout, comm = comm, mode = o.mode, specs = routed,
-      expert_comm = o.expert_comm }, DDP)
+      expert_comm = o.expert_comm, zero = o.zero, shard = o.shard }, DDP)
    self._c = ffi.gc(out[0], lib.lw_buffers_free)
    self._index = {}
    for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
@@ -139,15 +165,76 @@ function DDP:owned(name)
    return tonumber(start_out[0]), tonumber(count_out[0])
 end
 
+local passes = { forward = 0, backward = 1 }
+
+-- A module is about to read parameter `name` (pass "forward" | "backward"; reuse: a use out of
+-- the pass's order, such as a tied weight read again). Returns its data and, in backward, its
+-- gradient (float*), valid until ddp:release(name). At ZeRO-3 this gathers its bucket group
+-- unless held (a collective: every rank must acquire in the same order).
+function DDP:acquire(name, pass, reuse)
+   local i = self:index(name)
+   local p = passes[pass or "forward"]
+   if p == nil then error("ddp:acquire: pass must be 'forward' or 'backward'", 2) end
+   C.check(lib.lw_buffers_acquire(self._c, i, p, reuse == true), "ddp:acquire")
+   C.check(lib.lw_buffers_param(self._c, i, float_out), "ddp:acquire")
+   local w = float_out[0]
+   if p == 0 then return w, nil end
+   C.check(lib.lw_buffers_grad(self._c, i, float_out), "ddp:acquire")
+   return w, float_out[0]
+end
+
+function DDP:release(name)
+   C.check(lib.lw_buffers_release(self._c, self:index(name)), "ddp:release")
+end
+
+-- ZeRO-2/3: after each micro-step's backward, reduces what is still held whole.
+function DDP:end_backward() C.check(lib.lw_buffers_end_backward(self._c), "ddp:end_backward") end
+
+-- Hooks for Module:bind that only acquire and release (no gradient sync): lw.train.hooks adds
+-- the gradient reports.
+function DDP:hooks()
+   return {
+      acquire = function(name, pass, reuse) return self:acquire(name, pass, reuse) end,
+      release = function(name) self:release(name) end,
+      ready = function() end,
+   }
+end
+
+-- Calls fn(tensor) with parameter `name` to read or write it, at any ZeRO level; what fn wrote
+-- is kept (ZeRO-3: committed to this rank's shard, so every rank must write the same values).
+-- Collective at ZeRO-3.
+function DDP:with_param(name, fn)
+   local i = self:index(name)
+   local w = self:acquire(name, "forward", true)
+   local ok, err = pcall(fn, tensor.view(w, self.specs[i + 1].shape, self))
+   if ok then
+      C.check(lib.lw_buffers_param_group(self._c, i, int_out), "ddp:with_param")
+      C.check(lib.lw_buffers_commit(self._c, int_out[0]), "ddp:with_param")
+   end
+   self:release(name)
+   if not ok then error(err, 0) end
+end
+
 -- Copies every parameter from rank `root` (default 0) to all ranks.
 function DDP:broadcast_params(root)
-   local info = ffi.new("lw_buffer_info")
-   for b = 0, #self.layout.buffers - 1 do
-      C.check(lib.lw_layout_buffer(self.layout._c, b, info), "ddp:broadcast_params")
-      C.check(lib.lw_buffers_param_array(self._c, b, float_out), "ddp:broadcast_params")
-      C.check(lib.lw_comm_broadcast(self.comm._c, float_out[0], 4 * info.numel, root or 0),
-         "ddp:broadcast_params")
+   for _, spec in ipairs(self.specs) do
+      self:with_param(spec.name, function(t)
+         C.check(lib.lw_comm_broadcast(self.comm._c, t.data, 4 * t.numel, root or 0),
+            "ddp:broadcast_params")
+      end)
    end
+end
+
+-- Bytes this rank holds for parameters and gradients (lw_buffers_memory), as numbers.
+function DDP:memory()
+   local m = ffi.new("lw_buffers_memory")
+   C.check(lib.lw_buffers_memory_get(self._c, m), "ddp:memory")
+   local out = {}
+   for _, k in ipairs({ "params", "grads", "arrays", "cached", "peak", "budget", "block_bytes",
+      "over_budget", "gathers", "flushes" }) do
+      out[k] = tonumber(m[k])
+   end
+   return out
 end
 
 return ddp

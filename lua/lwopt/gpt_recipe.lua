@@ -23,6 +23,9 @@ recipe.flags = {
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
    { "mode", { "layerwise", "legacy", "replicated" }, "layerwise", "how the optimizer is split" },
    { "layout", { "cost", "lpt", "size_matching" }, "cost", "layout of the Muon buffers" },
+   { "zero", "int", 1, "1: shard optimizer state; 2: and gradients; 3: and parameters" },
+   { "shard", { "aligned", "rows" }, "aligned", "aligned: each rank owns whole matrices; rows: "
+     .. "every matrix split by rows (row-sharded FSDP, for comparison; needs --zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
    { "batch", "int", nil, "sequences per rank per micro-step" },
@@ -61,7 +64,8 @@ end
 local function lcg(state) return (state * 1103515245 + 12345) % 2147483648 end
 
 -- Seeded parameter initialisation, the same on every rank (GPT-2's: normal(0, 0.02), residual
--- projections scaled by 1/sqrt(2 n_layer), norm gains 1, biases 0).
+-- projections scaled by 1/sqrt(2 n_layer), norm gains 1, biases 0), one parameter at a time in
+-- definition order (collective at ZeRO-3, where each is written into its gathered group).
 local function init_params(model, ddp, seed, n_layer)
    local state = seed
    local function uniform()
@@ -72,17 +76,42 @@ local function init_params(model, ddp, seed, n_layer)
       return math.sqrt(-2 * math.log(uniform())) * math.cos(2 * math.pi * uniform())
    end
    for _, spec in ipairs(model:parameters()) do
-      local p = ddp:param(spec.name)
-      if spec.role == "norm" then
-         p:fill(1)
-      elseif spec.role == "bias" then
-         p:fill(0)
-      else
-         local std = 0.02
-         if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
-         for i = 0, p.numel - 1 do p.data[i] = std * normal() end
-      end
+      ddp:with_param(spec.name, function(p)
+         if spec.role == "norm" then
+            p:fill(1)
+         elseif spec.role == "bias" then
+            p:fill(0)
+         else
+            local std = 0.02
+            if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
+            for i = 0, p.numel - 1 do p.data[i] = std * normal() end
+         end
+      end)
    end
+end
+
+-- Flag combinations that cannot work, refused before any work (every rank sees the same flags).
+local function check_flags(v)
+   if v.zero < 1 or v.zero > 3 then error(("--zero must be 1, 2 or 3, got %d"):format(v.zero), 0) end
+   if v.shard == "rows" and v.zero ~= 3 then
+      error("--shard rows is row-sharded FSDP: it needs --zero 3", 0)
+   end
+   if v.zero > 1 and v.mode ~= "layerwise" then
+      error(("--zero %d shards %s across ranks; --mode %s keeps them whole (use --mode "
+         .. "layerwise)"):format(v.zero, v.zero == 3 and "gradients and parameters" or "gradients",
+         v.mode), 0)
+   end
+end
+
+-- Bytes per rank, printed as a table at the end of a run.
+local function memory_table(by_rank)
+   local lines = { "memory per rank (MiB): rank  params  grads  optimizer  activations  peak" }
+   for r = 1, #by_rank.params do
+      lines[#lines + 1] = ("  %4d %8.2f %6.2f %10.2f %12.2f %6.2f"):format(r - 1,
+         by_rank.params[r], by_rank.grads[r], by_rank.optimizer[r], by_rank.activations[r],
+         by_rank.peak[r])
+   end
+   return table.concat(lines, "\n")
 end
 
 local function plot(log_path)
@@ -154,6 +183,7 @@ function recipe.main(argv, rules, script)
       print(usage(script))
       return
    end
+   check_flags(v)
    if v.device == "cuda" and not lw.has_cuda() then
       error("--device cuda: this build has no CUDA backend (liblwopt_cuda.so); use --device cpu", 0)
    end
@@ -174,8 +204,8 @@ function recipe.main(argv, rules, script)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
-      algorithm = v.mode == "layerwise" and v.layout or nil,
-      bucket_size = v.bucket_size, overlap = v.overlap == "on" })
+      algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
+      bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard })
    local lr = v.lr or preset.lr
    local opt = lw.optim.new(ddp, { lr = lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 } })
@@ -191,7 +221,8 @@ function recipe.main(argv, rules, script)
    if v.ckpt_dir then
       run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
          extra = { preset = v.preset, seq = t, batch = b, accum = v.accum, seed = v.seed,
-                   lr = lr, steps = steps, optimizer = v.optimizer } }
+                   lr = lr, steps = steps, optimizer = v.optimizer, zero = v.zero,
+                   shard = v.shard } }
       local latest = v.resume and require("lwopt.checkpoint").latest(v.ckpt_dir)
       if latest then
          local m = require("lwopt.checkpoint").load(latest, { ddp = ddp, opt = opt })
@@ -203,10 +234,11 @@ function recipe.main(argv, rules, script)
       end
    end
    if comm.rank == 0 and not v.quiet then
-      print(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s on %d rank%s, "
-         .. "global batch %d x %d bytes; %s (%d bytes)"):format(lw.version, preset.n_layer,
-         preset.n_embd, preset.n_head, lw.arch.numel(specs) / 1e6, v.optimizer, v.mode,
-         comm.size, comm.size == 1 and "" or "s", b * v.accum * comm.size, t, path, data.n))
+      print(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
+         .. "rank%s, global batch %d x %d bytes; %s (%d bytes)"):format(lw.version,
+         preset.n_layer, preset.n_embd, preset.n_head, lw.arch.numel(specs) / 1e6, v.optimizer,
+         v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
+         comm.size == 1 and "" or "s", b * v.accum * comm.size, t, path, data.n))
    end
    if (run.start_step or 1) > steps then
       if comm.rank == 0 then print(("nothing to do: the checkpoint is at step %d of %d"):format(
@@ -216,6 +248,8 @@ function recipe.main(argv, rules, script)
    local records = train.run(run)
    local final = records[#records]
    ddp:finish_param_sync()
+   local memory = train.memory_by_rank(run) -- collective
+   if comm.rank == 0 and not v.quiet then print(memory_table(memory)) end
    if comm.rank == 0 then
       print(("final validation loss %.4f (%.3f bits/byte)"):format(final.val_loss,
          final.val_loss / math.log(2)))
@@ -224,15 +258,23 @@ function recipe.main(argv, rules, script)
          if png then print("loss curve: " .. png) end
       end
    end
-   if v.save_params and comm.rank == 0 then
+   if v.save_params then
+      -- a copy of each parameter on rank 0 (at ZeRO-3 every rank takes part in gathering it)
       local tensors = {}
       for _, s in ipairs(specs) do
-         tensors[#tensors + 1] = { name = s.name, shape = s.shape, data = ddp:param(s.name).data }
+         ddp:with_param(s.name, function(p)
+            if comm.rank ~= 0 then return end
+            local copy = ffi.new("float[?]", p.numel)
+            ffi.copy(copy, p.data, 4 * p.numel)
+            tensors[#tensors + 1] = { name = s.name, shape = s.shape, data = copy }
+         end)
       end
-      safetensors.write(v.save_params, tensors)
+      if comm.rank == 0 then safetensors.write(v.save_params, tensors) end
    end
-   if v.sample > 0 and comm.rank == 0 then
-      print("sample:\n" .. sample(model, data, v.prompt, v.sample, t, v.seed))
+   -- at ZeRO-3 a forward pass is collective: every rank samples (the same text), rank 0 prints
+   if v.sample > 0 and (comm.rank == 0 or v.zero == 3) then
+      local text = sample(model, data, v.prompt, v.sample, t, v.seed)
+      if comm.rank == 0 then print("sample:\n" .. text) end
    end
    return records
 end

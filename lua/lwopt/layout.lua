@@ -17,9 +17,11 @@ local WHERE = "lw.layout.compute"
 local dtypes = { f32 = 0, bf16 = 1, f16 = 2 }
 local dtype_names = { [0] = "f32", [1] = "bf16", [2] = "f16" }
 
-local algorithms = { cost = 0, lpt = 1, size_matching = 2, distopt = 3, default = 4, legacy = 5 }
-local algorithm_names = { [0] = "cost", "lpt", "size_matching", "distopt", "default", "legacy" }
-layout.algorithms = { "cost", "lpt", "size_matching", "distopt", "default", "legacy" }
+local algorithms = { cost = 0, lpt = 1, size_matching = 2, distopt = 3, default = 4, legacy = 5,
+   rows = 6 }
+local algorithm_names = { [0] = "cost", "lpt", "size_matching", "distopt", "default", "legacy",
+   "rows" }
+layout.algorithms = { "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" }
 layout.adamw_layouts = { "distopt", "aligned", "default", "legacy" }
 
 local option_names = {

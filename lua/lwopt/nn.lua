@@ -3,14 +3,24 @@
 -- its buffer view), and has forward(input) and backward(input, grad_output). Activations live in
 -- buffers allocated once per (batch, time) shape; backward accumulates into gradients (zero them
 -- first, or let micro-steps sum). Hooks tell the runtime when a module is about to use its
--- parameters and when a parameter's gradient is complete, so communication overlaps compute.
+-- parameters (acquire: the runtime returns where they are, which at ZeRO-3 changes from use to
+-- use), when it is done with them (release), and when a parameter's gradient is complete
+-- (ready), so communication overlaps compute.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 
 local lib = C.lib
 local nn = {}
 
-local function floats(n) return ffi.new("float[?]", math.max(n, 1)) end
+local activation_bytes = 0
+
+local function floats(n)
+   activation_bytes = activation_bytes + 4 * math.max(n, 1)
+   return ffi.new("float[?]", math.max(n, 1))
+end
+
+-- Bytes of activation buffers allocated by the modules of this process.
+function nn.activation_bytes() return activation_bytes end
 local function zero(p, n) ffi.fill(p, 4 * n) end
 
 local function class(parent)
@@ -61,18 +71,14 @@ function Module:parameters(out)
    return out
 end
 
--- Points every declared parameter at its view in ddp (lw.ddp) and installs hooks:
--- hooks.before(name) before a module reads parameter `name`, hooks.ready(name) when its gradient
--- is complete. Without hooks (nil) nothing is called.
+-- Binds the module and its children to ddp (lw.ddp) through hooks:
+-- hooks.acquire(name, pass, reuse) -> data, grad before a module reads parameter `name`
+-- ("forward" | "backward"; grad only in backward), hooks.release(name) when it is done with it,
+-- hooks.ready(name) when its gradient is complete. nil: ddp:hooks() (no gradient reports).
 function Module:bind(ddp, hooks)
-   self.hooks = hooks
+   self.hooks = hooks or ddp:hooks()
    for _, e in ipairs(self.entries) do
-      if e.spec then
-         self.w[e.spec.short] = ddp:param(e.spec.name).data
-         self.g[e.spec.short] = ddp:grad(e.spec.name).data
-      else
-         e.child:bind(ddp, hooks)
-      end
+      if e.child then e.child:bind(ddp, self.hooks) end
    end
 end
 
@@ -83,17 +89,26 @@ function Module:own_names()
    return names
 end
 
-function Module:before_forward()
-   if self.hooks then
-      for _, e in ipairs(self.entries) do
-         if e.spec then self.hooks.before(e.spec.name) end
+-- Makes the module's own parameters (and in backward their gradients) reachable through
+-- self.w / self.g until release. reuse: a use out of the pass's order (a tied weight).
+function Module:acquire(pass, reuse)
+   local h = self.hooks
+   for _, e in ipairs(self.entries) do
+      if e.spec then
+         local w, g = h.acquire(e.spec.name, pass, reuse)
+         self.w[e.spec.short] = w
+         self.g[e.spec.short] = g
       end
    end
 end
 
-function Module:ready(short)
-   if self.hooks then self.hooks.ready(self.prefix .. short) end
+function Module:release()
+   for _, e in ipairs(self.entries) do
+      if e.spec then self.hooks.release(e.spec.name) end
+   end
 end
+
+function Module:ready(short) self.hooks.ready(self.prefix .. short) end
 
 -- Activation buffers per (rows) shape, allocated once.
 function Module:buffer(key, n)
@@ -122,17 +137,20 @@ end
 
 -- input: float* [n, in]; returns float* [n, out]
 function Linear:forward(x, n)
-   self:before_forward()
+   self:acquire("forward")
    local y = self:buffer("y", n * self.n_out)
    lib.lw_linear_forward(y, x, self.w.weight, self.has_bias and self.w.bias or nil, n, self.n_in,
       self.n_out)
+   self:release()
    return y
 end
 
 -- Accumulates into dx (float* [n, in], may be nil) and the parameter gradients.
 function Linear:backward(x, dy, dx, n)
+   self:acquire("backward")
    lib.lw_linear_backward(dx, self.g.weight, self.has_bias and self.g.bias or nil, dy, x,
       self.w.weight, n, self.n_in, self.n_out)
+   self:release()
    self:ready("weight")
    if self.has_bias then self:ready("bias") end
 end
@@ -154,16 +172,19 @@ end
 
 -- tokens: int32_t* [b*t] -> float* [b*t, c]
 function Embedding:forward(tokens, b, t)
-   self:before_forward()
+   self:acquire("forward")
    local y = self:buffer("y", b * t * self.c)
    lib.lw_embedding_forward(y, tokens, self.w["wte.weight"], self.w["wpe.weight"], b, t, self.c)
+   self:release()
    return y
 end
 
 -- Accumulates into the embedding gradients; position first, then the token table, which a
 -- shared LM head has already added to.
 function Embedding:backward(tokens, dy, b, t)
+   self:acquire("backward")
    lib.lw_embedding_backward(self.g["wte.weight"], self.g["wpe.weight"], dy, tokens, b, t, self.c)
+   self:release()
    self:ready("wpe.weight")
    self:ready("wte.weight")
 end
@@ -182,17 +203,20 @@ function LayerNorm.new(prefix, c, bias)
 end
 
 function LayerNorm:forward(x, n)
-   self:before_forward()
+   self:acquire("forward")
    local y = self:buffer("y", n * self.c)
    self.mean, self.rstd = self:buffer("mean", n), self:buffer("rstd", n)
    lib.lw_layernorm_forward(y, self.mean, self.rstd, x, self.w.weight,
       self.has_bias and self.w.bias or nil, n, self.c, 1e-5)
+   self:release()
    return y
 end
 
 function LayerNorm:backward(x, dy, dx, n)
+   self:acquire("backward")
    lib.lw_layernorm_backward(dx, self.g.weight, self.has_bias and self.g.bias or nil, dy, x,
       self.w.weight, self.mean, self.rstd, n, self.c)
+   self:release()
    self:ready("weight")
    if self.has_bias then self:ready("bias") end
 end
@@ -372,13 +396,17 @@ function GPT:forward(tokens, targets, b, t)
    self.h = self.ln_f:forward(x, n)
    self.probs = self:buffer("probs", n * o.vocab)
    self.losses = self:buffer("losses", n)
-   -- the LM head's turn comes last in forward, so it is waited for only here
-   if self.hooks and not o.tied then self.hooks.before("lm_head.weight") end
+   -- the LM head's turn comes last in forward; tied, it is the embedding read again
+   local head_owner = o.tied and self.embedding or self
+   head_owner:acquire("forward", o.tied)
    local head = o.tied and self.embedding.w["wte.weight"] or self.w["lm_head.weight"]
    local none = self:buffer("no_targets", n)
    local tg = targets or ffi.cast("int32_t *", none)
    if targets == nil then ffi.fill(none, 4 * n, 0xff) end -- all -1: ignored
-   return lib.lw_cross_entropy_forward(self.probs, self.losses, self.h, head, tg, n, c, o.vocab)
+   local loss = lib.lw_cross_entropy_forward(self.probs, self.losses, self.h, head, tg, n, c,
+      o.vocab)
+   head_owner:release()
+   return loss
 end
 
 -- Backward of loss_scale * (the loss of the last forward); accumulates parameter gradients and
@@ -387,12 +415,15 @@ function GPT:backward(loss_scale)
    local o, c = self.cfg, self.cfg.n_embd
    local b, t = self.b, self.t
    local n = b * t
+   local head_owner = o.tied and self.embedding or self
+   head_owner:acquire("backward", o.tied)
    local head_w = o.tied and self.embedding.w["wte.weight"] or self.w["lm_head.weight"]
    local head_g = o.tied and self.embedding.g["wte.weight"] or self.g["lm_head.weight"]
    local dh = self:buffer("dh", n * c)
    zero(dh, n * c)
    lib.lw_cross_entropy_backward(dh, head_g, self.probs, self.h, head_w, self.targets, n, c,
       o.vocab, loss_scale or 1)
+   head_owner:release()
    if not o.tied then self:ready("lm_head.weight") end
    local dx = self:buffer("dx", n * c)
    zero(dx, n * c)

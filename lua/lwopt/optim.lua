@@ -164,6 +164,19 @@ function Optimizer:set_group(i, lr, weight_decay)
    self:_send_hparams("optimizer:set_group")
 end
 
+-- Bytes of optimizer state this rank holds (Muon momentum, AdamW moments).
+function Optimizer:state_bytes()
+   if self._state_bytes == nil then
+      local entry, total = ffi.new("lw_state_entry"), 0
+      for k = 0, lib.lw_optimizer_state_count(self._c) - 1 do
+         C.check(lib.lw_optimizer_state(self._c, k, entry), "optimizer:state_bytes")
+         total = total + 4 * tonumber(entry.count) * (entry.muon and 1 or 2)
+      end
+      self._state_bytes = total
+   end
+   return self._state_bytes
+end
+
 local result = ffi.new("lw_step_result")
 
 -- One step. lr_scale (default 1) multiplies every group's lr: schedules pass it each step.

@@ -24,21 +24,55 @@ local function comm_seconds(comm)
    return total
 end
 
--- Mean validation loss over the first `max` validation sequences, split across ranks.
+-- Mean validation loss over the first `max` validation sequences, split across ranks. Every
+-- rank runs as many forward passes (at ZeRO-3 each is a series of collectives); a rank past
+-- the end reruns the first batch and counts nothing.
 function train.evaluate(run, max)
    local model, data, comm = run.model, run.data, run.comm
    local b, t = run.batch, run.seq
    run.ddp:finish_param_sync()
    local count = data:val_count(t, max)
    local sum, rows = 0, 0
-   for first = comm.rank * b, count - 1, comm.size * b do
-      data:val_batch(run.tokens, run.targets, first, count, b, t)
+   local passes = math.ceil(count / (comm.size * b))
+   for pass = 0, passes - 1 do
+      local first = (pass * comm.size + comm.rank) * b
+      local k = math.max(0, math.min(b, count - first))
+      data:val_batch(run.tokens, run.targets, k > 0 and first or 0, count, b, t)
       local loss = model:forward(run.tokens, run.targets, b, t)
-      local k = math.min(b, count - first)
       sum, rows = sum + loss * k, rows + k
    end
    local totals = comm:allreduce({ sum, rows })
    return totals[1] / math.max(totals[2], 1)
+end
+
+-- Bytes this rank holds: parameters and gradients (lw.ddp), optimizer state, activations; the
+-- peak adds the buffers' peak to the other two (which only grow).
+function train.memory(run)
+   local m = run.ddp:memory()
+   local optimizer = run.opt:state_bytes()
+   local activations = require("lwopt.nn").activation_bytes()
+   return { params = m.params, grads = m.grads, cached = m.cached, optimizer = optimizer,
+            activations = activations, peak = m.peak + optimizer + activations,
+            params_grads_peak = m.peak, budget = m.budget }
+end
+
+-- Every rank's figures (MiB), gathered with one all-reduce: { params = { r0, r1, .. }, .. }.
+local MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak" }
+function train.memory_by_rank(run)
+   local mine, comm = train.memory(run), run.comm
+   local flat = {}
+   for k = 1, #MEMORY_KEYS * comm.size do flat[k] = 0 end
+   for j, key in ipairs(MEMORY_KEYS) do flat[(j - 1) * comm.size + comm.rank + 1] = mine[key] end
+   flat = comm:allreduce(flat)
+   local out = {}
+   for j, key in ipairs(MEMORY_KEYS) do
+      local per = json.array()
+      for r = 1, comm.size do
+         per[r] = math.floor(flat[(j - 1) * comm.size + r] / 2 ^ 20 * 100 + 0.5) / 100
+      end
+      out[key] = per
+   end
+   return out
 end
 
 local function progress(run, rec, t_start, first)
@@ -87,12 +121,14 @@ function train.run(run)
       ddp:zero_grad()
       for micro = 0, accum - 1 do
          data:train_batch(run.tokens, run.targets, run.seed, step, micro, comm.rank, comm.size, b, t)
-         -- only the last micro-step's backward completes gradients (and starts their sync)
-         run.report_ready = micro == accum - 1
+         -- only the last micro-step's backward completes gradients (and starts their sync);
+         -- at ZeRO-2/3 every micro-step's does, since gradients are not kept whole between them
+         run.report_ready = micro == accum - 1 or ddp.zero >= 2
          local a = lib.lw_now()
          loss = loss + model:forward(run.tokens, run.targets, b, t) / accum
          local m = lib.lw_now()
          model:backward(1 / accum)
+         ddp:end_backward()
          fwd, bwd = fwd + (m - a), bwd + (lib.lw_now() - m)
       end
       local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
@@ -108,6 +144,7 @@ function train.run(run)
          time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
             opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync) }),
       }
+      if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
       if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
          or step == last then
          rec.val_loss = train.evaluate(run, run.eval_max)
@@ -130,24 +167,16 @@ function train.run(run)
    return records
 end
 
--- Hooks for model:bind: before a parameter is read, its group's gather must be done; when a
--- gradient is complete (last micro-step only), its bucket may start syncing.
+-- Hooks for model:bind: before a parameter is read, its group must be there (its gather done,
+-- or at ZeRO-3 gathered); when a gradient is complete (last micro-step only, every micro-step at
+-- ZeRO-2/3), its bucket may start syncing.
 function train.hooks(run)
    local ddp = run.ddp
-   local group_of = {}
-   return {
-      before = function(name)
-         local g = group_of[name]
-         if g == nil then
-            g = ddp:group_of(name)
-            group_of[name] = g
-         end
-         ddp:finish_param_sync(g)
-      end,
-      ready = function(name)
-         if run.report_ready ~= false then ddp:grad_ready(name) end
-      end,
-   }
+   local hooks = ddp:hooks()
+   hooks.ready = function(name)
+      if run.report_ready ~= false then ddp:grad_ready(name) end
+   end
+   return hooks
 end
 
 return train

@@ -2,68 +2,19 @@
  * bucket group (one group per bucket). Groups are numbered in forward order (by the first
  * parameter each holds); gradients sync in the reverse order, parameters in forward order, so
  * every rank issues the same collectives in the same sequence whatever order its gradients
- * arrive in. Does not update parameters: that is the optimizer's (optimizer.c). */
-#include "comm_internal.h"
-#include "layout_internal.h"
+ * arrive in. ZeRO-2/3 residency (group blocks) is in buffers_sharded.c. Does not update
+ * parameters: that is the optimizer's (optimizer.c). */
+#include "buffers_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum sync_kind {
-    SYNC_SHARDED,    /* reduce-scatter gradients, all-gather parameters */
-    SYNC_REPLICATED, /* all-reduce gradients; every rank updates everything */
-    SYNC_LEGACY      /* all-reduce gradients; gather updated params with all-gather-v */
-} sync_kind;
-
-typedef struct buffer {
-    float *param; /* [owned] numel, 64-byte aligned, zero padding */
-    float *grad;  /* [owned] */
-    int64_t numel;
-    lw_comm *comm; /* [borrowed] the group that shards it */
-    sync_kind kind;
-    /* legacy: params in (owner, definition) order and per-rank element counts */
-    int32_t *by_owner; /* [owned] */
-    int64_t *counts;   /* [owned] dp entries */
-    float *pack;       /* [owned] this rank's owned params, packed */
-    float *gathered;   /* [owned] every rank's, in rank order */
-} buffer;
-
-typedef struct group {
-    int32_t buffer;
-    int64_t start; /* bucket range in its buffer */
-    int64_t count;
-    int32_t n_params;
-    int32_t ready; /* params whose gradient arrived this step */
-    lw_request *req; /* [owned] grad sync in backward, param sync after the step: never both */
-    bool grad_started;
-    bool param_started;
-} group;
-
-typedef struct param_info {
-    int32_t buffer;
-    int32_t group;
-    int64_t start;
-    int64_t numel;
-    bool ready;
-} param_info;
-
-struct lw_buffers {
-    const lw_layout *layout;
-    lw_comm *comm;
-    lw_buffers_options o;
-    int32_t n_buffers;
-    buffer *buffers;     /* [owned] */
-    int32_t n_params;
-    param_info *params;  /* [owned] */
-    int32_t n_groups;
-    group *groups;       /* [owned] forward order */
-    int32_t next_grad;   /* groups above this index have started their gradient sync */
-    int32_t next_param;  /* groups below this index have started their parameter sync */
-    int32_t param_done;  /* groups below this index have their parameters */
-};
+typedef lwi_buf buffer;
+typedef lwi_group group;
+typedef lwi_param_info param_info;
 
 lw_buffers_options lw_buffers_defaults(void) {
-    lw_buffers_options o = {true, true};
+    lw_buffers_options o = {true, true, 1};
     return o;
 }
 
@@ -92,28 +43,71 @@ static lw_status check_same_layout(const lw_layout *l, lw_comm *comm) {
         return st;
     if (differs == 0) return LW_OK;
     if (strcmp(mine, root) != 0)
-        return lwi_fail(LW_ERR_INVALID, "buffers: the layout hash on rank %d (%s) differs from "
+        return lwi_fail(LW_ERR_INVALID,
+                        "buffers: the layout hash on rank %d (%s) differs from "
                         "rank 0's (%s): every rank must compute the layout from the same specs "
-                        "and options", lw_comm_rank(comm), mine, root);
-    return lwi_fail(LW_ERR_INVALID, "buffers: the layout hash of %lld rank(s) differs from rank "
+                        "and options",
+                        lw_comm_rank(comm), mine, root);
+    return lwi_fail(LW_ERR_INVALID,
+                    "buffers: the layout hash of %lld rank(s) differs from rank "
                     "0's (%s): every rank must compute the layout from the same specs and "
-                    "options", (long long)differs, root);
+                    "options",
+                    (long long)differs, root);
 }
 
 static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_comm) {
     if (lw_comm_size(comm) != l->opts.dp)
-        return lwi_fail(LW_ERR_INVALID, "buffers: the layout is for dp %d but the communicator "
-                        "has %d ranks", l->opts.dp, lw_comm_size(comm));
+        return lwi_fail(LW_ERR_INVALID,
+                        "buffers: the layout is for dp %d but the communicator "
+                        "has %d ranks",
+                        l->opts.dp, lw_comm_size(comm));
     for (int32_t b = 0; b < l->n_buffers; b++)
         if (l->buffers[b].expert && lw_comm_size(expert_comm) != l->opts.expert_dp)
-            return lwi_fail(LW_ERR_INVALID, "buffers: the layout's expert_dp is %d but the expert "
+            return lwi_fail(LW_ERR_INVALID,
+                            "buffers: the layout's expert_dp is %d but the expert "
                             "communicator has %d ranks (pass one of that size)",
                             l->opts.expert_dp, lw_comm_size(expert_comm));
     for (int32_t i = 0; i < l->n_params; i++) {
         const lwi_param *p = &l->params[i];
         if (p->dtype != LW_DTYPE_F32 || p->grad_dtype != LW_DTYPE_F32)
-            return lwi_fail(LW_ERR_UNSUPPORTED, "buffers: '%s' is not f32; host buffers hold "
-                            "f32 parameters and gradients", p->name);
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "buffers: '%s' is not f32; host buffers hold "
+                            "f32 parameters and gradients",
+                            p->name);
+    }
+    return LW_OK;
+}
+
+static const char *algorithm_name(lw_algorithm a) {
+    static const char *names[] = {"cost",    "lpt",    "size_matching", "distopt",
+                                  "default", "legacy", "rows"};
+    return a >= 0 && a <= LW_ALGORITHM_ROWS ? names[a] : "?";
+}
+
+/* ZeRO-2/3 shard what every rank would otherwise hold whole: sharded buffers only; at ZeRO-3 a
+ * group is gathered whole, so a bucket size below the largest parameter would not bound it. */
+static lw_status check_zero(const lw_layout *l, int32_t zero) {
+    if (zero < 1 || zero > 3)
+        return lwi_fail(LW_ERR_INVALID, "buffers: zero must be 1, 2 or 3, got %d", zero);
+    if (zero == 1) return LW_OK;
+    for (int32_t b = 0; b < l->n_buffers; b++)
+        if (kind_of(l->buffers[b].algorithm) != SYNC_SHARDED)
+            return lwi_fail(LW_ERR_INVALID,
+                            "buffers: ZeRO-%d shards gradients%s across ranks, "
+                            "so it needs sharded buffers (the layer-wise mode), but buffer #%d "
+                            "has the unsharded '%s' layout",
+                            zero, zero == 3 ? " and parameters" : "", b + 1,
+                            algorithm_name(l->buffers[b].algorithm));
+    if (zero < 3 || l->opts.bucket_size == INT64_MAX) return LW_OK;
+    for (int32_t i = 0; i < l->n_params; i++) {
+        const lwi_param *p = &l->params[i];
+        if (l->buffers[p->buffer].algorithm != LW_ALGORITHM_ROWS && p->numel > l->opts.bucket_size)
+            return lwi_fail(LW_ERR_INVALID,
+                            "buffers: at ZeRO-3 a bucket group is gathered "
+                            "whole, but bucket_size %lld is smaller than '%s' (%lld elements): "
+                            "use a bucket size of at least %lld",
+                            (long long)l->opts.bucket_size, p->name, (long long)p->numel,
+                            (long long)p->numel);
     }
     return LW_OK;
 }
@@ -125,7 +119,8 @@ static lw_status prepare_legacy(lw_buffers *bs, int32_t bi) {
     buffer *b = &bs->buffers[bi];
     b->by_owner = malloc(sizeof(int32_t) * (size_t)lb->n_params);
     b->counts = calloc((size_t)lb->dp, sizeof(int64_t));
-    if (b->by_owner == NULL || b->counts == NULL) return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
+    if (b->by_owner == NULL || b->counts == NULL)
+        return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
     int32_t k = 0;
     for (int32_t r = 0; r < lb->dp; r++)
         for (int32_t j = 0; j < lb->n_params; j++) {
@@ -139,11 +134,27 @@ static lw_status prepare_legacy(lw_buffers *bs, int32_t bi) {
     return b->pack && b->gathered ? LW_OK : lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
 }
 
+/* The order backward needs groups in: by their last-defined parameter, latest first. */
+static lw_status order_backward(lw_buffers *bs) {
+    bs->backward = malloc(sizeof(int32_t) * (size_t)(bs->n_groups ? bs->n_groups : 1));
+    if (bs->backward == NULL) return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
+    for (int32_t k = 0; k < bs->n_groups; k++) {
+        int32_t at = k; /* insertion sort: a model has few groups */
+        while (at > 0 && bs->groups[bs->backward[at - 1]].last < bs->groups[k].last) {
+            bs->backward[at] = bs->backward[at - 1];
+            at--;
+        }
+        bs->backward[at] = k;
+    }
+    return LW_OK;
+}
+
 /* One group per bucket, in forward order: by the smallest definition index it holds. */
 static lw_status make_groups(lw_buffers *bs) {
     const lw_layout *l = bs->layout;
     int32_t n = 0;
-    for (int32_t b = 0; b < l->n_buffers; b++) n += l->buffers[b].n_buckets;
+    for (int32_t b = 0; b < l->n_buffers; b++)
+        n += l->buffers[b].n_buckets;
     bs->groups = calloc((size_t)(n ? n : 1), sizeof(group));
     int32_t *first = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     if (bs->groups == NULL || first == NULL) {
@@ -158,7 +169,8 @@ static lw_status make_groups(lw_buffers *bs) {
     if (slot == NULL || base == NULL) st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
     for (int32_t b = 0; st == LW_OK && b < l->n_buffers; b++)
         base[b + 1] = base[b] + l->buffers[b].n_buckets;
-    for (int32_t k = 0; st == LW_OK && k < n; k++) slot[k] = -1;
+    for (int32_t k = 0; st == LW_OK && k < n; k++)
+        slot[k] = -1;
     int32_t next = 0;
     for (int32_t i = 0; st == LW_OK && i < l->n_params; i++) {
         const lwi_param *p = &l->params[i];
@@ -177,6 +189,9 @@ static lw_status make_groups(lw_buffers *bs) {
             g->start = bk->start;
             g->count = bk->stop - bk->start;
             g->n_params = bk->count;
+            g->first = l->n_params;
+            g->last = -1;
+            g->gblock.group = g->pblock.group = -1;
             if ((st = lw_request_new(&g->req)) != LW_OK) break;
             bs->n_groups++;
         }
@@ -187,10 +202,14 @@ static lw_status make_groups(lw_buffers *bs) {
         pi->group = slot[base[p->buffer] + p->bucket];
         pi->start = p->start;
         pi->numel = p->numel;
+        group *g = &bs->groups[pi->group];
+        if (i < g->first) g->first = i;
+        if (i > g->last) g->last = i;
     }
     free(first);
     free(slot);
     free(base);
+    if (st == LW_OK) st = order_backward(bs);
     return st;
 }
 
@@ -200,14 +219,17 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         return lwi_fail(LW_ERR_INVALID, "buffers: layout, comm and out must not be NULL");
     *out = NULL;
     if (expert_comm == NULL) expert_comm = comm;
+    const lw_buffers_options o = opts ? *opts : lw_buffers_defaults();
     lw_status st = check_same_layout(layout, comm);
-    if (st != LW_OK || (st = check_fits(layout, comm, expert_comm)) != LW_OK) return st;
+    if (st != LW_OK || (st = check_fits(layout, comm, expert_comm)) != LW_OK ||
+        (st = check_zero(layout, o.zero)) != LW_OK)
+        return st;
 
     lw_buffers *bs = calloc(1, sizeof *bs);
     if (bs == NULL) return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
     bs->layout = layout;
     bs->comm = comm;
-    bs->o = opts ? *opts : lw_buffers_defaults();
+    bs->o = o;
     bs->n_params = layout->n_params;
     bs->buffers = calloc((size_t)(layout->n_buffers ? layout->n_buffers : 1), sizeof(buffer));
     bs->params = calloc((size_t)(bs->n_params ? bs->n_params : 1), sizeof(param_info));
@@ -222,8 +244,13 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         buf->numel = lb->numel;
         buf->comm = lb->expert ? expert_comm : comm;
         buf->kind = kind_of(lb->algorithm);
-        buf->param = alloc_zeroed(lb->numel);
-        buf->grad = alloc_zeroed(lb->numel);
+        buf->dp = lw_comm_size(buf->comm);
+        buf->rank = lw_comm_rank(buf->comm);
+        const int64_t params = o.zero == 3 ? lb->numel / buf->dp : lb->numel;
+        const int64_t grads = o.zero >= 2 ? lb->numel / buf->dp : lb->numel;
+        buf->param = alloc_zeroed(params);
+        buf->grad = alloc_zeroed(grads);
+        bs->array_bytes += (int64_t)sizeof(float) * (params + grads);
         if (buf->param == NULL || buf->grad == NULL) {
             st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d (%lld elements)",
                           b + 1, (long long)lb->numel);
@@ -231,7 +258,8 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         }
         if (buf->kind == SYNC_LEGACY && (st = prepare_legacy(bs, b)) != LW_OK) goto fail;
     }
-    if ((st = make_groups(bs)) != LW_OK) goto fail;
+    if ((st = make_groups(bs)) != LW_OK || (st = lwi_sharded_init(bs)) != LW_OK) goto fail;
+    bs->peak = bs->array_bytes;
     bs->next_grad = bs->n_groups - 1;
     bs->next_param = bs->param_done = bs->n_groups;
     *out = bs;
@@ -243,7 +271,9 @@ fail:
 
 void lw_buffers_free(lw_buffers *bs) {
     if (bs == NULL) return;
-    for (int32_t g = 0; g < bs->n_groups; g++) lw_request_free(bs->groups[g].req);
+    if (bs->groups != NULL) lwi_sharded_free(bs);
+    for (int32_t g = 0; g < bs->n_groups; g++)
+        lw_request_free(bs->groups[g].req);
     for (int32_t b = 0; b < bs->n_buffers; b++) {
         buffer *buf = &bs->buffers[b];
         free(buf->param);
@@ -256,12 +286,14 @@ void lw_buffers_free(lw_buffers *bs) {
     free(bs->buffers);
     free(bs->params);
     free(bs->groups);
+    free(bs->backward);
     free(bs);
 }
 
 const lw_layout *lw_buffers_layout(const lw_buffers *bs) { return bs ? bs->layout : NULL; }
 lw_comm *lw_buffers_comm(const lw_buffers *bs) { return bs ? bs->comm : NULL; }
 int32_t lw_buffers_num_groups(const lw_buffers *bs) { return bs ? bs->n_groups : 0; }
+int32_t lw_buffers_zero(const lw_buffers *bs) { return bs ? bs->o.zero : 0; }
 
 static lw_status check_param(const lw_buffers *bs, int32_t param) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
@@ -274,14 +306,39 @@ static lw_status check_param(const lw_buffers *bs, int32_t param) {
 lw_status lw_buffers_param(lw_buffers *bs, int32_t param, float **data) {
     lw_status st = check_param(bs, param);
     if (st != LW_OK) return st;
-    *data = bs->buffers[bs->params[param].buffer].param + bs->params[param].start;
+    const param_info *p = &bs->params[param];
+    if (bs->o.zero < 3) {
+        *data = bs->buffers[p->buffer].param + p->start;
+        return LW_OK;
+    }
+    group *g = &bs->groups[p->group];
+    if (g->pblock.data == NULL)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: '%s' is not gathered: at ZeRO-3 a rank holds only "
+                        "its shard; acquire the parameter first",
+                        bs->layout->params[param].name);
+    if (g->gathering && (st = lw_request_wait(g->pblock.req)) != LW_OK) return st;
+    g->gathering = false;
+    *data = g->pblock.data + (p->start - g->start);
     return LW_OK;
 }
 
 lw_status lw_buffers_grad(lw_buffers *bs, int32_t param, float **data) {
     lw_status st = check_param(bs, param);
     if (st != LW_OK) return st;
-    *data = bs->buffers[bs->params[param].buffer].grad + bs->params[param].start;
+    const param_info *p = &bs->params[param];
+    if (bs->o.zero < 2) {
+        *data = bs->buffers[p->buffer].grad + p->start;
+        return LW_OK;
+    }
+    const group *g = &bs->groups[p->group];
+    if (g->gblock.data == NULL || g->reducing)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: the whole gradient of '%s' is not held: at ZeRO-%d "
+                        "it is there only between acquire for backward and its reduce-scatter "
+                        "(read the owned part with lw_buffers_owned_grad)",
+                        bs->layout->params[param].name, bs->o.zero);
+    *data = g->gblock.data + (p->start - g->start);
     return LW_OK;
 }
 
@@ -295,12 +352,22 @@ static lw_status check_buffer(const lw_buffers *bs, int32_t b) {
 
 lw_status lw_buffers_param_array(lw_buffers *bs, int32_t b, float **data) {
     lw_status st = check_buffer(bs, b);
+    if (st == LW_OK && bs->o.zero == 3)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: at ZeRO-3 no rank holds buffer #%d's parameters "
+                        "whole",
+                        b + 1);
     if (st == LW_OK) *data = bs->buffers[b].param;
     return st;
 }
 
 lw_status lw_buffers_grad_array(lw_buffers *bs, int32_t b, float **data) {
     lw_status st = check_buffer(bs, b);
+    if (st == LW_OK && bs->o.zero >= 2)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: at ZeRO-%d no rank holds buffer #%d's gradients "
+                        "whole",
+                        bs->o.zero, b + 1);
     if (st == LW_OK) *data = bs->buffers[b].grad;
     return st;
 }
@@ -321,7 +388,7 @@ lw_status lw_buffers_owned(const lw_buffers *bs, int32_t param, int64_t *start, 
     *count = 0;
     if (lb->algorithm == LW_ALGORITHM_DEFAULT) {
         *count = p->numel;
-    } else if (lb->algorithm == LW_ALGORITHM_DISTOPT) {
+    } else if (lwi_is_elementwise(lb->algorithm)) {
         const lwi_bucket *k = &lb->buckets[p->bucket];
         int64_t lo = k->start + rank * k->shard_size, hi = lo + k->shard_size;
         if (lo < p->start) lo = p->start;
@@ -336,9 +403,90 @@ lw_status lw_buffers_owned(const lw_buffers *bs, int32_t param, int64_t *start, 
     return LW_OK;
 }
 
+/* The owned elements of param in an array that is whole (sharded = false) or this rank's
+ * shards (sharded = true). */
+static lw_status owned_in(lw_buffers *bs, int32_t param, bool sharded, bool grads, float **data) {
+    int64_t start, count;
+    lw_status st = lw_buffers_owned(bs, param, &start, &count);
+    if (st != LW_OK) return st;
+    const param_info *p = &bs->params[param];
+    buffer *b = &bs->buffers[p->buffer];
+    float *array = grads ? b->grad : b->param;
+    *data = NULL;
+    if (count == 0) return LW_OK;
+    const int64_t x = p->start + start;
+    *data = array + (sharded ? lwi_shard_offset(bs, &bs->groups[p->group], x) : x);
+    return LW_OK;
+}
+
+lw_status lw_buffers_owned_param(lw_buffers *bs, int32_t param, float **data) {
+    return owned_in(bs, param, bs && bs->o.zero == 3, false, data);
+}
+
+lw_status lw_buffers_owned_grad(lw_buffers *bs, int32_t param, float **data) {
+    return owned_in(bs, param, bs && bs->o.zero >= 2, true, data);
+}
+
+lw_status lw_buffers_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
+    lw_status st = check_param(bs, param);
+    if (st != LW_OK) return st;
+    if (pass != LW_PASS_FORWARD && pass != LW_PASS_BACKWARD)
+        return lwi_fail(LW_ERR_INVALID, "buffers: unknown pass %d", (int)pass);
+    if (bs->o.zero == 1) {
+        st = lw_buffers_finish_param_sync(bs, bs->params[param].group);
+        if (st == LW_OK) bs->groups[bs->params[param].group].pins++;
+        return st;
+    }
+    return lwi_sharded_acquire(bs, param, pass, reuse);
+}
+
+lw_status lw_buffers_release(lw_buffers *bs, int32_t param) {
+    lw_status st = check_param(bs, param);
+    if (st != LW_OK) return st;
+    group *g = &bs->groups[bs->params[param].group];
+    if (g->pins == 0)
+        return lwi_fail(LW_ERR_STATE, "buffers: '%s' released more often than acquired",
+                        bs->layout->params[param].name);
+    g->pins--;
+    return LW_OK;
+}
+
+lw_status lw_buffers_commit(lw_buffers *bs, int32_t gi) {
+    if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
+    if (gi < 0 || gi >= bs->n_groups)
+        return lwi_fail(LW_ERR_RANGE, "buffers: group %d out of range [0, %d)", gi, bs->n_groups);
+    return bs->o.zero == 3 ? lwi_sharded_commit(bs, gi) : LW_OK;
+}
+
+lw_status lw_buffers_memory_get(const lw_buffers *bs, lw_buffers_memory *out) {
+    if (bs == NULL || out == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL argument");
+    memset(out, 0, sizeof *out);
+    for (int32_t b = 0; b < bs->n_buffers; b++) {
+        const buffer *buf = &bs->buffers[b];
+        const lwi_buffer *lb = &bs->layout->buffers[b];
+        out->params += (int64_t)sizeof(float) * (bs->o.zero == 3 ? lb->numel / buf->dp : lb->numel);
+        out->grads += (int64_t)sizeof(float) * (bs->o.zero >= 2 ? lb->numel / buf->dp : lb->numel);
+        const int64_t block =
+            (int64_t)sizeof(float) * (buf->block_numel + buf->block_numel / buf->dp);
+        if (block > out->block_bytes) out->block_bytes = block;
+    }
+    out->arrays = out->params + out->grads;
+    out->params += bs->param_block_bytes;
+    out->grads += bs->grad_block_bytes;
+    out->cached = bs->cached_bytes;
+    out->peak = bs->peak;
+    out->budget = bs->o.zero >= 2 ? bs->budget : 0;
+    if (bs->o.zero == 1) out->block_bytes = 0;
+    out->over_budget = bs->over_budget;
+    out->gathers = bs->gathers;
+    out->flushes = bs->flushes;
+    return LW_OK;
+}
+
 /* ---- gradient sync -------------------------------------------------------------------------- */
 
 static lw_status start_grad(lw_buffers *bs, int32_t gi) {
+    if (bs->o.zero >= 2) return lwi_sharded_start_grad(bs, gi);
     group *g = &bs->groups[gi];
     buffer *b = &bs->buffers[g->buffer];
     float *bucket = b->grad + g->start;
@@ -352,7 +500,8 @@ static lw_status start_grad(lw_buffers *bs, int32_t gi) {
 /* Starts the gradient syncs, in backprop order, of every group that is complete and has no
  * incomplete group before it in that order. */
 static lw_status start_ready_grads(lw_buffers *bs) {
-    while (bs->next_grad >= 0 && bs->groups[bs->next_grad].ready == bs->groups[bs->next_grad].n_params) {
+    while (bs->next_grad >= 0 &&
+           bs->groups[bs->next_grad].ready == bs->groups[bs->next_grad].n_params) {
         lw_status st = start_grad(bs, bs->next_grad);
         bs->next_grad--;
         if (st != LW_OK) return st;
@@ -363,9 +512,14 @@ static lw_status start_ready_grads(lw_buffers *bs) {
 lw_status lw_buffers_progress(lw_buffers *bs) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
     for (int32_t g = 0; g < bs->n_groups; g++) {
-        bool done;
-        lw_status st = lw_request_test(bs->groups[g].req, &done);
-        if (st != LW_OK) return st;
+        const group *gr = &bs->groups[g];
+        lw_request *reqs[3] = {gr->req, gr->gblock.data ? gr->gblock.req : NULL,
+                               gr->pblock.data ? gr->pblock.req : NULL};
+        for (int k = 0; k < 3; k++) {
+            bool done; /* only progress: what completion frees is decided elsewhere */
+            lw_status st = reqs[k] ? lw_request_test(reqs[k], &done) : LW_OK;
+            if (st != LW_OK) return st;
+        }
     }
     return LW_OK;
 }
@@ -393,7 +547,8 @@ static lw_status wait_all(lw_buffers *bs) {
 }
 
 static void reset_grad_state(lw_buffers *bs) {
-    for (int32_t i = 0; i < bs->n_params; i++) bs->params[i].ready = false;
+    for (int32_t i = 0; i < bs->n_params; i++)
+        bs->params[i].ready = false;
     for (int32_t g = 0; g < bs->n_groups; g++) {
         bs->groups[g].ready = 0;
         bs->groups[g].grad_started = false;
@@ -401,12 +556,27 @@ static void reset_grad_state(lw_buffers *bs) {
     bs->next_grad = bs->n_groups - 1;
 }
 
+lw_status lw_buffers_end_backward(lw_buffers *bs) {
+    if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
+    if (bs->o.zero == 1) return LW_OK;
+    lw_status st = LW_OK;
+    while (st == LW_OK && bs->next_grad >= 0)
+        st = start_grad(bs, bs->next_grad--);
+    reset_grad_state(bs);
+    return st;
+}
+
 lw_status lw_buffers_finish_grad_sync(lw_buffers *bs) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
     lw_status st = LW_OK;
     /* groups whose gradients never all arrived take part too, so no rank waits alone */
-    while (st == LW_OK && bs->next_grad >= 0) st = start_grad(bs, bs->next_grad--);
+    while (st == LW_OK && bs->next_grad >= 0)
+        st = start_grad(bs, bs->next_grad--);
     lw_status waited = wait_all(bs);
+    if (bs->o.zero >= 2) {
+        lw_status added = lwi_sharded_finish_grads(bs);
+        if (waited == LW_OK) waited = added;
+    }
     reset_grad_state(bs);
     return st != LW_OK ? st : waited;
 }
@@ -414,8 +584,15 @@ lw_status lw_buffers_finish_grad_sync(lw_buffers *bs) {
 lw_status lw_buffers_zero_grad(lw_buffers *bs) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
     lw_status st = wait_all(bs);
-    for (int32_t b = 0; b < bs->n_buffers; b++)
-        memset(bs->buffers[b].grad, 0, sizeof(float) * (size_t)bs->buffers[b].numel);
+    if (bs->o.zero >= 2) {
+        lw_status added = lwi_sharded_finish_grads(bs);
+        if (st == LW_OK) st = added;
+    }
+    for (int32_t b = 0; b < bs->n_buffers; b++) {
+        const buffer *buf = &bs->buffers[b];
+        const int64_t n = bs->o.zero >= 2 ? buf->numel / buf->dp : buf->numel;
+        memset(buf->grad, 0, sizeof(float) * (size_t)n);
+    }
     reset_grad_state(bs);
     return st;
 }
@@ -456,11 +633,18 @@ static lw_status gather_legacy(lw_buffers *bs, int32_t bi) {
 
 lw_status lw_buffers_start_param_sync(lw_buffers *bs) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
+    if (bs->o.zero == 3) {
+        /* the shards changed: nothing gathered is current; forward starts with group 0 */
+        lw_status st = lwi_sharded_drop_params(bs);
+        if (st == LW_OK && bs->o.overlap_param) st = lwi_sharded_prefetch(bs, 0);
+        return st;
+    }
     lw_status st = lw_buffers_finish_param_sync(bs, -1);
     for (int32_t b = 0; st == LW_OK && b < bs->n_buffers; b++)
         if (bs->buffers[b].kind == SYNC_LEGACY) st = gather_legacy(bs, b);
     if (st != LW_OK) return st;
-    for (int32_t g = 0; g < bs->n_groups; g++) bs->groups[g].param_started = false;
+    for (int32_t g = 0; g < bs->n_groups; g++)
+        bs->groups[g].param_started = false;
     bs->next_param = bs->param_done = 0;
     if (bs->n_groups == 0) return LW_OK;
     if (!bs->o.overlap_param) return lw_buffers_finish_param_sync(bs, -1);
@@ -472,6 +656,7 @@ lw_status lw_buffers_finish_param_sync(lw_buffers *bs, int32_t gi) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
     if (gi < -1 || gi >= bs->n_groups)
         return lwi_fail(LW_ERR_RANGE, "buffers: group %d out of range [0, %d)", gi, bs->n_groups);
+    if (bs->o.zero == 3) return lwi_sharded_wait_gathers(bs);
     if (gi == -1) gi = bs->n_groups - 1;
     lw_status st = LW_OK;
     for (int32_t k = bs->param_done; st == LW_OK && k <= gi; k++) {

@@ -50,8 +50,11 @@ static lw_status check_options(const lw_layout_options *o) {
     if (o->bucket_size < 0)
         return lwi_fail(LW_ERR_INVALID, "layout: bucket_size must be >= 0, got %lld",
                         (long long)o->bucket_size);
-    if (o->algorithm < LW_ALGORITHM_COST || o->algorithm > LW_ALGORITHM_LEGACY)
+    if (o->algorithm < LW_ALGORITHM_COST || o->algorithm > LW_ALGORITHM_ROWS)
         return lwi_fail(LW_ERR_INVALID, "layout: unknown algorithm %d", (int)o->algorithm);
+    if (o->adamw_algorithm == LW_ALGORITHM_ROWS)
+        return lwi_fail(LW_ERR_INVALID, "layout: the rows layout is for Muon buffers (it splits "
+                        "matrices by rows for row-sharded Muon); AdamW buffers use distopt");
     if (o->adamw_algorithm < LW_ALGORITHM_COST || o->adamw_algorithm > LW_ALGORITHM_LEGACY)
         return lwi_fail(LW_ERR_INVALID, "layout: unknown AdamW algorithm %d",
                         (int)o->adamw_algorithm);
@@ -218,6 +221,8 @@ static lw_status lay_out_buffer(lw_layout *l, lwi_buffer *b) {
         return lwi_layout_legacy(l, b);
     case LW_ALGORITHM_DISTOPT:
         return lwi_layout_distopt(l, b);
+    case LW_ALGORITHM_ROWS:
+        return lwi_layout_rows(l, b);
     default:
         return lwi_layout_aligned(l, b);
     }

@@ -81,6 +81,16 @@ static lw_status check_bucket(const lw_layout *l, const lwi_buffer *b, int32_t b
     if (lwi_is_aligned(alg) && k->shard_size % shard_div != 0)
         FAIL("buffer #%d bucket #%d: shard size %lld is not a multiple of shard_divisor %lld",
              bi + 1, ki + 1, (long long)k->shard_size, (long long)shard_div);
+    if (alg == LW_ALGORITHM_ROWS) {
+        const lwi_param *p = &l->params[b->placed[k->first]];
+        if (k->count != 1)
+            FAIL("buffer #%d bucket #%d: rows layout with %d params in one bucket", bi + 1, ki + 1,
+                 k->count);
+        if (p->start != k->start || k->shard_size % (p->numel / p->shape[0]) != 0 ||
+            k->shard_size * b->dp < p->numel)
+            FAIL("buffer #%d bucket #%d: the shards of %lld elements are not whole rows of '%s'",
+                 bi + 1, ki + 1, (long long)k->shard_size, p->name);
+    }
     int64_t real = 0;
     for (int32_t e = 0; e < k->count; e++) {
         int32_t i = b->placed[k->first + e];

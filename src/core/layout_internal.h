@@ -69,7 +69,11 @@ static inline bool lwi_is_aligned(lw_algorithm a) {
     return a == LW_ALGORITHM_COST || a == LW_ALGORITHM_LPT || a == LW_ALGORITHM_SIZE_MATCHING;
 }
 static inline bool lwi_is_padded(lw_algorithm a) {
-    return lwi_is_aligned(a) || a == LW_ALGORITHM_DISTOPT;
+    return lwi_is_aligned(a) || a == LW_ALGORITHM_DISTOPT || a == LW_ALGORITHM_ROWS;
+}
+/* Element-wise: every rank owns the part of a param inside its shard of the bucket. */
+static inline bool lwi_is_elementwise(lw_algorithm a) {
+    return a == LW_ALGORITHM_DISTOPT || a == LW_ALGORITHM_ROWS;
 }
 
 /* Bucket building, used by every algorithm: open a bucket at start, place params into it,
@@ -85,6 +89,7 @@ static inline lwi_bucket *lwi_bucket_current(lwi_buffer *b) {
 lw_status lwi_layout_default(lw_layout *l, lwi_buffer *b);
 lw_status lwi_layout_legacy(lw_layout *l, lwi_buffer *b);
 lw_status lwi_layout_distopt(lw_layout *l, lwi_buffer *b);
+lw_status lwi_layout_rows(lw_layout *l, lwi_buffer *b);
 lw_status lwi_layout_aligned(lw_layout *l, lwi_buffer *b);
 
 /* Fills l->stats and the per-rank arrays (allocated by the caller). */

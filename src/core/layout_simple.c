@@ -1,6 +1,7 @@
 /* layout_simple.c: the layouts that need no shard alignment (REFERENCE.md section 3):
  * default (unpadded, unsharded), legacy (default offsets, whole params dealt to owners
- * ping-pong) and distopt (element-wise ZeRO-1 with 64-aligned starts and padded bucket ends). */
+ * ping-pong), distopt (element-wise ZeRO-1 with 64-aligned starts and padded bucket ends) and
+ * rows (row-sharded FSDP: each param alone in a bucket whose dp shards are whole rows). */
 #include "layout_internal.h"
 
 #include <stdlib.h>
@@ -90,6 +91,30 @@ lw_status lwi_layout_distopt(lw_layout *l, lwi_buffer *b) {
     if (open) {
         int64_t end = lwi_pad(start, end_div);
         lwi_bucket_close(b, end, (end - lwi_bucket_current(b)->start) / b->dp);
+    }
+    return LW_OK;
+}
+
+/* Rows of a param: its first dimension; the rest of it is one row. */
+static int64_t row_length(const lwi_param *p) { return p->numel / p->shape[0]; }
+
+/* Row-sharded: each param (backprop order) alone in its bucket, each of the dp shards holding
+ * the same whole number of rows, at least ceil(rows / dp), raised until the bucket is a
+ * multiple of bucket_end_divisor(dp); the rows past the param's own are padding. */
+lw_status lwi_layout_rows(lw_layout *l, lwi_buffer *b) {
+    const int64_t end_div = lw_bucket_end_divisor(b->dp, l->opts.high_busbw);
+    int64_t start = 0;
+    for (int32_t k = 0; k < b->n_params; k++) {
+        int32_t i = lwi_backprop(b, k);
+        const lwi_param *p = &l->params[i];
+        const int64_t cols = row_length(p);
+        int64_t rows = (p->shape[0] + b->dp - 1) / b->dp;
+        while ((rows * cols * b->dp) % end_div != 0)
+            rows++;
+        lwi_bucket_open(b, start);
+        lwi_bucket_put(l, b, i, start, -1);
+        start += rows * cols * b->dp;
+        lwi_bucket_close(b, start, rows * cols);
     }
     return LW_OK;
 }

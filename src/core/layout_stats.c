@@ -14,7 +14,7 @@ static void credit_param(lw_layout *l, const lwi_buffer *b, const lwi_param *p) 
     const double cost = lwi_param_cost(p);
     if (p->owner >= 0) {
         credit(l, p->owner, p->numel, cost);
-    } else if (b->algorithm == LW_ALGORITHM_DISTOPT) {
+    } else if (lwi_is_elementwise(b->algorithm)) {
         /* element-wise: each rank updates the part of p inside its slice of the bucket */
         const lwi_bucket *k = &b->buckets[p->bucket];
         for (int32_t r = 0; r < b->dp; r++) {

@@ -57,12 +57,16 @@ static lw_status check_options(const lw_muon_options *o) {
     if (o->coeffs < LW_NS_SIMPLE || o->coeffs > LW_NS_IDENTITY)
         return lwi_fail(LW_ERR_INVALID, "muon: unknown coefficient set %d", (int)o->coeffs);
     if (o->coeffs == LW_NS_CUBIC5 && o->ns_steps != 5)
-        return lwi_fail(LW_ERR_INVALID, "muon: the cubic5 coefficients take exactly 5 steps, "
-                        "got ns_steps %d", o->ns_steps);
+        return lwi_fail(LW_ERR_INVALID,
+                        "muon: the cubic5 coefficients take exactly 5 steps, "
+                        "got ns_steps %d",
+                        o->ns_steps);
     if (o->coeffs == LW_NS_CUSTOM) {
         if (o->custom == NULL || o->n_custom < 1)
-            return lwi_fail(LW_ERR_INVALID, "muon: custom coefficients need at least one (a, b, c) "
-                            "triple, got %d", o->n_custom);
+            return lwi_fail(LW_ERR_INVALID,
+                            "muon: custom coefficients need at least one (a, b, c) "
+                            "triple, got %d",
+                            o->n_custom);
         for (int32_t i = 0; i < 3 * o->n_custom; i++)
             if (!isfinite(o->custom[i]))
                 return lwi_fail(LW_ERR_INVALID, "muon: custom coefficient %d is not finite", i);
@@ -114,13 +118,21 @@ static const float *coefficients(const lw_muon *m, int32_t k) {
     int32_t n;
     bool repeat = false;
     switch (m->o.coeffs) {
-    case LW_NS_SIMPLE: list = SIMPLE, n = 1; break;
-    case LW_NS_POLAR_EXPRESS: list = POLAR_EXPRESS, n = 8, repeat = true; break;
-    case LW_NS_CUBIC5: list = CUBIC5, n = 5; break;
+    case LW_NS_SIMPLE:
+        list = SIMPLE, n = 1;
+        break;
+    case LW_NS_POLAR_EXPRESS:
+        list = POLAR_EXPRESS, n = 8, repeat = true;
+        break;
+    case LW_NS_CUBIC5:
+        list = CUBIC5, n = 5;
+        break;
     case LW_NS_CUSTOM:
         list = (const float(*)[3])m->custom, n = m->o.n_custom, repeat = m->o.custom_repeat;
         break;
-    default: list = QUINTIC, n = 5; break;
+    default:
+        list = QUINTIC, n = 5;
+        break;
     }
     return list[repeat ? (k < n ? k : n - 1) : k % n];
 }
@@ -140,8 +152,10 @@ static lw_status reserve(lw_muon *m, size_t floats) {
 static void symmetrize(float *a, int64_t p, bool row_major_upper) {
     for (int64_t i = 0; i < p; i++)
         for (int64_t j = i + 1; j < p; j++) {
-            if (row_major_upper) a[j * p + i] = a[i * p + j];
-            else a[i * p + j] = a[j * p + i];
+            if (row_major_upper)
+                a[j * p + i] = a[i * p + j];
+            else
+                a[i * p + j] = a[j * p + i];
         }
 }
 
@@ -158,8 +172,8 @@ static void newton_schulz(const lw_muon *m, float *x, int64_t p, int64_t q, CBLA
             cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)q, 1.0f, cur, (int)ld, 0.0f,
                         a, (int)p);
         } else {
-            cblas_sgemm(order, CblasNoTrans, CblasTrans, (int)p, (int)p, (int)q, 1.0f, cur,
-                        (int)ld, cur, (int)ld, 0.0f, a, (int)p);
+            cblas_sgemm(order, CblasNoTrans, CblasTrans, (int)p, (int)p, (int)q, 1.0f, cur, (int)ld,
+                        cur, (int)ld, 0.0f, a, (int)p);
         }
         /* B = b A + c A A (into a2); A is symmetric, so A A = A A^T */
         if (abc[2] != 0.0f) {
@@ -171,9 +185,11 @@ static void newton_schulz(const lw_muon *m, float *x, int64_t p, int64_t q, CBLA
                 cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)p, (int)p, abc[2], a,
                             (int)p, a, (int)p, 0.0f, a2, (int)p);
             }
-            for (int64_t i = 0; i < p * p; i++) a2[i] += abc[1] * a[i];
+            for (int64_t i = 0; i < p * p; i++)
+                a2[i] += abc[1] * a[i];
         } else {
-            for (int64_t i = 0; i < p * p; i++) a2[i] = abc[1] * a[i];
+            for (int64_t i = 0; i < p * p; i++)
+                a2[i] = abc[1] * a[i];
         }
         /* X' = a X + B X */
         memcpy(next, cur, sizeof(float) * (size_t)(p * q));
@@ -181,8 +197,8 @@ static void newton_schulz(const lw_muon *m, float *x, int64_t p, int64_t q, CBLA
             cblas_ssymm(order, CblasLeft, CblasUpper, (int)p, (int)q, 1.0f, a2, (int)p, cur,
                         (int)ld, abc[0], next, (int)ld);
         } else {
-            cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)p, 1.0f, a2,
-                        (int)p, cur, (int)ld, abc[0], next, (int)ld);
+            cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)p, 1.0f, a2, (int)p,
+                        cur, (int)ld, abc[0], next, (int)ld);
         }
         float *t = cur;
         cur = next;
@@ -199,10 +215,8 @@ static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_
     return LW_OK;
 }
 
-lw_status lw_muon_orthogonalize(lw_muon *m, const float *u, float *x, int64_t rows,
-                                int64_t cols) {
-    lw_status st = m ? check_matrix(u, x, rows, cols)
-                     : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+lw_status lw_muon_orthogonalize(lw_muon *m, const float *u, float *x, int64_t rows, int64_t cols) {
+    lw_status st = m ? check_matrix(u, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
     const int64_t n = rows * cols;
     if (m->o.coeffs == LW_NS_IDENTITY) {
@@ -211,7 +225,8 @@ lw_status lw_muon_orthogonalize(lw_muon *m, const float *u, float *x, int64_t ro
     }
     double norm = sqrt(lw_vec_sum_squares(u, n));
     float inv = (float)(1.0 / (norm > m->o.eps ? norm : m->o.eps));
-    for (int64_t i = 0; i < n; i++) x[i] = u[i] * inv;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = u[i] * inv;
     const int64_t p = rows <= cols ? rows : cols, q = rows <= cols ? cols : rows;
     /* rows <= cols: X = U row-major (ld cols); else X = U^T, which is U read column-major */
     const CBLAS_ORDER order = rows <= cols ? CblasRowMajor : CblasColMajor;
@@ -223,25 +238,22 @@ lw_status lw_muon_orthogonalize(lw_muon *m, const float *u, float *x, int64_t ro
 static double scale_of(const lw_muon_options *o, int64_t rows, int64_t cols) {
     double r = (double)rows, c = (double)cols, big = r > c ? r : c;
     switch (o->scale) {
-    case LW_MUON_SCALE_UNIT_RMS_NORM: return sqrt(r / c);
-    case LW_MUON_SCALE_SHAPE_SCALING: return sqrt(r / c > 1.0 ? r / c : 1.0);
-    case LW_MUON_SCALE_MOONLIGHT: return 0.2 * sqrt(big);
-    default: return sqrt(big);
+    case LW_MUON_SCALE_UNIT_RMS_NORM:
+        return sqrt(r / c);
+    case LW_MUON_SCALE_SHAPE_SCALING:
+        return sqrt(r / c > 1.0 ? r / c : 1.0);
+    case LW_MUON_SCALE_MOONLIGHT:
+        return 0.2 * sqrt(big);
+    default:
+        return sqrt(big);
     }
 }
 
-lw_status lw_muon_update(lw_muon *m, float *w, const float *g, float *mom, int64_t rows,
-                         int64_t cols, float lr, float wd, float grad_scale) {
-    lw_status st = m ? check_matrix(w, g, rows, cols)
-                     : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
-    if (st != LW_OK) return st;
-    if (mom == NULL) return lwi_fail(LW_ERR_INVALID, "muon: NULL momentum");
-    const int64_t n = rows * cols, p = rows <= cols ? rows : cols;
-    const int64_t q = rows <= cols ? cols : rows;
-    if ((st = reserve(m, (size_t)(2 * p * p + p * q + n))) != LW_OK) return st;
-    float *u = m->work + 2 * p * p + p * q; /* the update, after the NS workspace */
+lw_status lw_muon_momentum(lw_muon *m, float *w, const float *g, float *mom, float *u, int64_t n,
+                           float lr, float wd, float grad_scale) {
+    if (m == NULL || w == NULL || g == NULL || mom == NULL || u == NULL || n < 0)
+        return lwi_fail(LW_ERR_INVALID, "muon: NULL argument or negative size");
     const float beta = m->o.momentum;
-
     /* 1. weight decay, before momentum */
     const lw_weight_decay mode = m->o.weight_decay_mode;
     if (mode == LW_WD_DECOUPLED && wd != 0.0f) lw_vec_scale(w, n, 1.0f - lr * wd);
@@ -253,10 +265,30 @@ lw_status lw_muon_update(lw_muon *m, float *w, const float *g, float *mom, int64
         mom[i] = beta * mom[i] + (1.0f - beta) * gi;
         u[i] = m->o.nesterov ? (1.0f - beta) * gi + beta * mom[i] : mom[i];
     }
-    /* 3. orthogonalise */
-    if ((st = lw_muon_orthogonalize(m, u, u, rows, cols)) != LW_OK) return st;
-    /* 4. step */
-    const float step = (float)(lr * scale_of(&m->o, rows, cols) * m->o.extra_scale);
-    for (int64_t i = 0; i < n; i++) w[i] -= step * u[i];
     return LW_OK;
+}
+
+lw_status lw_muon_apply(lw_muon *m, float *w, const float *x, int64_t n, int64_t rows, int64_t cols,
+                        float lr) {
+    lw_status st = m ? check_matrix(w, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+    if (st != LW_OK) return st;
+    const float step = (float)(lr * scale_of(&m->o, rows, cols) * m->o.extra_scale);
+    for (int64_t i = 0; i < n; i++)
+        w[i] -= step * x[i];
+    return LW_OK;
+}
+
+lw_status lw_muon_update(lw_muon *m, float *w, const float *g, float *mom, int64_t rows,
+                         int64_t cols, float lr, float wd, float grad_scale) {
+    lw_status st = m ? check_matrix(w, g, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+    if (st != LW_OK) return st;
+    if (mom == NULL) return lwi_fail(LW_ERR_INVALID, "muon: NULL momentum");
+    const int64_t n = rows * cols, p = rows <= cols ? rows : cols;
+    const int64_t q = rows <= cols ? cols : rows;
+    if ((st = reserve(m, (size_t)(2 * p * p + p * q + n))) != LW_OK) return st;
+    float *u = m->work + 2 * p * p + p * q; /* the update, after the NS workspace */
+    if ((st = lw_muon_momentum(m, w, g, mom, u, n, lr, wd, grad_scale)) != LW_OK) return st;
+    /* 3. orthogonalise, 4. step */
+    if ((st = lw_muon_orthogonalize(m, u, u, rows, cols)) != LW_OK) return st;
+    return lw_muon_apply(m, w, u, n, rows, cols, lr);
 }

@@ -1,9 +1,14 @@
 /* optimizer.c: one optimizer step over lw_buffers (REFERENCE.md section 5): finish the gradient
  * sync, the global gradient norm and zero count (one all-reduce over the world), skip on a
  * non-finite norm, clip, Muon on the matrices this rank owns and AdamW on the elements it owns,
- * then start the parameter sync. Only owners allocate optimizer state. */
-#include "comm_internal.h"
-#include "layout_internal.h"
+ * then start the parameter sync. Only owners allocate optimizer state.
+ *
+ * Muon matrices in element-wise buffers (the rows layout, row-sharded FSDP) are owned in slices:
+ * each rank runs weight decay and momentum on its slice, one all-gather per bucket assembles
+ * every matrix's update, each rank holding a slice of a matrix orthogonalises the whole of it
+ * and keeps its slice. That all-gather and the repeated Newton-Schulz are what the
+ * shard-aligned layouts avoid. */
+#include "buffers_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,8 +19,10 @@ typedef struct owned {
     int64_t start; /* elements of the param this rank updates */
     int64_t count;
     bool muon;
-    float *state; /* [owned] Muon: momentum (numel); AdamW: m then v (2 * count) */
+    float *state; /* [owned] Muon: momentum (count); AdamW: m then v (2 * count) */
     bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
+    bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
+                     whole matrix orthogonalised from the bucket's gathered update */
 } owned;
 
 struct lw_optimizer {
@@ -24,13 +31,17 @@ struct lw_optimizer {
     lw_optimizer_options o;
     lw_muon *muon;
     int32_t n_owned;
-    owned *owned;      /* [owned] */
-    int32_t *group;    /* [owned] per param */
+    owned *owned;   /* [owned] */
+    int32_t *group; /* [owned] per param */
     int32_t n_groups;
-    float *lr;         /* [owned] per group */
-    float *wd;         /* [owned] per group */
+    float *lr; /* [owned] per group */
+    float *wd; /* [owned] per group */
     int64_t step;
     int64_t skips;
+    float *gathered;   /* [owned] row-sharded Muon: a bucket's assembled update */
+    float *orthogonal; /* [owned] and one matrix's orthogonalised update */
+    int64_t gathered_numel;
+    int64_t orthogonal_numel;
 };
 
 lw_optimizer_options lw_optimizer_defaults(void) {
@@ -64,12 +75,17 @@ static lw_status collect_owned(lw_optimizer *opt) {
         lw_status st = lw_buffers_owned(opt->buffers, i, &start, &count);
         if (st != LW_OK) return st;
         if (p->muon && lb->algorithm == LW_ALGORITHM_DISTOPT)
-            return lwi_fail(LW_ERR_UNSUPPORTED, "optimizer: '%s' is a Muon matrix in an "
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "optimizer: '%s' is a Muon matrix in an "
                             "element-wise (distopt) buffer; Muon needs whole matrices: use a "
-                            "shard-aligned algorithm (cost, lpt, size_matching)", p->name);
+                            "shard-aligned algorithm (cost, lpt, size_matching), or rows for "
+                            "row-sharded Muon",
+                            p->name);
         if (p->muon && p->ndim != 2)
-            return lwi_fail(LW_ERR_INVALID, "optimizer: '%s' is routed to Muon but has %d "
-                            "dimensions", p->name, p->ndim);
+            return lwi_fail(LW_ERR_INVALID,
+                            "optimizer: '%s' is routed to Muon but has %d "
+                            "dimensions",
+                            p->name, p->ndim);
         if (count == 0) continue;
         owned *o = &opt->owned[opt->n_owned++];
         o->param = i;
@@ -78,9 +94,31 @@ static lw_status collect_owned(lw_optimizer *opt) {
         o->muon = p->muon;
         o->counted = lb->algorithm != LW_ALGORITHM_DEFAULT ||
                      lw_comm_rank(lw_buffers_comm(opt->buffers)) == 0;
+        o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
         o->state = calloc((size_t)(p->muon ? count : 2 * count), sizeof(float));
-        if (o->state == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for '%s'",
-                                              p->name);
+        if (o->state == NULL)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for '%s'", p->name);
+        if (o->sliced) {
+            const lwi_bucket *k = &lb->buckets[p->bucket];
+            if (k->stop - k->start > opt->gathered_numel) opt->gathered_numel = k->stop - k->start;
+            if (p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
+        }
+    }
+    /* every rank takes part in each bucket's gather, owning a slice of it or not */
+    for (int32_t b = 0; b < l->n_buffers; b++)
+        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
+                            k < l->buffers[b].n_buckets;
+             k++) {
+            const lwi_bucket *bk = &l->buffers[b].buckets[k];
+            if (bk->stop - bk->start > opt->gathered_numel)
+                opt->gathered_numel = bk->stop - bk->start;
+        }
+    if (opt->gathered_numel > 0) {
+        opt->gathered = malloc(sizeof(float) * (size_t)opt->gathered_numel);
+        opt->orthogonal =
+            malloc(sizeof(float) * (size_t)(opt->orthogonal_numel ? opt->orthogonal_numel : 1));
+        if (opt->gathered == NULL || opt->orthogonal == NULL)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for row-sharded Muon");
     }
     return LW_OK;
 }
@@ -101,8 +139,8 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     opt->o = o;
     if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
     opt->n_groups = 1;
-    opt->group = calloc((size_t)(opt->layout->n_params ? opt->layout->n_params : 1),
-                        sizeof(int32_t));
+    opt->group =
+        calloc((size_t)(opt->layout->n_params ? opt->layout->n_params : 1), sizeof(int32_t));
     opt->lr = calloc(1, sizeof(float));
     opt->wd = calloc(1, sizeof(float));
     if (opt->group == NULL || opt->lr == NULL || opt->wd == NULL) {
@@ -119,11 +157,14 @@ fail:
 
 void lw_optimizer_free(lw_optimizer *opt) {
     if (opt == NULL) return;
-    for (int32_t k = 0; k < opt->n_owned; k++) free(opt->owned[k].state);
+    for (int32_t k = 0; k < opt->n_owned; k++)
+        free(opt->owned[k].state);
     free(opt->owned);
     free(opt->group);
     free(opt->lr);
     free(opt->wd);
+    free(opt->gathered);
+    free(opt->orthogonal);
     lw_muon_free(opt->muon);
     free(opt);
 }
@@ -136,7 +177,8 @@ static lw_status grow_groups(lw_optimizer *opt, int32_t n) {
     float *wd = realloc(opt->wd, sizeof(float) * (size_t)n);
     if (wd == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
     opt->wd = wd;
-    for (int32_t g = opt->n_groups; g < n; g++) opt->lr[g] = opt->wd[g] = 0.0f;
+    for (int32_t g = opt->n_groups; g < n; g++)
+        opt->lr[g] = opt->wd[g] = 0.0f;
     opt->n_groups = n;
     return LW_OK;
 }
@@ -177,15 +219,56 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
         const owned *o = &opt->owned[k];
         if (!o->counted) continue;
         float *g;
-        lw_status st = lw_buffers_grad(opt->buffers, o->param, &g);
+        lw_status st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st != LW_OK) return st;
-        local[0] += lw_vec_sum_squares(g + o->start, o->count);
-        local[1] += (double)lw_vec_count_zeros(g + o->start, o->count);
+        local[0] += lw_vec_sum_squares(g, o->count);
+        local[1] += (double)lw_vec_count_zeros(g, o->count);
     }
-    lw_status st = lw_comm_allreduce(lw_buffers_comm(opt->buffers), local, 2, LW_DTYPE_F64,
-                                     LW_REDUCE_SUM);
+    lw_status st =
+        lw_comm_allreduce(lw_buffers_comm(opt->buffers), local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
     *norm = sqrt(local[0]);
     *zeros = (int64_t)local[1];
+    return st;
+}
+
+/* Row-sharded Muon on one bucket of an element-wise Muon buffer: momentum on the owned slices,
+ * written where they lie in this rank's shard of the bucket; an all-gather assembles the whole
+ * update of every matrix in it; each rank orthogonalises the matrices it holds a slice of. */
+static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, float grad_scale) {
+    const lw_layout *l = opt->layout;
+    const lwi_buffer *lb = &l->buffers[b];
+    const lwi_bucket *bk = &lb->buckets[k];
+    lw_comm *comm = opt->buffers->buffers[b].comm;
+    const int64_t count = bk->stop - bk->start, shard = count / lb->dp;
+    const int32_t rank = lw_comm_rank(comm);
+    float *u = opt->gathered;
+    memset(u + rank * shard, 0, sizeof(float) * (size_t)shard); /* padding stays zero */
+    lw_status st = LW_OK;
+    for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
+        owned *o = &opt->owned[j];
+        const lwi_param *p = &l->params[o->param];
+        if (!o->sliced || p->buffer != b || p->bucket != k) continue;
+        float *w, *g;
+        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
+        const int32_t grp = opt->group[o->param];
+        if (st == LW_OK)
+            st = lw_muon_momentum(opt->muon, w, g, o->state, u + (p->start - bk->start) + o->start,
+                                  o->count, opt->lr[grp], opt->wd[grp], grad_scale);
+    }
+    if (st == LW_OK) st = lw_comm_allgather(comm, u, count, LW_DTYPE_F32, NULL);
+    for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
+        owned *o = &opt->owned[j];
+        const lwi_param *p = &l->params[o->param];
+        if (!o->sliced || p->buffer != b || p->bucket != k) continue;
+        float *w;
+        st = lw_muon_orthogonalize(opt->muon, u + (p->start - bk->start), opt->orthogonal,
+                                   p->shape[0], p->numel / p->shape[0]);
+        if (st == LW_OK) st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK)
+            st = lw_muon_apply(opt->muon, w, opt->orthogonal + o->start, o->count, p->shape[0],
+                               p->numel / p->shape[0], opt->lr[opt->group[o->param]]);
+    }
     return st;
 }
 
@@ -193,25 +276,34 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
     const lw_layout *l = opt->layout;
     for (int32_t k = 0; k < opt->n_owned; k++) {
         owned *o = &opt->owned[k];
+        if (o->sliced) continue;
         const lwi_param *p = &l->params[o->param];
         float *w, *g;
-        lw_status st = lw_buffers_param(opt->buffers, o->param, &w);
-        if (st == LW_OK) st = lw_buffers_grad(opt->buffers, o->param, &g);
+        lw_status st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st != LW_OK) return st;
         const int32_t grp = opt->group[o->param];
         double t = lwi_now();
         if (o->muon) {
-            st = lw_muon_update(opt->muon, w, g, o->state, p->shape[0], p->shape[1],
-                                opt->lr[grp], opt->wd[grp], grad_scale);
+            st = lw_muon_update(opt->muon, w, g, o->state, p->shape[0], p->shape[1], opt->lr[grp],
+                                opt->wd[grp], grad_scale);
             r->seconds_muon += lwi_now() - t;
             if (st != LW_OK) return st;
         } else {
-            lw_adamw_update(&opt->o.adamw, w + o->start, g + o->start, o->state,
-                            o->state + o->count, o->count, opt->step, opt->lr[grp], opt->wd[grp],
-                            grad_scale);
+            lw_adamw_update(&opt->o.adamw, w, g, o->state, o->state + o->count, o->count, opt->step,
+                            opt->lr[grp], opt->wd[grp], grad_scale);
             r->seconds_adamw += lwi_now() - t;
         }
     }
+    double t = lwi_now();
+    for (int32_t b = 0; b < l->n_buffers; b++)
+        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
+                            k < l->buffers[b].n_buckets;
+             k++) {
+            lw_status st = update_sliced_bucket(opt, b, k, grad_scale);
+            if (st != LW_OK) return st;
+        }
+    r->seconds_muon += lwi_now() - t;
     return LW_OK;
 }
 
@@ -280,8 +372,10 @@ lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t 
 lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips) {
     if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
     if (step < 0 || skips < 0)
-        return lwi_fail(LW_ERR_INVALID, "optimizer: counters must be >= 0, got step %lld, skips "
-                        "%lld", (long long)step, (long long)skips);
+        return lwi_fail(LW_ERR_INVALID,
+                        "optimizer: counters must be >= 0, got step %lld, skips "
+                        "%lld",
+                        (long long)step, (long long)skips);
     opt->step = step;
     opt->skips = skips;
     return LW_OK;

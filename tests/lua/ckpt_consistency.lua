@@ -1,8 +1,9 @@
 -- ckpt_consistency.lua: checkpoints through recipes/gpt_small.lua (tiny preset, 6 steps):
 -- a run stopped after step 3 and resumed at the same rank count continues bit-identically
 -- (losses and final parameters); resumed at another rank count (resharding 3->2, 2->3, 1->2,
--- 2->1) or layout algorithm it continues with the uninterrupted run's losses within 1e-5. Also: a save killed at
--- each point of the protocol leaves the previous checkpoint loadable with `latest` on it.
+-- 2->1), layout algorithm or ZeRO level (1, 2, 3, row-sharded, either way) it continues with the
+-- uninterrupted run's losses within 1e-5. Also: a save killed at each point of the protocol
+-- leaves the previous checkpoint loadable with `latest` on it.
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -77,6 +78,22 @@ do
    for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
    expect(#got == 6 and worst < 1e-5,
       ("cost at dp 2 -> size_matching at dp 3: losses within 1e-5 (max diff %g)"):format(worst))
+   sh("rm -rf " .. dir)
+   os.remove(log)
+end
+
+-- another ZeRO level (and rank count): checkpoints are keyed by name whatever held what
+for _, case in ipairs({ { 2, "--zero 1", 3, "--zero 3" }, { 2, "--zero 3", 1, "--zero 1" },
+   { 3, "--zero 3 --shard rows", 2, "--zero 2" }, { 3, "--zero 2", 2, "--zero 3 --shard rows" } }) do
+   local from, from_args, to, to_args = case[1], case[2], case[3], case[4]
+   local dir, log = tmp .. "-ckzero", tmp .. "-runzero.jsonl"
+   assert(recipe(from, from_args .. " --ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))
+   assert(recipe(to, to_args .. " --ckpt-dir " .. dir .. " --resume --log " .. log))
+   local got, want = losses(log), reference[from].losses
+   local worst = 0
+   for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
+   expect(#got == 6 and worst < 1e-5, ("%s at dp %d -> %s at dp %d: losses within 1e-5 (max "
+      .. "diff %g)"):format(from_args, from, to_args, to, worst))
    sh("rm -rf " .. dir)
    os.remove(log)
 end

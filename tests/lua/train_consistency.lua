@@ -1,8 +1,11 @@
 -- train_consistency.lua: the training loop's invariants across runs (issue 4, section 9):
 -- the same global batch (12 sequences) split as dp 1 x accum 6, dp 2 x accum 3 and dp 3 x
 -- accum 2 gives the same losses within 1e-4 over 5 steps; overlap on and off give bit-identical
--- parameters; layer-wise and replicated agree within 1e-5. Each run also checks that its ranks
--- hold bit-identical parameters. Prints "N passed, M failed".
+-- parameters; layer-wise and replicated agree within 1e-5; ZeRO-2, ZeRO-3 and row-sharded ZeRO-3
+-- agree with ZeRO-1 within 1e-5 at dp 1, 2 and 3 for every layout (issue 7); at dp 4 with ZeRO-3
+-- the parameters and gradients held stay under a quarter of the model plus the two largest
+-- bucket groups. Each run also checks that its ranks hold bit-identical parameters. Prints
+-- "N passed, M failed".
 -- Usage: bin/lwopt run tests/lua/train_consistency.lua (from the repo root; needs data/kjv.txt)
 local ffi = require("ffi")
 
@@ -23,9 +26,13 @@ local function run(name, np, args)
    local f = assert(io.open(out .. ".params", "rb"))
    local params = f:read("*a")
    f:close()
-   os.remove(out .. ".losses")
-   os.remove(out .. ".params")
-   return { losses = losses, params = params }
+   local memory = {}
+   for line in io.lines(out .. ".memory") do
+      local k, n = line:match("^(%a+) (%d+)$")
+      memory[k] = tonumber(n)
+   end
+   for _, ext in ipairs({ ".losses", ".params", ".memory" }) do os.remove(out .. ext) end
+   return { losses = losses, params = params, memory = memory }
 end
 
 local function max_loss_diff(a, b)
@@ -62,5 +69,39 @@ expect(max_param_diff(legacy, dp3) < 1e-5,
    ("legacy and layer-wise within 1e-5 (%g)"):format(max_param_diff(legacy, dp3)))
 local adamw = run("adamw", 2, "--batch 2 --accum 3 --optimizer adamw")
 expect(adamw.params ~= dp2.params, "adamw for everything trains differently")
+
+-- ZeRO levels: the same training, sharded further
+for np = 1, 3 do
+   local args = ("--batch 2 --accum %d"):format(6 / np)
+   for _, layout in ipairs({ "cost", "lpt", "size_matching" }) do
+      local base = run(("z1-%s-%d"):format(layout, np), np, args .. " --layout " .. layout)
+      for zero = 2, 3 do
+         local z = run(("z%d-%s-%d"):format(zero, layout, np), np,
+            ("%s --layout %s --zero %d"):format(args, layout, zero))
+         expect(max_param_diff(z, base) < 1e-5, ("ZeRO-%d and ZeRO-1 within 1e-5 at dp %d, %s (%g)")
+            :format(zero, np, layout, max_param_diff(z, base)))
+         expect(z.memory.over == 0, ("ZeRO-%d at dp %d (%s) stayed within its block budget")
+            :format(zero, np, layout))
+      end
+      if layout == "cost" then
+         local rows = run("rows-" .. np, np, args .. " --zero 3 --shard rows")
+         expect(max_param_diff(rows, base) < 1e-5, ("row-sharded ZeRO-3 and ZeRO-1 within 1e-5 at "
+            .. "dp %d (%g)"):format(np, max_param_diff(rows, base)))
+      end
+   end
+end
+
+-- Memory at dp 4, ZeRO-3: parameters + gradients held at the peak (shards, gathered groups and
+-- whole-gradient groups with their reduce-scatter shard) <= the padded model's parameters and
+-- gradients / 4 + two of the largest bucket group's
+local z4 = run("z3-dp4", 4, "--batch 2 --accum 1 --zero 3 --bucket 8192 --layers 8 --steps 2")
+local m = z4.memory
+expect(m.arrays == m.model / 4, ("ZeRO-3 at dp 4 keeps a quarter of the model in shards (%d of %d)")
+   :format(m.arrays, m.model))
+expect(m.budget == 2 * 2 * m.block, "the budget is two groups' parameters and gradients")
+expect(m.peak <= m.model / 4 + m.budget, ("peak %d <= model / 4 + two largest groups = %d")
+   :format(m.peak, m.model / 4 + m.budget))
+expect(m.peak > m.arrays, "groups were gathered")
+expect(m.peak < m.model, ("and that is less than ZeRO-1 holds (%d < %d)"):format(m.peak, m.model))
 
 tally.finish("train_consistency")

@@ -3,6 +3,8 @@
 -- Fails if the parameters differ by a single bit between ranks. Driven by train_consistency.lua.
 -- Usage: [mpirun -np N] bin/lwopt run tests/lua/train_run.lua --out PREFIX [--mode M]
 --        [--overlap on|off] [--batch B] [--accum K] [--steps S] [--optimizer muon|adamw]
+--        [--zero 1|2|3] [--shard aligned|rows] [--layout A] [--bucket N] [--layers L]
+-- Also writes PREFIX.memory: rank 0's lw_buffers_memory figures and the padded model's bytes.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
@@ -12,19 +14,22 @@ lw.comm.run(function()
       { "out", "string", nil, "output prefix" }, { "mode", "string", "layerwise", "" },
       { "overlap", "string", "on", "" }, { "batch", "int", 2, "" }, { "accum", "int", 1, "" },
       { "steps", "int", 5, "" }, { "optimizer", "string", "muon", "" },
-      { "data", "string", "data/kjv.txt", "" },
+      { "data", "string", "data/kjv.txt", "" }, { "zero", "int", 1, "" },
+      { "shard", "string", "aligned", "" }, { "layout", "string", nil, "" },
+      { "bucket", "int", 8192, "" }, { "layers", "int", 2, "" },
    }))
    local comm = lw.comm.init()
    local t = 16
-   local model = lw.nn.GPT.new{ n_layer = 2, n_embd = 32, n_head = 4, vocab = 256, seq_len = t }
+   local model = lw.nn.GPT.new{ n_layer = v.layers, n_embd = 32, n_head = 4, vocab = 256,
+      seq_len = t }
    local rules = v.optimizer == "adamw" and { { match = ".", optimizer = "adamw" } } or nil
    local specs = lw.route(model:parameters(), rules)
-   local ddp = lw.ddp.new(specs, comm, { mode = v.mode, bucket_size = 3000,
-      overlap = v.overlap == "on" })
+   local ddp = lw.ddp.new(specs, comm, { mode = v.mode, bucket_size = v.bucket,
+      overlap = v.overlap == "on", zero = v.zero, shard = v.shard, algorithm = v.layout })
    local opt = lw.optim.new(ddp, { lr = 3e-3, clip = 1.0 })
    for i, s in ipairs(specs) do
-      ddp:param(s.name):copy(function(k)
-         return s.role == "norm" and 1 or 0.05 * math.sin(1.7 * i + 0.37 * k)
+      ddp:with_param(s.name, function(p)
+         p:copy(function(k) return s.role == "norm" and 1 or 0.05 * math.sin(1.7 * i + 0.37 * k) end)
       end)
    end
    local run = { comm = comm, model = model, ddp = ddp, opt = opt, steps = v.steps,
@@ -34,11 +39,13 @@ lw.comm.run(function()
    local records = lw.train.run(run)
    ddp:finish_param_sync()
    -- bit-identical on every rank
-   local differs = 0
+   local differs, final = 0, {}
    for _, s in ipairs(specs) do
-      local p = ddp:param(s.name)
-      local mine = ffi.string(p.data, 4 * p.numel)
-      if comm:broadcast_string(mine, 0) ~= mine then differs = differs + 1 end
+      ddp:with_param(s.name, function(p)
+         local mine = ffi.string(p.data, 4 * p.numel)
+         if comm:broadcast_string(mine, 0) ~= mine then differs = differs + 1 end
+         final[#final + 1] = mine
+      end)
    end
    differs = comm:allreduce({ differs })[1]
    if differs > 0 then error(("parameters differ between ranks in %d tensors"):format(differs)) end
@@ -48,10 +55,14 @@ lw.comm.run(function()
       f:write(("%.9g\n"):format(records[#records].val_loss))
       f:close()
       f = assert(io.open(v.out .. ".params", "wb"))
-      for _, s in ipairs(specs) do
-         local p = ddp:param(s.name)
-         f:write(ffi.string(p.data, 4 * p.numel))
-      end
+      f:write(table.concat(final))
+      f:close()
+      local m = ddp:memory()
+      local padded = 0
+      for _, b in ipairs(ddp.layout.buffers) do padded = padded + b.numel end
+      f = assert(io.open(v.out .. ".memory", "w"))
+      f:write(("peak %d\narrays %d\nbudget %d\nblock %d\nover %d\nflushes %d\nmodel %d\n"):format(
+         m.peak, m.arrays, m.budget, m.block_bytes, m.over_budget, m.flushes, 2 * 4 * padded))
       f:close()
    end
 end)
