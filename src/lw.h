@@ -494,6 +494,7 @@ typedef struct lw_step_result {
     double seconds_muon;       /* Muon updates of the owned matrices */
     double seconds_adamw;      /* AdamW updates of the owned elements */
     double seconds_param_sync; /* starting (or, without overlap, doing) the parameter sync */
+    double seconds_muon_comm;  /* of seconds_muon: row-sharded Muon's all-gathers of updates */
 } lw_step_result;
 
 /* buffers [borrowed] must outlive the optimizer. [out] owned. */

@@ -15,10 +15,13 @@ recipe.presets = {
             warmup = 10, eval_every = 25 },
    small = { n_layer = 6, n_embd = 256, n_head = 8, seq = 128, batch = 8, steps = 500, lr = 3e-3,
              warmup = 50, eval_every = 100 },
+   -- small, 4x wider: for measuring sharding where matrices dominate
+   wide = { n_layer = 6, n_embd = 1024, n_head = 16, seq = 128, batch = 8, steps = 500, lr = 1e-3,
+            warmup = 50, eval_every = 100 },
 }
 
 recipe.flags = {
-   { "preset", { "tiny", "small" }, "small", "model and schedule size" },
+   { "preset", { "tiny", "small", "wide" }, "small", "model and schedule size" },
    { "steps", "int", nil, "optimizer steps (preset's by default)" },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
    { "mode", { "layerwise", "legacy", "replicated" }, "layerwise", "how the optimizer is split" },

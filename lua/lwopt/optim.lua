@@ -181,7 +181,8 @@ local result = ffi.new("lw_step_result")
 
 -- One step. lr_scale (default 1) multiplies every group's lr: schedules pass it each step.
 -- Returns { ok, grad_norm, zeros, skipped, skips, step, time = { grad_sync, norm, muon, adamw,
--- param_sync } } (seconds); ok is false when a non-finite norm skipped the update.
+-- param_sync, muon_comm } } (seconds; muon_comm: row-sharded Muon's gathers, part of muon); ok
+-- is false when a non-finite norm skipped the update.
 function Optimizer:step(lr_scale)
    lr_scale = lr_scale or 1
    if lr_scale ~= self._lr_scale then
@@ -197,7 +198,7 @@ function Optimizer:step(lr_scale)
       skipped = result.skipped, skips = tonumber(result.skips), step = tonumber(result.step),
       time = { grad_sync = result.seconds_grad_sync, norm = result.seconds_norm,
                muon = result.seconds_muon, adamw = result.seconds_adamw,
-               param_sync = result.seconds_param_sync },
+               param_sync = result.seconds_param_sync, muon_comm = result.seconds_muon_comm },
    }
 end
 

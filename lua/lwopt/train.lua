@@ -18,10 +18,11 @@ function train.schedule(s, steps, warmup, min_ratio)
    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 end
 
-local function comm_seconds(comm)
-   local total = 0
-   for _, c in pairs(comm:counters()) do total = total + c.seconds end
-   return total
+-- Seconds spent in communication so far, and bytes communicated.
+local function comm_totals(comm)
+   local seconds, bytes = 0, 0
+   for _, c in pairs(comm:counters()) do seconds, bytes = seconds + c.seconds, bytes + c.bytes end
+   return seconds, bytes
 end
 
 -- Mean validation loss over the first `max` validation sequences, split across ranks. Every
@@ -116,7 +117,8 @@ function train.run(run)
    local ckpt = run.checkpoint
    local last = math.min(run.steps, run.stop_after or run.steps)
    for step = first, last do
-      local t0, comm0 = lib.lw_now(), comm_seconds(comm)
+      local t0 = lib.lw_now()
+      local comm0, bytes0 = comm_totals(comm)
       local fwd, bwd, loss = 0, 0, 0
       ddp:zero_grad()
       for micro = 0, accum - 1 do
@@ -137,12 +139,15 @@ function train.run(run)
       local opt_time = lib.lw_now() - o0
       local mean_loss = comm:allreduce({ loss })[1] / comm.size
       local wall = lib.lw_now() - t0
-      local comm_wait = comm_seconds(comm) - comm0
+      local comm1, bytes1 = comm_totals(comm)
+      local comm_wait = comm1 - comm0
       local rec = {
          step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
          tokens_per_s = tokens_per_step / wall, skipped = r.skipped or nil,
          time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
-            opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync) }),
+            opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync),
+            muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
+         comm_mb = (bytes1 - bytes0) / 2 ^ 20,
       }
       if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
       if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)

@@ -157,7 +157,8 @@ static bool idle_grad(const lwi_group *g) {
 }
 
 /* One step towards room for a block: *freed says whether anything changed. A prefetch only
- * frees spare blocks and evicts idle parameters; it never waits or reduces early. */
+ * frees spare blocks: evicting a group for one that is merely needed next would trade a gather
+ * now for one later, and waiting would undo the overlap it is for. */
 static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *freed) {
     *freed = true;
     for (int32_t b = 0; b < bs->n_buffers; b++) {
@@ -168,7 +169,7 @@ static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *fr
             return LW_OK;
         }
     }
-    int32_t gi = least_recent(bs, idle_params, keep);
+    int32_t gi = prefetch ? -1 : least_recent(bs, idle_params, keep);
     if (gi >= 0) return evict_params(bs, gi);
     if (!prefetch) {
         for (gi = bs->n_groups - 1; gi >= 0; gi--) /* the reduction started first */
@@ -290,11 +291,20 @@ static lw_status drop_behind(lw_buffers *bs) {
     return LW_OK;
 }
 
-/* The group the pass needs after gi: forward in group order, backward by last parameter. */
+/* The group the pass will need next after gi that is not held: forward in group order,
+ * backward by last parameter; groups the pass has moved past do not count. -1: none. */
 static int32_t next_in_pass(const lw_buffers *bs, int32_t gi, lw_pass pass) {
-    if (pass == LW_PASS_FORWARD) return gi + 1 < bs->n_groups ? gi + 1 : -1;
-    for (int32_t k = 0; k + 1 < bs->n_groups; k++)
-        if (bs->backward[k] == gi) return bs->backward[k + 1];
+    bool after = false;
+    for (int32_t k = 0; k < bs->n_groups; k++) {
+        const int32_t h = pass == LW_PASS_FORWARD ? k : bs->backward[k];
+        const lwi_group *g = &bs->groups[h];
+        if (h == gi) {
+            after = true;
+            continue;
+        }
+        bool ahead = pass == LW_PASS_FORWARD ? g->last > bs->cursor : g->first < bs->cursor;
+        if (after && ahead && g->pblock.data == NULL) return h;
+    }
     return -1;
 }
 

@@ -234,7 +234,8 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
 /* Row-sharded Muon on one bucket of an element-wise Muon buffer: momentum on the owned slices,
  * written where they lie in this rank's shard of the bucket; an all-gather assembles the whole
  * update of every matrix in it; each rank orthogonalises the matrices it holds a slice of. */
-static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, float grad_scale) {
+static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, float grad_scale,
+                                      lw_step_result *r) {
     const lw_layout *l = opt->layout;
     const lwi_buffer *lb = &l->buffers[b];
     const lwi_bucket *bk = &lb->buckets[k];
@@ -256,7 +257,9 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
             st = lw_muon_momentum(opt->muon, w, g, o->state, u + (p->start - bk->start) + o->start,
                                   o->count, opt->lr[grp], opt->wd[grp], grad_scale);
     }
+    double t = lwi_now();
     if (st == LW_OK) st = lw_comm_allgather(comm, u, count, LW_DTYPE_F32, NULL);
+    r->seconds_muon_comm += lwi_now() - t;
     for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
         owned *o = &opt->owned[j];
         const lwi_param *p = &l->params[o->param];
@@ -300,7 +303,7 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
         for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
                             k < l->buffers[b].n_buckets;
              k++) {
-            lw_status st = update_sliced_bucket(opt, b, k, grad_scale);
+            lw_status st = update_sliced_bucket(opt, b, k, grad_scale, r);
             if (st != LW_OK) return st;
         }
     r->seconds_muon += lwi_now() - t;
