@@ -3,7 +3,7 @@
 -- table of tokens/s, the step time and its parts, bytes communicated per step and peak memory
 -- per rank, then the ratios the goals are stated in.
 -- Usage: bin/lwopt run bench/zero.lua [--presets small,wide] [--dps 2,4] [--steps N]
---        [--batch B] [--wide-batch B] [--bucket N] [--wide-bucket N]
+--        [--batch B] [--wide-batch B] [--bucket N] [--wide-bucket N] [--levels 1,2,3,rows]
 -- Buckets are the unit ZeRO-3 gathers: with one bucket per buffer it would gather everything.
 local flags = require("lwopt.flags")
 
@@ -11,7 +11,7 @@ local v = assert(flags.parse(arg, {
    { "presets", "string", "small,wide", "" }, { "dps", "string", "2,4", "" },
    { "steps", "int", 6, "" }, { "batch", "int", 8, "" }, { "wide-batch", "int", 2, "" },
    { "wide-steps", "int", 3, "" }, { "bucket", "int", 1048576, "" },
-   { "wide-bucket", "int", 16777216, "" },
+   { "wide-bucket", "int", 16777216, "" }, { "levels", "string", "1,2,3,rows", "" },
 }))
 
 local function list(s)
@@ -73,7 +73,7 @@ local results = {}
 for _, preset in ipairs(list(v.presets)) do
    for _, dp in ipairs(list(v.dps)) do
       dp = tonumber(dp)
-      for _, zero in ipairs({ "1", "2", "3", "rows" }) do
+      for _, zero in ipairs(list(v.levels)) do
          for _, optimizer in ipairs({ "muon", "adamw" }) do
             local wide = preset == "wide"
             local r = run(preset, dp, zero, optimizer, wide and v.wide_batch or v.batch,
@@ -97,8 +97,11 @@ for _, preset in ipairs(list(v.presets)) do
    for _, dp in ipairs(list(v.dps)) do
       local function get(zero, opt) return results[table.concat({ preset, dp, zero, opt }, "/")] end
       local m3, a3, rows = get("3", "muon"), get("3", "adamw"), get("rows", "muon")
-      local beyond = (m3.step - (m3.muon - m3.muon_comm)) / a3.step
-      print(("| %s | %s | %.2f | %.2f | %.1f vs %.1f |"):format(preset, dp, beyond,
-         rows.step / m3.step, m3.comm, rows.comm))
+      if m3 and a3 then
+         local beyond = (m3.step - (m3.muon - m3.muon_comm)) / a3.step
+         print(("| %s | %s | %.2f | %s | %s |"):format(preset, dp, beyond,
+            rows and ("%.2f"):format(rows.step / m3.step) or "-",
+            rows and ("%.1f vs %.1f"):format(m3.comm, rows.comm) or "-"))
+      end
    end
 end

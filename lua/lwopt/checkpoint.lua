@@ -110,26 +110,9 @@ function checkpoint.save(dir, s)
    local sizes, crcs = {}, {}
    for r = 1, comm.size do sizes[r], crcs[r] = 0, 0 end
    local model_bytes, model_crc = 0, 0
-   -- the model on rank 0: views below ZeRO-3; at ZeRO-3 a copy of each parameter, gathered
-   -- group by group with every rank taking part (so rank 0 holds the whole model while writing)
-   local params = {}
-   ok, err = protect(function()
-      for _, spec in ipairs(ddp.specs) do
-         if ddp.zero < 3 then
-            if comm.rank == 0 then
-               params[#params + 1] = { name = spec.name, shape = spec.shape,
-                                       data = ddp:param(spec.name).data }
-            end
-         else
-            ddp:with_param(spec.name, function(p)
-               if comm.rank ~= 0 then return end
-               local copy = ffi.new("float[?]", p.numel)
-               ffi.copy(copy, p.data, 4 * p.numel)
-               params[#params + 1] = { name = spec.name, shape = spec.shape, data = copy }
-            end)
-         end
-      end
-   end)
+   -- the model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part)
+   local params
+   ok, err = protect(function() params = ddp:params_on(0) end)
    agree(comm, ok, err, where)
    ok, err = protect(function()
       local tensors, metadata = state_tensors(ddp, opt)

@@ -215,6 +215,29 @@ function DDP:with_param(name, fn)
    if not ok then error(err, 0) end
 end
 
+-- Every parameter as { name, shape, data = float* } on rank `root` (default 0), for writing
+-- them out; other ranks get an empty list. Below ZeRO-3 the data are the views; at ZeRO-3
+-- copies, gathered one at a time with every rank taking part (root then holds the whole model).
+function DDP:params_on(root)
+   root = root or 0
+   local out = {}
+   for _, spec in ipairs(self.specs) do
+      if self.zero < 3 then
+         if self.comm.rank == root then
+            out[#out + 1] = { name = spec.name, shape = spec.shape, data = self:param(spec.name).data }
+         end
+      else
+         self:with_param(spec.name, function(p)
+            if self.comm.rank ~= root then return end
+            local copy = ffi.new("float[?]", p.numel)
+            ffi.copy(copy, p.data, 4 * p.numel)
+            out[#out + 1] = { name = spec.name, shape = spec.shape, data = copy }
+         end)
+      end
+   end
+   return out
+end
+
 -- Copies every parameter from rank `root` (default 0) to all ranks.
 function DDP:broadcast_params(root)
    for _, spec in ipairs(self.specs) do

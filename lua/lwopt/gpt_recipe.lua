@@ -262,16 +262,7 @@ function recipe.main(argv, rules, script)
       end
    end
    if v.save_params then
-      -- a copy of each parameter on rank 0 (at ZeRO-3 every rank takes part in gathering it)
-      local tensors = {}
-      for _, s in ipairs(specs) do
-         ddp:with_param(s.name, function(p)
-            if comm.rank ~= 0 then return end
-            local copy = ffi.new("float[?]", p.numel)
-            ffi.copy(copy, p.data, 4 * p.numel)
-            tensors[#tensors + 1] = { name = s.name, shape = s.shape, data = copy }
-         end)
-      end
+      local tensors = ddp:params_on(0) -- collective at ZeRO-3
       if comm.rank == 0 then safetensors.write(v.save_params, tensors) end
    end
    -- at ZeRO-3 a forward pass is collective: every rank samples (the same text), rank 0 prints
