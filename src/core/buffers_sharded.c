@@ -4,7 +4,7 @@
  * gradient from the first write in backward until its reduce-scatter has been added into the
  * shard. The blocks held stay within a budget of the two largest groups (parameters, gradients
  * and the reduce-scatter's shard): to make room, spare blocks are freed, idle gathered groups
- * evicted (least recently used first), reductions in flight finished, and as a last resort an
+ * evicted (the one the pass needs latest first), reductions in flight finished, and last an
  * idle group's partial gradient reduced early (sums are linear, so reducing in parts gives the
  * same shard). Every decision depends only on the sequence of calls, never on timing, so all
  * ranks issue the same collectives in the same order. */
@@ -152,13 +152,41 @@ static int32_t least_recent(const lw_buffers *bs, group_filter want, int32_t kee
 }
 
 static bool idle_params(const lwi_group *g) { return g->pblock.data != NULL && g->pins == 0; }
+
+/* How far ahead of the pass a group's next use lies: 0 when the pass is inside it (a group of
+ * small parameters spread over the model, like the norms), INT32_MAX when it is behind. */
+static int32_t distance(const lw_buffers *bs, const lwi_group *g) {
+    const bool fwd = bs->pass == LW_PASS_FORWARD;
+    if (fwd ? g->last < bs->cursor : g->first > bs->cursor) return INT32_MAX;
+    if (g->first <= bs->cursor && bs->cursor <= g->last) return 0;
+    return fwd ? g->first - bs->cursor : bs->cursor - g->last;
+}
+
+/* The idle gathered group to evict: the one needed latest, least recently used among equals. */
+static int32_t eviction_victim(const lw_buffers *bs, int32_t keep) {
+    int32_t best = -1;
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        const lwi_group *g = &bs->groups[gi];
+        if (gi == keep || !idle_params(g)) continue;
+        if (best < 0) {
+            best = gi;
+            continue;
+        }
+        const int32_t d = distance(bs, g), db = distance(bs, &bs->groups[best]);
+        if (d > db || (d == db && g->used < bs->groups[best].used)) best = gi;
+    }
+    return best;
+}
 static bool idle_grad(const lwi_group *g) {
     return g->gblock.data != NULL && !g->reducing && g->pins == 0;
 }
 
-/* One step towards room for a block: *freed says whether anything changed. A prefetch only
- * frees spare blocks: evicting a group for one that is merely needed next would trade a gather
- * now for one later, and waiting would undo the overlap it is for. */
+/* One step towards room for a block: *freed says whether anything changed. In order: free a
+ * spare block; evict an idle gathered group the pass needs only later; finish a reduction in
+ * flight; evict an idle group the pass is inside (it will be gathered again); reduce an idle
+ * group's partial gradient early. A prefetch only frees spare blocks: evicting for a group that
+ * is merely needed next would trade a gather now for one later, and waiting would undo the
+ * overlap it is for. */
 static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *freed) {
     *freed = true;
     for (int32_t b = 0; b < bs->n_buffers; b++) {
@@ -169,17 +197,20 @@ static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *fr
             return LW_OK;
         }
     }
-    int32_t gi = prefetch ? -1 : least_recent(bs, idle_params, keep);
+    if (prefetch) {
+        *freed = false;
+        return LW_OK;
+    }
+    int32_t gi = eviction_victim(bs, keep);
+    if (gi >= 0 && distance(bs, &bs->groups[gi]) > 0) return evict_params(bs, gi);
+    for (int32_t k = bs->n_groups - 1; k >= 0; k--) /* the reduction started first */
+        if (bs->groups[k].reducing) return complete_reduce(bs, k);
     if (gi >= 0) return evict_params(bs, gi);
-    if (!prefetch) {
-        for (gi = bs->n_groups - 1; gi >= 0; gi--) /* the reduction started first */
-            if (bs->groups[gi].reducing) return complete_reduce(bs, gi);
-        gi = least_recent(bs, idle_grad, keep);
-        if (gi >= 0) {
-            bs->flushes++;
-            lw_status st = start_reduce(bs, gi);
-            return st != LW_OK ? st : complete_reduce(bs, gi);
-        }
+    gi = least_recent(bs, idle_grad, keep);
+    if (gi >= 0) {
+        bs->flushes++;
+        lw_status st = start_reduce(bs, gi);
+        return st != LW_OK ? st : complete_reduce(bs, gi);
     }
     *freed = false;
     return LW_OK;

@@ -103,5 +103,11 @@ expect(m.peak <= m.model / 4 + m.budget, ("peak %d <= model / 4 + two largest gr
    :format(m.peak, m.model / 4 + m.budget))
 expect(m.peak > m.arrays, "groups were gathered")
 expect(m.peak < m.model, ("and that is less than ZeRO-1 holds (%d < %d)"):format(m.peak, m.model))
+-- each group gathered at most twice a step (forward, backward) plus the tied embedding's reuse
+-- by the LM head, and once per evaluation pass (one, at the last step): prefetches must not
+-- fetch groups the pass has left behind
+local most = 2 * (2 * m.groups + 1) + (m.groups + 1)
+expect(m.gathers <= most, ("%d gathers in 2 steps and an evaluation, at most %d"):format(m.gathers,
+   most))
 
 tally.finish("train_consistency")

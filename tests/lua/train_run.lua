@@ -36,7 +36,9 @@ lw.comm.run(function()
       data = lw.data.load(v.data, { seq_len = t }), batch = v.batch, seq = t, accum = v.accum,
       seed = 5, base_lr = 3e-3, lr_warmup = 2, eval_every = 0, eval_max = 8, quiet = true }
    model:bind(ddp, lw.train.hooks(run))
+   local gathers0 = ddp:memory().gathers
    local records = lw.train.run(run)
+   local gathers = ddp:memory().gathers - gathers0
    ddp:finish_param_sync()
    -- bit-identical on every rank
    local differs, final = 0, {}
@@ -61,8 +63,9 @@ lw.comm.run(function()
       local padded = 0
       for _, b in ipairs(ddp.layout.buffers) do padded = padded + b.numel end
       f = assert(io.open(v.out .. ".memory", "w"))
-      f:write(("peak %d\narrays %d\nbudget %d\nblock %d\nover %d\nflushes %d\nmodel %d\n"):format(
-         m.peak, m.arrays, m.budget, m.block_bytes, m.over_budget, m.flushes, 2 * 4 * padded))
+      f:write(("peak %d\narrays %d\nbudget %d\nblock %d\nover %d\nflushes %d\nmodel %d\n"
+         .. "gathers %d\ngroups %d\n"):format(m.peak, m.arrays, m.budget, m.block_bytes,
+         m.over_budget, m.flushes, 2 * 4 * padded, gathers, ddp:num_groups()))
       f:close()
    end
 end)
