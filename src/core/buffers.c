@@ -191,7 +191,6 @@ static lw_status make_groups(lw_buffers *bs) {
             g->n_params = bk->count;
             g->first = l->n_params;
             g->last = -1;
-            g->gblock.group = g->pblock.group = -1;
             if ((st = lw_request_new(&g->req)) != LW_OK) break;
             bs->n_groups++;
         }
@@ -246,11 +245,11 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         buf->kind = kind_of(lb->algorithm);
         buf->dp = lw_comm_size(buf->comm);
         buf->rank = lw_comm_rank(buf->comm);
-        const int64_t params = o.zero == 3 ? lb->numel / buf->dp : lb->numel;
-        const int64_t grads = o.zero >= 2 ? lb->numel / buf->dp : lb->numel;
-        buf->param = alloc_zeroed(params);
-        buf->grad = alloc_zeroed(grads);
-        bs->array_bytes += (int64_t)sizeof(float) * (params + grads);
+        buf->param_len = o.zero == 3 ? lb->numel / buf->dp : lb->numel;
+        buf->grad_len = o.zero >= 2 ? lb->numel / buf->dp : lb->numel;
+        buf->param = alloc_zeroed(buf->param_len);
+        buf->grad = alloc_zeroed(buf->grad_len);
+        bs->array_bytes += (int64_t)sizeof(float) * (buf->param_len + buf->grad_len);
         if (buf->param == NULL || buf->grad == NULL) {
             st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d (%lld elements)",
                           b + 1, (long long)lb->numel);
@@ -317,8 +316,7 @@ lw_status lw_buffers_param(lw_buffers *bs, int32_t param, float **data) {
                         "buffers: '%s' is not gathered: at ZeRO-3 a rank holds only "
                         "its shard; acquire the parameter first",
                         bs->layout->params[param].name);
-    if (g->gathering && (st = lw_request_wait(g->pblock.req)) != LW_OK) return st;
-    g->gathering = false;
+    if ((st = lwi_sharded_wait_gather(g)) != LW_OK) return st;
     *data = g->pblock.data + (p->start - g->start);
     return LW_OK;
 }
@@ -432,11 +430,6 @@ lw_status lw_buffers_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool r
     if (st != LW_OK) return st;
     if (pass != LW_PASS_FORWARD && pass != LW_PASS_BACKWARD)
         return lwi_fail(LW_ERR_INVALID, "buffers: unknown pass %d", (int)pass);
-    if (bs->o.zero == 1) {
-        st = lw_buffers_finish_param_sync(bs, bs->params[param].group);
-        if (st == LW_OK) bs->groups[bs->params[param].group].pins++;
-        return st;
-    }
     return lwi_sharded_acquire(bs, param, pass, reuse);
 }
 
@@ -462,21 +455,16 @@ lw_status lw_buffers_memory_get(const lw_buffers *bs, lw_buffers_memory *out) {
     if (bs == NULL || out == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL argument");
     memset(out, 0, sizeof *out);
     for (int32_t b = 0; b < bs->n_buffers; b++) {
-        const buffer *buf = &bs->buffers[b];
-        const lwi_buffer *lb = &bs->layout->buffers[b];
-        out->params += (int64_t)sizeof(float) * (bs->o.zero == 3 ? lb->numel / buf->dp : lb->numel);
-        out->grads += (int64_t)sizeof(float) * (bs->o.zero >= 2 ? lb->numel / buf->dp : lb->numel);
-        const int64_t block =
-            (int64_t)sizeof(float) * (buf->block_numel + buf->block_numel / buf->dp);
-        if (block > out->block_bytes) out->block_bytes = block;
+        out->params += (int64_t)sizeof(float) * bs->buffers[b].param_len;
+        out->grads += (int64_t)sizeof(float) * bs->buffers[b].grad_len;
     }
-    out->arrays = out->params + out->grads;
+    out->arrays = bs->array_bytes;
     out->params += bs->param_block_bytes;
     out->grads += bs->grad_block_bytes;
     out->cached = bs->cached_bytes;
     out->peak = bs->peak;
     out->budget = bs->o.zero >= 2 ? bs->budget : 0;
-    if (bs->o.zero == 1) out->block_bytes = 0;
+    out->block_bytes = bs->o.zero >= 2 ? bs->largest_block : 0;
     out->over_budget = bs->over_budget;
     out->gathers = bs->gathers;
     out->flushes = bs->flushes;
@@ -588,11 +576,8 @@ lw_status lw_buffers_zero_grad(lw_buffers *bs) {
         lw_status added = lwi_sharded_finish_grads(bs);
         if (st == LW_OK) st = added;
     }
-    for (int32_t b = 0; b < bs->n_buffers; b++) {
-        const buffer *buf = &bs->buffers[b];
-        const int64_t n = bs->o.zero >= 2 ? buf->numel / buf->dp : buf->numel;
-        memset(buf->grad, 0, sizeof(float) * (size_t)n);
-    }
+    for (int32_t b = 0; b < bs->n_buffers; b++)
+        memset(bs->buffers[b].grad, 0, sizeof(float) * (size_t)bs->buffers[b].grad_len);
     reset_grad_state(bs);
     return st;
 }

@@ -18,13 +18,14 @@ typedef enum sync_kind {
 typedef struct lwi_block {
     float *data;     /* [owned] the buffer's largest group */
     lw_request *req; /* [owned] its gather or reduce-scatter (the scratch shard lives here) */
-    int32_t group;   /* the group using it; -1 when spare */
 } lwi_block;
 
 typedef struct lwi_buf {
-    float *param; /* [owned] ZeRO-1/2: numel; ZeRO-3: this rank's shards, numel / dp */
-    float *grad;  /* [owned] ZeRO-1: numel; ZeRO-2/3: this rank's shards, numel / dp */
+    float *param; /* [owned] param_len: ZeRO-1/2 numel; ZeRO-3 this rank's shards, numel / dp */
+    float *grad;  /* [owned] grad_len: ZeRO-1 numel; ZeRO-2/3 this rank's shards, numel / dp */
     int64_t numel;
+    int64_t param_len;
+    int64_t grad_len;
     lw_comm *comm; /* [borrowed] the group that shards it */
     int32_t dp;
     int32_t rank;
@@ -87,7 +88,8 @@ struct lw_buffers {
     lw_pass pass;   /* of the last in-order acquire */
     int32_t cursor; /* its definition index: the pass has moved past the groups behind it */
     int64_t tick;
-    int64_t array_bytes; /* param and grad arrays (or shards) */
+    int64_t array_bytes;   /* param and grad arrays (or shards) */
+    int64_t largest_block; /* bytes of the largest block of any buffer */
     int64_t param_block_bytes;
     int64_t grad_block_bytes;
     int64_t cached_bytes;
@@ -101,11 +103,14 @@ struct lw_buffers {
 /* buffers_sharded.c */
 lw_status lwi_sharded_init(lw_buffers *bs);
 void lwi_sharded_free(lw_buffers *bs);
+/* lw_buffers_acquire at every ZeRO level (ZeRO-1: waits for the group's parameter sync). */
 lw_status lwi_sharded_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t group);
 /* Waits for every reduce-scatter in flight and adds each into this rank's gradient shards. */
 lw_status lwi_sharded_finish_grads(lw_buffers *bs);
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs);
+/* Waits for group g's gather if it is in flight. */
+lw_status lwi_sharded_wait_gather(lwi_group *g);
 /* Drops every gathered group (an error while one is acquired). */
 lw_status lwi_sharded_drop_params(lw_buffers *bs);
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t group);

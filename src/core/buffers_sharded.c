@@ -3,11 +3,12 @@
  * groups live in blocks from a per-buffer pool: a gathered group's parameters, or a group's
  * gradient from the first write in backward until its reduce-scatter has been added into the
  * shard. The blocks held stay within a budget of the two largest groups (parameters, gradients
- * and the reduce-scatter's shard): to make room, spare blocks are freed, idle gathered groups
- * evicted (the one the pass needs latest first), reductions in flight finished, and last an
- * idle group's partial gradient reduced early (sums are linear, so reducing in parts gives the
- * same shard). Every decision depends only on the sequence of calls, never on timing, so all
- * ranks issue the same collectives in the same order. */
+ * and the reduce-scatter's shard): to make room (make_room), spare blocks are freed, idle
+ * gathered groups the pass needs only later evicted, reductions in flight finished, idle groups
+ * the pass is inside evicted, and last an idle group's partial gradient reduced early (sums are
+ * linear, so reducing in parts gives the same shard). ZeRO-1 acquires come through here too and
+ * only wait for their group's parameter sync. Every decision depends only on the sequence of calls,
+ * never on timing, so all ranks issue the same collectives in the same order. */
 #include "buffers_internal.h"
 
 #include <stdlib.h>
@@ -35,15 +36,15 @@ static void free_block(lwi_block *k) {
 }
 
 lw_status lwi_sharded_init(lw_buffers *bs) {
-    int64_t largest = 0;
     for (int32_t gi = 0; gi < bs->n_groups; gi++) {
         lwi_buf *b = &bs->buffers[bs->groups[gi].buffer];
         if (bs->groups[gi].count > b->block_numel) b->block_numel = bs->groups[gi].count;
     }
     for (int32_t b = 0; b < bs->n_buffers; b++)
-        if (block_bytes(&bs->buffers[b]) > largest) largest = block_bytes(&bs->buffers[b]);
+        if (block_bytes(&bs->buffers[b]) > bs->largest_block)
+            bs->largest_block = block_bytes(&bs->buffers[b]);
     /* two groups: each with its gradient, and at ZeRO-3 its gathered parameters too */
-    bs->budget = 2 * (bs->o.zero == 3 ? 2 : 1) * largest;
+    bs->budget = 2 * (bs->o.zero == 3 ? 2 : 1) * bs->largest_block;
     bs->pass = LW_PASS_FORWARD;
     bs->cursor = -1;
     return LW_OK;
@@ -72,7 +73,6 @@ static lw_status give_back(lw_buffers *bs, lwi_block *k, int32_t buffer, bool pa
         b->spare = grown;
         b->cap_spare = cap;
     }
-    k->group = -1;
     b->spare[b->n_spare++] = *k;
     k->data = NULL;
     k->req = NULL;
@@ -126,16 +126,15 @@ lw_status lwi_sharded_finish_grads(lw_buffers *bs) {
     return first;
 }
 
-static lw_status wait_gather(lw_buffers *bs, lwi_group *g) {
+lw_status lwi_sharded_wait_gather(lwi_group *g) {
     if (!g->gathering) return LW_OK;
     g->gathering = false;
-    (void)bs;
     return lw_request_wait(g->pblock.req);
 }
 
 static lw_status evict_params(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
-    lw_status st = wait_gather(bs, g);
+    lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     return give_back(bs, &g->pblock, g->buffer, true);
 }
@@ -250,7 +249,6 @@ static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool par
             return st;
         }
     }
-    out->group = gi;
     if (param)
         bs->param_block_bytes += bytes;
     else
@@ -285,7 +283,7 @@ lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs) {
     lw_status first = LW_OK;
     for (int32_t gi = 0; gi < bs->n_groups; gi++) {
-        lw_status st = wait_gather(bs, &bs->groups[gi]);
+        lw_status st = lwi_sharded_wait_gather(&bs->groups[gi]);
         if (first == LW_OK) first = st;
     }
     return first;
@@ -355,14 +353,14 @@ lw_status lwi_sharded_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool 
             }
         }
         if (st == LW_OK && g->pblock.data == NULL) st = start_gather(bs, gi, false);
-        if (st == LW_OK) st = wait_gather(bs, g);
+        if (st == LW_OK) st = lwi_sharded_wait_gather(g);
     } else {
         st = lw_buffers_finish_param_sync(bs, gi);
     }
     if (st != LW_OK) return st;
     g->pins++;
     g->used = ++bs->tick;
-    if (pass == LW_PASS_BACKWARD) {
+    if (pass == LW_PASS_BACKWARD && bs->o.zero >= 2) {
         if (g->gblock.data != NULL && g->reducing) st = complete_reduce(bs, gi);
         if (st == LW_OK && g->gblock.data == NULL) {
             st = take_block(bs, gi, &g->gblock, false, false);
@@ -383,7 +381,7 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
                         "buffers: commit of group %d, whose parameters are not "
                         "gathered (acquire one of its parameters first)",
                         gi);
-    lw_status st = wait_gather(bs, g);
+    lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     const int64_t shard = g->count / b->dp;
     memcpy(b->param + g->start / b->dp, g->pblock.data + (int64_t)b->rank * shard,

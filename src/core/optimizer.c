@@ -98,11 +98,7 @@ static lw_status collect_owned(lw_optimizer *opt) {
         o->state = calloc((size_t)(p->muon ? count : 2 * count), sizeof(float));
         if (o->state == NULL)
             return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for '%s'", p->name);
-        if (o->sliced) {
-            const lwi_bucket *k = &lb->buckets[p->bucket];
-            if (k->stop - k->start > opt->gathered_numel) opt->gathered_numel = k->stop - k->start;
-            if (p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
-        }
+        if (o->sliced && p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
     }
     /* every rank takes part in each bucket's gather, owning a slice of it or not */
     for (int32_t b = 0; b < l->n_buffers; b++)
