@@ -59,14 +59,121 @@ describe("lw.checkpoint", function()
       assert.same(expect, snapshot(ddp2))
    end)
 
-   it("keeps the newest K checkpoints", function()
+   it("keeps the newest K checkpoints of its run", function()
       local model, ddp, opt = setup()
       for s = 1, 4 do
          step(model, ddp, opt)
-         lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = s, keep = 2 })
+         lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = s, keep = 2, run_id = "a" })
       end
       local out = helpers.sh("ls " .. dir)
       assert.equal("latest\nstep-000000003\nstep-000000004\n", out)
+   end)
+
+   describe("pruning", function()
+      local model, ddp, opt
+      before_each(function() model, ddp, opt = setup() end)
+      local function save(s, run_id, protect)
+         return lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = s, keep = 3,
+            run_id = run_id, protect = protect })
+      end
+      local function listing() return (helpers.sh("ls " .. dir):gsub("\n", " ")) end
+      local function latest() return (helpers.sh("cat " .. dir .. "/latest"):gsub("%s", "")) end
+
+      it("never deletes another run's checkpoints, nor what latest names", function()
+         for _, s in ipairs({ 10, 15, 20 }) do save(s, "other") end
+         for s = 2, 6, 2 do save(s, "mine") end
+         assert.equal("step-000000006", latest())
+         assert.equal("latest step-000000002 step-000000004 step-000000006 step-000000010 "
+            .. "step-000000015 step-000000020 ", listing())
+         save(8, "mine")
+         assert.equal("latest step-000000004 step-000000006 step-000000008 step-000000010 "
+            .. "step-000000015 step-000000020 ", listing())
+         assert.equal("step-000000008", latest())
+      end)
+
+      it("keeps the checkpoint a rolled-back run resumed from", function()
+         for _, s in ipairs({ 10, 15, 20 }) do save(s, "mine") end
+         -- the user points latest at step 10 and resumes from it
+         helpers.sh("echo step-000000010 > " .. dir .. "/latest")
+         local from = { dir .. "/step-000000010" }
+         for _, s in ipairs({ 11, 12, 13, 14 }) do save(s, "mine", from) end
+         assert.matches("step%-000000010", listing())
+         assert.matches("step%-000000014", listing())
+         assert.equal("step-000000014", latest())
+         -- the abandoned future (15, 20) is not older than the step just written: it stays
+         assert.matches("step%-000000020", listing())
+         assert.is_nil(listing():find("step-000000011", 1, true))
+      end)
+
+      it("leaves directories that are not checkpoints, and removes interrupted saves", function()
+         helpers.sh("mkdir -p " .. dir .. "/step-000000001 " .. dir .. "/step-000000003.tmp "
+            .. dir .. "/notes && echo hi > " .. dir .. "/step-000000001/mine.txt")
+         for s = 4, 8 do save(s, "mine") end
+         assert.equal("latest notes step-000000001 step-000000006 step-000000007 step-000000008 ",
+            listing())
+      end)
+
+      it("does not prune without a run id (checkpoints of the previous format version)", function()
+         for s = 1, 5 do save(s, nil) end
+         assert.equal("latest step-000000001 step-000000002 step-000000003 step-000000004 "
+            .. "step-000000005 ", listing())
+      end)
+   end)
+
+   describe("finding the checkpoint to resume", function()
+      it("says why there is none", function()
+         local found, why = lw.checkpoint.find(dir)
+         assert.is_nil(found)
+         assert.equal(dir .. " does not exist", why)
+         helpers.sh("mkdir -p " .. dir)
+         found, why = lw.checkpoint.find(dir)
+         assert.is_nil(found)
+         assert.equal(dir .. " holds no checkpoint", why)
+         assert.is_false(lw.checkpoint.holds(dir))
+      end)
+
+      it("takes the one latest names, or the newest when latest is missing or dangling", function()
+         local model, ddp, opt = setup()
+         for s = 1, 3 do
+            step(model, ddp, opt)
+            lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = s, keep = 5, run_id = "a" })
+         end
+         helpers.sh("echo step-000000002 > " .. dir .. "/latest")
+         local found = lw.checkpoint.find(dir)
+         assert.equal(2, found.step)
+         assert.is_nil(found.note)
+         os.remove(dir .. "/latest")
+         found = lw.checkpoint.find(dir)
+         assert.equal(3, found.step)
+         assert.equal(dir .. "/latest is missing; using the newest checkpoint, step-000000003",
+            found.note)
+         helpers.sh("echo step-000000009 > " .. dir .. "/latest")
+         found = lw.checkpoint.find(dir)
+         assert.equal(3, found.step)
+         assert.matches("latest names step-000000009, which is missing or damaged", found.note,
+            1, true)
+         local holds, what = lw.checkpoint.holds(dir)
+         assert.is_true(holds)
+         assert.equal("3 checkpoints, the newest step-000000003", what)
+      end)
+   end)
+
+   it("loads a checkpoint of format version 1 (no run id, no manifest checksum)", function()
+      local model, ddp, opt = setup()
+      step(model, ddp, opt)
+      local path = lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = 1, run_id = "a" })
+      local f = assert(io.open(path .. "/manifest.json"))
+      local text = f:read("*a"):gsub('"version": 2', '"version": 1')
+         :gsub('\n  "manifest_crc32c": "%x+",', ""):gsub('\n  "run_id": "a",', "")
+      f:close()
+      assert.is_nil(text:find("manifest_crc32c", 1, true))
+      f = assert(io.open(path .. "/manifest.json", "w"))
+      f:write(text)
+      f:close()
+      local _, ddp2, opt2 = setup()
+      local m = lw.checkpoint.load(path, { ddp = ddp2, opt = opt2 })
+      assert.equal(1, m.version)
+      assert.same(snapshot(ddp), snapshot(ddp2))
    end)
 
    it("loads weights only, with a fresh optimizer", function()
@@ -137,12 +244,22 @@ describe("lw.checkpoint", function()
 
       it("an unknown format version", function()
          local f = assert(io.open(path .. "/manifest.json"))
-         local text = f:read("*a"):gsub('"version": 1', '"version": 7')
+         local text = f:read("*a"):gsub('"version": 2', '"version": 7')
          f:close()
          f = assert(io.open(path .. "/manifest.json", "w"))
          f:write(text)
          f:close()
-         fails("has format version 7; this lwopt reads version 1")
+         fails("has format version 7; this lwopt reads versions 1 and 2")
+      end)
+
+      it("an edited manifest", function()
+         local f = assert(io.open(path .. "/manifest.json"))
+         local text = f:read("*a"):gsub('"step": 1', '"step": 5')
+         f:close()
+         f = assert(io.open(path .. "/manifest.json", "w"))
+         f:write(text)
+         f:close()
+         fails("manifest.json fails its own checksum: it was edited or corrupted")
       end)
 
       it("a directory that is not a checkpoint, or a broken manifest", function()

@@ -32,11 +32,69 @@ describe("lw.comm", function()
       assert.equal(0, n.reduce_scatter.calls)
    end)
 
-   it("ends the process with [rank r] and the message when run's function fails", function()
+   it("ends the process with the message and its traceback when run's function fails", function()
       local out, status = helpers.sh("bin/lwopt run spec/fixtures/fails.lua")
       assert.equal(1, status)
-      assert.matches("[rank 0] spec/fixtures/fails.lua:", out, 1, true)
-      assert.matches("broken on purpose", out, 1, true)
-      assert.matches("stack traceback", out, 1, true)
+      assert.matches("^spec/fixtures/fails.lua:5: broken on purpose\nstack traceback:\n", out)
+   end)
+
+   it("prints a message for the user as one line, with its traceback only when asked", function()
+      local out, status = helpers.sh("bin/lwopt run spec/fixtures/user_error.lua")
+      assert.equal(1, status)
+      assert.equal("--thing must be sensible, got 'nonsense'\n", out)
+      out, status = helpers.sh("LWOPT_TRACEBACK=1 bin/lwopt run spec/fixtures/user_error.lua")
+      assert.equal(1, status)
+      assert.matches("^%-%-thing must be sensible, got 'nonsense'\nstack traceback:\n", out)
+   end)
+
+   describe("under mpirun #mpi", function()
+      local mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 "
+         .. "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
+      local function count(text, pattern)
+         local n = 0
+         for _ in text:gmatch(pattern) do n = n + 1 end
+         return n
+      end
+
+      it("prints an error every rank makes once, from rank 0, in one line", function()
+         local out, status = helpers.sh(mpirun .. "bin/lwopt run spec/fixtures/user_error.lua")
+         assert.equal(1, status)
+         assert.equal(1, count(out, "must be sensible"))
+         assert.matches("[rank 0] --thing must be sensible, got 'nonsense'\n", out, 1, true)
+         assert.is_nil(out:find("traceback", 1, true))
+         out, status = helpers.sh(mpirun .. "luajit recipes/gpt_small.lua --data /nonexistent")
+         assert.equal(1, status)
+         assert.equal(1, count(out, "cannot read"))
+         out, status = helpers.sh(mpirun .. "luajit recipes/gpt_small.lua --step 5")
+         assert.equal(2, status)
+         assert.equal(1, count(out, "unknown flag"))
+         assert.is_nil(out:find("usage:", 1, true))
+      end)
+
+      it("prints an error on one rank with that rank's number, and its traceback", function()
+         local out, status = helpers.sh(mpirun .. "bin/lwopt run spec/fixtures/fails.lua")
+         assert.equal(1, status)
+         assert.equal(1, count(out, "broken on purpose\n"))
+         assert.matches("[rank 1] spec/fixtures/fails.lua:5: broken on purpose\nstack traceback:",
+            out, 1, true)
+      end)
+
+      it("agrees on a check that failed on one rank: its message, once, naming it", function()
+         local out, status = helpers.sh(mpirun .. "bin/lwopt run spec/fixtures/agree.lua")
+         assert.equal(1, status)
+         assert.equal(1, count(out, "no space left"))
+         assert.matches("[rank 1] checkpoint: no space left on the disk of rank 1\n", out, 1, true)
+         assert.is_nil(out:find("went on", 1, true))
+      end)
+
+      it("reports a check that failed on one rank alike on every rank, naming the rank", function()
+         local out, status = helpers.sh(mpirun .. "luajit recipes/gpt_small.lua --preset tiny "
+            .. "--steps 2 --quiet --ckpt-dir /proc/self/cannot")
+         assert.equal(1, status)
+         assert.equal(1, count(out, "cannot be created"))
+         assert.matches("[rank 0] --ckpt-dir '/proc/self/cannot' cannot be created", out, 1, true)
+         assert.is_nil(out:find("other rank", 1, true))
+         assert.is_nil(out:find("step ", 1, true))
+      end)
    end)
 end)

@@ -41,6 +41,31 @@ describe("lw.flags.parse", function()
       end
    end)
 
+   it("bounds numbers, and keeps integers exact", function()
+      local bounded = { { "steps", "int", nil, "", min = 1, max = 1e9 },
+         { "lr", "number", nil, "", min = 0 }, { "n", "int", nil, "" } }
+      local function err(argv) return select(2, flags.parse(argv, bounded)) end
+      assert.equal("--steps must be between 1 and 1000000000, got 0", err({ "--steps", "0" }))
+      assert.equal("--steps must be between 1 and 1000000000, got 99999999999",
+         err({ "--steps", "99999999999" }))
+      assert.equal("--lr must be >= 0, got -1", err({ "--lr", "-1" }))
+      assert.equal("--lr expects a number, got 'inf'", err({ "--lr", "inf" }))
+      assert.equal("--n is out of range, got 100000000000000000000",
+         err({ "--n", "100000000000000000000" }))
+      assert.equal(1e9, flags.parse({ "--steps", "1000000000" }, bounded).steps)
+   end)
+
+   it("suggests the flag a mistyped one is closest to", function()
+      local near = { { "steps", "int" }, { "ckpt-every", "int" }, { "seed", "int" } }
+      assert.equal("unknown flag --step (did you mean --steps?)",
+         select(2, flags.parse({ "--step", "1" }, near)))
+      assert.equal("unknown flag --ckpt-evry (did you mean --ckpt-every?)",
+         select(2, flags.parse({ "--ckpt-evry", "1" }, near)))
+      assert.equal("unknown flag --ckpt (did you mean --ckpt-every?)",
+         select(2, flags.parse({ "--ckpt", "1" }, near)))
+      assert.equal("unknown flag --banana", select(2, flags.parse({ "--banana" }, near)))
+   end)
+
    it("prints a usage line per flag with its default", function()
       local text = flags.usage(list)
       assert.matches("%-%-dp INT%s+ranks %(default 1%)", text)

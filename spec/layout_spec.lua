@@ -196,6 +196,10 @@ describe("lw.layout.compute on bad input", function()
       fails("lw.layout.compute: layout: bucket_size must be >= 0, got -5", nil,
          { bucket_size = -5 })
       fails("lw.layout.compute: dp must be an integer, got 2.5", nil, { dp = 2.5 })
+      fails("lw.layout.compute: dp must be at most 1048576, got 99999999999", nil,
+         { dp = 99999999999 })
+      fails("lw.layout.compute: expert_dp must be at most 1048576, got 4294967296", nil,
+         { dp = 2, expert_dp = 2 ^ 32 })
       fails("lw.layout.compute: bucket_size must be an integer number of elements or nil, got x",
          nil, { bucket_size = "x" })
    end)

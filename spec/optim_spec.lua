@@ -117,6 +117,13 @@ describe("lw.optim.new", function()
       fails({ mode = "legacy" }, "lw.optim.new: mode 'legacy' does not match the buffers, which "
          .. "were made for mode 'layerwise'")
       fails({ momentum = 0.9 }, "lw.optim.new: unknown option 'momentum'")
+      fails({ lr = "x" }, "lw.optim.new: lr must be a finite number, got 'x'")
+      fails({ clip = 0 / 0 }, "lw.optim.new: clip must be a finite number, got nan")
+      fails({ muon = { ns_steps = 2.5 } }, "lw.optim.new: muon.ns_steps must be a finite "
+         .. "integer, got 2.5")
+      fails({ muon = { nesterov = 1 } }, "lw.optim.new: muon.nesterov must be true or false, got 1")
+      fails({ adamw = { eps = "small" } }, "lw.optim.new: adamw.eps must be a finite number, got "
+         .. "'small'")
    end)
 
    it("accepts custom coefficients, cycled or repeated", function()

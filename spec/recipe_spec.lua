@@ -36,20 +36,73 @@ describe("recipes/gpt_small.lua", function()
       os.remove(file)
    end)
 
-   it("answers a mistyped flag with the usage and status 2", function()
+   it("answers a mistyped flag with one line, a suggestion and status 2", function()
       local out, status = helpers.sh("luajit " .. recipe .. " --step 5")
       assert.equal(2, status)
-      assert.matches("unknown flag --step", out, 1, true)
-      assert.matches("--steps INT", out, 1, true)
+      assert.equal("unknown flag --step (did you mean --steps?) (--help lists the flags)\n", out)
       out, status = helpers.sh("luajit " .. recipe .. " --mode zero")
       assert.equal(2, status)
-      assert.matches("--mode must be one of layerwise|legacy|replicated, got 'zero'", out, 1, true)
+      assert.equal("--mode must be one of layerwise|legacy|replicated, got 'zero' (--help lists "
+         .. "the flags)\n", out)
+      out, status = helpers.sh("luajit " .. recipe .. " --help")
+      assert.equal(0, status)
+      assert.matches("--steps INT", out, 1, true)
    end)
 
-   it("says how to get a missing corpus, on rank 0's message", function()
+   it("refuses numbers out of range, before any work", function()
+      for _, case in ipairs({
+         { "--steps 1e20", "--steps expects an integer, got '1e20'" },
+         { "--steps 100000000000000000000", "--steps must be between 1 and 1000000000, got "
+           .. "100000000000000000000" },
+         { "--steps 0", "--steps must be between 1 and 1000000000, got 0" },
+         { "--stop-after 0", "--stop-after must be >= 1, got 0" },
+         { "--eval-max 0", "--eval-max must be >= 1, got 0" },
+         { "--clip -1", "--clip must be >= 0, got -1" },
+         { "--warmup -1", "--warmup must be >= 0, got -1" },
+         { "--ckpt-every -1", "--ckpt-every must be >= 0, got -1" },
+         { "--bucket-size 0", "--bucket-size must be >= 1, got 0" },
+         { "--zero 4", "--zero must be between 1 and 3, got 4" },
+         { "--seq 10000000", "--seq must be between 1 and 1000000, got 10000000" },
+         { "--lr nan", "--lr expects a number, got 'nan'" },
+         { "--timeout -5", "--timeout must be >= 0, got -5" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(2, status, case[1])
+         assert.equal(case[2] .. " (--help lists the flags)\n", out)
+      end
+   end)
+
+   it("refuses flags that need --ckpt-dir, or contradict each other, in one line", function()
+      for _, case in ipairs({
+         { "--ckpt-every 5", "--ckpt-every needs --ckpt-dir" },
+         { "--keep 2", "--keep needs --ckpt-dir" },
+         { "--resume", "--resume needs --ckpt-dir" },
+         { "--ckpt-dir /tmp/x --resume --overwrite", "--resume continues the checkpoints in "
+           .. "--ckpt-dir and --overwrite replaces them: choose one" },
+         { "--lr 0", "--lr must be > 0, got 0" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(1, status, case[1])
+         assert.equal(case[2] .. "\n", out)
+      end
+   end)
+
+   it("says how to get a missing corpus, and names a directory given as data", function()
       local out, status = helpers.sh("luajit " .. recipe .. " --data /nonexistent/corpus.txt")
       assert.equal(1, status)
-      assert.matches("[rank 0] lw.data: cannot read '/nonexistent/corpus.txt'", out, 1, true)
+      assert.equal("lw.data: cannot read '/nonexistent/corpus.txt' (/nonexistent/corpus.txt: No "
+         .. "such file or directory)\n", out)
+      out, status = helpers.sh("luajit " .. recipe .. " --data /tmp")
+      assert.equal(1, status)
+      assert.equal("lw.data: cannot read '/tmp': it is a directory, not a text file\n", out)
+   end)
+
+   it("names the size of activations that do not fit", function()
+      local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --seq 100000 --quiet")
+      assert.equal(1, status)
+      assert.matches("lw.nn: cannot allocate the activations 'att' of h.0.attn: memory: cannot "
+         .. "allocate 1192.09 GiB", out, 1, true)
+      assert.is_nil(out:find("traceback", 1, true))
    end)
 
    it("stops before any work when a routing rule list leaves a parameter unmatched", function()
@@ -64,7 +117,6 @@ describe("recipes/gpt_small.lua", function()
       for _, case in ipairs({
          { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
          { "--zero 2 --shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
-         { "--zero 4", "--zero must be 1, 2 or 3, got 4" },
          { "--zero 3 --mode legacy", "--zero 3 shards gradients and parameters across ranks; "
            .. "--mode legacy keeps them whole" },
          { "--zero 2 --mode replicated", "--zero 2 shards gradients across ranks; --mode "

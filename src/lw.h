@@ -44,6 +44,11 @@ bool lw_has_cuda(void);
 double lw_now(void);
 /* Whether file descriptor fd is a terminal (progress lines redraw in place there). */
 bool lw_is_terminal(int32_t fd);
+/* Zeroed, 64-byte-aligned host memory of `bytes` (activations and other scratch the Lua side
+ * needs beyond LuaJIT's 2 GiB cdata limit). [out] owned, release with lw_host_free. An
+ * allocation that fails says how many bytes were asked for. */
+lw_status lw_host_alloc(int64_t bytes, void **out);
+void lw_host_free(void *p);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
@@ -632,6 +637,31 @@ lw_status lw_file_checksum(const char *path, int64_t *bytes, uint32_t *crc);
 lw_status lw_dir_sync(const char *path);
 /* Creates a directory (and its missing parents); an existing directory is fine. */
 lw_status lw_dir_make(const char *path);
+
+typedef enum lw_path_kind {
+    LW_PATH_MISSING = 0,
+    LW_PATH_FILE = 1,
+    LW_PATH_DIR = 2,
+    LW_PATH_OTHER = 3 /* a device, socket, fifo, ... */
+} lw_path_kind;
+
+/* What is at path (symbolic links followed); a missing path is not an error. */
+lw_status lw_path_kind_of(const char *path, lw_path_kind *kind);
+/* Removes a file, or an empty directory. A missing path is an error naming it. */
+lw_status lw_path_remove(const char *path);
+/* Renames a file or directory (rename(2): atomic within a file system; replaces a file or an
+ * empty directory at `to`). */
+lw_status lw_path_rename(const char *from, const char *to);
+
+/* The names in a directory (without "." and ".."), sorted bytewise, so every rank and run sees
+ * them in one order. */
+typedef struct lw_dir_list lw_dir_list;
+/* [out] owned. Errors name the directory (missing, not a directory, unreadable). */
+lw_status lw_dir_list_new(const char *path, lw_dir_list **out);
+void lw_dir_list_free(lw_dir_list *list);
+int32_t lw_dir_list_count(const lw_dir_list *list);
+/* [borrowed] the i-th name (0-based), NULL when out of range. */
+const char *lw_dir_list_name(const lw_dir_list *list, int32_t i);
 
 /* ---- safetensors ----------------------------------------------------------------------------- *
  * Reading is strict and bounded: header length within the file and at most 100 MB, a JSON object

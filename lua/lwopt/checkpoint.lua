@@ -5,20 +5,28 @@
 --                             metadata "<param>" = "muon|adamw <start> <count>" (element range)
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and
---                             CRC32C
+--                             CRC32C, the run it belongs to, and a CRC32C of its own text
 -- Saving writes DIR/step-N.tmp/, fsyncs every file and the directory, renames it to
 -- DIR/step-N/, then replaces DIR/latest atomically: a crash at any moment leaves the previous
 -- checkpoint whole and `latest` pointing at it. All ranks agree that a save succeeded.
+-- Pruning (keep K) removes only checkpoints of the same run (lineage: run_id, kept across
+-- resumes) with a valid manifest, older than the K newest at or before the step just written;
+-- never the one just written, the one `latest` names, nor the ones the caller protects (the
+-- checkpoint a run resumed from).
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
+local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
 
 local lib = C.lib
 local checkpoint = {}
 
 checkpoint.FORMAT = "lwopt-checkpoint"
-checkpoint.VERSION = 1
+checkpoint.VERSION = 2 -- 2: run_id and the manifest's own checksum; 1 still loads
+local READS = { [1] = true, [2] = true }
+-- The manifest's own checksum: the CRC32C of its text with this member's value zeroed.
+local SELF_CRC = '"manifest_crc32c": "'
 
 local function fail(where, fmt, ...) error(where .. ": " .. fmt:format(...), 0) end
 
@@ -31,15 +39,6 @@ local function crash_point(point)
    if os.getenv("LWOPT_CKPT_CRASH") == point then
       io.stderr:write("checkpoint: crashing at '", point, "' (LWOPT_CKPT_CRASH)\n")
       require("lwopt.comm").init():abort(9)
-   end
-end
-
--- Every rank's (ok, message): all ranks learn whether any failed.
-local function agree(comm, ok, message, where)
-   local failures = comm:allreduce({ ok and 0 or 1 })[1]
-   if failures > 0 then
-      if ok then fail(where, "%d other rank(s) failed", failures) end
-      error(message, 0)
    end
 end
 
@@ -68,30 +67,88 @@ local function state_tensors(ddp, opt)
    return tensors, metadata
 end
 
--- Removes a checkpoint directory: its files, then itself (checkpoints hold no subdirectories).
-local function remove_tree(dir)
-   local p = io.popen('ls -1 "' .. dir .. '" 2>/dev/null')
-   for name in p:lines() do os.remove(dir .. "/" .. name) end
-   p:close()
-   os.remove(dir)
+local function crc_of(text) return ("%08x"):format(lib.lw_crc32c(0, text, #text)) end
+
+-- The manifest's text with its own checksum filled in: the CRC32C of the text as encoded, with
+-- the value "00000000" in its place.
+local function seal(text)
+   local at = assert(text:find(SELF_CRC, 1, true), "manifest without manifest_crc32c")
+   local value = at + #SELF_CRC
+   return text:sub(1, value - 1) .. crc_of(text) .. text:sub(value + 8)
 end
 
--- Step directories in dir, oldest first.
-local function list_steps(dir)
-   local steps = {}
-   local p = io.popen('ls -1 "' .. dir .. '" 2>/dev/null')
-   for name in p:lines() do
+-- Whether a sealed manifest's text is intact; nil when it carries no checksum (version 1).
+local function seal_intact(text)
+   local at = text:find(SELF_CRC, 1, true)
+   if at == nil then return nil end
+   local value = at + #SELF_CRC
+   local stored = text:sub(value, value + 7)
+   return crc_of(text:sub(1, value - 1) .. "00000000" .. text:sub(value + 8)) == stored
+end
+
+-- The checkpoints in dir: { { name, step, path, manifest } ... } by step, oldest first, for the
+-- step-N directories whose manifest reads and is intact; others are listed in `.broken`.
+function checkpoint.list(dir)
+   local out = { broken = {} }
+   if files.kind(dir) ~= "dir" then return out end
+   for _, name in ipairs(files.list(dir)) do
       local n = name:match("^step%-(%d+)$")
-      if n then steps[#steps + 1] = tonumber(n) end
+      if n and files.kind(dir .. "/" .. name) == "dir" then
+         local ok, m = pcall(checkpoint.read_manifest, dir .. "/" .. name, { files = false })
+         if ok then
+            out[#out + 1] = { name = name, step = tonumber(n), path = dir .. "/" .. name,
+               manifest = m }
+         else
+            out.broken[#out.broken + 1] = { name = name, reason = m }
+         end
+      end
    end
-   p:close()
-   table.sort(steps)
-   return steps
+   table.sort(out, function(a, b) return a.step < b.step end)
+   return out
 end
 
--- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... } }): collective; every rank
--- calls it. extra goes into the manifest (hyper-parameters, schedule, data and RNG position).
--- Returns the checkpoint's directory.
+-- The name `latest` holds in dir ("step-N"), nil when there is no latest file.
+local function latest_name(dir)
+   local f = io.open(dir .. "/latest")
+   if f == nil then return nil end
+   local name = f:read("*l")
+   f:close()
+   if name == nil or not name:match("^step%-%d+$") then
+      error("checkpoint: " .. dir .. "/latest does not name a checkpoint", 0)
+   end
+   return name
+end
+
+-- Removes, after a save of `step` into dir: checkpoints of run_id older than the keep newest at
+-- or before step (never those named in protect), and the step-N.tmp directories of interrupted
+-- saves before step. Checkpoints of other runs, without a run_id (version 1), or after step (a
+-- future abandoned by rolling back) stay.
+local function prune(dir, step, keep, run_id, protect)
+   local mine = {}
+   for _, c in ipairs(checkpoint.list(dir)) do
+      if run_id ~= nil and c.manifest.run_id == run_id and c.step <= step then
+         mine[#mine + 1] = c
+      end
+   end
+   for i = #mine - keep, 1, -1 do
+      if not protect[mine[i].name] then files.remove_tree(mine[i].path) end
+   end
+   for _, name in ipairs(files.list(dir)) do
+      local n = name:match("^step%-(%d+)%.tmp$")
+      if n and tonumber(n) < step then files.remove_tree(dir .. "/" .. name) end
+   end
+end
+
+-- A new lineage id for a run that starts from scratch (the same on every rank: rank 0's).
+function checkpoint.new_run_id(comm)
+   local id = ("%08x%06x"):format(os.time() % 2 ^ 32, math.floor(lib.lw_now() * 1e6) % 2 ^ 24)
+   return comm:broadcast_string(id, 0)
+end
+
+-- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... }, run_id, protect = { path
+-- or name, ... } }): collective; every rank calls it. extra goes into the manifest
+-- (hyper-parameters, schedule, data and RNG position); run_id names the run's lineage for
+-- pruning (nil: nothing is pruned). Returns the checkpoint's directory.
 function checkpoint.save(dir, s)
    local where = "checkpoint.save"
    local ddp, opt, comm = s.ddp, s.opt, s.ddp.comm
@@ -99,12 +156,12 @@ function checkpoint.save(dir, s)
    local tmp = final .. ".tmp"
    local ok, err = protect(function()
       if comm.rank == 0 then
-         C.check(lib.lw_dir_make(dir), where)
-         remove_tree(tmp)
-         C.check(lib.lw_dir_make(tmp), where)
+         files.make_dir(dir)
+         files.remove_tree(tmp)
+         files.make_dir(tmp)
       end
    end)
-   agree(comm, ok, err, where)
+   comm:agree(ok, err)
    ddp:finish_param_sync()
 
    local sizes, crcs = {}, {}
@@ -113,7 +170,7 @@ function checkpoint.save(dir, s)
    -- the model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part)
    local params
    ok, err = protect(function() params = ddp:params_on(0) end)
-   agree(comm, ok, err, where)
+   comm:agree(ok, err)
    ok, err = protect(function()
       local tensors, metadata = state_tensors(ddp, opt)
       sizes[comm.rank + 1], crcs[comm.rank + 1] =
@@ -125,7 +182,7 @@ function checkpoint.save(dir, s)
          crash_point("model")
       end
    end)
-   agree(comm, ok, err, where)
+   comm:agree(ok, err)
    -- every rank's size and checksum in one all-reduce: each rank fills only its own slots
    local both = {}
    for r = 1, comm.size do both[r], both[comm.size + r] = sizes[r], crcs[r] end
@@ -134,10 +191,10 @@ function checkpoint.save(dir, s)
 
    ok, err = protect(function()
       if comm.rank ~= 0 then return end
-      local files = json.array({ json.object({ name = "model.safetensors", bytes = model_bytes,
-         crc32c = ("%08x"):format(model_crc) }) })
+      local file_list = json.array({ json.object({ name = "model.safetensors",
+         bytes = model_bytes, crc32c = ("%08x"):format(model_crc) }) })
       for r = 1, comm.size do
-         files[#files + 1] = json.object({ name = optim_name(r - 1), bytes = sizes[r],
+         file_list[#file_list + 1] = json.object({ name = optim_name(r - 1), bytes = sizes[r],
             crc32c = ("%08x"):format(crcs[r]) })
       end
       local params = json.array()
@@ -155,60 +212,107 @@ function checkpoint.save(dir, s)
             bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
             expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
          optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
-         extra = json.object(s.extra or {}), params = params, files = files,
+         extra = json.object(s.extra or {}), params = params, files = file_list,
+         run_id = s.run_id or json.null, manifest_crc32c = "00000000",
       })
-      local text = json.encode(manifest, "  ") .. "\n"
+      local text = seal(json.encode(manifest, "  ") .. "\n")
       C.check(lib.lw_file_write(tmp .. "/manifest.json", text, #text, nil), where)
       crash_point("manifest")
       C.check(lib.lw_dir_sync(tmp), where)
-      remove_tree(final)
-      if not os.rename(tmp, final) then fail(where, "cannot rename %s to %s", tmp, final) end
+      files.remove_tree(final)
+      files.rename(tmp, final)
       crash_point("rename")
       C.check(lib.lw_dir_sync(dir), where)
       local latest = step_name(s.step) .. "\n"
       C.check(lib.lw_file_write(dir .. "/latest.tmp", latest, #latest, nil), where)
-      if not os.rename(dir .. "/latest.tmp", dir .. "/latest") then
-         fail(where, "cannot update %s/latest", dir)
-      end
+      files.rename(dir .. "/latest.tmp", dir .. "/latest")
       C.check(lib.lw_dir_sync(dir), where)
-      local steps = list_steps(dir)
-      for i = 1, #steps - (s.keep or 3) do remove_tree(dir .. "/" .. step_name(steps[i])) end
+      local protect = { [step_name(s.step)] = true }
+      for _, p in ipairs(s.protect or {}) do protect[p:match("([^/]+)/*$")] = true end
+      prune(dir, s.step, s.keep or 3, s.run_id, protect)
    end)
-   agree(comm, ok, err, where)
+   comm:agree(ok, err)
    return final
 end
 
 -- The checkpoint directory `latest` names in dir; nil when there is none.
 function checkpoint.latest(dir)
-   local f = io.open(dir .. "/latest")
-   if f == nil then return nil end
-   local name = f:read("*l")
-   f:close()
-   if name == nil or not name:match("^step%-%d+$") then
-      error("checkpoint: " .. dir .. "/latest does not name a checkpoint", 0)
-   end
-   return dir .. "/" .. name
+   local name = latest_name(dir)
+   return name and dir .. "/" .. name
 end
 
--- Reads and checks manifest.json and the files' sizes and checksums.
-function checkpoint.read_manifest(path)
+-- Whether dir holds checkpoints (a `latest` file or a step-N directory with a manifest), and a
+-- few words on what: for refusing to write a new run over them.
+function checkpoint.holds(dir)
+   if files.kind(dir) ~= "dir" then return false end
+   local found = checkpoint.list(dir)
+   if #found > 0 then
+      return true, ("%d checkpoint%s, the newest %s"):format(#found, #found == 1 and "" or "s",
+         found[#found].name)
+   end
+   if files.kind(dir .. "/latest") ~= "missing" then return true, "a latest file" end
+   for _, b in ipairs(found.broken) do
+      if files.kind(dir .. "/" .. b.name .. "/manifest.json") ~= "missing" then
+         return true, "checkpoint " .. b.name .. " (damaged)"
+      end
+   end
+   return false
+end
+
+-- The checkpoint to resume from in dir: { path, step, manifest, note }, where note says why it
+-- is not the one `latest` names (missing or damaged latest); nil and the reason when there is
+-- none to resume.
+function checkpoint.find(dir)
+   local kind = files.kind(dir)
+   if kind == "missing" then return nil, dir .. " does not exist" end
+   if kind ~= "dir" then error(("checkpoint: %s is not a directory"):format(dir), 0) end
+   local found = checkpoint.list(dir)
+   local ok, name = pcall(latest_name, dir)
+   local by_name = {}
+   for _, c in ipairs(found) do by_name[c.name] = c end
+   if ok and name and by_name[name] then
+      local c = by_name[name]
+      return { path = c.path, step = c.step, manifest = c.manifest }
+   end
+   if #found == 0 then
+      if ok and name then
+         error(("checkpoint: %s/latest names %s, which is missing or damaged, and %s holds no "
+            .. "other checkpoint"):format(dir, name, dir), 0)
+      end
+      return nil, dir .. " holds no checkpoint"
+   end
+   local newest = found[#found]
+   local why = not ok and name or (name == nil and dir .. "/latest is missing")
+      or (("%s/latest names %s, which is missing or damaged"):format(dir, name))
+   return { path = newest.path, step = newest.step, manifest = newest.manifest,
+            note = why .. "; using the newest checkpoint, " .. newest.name }
+end
+
+-- Reads and checks manifest.json (and, unless opts.files == false, the files' sizes and
+-- checksums).
+function checkpoint.read_manifest(path, opts)
    local where = "checkpoint.load"
    local f = io.open(path .. "/manifest.json", "rb")
    if f == nil then fail(where, "%s is not a checkpoint (no manifest.json)", path) end
    local text = f:read("*a")
    f:close()
+   if text == nil then fail(where, "%s/manifest.json cannot be read", path) end
    local ok, m = pcall(json.decode, text)
    if not ok then fail(where, "%s/manifest.json: %s", path, m) end
    if type(m) ~= "table" or m.format ~= checkpoint.FORMAT then
       fail(where, "%s/manifest.json is not an lwopt checkpoint manifest", path)
    end
-   if m.version ~= checkpoint.VERSION then
-      fail(where, "%s has format version %s; this lwopt reads version %d", path,
+   if not READS[m.version] then
+      fail(where, "%s has format version %s; this lwopt reads versions 1 and %d", path,
          tostring(m.version), checkpoint.VERSION)
+   end
+   if m.version >= 2 and not seal_intact(text) then
+      fail(where, "%s/manifest.json fails its own checksum: it was edited or corrupted", path)
    end
    if type(m.files) ~= "table" or type(m.params) ~= "table" or type(m.step) ~= "number" then
       fail(where, "%s/manifest.json lacks files, params or step", path)
    end
+   if opts and opts.files == false then return m end
    local bytes, crc = ffi.new("int64_t[1]"), ffi.new("uint32_t[1]")
    for _, file in ipairs(m.files) do
       local full = path .. "/" .. tostring(file.name)
@@ -287,8 +391,8 @@ end
 -- its element ranges, intersected with the ranges every saved rank held (resharding).
 local function load_state(path, ddp, opt, m)
    local where = "checkpoint.load"
-   local files = {}
-   for r = 0, m.ranks - 1 do files[r + 1] = open_st(path .. "/" .. optim_name(r)) end
+   local opened = {}
+   for r = 0, m.ranks - 1 do opened[r + 1] = open_st(path .. "/" .. optim_name(r)) end
    local entry = ffi.new("lw_state_entry")
    for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
       C.check(lib.lw_optimizer_state(opt._c, k, entry), where)
@@ -296,7 +400,7 @@ local function load_state(path, ddp, opt, m)
       local start, count = tonumber(entry.start), tonumber(entry.count)
       local kind = entry.muon and "muon" or "adamw"
       local covered = 0
-      for _, st in ipairs(files) do
+      for _, st in ipairs(opened) do
          local meta = lib.lw_safetensors_metadata(st, name)
          if meta ~= nil then
             local saved_kind, s0, c0 = ffi.string(meta):match("^(%a+) (%d+) (%d+)$")
@@ -340,7 +444,7 @@ function checkpoint.load(path, s)
       st = check_params(path, s.ddp, m)
       if s.opt and not s.weights_only then load_state(path, s.ddp, s.opt, m) end
    end)
-   agree(comm, ok, err, "checkpoint.load")
+   comm:agree(ok, err)
    write_params(st, s.ddp)
    s.ddp:broadcast_params(0) -- the same on every rank, byte for byte
    return m

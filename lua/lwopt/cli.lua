@@ -51,21 +51,27 @@ local LAYOUT_FLAGS = {
 local ARCH_FIELDS = { "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "n_expert",
    "expert_hidden", "vocab", "seq_len", "dtype" }
 
-local function usage_error(out, msg, usage)
-   out:write("lwopt: ", msg, "\n", usage, "\n")
+-- A usage error: one line naming the problem and where the flags are listed; status 2.
+local function usage_error(out, msg, help)
+   out:write("lwopt: ", msg, " (", help, " lists them)\n")
    return 2
 end
 
 local function layout_command(argv, out, err)
    local usage = "usage: lwopt layout [flags]\n" .. flags.usage(LAYOUT_FLAGS)
    local v, positional = flags.parse(argv, LAYOUT_FLAGS)
-   if v == nil then return usage_error(err, positional, usage) end
+   local help = "lwopt layout --help"
+   if v == nil then return usage_error(err, positional, help) end
    if v.help then
       out:write(usage, "\n")
       return 0
    end
-   if #positional > 0 then return usage_error(err, "unexpected argument '" .. positional[1] .. "'", usage) end
-   if v.tied and v.untied then return usage_error(err, "--tied and --untied exclude each other", usage) end
+   if #positional > 0 then
+      return usage_error(err, "unexpected argument '" .. positional[1] .. "'", help)
+   end
+   if v.tied and v.untied then
+      return usage_error(err, "--tied and --untied exclude each other", help)
+   end
    local lw = require("lwopt")
    local config = {}
    for _, k in ipairs(ARCH_FIELDS) do config[k] = v[k] end
@@ -80,7 +86,8 @@ local function layout_command(argv, out, err)
          high_busbw = v.high_busbw })
    end)
    if not ok then
-      err:write("lwopt layout: ", tostring(result), "\n")
+      -- lw.arch points its errors at the caller's line, here cli.lua's: not the user's concern
+      err:write("lwopt layout: ", (tostring(result):gsub("^%S+%.lua:%d+: ", "")), "\n")
       return 1
    end
    if v.json then
@@ -96,7 +103,7 @@ end
 
 local function run_command(argv, _, err)
    local file = argv[1]
-   if file == nil then return usage_error(err, "run needs a FILE", USAGE) end
+   if file == nil then return usage_error(err, "run needs a FILE", "lwopt help") end
    local chunk, load_err = loadfile(file)
    if chunk == nil then
       err:write("lwopt run: ", load_err, "\n")
@@ -132,7 +139,7 @@ function cli.main(argv, out, err)
          lw.has_cuda() and "yes" or "no (CPU only)"))
       return 0
    end
-   return usage_error(err, "unknown command '" .. tostring(command) .. "'", USAGE)
+   return usage_error(err, "unknown command '" .. tostring(command) .. "'", "lwopt help")
 end
 
 return cli

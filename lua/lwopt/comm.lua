@@ -99,18 +99,91 @@ function Comm:abort(code)
    os.exit(code or 1)
 end
 
--- Runs fn(); on an error prints "[rank r] message" and a traceback to stderr and ends the whole
--- job (MPI_Abort), so that no rank is left waiting in a collective. Returns fn's results.
+-- Every rank's verdict on a piece of work that may fail on some ranks only (collective: every
+-- rank calls it with ok and, when not ok, a message). Returns when all succeeded; otherwise
+-- every rank raises the same error: the message of the lowest failing rank, "[rank r] "-prefixed
+-- when there are several ranks, so the job reports the cause once instead of "another rank
+-- failed".
+function Comm:agree(ok, message)
+   if self.size == 1 then
+      if not ok then error(message, 0) end
+      return
+   end
+   local failed = {}
+   for r = 1, self.size do failed[r] = 0 end
+   if not ok then failed[self.rank + 1] = 1 end
+   failed = self:allreduce(failed)
+   for r = 1, self.size do
+      if failed[r] > 0 then
+         local text = self:broadcast_string(ok and "" or tostring(message), r - 1)
+         if not text:match("^%[rank %d+%] ") then text = ("[rank %d] %s"):format(r - 1, text) end
+         error(text, 0)
+      end
+   end
+end
+
+-- The launcher's view of this process before MPI starts: (rank, size) from the environment
+-- mpirun (or another PMI launcher) sets, or 0, 1 when not launched by one.
+function comm.launched()
+   local size = tonumber(os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE") or "")
+   local rank = tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or os.getenv("PMIX_RANK")
+      or os.getenv("PMI_RANK") or "")
+   return rank or 0, size or 1
+end
+
+-- An error message meant for the user: raised with error(msg, 0) or by C.check, so it carries
+-- no Lua source position. Anything else (a runtime error, an error() with a level) is internal,
+-- and is printed with its traceback.
+local function for_user(err)
+   return type(err) == "string" and not err:match("^%S+:%d+: ") and not err:match("^%[string ")
+end
+
+-- Seconds a rank other than 0 waits before reporting its error (comm.fail).
+comm.REPORT_DELAY = 2
+
+-- Prints message and ends the process with status: every rank of the job when there are
+-- several (MPI_Abort once MPI runs; before that, mpirun ends the job when a rank exits non-zero).
+-- Ranks other than 0 wait comm.REPORT_DELAY seconds first: rank 0 usually fails the same way at
+-- the same moment, so the cause prints once.
+function comm.fail(message, status)
+   status = status or 1
+   local rank, size = comm.launched()
+   if world ~= nil then rank, size = world.rank, world.size end
+   io.stdout:flush()
+   if size > 1 and rank ~= 0 then os.execute("sleep " .. comm.REPORT_DELAY) end
+   io.stderr:write(size > 1 and not message:match("^%[rank %d+%] ")
+      and ("[rank %d] %s\n"):format(rank, message) or (message .. "\n"))
+   if world ~= nil and world.size > 1 then world:abort(status) end
+   io.stderr:flush()
+   os.exit(status)
+end
+
+-- Runs fn(); on an error prints it once and ends the whole job (MPI_Abort), so that no rank is
+-- left waiting in a collective. A message for the user prints as one line; an internal error
+-- (or any error with LWOPT_TRACEBACK=1) with its traceback. Returns fn's results.
 function comm.run(fn, ...)
    local args = { n = select("#", ...), ... }
-   local results = { xpcall(function() return fn(unpack(args, 1, args.n)) end, debug.traceback) }
+   local traceback
+   local results = { xpcall(function() return fn(unpack(args, 1, args.n)) end, function(err)
+      traceback = debug.traceback("", 2)
+      return err
+   end) }
    if results[1] then return unpack(results, 2, table.maxn(results)) end
-   local rank = world and world.rank or tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or "0")
-   io.stderr:write(("[rank %d] %s\n"):format(rank, tostring(results[2])))
-   local c = world
-   if c == nil and os.getenv("OMPI_COMM_WORLD_SIZE") then c = comm.init() end
-   if c ~= nil and c.size > 1 then c:abort(1) end
-   os.exit(1)
+   local err = results[2]
+   local message = tostring(err)
+   if not for_user(err) or os.getenv("LWOPT_TRACEBACK") == "1" then
+      message = message .. traceback
+   end
+   comm.fail(message, 1)
+end
+
+-- Ends the process with status after a clean shutdown (every rank calls it: MPI is finalised),
+-- for runs that finish their work but must report failure (a diverged run, an output that
+-- could not be written).
+function comm.exit(status)
+   io.stdout:flush()
+   io.stderr:flush()
+   os.exit(status)
 end
 
 return comm

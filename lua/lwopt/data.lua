@@ -19,6 +19,10 @@ function data.load(path, opts)
    end
    local text = f:read("*a")
    f:close()
+   if text == nil then
+      -- io.open succeeds on a directory; reading it is what fails
+      error(("lw.data: cannot read '%s': it is a directory, not a text file"):format(path), 0)
+   end
    local n = #text
    local seq = opts.seq_len or 1
    local n_val = math.floor(n * (opts.val_fraction or 0.05))

@@ -1,8 +1,12 @@
 -- flags.lua: command-line flags for bin/lwopt and recipes. A flag list is data:
--- { { "dp", "int", 1, "data-parallel size" }, { "json", "bool", false, "print JSON" }, ... }
--- with kinds int, size (an element count, suffixes K, M, G = 10^3, 10^6, 10^9), number, string,
--- bool, or a list of allowed strings. "--n-layer 12" and "--n-layer=12" set n_layer.
+-- { { "dp", "int", 1, "data-parallel size", min = 1, max = 65536 }, { "json", "bool", false,
+-- "print JSON" }, ... } with kinds int, size (an element count, suffixes K, M, G = 10^3, 10^6,
+-- 10^9), number, string, bool, or a list of allowed strings; min and max bound numbers (ints and
+-- sizes are always within +-2^53, where every integer is exact). "--n-layer 12" and
+-- "--n-layer=12" set n_layer.
 local flags = {}
+
+local EXACT = 2 ^ 53
 
 local function kind_text(kind)
    return type(kind) == "table" and table.concat(kind, "|") or kind
@@ -10,7 +14,56 @@ end
 
 local multipliers = { K = 1e3, M = 1e6, G = 1e9 }
 
-local function convert(name, kind, text)
+-- Edit distance between two short strings (for "did you mean").
+local function distance(a, b)
+   local row = {}
+   for j = 0, #b do row[j] = j end
+   for i = 1, #a do
+      local diagonal = row[0]
+      row[0] = i
+      for j = 1, #b do
+         local above = row[j]
+         row[j] = math.min(row[j] + 1, row[j - 1] + 1,
+            diagonal + (a:sub(i, i) == b:sub(j, j) and 0 or 1))
+         diagonal = above
+      end
+   end
+   return row[#b]
+end
+
+-- The flag name closest to a mistyped one, if one is close: one it begins (from 3 characters),
+-- or one within an edit distance of a third of its length.
+local function closest(name, list)
+   local best, best_score, limit = nil, math.huge, math.max(1, math.floor(#name / 3))
+   for _, f in ipairs(list) do
+      local score = (#name >= 3 and f[1]:sub(1, #name) == name) and 0.5 or distance(name, f[1])
+      if score <= limit and score < best_score then best, best_score = f[1], score end
+   end
+   return best
+end
+
+local function format_number(x)
+   if x == math.floor(x) and math.abs(x) < 1e15 then return ("%d"):format(x) end
+   return tostring(x)
+end
+
+-- The bounds of a flag as words: "between 1 and 3", ">= 0", "<= 8".
+local function bounds_text(f)
+   if f.min and f.max then
+      return ("between %s and %s"):format(format_number(f.min), format_number(f.max))
+   end
+   return f.min and (">= " .. format_number(f.min)) or ("<= " .. format_number(f.max))
+end
+
+local function check_range(f, v, text)
+   if (f.min and v < f.min) or (f.max and v > f.max) then
+      return nil, ("--%s must be %s, got %s"):format(f[1], bounds_text(f), text)
+   end
+   return v
+end
+
+local function convert(f, text)
+   local name, kind = f[1], f[2]
    if type(kind) == "table" then
       for _, choice in ipairs(kind) do
          if text == choice then return text end
@@ -20,8 +73,10 @@ local function convert(name, kind, text)
    if kind == "string" then return text end
    if kind == "number" then
       local v = tonumber(text)
-      if v == nil then return nil, ("--%s expects a number, got '%s'"):format(name, text) end
-      return v
+      if v == nil or v ~= v or v == math.huge or v == -math.huge then
+         return nil, ("--%s expects a number, got '%s'"):format(name, text)
+      end
+      return check_range(f, v, text)
    end
    if kind == "int" or kind == "size" then
       local digits, suffix = text:match("^(%-?%d+)([KMG]?)$")
@@ -29,7 +84,11 @@ local function convert(name, kind, text)
          return nil, ("--%s expects %s, got '%s'"):format(name,
             kind == "size" and "an element count such as 40M" or "an integer", text)
       end
-      return tonumber(digits) * (multipliers[suffix] or 1)
+      local v, err = check_range(f, tonumber(digits) * (multipliers[suffix] or 1), text)
+      if v and math.abs(v) > EXACT then
+         return nil, ("--%s is out of range, got %s"):format(name, text)
+      end
+      return v, err
    end
    error("flags: unknown kind " .. tostring(kind), 0)
 end
@@ -51,7 +110,11 @@ function flags.parse(argv, list)
          positional[#positional + 1] = a
       else
          local f = by_name[name]
-         if f == nil then return nil, ("unknown flag --%s"):format(name) end
+         if f == nil then
+            local near = closest(name, list)
+            return nil, ("unknown flag --%s%s"):format(name,
+               near and (" (did you mean --" .. near .. "?)") or "")
+         end
          local key = name:gsub("-", "_")
          if f[2] == "bool" then
             if inline ~= nil then return nil, ("--%s takes no value"):format(name) end
@@ -63,7 +126,7 @@ function flags.parse(argv, list)
                text = argv[i]
                if text == nil then return nil, ("--%s needs a value"):format(name) end
             end
-            local v, err = convert(name, f[2], text)
+            local v, err = convert(f, text)
             if v == nil then return nil, err end
             values[key] = v
          end

@@ -7,6 +7,8 @@ local flags = require("lwopt.flags")
 local train = require("lwopt.train")
 local data_mod = require("lwopt.data")
 local safetensors = require("lwopt.safetensors")
+local files = require("lwopt.files")
+local checkpoint = require("lwopt.checkpoint")
 
 local recipe = {}
 
@@ -22,35 +24,45 @@ recipe.presets = {
 
 recipe.flags = {
    { "preset", { "tiny", "small", "wide" }, "small", "model and schedule size" },
-   { "steps", "int", nil, "optimizer steps (preset's by default)" },
+   { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
    { "mode", { "layerwise", "legacy", "replicated" }, "layerwise", "how the optimizer is split" },
    { "layout", { "cost", "lpt", "size_matching" }, "cost", "layout of the Muon buffers" },
-   { "zero", "int", 1, "1: shard optimizer state; 2: and gradients; 3: and parameters" },
+   { "zero", "int", 1, "1: shard optimizer state; 2: and gradients; 3: and parameters",
+     min = 1, max = 3 },
    { "shard", { "aligned", "rows" }, "aligned", "aligned: each rank owns whole matrices; rows: "
      .. "every matrix split by rows (row-sharded FSDP, for comparison; needs --zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
-   { "batch", "int", nil, "sequences per rank per micro-step" },
-   { "seq", "int", nil, "sequence length" },
-   { "accum", "int", 1, "micro-steps per optimizer step" },
-   { "seed", "int", 1337, "seed of initialisation and data order" },
-   { "lr", "number", nil, "peak learning rate" },
-   { "warmup", "int", nil, "warmup steps" },
-   { "clip", "number", 1.0, "gradient norm clip (0: none)" },
-   { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)" },
-   { "eval-every", "int", nil, "steps between validation evaluations" },
-   { "eval-max", "int", 64, "validation sequences per evaluation" },
+   { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
+   { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
+   { "accum", "int", 1, "micro-steps per optimizer step", min = 1, max = 1e6 },
+   { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
+   { "lr", "number", nil, "peak learning rate", min = 0 },
+   { "warmup", "int", nil, "warmup steps", min = 0 },
+   { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0 },
+   { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)",
+     min = 1 },
+   { "eval-every", "int", nil, "steps between validation evaluations (0: only at the end)",
+     min = 0 },
+   { "eval-max", "int", 64, "validation sequences per evaluation", min = 1 },
    { "data", "string", nil, "text file (default: the KJV corpus in data/)" },
    { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
-   { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)" },
-   { "keep", "int", 3, "checkpoints kept (the newest)" },
+   { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
+   { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },
    { "resume", "bool", false, "continue from the latest checkpoint in --ckpt-dir, if any" },
+   { "overwrite", "bool", false, "start a new run in a --ckpt-dir that holds checkpoints "
+     .. "(replaced step by step as the new run saves; without this flag such a directory is "
+     .. "refused)" },
    { "stop-after", "int", nil, "stop after this step (checkpointed with --ckpt-dir); the "
-     .. "schedule still spans --steps" },
-   { "sample", "int", 200, "characters to generate at the end (0: none)" },
+     .. "schedule still spans --steps", min = 1 },
+   { "max-skips", "int", 10, "stop after this many steps in a row skipped for non-finite "
+     .. "gradients (0: never stop)", min = 0 },
+   { "timeout", "number", nil, "seconds a collective may wait for the other ranks before the "
+     .. "job ends (default: LWOPT_TIMEOUT, else 600; 0: wait forever)", min = 0 },
+   { "sample", "int", 200, "characters to generate at the end (0: none)", min = 0, max = 1e6 },
    { "prompt", "string", "And God said", "prompt for the sample" },
    { "quiet", "bool", false, "no progress lines" },
    { "progress", { "auto", "redraw", "lines" }, "auto",
@@ -58,6 +70,10 @@ recipe.flags = {
      .. "under mpirun, whose ranks always see one)" },
    { "help", "bool", false, "this text" },
 }
+
+-- Exit statuses besides 0 and 1 (an error): usage errors, and a run stopped by divergence.
+recipe.EXIT_USAGE = 2
+recipe.EXIT_DIVERGED = 3
 
 local function usage(script)
    return ("usage: [mpirun -np N] luajit %s [flags]\n"):format(script) .. flags.usage(recipe.flags)
@@ -93,9 +109,9 @@ local function init_params(model, ddp, seed, n_layer)
    end
 end
 
--- Flag combinations that cannot work, refused before any work (every rank sees the same flags).
+-- Flag values and combinations that cannot work, refused before any work (every rank sees the
+-- same flags, so every rank refuses alike). v gains the preset's values where a flag is unset.
 local function check_flags(v)
-   if v.zero < 1 or v.zero > 3 then error(("--zero must be 1, 2 or 3, got %d"):format(v.zero), 0) end
    if v.shard == "rows" and v.zero ~= 3 then
       error("--shard rows is row-sharded FSDP: it needs --zero 3", 0)
    end
@@ -104,6 +120,59 @@ local function check_flags(v)
          .. "layerwise)"):format(v.zero, v.zero == 3 and "gradients and parameters" or "gradients",
          v.mode), 0)
    end
+   if v.device == "cuda" and not lw.has_cuda() then
+      error("--device cuda: this build has no CUDA backend (liblwopt_cuda.so); use --device cpu", 0)
+   end
+   if v.lr ~= nil and v.lr <= 0 then error(("--lr must be > 0, got %g"):format(v.lr), 0) end
+   if not v.ckpt_dir then
+      for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
+         if v[name] and v[name] ~= 0 then
+            error(("--%s needs --ckpt-dir"):format(name:gsub("_", "-")), 0)
+         end
+      end
+   end
+   if v.resume and v.overwrite then
+      error("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "
+         .. "choose one", 0)
+   end
+   local preset = recipe.presets[v.preset]
+   for _, k in ipairs({ "steps", "batch", "seq", "lr", "warmup", "eval_every" }) do
+      if v[k] == nil then v[k] = preset[k] end
+   end
+   v.keep = v.keep or 3
+   v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
+end
+
+-- The loss curve's path for a log path.
+local function plot_path(log_path) return log_path:gsub("%.jsonl$", "") .. ".png" end
+
+-- Outputs checked on every rank before the first step (each rank the paths it writes: the
+-- checkpoint directory all of them, the log, loss curve and parameters rank 0), and a new run
+-- refused in a checkpoint directory that holds another run's checkpoints. Collective.
+local function check_outputs(comm, v)
+   local ok, err = pcall(function()
+      local function must(good, message) if not good then error(message, 0) end end
+      if v.ckpt_dir then
+         v.ckpt_dir_existed = files.kind(v.ckpt_dir) ~= "missing"
+         must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
+         if comm.rank == 0 and not v.resume then
+            local holds, what = require("lwopt.checkpoint").holds(v.ckpt_dir)
+            if holds and not v.overwrite then
+               error(("--ckpt-dir %s already holds checkpoints (%s): add --resume to continue "
+                  .. "from them, --overwrite to start a new run over them, or choose another "
+                  .. "directory"):format(v.ckpt_dir, what), 0)
+            end
+         end
+      end
+      if comm.rank == 0 then
+         if v.log then
+            must(files.check_writable(v.log, "--log"))
+            must(files.check_writable(plot_path(v.log), "the loss curve next to --log"))
+         end
+         if v.save_params then must(files.check_writable(v.save_params, "--save-params")) end
+      end
+   end)
+   comm:agree(ok, err)
 end
 
 -- Bytes per rank, printed as a table at the end of a run.
@@ -117,15 +186,18 @@ local function memory_table(by_rank)
    return table.concat(lines, "\n")
 end
 
+-- Draws the log's train and validation losses with gnuplot; returns the PNG's path, or nil and
+-- why not. Non-finite losses (null in the log) are gaps in the curve.
 local function plot(log_path)
-   local png = log_path:gsub("%.jsonl$", "") .. ".png"
+   local png = plot_path(log_path)
    local dat = png:gsub("%.png$", "") .. ".dat"
-   local f = assert(io.open(dat, "w"))
+   local f, err = io.open(dat, "w")
+   if f == nil then return nil, err end
    for line in io.lines(log_path) do
       local step = line:match('"step":(%d+)')
-      local loss = line:match('"loss":([%d%.eE%-]+)')
+      local loss = line:match('"loss":([%d%.eE%-]+)') or "NaN"
       local val = line:match('"val_loss":([%d%.eE%-]+)') or "NaN"
-      f:write(step, " ", loss, " ", val, "\n")
+      if step then f:write(step, " ", loss, " ", val, "\n") end
    end
    f:close()
    local script = ("set terminal pngcairo size 800,480; set output '%s'; set xlabel 'step'; "
@@ -134,7 +206,8 @@ local function plot(log_path)
       .. "title 'validation'"):format(png, dat)
    local ok = os.execute("gnuplot -e \"" .. script .. "\" 2>/dev/null")
    os.remove(dat)
-   return (ok == 0 or ok == true) and png or nil
+   if ok == 0 or ok == true then return png end
+   return nil, "gnuplot failed (is gnuplot installed?)"
 end
 
 -- Sampling at temperature 0.8 over the model's next-byte distribution, among the bytes that
@@ -173,103 +246,216 @@ local function sample(model, data, prompt, chars, seq, seed)
    return table.concat(out)
 end
 
+-- The settings a checkpoint records (manifest extra) for this run's flags.
+local function settings(v, comm, data)
+   local data_name = ("%s (%d bytes)"):format(data.path:match("([^/]*)$"), data.n)
+   return { preset = v.preset, n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
+            seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
+            warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
+            shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip, data = data_name,
+            ranks = comm.size }
+end
+
+-- Settings that change the model's shape or its optimizer state: a checkpoint made with other
+-- values cannot continue this run.
+local BREAKING = {
+   { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
+   { "seq", "--seq" }, { "optimizer", "--optimizer" },
+}
+-- Settings a resumed run may change; the difference is printed.
+local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
+   "layout", "clip", "data", "ranks" }
+
+local function flag_value(key, value)
+   if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
+   return ("--%s %s"):format(key, type(value) == "number" and ("%.10g"):format(value)
+      or tostring(value))
+end
+
+-- Compares the checkpoint's recorded settings with this run's: refuses the breaking
+-- differences, returns the others as one line (or nil).
+local function compare_settings(saved, now, path)
+   for _, b in ipairs(BREAKING) do
+      local key, flag = b[1], b[2]
+      if saved[key] ~= nil and saved[key] ~= now[key] then
+         local what = flag == "--preset"
+            and ("--preset %s (%d layers x %d, %d heads), but the checkpoint's model is --preset "
+               .. "%s (%s layers x %s, %s heads)"):format(now.preset, now.n_layer, now.n_embd,
+               now.n_head, tostring(saved.preset), tostring(saved.n_layer), tostring(saved.n_embd),
+               tostring(saved.n_head))
+            or ("%s, but the checkpoint was trained with %s"):format(flag_value(key, now[key]),
+               flag_value(key, saved[key]))
+         error(("--resume: this run has %s: %s cannot continue it (resume with the checkpoint's "
+            .. "setting, or start a new run in another --ckpt-dir)"):format(what, path), 0)
+      end
+   end
+   local changed = {}
+   for _, key in ipairs(NOTED) do
+      if saved[key] ~= nil and saved[key] ~= now[key] then
+         changed[#changed + 1] = ("%s (was %s)"):format(flag_value(key, now[key]),
+            key == "ranks" and tostring(saved[key]) or
+            flag_value(key, saved[key]):gsub("^%-%-%S+ ", ""))
+      end
+   end
+   return #changed > 0 and ("settings changed since the checkpoint: " .. table.concat(changed,
+      ", ")) or nil
+end
+
+-- With --resume: finds the checkpoint (rank 0 looks, every rank loads), refuses one made for
+-- another model, says what was resumed or why nothing was, and sets the run's lineage.
+-- Collective.
+local function resume(run, v, say)
+   local comm, ck = run.comm, run.checkpoint
+   local found, why
+   local ok, err = pcall(function()
+      if comm.rank ~= 0 then return end
+      found, why = checkpoint.find(v.ckpt_dir)
+      if not v.ckpt_dir_existed then
+         why = v.ckpt_dir .. " did not exist (it was created for this run's checkpoints)"
+      end
+      if found then found.changes = compare_settings(found.manifest.extra or {}, ck.extra,
+         found.path) end
+   end)
+   comm:agree(ok, err)
+   local path = comm:broadcast_string(found and found.path or "", 0)
+   if path == "" then
+      say(("nothing to resume: %s; starting at step 1"):format(why))
+      return false
+   end
+   if found and found.note then say("resume: " .. found.note) end
+   local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt })
+   run.start_step = m.step + 1
+   ck.resumed_from = path
+   ck.run_id = type(m.run_id) == "string" and m.run_id or nil
+   say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
+      m.ranks == 1 and "" or "s"))
+   if found and found.changes then say("resume: " .. found.changes) end
+   return true
+end
+
+-- The end of a run: memory per rank, the final validation loss, the loss curve, the
+-- parameters and the sample, each independent of the others (one failing skips none of the
+-- rest, and the parameters are always written when asked). Collective. Returns the exit status
+-- every rank agrees on: 0, 1 when an output failed, EXIT_DIVERGED when the run diverged.
+local function finish(run, v, records, ended, say)
+   local comm, ddp = run.comm, run.ddp
+   local problems = {}
+   local function attempt(what, fn)
+      local ok, err = pcall(fn)
+      if not ok then problems[#problems + 1] = what .. ": " .. tostring(err) end
+   end
+   ddp:finish_param_sync()
+   local memory = train.memory_by_rank(run) -- collective
+   if not v.quiet then say(memory_table(memory)) end
+   local final = records[#records]
+   if ended.diverged then
+      say(("stopped: %d steps in a row (from step %d) had non-finite gradients, so the loss "
+         .. "diverged and no update was made; lower --lr (now %g) or --warmup, or raise "
+         .. "--max-skips (now %d)"):format(ended.skips_in_a_row, ended.first_skip, v.lr,
+         v.max_skips), io.stderr)
+   elseif final and final.val_loss then
+      say(("final validation loss %.4f (%.3f bits/byte)"):format(final.val_loss,
+         final.val_loss / math.log(2)))
+   end
+   if v.log and comm.rank == 0 and #records > 0 then
+      attempt("loss curve", function()
+         local png, why = plot(v.log)
+         if png == nil then error(why, 0) end
+         say("loss curve: " .. png)
+      end)
+   end
+   if v.save_params then
+      local tensors = ddp:params_on(0) -- collective at ZeRO-3
+      if comm.rank == 0 then
+         attempt("--save-params", function()
+            safetensors.write(v.save_params, tensors)
+            say("parameters: " .. v.save_params)
+         end)
+      end
+   end
+   -- at ZeRO-3 a forward pass is collective: every rank samples (the same text), rank 0 prints
+   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or v.zero == 3) then
+      attempt("sample", function()
+         local text = sample(run.model, run.data, v.prompt, v.sample, v.seq, v.seed)
+         say("sample:\n" .. text)
+      end)
+   end
+   for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
+   local status = ended.diverged and recipe.EXIT_DIVERGED or (#problems > 0 and 1 or 0)
+   return comm:allreduce({ status }, "max")[1]
+end
+
 -- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or
--- all AdamW with --optimizer adamw); script: its path, for messages.
+-- all AdamW with --optimizer adamw); script: its path, for messages. Returns the step records;
+-- a run that must report failure after its work (it diverged, an output failed) ends the
+-- process with that status instead (recipe.EXIT_DIVERGED, 1).
 function recipe.main(argv, rules, script)
    local v, positional = flags.parse(argv, recipe.flags)
-   if v == nil or #positional > 0 then
-      io.stderr:write(v == nil and positional or ("unexpected argument '" .. positional[1] .. "'"),
-         "\n", usage(script), "\n")
-      os.exit(2)
+   if v ~= nil and #positional > 0 then
+      v, positional = nil, ("unexpected argument '%s'"):format(positional[1])
+   end
+   if v == nil then
+      lw.comm.fail(positional .. " (--help lists the flags)", recipe.EXIT_USAGE)
    end
    if v.help then
       print(usage(script))
-      return
+      return {}
    end
    check_flags(v)
-   if v.device == "cuda" and not lw.has_cuda() then
-      error("--device cuda: this build has no CUDA backend (liblwopt_cuda.so); use --device cpu", 0)
-   end
-   local preset = recipe.presets[v.preset]
-   local steps, b = v.steps or preset.steps, v.batch or preset.batch
-   local t = v.seq or preset.seq
-   for _, check in ipairs({ { "steps", steps }, { "batch", b }, { "seq", t }, { "accum", v.accum } }) do
-      if check[2] < 1 then error(("--%s must be >= 1, got %d"):format(check[1], check[2]), 0) end
-   end
    local comm = lw.comm.init()
+   if v.timeout and comm.set_timeout then comm:set_timeout(v.timeout) end
+   local function say(text, stream)
+      if comm.rank ~= 0 then return end
+      stream = stream or io.stdout
+      stream:write(text, "\n")
+      stream:flush()
+   end
+   check_outputs(comm, v)
    local here = script:match("^(.*)/[^/]*$") or "."
    local path = v.data or (here .. "/../data/kjv.txt")
-   local data = data_mod.load(path, { seq_len = t, hint = v.data == nil and
+   local data = data_mod.load(path, { seq_len = v.seq, hint = v.data == nil and
       ". Prepare the default corpus with `make data` (needs Debian's bible-kjv package)" or "" })
 
-   local model = lw.nn.GPT.new{ n_layer = preset.n_layer, n_embd = preset.n_embd,
-      n_head = preset.n_head, vocab = 256, seq_len = t, tied = true }
+   local model = lw.nn.GPT.new{ n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
+      vocab = 256, seq_len = v.seq, tied = true }
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard })
-   local lr = v.lr or preset.lr
-   local opt = lw.optim.new(ddp, { lr = lr, weight_decay = 0.1, clip = v.clip,
+   local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 } })
-   init_params(model, ddp, v.seed, preset.n_layer)
-   local run = { comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = steps,
-      batch = b, seq = t, accum = v.accum, seed = v.seed, base_lr = lr,
-      lr_warmup = v.warmup or preset.warmup, lr_min_ratio = 0.1,
-      eval_every = v.eval_every or preset.eval_every, eval_max = v.eval_max, log = v.log,
-      quiet = v.quiet, progress = v.progress, stop_after = v.stop_after }
+   init_params(model, ddp, v.seed, v.n_layer)
+   local run = { comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
+      batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
+      lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
+      log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
+      max_skips = v.max_skips }
    model:bind(ddp, train.hooks(run))
-   if v.resume and not v.ckpt_dir then error("--resume needs --ckpt-dir", 0) end
-   if v.keep < 1 then error(("--keep must be >= 1, got %d"):format(v.keep), 0) end
    if v.ckpt_dir then
       run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
-         extra = { preset = v.preset, seq = t, batch = b, accum = v.accum, seed = v.seed,
-                   lr = lr, steps = steps, optimizer = v.optimizer, zero = v.zero,
-                   shard = v.shard } }
-      local latest = v.resume and require("lwopt.checkpoint").latest(v.ckpt_dir)
-      if latest then
-         local m = require("lwopt.checkpoint").load(latest, { ddp = ddp, opt = opt })
-         run.start_step = m.step + 1
-         if comm.rank == 0 and not v.quiet then
-            print(("resuming from %s (step %d, saved on %d rank%s)"):format(latest, m.step,
-               m.ranks, m.ranks == 1 and "" or "s"))
-         end
+         extra = settings(v, comm, data) }
+      if not (v.resume and resume(run, v, say)) or run.checkpoint.run_id == nil then
+         run.checkpoint.run_id = checkpoint.new_run_id(comm)
       end
    end
-   if comm.rank == 0 and not v.quiet then
-      print(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
+   if not v.quiet then
+      say(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
          .. "rank%s, global batch %d x %d bytes; %s (%d bytes)"):format(lw.version,
-         preset.n_layer, preset.n_embd, preset.n_head, lw.arch.numel(specs) / 1e6, v.optimizer,
+         v.n_layer, v.n_embd, v.n_head, lw.arch.numel(specs) / 1e6, v.optimizer,
          v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
-         comm.size == 1 and "" or "s", b * v.accum * comm.size, t, path, data.n))
+         comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, path, data.n))
    end
-   if (run.start_step or 1) > steps then
-      if comm.rank == 0 then print(("nothing to do: the checkpoint is at step %d of %d"):format(
-         run.start_step - 1, steps)) end
-      return {}
+   local first, last = run.start_step or 1, math.min(v.steps, v.stop_after or v.steps)
+   local records, ended = {}, { diverged = false }
+   if first > last then
+      say(("nothing to train: the checkpoint is at step %d and the run ends at step %d (%s)")
+         :format(first - 1, last, last == v.steps and "--steps" or "--stop-after"))
+   else
+      records, ended = train.run(run)
    end
-   local records = train.run(run)
-   local final = records[#records]
-   ddp:finish_param_sync()
-   local memory = train.memory_by_rank(run) -- collective
-   if comm.rank == 0 and not v.quiet then print(memory_table(memory)) end
-   if comm.rank == 0 then
-      print(("final validation loss %.4f (%.3f bits/byte)"):format(final.val_loss,
-         final.val_loss / math.log(2)))
-      if v.log then
-         local png = plot(v.log)
-         if png then print("loss curve: " .. png) end
-      end
-   end
-   if v.save_params then
-      local tensors = ddp:params_on(0) -- collective at ZeRO-3
-      if comm.rank == 0 then safetensors.write(v.save_params, tensors) end
-   end
-   -- at ZeRO-3 a forward pass is collective: every rank samples (the same text), rank 0 prints
-   if v.sample > 0 and (comm.rank == 0 or v.zero == 3) then
-      local text = sample(model, data, v.prompt, v.sample, t, v.seed)
-      if comm.rank == 0 then print("sample:\n" .. text) end
-   end
+   local status = finish(run, v, records, ended, say)
+   if status ~= 0 then lw.comm.exit(status) end
    return records
 end
 

@@ -24,6 +24,9 @@ local algorithm_names = { [0] = "cost", "lpt", "size_matching", "distopt", "defa
 layout.algorithms = { "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" }
 layout.adamw_layouts = { "distopt", "aligned", "default", "legacy" }
 
+-- The largest data-parallel size the layout engine takes (a million ranks).
+layout.MAX_DP = 2 ^ 20
+
 local option_names = {
    dp = true, expert_dp = true, bucket_size = true, algorithm = true, adamw_layout = true,
    high_busbw = true,
@@ -50,6 +53,12 @@ local function normalise(opts)
    o.expert_dp = opts.expert_dp == nil and o.dp or opts.expert_dp
    if not is_integer(o.expert_dp) then
       fail("expert_dp must be an integer, got %s", tostring(o.expert_dp))
+   end
+   -- the C options are 32-bit: refuse here rather than let a large count wrap around
+   for _, key in ipairs({ "dp", "expert_dp" }) do
+      if o[key] > layout.MAX_DP then
+         fail("%s must be at most %d, got %s", key, layout.MAX_DP, ("%.0f"):format(o[key]))
+      end
    end
    o.bucket_size = opts.bucket_size
    if o.bucket_size ~= nil and not is_integer(o.bucket_size) then

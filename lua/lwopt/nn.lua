@@ -14,9 +14,19 @@ local nn = {}
 
 local activation_bytes = 0
 
-local function floats(n)
-   activation_bytes = activation_bytes + 4 * math.max(n, 1)
-   return ffi.new("float[?]", math.max(n, 1))
+local out_cell = ffi.new("void*[1]")
+
+-- Zeroed floats from the C allocator (ffi.new stops at 2 GiB and says only "not enough
+-- memory"); `what` names the buffer in the error.
+local function floats(n, what)
+   local bytes = 4 * math.max(n, 1)
+   if lib.lw_host_alloc(bytes, out_cell) ~= 0 then
+      error(("lw.nn: cannot allocate the activations %s: %s, with %.2f GiB of activations "
+         .. "already allocated by this process; use a smaller batch or sequence length")
+         :format(what, C.last_error(), activation_bytes / 2 ^ 30), 0)
+   end
+   activation_bytes = activation_bytes + bytes
+   return ffi.gc(ffi.cast("float*", out_cell[0]), lib.lw_host_free)
 end
 
 -- Bytes of activation buffers allocated by the modules of this process.
@@ -115,7 +125,8 @@ function Module:buffer(key, n)
    self.buffers = self.buffers or {}
    local b = self.buffers[key]
    if b == nil or b.n < n then
-      b = { n = n, data = floats(n) }
+      local owner = self.prefix ~= "" and self.prefix:gsub("%.$", "") or "the model"
+      b = { n = n, data = floats(n, ("'%s' of %s"):format(key, owner)) }
       self.buffers[key] = b
    end
    return b.data

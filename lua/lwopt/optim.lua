@@ -41,6 +41,30 @@ local ADAMW = set{ "lr", "weight_decay", "beta1", "beta2", "eps" }
 
 local function pick(value, default) if value == nil then return default end return value end
 
+-- The type each numeric or boolean option must have (ranges are checked by the C library,
+-- which names the value); the others (mode, coefficients, weight_decay_mode, scale) are checked
+-- where they are read.
+local TYPES = {
+   lr = "number", weight_decay = "number", clip = "number", momentum = "number",
+   ns_steps = "integer", extra_scale = "number", eps = "number", beta1 = "number",
+   beta2 = "number", nesterov = "boolean", symmetric = "boolean", coefficients_repeat = "boolean",
+}
+
+-- Checks the types of an option table's values (where: "", "muon" or "adamw").
+local function check_types(t, where)
+   for k, v in pairs(t) do
+      local kind = TYPES[k]
+      local name = (where == "" and "" or where .. ".") .. k
+      local shown = type(v) == "string" and ("'" .. v .. "'") or tostring(v)
+      if kind == "boolean" and type(v) ~= "boolean" then
+         fail("%s must be true or false, got %s", name, shown)
+      elseif (kind == "number" or kind == "integer") and (type(v) ~= "number" or v ~= v
+         or math.abs(v) == math.huge or (kind == "integer" and v ~= math.floor(v))) then
+         fail("%s must be a finite %s, got %s", name, kind, shown)
+      end
+   end
+end
+
 -- The C options, and a keep-alive for the custom coefficient array.
 local function c_options(o, m, a)
    local c = lib.lw_optimizer_defaults()
@@ -120,6 +144,9 @@ end
 function optim.new(d, opts)
    local o = check_keys(opts, TOP, "")
    local m, a = check_keys(o.muon, MUON, "muon"), check_keys(o.adamw, ADAMW, "adamw")
+   check_types(o, "")
+   check_types(m, "muon")
+   check_types(a, "adamw")
    if o.mode ~= nil and o.mode ~= d.mode then
       fail("mode '%s' does not match the buffers, which were made for mode '%s'", tostring(o.mode),
          d.mode)

@@ -21,6 +21,8 @@ route.default_rules = {
 }
 
 local optimizers = { muon = true, adamw = true }
+-- What a rule's opts may set for its parameters (lw.optim.new reads them per parameter).
+local RULE_OPTS = { lr = true, weight_decay = true }
 
 local function shape_text(shape)
    local dims = {}
@@ -54,6 +56,17 @@ local function check_rules(rules)
       end
       if rule.opts ~= nil and type(rule.opts) ~= "table" then
          error(("lw.route: rule %d: opts must be a table"):format(i), 0)
+      end
+      for key, value in pairs(rule.opts or {}) do
+         if not RULE_OPTS[key] then
+            error(("lw.route: rule %d: unknown option '%s' in opts (a rule sets lr and "
+               .. "weight_decay; the rest are lw.optim.new's options)"):format(i, tostring(key)), 0)
+         end
+         if type(value) ~= "number" or value ~= value or value < 0 or value == math.huge then
+            error(("lw.route: rule %d: opts.%s must be a finite number >= 0, got %s")
+               :format(i, key, type(value) == "string" and ("'" .. value .. "'")
+               or tostring(value)), 0)
+         end
       end
    end
 end

@@ -76,6 +76,18 @@ function train.memory_by_rank(run)
    return out
 end
 
+-- A skipped step is said even with --quiet: the update it would have made is lost.
+local function say_skipped(run, rec, in_a_row)
+   if run.comm.rank ~= 0 then return end
+   if run.terminal then io.stdout:write("\r\027[K") end
+   io.stdout:flush()
+   io.stderr:write(("step %d: update skipped: the gradients are not finite (loss %s, gradient "
+      .. "norm %s; %d step%s in a row%s)\n"):format(rec.step, tostring(rec.loss),
+      tostring(rec.grad_norm), in_a_row, in_a_row == 1 and "" or "s",
+      (run.max_skips or 0) > 0 and (", the run stops at %d"):format(run.max_skips) or ""))
+   io.stderr:flush()
+end
+
 local function progress(run, rec, t_start, first)
    if run.comm.rank ~= 0 or run.quiet then return end
    local elapsed = lib.lw_now() - t_start
@@ -95,22 +107,29 @@ end
 -- data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
 -- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
 -- first step to run), stop_after (last step to run; the schedule still spans `steps`),
--- checkpoint = { dir, every, keep, extra } }. Returns the step records.
+-- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:
+-- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from } }. Returns the step
+-- records and how the run ended: { diverged = bool, skips_in_a_row = n, first_skip = step }.
+-- A step whose update was skipped is not checkpointed: its parameters may already be the
+-- cause.
 function train.run(run)
    local comm, model, ddp, opt, data = run.comm, run.model, run.ddp, run.opt, run.data
    local b, t, accum = run.batch, run.seq, run.accum or 1
    run.tokens = run.tokens or ffi.new("int32_t[?]", b * t)
    run.targets = run.targets or ffi.new("int32_t[?]", b * t)
    -- under mpirun every rank's stdout is a pty, terminal or not: redraw only when asked there
-   local launched = os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE")
+   local _, launched_size = require("lwopt.comm").launched()
    if run.progress == "redraw" then run.terminal = true
    elseif run.progress == "lines" then run.terminal = false
-   else run.terminal = lib.lw_is_terminal(1) and not launched end
+   else run.terminal = lib.lw_is_terminal(1) and launched_size == 1 end
    local log = nil
    local first = run.start_step or 1
    if run.log and comm.rank == 0 then
-      log = assert(io.open(run.log, first > 1 and "a" or "w")) -- a resumed run appends
+      local err
+      log, err = io.open(run.log, first > 1 and "a" or "w") -- a resumed run appends
+      if log == nil then error("train: cannot write the log: " .. tostring(err), 0) end
    end
+   local ended = { diverged = false, skips_in_a_row = 0 }
    local records = {}
    local tokens_per_step = b * t * accum * comm.size
    local t_start = lib.lw_now()
@@ -160,16 +179,28 @@ function train.run(run)
          log:flush()
       end
       progress(run, rec, t_start, first)
-      if ckpt and ckpt.dir and ((ckpt.every or 0) > 0 and step % ckpt.every == 0
+      if r.skipped then
+         ended.skips_in_a_row = ended.skips_in_a_row + 1
+         if ended.skips_in_a_row == 1 then ended.first_skip = step end
+         say_skipped(run, rec, ended.skips_in_a_row)
+      else
+         ended.skips_in_a_row = 0
+      end
+      if ckpt and ckpt.dir and not r.skipped and ((ckpt.every or 0) > 0 and step % ckpt.every == 0
          or step == last) then
          require("lwopt.checkpoint").save(ckpt.dir, { ddp = ddp, opt = opt, step = step,
-            keep = ckpt.keep, extra = ckpt.extra })
+            keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
+            protect = ckpt.resumed_from and { ckpt.resumed_from } or nil })
       end
       -- a test hook: LWOPT_KILL_AFTER_STEP=N ends the job after step N, as a kill would
       if os.getenv("LWOPT_KILL_AFTER_STEP") == tostring(step) then comm:abort(9) end
+      if (run.max_skips or 0) > 0 and ended.skips_in_a_row >= run.max_skips then
+         ended.diverged = true
+         break
+      end
    end
    if log then log:close() end
-   return records
+   return records, ended
 end
 
 -- Hooks for model:bind: before a parameter is read, its group must be there (its gather done,

@@ -251,8 +251,10 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         buf->grad = alloc_zeroed(buf->grad_len);
         bs->array_bytes += (int64_t)sizeof(float) * (buf->param_len + buf->grad_len);
         if (buf->param == NULL || buf->grad == NULL) {
-            st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d (%lld elements)",
-                          b + 1, (long long)lb->numel);
+            st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d: its parameters "
+                          "and gradients need %.2f GiB on this rank (%lld elements)", b + 1,
+                          4.0 * (double)(buf->param_len + buf->grad_len) / (1 << 30),
+                          (long long)lb->numel);
             goto fail;
         }
         if (buf->kind == SYNC_LEGACY && (st = prepare_legacy(bs, b)) != LW_OK) goto fail;

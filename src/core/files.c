@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -94,4 +95,34 @@ lw_status lw_dir_make(const char *path) {
     }
     free(p);
     return st;
+}
+
+lw_status lw_path_kind_of(const char *path, lw_path_kind *kind) {
+    if (path == NULL || kind == NULL) return lwi_fail(LW_ERR_INVALID, "files: NULL argument");
+    struct stat info;
+    if (stat(path, &info) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR)
+            return lwi_fail(LW_ERR_IO, "files: cannot look at %s: %s", path, strerror(errno));
+        *kind = LW_PATH_MISSING;
+    } else if (S_ISREG(info.st_mode)) {
+        *kind = LW_PATH_FILE;
+    } else {
+        *kind = S_ISDIR(info.st_mode) ? LW_PATH_DIR : LW_PATH_OTHER;
+    }
+    return LW_OK;
+}
+
+lw_status lw_path_remove(const char *path) {
+    if (path == NULL) return lwi_fail(LW_ERR_INVALID, "files: NULL path");
+    if (remove(path) != 0)
+        return lwi_fail(LW_ERR_IO, "files: cannot remove %s: %s", path, strerror(errno));
+    return LW_OK;
+}
+
+lw_status lw_path_rename(const char *from, const char *to) {
+    if (from == NULL || to == NULL) return lwi_fail(LW_ERR_INVALID, "files: NULL path");
+    if (rename(from, to) != 0)
+        return lwi_fail(LW_ERR_IO, "files: cannot rename %s to %s: %s", from, to,
+                        strerror(errno));
+    return LW_OK;
 }

@@ -97,7 +97,9 @@ static lw_status collect_owned(lw_optimizer *opt) {
         o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
         o->state = calloc((size_t)(p->muon ? count : 2 * count), sizeof(float));
         if (o->state == NULL)
-            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for '%s'", p->name);
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for the state of '%s' "
+                            "(%.2f GiB)", p->name, 4.0 * (double)(p->muon ? count : 2 * count) /
+                            (1 << 30));
         if (o->sliced && p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
     }
     /* every rank takes part in each bucket's gather, owning a slice of it or not */

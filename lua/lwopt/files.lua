@@ -1,0 +1,92 @@
+-- files.lua: the file-system helpers of src/core/files.c and dir_list.c for Lua: what is at a
+-- path, sorted directory listings, removal and rename, and a write probe, so that checkpoints
+-- and recipes never parse `ls` or guess from io.open.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+
+local lib = C.lib
+local files = {}
+
+local kinds = { [0] = "missing", "file", "dir", "other" }
+local kind_cell = ffi.new("lw_path_kind[1]")
+
+-- "missing" | "file" | "dir" | "other" (symbolic links followed).
+function files.kind(path)
+   C.check(lib.lw_path_kind_of(path, kind_cell), "files.kind")
+   return kinds[tonumber(kind_cell[0])]
+end
+
+-- The names in dir, sorted bytewise.
+function files.list(dir)
+   local out = ffi.new("lw_dir_list*[1]")
+   C.check(lib.lw_dir_list_new(dir, out), "files.list")
+   local list = ffi.gc(out[0], lib.lw_dir_list_free)
+   local names = {}
+   for i = 0, lib.lw_dir_list_count(list) - 1 do
+      names[#names + 1] = ffi.string(lib.lw_dir_list_name(list, i))
+   end
+   lib.lw_dir_list_free(ffi.gc(list, nil))
+   return names
+end
+
+function files.remove(path) C.check(lib.lw_path_remove(path), "files.remove") end
+
+function files.rename(from, to) C.check(lib.lw_path_rename(from, to), "files.rename") end
+
+-- Creates dir and its missing parents (an existing directory is fine).
+function files.make_dir(dir) C.check(lib.lw_dir_make(dir), "files.make_dir") end
+
+-- Removes dir and everything below it; a missing dir is fine.
+function files.remove_tree(dir)
+   local kind = files.kind(dir)
+   if kind == "missing" then return end
+   if kind == "dir" then
+      for _, name in ipairs(files.list(dir)) do files.remove_tree(dir .. "/" .. name) end
+   end
+   files.remove(dir)
+end
+
+-- The directory part of a path ("." for a bare name).
+function files.dirname(path)
+   return path:match("^(.*)/[^/]*$") or "."
+end
+
+-- Checks that a file can be written at path without touching what is there: the directory is
+-- created if missing and a probe file is created and removed in it; an existing path must be a
+-- regular file that opens for appending. Returns true, or nil and a message naming the path.
+function files.check_writable(path, what)
+   local function problem(fmt, ...) return nil, ("%s '%s' " .. fmt):format(what, path, ...) end
+   local ok, kind = pcall(files.kind, path)
+   if not ok then return problem("cannot be inspected (%s)", kind) end
+   if kind == "dir" then return problem("is a directory, not a file") end
+   if kind == "other" then return problem("is not a regular file") end
+   local dir = files.dirname(path)
+   if lib.lw_dir_make(dir) ~= 0 then return problem("cannot be written: %s", C.last_error()) end
+   if kind == "file" then
+      local f, err = io.open(path, "ab")
+      if f == nil then return problem("cannot be written (%s)", err) end
+      f:close()
+      return true
+   end
+   local f, err = io.open(path, "wb")
+   if f == nil then return problem("cannot be created (%s)", err) end
+   f:close()
+   os.remove(path)
+   return true
+end
+
+-- Checks that files can be created in dir (created with its parents if missing) with a probe
+-- file named after tag. Returns true, or nil and a message naming the directory.
+function files.check_writable_dir(dir, what, tag)
+   if lib.lw_dir_make(dir) ~= 0 then
+      return nil, ("%s '%s' cannot be created: %s"):format(what, dir, C.last_error())
+   end
+   local probe = ("%s/.lwopt-probe-%s"):format(dir, tag or "0")
+   local f, err = io.open(probe, "wb")
+   if f == nil then return nil, ("%s '%s' is not writable (%s)"):format(what, dir, err) end
+   f:close()
+   os.remove(probe)
+   return true
+end
+
+return files

@@ -1,0 +1,151 @@
+-- recipe_work_spec.lua: recipes/gpt_small.lua never loses a user's work: checkpoint pruning and
+-- overwrite rules, what resume says and refuses, every output checked before the first step,
+-- a diverging run stopped with its outputs written, and end-of-run steps independent of each
+-- other. One rank, tiny preset (the MPI cases are in comm_spec and tests/lua/).
+local helpers = require("helpers")
+
+local root = assert(io.popen("pwd")):read("*l")
+local recipe = "luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --sample 0 --quiet "
+
+local function run(args) return helpers.sh("cd /tmp && " .. recipe .. args) end
+local function listing(dir) return (helpers.sh("ls " .. dir):gsub("\n", " ")) end
+local function latest(dir) return (helpers.sh("cat " .. dir .. "/latest"):gsub("%s", "")) end
+local function exists(path) return select(2, helpers.sh("test -e " .. path)) == 0 end
+
+describe("recipes/gpt_small.lua keeps the user's work", function()
+   local dir, file
+   before_each(function()
+      dir = os.tmpname()
+      os.remove(dir)
+      file = dir .. ".out"
+   end)
+   after_each(function() helpers.sh("rm -rf " .. dir .. " " .. dir .. ".*") end)
+
+   it("refuses a new run over another run's checkpoints; --overwrite prunes only its own", function()
+      local out, status = run("--steps 20 --ckpt-every 5 --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      out, status = run("--steps 6 --ckpt-every 2 --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.equal("--ckpt-dir " .. dir .. " already holds checkpoints (3 checkpoints, the newest "
+         .. "step-000000020): add --resume to continue from them, --overwrite to start a new run "
+         .. "over them, or choose another directory\n", out)
+      assert.equal("latest step-000000010 step-000000015 step-000000020 ", listing(dir))
+      out, status = run("--steps 8 --ckpt-every 2 --keep 2 --overwrite --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.equal("latest step-000000006 step-000000008 step-000000010 step-000000015 "
+         .. "step-000000020 ", listing(dir))
+      assert.equal("step-000000008", latest(dir))
+   end)
+
+   it("keeps the checkpoint a rolled-back run resumed from", function()
+      assert.equal(0, select(2, run("--steps 20 --ckpt-every 5 --ckpt-dir " .. dir)))
+      helpers.sh("echo step-000000010 > " .. dir .. "/latest")
+      local out, status = run("--steps 20 --ckpt-every 2 --stop-after 16 --resume --ckpt-dir "
+         .. dir)
+      assert.equal(0, status, out)
+      assert.matches("resumed from " .. dir .. "/step-000000010: step 10", out, 1, true)
+      -- the newest 3 at or before step 16 stay (14, 15, 16), the one resumed from (10) too; 20
+      -- is the abandoned future, later than the step written
+      assert.equal("latest step-000000010 step-000000014 step-000000015 step-000000016 "
+         .. "step-000000020 ", listing(dir))
+      assert.equal("step-000000016", latest(dir))
+   end)
+
+   it("says what it resumed, or that there was nothing and where it looked", function()
+      local out, status = run("--steps 2 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("nothing to resume: " .. dir .. " did not exist (it was created for this "
+         .. "run's checkpoints); starting at step 1", out, 1, true)
+      helpers.sh("rm -rf " .. dir .. " && mkdir " .. dir)
+      out = run("--steps 4 --ckpt-every 2 --resume --ckpt-dir " .. dir)
+      assert.matches("nothing to resume: " .. dir .. " holds no checkpoint; starting at step 1",
+         out, 1, true)
+      os.remove(dir .. "/latest")
+      out, status = run("--steps 6 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("resume: " .. dir .. "/latest is missing; using the newest checkpoint, "
+         .. "step-000000004\nresumed from " .. dir .. "/step-000000004: step 4, saved on 1 rank",
+         out, 1, true)
+   end)
+
+   it("refuses a checkpoint of another model shape and notes changed settings", function()
+      assert.equal(0, select(2, run("--steps 4 --stop-after 2 --ckpt-dir " .. dir)))
+      local out, status = run("--steps 4 --seq 64 --resume --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.equal("--resume: this run has --seq 64, but the checkpoint was trained with --seq "
+         .. "32: " .. dir .. "/step-000000002 cannot continue it (resume with the checkpoint's "
+         .. "setting, or start a new run in another --ckpt-dir)\n", out)
+      out, status = run("--steps 4 --preset small --resume --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.matches("this run has --preset small (6 layers x 256, 8 heads), but the "
+         .. "checkpoint's model is --preset tiny (4 layers x 64, 4 heads)", out, 1, true)
+      out, status = run("--steps 4 --optimizer adamw --resume --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.matches("--optimizer adamw, but the checkpoint was trained with --optimizer muon",
+         out, 1, true)
+      out, status = run("--steps 5 --batch 4 --lr 0.001 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("resume: settings changed since the checkpoint: --batch 4 (was 8), "
+         .. "--lr 0.001 (was 0.003), --steps 5 (was 4)", out, 1, true)
+   end)
+
+   it("trains nothing when resumed past --stop-after, and still writes the parameters", function()
+      assert.equal(0, select(2, run("--steps 6 --stop-after 4 --ckpt-dir " .. dir)))
+      local out, status = run("--steps 6 --stop-after 3 --resume --ckpt-dir " .. dir
+         .. " --save-params " .. file)
+      assert.equal(0, status, out)
+      assert.matches("nothing to train: the checkpoint is at step 4 and the run ends at step 3 "
+         .. "(--stop-after)", out, 1, true)
+      assert.is_true(exists(file))
+   end)
+
+   it("checks every output path before the first step", function()
+      helpers.sh("touch " .. file)
+      for _, case in ipairs({
+         { "--ckpt-dir " .. file, "--ckpt-dir '" .. file .. "' cannot be created: files: " .. file
+           .. " exists and is not a directory" },
+         { "--ckpt-dir /proc/lwopt-test", "--ckpt-dir '/proc/lwopt-test' cannot be created" },
+         { "--save-params /proc/lwopt.safetensors", "--save-params '/proc/lwopt.safetensors' "
+           .. "cannot be created" },
+         { "--save-params /tmp", "--save-params '/tmp' is a directory, not a file" },
+         { "--log /proc/lwopt.jsonl", "--log '/proc/lwopt.jsonl' cannot be created" },
+      }) do
+         local out, status = run("--steps 500 --progress lines " .. case[1]:gsub("--quiet", ""))
+         assert.equal(1, status, case[1])
+         assert.matches(case[2], out, 1, true)
+         assert.is_nil(out:find("step ", 1, true))
+      end
+   end)
+
+   it("stops a diverging run, says why, writes its outputs and exits 3", function()
+      local log = dir .. ".jsonl"
+      local out, status = run("--steps 40 --lr 1e3 --max-skips 3 --log " .. log
+         .. " --save-params " .. file .. " --ckpt-dir " .. dir .. " --ckpt-every 1")
+      assert.equal(3, status, out)
+      local first = tonumber(out:match("step (%d+): update skipped: the gradients are not finite"))
+      assert.is_not_nil(first, out)
+      assert.matches(("step %d: update skipped: the gradients are not finite %%(loss "):format(
+         first + 2), out)
+      assert.matches(("stopped: 3 steps in a row (from step %d) had non-finite gradients"):format(
+         first), out, 1, true)
+      assert.matches("loss curve: " .. dir .. ".png", out, 1, true)
+      assert.is_true(exists(file))
+      local lines = 0
+      for _ in io.lines(log) do lines = lines + 1 end
+      assert.equal(first + 2, lines)
+      -- no checkpoint of a skipped step: latest is the last step that updated
+      assert.equal(("step-%09d"):format(first - 1), latest(dir))
+   end)
+
+   it("runs the end-of-run steps independently: a failed plot skips nothing", function()
+      local empty = dir .. "-bin"
+      helpers.sh("mkdir -p " .. empty)
+      local out, status = helpers.sh("cd /tmp && PATH=" .. empty .. " "
+         .. recipe:gsub("^luajit", "/usr/bin/luajit"):gsub("%-%-sample 0", "--sample 10")
+         .. "--steps 2 --log " .. dir .. ".jsonl --save-params " .. file)
+      assert.equal(1, status, out)
+      assert.matches("failed: loss curve: gnuplot failed", out, 1, true)
+      assert.matches("sample:\nAnd God said", out, 1, true)
+      assert.is_true(exists(file))
+   end)
+end)
