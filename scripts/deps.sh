@@ -7,6 +7,7 @@ packages=(
     build-essential cmake pkg-config
     luajit libluajit-5.1-dev lua-busted lua-dkjson
     openmpi-bin libopenmpi-dev
+    iproute2
     libopenblas-dev
     bible-kjv bible-kjv-text
     gnuplot-nox
