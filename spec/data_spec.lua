@@ -72,4 +72,14 @@ describe("lw.data", function()
          "lw.data: '" .. tiny .. "' has 3 bytes, too few for sequences of 8 with a 5% validation split")
       os.remove(tiny)
    end)
+
+   it("names a directory, and a file too large to read whole", function()
+      assert.has_error(function() lw.data.load("/tmp") end,
+         "lw.data: cannot read '/tmp': it is a directory, not a text file")
+      local big = os.tmpname()
+      helpers.sh("truncate -s 3G " .. big) -- sparse: no disk is used
+      assert.has_error(function() lw.data.load(big) end, "lw.data: '" .. big .. "' has 3.00 GiB; "
+         .. "this loader reads text files of up to 2 GiB (a LuaJIT string's limit): use a part of it")
+      os.remove(big)
+   end)
 end)

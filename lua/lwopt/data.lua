@@ -7,6 +7,9 @@ local bit = require("bit")
 
 local data = {}
 
+-- The largest file data.load reads whole (LuaJIT strings stop just below 2 GiB).
+data.MAX_BYTES = 0x7fffff00
+
 local Dataset = {}
 Dataset.__index = Dataset
 
@@ -17,12 +20,20 @@ function data.load(path, opts)
    if f == nil then
       error(("lw.data: cannot read '%s' (%s)%s"):format(path, tostring(err), opts.hint or ""), 0)
    end
-   local text = f:read("*a")
-   f:close()
-   if text == nil then
-      -- io.open succeeds on a directory; reading it is what fails
+   if require("lwopt.files").kind(path) == "dir" then -- io.open succeeds on a directory
+      f:close()
       error(("lw.data: cannot read '%s': it is a directory, not a text file"):format(path), 0)
    end
+   local size = f:seek("end")
+   if size and size > data.MAX_BYTES then
+      f:close()
+      error(("lw.data: '%s' has %.2f GiB; this loader reads text files of up to 2 GiB (a "
+         .. "LuaJIT string's limit): use a part of it"):format(path, size / 2 ^ 30), 0)
+   end
+   f:seek("set")
+   local text = f:read("*a")
+   f:close()
+   if text == nil then error(("lw.data: cannot read '%s'"):format(path), 0) end
    local n = #text
    local seq = opts.seq_len or 1
    local n_val = math.floor(n * (opts.val_fraction or 0.05))

@@ -150,10 +150,14 @@ local function plot_path(log_path) return log_path:gsub("%.jsonl$", "") .. ".png
 -- checkpoint directory all of them, the log, loss curve and parameters rank 0), and a new run
 -- refused in a checkpoint directory that holds another run's checkpoints. Collective.
 local function check_outputs(comm, v)
+   if v.ckpt_dir then
+      local looked, kind = pcall(files.kind, v.ckpt_dir)
+      v.ckpt_dir_existed = not looked or kind ~= "missing"
+      comm:barrier() -- every rank looks before any creates it
+   end
    local ok, err = pcall(function()
       local function must(good, message) if not good then error(message, 0) end end
       if v.ckpt_dir then
-         v.ckpt_dir_existed = files.kind(v.ckpt_dir) ~= "missing"
          must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
          if comm.rank == 0 and not v.resume then
             local holds, what = require("lwopt.checkpoint").holds(v.ckpt_dir)
