@@ -93,11 +93,13 @@ local function latest_step(dir)
    return text and tonumber(text:match("^step%-(%d+)")) or 0
 end
 
--- The job's log: the last record of each step (a resumed run appends), and malformed lines.
-local function read_log(path)
+-- The job's log: the last record of each step (a resumed run appends), malformed lines and
+-- the last step; from byte `from` on (the records a launch appended), when given.
+local function read_log(path, from)
    local by_step, bad, last = {}, {}, 0
    local f = io.open(path, "r")
    if f == nil then return by_step, bad, last end
+   if from and f:seek("end") >= from then f:seek("set", from) else f:seek("set", 0) end
    local n = 0
    for line in f:lines() do
       n = n + 1
@@ -320,8 +322,11 @@ local broken = false
 local function relaunch()
    local resume_at = latest_step(run.dir)
    local before = disk_state(run.dir)
+   local f, size = io.open(run.log, "r"), 0
+   if f then size = f:seek("end"); f:close() end
    local j = launch(run.dir, run.log, run.params)
-   j.before, j.resume_at = before, resume_at
+   -- a launch from scratch rewrites the log, a resumed one appends to it
+   j.before, j.resume_at, j.log_size = before, resume_at, resume_at > 0 and size or nil
    if j.n > 2 then
       stats.resumes = stats.resumes + 1
       if resume_at > 0 then stats.from_checkpoint = stats.from_checkpoint + 1 end
@@ -441,7 +446,7 @@ for i, k in ipairs(plan) do
       end
    end
    if interrupted then stats.during_save = stats.during_save + 1 end
-   local _, _, last = read_log(run.log)
+   local _, _, last = read_log(run.log, job.log_size)
    stats.redone = stats.redone + math.max(0, last - latest)
    print(("kill %d: rank %d of launch %d at %.2f s%s (resumed at step %d, logged to step %d, "
       .. "latest now step %d)%s%s"):format(i, k.rank, job.n, t_kill,
