@@ -99,6 +99,17 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       assert.is_true(exists(file))
    end)
 
+   it("writes the parameters when resumed at the last step (a kill after the last save)",
+      function()
+      assert.equal(0, select(2, run("--steps 4 --ckpt-every 2 --ckpt-dir " .. dir)))
+      local out, status = run("--steps 4 --resume --ckpt-dir " .. dir .. " --save-params " .. file)
+      assert.equal(0, status, out)
+      assert.matches("nothing to train: the checkpoint is at step 4 and the run ends at step 4 "
+         .. "(--steps)", out, 1, true)
+      assert.is_true(exists(file))
+      assert.is_false(exists(file .. ".tmp"))
+   end)
+
    it("checks every output path before the first step", function()
       helpers.sh("touch " .. file)
       for _, case in ipairs({

@@ -372,7 +372,10 @@ local function finish(run, v, records, ended, say)
       local tensors = ddp:params_on(0) -- collective at ZeRO-3
       if comm.rank == 0 then
          attempt("--save-params", function()
-            safetensors.write(v.save_params, tensors)
+            -- beside it first, then renamed: a kill mid-write leaves the previous file whole
+            local tmp = v.save_params .. ".tmp"
+            safetensors.write(tmp, tensors)
+            files.rename(tmp, v.save_params)
             say("parameters: " .. v.save_params)
          end)
       end
