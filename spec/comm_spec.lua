@@ -32,6 +32,27 @@ describe("lw.comm", function()
       assert.equal(0, n.reduce_scatter.calls)
    end)
 
+   it("sets the watchdog's timeout, which splits inherit, and its phase and labels", function()
+      local c = lw.comm.self()
+      assert.equal(tonumber(os.getenv("LWOPT_TIMEOUT") or "600"), c:timeout())
+      c:set_timeout(2.5)
+      assert.equal(2.5, c:timeout())
+      assert.equal(2.5, c:split(0):timeout())
+      c:set_timeout(0)
+      assert.equal(0, c:timeout())
+      assert.has_error(function() c:set_timeout(-1) end,
+         "comm:set_timeout: comm: timeout must be a finite number of seconds >= 0 (0 turns the "
+         .. "watchdog off), got -1")
+      assert.has_error(function() c:set_timeout("30") end,
+         "comm:set_timeout: seconds must be a number, got string")
+      c:set_phase("step 12")
+      c:set_phase(nil)
+      c:set_label("the validation loss")
+      assert.same({ 3 }, c:allreduce({ 3 })) -- one rank: nothing to wait for, whatever the timeout
+      assert.has_error(function() c:set_phase(12) end,
+         "comm:set_phase: text must be a string or nil, got number")
+   end)
+
    it("ends the process with the message and its traceback when run's function fails", function()
       local out, status = helpers.sh("bin/lwopt run spec/fixtures/fails.lua")
       assert.equal(1, status)

@@ -30,7 +30,8 @@ typedef enum lw_status {
     LW_ERR_UNSUPPORTED = -3, /* not built in (e.g. CUDA) or not implemented for this case */
     LW_ERR_RANGE = -4,       /* an index or name out of range / not found */
     LW_ERR_STATE = -5,       /* object in the wrong state for this call */
-    LW_ERR_IO = -6           /* file or system error */
+    LW_ERR_IO = -6,          /* file or system error */
+    LW_ERR_TIMEOUT = -7      /* a collective did not complete within its communicator's timeout */
 } lw_status;
 
 /* Message of the last failed call on this thread; "" if none. [borrowed] valid until the next
@@ -190,7 +191,15 @@ int64_t lw_shard_divisor(int32_t dp, bool high_busbw);
  * A group of ranks and the collectives lwopt needs. Backends: "self" (one rank, no MPI) and
  * "mpi". Every rank of a communicator must issue the same collectives in the same order.
  * Nonblocking collectives run on an lw_request; MPI progresses them only inside MPI calls, so
- * callers poll (lw_request_test, lw_buffers_progress) while they compute. */
+ * callers poll (lw_request_test, lw_buffers_progress) while they compute.
+ *
+ * The watchdog: a collective still in flight `timeout` seconds after it started (another rank
+ * stopped, or skipped or reordered a collective) fails, in whichever wait or test sees it, with
+ * LW_ERR_TIMEOUT and one line naming this rank, the collective, what it is for (its label), its
+ * number on the communicator, its size and the phase. The communicator is broken from then on:
+ * every later collective on it, and every wait for one in flight, fails at once with the same
+ * message. The job must then end (lw_comm_abort; Lua's lw.comm.run does it): MPI cannot cancel
+ * the stopped collective, and MPI_Finalize would wait for the stopped rank. */
 
 typedef struct lw_comm lw_comm;
 typedef struct lw_request lw_request;
@@ -257,17 +266,41 @@ lw_status lw_comm_allgatherv(lw_comm *comm, const float *send, int64_t send_coun
 lw_status lw_comm_abort(lw_comm *comm, int32_t code);
 lw_status lw_comm_counter_get(const lw_comm *comm, lw_comm_op op, lw_comm_counter *out);
 void lw_comm_counters_reset(lw_comm *comm);
+/* "all-reduce", "reduce-scatter", "all-gather", "all-gather-v", "broadcast", "barrier";
+ * "unknown" otherwise. [borrowed] static string. */
+const char *lw_comm_op_name(lw_comm_op op);
+
+/* Seconds a collective on comm may be in flight before the watchdog ends it; 0 turns the
+ * watchdog off (MPI's own blocking collectives and waits, no polling). LW_ERR_INVALID for a
+ * negative, NaN or infinite value. New communicators take the environment variable
+ * LWOPT_TIMEOUT (a bad value fails lw_comm_init), else 600; splits take their parent's. */
+lw_status lw_comm_set_timeout(lw_comm *comm, double seconds);
+/* The timeout in seconds (0 = off; 0 for NULL). */
+double lw_comm_timeout(const lw_comm *comm);
+/* What the caller is doing ("step 12", "checkpoint.save"), named by a timeout's message for
+ * collectives started from now on. Copied, at most 63 bytes kept; NULL or "" clears. */
+lw_status lw_comm_set_phase(lw_comm *comm, const char *phase);
+/* What the next collective started on comm is for, as it reads after "the all-reduce of" ("the
+ * global gradient norm"); that collective only. Copied, at most 63 bytes; NULL clears. */
+lw_status lw_comm_set_label(lw_comm *comm, const char *label);
 
 /* A reusable handle for one nonblocking collective at a time; it keeps the scratch that
  * reduce-scatter needs (MPI forbids overlapping send and receive buffers). [out] owned. */
 lw_status lw_request_new(lw_request **out);
 /* Waits for an active request, then frees. */
 void lw_request_free(lw_request *req);
-/* Progresses the request; *done is true once it completed (or was never started). */
+/* Progresses the request; *done is true once it completed (or was never started).
+ * LW_ERR_TIMEOUT once it has been in flight longer than its communicator's timeout. */
 lw_status lw_request_test(lw_request *req, bool *done);
-/* Blocks until the request completed; a no-op when it is not active. */
+/* Blocks until the request completed; a no-op when it is not active. LW_ERR_TIMEOUT once it has
+ * been in flight longer than its communicator's timeout. After an error the request is no
+ * longer active. */
 lw_status lw_request_wait(lw_request *req);
 bool lw_request_active(const lw_request *req);
+/* What every collective started on req is for ("buffer 1 bucket 2"), named by a timeout's
+ * message unless lw_comm_set_label named that collective. Copied, at most 63 bytes; NULL
+ * clears. */
+lw_status lw_request_set_label(lw_request *req, const char *label);
 
 /* ---- vector kernels ------------------------------------------------------------------------ */
 

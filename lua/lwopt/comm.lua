@@ -91,6 +91,37 @@ end
 
 function Comm:reset_counters() lib.lw_comm_counters_reset(self._c) end
 
+-- The watchdog: a collective on this communicator still in flight after `seconds` ends with an
+-- error naming the rank, the collective and the phase, and the communicator is broken (run
+-- then ends the job). 0 turns it off; the default is LWOPT_TIMEOUT, else 600.
+function Comm:set_timeout(seconds)
+   if type(seconds) ~= "number" then
+      error("comm:set_timeout: seconds must be a number, got " .. type(seconds), 2)
+   end
+   C.check(lib.lw_comm_set_timeout(self._c, seconds), "comm:set_timeout")
+end
+
+-- The watchdog's timeout in seconds (0 = off).
+function Comm:timeout() return lib.lw_comm_timeout(self._c) end
+
+-- What this rank is doing ("step 12", "checkpoint.save"), named by a timeout's message; nil
+-- clears it.
+function Comm:set_phase(text)
+   if text ~= nil and type(text) ~= "string" then
+      error("comm:set_phase: text must be a string or nil, got " .. type(text), 2)
+   end
+   C.check(lib.lw_comm_set_phase(self._c, text), "comm:set_phase")
+end
+
+-- What the next collective on this communicator is for ("the validation loss"), named by a
+-- timeout's message; that collective only.
+function Comm:set_label(text)
+   if text ~= nil and type(text) ~= "string" then
+      error("comm:set_label: text must be a string or nil, got " .. type(text), 2)
+   end
+   C.check(lib.lw_comm_set_label(self._c, text), "comm:set_label")
+end
+
 -- Ends every rank of the job with `code`; on one rank, exits the process.
 function Comm:abort(code)
    io.stderr:flush()

@@ -242,6 +242,7 @@ end
 function DDP:broadcast_params(root)
    for _, spec in ipairs(self.specs) do
       self:with_param(spec.name, function(t)
+         lib.lw_comm_set_label(self.comm._c, "parameter " .. spec.name)
          C.check(lib.lw_comm_broadcast(self.comm._c, t.data, 4 * t.numel, root or 0),
             "ddp:broadcast_params")
       end)

@@ -410,7 +410,7 @@ function recipe.main(argv, rules, script)
    end
    check_flags(v)
    local comm = lw.comm.init()
-   if v.timeout and comm.set_timeout then comm:set_timeout(v.timeout) end
+   if v.timeout then comm:set_timeout(v.timeout) end
    local function say(text, stream)
       if comm.rank ~= 0 then return end
       stream = stream or io.stdout

@@ -136,6 +136,7 @@ function train.run(run)
    local ckpt = run.checkpoint
    local last = math.min(run.steps, run.stop_after or run.steps)
    for step = first, last do
+      comm:set_phase(("step %d"):format(step)) -- named by the watchdog if a collective hangs
       local t0 = lib.lw_now()
       local comm0, bytes0 = comm_totals(comm)
       local fwd, bwd, loss = 0, 0, 0
@@ -171,6 +172,7 @@ function train.run(run)
       if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
       if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
          or step == last then
+         comm:set_phase(("step %d, evaluation"):format(step))
          rec.val_loss = train.evaluate(run, run.eval_max)
       end
       records[#records + 1] = rec
@@ -188,6 +190,7 @@ function train.run(run)
       end
       if ckpt and ckpt.dir and not r.skipped and ((ckpt.every or 0) > 0 and step % ckpt.every == 0
          or step == last) then
+         comm:set_phase(("step %d, checkpoint save"):format(step))
          require("lwopt.checkpoint").save(ckpt.dir, { ddp = ddp, opt = opt, step = step,
             keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
             protect = ckpt.resumed_from and { ckpt.resumed_from } or nil })
@@ -200,6 +203,7 @@ function train.run(run)
       end
    end
    if log then log:close() end
+   comm:set_phase(nil)
    return records, ended
 end
 

@@ -6,6 +6,7 @@
  * parameters: that is the optimizer's (optimizer.c). */
 #include "buffers_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +38,10 @@ static lw_status check_same_layout(const lw_layout *l, lw_comm *comm) {
     lw_status st = lw_layout_hash(l, mine);
     if (st != LW_OK) return st;
     memcpy(root, mine, sizeof root);
+    lw_comm_set_label(comm, "the layout hash");
     if ((st = lw_comm_broadcast(comm, root, sizeof root, 0)) != LW_OK) return st;
     int64_t differs = strcmp(mine, root) != 0;
+    lw_comm_set_label(comm, "the layout hash check");
     if ((st = lw_comm_allreduce(comm, &differs, 1, LW_DTYPE_I64, LW_REDUCE_SUM)) != LW_OK)
         return st;
     if (differs == 0) return LW_OK;
@@ -191,7 +194,9 @@ static lw_status make_groups(lw_buffers *bs) {
             g->n_params = bk->count;
             g->first = l->n_params;
             g->last = -1;
+            snprintf(g->label, sizeof g->label, "buffer %d bucket %d", b + 1, k + 1);
             if ((st = lw_request_new(&g->req)) != LW_OK) break;
+            lw_request_set_label(g->req, g->label);
             bs->n_groups++;
         }
     for (int32_t i = 0; st == LW_OK && i < l->n_params; i++) {
@@ -607,6 +612,9 @@ static lw_status gather_legacy(lw_buffers *bs, int32_t bi) {
         memcpy(b->pack + at, b->param + p->start, sizeof(float) * (size_t)p->numel);
         at += p->numel;
     }
+    char label[48];
+    snprintf(label, sizeof label, "the parameters of buffer %d", bi + 1);
+    lw_comm_set_label(b->comm, label);
     lw_status st = lw_comm_allgatherv(b->comm, b->pack, at, b->gathered, b->counts);
     if (st != LW_OK) return st;
     at = 0;

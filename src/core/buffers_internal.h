@@ -51,6 +51,7 @@ typedef struct lwi_group {
     int32_t last;
     int32_t ready;   /* params whose gradient arrived this step (ZeRO-2/3: micro-step) */
     lw_request *req; /* [owned] ZeRO-1: grad sync in backward, param sync after the step */
+    char label[40];  /* "buffer 1 bucket 2" (1-based, as lw.layout numbers them): the watchdog's */
     bool grad_started;
     bool param_started;
     /* ZeRO-2/3 */

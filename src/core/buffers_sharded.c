@@ -106,6 +106,7 @@ static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
     lwi_buf *b = &bs->buffers[g->buffer];
     if (b->dp > 1) lw_vec_scale(g->gblock.data, g->count, 1.0f / (float)b->dp);
     g->reducing = true;
+    lw_request_set_label(g->gblock.req, g->label); /* pooled blocks serve any group */
     return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, g->gblock.req);
 }
 
@@ -271,6 +272,7 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     g->gathering = true;
     g->used = ++bs->tick;
     bs->gathers++;
+    lw_request_set_label(g->pblock.req, g->label);
     return lw_comm_allgather(b->comm, g->pblock.data, g->count, LW_DTYPE_F32, g->pblock.req);
 }
 

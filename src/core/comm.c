@@ -1,5 +1,6 @@
 /* comm.c: the communicator object: argument checks, counters, requests and the blocking forms
- * of the collectives, over a backend (comm_self.c: one rank; comm_mpi.c: MPI). */
+ * of the collectives (a start and a wait, so the watchdog sees every wait), over a backend
+ * (comm_self.c: one rank; comm_mpi.c: MPI). The watchdog itself is in comm_watchdog.c. */
 #include "comm_internal.h"
 
 #include <stdlib.h>
@@ -33,6 +34,7 @@ lw_status lwi_comm_make(const lwi_comm_backend *backend, int32_t rank, int32_t s
     c->rank = rank;
     c->size = size;
     c->impl = impl;
+    c->timeout = 600.0;
     lw_status st = lw_request_new(&c->blocking);
     if (st != LW_OK) {
         free(c);
@@ -48,22 +50,34 @@ lw_status lw_comm_init(lw_comm **out) {
     const char *choice = getenv("LWOPT_COMM");
     bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
                     getenv("PMI_RANK") || getenv("PMI_SIZE");
+    double timeout;
+    lw_status st = lwi_comm_env_timeout(&timeout); /* before MPI starts: a typo fails fast */
+    if (st != LW_OK) return st;
     if (choice != NULL && choice[0] != '\0') {
-        if (strcmp(choice, "self") == 0) return lw_comm_self(out);
-        if (strcmp(choice, "mpi") == 0) return lwi_comm_mpi_world(out);
-        return lwi_fail(LW_ERR_INVALID, "comm: LWOPT_COMM is '%s' (self or mpi)", choice);
+        if (strcmp(choice, "self") == 0) st = lw_comm_self(out);
+        else if (strcmp(choice, "mpi") == 0) st = lwi_comm_mpi_world(out);
+        else return lwi_fail(LW_ERR_INVALID, "comm: LWOPT_COMM is '%s' (self or mpi)", choice);
+    } else {
+        st = launched ? lwi_comm_mpi_world(out) : lw_comm_self(out);
     }
-    return launched ? lwi_comm_mpi_world(out) : lw_comm_self(out);
+    if (st == LW_OK) (*out)->timeout = timeout;
+    return st;
 }
 
 lw_status lw_comm_self(lw_comm **out) {
     if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
-    return lwi_comm_make(&lwi_comm_self_backend, 0, 1, NULL, out);
+    *out = NULL;
+    double timeout;
+    lw_status st = lwi_comm_env_timeout(&timeout);
+    if (st == LW_OK) st = lwi_comm_make(&lwi_comm_self_backend, 0, 1, NULL, out);
+    if (st == LW_OK) (*out)->timeout = timeout;
+    return st;
 }
 
 void lw_comm_free(lw_comm *c) {
     if (c == NULL) return;
-    /* collectives still in flight finish first: their requests may outlive the comm */
+    /* collectives still in flight finish first: their requests may outlive the comm (on a
+     * broken comm each wait fails at once and lets its request go) */
     while (c->active != NULL) lw_request_wait(c->active);
     lw_request_free(c->blocking);
     c->backend->free(c);
@@ -74,8 +88,11 @@ int32_t lw_comm_rank(const lw_comm *c) { return c ? c->rank : -1; }
 int32_t lw_comm_size(const lw_comm *c) { return c ? c->size : 0; }
 const char *lw_comm_backend(const lw_comm *c) { return c ? c->backend->name : "none"; }
 
+/* Collectives check the comm is there and not broken by an earlier timeout: after one, a
+ * collective would only wait for the stopped rank again. */
 static lw_status check_comm(const lw_comm *c) {
-    return c ? LW_OK : lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+    return lwi_comm_check_broken(c);
 }
 
 static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
@@ -84,20 +101,71 @@ static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
     c->counters[op].seconds += lwi_now() - since;
 }
 
+static lw_status claim(lw_request *req) {
+    if (req->comm != NULL)
+        return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
+    return LW_OK;
+}
+
+/* Numbers the collective about to start on req and records what the watchdog's message names:
+ * its size, its label (the comm's one-shot label, if set) and the comm's phase. */
+static void stamp(lw_comm *c, lw_request *req, lw_comm_op op, int64_t bytes) {
+    req->op = op;
+    req->seq = ++c->seq;
+    req->bytes = bytes;
+    memcpy(req->once, c->next_label, sizeof req->once);
+    c->next_label[0] = '\0';
+    memcpy(req->phase, c->phase, sizeof req->phase);
+    req->copy_to = NULL;
+    req->copy_count = 0;
+}
+
+/* Marks req in flight on c since `started` (after a successful start). */
+static void activate(lw_comm *c, lw_request *req, double started) {
+    req->comm = c;
+    req->started = started;
+    req->prev_active = NULL;
+    req->next_active = c->active;
+    if (c->active != NULL) c->active->prev_active = req;
+    c->active = req;
+}
+
+/* MPI counts are int: the blocking forms move larger buffers in pieces. */
+#define CHUNK_BYTES ((int64_t)1 << 30)
+
+static lw_status finish(lw_request *r);
+
+/* The request for a blocking form's collective: the comm's own, which is started and waited for
+ * under the watchdog; NULL when the watchdog is off, for the backend's blocking call. */
+static lw_request *blocking_request(lw_comm *c) { return c->timeout > 0 ? c->blocking : NULL; }
+
+/* After a blocking form's backend call: waits for the collective if it was started on r. */
+static lw_status complete_blocking(lw_comm *c, lw_request *r, lw_status st, double started) {
+    if (st != LW_OK || r == NULL) return st;
+    activate(c, r, started);
+    return finish(r);
+}
+
 lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
     lw_status st = check_comm(c);
     if (st != LW_OK) return st;
     if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
     if (color < 0) return lwi_fail(LW_ERR_INVALID, "comm: split color must be >= 0, got %d", color);
     *out = NULL;
-    return c->backend->split(c, color, key, out);
+    st = c->backend->split(c, color, key, out);
+    if (st == LW_OK) (*out)->timeout = c->timeout;
+    return st;
 }
 
 lw_status lw_comm_barrier(lw_comm *c) {
     lw_status st = check_comm(c);
-    if (st != LW_OK) return st;
+    if (st != LW_OK || (st = claim(c->blocking)) != LW_OK) return st;
     double t = lwi_now();
-    st = c->backend->barrier(c);
+    stamp(c, c->blocking, LW_COMM_BARRIER, 0);
+    if (c->size > 1) {
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(c, r, c->backend->barrier(c, r), t);
+    }
     count(c, LW_COMM_BARRIER, 0, t);
     return st;
 }
@@ -110,8 +178,15 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
                         data);
     if (root < 0 || root >= c->size)
         return lwi_fail(LW_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
+    if ((st = claim(c->blocking)) != LW_OK) return st;
     double t = lwi_now();
-    if (c->size > 1) st = c->backend->broadcast(c, data, bytes, root);
+    stamp(c, c->blocking, LW_COMM_BROADCAST, bytes);
+    for (int64_t off = 0; c->size > 1 && st == LW_OK && off < bytes; off += CHUNK_BYTES) {
+        int64_t n = bytes - off < CHUNK_BYTES ? bytes - off : CHUNK_BYTES;
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(c, r, c->backend->broadcast(c, (char *)data + off, n, root, r),
+                               lwi_now());
+    }
     count(c, LW_COMM_BROADCAST, c->rank == root ? (double)bytes : 0, t);
     return st;
 }
@@ -127,22 +202,18 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
+    if ((st = claim(c->blocking)) != LW_OK) return st;
     double t = lwi_now();
-    if (c->size > 1) st = c->backend->allreduce(c, data, n, dtype, op);
-    double bytes = 2.0 * (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype);
-    count(c, LW_COMM_ALLREDUCE, bytes, t);
+    const int64_t size = (int64_t)lwi_dtype_size(dtype), chunk = CHUNK_BYTES / 8;
+    stamp(c, c->blocking, LW_COMM_ALLREDUCE, n * size);
+    for (int64_t off = 0; c->size > 1 && st == LW_OK && off < n; off += chunk) {
+        int64_t k = n - off < chunk ? n - off : chunk;
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(
+            c, r, c->backend->allreduce(c, (char *)data + off * size, k, dtype, op, r), lwi_now());
+    }
+    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)(n * size), t);
     return st;
-}
-
-static lw_status claim(lw_request *req);
-
-/* Marks req in flight on c (after a successful start). */
-static void activate(lw_comm *c, lw_request *req) {
-    req->comm = c;
-    req->prev_active = NULL;
-    req->next_active = c->active;
-    if (c->active != NULL) c->active->prev_active = req;
-    c->active = req;
 }
 
 lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request *req) {
@@ -154,12 +225,10 @@ lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request
                         (void *)data);
     if ((st = claim(req)) != LW_OK) return st;
     double t = lwi_now();
-    req->op = LW_COMM_ALLREDUCE;
-    req->copy_to = NULL;
-    req->copy_count = 0;
+    stamp(c, req, LW_COMM_ALLREDUCE, n * 4);
     if (c->size > 1) {
-        st = c->backend->allreduce_start(c, data, n, req);
-        if (st == LW_OK) activate(c, req);
+        st = c->backend->allreduce(c, data, n, LW_DTYPE_F32, LW_REDUCE_SUM, req);
+        if (st == LW_OK) activate(c, req, t);
     }
     count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)n * 4.0, t);
     return st;
@@ -175,12 +244,6 @@ static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, c
     return LW_OK;
 }
 
-static lw_status claim(lw_request *req) {
-    if (req->comm != NULL)
-        return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
-    return LW_OK;
-}
-
 lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_request *req) {
     lw_status st = check_comm(c);
     if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK) return st;
@@ -188,6 +251,7 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
     if ((st = claim(r)) != LW_OK) return st;
     double t = lwi_now();
     int64_t shard = n / c->size;
+    stamp(c, r, LW_COMM_REDUCE_SCATTER, n * 4);
     if (c->size == 1) { /* the sum over one rank is the bucket itself */
         count(c, LW_COMM_REDUCE_SCATTER, 0, t);
         return LW_OK;
@@ -198,11 +262,10 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
         r->scratch = grown;
         r->scratch_capacity = shard;
     }
-    r->op = LW_COMM_REDUCE_SCATTER;
     r->copy_to = bucket + (int64_t)c->rank * shard;
     r->copy_count = shard;
     st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
-    if (st == LW_OK) activate(c, r);
+    if (st == LW_OK) activate(c, r, t);
     count(c, LW_COMM_REDUCE_SCATTER, (double)(c->size - 1) / c->size * (double)n * 4.0, t);
     if (st != LW_OK || req != NULL) return st;
     return lw_request_wait(r);
@@ -218,15 +281,13 @@ lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
     lw_request *r = req ? req : c->blocking;
     if ((st = claim(r)) != LW_OK) return st;
     double t = lwi_now();
+    stamp(c, r, LW_COMM_ALLGATHER, n * (int64_t)lwi_dtype_size(dtype));
     if (c->size == 1) { /* one shard: every rank already has it */
         count(c, LW_COMM_ALLGATHER, 0, t);
         return LW_OK;
     }
-    r->op = LW_COMM_ALLGATHER;
-    r->copy_to = NULL;
-    r->copy_count = 0;
     st = c->backend->allgather_start(c, bucket, n / c->size, dtype, r);
-    if (st == LW_OK) activate(c, r);
+    if (st == LW_OK) activate(c, r, t);
     count(c, LW_COMM_ALLGATHER,
           (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype), t);
     if (st != LW_OK || req != NULL) return st;
@@ -250,23 +311,28 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
                         (long long)send_count, c->rank, (long long)counts[c->rank]);
     if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
+    if ((st = claim(c->blocking)) != LW_OK) return st;
     double t = lwi_now();
-    const lwi_comm_backend *b = c->size == 1 ? &lwi_comm_self_backend : c->backend;
-    st = b->allgatherv(c, send, send_count, recv, counts);
+    stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * 4);
+    if (c->size == 1) { /* the self backend's copy */
+        st = lwi_comm_self_backend.allgatherv(c, send, send_count, recv, counts, NULL);
+    } else {
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(c, r, c->backend->allgatherv(c, send, send_count, recv, counts, r),
+                               t);
+    }
     count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
     return st;
 }
 
 lw_status lw_comm_abort(lw_comm *c, int32_t code) {
-    lw_status st = check_comm(c);
-    if (st != LW_OK) return st;
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
     c->backend->abort(c, code);
     return LW_OK;
 }
 
 lw_status lw_comm_counter_get(const lw_comm *c, lw_comm_op op, lw_comm_counter *out) {
-    lw_status st = check_comm(c);
-    if (st != LW_OK) return st;
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
     if (op < 0 || op >= LWI_COMM_OPS || out == NULL)
         return lwi_fail(LW_ERR_INVALID, "comm: unknown counter %d", (int)op);
     *out = c->counters[op];
@@ -289,6 +355,7 @@ void lw_request_free(lw_request *r) {
     if (r == NULL) return;
     lw_request_wait(r);
     free(r->scratch);
+    free(r->ints);
     free(r->handle);
     free(r);
 }
@@ -305,6 +372,17 @@ static void release(lw_request *r) {
     r->comm = NULL;
 }
 
+/* Lets go of a collective that timed out. MPI still holds it and may still write into the
+ * scratch shard or read the counts if the stopped rank comes back, so those stay allocated
+ * (leaked: the job is ending); the request can start again with fresh ones. */
+static void abandon(lw_request *r) {
+    release(r);
+    r->scratch = NULL;
+    r->scratch_capacity = 0;
+    r->ints = NULL;
+    r->ints_capacity = 0;
+}
+
 /* The request completed in the backend: finish the reduce-scatter's copy, release it. */
 static void complete(lw_request *r) {
     if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_count > 0)
@@ -317,28 +395,50 @@ lw_status lw_request_test(lw_request *r, bool *done) {
     *done = true;
     if (r->comm == NULL) return LW_OK;
     lw_comm *c = r->comm;
-    double t = lwi_now();
-    lw_status st = c->backend->test(r, done);
-    c->counters[r->op].seconds += lwi_now() - t;
+    lw_status st = lwi_comm_check_broken(c);
     if (st != LW_OK) {
-        release(r);
+        *done = false;
+        abandon(r); /* broken: LW_ERR_TIMEOUT */
         return st;
     }
-    if (*done) complete(r);
-    return LW_OK;
+    double t = lwi_now();
+    st = c->backend->test(r, done);
+    double now = lwi_now();
+    c->counters[r->op].seconds += now - t;
+    if (st == LW_OK && !*done) st = lwi_watch_check(r, now);
+    if (st == LW_ERR_TIMEOUT) {
+        abandon(r);
+    } else if (st != LW_OK) {
+        release(r);
+    } else if (*done) {
+        complete(r);
+    }
+    return st;
+}
+
+
+/* Waits for r (in flight) without counting the time: the blocking forms count theirs whole. */
+static lw_status finish(lw_request *r) {
+    lw_status st = lwi_comm_check_broken(r->comm);
+    /* without a timeout, the backend's own wait: no polling at all */
+    if (st == LW_OK) st = r->comm->timeout > 0 ? lwi_watch_wait(r) : r->comm->backend->wait(r);
+    if (st == LW_ERR_TIMEOUT) {
+        abandon(r);
+    } else if (st != LW_OK) {
+        release(r);
+    } else {
+        complete(r);
+    }
+    return st;
 }
 
 lw_status lw_request_wait(lw_request *r) {
     if (r == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
     if (r->comm == NULL) return LW_OK;
     lw_comm *c = r->comm;
+    lw_comm_op op = r->op;
     double t = lwi_now();
-    lw_status st = c->backend->wait(r);
-    c->counters[r->op].seconds += lwi_now() - t;
-    if (st != LW_OK) {
-        release(r);
-        return st;
-    }
-    complete(r);
-    return LW_OK;
+    lw_status st = finish(r);
+    c->counters[op].seconds += lwi_now() - t;
+    return st;
 }

@@ -11,6 +11,7 @@
 #include "buffers_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,8 +223,9 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
         local[0] += lw_vec_sum_squares(g, o->count);
         local[1] += (double)lw_vec_count_zeros(g, o->count);
     }
-    lw_status st =
-        lw_comm_allreduce(lw_buffers_comm(opt->buffers), local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
+    lw_comm *comm = lw_buffers_comm(opt->buffers);
+    lw_comm_set_label(comm, "the global gradient norm");
+    lw_status st = lw_comm_allreduce(comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
     *norm = sqrt(local[0]);
     *zeros = (int64_t)local[1];
     return st;
@@ -256,6 +258,9 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
                                   o->count, opt->lr[grp], opt->wd[grp], grad_scale);
     }
     double t = lwi_now();
+    char label[64];
+    snprintf(label, sizeof label, "the Muon updates of buffer %d bucket %d", b + 1, k + 1);
+    lw_comm_set_label(comm, label);
     if (st == LW_OK) st = lw_comm_allgather(comm, u, count, LW_DTYPE_F32, NULL);
     r->seconds_muon_comm += lwi_now() - t;
     for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
