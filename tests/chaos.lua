@@ -59,18 +59,9 @@ local S, np = v.steps, v.np
 print(("chaos: seed %d (replay the schedule with --seed %d), %d kills planned, %d steps, "
    .. "checkpoints every %d, %d ranks"):format(seed, seed, v.kills, S, v.every, np))
 
-local function sh(cmd)
-   local ok = os.execute(cmd)
-   return ok == 0 or ok == true
-end
+local sh = tally.sh
 
-local function slurp(path)
-   local f = io.open(path, "rb")
-   if f == nil then return nil end
-   local s = f:read("*a")
-   f:close()
-   return s
-end
+local slurp = tally.slurp
 
 local function exists(path) return ffi.C.access(path, 0) == 0 end
 local function sleep(s) ffi.C.usleep(math.floor(s * 1e6)) end

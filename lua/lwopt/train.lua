@@ -157,6 +157,7 @@ function train.run(run)
       local o0 = lib.lw_now()
       local r = opt:step(lr_scale)
       local opt_time = lib.lw_now() - o0
+      comm:set_label("the step's mean loss")
       local mean_loss = comm:allreduce({ loss })[1] / comm.size
       local wall = lib.lw_now() - t0
       local comm1, bytes1 = comm_totals(comm)

@@ -10,10 +10,7 @@ os.remove(tmp)
 local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
 
-local function sh(cmd)
-   local ok = os.execute(cmd)
-   return ok == 0 or ok == true
-end
+local sh = tally.sh
 
 -- Runs the recipe on np ranks with the global batch fixed at 12 sequences.
 local function recipe(np, args, env)
@@ -32,13 +29,7 @@ local function losses(log)
    return out
 end
 
-local function slurp(path)
-   local f = io.open(path, "rb")
-   if f == nil then return nil end
-   local s = f:read("*a")
-   f:close()
-   return s
-end
+local slurp = tally.slurp
 
 local reference = {}
 for _, np in ipairs({ 1, 2, 3 }) do

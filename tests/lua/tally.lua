@@ -1,5 +1,6 @@
--- tally.lua: pass/fail bookkeeping for the Lua test drivers in tests/lua, which end with the
--- plain "N passed, M failed" line. Load with dofile("tests/lua/tally.lua").
+-- tally.lua: pass/fail bookkeeping for the Lua test drivers in tests/lua and tests/, which end
+-- with the plain "N passed, M failed" line, and the two shell helpers they share. Load with
+-- dofile("tests/lua/tally.lua").
 local tally = { passed = 0, failed = 0 }
 
 function tally.expect(ok, what)
@@ -15,6 +16,21 @@ end
 function tally.finish(name)
    print(("%s: %d passed, %d failed"):format(name, tally.passed, tally.failed))
    os.exit(tally.failed == 0 and 0 or 1)
+end
+
+-- Runs a shell command; true when it exits 0.
+function tally.sh(cmd)
+   local ok = os.execute(cmd)
+   return ok == 0 or ok == true
+end
+
+-- A file's bytes, or nil when it cannot be read.
+function tally.slurp(path)
+   local f = io.open(path, "rb")
+   if f == nil then return nil end
+   local s = f:read("*a")
+   f:close()
+   return s
 end
 
 return tally

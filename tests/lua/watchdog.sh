@@ -75,6 +75,6 @@ rm -f "$log"
 [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
 if [ -z "$victim" ]; then echo "watchdog.sh stopped: rank 1 was never found"; failed=1
 else
-    expect stopped "$watchdog for the (all-gather|reduce-scatter|all-reduce) of .*during step [0-9]+"
+    expect stopped "$watchdog for the (all-gather|reduce-scatter|all-reduce|barrier)( of [^(]*)? \(collective #[0-9]+ on this communicator.*during step [0-9]+"
 fi
 exit "$failed"
