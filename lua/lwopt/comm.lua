@@ -104,23 +104,20 @@ end
 -- The watchdog's timeout in seconds (0 = off).
 function Comm:timeout() return lib.lw_comm_timeout(self._c) end
 
--- What this rank is doing ("step 12", "checkpoint.save"), named by a timeout's message; nil
--- clears it.
-function Comm:set_phase(text)
-   if text ~= nil and type(text) ~= "string" then
-      error("comm:set_phase: text must be a string or nil, got " .. type(text), 2)
+-- A setter of one of the comm's texts named in a timeout's message (nil clears it).
+local function text_setter(method, c_setter)
+   return function(self, text)
+      if text ~= nil and type(text) ~= "string" then
+         error(("comm:%s: text must be a string or nil, got %s"):format(method, type(text)), 2)
+      end
+      C.check(lib[c_setter](self._c, text), "comm:" .. method)
    end
-   C.check(lib.lw_comm_set_phase(self._c, text), "comm:set_phase")
 end
 
--- What the next collective on this communicator is for ("the validation loss"), named by a
--- timeout's message; that collective only.
-function Comm:set_label(text)
-   if text ~= nil and type(text) ~= "string" then
-      error("comm:set_label: text must be a string or nil, got " .. type(text), 2)
-   end
-   C.check(lib.lw_comm_set_label(self._c, text), "comm:set_label")
-end
+-- What this rank is doing ("step 12", "checkpoint.save"), until changed.
+Comm.set_phase = text_setter("set_phase", "lw_comm_set_phase")
+-- What the next collective on this communicator is for ("the validation loss"); that one only.
+Comm.set_label = text_setter("set_label", "lw_comm_set_label")
 
 -- Ends every rank of the job with `code`; on one rank, exits the process.
 function Comm:abort(code)
@@ -128,6 +125,11 @@ function Comm:abort(code)
    io.stdout:flush()
    lib.lw_comm_abort(self._c, code or 1)
    os.exit(code or 1)
+end
+
+-- "[rank r] text", unless text already names its rank.
+local function with_rank(rank, text)
+   return text:match("^%[rank %d+%] ") and text or ("[rank %d] %s"):format(rank, text)
 end
 
 -- Every rank's verdict on a piece of work that may fail on some ranks only (collective: every
@@ -146,9 +148,7 @@ function Comm:agree(ok, message)
    failed = self:allreduce(failed)
    for r = 1, self.size do
       if failed[r] > 0 then
-         local text = self:broadcast_string(ok and "" or tostring(message), r - 1)
-         if not text:match("^%[rank %d+%] ") then text = ("[rank %d] %s"):format(r - 1, text) end
-         error(text, 0)
+         error(with_rank(r - 1, self:broadcast_string(ok and "" or tostring(message), r - 1)), 0)
       end
    end
 end
@@ -182,8 +182,7 @@ function comm.fail(message, status)
    if world ~= nil then rank, size = world.rank, world.size end
    io.stdout:flush()
    if size > 1 and rank ~= 0 then os.execute("sleep " .. comm.REPORT_DELAY) end
-   io.stderr:write(size > 1 and not message:match("^%[rank %d+%] ")
-      and ("[rank %d] %s\n"):format(rank, message) or (message .. "\n"))
+   io.stderr:write(size > 1 and with_rank(rank, message) or message, "\n")
    if world ~= nil and world.size > 1 then world:abort(status) end
    io.stderr:flush()
    os.exit(status)

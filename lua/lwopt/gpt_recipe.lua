@@ -160,7 +160,7 @@ local function check_outputs(comm, v)
       if v.ckpt_dir then
          must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
          if comm.rank == 0 and not v.resume then
-            local holds, what = require("lwopt.checkpoint").holds(v.ckpt_dir)
+            local holds, what = checkpoint.holds(v.ckpt_dir)
             if holds and not v.overwrite then
                error(("--ckpt-dir %s already holds checkpoints (%s): add --resume to continue "
                   .. "from them, --overwrite to start a new run over them, or choose another "
