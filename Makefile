@@ -54,7 +54,7 @@ install: deps
 	cmake --install $(BUILD)
 
 format:
-	clang-format -i src/*.h src/core/*.c src/core/*.h tests/*.c tests/*.h
+	clang-format -i src/*.h src/core/*/*.[ch] src/core/device/cpu/*.c tests/*.c tests/*.h
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

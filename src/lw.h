@@ -235,6 +235,10 @@ typedef struct lw_comm_counter {
 lw_status lw_comm_init(lw_comm **out);
 /* A one-rank communicator. [out] owned. */
 lw_status lw_comm_self(lw_comm **out);
+/* Whether an MPI launcher (mpirun, srun, any PMI/PMIx launcher) started this process, read from
+ * the environment before MPI starts; [out] *rank and *size (each optional) the launcher gave it,
+ * 0 and 1 when not launched. */
+bool lw_comm_launched(int32_t *rank, int32_t *size);
 void lw_comm_free(lw_comm *comm);
 int32_t lw_comm_rank(const lw_comm *comm);
 int32_t lw_comm_size(const lw_comm *comm);
@@ -428,6 +432,9 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
 void lw_buffers_free(lw_buffers *buffers);
 const lw_layout *lw_buffers_layout(const lw_buffers *buffers);
 lw_comm *lw_buffers_comm(const lw_buffers *buffers);
+/* The communicator that shards buffer `buffer` (the expert one for expert buffers); NULL when out
+ * of range. [borrowed] */
+lw_comm *lw_buffers_buffer_comm(const lw_buffers *buffers, int32_t buffer);
 int32_t lw_buffers_zero(const lw_buffers *buffers);
 /* Views of a whole parameter / gradient. [out] *data borrowed, numel elements. ZeRO-3
  * parameters and ZeRO-2/3 gradients are only there while their group is held (acquired, or

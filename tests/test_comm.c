@@ -168,6 +168,12 @@ int main(void) {
     if (c == NULL) return check_exit("test_comm");
     const char *expect = getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "self";
     CHECK(strcmp(lw_comm_backend(c), expect) == 0);
+    /* the launcher's view agrees with the world MPI built */
+    int32_t rank = -1, size = -1;
+    CHECK(lw_comm_launched(&rank, &size) == (getenv("OMPI_COMM_WORLD_SIZE") != NULL));
+    CHECK_EQ(rank, lw_comm_rank(c));
+    CHECK_EQ(size, lw_comm_size(c));
+    CHECK(lw_comm_launched(NULL, NULL) == (size > 1 || getenv("OMPI_COMM_WORLD_SIZE") != NULL));
     test_reduce_scatter_and_allgather(c);
     test_allreduce(c);
     test_allgatherv(c);

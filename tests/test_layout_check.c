@@ -2,7 +2,7 @@
  * layout, breaks one invariant through the internal structures, and expects the message. */
 #include "layout_util.h"
 
-#include "core/layout_internal.h"
+#include "core/layout/layout.h"
 
 static lw_layout *fresh(lw_algorithm alg) {
     static lw_param_spec s[6];

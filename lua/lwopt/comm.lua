@@ -153,13 +153,12 @@ function Comm:agree(ok, message)
    end
 end
 
--- The launcher's view of this process before MPI starts: (rank, size) from the environment
--- mpirun (or another PMI launcher) sets, or 0, 1 when not launched by one.
+-- The launcher's view of this process before MPI starts: (rank, size) that mpirun (or another
+-- PMI launcher) gave it, or 0, 1 when not launched by one (lw_comm_launched).
+local launched_rank, launched_size = ffi.new("int32_t[1]"), ffi.new("int32_t[1]")
 function comm.launched()
-   local size = tonumber(os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE") or "")
-   local rank = tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or os.getenv("PMIX_RANK")
-      or os.getenv("PMI_RANK") or "")
-   return rank or 0, size or 1
+   lib.lw_comm_launched(launched_rank, launched_size)
+   return launched_rank[0], launched_size[0]
 end
 
 -- An error message meant for the user: raised with error(msg, 0) or by C.check, so it carries

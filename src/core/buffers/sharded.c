@@ -1,0 +1,390 @@
+/* sharded.c: ZeRO-2 and ZeRO-3 for lw_buffers. Outside a bucket group's moments of use a
+ * rank keeps only its shard of the group's gradients (ZeRO-2) and parameters (ZeRO-3). Whole
+ * groups live in blocks from a per-buffer pool: a gathered group's parameters, or a group's
+ * gradient from the first write in backward until its reduce-scatter has been added into the
+ * shard. The blocks held stay within a budget of the two largest groups (parameters, gradients
+ * and the reduce-scatter's shard): to make room (make_room), spare blocks are freed, idle
+ * gathered groups the pass needs only later evicted, reductions in flight finished, idle groups
+ * the pass is inside evicted, and last an idle group's partial gradient reduced early (sums are
+ * linear, so reducing in parts gives the same shard). ZeRO-1 acquires come through here too and
+ * only wait for their group's parameter sync. Every decision depends only on the sequence of calls,
+ * never on timing, so all ranks issue the same collectives in the same order. */
+#include "buffers/buffers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t block_bytes(const lwi_buf *b) {
+    return (int64_t)sizeof(float) * (b->block_numel + b->block_numel / b->dp);
+}
+
+static int64_t held_blocks(const lw_buffers *bs) {
+    return bs->param_block_bytes + bs->grad_block_bytes + bs->cached_bytes;
+}
+
+int64_t lwi_shard_offset(const lw_buffers *bs, const lwi_group *g, int64_t x) {
+    const lwi_buf *b = &bs->buffers[g->buffer];
+    const int64_t shard = g->count / b->dp;
+    return g->start / b->dp + (x - g->start - (int64_t)b->rank * shard);
+}
+
+static void free_block(lwi_block *k) {
+    lw_request_free(k->req);
+    free(k->data);
+    k->data = NULL;
+    k->req = NULL;
+}
+
+lw_status lwi_sharded_init(lw_buffers *bs) {
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        lwi_buf *b = &bs->buffers[bs->groups[gi].buffer];
+        if (bs->groups[gi].count > b->block_numel) b->block_numel = bs->groups[gi].count;
+    }
+    for (int32_t b = 0; b < bs->n_buffers; b++)
+        if (block_bytes(&bs->buffers[b]) > bs->largest_block)
+            bs->largest_block = block_bytes(&bs->buffers[b]);
+    /* two groups: each with its gradient, and at ZeRO-3 its gathered parameters too */
+    bs->budget = 2 * (bs->o.zero == 3 ? 2 : 1) * bs->largest_block;
+    bs->pass = LW_PASS_FORWARD;
+    bs->cursor = -1;
+    return LW_OK;
+}
+
+void lwi_sharded_free(lw_buffers *bs) {
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        free_block(&bs->groups[gi].gblock);
+        free_block(&bs->groups[gi].pblock);
+    }
+    for (int32_t b = 0; b < bs->n_buffers; b++) {
+        lwi_buf *buf = &bs->buffers[b];
+        for (int32_t k = 0; k < buf->n_spare; k++)
+            free_block(&buf->spare[k]);
+        free(buf->spare);
+    }
+}
+
+/* A block no longer in use goes to its buffer's spares. */
+static lw_status give_back(lw_buffers *bs, lwi_block *k, int32_t buffer, bool param) {
+    lwi_buf *b = &bs->buffers[buffer];
+    if (b->n_spare == b->cap_spare) {
+        int32_t cap = b->cap_spare ? 2 * b->cap_spare : 4;
+        lwi_block *grown = realloc(b->spare, sizeof(lwi_block) * (size_t)cap);
+        if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
+        b->spare = grown;
+        b->cap_spare = cap;
+    }
+    b->spare[b->n_spare++] = *k;
+    k->data = NULL;
+    k->req = NULL;
+    const int64_t bytes = block_bytes(b);
+    if (param)
+        bs->param_block_bytes -= bytes;
+    else
+        bs->grad_block_bytes -= bytes;
+    bs->cached_bytes += bytes;
+    return LW_OK;
+}
+
+/* Waits for group gi's reduce-scatter and adds this rank's reduced shard into its gradient
+ * shard; the block goes back to the pool. */
+static lw_status complete_reduce(lw_buffers *bs, int32_t gi) {
+    lwi_group *g = &bs->groups[gi];
+    lwi_buf *b = &bs->buffers[g->buffer];
+    lw_status st = lw_request_wait(g->gblock.req);
+    if (st != LW_OK) return st;
+    const int64_t shard = g->count / b->dp;
+    float *into = b->grad + g->start / b->dp;
+    lw_vec_add(into, into, g->gblock.data + (int64_t)b->rank * shard, shard);
+    g->reducing = false;
+    return give_back(bs, &g->gblock, g->buffer, false);
+}
+
+/* Starts the reduce-scatter of what group gi's gradient block holds (pre-scaled by 1/dp). */
+static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
+    lwi_group *g = &bs->groups[gi];
+    if (g->gblock.data == NULL || g->reducing) return LW_OK;
+    lwi_buf *b = &bs->buffers[g->buffer];
+    if (b->dp > 1) lw_vec_scale(g->gblock.data, g->count, 1.0f / (float)b->dp);
+    g->reducing = true;
+    lw_request_set_label(g->gblock.req, g->label); /* pooled blocks serve any group */
+    return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, g->gblock.req);
+}
+
+lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t gi) {
+    bs->groups[gi].grad_started = true;
+    return start_reduce(bs, gi);
+}
+
+lw_status lwi_sharded_finish_grads(lw_buffers *bs) {
+    lw_status first = LW_OK;
+    for (int32_t gi = bs->n_groups - 1; gi >= 0; gi--) {
+        lw_status st = LW_OK;
+        if (bs->groups[gi].gblock.data != NULL && !bs->groups[gi].reducing)
+            st = start_reduce(bs, gi); /* a partial gradient nobody reported complete */
+        if (st == LW_OK && bs->groups[gi].reducing) st = complete_reduce(bs, gi);
+        if (first == LW_OK) first = st;
+    }
+    return first;
+}
+
+lw_status lwi_sharded_wait_gather(lwi_group *g) {
+    if (!g->gathering) return LW_OK;
+    g->gathering = false;
+    return lw_request_wait(g->pblock.req);
+}
+
+static lw_status evict_params(lw_buffers *bs, int32_t gi) {
+    lwi_group *g = &bs->groups[gi];
+    lw_status st = lwi_sharded_wait_gather(g);
+    if (st != LW_OK) return st;
+    return give_back(bs, &g->pblock, g->buffer, true);
+}
+
+/* The least recently used group matching `want`, other than keep; -1 if none. */
+typedef bool (*group_filter)(const lwi_group *g);
+static int32_t least_recent(const lw_buffers *bs, group_filter want, int32_t keep) {
+    int32_t best = -1;
+    for (int32_t gi = 0; gi < bs->n_groups; gi++)
+        if (gi != keep && want(&bs->groups[gi]) &&
+            (best < 0 || bs->groups[gi].used < bs->groups[best].used))
+            best = gi;
+    return best;
+}
+
+static bool idle_params(const lwi_group *g) { return g->pblock.data != NULL && g->pins == 0; }
+
+/* How far ahead of the pass a group's next use lies: 0 when the pass is inside it (a group of
+ * small parameters spread over the model, like the norms), INT32_MAX when it is behind. */
+static int32_t distance(const lw_buffers *bs, const lwi_group *g) {
+    const bool fwd = bs->pass == LW_PASS_FORWARD;
+    if (fwd ? g->last < bs->cursor : g->first > bs->cursor) return INT32_MAX;
+    if (g->first <= bs->cursor && bs->cursor <= g->last) return 0;
+    return fwd ? g->first - bs->cursor : bs->cursor - g->last;
+}
+
+/* The idle gathered group to evict: the one needed latest, least recently used among equals. */
+static int32_t eviction_victim(const lw_buffers *bs, int32_t keep) {
+    int32_t best = -1;
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        const lwi_group *g = &bs->groups[gi];
+        if (gi == keep || !idle_params(g)) continue;
+        if (best < 0) {
+            best = gi;
+            continue;
+        }
+        const int32_t d = distance(bs, g), db = distance(bs, &bs->groups[best]);
+        if (d > db || (d == db && g->used < bs->groups[best].used)) best = gi;
+    }
+    return best;
+}
+static bool idle_grad(const lwi_group *g) {
+    return g->gblock.data != NULL && !g->reducing && g->pins == 0;
+}
+
+/* One step towards room for a block: *freed says whether anything changed. In order: free a
+ * spare block; evict an idle gathered group the pass needs only later; finish a reduction in
+ * flight; evict an idle group the pass is inside (it will be gathered again); reduce an idle
+ * group's partial gradient early. A prefetch only frees spare blocks: evicting for a group that
+ * is merely needed next would trade a gather now for one later, and waiting would undo the
+ * overlap it is for. */
+static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *freed) {
+    *freed = true;
+    for (int32_t b = 0; b < bs->n_buffers; b++) {
+        lwi_buf *buf = &bs->buffers[b];
+        if (buf->n_spare > 0) {
+            free_block(&buf->spare[--buf->n_spare]);
+            bs->cached_bytes -= block_bytes(buf);
+            return LW_OK;
+        }
+    }
+    if (prefetch) {
+        *freed = false;
+        return LW_OK;
+    }
+    int32_t gi = eviction_victim(bs, keep);
+    if (gi >= 0 && distance(bs, &bs->groups[gi]) > 0) return evict_params(bs, gi);
+    for (int32_t k = bs->n_groups - 1; k >= 0; k--) /* the reduction started first */
+        if (bs->groups[k].reducing) return complete_reduce(bs, k);
+    if (gi >= 0) return evict_params(bs, gi);
+    gi = least_recent(bs, idle_grad, keep);
+    if (gi >= 0) {
+        bs->flushes++;
+        lw_status st = start_reduce(bs, gi);
+        return st != LW_OK ? st : complete_reduce(bs, gi);
+    }
+    *freed = false;
+    return LW_OK;
+}
+
+/* A block for group gi: a spare one, or a new one within the budget (making room first).
+ * Beyond the budget a prefetch gets none (data NULL); anything else is counted over budget. */
+static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool param, bool prefetch) {
+    lwi_buf *b = &bs->buffers[bs->groups[gi].buffer];
+    const int64_t bytes = block_bytes(b);
+    out->data = NULL;
+    while (b->n_spare == 0 && held_blocks(bs) + bytes > bs->budget) {
+        bool freed;
+        lw_status st = make_room(bs, gi, prefetch, &freed);
+        if (st != LW_OK) return st;
+        if (!freed) break;
+    }
+    if (b->n_spare > 0) {
+        *out = b->spare[--b->n_spare];
+        bs->cached_bytes -= bytes;
+    } else {
+        if (held_blocks(bs) + bytes > bs->budget) {
+            if (prefetch) return LW_OK;
+            bs->over_budget++;
+        }
+        size_t size = ((size_t)b->block_numel * sizeof(float) + 63) / 64 * 64;
+        out->data = aligned_alloc(64, size ? size : 64);
+        if (out->data == NULL)
+            return lwi_fail(LW_ERR_NOMEM,
+                            "buffers: out of memory for a "
+                            "group block of %lld elements",
+                            (long long)b->block_numel);
+        lw_status st = lw_request_new(&out->req);
+        if (st != LW_OK) {
+            free(out->data);
+            out->data = NULL;
+            return st;
+        }
+    }
+    if (param)
+        bs->param_block_bytes += bytes;
+    else
+        bs->grad_block_bytes += bytes;
+    const int64_t total = bs->array_bytes + held_blocks(bs);
+    if (total > bs->peak) bs->peak = total;
+    return LW_OK;
+}
+
+/* Starts gathering group gi's parameters: this rank's shard into place, then an in-place
+ * all-gather. A prefetch may find no room and start nothing. */
+static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
+    lwi_group *g = &bs->groups[gi];
+    lwi_buf *b = &bs->buffers[g->buffer];
+    lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
+    if (st != LW_OK || g->pblock.data == NULL) return st;
+    const int64_t shard = g->count / b->dp;
+    memcpy(g->pblock.data + (int64_t)b->rank * shard, b->param + g->start / b->dp,
+           sizeof(float) * (size_t)shard);
+    g->gathering = true;
+    g->used = ++bs->tick;
+    bs->gathers++;
+    lw_request_set_label(g->pblock.req, g->label);
+    return lw_comm_allgather(b->comm, g->pblock.data, g->count, LW_DTYPE_F32, g->pblock.req);
+}
+
+lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
+    if (bs->o.zero != 3 || gi < 0 || gi >= bs->n_groups || bs->groups[gi].pblock.data != NULL)
+        return LW_OK;
+    return start_gather(bs, gi, true);
+}
+
+lw_status lwi_sharded_wait_gathers(lw_buffers *bs) {
+    lw_status first = LW_OK;
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        lw_status st = lwi_sharded_wait_gather(&bs->groups[gi]);
+        if (first == LW_OK) first = st;
+    }
+    return first;
+}
+
+lw_status lwi_sharded_drop_params(lw_buffers *bs) {
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        lwi_group *g = &bs->groups[gi];
+        if (g->pins > 0)
+            return lwi_fail(LW_ERR_STATE,
+                            "buffers: group %d is still acquired (%d acquire(s) "
+                            "without release) when its parameters change",
+                            gi, g->pins);
+        lw_status st = g->pblock.data ? evict_params(bs, gi) : LW_OK;
+        if (st != LW_OK) return st;
+    }
+    bs->pass = LW_PASS_FORWARD;
+    bs->cursor = -1;
+    return LW_OK;
+}
+
+/* The pass moved to definition index cursor: gathered groups it has left behind, unless in
+ * use, will not be read again in this pass (a tied weight read again is acquired as a reuse). */
+static lw_status drop_behind(lw_buffers *bs) {
+    for (int32_t gi = 0; gi < bs->n_groups; gi++) {
+        lwi_group *g = &bs->groups[gi];
+        if (!idle_params(g)) continue;
+        bool behind = bs->pass == LW_PASS_FORWARD ? g->last < bs->cursor : g->first > bs->cursor;
+        if (behind) {
+            lw_status st = evict_params(bs, gi);
+            if (st != LW_OK) return st;
+        }
+    }
+    return LW_OK;
+}
+
+/* The group the pass will need next after gi that is not held: forward in group order,
+ * backward by last parameter; groups the pass has moved past do not count. -1: none. */
+static int32_t next_in_pass(const lw_buffers *bs, int32_t gi, lw_pass pass) {
+    bool after = false;
+    for (int32_t k = 0; k < bs->n_groups; k++) {
+        const int32_t h = pass == LW_PASS_FORWARD ? k : bs->backward[k];
+        const lwi_group *g = &bs->groups[h];
+        if (h == gi) {
+            after = true;
+            continue;
+        }
+        bool ahead = pass == LW_PASS_FORWARD ? g->last > bs->cursor : g->first < bs->cursor;
+        if (after && ahead && g->pblock.data == NULL) return h;
+    }
+    return -1;
+}
+
+lw_status lwi_sharded_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
+    const int32_t gi = bs->params[param].group;
+    lwi_group *g = &bs->groups[gi];
+    lw_status st = LW_OK;
+    if (bs->o.zero == 3) {
+        if (!reuse) {
+            if (pass != bs->pass) {
+                bs->pass = pass;
+                bs->cursor = pass == LW_PASS_FORWARD ? -1 : bs->n_params;
+            }
+            if (pass == LW_PASS_FORWARD ? param > bs->cursor : param < bs->cursor) {
+                bs->cursor = param;
+                st = drop_behind(bs);
+            }
+        }
+        if (st == LW_OK && g->pblock.data == NULL) st = start_gather(bs, gi, false);
+        if (st == LW_OK) st = lwi_sharded_wait_gather(g);
+    }
+    if (st != LW_OK) return st;
+    g->pins++;
+    g->used = ++bs->tick;
+    if (pass == LW_PASS_BACKWARD && bs->o.zero >= 2) {
+        if (g->gblock.data != NULL && g->reducing) st = complete_reduce(bs, gi);
+        if (st == LW_OK && g->gblock.data == NULL) {
+            st = take_block(bs, gi, &g->gblock, false, false);
+            if (st == LW_OK) memset(g->gblock.data, 0, sizeof(float) * (size_t)g->count);
+        }
+    }
+    if (st == LW_OK && bs->o.zero == 3 && bs->o.overlap_param && !reuse)
+        st = lwi_sharded_prefetch(bs, next_in_pass(bs, gi, pass));
+    if (st != LW_OK) g->pins--;
+    return st;
+}
+
+lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
+    lwi_group *g = &bs->groups[gi];
+    lwi_buf *b = &bs->buffers[g->buffer];
+    if (g->pblock.data == NULL)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: commit of group %d, whose parameters are not "
+                        "gathered (acquire one of its parameters first)",
+                        gi);
+    lw_status st = lwi_sharded_wait_gather(g);
+    if (st != LW_OK) return st;
+    const int64_t shard = g->count / b->dp;
+    memcpy(b->param + g->start / b->dp, g->pblock.data + (int64_t)b->rank * shard,
+           sizeof(float) * (size_t)shard);
+    return LW_OK;
+}

@@ -1,0 +1,396 @@
+/* comm.c: the communicator object: argument checks, counters, requests and the blocking forms
+ * of the collectives (a start and a wait, so the watchdog sees every wait), over a backend
+ * (self.c: one rank; mpi.c: MPI). The watchdog itself is in watchdog.c; which backend serves
+ * the world, in world.c. */
+#include "comm/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+lw_status lwi_comm_make(const lwi_comm_backend *backend, int32_t rank, int32_t size, void *impl,
+                        lw_comm **out) {
+    lw_comm *c = calloc(1, sizeof *c);
+    if (c == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    c->backend = backend;
+    c->rank = rank;
+    c->size = size;
+    c->impl = impl;
+    c->timeout = 600.0;
+    lw_status st = lw_request_new(&c->blocking);
+    if (st != LW_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return LW_OK;
+}
+
+void lw_comm_free(lw_comm *c) {
+    if (c == NULL) return;
+    /* collectives still in flight finish first: their requests may outlive the comm (on a
+     * broken comm each wait fails at once and lets its request go) */
+    while (c->active != NULL) lw_request_wait(c->active);
+    lw_request_free(c->blocking);
+    c->backend->free(c);
+    free(c);
+}
+
+int32_t lw_comm_rank(const lw_comm *c) { return c ? c->rank : -1; }
+int32_t lw_comm_size(const lw_comm *c) { return c ? c->size : 0; }
+const char *lw_comm_backend(const lw_comm *c) { return c ? c->backend->name : "none"; }
+
+/* Collectives check the comm is there and not broken by an earlier timeout: after one, a
+ * collective would only wait for the stopped rank again. */
+static lw_status check_comm(const lw_comm *c) {
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+    return lwi_comm_check_broken(c);
+}
+
+static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
+    c->counters[op].calls++;
+    c->counters[op].bytes += (int64_t)bytes;
+    c->counters[op].seconds += lwi_now() - since;
+}
+
+static lw_status claim(lw_request *req) {
+    if (req->comm != NULL)
+        return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
+    return LW_OK;
+}
+
+/* Numbers the collective about to start on req and records what the watchdog's message names:
+ * its size, its label (the comm's one-shot label, if set) and the comm's phase. */
+static void stamp(lw_comm *c, lw_request *req, lw_comm_op op, int64_t bytes) {
+    req->op = op;
+    req->seq = ++c->seq;
+    req->bytes = bytes;
+    memcpy(req->once, c->next_label, sizeof req->once);
+    c->next_label[0] = '\0';
+    memcpy(req->phase, c->phase, sizeof req->phase);
+    req->copy_to = NULL;
+    req->copy_count = 0;
+}
+
+/* Marks req in flight on c since `started` (after a successful start). */
+static void activate(lw_comm *c, lw_request *req, double started) {
+    req->comm = c;
+    req->started = started;
+    req->prev_active = NULL;
+    req->next_active = c->active;
+    if (c->active != NULL) c->active->prev_active = req;
+    c->active = req;
+}
+
+/* MPI counts are int: the blocking forms move larger buffers in pieces. */
+#define CHUNK_BYTES ((int64_t)1 << 30)
+
+static lw_status finish(lw_request *r);
+
+/* The request for a blocking form's collective: the comm's own, which is started and waited for
+ * under the watchdog; NULL when the watchdog is off, for the backend's blocking call. */
+static lw_request *blocking_request(lw_comm *c) { return c->timeout > 0 ? c->blocking : NULL; }
+
+/* After a blocking form's backend call: waits for the collective if it was started on r. */
+static lw_status complete_blocking(lw_comm *c, lw_request *r, lw_status st, double started) {
+    if (st != LW_OK || r == NULL) return st;
+    activate(c, r, started);
+    return finish(r);
+}
+
+lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    if (color < 0) return lwi_fail(LW_ERR_INVALID, "comm: split color must be >= 0, got %d", color);
+    *out = NULL;
+    st = c->backend->split(c, color, key, out);
+    if (st == LW_OK) (*out)->timeout = c->timeout;
+    return st;
+}
+
+lw_status lw_comm_barrier(lw_comm *c) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = claim(c->blocking)) != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, c->blocking, LW_COMM_BARRIER, 0);
+    if (c->size > 1) {
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(c, r, c->backend->barrier(c, r), t);
+    }
+    count(c, LW_COMM_BARRIER, 0, t);
+    return st;
+}
+
+lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (bytes < 0 || (bytes > 0 && data == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: broadcast of %lld bytes from %p", (long long)bytes,
+                        data);
+    if (root < 0 || root >= c->size)
+        return lwi_fail(LW_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
+    if ((st = claim(c->blocking)) != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, c->blocking, LW_COMM_BROADCAST, bytes);
+    for (int64_t off = 0; c->size > 1 && st == LW_OK && off < bytes; off += CHUNK_BYTES) {
+        int64_t n = bytes - off < CHUNK_BYTES ? bytes - off : CHUNK_BYTES;
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(c, r, c->backend->broadcast(c, (char *)data + off, n, root, r),
+                               lwi_now());
+    }
+    count(c, LW_COMM_BROADCAST, c->rank == root ? (double)bytes : 0, t);
+    return st;
+}
+
+lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_F64 && dtype != LW_DTYPE_I64)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of dtype %d (f32, f64 or i64)",
+                        (int)dtype);
+    if (op < LW_REDUCE_SUM || op > LW_REDUCE_MIN)
+        return lwi_fail(LW_ERR_INVALID, "comm: unknown reduce op %d", (int)op);
+    if (n < 0 || (n > 0 && data == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
+                        data);
+    if ((st = claim(c->blocking)) != LW_OK) return st;
+    double t = lwi_now();
+    const int64_t size = (int64_t)lwi_dtype_size(dtype), chunk = CHUNK_BYTES / 8;
+    stamp(c, c->blocking, LW_COMM_ALLREDUCE, n * size);
+    for (int64_t off = 0; c->size > 1 && st == LW_OK && off < n; off += chunk) {
+        int64_t k = n - off < chunk ? n - off : chunk;
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(
+            c, r, c->backend->allreduce(c, (char *)data + off * size, k, dtype, op, r), lwi_now());
+    }
+    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)(n * size), t);
+    return st;
+}
+
+lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request *req) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (req == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-reduce start without a request");
+    if (n < 0 || (n > 0 && data == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
+                        (void *)data);
+    if ((st = claim(req)) != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, req, LW_COMM_ALLREDUCE, n * 4);
+    if (c->size > 1) {
+        st = c->backend->allreduce(c, data, n, LW_DTYPE_F32, LW_REDUCE_SUM, req);
+        if (st == LW_OK) activate(c, req, t);
+    }
+    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)n * 4.0, t);
+    return st;
+}
+
+static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, const char *what) {
+    if (n < 0 || (n > 0 && bucket == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements at %p", what, (long long)n,
+                        bucket);
+    if (n % c->size != 0)
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements does not split into %d equal "
+                        "shards", what, (long long)n, c->size);
+    return LW_OK;
+}
+
+lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_request *req) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK) return st;
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(r)) != LW_OK) return st;
+    double t = lwi_now();
+    int64_t shard = n / c->size;
+    stamp(c, r, LW_COMM_REDUCE_SCATTER, n * 4);
+    if (c->size == 1) { /* the sum over one rank is the bucket itself */
+        count(c, LW_COMM_REDUCE_SCATTER, 0, t);
+        return LW_OK;
+    }
+    if (shard > r->scratch_capacity) {
+        float *grown = realloc(r->scratch, sizeof(float) * (size_t)shard);
+        if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard");
+        r->scratch = grown;
+        r->scratch_capacity = shard;
+    }
+    r->copy_to = bucket + (int64_t)c->rank * shard;
+    r->copy_count = shard;
+    st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
+    if (st == LW_OK) activate(c, r, t);
+    count(c, LW_COMM_REDUCE_SCATTER, (double)(c->size - 1) / c->size * (double)n * 4.0, t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
+}
+
+lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
+                            lw_request *req) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = check_bucket(c, bucket, n, "all-gather")) != LW_OK) return st;
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather of dtype %d (f32, bf16 or f16)",
+                        (int)dtype);
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(r)) != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, r, LW_COMM_ALLGATHER, n * (int64_t)lwi_dtype_size(dtype));
+    if (c->size == 1) { /* one shard: every rank already has it */
+        count(c, LW_COMM_ALLGATHER, 0, t);
+        return LW_OK;
+    }
+    st = c->backend->allgather_start(c, bucket, n / c->size, dtype, r);
+    if (st == LW_OK) activate(c, r, t);
+    count(c, LW_COMM_ALLGATHER,
+          (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype), t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
+}
+
+lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, float *recv,
+                             const int64_t *counts) {
+    lw_status st = check_comm(c);
+    if (st != LW_OK) return st;
+    if (counts == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v without counts");
+    int64_t total = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+        if (counts[r] < 0)
+            return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v count %lld for rank %d",
+                            (long long)counts[r], r);
+        total += counts[r];
+    }
+    if (send_count != counts[c->rank])
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v sends %lld but counts[%d] is %lld",
+                        (long long)send_count, c->rank, (long long)counts[c->rank]);
+    if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
+    if ((st = claim(c->blocking)) != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * 4);
+    if (c->size == 1) { /* one rank: its own contribution is the result */
+        if (send_count > 0 && send != recv)
+            memmove(recv, send, sizeof(float) * (size_t)send_count);
+    } else {
+        lw_request *r = blocking_request(c);
+        st = complete_blocking(c, r, c->backend->allgatherv(c, send, send_count, recv, counts, r),
+                               t);
+    }
+    count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
+    return st;
+}
+
+lw_status lw_comm_abort(lw_comm *c, int32_t code) {
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+    c->backend->abort(c, code);
+    return LW_OK;
+}
+
+lw_status lw_comm_counter_get(const lw_comm *c, lw_comm_op op, lw_comm_counter *out) {
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+    if (op < 0 || op >= LWI_COMM_OPS || out == NULL)
+        return lwi_fail(LW_ERR_INVALID, "comm: unknown counter %d", (int)op);
+    *out = c->counters[op];
+    return LW_OK;
+}
+
+void lw_comm_counters_reset(lw_comm *c) {
+    if (c != NULL) memset(c->counters, 0, sizeof c->counters);
+}
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+lw_status lw_request_new(lw_request **out) {
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    *out = calloc(1, sizeof **out);
+    return *out ? LW_OK : lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+}
+
+void lw_request_free(lw_request *r) {
+    if (r == NULL) return;
+    lw_request_wait(r);
+    free(r->scratch);
+    free(r->ints);
+    free(r->handle);
+    free(r);
+}
+
+bool lw_request_active(const lw_request *r) { return r != NULL && r->comm != NULL; }
+
+/* Takes r off its comm's list of requests in flight. */
+static void release(lw_request *r) {
+    lw_comm *c = r->comm;
+    if (r->prev_active != NULL) r->prev_active->next_active = r->next_active;
+    else c->active = r->next_active;
+    if (r->next_active != NULL) r->next_active->prev_active = r->prev_active;
+    r->next_active = r->prev_active = NULL;
+    r->comm = NULL;
+}
+
+/* Lets go of a collective that timed out. MPI still holds it and may still write into the
+ * scratch shard or read the counts if the stopped rank comes back, so those stay allocated
+ * (leaked: the job is ending); the request can start again with fresh ones. */
+static void abandon(lw_request *r) {
+    release(r);
+    r->scratch = NULL;
+    r->scratch_capacity = 0;
+    r->ints = NULL;
+    r->ints_capacity = 0;
+}
+
+/* The request completed in the backend: finish the reduce-scatter's copy, release it. */
+static void complete(lw_request *r) {
+    if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_count > 0)
+        memcpy(r->copy_to, r->scratch, sizeof(float) * (size_t)r->copy_count);
+    release(r);
+}
+
+lw_status lw_request_test(lw_request *r, bool *done) {
+    if (r == NULL || done == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
+    *done = true;
+    if (r->comm == NULL) return LW_OK;
+    lw_comm *c = r->comm;
+    lw_status st = lwi_comm_check_broken(c);
+    if (st != LW_OK) {
+        *done = false;
+        abandon(r); /* broken: LW_ERR_TIMEOUT */
+        return st;
+    }
+    double t = lwi_now();
+    st = c->backend->test(r, done);
+    double now = lwi_now();
+    c->counters[r->op].seconds += now - t;
+    if (st == LW_OK && !*done) st = lwi_watch_check(r, now);
+    if (st == LW_ERR_TIMEOUT) {
+        abandon(r);
+    } else if (st != LW_OK) {
+        release(r);
+    } else if (*done) {
+        complete(r);
+    }
+    return st;
+}
+
+
+/* Waits for r (in flight) without counting the time: the blocking forms count theirs whole. */
+static lw_status finish(lw_request *r) {
+    lw_status st = lwi_comm_check_broken(r->comm);
+    /* without a timeout, the backend's own wait: no polling at all */
+    if (st == LW_OK) st = r->comm->timeout > 0 ? lwi_watch_wait(r) : r->comm->backend->wait(r);
+    if (st == LW_ERR_TIMEOUT) {
+        abandon(r);
+    } else if (st != LW_OK) {
+        release(r);
+    } else {
+        complete(r);
+    }
+    return st;
+}
+
+lw_status lw_request_wait(lw_request *r) {
+    if (r == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
+    if (r->comm == NULL) return LW_OK;
+    lw_comm *c = r->comm;
+    lw_comm_op op = r->op;
+    double t = lwi_now();
+    lw_status st = finish(r);
+    c->counters[op].seconds += lwi_now() - t;
+    return st;
+}

@@ -1,0 +1,102 @@
+/* comm.h: the communicator's data and the backend interface shared by comm.c and the
+ * backends (self.c, mpi.c). Not public API. */
+#ifndef LW_COMM_H
+#define LW_COMM_H
+
+#include "base/base.h"
+#include "device/device.h"
+
+#define LWI_COMM_OPS 6
+#define LWI_LABEL 64   /* bytes of a collective's label, with its NUL */
+#define LWI_PHASE 64   /* bytes of a communicator's phase, with its NUL */
+#define LWI_BROKEN 640 /* bytes of the watchdog's message kept on a broken communicator */
+
+/* A backend: collectives start on a request and complete through test / wait, so that every
+ * wait can go through the watchdog's deadline. Barrier, broadcast, all-reduce and all-gather-v
+ * also have a blocking form, taken when req is NULL (the watchdog is off: MPI's blocking
+ * collectives are faster than a start and a wait). Counts are elements, each at most INT32_MAX
+ * (comm.c splits larger broadcasts and blocking all-reduces); a reduce-scatter reads
+ * send[0..shard * size) and writes recv[0..shard). */
+typedef struct lwi_comm_backend {
+    const char *name;
+    lw_status (*split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
+    lw_status (*barrier)(lw_comm *comm, lw_request *req);
+    lw_status (*broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root,
+                           lw_request *req);
+    lw_status (*allreduce)(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
+                           lw_reduce_op op, lw_request *req);
+    lw_status (*reduce_scatter_start)(lw_comm *comm, const float *send, float *recv,
+                                      int64_t shard, lw_request *req);
+    lw_status (*allgather_start)(lw_comm *comm, void *bucket, int64_t shard, lw_dtype dtype,
+                                 lw_request *req);
+    lw_status (*allgatherv)(lw_comm *comm, const float *send, int64_t send_count, float *recv,
+                            const int64_t *counts, lw_request *req);
+    lw_status (*test)(lw_request *req, bool *done);
+    lw_status (*wait)(lw_request *req);
+    void (*abort)(lw_comm *comm, int32_t code);
+    void (*free)(lw_comm *comm);
+} lwi_comm_backend;
+
+struct lw_comm {
+    const lwi_comm_backend *backend;
+    int32_t rank;
+    int32_t size;
+    void *impl; /* backend data (the MPI communicator) */
+    lw_comm_counter counters[LWI_COMM_OPS];
+    lw_request *blocking; /* [owned] request for the blocking forms of the collectives */
+    lw_request *active;   /* [borrowed] requests in flight, completed before the comm is freed */
+    /* the watchdog (watchdog.c) */
+    double timeout;              /* seconds a collective may be in flight; 0 = no watchdog */
+    bool yield;                  /* more ranks than cores, MPI not yielding: yield between polls */
+    int64_t seq;                 /* collectives started on this communicator */
+    char phase[LWI_PHASE];       /* what the caller is doing ("step 12"); "" = unset */
+    char next_label[LWI_LABEL];  /* label of the next collective started (lw_comm_set_label) */
+    bool broken;                 /* a collective timed out: every later one fails at once */
+    char broken_why[LWI_BROKEN]; /* ... with this message */
+};
+
+struct lw_request {
+    lw_comm *comm; /* the communicator of the active collective; NULL when idle */
+    lw_comm_op op;
+    float *scratch; /* [owned] reduce-scatter result before it is copied into the bucket */
+    int64_t scratch_capacity;
+    float *copy_to; /* reduce-scatter: where the result goes on completion */
+    int64_t copy_count;
+    void *handle; /* [owned] backend handle storage (MPI_Request), allocated on first use */
+    int *ints;    /* [owned] backend integers that live as long as the collective (counts) */
+    int64_t ints_capacity;
+    /* for the watchdog: what is in flight, since when */
+    double started; /* lwi_now() when it started */
+    int64_t seq;    /* its number on its communicator */
+    int64_t bytes;  /* its payload */
+    char label[LWI_LABEL]; /* lw_request_set_label: what every collective on it is for */
+    char once[LWI_LABEL];  /* lw_comm_set_label: what this one collective is for */
+    char phase[LWI_PHASE]; /* the communicator's phase when it started */
+    lw_request *next_active; /* the comm's list of requests in flight */
+    lw_request *prev_active;
+};
+
+
+/* A communicator object around a backend (counters zero, blocking request allocated). */
+lw_status lwi_comm_make(const lwi_comm_backend *backend, int32_t rank, int32_t size, void *impl,
+                        lw_comm **out);
+/* watchdog.c */
+/* LWOPT_TIMEOUT in seconds, or 600 when unset; LW_ERR_INVALID naming a bad value. */
+lw_status lwi_comm_env_timeout(double *seconds);
+/* Waits for req (in flight on a comm with a timeout) by polling: LW_OK, the backend's error, or
+ * LW_ERR_TIMEOUT once req has been in flight longer than the timeout (the comm is then broken:
+ * lwi_comm_check_broken fails). */
+lw_status lwi_watch_wait(lw_request *req);
+/* LW_ERR_TIMEOUT (comm broken) if req, not completed at time `now`, is past its deadline. */
+lw_status lwi_watch_check(lw_request *req, double now);
+/* Whether any collective of this process timed out (then MPI must not be finalised: that would
+ * wait for the stopped rank). */
+extern bool lwi_comm_timed_out;
+/* LW_ERR_TIMEOUT with the original message if a collective on c timed out; LW_OK otherwise. */
+lw_status lwi_comm_check_broken(const lw_comm *c);
+
+/* The worlds of the backends (world.c chooses one): one rank (self.c); MPI (mpi.c). */
+lw_status lwi_comm_self_world(lw_comm **out);
+lw_status lwi_comm_mpi_world(lw_comm **out);
+
+#endif

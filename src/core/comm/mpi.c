@@ -1,0 +1,274 @@
+/* mpi.c: the MPI backend. Communicators are duplicates of MPI_COMM_WORLD (or splits of
+ * them) with errors returned, not fatal; MPI is initialised on first use and finalised when
+ * the last communicator is freed, or at exit. Every collective has a nonblocking form
+ * (MPI_I...), so that comm.c can wait for it under the watchdog's deadline. */
+#include "comm/comm.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int live_comms;     /* MPI communicators alive */
+static bool we_initialised; /* MPI_Init came from here, so MPI_Finalize is ours too */
+static bool poll_yields;    /* the watchdog's polls give the core up (see mpi_yields) */
+
+static lw_status mpi_fail(int code, const char *what) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    return lwi_fail(LW_ERR_IO, "comm: %s failed: %.*s", what, len, text);
+}
+
+#define MPI_CHECK(call, what)                                                                  \
+    do {                                                                                       \
+        int mpi_code = (call);                                                                 \
+        if (mpi_code != MPI_SUCCESS) return mpi_fail(mpi_code, what);                          \
+    } while (0)
+
+static MPI_Comm *handle_of(lw_comm *c) { return (MPI_Comm *)c->impl; }
+
+/* Whether this process may call MPI_Finalize: not after a collective timed out, since
+ * MPI_Finalize would wait for the rank that stopped; the launcher ends the job instead. */
+static bool may_finalize(void) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    return we_initialised && !finalized && !lwi_comm_timed_out;
+}
+
+static void finalize_at_exit(void) {
+    if (may_finalize()) MPI_Finalize();
+}
+
+static MPI_Datatype mpi_type(lw_dtype dtype) {
+    switch (dtype) {
+    case LW_DTYPE_F32: return MPI_FLOAT;
+    case LW_DTYPE_F64: return MPI_DOUBLE;
+    case LW_DTYPE_I64: return MPI_INT64_T;
+    default: return MPI_UINT16_T; /* bf16 / f16: moved, never reduced */
+    }
+}
+
+static MPI_Op mpi_op(lw_reduce_op op) {
+    return op == LW_REDUCE_MAX ? MPI_MAX : op == LW_REDUCE_MIN ? MPI_MIN : MPI_SUM;
+}
+
+static MPI_Request *request_handle(lw_request *req) {
+    if (req->handle == NULL) req->handle = malloc(sizeof(MPI_Request));
+    return req->handle;
+}
+
+extern const lwi_comm_backend lwi_comm_mpi_backend;
+
+/* Whether MPI's progress (inside MPI_Test too) already yields the core while it waits: OpenMPI's
+ * mpi_yield_when_idle, on by default when mpirun oversubscribes the machine. With more ranks
+ * than cores and no yield there, the watchdog's polls yield themselves; a second yield per poll
+ * only adds latency (measured: 13 -> 34 us for a small all-reduce at 3 ranks on 2 cores). */
+static bool mpi_yields(bool flagged) {
+    const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
+    if (y == NULL || y[0] == '\0') return flagged;
+    return strchr("1tTyYeE", y[0]) != NULL; /* 1, true, yes, enabled */
+}
+
+/* Ranks of this job on this machine. */
+static int local_ranks(void) {
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return local ? atoi(local) : 1;
+}
+
+/* Wraps an MPI communicator we own (a dup or split) into an lw_comm. */
+static lw_status wrap(MPI_Comm mc, lw_comm **out) {
+    MPI_Comm *h = malloc(sizeof *h);
+    if (h == NULL) {
+        MPI_Comm_free(&mc);
+        return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    }
+    *h = mc;
+    MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(mc, &rank);
+    MPI_Comm_size(mc, &size);
+    lw_status st = lwi_comm_make(&lwi_comm_mpi_backend, rank, size, h, out);
+    if (st != LW_OK) {
+        MPI_Comm_free(h);
+        free(h);
+        return st;
+    }
+    (*out)->yield = poll_yields;
+    live_comms++;
+    return LW_OK;
+}
+
+lw_status lwi_comm_mpi_world(lw_comm **out) {
+    int initialised = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return lwi_fail(LW_ERR_STATE, "comm: MPI was already finalised");
+    MPI_Initialized(&initialised);
+    if (!initialised) {
+        int provided = 0;
+        MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init");
+        we_initialised = true;
+        atexit(finalize_at_exit);
+        lwi_blas_share_cores(local_ranks());
+    }
+    /* mpirun says so when it placed more ranks than slots */
+    const char *over = getenv("OMPI_MCA_mpi_oversubscribe");
+    const bool flagged = over != NULL && strcmp(over, "1") == 0;
+    const bool over_cores = flagged || local_ranks() > sysconf(_SC_NPROCESSORS_ONLN);
+    poll_yields = over_cores && !mpi_yields(flagged);
+    MPI_Comm world;
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+    return wrap(world, out);
+}
+
+static lw_status mpi_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
+    MPI_Comm part;
+    MPI_CHECK(MPI_Comm_split(*handle_of(c), color, key, &part), "MPI_Comm_split");
+    return wrap(part, out);
+}
+
+static lw_status check_int(int64_t n, const char *what) {
+    if (n > 0x7fffffff)
+        return lwi_fail(LW_ERR_UNSUPPORTED, "comm: %s shard of %lld elements exceeds MPI's int "
+                        "count; use smaller buckets", what, (long long)n);
+    return LW_OK;
+}
+
+/* Barrier, broadcast, all-reduce and all-gather-v: with req, the nonblocking form started on
+ * it; without, MPI's blocking collective. */
+static lw_status mpi_barrier(lw_comm *c, lw_request *req) {
+    if (req == NULL) {
+        MPI_CHECK(MPI_Barrier(*handle_of(c)), "MPI_Barrier");
+        return LW_OK;
+    }
+    MPI_Request *h = request_handle(req);
+    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    MPI_CHECK(MPI_Ibarrier(*handle_of(c), h), "MPI_Ibarrier");
+    return LW_OK;
+}
+
+static lw_status mpi_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root,
+                               lw_request *req) {
+    lw_status st = check_int(bytes, "broadcast");
+    if (st != LW_OK) return st;
+    if (req == NULL) {
+        MPI_CHECK(MPI_Bcast(data, (int)bytes, MPI_BYTE, root, *handle_of(c)), "MPI_Bcast");
+        return LW_OK;
+    }
+    MPI_Request *h = request_handle(req);
+    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    MPI_CHECK(MPI_Ibcast(data, (int)bytes, MPI_BYTE, root, *handle_of(c), h), "MPI_Ibcast");
+    return LW_OK;
+}
+
+static lw_status mpi_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op,
+                               lw_request *req) {
+    lw_status st = check_int(n, "all-reduce");
+    if (st != LW_OK) return st;
+    if (req == NULL) {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mpi_op(op),
+                                *handle_of(c)),
+                  "MPI_Allreduce");
+        return LW_OK;
+    }
+    MPI_Request *h = request_handle(req);
+    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mpi_op(op),
+                             *handle_of(c), h),
+              "MPI_Iallreduce");
+    return LW_OK;
+}
+
+static lw_status mpi_reduce_scatter(lw_comm *c, const float *send, float *recv, int64_t shard,
+                                    lw_request *req) {
+    lw_status st = check_int(shard, "reduce-scatter");
+    if (st != LW_OK) return st;
+    MPI_Request *h = request_handle(req);
+    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM,
+                                        *handle_of(c), h),
+              "MPI_Ireduce_scatter_block");
+    return LW_OK;
+}
+
+static lw_status mpi_allgather(lw_comm *c, void *bucket, int64_t shard, lw_dtype dtype,
+                               lw_request *req) {
+    lw_status st = check_int(shard, "all-gather");
+    if (st != LW_OK) return st;
+    MPI_Request *h = request_handle(req);
+    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bucket, (int)shard,
+                             mpi_type(dtype), *handle_of(c), h),
+              "MPI_Iallgather");
+    return LW_OK;
+}
+
+static lw_status mpi_allgatherv(lw_comm *c, const float *send, int64_t n, float *recv,
+                                const int64_t *counts, lw_request *req) {
+    /* the nonblocking form reads the counts and displacements until it completes: they live in
+     * the request */
+    int *ints = NULL;
+    if (req == NULL) {
+        ints = malloc(sizeof(int) * (size_t)c->size * 2);
+        if (ints == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    } else if (2 * (int64_t)c->size > req->ints_capacity) {
+        int *grown = realloc(req->ints, sizeof(int) * (size_t)c->size * 2);
+        if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+        req->ints = grown;
+        req->ints_capacity = 2 * (int64_t)c->size;
+    }
+    int *cnt = req ? req->ints : ints, *displs = cnt + c->size;
+    int64_t at = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+        if (counts[r] > 0x7fffffff || at > 0x7fffffff) {
+            free(ints);
+            return check_int(counts[r] > at ? counts[r] : at, "all-gather-v");
+        }
+        cnt[r] = (int)counts[r];
+        displs[r] = (int)at;
+        at += counts[r];
+    }
+    int code;
+    if (req == NULL) {
+        code = MPI_Allgatherv(send, (int)n, MPI_FLOAT, recv, cnt, displs, MPI_FLOAT,
+                              *handle_of(c));
+        free(ints);
+        return code == MPI_SUCCESS ? LW_OK : mpi_fail(code, "MPI_Allgatherv");
+    }
+    MPI_Request *h = request_handle(req);
+    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    code = MPI_Iallgatherv(send, (int)n, MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, *handle_of(c),
+                           h);
+    return code == MPI_SUCCESS ? LW_OK : mpi_fail(code, "MPI_Iallgatherv");
+}
+
+static lw_status mpi_test(lw_request *req, bool *done) {
+    int flag = 0;
+    MPI_CHECK(MPI_Test(req->handle, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    *done = flag != 0;
+    return LW_OK;
+}
+
+static lw_status mpi_wait(lw_request *req) {
+    MPI_CHECK(MPI_Wait(req->handle, MPI_STATUS_IGNORE), "MPI_Wait");
+    return LW_OK;
+}
+
+static void mpi_abort(lw_comm *c, int32_t code) {
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static void mpi_free(lw_comm *c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(handle_of(c));
+    free(c->impl);
+    if (--live_comms == 0 && may_finalize()) MPI_Finalize();
+}
+
+const lwi_comm_backend lwi_comm_mpi_backend = {
+    "mpi",          mpi_split,      mpi_barrier, mpi_broadcast, mpi_allreduce,
+    mpi_reduce_scatter, mpi_allgather, mpi_allgatherv, mpi_test, mpi_wait,
+    mpi_abort,      mpi_free,
+};

@@ -1,0 +1,69 @@
+/* world.c: the world communicator: the table of backends built in, which one serves the world
+ * (LWOPT_COMM, or MPI when a launcher started the process), and the launcher's view of this
+ * process. The only place that reads the launcher's environment. */
+#include "comm/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct world_backend {
+    const char *name;
+    lw_status (*world)(lw_comm **out);
+} world_backend;
+
+static const world_backend backends[] = {
+    {"self", lwi_comm_self_world},
+    {"mpi", lwi_comm_mpi_world},
+};
+enum { N_BACKENDS = sizeof backends / sizeof backends[0] };
+
+/* The first of these variables that is set and a number: OpenMPI's, then PMIx's and PMI's
+ * (Slurm, MPICH), so that any launcher lwopt runs under is recognised. */
+static bool env_int(const char *const *names, int32_t *out) {
+    for (; *names != NULL; names++) {
+        const char *text = getenv(*names);
+        char *end = NULL;
+        if (text == NULL || text[0] == '\0') continue;
+        long v = strtol(text, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= INT32_MAX) {
+            *out = (int32_t)v;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool lw_comm_launched(int32_t *rank, int32_t *size) {
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL};
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+    int32_t r = 0, s = 1;
+    const bool has_rank = env_int(rank_vars, &r), has_size = env_int(size_vars, &s);
+    if (rank) *rank = has_rank ? r : 0;
+    if (size) *size = has_size ? s : 1;
+    return has_rank || has_size;
+}
+
+static lw_status named_world(const char *name, lw_comm **out) {
+    for (int32_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(backends[i].name, name) == 0) return backends[i].world(out);
+    return lwi_fail(LW_ERR_INVALID, "comm: LWOPT_COMM is '%s' (self or mpi)", name);
+}
+
+/* Every new world takes LWOPT_TIMEOUT, read before MPI starts: a typo fails fast. */
+static lw_status with_timeout(const char *name, lw_comm **out) {
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
+    *out = NULL;
+    double timeout;
+    lw_status st = lwi_comm_env_timeout(&timeout);
+    if (st == LW_OK) st = named_world(name, out);
+    if (st == LW_OK) (*out)->timeout = timeout;
+    return st;
+}
+
+lw_status lw_comm_init(lw_comm **out) {
+    const char *choice = getenv("LWOPT_COMM");
+    if (choice != NULL && choice[0] != '\0') return with_timeout(choice, out);
+    return with_timeout(lw_comm_launched(NULL, NULL) ? "mpi" : "self", out);
+}
+
+lw_status lw_comm_self(lw_comm **out) { return with_timeout("self", out); }

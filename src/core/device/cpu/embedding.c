@@ -1,0 +1,39 @@
+/* embedding.c: token embedding plus optional learned position embedding, forward and
+ * accumulating backward. Token ids are trusted to lie in [0, vocab): the kernel does not know
+ * vocab, so callers validate ids once per batch, not per lookup. */
+#include "base/base.h"
+
+#include <string.h>
+
+void lw_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
+                          int64_t b, int64_t t, int64_t c) {
+    if (b <= 0 || t <= 0 || c <= 0) return;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t ti = 0; ti < t; ti++) {
+            float *out = y + (bi * t + ti) * c;
+            const float *tok = wte + (int64_t)tokens[bi * t + ti] * c;
+            if (wpe == NULL) {
+                memcpy(out, tok, sizeof(float) * (size_t)c);
+            } else {
+                const float *pos = wpe + ti * c;
+                for (int64_t i = 0; i < c; i++) out[i] = tok[i] + pos[i];
+            }
+        }
+}
+
+void lw_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens,
+                           int64_t b, int64_t t, int64_t c) {
+    if (b <= 0 || t <= 0 || c <= 0) return;
+    /* A token repeated in the batch adds into the same dwte row several times; the loop order
+     * (batch-major, then time) is fixed, so the result is deterministic. */
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t ti = 0; ti < t; ti++) {
+            const float *g = dy + (bi * t + ti) * c;
+            float *tok = dwte + (int64_t)tokens[bi * t + ti] * c;
+            for (int64_t i = 0; i < c; i++) tok[i] += g[i];
+            if (dwpe != NULL) {
+                float *pos = dwpe + ti * c;
+                for (int64_t i = 0; i < c; i++) pos[i] += g[i];
+            }
+        }
+}

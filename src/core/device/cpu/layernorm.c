@@ -1,0 +1,96 @@
+/* layernorm.c: layer normalisation over the last dimension (biased variance, as in torch),
+ * forward saving mean and 1/std per row, and accumulating backward. Row statistics and the two
+ * backward row sums are taken in double; the per-element work stays in float. */
+#include "base/base.h"
+
+#include <math.h>
+
+/* Independent accumulators per reduction: without -ffast-math the compiler may not reorder a
+ * single running sum, but it does vectorise LANES separate ones. */
+#define LANES 8
+
+/* sum_i x[i] in double */
+static double row_sum(const float *x, int64_t c) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= c; i += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += (double)x[i + k];
+    double s = 0;
+    for (; i < c; i++) s += (double)x[i];
+    for (int k = 0; k < LANES; k++) s += acc[k];
+    return s;
+}
+
+/* sum_i (x[i] - m)^2 in double: the two-pass variance, which unlike E[x^2] - E[x]^2 does not
+ * cancel when the mean is large against the spread. */
+static double row_sq_dev(const float *x, int64_t c, double m) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= c; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            double d = (double)x[i + k] - m;
+            acc[k] += d * d;
+        }
+    double s = 0;
+    for (; i < c; i++) {
+        double d = (double)x[i] - m;
+        s += d * d;
+    }
+    for (int k = 0; k < LANES; k++) s += acc[k];
+    return s;
+}
+
+void lw_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *g,
+                          const float *beta, int64_t n, int64_t c, float eps) {
+    if (n <= 0 || c <= 0) return;
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        double m = row_sum(xr, c) / (double)c;
+        double var = row_sq_dev(xr, c, m) / (double)c;
+        /* Normalise with the float values that are saved, so that the backward pass recomputes
+         * exactly the xhat this forward pass used. */
+        float mf = (float)m, sf = (float)(1.0 / sqrt(var + (double)eps));
+        mean[r] = mf;
+        rstd[r] = sf;
+        if (beta != NULL)
+            for (int64_t i = 0; i < c; i++) yr[i] = (xr[i] - mf) * sf * g[i] + beta[i];
+        else
+            for (int64_t i = 0; i < c; i++) yr[i] = (xr[i] - mf) * sf * g[i];
+    }
+}
+
+void lw_layernorm_backward(float *dx, float *dg, float *dbeta, const float *dy, const float *x,
+                           const float *g, const float *mean, const float *rstd, int64_t n,
+                           int64_t c) {
+    if (n <= 0 || c <= 0) return;
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + r * c, *dyr = dy + r * c;
+        float *dxr = dx + r * c;
+        float mf = mean[r], sf = rstd[r];
+        /* mean over the row of dnorm = dy * g and of dnorm * xhat: the two projections that
+         * the normalisation removes from the gradient */
+        double a1[LANES] = {0}, a2[LANES] = {0}, s1 = 0, s2 = 0;
+        int64_t i = 0;
+        for (; i + LANES <= c; i += LANES)
+            for (int k = 0; k < LANES; k++) {
+                float dn = dyr[i + k] * g[i + k], xh = (xr[i + k] - mf) * sf;
+                a1[k] += (double)dn;
+                a2[k] += (double)(dn * xh);
+            }
+        for (; i < c; i++) {
+            float dn = dyr[i] * g[i], xh = (xr[i] - mf) * sf;
+            s1 += (double)dn;
+            s2 += (double)(dn * xh);
+        }
+        for (int k = 0; k < LANES; k++) s1 += a1[k], s2 += a2[k];
+        float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
+        for (i = 0; i < c; i++) {
+            float xh = (xr[i] - mf) * sf;
+            dxr[i] += sf * (dyr[i] * g[i] - m1 - xh * m2);
+            dg[i] += dyr[i] * xh;
+        }
+        if (dbeta != NULL)
+            for (i = 0; i < c; i++) dbeta[i] += dyr[i];
+    }
+}

@@ -1,0 +1,388 @@
+/* optimizer.c: one optimizer step over lw_buffers (REFERENCE.md section 5): finish the gradient
+ * sync, the global gradient norm and zero count (one all-reduce over the world), skip on a
+ * non-finite norm, clip, Muon on the matrices this rank owns and AdamW on the elements it owns,
+ * then start the parameter sync. Only owners allocate optimizer state.
+ *
+ * Muon matrices in element-wise buffers (the rows layout, row-sharded FSDP) are owned in slices:
+ * each rank runs weight decay and momentum on its slice, one all-gather per bucket assembles
+ * every matrix's update, each rank holding a slice of a matrix orthogonalises the whole of it
+ * and keeps its slice. That all-gather and the repeated Newton-Schulz are what the
+ * shard-aligned layouts avoid. */
+#include "optim/optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct owned {
+    int32_t param;
+    int64_t start; /* elements of the param this rank updates */
+    int64_t count;
+    bool muon;
+    float *state; /* [owned] Muon: momentum (count); AdamW: m then v (2 * count) */
+    bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
+    bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
+                     whole matrix orthogonalised from the bucket's gathered update */
+} owned;
+
+struct lw_optimizer {
+    lw_buffers *buffers;
+    const lw_layout *layout;
+    lw_optimizer_options o;
+    lw_muon *muon;
+    int32_t n_owned;
+    owned *owned;   /* [owned] */
+    int32_t *group; /* [owned] per param */
+    int32_t n_groups;
+    float *lr; /* [owned] per group */
+    float *wd; /* [owned] per group */
+    int64_t step;
+    int64_t skips;
+    float *gathered;   /* [owned] row-sharded Muon: a bucket's assembled update */
+    float *orthogonal; /* [owned] and one matrix's orthogonalised update */
+    int64_t gathered_numel;
+    int64_t orthogonal_numel;
+};
+
+lw_optimizer_options lw_optimizer_defaults(void) {
+    lw_optimizer_options o;
+    memset(&o, 0, sizeof o);
+    o.muon = lw_muon_defaults();
+    o.adamw = lw_adamw_defaults();
+    o.clip = 0.0f;
+    return o;
+}
+
+static lw_status check_adamw(const lw_adamw_options *a) {
+    if (!(a->beta1 >= 0.0f && a->beta1 < 1.0f))
+        return lwi_fail(LW_ERR_INVALID, "adamw: beta1 must be in [0, 1), got %g", (double)a->beta1);
+    if (!(a->beta2 >= 0.0f && a->beta2 < 1.0f))
+        return lwi_fail(LW_ERR_INVALID, "adamw: beta2 must be in [0, 1), got %g", (double)a->beta2);
+    if (!(a->eps > 0.0f))
+        return lwi_fail(LW_ERR_INVALID, "adamw: eps must be > 0, got %g", (double)a->eps);
+    return LW_OK;
+}
+
+/* What this rank updates, and its state. */
+static lw_status collect_owned(lw_optimizer *opt) {
+    const lw_layout *l = opt->layout;
+    opt->owned = calloc((size_t)(l->n_params ? l->n_params : 1), sizeof(owned));
+    if (opt->owned == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
+    for (int32_t i = 0; i < l->n_params; i++) {
+        const lwi_param *p = &l->params[i];
+        const lwi_buffer *lb = &l->buffers[p->buffer];
+        int64_t start, count;
+        lw_status st = lw_buffers_owned(opt->buffers, i, &start, &count);
+        if (st != LW_OK) return st;
+        if (p->muon && lb->algorithm == LW_ALGORITHM_DISTOPT)
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "optimizer: '%s' is a Muon matrix in an "
+                            "element-wise (distopt) buffer; Muon needs whole matrices: use a "
+                            "shard-aligned algorithm (cost, lpt, size_matching), or rows for "
+                            "row-sharded Muon",
+                            p->name);
+        if (p->muon && p->ndim != 2)
+            return lwi_fail(LW_ERR_INVALID,
+                            "optimizer: '%s' is routed to Muon but has %d "
+                            "dimensions",
+                            p->name, p->ndim);
+        if (count == 0) continue;
+        owned *o = &opt->owned[opt->n_owned++];
+        o->param = i;
+        o->start = start;
+        o->count = count;
+        o->muon = p->muon;
+        o->counted = lb->algorithm != LW_ALGORITHM_DEFAULT ||
+                     lw_comm_rank(lw_buffers_comm(opt->buffers)) == 0;
+        o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
+        o->state = calloc((size_t)(p->muon ? count : 2 * count), sizeof(float));
+        if (o->state == NULL)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for the state of '%s' "
+                            "(%.2f GiB)", p->name, 4.0 * (double)(p->muon ? count : 2 * count) /
+                            (1 << 30));
+        if (o->sliced && p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
+    }
+    /* every rank takes part in each bucket's gather, owning a slice of it or not */
+    for (int32_t b = 0; b < l->n_buffers; b++)
+        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
+                            k < l->buffers[b].n_buckets;
+             k++) {
+            const lwi_bucket *bk = &l->buffers[b].buckets[k];
+            if (bk->stop - bk->start > opt->gathered_numel)
+                opt->gathered_numel = bk->stop - bk->start;
+        }
+    if (opt->gathered_numel > 0) {
+        opt->gathered = malloc(sizeof(float) * (size_t)opt->gathered_numel);
+        opt->orthogonal =
+            malloc(sizeof(float) * (size_t)(opt->orthogonal_numel ? opt->orthogonal_numel : 1));
+        if (opt->gathered == NULL || opt->orthogonal == NULL)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for row-sharded Muon");
+    }
+    return LW_OK;
+}
+
+lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
+                           lw_optimizer **out) {
+    if (buffers == NULL || out == NULL)
+        return lwi_fail(LW_ERR_INVALID, "optimizer: buffers and out must not be NULL");
+    *out = NULL;
+    lw_optimizer_options o = opts ? *opts : lw_optimizer_defaults();
+    lw_status st = check_adamw(&o.adamw);
+    if (st != LW_OK) return st;
+    if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
+    lw_optimizer *opt = calloc(1, sizeof *opt);
+    if (opt == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
+    opt->buffers = buffers;
+    opt->layout = lw_buffers_layout(buffers);
+    opt->o = o;
+    if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
+    opt->n_groups = 1;
+    opt->group =
+        calloc((size_t)(opt->layout->n_params ? opt->layout->n_params : 1), sizeof(int32_t));
+    opt->lr = calloc(1, sizeof(float));
+    opt->wd = calloc(1, sizeof(float));
+    if (opt->group == NULL || opt->lr == NULL || opt->wd == NULL) {
+        st = lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
+        goto fail;
+    }
+    if ((st = collect_owned(opt)) != LW_OK) goto fail;
+    *out = opt;
+    return LW_OK;
+fail:
+    lw_optimizer_free(opt);
+    return st;
+}
+
+void lw_optimizer_free(lw_optimizer *opt) {
+    if (opt == NULL) return;
+    for (int32_t k = 0; k < opt->n_owned; k++)
+        free(opt->owned[k].state);
+    free(opt->owned);
+    free(opt->group);
+    free(opt->lr);
+    free(opt->wd);
+    free(opt->gathered);
+    free(opt->orthogonal);
+    lw_muon_free(opt->muon);
+    free(opt);
+}
+
+static lw_status grow_groups(lw_optimizer *opt, int32_t n) {
+    if (n <= opt->n_groups) return LW_OK;
+    float *lr = realloc(opt->lr, sizeof(float) * (size_t)n);
+    if (lr == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
+    opt->lr = lr;
+    float *wd = realloc(opt->wd, sizeof(float) * (size_t)n);
+    if (wd == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
+    opt->wd = wd;
+    for (int32_t g = opt->n_groups; g < n; g++)
+        opt->lr[g] = opt->wd[g] = 0.0f;
+    opt->n_groups = n;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_set_group(lw_optimizer *opt, int32_t param, int32_t group) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    if (param < 0 || param >= opt->layout->n_params)
+        return lwi_fail(LW_ERR_RANGE, "optimizer: parameter index %d out of range [0, %d)", param,
+                        opt->layout->n_params);
+    if (group < 0 || group > 1 << 16)
+        return lwi_fail(LW_ERR_RANGE, "optimizer: group %d out of range [0, 65536]", group);
+    lw_status st = grow_groups(opt, group + 1);
+    if (st == LW_OK) opt->group[param] = group;
+    return st;
+}
+
+lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr, float wd) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    if (group < 0 || group > 1 << 16)
+        return lwi_fail(LW_ERR_RANGE, "optimizer: group %d out of range [0, 65536]", group);
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return lwi_fail(LW_ERR_INVALID, "optimizer: lr must be finite and >= 0, got %g",
+                        (double)lr);
+    if (!(wd >= 0.0f) || !isfinite(wd))
+        return lwi_fail(LW_ERR_INVALID, "optimizer: weight decay must be finite and >= 0, got %g",
+                        (double)wd);
+    lw_status st = grow_groups(opt, group + 1);
+    if (st != LW_OK) return st;
+    opt->lr[group] = lr;
+    opt->wd[group] = wd;
+    return LW_OK;
+}
+
+/* Sum of squares and zeros over the owned gradient elements, summed over the world. */
+static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
+    double local[2] = {0.0, 0.0};
+    for (int32_t k = 0; k < opt->n_owned; k++) {
+        const owned *o = &opt->owned[k];
+        if (!o->counted) continue;
+        float *g;
+        lw_status st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
+        if (st != LW_OK) return st;
+        local[0] += lw_vec_sum_squares(g, o->count);
+        local[1] += (double)lw_vec_count_zeros(g, o->count);
+    }
+    lw_comm *comm = lw_buffers_comm(opt->buffers);
+    lw_comm_set_label(comm, "the global gradient norm");
+    lw_status st = lw_comm_allreduce(comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
+    *norm = sqrt(local[0]);
+    *zeros = (int64_t)local[1];
+    return st;
+}
+
+/* Row-sharded Muon on one bucket of an element-wise Muon buffer: momentum on the owned slices,
+ * written where they lie in this rank's shard of the bucket; an all-gather assembles the whole
+ * update of every matrix in it; each rank orthogonalises the matrices it holds a slice of. */
+static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, float grad_scale,
+                                      lw_step_result *r) {
+    const lw_layout *l = opt->layout;
+    const lwi_buffer *lb = &l->buffers[b];
+    const lwi_bucket *bk = &lb->buckets[k];
+    lw_comm *comm = lw_buffers_buffer_comm(opt->buffers, b);
+    const int64_t count = bk->stop - bk->start, shard = count / lb->dp;
+    const int32_t rank = lw_comm_rank(comm);
+    float *u = opt->gathered;
+    memset(u + rank * shard, 0, sizeof(float) * (size_t)shard); /* padding stays zero */
+    lw_status st = LW_OK;
+    for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
+        owned *o = &opt->owned[j];
+        const lwi_param *p = &l->params[o->param];
+        if (!o->sliced || p->buffer != b || p->bucket != k) continue;
+        float *w, *g;
+        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
+        const int32_t grp = opt->group[o->param];
+        if (st == LW_OK)
+            st = lw_muon_momentum(opt->muon, w, g, o->state, u + (p->start - bk->start) + o->start,
+                                  o->count, opt->lr[grp], opt->wd[grp], grad_scale);
+    }
+    double t = lwi_now();
+    char label[64];
+    snprintf(label, sizeof label, "the Muon updates of buffer %d bucket %d", b + 1, k + 1);
+    lw_comm_set_label(comm, label);
+    if (st == LW_OK) st = lw_comm_allgather(comm, u, count, LW_DTYPE_F32, NULL);
+    r->seconds_muon_comm += lwi_now() - t;
+    for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
+        owned *o = &opt->owned[j];
+        const lwi_param *p = &l->params[o->param];
+        if (!o->sliced || p->buffer != b || p->bucket != k) continue;
+        float *w;
+        st = lw_muon_orthogonalize(opt->muon, u + (p->start - bk->start), opt->orthogonal,
+                                   p->shape[0], p->numel / p->shape[0]);
+        if (st == LW_OK) st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK)
+            st = lw_muon_apply(opt->muon, w, opt->orthogonal + o->start, o->count, p->shape[0],
+                               p->numel / p->shape[0], opt->lr[opt->group[o->param]]);
+    }
+    return st;
+}
+
+static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
+    const lw_layout *l = opt->layout;
+    for (int32_t k = 0; k < opt->n_owned; k++) {
+        owned *o = &opt->owned[k];
+        if (o->sliced) continue;
+        const lwi_param *p = &l->params[o->param];
+        float *w, *g;
+        lw_status st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
+        if (st != LW_OK) return st;
+        const int32_t grp = opt->group[o->param];
+        double t = lwi_now();
+        if (o->muon) {
+            st = lw_muon_update(opt->muon, w, g, o->state, p->shape[0], p->shape[1], opt->lr[grp],
+                                opt->wd[grp], grad_scale);
+            r->seconds_muon += lwi_now() - t;
+            if (st != LW_OK) return st;
+        } else {
+            lw_adamw_update(&opt->o.adamw, w, g, o->state, o->state + o->count, o->count, opt->step,
+                            opt->lr[grp], opt->wd[grp], grad_scale);
+            r->seconds_adamw += lwi_now() - t;
+        }
+    }
+    double t = lwi_now();
+    for (int32_t b = 0; b < l->n_buffers; b++)
+        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
+                            k < l->buffers[b].n_buckets;
+             k++) {
+            lw_status st = update_sliced_bucket(opt, b, k, grad_scale, r);
+            if (st != LW_OK) return st;
+        }
+    r->seconds_muon += lwi_now() - t;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
+    if (opt == NULL || out == NULL)
+        return lwi_fail(LW_ERR_INVALID, "optimizer: optimizer and result must not be NULL");
+    lw_step_result r;
+    memset(&r, 0, sizeof r);
+    double t = lwi_now();
+    /* parameters must all be here before they are updated */
+    lw_status st = lw_buffers_finish_param_sync(opt->buffers, -1);
+    if (st == LW_OK) st = lw_buffers_finish_grad_sync(opt->buffers);
+    r.seconds_grad_sync = lwi_now() - t;
+    if (st != LW_OK) return st;
+
+    t = lwi_now();
+    if ((st = global_norm(opt, &r.grad_norm, &r.zeros)) != LW_OK) return st;
+    r.seconds_norm = lwi_now() - t;
+
+    /* every rank sees the same global norm, so all skip or none */
+    if (!isfinite(r.grad_norm)) {
+        r.skipped = true;
+        opt->skips++;
+    } else {
+        float scale = 1.0f;
+        if (opt->o.clip > 0.0f && opt->o.clip / (r.grad_norm + 1e-6) < 1.0)
+            scale = (float)(opt->o.clip / (r.grad_norm + 1e-6));
+        opt->step++;
+        if ((st = update(opt, scale, &r)) != LW_OK) return st;
+    }
+    t = lwi_now();
+    st = lw_buffers_start_param_sync(opt->buffers);
+    r.seconds_param_sync = lwi_now() - t;
+    r.skips = opt->skips;
+    r.step = opt->step;
+    *out = r;
+    return st;
+}
+
+/* ---- state, for checkpoints ---------------------------------------------------------------- */
+
+int32_t lw_optimizer_state_count(const lw_optimizer *opt) { return opt ? opt->n_owned : 0; }
+
+lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry *out) {
+    if (opt == NULL || out == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL argument");
+    if (k < 0 || k >= opt->n_owned)
+        return lwi_fail(LW_ERR_RANGE, "optimizer: state entry %d out of range [0, %d)", k,
+                        opt->n_owned);
+    const owned *o = &opt->owned[k];
+    out->param = o->param;
+    out->muon = o->muon;
+    out->start = o->start;
+    out->count = o->count;
+    out->m = o->state;
+    out->v = o->muon ? NULL : o->state + o->count;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    if (step) *step = opt->step;
+    if (skips) *skips = opt->skips;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    if (step < 0 || skips < 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "optimizer: counters must be >= 0, got step %lld, skips "
+                        "%lld",
+                        (long long)step, (long long)skips);
+    opt->step = step;
+    opt->skips = skips;
+    return LW_OK;
+}
