@@ -22,7 +22,7 @@ static double now(void) {
  * repeats is kept (the least disturbed run). */
 static double time_once(lw_muon *m, const float *u, float *x, int rows, int cols) {
     double t0 = now();
-    lw_muon_orthogonalize(m, u, x, rows, cols);
+    if (lw_muon_orthogonalize(m, NULL, u, x, rows, cols) != LW_OK) return -1.0;
     return now() - t0;
 }
 

@@ -39,7 +39,8 @@ typedef enum lw_status {
 const char *lw_last_error(void);
 /* Library version, "MAJOR.MINOR.PATCH". [borrowed] static string. */
 const char *lw_version(void);
-/* Whether the CUDA backend (liblwopt_cuda.so) is built and loadable. */
+/* Whether the CUDA library (liblwopt_cuda.so) is present and loads, and sees a GPU: asks the
+ * loader (lw_device_get("cuda") says what is missing when it is false). */
 bool lw_has_cuda(void);
 /* Seconds on a monotonic clock, for timing. */
 double lw_now(void);
@@ -50,6 +51,69 @@ bool lw_is_terminal(int32_t fd);
  * allocation that fails says how many bytes were asked for. */
 lw_status lw_host_alloc(int64_t bytes, void **out);
 void lw_host_free(void *p);
+
+/* ---- devices --------------------------------------------------------------------------------
+ * Where memory lives and kernels run: "cpu" (host memory, OpenBLAS: the reference of every
+ * kernel) always; "cuda" / "cuda:N" when the CUDA library (liblwopt_cuda.so) is present and
+ * loads. Devices live as long as the process: lw_device_get hands out the same [borrowed]
+ * object for the same name. Work is ordered on streams; every device has a default stream, and
+ * every call below that takes a stream accepts NULL for the CPU's. On the CPU a stream runs
+ * work at once (it is the identity), so its events are always complete. Nothing above the
+ * device layer dereferences device memory: Lua and checkpoints copy with lw_device_copy. */
+
+typedef struct lw_device lw_device;
+typedef struct lw_stream lw_stream;
+typedef struct lw_event lw_event;
+
+typedef enum lw_copy_kind {
+    LW_COPY_HOST_TO_DEVICE = 0,
+    LW_COPY_DEVICE_TO_HOST = 1,
+    LW_COPY_DEVICE_TO_DEVICE = 2
+} lw_copy_kind;
+
+/* The device called `name`: "cpu", "cuda" (= "cuda:0") or "cuda:N". [out] borrowed. Fails
+ * with LW_ERR_UNSUPPORTED naming what is missing (the library, a symbol, the GPU) when CUDA
+ * cannot be had, LW_ERR_INVALID for an unknown name. */
+lw_status lw_device_get(const char *name, lw_device **out);
+/* The CPU device. [borrowed] */
+lw_device *lw_device_cpu(void);
+/* "cpu", "cuda:0", ... [borrowed] */
+const char *lw_device_name(const lw_device *device);
+/* Whether the host can read and write the device's memory directly (the CPU): views of it are
+ * then free, and copies are plain memory copies. */
+bool lw_device_is_host(const lw_device *device);
+/* The device's default stream. [borrowed] */
+lw_stream *lw_device_stream(lw_device *device);
+/* Zeroed, 64-byte-aligned device memory of `bytes`. [out] owned, release with
+ * lw_device_free on the same device. An allocation that fails names the bytes asked for. */
+lw_status lw_device_alloc(lw_device *device, int64_t bytes, void **out);
+void lw_device_free(lw_device *device, void *p);
+/* Sets `bytes` bytes at dst (the stream's device memory) to `value` (0..255), on stream. */
+lw_status lw_device_set(lw_stream *stream, void *dst, int32_t value, int64_t bytes);
+/* Copies `bytes` bytes on stream. A copy from or to host memory has completed when the call
+ * returns (the host array may be reused at once); device-to-device copies are ordered on the
+ * stream. Regions must not overlap. */
+lw_status lw_device_copy(lw_stream *stream, void *dst, const void *src, int64_t bytes,
+                         lw_copy_kind kind);
+
+/* A stream of device's. [out] owned. */
+lw_status lw_stream_new(lw_device *device, lw_stream **out);
+/* Waits for the stream's work, then frees it (a device's default stream is never freed). */
+void lw_stream_free(lw_stream *stream);
+/* [borrowed] the stream's device (the CPU's for NULL). */
+lw_device *lw_stream_device(const lw_stream *stream);
+/* Waits until everything issued on stream has run. */
+lw_status lw_stream_synchronize(lw_stream *stream);
+/* Work issued on stream after this call waits for the event's work (no host wait). */
+lw_status lw_stream_wait(lw_stream *stream, lw_event *event);
+/* An event of device's. [out] owned. */
+lw_status lw_event_new(lw_device *device, lw_event **out);
+void lw_event_free(lw_event *event);
+/* Marks the current end of stream's work; the event completes when that work has run. */
+lw_status lw_event_record(lw_event *event, lw_stream *stream);
+lw_status lw_event_synchronize(lw_event *event);
+/* [out] *done: whether the work the event marks has run. */
+lw_status lw_event_query(lw_event *event, bool *done);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
@@ -306,18 +370,20 @@ bool lw_request_active(const lw_request *req);
  * clears. */
 lw_status lw_request_set_label(lw_request *req, const char *label);
 
-/* ---- vector kernels ------------------------------------------------------------------------ */
+/* ---- vector kernels ------------------------------------------------------------------------ *
+ * On the stream's device (NULL: the CPU); vectors in that device's memory. */
 
-/* Sum of squares in double precision. */
-double lw_vec_sum_squares(const float *x, int64_t n);
-/* Number of elements exactly zero. */
-int64_t lw_vec_count_zeros(const float *x, int64_t n);
-/* Whether every element is finite. */
-bool lw_vec_all_finite(const float *x, int64_t n);
+/* acc[0] += sum of squares of x (in double), acc[1] += number of elements exactly zero: the
+ * gradient norm and zero count. acc: two doubles in the device's memory. */
+lw_status lw_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, double *acc);
+/* [out] *finite (host): whether every element is finite. Waits for the stream. */
+lw_status lw_vec_all_finite(lw_stream *stream, const float *x, int64_t n, bool *finite);
 /* x *= alpha */
-void lw_vec_scale(float *x, int64_t n, float alpha);
+lw_status lw_vec_scale(lw_stream *stream, float *x, int64_t n, float alpha);
 /* y = a + b (y may be a or b) */
-void lw_vec_add(float *y, const float *a, const float *b, int64_t n);
+lw_status lw_vec_add(lw_stream *stream, float *y, const float *a, const float *b, int64_t n);
+/* y += alpha * x */
+lw_status lw_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, int64_t n);
 
 /* ---- Muon ---------------------------------------------------------------------------------- */
 
@@ -363,24 +429,27 @@ typedef struct lw_muon_options {
  * eps 1e-7, symmetric. */
 lw_muon_options lw_muon_defaults(void);
 
-/* Muon's kernels with their workspace (grown on demand, kept between calls). */
+/* Muon's kernels with their workspace (device memory of the stream's device, grown on demand,
+ * kept between calls; moved when a call comes on another device). Matrices are in the stream's
+ * device memory (NULL stream: the CPU). */
 typedef struct lw_muon lw_muon;
 lw_status lw_muon_new(const lw_muon_options *opts, lw_muon **out);
 void lw_muon_free(lw_muon *muon);
 /* x = Newton-Schulz orthogonalisation of the rows x cols matrix u (row-major); x may be u. */
-lw_status lw_muon_orthogonalize(lw_muon *muon, const float *u, float *x, int64_t rows,
-                                int64_t cols);
+lw_status lw_muon_orthogonalize(lw_muon *muon, lw_stream *stream, const float *u, float *x,
+                                int64_t rows, int64_t cols);
 /* The element-wise part of a Muon update, on any n elements of a matrix (a row shard): weight
  * decay of w, momentum m from gradient grad_scale * g, and the update to orthogonalise in u. */
-lw_status lw_muon_momentum(lw_muon *muon, float *w, const float *g, float *m, float *u,
-                           int64_t n, float lr, float weight_decay, float grad_scale);
+lw_status lw_muon_momentum(lw_muon *muon, lw_stream *stream, float *w, const float *g, float *m,
+                           float *u, int64_t n, float lr, float weight_decay, float grad_scale);
 /* w -= lr * scale * extra * x on n elements of a rows x cols matrix (scale from its shape). */
-lw_status lw_muon_apply(lw_muon *muon, float *w, const float *x, int64_t n, int64_t rows,
-                        int64_t cols, float lr);
+lw_status lw_muon_apply(lw_muon *muon, lw_stream *stream, float *w, const float *x, int64_t n,
+                        int64_t rows, int64_t cols, float lr);
 /* One Muon update of w (rows x cols) with gradient g (read as grad_scale * g), momentum m:
  * weight decay, momentum, Newton-Schulz, w -= lr * scale * extra * X. g is not modified. */
-lw_status lw_muon_update(lw_muon *muon, float *w, const float *g, float *m, int64_t rows,
-                         int64_t cols, float lr, float weight_decay, float grad_scale);
+lw_status lw_muon_update(lw_muon *muon, lw_stream *stream, float *w, const float *g, float *m,
+                         int64_t rows, int64_t cols, float lr, float weight_decay,
+                         float grad_scale);
 
 /* ---- AdamW --------------------------------------------------------------------------------- */
 
@@ -392,16 +461,18 @@ typedef struct lw_adamw_options {
 
 /* beta1 0.9, beta2 0.95, eps 1e-8. */
 lw_adamw_options lw_adamw_defaults(void);
-/* One AdamW update of n elements at step t >= 1 (bias correction), gradient grad_scale * g. */
-void lw_adamw_update(const lw_adamw_options *opts, float *w, const float *g, float *m, float *v,
-                     int64_t n, int64_t t, float lr, float weight_decay, float grad_scale);
+/* One AdamW update of n elements at step t >= 1 (bias correction), gradient grad_scale * g, on
+ * the stream's device. */
+lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float *w,
+                          const float *g, float *m, float *v, int64_t n, int64_t t, float lr,
+                          float weight_decay, float grad_scale);
 
 /* ---- buffers ------------------------------------------------------------------------------- *
- * The flat parameter and gradient arrays of a layout (host memory, 64-byte aligned, padding
- * zero), a view per parameter, and gradient / parameter synchronisation per bucket. Buckets are
- * synchronised in a fixed order that every rank shares: gradients in backprop order (a bucket
- * starts once it and every bucket before it have all their gradients), parameters in forward
- * order. Sharded buffers (shard-aligned, distopt, rows) reduce-scatter gradients and all-gather
+ * The flat parameter and gradient arrays of a layout (memory of the options' device, 64-byte
+ * aligned, padding zero), a view per parameter, and gradient / parameter synchronisation per
+ * bucket. Buckets are synchronised in a fixed order that every rank shares: gradients in
+ * backprop order (a bucket starts once it and every bucket before it have all their gradients),
+ * parameters in forward order. Sharded buffers (shard-aligned, distopt, rows) reduce-scatter gradients and all-gather
  * parameters; default buffers all-reduce gradients; legacy buffers all-reduce gradients and
  * gather updated parameters with a variable-size all-gather.
  *
@@ -421,9 +492,10 @@ typedef struct lw_buffers_options {
     bool overlap_param; /* defer parameter all-gathers to lw_buffers_finish_param_sync; ZeRO-3:
                            prefetch the next group's parameters */
     int32_t zero;       /* 1, 2 or 3 (see above) */
+    lw_device *device;  /* where the arrays live and the syncs' arithmetic runs; NULL = CPU */
 } lw_buffers_options;
 
-/* Both overlaps on, ZeRO-1. */
+/* Both overlaps on, ZeRO-1, on the CPU. */
 lw_buffers_options lw_buffers_defaults(void);
 /* layout and comm (and expert_comm, for expert buffers; NULL = comm) are [borrowed] and must
  * outlive the buffers; their sizes must equal the layout's dp and expert_dp. [out] owned. */
@@ -432,6 +504,8 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
 void lw_buffers_free(lw_buffers *buffers);
 const lw_layout *lw_buffers_layout(const lw_buffers *buffers);
 lw_comm *lw_buffers_comm(const lw_buffers *buffers);
+/* The device the arrays live on. [borrowed] */
+lw_device *lw_buffers_device(const lw_buffers *buffers);
 /* The communicator that shards buffer `buffer` (the expert one for expert buffers); NULL when out
  * of range. [borrowed] */
 lw_comm *lw_buffers_buffer_comm(const lw_buffers *buffers, int32_t buffer);
@@ -574,59 +648,65 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
 lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips);
 lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips);
 
-/* ---- model kernels (CPU, f32, row-major) ---------------------------------------------------- *
- * Forward and backward of the GPT building blocks, on raw pointers; no allocation inside.
+/* ---- model kernels (f32, row-major) ----------------------------------------------------------- *
+ * Forward and backward of the GPT building blocks, on raw pointers into the memory of the
+ * stream's device (NULL stream: the CPU, whose kernels are the reference); no allocation inside.
  * Shapes: n rows (n = batch * time), c channels. Every backward ACCUMULATES (+=) into its
  * outputs (parameter gradients sum over micro-steps and tied uses, activation gradients over
  * residual branches), so callers zero them first. A NULL optional output is skipped. */
 
 /* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional). */
-void lw_linear_forward(float *y, const float *x, const float *w, const float *b, int64_t n,
-                       int64_t in, int64_t out);
+lw_status lw_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,
+                            const float *b, int64_t n, int64_t in, int64_t out);
 /* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional). */
-void lw_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                        const float *w, int64_t n, int64_t in, int64_t out);
+lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const float *dy,
+                             const float *x, const float *w, int64_t n, int64_t in, int64_t out);
 
 /* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
-void lw_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
-                          int64_t b, int64_t t, int64_t c);
+lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const float *wte,
+                               const float *wpe, int64_t b, int64_t t, int64_t c);
 /* dwte[tokens[b, t], :] += dy[b, t, :]; dwpe[t, :] += dy[b, t, :] (dwpe optional). */
-void lw_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens,
-                           int64_t b, int64_t t, int64_t c);
+lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                const int32_t *tokens, int64_t b, int64_t t, int64_t c);
 
 /* y = (x - mean) * rstd * g + beta per row (beta optional); saves mean[n], rstd[n]. */
-void lw_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *g,
-                          const float *beta, int64_t n, int64_t c, float eps);
+lw_status lw_layernorm_forward(lw_stream *stream, float *y, float *mean, float *rstd,
+                               const float *x, const float *g, const float *beta, int64_t n,
+                               int64_t c, float eps);
 /* dx[n, c] += ...; dg[c] += ...; dbeta[c] += ... (dbeta optional). */
-void lw_layernorm_backward(float *dx, float *dg, float *dbeta, const float *dy, const float *x,
-                           const float *g, const float *mean, const float *rstd, int64_t n,
-                           int64_t c);
+lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
+                                const float *dy, const float *x, const float *g, const float *mean,
+                                const float *rstd, int64_t n, int64_t c);
 
 /* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-void lw_gelu_forward(float *y, const float *x, int64_t n);
+lw_status lw_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n);
 /* dx += dy * gelu'(x) */
-void lw_gelu_backward(float *dx, const float *dy, const float *x, int64_t n);
+lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
+                           int64_t n);
 
 /* Causal multi-head self-attention. qkv[b, t, 3c] holds q, k, v (each [b, t, c], head h in
  * channels [h*c/nh, (h+1)*c/nh)); out[b, t, c]; att[b, nh, t, t] saves the probabilities (zero
  * above the diagonal). Scale 1/sqrt(c/nh). c must divide by nh. */
-void lw_attention_forward(float *out, float *att, const float *qkv, int64_t b, int64_t t,
-                          int64_t c, int64_t nh);
+lw_status lw_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
+                               int64_t b, int64_t t, int64_t c, int64_t nh);
 /* dqkv[b, t, 3c] += ...; scratch holds t*t floats. */
-void lw_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int64_t b, int64_t t, int64_t c, int64_t nh);
+lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int64_t b, int64_t t, int64_t c,
+                                int64_t nh);
 
 /* The LM head fused with softmax cross-entropy: logits[n, v] = h[n, c] w[v, c]^T, then
  * probs[n, v] (softmax, written into the caller's buffer), losses[n] = -log probs[target].
- * Returns the mean loss over rows whose target is >= 0 (a target < 0 is ignored). */
-double lw_cross_entropy_forward(float *probs, float *losses, const float *h, const float *w,
-                                const int32_t *targets, int64_t n, int64_t c, int64_t v);
+ * [out] *loss (host): the mean loss over rows whose target is >= 0 (a target < 0 is ignored);
+ * waits for the stream. */
+lw_status lw_cross_entropy_forward(lw_stream *stream, float *probs, float *losses,
+                                   const float *h, const float *w, const int32_t *targets,
+                                   int64_t n, int64_t c, int64_t v, double *loss);
 /* Backward of loss_scale * (mean loss): dlogits = loss_scale * (probs - onehot) / count,
  * formed in probs in place (probs is consumed), then dh[n, c] += dlogits w and
  * dw[v, c] += dlogits^T h (dh optional). */
-void lw_cross_entropy_backward(float *dh, float *dw, float *probs, const float *h, const float *w,
-                               const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                               float loss_scale);
+lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *probs,
+                                    const float *h, const float *w, const int32_t *targets,
+                                    int64_t n, int64_t c, int64_t v, float loss_scale);
 
 /* ---- JSON (manifests, safetensors headers) -------------------------------------------------- *
  * A strict, bounded parser: RFC 8259 grammar only (no comments, trailing commas, NaN), UTF-8

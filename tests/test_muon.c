@@ -72,7 +72,7 @@ static void test_against_float64(void) {
         fill(u, r * c);
         lw_muon *m;
         CHECK_OK(lw_muon_new(NULL, &m));
-        CHECK_OK(lw_muon_orthogonalize(m, u, x, r, c));
+        CHECK_OK(lw_muon_orthogonalize(m, NULL, u, x, r, c));
         ns_reference(u, ref, r, c, QUINTIC, 5, 5, false);
         double d = max_diff(x, ref, r * c);
         if (d > 1e-5) fprintf(stderr, "float64 reference %dx%d: max diff %g\n", r, c, d);
@@ -94,8 +94,8 @@ static void test_symmetric_matches_full_gemm(void) {
         CHECK_OK(lw_muon_new(&o, &sym));
         o.symmetric = false;
         CHECK_OK(lw_muon_new(&o, &full));
-        CHECK_OK(lw_muon_orthogonalize(sym, u, x1, r, c));
-        CHECK_OK(lw_muon_orthogonalize(full, u, x2, r, c));
+        CHECK_OK(lw_muon_orthogonalize(sym, NULL, u, x1, r, c));
+        CHECK_OK(lw_muon_orthogonalize(full, NULL, u, x2, r, c));
         double d = 0;
         for (int i = 0; i < r * c; i++) d = fmax(d, fabs(x1[i] - x2[i]));
         CHECK(d <= 1e-5);
@@ -114,14 +114,14 @@ static void test_tall_is_transposed_wide(void) {
         for (int j = 0; j < c; j++) ut[j * r + i] = u[i * c + j];
     lw_muon *m;
     CHECK_OK(lw_muon_new(NULL, &m));
-    CHECK_OK(lw_muon_orthogonalize(m, u, x, r, c));
-    CHECK_OK(lw_muon_orthogonalize(m, ut, xt, c, r));
+    CHECK_OK(lw_muon_orthogonalize(m, NULL, u, x, r, c));
+    CHECK_OK(lw_muon_orthogonalize(m, NULL, ut, xt, c, r));
     double d = 0;
     for (int i = 0; i < r; i++)
         for (int j = 0; j < c; j++) d = fmax(d, fabs(x[i * c + j] - xt[j * r + i]));
     CHECK(d <= 1e-6);
     /* in place gives the same */
-    CHECK_OK(lw_muon_orthogonalize(m, u, u, r, c));
+    CHECK_OK(lw_muon_orthogonalize(m, NULL, u, u, r, c));
     d = 0;
     for (int i = 0; i < r * c; i++) d = fmax(d, fabs(u[i] - x[i]));
     CHECK(d == 0);
@@ -146,7 +146,7 @@ static void test_near_polar_factor(void) {
         o.ns_steps = sets[k] == LW_NS_POLAR_EXPRESS ? 8 : 5;
         lw_muon *m;
         CHECK_OK(lw_muon_new(&o, &m));
-        CHECK_OK(lw_muon_orthogonalize(m, u, x, r, c));
+        CHECK_OK(lw_muon_orthogonalize(m, NULL, u, x, r, c));
         double d = max_diff(x, polar, r * c);
         if (d > 0.35) fprintf(stderr, "coefficient set %d: %g from the polar factor\n", k, d);
         CHECK(d < 0.35);
@@ -171,7 +171,7 @@ static void test_custom_cycle_and_repeat(void) {
         o.ns_steps = 4;
         lw_muon *m;
         CHECK_OK(lw_muon_new(&o, &m));
-        CHECK_OK(lw_muon_orthogonalize(m, u, x, r, c));
+        CHECK_OK(lw_muon_orthogonalize(m, NULL, u, x, r, c));
         ns_reference(u, ref, r, c, abc, 2, 4, repeat);
         CHECK(max_diff(x, ref, 60) <= 1e-5);
         lw_muon_free(m);
@@ -192,7 +192,7 @@ static void test_sgd_equivalences(void) {
     o.scale = LW_MUON_SCALE_UNIT_RMS_NORM; /* sqrt(rows / cols) = 1 */
     lw_muon *m;
     CHECK_OK(lw_muon_new(&o, &m));
-    CHECK_OK(lw_muon_update(m, w, g, mom, R, C, 2.0f, 0.5f, 1.0f));
+    CHECK_OK(lw_muon_update(m, NULL, w, g, mom, R, C, 2.0f, 0.5f, 1.0f));
     for (int i = 0; i < N; i++) CHECK(fabsf(w[i] - (w0[i] * (1.0f - 1.0f) - 2.0f * g[i])) < 1e-6f);
     lw_muon_free(m);
 
@@ -204,7 +204,7 @@ static void test_sgd_equivalences(void) {
     for (int i = 0; i < N; i++) b[i] = a[i];
     for (int step = 0; step < 4; step++) {
         fill(g, N);
-        CHECK_OK(lw_muon_update(m, a, g, ma, R, C, 2.0f, 0.0f, 1.0f));
+        CHECK_OK(lw_muon_update(m, NULL, a, g, ma, R, C, 2.0f, 0.0f, 1.0f));
         for (int i = 0; i < N; i++) {
             buf[i] = 0.5f * buf[i] + g[i];
             b[i] -= 1.0f * buf[i];
@@ -219,7 +219,7 @@ static void test_sgd_equivalences(void) {
     o.weight_decay_mode = LW_WD_INDEPENDENT;
     CHECK_OK(lw_muon_new(&o, &m));
     for (int i = 0; i < N; i++) w0[i] = w[i];
-    CHECK_OK(lw_muon_update(m, w, g, mom, R, C, 0.0f, 0.25f, 1.0f));
+    CHECK_OK(lw_muon_update(m, NULL, w, g, mom, R, C, 0.0f, 0.25f, 1.0f));
     for (int i = 0; i < N; i++) CHECK(w[i] == 0.75f * w0[i]);
     lw_muon_free(m);
 
@@ -229,7 +229,7 @@ static void test_sgd_equivalences(void) {
     CHECK_OK(lw_muon_new(&o, &m));
     for (int i = 0; i < N; i++) w0[i] = w[i];
     float mz[N] = {0};
-    CHECK_OK(lw_muon_update(m, w, g, mz, R, C, 0.1f, 0.3f, 2.0f));
+    CHECK_OK(lw_muon_update(m, NULL, w, g, mz, R, C, 0.1f, 0.3f, 2.0f));
     for (int i = 0; i < N; i++)
         CHECK(fabsf(w[i] - (w0[i] - 0.1f * (2.0f * g[i] + 0.3f * w0[i]))) < 1e-6f);
     lw_muon_free(m);
@@ -250,7 +250,7 @@ static void test_scale_modes(void) {
         CHECK_OK(lw_muon_new(&o, &m));
         float w[N] = {0}, g[N], mom[N] = {0};
         for (int i = 0; i < N; i++) g[i] = 1.0f;
-        CHECK_OK(lw_muon_update(m, w, g, mom, R, C, 0.5f, 0.0f, 1.0f));
+        CHECK_OK(lw_muon_update(m, NULL, w, g, mom, R, C, 0.5f, 0.0f, 1.0f));
         CHECK(fabs(w[0] + 0.5 * 3.0 * expect[s]) < 1e-5);
         lw_muon_free(m);
     }
@@ -266,7 +266,7 @@ static void test_nesterov(void) {
     lw_muon *m;
     CHECK_OK(lw_muon_new(&o, &m));
     float w[N] = {0}, g[N] = {1, 2, 3, 4}, mom[N] = {0};
-    CHECK_OK(lw_muon_update(m, w, g, mom, 2, 2, 1.0f, 0.0f, 1.0f));
+    CHECK_OK(lw_muon_update(m, NULL, w, g, mom, 2, 2, 1.0f, 0.0f, 1.0f));
     for (int i = 0; i < N; i++) {
         CHECK(fabsf(mom[i] - 0.1f * g[i]) < 1e-6f);
         CHECK(fabsf(w[i] + (0.1f * g[i] + 0.9f * 0.1f * g[i])) < 1e-6f);
@@ -298,9 +298,9 @@ static void test_bad_options(void) {
     CHECK(m == NULL);
     CHECK_OK(lw_muon_new(NULL, &m));
     float x[4] = {0};
-    CHECK_FAILS(lw_muon_orthogonalize(m, x, x, 0, 4), LW_ERR_INVALID, "bad matrix shape 0 x 4");
+    CHECK_FAILS(lw_muon_orthogonalize(m, NULL, x, x, 0, 4), LW_ERR_INVALID, "bad matrix shape 0 x 4");
     /* a zero matrix stays zero (eps keeps the normalisation finite) */
-    CHECK_OK(lw_muon_orthogonalize(m, x, x, 2, 2));
+    CHECK_OK(lw_muon_orthogonalize(m, NULL, x, x, 2, 2));
     CHECK(x[0] == 0.0f && x[3] == 0.0f);
     lw_muon_free(m);
 }

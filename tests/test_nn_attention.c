@@ -31,11 +31,11 @@ static void case_free(att_case *k) {
 }
 
 static void forward(att_case *k) {
-    lw_attention_forward(k->out, k->att, k->qkv, k->b, k->t, k->c, k->nh);
+    CHECK_OK(lw_attention_forward(NULL, k->out, k->att, k->qkv, k->b, k->t, k->c, k->nh));
 }
 
 static void backward_into(att_case *k, float *dqkv, const float *dout) {
-    lw_attention_backward(dqkv, k->scratch, dout, k->qkv, k->att, k->b, k->t, k->c, k->nh);
+    CHECK_OK(lw_attention_backward(NULL, dqkv, k->scratch, dout, k->qkv, k->att, k->b, k->t, k->c, k->nh));
 }
 
 /* Explicit per-head loops in double, the causal mask as a loop bound. */

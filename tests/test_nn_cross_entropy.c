@@ -38,11 +38,14 @@ static void case_free(ce_case *k) {
 }
 
 static double forward(ce_case *k) {
-    return lw_cross_entropy_forward(k->probs, k->losses, k->h, k->w, k->tg, k->n, k->c, k->v);
+    double loss = NAN;
+    CHECK_OK(lw_cross_entropy_forward(NULL, k->probs, k->losses, k->h, k->w, k->tg, k->n, k->c,
+                                      k->v, &loss));
+    return loss;
 }
 
 static void backward(ce_case *k, float *dh, float *dw, float scale) {
-    lw_cross_entropy_backward(dh, dw, k->probs, k->h, k->w, k->tg, k->n, k->c, k->v, scale);
+    CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->probs, k->h, k->w, k->tg, k->n, k->c, k->v, scale));
 }
 
 static double logit(const ce_case *k, int64_t i, int64_t j) {

@@ -21,7 +21,7 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *x = p;
-    lw_embedding_forward(x->y, x->tokens, x->wte, x->wpe, x->b, x->t, x->c);
+    CHECK_OK(lw_embedding_forward(NULL, x->y, x->tokens, x->wte, x->wpe, x->b, x->t, x->c));
     return nn_dot(x->y, x->r, x->b * x->t * x->c);
 }
 
@@ -53,13 +53,13 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
 
     /* (a) forward: a float sum of two floats is correctly rounded, and so is the double sum
      * rounded to float (53 >= 2 * 24 + 2 bits), so the two agree exactly */
-    lw_embedding_forward(x.y, x.tokens, x.wte, x.wpe, b, t, c);
+    CHECK_OK(lw_embedding_forward(NULL, x.y, x.tokens, x.wte, x.wpe, b, t, c));
     check_tol("forward", b, t, c, forward_error(&x, x.wpe), 0.0);
 
     /* (b) L is linear in wte and wpe: no truncation error in the central differences, only
      * float32 rounding of the moved y entries over 2 eps (measured <= 6e-6 at eps = 1e-2);
      * 1e-3 is a 100x margin, and a missed or doubled row (repeated tokens) is off by O(1). */
-    lw_embedding_backward(dwte, dwpe, x.r, x.tokens, b, t, c);
+    CHECK_OK(lw_embedding_backward(NULL, dwte, dwpe, x.r, x.tokens, b, t, c));
     const float eps = 1e-2f;
     const double tol = 1e-3;
     check_tol("fd dwte", b, t, c, nn_fd_worst(x.wte, dwte, vocab * c, loss, &x, eps, 400), tol);
@@ -76,15 +76,15 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     nn_fill(ppe, t * c, 1.0f);
     memcpy(ate, pte, sizeof(float) * (size_t)(vocab * c));
     memcpy(ape, ppe, sizeof(float) * (size_t)(t * c));
-    lw_embedding_backward(ate, ape, x.r, x.tokens, b, t, c);
+    CHECK_OK(lw_embedding_backward(NULL, ate, ape, x.r, x.tokens, b, t, c));
     check_tol("accumulate dwte", b, t, c, nn_accumulate_error(ate, pte, dwte, vocab * c), 1e-6);
     check_tol("accumulate dwpe", b, t, c, nn_accumulate_error(ape, ppe, dwpe, t * c), 1e-6);
 
     /* (d) no position table: y is the token rows; no position gradient: dwte unchanged */
-    lw_embedding_forward(x.y, x.tokens, x.wte, NULL, b, t, c);
+    CHECK_OK(lw_embedding_forward(NULL, x.y, x.tokens, x.wte, NULL, b, t, c));
     check_tol("forward, no wpe", b, t, c, forward_error(&x, NULL), 0.0);
     float *dwte2 = nn_alloc(vocab * c);
-    lw_embedding_backward(dwte2, NULL, x.r, x.tokens, b, t, c);
+    CHECK_OK(lw_embedding_backward(NULL, dwte2, NULL, x.r, x.tokens, b, t, c));
     CHECK(memcmp(dwte2, dwte, sizeof(float) * (size_t)(vocab * c)) == 0);
 
     free(x.y), free(x.wte), free(x.wpe), free(x.r), free(x.tokens);

@@ -22,7 +22,7 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *k = p;
-    lw_layernorm_forward(k->y, k->mean, k->rstd, k->x, k->g, k->beta, k->n, k->c, LN_EPS);
+    CHECK_OK(lw_layernorm_forward(NULL, k->y, k->mean, k->rstd, k->x, k->g, k->beta, k->n, k->c, LN_EPS));
     return nn_dot(k->y, k->r, k->n * k->c);
 }
 
@@ -59,7 +59,7 @@ static void test_shape(int64_t n, int64_t c) {
     /* (a) forward. float32 rounding of x - mean, of the saved mean and of the products gives a
      * few ulps of |y| (measured < 1e-6); 1e-5 is the stated bound. */
     double ey, es;
-    lw_layernorm_forward(k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS);
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
     forward_errors(&k, k.beta, &ey, &es);
     check_tol("forward y", n, c, ey, 1e-5);
     check_tol("forward mean, rstd", n, c, es, 1e-6);
@@ -70,7 +70,7 @@ static void test_shape(int64_t n, int64_t c) {
      * 2 eps adds ~ sqrt(c) * 1e-7 / 6e-3: 2e-4 at c = 131 (measured 3e-4 there, <= 8e-5 on the
      * small rows). 1e-2 as tolerance; a dropped or mis-scaled term of dx is off by ~0.1 or more
      * on these small rows (the mean terms weigh 1/c). */
-    lw_layernorm_backward(dx, dg, db, k.r, k.x, k.g, k.mean, k.rstd, n, c);
+    CHECK_OK(lw_layernorm_backward(NULL, dx, dg, db, k.r, k.x, k.g, k.mean, k.rstd, n, c));
     const double tol = 1e-2;
     check_tol("fd dx", n, c, nn_fd_worst(k.x, dx, n * c, loss, &k, 3e-3f, 400), tol);
     check_tol("fd dg", n, c, nn_fd_worst(k.g, dg, c, loss, &k, 1e-2f, 400), tol);
@@ -78,7 +78,7 @@ static void test_shape(int64_t n, int64_t c) {
 
     /* (c) accumulate into random contents; dg and dbeta then sum rows in another order than
      * into zeros, hence a rounding-level tolerance */
-    lw_layernorm_forward(k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS);
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
     float *pdx = nn_alloc(n * c), *pdg = nn_alloc(c), *pdb = nn_alloc(c);
     float *adx = nn_alloc(n * c), *adg = nn_alloc(c), *adb = nn_alloc(c);
     nn_fill(pdx, n * c, 1.0f);
@@ -87,17 +87,17 @@ static void test_shape(int64_t n, int64_t c) {
     memcpy(adx, pdx, sizeof(float) * (size_t)(n * c));
     memcpy(adg, pdg, sizeof(float) * (size_t)c);
     memcpy(adb, pdb, sizeof(float) * (size_t)c);
-    lw_layernorm_backward(adx, adg, adb, k.r, k.x, k.g, k.mean, k.rstd, n, c);
+    CHECK_OK(lw_layernorm_backward(NULL, adx, adg, adb, k.r, k.x, k.g, k.mean, k.rstd, n, c));
     check_tol("accumulate dx", n, c, nn_accumulate_error(adx, pdx, dx, n * c), 1e-6);
     check_tol("accumulate dg", n, c, nn_accumulate_error(adg, pdg, dg, c), 1e-6);
     check_tol("accumulate dbeta", n, c, nn_accumulate_error(adb, pdb, db, c), 1e-6);
 
     /* (d) no beta: y = xhat g; no dbeta: dx and dg the same bits */
-    lw_layernorm_forward(k.y, k.mean, k.rstd, k.x, k.g, NULL, n, c, LN_EPS);
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, NULL, n, c, LN_EPS));
     forward_errors(&k, NULL, &ey, &es);
     check_tol("forward y, no beta", n, c, ey, 1e-5);
     float *dx2 = nn_alloc(n * c), *dg2 = nn_alloc(c);
-    lw_layernorm_backward(dx2, dg2, NULL, k.r, k.x, k.g, k.mean, k.rstd, n, c);
+    CHECK_OK(lw_layernorm_backward(NULL, dx2, dg2, NULL, k.r, k.x, k.g, k.mean, k.rstd, n, c));
     CHECK(memcmp(dx2, dx, sizeof(float) * (size_t)(n * c)) == 0);
     CHECK(memcmp(dg2, dg, sizeof(float) * (size_t)c) == 0);
 
@@ -106,7 +106,7 @@ static void test_shape(int64_t n, int64_t c) {
      * float mean, off by up to half an ulp of 10 (4.8e-7), i.e. 4.8e-7 rstd |g| in y: up to
      * ~4e-5 on 5-channel rows whose std happens to be ~0.03 (measured 3.2e-5). Hence 1e-4. */
     for (int64_t i = 0; i < n * c; i++) k.x[i] = 10.0f + nn_rand(0.1f);
-    lw_layernorm_forward(k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS);
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
     forward_errors(&k, k.beta, &ey, &es);
     check_tol("forward y, shifted rows", n, c, ey, 1e-4);
     check_tol("forward mean, rstd, shifted rows", n, c, es, 1e-4);

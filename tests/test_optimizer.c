@@ -97,11 +97,12 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
         for (int p = 0; p < n; p++) {
             int grp = sp[p].muon ? 0 : 1;
             if (sp[p].muon)
-                CHECK_OK(lw_muon_update(muon, w[p], g[p], state[p], sp[p].shape[0], sp[p].shape[1],
-                                        LR[grp], WD[grp], scale));
+                CHECK_OK(lw_muon_update(muon, NULL, w[p], g[p], state[p], sp[p].shape[0],
+                                        sp[p].shape[1], LR[grp], WD[grp], scale));
             else
-                lw_adamw_update(&ao, w[p], g[p], state[p], state[p] + numel_of(&sp[p]),
-                                numel_of(&sp[p]), t, LR[grp], WD[grp], scale);
+                CHECK_OK(lw_adamw_update(NULL, &ao, w[p], g[p], state[p],
+                                         state[p] + numel_of(&sp[p]), numel_of(&sp[p]), t,
+                                         LR[grp], WD[grp], scale));
         }
     }
     for (int p = 0; p < n; p++)
@@ -162,7 +163,9 @@ static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const varian
     lw_buffers *bs = NULL;
     lw_optimizer *opt = NULL;
     CHECK_OK(lw_layout_new(sp, n, &lo, &l));
-    lw_buffers_options bo = {v->overlap, v->overlap, v->zero ? v->zero : 1};
+    lw_buffers_options bo = lw_buffers_defaults();
+    bo.overlap_grad = bo.overlap_param = v->overlap;
+    bo.zero = v->zero ? v->zero : 1;
     CHECK_OK(lw_buffers_new(l, c, NULL, &bo, &bs));
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.clip = v->clip;

@@ -21,6 +21,3 @@ lw_status lwi_fail(lw_status status, const char *fmt, ...) {
 const char *lw_last_error(void) { return last_error; }
 
 const char *lw_version(void) { return "0.1.0"; }
-
-/* The CUDA backend arrives with its own library (src/cuda); until it is built, there is none. */
-bool lw_has_cuda(void) { return false; }

@@ -15,7 +15,7 @@ typedef lwi_group group;
 typedef lwi_param_info param_info;
 
 lw_buffers_options lw_buffers_defaults(void) {
-    lw_buffers_options o = {true, true, 1};
+    lw_buffers_options o = {true, true, 1, NULL};
     return o;
 }
 
@@ -25,11 +25,10 @@ static sync_kind kind_of(lw_algorithm a) {
     return SYNC_SHARDED;
 }
 
-static float *alloc_zeroed(int64_t n) {
-    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes);
-    if (p != NULL) memset(p, 0, bytes);
-    return p;
+/* n zeroed floats of the buffers' device (NULL when that fails: callers say what for). */
+static float *alloc_zeroed(lw_buffers *bs, int64_t n) {
+    void *p = NULL;
+    return lw_device_alloc(bs->device, (int64_t)sizeof(float) * n, &p) == LW_OK ? p : NULL;
 }
 
 /* Every rank must hold the same layout: compare against rank 0's hash (collective). */
@@ -132,8 +131,8 @@ static lw_status prepare_legacy(lw_buffers *bs, int32_t bi) {
             b->by_owner[k++] = lb->params[j];
             b->counts[r] += p->numel;
         }
-    b->pack = alloc_zeroed(b->counts[lw_comm_rank(b->comm)]);
-    b->gathered = alloc_zeroed(b->numel);
+    b->pack = alloc_zeroed(bs, b->counts[lw_comm_rank(b->comm)]);
+    b->gathered = alloc_zeroed(bs, b->numel);
     return b->pack && b->gathered ? LW_OK : lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
 }
 
@@ -234,6 +233,8 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
     bs->layout = layout;
     bs->comm = comm;
     bs->o = o;
+    bs->device = o.device ? o.device : lw_device_cpu();
+    bs->stream = lw_device_stream(bs->device);
     bs->n_params = layout->n_params;
     bs->buffers = calloc((size_t)(layout->n_buffers ? layout->n_buffers : 1), sizeof(buffer));
     bs->params = calloc((size_t)(bs->n_params ? bs->n_params : 1), sizeof(param_info));
@@ -252,14 +253,14 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         buf->rank = lw_comm_rank(buf->comm);
         buf->param_len = o.zero == 3 ? lb->numel / buf->dp : lb->numel;
         buf->grad_len = o.zero >= 2 ? lb->numel / buf->dp : lb->numel;
-        buf->param = alloc_zeroed(buf->param_len);
-        buf->grad = alloc_zeroed(buf->grad_len);
+        buf->param = alloc_zeroed(bs, buf->param_len);
+        buf->grad = alloc_zeroed(bs, buf->grad_len);
         bs->array_bytes += (int64_t)sizeof(float) * (buf->param_len + buf->grad_len);
         if (buf->param == NULL || buf->grad == NULL) {
             st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d: its parameters "
-                          "and gradients need %.2f GiB on this rank (%lld elements)", b + 1,
+                          "and gradients need %.2f GiB of %s on this rank (%lld elements)", b + 1,
                           4.0 * (double)(buf->param_len + buf->grad_len) / (1 << 30),
-                          (long long)lb->numel);
+                          lw_device_name(bs->device), (long long)lb->numel);
             goto fail;
         }
         if (buf->kind == SYNC_LEGACY && (st = prepare_legacy(bs, b)) != LW_OK) goto fail;
@@ -282,12 +283,12 @@ void lw_buffers_free(lw_buffers *bs) {
         lw_request_free(bs->groups[g].req);
     for (int32_t b = 0; b < bs->n_buffers; b++) {
         buffer *buf = &bs->buffers[b];
-        free(buf->param);
-        free(buf->grad);
+        lw_device_free(bs->device, buf->param);
+        lw_device_free(bs->device, buf->grad);
         free(buf->by_owner);
         free(buf->counts);
-        free(buf->pack);
-        free(buf->gathered);
+        lw_device_free(bs->device, buf->pack);
+        lw_device_free(bs->device, buf->gathered);
     }
     free(bs->buffers);
     free(bs->params);
@@ -298,6 +299,7 @@ void lw_buffers_free(lw_buffers *bs) {
 
 const lw_layout *lw_buffers_layout(const lw_buffers *bs) { return bs ? bs->layout : NULL; }
 lw_comm *lw_buffers_comm(const lw_buffers *bs) { return bs ? bs->comm : NULL; }
+lw_device *lw_buffers_device(const lw_buffers *bs) { return bs ? bs->device : NULL; }
 lw_comm *lw_buffers_buffer_comm(const lw_buffers *bs, int32_t b) {
     return bs && b >= 0 && b < bs->n_buffers ? bs->buffers[b].comm : NULL;
 }
@@ -492,7 +494,8 @@ static lw_status start_grad(lw_buffers *bs, int32_t gi) {
     buffer *b = &bs->buffers[g->buffer];
     float *bucket = b->grad + g->start;
     const int32_t dp = lw_comm_size(b->comm);
-    if (dp > 1) lw_vec_scale(bucket, g->count, 1.0f / (float)dp);
+    lw_status st = dp > 1 ? lw_vec_scale(bs->stream, bucket, g->count, 1.0f / (float)dp) : LW_OK;
+    if (st != LW_OK) return st;
     g->grad_started = true;
     if (b->kind == SYNC_SHARDED) return lw_comm_reduce_scatter(b->comm, bucket, g->count, g->req);
     return lw_comm_allreduce_start(b->comm, bucket, g->count, g->req);
@@ -589,8 +592,11 @@ lw_status lw_buffers_zero_grad(lw_buffers *bs) {
         lw_status added = lwi_sharded_finish_grads(bs);
         if (st == LW_OK) st = added;
     }
-    for (int32_t b = 0; b < bs->n_buffers; b++)
-        memset(bs->buffers[b].grad, 0, sizeof(float) * (size_t)bs->buffers[b].grad_len);
+    for (int32_t b = 0; b < bs->n_buffers; b++) {
+        lw_status zeroed = lw_device_set(bs->stream, bs->buffers[b].grad, 0,
+                                         (int64_t)sizeof(float) * bs->buffers[b].grad_len);
+        if (st == LW_OK) st = zeroed;
+    }
     reset_grad_state(bs);
     return st;
 }
@@ -615,7 +621,9 @@ static lw_status gather_legacy(lw_buffers *bs, int32_t bi) {
     for (int32_t k = 0; k < n; k++) {
         const lwi_param *p = &l->params[b->by_owner[k]];
         if (p->owner != rank) continue;
-        memcpy(b->pack + at, b->param + p->start, sizeof(float) * (size_t)p->numel);
+        lw_status st = lw_device_copy(bs->stream, b->pack + at, b->param + p->start,
+                                      (int64_t)sizeof(float) * p->numel, LW_COPY_DEVICE_TO_DEVICE);
+        if (st != LW_OK) return st;
         at += p->numel;
     }
     char label[48];
@@ -626,7 +634,9 @@ static lw_status gather_legacy(lw_buffers *bs, int32_t bi) {
     at = 0;
     for (int32_t k = 0; k < n; k++) {
         const lwi_param *p = &l->params[b->by_owner[k]];
-        memcpy(b->param + p->start, b->gathered + at, sizeof(float) * (size_t)p->numel);
+        st = lw_device_copy(bs->stream, b->param + p->start, b->gathered + at,
+                            (int64_t)sizeof(float) * p->numel, LW_COPY_DEVICE_TO_DEVICE);
+        if (st != LW_OK) return st;
         at += p->numel;
     }
     return LW_OK;

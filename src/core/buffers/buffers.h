@@ -16,7 +16,7 @@ typedef enum sync_kind {
 /* A whole-group array from a buffer's pool (ZeRO-2/3): a gathered group's parameters or a
  * group's gradient while backward writes it and its reduce-scatter runs. */
 typedef struct lwi_block {
-    float *data;     /* [owned] the buffer's largest group */
+    float *data;     /* [owned, device memory] the buffer's largest group */
     lw_request *req; /* [owned] its gather or reduce-scatter (the scratch shard lives here) */
 } lwi_block;
 
@@ -74,6 +74,8 @@ typedef struct lwi_param_info {
 struct lw_buffers {
     const lw_layout *layout;
     lw_comm *comm;
+    lw_device *device; /* [borrowed] where the arrays and blocks live */
+    lw_stream *stream; /* [borrowed] its default stream: syncs, averaging, copies */
     lw_buffers_options o;
     int32_t n_buffers;
     lwi_buf *buffers; /* [owned] */

@@ -28,9 +28,9 @@ int64_t lwi_shard_offset(const lw_buffers *bs, const lwi_group *g, int64_t x) {
     return g->start / b->dp + (x - g->start - (int64_t)b->rank * shard);
 }
 
-static void free_block(lwi_block *k) {
+static void free_block(lw_buffers *bs, lwi_block *k) {
     lw_request_free(k->req);
-    free(k->data);
+    lw_device_free(bs->device, k->data);
     k->data = NULL;
     k->req = NULL;
 }
@@ -52,13 +52,13 @@ lw_status lwi_sharded_init(lw_buffers *bs) {
 
 void lwi_sharded_free(lw_buffers *bs) {
     for (int32_t gi = 0; gi < bs->n_groups; gi++) {
-        free_block(&bs->groups[gi].gblock);
-        free_block(&bs->groups[gi].pblock);
+        free_block(bs, &bs->groups[gi].gblock);
+        free_block(bs, &bs->groups[gi].pblock);
     }
     for (int32_t b = 0; b < bs->n_buffers; b++) {
         lwi_buf *buf = &bs->buffers[b];
         for (int32_t k = 0; k < buf->n_spare; k++)
-            free_block(&buf->spare[k]);
+            free_block(bs, &buf->spare[k]);
         free(buf->spare);
     }
 }
@@ -94,8 +94,9 @@ static lw_status complete_reduce(lw_buffers *bs, int32_t gi) {
     if (st != LW_OK) return st;
     const int64_t shard = g->count / b->dp;
     float *into = b->grad + g->start / b->dp;
-    lw_vec_add(into, into, g->gblock.data + (int64_t)b->rank * shard, shard);
+    st = lw_vec_add(bs->stream, into, into, g->gblock.data + (int64_t)b->rank * shard, shard);
     g->reducing = false;
+    if (st != LW_OK) return st;
     return give_back(bs, &g->gblock, g->buffer, false);
 }
 
@@ -104,7 +105,10 @@ static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     if (g->gblock.data == NULL || g->reducing) return LW_OK;
     lwi_buf *b = &bs->buffers[g->buffer];
-    if (b->dp > 1) lw_vec_scale(g->gblock.data, g->count, 1.0f / (float)b->dp);
+    lw_status st = b->dp > 1 ? lw_vec_scale(bs->stream, g->gblock.data, g->count,
+                                            1.0f / (float)b->dp)
+                             : LW_OK;
+    if (st != LW_OK) return st;
     g->reducing = true;
     lw_request_set_label(g->gblock.req, g->label); /* pooled blocks serve any group */
     return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, g->gblock.req);
@@ -192,7 +196,7 @@ static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *fr
     for (int32_t b = 0; b < bs->n_buffers; b++) {
         lwi_buf *buf = &bs->buffers[b];
         if (buf->n_spare > 0) {
-            free_block(&buf->spare[--buf->n_spare]);
+            free_block(bs, &buf->spare[--buf->n_spare]);
             bs->cached_bytes -= block_bytes(buf);
             return LW_OK;
         }
@@ -236,16 +240,15 @@ static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool par
             if (prefetch) return LW_OK;
             bs->over_budget++;
         }
-        size_t size = ((size_t)b->block_numel * sizeof(float) + 63) / 64 * 64;
-        out->data = aligned_alloc(64, size ? size : 64);
-        if (out->data == NULL)
-            return lwi_fail(LW_ERR_NOMEM,
-                            "buffers: out of memory for a "
-                            "group block of %lld elements",
-                            (long long)b->block_numel);
+        void *data = NULL;
+        if (lw_device_alloc(bs->device, (int64_t)sizeof(float) * b->block_numel, &data) != LW_OK)
+            return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for a group block of %lld "
+                            "elements on %s", (long long)b->block_numel,
+                            lw_device_name(bs->device));
+        out->data = data;
         lw_status st = lw_request_new(&out->req);
         if (st != LW_OK) {
-            free(out->data);
+            lw_device_free(bs->device, out->data);
             out->data = NULL;
             return st;
         }
@@ -267,8 +270,10 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
     if (st != LW_OK || g->pblock.data == NULL) return st;
     const int64_t shard = g->count / b->dp;
-    memcpy(g->pblock.data + (int64_t)b->rank * shard, b->param + g->start / b->dp,
-           sizeof(float) * (size_t)shard);
+    st = lw_device_copy(bs->stream, g->pblock.data + (int64_t)b->rank * shard,
+                        b->param + g->start / b->dp, (int64_t)sizeof(float) * shard,
+                        LW_COPY_DEVICE_TO_DEVICE);
+    if (st != LW_OK) return st;
     g->gathering = true;
     g->used = ++bs->tick;
     bs->gathers++;
@@ -364,7 +369,9 @@ lw_status lwi_sharded_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool 
         if (g->gblock.data != NULL && g->reducing) st = complete_reduce(bs, gi);
         if (st == LW_OK && g->gblock.data == NULL) {
             st = take_block(bs, gi, &g->gblock, false, false);
-            if (st == LW_OK) memset(g->gblock.data, 0, sizeof(float) * (size_t)g->count);
+            if (st == LW_OK)
+                st = lw_device_set(bs->stream, g->gblock.data, 0,
+                                   (int64_t)sizeof(float) * g->count);
         }
     }
     if (st == LW_OK && bs->o.zero == 3 && bs->o.overlap_param && !reuse)
@@ -384,7 +391,7 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
     lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     const int64_t shard = g->count / b->dp;
-    memcpy(b->param + g->start / b->dp, g->pblock.data + (int64_t)b->rank * shard,
-           sizeof(float) * (size_t)shard);
-    return LW_OK;
+    return lw_device_copy(bs->stream, b->param + g->start / b->dp,
+                          g->pblock.data + (int64_t)b->rank * shard,
+                          (int64_t)sizeof(float) * shard, LW_COPY_DEVICE_TO_DEVICE);
 }

@@ -1,9 +1,151 @@
-/* device.h: the device layer's internals, shared by the device/ files and the CPU implementation in
- * device/cpu/. Not public API. */
+/* device.h: the device table, the one seam between the core and the hardware. The core above
+ * (buffers, optimizer, the public kernels) calls devices only through it; device/cpu/ fills it
+ * with the reference implementations, the CUDA library (src/cuda/) fills the same table and is
+ * loaded by device/loader.c. Not public API, but the CUDA library's contract: an entry added
+ * here is appended, and LWI_DEVICE_ABI goes up when the table changes. */
 #ifndef LW_DEVICE_H
 #define LW_DEVICE_H
 
 #include "base/base.h"
+
+#define LWI_DEVICE_ABI 1
+
+/* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
+typedef struct lwi_muon_step {
+    float beta;
+    bool nesterov;
+    lw_weight_decay weight_decay_mode;
+    float lr;
+    float weight_decay;
+    float grad_scale;
+} lwi_muon_step;
+
+/* Newton-Schulz of one matrix (lw_muon_orthogonalize): steps (a, b, c) triples, the
+ * normalisation floor, SYRK/SYMM or full GEMMs, and a workspace of at least
+ * lwi_muon_work_floats(rows, cols) floats in the device's memory. */
+typedef struct lwi_ns_plan {
+    const float *abc; /* host: steps x 3 */
+    int32_t steps;
+    float eps;
+    bool symmetric;
+    float *work;
+} lwi_ns_plan;
+
+/* Floats of Newton-Schulz workspace for a rows x cols matrix: A and A2 (p x p), Y (p x q) and
+ * the update (rows x cols), p = min, q = max of the two. */
+static inline int64_t lwi_muon_work_floats(int64_t rows, int64_t cols) {
+    const int64_t p = rows <= cols ? rows : cols, q = rows <= cols ? cols : rows;
+    return 2 * p * p + p * q + rows * cols;
+}
+
+/* Every entry returns LW_OK or fails through lwi_fail (the CUDA library through the host's
+ * fail function, lwi_device_host). Streams and events carry the backend's handle in impl. */
+typedef struct lwi_device_ops {
+    const char *kind;  /* "cpu", "cuda" */
+    bool host_memory;  /* lw_device_is_host */
+    /* memory */
+    lw_status (*alloc)(lw_device *device, int64_t bytes, void **out); /* zeroed */
+    void (*free)(lw_device *device, void *p);
+    lw_status (*set)(lw_stream *stream, void *dst, int32_t value, int64_t bytes);
+    lw_status (*copy)(lw_stream *stream, void *dst, const void *src, int64_t bytes,
+                      lw_copy_kind kind);
+    /* streams and events */
+    lw_status (*stream_new)(lw_device *device, void **impl);
+    void (*stream_free)(lw_device *device, void *impl);
+    lw_status (*stream_synchronize)(lw_stream *stream);
+    lw_status (*stream_wait)(lw_stream *stream, lw_event *event);
+    lw_status (*event_new)(lw_device *device, void **impl);
+    void (*event_free)(lw_device *device, void *impl);
+    lw_status (*event_record)(lw_event *event, lw_stream *stream);
+    lw_status (*event_synchronize)(lw_event *event);
+    lw_status (*event_query)(lw_event *event, bool *done);
+    /* vectors */
+    lw_status (*vec_norm_stats)(lw_stream *s, const float *x, int64_t n, double *acc);
+    lw_status (*vec_all_finite)(lw_stream *s, const float *x, int64_t n, bool *finite);
+    lw_status (*vec_scale)(lw_stream *s, float *x, int64_t n, float alpha);
+    lw_status (*vec_add)(lw_stream *s, float *y, const float *a, const float *b, int64_t n);
+    lw_status (*vec_axpy)(lw_stream *s, float *y, float alpha, const float *x, int64_t n);
+    /* Muon and AdamW */
+    lw_status (*muon_momentum)(lw_stream *s, const lwi_muon_step *k, float *w, const float *g,
+                               float *m, float *u, int64_t n);
+    lw_status (*newton_schulz)(lw_stream *s, const lwi_ns_plan *plan, const float *u, float *x,
+                               int64_t rows, int64_t cols);
+    lw_status (*adamw)(lw_stream *s, const lw_adamw_options *o, float *w, const float *g,
+                       float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
+                       float grad_scale);
+    /* model kernels, as in lw.h */
+    lw_status (*linear_forward)(lw_stream *s, float *y, const float *x, const float *w,
+                                const float *b, int64_t n, int64_t in, int64_t out);
+    lw_status (*linear_backward)(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                 const float *x, const float *w, int64_t n, int64_t in,
+                                 int64_t out);
+    lw_status (*embedding_forward)(lw_stream *s, float *y, const int32_t *tokens,
+                                   const float *wte, const float *wpe, int64_t b, int64_t t,
+                                   int64_t c);
+    lw_status (*embedding_backward)(lw_stream *s, float *dwte, float *dwpe, const float *dy,
+                                    const int32_t *tokens, int64_t b, int64_t t, int64_t c);
+    lw_status (*layernorm_forward)(lw_stream *s, float *y, float *mean, float *rstd,
+                                   const float *x, const float *g, const float *beta, int64_t n,
+                                   int64_t c, float eps);
+    lw_status (*layernorm_backward)(lw_stream *s, float *dx, float *dg, float *dbeta,
+                                    const float *dy, const float *x, const float *g,
+                                    const float *mean, const float *rstd, int64_t n, int64_t c);
+    lw_status (*gelu_forward)(lw_stream *s, float *y, const float *x, int64_t n);
+    lw_status (*gelu_backward)(lw_stream *s, float *dx, const float *dy, const float *x,
+                               int64_t n);
+    lw_status (*attention_forward)(lw_stream *s, float *out, float *att, const float *qkv,
+                                   int64_t b, int64_t t, int64_t c, int64_t nh);
+    lw_status (*attention_backward)(lw_stream *s, float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *att, int64_t b, int64_t t,
+                                    int64_t c, int64_t nh);
+    lw_status (*cross_entropy_forward)(lw_stream *s, float *probs, float *losses, const float *h,
+                                       const float *w, const int32_t *targets, int64_t n,
+                                       int64_t c, int64_t v, double *loss);
+    lw_status (*cross_entropy_backward)(lw_stream *s, float *dh, float *dw, float *probs,
+                                        const float *h, const float *w, const int32_t *targets,
+                                        int64_t n, int64_t c, int64_t v, float loss_scale);
+} lwi_device_ops;
+
+struct lw_device {
+    const lwi_device_ops *ops;
+    char name[32];     /* "cpu", "cuda:0" */
+    int32_t index;     /* the GPU's ordinal; 0 for the CPU */
+    void *impl;        /* the backend's per-device data */
+    lw_stream *stream; /* [owned] the default stream */
+};
+
+struct lw_stream {
+    lw_device *device;
+    void *impl;
+};
+
+struct lw_event {
+    lw_device *device;
+    void *impl;
+};
+
+/* What the core lends a device library: its error reporting (a CUDA library cannot link the
+ * core's internal symbols). */
+typedef struct lwi_device_host {
+    int32_t abi; /* LWI_DEVICE_ABI */
+    lw_status (*fail)(lw_status status, const char *fmt, ...);
+} lwi_device_host;
+
+/* The entry a device library exports (named LWI_DEVICE_ENTRY): fills *ops for the device
+ * `index` of its kind and its per-device data, or fails saying why (no GPU, a driver too old). */
+typedef lw_status (*lwi_device_entry)(const lwi_device_host *host, int32_t index,
+                                      const lwi_device_ops **ops, void **impl);
+#define LWI_DEVICE_ENTRY "lwopt_device_open"
+
+/* The stream to run on: the CPU's default stream for NULL. */
+lw_stream *lwi_stream_or_cpu(lw_stream *stream);
+/* LW_ERR_UNSUPPORTED: the stream's device has no `entry` (a device library still being built). */
+lw_status lwi_device_missing(const lw_stream *stream, const char *entry);
+
+/* device/cpu: the reference table. */
+extern const lwi_device_ops lwi_cpu_ops;
+/* device/loader.c: the CUDA device with this ordinal, from liblwopt_cuda.so. */
+lw_status lwi_cuda_open(int32_t index, const lwi_device_ops **ops, void **impl);
 
 /* BLAS threads for `ranks` processes sharing this machine, unless the user chose. */
 void lwi_blas_share_cores(int32_t ranks);

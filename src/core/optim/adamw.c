@@ -1,25 +1,8 @@
-/* adamw.c: the AdamW update of a contiguous run of elements (REFERENCE.md section 7), with bias
- * correction and decoupled weight decay. */
+/* adamw.c: AdamW's options (REFERENCE.md section 7); the update itself runs on the device
+ * (lw_adamw_update, device/cpu/adamw.c). */
 #include "base/base.h"
-
-#include <math.h>
 
 lw_adamw_options lw_adamw_defaults(void) {
     lw_adamw_options o = {0.9f, 0.95f, 1e-8f};
     return o;
-}
-
-void lw_adamw_update(const lw_adamw_options *o, float *w, const float *g, float *m, float *v,
-                     int64_t n, int64_t t, float lr, float wd, float grad_scale) {
-    const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-    /* bias corrections in double: 1 - beta^t loses digits in float for small t */
-    const float c1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
-    const float c2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
-    for (int64_t i = 0; i < n; i++) {
-        float gi = grad_scale * g[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        float mhat = m[i] * c1, vhat = v[i] * c2;
-        w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
-    }
 }

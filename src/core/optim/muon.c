@@ -1,20 +1,20 @@
-/* muon.c: the Muon update of one matrix (REFERENCE.md section 6): weight decay, EMA momentum
- * (Nesterov optional), Newton-Schulz orthogonalisation on OpenBLAS, scaled step. The
- * symmetric products X X^T and A A go through SYRK and B X through SYMM, which do about 3/4
- * (wide) to 2/3 (square) of the full-GEMM FLOPs. No transposes are copied: a row-major
- * rows x cols matrix with rows > cols is, read column-major, its cols x rows transpose. */
-#include "base/base.h"
+/* muon.c: the Muon update of one matrix (REFERENCE.md section 6): its options, the
+ * Newton-Schulz coefficient sets, the scale of the step, and the workspace, over the device
+ * table: weight decay and momentum, Newton-Schulz and the step run on the stream's device
+ * (device/cpu/muon.c on the CPU). */
+#include "optim/optim.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct lw_muon {
     lw_muon_options o;
-    float *custom;   /* [owned] copy of the custom triples */
-    float *work;     /* [owned] A, A2 (p x p each), Y (p x q), update (rows x cols) */
-    size_t capacity; /* floats in work */
+    float *custom;       /* [owned] copy of the custom triples */
+    float *abc;          /* [owned] ns_steps (a, b, c) triples, one per step */
+    lw_device *device;   /* of the workspace */
+    float *work;         /* [owned, device memory] lwi_muon_work_floats of the largest matrix */
+    int64_t capacity;    /* floats in work */
 };
 
 static const float SIMPLE[][3] = {{3.4445f, -4.7750f, 2.0315f}};
@@ -83,41 +83,12 @@ static lw_status check_options(const lw_muon_options *o) {
     return LW_OK;
 }
 
-lw_status lw_muon_new(const lw_muon_options *opts, lw_muon **out) {
-    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "muon: out pointer is NULL");
-    *out = NULL;
-    lw_muon_options o = opts ? *opts : lw_muon_defaults();
-    lw_status st = check_options(&o);
-    if (st != LW_OK) return st;
-    lw_muon *m = calloc(1, sizeof *m);
-    if (m == NULL) return lwi_fail(LW_ERR_NOMEM, "muon: out of memory");
-    m->o = o;
-    if (o.coeffs == LW_NS_CUSTOM) {
-        m->custom = malloc(sizeof(float) * 3 * (size_t)o.n_custom);
-        if (m->custom == NULL) {
-            free(m);
-            return lwi_fail(LW_ERR_NOMEM, "muon: out of memory");
-        }
-        memcpy(m->custom, o.custom, sizeof(float) * 3 * (size_t)o.n_custom);
-    }
-    m->o.custom = m->custom;
-    *out = m;
-    return LW_OK;
-}
-
-void lw_muon_free(lw_muon *m) {
-    if (m == NULL) return;
-    free(m->custom);
-    free(m->work);
-    free(m);
-}
-
 /* Coefficients of step k: "cycle" restarts the list, "repeat" keeps the last triple. */
-static const float *coefficients(const lw_muon *m, int32_t k) {
+static const float *coefficients(const lw_muon_options *o, int32_t k) {
     const float(*list)[3];
     int32_t n;
     bool repeat = false;
-    switch (m->o.coeffs) {
+    switch (o->coeffs) {
     case LW_NS_SIMPLE:
         list = SIMPLE, n = 1;
         break;
@@ -128,7 +99,7 @@ static const float *coefficients(const lw_muon *m, int32_t k) {
         list = CUBIC5, n = 5;
         break;
     case LW_NS_CUSTOM:
-        list = (const float(*)[3])m->custom, n = m->o.n_custom, repeat = m->o.custom_repeat;
+        list = (const float(*)[3])o->custom, n = o->n_custom, repeat = o->custom_repeat;
         break;
     default:
         list = QUINTIC, n = 5;
@@ -137,74 +108,54 @@ static const float *coefficients(const lw_muon *m, int32_t k) {
     return list[repeat ? (k < n ? k : n - 1) : k % n];
 }
 
-static lw_status reserve(lw_muon *m, size_t floats) {
-    if (floats <= m->capacity) return LW_OK;
-    float *grown = realloc(m->work, sizeof(float) * floats);
-    if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "muon: out of memory for %zu floats", floats);
-    m->work = grown;
-    m->capacity = floats;
+lw_status lw_muon_new(const lw_muon_options *opts, lw_muon **out) {
+    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "muon: out pointer is NULL");
+    *out = NULL;
+    lw_muon_options o = opts ? *opts : lw_muon_defaults();
+    lw_status st = check_options(&o);
+    if (st != LW_OK) return st;
+    lw_muon *m = calloc(1, sizeof *m);
+    if (m == NULL) return lwi_fail(LW_ERR_NOMEM, "muon: out of memory");
+    m->o = o;
+    m->abc = malloc(sizeof(float) * 3 * (size_t)o.ns_steps);
+    if (o.coeffs == LW_NS_CUSTOM) m->custom = malloc(sizeof(float) * 3 * (size_t)o.n_custom);
+    if (m->abc == NULL || (o.coeffs == LW_NS_CUSTOM && m->custom == NULL)) {
+        lw_muon_free(m);
+        return lwi_fail(LW_ERR_NOMEM, "muon: out of memory");
+    }
+    if (o.coeffs == LW_NS_CUSTOM)
+        memcpy(m->custom, o.custom, sizeof(float) * 3 * (size_t)o.n_custom);
+    m->o.custom = m->custom;
+    for (int32_t k = 0; k < o.ns_steps; k++) memcpy(m->abc + 3 * k, coefficients(&m->o, k), 12);
+    *out = m;
     return LW_OK;
 }
 
-/* Copies the stored triangle of the p x p symmetric A onto the other: SYRK writes one
- * triangle, the next SYRK reads A whole. `row_major_upper`: the stored triangle is the upper
- * one in row-major terms. */
-static void symmetrize(float *a, int64_t p, bool row_major_upper) {
-    for (int64_t i = 0; i < p; i++)
-        for (int64_t j = i + 1; j < p; j++) {
-            if (row_major_upper)
-                a[j * p + i] = a[i * p + j];
-            else
-                a[i * p + j] = a[j * p + i];
-        }
+void lw_muon_free(lw_muon *m) {
+    if (m == NULL) return;
+    free(m->custom);
+    free(m->abc);
+    lw_device_free(m->device, m->work);
+    free(m);
 }
 
-/* Newton-Schulz on X (p x q, p <= q, in `order` with leading dimension ld), in place, using
- * work for A, A2 (p x p) and Y (p x q). */
-static void newton_schulz(const lw_muon *m, float *x, int64_t p, int64_t q, CBLAS_ORDER order,
-                          int64_t ld, float *work) {
-    float *a = work, *a2 = work + p * p, *y = work + 2 * p * p, *cur = x, *next = y;
-    const bool sym = m->o.symmetric;
-    for (int32_t k = 0; k < m->o.ns_steps; k++) {
-        const float *abc = coefficients(m, k);
-        /* A = X X^T */
-        if (sym) {
-            cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)q, 1.0f, cur, (int)ld, 0.0f,
-                        a, (int)p);
-        } else {
-            cblas_sgemm(order, CblasNoTrans, CblasTrans, (int)p, (int)p, (int)q, 1.0f, cur, (int)ld,
-                        cur, (int)ld, 0.0f, a, (int)p);
-        }
-        /* B = b A + c A A (into a2); A is symmetric, so A A = A A^T */
-        if (abc[2] != 0.0f) {
-            if (sym) {
-                symmetrize(a, p, order == CblasRowMajor);
-                cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)p, abc[2], a, (int)p,
-                            0.0f, a2, (int)p);
-            } else {
-                cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)p, (int)p, abc[2], a,
-                            (int)p, a, (int)p, 0.0f, a2, (int)p);
-            }
-            for (int64_t i = 0; i < p * p; i++)
-                a2[i] += abc[1] * a[i];
-        } else {
-            for (int64_t i = 0; i < p * p; i++)
-                a2[i] = abc[1] * a[i];
-        }
-        /* X' = a X + B X */
-        memcpy(next, cur, sizeof(float) * (size_t)(p * q));
-        if (sym) {
-            cblas_ssymm(order, CblasLeft, CblasUpper, (int)p, (int)q, 1.0f, a2, (int)p, cur,
-                        (int)ld, abc[0], next, (int)ld);
-        } else {
-            cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)p, 1.0f, a2, (int)p,
-                        cur, (int)ld, abc[0], next, (int)ld);
-        }
-        float *t = cur;
-        cur = next;
-        next = t;
-    }
-    if (cur != x) memcpy(x, cur, sizeof(float) * (size_t)(p * q));
+/* Workspace of at least `floats` on the stream's device (moved there if it was elsewhere). */
+static lw_status reserve(lw_muon *m, lw_stream *s, int64_t floats) {
+    lw_device *d = lw_stream_device(s);
+    if (floats <= m->capacity && d == m->device) return LW_OK;
+    if (m->work != NULL) lw_stream_synchronize(s); /* the old workspace may still be in use */
+    lw_device_free(m->device, m->work);
+    m->work = NULL;
+    m->capacity = 0;
+    void *p = NULL;
+    lw_status st = lw_device_alloc(d, (int64_t)sizeof(float) * floats, &p);
+    if (st != LW_OK)
+        return lwi_fail(st, "muon: the Newton-Schulz workspace (%lld floats): %s",
+                        (long long)floats, lw_last_error());
+    m->device = d;
+    m->work = p;
+    m->capacity = floats;
+    return LW_OK;
 }
 
 static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_t cols) {
@@ -215,24 +166,19 @@ static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_
     return LW_OK;
 }
 
-lw_status lw_muon_orthogonalize(lw_muon *m, const float *u, float *x, int64_t rows, int64_t cols) {
+lw_status lw_muon_orthogonalize(lw_muon *m, lw_stream *stream, const float *u, float *x,
+                                int64_t rows, int64_t cols) {
     lw_status st = m ? check_matrix(u, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
-    const int64_t n = rows * cols;
-    if (m->o.coeffs == LW_NS_IDENTITY) {
-        if (x != u) memcpy(x, u, sizeof(float) * (size_t)n);
-        return LW_OK;
-    }
-    double norm = sqrt(lw_vec_sum_squares(u, n));
-    float inv = (float)(1.0 / (norm > m->o.eps ? norm : m->o.eps));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = u[i] * inv;
-    const int64_t p = rows <= cols ? rows : cols, q = rows <= cols ? cols : rows;
-    /* rows <= cols: X = U row-major (ld cols); else X = U^T, which is U read column-major */
-    const CBLAS_ORDER order = rows <= cols ? CblasRowMajor : CblasColMajor;
-    if ((st = reserve(m, (size_t)(2 * p * p + p * q + n))) != LW_OK) return st;
-    newton_schulz(m, x, p, q, order, rows <= cols ? q : p, m->work);
-    return LW_OK;
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (m->o.coeffs == LW_NS_IDENTITY)
+        return x == u ? LW_OK
+                      : lw_device_copy(s, x, u, (int64_t)sizeof(float) * rows * cols,
+                                       LW_COPY_DEVICE_TO_DEVICE);
+    if ((st = reserve(m, s, lwi_muon_work_floats(rows, cols))) != LW_OK) return st;
+    const lwi_ns_plan plan = {m->abc, m->o.ns_steps, m->o.eps, m->o.symmetric, m->work};
+    if (s->device->ops->newton_schulz == NULL) return lwi_device_missing(s, "newton_schulz");
+    return s->device->ops->newton_schulz(s, &plan, u, x, rows, cols);
 }
 
 static double scale_of(const lw_muon_options *o, int64_t rows, int64_t cols) {
@@ -249,46 +195,36 @@ static double scale_of(const lw_muon_options *o, int64_t rows, int64_t cols) {
     }
 }
 
-lw_status lw_muon_momentum(lw_muon *m, float *w, const float *g, float *mom, float *u, int64_t n,
-                           float lr, float wd, float grad_scale) {
+lw_status lw_muon_momentum(lw_muon *m, lw_stream *stream, float *w, const float *g, float *mom,
+                           float *u, int64_t n, float lr, float wd, float grad_scale) {
     if (m == NULL || w == NULL || g == NULL || mom == NULL || u == NULL || n < 0)
         return lwi_fail(LW_ERR_INVALID, "muon: NULL argument or negative size");
-    const float beta = m->o.momentum;
-    /* 1. weight decay, before momentum */
-    const lw_weight_decay mode = m->o.weight_decay_mode;
-    if (mode == LW_WD_DECOUPLED && wd != 0.0f) lw_vec_scale(w, n, 1.0f - lr * wd);
-    if (mode == LW_WD_INDEPENDENT && wd != 0.0f) lw_vec_scale(w, n, 1.0f - wd);
-    /* 2. momentum (EMA) and the Nesterov look-ahead, into u */
-    for (int64_t i = 0; i < n; i++) {
-        float gi = grad_scale * g[i];
-        if (mode == LW_WD_L2) gi += wd * w[i];
-        mom[i] = beta * mom[i] + (1.0f - beta) * gi;
-        u[i] = m->o.nesterov ? (1.0f - beta) * gi + beta * mom[i] : mom[i];
-    }
-    return LW_OK;
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    const lwi_muon_step k = {m->o.momentum, m->o.nesterov, m->o.weight_decay_mode, lr, wd,
+                             grad_scale};
+    if (s->device->ops->muon_momentum == NULL) return lwi_device_missing(s, "muon_momentum");
+    return s->device->ops->muon_momentum(s, &k, w, g, mom, u, n);
 }
 
-lw_status lw_muon_apply(lw_muon *m, float *w, const float *x, int64_t n, int64_t rows, int64_t cols,
-                        float lr) {
+lw_status lw_muon_apply(lw_muon *m, lw_stream *stream, float *w, const float *x, int64_t n,
+                        int64_t rows, int64_t cols, float lr) {
     lw_status st = m ? check_matrix(w, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
     const float step = (float)(lr * scale_of(&m->o, rows, cols) * m->o.extra_scale);
-    for (int64_t i = 0; i < n; i++)
-        w[i] -= step * x[i];
-    return LW_OK;
+    return lw_vec_axpy(stream, w, -step, x, n);
 }
 
-lw_status lw_muon_update(lw_muon *m, float *w, const float *g, float *mom, int64_t rows,
-                         int64_t cols, float lr, float wd, float grad_scale) {
+lw_status lw_muon_update(lw_muon *m, lw_stream *stream, float *w, const float *g, float *mom,
+                         int64_t rows, int64_t cols, float lr, float wd, float grad_scale) {
     lw_status st = m ? check_matrix(w, g, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
     if (mom == NULL) return lwi_fail(LW_ERR_INVALID, "muon: NULL momentum");
-    const int64_t n = rows * cols, p = rows <= cols ? rows : cols;
-    const int64_t q = rows <= cols ? cols : rows;
-    if ((st = reserve(m, (size_t)(2 * p * p + p * q + n))) != LW_OK) return st;
-    float *u = m->work + 2 * p * p + p * q; /* the update, after the NS workspace */
-    if ((st = lw_muon_momentum(m, w, g, mom, u, n, lr, wd, grad_scale)) != LW_OK) return st;
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    const int64_t n = rows * cols, work = lwi_muon_work_floats(rows, cols);
+    if ((st = reserve(m, s, work)) != LW_OK) return st;
+    float *u = m->work + (work - n); /* the update, after the Newton-Schulz workspace */
+    if ((st = lw_muon_momentum(m, s, w, g, mom, u, n, lr, wd, grad_scale)) != LW_OK) return st;
     /* 3. orthogonalise, 4. step */
-    if ((st = lw_muon_orthogonalize(m, u, u, rows, cols)) != LW_OK) return st;
-    return lw_muon_apply(m, w, u, n, rows, cols, lr);
+    if ((st = lw_muon_orthogonalize(m, s, u, u, rows, cols)) != LW_OK) return st;
+    return lw_muon_apply(m, s, w, u, n, rows, cols, lr);
 }

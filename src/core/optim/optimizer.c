@@ -20,7 +20,7 @@ typedef struct owned {
     int64_t start; /* elements of the param this rank updates */
     int64_t count;
     bool muon;
-    float *state; /* [owned] Muon: momentum (count); AdamW: m then v (2 * count) */
+    float *state; /* [owned, device memory] Muon: momentum (count); AdamW: m then v (2 * count) */
     bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
     bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
                      whole matrix orthogonalised from the bucket's gathered update */
@@ -29,6 +29,9 @@ typedef struct owned {
 struct lw_optimizer {
     lw_buffers *buffers;
     const lw_layout *layout;
+    lw_device *device; /* [borrowed] the buffers': state and arithmetic live there */
+    lw_stream *stream; /* [borrowed] its default stream */
+    double *norm_acc;  /* [owned, device memory] sum of squares and zeros of the owned grads */
     lw_optimizer_options o;
     lw_muon *muon;
     int32_t n_owned;
@@ -39,8 +42,8 @@ struct lw_optimizer {
     float *wd; /* [owned] per group */
     int64_t step;
     int64_t skips;
-    float *gathered;   /* [owned] row-sharded Muon: a bucket's assembled update */
-    float *orthogonal; /* [owned] and one matrix's orthogonalised update */
+    float *gathered;   /* [owned, device memory] row-sharded Muon: a bucket's assembled update */
+    float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
     int64_t gathered_numel;
     int64_t orthogonal_numel;
 };
@@ -96,11 +99,13 @@ static lw_status collect_owned(lw_optimizer *opt) {
         o->counted = lb->algorithm != LW_ALGORITHM_DEFAULT ||
                      lw_comm_rank(lw_buffers_comm(opt->buffers)) == 0;
         o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
-        o->state = calloc((size_t)(p->muon ? count : 2 * count), sizeof(float));
-        if (o->state == NULL)
+        const int64_t floats = p->muon ? count : 2 * count;
+        void *state = NULL;
+        if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * floats, &state) != LW_OK)
             return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for the state of '%s' "
-                            "(%.2f GiB)", p->name, 4.0 * (double)(p->muon ? count : 2 * count) /
-                            (1 << 30));
+                            "(%.2f GiB on %s)", p->name, 4.0 * (double)floats / (1 << 30),
+                            lw_device_name(opt->device));
+        o->state = state;
         if (o->sliced && p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
     }
     /* every rank takes part in each bucket's gather, owning a slice of it or not */
@@ -113,13 +118,19 @@ static lw_status collect_owned(lw_optimizer *opt) {
                 opt->gathered_numel = bk->stop - bk->start;
         }
     if (opt->gathered_numel > 0) {
-        opt->gathered = malloc(sizeof(float) * (size_t)opt->gathered_numel);
-        opt->orthogonal =
-            malloc(sizeof(float) * (size_t)(opt->orthogonal_numel ? opt->orthogonal_numel : 1));
-        if (opt->gathered == NULL || opt->orthogonal == NULL)
-            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for row-sharded Muon");
+        void *gathered = NULL, *orthogonal = NULL;
+        lw_status st = lw_device_alloc(opt->device, 4 * opt->gathered_numel, &gathered);
+        opt->gathered = gathered;
+        if (st == LW_OK) st = lw_device_alloc(opt->device, 4 * opt->orthogonal_numel, &orthogonal);
+        opt->orthogonal = orthogonal;
+        if (st != LW_OK)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for row-sharded Muon: %s",
+                            lw_last_error());
     }
-    return LW_OK;
+    void *acc = NULL;
+    lw_status st = lw_device_alloc(opt->device, 2 * sizeof(double), &acc);
+    opt->norm_acc = acc;
+    return st;
 }
 
 lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
@@ -135,6 +146,8 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     if (opt == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
     opt->buffers = buffers;
     opt->layout = lw_buffers_layout(buffers);
+    opt->device = lw_buffers_device(buffers);
+    opt->stream = lw_device_stream(opt->device);
     opt->o = o;
     if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
     opt->n_groups = 1;
@@ -157,13 +170,14 @@ fail:
 void lw_optimizer_free(lw_optimizer *opt) {
     if (opt == NULL) return;
     for (int32_t k = 0; k < opt->n_owned; k++)
-        free(opt->owned[k].state);
+        lw_device_free(opt->device, opt->owned[k].state);
     free(opt->owned);
     free(opt->group);
     free(opt->lr);
     free(opt->wd);
-    free(opt->gathered);
-    free(opt->orthogonal);
+    lw_device_free(opt->device, opt->gathered);
+    lw_device_free(opt->device, opt->orthogonal);
+    lw_device_free(opt->device, opt->norm_acc);
     lw_muon_free(opt->muon);
     free(opt);
 }
@@ -214,18 +228,21 @@ lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr, f
 /* Sum of squares and zeros over the owned gradient elements, summed over the world. */
 static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
     double local[2] = {0.0, 0.0};
-    for (int32_t k = 0; k < opt->n_owned; k++) {
+    lw_status st = lw_device_set(opt->stream, opt->norm_acc, 0, sizeof local);
+    for (int32_t k = 0; st == LW_OK && k < opt->n_owned; k++) {
         const owned *o = &opt->owned[k];
         if (!o->counted) continue;
         float *g;
-        lw_status st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
-        if (st != LW_OK) return st;
-        local[0] += lw_vec_sum_squares(g, o->count);
-        local[1] += (double)lw_vec_count_zeros(g, o->count);
+        st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
+        if (st == LW_OK) st = lw_vec_norm_stats(opt->stream, g, o->count, opt->norm_acc);
     }
+    if (st == LW_OK)
+        st = lw_device_copy(opt->stream, local, opt->norm_acc, sizeof local,
+                            LW_COPY_DEVICE_TO_HOST);
+    if (st != LW_OK) return st;
     lw_comm *comm = lw_buffers_comm(opt->buffers);
     lw_comm_set_label(comm, "the global gradient norm");
-    lw_status st = lw_comm_allreduce(comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
+    st = lw_comm_allreduce(comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
     *norm = sqrt(local[0]);
     *zeros = (int64_t)local[1];
     return st;
@@ -243,8 +260,8 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
     const int64_t count = bk->stop - bk->start, shard = count / lb->dp;
     const int32_t rank = lw_comm_rank(comm);
     float *u = opt->gathered;
-    memset(u + rank * shard, 0, sizeof(float) * (size_t)shard); /* padding stays zero */
-    lw_status st = LW_OK;
+    /* padding stays zero */
+    lw_status st = lw_device_set(opt->stream, u + rank * shard, 0, (int64_t)sizeof(float) * shard);
     for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
         owned *o = &opt->owned[j];
         const lwi_param *p = &l->params[o->param];
@@ -254,8 +271,9 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         const int32_t grp = opt->group[o->param];
         if (st == LW_OK)
-            st = lw_muon_momentum(opt->muon, w, g, o->state, u + (p->start - bk->start) + o->start,
-                                  o->count, opt->lr[grp], opt->wd[grp], grad_scale);
+            st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state,
+                                  u + (p->start - bk->start) + o->start, o->count, opt->lr[grp],
+                                  opt->wd[grp], grad_scale);
     }
     double t = lwi_now();
     char label[64];
@@ -268,12 +286,12 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         const lwi_param *p = &l->params[o->param];
         if (!o->sliced || p->buffer != b || p->bucket != k) continue;
         float *w;
-        st = lw_muon_orthogonalize(opt->muon, u + (p->start - bk->start), opt->orthogonal,
-                                   p->shape[0], p->numel / p->shape[0]);
+        st = lw_muon_orthogonalize(opt->muon, opt->stream, u + (p->start - bk->start),
+                                   opt->orthogonal, p->shape[0], p->numel / p->shape[0]);
         if (st == LW_OK) st = lw_buffers_owned_param(opt->buffers, o->param, &w);
         if (st == LW_OK)
-            st = lw_muon_apply(opt->muon, w, opt->orthogonal + o->start, o->count, p->shape[0],
-                               p->numel / p->shape[0], opt->lr[opt->group[o->param]]);
+            st = lw_muon_apply(opt->muon, opt->stream, w, opt->orthogonal + o->start, o->count,
+                               p->shape[0], p->numel / p->shape[0], opt->lr[opt->group[o->param]]);
     }
     return st;
 }
@@ -291,14 +309,15 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
         const int32_t grp = opt->group[o->param];
         double t = lwi_now();
         if (o->muon) {
-            st = lw_muon_update(opt->muon, w, g, o->state, p->shape[0], p->shape[1], opt->lr[grp],
-                                opt->wd[grp], grad_scale);
+            st = lw_muon_update(opt->muon, opt->stream, w, g, o->state, p->shape[0], p->shape[1],
+                                opt->lr[grp], opt->wd[grp], grad_scale);
             r->seconds_muon += lwi_now() - t;
             if (st != LW_OK) return st;
         } else {
-            lw_adamw_update(&opt->o.adamw, w, g, o->state, o->state + o->count, o->count, opt->step,
-                            opt->lr[grp], opt->wd[grp], grad_scale);
+            st = lw_adamw_update(opt->stream, &opt->o.adamw, w, g, o->state, o->state + o->count,
+                                 o->count, opt->step, opt->lr[grp], opt->wd[grp], grad_scale);
             r->seconds_adamw += lwi_now() - t;
+            if (st != LW_OK) return st;
         }
     }
     double t = lwi_now();

@@ -1,14 +1,15 @@
 /* attention.c: causal multi-head self-attention on the CPU, forward and backward. Each
  * (batch, head) is three GEMMs on strided views of qkv (no copies) plus a row softmax over the
  * causal lower triangle; the GEMMs run over the full t x t square and the mask is applied after. */
-#include "base/base.h"
+#include "device/cpu/cpu.h"
 
 #include <cblas.h>
 #include <math.h>
 
-void lw_attention_forward(float *out, float *att, const float *qkv, int64_t b, int64_t t, int64_t c,
-                          int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return;
+lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
+                                    int64_t b, int64_t t, int64_t c, int64_t nh) {
+    (void)stream;
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
     const int64_t hd = c / nh, c3 = 3 * c;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t bi = 0; bi < b; bi++) {
@@ -43,11 +44,14 @@ void lw_attention_forward(float *out, float *att, const float *qkv, int64_t b, i
                         (int)t, v, (int)c3, 0.0f, o, (int)c);
         }
     }
+    return LW_OK;
 }
 
-void lw_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int64_t b, int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return;
+lw_status lwi_cpu_attention_backward(lw_stream *stream, float *dqkv, float *scratch,
+                                     const float *dout, const float *qkv, const float *att,
+                                     int64_t b, int64_t t, int64_t c, int64_t nh) {
+    (void)stream;
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
     const int64_t hd = c / nh, c3 = 3 * c;
     const float scale = 1.0f / sqrtf((float)hd);
     float *ds = scratch; /* [t, t]: datt, then dS in place */
@@ -82,4 +86,5 @@ void lw_attention_backward(float *dqkv, float *scratch, const float *dout, const
                         (int)t, q, (int)c3, 1.0f, dk, (int)c3);
         }
     }
+    return LW_OK;
 }

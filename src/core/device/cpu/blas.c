@@ -1,7 +1,7 @@
 /* blas.c: how many OpenBLAS threads a rank uses. Ranks sharing a machine split its cores, so
  * that mpirun -np 2 on 2 cores runs one thread per rank; OPENBLAS_NUM_THREADS (or
  * OMP_NUM_THREADS) set by the user always wins. */
-#include "device/device.h"
+#include "device/cpu/cpu.h"
 
 #include <cblas.h>
 #include <stdlib.h>

@@ -1,16 +1,21 @@
 /* cross_entropy.c: the LM head fused with softmax cross-entropy on the CPU: logits by one GEMM
  * into the caller's probs buffer, a stable softmax in place, and the backward into dh and dw.
  * A target outside [0, v) is ignored (loss 0, no gradient); >= v is a caller bug, never read. */
-#include "base/base.h"
+#include "device/cpu/cpu.h"
 
 #include <cblas.h>
 #include <math.h>
 
 static inline bool counted(int32_t target, int64_t v) { return target >= 0 && target < v; }
 
-double lw_cross_entropy_forward(float *probs, float *losses, const float *h, const float *w,
-                                const int32_t *targets, int64_t n, int64_t c, int64_t v) {
-    if (n <= 0 || v <= 0) return 0.0;
+lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *probs, float *losses,
+                                        const float *h, const float *w, const int32_t *targets,
+                                        int64_t n, int64_t c, int64_t v, double *loss) {
+    (void)stream;
+    if (n <= 0 || v <= 0) {
+        *loss = 0.0;
+        return LW_OK;
+    }
     if (c > 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)v, (int)c, 1.0f, h,
                     (int)c, w, (int)c, 0.0f, probs, (int)v);
@@ -39,21 +44,23 @@ double lw_cross_entropy_forward(float *probs, float *losses, const float *h, con
         for (int64_t j = 0; j < v; j++)
             row[j] *= inv;
         if (counted(tg, v)) {
-            const double loss = log(sum) - (double)shifted_target;
-            losses[i] = (float)loss;
-            total += loss;
+            const double row_loss = log(sum) - (double)shifted_target;
+            losses[i] = (float)row_loss;
+            total += row_loss;
             count++;
         } else {
             losses[i] = 0.0f;
         }
     }
-    return count > 0 ? total / (double)count : 0.0;
+    *loss = count > 0 ? total / (double)count : 0.0;
+    return LW_OK;
 }
 
-void lw_cross_entropy_backward(float *dh, float *dw, float *probs, const float *h, const float *w,
-                               const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                               float loss_scale) {
-    if (n <= 0 || v <= 0 || c <= 0) return;
+lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *probs,
+                                         const float *h, const float *w, const int32_t *targets,
+                                         int64_t n, int64_t c, int64_t v, float loss_scale) {
+    (void)stream;
+    if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++)
         count += counted(targets[i], v);
@@ -71,10 +78,11 @@ void lw_cross_entropy_backward(float *dh, float *dw, float *probs, const float *
         }
     }
     /* No counted row means the loss is the constant 0: probs is now all zeros, nothing to add. */
-    if (count == 0) return;
+    if (count == 0) return LW_OK;
     if (dh != NULL)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)c, (int)v, 1.0f, probs,
                     (int)v, w, (int)c, 1.0f, dh, (int)c);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)v, (int)c, (int)n, 1.0f, probs,
                 (int)v, h, (int)c, 1.0f, dw, (int)c);
+    return LW_OK;
 }

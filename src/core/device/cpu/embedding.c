@@ -1,13 +1,15 @@
 /* embedding.c: token embedding plus optional learned position embedding, forward and
  * accumulating backward. Token ids are trusted to lie in [0, vocab): the kernel does not know
  * vocab, so callers validate ids once per batch, not per lookup. */
-#include "base/base.h"
+#include "device/cpu/cpu.h"
 
 #include <string.h>
 
-void lw_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
-                          int64_t b, int64_t t, int64_t c) {
-    if (b <= 0 || t <= 0 || c <= 0) return;
+lw_status lwi_cpu_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                    const float *wte, const float *wpe, int64_t b, int64_t t,
+                                    int64_t c) {
+    (void)stream;
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t ti = 0; ti < t; ti++) {
             float *out = y + (bi * t + ti) * c;
@@ -19,11 +21,13 @@ void lw_embedding_forward(float *y, const int32_t *tokens, const float *wte, con
                 for (int64_t i = 0; i < c; i++) out[i] = tok[i] + pos[i];
             }
         }
+    return LW_OK;
 }
 
-void lw_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens,
-                           int64_t b, int64_t t, int64_t c) {
-    if (b <= 0 || t <= 0 || c <= 0) return;
+lw_status lwi_cpu_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                     const int32_t *tokens, int64_t b, int64_t t, int64_t c) {
+    (void)stream;
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
     /* A token repeated in the batch adds into the same dwte row several times; the loop order
      * (batch-major, then time) is fixed, so the result is deterministic. */
     for (int64_t bi = 0; bi < b; bi++)
@@ -36,4 +40,5 @@ void lw_embedding_backward(float *dwte, float *dwpe, const float *dy, const int3
                 for (int64_t i = 0; i < c; i++) pos[i] += g[i];
             }
         }
+    return LW_OK;
 }

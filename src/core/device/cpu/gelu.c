@@ -1,7 +1,7 @@
 /* gelu.c: GELU in the tanh form, forward and accumulating backward. It is evaluated through
  * the identity 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) with a branch-free exp, so the loops
  * vectorise (libm's tanhf does not) and y keeps its relative accuracy for negative x. */
-#include "base/base.h"
+#include "device/cpu/cpu.h"
 
 #include <string.h>
 
@@ -52,7 +52,8 @@ static void clamp_block(float *lo, float *vc, const float *x, int64_t m) {
     }
 }
 
-void lw_gelu_forward(float *y, const float *x, int64_t n) {
+lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n) {
+    (void)stream;
     float lo[BLOCK], vc[BLOCK];
     for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {
         int64_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
@@ -65,9 +66,12 @@ void lw_gelu_forward(float *y, const float *x, int64_t n) {
             yb[i] = lo[i] / (1.0f + e);
         }
     }
+    return LW_OK;
 }
 
-void lw_gelu_backward(float *dx, const float *dy, const float *x, int64_t n) {
+lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
+                                int64_t n) {
+    (void)stream;
     float lo[BLOCK], vc[BLOCK];
     for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {
         int64_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
@@ -84,4 +88,5 @@ void lw_gelu_backward(float *dx, const float *dy, const float *x, int64_t n) {
             dxb[i] += dyb[i] * (s + 2.0f * v * du * (e * s * s));
         }
     }
+    return LW_OK;
 }

@@ -1,7 +1,7 @@
 /* layernorm.c: layer normalisation over the last dimension (biased variance, as in torch),
  * forward saving mean and 1/std per row, and accumulating backward. Row statistics and the two
  * backward row sums are taken in double; the per-element work stays in float. */
-#include "base/base.h"
+#include "device/cpu/cpu.h"
 
 #include <math.h>
 
@@ -40,9 +40,11 @@ static double row_sq_dev(const float *x, int64_t c, double m) {
     return s;
 }
 
-void lw_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *g,
-                          const float *beta, int64_t n, int64_t c, float eps) {
-    if (n <= 0 || c <= 0) return;
+lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, float *rstd,
+                                    const float *x, const float *g, const float *beta, int64_t n,
+                                    int64_t c, float eps) {
+    (void)stream;
+    if (n <= 0 || c <= 0) return LW_OK;
     for (int64_t r = 0; r < n; r++) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
@@ -58,12 +60,14 @@ void lw_layernorm_forward(float *y, float *mean, float *rstd, const float *x, co
         else
             for (int64_t i = 0; i < c; i++) yr[i] = (xr[i] - mf) * sf * g[i];
     }
+    return LW_OK;
 }
 
-void lw_layernorm_backward(float *dx, float *dg, float *dbeta, const float *dy, const float *x,
-                           const float *g, const float *mean, const float *rstd, int64_t n,
-                           int64_t c) {
-    if (n <= 0 || c <= 0) return;
+lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
+                                     const float *dy, const float *x, const float *g,
+                                     const float *mean, const float *rstd, int64_t n, int64_t c) {
+    (void)stream;
+    if (n <= 0 || c <= 0) return LW_OK;
     for (int64_t r = 0; r < n; r++) {
         const float *xr = x + r * c, *dyr = dy + r * c;
         float *dxr = dx + r * c;
@@ -93,4 +97,5 @@ void lw_layernorm_backward(float *dx, float *dg, float *dbeta, const float *dy, 
         if (dbeta != NULL)
             for (i = 0; i < c; i++) dbeta[i] += dyr[i];
     }
+    return LW_OK;
 }

@@ -1,7 +1,7 @@
 /* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward, with
  * the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it
  * transposed without a copy). No allocation; no checks beyond empty shapes. */
-#include "base/base.h"
+#include "device/cpu/cpu.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -9,24 +9,28 @@
 /* Columns summed per pass of the bias gradient: the double accumulators stay in L1. */
 #define DB_BLOCK 256
 
-void lw_linear_forward(float *y, const float *x, const float *w, const float *b, int64_t n,
-                       int64_t in, int64_t out) {
-    if (n <= 0 || out <= 0) return;
+lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,
+                                 const float *b, int64_t n, int64_t in, int64_t out) {
+    (void)stream;
+    if (n <= 0 || out <= 0) return LW_OK;
     /* Seeding y with the bias and letting the GEMM add onto it (beta = 1) saves a second sweep
      * over y; without a bias, beta = 0 means y's old contents are never read. */
     if (b != NULL)
         for (int64_t i = 0; i < n; i++) memcpy(y + i * out, b, sizeof(float) * (size_t)out);
     if (in <= 0) { /* an empty inner dimension: BLAS rejects lda = 0, and the product is 0 */
         if (b == NULL) memset(y, 0, sizeof(float) * (size_t)(n * out));
-        return;
+        return LW_OK;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, x,
                 (int)in, w, (int)in, b != NULL ? 1.0f : 0.0f, y, (int)out);
+    return LW_OK;
 }
 
-void lw_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                        const float *w, int64_t n, int64_t in, int64_t out) {
-    if (n <= 0 || out <= 0) return;
+lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
+                                  const float *dy, const float *x, const float *w, int64_t n,
+                                  int64_t in, int64_t out) {
+    (void)stream;
+    if (n <= 0 || out <= 0) return LW_OK;
     if (in > 0) {
         /* dx[n, in] += dy[n, out] w[out, in] */
         if (dx != NULL)
@@ -36,7 +40,7 @@ void lw_linear_backward(float *dx, float *dw, float *db, const float *dy, const 
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f, dy,
                     (int)out, x, (int)in, 1.0f, dw, (int)in);
     }
-    if (db == NULL) return;
+    if (db == NULL) return LW_OK;
     /* Column sums over n rows (n = batch * time, thousands): summed in double so the bias
      * gradient does not lose digits to the row count; row-wise sweeps keep dy contiguous. */
     for (int64_t j0 = 0; j0 < out; j0 += DB_BLOCK) {
@@ -49,4 +53,5 @@ void lw_linear_backward(float *dx, float *dw, float *db, const float *dy, const 
         }
         for (int64_t j = 0; j < m; j++) db[j0 + j] += (float)acc[j];
     }
+    return LW_OK;
 }

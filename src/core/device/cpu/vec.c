@@ -1,12 +1,14 @@
-/* vec.c: reductions and scaling over float vectors (gradient norms, zero counts, clipping). */
-#include "base/base.h"
+/* vec.c: reductions and element-wise updates over float vectors on the CPU (gradient norms, zero
+ * counts, clipping, averaging, the Muon step). */
+#include "device/cpu/cpu.h"
 
 #include <math.h>
 
-double lw_vec_sum_squares(const float *x, int64_t n) {
+lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, double *acc) {
+    (void)stream;
     /* four partial sums: independent dependency chains vectorise and lose less precision */
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0;
+    int64_t i = 0, zeros = 0;
     for (; i + 4 <= n; i += 4) {
         s0 += (double)x[i] * x[i];
         s1 += (double)x[i + 1] * x[i + 1];
@@ -14,25 +16,37 @@ double lw_vec_sum_squares(const float *x, int64_t n) {
         s3 += (double)x[i + 3] * x[i + 3];
     }
     for (; i < n; i++) s0 += (double)x[i] * x[i];
-    return (s0 + s1) + (s2 + s3);
+    for (i = 0; i < n; i++) zeros += x[i] == 0.0f;
+    acc[0] += (s0 + s1) + (s2 + s3);
+    acc[1] += (double)zeros;
+    return LW_OK;
 }
 
-int64_t lw_vec_count_zeros(const float *x, int64_t n) {
-    int64_t zeros = 0;
-    for (int64_t i = 0; i < n; i++) zeros += x[i] == 0.0f;
-    return zeros;
-}
-
-bool lw_vec_all_finite(const float *x, int64_t n) {
+lw_status lwi_cpu_vec_all_finite(lw_stream *stream, const float *x, int64_t n, bool *finite) {
+    (void)stream;
+    *finite = true;
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return false;
-    return true;
+        if (!isfinite(x[i])) {
+            *finite = false;
+            break;
+        }
+    return LW_OK;
 }
 
-void lw_vec_scale(float *x, int64_t n, float alpha) {
+lw_status lwi_cpu_vec_scale(lw_stream *stream, float *x, int64_t n, float alpha) {
+    (void)stream;
     for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+    return LW_OK;
 }
 
-void lw_vec_add(float *y, const float *a, const float *b, int64_t n) {
+lw_status lwi_cpu_vec_add(lw_stream *stream, float *y, const float *a, const float *b, int64_t n) {
+    (void)stream;
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    return LW_OK;
+}
+
+lw_status lwi_cpu_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, int64_t n) {
+    (void)stream;
+    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    return LW_OK;
 }

@@ -1,0 +1,109 @@
+/* cpu.c: the CPU device: host memory (64-byte aligned, zeroed), copies as memcpy, streams that
+ * run work when it is issued (so events are complete once recorded), and the table of the
+ * reference kernels in the other files of device/cpu/. */
+#include "device/cpu/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static lw_status cpu_alloc(lw_device *device, int64_t bytes, void **out) {
+    (void)device;
+    const size_t size = ((size_t)bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, size ? size : 64);
+    if (p == NULL)
+        return lwi_fail(LW_ERR_NOMEM, "memory: cannot allocate %.2f GiB (%lld bytes)",
+                        (double)bytes / (1 << 30), (long long)bytes);
+    memset(p, 0, size ? size : 64);
+    *out = p;
+    return LW_OK;
+}
+
+static void cpu_free(lw_device *device, void *p) {
+    (void)device;
+    free(p);
+}
+
+static lw_status cpu_set(lw_stream *stream, void *dst, int32_t value, int64_t bytes) {
+    (void)stream;
+    memset(dst, value, (size_t)bytes);
+    return LW_OK;
+}
+
+static lw_status cpu_copy(lw_stream *stream, void *dst, const void *src, int64_t bytes,
+                          lw_copy_kind kind) {
+    (void)stream, (void)kind;
+    memcpy(dst, src, (size_t)bytes);
+    return LW_OK;
+}
+
+static lw_status cpu_handle_new(lw_device *device, void **impl) {
+    (void)device;
+    *impl = NULL;
+    return LW_OK;
+}
+
+static void cpu_handle_free(lw_device *device, void *impl) { (void)device, (void)impl; }
+
+static lw_status cpu_stream_synchronize(lw_stream *stream) {
+    (void)stream;
+    return LW_OK;
+}
+
+static lw_status cpu_stream_wait(lw_stream *stream, lw_event *event) {
+    (void)stream, (void)event;
+    return LW_OK;
+}
+
+static lw_status cpu_event_record(lw_event *event, lw_stream *stream) {
+    (void)event, (void)stream;
+    return LW_OK;
+}
+
+static lw_status cpu_event_synchronize(lw_event *event) {
+    (void)event;
+    return LW_OK;
+}
+
+static lw_status cpu_event_query(lw_event *event, bool *done) {
+    (void)event;
+    *done = true;
+    return LW_OK;
+}
+
+const lwi_device_ops lwi_cpu_ops = {
+    .kind = "cpu",
+    .host_memory = true,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .set = cpu_set,
+    .copy = cpu_copy,
+    .stream_new = cpu_handle_new,
+    .stream_free = cpu_handle_free,
+    .stream_synchronize = cpu_stream_synchronize,
+    .stream_wait = cpu_stream_wait,
+    .event_new = cpu_handle_new,
+    .event_free = cpu_handle_free,
+    .event_record = cpu_event_record,
+    .event_synchronize = cpu_event_synchronize,
+    .event_query = cpu_event_query,
+    .vec_norm_stats = lwi_cpu_vec_norm_stats,
+    .vec_all_finite = lwi_cpu_vec_all_finite,
+    .vec_scale = lwi_cpu_vec_scale,
+    .vec_add = lwi_cpu_vec_add,
+    .vec_axpy = lwi_cpu_vec_axpy,
+    .muon_momentum = lwi_cpu_muon_momentum,
+    .newton_schulz = lwi_cpu_newton_schulz,
+    .adamw = lwi_cpu_adamw,
+    .linear_forward = lwi_cpu_linear_forward,
+    .linear_backward = lwi_cpu_linear_backward,
+    .embedding_forward = lwi_cpu_embedding_forward,
+    .embedding_backward = lwi_cpu_embedding_backward,
+    .layernorm_forward = lwi_cpu_layernorm_forward,
+    .layernorm_backward = lwi_cpu_layernorm_backward,
+    .gelu_forward = lwi_cpu_gelu_forward,
+    .gelu_backward = lwi_cpu_gelu_backward,
+    .attention_forward = lwi_cpu_attention_forward,
+    .attention_backward = lwi_cpu_attention_backward,
+    .cross_entropy_forward = lwi_cpu_cross_entropy_forward,
+    .cross_entropy_backward = lwi_cpu_cross_entropy_backward,
+};

@@ -1,0 +1,52 @@
+/* cpu.h: the CPU device's kernels, one family per file of device/cpu/, each the reference
+ * implementation of its device-table entry (device.h has what each computes). Host memory;
+ * the stream is the identity (work runs when called). Not public API. */
+#ifndef LW_DEVICE_CPU_H
+#define LW_DEVICE_CPU_H
+
+#include "device/device.h"
+
+lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, double *acc);
+lw_status lwi_cpu_vec_all_finite(lw_stream *stream, const float *x, int64_t n, bool *finite);
+lw_status lwi_cpu_vec_scale(lw_stream *stream, float *x, int64_t n, float alpha);
+lw_status lwi_cpu_vec_add(lw_stream *stream, float *y, const float *a, const float *b, int64_t n);
+lw_status lwi_cpu_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, int64_t n);
+lw_status lwi_cpu_muon_momentum(lw_stream *stream, const lwi_muon_step *k, float *w, const float *g,
+                                float *m, float *u, int64_t n);
+lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
+                                float *x, int64_t rows, int64_t cols);
+lw_status lwi_cpu_adamw(lw_stream *stream, const lw_adamw_options *o, float *w, const float *g,
+                        float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
+                        float grad_scale);
+lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,
+                                 const float *b, int64_t n, int64_t in, int64_t out);
+lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
+                                  const float *dy, const float *x, const float *w, int64_t n,
+                                  int64_t in, int64_t out);
+lw_status lwi_cpu_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                    const float *wte, const float *wpe, int64_t b, int64_t t,
+                                    int64_t c);
+lw_status lwi_cpu_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                     const int32_t *tokens, int64_t b, int64_t t, int64_t c);
+lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, float *rstd,
+                                    const float *x, const float *g, const float *beta, int64_t n,
+                                    int64_t c, float eps);
+lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
+                                     const float *dy, const float *x, const float *g,
+                                     const float *mean, const float *rstd, int64_t n, int64_t c);
+lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n);
+lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
+                                int64_t n);
+lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
+                                    int64_t b, int64_t t, int64_t c, int64_t nh);
+lw_status lwi_cpu_attention_backward(lw_stream *stream, float *dqkv, float *scratch,
+                                     const float *dout, const float *qkv, const float *att,
+                                     int64_t b, int64_t t, int64_t c, int64_t nh);
+lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *probs, float *losses,
+                                        const float *h, const float *w, const int32_t *targets,
+                                        int64_t n, int64_t c, int64_t v, double *loss);
+lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *probs,
+                                         const float *h, const float *w, const int32_t *targets,
+                                         int64_t n, int64_t c, int64_t v, float loss_scale);
+
+#endif

@@ -1,0 +1,106 @@
+/* muon.c: Muon's kernels on the CPU (REFERENCE.md section 6): the element-wise step (weight
+ * decay, EMA momentum, Nesterov look-ahead) and Newton-Schulz on OpenBLAS. The symmetric
+ * products X X^T and A A go through SYRK and B X through SYMM, which do about 3/4 (wide) to 2/3
+ * (square) of the full-GEMM FLOPs. No transposes are copied: a row-major rows x cols matrix
+ * with rows > cols is, read column-major, its cols x rows transpose. The coefficients, scales
+ * and options are the optimizer's (optim/muon.c). */
+#include "device/cpu/cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+lw_status lwi_cpu_muon_momentum(lw_stream *stream, const lwi_muon_step *k, float *w, const float *g,
+                                float *m, float *u, int64_t n) {
+    (void)stream;
+    const float beta = k->beta, lr = k->lr, wd = k->weight_decay;
+    /* 1. weight decay, before momentum */
+    const lw_weight_decay mode = k->weight_decay_mode;
+    if (mode == LW_WD_DECOUPLED && wd != 0.0f) lwi_cpu_vec_scale(stream, w, n, 1.0f - lr * wd);
+    if (mode == LW_WD_INDEPENDENT && wd != 0.0f) lwi_cpu_vec_scale(stream, w, n, 1.0f - wd);
+    /* 2. momentum (EMA) and the Nesterov look-ahead, into u */
+    for (int64_t i = 0; i < n; i++) {
+        float gi = k->grad_scale * g[i];
+        if (mode == LW_WD_L2) gi += wd * w[i];
+        m[i] = beta * m[i] + (1.0f - beta) * gi;
+        u[i] = k->nesterov ? (1.0f - beta) * gi + beta * m[i] : m[i];
+    }
+    return LW_OK;
+}
+
+/* Copies the stored triangle of the p x p symmetric A onto the other: SYRK writes one
+ * triangle, the next SYRK reads A whole. `row_major_upper`: the stored triangle is the upper
+ * one in row-major terms. */
+static void symmetrize(float *a, int64_t p, bool row_major_upper) {
+    for (int64_t i = 0; i < p; i++)
+        for (int64_t j = i + 1; j < p; j++) {
+            if (row_major_upper)
+                a[j * p + i] = a[i * p + j];
+            else
+                a[i * p + j] = a[j * p + i];
+        }
+}
+
+/* Newton-Schulz on X (p x q, p <= q, in `order` with leading dimension ld), in place, using
+ * work for A, A2 (p x p) and Y (p x q). */
+static void iterate(const lwi_ns_plan *plan, float *x, int64_t p, int64_t q, CBLAS_ORDER order,
+                    int64_t ld) {
+    float *a = plan->work, *a2 = a + p * p, *y = a + 2 * p * p, *cur = x, *next = y;
+    const bool sym = plan->symmetric;
+    for (int32_t k = 0; k < plan->steps; k++) {
+        const float *abc = plan->abc + 3 * k;
+        /* A = X X^T */
+        if (sym) {
+            cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)q, 1.0f, cur, (int)ld, 0.0f,
+                        a, (int)p);
+        } else {
+            cblas_sgemm(order, CblasNoTrans, CblasTrans, (int)p, (int)p, (int)q, 1.0f, cur, (int)ld,
+                        cur, (int)ld, 0.0f, a, (int)p);
+        }
+        /* B = b A + c A A (into a2); A is symmetric, so A A = A A^T */
+        if (abc[2] != 0.0f) {
+            if (sym) {
+                symmetrize(a, p, order == CblasRowMajor);
+                cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)p, abc[2], a, (int)p,
+                            0.0f, a2, (int)p);
+            } else {
+                cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)p, (int)p, abc[2], a,
+                            (int)p, a, (int)p, 0.0f, a2, (int)p);
+            }
+            for (int64_t i = 0; i < p * p; i++)
+                a2[i] += abc[1] * a[i];
+        } else {
+            for (int64_t i = 0; i < p * p; i++)
+                a2[i] = abc[1] * a[i];
+        }
+        /* X' = a X + B X */
+        memcpy(next, cur, sizeof(float) * (size_t)(p * q));
+        if (sym) {
+            cblas_ssymm(order, CblasLeft, CblasUpper, (int)p, (int)q, 1.0f, a2, (int)p, cur,
+                        (int)ld, abc[0], next, (int)ld);
+        } else {
+            cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)p, 1.0f, a2, (int)p,
+                        cur, (int)ld, abc[0], next, (int)ld);
+        }
+        float *t = cur;
+        cur = next;
+        next = t;
+    }
+    if (cur != x) memcpy(x, cur, sizeof(float) * (size_t)(p * q));
+}
+
+lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u, float *x,
+                                int64_t rows, int64_t cols) {
+    const int64_t n = rows * cols;
+    double acc[2] = {0.0, 0.0};
+    lwi_cpu_vec_norm_stats(stream, u, n, acc);
+    const double norm = sqrt(acc[0]);
+    const float inv = (float)(1.0 / (norm > plan->eps ? norm : plan->eps));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = u[i] * inv;
+    const int64_t p = rows <= cols ? rows : cols, q = rows <= cols ? cols : rows;
+    /* rows <= cols: X = U row-major (ld cols); else X = U^T, which is U read column-major */
+    const CBLAS_ORDER order = rows <= cols ? CblasRowMajor : CblasColMajor;
+    iterate(plan, x, p, q, order, rows <= cols ? q : p);
+    return LW_OK;
+}

@@ -1,0 +1,71 @@
+/* fake_device.c: a device library for testing the loader (test_device_plugin): host memory
+ * behind the device table, with only the memory, stream and event entries and one kernel
+ * (vec_scale), so that the test sees the core call into a library it loaded, and a missing
+ * kernel fail by name. Built as a module, never installed. */
+#include "device/device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const lwi_device_host *host;
+
+static lw_status fake_alloc(lw_device *d, int64_t bytes, void **out) {
+    (void)d;
+    *out = calloc(1, (size_t)(bytes ? bytes : 1));
+    return *out ? LW_OK : host->fail(LW_ERR_NOMEM, "fake: out of memory");
+}
+static void fake_free(lw_device *d, void *p) { (void)d, free(p); }
+static lw_status fake_set(lw_stream *s, void *dst, int32_t v, int64_t n) {
+    (void)s, memset(dst, v, (size_t)n);
+    return LW_OK;
+}
+static lw_status fake_copy(lw_stream *s, void *dst, const void *src, int64_t n, lw_copy_kind k) {
+    (void)s, (void)k, memcpy(dst, src, (size_t)n);
+    return LW_OK;
+}
+static lw_status fake_handle_new(lw_device *d, void **impl) {
+    (void)d, *impl = NULL;
+    return LW_OK;
+}
+static void fake_handle_free(lw_device *d, void *impl) { (void)d, (void)impl; }
+static lw_status fake_stream(lw_stream *s) { return (void)s, LW_OK; }
+static lw_status fake_wait(lw_stream *s, lw_event *e) { return (void)s, (void)e, LW_OK; }
+static lw_status fake_record(lw_event *e, lw_stream *s) { return (void)e, (void)s, LW_OK; }
+static lw_status fake_event(lw_event *e) { return (void)e, LW_OK; }
+static lw_status fake_query(lw_event *e, bool *done) { return (void)e, *done = true, LW_OK; }
+static lw_status fake_scale(lw_stream *s, float *x, int64_t n, float alpha) {
+    (void)s;
+    for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+    return LW_OK;
+}
+
+static const lwi_device_ops fake_ops = {
+    .kind = "cuda",
+    .host_memory = false,
+    .alloc = fake_alloc,
+    .free = fake_free,
+    .set = fake_set,
+    .copy = fake_copy,
+    .stream_new = fake_handle_new,
+    .stream_free = fake_handle_free,
+    .stream_synchronize = fake_stream,
+    .stream_wait = fake_wait,
+    .event_new = fake_handle_new,
+    .event_free = fake_handle_free,
+    .event_record = fake_record,
+    .event_synchronize = fake_event,
+    .event_query = fake_query,
+    .vec_scale = fake_scale,
+};
+
+lw_status lwopt_device_open(const lwi_device_host *h, int32_t index, const lwi_device_ops **ops,
+                            void **impl);
+lw_status lwopt_device_open(const lwi_device_host *h, int32_t index, const lwi_device_ops **ops,
+                            void **impl) {
+    host = h;
+    if (h->abi != LWI_DEVICE_ABI) return h->fail(LW_ERR_UNSUPPORTED, "fake: ABI %d", h->abi);
+    if (index > 0) return h->fail(LW_ERR_UNSUPPORTED, "fake: there is no GPU %d", index);
+    *ops = &fake_ops;
+    *impl = NULL;
+    return LW_OK;
+}

@@ -1,0 +1,114 @@
+/* test_device.c: the device layer on the CPU: names, memory (zeroed, set, copies), streams and
+ * events, kernels on an explicit stream equal to the NULL stream's, Muon's workspace; and the
+ * loader: without a CUDA library lw_has_cuda() is false and asking for "cuda" names what is
+ * missing; with LWOPT_CUDA_LIB naming the test's fake library (ctest test_device_plugin), the
+ * core runs the library's table and a kernel it lacks fails by name. */
+#include "check.h"
+
+#include <stdlib.h>
+
+static void test_cpu_device(void) {
+    lw_device *cpu = NULL, *again = NULL;
+    CHECK_OK(lw_device_get("cpu", &cpu));
+    CHECK_OK(lw_device_get("cpu", &again));
+    CHECK(cpu == again && cpu == lw_device_cpu());
+    CHECK(strcmp(lw_device_name(cpu), "cpu") == 0);
+    CHECK(lw_device_is_host(cpu));
+    CHECK(lw_stream_device(lw_device_stream(cpu)) == cpu);
+    CHECK(lw_stream_device(NULL) == cpu);
+    CHECK_FAILS(lw_device_get("tpu", &again), LW_ERR_INVALID, "unknown device 'tpu'");
+    CHECK_FAILS(lw_device_get("cuda:x", &again), LW_ERR_INVALID, "cpu, cuda or cuda:N");
+
+    float *a = NULL, *b = NULL;
+    CHECK_OK(lw_device_alloc(cpu, 40, (void **)&a));
+    CHECK_OK(lw_device_alloc(cpu, 40, (void **)&b));
+    CHECK(a[0] == 0.0f && a[9] == 0.0f && ((uintptr_t)a & 63) == 0);
+    void *none = NULL;
+    CHECK_FAILS(lw_device_alloc(cpu, -1, &none), LW_ERR_INVALID, "-1 bytes");
+    CHECK(none == NULL);
+    float host[10];
+    for (int i = 0; i < 10; i++) host[i] = (float)i;
+    lw_stream *s = NULL;
+    CHECK_OK(lw_stream_new(cpu, &s));
+    CHECK_OK(lw_device_copy(s, a, host, sizeof host, LW_COPY_HOST_TO_DEVICE));
+    CHECK_OK(lw_device_copy(s, b, a, sizeof host, LW_COPY_DEVICE_TO_DEVICE));
+    CHECK_OK(lw_device_set(s, b, 0, 8));
+    float back[10];
+    CHECK_OK(lw_device_copy(s, back, b, sizeof back, LW_COPY_DEVICE_TO_HOST));
+    CHECK(back[0] == 0.0f && back[1] == 0.0f && back[2] == 2.0f && back[9] == 9.0f);
+    CHECK_FAILS(lw_device_copy(s, NULL, a, 4, LW_COPY_DEVICE_TO_DEVICE), LW_ERR_INVALID,
+                "copy of 4 bytes");
+    CHECK_FAILS(lw_device_set(s, b, 256, 4), LW_ERR_INVALID, "set of 4 bytes to 256");
+
+    /* events on the CPU are complete once recorded; waits are no-ops */
+    lw_event *e = NULL;
+    CHECK_OK(lw_event_new(cpu, &e));
+    CHECK_OK(lw_event_record(e, s));
+    bool done = false;
+    CHECK_OK(lw_event_query(e, &done));
+    CHECK(done);
+    CHECK_OK(lw_stream_wait(NULL, e));
+    CHECK_OK(lw_event_synchronize(e));
+    CHECK_OK(lw_stream_synchronize(s));
+
+    /* the same kernel on an explicit stream and on NULL */
+    CHECK_OK(lw_vec_scale(s, a, 10, 2.0f));
+    CHECK_OK(lw_vec_scale(NULL, b, 10, 2.0f));
+    CHECK(a[9] == 18.0f && b[9] == 18.0f && b[0] == 0.0f);
+
+    /* Muon's workspace is device memory, found again on the next call */
+    lw_muon *m = NULL;
+    CHECK_OK(lw_muon_new(NULL, &m));
+    float c[10];
+    CHECK_OK(lw_muon_orthogonalize(m, s, a, b, 2, 5));
+    CHECK_OK(lw_muon_orthogonalize(m, NULL, a, c, 2, 5));
+    CHECK(memcmp(b, c, sizeof c) == 0 && b[9] != 0.0f);
+    lw_muon_free(m);
+
+    lw_event_free(e);
+    lw_stream_free(s);
+    lw_stream_free(lw_device_stream(cpu)); /* the default stream is never freed */
+    lw_device_free(cpu, a);
+    lw_device_free(cpu, b);
+}
+
+static void test_without_cuda(void) {
+    CHECK(!lw_has_cuda());
+    lw_device *d = (lw_device *)1;
+    CHECK_FAILS(lw_device_get("cuda", &d), LW_ERR_UNSUPPORTED, "liblwopt_cuda.so could not be loaded");
+    CHECK(d == NULL);
+    CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "LWOPT_CUDA_LIB");
+}
+
+static void test_fake_library(void) {
+    CHECK(lw_has_cuda());
+    lw_device *d = NULL, *again = NULL;
+    CHECK_OK(lw_device_get("cuda", &d));
+    CHECK_OK(lw_device_get("cuda:0", &again));
+    CHECK(d != NULL && d == again);
+    CHECK(strcmp(lw_device_name(d), "cuda:0") == 0);
+    CHECK(!lw_device_is_host(d));
+    CHECK_FAILS(lw_device_get("cuda:3", &again), LW_ERR_UNSUPPORTED, "no GPU 3");
+    float *x = NULL, host[4] = {1, 2, 3, 4}, back[4];
+    CHECK_OK(lw_device_alloc(d, sizeof host, (void **)&x));
+    lw_stream *s = lw_device_stream(d);
+    CHECK_OK(lw_device_copy(s, x, host, sizeof host, LW_COPY_HOST_TO_DEVICE));
+    CHECK_OK(lw_vec_scale(s, x, 4, 0.5f));
+    CHECK_OK(lw_device_copy(s, back, x, sizeof back, LW_COPY_DEVICE_TO_HOST));
+    CHECK(back[0] == 0.5f && back[3] == 2.0f);
+    CHECK_FAILS(lw_vec_add(s, x, x, x, 4), LW_ERR_UNSUPPORTED, "cuda:0 has no vec_add kernel");
+    lw_event *e = NULL;
+    CHECK_OK(lw_event_new(d, &e));
+    CHECK_FAILS(lw_event_record(e, NULL), LW_ERR_INVALID, "cannot be recorded on cpu");
+    lw_event_free(e);
+    lw_device_free(d, x);
+}
+
+int main(void) {
+    test_cpu_device();
+    if (getenv("LWOPT_CUDA_LIB") != NULL)
+        test_fake_library();
+    else
+        test_without_cuda();
+    return check_exit("test_device");
+}
