@@ -1,5 +1,7 @@
 -- nn_spec.lua: lw.nn modules: declared parameters equal lw.arch.gpt, a finite-difference check
--- of every module, and a tiny GPT's loss and gradients against a slow pure-Lua reference.
+-- of every module called through the one contract (nn/module.lua), the order of the hooks
+-- around parameters and gradients, and a tiny GPT's loss and gradients against a slow pure-Lua
+-- reference.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
@@ -62,16 +64,26 @@ describe("lw.nn.GPT", function()
    end)
 end)
 
+-- The shape arguments of module m's forward and backward for b sequences of t (its contract:
+-- nn/module.lua).
+local function shape_of(m, b, t)
+   if #m.shape_args == 1 then return { b * t } end
+   return { b, t }
+end
+
 describe("lw.nn modules against finite differences", function()
-   -- loss = sum(forward(x) * r); backward with dy = r accumulates dx and parameter gradients
-   local function check(module, n_in, n_out, forward, backward)
+   -- loss = sum(forward(x) * r); backward with dy = r accumulates dx and parameter gradients.
+   -- Every module is called the same way: forward(x, shape...), backward(x, dy, dx, shape...).
+   local function check(module, b, t, width_in, width_out)
       local d = bind(module)
+      local shape = shape_of(module, b, t)
+      local n_in, n_out = b * t * width_in, b * t * width_out
       local x, r = randoms(n_in, 3), randoms(n_out, 5)
-      local function loss() return dot(forward(x), r, n_out) end
+      local function loss() return dot(module:forward(x, unpack(shape)), r, n_out) end
       loss()
       local dx = ffi.new("float[?]", n_in)
       d:zero_grad()
-      backward(x, r, dx)
+      module:backward(x, r, dx, unpack(shape))
       assert.is_true(fd_worst(x, dx, n_in, loss) < 2e-2, "input gradient")
       for _, s in ipairs(module:parameters()) do
          local p, g = d:param(s.name), d:grad(s.name)
@@ -87,48 +99,103 @@ describe("lw.nn modules against finite differences", function()
       local function loss() return dot(m:forward(tokens, 2, 3), r, 6 * 4) end
       loss()
       d:zero_grad()
-      m:backward(tokens, r, 2, 3)
+      m:backward(tokens, r, nil, 2, 3)
       for _, s in ipairs(m:parameters()) do
          local p, g = d:param(s.name), d:grad(s.name)
          assert.is_true(fd_worst(p.data, g.data, p.numel, loss) < 2e-2, s.name)
       end
       assert.equal(0, d:grad("wte.weight"):at(2 * 4 + 1)) -- token 2 never appears
+      assert.has_error(function() m:backward(tokens, r, ffi.new("float[24]"), 2, 3) end,
+         "nn.Embedding: tokens have no gradient; grad_input must be nil")
    end)
 
-   it("Linear", function()
-      local m = nn.Linear.new("l.", 5, 7, true)
-      check(m, 3 * 5, 3 * 7, function(x) return m:forward(x, 3) end,
-         function(x, dy, dx) m:backward(x, dy, dx, 3) end)
+   it("Linear", function() check(nn.Linear.new("l.", 5, 7, true), 1, 3, 5, 7) end)
+
+   it("Linear without bias, and without an input gradient", function()
+      local m = nn.Linear.new("l.", 5, 7, false)
+      check(m, 1, 3, 5, 7)
+      m:backward(randoms(15, 3), randoms(21, 5), nil, 3) -- dx nil: only parameter gradients
    end)
 
-   it("LayerNorm", function()
-      local m = nn.LayerNorm.new("ln.", 6, true)
-      check(m, 4 * 6, 4 * 6, function(x) return m:forward(x, 4) end,
-         function(x, dy, dx) m:backward(x, dy, dx, 4) end)
-   end)
+   it("LayerNorm", function() check(nn.LayerNorm.new("ln.", 6, true), 1, 4, 6, 6) end)
 
-   it("GELU", function()
-      local m = nn.GELU.new(5)
-      check(m, 2 * 5, 2 * 5, function(x) return m:forward(x, 2) end,
-         function(x, dy, dx) m:backward(x, dy, dx, 2) end)
-   end)
+   it("GELU", function() check(nn.GELU.new(5), 1, 2, 5, 5) end)
 
    it("CausalSelfAttention", function()
-      local m = nn.CausalSelfAttention.new("a.", 8, 2, true)
-      check(m, 2 * 3 * 8, 2 * 3 * 8, function(x) return m:forward(x, 2, 3) end,
-         function(x, dy, dx) m:backward(x, dy, dx, 2, 3) end)
+      check(nn.CausalSelfAttention.new("a.", 8, 2, true), 2, 3, 8, 8)
    end)
 
-   it("MLP", function()
-      local m = nn.MLP.new("m.", 4, false)
-      check(m, 3 * 4, 3 * 4, function(x) return m:forward(x, 3) end,
-         function(x, dy, dx) m:backward(x, dy, dx, 3) end)
+   it("MLP", function() check(nn.MLP.new("m.", 4, false), 1, 3, 4, 4) end)
+
+   it("Block", function() check(nn.Block.new("h.0.", 8, 2, true), 2, 3, 8, 8) end)
+end)
+
+describe("lw.nn's module contract", function()
+   it("names the shape arguments of every module but GPT's loss API", function()
+      for _, name in ipairs({ "Linear", "LayerNorm", "GELU", "MLP" }) do
+         assert.same({ "n" }, nn[name].shape_args, name)
+      end
+      for _, name in ipairs({ "Embedding", "CausalSelfAttention", "Block" }) do
+         assert.same({ "b", "t" }, nn[name].shape_args, name)
+      end
+      assert.is_function(nn.activation_bytes)
+      assert.is_number(nn.activation_bytes())
+      assert.equal(nn.Module, getmetatable(nn.Linear).__index)
    end)
 
-   it("Block", function()
-      local m = nn.Block.new("h.0.", 8, 2, true)
-      check(m, 2 * 3 * 8, 2 * 3 * 8, function(x) return m:forward(x, 2, 3) end,
-         function(x, dy, dx) m:backward(dy, dx, 2, 3) end)
+   -- hooks that record every call; parameters and gradients in plain arrays
+   local function recording_hooks(module)
+      local events, store = {}, {}
+      for _, s in ipairs(module:parameters()) do
+         local numel = 1
+         for _, dim in ipairs(s.shape) do numel = numel * dim end
+         store[s.name] = { randoms(numel, 11), ffi.new("float[?]", numel) }
+      end
+      module:bind(nil, {
+         acquire = function(name, pass, reuse)
+            events[#events + 1] = ("acquire %s %s%s"):format(name, pass, reuse and " reuse" or "")
+            return store[name][1], pass == "backward" and store[name][2] or nil
+         end,
+         release = function(name) events[#events + 1] = "release " .. name end,
+         ready = function(name) events[#events + 1] = "ready " .. name end,
+      })
+      return events
+   end
+
+   it("acquires a module's parameters around its kernel and reports gradients after", function()
+      local m = nn.Linear.new("l.", 3, 2, true)
+      local events = recording_hooks(m)
+      local x = randoms(6, 3)
+      m:forward(x, 2)
+      m:backward(x, randoms(4, 5), ffi.new("float[6]"), 2)
+      assert.same({ "acquire l.weight forward", "acquire l.bias forward", "release l.weight",
+         "release l.bias", "acquire l.weight backward", "acquire l.bias backward",
+         "release l.weight", "release l.bias", "ready l.weight", "ready l.bias" }, events)
+   end)
+
+   it("reports each gradient of a GPT once, in backprop order; a tied head is a reuse", function()
+      local m = nn.GPT.new{ n_layer = 2, n_embd = 8, n_head = 2, vocab = 11, seq_len = 4 }
+      local events = recording_hooks(m)
+      local tokens = ffi.new("int32_t[4]", { 1, 2, 3, 4 })
+      m:forward(tokens, tokens, 1, 4)
+      m:backward(1)
+      local ready, wte = {}, {}
+      for _, e in ipairs(events) do
+         local name = e:match("^ready (%S+)$")
+         if name then ready[#ready + 1] = name end
+         if e:match("^acquire wte%.weight") then wte[#wte + 1] = e end
+      end
+      local want = { "ln_f.weight" }
+      for i = 1, 0, -1 do
+         for _, p in ipairs({ "mlp.proj", "mlp.fc", "ln_2", "attn.proj", "attn.qkv", "ln_1" }) do
+            want[#want + 1] = ("h.%d.%s.weight"):format(i, p)
+         end
+      end
+      want[#want + 1] = "wpe.weight"
+      want[#want + 1] = "wte.weight"
+      assert.same(want, ready)
+      assert.same({ "acquire wte.weight forward", "acquire wte.weight forward reuse",
+         "acquire wte.weight backward reuse", "acquire wte.weight backward" }, wte)
    end)
 end)
 

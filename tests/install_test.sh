@@ -14,7 +14,8 @@ cmake --build "$tmp/build" -j 2 >/dev/null
 cmake --install "$tmp/build" >/dev/null
 
 for f in include/lwopt/lw.h share/lua/5.1/lwopt/init.lua share/lua/5.1/lwopt/cdef.lua \
-         share/lua/5.1/lwopt/layout.lua bin/lwopt; do
+         share/lua/5.1/lwopt/layout.lua share/lua/5.1/lwopt/nn/init.lua \
+         share/lua/5.1/lwopt/nn/module.lua share/lua/5.1/lwopt/nn/gpt.lua bin/lwopt; do
     [ -e "$prefix/$f" ] || { echo "install_test: $f not installed"; exit 1; }
 done
 pc=$(dirname "$(find "$prefix" -name lwopt.pc | head -n 1)")
@@ -27,7 +28,9 @@ echo "$out" | grep -q "muon numel per rank" || { echo "install_test: lwopt layou
 
 # the Lua modules from share/lua/5.1
 LUA_PATH="$prefix/share/lua/5.1/?.lua;$prefix/share/lua/5.1/?/init.lua;;" \
-    luajit -e 'local lw = require("lwopt"); assert(lw.library:find("'"$prefix"'", 1, true), lw.library)'
+    luajit -e 'local lw = require("lwopt"); assert(lw.library:find("'"$prefix"'", 1, true), lw.library)
+               assert(lw.nn.GPT.new{ n_layer = 1, n_embd = 8, n_head = 2 }:parameters()[1])
+               assert(require("lwopt.nn.linear") == lw.nn.Linear)'
 
 # a C user through pkg-config
 cat >"$tmp/user.c" <<'C'

@@ -1,0 +1,55 @@
+-- nn/block.lua: Block, the transformer layer: x + attn(ln_1(x)), then + mlp(ln_2(.)) (the
+-- module contract is in nn/module.lua).
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+local LayerNorm = require("lwopt.nn.layernorm")
+local Attention = require("lwopt.nn.attention")
+local MLP = require("lwopt.nn.mlp")
+
+local lib = C.lib
+local zero = base.zero
+
+local Block = base.class(base.Module)
+Block.shape_args = { "b", "t" }
+
+function Block.new(prefix, c, n_head, bias)
+   local self = setmetatable({}, Block):init(prefix)
+   self.c = c
+   self.ln_1 = self:add(LayerNorm.new(prefix .. "ln_1.", c, bias))
+   self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias))
+   self.ln_2 = self:add(LayerNorm.new(prefix .. "ln_2.", c, bias))
+   self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias))
+   return self
+end
+
+-- x: float* [b*t, c] -> float* [b*t, c]
+function Block:forward(x, b, t)
+   local n, c = b * t, self.c
+   self.a_in = self.ln_1:forward(x, n)
+   local a = self.attn:forward(self.a_in, b, t)
+   self.mid = self:buffer("mid", n * c)
+   lib.lw_vec_add(self.mid, x, a, n * c)
+   self.m_in = self.ln_2:forward(self.mid, n)
+   local m = self.mlp:forward(self.m_in, n)
+   local y = self:buffer("y", n * c)
+   lib.lw_vec_add(y, self.mid, m, n * c)
+   return y
+end
+
+-- dout: gradient of the block output; accumulates into dx.
+function Block:backward(x, dout, dx, b, t)
+   local n, c = b * t, self.c
+   local dm, dmid = self:buffer("dm", n * c), self:buffer("dmid", n * c)
+   local da = self:buffer("da", n * c)
+   zero(dm, n * c)
+   self.mlp:backward(self.m_in, dout, dm, n)
+   ffi.copy(dmid, dout, 4 * n * c) -- the residual path
+   self.ln_2:backward(self.mid, dm, dmid, n)
+   zero(da, n * c)
+   self.attn:backward(self.a_in, dmid, da, b, t)
+   lib.lw_vec_add(dx, dx, dmid, n * c)
+   self.ln_1:backward(x, da, dx, n)
+end
+
+return Block

@@ -1,0 +1,45 @@
+-- nn/embedding.lua: Embedding, token + position, over lw_embedding_forward / _backward (the
+-- module contract is in nn/module.lua).
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+
+local lib = C.lib
+
+local Embedding = base.class(base.Module)
+Embedding.shape_args = { "b", "t" }
+
+-- Embedding(vocab, c, seq_len, shared): wte {vocab, c} (the LM head too when shared) and
+-- wpe {seq_len, c}, named as in GPT-2.
+function Embedding.new(vocab, c, seq_len, shared)
+   local self = setmetatable({}, Embedding):init("")
+   self.vocab, self.c = vocab, c
+   self:declare("wte.weight", { vocab, c }, "embedding", { shared_embedding = shared })
+   self:declare("wpe.weight", { seq_len, c }, "embedding")
+   -- gradients complete in backprop order: position first, then the token table, which a
+   -- shared LM head has already added to
+   self.ready_order = { "wpe.weight", "wte.weight" }
+   return self
+end
+
+local function forward(self, tokens, b, t)
+   local y = self:buffer("y", b * t * self.c)
+   lib.lw_embedding_forward(y, tokens, self.w["wte.weight"], self.w["wpe.weight"], b, t, self.c)
+   return y
+end
+
+local function backward(self, tokens, dy, b, t)
+   lib.lw_embedding_backward(self.g["wte.weight"], self.g["wpe.weight"], dy, tokens, b, t, self.c)
+end
+
+-- tokens: int32_t* [b*t] -> float* [b*t, c]
+function Embedding:forward(tokens, b, t)
+   return self:with_params("forward", forward, tokens, b, t)
+end
+
+-- Accumulates into the embedding gradients. Tokens have no gradient: dx must be nil.
+function Embedding:backward(tokens, dy, dx, b, t)
+   if dx ~= nil then error("nn.Embedding: tokens have no gradient; grad_input must be nil", 2) end
+   self:with_params("backward", backward, tokens, dy, b, t)
+end
+
+return Embedding

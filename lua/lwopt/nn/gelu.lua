@@ -1,0 +1,24 @@
+-- nn/gelu.lua: GELU (tanh approximation), element-wise over lw_gelu_forward / _backward; no
+-- parameters (the module contract is in nn/module.lua).
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+
+local lib = C.lib
+
+local GELU = base.class(base.Module)
+GELU.shape_args = { "n" }
+
+-- GELU(width): rows of `width` elements.
+function GELU.new(width) return setmetatable({}, GELU):init(""):with_width(width) end
+function GELU:with_width(w) self.width = w return self end
+
+-- x: float* [n, width] -> float* [n, width]
+function GELU:forward(x, n)
+   local y = self:buffer("y", n * self.width)
+   lib.lw_gelu_forward(y, x, n * self.width)
+   return y
+end
+
+function GELU:backward(x, dy, dx, n) lib.lw_gelu_backward(dx, dy, x, n * self.width) end
+
+return GELU

@@ -1,0 +1,22 @@
+-- lwopt.nn: model modules over the C kernels (src/core/nn_*.c), torch-nn style, one module per
+-- file in lwopt/nn/. Every module follows one contract, written at the top of nn/module.lua:
+-- it declares its parameters at construction and never allocates them (lw.ddp binds each to
+-- its buffer view), forward(input, shape...) -> output, backward(input, grad_output,
+-- grad_input, shape...) accumulating gradients, and it reads its parameters only through
+-- with_params, which tells the runtime when they are used and when a gradient is complete, so
+-- communication overlaps compute. Activations live in buffers allocated once per shape.
+local base = require("lwopt.nn.module")
+
+return {
+   Module = base.Module,
+   Linear = require("lwopt.nn.linear"),
+   Embedding = require("lwopt.nn.embedding"),
+   LayerNorm = require("lwopt.nn.layernorm"),
+   GELU = require("lwopt.nn.gelu"),
+   CausalSelfAttention = require("lwopt.nn.attention"),
+   MLP = require("lwopt.nn.mlp"),
+   Block = require("lwopt.nn.block"),
+   GPT = require("lwopt.nn.gpt"),
+   -- Bytes of activation buffers allocated by the modules of this process.
+   activation_bytes = base.activation_bytes,
+}

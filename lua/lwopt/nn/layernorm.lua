@@ -1,0 +1,38 @@
+-- nn/layernorm.lua: LayerNorm over lw_layernorm_forward / _backward, eps 1e-5 (the module
+-- contract is in nn/module.lua).
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+
+local lib = C.lib
+
+local LayerNorm = base.class(base.Module)
+LayerNorm.shape_args = { "n" }
+
+-- LayerNorm(prefix, c, bias): weight {c} (the gain), bias {c}.
+function LayerNorm.new(prefix, c, bias)
+   local self = setmetatable({}, LayerNorm):init(prefix)
+   self.c, self.has_bias = c, bias
+   self:declare("weight", { c }, "norm")
+   if bias then self:declare("bias", { c }, "bias") end
+   return self
+end
+
+local function forward(self, x, n)
+   local y = self:buffer("y", n * self.c)
+   self.mean, self.rstd = self:buffer("mean", n), self:buffer("rstd", n)
+   lib.lw_layernorm_forward(y, self.mean, self.rstd, x, self.w.weight,
+      self.has_bias and self.w.bias or nil, n, self.c, 1e-5)
+   return y
+end
+
+local function backward(self, x, dy, dx, n)
+   lib.lw_layernorm_backward(dx, self.g.weight, self.has_bias and self.g.bias or nil, dy, x,
+      self.w.weight, self.mean, self.rstd, n, self.c)
+end
+
+-- x: float* [n, c] -> float* [n, c]; the row statistics stay for backward.
+function LayerNorm:forward(x, n) return self:with_params("forward", forward, x, n) end
+
+function LayerNorm:backward(x, dy, dx, n) self:with_params("backward", backward, x, dy, dx, n) end
+
+return LayerNorm

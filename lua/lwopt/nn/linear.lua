@@ -1,0 +1,38 @@
+-- nn/linear.lua: Linear, y = x W^T + b over lw_linear_forward / lw_linear_backward (the module
+-- contract is in nn/module.lua).
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+
+local lib = C.lib
+
+local Linear = base.class(base.Module)
+Linear.shape_args = { "n" }
+
+-- Linear(prefix, in, out, bias): weight {out, in}, bias {out}.
+function Linear.new(prefix, n_in, n_out, bias)
+   local self = setmetatable({}, Linear):init(prefix)
+   self.n_in, self.n_out, self.has_bias = n_in, n_out, bias
+   self:declare("weight", { n_out, n_in }, "matrix")
+   if bias then self:declare("bias", { n_out }, "bias") end
+   return self
+end
+
+local function forward(self, x, n)
+   local y = self:buffer("y", n * self.n_out)
+   lib.lw_linear_forward(y, x, self.w.weight, self.has_bias and self.w.bias or nil, n, self.n_in,
+      self.n_out)
+   return y
+end
+
+local function backward(self, x, dy, dx, n)
+   lib.lw_linear_backward(dx, self.g.weight, self.has_bias and self.g.bias or nil, dy, x,
+      self.w.weight, n, self.n_in, self.n_out)
+end
+
+-- x: float* [n, in] -> float* [n, out]
+function Linear:forward(x, n) return self:with_params("forward", forward, x, n) end
+
+-- Accumulates into dx (float* [n, in], may be nil) and the parameter gradients.
+function Linear:backward(x, dy, dx, n) self:with_params("backward", backward, x, dy, dx, n) end
+
+return Linear

@@ -1,0 +1,188 @@
+-- nn/module.lua: the base of lw.nn's modules: the Module class (declared parameters, children,
+-- binding to lw.ddp through hooks), with_params (the one path from a module to its parameters)
+-- and the activation allocator. The modules themselves are in the other files of lwopt/nn/.
+--
+-- The module contract, torch nn's on raw pointers (the C kernels of src/core/nn_*.c take them):
+--   Class.new(...)        declares the module's parameters (name, shape, role) and children; it
+--                         allocates no parameter: lw.ddp binds each to its buffer view (bind)
+--   m:parameters()        specs of the module and its children, in definition order (lw.arch's)
+--   m:forward(input, shape...) -> output
+--   m:backward(input, grad_output, grad_input, shape...)
+--   shape...      the sizes the pointers do not carry, named by Class.shape_args: { "n" } (n
+--                 rows) for modules that work row by row (Linear, LayerNorm, GELU, MLP),
+--                 { "b", "t" } (b sequences of t) for those that see sequences (Embedding,
+--                 CausalSelfAttention, Block)
+--   input         float* [rows, width in] (Embedding: int32_t* tokens [b*t])
+--   output        float* [rows, width out], an activation buffer of m: valid until m's next
+--                 forward
+--   backward      follows the forward of the same input (a module keeps what forward computed
+--                 for it); accumulates (+=) into grad_input [rows, width in] and into the
+--                 parameter gradients, as llm.c's kernels do: zero them first, or let
+--                 micro-steps sum. grad_input nil: no input gradient (Linear allows it; the
+--                 tokens of Embedding have none, so it must be nil there).
+-- nn.GPT's top level keeps a loss API, forward(tokens, targets, b, t) -> loss and
+-- backward(loss_scale): its output is one number, the gradient backward starts from comes from
+-- the targets rather than a caller's grad_output, and a training loop has nothing to keep
+-- between the two calls (the model keeps its input).
+--
+-- A module reads its parameters only inside with_params, which acquires them through the hooks
+-- bind installed (the runtime says where they are; at ZeRO-3 that changes from use to use),
+-- runs the kernel, releases them (the runtime may drop them), and after a backward reports each
+-- gradient complete (ready), so communication overlaps compute.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+
+local lib = C.lib
+local base = {}
+
+local activation_bytes = 0
+
+local out_cell = ffi.new("void*[1]")
+
+-- Zeroed floats from the C allocator (ffi.new stops at 2 GiB and says only "not enough
+-- memory"); `what` names the buffer in the error. Every activation buffer comes from here, so
+-- this is the one place to route them to another device's allocator.
+local function floats(n, what)
+   local bytes = 4 * math.max(n, 1)
+   if lib.lw_host_alloc(bytes, out_cell) ~= 0 then
+      error(("lw.nn: cannot allocate the activations %s: %s, with %.2f GiB of activations "
+         .. "already allocated by this process; use a smaller batch or sequence length")
+         :format(what, C.last_error(), activation_bytes / 2 ^ 30), 0)
+   end
+   activation_bytes = activation_bytes + bytes
+   return ffi.gc(ffi.cast("float*", out_cell[0]), lib.lw_host_free)
+end
+
+-- Bytes of activation buffers allocated by the modules of this process.
+function base.activation_bytes() return activation_bytes end
+
+-- Sets n floats at p to zero (a gradient buffer before a backward accumulates into it).
+function base.zero(p, n) ffi.fill(p, 4 * n) end
+
+-- A class table: instances are setmetatable({}, c); methods not in c come from parent.
+function base.class(parent)
+   local c = {}
+   c.__index = c
+   if parent then setmetatable(c, { __index = parent }) end
+   return c
+end
+
+-- ---- Module: declared parameters, children, binding, hooks ---------------------------------
+
+local Module = base.class()
+base.Module = Module
+
+function Module:init(prefix)
+   self.prefix = prefix or ""
+   self.entries = {} -- specs and child modules, in definition order
+   self.own = {} -- own specs, in definition order
+   self.ready_order = {} -- own full names, in the order backward reports their gradients
+   self.w, self.g = {}, {} -- short name -> float* (within with_params)
+   return self
+end
+
+-- Declares a parameter `prefix .. name`; returns its spec. Its gradient is reported after the
+-- ones declared before it, unless the module sets another ready_order.
+function Module:declare(name, shape, role, extra)
+   local spec = { name = self.prefix .. name, shape = shape, dtype = "f32", role = role,
+                  shared_embedding = false, expert = false, short = name }
+   for k, v in pairs(extra or {}) do spec[k] = v end
+   self.entries[#self.entries + 1] = { spec = spec }
+   self.own[#self.own + 1] = spec
+   self.ready_order[#self.ready_order + 1] = spec.name
+   return spec
+end
+
+function Module:add(child)
+   self.entries[#self.entries + 1] = { child = child }
+   return child
+end
+
+-- Parameter specs of the module and its children, in definition order (lw.arch's shape).
+function Module:parameters(out)
+   out = out or {}
+   for _, e in ipairs(self.entries) do
+      if e.spec then
+         local copy = {}
+         for k, v in pairs(e.spec) do if k ~= "short" then copy[k] = v end end
+         out[#out + 1] = copy
+      else
+         e.child:parameters(out)
+      end
+   end
+   return out
+end
+
+-- Binds the module and its children to ddp (lw.ddp) through hooks:
+-- hooks.acquire(name, pass, reuse) -> data, grad before a module reads parameter `name`
+-- ("forward" | "backward"; grad only in backward), hooks.release(name) when it is done with it,
+-- hooks.ready(name) when its gradient is complete. nil: ddp:hooks() (no gradient reports).
+function Module:bind(ddp, hooks)
+   self.hooks = hooks or ddp:hooks()
+   for _, e in ipairs(self.entries) do
+      if e.child then e.child:bind(ddp, self.hooks) end
+   end
+end
+
+-- Own parameter names, for the hooks.
+function Module:own_names()
+   local names = {}
+   for _, spec in ipairs(self.own) do names[#names + 1] = spec.name end
+   return names
+end
+
+-- Makes the module's own parameters (and in backward their gradients) reachable through
+-- self.w / self.g until release. reuse: a use out of the pass's order (a tied weight).
+function Module:acquire(pass, reuse)
+   local h, w, g = self.hooks, self.w, self.g
+   for _, spec in ipairs(self.own) do
+      w[spec.short], g[spec.short] = h.acquire(spec.name, pass, reuse)
+   end
+end
+
+function Module:release()
+   local h = self.hooks
+   for _, spec in ipairs(self.own) do h.release(spec.name) end
+end
+
+function Module:ready(short) self.hooks.ready(self.prefix .. short) end
+
+-- Runs kernel(self, a1, .., a5) with the module's own parameters in self.w (by short name)
+-- and, in backward, their gradients in self.g: acquire, kernel, release, and after a backward
+-- each gradient reported complete, in self.ready_order. Returns what kernel returns. kernel is
+-- a function made once, beside the module, and the arguments are a fixed five, so a call
+-- allocates nothing and the JIT compiles it through.
+function Module:with_params(pass, kernel, a1, a2, a3, a4, a5)
+   self:acquire(pass)
+   local result = kernel(self, a1, a2, a3, a4, a5)
+   self:release()
+   if pass == "backward" then
+      local ready, order = self.hooks.ready, self.ready_order
+      for i = 1, #order do ready(order[i]) end
+   end
+   return result
+end
+
+-- with_params for parameters read again out of the pass's order (a tied embedding read by the
+-- LM head): acquired as a reuse, and no gradient is reported, since the module's own backward
+-- is what completes it.
+function Module:with_params_reused(pass, kernel, a1, a2, a3, a4, a5)
+   self:acquire(pass, true)
+   local result = kernel(self, a1, a2, a3, a4, a5)
+   self:release()
+   return result
+end
+
+-- Activation buffers per (rows) shape, allocated once.
+function Module:buffer(key, n)
+   self.buffers = self.buffers or {}
+   local b = self.buffers[key]
+   if b == nil or b.n < n then
+      local owner = self.prefix ~= "" and self.prefix:gsub("%.$", "") or "the model"
+      b = { n = n, data = floats(n, ("'%s' of %s"):format(key, owner)) }
+      self.buffers[key] = b
+   end
+   return b.data
+end
+
+return base
