@@ -1,4 +1,5 @@
 -- ddp_spec.lua: buffers on one rank: views by name, groups, ownership, options and errors.
+local ffi = require("ffi")
 local lw = require("lwopt")
 
 local function tiny() return lw.arch.gpt{ n_layer = 2, n_embd = 32, n_head = 2, vocab = 64, seq_len = 16 } end
@@ -14,6 +15,37 @@ describe("lw.ddp.new", function()
       local start, count = d:owned("h.0.attn.qkv.weight")
       assert.same({ 0, 96 * 32 }, { start, count })
       assert.equal("layerwise", d.mode)
+   end)
+
+   it("lives on the CPU device unless told otherwise, and names a device it cannot have", function()
+      local d = lw.ddp.new(tiny(), lw.comm.self())
+      assert.equal("cpu", ffi.string(require("lwopt.C").lib.lw_device_name(d.device)))
+      assert.is_true(d.host)
+      assert.has_error(function() lw.ddp.new(tiny(), lw.comm.self(), { device = "tpu" }) end,
+         "lw.ddp.new: device: unknown device 'tpu' (cpu, cuda or cuda:N)")
+      local ok, err = pcall(lw.ddp.new, tiny(), lw.comm.self(), { device = "cuda" })
+      assert.is_false(ok)
+      assert.matches("liblwopt_cuda.so could not be loaded", err, 1, true)
+   end)
+
+   it("reads and writes parameters through explicit copies, at every ZeRO level", function()
+      for _, zero in ipairs({ 1, 2, 3 }) do
+         local d = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 5000, zero = zero })
+         d:write_param("h.1.mlp.fc.weight", function(i) return 0.001 * i end)
+         local w = d:read_param("h.1.mlp.fc.weight")
+         assert.same({ 128, 32 }, w.shape)
+         assert.near(0.001 * 5, w:at(5), 1e-7)
+         -- a copy: writing it changes nothing in the buffers
+         w:fill(7)
+         assert.near(0.001 * 5, d:read_param("h.1.mlp.fc.weight"):at(5), 1e-7)
+         -- the device copies a checkpoint uses: host -> device -> host
+         local host = ffi.new("float[3]", { 1, 2, 3 })
+         local dev = d:acquire("h.0.ln_1.weight", "forward", true)
+         d:from_host(dev, host, 3)
+         local back = d:to_host(dev, 3)
+         d:release("h.0.ln_1.weight")
+         assert.same({ 1, 2, 3 }, { back[0], back[1], back[2] })
+      end
    end)
 
    it("numbers groups in forward order", function()

@@ -49,6 +49,13 @@ describe("recipes/gpt_small.lua", function()
       assert.matches("--steps INT", out, 1, true)
    end)
 
+   it("says what is missing for --device cuda on a machine without the CUDA library", function()
+      local out, status = helpers.sh("luajit " .. recipe .. " --device cuda --steps 1")
+      assert.equal(1, status)
+      assert.matches("^%-%-device cuda: device: CUDA is not available: liblwopt_cuda.so could "
+         .. "not be loaded %(.*%); .*; use %-%-device cpu\n$", out)
+   end)
+
    it("refuses numbers out of range, before any work", function()
       for _, case in ipairs({
          { "--steps 1e20", "--steps expects an integer, got '1e20'" },

@@ -100,6 +100,19 @@ static void test_fake_library(void) {
     lw_event *e = NULL;
     CHECK_OK(lw_event_new(d, &e));
     CHECK_FAILS(lw_event_record(e, NULL), LW_ERR_INVALID, "cannot be recorded on cpu");
+    /* buffers of device memory need a communicator that moves it (NCCL, issue 13) */
+    lw_param_spec spec = {"w", 2, {4, 4, 0, 0}, LW_DTYPE_F32, LW_DTYPE_F32, false, false, true};
+    lw_layout *l = NULL;
+    lw_comm *c = NULL;
+    lw_buffers *bs = NULL;
+    CHECK_OK(lw_layout_new(&spec, 1, NULL, &l));
+    CHECK_OK(lw_comm_self(&c));
+    lw_buffers_options bo = lw_buffers_defaults();
+    bo.device = d;
+    CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_UNSUPPORTED,
+                "buffers on cuda:0 need a communicator that moves device memory");
+    lw_comm_free(c);
+    lw_layout_free(l);
     lw_event_free(e);
     lw_device_free(d, x);
 }

@@ -57,9 +57,12 @@ local function state_tensors(ddp, opt)
       C.check(lib.lw_optimizer_state(opt._c, k, entry), "checkpoint.save")
       local name = ddp.specs[entry.param + 1].name
       local count = tonumber(entry.count)
-      tensors[#tensors + 1] = { name = "m/" .. name, data = entry.m, count = count }
+      -- the state is device memory: host copies where the host cannot read it
+      tensors[#tensors + 1] = { name = "m/" .. name, data = ddp:host_floats(entry.m, count),
+                                count = count }
       if entry.v ~= nil then
-         tensors[#tensors + 1] = { name = "v/" .. name, data = entry.v, count = count }
+         tensors[#tensors + 1] = { name = "v/" .. name, data = ddp:host_floats(entry.v, count),
+                                   count = count }
       end
       metadata[#metadata + 1] = { name, ("%s %d %d"):format(entry.muon and "muon" or "adamw",
          tonumber(entry.start), count) }
@@ -415,11 +418,11 @@ local function load_state(path, ddp, opt, m)
                if mv == nil or (kind == "adamw" and vv == nil) then
                   fail(where, "%s lacks the state tensors of '%s'", path, name)
                end
-               ffi.copy(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0),
-                  4 * (hi - lo))
+               ddp:from_host(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0),
+                  hi - lo)
                if kind == "adamw" then
-                  ffi.copy(entry.v + (lo - start), ffi.cast("const float *", vv.data) + (lo - s0),
-                     4 * (hi - lo))
+                  ddp:from_host(entry.v + (lo - start),
+                     ffi.cast("const float *", vv.data) + (lo - s0), hi - lo)
                end
                covered = covered + (hi - lo)
             end

@@ -22,7 +22,7 @@ local WHERE = "lw.ddp.new"
 local known = {
    mode = true, algorithm = true, adamw_layout = true, bucket_size = true, high_busbw = true,
    expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
-   overlap_param = true, layout = true, zero = true, shard = true,
+   overlap_param = true, layout = true, zero = true, shard = true, device = true,
 }
 local modes = { layerwise = true, legacy = true, replicated = true }
 local mode_algorithm = { legacy = "legacy", replicated = "default" }
@@ -55,7 +55,8 @@ end
 -- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
--- overlap_param, layout (a layout computed before, instead of the layout options).
+-- overlap_param, layout (a layout computed before, instead of the layout options), device
+-- ("cpu" (default), "cuda", "cuda:N": where the buffers live and the model's kernels run).
 function ddp.new(specs, comm, opts)
    opts = opts or {}
    if type(opts) ~= "table" then fail("options must be a table") end
@@ -84,6 +85,7 @@ function ddp.new(specs, comm, opts)
       fail("shard 'rows' is row-sharded FSDP: it needs zero 3, got zero %d", o.zero)
    end
    comm = comm or comm_mod.init()
+   local device = ddp.device(o.device or "cpu")
    local routed = route.fill(specs, WHERE)
    local layout = layout_for(routed, comm, o)
    local overlap = o.overlap ~= false
@@ -91,17 +93,29 @@ function ddp.new(specs, comm, opts)
    bo.zero = o.zero
    bo.overlap_grad = overlap
    bo.overlap_param = overlap
+   bo.device = device
    if o.overlap_grad ~= nil then bo.overlap_grad = o.overlap_grad end
    if o.overlap_param ~= nil then bo.overlap_param = o.overlap_param end
    local out = ffi.new("lw_buffers*[1]")
    C.check(lib.lw_buffers_new(layout._c, comm._c, o.expert_comm and o.expert_comm._c or nil, bo,
       out), WHERE)
    local self = setmetatable({ layout = layout, comm = comm, mode = o.mode, specs = routed,
-      expert_comm = o.expert_comm, zero = o.zero, shard = o.shard }, DDP)
+      expert_comm = o.expert_comm, zero = o.zero, shard = o.shard, device = device,
+      stream = lib.lw_device_stream(device), host = lib.lw_device_is_host(device) }, DDP)
    self._c = ffi.gc(out[0], lib.lw_buffers_free)
    self._index = {}
    for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
    return self
+end
+
+local device_out = ffi.new("lw_device*[1]")
+
+-- The lw_device* called `name` ("cpu", "cuda", "cuda:N"); an error naming what is missing when
+-- that device cannot be had.
+function ddp.device(name)
+   if type(name) ~= "string" then fail("device must be a name (cpu, cuda or cuda:N)") end
+   C.check(lib.lw_device_get(name, device_out), WHERE)
+   return device_out[0]
 end
 
 -- 0-based index of a parameter in the specs.
@@ -200,19 +214,65 @@ function DDP:hooks()
    }
 end
 
--- Calls fn(tensor) with parameter `name` to read or write it, at any ZeRO level; what fn wrote
--- is kept (ZeRO-3: committed to this rank's shard, so every rank must write the same values).
+-- Explicit copies between host memory and the buffers' device, for everything above the device
+-- layer (initialisation, checkpoints, logging, tests): n floats from device memory `src` into
+-- host memory `dst` (a new float array when nil), and back.
+function DDP:to_host(src, n, dst)
+   dst = dst or ffi.new("float[?]", math.max(n, 1))
+   C.check(lib.lw_device_copy(self.stream, dst, src, 4 * n, lib.LW_COPY_DEVICE_TO_HOST), "ddp")
+   return dst
+end
+
+function DDP:from_host(dst, src, n)
+   C.check(lib.lw_device_copy(self.stream, dst, src, 4 * n, lib.LW_COPY_HOST_TO_DEVICE), "ddp")
+end
+
+-- n floats of device memory as host memory to read: the memory itself where the host can read
+-- it (the CPU), else a copy.
+function DDP:host_floats(src, n)
+   if self.host then return src end
+   return self:to_host(src, n)
+end
+
+-- Calls fn(tensor) with parameter `name` (a tensor in host memory: a view on the CPU, a copy of
+-- device memory elsewhere) to read or write it, at any ZeRO level; what fn wrote is kept
+-- (ZeRO-3: committed to this rank's shard, so every rank must write the same values).
 -- Collective at ZeRO-3.
 function DDP:with_param(name, fn)
    local i = self:index(name)
    local w = self:acquire(name, "forward", true)
-   local ok, err = pcall(fn, tensor.view(w, self.specs[i + 1].shape, self))
+   local shape = self.specs[i + 1].shape
+   local host = tensor.view(w, shape, self)
+   if not self.host then
+      local copy = self:to_host(w, host.numel)
+      host = tensor.view(copy, shape, copy)
+   end
+   local ok, err = pcall(fn, host)
+   if ok and not self.host then ok, err = pcall(self.from_host, self, w, host.data, host.numel) end
    if ok then
       C.check(lib.lw_buffers_param_group(self._c, i, int_out), "ddp:with_param")
       C.check(lib.lw_buffers_commit(self._c, int_out[0]), "ddp:with_param")
    end
    self:release(name)
    if not ok then error(err, 0) end
+end
+
+-- A copy of parameter `name` in host memory, as a tensor (any device, any ZeRO level;
+-- collective at ZeRO-3).
+function DDP:read_param(name)
+   local out
+   self:with_param(name, function(p)
+      local copy = ffi.new("float[?]", math.max(p.numel, 1))
+      ffi.copy(copy, p.data, 4 * p.numel)
+      out = tensor.view(copy, p.shape, copy)
+   end)
+   return out
+end
+
+-- Writes parameter `name` from src (a tensor, a Lua list or a function of the 1-based index, as
+-- tensor:copy takes) on every rank (collective at ZeRO-3; every rank writes the same values).
+function DDP:write_param(name, src)
+   self:with_param(name, function(p) p:copy(src) end)
 end
 
 -- Every parameter as { name, shape, data = float* } on rank `root` (default 0), for writing
@@ -222,7 +282,7 @@ function DDP:params_on(root)
    root = root or 0
    local out = {}
    for _, spec in ipairs(self.specs) do
-      if self.zero < 3 then
+      if self.zero < 3 and self.host then
          if self.comm.rank == root then
             out[#out + 1] = { name = spec.name, shape = spec.shape, data = self:param(spec.name).data }
          end

@@ -121,7 +121,9 @@ local function check_flags(v)
          v.mode), 0)
    end
    if v.device == "cuda" and not lw.has_cuda() then
-      error("--device cuda: this build has no CUDA backend (liblwopt_cuda.so); use --device cpu", 0)
+      local _, why = pcall(lw.ddp.device, "cuda")
+      error("--device cuda: " .. tostring(why):gsub("^lw%.ddp%.new: ", "") .. "; use --device cpu",
+         0)
    end
    if v.lr ~= nil and v.lr <= 0 then error(("--lr must be > 0, got %g"):format(v.lr), 0) end
    if not v.ckpt_dir then

@@ -7,6 +7,7 @@ local Linear = require("lwopt.nn.linear")
 
 local lib = C.lib
 local zero = base.zero
+local check = base.check
 
 local Attention = base.class(base.Module)
 Attention.shape_args = { "b", "t" }
@@ -26,18 +27,19 @@ function Attention:forward(x, b, t)
    self.qkv_out = self.qkv:forward(x, n)
    self.att = self:buffer("att", b * self.n_head * t * t)
    self.y = self:buffer("y", n * self.c)
-   lib.lw_attention_forward(self.y, self.att, self.qkv_out, b, t, self.c, self.n_head)
+   check(lib.lw_attention_forward(self.stream, self.y, self.att, self.qkv_out, b, t, self.c,
+      self.n_head))
    return self.proj:forward(self.y, n)
 end
 
 function Attention:backward(x, dout, dx, b, t)
    local n, c = b * t, self.c
    local dy, dqkv = self:buffer("dy", n * c), self:buffer("dqkv", n * 3 * c)
-   zero(dy, n * c)
+   zero(dy, n * c, self.stream)
    self.proj:backward(self.y, dout, dy, n)
-   zero(dqkv, n * 3 * c)
-   lib.lw_attention_backward(dqkv, self:buffer("scratch", t * t), dy, self.qkv_out, self.att, b, t,
-      c, self.n_head)
+   zero(dqkv, n * 3 * c, self.stream)
+   check(lib.lw_attention_backward(self.stream, dqkv, self:buffer("scratch", t * t), dy,
+      self.qkv_out, self.att, b, t, c, self.n_head))
    self.qkv:backward(x, dqkv, dx, n)
 end
 

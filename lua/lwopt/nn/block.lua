@@ -9,6 +9,7 @@ local MLP = require("lwopt.nn.mlp")
 
 local lib = C.lib
 local zero = base.zero
+local check = base.check
 
 local Block = base.class(base.Module)
 Block.shape_args = { "b", "t" }
@@ -29,11 +30,11 @@ function Block:forward(x, b, t)
    self.a_in = self.ln_1:forward(x, n)
    local a = self.attn:forward(self.a_in, b, t)
    self.mid = self:buffer("mid", n * c)
-   lib.lw_vec_add(self.mid, x, a, n * c)
+   check(lib.lw_vec_add(self.stream, self.mid, x, a, n * c))
    self.m_in = self.ln_2:forward(self.mid, n)
    local m = self.mlp:forward(self.m_in, n)
    local y = self:buffer("y", n * c)
-   lib.lw_vec_add(y, self.mid, m, n * c)
+   check(lib.lw_vec_add(self.stream, y, self.mid, m, n * c))
    return y
 end
 
@@ -42,13 +43,13 @@ function Block:backward(x, dout, dx, b, t)
    local n, c = b * t, self.c
    local dm, dmid = self:buffer("dm", n * c), self:buffer("dmid", n * c)
    local da = self:buffer("da", n * c)
-   zero(dm, n * c)
+   zero(dm, n * c, self.stream)
    self.mlp:backward(self.m_in, dout, dm, n)
    ffi.copy(dmid, dout, 4 * n * c) -- the residual path
    self.ln_2:backward(self.mid, dm, dmid, n)
-   zero(da, n * c)
+   zero(da, n * c, self.stream)
    self.attn:backward(self.a_in, dmid, da, b, t)
-   lib.lw_vec_add(dx, dx, dmid, n * c)
+   check(lib.lw_vec_add(self.stream, dx, dx, dmid, n * c))
    self.ln_1:backward(x, da, dx, n)
 end
 

@@ -2,6 +2,7 @@
 -- module contract is in nn/module.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local check = base.check
 
 local lib = C.lib
 
@@ -23,12 +24,14 @@ end
 
 local function forward(self, tokens, b, t)
    local y = self:buffer("y", b * t * self.c)
-   lib.lw_embedding_forward(y, tokens, self.w["wte.weight"], self.w["wpe.weight"], b, t, self.c)
+   check(lib.lw_embedding_forward(self.stream, y, tokens, self.w["wte.weight"],
+      self.w["wpe.weight"], b, t, self.c))
    return y
 end
 
 local function backward(self, tokens, dy, b, t)
-   lib.lw_embedding_backward(self.g["wte.weight"], self.g["wpe.weight"], dy, tokens, b, t, self.c)
+   check(lib.lw_embedding_backward(self.stream, self.g["wte.weight"], self.g["wpe.weight"], dy,
+      tokens, b, t, self.c))
 end
 
 -- tokens: int32_t* [b*t] -> float* [b*t, c]

@@ -2,6 +2,7 @@
 -- parameters (the module contract is in nn/module.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local check = base.check
 
 local lib = C.lib
 
@@ -15,10 +16,12 @@ function GELU:with_width(w) self.width = w return self end
 -- x: float* [n, width] -> float* [n, width]
 function GELU:forward(x, n)
    local y = self:buffer("y", n * self.width)
-   lib.lw_gelu_forward(y, x, n * self.width)
+   check(lib.lw_gelu_forward(self.stream, y, x, n * self.width))
    return y
 end
 
-function GELU:backward(x, dy, dx, n) lib.lw_gelu_backward(dx, dy, x, n * self.width) end
+function GELU:backward(x, dy, dx, n)
+   check(lib.lw_gelu_backward(self.stream, dx, dy, x, n * self.width))
+end
 
 return GELU

@@ -11,6 +11,7 @@ local LayerNorm = require("lwopt.nn.layernorm")
 
 local lib = C.lib
 local zero = base.zero
+local check = base.check
 
 local GPT = base.class(base.Module)
 
@@ -58,18 +59,22 @@ local function with_head(self, pass, kernel, a1, a2)
    return self:with_params(pass, kernel, self, a1, a2)
 end
 
+local loss_cell = ffi.new("double[1]")
+
 local function head_forward(owner, self, n, tg)
    local o, c = self.cfg, self.cfg.n_embd
    local head = owner.w[self.head_name]
-   return lib.lw_cross_entropy_forward(self.probs, self.losses, self.h, head, tg, n, c, o.vocab)
+   check(lib.lw_cross_entropy_forward(self.stream, self.probs, self.losses, self.h, head, tg, n, c,
+      o.vocab, loss_cell))
+   return loss_cell[0]
 end
 
 local function head_backward(owner, self, dh, loss_scale)
    local o, c = self.cfg, self.cfg.n_embd
    local n = self.b * self.t
    local head_w, head_g = owner.w[self.head_name], owner.g[self.head_name]
-   lib.lw_cross_entropy_backward(dh, head_g, self.probs, self.h, head_w, self.targets, n, c,
-      o.vocab, loss_scale or 1)
+   check(lib.lw_cross_entropy_backward(self.stream, dh, head_g, self.probs, self.h, head_w,
+      self.targets, n, c, o.vocab, loss_scale or 1))
 end
 
 -- Forward over tokens (int32_t* [b*t]); with targets (int32_t*, entries < 0 ignored) returns
@@ -105,14 +110,14 @@ function GPT:backward(loss_scale)
    local b, t = self.b, self.t
    local n = b * t
    local dh = self:buffer("dh", n * c)
-   zero(dh, n * c)
+   zero(dh, n * c, self.stream)
    with_head(self, "backward", head_backward, dh, loss_scale)
    local dx = self:buffer("dx", n * c)
-   zero(dx, n * c)
+   zero(dx, n * c, self.stream)
    self.ln_f:backward(self.x_last, dh, dx, n)
    local dnext = self:buffer("dx2", n * c)
    for i = #self.blocks, 1, -1 do
-      zero(dnext, n * c)
+      zero(dnext, n * c, self.stream)
       self.blocks[i]:backward(self.block_inputs[i], dx, dnext, b, t)
       dx, dnext = dnext, dx
    end

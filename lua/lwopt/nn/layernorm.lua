@@ -2,6 +2,7 @@
 -- contract is in nn/module.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local check = base.check
 
 local lib = C.lib
 
@@ -20,14 +21,14 @@ end
 local function forward(self, x, n)
    local y = self:buffer("y", n * self.c)
    self.mean, self.rstd = self:buffer("mean", n), self:buffer("rstd", n)
-   lib.lw_layernorm_forward(y, self.mean, self.rstd, x, self.w.weight,
-      self.has_bias and self.w.bias or nil, n, self.c, 1e-5)
+   check(lib.lw_layernorm_forward(self.stream, y, self.mean, self.rstd, x, self.w.weight,
+      self.has_bias and self.w.bias or nil, n, self.c, 1e-5))
    return y
 end
 
 local function backward(self, x, dy, dx, n)
-   lib.lw_layernorm_backward(dx, self.g.weight, self.has_bias and self.g.bias or nil, dy, x,
-      self.w.weight, self.mean, self.rstd, n, self.c)
+   check(lib.lw_layernorm_backward(self.stream, dx, self.g.weight,
+      self.has_bias and self.g.bias or nil, dy, x, self.w.weight, self.mean, self.rstd, n, self.c))
 end
 
 -- x: float* [n, c] -> float* [n, c]; the row statistics stay for backward.

@@ -2,6 +2,7 @@
 -- contract is in nn/module.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local check = base.check
 
 local lib = C.lib
 
@@ -19,14 +20,14 @@ end
 
 local function forward(self, x, n)
    local y = self:buffer("y", n * self.n_out)
-   lib.lw_linear_forward(y, x, self.w.weight, self.has_bias and self.w.bias or nil, n, self.n_in,
-      self.n_out)
+   check(lib.lw_linear_forward(self.stream, y, x, self.w.weight,
+      self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
    return y
 end
 
 local function backward(self, x, dy, dx, n)
-   lib.lw_linear_backward(dx, self.g.weight, self.has_bias and self.g.bias or nil, dy, x,
-      self.w.weight, n, self.n_in, self.n_out)
+   check(lib.lw_linear_backward(self.stream, dx, self.g.weight,
+      self.has_bias and self.g.bias or nil, dy, x, self.w.weight, n, self.n_in, self.n_out))
 end
 
 -- x: float* [n, in] -> float* [n, out]

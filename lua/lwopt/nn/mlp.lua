@@ -28,9 +28,9 @@ end
 function MLP:backward(x, dout, dx, n)
    local w = 4 * self.c
    local da, dh = self:buffer("da", n * w), self:buffer("dh", n * w)
-   zero(da, n * w)
+   zero(da, n * w, self.stream)
    self.proj:backward(self.a, dout, da, n)
-   zero(dh, n * w)
+   zero(dh, n * w, self.stream)
    self.gelu:backward(self.h, da, dh, n)
    self.fc:backward(x, dh, dx, n)
 end

@@ -2,7 +2,8 @@
 -- binding to lw.ddp through hooks), with_params (the one path from a module to its parameters)
 -- and the activation allocator. The modules themselves are in the other files of lwopt/nn/.
 --
--- The module contract, torch nn's on raw pointers (the C kernels of src/core/nn_*.c take them):
+-- The module contract, torch nn's on raw pointers into the memory of the device the module is
+-- bound to (the kernels of lw.h run on its stream; src/core/device/cpu/ on the CPU):
 --   Class.new(...)        declares the module's parameters (name, shape, role) and children; it
 --                         allocates no parameter: lw.ddp binds each to its buffer view (bind)
 --   m:parameters()        specs of the module and its children, in definition order (lw.arch's)
@@ -39,25 +40,33 @@ local activation_bytes = 0
 
 local out_cell = ffi.new("void*[1]")
 
--- Zeroed floats from the C allocator (ffi.new stops at 2 GiB and says only "not enough
--- memory"); `what` names the buffer in the error. Every activation buffer comes from here, so
--- this is the one place to route them to another device's allocator.
-local function floats(n, what)
+-- Zeroed floats of `device` (lw_device*; nil: the CPU's) from the C allocator (ffi.new stops
+-- at 2 GiB and says only "not enough memory"); `what` names the buffer in the error. Every
+-- activation buffer comes from here.
+local function floats(n, what, device)
    local bytes = 4 * math.max(n, 1)
-   if lib.lw_host_alloc(bytes, out_cell) ~= 0 then
+   device = device or lib.lw_device_cpu()
+   if lib.lw_device_alloc(device, bytes, out_cell) ~= 0 then
       error(("lw.nn: cannot allocate the activations %s: %s, with %.2f GiB of activations "
          .. "already allocated by this process; use a smaller batch or sequence length")
          :format(what, C.last_error(), activation_bytes / 2 ^ 30), 0)
    end
    activation_bytes = activation_bytes + bytes
-   return ffi.gc(ffi.cast("float*", out_cell[0]), lib.lw_host_free)
+   return ffi.gc(ffi.cast("float*", out_cell[0]),
+      function(p) lib.lw_device_free(device, p) end)
 end
 
 -- Bytes of activation buffers allocated by the modules of this process.
 function base.activation_bytes() return activation_bytes end
 
--- Sets n floats at p to zero (a gradient buffer before a backward accumulates into it).
-function base.zero(p, n) ffi.fill(p, 4 * n) end
+-- Raises the error of a failed kernel call (status st); nothing to do on success, the hot path.
+function base.check(st)
+   if st ~= 0 then C.check(st, "lw.nn") end
+end
+
+-- Sets n floats at p (memory of the stream's device) to zero: a gradient buffer before a
+-- backward accumulates into it.
+function base.zero(p, n, stream) base.check(lib.lw_device_set(stream, p, 0, 4 * n)) end
 
 -- A class table: instances are setmetatable({}, c); methods not in c come from parent.
 function base.class(parent)
@@ -117,8 +126,11 @@ end
 -- hooks.acquire(name, pass, reuse) -> data, grad before a module reads parameter `name`
 -- ("forward" | "backward"; grad only in backward), hooks.release(name) when it is done with it,
 -- hooks.ready(name) when its gradient is complete. nil: ddp:hooks() (no gradient reports).
+-- ddp nil (hooks given): the module runs on the CPU.
 function Module:bind(ddp, hooks)
    self.hooks = hooks or ddp:hooks()
+   -- kernels run and activations live where the parameters do
+   if ddp then self.device, self.stream = ddp.device, ddp.stream end
    for _, e in ipairs(self.entries) do
       if e.child then e.child:bind(ddp, self.hooks) end
    end
@@ -179,7 +191,7 @@ function Module:buffer(key, n)
    local b = self.buffers[key]
    if b == nil or b.n < n then
       local owner = self.prefix ~= "" and self.prefix:gsub("%.$", "") or "the model"
-      b = { n = n, data = floats(n, ("'%s' of %s"):format(key, owner)) }
+      b = { n = n, data = floats(n, ("'%s' of %s"):format(key, owner), self.device) }
       self.buffers[key] = b
    end
    return b.data

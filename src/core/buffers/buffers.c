@@ -223,6 +223,12 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
     *out = NULL;
     if (expert_comm == NULL) expert_comm = comm;
     const lw_buffers_options o = opts ? *opts : lw_buffers_defaults();
+    lw_device *device = o.device ? o.device : lw_device_cpu();
+    if (!lw_device_is_host(device))
+        return lwi_fail(LW_ERR_UNSUPPORTED,
+                        "buffers: buffers on %s need a communicator that moves device memory "
+                        "(NCCL, from the CUDA library); the %s backend moves host memory",
+                        lw_device_name(device), lw_comm_backend(comm));
     lw_status st = check_same_layout(layout, comm);
     if (st != LW_OK || (st = check_fits(layout, comm, expert_comm)) != LW_OK ||
         (st = check_zero(layout, o.zero)) != LW_OK)
@@ -233,7 +239,7 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
     bs->layout = layout;
     bs->comm = comm;
     bs->o = o;
-    bs->device = o.device ? o.device : lw_device_cpu();
+    bs->device = device;
     bs->stream = lw_device_stream(bs->device);
     bs->n_params = layout->n_params;
     bs->buffers = calloc((size_t)(layout->n_buffers ? layout->n_buffers : 1), sizeof(buffer));
