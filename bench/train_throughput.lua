@@ -6,8 +6,15 @@
 -- The machine's speed moves by tens of percent within minutes, so the configurations run
 -- interleaved, `repeats` times, and each keeps its best run (highest tokens/s).
 -- Usage: bin/lwopt run bench/train_throughput.lua [steps] [repeats]   (from the repo root)
+-- With --baseline DIR (a built checkout of another commit): dp 2 only, every configuration run
+-- alternately from this tree and from DIR, and the two tables with their ratio, so that a change
+-- is judged against the code before it on the same machine at the same time.
 local dkjson = require("dkjson")
 
+local baseline
+for i = #arg - 1, 1, -1 do
+   if arg[i] == "--baseline" then baseline = table.remove(arg, i + 1); table.remove(arg, i) end
+end
 local steps = tonumber(arg[1]) or 30
 local repeats = tonumber(arg[2]) or 3
 local L, C, T, V, B = 6, 256, 128, 256, 8 -- the small preset
@@ -32,10 +39,11 @@ local configs = {
    { "muon", "layerwise" }, { "muon", "legacy" }, { "muon", "replicated" }, { "adamw", "layerwise" },
 }
 
-local function run(dp, optimizer, mode)
+local function run(dp, optimizer, mode, root)
    local log = os.tmpname() .. ".jsonl"
    local launcher = dp == 1 and "OPENBLAS_NUM_THREADS=2 "
       or "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
+   if root then launcher = "cd " .. root .. " && " .. launcher end
    local cmd = ("%sluajit recipes/gpt_small.lua --steps %d --optimizer %s --mode %s --sample 0 "
       .. "--quiet --eval-every 0 --eval-max 1 --log %s > /dev/null"):format(launcher, steps,
       optimizer, mode, log)
@@ -54,6 +62,30 @@ local function run(dp, optimizer, mode)
    os.remove((log:gsub("%.jsonl$", ".png")))
    for k, v in pairs(sum) do sum[k] = v / n end
    return sum
+end
+
+if baseline then
+   local here, there = {}, {}
+   for _ = 1, repeats do
+      for _, c in ipairs(configs) do
+         for _, side in ipairs({ { here, nil }, { there, baseline } }) do
+            local r = run(2, c[1], c[2], side[2])
+            local key = c[1] .. c[2]
+            if side[1][key] == nil or r.tps > side[1][key].tps then side[1][key] = r end
+         end
+      end
+   end
+   print(("dp 2, best of %d interleaved runs of %d steps; baseline %s"):format(repeats, steps,
+      baseline))
+   print("| optimizer | mode | tokens/s this tree | tokens/s baseline | ratio | opt ms this | "
+      .. "opt ms baseline |")
+   print("|---|---|---|---|---|---|---|")
+   for _, c in ipairs(configs) do
+      local a, b = here[c[1] .. c[2]], there[c[1] .. c[2]]
+      print(("| %s | %s | %.0f | %.0f | %.3f | %.0f | %.0f |"):format(c[1], c[2], a.tps, b.tps,
+         a.tps / b.tps, a.opt, b.opt))
+   end
+   os.exit(0)
 end
 
 print(("model: %.1f MFLOP per token (forward + backward); Newton-Schulz %.1f GFLOP per step "
