@@ -1,6 +1,7 @@
--- checkpoint_spec.lua: checkpoints on one rank: the directory format, keep-K pruning,
--- weights-only loading, an independent reader of model.safetensors, and a clear error for
--- every corruption (the MPI round trips and resharding are in tests/lua/ckpt_consistency.lua).
+-- checkpoint_spec.lua: checkpoints on one rank: the directory format, the hook points of a
+-- save, keep-K pruning, weights-only loading, an independent reader of model.safetensors, and a
+-- clear error for every corruption (the MPI round trips and resharding are in
+-- tests/lua/ckpt_consistency.lua).
 local ffi = require("ffi")
 local lw = require("lwopt")
 local helpers = require("helpers")
@@ -68,6 +69,59 @@ describe("lw.checkpoint", function()
       assert.equal(5, m.extra.seed)
       step(model2, ddp2, opt2)
       assert.same(expect, snapshot(ddp2))
+   end)
+
+   describe("hook points", function()
+      after_each(function() lw.checkpoint.on_point = nil end)
+
+      it("are called in the protocol's order, the save's own hook before the module's", function()
+         local model, ddp, opt = setup()
+         step(model, ddp, opt)
+         local calls, seen = {}, {}
+         local function exists(path)
+            local f = io.open(path)
+            if f then f:close() end
+            return f ~= nil
+         end
+         local final = dir .. "/step-000000001"
+         lw.checkpoint.on_point = function(point) calls[#calls + 1] = "module " .. point end
+         lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = 1, on_point = function(point, s)
+            calls[#calls + 1] = "save " .. point
+            assert.equal(1, s.step)
+            seen[point] = { tmp_manifest = exists(final .. ".tmp/manifest.json"),
+                            model = exists(final .. ".tmp/model.safetensors"),
+                            final = exists(final .. "/manifest.json"),
+                            latest = exists(dir .. "/latest") }
+         end })
+         assert.same({ "optim", "model", "manifest", "rename" }, lw.checkpoint.POINTS)
+         local want = {}
+         for _, point in ipairs(lw.checkpoint.POINTS) do
+            want[#want + 1] = "save " .. point
+            want[#want + 1] = "module " .. point
+         end
+         assert.same(want, calls)
+         assert.same({ tmp_manifest = false, model = false, final = false, latest = false },
+            seen.optim)
+         assert.same({ tmp_manifest = false, model = true, final = false, latest = false },
+            seen.model)
+         assert.same({ tmp_manifest = true, model = true, final = false, latest = false },
+            seen.manifest)
+         assert.same({ tmp_manifest = false, model = false, final = true, latest = false },
+            seen.rename)
+      end)
+
+      it("fail the save with an error raised there, leaving the previous checkpoint", function()
+         local model, ddp, opt = setup()
+         step(model, ddp, opt)
+         lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = 1 })
+         lw.checkpoint.on_point = function(point)
+            if point == "manifest" then error("stopped at the manifest", 0) end
+         end
+         assert.has_error(function()
+            lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = 2 })
+         end, "stopped at the manifest")
+         assert.equal(dir .. "/step-000000001", lw.checkpoint.latest(dir))
+      end)
    end)
 
    it("keeps the newest K checkpoints of its run", function()

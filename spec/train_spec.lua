@@ -1,4 +1,5 @@
--- train_spec.lua: the schedule, and a short training run through the library API on one rank.
+-- train_spec.lua: the schedule, a short training run through the library API on one rank, and
+-- the step-end hook points.
 local lw = require("lwopt")
 local helpers = require("helpers")
 
@@ -13,24 +14,31 @@ describe("lw.train.schedule", function()
    end)
 end)
 
+-- A tiny GPT on a repeated sentence, ready for lw.train.run: the run table (extra's fields
+-- added) and a function that removes its files.
+local function tiny_run(extra)
+   local text = {}
+   for i = 1, 400 do text[i] = "the cat sat on the mat. " end
+   local path = helpers.tempfile(table.concat(text))
+   local comm = lw.comm.init()
+   local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 32, n_head = 2, vocab = 256, seq_len = 16 }
+   local ddp = lw.ddp.new(model:parameters(), comm)
+   local opt = lw.optim.new(ddp, { lr = 1e-2 })
+   for _, s in ipairs(model:parameters()) do
+      ddp:param(s.name):copy(function(k) return s.role == "norm" and 1 or 0.02 * math.sin(k) end)
+   end
+   local run = { comm = comm, model = model, ddp = ddp, opt = opt,
+      data = lw.data.load(path, { seq_len = 16 }), steps = 40, batch = 4, seq = 16, accum = 2,
+      seed = 1, base_lr = 1e-2, lr_warmup = 5, eval_every = 20, eval_max = 8, quiet = true }
+   for k, v in pairs(extra) do run[k] = v end
+   model:bind(ddp, lw.train.hooks(run))
+   return run, function() os.remove(path) end
+end
+
 describe("lw.train.run", function()
    it("lowers the loss of a tiny GPT and writes one JSON line per step", function()
-      local text = {}
-      for i = 1, 400 do text[i] = "the cat sat on the mat. " end
-      local path = helpers.tempfile(table.concat(text))
       local log = os.tmpname()
-      local comm = lw.comm.init()
-      local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 32, n_head = 2, vocab = 256, seq_len = 16 }
-      local ddp = lw.ddp.new(model:parameters(), comm)
-      local opt = lw.optim.new(ddp, { lr = 1e-2 })
-      for _, s in ipairs(model:parameters()) do
-         ddp:param(s.name):copy(function(k) return s.role == "norm" and 1 or 0.02 * math.sin(k) end)
-      end
-      local run = { comm = comm, model = model, ddp = ddp, opt = opt,
-         data = lw.data.load(path, { seq_len = 16 }), steps = 40, batch = 4, seq = 16, accum = 2,
-         seed = 1, base_lr = 1e-2, lr_warmup = 5, eval_every = 20, eval_max = 8, log = log,
-         quiet = true }
-      model:bind(ddp, lw.train.hooks(run))
+      local run, cleanup = tiny_run{ log = log }
       local records = lw.train.run(run)
       assert.equal(40, #records)
       assert.is_true(records[40].loss < records[1].loss - 1.5)
@@ -46,6 +54,26 @@ describe("lw.train.run", function()
       end
       assert.equal(40, lines)
       os.remove(log)
-      os.remove(path)
+      cleanup()
+   end)
+
+   it("calls the step-end hooks after each step and its checkpoint, the run's first", function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      local calls = {}
+      local run, cleanup = tiny_run{ steps = 3, eval_every = 0,
+         checkpoint = { dir = dir, every = 1, keep = 5, run_id = "hooks" } }
+      run.on_step_end = function(step, r)
+         assert.equal(run, r)
+         assert.equal(("%s/step-%09d"):format(dir, step), lw.checkpoint.latest(dir))
+         calls[#calls + 1] = "run " .. step
+      end
+      lw.train.on_step_end = function(step) calls[#calls + 1] = "train " .. step end
+      local ok, err = pcall(lw.train.run, run)
+      lw.train.on_step_end = nil
+      os.execute("rm -rf " .. dir)
+      cleanup()
+      assert(ok, err)
+      assert.same({ "run 1", "train 1", "run 2", "train 2", "run 3", "train 3" }, calls)
    end)
 end)

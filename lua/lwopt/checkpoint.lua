@@ -33,17 +33,25 @@ local function fail(where, fmt, ...) error(where .. ": " .. fmt:format(...), 0) 
 local function step_name(step) return ("step-%09d"):format(step) end
 local function optim_name(rank) return ("optim-r%05d.safetensors"):format(rank) end
 
--- A test hook: LWOPT_CKPT_CRASH=<point> ends the job there as a kill would: MPI_Abort, not
--- os.exit, whose MPI_Finalize would leave the other ranks waiting in the next collective.
-local function crash_point(point)
-   if os.getenv("LWOPT_CKPT_CRASH") == point then
-      io.stderr:write("checkpoint: crashing at '", point, "' (LWOPT_CKPT_CRASH)\n")
-      require("lwopt.comm").init():abort(9)
-   end
+-- Hook point: nil, or a function(point, s) that checkpoint.save calls at each point of the
+-- protocol, with save's own arguments s, for every save; s.on_point, when set, is called
+-- first, for that save only. The points, in order (checkpoint.POINTS): "optim" (every rank,
+-- its optimizer file written), "model" (rank 0, model.safetensors written), "manifest" (rank
+-- 0, manifest.json written, the directory not yet synced nor renamed), "rename" (rank 0,
+-- step-N.tmp renamed to step-N, latest not yet moved). Called inside the save's agreed work:
+-- an error raised there fails the save on every rank like a failed write. The test-only faults
+-- (tests/lua/faults.lua) end the job at a point, as a kill would.
+checkpoint.on_point = nil
+checkpoint.POINTS = { "optim", "model", "manifest", "rename" }
+
+local function reached(job, point)
+   if job.s.on_point then job.s.on_point(point, job.s) end
+   if checkpoint.on_point then checkpoint.on_point(point, job.s) end
 end
 
-local function protect(fn)
-   local ok, err = pcall(fn)
+-- Runs fn(...); returns true, or false and its error as a string (for comm:agree).
+local function protect(fn, ...)
+   local ok, err = pcall(fn, ...)
    return ok, (not ok) and tostring(err) or nil
 end
 
@@ -148,94 +156,141 @@ function checkpoint.new_run_id(comm)
    return comm:broadcast_string(id, 0)
 end
 
--- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... }, run_id, protect = { path
--- or name, ... } }): collective; every rank calls it. extra goes into the manifest
--- (hyper-parameters, schedule, data and RNG position); run_id names the run's lineage for
--- pruning (nil: nothing is pruned). Returns the checkpoint's directory.
-function checkpoint.save(dir, s)
-   local where = "checkpoint.save"
-   local ddp, opt, comm = s.ddp, s.opt, s.ddp.comm
+-- One save's state: its arguments, where it writes, and the files' sizes and checksums (each
+-- rank fills its own slot, rank 0 the model's).
+local function new_save(dir, s)
+   local comm = s.ddp.comm
    local final = dir .. "/" .. step_name(s.step)
-   local tmp = final .. ".tmp"
-   local ok, err = protect(function()
-      if comm.rank == 0 then
-         files.make_dir(dir)
-         files.remove_tree(tmp)
-         files.make_dir(tmp)
-      end
-   end)
-   comm:agree(ok, err)
-   ddp:finish_param_sync()
+   local job = { dir = dir, s = s, ddp = s.ddp, opt = s.opt, comm = comm, final = final,
+                 tmp = final .. ".tmp", sizes = {}, crcs = {}, model_bytes = 0, model_crc = 0 }
+   for r = 1, comm.size do job.sizes[r], job.crcs[r] = 0, 0 end
+   return job
+end
 
-   local sizes, crcs = {}, {}
-   for r = 1, comm.size do sizes[r], crcs[r] = 0, 0 end
-   local model_bytes, model_crc = 0, 0
-   -- the model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part)
-   local params
-   ok, err = protect(function() params = ddp:params_on(0) end)
-   comm:agree(ok, err)
-   ok, err = protect(function()
-      local tensors, metadata = state_tensors(ddp, opt)
-      sizes[comm.rank + 1], crcs[comm.rank + 1] =
-         safetensors.write(tmp .. "/" .. optim_name(comm.rank), tensors, metadata)
-      crash_point("optim")
-      if comm.rank == 0 then
-         model_bytes, model_crc = safetensors.write(tmp .. "/model.safetensors", params,
-            { { "format", checkpoint.FORMAT }, { "step", tostring(s.step) } })
-         crash_point("model")
-      end
-   end)
-   comm:agree(ok, err)
-   -- every rank's size and checksum in one all-reduce: each rank fills only its own slots
+-- Runs work(job) on every rank; every rank then agrees whether it succeeded everywhere (a
+-- collective), and raises the failing rank's error when not.
+local function agreed(job, work) job.comm:agree(protect(work, job)) end
+
+-- Rank 0: DIR, and an empty DIR/step-N.tmp/ (an interrupted save of the same step removed).
+local function prepare_dir(job)
+   if job.comm.rank ~= 0 then return end
+   files.make_dir(job.dir)
+   files.remove_tree(job.tmp)
+   files.make_dir(job.tmp)
+end
+
+-- The model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part).
+local function gather_model(job) job.params = job.ddp:params_on(0) end
+
+-- This rank's optimizer state: step-N.tmp/optim-rNNNNN.safetensors.
+local function write_optimizer_state(job)
+   local rank = job.comm.rank
+   local tensors, metadata = state_tensors(job.ddp, job.opt)
+   job.sizes[rank + 1], job.crcs[rank + 1] =
+      safetensors.write(job.tmp .. "/" .. optim_name(rank), tensors, metadata)
+   reached(job, "optim")
+end
+
+-- Rank 0: step-N.tmp/model.safetensors.
+local function write_model(job)
+   if job.comm.rank ~= 0 then return end
+   job.model_bytes, job.model_crc = safetensors.write(job.tmp .. "/model.safetensors", job.params,
+      { { "format", checkpoint.FORMAT }, { "step", tostring(job.s.step) } })
+   reached(job, "model")
+end
+
+local function write_data(job)
+   write_optimizer_state(job)
+   write_model(job)
+end
+
+-- Every rank's size and checksum in one all-reduce: each rank filled only its own slots.
+local function share_sums(job)
+   local comm, sizes, crcs = job.comm, job.sizes, job.crcs
    local both = {}
    for r = 1, comm.size do both[r], both[comm.size + r] = sizes[r], crcs[r] end
    both = comm:allreduce(both)
    for r = 1, comm.size do sizes[r], crcs[r] = both[r], both[comm.size + r] end
+end
 
-   ok, err = protect(function()
-      if comm.rank ~= 0 then return end
-      local file_list = json.array({ json.object({ name = "model.safetensors",
-         bytes = model_bytes, crc32c = ("%08x"):format(model_crc) }) })
-      for r = 1, comm.size do
-         file_list[#file_list + 1] = json.object({ name = optim_name(r - 1), bytes = sizes[r],
-            crc32c = ("%08x"):format(crcs[r]) })
-      end
-      local params = json.array()
-      for _, spec in ipairs(ddp.specs) do
-         params[#params + 1] = json.object({ name = spec.name, shape = shape_of(spec),
-            optimizer = spec.optimizer })
-      end
-      local step, skips = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
-      C.check(lib.lw_optimizer_counters(opt._c, step, skips), where)
-      local layout = ddp.layout
-      local manifest = json.object({
-         format = checkpoint.FORMAT, version = checkpoint.VERSION, step = s.step,
-         ranks = comm.size, mode = ddp.mode,
-         layout = json.object({ algorithm = layout.algorithm, adamw_layout = layout.adamw_layout,
-            bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
-            expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
-         optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
-         extra = json.object(s.extra or {}), params = params, files = file_list,
-         run_id = s.run_id or json.null, manifest_crc32c = "00000000",
-      })
-      local text = seal(json.encode(manifest, "  ") .. "\n")
-      C.check(lib.lw_file_write(tmp .. "/manifest.json", text, #text, nil), where)
-      crash_point("manifest")
-      C.check(lib.lw_dir_sync(tmp), where)
-      files.remove_tree(final)
-      files.rename(tmp, final)
-      crash_point("rename")
-      C.check(lib.lw_dir_sync(dir), where)
-      local latest = step_name(s.step) .. "\n"
-      C.check(lib.lw_file_write(dir .. "/latest.tmp", latest, #latest, nil), where)
-      files.rename(dir .. "/latest.tmp", dir .. "/latest")
-      C.check(lib.lw_dir_sync(dir), where)
-      local protect = { [step_name(s.step)] = true }
-      for _, p in ipairs(s.protect or {}) do protect[p:match("([^/]+)/*$")] = true end
-      prune(dir, s.step, s.keep or 3, s.run_id, protect)
-   end)
-   comm:agree(ok, err)
-   return final
+-- Rank 0: step-N.tmp/manifest.json, sealed with its own checksum.
+local function write_manifest(job)
+   local where = "checkpoint.save"
+   local s, ddp, opt, comm = job.s, job.ddp, job.opt, job.comm
+   local file_list = json.array({ json.object({ name = "model.safetensors",
+      bytes = job.model_bytes, crc32c = ("%08x"):format(job.model_crc) }) })
+   for r = 1, comm.size do
+      file_list[#file_list + 1] = json.object({ name = optim_name(r - 1), bytes = job.sizes[r],
+         crc32c = ("%08x"):format(job.crcs[r]) })
+   end
+   local params = json.array()
+   for _, spec in ipairs(ddp.specs) do
+      params[#params + 1] = json.object({ name = spec.name, shape = shape_of(spec),
+         optimizer = spec.optimizer })
+   end
+   local step, skips = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+   C.check(lib.lw_optimizer_counters(opt._c, step, skips), where)
+   local layout = ddp.layout
+   local manifest = json.object({
+      format = checkpoint.FORMAT, version = checkpoint.VERSION, step = s.step,
+      ranks = comm.size, mode = ddp.mode,
+      layout = json.object({ algorithm = layout.algorithm, adamw_layout = layout.adamw_layout,
+         bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
+         expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
+      optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
+      extra = json.object(s.extra or {}), params = params, files = file_list,
+      run_id = s.run_id or json.null, manifest_crc32c = "00000000",
+   })
+   local text = seal(json.encode(manifest, "  ") .. "\n")
+   C.check(lib.lw_file_write(job.tmp .. "/manifest.json", text, #text, nil), where)
+   reached(job, "manifest")
+end
+
+-- Rank 0: step-N.tmp made durable and renamed to step-N, then `latest` replaced atomically.
+local function publish(job)
+   local where = "checkpoint.save"
+   local dir = job.dir
+   C.check(lib.lw_dir_sync(job.tmp), where)
+   files.remove_tree(job.final)
+   files.rename(job.tmp, job.final)
+   reached(job, "rename")
+   C.check(lib.lw_dir_sync(dir), where)
+   local latest = step_name(job.s.step) .. "\n"
+   C.check(lib.lw_file_write(dir .. "/latest.tmp", latest, #latest, nil), where)
+   files.rename(dir .. "/latest.tmp", dir .. "/latest")
+   C.check(lib.lw_dir_sync(dir), where)
+end
+
+-- Rank 0: older checkpoints of the run beyond keep, never the new one nor those protected.
+local function prune_old(job)
+   local s = job.s
+   local protect = { [step_name(s.step)] = true }
+   for _, p in ipairs(s.protect or {}) do protect[p:match("([^/]+)/*$")] = true end
+   prune(job.dir, s.step, s.keep or 3, s.run_id, protect)
+end
+
+-- Rank 0: the manifest, then the checkpoint made visible, then pruning.
+local function commit(job)
+   if job.comm.rank ~= 0 then return end
+   write_manifest(job)
+   publish(job)
+   prune_old(job)
+end
+
+-- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... }, run_id, protect = { path
+-- or name, ... }, on_point }): collective; every rank calls it. extra goes into the manifest
+-- (hyper-parameters, schedule, data and RNG position); run_id names the run's lineage for
+-- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point). Returns the
+-- checkpoint's directory.
+function checkpoint.save(dir, s)
+   local job = new_save(dir, s)
+   agreed(job, prepare_dir)
+   s.ddp:finish_param_sync()
+   agreed(job, gather_model)
+   agreed(job, write_data)
+   share_sums(job)
+   agreed(job, commit)
+   return job.final
 end
 
 -- The checkpoint directory `latest` names in dir; nil when there is none.

@@ -394,11 +394,8 @@ local function finish(run, v, records, ended, say)
    return comm:allreduce({ status }, "max")[1]
 end
 
--- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or
--- all AdamW with --optimizer adamw); script: its path, for messages. Returns the step records;
--- a run that must report failure after its work (it diverged, an output failed) ends the
--- process with that status instead (recipe.EXIT_DIVERGED, 1).
-function recipe.main(argv, rules, script)
+-- The flags' values, or nil after printing --help; a usage error ends the job (EXIT_USAGE).
+local function parse_flags(argv, script)
    local v, positional = flags.parse(argv, recipe.flags)
    if v ~= nil and #positional > 0 then
       v, positional = nil, ("unexpected argument '%s'"):format(positional[1])
@@ -408,9 +405,13 @@ function recipe.main(argv, rules, script)
    end
    if v.help then
       print(usage(script))
-      return {}
+      return nil
    end
-   check_flags(v)
+   return v
+end
+
+-- The world communicator with --timeout, and say(text [, stream]): a line on rank 0.
+local function start_comm(v)
    local comm = lw.comm.init()
    if v.timeout then comm:set_timeout(v.timeout) end
    local function say(text, stream)
@@ -419,12 +420,21 @@ function recipe.main(argv, rules, script)
       stream:write(text, "\n")
       stream:flush()
    end
-   check_outputs(comm, v)
+   return comm, say
+end
+
+-- The corpus: --data, or the KJV in data/ beside the recipes; returns it and its path.
+local function load_data(v, script)
    local here = script:match("^(.*)/[^/]*$") or "."
    local path = v.data or (here .. "/../data/kjv.txt")
    local data = data_mod.load(path, { seq_len = v.seq, hint = v.data == nil and
       ". Prepare the default corpus with `make data` (needs Debian's bible-kjv package)" or "" })
+   return data, path
+end
 
+-- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
+-- the parameters initialised, and the run table train.run takes, the model bound to it.
+local function build_run(v, comm, data, rules)
    local model = lw.nn.GPT.new{ n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
       vocab = 256, seq_len = v.seq, tied = true }
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
@@ -441,28 +451,58 @@ function recipe.main(argv, rules, script)
       log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
       max_skips = v.max_skips }
    model:bind(ddp, train.hooks(run))
-   if v.ckpt_dir then
-      run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
-         extra = settings(v, comm, data) }
-      if not (v.resume and resume(run, v, say)) or run.checkpoint.run_id == nil then
-         run.checkpoint.run_id = checkpoint.new_run_id(comm)
-      end
+   return run
+end
+
+-- With --ckpt-dir: the run's checkpoint settings, resumed with --resume, and its lineage (the
+-- resumed run's, or a new one). Collective.
+local function setup_checkpoints(run, v, data, say)
+   if not v.ckpt_dir then return end
+   run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
+      extra = settings(v, run.comm, data) }
+   if not (v.resume and resume(run, v, say)) or run.checkpoint.run_id == nil then
+      run.checkpoint.run_id = checkpoint.new_run_id(run.comm)
    end
-   if not v.quiet then
-      say(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
-         .. "rank%s, global batch %d x %d bytes; %s (%d bytes)"):format(lw.version,
-         v.n_layer, v.n_embd, v.n_head, lw.arch.numel(specs) / 1e6, v.optimizer,
-         v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
-         comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, path, data.n))
-   end
+end
+
+-- The line that says what this run trains, where and on what.
+local function announce(run, v, data, path, say)
+   if v.quiet then return end
+   local comm = run.comm
+   say(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
+      .. "rank%s, global batch %d x %d bytes; %s (%d bytes)"):format(lw.version,
+      v.n_layer, v.n_embd, v.n_head, lw.arch.numel(run.ddp.specs) / 1e6, v.optimizer,
+      v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
+      comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, path, data.n))
+end
+
+-- Trains from the first step to run (1, or the one after the checkpoint resumed) to the last
+-- (--steps or --stop-after); a resumed run already past it says so and trains nothing.
+local function train_steps(run, v, say)
    local first, last = run.start_step or 1, math.min(v.steps, v.stop_after or v.steps)
-   local records, ended = {}, { diverged = false }
    if first > last then
       say(("nothing to train: the checkpoint is at step %d and the run ends at step %d (%s)")
          :format(first - 1, last, last == v.steps and "--steps" or "--stop-after"))
-   else
-      records, ended = train.run(run)
+      return {}, { diverged = false }
    end
+   return train.run(run)
+end
+
+-- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or
+-- all AdamW with --optimizer adamw); script: its path, for messages. Returns the step records;
+-- a run that must report failure after its work (it diverged, an output failed) ends the
+-- process with that status instead (recipe.EXIT_DIVERGED, 1).
+function recipe.main(argv, rules, script)
+   local v = parse_flags(argv, script)
+   if v == nil then return {} end -- --help
+   check_flags(v)
+   local comm, say = start_comm(v)
+   check_outputs(comm, v)
+   local data, path = load_data(v, script)
+   local run = build_run(v, comm, data, rules)
+   setup_checkpoints(run, v, data, say)
+   announce(run, v, data, path, say)
+   local records, ended = train_steps(run, v, say)
    local status = finish(run, v, records, ended, say)
    if status ~= 0 then lw.comm.exit(status) end
    return records

@@ -103,18 +103,17 @@ local function progress(run, rec, t_start, first)
    io.stdout:flush()
 end
 
--- Runs `steps` optimizer steps. run = { comm, model (bound to ddp with train.hooks), ddp, opt,
--- data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
--- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
--- first step to run), stop_after (last step to run; the schedule still spans `steps`),
--- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:
--- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from } }. Returns the step
--- records and how the run ended: { diverged = bool, skips_in_a_row = n, first_skip = step }.
--- A step whose update was skipped is not checkpointed: its parameters may already be the
--- cause.
-function train.run(run)
-   local comm, model, ddp, opt, data = run.comm, run.model, run.ddp, run.opt, run.data
-   local b, t, accum = run.batch, run.seq, run.accum or 1
+-- Hook point: nil, or a function(step, run) that train.run calls on every rank at the end of
+-- each step (after its checkpoint, if any; before the run stops for divergence), for every run;
+-- run.on_step_end, when set, is called first, for that run only. Every rank calls them at the
+-- same point, so they may issue collectives. The test-only faults (tests/lua/faults.lua) end
+-- the job here.
+train.on_step_end = nil
+
+-- The loop's state before the first step: the batch buffers, whether progress redraws one
+-- line, the log (rank 0), the steps to run and what has been recorded.
+local function open_run(run)
+   local comm, b, t = run.comm, run.batch, run.seq
    run.tokens = run.tokens or ffi.new("int32_t[?]", b * t)
    run.targets = run.targets or ffi.new("int32_t[?]", b * t)
    -- under mpirun every rank's stdout is a pty, terminal or not: redraw only when asked there
@@ -122,90 +121,155 @@ function train.run(run)
    if run.progress == "redraw" then run.terminal = true
    elseif run.progress == "lines" then run.terminal = false
    else run.terminal = lib.lw_is_terminal(1) and launched_size == 1 end
-   local log = nil
-   local first = run.start_step or 1
+   local loop = { first = run.start_step or 1, records = {},
+                  ended = { diverged = false, skips_in_a_row = 0 },
+                  tokens_per_step = b * t * (run.accum or 1) * comm.size }
    if run.log and comm.rank == 0 then
-      local err
-      log, err = io.open(run.log, first > 1 and "a" or "w") -- a resumed run appends
+      local log, err = io.open(run.log, loop.first > 1 and "a" or "w") -- a resumed run appends
       if log == nil then error("train: cannot write the log: " .. tostring(err), 0) end
+      loop.log = log
    end
-   local ended = { diverged = false, skips_in_a_row = 0 }
-   local records = {}
-   local tokens_per_step = b * t * accum * comm.size
-   local t_start = lib.lw_now()
+   loop.t_start = lib.lw_now()
+   loop.last = math.min(run.steps, run.stop_after or run.steps)
+   return loop
+end
+
+-- The step's forward and backward passes, one per micro-step, gradients accumulating: the
+-- mean loss over micro-steps and the seconds forward and backward took.
+local function forward_backward(run, step)
+   local comm, model, ddp = run.comm, run.model, run.ddp
+   local b, t, accum = run.batch, run.seq, run.accum or 1
+   local fwd, bwd, loss = 0, 0, 0
+   ddp:zero_grad()
+   for micro = 0, accum - 1 do
+      run.data:train_batch(run.tokens, run.targets, run.seed, step, micro, comm.rank, comm.size,
+         b, t)
+      -- only the last micro-step's backward completes gradients (and starts their sync);
+      -- at ZeRO-2/3 every micro-step's does, since gradients are not kept whole between them
+      run.report_ready = micro == accum - 1 or ddp.zero >= 2
+      local a = lib.lw_now()
+      loss = loss + model:forward(run.tokens, run.targets, b, t) / accum
+      local m = lib.lw_now()
+      model:backward(1 / accum)
+      ddp:end_backward()
+      fwd, bwd = fwd + (m - a), bwd + (lib.lw_now() - m)
+   end
+   return loss, fwd, bwd
+end
+
+-- One optimizer step: its step record (mean loss over ranks, timings, traffic, memory with
+-- --log) and the optimizer's result (grad_norm, skipped, time).
+local function train_step(run, loop, step)
+   local comm = run.comm
+   local t0 = lib.lw_now()
+   local comm0, bytes0 = comm_totals(comm)
+   local loss, fwd, bwd = forward_backward(run, step)
+   local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
+   local o0 = lib.lw_now()
+   local r = run.opt:step(lr_scale)
+   local opt_time = lib.lw_now() - o0
+   comm:set_label("the step's mean loss")
+   local mean_loss = comm:allreduce({ loss })[1] / comm.size
+   local wall = lib.lw_now() - t0
+   local comm1, bytes1 = comm_totals(comm)
+   local comm_wait = comm1 - comm0
+   local rec = {
+      step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
+      tokens_per_s = loop.tokens_per_step / wall, skipped = r.skipped or nil,
+      time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
+         opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync),
+         muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
+      comm_mb = (bytes1 - bytes0) / 2 ^ 20,
+   }
+   if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
+   return rec, r
+end
+
+-- The validation loss into the record on eval steps and the last one (collective).
+local function evaluate_if_due(run, loop, rec)
+   local step = rec.step
+   if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
+      or step == loop.last then
+      run.comm:set_phase(("step %d, evaluation"):format(step))
+      rec.val_loss = train.evaluate(run, run.eval_max)
+   end
+end
+
+-- The record kept, written to the log (rank 0) and shown on the progress line.
+local function report(run, loop, rec)
+   loop.records[#loop.records + 1] = rec
+   if loop.log then
+      loop.log:write(json.encode(json.object(rec)), "\n")
+      loop.log:flush()
+   end
+   progress(run, rec, loop.t_start, loop.first)
+end
+
+-- Counts steps skipped in a row for non-finite gradients, and says so.
+local function count_skip(run, ended, rec, update)
+   if update.skipped then
+      ended.skips_in_a_row = ended.skips_in_a_row + 1
+      if ended.skips_in_a_row == 1 then ended.first_skip = rec.step end
+      say_skipped(run, rec, ended.skips_in_a_row)
+   else
+      ended.skips_in_a_row = 0
+   end
+end
+
+-- A checkpoint every ckpt.every steps and at the last one, unless the update was skipped
+-- (collective).
+local function checkpoint_if_due(run, loop, step, update)
    local ckpt = run.checkpoint
-   local last = math.min(run.steps, run.stop_after or run.steps)
-   for step = first, last do
-      comm:set_phase(("step %d"):format(step)) -- named by the watchdog if a collective hangs
-      local t0 = lib.lw_now()
-      local comm0, bytes0 = comm_totals(comm)
-      local fwd, bwd, loss = 0, 0, 0
-      ddp:zero_grad()
-      for micro = 0, accum - 1 do
-         data:train_batch(run.tokens, run.targets, run.seed, step, micro, comm.rank, comm.size, b, t)
-         -- only the last micro-step's backward completes gradients (and starts their sync);
-         -- at ZeRO-2/3 every micro-step's does, since gradients are not kept whole between them
-         run.report_ready = micro == accum - 1 or ddp.zero >= 2
-         local a = lib.lw_now()
-         loss = loss + model:forward(run.tokens, run.targets, b, t) / accum
-         local m = lib.lw_now()
-         model:backward(1 / accum)
-         ddp:end_backward()
-         fwd, bwd = fwd + (m - a), bwd + (lib.lw_now() - m)
-      end
-      local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
-      local o0 = lib.lw_now()
-      local r = opt:step(lr_scale)
-      local opt_time = lib.lw_now() - o0
-      comm:set_label("the step's mean loss")
-      local mean_loss = comm:allreduce({ loss })[1] / comm.size
-      local wall = lib.lw_now() - t0
-      local comm1, bytes1 = comm_totals(comm)
-      local comm_wait = comm1 - comm0
-      local rec = {
-         step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
-         tokens_per_s = tokens_per_step / wall, skipped = r.skipped or nil,
-         time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
-            opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync),
-            muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
-         comm_mb = (bytes1 - bytes0) / 2 ^ 20,
-      }
-      if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
-      if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
-         or step == last then
-         comm:set_phase(("step %d, evaluation"):format(step))
-         rec.val_loss = train.evaluate(run, run.eval_max)
-      end
-      records[#records + 1] = rec
-      if log then
-         log:write(json.encode(json.object(rec)), "\n")
-         log:flush()
-      end
-      progress(run, rec, t_start, first)
-      if r.skipped then
-         ended.skips_in_a_row = ended.skips_in_a_row + 1
-         if ended.skips_in_a_row == 1 then ended.first_skip = step end
-         say_skipped(run, rec, ended.skips_in_a_row)
-      else
-         ended.skips_in_a_row = 0
-      end
-      if ckpt and ckpt.dir and not r.skipped and ((ckpt.every or 0) > 0 and step % ckpt.every == 0
-         or step == last) then
-         comm:set_phase(("step %d, checkpoint save"):format(step))
-         require("lwopt.checkpoint").save(ckpt.dir, { ddp = ddp, opt = opt, step = step,
-            keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
-            protect = ckpt.resumed_from and { ckpt.resumed_from } or nil })
-      end
-      -- a test hook: LWOPT_KILL_AFTER_STEP=N ends the job after step N, as a kill would
-      if os.getenv("LWOPT_KILL_AFTER_STEP") == tostring(step) then comm:abort(9) end
-      if (run.max_skips or 0) > 0 and ended.skips_in_a_row >= run.max_skips then
-         ended.diverged = true
-         break
-      end
+   if ckpt and ckpt.dir and not update.skipped and ((ckpt.every or 0) > 0
+      and step % ckpt.every == 0 or step == loop.last) then
+      run.comm:set_phase(("step %d, checkpoint save"):format(step))
+      require("lwopt.checkpoint").save(ckpt.dir, { ddp = run.ddp, opt = run.opt, step = step,
+         keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
+         protect = ckpt.resumed_from and { ckpt.resumed_from } or nil })
    end
-   if log then log:close() end
-   comm:set_phase(nil)
-   return records, ended
+end
+
+local function notify_step_end(run, step)
+   if run.on_step_end then run.on_step_end(step, run) end
+   if train.on_step_end then train.on_step_end(step, run) end
+end
+
+-- Whether the run stops: max_skips steps in a row skipped.
+local function diverged(run, ended)
+   if (run.max_skips or 0) > 0 and ended.skips_in_a_row >= run.max_skips then
+      ended.diverged = true
+   end
+   return ended.diverged
+end
+
+local function close_run(run, loop)
+   if loop.log then loop.log:close() end
+   run.comm:set_phase(nil)
+   return loop.records, loop.ended
+end
+
+-- Runs `steps` optimizer steps. run = { comm, model (bound to ddp with train.hooks), ddp, opt,
+-- data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
+-- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
+-- first step to run), stop_after (last step to run; the schedule still spans `steps`),
+-- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:
+-- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from }, on_step_end (a hook,
+-- above) }. Returns the step records and how the run ended: { diverged = bool, skips_in_a_row
+-- = n, first_skip = step }. A step whose update was skipped is not checkpointed: its
+-- parameters may already be the cause.
+function train.run(run)
+   local loop = open_run(run)
+   for step = loop.first, loop.last do
+      run.comm:set_phase(("step %d"):format(step)) -- named by the watchdog if a collective hangs
+      local rec, update = train_step(run, loop, step)
+      evaluate_if_due(run, loop, rec)
+      report(run, loop, rec)
+      count_skip(run, loop.ended, rec, update)
+      checkpoint_if_due(run, loop, step, update)
+      notify_step_end(run, step)
+      if diverged(run, loop.ended) then break end
+   end
+   return close_run(run, loop)
 end
 
 -- Hooks for model:bind: before a parameter is read, its group must be there (its gather done,

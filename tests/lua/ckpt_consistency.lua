@@ -2,8 +2,9 @@
 -- a run stopped after step 3 and resumed at the same rank count continues bit-identically
 -- (losses and final parameters); resumed at another rank count (resharding 3->2, 2->3, 1->2,
 -- 2->1), layout algorithm or ZeRO level (1, 2, 3, row-sharded, either way) it continues with the
--- uninterrupted run's losses within 1e-5. Also: a save killed at each point of the protocol
--- leaves the previous checkpoint loadable with `latest` on it.
+-- uninterrupted run's losses within 1e-5. Also: a job killed between checkpoints resumes and
+-- ends bit-identical, and a save killed at each point of the protocol leaves the previous
+-- checkpoint loadable with `latest` on it (the faults injected by tests/lua/with_faults.lua).
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -12,16 +13,22 @@ local expect = tally.expect
 
 local sh = tally.sh
 
--- Runs the recipe on np ranks with the global batch fixed at 12 sequences.
-local function recipe(np, args, env)
+-- Runs the recipe on np ranks with the global batch fixed at 12 sequences; its output goes to
+-- the file out, if given. env: a fault to inject ("LWOPT_KILL_AFTER_STEP=N" or
+-- "LWOPT_CKPT_CRASH=<point>"), through tests/lua/with_faults.lua, which installs it in the
+-- library's hook points.
+local function recipe(np, args, env, out)
    local accum = ({ [1] = 6, [2] = 3, [3] = 2 })[np]
    local launcher = np > 1 and ("mpirun --oversubscribe -np " .. np .. " -x OPENBLAS_NUM_THREADS=1 "
       .. (env and ("-x " .. env:match("^([%w_]+)=") .. " ") or "")) or ""
    return sh((env and env .. " " or "") .. "timeout 300 " .. launcher
-      .. "luajit recipes/gpt_small.lua --preset tiny "
-      .. "--steps 6 --batch 2 --accum " .. accum .. " --sample 0 --quiet " .. args
-      .. " > /dev/null 2>&1")
+      .. "luajit " .. (env and "tests/lua/with_faults.lua " or "") .. "recipes/gpt_small.lua "
+      .. "--preset tiny --steps 6 --batch 2 --accum " .. accum .. " --sample 0 --quiet " .. args
+      .. " > " .. (out or "/dev/null") .. " 2>&1")
 end
+
+-- Whether path (a shell glob) names something.
+local function exists(path) return sh("ls -d " .. path .. " > /dev/null 2>&1") end
 
 local function losses(log)
    local out = {}
@@ -107,13 +114,33 @@ do
    os.remove(params)
 end
 
--- a save killed at each point leaves the previous checkpoint with latest on it
+-- a save killed at each point leaves the previous checkpoint with latest on it; what the save
+-- of step 5 left shows where it was stopped
+local left = {
+   optim = { "step-000000005.tmp/optim-r0000?.safetensors" }, -- the first rank there ends it
+   model = { "step-000000005.tmp/model.safetensors" },
+   manifest = { "step-000000005.tmp/manifest.json" },
+   rename = { "step-000000005/manifest.json" },
+}
+local absent = {
+   optim = "step-000000005.tmp/model.safetensors", model = "step-000000005.tmp/manifest.json",
+   manifest = "step-000000005", rename = "step-000000005.tmp",
+}
 for _, point in ipairs({ "optim", "model", "manifest", "rename" }) do
    local dir = tmp .. "-crash-" .. point
+   local out = tmp .. "-crash-" .. point .. ".out"
    assert(recipe(2, "--ckpt-dir " .. dir .. " --stop-after 3"))
    local killed = recipe(2, "--ckpt-dir " .. dir .. " --resume --stop-after 5",
-      "LWOPT_CKPT_CRASH=" .. point)
+      "LWOPT_CKPT_CRASH=" .. point, out)
    expect(not killed, "the save killed at '" .. point .. "' ends the job with an error")
+   expect((slurp(out) or ""):find("checkpoint: crashing at '" .. point .. "'", 1, true),
+      "the fault at '" .. point .. "' was the one that ended the job")
+   for _, path in ipairs(left[point]) do
+      expect(exists(dir .. "/" .. path), "a save killed at '" .. point .. "' left " .. path)
+   end
+   expect(not exists(dir .. "/" .. absent[point]),
+      "a save killed at '" .. point .. "' got no further: no " .. absent[point])
+   os.remove(out)
    local latest = (slurp(dir .. "/latest") or ""):gsub("%s+$", "")
    expect(latest == "step-000000003", "after a kill at '" .. point .. "' latest still names step 3 ("
       .. latest .. ")")
