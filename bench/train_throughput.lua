@@ -54,7 +54,7 @@ local function run(dp, optimizer, mode, root)
       local r = dkjson.decode(line)
       if r.step > 5 then
          n = n + 1
-         for k, v in pairs(r.time_ms) do sum[k] = sum[k] + v end
+         for k, v in pairs(r.time_ms) do sum[k] = (sum[k] or 0) + v end
          sum.tps = sum.tps + r.tokens_per_s
       end
    end

@@ -472,9 +472,9 @@ lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float
  * aligned, padding zero), a view per parameter, and gradient / parameter synchronisation per
  * bucket. Buckets are synchronised in a fixed order that every rank shares: gradients in
  * backprop order (a bucket starts once it and every bucket before it have all their gradients),
- * parameters in forward order. Sharded buffers (shard-aligned, distopt, rows) reduce-scatter gradients and all-gather
- * parameters; default buffers all-reduce gradients; legacy buffers all-reduce gradients and
- * gather updated parameters with a variable-size all-gather.
+ * parameters in forward order. Sharded buffers (shard-aligned, distopt, rows) reduce-scatter
+ * gradients and all-gather parameters; default buffers all-reduce gradients; legacy buffers
+ * all-reduce gradients and gather updated parameters with a variable-size all-gather.
  *
  * ZeRO levels (sharded buffers only). 1: every rank holds whole parameter and gradient arrays;
  * the optimizer state is sharded. 2: gradients are held whole only per bucket group while

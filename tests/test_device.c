@@ -27,7 +27,8 @@ static void test_cpu_device(void) {
     CHECK_FAILS(lw_device_alloc(cpu, -1, &none), LW_ERR_INVALID, "-1 bytes");
     CHECK(none == NULL);
     float host[10];
-    for (int i = 0; i < 10; i++) host[i] = (float)i;
+    for (int i = 0; i < 10; i++)
+        host[i] = (float)i;
     lw_stream *s = NULL;
     CHECK_OK(lw_stream_new(cpu, &s));
     CHECK_OK(lw_device_copy(s, a, host, sizeof host, LW_COPY_HOST_TO_DEVICE));
@@ -75,7 +76,8 @@ static void test_cpu_device(void) {
 static void test_without_cuda(void) {
     CHECK(!lw_has_cuda());
     lw_device *d = (lw_device *)1;
-    CHECK_FAILS(lw_device_get("cuda", &d), LW_ERR_UNSUPPORTED, "liblwopt_cuda.so could not be loaded");
+    CHECK_FAILS(lw_device_get("cuda", &d), LW_ERR_UNSUPPORTED,
+                "liblwopt_cuda.so could not be loaded");
     CHECK(d == NULL);
     CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "LWOPT_CUDA_LIB");
 }

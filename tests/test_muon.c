@@ -13,12 +13,14 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 static void fill(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = frand();
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand();
 }
 
 static double max_diff(const float *a, const double *b, int64_t n) {
     double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - b[i]));
     return m;
 }
 
@@ -27,9 +29,11 @@ static double max_diff(const float *a, const double *b, int64_t n) {
 static void ns_reference(const float *u, double *x, int r, int c, const double (*abc)[3],
                          int n_coeffs, int steps, bool repeat) {
     double norm = 0;
-    for (int i = 0; i < r * c; i++) norm += (double)u[i] * u[i];
+    for (int i = 0; i < r * c; i++)
+        norm += (double)u[i] * u[i];
     norm = sqrt(norm);
-    for (int i = 0; i < r * c; i++) x[i] = u[i] / fmax(norm, 1e-7);
+    for (int i = 0; i < r * c; i++)
+        x[i] = u[i] / fmax(norm, 1e-7);
     double *a = malloc(sizeof(double) * r * r), *b = malloc(sizeof(double) * r * r);
     double *y = malloc(sizeof(double) * r * c);
     for (int k = 0; k < steps; k++) {
@@ -37,22 +41,26 @@ static void ns_reference(const float *u, double *x, int r, int c, const double (
         for (int i = 0; i < r; i++)
             for (int j = 0; j < r; j++) {
                 double s = 0;
-                for (int t = 0; t < c; t++) s += x[i * c + t] * x[j * c + t];
+                for (int t = 0; t < c; t++)
+                    s += x[i * c + t] * x[j * c + t];
                 a[i * r + j] = s;
             }
         for (int i = 0; i < r; i++)
             for (int j = 0; j < r; j++) {
                 double s = 0;
-                for (int t = 0; t < r; t++) s += a[i * r + t] * a[t * r + j];
+                for (int t = 0; t < r; t++)
+                    s += a[i * r + t] * a[t * r + j];
                 b[i * r + j] = co[1] * a[i * r + j] + co[2] * s;
             }
         for (int i = 0; i < r; i++)
             for (int j = 0; j < c; j++) {
                 double s = 0;
-                for (int t = 0; t < r; t++) s += b[i * r + t] * x[t * c + j];
+                for (int t = 0; t < r; t++)
+                    s += b[i * r + t] * x[t * c + j];
                 y[i * c + j] = co[0] * x[i * c + j] + s;
             }
-        for (int i = 0; i < r * c; i++) x[i] = y[i];
+        for (int i = 0; i < r * c; i++)
+            x[i] = y[i];
     }
     free(a), free(b), free(y);
 }
@@ -97,7 +105,8 @@ static void test_symmetric_matches_full_gemm(void) {
         CHECK_OK(lw_muon_orthogonalize(sym, NULL, u, x1, r, c));
         CHECK_OK(lw_muon_orthogonalize(full, NULL, u, x2, r, c));
         double d = 0;
-        for (int i = 0; i < r * c; i++) d = fmax(d, fabs(x1[i] - x2[i]));
+        for (int i = 0; i < r * c; i++)
+            d = fmax(d, fabs(x1[i] - x2[i]));
         CHECK(d <= 1e-5);
         lw_muon_free(sym), lw_muon_free(full);
         free(u), free(x1), free(x2);
@@ -111,19 +120,22 @@ static void test_tall_is_transposed_wide(void) {
     float *x = malloc(sizeof(float) * r * c), *xt = malloc(sizeof(float) * r * c);
     fill(u, r * c);
     for (int i = 0; i < r; i++)
-        for (int j = 0; j < c; j++) ut[j * r + i] = u[i * c + j];
+        for (int j = 0; j < c; j++)
+            ut[j * r + i] = u[i * c + j];
     lw_muon *m;
     CHECK_OK(lw_muon_new(NULL, &m));
     CHECK_OK(lw_muon_orthogonalize(m, NULL, u, x, r, c));
     CHECK_OK(lw_muon_orthogonalize(m, NULL, ut, xt, c, r));
     double d = 0;
     for (int i = 0; i < r; i++)
-        for (int j = 0; j < c; j++) d = fmax(d, fabs(x[i * c + j] - xt[j * r + i]));
+        for (int j = 0; j < c; j++)
+            d = fmax(d, fabs(x[i * c + j] - xt[j * r + i]));
     CHECK(d <= 1e-6);
     /* in place gives the same */
     CHECK_OK(lw_muon_orthogonalize(m, NULL, u, u, r, c));
     d = 0;
-    for (int i = 0; i < r * c; i++) d = fmax(d, fabs(u[i] - x[i]));
+    for (int i = 0; i < r * c; i++)
+        d = fmax(d, fabs(u[i] - x[i]));
     CHECK(d == 0);
     lw_muon_free(m);
     free(u), free(ut), free(x), free(xt);
@@ -184,7 +196,8 @@ static void test_sgd_equivalences(void) {
     enum { R = 4, C = 4, N = 16 };
     float w[N], g[N], mom[N] = {0}, w0[N];
     fill(w, N), fill(g, N);
-    for (int i = 0; i < N; i++) w0[i] = w[i];
+    for (int i = 0; i < N; i++)
+        w0[i] = w[i];
     lw_muon_options o = lw_muon_defaults();
     o.coeffs = LW_NS_IDENTITY;
     o.momentum = 0.0f;
@@ -193,7 +206,8 @@ static void test_sgd_equivalences(void) {
     lw_muon *m;
     CHECK_OK(lw_muon_new(&o, &m));
     CHECK_OK(lw_muon_update(m, NULL, w, g, mom, R, C, 2.0f, 0.5f, 1.0f));
-    for (int i = 0; i < N; i++) CHECK(fabsf(w[i] - (w0[i] * (1.0f - 1.0f) - 2.0f * g[i])) < 1e-6f);
+    for (int i = 0; i < N; i++)
+        CHECK(fabsf(w[i] - (w0[i] * (1.0f - 1.0f) - 2.0f * g[i])) < 1e-6f);
     lw_muon_free(m);
 
     /* EMA momentum 0.5 at lr 2 == classic momentum 0.5 at lr 1 (buf = 0.5 buf + g) */
@@ -201,7 +215,8 @@ static void test_sgd_equivalences(void) {
     CHECK_OK(lw_muon_new(&o, &m));
     float a[N], b[N], ma[N] = {0}, buf[N] = {0};
     fill(a, N);
-    for (int i = 0; i < N; i++) b[i] = a[i];
+    for (int i = 0; i < N; i++)
+        b[i] = a[i];
     for (int step = 0; step < 4; step++) {
         fill(g, N);
         CHECK_OK(lw_muon_update(m, NULL, a, g, ma, R, C, 2.0f, 0.0f, 1.0f));
@@ -211,23 +226,27 @@ static void test_sgd_equivalences(void) {
         }
     }
     double d = 0;
-    for (int i = 0; i < N; i++) d = fmax(d, fabs(a[i] - b[i]));
+    for (int i = 0; i < N; i++)
+        d = fmax(d, fabs(a[i] - b[i]));
     CHECK(d < 1e-5);
     lw_muon_free(m);
 
     /* independent wd 0.25 with lr 0: exactly 0.75 W */
     o.weight_decay_mode = LW_WD_INDEPENDENT;
     CHECK_OK(lw_muon_new(&o, &m));
-    for (int i = 0; i < N; i++) w0[i] = w[i];
+    for (int i = 0; i < N; i++)
+        w0[i] = w[i];
     CHECK_OK(lw_muon_update(m, NULL, w, g, mom, R, C, 0.0f, 0.25f, 1.0f));
-    for (int i = 0; i < N; i++) CHECK(w[i] == 0.75f * w0[i]);
+    for (int i = 0; i < N; i++)
+        CHECK(w[i] == 0.75f * w0[i]);
     lw_muon_free(m);
 
     /* l2: G += wd W, so with identity and no momentum W <- W - lr (G + wd W) */
     o.weight_decay_mode = LW_WD_L2;
     o.momentum = 0.0f;
     CHECK_OK(lw_muon_new(&o, &m));
-    for (int i = 0; i < N; i++) w0[i] = w[i];
+    for (int i = 0; i < N; i++)
+        w0[i] = w[i];
     float mz[N] = {0};
     CHECK_OK(lw_muon_update(m, NULL, w, g, mz, R, C, 0.1f, 0.3f, 2.0f));
     for (int i = 0; i < N; i++)
@@ -249,7 +268,8 @@ static void test_scale_modes(void) {
         lw_muon *m;
         CHECK_OK(lw_muon_new(&o, &m));
         float w[N] = {0}, g[N], mom[N] = {0};
-        for (int i = 0; i < N; i++) g[i] = 1.0f;
+        for (int i = 0; i < N; i++)
+            g[i] = 1.0f;
         CHECK_OK(lw_muon_update(m, NULL, w, g, mom, R, C, 0.5f, 0.0f, 1.0f));
         CHECK(fabs(w[0] + 0.5 * 3.0 * expect[s]) < 1e-5);
         lw_muon_free(m);
@@ -298,7 +318,8 @@ static void test_bad_options(void) {
     CHECK(m == NULL);
     CHECK_OK(lw_muon_new(NULL, &m));
     float x[4] = {0};
-    CHECK_FAILS(lw_muon_orthogonalize(m, NULL, x, x, 0, 4), LW_ERR_INVALID, "bad matrix shape 0 x 4");
+    CHECK_FAILS(lw_muon_orthogonalize(m, NULL, x, x, 0, 4), LW_ERR_INVALID,
+                "bad matrix shape 0 x 4");
     /* a zero matrix stays zero (eps keeps the normalisation finite) */
     CHECK_OK(lw_muon_orthogonalize(m, NULL, x, x, 2, 2));
     CHECK(x[0] == 0.0f && x[3] == 0.0f);

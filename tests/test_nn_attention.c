@@ -35,7 +35,8 @@ static void forward(att_case *k) {
 }
 
 static void backward_into(att_case *k, float *dqkv, const float *dout) {
-    CHECK_OK(lw_attention_backward(NULL, dqkv, k->scratch, dout, k->qkv, k->att, k->b, k->t, k->c, k->nh));
+    CHECK_OK(lw_attention_backward(NULL, dqkv, k->scratch, dout, k->qkv, k->att, k->b, k->t, k->c,
+                                   k->nh));
 }
 
 /* Explicit per-head loops in double, the causal mask as a loop bound. */

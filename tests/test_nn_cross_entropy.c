@@ -45,7 +45,8 @@ static double forward(ce_case *k) {
 }
 
 static void backward(ce_case *k, float *dh, float *dw, float scale) {
-    CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->probs, k->h, k->w, k->tg, k->n, k->c, k->v, scale));
+    CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->probs, k->h, k->w, k->tg, k->n, k->c, k->v,
+                                       scale));
 }
 
 static double logit(const ce_case *k, int64_t i, int64_t j) {

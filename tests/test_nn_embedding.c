@@ -40,8 +40,14 @@ static double forward_error(const ctx_t *x, const float *wpe) {
 /* vocab rows, of which tokens use only [0, vocab - 1): the last row's gradient must stay 0 */
 static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     int64_t n = b * t;
-    ctx_t x = {nn_alloc(n * c), nn_alloc(vocab * c), nn_alloc(t * c), nn_alloc(n * c),
-               malloc(sizeof(int32_t) * (size_t)n), b, t, c};
+    ctx_t x = {nn_alloc(n * c),
+               nn_alloc(vocab * c),
+               nn_alloc(t * c),
+               nn_alloc(n * c),
+               malloc(sizeof(int32_t) * (size_t)n),
+               b,
+               t,
+               c};
     float *dwte = nn_alloc(vocab * c), *dwpe = nn_alloc(t * c);
     nn_fill(x.wte, vocab * c, 1.0f);
     nn_fill(x.wpe, t * c, 1.0f);
@@ -65,7 +71,8 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     check_tol("fd dwte", b, t, c, nn_fd_worst(x.wte, dwte, vocab * c, loss, &x, eps, 400), tol);
     check_tol("fd dwpe", b, t, c, nn_fd_worst(x.wpe, dwpe, t * c, loss, &x, eps, 400), tol);
     int unused_zero = 1;
-    for (int64_t i = 0; i < c; i++) unused_zero &= dwte[(vocab - 1) * c + i] == 0.0f;
+    for (int64_t i = 0; i < c; i++)
+        unused_zero &= dwte[(vocab - 1) * c + i] == 0.0f;
     CHECK(unused_zero);
 
     /* (c) accumulate into random contents; repeated tokens add in another order than into a

@@ -52,7 +52,8 @@ static void test_shape(int64_t n, float scale) {
 
     /* (a) forward; the exp-based evaluation is within a few ulps (measured <= 7.4e-7) */
     CHECK_OK(lw_gelu_forward(NULL, k.y, k.x, n));
-    for (int64_t i = 0; i < n; i++) ref[i] = gelu_ref(k.x[i]);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = gelu_ref(k.x[i]);
     check_tol("forward", n, rel_error(k.y, ref, n), 1e-5);
 
     /* (b) dx against central differences: each x moves one y, gelu''' is O(1), so eps = 1e-2
@@ -74,11 +75,13 @@ static void test_shape(int64_t n, float scale) {
     memcpy(acc, pre, sizeof(float) * (size_t)n);
     CHECK_OK(lw_gelu_backward(NULL, acc, k.r, k.x, n));
     int exact = 1;
-    for (int64_t i = 0; i < n; i++) exact &= acc[i] == pre[i] + dx[i];
+    for (int64_t i = 0; i < n; i++)
+        exact &= acc[i] == pre[i] + dx[i];
     CHECK(exact);
     CHECK_OK(lw_gelu_backward(NULL, acc, k.r, k.x, n));
     exact = 1;
-    for (int64_t i = 0; i < n; i++) exact &= acc[i] == (pre[i] + dx[i]) + dx[i];
+    for (int64_t i = 0; i < n; i++)
+        exact &= acc[i] == (pre[i] + dx[i]) + dx[i];
     CHECK(exact);
 
     free(k.y), free(k.x), free(k.r), free(dx), free(ref), free(pre), free(acc);
@@ -90,12 +93,15 @@ static void test_tails(void) {
     const float x[] = {9.0f, 9.5f, 30.0f, 1e30f, INFINITY, -9.0f, -9.5f, -30.0f, -1e30f, NAN};
     const int64_t n = 10;
     float y[10], dx[10] = {0}, dy[10];
-    for (int i = 0; i < n; i++) dy[i] = 1.0f;
+    for (int i = 0; i < n; i++)
+        dy[i] = 1.0f;
     CHECK_OK(lw_gelu_forward(NULL, y, x, n));
     CHECK_OK(lw_gelu_backward(NULL, dx, dy, x, n));
-    for (int i = 0; i < 4; i++) CHECK(y[i] == x[i] && dx[i] == 1.0f);
+    for (int i = 0; i < 4; i++)
+        CHECK(y[i] == x[i] && dx[i] == 1.0f);
     CHECK(y[4] == INFINITY && dx[4] == 1.0f);
-    for (int i = 5; i < 9; i++) CHECK(fabsf(y[i]) < 1e-27f && fabsf(dx[i]) < 1e-25f);
+    for (int i = 5; i < 9; i++)
+        CHECK(fabsf(y[i]) < 1e-27f && fabsf(dx[i]) < 1e-25f);
     CHECK(isnan(y[9]) && isnan(dx[9]));
     float keep[1] = {42.0f};
     CHECK_OK(lw_gelu_forward(NULL, keep, x, 0));

@@ -22,7 +22,8 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *k = p;
-    CHECK_OK(lw_layernorm_forward(NULL, k->y, k->mean, k->rstd, k->x, k->g, k->beta, k->n, k->c, LN_EPS));
+    CHECK_OK(lw_layernorm_forward(NULL, k->y, k->mean, k->rstd, k->x, k->g, k->beta, k->n, k->c,
+                                  LN_EPS));
     return nn_dot(k->y, k->r, k->n * k->c);
 }
 
@@ -33,9 +34,11 @@ static void forward_errors(const ctx_t *k, const float *beta, double *ey, double
     for (int64_t i = 0; i < k->n; i++) {
         const float *x = k->x + i * k->c;
         double m = 0, v = 0;
-        for (int64_t j = 0; j < k->c; j++) m += x[j];
+        for (int64_t j = 0; j < k->c; j++)
+            m += x[j];
         m /= (double)k->c;
-        for (int64_t j = 0; j < k->c; j++) v += (x[j] - m) * (x[j] - m);
+        for (int64_t j = 0; j < k->c; j++)
+            v += (x[j] - m) * (x[j] - m);
         double rs = 1.0 / sqrt(v / (double)k->c + (double)LN_EPS);
         *estat = fmax(*estat, fabs(k->mean[i] - m) * rs);
         *estat = fmax(*estat, fabs(k->rstd[i] - rs) / rs);
@@ -47,14 +50,16 @@ static void forward_errors(const ctx_t *k, const float *beta, double *ey, double
 }
 
 static void test_shape(int64_t n, int64_t c) {
-    ctx_t k = {nn_alloc(n * c), nn_alloc(n), nn_alloc(n), nn_alloc(n * c),
-               nn_alloc(c), nn_alloc(c), nn_alloc(n * c), n, c};
+    ctx_t k = {nn_alloc(n * c), nn_alloc(n), nn_alloc(n),
+               nn_alloc(n * c), nn_alloc(c), nn_alloc(c),
+               nn_alloc(n * c), n,           c};
     float *dx = nn_alloc(n * c), *dg = nn_alloc(c), *db = nn_alloc(c);
     nn_fill(k.x, n * c, 1.0f);
     nn_fill(k.g, c, 1.0f);
     nn_fill(k.beta, c, 1.0f);
     nn_fill(k.r, n * c, 1.0f);
-    for (int64_t j = 0; j < c; j++) k.g[j] += 1.0f; /* gains around 1, as trained ones are */
+    for (int64_t j = 0; j < c; j++)
+        k.g[j] += 1.0f; /* gains around 1, as trained ones are */
 
     /* (a) forward. float32 rounding of x - mean, of the saved mean and of the products gives a
      * few ulps of |y| (measured < 1e-6); 1e-5 is the stated bound. */
@@ -105,7 +110,8 @@ static void test_shape(int64_t n, int64_t c) {
      * loses the variance; the two-pass double statistics do not. What remains is the saved
      * float mean, off by up to half an ulp of 10 (4.8e-7), i.e. 4.8e-7 rstd |g| in y: up to
      * ~4e-5 on 5-channel rows whose std happens to be ~0.03 (measured 3.2e-5). Hence 1e-4. */
-    for (int64_t i = 0; i < n * c; i++) k.x[i] = 10.0f + nn_rand(0.1f);
+    for (int64_t i = 0; i < n * c; i++)
+        k.x[i] = 10.0f + nn_rand(0.1f);
     CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
     forward_errors(&k, k.beta, &ey, &es);
     check_tol("forward y, shifted rows", n, c, ey, 1e-4);

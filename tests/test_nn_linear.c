@@ -47,8 +47,14 @@ static double forward_error(const float *y, const float *x, const float *w, cons
 /* max |got - (pre + g)| / (1 + |pre| + |g|): got should be pre + g up to the rounding of one
  * addition (an OpenBLAS beta = 1 update adds C after the product). */
 static void test_shape(int64_t n, int64_t in, int64_t out) {
-    ctx_t c = {nn_alloc(n * out), nn_alloc(n * in), nn_alloc(out * in), nn_alloc(out),
-               nn_alloc(n * out), n, in, out};
+    ctx_t c = {nn_alloc(n * out),
+               nn_alloc(n * in),
+               nn_alloc(out * in),
+               nn_alloc(out),
+               nn_alloc(n * out),
+               n,
+               in,
+               out};
     float *dx = nn_alloc(n * in), *dw = nn_alloc(out * in), *db = nn_alloc(out);
     nn_fill(c.x, n * in, 1.0f);
     nn_fill(c.w, out * in, 1.0f);

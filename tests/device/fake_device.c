@@ -35,7 +35,8 @@ static lw_status fake_event(lw_event *e) { return (void)e, LW_OK; }
 static lw_status fake_query(lw_event *e, bool *done) { return (void)e, *done = true, LW_OK; }
 static lw_status fake_scale(lw_stream *s, float *x, int64_t n, float alpha) {
     (void)s;
-    for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= alpha;
     return LW_OK;
 }
 

@@ -24,8 +24,8 @@ static lw_status self_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t r
     return LW_OK;
 }
 
-static lw_status self_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype,
-                                lw_reduce_op op, lw_request *req) {
+static lw_status self_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op,
+                                lw_request *req) {
     (void)c, (void)data, (void)n, (void)dtype, (void)op, (void)req;
     return LW_OK;
 }
@@ -66,9 +66,11 @@ static void self_abort(lw_comm *c, int32_t code) { (void)c, (void)code; }
 static void self_free(lw_comm *c) { (void)c; }
 
 static const lwi_comm_backend self_backend = {
-    "self",          self_split,     self_barrier, self_broadcast, self_allreduce,
-    self_reduce_scatter, self_allgather, self_allgatherv, self_test, self_wait,
-    self_abort,      self_free,
+    "self",         self_split,          self_barrier,   self_broadcast,
+    self_allreduce, self_reduce_scatter, self_allgather, self_allgatherv,
+    self_test,      self_wait,           self_abort,     self_free,
 };
 
-lw_status lwi_comm_self_world(lw_comm **out) { return lwi_comm_make(&self_backend, 0, 1, NULL, out); }
+lw_status lwi_comm_self_world(lw_comm **out) {
+    return lwi_comm_make(&self_backend, 0, 1, NULL, out);
+}

@@ -102,8 +102,8 @@ void lw_device_free(lw_device *d, void *p) {
 lw_status lw_device_set(lw_stream *s, void *dst, int32_t value, int64_t bytes) {
     s = lwi_stream_or_cpu(s);
     if (bytes < 0 || (bytes > 0 && dst == NULL) || value < 0 || value > 255)
-        return lwi_fail(LW_ERR_INVALID, "device: set of %lld bytes to %d at %p",
-                        (long long)bytes, value, dst);
+        return lwi_fail(LW_ERR_INVALID, "device: set of %lld bytes to %d at %p", (long long)bytes,
+                        value, dst);
     return bytes ? s->device->ops->set(s, dst, value, bytes) : LW_OK;
 }
 
@@ -209,7 +209,8 @@ lw_status lw_event_query(lw_event *e, bool *done) {
 lw_status lw_host_alloc(int64_t bytes, void **out) {
     if (out == NULL) return lwi_fail(LW_ERR_INVALID, "memory: out pointer is NULL");
     *out = NULL;
-    if (bytes < 0) return lwi_fail(LW_ERR_INVALID, "memory: %lld bytes asked for", (long long)bytes);
+    if (bytes < 0)
+        return lwi_fail(LW_ERR_INVALID, "memory: %lld bytes asked for", (long long)bytes);
     return lw_device_alloc(&cpu_device, bytes, out);
 }
 

@@ -41,8 +41,8 @@ static inline int64_t lwi_muon_work_floats(int64_t rows, int64_t cols) {
 /* Every entry returns LW_OK or fails through lwi_fail (the CUDA library through the host's
  * fail function, lwi_device_host). Streams and events carry the backend's handle in impl. */
 typedef struct lwi_device_ops {
-    const char *kind;  /* "cpu", "cuda" */
-    bool host_memory;  /* lw_device_is_host */
+    const char *kind; /* "cpu", "cuda" */
+    bool host_memory; /* lw_device_is_host */
     /* memory */
     lw_status (*alloc)(lw_device *device, int64_t bytes, void **out); /* zeroed */
     void (*free)(lw_device *device, void *p);
@@ -70,8 +70,8 @@ typedef struct lwi_device_ops {
                                float *m, float *u, int64_t n);
     lw_status (*newton_schulz)(lw_stream *s, const lwi_ns_plan *plan, const float *u, float *x,
                                int64_t rows, int64_t cols);
-    lw_status (*adamw)(lw_stream *s, const lw_adamw_options *o, float *w, const float *g,
-                       float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
+    lw_status (*adamw)(lw_stream *s, const lw_adamw_options *o, float *w, const float *g, float *m,
+                       float *v, int64_t n, int64_t t, float lr, float weight_decay,
                        float grad_scale);
     /* model kernels, as in lw.h */
     lw_status (*linear_forward)(lw_stream *s, float *y, const float *x, const float *w,
@@ -79,28 +79,26 @@ typedef struct lwi_device_ops {
     lw_status (*linear_backward)(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
                                  const float *x, const float *w, int64_t n, int64_t in,
                                  int64_t out);
-    lw_status (*embedding_forward)(lw_stream *s, float *y, const int32_t *tokens,
-                                   const float *wte, const float *wpe, int64_t b, int64_t t,
-                                   int64_t c);
+    lw_status (*embedding_forward)(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
+                                   const float *wpe, int64_t b, int64_t t, int64_t c);
     lw_status (*embedding_backward)(lw_stream *s, float *dwte, float *dwpe, const float *dy,
                                     const int32_t *tokens, int64_t b, int64_t t, int64_t c);
-    lw_status (*layernorm_forward)(lw_stream *s, float *y, float *mean, float *rstd,
-                                   const float *x, const float *g, const float *beta, int64_t n,
-                                   int64_t c, float eps);
+    lw_status (*layernorm_forward)(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                   const float *g, const float *beta, int64_t n, int64_t c,
+                                   float eps);
     lw_status (*layernorm_backward)(lw_stream *s, float *dx, float *dg, float *dbeta,
                                     const float *dy, const float *x, const float *g,
                                     const float *mean, const float *rstd, int64_t n, int64_t c);
     lw_status (*gelu_forward)(lw_stream *s, float *y, const float *x, int64_t n);
-    lw_status (*gelu_backward)(lw_stream *s, float *dx, const float *dy, const float *x,
-                               int64_t n);
+    lw_status (*gelu_backward)(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
     lw_status (*attention_forward)(lw_stream *s, float *out, float *att, const float *qkv,
                                    int64_t b, int64_t t, int64_t c, int64_t nh);
     lw_status (*attention_backward)(lw_stream *s, float *dqkv, float *scratch, const float *dout,
                                     const float *qkv, const float *att, int64_t b, int64_t t,
                                     int64_t c, int64_t nh);
     lw_status (*cross_entropy_forward)(lw_stream *s, float *probs, float *losses, const float *h,
-                                       const float *w, const int32_t *targets, int64_t n,
-                                       int64_t c, int64_t v, double *loss);
+                                       const float *w, const int32_t *targets, int64_t n, int64_t c,
+                                       int64_t v, double *loss);
     lw_status (*cross_entropy_backward)(lw_stream *s, float *dh, float *dw, float *probs,
                                         const float *h, const float *w, const int32_t *targets,
                                         int64_t n, int64_t c, int64_t v, float loss_scale);

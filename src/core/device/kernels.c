@@ -33,9 +33,9 @@ lw_status lw_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, 
     return s->device->ops->vec_axpy(s, y, alpha, x, n);
 }
 
-lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float *w,
-                          const float *g, float *m, float *v, int64_t n, int64_t t, float lr,
-                          float weight_decay, float grad_scale) {
+lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float *w, const float *g,
+                          float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
+                          float grad_scale) {
     lw_stream *s = lwi_stream_or_cpu(stream);
     if (s->device->ops->adamw == NULL) return lwi_device_missing(s, "adamw");
     return s->device->ops->adamw(s, opts, w, g, m, v, n, t, lr, weight_decay, grad_scale);
@@ -58,14 +58,16 @@ lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
 lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const float *wte,
                                const float *wpe, int64_t b, int64_t t, int64_t c) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->embedding_forward == NULL) return lwi_device_missing(s, "embedding_forward");
+    if (s->device->ops->embedding_forward == NULL)
+        return lwi_device_missing(s, "embedding_forward");
     return s->device->ops->embedding_forward(s, y, tokens, wte, wpe, b, t, c);
 }
 
 lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->embedding_backward == NULL) return lwi_device_missing(s, "embedding_backward");
+    if (s->device->ops->embedding_backward == NULL)
+        return lwi_device_missing(s, "embedding_backward");
     return s->device->ops->embedding_backward(s, dwte, dwpe, dy, tokens, b, t, c);
 }
 
@@ -73,7 +75,8 @@ lw_status lw_layernorm_forward(lw_stream *stream, float *y, float *mean, float *
                                const float *x, const float *g, const float *beta, int64_t n,
                                int64_t c, float eps) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->layernorm_forward == NULL) return lwi_device_missing(s, "layernorm_forward");
+    if (s->device->ops->layernorm_forward == NULL)
+        return lwi_device_missing(s, "layernorm_forward");
     return s->device->ops->layernorm_forward(s, y, mean, rstd, x, g, beta, n, c, eps);
 }
 
@@ -81,7 +84,8 @@ lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *
                                 const float *dy, const float *x, const float *g, const float *mean,
                                 const float *rstd, int64_t n, int64_t c) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->layernorm_backward == NULL) return lwi_device_missing(s, "layernorm_backward");
+    if (s->device->ops->layernorm_backward == NULL)
+        return lwi_device_missing(s, "layernorm_backward");
     return s->device->ops->layernorm_backward(s, dx, dg, dbeta, dy, x, g, mean, rstd, n, c);
 }
 
@@ -101,7 +105,8 @@ lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const 
 lw_status lw_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
                                int64_t b, int64_t t, int64_t c, int64_t nh) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->attention_forward == NULL) return lwi_device_missing(s, "attention_forward");
+    if (s->device->ops->attention_forward == NULL)
+        return lwi_device_missing(s, "attention_forward");
     return s->device->ops->attention_forward(s, out, att, qkv, b, t, c, nh);
 }
 
@@ -109,15 +114,17 @@ lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, 
                                 const float *qkv, const float *att, int64_t b, int64_t t, int64_t c,
                                 int64_t nh) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->attention_backward == NULL) return lwi_device_missing(s, "attention_backward");
+    if (s->device->ops->attention_backward == NULL)
+        return lwi_device_missing(s, "attention_backward");
     return s->device->ops->attention_backward(s, dqkv, scratch, dout, qkv, att, b, t, c, nh);
 }
 
-lw_status lw_cross_entropy_forward(lw_stream *stream, float *probs, float *losses,
-                                   const float *h, const float *w, const int32_t *targets,
-                                   int64_t n, int64_t c, int64_t v, double *loss) {
+lw_status lw_cross_entropy_forward(lw_stream *stream, float *probs, float *losses, const float *h,
+                                   const float *w, const int32_t *targets, int64_t n, int64_t c,
+                                   int64_t v, double *loss) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->cross_entropy_forward == NULL) return lwi_device_missing(s, "cross_entropy_forward");
+    if (s->device->ops->cross_entropy_forward == NULL)
+        return lwi_device_missing(s, "cross_entropy_forward");
     return s->device->ops->cross_entropy_forward(s, probs, losses, h, w, targets, n, c, v, loss);
 }
 
@@ -125,6 +132,8 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
                                     const float *h, const float *w, const int32_t *targets,
                                     int64_t n, int64_t c, int64_t v, float loss_scale) {
     lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->cross_entropy_backward == NULL) return lwi_device_missing(s, "cross_entropy_backward");
-    return s->device->ops->cross_entropy_backward(s, dh, dw, probs, h, w, targets, n, c, v, loss_scale);
+    if (s->device->ops->cross_entropy_backward == NULL)
+        return lwi_device_missing(s, "cross_entropy_backward");
+    return s->device->ops->cross_entropy_backward(s, dh, dw, probs, h, w, targets, n, c, v,
+                                                  loss_scale);
 }

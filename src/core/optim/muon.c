@@ -10,11 +10,11 @@
 
 struct lw_muon {
     lw_muon_options o;
-    float *custom;       /* [owned] copy of the custom triples */
-    float *abc;          /* [owned] ns_steps (a, b, c) triples, one per step */
-    lw_device *device;   /* of the workspace */
-    float *work;         /* [owned, device memory] lwi_muon_work_floats of the largest matrix */
-    int64_t capacity;    /* floats in work */
+    float *custom;     /* [owned] copy of the custom triples */
+    float *abc;        /* [owned] ns_steps (a, b, c) triples, one per step */
+    lw_device *device; /* of the workspace */
+    float *work;       /* [owned, device memory] lwi_muon_work_floats of the largest matrix */
+    int64_t capacity;  /* floats in work */
 };
 
 static const float SIMPLE[][3] = {{3.4445f, -4.7750f, 2.0315f}};
@@ -126,7 +126,8 @@ lw_status lw_muon_new(const lw_muon_options *opts, lw_muon **out) {
     if (o.coeffs == LW_NS_CUSTOM)
         memcpy(m->custom, o.custom, sizeof(float) * 3 * (size_t)o.n_custom);
     m->o.custom = m->custom;
-    for (int32_t k = 0; k < o.ns_steps; k++) memcpy(m->abc + 3 * k, coefficients(&m->o, k), 12);
+    for (int32_t k = 0; k < o.ns_steps; k++)
+        memcpy(m->abc + 3 * k, coefficients(&m->o, k), 12);
     *out = m;
     return LW_OK;
 }

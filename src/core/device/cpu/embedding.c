@@ -18,7 +18,8 @@ lw_status lwi_cpu_embedding_forward(lw_stream *stream, float *y, const int32_t *
                 memcpy(out, tok, sizeof(float) * (size_t)c);
             } else {
                 const float *pos = wpe + ti * c;
-                for (int64_t i = 0; i < c; i++) out[i] = tok[i] + pos[i];
+                for (int64_t i = 0; i < c; i++)
+                    out[i] = tok[i] + pos[i];
             }
         }
     return LW_OK;
@@ -34,10 +35,12 @@ lw_status lwi_cpu_embedding_backward(lw_stream *stream, float *dwte, float *dwpe
         for (int64_t ti = 0; ti < t; ti++) {
             const float *g = dy + (bi * t + ti) * c;
             float *tok = dwte + (int64_t)tokens[bi * t + ti] * c;
-            for (int64_t i = 0; i < c; i++) tok[i] += g[i];
+            for (int64_t i = 0; i < c; i++)
+                tok[i] += g[i];
             if (dwpe != NULL) {
                 float *pos = dwpe + ti * c;
-                for (int64_t i = 0; i < c; i++) pos[i] += g[i];
+                for (int64_t i = 0; i < c; i++)
+                    pos[i] += g[i];
             }
         }
     return LW_OK;

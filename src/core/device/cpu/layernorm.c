@@ -14,10 +14,13 @@ static double row_sum(const float *x, int64_t c) {
     double acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= c; i += LANES)
-        for (int k = 0; k < LANES; k++) acc[k] += (double)x[i + k];
+        for (int k = 0; k < LANES; k++)
+            acc[k] += (double)x[i + k];
     double s = 0;
-    for (; i < c; i++) s += (double)x[i];
-    for (int k = 0; k < LANES; k++) s += acc[k];
+    for (; i < c; i++)
+        s += (double)x[i];
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
     return s;
 }
 
@@ -36,7 +39,8 @@ static double row_sq_dev(const float *x, int64_t c, double m) {
         double d = (double)x[i] - m;
         s += d * d;
     }
-    for (int k = 0; k < LANES; k++) s += acc[k];
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
     return s;
 }
 
@@ -56,9 +60,11 @@ lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, fl
         mean[r] = mf;
         rstd[r] = sf;
         if (beta != NULL)
-            for (int64_t i = 0; i < c; i++) yr[i] = (xr[i] - mf) * sf * g[i] + beta[i];
+            for (int64_t i = 0; i < c; i++)
+                yr[i] = (xr[i] - mf) * sf * g[i] + beta[i];
         else
-            for (int64_t i = 0; i < c; i++) yr[i] = (xr[i] - mf) * sf * g[i];
+            for (int64_t i = 0; i < c; i++)
+                yr[i] = (xr[i] - mf) * sf * g[i];
     }
     return LW_OK;
 }
@@ -87,7 +93,8 @@ lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, fl
             s1 += (double)dn;
             s2 += (double)(dn * xh);
         }
-        for (int k = 0; k < LANES; k++) s1 += a1[k], s2 += a2[k];
+        for (int k = 0; k < LANES; k++)
+            s1 += a1[k], s2 += a2[k];
         float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
         for (i = 0; i < c; i++) {
             float xh = (xr[i] - mf) * sf;
@@ -95,7 +102,8 @@ lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, fl
             dg[i] += dyr[i] * xh;
         }
         if (dbeta != NULL)
-            for (i = 0; i < c; i++) dbeta[i] += dyr[i];
+            for (i = 0; i < c; i++)
+                dbeta[i] += dyr[i];
     }
     return LW_OK;
 }

@@ -16,7 +16,8 @@ lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, co
     /* Seeding y with the bias and letting the GEMM add onto it (beta = 1) saves a second sweep
      * over y; without a bias, beta = 0 means y's old contents are never read. */
     if (b != NULL)
-        for (int64_t i = 0; i < n; i++) memcpy(y + i * out, b, sizeof(float) * (size_t)out);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(y + i * out, b, sizeof(float) * (size_t)out);
     if (in <= 0) { /* an empty inner dimension: BLAS rejects lda = 0, and the product is 0 */
         if (b == NULL) memset(y, 0, sizeof(float) * (size_t)(n * out));
         return LW_OK;
@@ -46,12 +47,15 @@ lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float
     for (int64_t j0 = 0; j0 < out; j0 += DB_BLOCK) {
         int64_t m = out - j0 < DB_BLOCK ? out - j0 : DB_BLOCK;
         double acc[DB_BLOCK];
-        for (int64_t j = 0; j < m; j++) acc[j] = 0.0;
+        for (int64_t j = 0; j < m; j++)
+            acc[j] = 0.0;
         for (int64_t i = 0; i < n; i++) {
             const float *row = dy + i * out + j0;
-            for (int64_t j = 0; j < m; j++) acc[j] += (double)row[j];
+            for (int64_t j = 0; j < m; j++)
+                acc[j] += (double)row[j];
         }
-        for (int64_t j = 0; j < m; j++) db[j0 + j] += (float)acc[j];
+        for (int64_t j = 0; j < m; j++)
+            db[j0 + j] += (float)acc[j];
     }
     return LW_OK;
 }

@@ -89,8 +89,8 @@ static void iterate(const lwi_ns_plan *plan, float *x, int64_t p, int64_t q, CBL
     if (cur != x) memcpy(x, cur, sizeof(float) * (size_t)(p * q));
 }
 
-lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u, float *x,
-                                int64_t rows, int64_t cols) {
+lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
+                                float *x, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     double acc[2] = {0.0, 0.0};
     lwi_cpu_vec_norm_stats(stream, u, n, acc);

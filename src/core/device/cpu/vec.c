@@ -15,8 +15,10 @@ lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, d
         s2 += (double)x[i + 2] * x[i + 2];
         s3 += (double)x[i + 3] * x[i + 3];
     }
-    for (; i < n; i++) s0 += (double)x[i] * x[i];
-    for (i = 0; i < n; i++) zeros += x[i] == 0.0f;
+    for (; i < n; i++)
+        s0 += (double)x[i] * x[i];
+    for (i = 0; i < n; i++)
+        zeros += x[i] == 0.0f;
     acc[0] += (s0 + s1) + (s2 + s3);
     acc[1] += (double)zeros;
     return LW_OK;
@@ -35,18 +37,21 @@ lw_status lwi_cpu_vec_all_finite(lw_stream *stream, const float *x, int64_t n, b
 
 lw_status lwi_cpu_vec_scale(lw_stream *stream, float *x, int64_t n, float alpha) {
     (void)stream;
-    for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= alpha;
     return LW_OK;
 }
 
 lw_status lwi_cpu_vec_add(lw_stream *stream, float *y, const float *a, const float *b, int64_t n) {
     (void)stream;
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
     return LW_OK;
 }
 
 lw_status lwi_cpu_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, int64_t n) {
     (void)stream;
-    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
     return LW_OK;
 }
