@@ -308,6 +308,15 @@ int32_t lw_comm_rank(const lw_comm *comm);
 int32_t lw_comm_size(const lw_comm *comm);
 /* "self" or "mpi". [borrowed] static string. */
 const char *lw_comm_backend(const lw_comm *comm);
+/* Collectives started on comm from now on are ordered after the work issued so far on stream
+ * (NULL: the CPU's): a backend that moves host memory (self, MPI) waits for the stream before it
+ * starts one; a device backend (NCCL, with the CUDA library) will enqueue behind it. A request
+ * with its own stream (lw_request_set_stream) follows that one instead. */
+lw_status lw_comm_set_stream(lw_comm *comm, lw_stream *stream);
+/* [borrowed] the stream set, the CPU's when none was. */
+lw_stream *lw_comm_stream(const lw_comm *comm);
+/* Whether comm's backend moves the memory of device (self and MPI: host memory only). */
+bool lw_comm_reaches(const lw_comm *comm, const lw_device *device);
 /* Ranks with equal color form a new communicator, ordered by key (collective). [out] owned. */
 lw_status lw_comm_split(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
 lw_status lw_comm_barrier(lw_comm *comm);
@@ -353,7 +362,8 @@ lw_status lw_comm_set_phase(lw_comm *comm, const char *phase);
 lw_status lw_comm_set_label(lw_comm *comm, const char *label);
 
 /* A reusable handle for one nonblocking collective at a time; it keeps the scratch that
- * reduce-scatter needs (MPI forbids overlapping send and receive buffers). [out] owned. */
+ * reduce-scatter needs on a backend that cannot reduce in place (MPI forbids overlapping send
+ * and receive buffers). [out] owned. */
 lw_status lw_request_new(lw_request **out);
 /* Waits for an active request, then frees. */
 void lw_request_free(lw_request *req);
@@ -365,6 +375,9 @@ lw_status lw_request_test(lw_request *req, bool *done);
  * longer active. */
 lw_status lw_request_wait(lw_request *req);
 bool lw_request_active(const lw_request *req);
+/* The stream the collectives started on req are ordered after (see lw_comm_set_stream); NULL:
+ * the communicator's. LW_ERR_STATE while a collective is in flight on req. */
+lw_status lw_request_set_stream(lw_request *req, lw_stream *stream);
 /* What every collective started on req is for ("buffer 1 bucket 2"), named by a timeout's
  * message unless lw_comm_set_label named that collective. Copied, at most 63 bytes; NULL
  * clears. */

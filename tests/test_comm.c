@@ -162,6 +162,37 @@ static void test_free_with_request_in_flight(lw_comm *c) {
     free(b);
 }
 
+/* Collectives on a stream: on the CPU the stream's work is already done, so they give the same
+ * sums; a stream cannot change under a collective in flight; host-memory backends reach the
+ * CPU's memory. */
+static void test_streams(lw_comm *c) {
+    const int32_t size = lw_comm_size(c), rank = lw_comm_rank(c);
+    lw_device *cpu = lw_device_cpu();
+    CHECK(lw_comm_reaches(c, cpu));
+    CHECK(lw_comm_stream(c) == lw_device_stream(cpu));
+    lw_stream *s = NULL;
+    CHECK_OK(lw_stream_new(cpu, &s));
+    CHECK_OK(lw_comm_set_stream(c, s));
+    CHECK(lw_comm_stream(c) == s);
+    lw_request *req = NULL;
+    CHECK_OK(lw_request_new(&req));
+    CHECK_OK(lw_request_set_stream(req, lw_device_stream(cpu)));
+    const int64_t n = 4 * (int64_t)size;
+    float *b = calloc((size_t)n, sizeof(float));
+    for (int64_t i = 0; i < n; i++) b[i] = (float)(rank + 1);
+    CHECK_OK(lw_comm_reduce_scatter(c, b, n, req));
+    if (size > 1) CHECK_FAILS(lw_request_set_stream(req, s), LW_ERR_STATE, "still active");
+    CHECK_OK(lw_request_wait(req));
+    const float sum = (float)(size * (size + 1) / 2);
+    CHECK(b[rank * 4] == sum && b[rank * 4 + 3] == sum);
+    CHECK_OK(lw_comm_allgather(c, b, n, LW_DTYPE_F32, NULL)); /* on the comm's stream */
+    CHECK(b[0] == sum && b[n - 1] == sum);
+    CHECK_OK(lw_comm_set_stream(c, NULL));
+    lw_request_free(req);
+    lw_stream_free(s);
+    free(b);
+}
+
 int main(void) {
     lw_comm *c = NULL;
     CHECK_OK(lw_comm_init(&c));
@@ -180,5 +211,6 @@ int main(void) {
     test_broadcast_split_barrier(c);
     test_counters(c);
     test_free_with_request_in_flight(c);
+    test_streams(c);
     return check_exit_all_ranks(c, "test_comm");
 }

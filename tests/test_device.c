@@ -111,8 +111,9 @@ static void test_fake_library(void) {
     CHECK_OK(lw_comm_self(&c));
     lw_buffers_options bo = lw_buffers_defaults();
     bo.device = d;
+    CHECK(!lw_comm_reaches(c, d));
     CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_UNSUPPORTED,
-                "buffers on cuda:0 need a communicator that moves device memory");
+                "buffers on cuda:0 need a communicator that moves its memory");
     lw_comm_free(c);
     lw_layout_free(l);
     lw_event_free(e);

@@ -195,6 +195,7 @@ static lw_status make_groups(lw_buffers *bs) {
             g->last = -1;
             snprintf(g->label, sizeof g->label, "buffer %d bucket %d", b + 1, k + 1);
             if ((st = lw_request_new(&g->req)) != LW_OK) break;
+            lw_request_set_stream(g->req, bs->stream); /* syncs follow the device's work */
             lw_request_set_label(g->req, g->label);
             bs->n_groups++;
         }
@@ -224,11 +225,12 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
     if (expert_comm == NULL) expert_comm = comm;
     const lw_buffers_options o = opts ? *opts : lw_buffers_defaults();
     lw_device *device = o.device ? o.device : lw_device_cpu();
-    if (!lw_device_is_host(device))
+    if (!lw_comm_reaches(comm, device) || !lw_comm_reaches(expert_comm, device))
         return lwi_fail(LW_ERR_UNSUPPORTED,
-                        "buffers: buffers on %s need a communicator that moves device memory "
+                        "buffers: buffers on %s need a communicator that moves its memory "
                         "(NCCL, from the CUDA library); the %s backend moves host memory",
-                        lw_device_name(device), lw_comm_backend(comm));
+                        lw_device_name(device),
+                        lw_comm_backend(lw_comm_reaches(comm, device) ? expert_comm : comm));
     lw_status st = check_same_layout(layout, comm);
     if (st != LW_OK || (st = check_fits(layout, comm, expert_comm)) != LW_OK ||
         (st = check_zero(layout, o.zero)) != LW_OK)

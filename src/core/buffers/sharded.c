@@ -247,6 +247,7 @@ static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool par
                             lw_device_name(bs->device));
         out->data = data;
         lw_status st = lw_request_new(&out->req);
+        if (st == LW_OK) st = lw_request_set_stream(out->req, bs->stream);
         if (st != LW_OK) {
             lw_device_free(bs->device, out->data);
             out->data = NULL;

@@ -36,6 +36,26 @@ void lw_comm_free(lw_comm *c) {
 }
 
 int32_t lw_comm_rank(const lw_comm *c) { return c ? c->rank : -1; }
+
+lw_status lw_comm_set_stream(lw_comm *c, lw_stream *stream) {
+    if (c == NULL) return lwi_fail(LW_ERR_INVALID, "comm: communicator is NULL");
+    c->stream = stream;
+    return LW_OK;
+}
+
+lw_stream *lw_comm_stream(const lw_comm *c) { return c ? lwi_stream_or_cpu(c->stream) : NULL; }
+
+bool lw_comm_reaches(const lw_comm *c, const lw_device *device) {
+    return c != NULL && device != NULL && (!c->backend->host_memory || lw_device_is_host(device));
+}
+
+lw_status lw_request_set_stream(lw_request *r, lw_stream *stream) {
+    if (r == NULL) return lwi_fail(LW_ERR_INVALID, "comm: request is NULL");
+    if (r->comm != NULL)
+        return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
+    r->stream = stream;
+    return LW_OK;
+}
 int32_t lw_comm_size(const lw_comm *c) { return c ? c->size : 0; }
 const char *lw_comm_backend(const lw_comm *c) { return c ? c->backend->name : "none"; }
 
@@ -52,10 +72,13 @@ static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
     c->counters[op].seconds += lwi_now() - since;
 }
 
-static lw_status claim(lw_request *req) {
+/* Takes req for a collective of c, which starts after the work issued so far on its stream: a
+ * backend that moves host memory waits for the stream (on the CPU, a no-op). */
+static lw_status claim(lw_comm *c, lw_request *req) {
     if (req->comm != NULL)
         return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
-    return LW_OK;
+    return c->backend->host_memory ? lw_stream_synchronize(req->stream ? req->stream : c->stream)
+                                   : LW_OK;
 }
 
 /* Numbers the collective about to start on req and records what the watchdog's message names:
@@ -110,7 +133,7 @@ lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
 
 lw_status lw_comm_barrier(lw_comm *c) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = claim(c->blocking)) != LW_OK) return st;
+    if (st != LW_OK || (st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, c->blocking, LW_COMM_BARRIER, 0);
     if (c->size > 1) {
@@ -129,7 +152,7 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
                         data);
     if (root < 0 || root >= c->size)
         return lwi_fail(LW_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
-    if ((st = claim(c->blocking)) != LW_OK) return st;
+    if ((st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, c->blocking, LW_COMM_BROADCAST, bytes);
     for (int64_t off = 0; c->size > 1 && st == LW_OK && off < bytes; off += CHUNK_BYTES) {
@@ -153,7 +176,7 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
-    if ((st = claim(c->blocking)) != LW_OK) return st;
+    if ((st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     const int64_t size = (int64_t)lwi_dtype_size(dtype), chunk = CHUNK_BYTES / 8;
     stamp(c, c->blocking, LW_COMM_ALLREDUCE, n * size);
@@ -174,7 +197,7 @@ lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         (void *)data);
-    if ((st = claim(req)) != LW_OK) return st;
+    if ((st = claim(c, req)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, req, LW_COMM_ALLREDUCE, n * 4);
     if (c->size > 1) {
@@ -199,7 +222,7 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
     lw_status st = check_comm(c);
     if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK) return st;
     lw_request *r = req ? req : c->blocking;
-    if ((st = claim(r)) != LW_OK) return st;
+    if ((st = claim(c, r)) != LW_OK) return st;
     double t = lwi_now();
     int64_t shard = n / c->size;
     stamp(c, r, LW_COMM_REDUCE_SCATTER, n * 4);
@@ -207,15 +230,23 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
         count(c, LW_COMM_REDUCE_SCATTER, 0, t);
         return LW_OK;
     }
-    if (shard > r->scratch_capacity) {
-        float *grown = realloc(r->scratch, sizeof(float) * (size_t)shard);
-        if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard");
-        r->scratch = grown;
-        r->scratch_capacity = shard;
+    float *mine = bucket + (int64_t)c->rank * shard;
+    if (c->backend->in_place_reduce_scatter) {
+        st = c->backend->reduce_scatter_start(c, bucket, mine, shard, r);
+    } else {
+        /* MPI forbids overlapping send and receive buffers: the sum lands in the request's
+         * scratch shard and is copied into place when the request completes */
+        if (shard > r->scratch_capacity) {
+            float *grown = realloc(r->scratch, sizeof(float) * (size_t)shard);
+            if (grown == NULL)
+                return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard");
+            r->scratch = grown;
+            r->scratch_capacity = shard;
+        }
+        r->copy_to = mine;
+        r->copy_count = shard;
+        st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
     }
-    r->copy_to = bucket + (int64_t)c->rank * shard;
-    r->copy_count = shard;
-    st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
     if (st == LW_OK) activate(c, r, t);
     count(c, LW_COMM_REDUCE_SCATTER, (double)(c->size - 1) / c->size * (double)n * 4.0, t);
     if (st != LW_OK || req != NULL) return st;
@@ -230,7 +261,7 @@ lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather of dtype %d (f32, bf16 or f16)",
                         (int)dtype);
     lw_request *r = req ? req : c->blocking;
-    if ((st = claim(r)) != LW_OK) return st;
+    if ((st = claim(c, r)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, r, LW_COMM_ALLGATHER, n * (int64_t)lwi_dtype_size(dtype));
     if (c->size == 1) { /* one shard: every rank already has it */
@@ -262,7 +293,7 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
                         (long long)send_count, c->rank, (long long)counts[c->rank]);
     if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
-    if ((st = claim(c->blocking)) != LW_OK) return st;
+    if ((st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * 4);
     if (c->size == 1) { /* one rank: its own contribution is the result */

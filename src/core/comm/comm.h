@@ -19,6 +19,10 @@
  * send[0..shard * size) and writes recv[0..shard). */
 typedef struct lwi_comm_backend {
     const char *name;
+    bool host_memory;             /* moves host memory (MPI, self): starts after a stream sync */
+    bool in_place_reduce_scatter; /* writes the sum into the rank's shard of the bucket itself:
+                                     reduce_scatter_start(c, bucket, bucket + rank * shard, ...);
+                                     otherwise into the request's scratch, copied on completion */
     lw_status (*split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
     lw_status (*barrier)(lw_comm *comm, lw_request *req);
     lw_status (*broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root,
@@ -41,7 +45,8 @@ struct lw_comm {
     const lwi_comm_backend *backend;
     int32_t rank;
     int32_t size;
-    void *impl; /* backend data (the MPI communicator) */
+    void *impl;        /* backend data (the MPI communicator) */
+    lw_stream *stream; /* [borrowed] collectives are ordered after it (lw_comm_set_stream) */
     lw_comm_counter counters[LWI_COMM_OPS];
     lw_request *blocking; /* [owned] request for the blocking forms of the collectives */
     lw_request *active;   /* [borrowed] requests in flight, completed before the comm is freed */
@@ -56,7 +61,8 @@ struct lw_comm {
 };
 
 struct lw_request {
-    lw_comm *comm; /* the communicator of the active collective; NULL when idle */
+    lw_comm *comm;     /* the communicator of the active collective; NULL when idle */
+    lw_stream *stream; /* [borrowed] its collectives are ordered after it; NULL: the comm's */
     lw_comm_op op;
     float *scratch; /* [owned] reduce-scatter result before it is copied into the bucket */
     int64_t scratch_capacity;

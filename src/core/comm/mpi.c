@@ -268,7 +268,9 @@ static void mpi_free(lw_comm *c) {
 }
 
 const lwi_comm_backend lwi_comm_mpi_backend = {
-    "mpi",          mpi_split,      mpi_barrier, mpi_broadcast, mpi_allreduce,
+    "mpi",
+    true,
+    false,          mpi_split,      mpi_barrier, mpi_broadcast, mpi_allreduce,
     mpi_reduce_scatter, mpi_allgather, mpi_allgatherv, mpi_test, mpi_wait,
     mpi_abort,      mpi_free,
 };

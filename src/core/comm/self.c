@@ -33,7 +33,7 @@ static lw_status self_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtyp
 static lw_status self_reduce_scatter(lw_comm *c, const float *send, float *recv, int64_t shard,
                                      lw_request *req) {
     (void)c, (void)req;
-    if (shard > 0) memcpy(recv, send, sizeof(float) * (size_t)shard);
+    if (shard > 0 && recv != send) memmove(recv, send, sizeof(float) * (size_t)shard);
     return LW_OK;
 }
 
@@ -66,7 +66,9 @@ static void self_abort(lw_comm *c, int32_t code) { (void)c, (void)code; }
 static void self_free(lw_comm *c) { (void)c; }
 
 static const lwi_comm_backend self_backend = {
-    "self",         self_split,          self_barrier,   self_broadcast,
+    "self",
+    true,
+    true,         self_split,          self_barrier,   self_broadcast,
     self_allreduce, self_reduce_scatter, self_allgather, self_allgatherv,
     self_test,      self_wait,           self_abort,     self_free,
 };
