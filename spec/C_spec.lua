@@ -19,6 +19,24 @@ describe("lwopt.C", function()
       assert.has_no_error(function() C.check(0) end)
    end)
 
+   it("reads enum names from the library, never keeping the numbers", function()
+      assert.same({ "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" },
+         C.names("algorithm"))
+      assert.same({ "layerwise", "legacy", "replicated" }, C.names("mode"))
+      assert.same({ "f32", "bf16", "f16", "f64", "i64" }, C.names("dtype"))
+      local names = C.names("shard")
+      names[1] = "changed" -- a copy: the next caller still gets the library's names
+      assert.same({ "aligned", "rows" }, C.names("shard"))
+      assert.equal("bf16", C.name("dtype", C.lib.LW_DTYPE_BF16))
+      assert.is_nil(C.name("algorithm", C.lib.LW_ALGORITHM_AUTO))
+      assert.equal(C.lib.LW_MUON_SCALE_MOONLIGHT, C.value("muon_scale", "moonlight"))
+      assert.equal(C.lib.LW_PATH_DIR, C.value("path_kind", "dir"))
+      local v, why = C.value("weight_decay", "l3")
+      assert.is_nil(v)
+      assert.equal("unknown weight decay mode 'l3' (one of decoupled, independent, l2)", why)
+      assert.equal("unknown reduce op '7' (one of sum, max, min)", select(2, C.value("reduce_op", 7)))
+   end)
+
    it("says how to fix a library that cannot be loaded", function()
       local out, status = helpers.sh("LWOPT_LIB=/nonexistent/liblwopt.so luajit -e "
          .. "'package.path=\"lua/?.lua;lua/?/init.lua;build/lua/?.lua;\"..package.path "

@@ -76,7 +76,22 @@ describe("lw.ddp.new", function()
          err({ shard = "rows" }), 1, true)
       assert.matches("algorithm 'lpt' is for shard 'aligned'",
          err({ shard = "rows", zero = 3, algorithm = "lpt" }), 1, true)
-      assert.matches("unknown shard 'cols'", err({ shard = "cols" }), 1, true)
+      assert.matches("unknown shard 'cols' (one of aligned, rows)", err({ shard = "cols" }), 1,
+         true)
+      assert.matches("zero 3 shards gradients and parameters across ranks; mode 'replicated' "
+         .. "keeps them whole (use mode 'layerwise')", err({ zero = 3, mode = "replicated" }), 1,
+         true)
+      assert.matches("zero must be an integer, got 1.5", err({ zero = 1.5 }), 1, true)
+      assert.matches("mode 'replicated' fixes the layout",
+         err({ mode = "replicated", adamw_layout = "aligned" }), 1, true)
+      assert.matches("unknown adamw_layout 'zero3' (one of distopt, aligned, default, legacy)",
+         err({ adamw_layout = "zero3" }), 1, true)
+      assert.matches("unknown algorithm 'greedy' (one of cost, lpt, size_matching, distopt, "
+         .. "default, legacy, rows)", err({ algorithm = "greedy" }), 1, true)
+      -- at ZeRO-3 the buckets must hold the largest parameter (checked against the layout)
+      assert.matches("at ZeRO-3 a bucket group is gathered whole, but bucket_size 1000 is "
+         .. "smaller than 'wte.weight' (2048 elements)", err({ zero = 3, bucket_size = 1000 }), 1,
+         true)
       local d = lw.ddp.new(tiny(), lw.comm.self(), { zero = 3, shard = "rows" })
       assert.equal("rows", d.layout.algorithm)
       assert.equal(3, d.zero)
@@ -99,23 +114,58 @@ describe("lw.ddp.new", function()
       d:with_param("h.1.mlp.fc.weight", function(t) assert.equal(0.25, t:at(7)) end)
    end)
 
+   it("checks runtime choices without building anything (lw.ddp.check)", function()
+      assert.is_true(lw.ddp.check({ zero = 3, shard = "rows" }))
+      assert.is_true(lw.ddp.check({ mode = "legacy" }))
+      assert.is_true(lw.ddp.check())
+      local ok, why = lw.ddp.check({ zero = 2, mode = "legacy" })
+      assert.is_false(ok)
+      assert.equal("runtime: zero 2 shards gradients across ranks; mode 'legacy' keeps them "
+         .. "whole (use mode 'layerwise')", why)
+      ok, why = lw.ddp.check({ shard = "rows", zero = 3, algorithm = "lpt" })
+      assert.is_false(ok)
+      assert.equal("runtime: shard 'rows' lays the Muon matrices out by rows; algorithm 'lpt' is "
+         .. "for shard 'aligned'", why)
+      ok, why = lw.ddp.check({ mode = "fast" })
+      assert.is_false(ok)
+      assert.equal("unknown mode 'fast' (one of layerwise, legacy, replicated)", why)
+   end)
+
+   it("takes a layout computed before, whatever its algorithm options say", function()
+      local given = lw.layout.compute(tiny(), { algorithm = "lpt" })
+      local d = lw.ddp.new(tiny(), lw.comm.self(), { layout = given, algorithm = "cost" })
+      assert.equal("lpt", d.layout.algorithm)
+      local legacy = lw.layout.compute(tiny(), { algorithm = "legacy" })
+      local ok, e = pcall(lw.ddp.new, tiny(), lw.comm.self(), { layout = legacy, zero = 2 })
+      assert.is_false(ok)
+      assert.matches("ZeRO-2 shards gradients across ranks, so it needs sharded buffers (the "
+         .. "layer-wise mode), but buffer #1 has the unsharded 'legacy' layout", e, 1, true)
+   end)
+
    it("picks the layout from the mode", function()
       assert.equal("legacy", lw.ddp.new(tiny(), lw.comm.self(), { mode = "legacy" }).layout.algorithm)
       assert.equal("default",
          lw.ddp.new(tiny(), lw.comm.self(), { mode = "replicated" }).layout.algorithm)
       assert.equal("lpt",
          lw.ddp.new(tiny(), lw.comm.self(), { algorithm = "lpt" }).layout.algorithm)
+      local legacy = lw.ddp.new(tiny(), lw.comm.self(), { mode = "legacy" })
+      assert.equal("legacy", legacy.layout.adamw_layout)
+      assert.equal("legacy", legacy.mode)
+      local aligned = lw.ddp.new(tiny(), lw.comm.self(), { algorithm = "lpt",
+         adamw_layout = "aligned" })
+      assert.equal("aligned", aligned.layout.adamw_layout)
+      for _, buffer in ipairs(aligned.layout.buffers) do assert.equal("lpt", buffer.algorithm) end
    end)
 
    it("names bad options and unknown parameters", function()
       local c = lw.comm.self()
       assert.has_error(function() lw.ddp.new(tiny(), c, { mode = "zero" }) end,
-         "lw.ddp.new: unknown mode 'zero' (layerwise, legacy or replicated)")
+         "lw.ddp.new: unknown mode 'zero' (one of layerwise, legacy, replicated)")
       assert.has_error(function() lw.ddp.new(tiny(), c, { overlapp = true }) end,
          "lw.ddp.new: unknown option 'overlapp'")
       assert.has_error(function() lw.ddp.new(tiny(), c, { mode = "legacy", algorithm = "lpt" }) end,
-         "lw.ddp.new: mode 'legacy' fixes the layout; algorithm and adamw_layout are for mode "
-         .. "'layerwise'")
+         "lw.ddp.new: runtime: mode 'legacy' fixes the layout; algorithm and adamw_layout are "
+         .. "for mode 'layerwise'")
       local wrong = lw.layout.compute(tiny(), { dp = 2 })
       assert.has_error(function() lw.ddp.new(tiny(), c, { layout = wrong }) end,
          "lw.ddp.new: buffers: the layout is for dp 2 but the communicator has 1 ranks")

@@ -122,12 +122,14 @@ describe("recipes/gpt_small.lua", function()
 
    it("refuses ZeRO and sharding combinations that cannot work, before any work", function()
       for _, case in ipairs({
-         { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
+         { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3, got --zero 1\n" },
          { "--zero 2 --shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
          { "--zero 3 --mode legacy", "--zero 3 shards gradients and parameters across ranks; "
-           .. "--mode legacy keeps them whole" },
+           .. "--mode legacy keeps them whole (use --mode layerwise)\n" },
          { "--zero 2 --mode replicated", "--zero 2 shards gradients across ranks; --mode "
            .. "replicated keeps them whole" },
+         { "--zero 2 --mode legacy --shard rows --layout lpt", "--zero 2 shards gradients across "
+           .. "ranks; --mode legacy keeps them whole" },
          { "--zero 3 --bucket-size 1000", "at ZeRO-3 a bucket group is gathered whole, but "
            .. "bucket_size 1000 is smaller than 'wte.weight' (16384 elements)" },
       }) do

@@ -125,6 +125,18 @@ typedef enum lw_dtype {
     LW_DTYPE_I64 = 4  /* reductions only (counts), not parameters */
 } lw_dtype;
 
+/* The enums a user names in words (dtype, algorithm, mode, shard, reduce op, Muon's three,
+ * path kind) have a name function and its inverse, as ggml_type_name: the stable lower-case words
+ * Lua, the recipes, messages and documentation use, kept only here. lw_<enum>_name: a value's
+ * name, NULL for a value out of range (so a caller lists the names by asking for 0, 1, 2, ...
+ * until NULL). [borrowed] static string. lw_<enum>_from_name: [out] *out the value of an exact
+ * name; LW_ERR_INVALID for any other (or NULL) name, *out left as it was, with the message
+ * "unknown dtype 'x' (one of f32, bf16, f16, f64, i64)" (no prefix: callers put their own in
+ * front). lw_comm_op has lw_comm_op_name only ("unknown" out of range). */
+/* "f32", "bf16", "f16", "f64", "i64". */
+const char *lw_dtype_name(lw_dtype dtype);
+lw_status lw_dtype_from_name(const char *name, lw_dtype *out);
+
 /* One model parameter, as the layout engine sees it. */
 typedef struct lw_param_spec {
     const char *name;      /* [borrowed] unique, non-empty; copied by lw_layout_new */
@@ -147,9 +159,15 @@ typedef enum lw_algorithm {
     LW_ALGORITHM_DISTOPT = 3,       /* element-wise ZeRO-1: rank r owns the r-th slice */
     LW_ALGORITHM_DEFAULT = 4,       /* unpadded, unsharded (plain data parallel) */
     LW_ALGORITHM_LEGACY = 5,        /* unpadded, whole params owned by ping-pong dealing */
-    LW_ALGORITHM_ROWS = 6           /* element-wise, one bucket per param, every param split by
+    LW_ALGORITHM_ROWS = 6,          /* element-wise, one bucket per param, every param split by
                                        rows into dp equal shards (row-sharded FSDP) */
+    LW_ALGORITHM_AUTO = -1          /* lw_runtime_options only: the layout follows from the mode and
+                                       shard (lw_runtime_layout); no layout has it; no name */
 } lw_algorithm;
+
+/* "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" (see lw_dtype_name). */
+const char *lw_algorithm_name(lw_algorithm algorithm);
+lw_status lw_algorithm_from_name(const char *name, lw_algorithm *out);
 
 typedef struct lw_layout_options {
     int32_t dp;                   /* data-parallel size for non-expert buffers, >= 1 */
@@ -250,6 +268,60 @@ lw_status lw_layout_hash(const lw_layout *layout, char *hex);
 int64_t lw_bucket_end_divisor(int32_t dp, bool high_busbw);
 int64_t lw_shard_divisor(int32_t dp, bool high_busbw);
 
+/* ---- runtime choices: mode, ZeRO level, sharding ---------------------------------------------
+ * How a model is trained across ranks, as lw.ddp.new and the recipes take it, and the rules about
+ * which choices go together. They are checked here and nowhere else: lw.ddp.new and the recipes
+ * call lw_runtime_check before any work, lw_buffers_new calls it with its ZeRO level and layout. */
+
+typedef enum lw_mode {
+    LW_MODE_LAYERWISE = 0, /* sharded buffers: Muon matrices owned whole, AdamW element-wise */
+    LW_MODE_LEGACY = 1,    /* unpadded buffers, whole params owned by ping-pong dealing */
+    LW_MODE_REPLICATED = 2 /* unsharded buffers: plain data parallel, every rank updates all */
+} lw_mode;
+
+/* "layerwise", "legacy", "replicated" (see lw_dtype_name). */
+const char *lw_mode_name(lw_mode mode);
+lw_status lw_mode_from_name(const char *name, lw_mode *out);
+
+typedef enum lw_shard {
+    LW_SHARD_ALIGNED = 0, /* each rank owns whole Muon matrices (a shard-aligned layout) */
+    LW_SHARD_ROWS = 1     /* every Muon matrix split by rows across the ranks (the rows layout,
+                             row-sharded FSDP) */
+} lw_shard;
+
+/* "aligned", "rows" (see lw_dtype_name). */
+const char *lw_shard_name(lw_shard shard);
+lw_status lw_shard_from_name(const char *name, lw_shard *out);
+
+typedef struct lw_runtime_options {
+    lw_mode mode;
+    int32_t zero;                 /* ZeRO level 1, 2 or 3 (lw_buffers_options.zero) */
+    lw_shard shard;               /* how Muon matrices are sharded (mode layerwise) */
+    lw_algorithm algorithm;       /* layout of Muon buffers, or LW_ALGORITHM_AUTO (not chosen) */
+    lw_algorithm adamw_algorithm; /* layout of AdamW buffers (Lua's adamw_layout), or AUTO */
+} lw_runtime_options;
+
+/* Mode layerwise, ZeRO-1, shard aligned, both algorithms AUTO. */
+lw_runtime_options lw_runtime_defaults(void);
+/* Whether the choices go together; every rule about combinations is here. On their own: zero
+ * is 1, 2 or 3; mode, shard and the algorithms are values of their enums (an algorithm may be
+ * AUTO). Together: ZeRO-2/3 shard gradients (and parameters) across ranks, so they need mode
+ * layerwise; shard rows needs ZeRO-3 and fixes the Muon layout (no algorithm); modes legacy and
+ * replicated fix the layout (neither algorithm). With a layout (optional; the one the buffers
+ * will hold), the ZeRO level against it too: at ZeRO-2/3 every buffer is sharded (none default
+ * or legacy); at ZeRO-3 (a bucket group is gathered whole) the layout's bucket size holds the
+ * largest parameter outside rows buffers. LW_ERR_INVALID names the first rule broken, with the
+ * choices in the words of the name functions: "runtime: zero 2 shards gradients across ranks;
+ * mode 'legacy' keeps them whole (use mode 'layerwise')". lw_buffers_new passes its ZeRO level
+ * with the other choices at their defaults: the layout holds them. layout [borrowed]. */
+lw_status lw_runtime_check(const lw_runtime_options *opts, const lw_layout *layout);
+/* The layout algorithms the choices stand for: checks opts (lw_runtime_check without a
+ * layout), then sets layout->algorithm (rows for shard rows; legacy or default for those modes;
+ * else opts->algorithm, cost when AUTO) and layout->adamw_algorithm (legacy or default for those
+ * modes; else opts->adamw_algorithm, distopt when AUTO). [out] the other fields of *layout are
+ * left as they were. */
+lw_status lw_runtime_layout(const lw_runtime_options *opts, lw_layout_options *layout);
+
 
 /* ---- communicator ---------------------------------------------------------------------------
  * A group of ranks and the collectives lwopt needs. Backends: "self" (one rank, no MPI) and
@@ -273,6 +345,10 @@ typedef enum lw_reduce_op {
     LW_REDUCE_MAX = 1,
     LW_REDUCE_MIN = 2
 } lw_reduce_op;
+
+/* "sum", "max", "min" (see lw_dtype_name). */
+const char *lw_reduce_op_name(lw_reduce_op op);
+lw_status lw_reduce_op_from_name(const char *name, lw_reduce_op *out);
 
 /* Kinds of operation, for the counters. */
 typedef enum lw_comm_op {
@@ -421,6 +497,16 @@ typedef enum lw_muon_scale {
     LW_MUON_SCALE_SHAPE_SCALING = 2, /* sqrt(max(1, rows / cols)) */
     LW_MUON_SCALE_MOONLIGHT = 3      /* 0.2 * sqrt(max(rows, cols)) */
 } lw_muon_scale;
+
+/* The names of the three enums above (see lw_dtype_name). Coefficient sets: "simple",
+ * "quintic", "polar_express", "cubic5", "custom", "identity"; weight decay modes: "decoupled",
+ * "independent", "l2"; scales: "spectral", "unit_rms_norm", "shape_scaling", "moonlight". */
+const char *lw_ns_coeffs_name(lw_ns_coeffs coeffs);
+lw_status lw_ns_coeffs_from_name(const char *name, lw_ns_coeffs *out);
+const char *lw_weight_decay_name(lw_weight_decay mode);
+lw_status lw_weight_decay_from_name(const char *name, lw_weight_decay *out);
+const char *lw_muon_scale_name(lw_muon_scale scale);
+lw_status lw_muon_scale_from_name(const char *name, lw_muon_scale *out);
 
 typedef struct lw_muon_options {
     float momentum;       /* beta in [0, 1) */
@@ -777,6 +863,10 @@ typedef enum lw_path_kind {
     LW_PATH_DIR = 2,
     LW_PATH_OTHER = 3 /* a device, socket, fifo, ... */
 } lw_path_kind;
+
+/* "missing", "file", "dir", "other" (see lw_dtype_name). */
+const char *lw_path_kind_name(lw_path_kind kind);
+lw_status lw_path_kind_from_name(const char *name, lw_path_kind *out);
 
 /* What is at path (symbolic links followed); a missing path is not an error. */
 lw_status lw_path_kind_of(const char *path, lw_path_kind *kind);

@@ -32,4 +32,45 @@ function C.check(status, where)
    end
 end
 
+-- Enums by their names in C (src/lw.h: lw_<kind>_name, lw_<kind>_from_name), so that Lua keeps
+-- no copy of the numbers or the words: kind is the enum's name without lw_ ("algorithm",
+-- "dtype", "mode", "shard", "reduce_op", "ns_coeffs", "weight_decay", "muon_scale",
+-- "path_kind"). The names are read once, by asking lw_<kind>_name for 0, 1, ... until NULL.
+local enums = {}
+
+local function enum(kind)
+   local e = enums[kind]
+   if e == nil then
+      local name_of = lib["lw_" .. kind .. "_name"]
+      e = { names = {}, cell = ffi.new("lw_" .. kind .. "[1]") }
+      local p = name_of(0)
+      while p ~= nil do
+         e.names[#e.names + 1] = ffi.string(p)
+         p = name_of(#e.names)
+      end
+      enums[kind] = e
+   end
+   return e
+end
+
+-- The names of enum `kind`, in the order of their values (a new list each call).
+function C.names(kind)
+   return { unpack(enum(kind).names) }
+end
+
+-- The name of a value of enum `kind`; nil for a value without one.
+function C.name(kind, value)
+   return enum(kind).names[tonumber(value) + 1]
+end
+
+-- The value of `name` in enum `kind`, or nil and lw_<kind>_from_name's message ("unknown
+-- algorithm 'x' (one of cost, lpt, ...)"; a name that is not a string is shown by tostring).
+function C.value(kind, name)
+   local e = enum(kind)
+   if lib["lw_" .. kind .. "_from_name"](tostring(name), e.cell) == 0 then
+      return tonumber(e.cell[0])
+   end
+   return nil, C.last_error()
+end
+
 return C

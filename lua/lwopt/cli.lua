@@ -17,36 +17,40 @@ commands:
 example:
   lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost]]
 
-local LAYOUT_FLAGS = {
-   { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
-   { "n-layer", "int", nil, "layers" },
-   { "n-embd", "int", nil, "model width" },
-   { "n-head", "int", nil, "attention heads" },
-   { "n-kv-head", "int", nil, "key/value heads (llama, moe)" },
-   { "ffn-hidden", "int", nil, "MLP hidden size (llama)" },
-   { "n-expert", "int", nil, "experts per layer (moe)" },
-   { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
-   { "vocab", "int", nil, "vocabulary size" },
-   { "seq-len", "int", nil, "sequence length (gpt position embedding)" },
-   { "tied", "bool", false, "share input embedding and LM head" },
-   { "untied", "bool", false, "separate LM head" },
-   { "bias", "bool", false, "linear and layernorm biases (gpt)" },
-   { "fused", "bool", false, "fused qkv and gate_up matrices (llama, moe)" },
-   { "dtype", { "f32", "bf16", "f16" }, nil, "parameter dtype" },
-   { "dp", "int", 1, "data-parallel size" },
-   { "expert-dp", "int", nil, "expert data-parallel size (default: dp)" },
-   { "algorithm", { "cost", "lpt", "size_matching", "distopt", "default", "legacy" }, "cost",
-     "layout of Muon buffers" },
-   { "adamw-layout", { "distopt", "aligned", "default", "legacy" }, nil,
-     "layout of AdamW buffers (default distopt)" },
-   { "bucket-size", "size", nil, "bucket size in elements, e.g. 40M (default: one bucket)" },
-   { "high-busbw", "bool", false, "pad bucket ends to lcm(dp, 128, 65536)" },
-   { "json", "bool", false, "print JSON instead of the map" },
-   { "stats", "bool", false, "print only the statistics" },
-   { "ascii", "bool", false, "draw bars with ASCII characters" },
-   { "width", "int", 40, "bar width in characters" },
-   { "help", "bool", false, "this text" },
-}
+-- The layout command's flags; the dtype and layout choices are the library's (lw.layout), read
+-- when the command runs, so that `lwopt help` works without the library.
+local function layout_flags()
+   local layout = require("lwopt.layout")
+   return {
+      { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
+      { "n-layer", "int", nil, "layers" },
+      { "n-embd", "int", nil, "model width" },
+      { "n-head", "int", nil, "attention heads" },
+      { "n-kv-head", "int", nil, "key/value heads (llama, moe)" },
+      { "ffn-hidden", "int", nil, "MLP hidden size (llama)" },
+      { "n-expert", "int", nil, "experts per layer (moe)" },
+      { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
+      { "vocab", "int", nil, "vocabulary size" },
+      { "seq-len", "int", nil, "sequence length (gpt position embedding)" },
+      { "tied", "bool", false, "share input embedding and LM head" },
+      { "untied", "bool", false, "separate LM head" },
+      { "bias", "bool", false, "linear and layernorm biases (gpt)" },
+      { "fused", "bool", false, "fused qkv and gate_up matrices (llama, moe)" },
+      { "dtype", layout.dtypes, nil, "parameter dtype" },
+      { "dp", "int", 1, "data-parallel size" },
+      { "expert-dp", "int", nil, "expert data-parallel size (default: dp)" },
+      { "algorithm", layout.algorithms, layout.defaults.algorithm, "layout of Muon buffers" },
+      { "adamw-layout", layout.adamw_layouts, nil,
+        "layout of AdamW buffers (default " .. layout.defaults.adamw_layout .. ")" },
+      { "bucket-size", "size", nil, "bucket size in elements, e.g. 40M (default: one bucket)" },
+      { "high-busbw", "bool", false, "pad bucket ends to lcm(dp, 128, 65536)" },
+      { "json", "bool", false, "print JSON instead of the map" },
+      { "stats", "bool", false, "print only the statistics" },
+      { "ascii", "bool", false, "draw bars with ASCII characters" },
+      { "width", "int", 40, "bar width in characters" },
+      { "help", "bool", false, "this text" },
+   }
+end
 
 local ARCH_FIELDS = { "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "n_expert",
    "expert_hidden", "vocab", "seq_len", "dtype" }
@@ -58,8 +62,9 @@ local function usage_error(out, msg, help)
 end
 
 local function layout_command(argv, out, err)
-   local usage = "usage: lwopt layout [flags]\n" .. flags.usage(LAYOUT_FLAGS)
-   local v, positional = flags.parse(argv, LAYOUT_FLAGS)
+   local list = layout_flags()
+   local usage = "usage: lwopt layout [flags]\n" .. flags.usage(list)
+   local v, positional = flags.parse(argv, list)
    local help = "lwopt layout --help"
    if v == nil then return usage_error(err, positional, help) end
    if v.help then

@@ -9,10 +9,14 @@ local comm = {}
 local Comm = {}
 Comm.__index = Comm
 
-local ops = { "allreduce", "reduce_scatter", "allgather", "allgatherv", "broadcast", "barrier" }
-local dtypes = { f32 = "float", f64 = "double", i64 = "int64_t" }
-local dtype_codes = { f32 = 0, f64 = 3, i64 = 4 }
-local reduce_codes = { sum = 0, max = 1, min = 2 }
+-- The counters' keys, for the lw_comm_op values.
+local ops = {
+   { "allreduce", lib.LW_COMM_ALLREDUCE }, { "reduce_scatter", lib.LW_COMM_REDUCE_SCATTER },
+   { "allgather", lib.LW_COMM_ALLGATHER }, { "allgatherv", lib.LW_COMM_ALLGATHERV },
+   { "broadcast", lib.LW_COMM_BROADCAST }, { "barrier", lib.LW_COMM_BARRIER },
+}
+-- The dtypes an all-reduce of Lua numbers takes, and their C types.
+local ctypes = { f32 = "float", f64 = "double", i64 = "int64_t" }
 
 local function wrap(ptr)
    local self = setmetatable({ _c = ffi.gc(ptr, lib.lw_comm_free) }, Comm)
@@ -55,13 +59,15 @@ end
 -- returns a new list.
 function Comm:allreduce(values, op, dtype)
    dtype = dtype or "f64"
-   local code = reduce_codes[op or "sum"]
+   local code = C.value("reduce_op", op or "sum")
    if code == nil then error("comm:allreduce: unknown op '" .. tostring(op) .. "'", 2) end
-   if dtypes[dtype] == nil then error("comm:allreduce: unknown dtype '" .. tostring(dtype) .. "'", 2) end
+   if ctypes[dtype] == nil then
+      error("comm:allreduce: unknown dtype '" .. tostring(dtype) .. "'", 2)
+   end
    local n = #values
-   local buf = ffi.new(dtypes[dtype] .. "[?]", math.max(n, 1))
+   local buf = ffi.new(ctypes[dtype] .. "[?]", math.max(n, 1))
    for i = 1, n do buf[i - 1] = values[i] end
-   C.check(lib.lw_comm_allreduce(self._c, buf, n, dtype_codes[dtype], code), "comm:allreduce")
+   C.check(lib.lw_comm_allreduce(self._c, buf, n, C.value("dtype", dtype), code), "comm:allreduce")
    local out = {}
    for i = 1, n do out[i] = tonumber(buf[i - 1]) end
    return out
@@ -82,9 +88,9 @@ end
 -- Counters per operation: { allreduce = { calls, bytes, seconds }, ... }.
 function Comm:counters()
    local out, c = {}, ffi.new("lw_comm_counter")
-   for i, name in ipairs(ops) do
-      C.check(lib.lw_comm_counter_get(self._c, i - 1, c), "comm:counters")
-      out[name] = { calls = tonumber(c.calls), bytes = tonumber(c.bytes), seconds = c.seconds }
+   for _, op in ipairs(ops) do
+      C.check(lib.lw_comm_counter_get(self._c, op[2], c), "comm:counters")
+      out[op[1]] = { calls = tonumber(c.calls), bytes = tonumber(c.bytes), seconds = c.seconds }
    end
    return out
 end

@@ -24,70 +24,88 @@ local known = {
    expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
    overlap_param = true, layout = true, zero = true, shard = true, device = true,
 }
-local modes = { layerwise = true, legacy = true, replicated = true }
-local mode_algorithm = { legacy = "legacy", replicated = "default" }
 
 local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
 
-local function layout_for(specs, comm, o)
-   if o.layout ~= nil then return o.layout end
-   local algorithm, adamw_layout = o.algorithm, o.adamw_layout
-   if o.shard == "rows" then
-      if algorithm ~= nil then
-         fail("shard 'rows' lays the Muon matrices out by rows; algorithm '%s' is for shard "
-            .. "'aligned'", tostring(algorithm))
+-- The runtime choices of opts (mode, zero, shard, algorithm, adamw_layout; lw_runtime_defaults
+-- for those unset) as lw_runtime_options, the words turned into values by the C name functions;
+-- nil and a message for a word they do not know. With opts.layout the layout is given:
+-- algorithm and adamw_layout are not choices then.
+local function runtime_options(opts)
+   local c = lib.lw_runtime_defaults()
+   -- each field is named after its enum
+   local words = { mode = opts.mode, shard = opts.shard,
+      algorithm = opts.layout == nil and opts.algorithm or nil }
+   for _, field in ipairs({ "mode", "shard", "algorithm" }) do
+      if words[field] ~= nil then
+         local v, why = C.value(field, words[field])
+         if v == nil then return nil, why end
+         c[field] = v
       end
-      algorithm = "rows"
    end
-   if o.mode ~= "layerwise" then
-      if algorithm ~= nil or adamw_layout ~= nil then
-         fail("mode '%s' fixes the layout; algorithm and adamw_layout are for mode 'layerwise'",
-            o.mode)
+   if opts.zero ~= nil then
+      local zero = opts.zero
+      if type(zero) ~= "number" or zero ~= math.floor(zero) or math.abs(zero) >= 2 ^ 31 then
+         return nil, ("zero must be an integer, got %s"):format(tostring(zero))
       end
-      algorithm = mode_algorithm[o.mode]
+      c.zero = zero
    end
+   if opts.layout == nil and opts.adamw_layout ~= nil then
+      local v, why = layout_mod.adamw_algorithm(opts.adamw_layout,
+         opts.algorithm or layout_mod.defaults.algorithm)
+      if v == nil then return nil, why end
+      c.adamw_algorithm = v
+   end
+   return c
+end
+
+-- lw.ddp.check(opts): whether the runtime choices of opts (mode, zero, shard, algorithm,
+-- adamw_layout) go together, by the rules of lw_runtime_check: true, or false and the message
+-- ("runtime: zero 2 shards gradients across ranks; mode 'legacy' keeps them whole (use mode
+-- 'layerwise')"), for a caller to say in its own words (the recipes, in their flags').
+function ddp.check(opts)
+   local c, why = runtime_options(opts or {})
+   if c == nil then return false, why end
+   if lib.lw_runtime_check(c, nil) ~= 0 then return false, C.last_error() end
+   return true
+end
+
+-- The layout the choices stand for (lw_runtime_layout picks the algorithms from the mode and
+-- shard), computed for comm.
+local function layout_for(specs, comm, o, runtime)
+   local lo = lib.lw_layout_defaults()
+   C.check(lib.lw_runtime_layout(runtime, lo), WHERE)
    return layout_mod.compute(specs, { dp = comm.size,
       expert_dp = o.expert_dp or (o.expert_comm and o.expert_comm.size) or comm.size,
-      bucket_size = o.bucket_size, algorithm = algorithm or "cost", adamw_layout = adamw_layout,
+      bucket_size = o.bucket_size, algorithm = C.name("algorithm", lo.algorithm),
+      adamw_layout = o.adamw_layout or C.name("algorithm", lo.adamw_algorithm),
       high_busbw = o.high_busbw })
 end
 
 -- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
--- overlap_param, layout (a layout computed before, instead of the layout options), device
--- ("cpu" (default), "cuda", "cuda:N": where the buffers live and the model's kernels run).
+-- overlap_param, layout (a layout computed before, instead of the layout options), zero
+-- (1 | 2 | 3), shard ("aligned" | "rows"), device ("cpu" (default), "cuda", "cuda:N": where the
+-- buffers live and the model's kernels run). Which choices go together is lw.ddp.check's (C's).
 function ddp.new(specs, comm, opts)
    opts = opts or {}
    if type(opts) ~= "table" then fail("options must be a table") end
    for k in pairs(opts) do
       if not known[k] then fail("unknown option '%s'", tostring(k)) end
    end
+   local runtime, why = runtime_options(opts)
+   if runtime == nil then fail("%s", why) end
+   C.check(lib.lw_runtime_check(runtime, nil), WHERE)
    local o = {}
    for k, v in pairs(opts) do o[k] = v end
-   o.mode = o.mode or "layerwise"
-   if not modes[o.mode] then
-      fail("unknown mode '%s' (layerwise, legacy or replicated)", tostring(o.mode))
-   end
-   o.zero = o.zero or 1
-   if o.zero ~= 1 and o.zero ~= 2 and o.zero ~= 3 then
-      fail("zero must be 1, 2 or 3, got %s", tostring(o.zero))
-   end
-   if o.zero > 1 and o.mode ~= "layerwise" then
-      fail("zero %d shards gradients%s across ranks; mode '%s' keeps them whole (use mode "
-         .. "'layerwise')", o.zero, o.zero == 3 and " and parameters" or "", o.mode)
-   end
-   o.shard = o.shard or "aligned"
-   if o.shard ~= "aligned" and o.shard ~= "rows" then
-      fail("unknown shard '%s' (aligned or rows)", tostring(o.shard))
-   end
-   if o.shard == "rows" and o.zero ~= 3 then
-      fail("shard 'rows' is row-sharded FSDP: it needs zero 3, got zero %d", o.zero)
-   end
+   o.mode = C.name("mode", runtime.mode)
+   o.zero = runtime.zero
+   o.shard = C.name("shard", runtime.shard)
    comm = comm or comm_mod.init()
    local device = ddp.device(o.device or "cpu")
    local routed = route.fill(specs, WHERE)
-   local layout = layout_for(routed, comm, o)
+   local layout = o.layout or layout_for(routed, comm, o, runtime)
    local overlap = o.overlap ~= false
    local bo = lib.lw_buffers_defaults()
    bo.zero = o.zero
@@ -179,7 +197,7 @@ function DDP:owned(name)
    return tonumber(start_out[0]), tonumber(count_out[0])
 end
 
-local passes = { forward = 0, backward = 1 }
+local passes = { forward = lib.LW_PASS_FORWARD, backward = lib.LW_PASS_BACKWARD }
 
 -- A module is about to read parameter `name` (pass "forward" | "backward"; reuse: a use out of
 -- the pass's order, such as a tied weight read again). Returns its data and, in backward, its
@@ -192,7 +210,7 @@ function DDP:acquire(name, pass, reuse)
    C.check(lib.lw_buffers_acquire(self._c, i, p, reuse == true), "ddp:acquire")
    C.check(lib.lw_buffers_param(self._c, i, float_out), "ddp:acquire")
    local w = float_out[0]
-   if p == 0 then return w, nil end
+   if p == lib.LW_PASS_FORWARD then return w, nil end
    C.check(lib.lw_buffers_grad(self._c, i, float_out), "ddp:acquire")
    return w, float_out[0]
 end

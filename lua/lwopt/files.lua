@@ -7,13 +7,12 @@ local C = require("lwopt.C")
 local lib = C.lib
 local files = {}
 
-local kinds = { [0] = "missing", "file", "dir", "other" }
 local kind_cell = ffi.new("lw_path_kind[1]")
 
 -- "missing" | "file" | "dir" | "other" (symbolic links followed).
 function files.kind(path)
    C.check(lib.lw_path_kind_of(path, kind_cell), "files.kind")
-   return kinds[tonumber(kind_cell[0])]
+   return C.name("path_kind", kind_cell[0])
 end
 
 -- The names in dir, sorted bytewise.

@@ -9,8 +9,19 @@ local data_mod = require("lwopt.data")
 local safetensors = require("lwopt.safetensors")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
+local C = require("lwopt.C")
 
 local recipe = {}
+
+-- Choices of the runtime flags, as the C library names them: the modes and shards, and the
+-- shard-aligned layouts of the Muon buffers; the defaults are the library's.
+local lib = C.lib
+local RUNTIME, LAYOUT = lib.lw_runtime_defaults(), lib.lw_layout_defaults()
+local ALIGNED = {}
+for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
+   lib.LW_ALGORITHM_SIZE_MATCHING }) do
+   ALIGNED[#ALIGNED + 1] = C.name("algorithm", a)
+end
 
 recipe.presets = {
    tiny = { n_layer = 4, n_embd = 64, n_head = 4, seq = 32, batch = 8, steps = 50, lr = 3e-3,
@@ -26,12 +37,13 @@ recipe.flags = {
    { "preset", { "tiny", "small", "wide" }, "small", "model and schedule size" },
    { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
-   { "mode", { "layerwise", "legacy", "replicated" }, "layerwise", "how the optimizer is split" },
-   { "layout", { "cost", "lpt", "size_matching" }, "cost", "layout of the Muon buffers" },
-   { "zero", "int", 1, "1: shard optimizer state; 2: and gradients; 3: and parameters",
+   { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split" },
+   { "layout", ALIGNED, C.name("algorithm", LAYOUT.algorithm), "layout of the Muon buffers" },
+   { "zero", "int", RUNTIME.zero, "1: shard optimizer state; 2: and gradients; 3: and parameters",
      min = 1, max = 3 },
-   { "shard", { "aligned", "rows" }, "aligned", "aligned: each rank owns whole matrices; rows: "
-     .. "every matrix split by rows (row-sharded FSDP, for comparison; needs --zero 3)" },
+   { "shard", C.names("shard"), C.name("shard", RUNTIME.shard), "aligned: each rank owns whole "
+     .. "matrices; rows: every matrix split by rows (row-sharded FSDP, for comparison; needs "
+     .. "--zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
    { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
@@ -109,17 +121,25 @@ local function init_params(model, ddp, seed, n_layer)
    end
 end
 
+-- The flag of each runtime choice that lw.ddp.check's messages name ("zero 2", "mode 'legacy'").
+local FLAG_OF = { zero = "zero", mode = "mode", shard = "shard", algorithm = "layout" }
+
+-- lw.ddp.check's message in flag words: "zero 3 ...; mode 'legacy' keeps them whole" reads
+-- "--zero 3 ...; --mode legacy keeps them whole".
+local function in_flag_words(message)
+   message = message:gsub("^runtime: ", ""):gsub("zero (%d+)", "--zero %1")
+   return (message:gsub("(%a+) '([%w_]+)'", function(choice, value)
+      if FLAG_OF[choice] then return ("--%s %s"):format(FLAG_OF[choice], value) end
+   end))
+end
+
 -- Flag values and combinations that cannot work, refused before any work (every rank sees the
 -- same flags, so every rank refuses alike). v gains the preset's values where a flag is unset.
 local function check_flags(v)
-   if v.shard == "rows" and v.zero ~= 3 then
-      error("--shard rows is row-sharded FSDP: it needs --zero 3", 0)
-   end
-   if v.zero > 1 and v.mode ~= "layerwise" then
-      error(("--zero %d shards %s across ranks; --mode %s keeps them whole (use --mode "
-         .. "layerwise)"):format(v.zero, v.zero == 3 and "gradients and parameters" or "gradients",
-         v.mode), 0)
-   end
+   -- the same choices main gives lw.ddp.new, checked by the library's rules
+   local ok, why = lw.ddp.check({ mode = v.mode, zero = v.zero, shard = v.shard,
+      algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil })
+   if not ok then error(in_flag_words(why), 0) end
    if v.device == "cuda" and not lw.has_cuda() then
       local _, why = pcall(lw.ddp.device, "cuda")
       error("--device cuda: " .. tostring(why):gsub("^lw%.ddp%.new: ", "") .. "; use --device cpu",

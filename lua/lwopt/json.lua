@@ -99,18 +99,18 @@ function json.decode(text)
    local len = ffi.new("int64_t[1]")
    local function value(node)
       local kind = tonumber(lib.lw_json_type_of(doc, node))
-      if kind == 0 then return json.null end
-      if kind == 1 then return false end
-      if kind == 2 then return true end
-      if kind == 3 then return lib.lw_json_number(doc, node) end
-      if kind == 4 then
+      if kind == lib.LW_JSON_NULL then return json.null end
+      if kind == lib.LW_JSON_FALSE then return false end
+      if kind == lib.LW_JSON_TRUE then return true end
+      if kind == lib.LW_JSON_NUMBER then return lib.lw_json_number(doc, node) end
+      if kind == lib.LW_JSON_STRING then
          local s = lib.lw_json_string(doc, node, len)
          return ffi.string(s, len[0])
       end
-      local t = kind == 5 and json.array() or json.object()
+      local t = kind == lib.LW_JSON_ARRAY and json.array() or json.object()
       for i = 0, lib.lw_json_length(doc, node) - 1 do
          local child = value(lib.lw_json_child(doc, node, i))
-         if kind == 5 then t[i + 1] = child
+         if kind == lib.LW_JSON_ARRAY then t[i + 1] = child
          else t[ffi.string(lib.lw_json_key(doc, node, i))] = child end
       end
       return t

@@ -14,15 +14,22 @@ Layout.__index = Layout
 
 local WHERE = "lw.layout.compute"
 
-local dtypes = { f32 = 0, bf16 = 1, f16 = 2 }
-local dtype_names = { [0] = "f32", [1] = "bf16", [2] = "f16" }
-
-local algorithms = { cost = 0, lpt = 1, size_matching = 2, distopt = 3, default = 4, legacy = 5,
-   rows = 6 }
-local algorithm_names = { [0] = "cost", "lpt", "size_matching", "distopt", "default", "legacy",
-   "rows" }
-layout.algorithms = { "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" }
+-- The layout algorithms, named by the C library (lw_algorithm_name), and its defaults.
+layout.algorithms = C.names("algorithm")
+local c_defaults = lib.lw_layout_defaults()
+layout.defaults = { algorithm = C.name("algorithm", c_defaults.algorithm),
+   adamw_layout = C.name("algorithm", c_defaults.adamw_algorithm) }
+-- The layouts offered to AdamW buffers: "aligned" (the Muon buffers' shard-aligned algorithm,
+-- so AdamW parameters are owned whole) or one of these algorithms.
 layout.adamw_layouts = { "distopt", "aligned", "default", "legacy" }
+-- The dtypes a parameter may have: lw_dtype's up to f16 (f64 and i64 are for reductions only).
+layout.dtypes = {}
+for v = 0, lib.LW_DTYPE_F16 do layout.dtypes[v + 1] = C.name("dtype", v) end
+
+local function param_dtype(word)
+   local v = C.value("dtype", word)
+   if v ~= nil and v <= lib.LW_DTYPE_F16 then return v end
+end
 
 -- The largest data-parallel size the layout engine takes (a million ranks).
 layout.MAX_DP = 2 ^ 20
@@ -38,6 +45,18 @@ end
 
 local function is_integer(v)
    return type(v) == "number" and v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53
+end
+
+-- The lw_algorithm of an AdamW layout (one of layout.adamw_layouts) when the Muon buffers use
+-- `algorithm` (a name); nil and a message for an unknown layout.
+function layout.adamw_algorithm(adamw_layout, algorithm)
+   for _, known in ipairs(layout.adamw_layouts) do
+      if adamw_layout == known then
+         return C.value("algorithm", adamw_layout == "aligned" and algorithm or adamw_layout)
+      end
+   end
+   return nil, ("unknown adamw_layout '%s' (one of %s)"):format(tostring(adamw_layout),
+      table.concat(layout.adamw_layouts, ", "))
 end
 
 -- Checks and completes the options; returns the normalised table.
@@ -65,18 +84,13 @@ local function normalise(opts)
       fail("bucket_size must be an integer number of elements or nil, got %s",
          tostring(o.bucket_size))
    end
-   o.algorithm = opts.algorithm or "cost"
-   if algorithms[o.algorithm] == nil then
-      fail("unknown algorithm '%s' (one of %s)", tostring(o.algorithm),
-         table.concat(layout.algorithms, ", "))
-   end
+   o.algorithm = opts.algorithm or layout.defaults.algorithm
+   local known, why = C.value("algorithm", o.algorithm)
+   if known == nil then fail("%s", why) end
    local simple = o.algorithm == "default" or o.algorithm == "legacy"
-   o.adamw_layout = opts.adamw_layout or (simple and o.algorithm or "distopt")
-   if o.adamw_layout ~= "distopt" and o.adamw_layout ~= "aligned" and o.adamw_layout ~= "default"
-      and o.adamw_layout ~= "legacy" then
-      fail("unknown adamw_layout '%s' (one of %s)", tostring(o.adamw_layout),
-         table.concat(layout.adamw_layouts, ", "))
-   end
+   o.adamw_layout = opts.adamw_layout or (simple and o.algorithm or layout.defaults.adamw_layout)
+   known, why = layout.adamw_algorithm(o.adamw_layout, o.algorithm)
+   if known == nil then fail("%s", why) end
    o.high_busbw = opts.high_busbw or false
    if type(o.high_busbw) ~= "boolean" then fail("high_busbw must be a boolean") end
    return o
@@ -87,9 +101,8 @@ local function c_options(o)
    c.dp = o.dp
    c.expert_dp = o.expert_dp
    if o.bucket_size ~= nil then c.bucket_size = o.bucket_size end
-   c.algorithm = algorithms[o.algorithm]
-   c.adamw_algorithm = o.adamw_layout == "aligned" and algorithms[o.algorithm]
-      or algorithms[o.adamw_layout]
+   c.algorithm = C.value("algorithm", o.algorithm)
+   c.adamw_algorithm = layout.adamw_algorithm(o.adamw_layout, o.algorithm)
    c.high_busbw = o.high_busbw
    return c
 end
@@ -115,12 +128,9 @@ local function c_specs(specs)
          if d <= 4 then cs.shape[d - 1] = size end
       end
       local dtype, grad_dtype = s.dtype or "f32", s.grad_dtype or "f32"
-      if dtypes[dtype] == nil then fail("parameter '%s' has unknown dtype '%s'", name, dtype) end
-      if dtypes[grad_dtype] == nil then
-         fail("parameter '%s' has unknown grad_dtype '%s'", name, grad_dtype)
-      end
-      cs.dtype = dtypes[dtype]
-      cs.grad_dtype = dtypes[grad_dtype]
+      cs.dtype = param_dtype(dtype) or fail("parameter '%s' has unknown dtype '%s'", name, dtype)
+      cs.grad_dtype = param_dtype(grad_dtype)
+         or fail("parameter '%s' has unknown grad_dtype '%s'", name, grad_dtype)
       cs.expert = s.expert == true
       cs.shared_embedding = s.shared_embedding == true
       cs.muon = s.optimizer == "muon"
@@ -164,9 +174,9 @@ local function read(self, specs)
    for b = 0, lib.lw_layout_num_buffers(c) - 1 do
       C.check(lib.lw_layout_buffer(c, b, buffer_info), WHERE)
       local buffer = {
-         key = record(KEY, { dtype_names[tonumber(buffer_info.param_dtype)],
-            dtype_names[tonumber(buffer_info.grad_dtype)], buffer_info.expert, buffer_info.muon }),
-         algorithm = algorithm_names[tonumber(buffer_info.algorithm)],
+         key = record(KEY, { C.name("dtype", buffer_info.param_dtype),
+            C.name("dtype", buffer_info.grad_dtype), buffer_info.expert, buffer_info.muon }),
+         algorithm = C.name("algorithm", buffer_info.algorithm),
          dp = buffer_info.dp,
          numel = tonumber(buffer_info.numel),
          buckets = {},

@@ -15,9 +15,23 @@ local WHERE = "lw.optim.new"
 
 local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
 
-local coefficient_sets = { simple = 0, quintic = 1, polar_express = 2, cubic5 = 3, identity = 5 }
-local wd_modes = { decoupled = 0, independent = 1, l2 = 2 }
-local scales = { spectral = 0, unit_rms_norm = 1, shape_scaling = 2, moonlight = 3 }
+-- The named coefficient sets, from C (lw_ns_coeffs_name) but "custom": a list of {a, b, c}
+-- stands for that one.
+local coefficient_sets = {}
+for _, name in ipairs(C.names("ns_coeffs")) do
+   if C.value("ns_coeffs", name) ~= lib.LW_NS_CUSTOM then
+      coefficient_sets[#coefficient_sets + 1] = name
+   end
+end
+
+-- The value of name in enum kind when it is one of names (a list of that enum's names), else
+-- the message "unknown <option> 'name' (<names>...)".
+local function choice(kind, name, names, option, tail)
+   for _, known in ipairs(names) do
+      if name == known then return C.value(kind, name) end
+   end
+   fail("unknown %s '%s' (%s%s)", option, tostring(name), table.concat(names, ", "), tail or "")
+end
 
 local function check_keys(t, allowed, where)
    if t == nil then return {} end
@@ -73,13 +87,10 @@ local function c_options(o, m, a)
    c.muon.momentum = pick(m.momentum, c.muon.momentum)
    c.muon.nesterov = pick(m.nesterov, true)
    c.muon.ns_steps = pick(m.ns_steps, c.muon.ns_steps)
-   local coeffs = pick(m.coefficients, "quintic")
+   local coeffs = pick(m.coefficients, C.name("ns_coeffs", c.muon.coeffs))
    if type(coeffs) == "string" then
-      if coefficient_sets[coeffs] == nil then
-         fail("unknown muon.coefficients '%s' (simple, quintic, polar_express, cubic5, "
-            .. "identity, or a list of {a, b, c})", coeffs)
-      end
-      c.muon.coeffs = coefficient_sets[coeffs]
+      c.muon.coeffs = choice("ns_coeffs", coeffs, coefficient_sets, "muon.coefficients",
+         ", or a list of {a, b, c}")
    elseif type(coeffs) == "table" then
       if #coeffs == 0 then fail("muon.coefficients is an empty list") end
       keep = ffi.new("float[?]", 3 * #coeffs)
@@ -92,24 +103,18 @@ local function c_options(o, m, a)
             keep[3 * (i - 1) + j - 1] = abc[j]
          end
       end
-      c.muon.coeffs = 4
+      c.muon.coeffs = lib.LW_NS_CUSTOM
       c.muon.custom = keep
       c.muon.n_custom = #coeffs
       c.muon.custom_repeat = m.coefficients_repeat == true
    else
       fail("muon.coefficients must be a name or a list of {a, b, c}")
    end
-   local mode = pick(m.weight_decay_mode, "decoupled")
-   if wd_modes[mode] == nil then
-      fail("unknown muon.weight_decay_mode '%s' (decoupled, independent, l2)", tostring(mode))
-   end
-   c.muon.weight_decay_mode = wd_modes[mode]
-   local scale = pick(m.scale, "moonlight")
-   if scales[scale] == nil then
-      fail("unknown muon.scale '%s' (spectral, unit_rms_norm, shape_scaling, moonlight)",
-         tostring(scale))
-   end
-   c.muon.scale = scales[scale]
+   c.muon.weight_decay_mode = choice("weight_decay",
+      pick(m.weight_decay_mode, C.name("weight_decay", c.muon.weight_decay_mode)),
+      C.names("weight_decay"), "muon.weight_decay_mode")
+   c.muon.scale = choice("muon_scale", pick(m.scale, C.name("muon_scale", c.muon.scale)),
+      C.names("muon_scale"), "muon.scale")
    c.muon.extra_scale = pick(m.extra_scale, 1)
    c.muon.eps = pick(m.eps, c.muon.eps)
    c.muon.symmetric = pick(m.symmetric, true)

@@ -80,38 +80,12 @@ static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_c
     return LW_OK;
 }
 
-static const char *algorithm_name(lw_algorithm a) {
-    static const char *names[] = {"cost",    "lpt",    "size_matching", "distopt",
-                                  "default", "legacy", "rows"};
-    return a >= 0 && a <= LW_ALGORITHM_ROWS ? names[a] : "?";
-}
-
-/* ZeRO-2/3 shard what every rank would otherwise hold whole: sharded buffers only; at ZeRO-3 a
- * group is gathered whole, so a bucket size below the largest parameter would not bound it. */
+/* The layout fixed the mode, sharding and algorithms; what the ZeRO level needs of them is a
+ * rule of lw_runtime_check, with the other choices at their defaults. */
 static lw_status check_zero(const lw_layout *l, int32_t zero) {
-    if (zero < 1 || zero > 3)
-        return lwi_fail(LW_ERR_INVALID, "buffers: zero must be 1, 2 or 3, got %d", zero);
-    if (zero == 1) return LW_OK;
-    for (int32_t b = 0; b < l->n_buffers; b++)
-        if (kind_of(l->buffers[b].algorithm) != SYNC_SHARDED)
-            return lwi_fail(LW_ERR_INVALID,
-                            "buffers: ZeRO-%d shards gradients%s across ranks, "
-                            "so it needs sharded buffers (the layer-wise mode), but buffer #%d "
-                            "has the unsharded '%s' layout",
-                            zero, zero == 3 ? " and parameters" : "", b + 1,
-                            algorithm_name(l->buffers[b].algorithm));
-    if (zero < 3 || l->opts.bucket_size == INT64_MAX) return LW_OK;
-    for (int32_t i = 0; i < l->n_params; i++) {
-        const lwi_param *p = &l->params[i];
-        if (l->buffers[p->buffer].algorithm != LW_ALGORITHM_ROWS && p->numel > l->opts.bucket_size)
-            return lwi_fail(LW_ERR_INVALID,
-                            "buffers: at ZeRO-3 a bucket group is gathered "
-                            "whole, but bucket_size %lld is smaller than '%s' (%lld elements): "
-                            "use a bucket size of at least %lld",
-                            (long long)l->opts.bucket_size, p->name, (long long)p->numel,
-                            (long long)p->numel);
-    }
-    return LW_OK;
+    lw_runtime_options r = lw_runtime_defaults();
+    r.zero = zero;
+    return lw_runtime_check(&r, l);
 }
 
 /* Legacy: the order in which the variable-size all-gather lays params out (by owner, then by

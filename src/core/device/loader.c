@@ -51,7 +51,7 @@ static void load(void) {
         return;
     }
     Dl_info info;
-    if (dladdr((void *)(uintptr_t)&lw_device_get, &info) && info.dli_fname != NULL) {
+    if (dladdr((void *)(uintptr_t)&lwi_cuda_open, &info) && info.dli_fname != NULL) {
         char path[4096];
         const char *slash = strrchr(info.dli_fname, '/');
         int dir = slash ? (int)(slash - info.dli_fname) : 1;
@@ -74,9 +74,4 @@ lw_status lwi_cuda_open(int32_t index, const lwi_device_ops **ops, void **impl) 
     if (st == LW_OK && (*ops == NULL || (*ops)->alloc == NULL))
         return lwi_fail(LW_ERR_UNSUPPORTED, "device: %s gave no device table", LIBRARY);
     return st;
-}
-
-bool lw_has_cuda(void) {
-    lw_device *d = NULL;
-    return lw_device_get("cuda", &d) == LW_OK;
 }

@@ -1,4 +1,4 @@
-/* device.c: the device objects and their memory, stream and event calls, each a checked call
+/* objects.c: the device objects and their memory, stream and event calls, each a checked call
  * into the device's table. Devices are made once per name and kept for the process (a buffer
  * or a kernel may still use one while Lua's garbage collector frees another object). The
  * kernels' entry points are in kernels.c; what the CUDA library is and how it loads, in
@@ -20,6 +20,11 @@ static lw_device *gpus[MAX_GPUS];
 static pthread_mutex_t gpus_lock = PTHREAD_MUTEX_INITIALIZER;
 
 lw_device *lw_device_cpu(void) { return &cpu_device; }
+
+bool lw_has_cuda(void) {
+    lw_device *d = NULL;
+    return lw_device_get("cuda", &d) == LW_OK;
+}
 
 lw_stream *lwi_stream_or_cpu(lw_stream *stream) { return stream ? stream : &cpu_stream; }
 

@@ -1,0 +1,119 @@
+/* test_names.c: the name functions of the public enums: every value's name, the way back from
+ * each name, NULL past the last value, and the message naming an unknown word with the valid
+ * ones. */
+#include "check.h"
+
+/* The names of values 0, 1, ... until NULL, joined by spaces. */
+#define NAMES_OF(name_fn, buf)                                                                     \
+    do {                                                                                           \
+        (buf)[0] = '\0';                                                                           \
+        for (int v = 0; name_fn(v) != NULL && v < 64; v++) {                                       \
+            if (v > 0) strcat(buf, " ");                                                           \
+            strcat(buf, name_fn(v));                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void test_every_name(void) {
+    char buf[512];
+    NAMES_OF(lw_dtype_name, buf);
+    CHECK(strcmp(buf, "f32 bf16 f16 f64 i64") == 0);
+    NAMES_OF(lw_algorithm_name, buf);
+    CHECK(strcmp(buf, "cost lpt size_matching distopt default legacy rows") == 0);
+    NAMES_OF(lw_mode_name, buf);
+    CHECK(strcmp(buf, "layerwise legacy replicated") == 0);
+    NAMES_OF(lw_shard_name, buf);
+    CHECK(strcmp(buf, "aligned rows") == 0);
+    NAMES_OF(lw_reduce_op_name, buf);
+    CHECK(strcmp(buf, "sum max min") == 0);
+    NAMES_OF(lw_ns_coeffs_name, buf);
+    CHECK(strcmp(buf, "simple quintic polar_express cubic5 custom identity") == 0);
+    NAMES_OF(lw_weight_decay_name, buf);
+    CHECK(strcmp(buf, "decoupled independent l2") == 0);
+    NAMES_OF(lw_muon_scale_name, buf);
+    CHECK(strcmp(buf, "spectral unit_rms_norm shape_scaling moonlight") == 0);
+    NAMES_OF(lw_path_kind_name, buf);
+    CHECK(strcmp(buf, "missing file dir other") == 0);
+}
+
+static void test_names_match_the_enums(void) {
+    CHECK(strcmp(lw_dtype_name(LW_DTYPE_BF16), "bf16") == 0);
+    CHECK(strcmp(lw_algorithm_name(LW_ALGORITHM_ROWS), "rows") == 0);
+    CHECK(strcmp(lw_mode_name(LW_MODE_REPLICATED), "replicated") == 0);
+    CHECK(strcmp(lw_shard_name(LW_SHARD_ROWS), "rows") == 0);
+    CHECK(strcmp(lw_reduce_op_name(LW_REDUCE_MIN), "min") == 0);
+    CHECK(strcmp(lw_ns_coeffs_name(LW_NS_IDENTITY), "identity") == 0);
+    CHECK(strcmp(lw_weight_decay_name(LW_WD_L2), "l2") == 0);
+    CHECK(strcmp(lw_muon_scale_name(LW_MUON_SCALE_MOONLIGHT), "moonlight") == 0);
+    CHECK(strcmp(lw_path_kind_name(LW_PATH_OTHER), "other") == 0);
+    /* out of range, and AUTO (a choice, not a layout), have no name */
+    CHECK(lw_dtype_name((lw_dtype)-1) == NULL);
+    CHECK(lw_dtype_name((lw_dtype)5) == NULL);
+    CHECK(lw_algorithm_name(LW_ALGORITHM_AUTO) == NULL);
+    CHECK(lw_algorithm_name((lw_algorithm)7) == NULL);
+    CHECK(lw_mode_name((lw_mode)3) == NULL);
+}
+
+static void test_from_name(void) {
+    lw_dtype d = LW_DTYPE_F32;
+    CHECK_OK(lw_dtype_from_name("i64", &d));
+    CHECK_EQ(d, LW_DTYPE_I64);
+    lw_algorithm a = LW_ALGORITHM_COST;
+    CHECK_OK(lw_algorithm_from_name("size_matching", &a));
+    CHECK_EQ(a, LW_ALGORITHM_SIZE_MATCHING);
+    lw_mode m = LW_MODE_LAYERWISE;
+    CHECK_OK(lw_mode_from_name("legacy", &m));
+    CHECK_EQ(m, LW_MODE_LEGACY);
+    lw_shard s = LW_SHARD_ALIGNED;
+    CHECK_OK(lw_shard_from_name("rows", &s));
+    CHECK_EQ(s, LW_SHARD_ROWS);
+    lw_reduce_op r = LW_REDUCE_SUM;
+    CHECK_OK(lw_reduce_op_from_name("max", &r));
+    CHECK_EQ(r, LW_REDUCE_MAX);
+    lw_ns_coeffs c = LW_NS_SIMPLE;
+    CHECK_OK(lw_ns_coeffs_from_name("polar_express", &c));
+    CHECK_EQ(c, LW_NS_POLAR_EXPRESS);
+    lw_weight_decay w = LW_WD_DECOUPLED;
+    CHECK_OK(lw_weight_decay_from_name("independent", &w));
+    CHECK_EQ(w, LW_WD_INDEPENDENT);
+    lw_muon_scale k = LW_MUON_SCALE_SPECTRAL;
+    CHECK_OK(lw_muon_scale_from_name("shape_scaling", &k));
+    CHECK_EQ(k, LW_MUON_SCALE_SHAPE_SCALING);
+    lw_path_kind p = LW_PATH_MISSING;
+    CHECK_OK(lw_path_kind_from_name("dir", &p));
+    CHECK_EQ(p, LW_PATH_DIR);
+    /* every name of every value comes back to its value */
+    for (int v = 0; lw_algorithm_name(v) != NULL; v++) {
+        CHECK_OK(lw_algorithm_from_name(lw_algorithm_name(v), &a));
+        CHECK_EQ(a, v);
+    }
+}
+
+static void test_unknown_names(void) {
+    lw_algorithm a = LW_ALGORITHM_LPT;
+    CHECK_FAILS(lw_algorithm_from_name("greedy", &a), LW_ERR_INVALID,
+                "unknown algorithm 'greedy' (one of cost, lpt, size_matching, distopt, default, "
+                "legacy, rows)");
+    CHECK_EQ(a, LW_ALGORITHM_LPT); /* left as it was */
+    CHECK_FAILS(lw_algorithm_from_name("Cost", &a), LW_ERR_INVALID, "unknown algorithm 'Cost'");
+    lw_mode m;
+    CHECK_FAILS(lw_mode_from_name("zero", &m), LW_ERR_INVALID,
+                "unknown mode 'zero' (one of layerwise, legacy, replicated)");
+    lw_shard s;
+    CHECK_FAILS(lw_shard_from_name(NULL, &s), LW_ERR_INVALID,
+                "unknown shard NULL (one of aligned, rows)");
+    lw_dtype d;
+    CHECK_FAILS(lw_dtype_from_name("fp32", &d), LW_ERR_INVALID,
+                "unknown dtype 'fp32' (one of f32, bf16, f16, f64, i64)");
+    lw_weight_decay w;
+    CHECK_FAILS(lw_weight_decay_from_name("", &w), LW_ERR_INVALID,
+                "unknown weight decay mode '' (one of decoupled, independent, l2)");
+    CHECK_FAILS(lw_muon_scale_from_name("moonlight", NULL), LW_ERR_INVALID, "NULL");
+}
+
+int main(void) {
+    test_every_name();
+    test_names_match_the_enums();
+    test_from_name();
+    test_unknown_names();
+    return check_exit("test_names");
+}
