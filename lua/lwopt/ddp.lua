@@ -275,16 +275,28 @@ function DDP:with_param(name, fn)
    if not ok then error(err, 0) end
 end
 
+-- Parameter `name` copied from the device into a new host float array, and its shape, at any
+-- ZeRO level (collective at ZeRO-3: every rank acquires it); wanted false: take part in the
+-- collective without copying (returns nil). Nothing is written back, unlike with_param.
+local function copy_param(self, name, wanted)
+   local shape = self.specs[self:index(name) + 1].shape
+   local w = self:acquire(name, "forward", true)
+   local ok, copy = true, nil
+   if wanted ~= false then
+      local numel = 1
+      for _, d in ipairs(shape) do numel = numel * d end
+      ok, copy = pcall(self.to_host, self, w, numel)
+   end
+   self:release(name)
+   if not ok then error(copy, 0) end
+   return copy, shape
+end
+
 -- A copy of parameter `name` in host memory, as a tensor (any device, any ZeRO level;
 -- collective at ZeRO-3).
 function DDP:read_param(name)
-   local out
-   self:with_param(name, function(p)
-      local copy = ffi.new("float[?]", math.max(p.numel, 1))
-      ffi.copy(copy, p.data, 4 * p.numel)
-      out = tensor.view(copy, p.shape, copy)
-   end)
-   return out
+   local copy, shape = copy_param(self, name)
+   return tensor.view(copy, shape, copy)
 end
 
 -- Writes parameter `name` from src (a tensor, a Lua list or a function of the 1-based index, as
@@ -305,12 +317,8 @@ function DDP:params_on(root)
             out[#out + 1] = { name = spec.name, shape = spec.shape, data = self:param(spec.name).data }
          end
       else
-         self:with_param(spec.name, function(p)
-            if self.comm.rank ~= root then return end
-            local copy = ffi.new("float[?]", p.numel)
-            ffi.copy(copy, p.data, 4 * p.numel)
-            out[#out + 1] = { name = spec.name, shape = spec.shape, data = copy }
-         end)
+         local copy = copy_param(self, spec.name, self.comm.rank == root)
+         if copy then out[#out + 1] = { name = spec.name, shape = spec.shape, data = copy } end
       end
    end
    return out

@@ -6,6 +6,9 @@
 
 #include "device/device.h"
 
+/* Sum of squares in double (four partial sums): the norms of the gradient and of Muon's update. */
+double lwi_cpu_sum_squares(const float *x, int64_t n);
+
 lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, double *acc);
 lw_status lwi_cpu_vec_all_finite(lw_stream *stream, const float *x, int64_t n, bool *finite);
 lw_status lwi_cpu_vec_scale(lw_stream *stream, float *x, int64_t n, float alpha);

@@ -91,10 +91,9 @@ static void iterate(const lwi_ns_plan *plan, float *x, int64_t p, int64_t q, CBL
 
 lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
                                 float *x, int64_t rows, int64_t cols) {
+    (void)stream;
     const int64_t n = rows * cols;
-    double acc[2] = {0.0, 0.0};
-    lwi_cpu_vec_norm_stats(stream, u, n, acc);
-    const double norm = sqrt(acc[0]);
+    const double norm = sqrt(lwi_cpu_sum_squares(u, n));
     const float inv = (float)(1.0 / (norm > plan->eps ? norm : plan->eps));
     for (int64_t i = 0; i < n; i++)
         x[i] = u[i] * inv;

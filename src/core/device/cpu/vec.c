@@ -4,11 +4,10 @@
 
 #include <math.h>
 
-lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, double *acc) {
-    (void)stream;
+double lwi_cpu_sum_squares(const float *x, int64_t n) {
     /* four partial sums: independent dependency chains vectorise and lose less precision */
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0, zeros = 0;
+    int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
         s0 += (double)x[i] * x[i];
         s1 += (double)x[i + 1] * x[i + 1];
@@ -17,9 +16,15 @@ lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, d
     }
     for (; i < n; i++)
         s0 += (double)x[i] * x[i];
-    for (i = 0; i < n; i++)
+    return (s0 + s1) + (s2 + s3);
+}
+
+lw_status lwi_cpu_vec_norm_stats(lw_stream *stream, const float *x, int64_t n, double *acc) {
+    (void)stream;
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < n; i++)
         zeros += x[i] == 0.0f;
-    acc[0] += (s0 + s1) + (s2 + s3);
+    acc[0] += lwi_cpu_sum_squares(x, n);
     acc[1] += (double)zeros;
     return LW_OK;
 }
