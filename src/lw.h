@@ -115,6 +115,17 @@ lw_status lw_event_synchronize(lw_event *event);
 /* [out] *done: whether the work the event marks has run. */
 lw_status lw_event_query(lw_event *event, bool *done);
 
+/* What a device is, for logs and for choosing sizes. */
+typedef struct lw_device_info {
+    char name[128];      /* "cpu" or the GPU's name ("NVIDIA H100 80GB HBM3") */
+    int64_t total_bytes; /* its memory (the CPU: the machine's) */
+    int64_t free_bytes;  /* free now (the CPU: available to allocate) */
+    int32_t capability;  /* compute capability x 10 (90 for sm_90); 0 for the CPU */
+    int32_t processors;  /* streaming multiprocessors; the CPU: online cores */
+    char software[96];   /* "CUDA 13.0 (driver 13.0), cuBLAS 130000, NCCL 22703"; "" for the CPU */
+} lw_device_info;
+lw_status lw_device_get_info(lw_device *device, lw_device_info *out);
+
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
 typedef enum lw_dtype {
@@ -393,6 +404,12 @@ lw_status lw_comm_set_stream(lw_comm *comm, lw_stream *stream);
 lw_stream *lw_comm_stream(const lw_comm *comm);
 /* Whether comm's backend moves the memory of device (self and MPI: host memory only). */
 bool lw_comm_reaches(const lw_comm *comm, const lw_device *device);
+/* A communicator of parent's ranks (same rank numbers) whose collectives move device's memory:
+ * NCCL for a CUDA device, bootstrapped through parent (collective over parent). Collectives on
+ * host memory (the gradient norm's all-reduce, barriers, checkpoint broadcasts) still go
+ * through parent, which must outlive it. LW_ERR_UNSUPPORTED when the device has none (the
+ * CPU needs none: every communicator reaches host memory). [out] owned. */
+lw_status lw_comm_device_new(lw_comm *parent, lw_device *device, lw_comm **out);
 /* Ranks with equal color form a new communicator, ordered by key (collective). [out] owned. */
 lw_status lw_comm_split(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
 lw_status lw_comm_barrier(lw_comm *comm);
@@ -485,6 +502,15 @@ typedef enum lw_ns_coeffs {
     LW_NS_IDENTITY = 5       /* no orthogonalisation, X = U: for tests and ablations */
 } lw_ns_coeffs;
 
+/* Newton-Schulz's arithmetic on a GPU: bf16 inputs with fp32 accumulation on tensor cores (the
+ * default, as Muon is run in practice), TF32 tensor cores, or exact fp32. The CPU computes in
+ * fp32 whichever is asked. */
+typedef enum lw_ns_precision {
+    LW_NS_BF16 = 0,
+    LW_NS_TF32 = 1,
+    LW_NS_FP32 = 2
+} lw_ns_precision;
+
 typedef enum lw_weight_decay {
     LW_WD_DECOUPLED = 0,   /* W -= lr * wd * W */
     LW_WD_INDEPENDENT = 1, /* W -= wd * W */
@@ -507,6 +533,9 @@ const char *lw_weight_decay_name(lw_weight_decay mode);
 lw_status lw_weight_decay_from_name(const char *name, lw_weight_decay *out);
 const char *lw_muon_scale_name(lw_muon_scale scale);
 lw_status lw_muon_scale_from_name(const char *name, lw_muon_scale *out);
+/* "bf16", "tf32", "fp32". */
+const char *lw_ns_precision_name(lw_ns_precision precision);
+lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out);
 
 typedef struct lw_muon_options {
     float momentum;       /* beta in [0, 1) */
@@ -521,6 +550,7 @@ typedef struct lw_muon_options {
     float extra_scale;
     float eps;            /* Frobenius normalisation floor */
     bool symmetric;       /* X X^T and A A through SYRK/SYMM (default); false: full GEMMs */
+    lw_ns_precision precision; /* Newton-Schulz's arithmetic on a GPU (the CPU computes fp32) */
 } lw_muon_options;
 
 /* momentum 0.95, nesterov, 5 steps, quintic, decoupled wd, moonlight scale (AdamW learning

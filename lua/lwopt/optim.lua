@@ -50,7 +50,8 @@ end
 
 local TOP = set{ "mode", "lr", "weight_decay", "clip", "muon", "adamw" }
 local MUON = set{ "lr", "weight_decay", "momentum", "nesterov", "ns_steps", "coefficients",
-   "coefficients_repeat", "weight_decay_mode", "scale", "extra_scale", "eps", "symmetric" }
+   "coefficients_repeat", "weight_decay_mode", "scale", "extra_scale", "eps", "symmetric",
+   "precision" }
 local ADAMW = set{ "lr", "weight_decay", "beta1", "beta2", "eps" }
 
 local function pick(value, default) if value == nil then return default end return value end
@@ -118,6 +119,9 @@ local function c_options(o, m, a)
    c.muon.extra_scale = pick(m.extra_scale, 1)
    c.muon.eps = pick(m.eps, c.muon.eps)
    c.muon.symmetric = pick(m.symmetric, true)
+   c.muon.precision = choice("ns_precision",
+      pick(m.precision, C.name("ns_precision", c.muon.precision)), C.names("ns_precision"),
+      "muon.precision")
    c.adamw.beta1 = pick(a.beta1, c.adamw.beta1)
    c.adamw.beta2 = pick(a.beta2, c.adamw.beta2)
    c.adamw.eps = pick(a.eps, c.adamw.eps)
@@ -145,7 +149,7 @@ end
 
 -- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, muon = { lr, weight_decay,
 -- momentum, nesterov, ns_steps, coefficients, coefficients_repeat, weight_decay_mode, scale,
--- extra_scale, eps, symmetric }, adamw = { lr, weight_decay, beta1, beta2, eps } }.
+-- extra_scale, eps, symmetric, precision }, adamw = { lr, weight_decay, beta1, beta2, eps } }.
 function optim.new(d, opts)
    local o = check_keys(opts, TOP, "")
    local m, a = check_keys(o.muon, MUON, "muon"), check_keys(o.adamw, ADAMW, "adamw")

@@ -138,6 +138,24 @@ lw_status lw_ns_coeffs_from_name(const char *name, lw_ns_coeffs *out) {
     return st;
 }
 
+static const char *const ns_precision_names[] = {
+    [LW_NS_BF16] = "bf16",
+    [LW_NS_TF32] = "tf32",
+    [LW_NS_FP32] = "fp32",
+};
+static const names NS_PRECISION = NAMES("Newton-Schulz precision", ns_precision_names);
+
+const char *lw_ns_precision_name(lw_ns_precision precision) {
+    return name_of(NS_PRECISION, (int32_t)precision);
+}
+
+lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out) {
+    int32_t v = 0;
+    lw_status st = value_of(NS_PRECISION, name, out != NULL, &v);
+    if (st == LW_OK) *out = (lw_ns_precision)v;
+    return st;
+}
+
 static const char *const weight_decay_names[] = {
     [LW_WD_DECOUPLED] = "decoupled",
     [LW_WD_INDEPENDENT] = "independent",

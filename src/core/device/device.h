@@ -8,7 +8,7 @@
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 1
+#define LWI_DEVICE_ABI 2
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -20,23 +20,41 @@ typedef struct lwi_muon_step {
     float grad_scale;
 } lwi_muon_step;
 
-/* Newton-Schulz of one matrix (lw_muon_orthogonalize): steps (a, b, c) triples, the
- * normalisation floor, SYRK/SYMM or full GEMMs, and a workspace of at least
- * lwi_muon_work_floats(rows, cols) floats in the device's memory. */
+/* Newton-Schulz of a batch of same-shaped matrices (lw_muon_orthogonalize, the optimizer's
+ * batches): steps (a, b, c) triples, the normalisation floor, SYRK/SYMM or full GEMMs, the
+ * arithmetic (the CPU computes fp32 whatever is asked), and a workspace of at least
+ * lwi_ns_work_floats(batch, rows, cols) floats in the device's memory. */
 typedef struct lwi_ns_plan {
     const float *abc; /* host: steps x 3 */
     int32_t steps;
     float eps;
     bool symmetric;
+    lw_ns_precision precision;
     float *work;
 } lwi_ns_plan;
 
-/* Floats of Newton-Schulz workspace for a rows x cols matrix: A and A2 (p x p), Y (p x q) and
- * the update (rows x cols), p = min, q = max of the two. */
-static inline int64_t lwi_muon_work_floats(int64_t rows, int64_t cols) {
+/* Per matrix, floats of partial sums for its Frobenius norm (a device reduces in blocks). */
+#define LWI_NS_PARTIALS 1024
+
+/* Floats of Newton-Schulz workspace for `batch` rows x cols matrices: per matrix A and A2
+ * (p x p), Y (p x q), p = min, q = max of the two, and the norm's partial sums (bf16 needs
+ * half of the first three: X, A, B, Y in halves). */
+static inline int64_t lwi_ns_work_floats(int64_t batch, int64_t rows, int64_t cols) {
     const int64_t p = rows <= cols ? rows : cols, q = rows <= cols ? cols : rows;
-    return 2 * p * p + p * q + rows * cols;
+    return batch * (2 * p * p + p * q + LWI_NS_PARTIALS);
 }
+
+/* One tensor of a multi-tensor AdamW update: a contiguous run of elements (w, g, m, v of n)
+ * and its group's learning rate and weight decay. */
+typedef struct lwi_adamw_tensor {
+    float *w;
+    const float *g;
+    float *m;
+    float *v;
+    int64_t n;
+    float lr;
+    float weight_decay;
+} lwi_adamw_tensor;
 
 /* Every entry returns LW_OK or fails through lwi_fail (the CUDA library through the host's
  * fail function, lwi_device_host). Streams and events carry the backend's handle in impl. */
@@ -68,11 +86,12 @@ typedef struct lwi_device_ops {
     /* Muon and AdamW */
     lw_status (*muon_momentum)(lw_stream *s, const lwi_muon_step *k, float *w, const float *g,
                                float *m, float *u, int64_t n);
+    /* x[i] = NS(u[i]) for the batch of matrices u[i] = u + i * rows * cols (x may be u) */
     lw_status (*newton_schulz)(lw_stream *s, const lwi_ns_plan *plan, const float *u, float *x,
-                               int64_t rows, int64_t cols);
-    lw_status (*adamw)(lw_stream *s, const lw_adamw_options *o, float *w, const float *g, float *m,
-                       float *v, int64_t n, int64_t t, float lr, float weight_decay,
-                       float grad_scale);
+                               int64_t batch, int64_t rows, int64_t cols);
+    /* AdamW step t over `count` tensors (the list is host memory, read before the call returns) */
+    lw_status (*adamw)(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
+                       int32_t count, int64_t t, float grad_scale);
     /* model kernels, as in lw.h */
     lw_status (*linear_forward)(lw_stream *s, float *y, const float *x, const float *w,
                                 const float *b, int64_t n, int64_t in, int64_t out);
@@ -102,6 +121,11 @@ typedef struct lwi_device_ops {
     lw_status (*cross_entropy_backward)(lw_stream *s, float *dh, float *dw, float *probs,
                                         const float *h, const float *w, const int32_t *targets,
                                         int64_t n, int64_t c, int64_t v, float loss_scale);
+    /* what the device is (lw_device_get_info) */
+    lw_status (*info)(lw_device *device, lw_device_info *out);
+    /* A communicator of parent's ranks that moves this device's memory (NCCL), bootstrapped
+     * through parent's collectives (lw_comm_device_new); NULL: none. */
+    lw_status (*comm_new)(lw_device *device, lw_comm *parent, lw_comm **out);
 } lwi_device_ops;
 
 struct lw_device {
@@ -124,9 +148,13 @@ struct lw_event {
 
 /* What the core lends a device library: its error reporting (a CUDA library cannot link the
  * core's internal symbols). */
+struct lwi_comm_backend;
 typedef struct lwi_device_host {
     int32_t abi; /* LWI_DEVICE_ABI */
     lw_status (*fail)(lw_status status, const char *fmt, ...);
+    /* lwi_comm_make (comm/comm.h): a communicator object around a device library's backend */
+    lw_status (*comm_make)(const struct lwi_comm_backend *backend, int32_t rank, int32_t size,
+                           void *impl, lw_comm **out);
 } lwi_device_host;
 
 /* The entry a device library exports (named LWI_DEVICE_ENTRY): fills *ops for the device
@@ -134,6 +162,11 @@ typedef struct lwi_device_host {
 typedef lw_status (*lwi_device_entry)(const lwi_device_host *host, int32_t index,
                                       const lwi_device_ops **ops, void **impl);
 #define LWI_DEVICE_ENTRY "lwopt_device_open"
+
+/* kernels.c: lw_adamw_update over many tensors at once (the optimizer's AdamW step). */
+lw_status lwi_adamw_tensors(lw_stream *stream, const lw_adamw_options *o,
+                            const lwi_adamw_tensor *tensors, int32_t count, int64_t t,
+                            float grad_scale);
 
 /* The stream to run on: the CPU's default stream for NULL. */
 lw_stream *lwi_stream_or_cpu(lw_stream *stream);

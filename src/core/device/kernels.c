@@ -33,12 +33,19 @@ lw_status lw_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, 
     return s->device->ops->vec_axpy(s, y, alpha, x, n);
 }
 
+lw_status lwi_adamw_tensors(lw_stream *stream, const lw_adamw_options *opts,
+                            const lwi_adamw_tensor *tensors, int32_t count, int64_t t,
+                            float grad_scale) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->adamw == NULL) return lwi_device_missing(s, "adamw");
+    return count > 0 ? s->device->ops->adamw(s, opts, tensors, count, t, grad_scale) : LW_OK;
+}
+
 lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float *w, const float *g,
                           float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
                           float grad_scale) {
-    lw_stream *s = lwi_stream_or_cpu(stream);
-    if (s->device->ops->adamw == NULL) return lwi_device_missing(s, "adamw");
-    return s->device->ops->adamw(s, opts, w, g, m, v, n, t, lr, weight_decay, grad_scale);
+    const lwi_adamw_tensor x = {w, g, m, v, n, lr, weight_decay};
+    return lwi_adamw_tensors(stream, opts, &x, 1, t, grad_scale);
 }
 
 lw_status lw_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,

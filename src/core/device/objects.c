@@ -209,6 +209,15 @@ lw_status lw_event_query(lw_event *e, bool *done) {
     return st == LW_OK ? e->device->ops->event_query(e, done) : st;
 }
 
+lw_status lw_device_get_info(lw_device *d, lw_device_info *out) {
+    if (d == NULL || out == NULL)
+        return lwi_fail(LW_ERR_INVALID, "device: device and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (d->ops->info == NULL) return lwi_fail(LW_ERR_UNSUPPORTED, "device: %s has no info entry",
+                                              d->name);
+    return d->ops->info(d, out);
+}
+
 /* Lua's activations: the CPU device's memory, named for what LuaJIT's ffi.new cannot give (it
  * caps at 2 GiB and says only "not enough memory"). */
 lw_status lw_host_alloc(int64_t bytes, void **out) {

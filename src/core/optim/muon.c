@@ -45,6 +45,7 @@ lw_muon_options lw_muon_defaults(void) {
     o.extra_scale = 1.0f;
     o.eps = 1e-7f;
     o.symmetric = true;
+    o.precision = LW_NS_BF16;
     return o;
 }
 
@@ -80,6 +81,9 @@ static lw_status check_options(const lw_muon_options *o) {
         return lwi_fail(LW_ERR_INVALID, "muon: eps must be > 0, got %g", (double)o->eps);
     if (!isfinite(o->extra_scale))
         return lwi_fail(LW_ERR_INVALID, "muon: extra_scale must be finite");
+    if (lw_ns_precision_name(o->precision) == NULL)
+        return lwi_fail(LW_ERR_INVALID, "muon: unknown Newton-Schulz precision %d",
+                        (int)o->precision);
     return LW_OK;
 }
 
@@ -167,19 +171,51 @@ static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_
     return LW_OK;
 }
 
+static lw_status orthogonalize(lw_muon *m, lw_stream *s, const float *u, float *x, int64_t batch,
+                               int64_t rows, int64_t cols) {
+    if (m->o.coeffs == LW_NS_IDENTITY)
+        return x == u ? LW_OK
+                      : lw_device_copy(s, x, u, (int64_t)sizeof(float) * batch * rows * cols,
+                                       LW_COPY_DEVICE_TO_DEVICE);
+    lw_status st = reserve(m, s, lwi_ns_work_floats(batch, rows, cols));
+    if (st != LW_OK) return st;
+    const lwi_ns_plan plan = {m->abc, m->o.ns_steps, m->o.eps, m->o.symmetric, m->o.precision,
+                              m->work};
+    if (s->device->ops->newton_schulz == NULL) return lwi_device_missing(s, "newton_schulz");
+    return s->device->ops->newton_schulz(s, &plan, u, x, batch, rows, cols);
+}
+
 lw_status lw_muon_orthogonalize(lw_muon *m, lw_stream *stream, const float *u, float *x,
                                 int64_t rows, int64_t cols) {
     lw_status st = m ? check_matrix(u, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
-    lw_stream *s = lwi_stream_or_cpu(stream);
-    if (m->o.coeffs == LW_NS_IDENTITY)
-        return x == u ? LW_OK
-                      : lw_device_copy(s, x, u, (int64_t)sizeof(float) * rows * cols,
-                                       LW_COPY_DEVICE_TO_DEVICE);
-    if ((st = reserve(m, s, lwi_muon_work_floats(rows, cols))) != LW_OK) return st;
-    const lwi_ns_plan plan = {m->abc, m->o.ns_steps, m->o.eps, m->o.symmetric, m->work};
-    if (s->device->ops->newton_schulz == NULL) return lwi_device_missing(s, "newton_schulz");
-    return s->device->ops->newton_schulz(s, &plan, u, x, rows, cols);
+    if (u != x && m->work != NULL && u >= m->work && u < m->work + m->capacity)
+        return lwi_fail(LW_ERR_INVALID, "muon: the matrix to orthogonalise is in the workspace");
+    return orthogonalize(m, lwi_stream_or_cpu(stream), u, x, 1, rows, cols);
+}
+
+/* The batch's updates live after the Newton-Schulz workspace, which a batch of the same shape
+ * does not grow again. */
+lw_status lwi_muon_batch_updates(lw_muon *m, lw_stream *stream, int64_t batch, int64_t rows,
+                                 int64_t cols, float **updates) {
+    lw_status st = m ? check_matrix(m, m, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+    if (st != LW_OK) return st;
+    if (batch < 1) return lwi_fail(LW_ERR_INVALID, "muon: batch of %lld", (long long)batch);
+    const int64_t work = lwi_ns_work_floats(batch, rows, cols);
+    if ((st = reserve(m, lwi_stream_or_cpu(stream), work + batch * rows * cols)) != LW_OK)
+        return st;
+    *updates = m->work + work;
+    return LW_OK;
+}
+
+lw_status lwi_muon_orthogonalize_batch(lw_muon *m, lw_stream *stream, float *u, int64_t batch,
+                                       int64_t rows, int64_t cols) {
+    lw_status st = m ? check_matrix(u, u, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+    if (st != LW_OK) return st;
+    if (u != m->work + lwi_ns_work_floats(batch, rows, cols))
+        return lwi_fail(LW_ERR_INVALID, "muon: a batch is orthogonalised where "
+                                        "lwi_muon_batch_updates put it");
+    return orthogonalize(m, lwi_stream_or_cpu(stream), u, u, batch, rows, cols);
 }
 
 static double scale_of(const lw_muon_options *o, int64_t rows, int64_t cols) {
@@ -221,11 +257,11 @@ lw_status lw_muon_update(lw_muon *m, lw_stream *stream, float *w, const float *g
     if (st != LW_OK) return st;
     if (mom == NULL) return lwi_fail(LW_ERR_INVALID, "muon: NULL momentum");
     lw_stream *s = lwi_stream_or_cpu(stream);
-    const int64_t n = rows * cols, work = lwi_muon_work_floats(rows, cols);
-    if ((st = reserve(m, s, work)) != LW_OK) return st;
-    float *u = m->work + (work - n); /* the update, after the Newton-Schulz workspace */
+    const int64_t n = rows * cols;
+    float *u;
+    if ((st = lwi_muon_batch_updates(m, s, 1, rows, cols, &u)) != LW_OK) return st;
     if ((st = lw_muon_momentum(m, s, w, g, mom, u, n, lr, wd, grad_scale)) != LW_OK) return st;
     /* 3. orthogonalise, 4. step */
-    if ((st = lw_muon_orthogonalize(m, s, u, u, rows, cols)) != LW_OK) return st;
+    if ((st = lwi_muon_orthogonalize_batch(m, s, u, 1, rows, cols)) != LW_OK) return st;
     return lw_muon_apply(m, s, w, u, n, rows, cols, lr);
 }

@@ -26,6 +26,20 @@ typedef struct owned {
                      whole matrix orthogonalised from the bucket's gathered update */
 } owned;
 
+/* Owned whole Muon matrices of one shape, updated together: momentum of each, Newton-Schulz of
+ * all of them as one batch (batched GEMMs on a GPU), then each step. */
+typedef struct muon_batch {
+    int64_t rows;
+    int64_t cols;
+    int32_t first; /* its members: batch_members[first .. first + count) (indices of owned) */
+    int32_t count;
+} muon_batch;
+
+/* Floats of updates a batch may hold on a GPU (128 MiB; its Newton-Schulz workspace is about
+ * as much again). On the CPU a batch is one matrix: OpenBLAS gains nothing from more, and the
+ * workspace stays one matrix's. */
+#define BATCH_FLOATS ((int64_t)1 << 25)
+
 struct lw_optimizer {
     lw_buffers *buffers;
     const lw_layout *layout;
@@ -46,6 +60,10 @@ struct lw_optimizer {
     float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
     int64_t gathered_numel;
     int64_t orthogonal_numel;
+    lwi_adamw_tensor *adamw; /* [owned] n_owned: the step's AdamW tensors, one call for all */
+    int32_t n_batches;
+    muon_batch *batches;    /* [owned] */
+    int32_t *batch_members; /* [owned] */
 };
 
 lw_optimizer_options lw_optimizer_defaults(void) {
@@ -133,6 +151,45 @@ static lw_status collect_owned(lw_optimizer *opt) {
     return st;
 }
 
+/* Groups the owned whole Muon matrices by shape, in owned order, each batch within the cap. */
+static lw_status make_batches(lw_optimizer *opt) {
+    const lw_layout *l = opt->layout;
+    const int32_t n = opt->n_owned ? opt->n_owned : 1;
+    opt->batches = calloc((size_t)n, sizeof(muon_batch));
+    opt->batch_members = calloc((size_t)n, sizeof(int32_t));
+    opt->adamw = calloc((size_t)n, sizeof(lwi_adamw_tensor));
+    bool *placed = calloc((size_t)n, sizeof(bool));
+    if (opt->batches == NULL || opt->batch_members == NULL || opt->adamw == NULL ||
+        placed == NULL) {
+        free(placed);
+        return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
+    }
+    const bool one = lw_device_is_host(opt->device);
+    int32_t members = 0;
+    for (int32_t k = 0; k < opt->n_owned; k++) {
+        const owned *o = &opt->owned[k];
+        if (!o->muon || o->sliced || placed[k]) continue;
+        const lwi_param *p = &l->params[o->param];
+        muon_batch *b = &opt->batches[opt->n_batches++];
+        b->rows = p->shape[0];
+        b->cols = p->shape[1];
+        b->first = members;
+        for (int32_t j = k; j < opt->n_owned; j++) {
+            const owned *oj = &opt->owned[j];
+            const lwi_param *pj = &l->params[oj->param];
+            if (!oj->muon || oj->sliced || placed[j] || pj->shape[0] != b->rows ||
+                pj->shape[1] != b->cols)
+                continue;
+            if (b->count > 0 && (one || (b->count + 1) * b->rows * b->cols > BATCH_FLOATS)) break;
+            placed[j] = true;
+            opt->batch_members[members++] = j;
+            b->count++;
+        }
+    }
+    free(placed);
+    return LW_OK;
+}
+
 lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
                            lw_optimizer **out) {
     if (buffers == NULL || out == NULL)
@@ -160,6 +217,7 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
         goto fail;
     }
     if ((st = collect_owned(opt)) != LW_OK) goto fail;
+    if ((st = make_batches(opt)) != LW_OK) goto fail;
     *out = opt;
     return LW_OK;
 fail:
@@ -178,6 +236,9 @@ void lw_optimizer_free(lw_optimizer *opt) {
     lw_device_free(opt->device, opt->gathered);
     lw_device_free(opt->device, opt->orthogonal);
     lw_device_free(opt->device, opt->norm_acc);
+    free(opt->batches);
+    free(opt->batch_members);
+    free(opt->adamw);
     lw_muon_free(opt->muon);
     free(opt);
 }
@@ -296,29 +357,64 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
     return st;
 }
 
-static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
-    const lw_layout *l = opt->layout;
+/* One batch of whole Muon matrices: weight decay and momentum of each into the batch's update
+ * array, Newton-Schulz of all of them, then each step. */
+static lw_status update_muon_batch(lw_optimizer *opt, const muon_batch *b, float grad_scale) {
+    const int64_t n = b->rows * b->cols;
+    float *u;
+    lw_status st = lwi_muon_batch_updates(opt->muon, opt->stream, b->count, b->rows, b->cols, &u);
+    for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
+        owned *o = &opt->owned[opt->batch_members[b->first + i]];
+        const int32_t grp = opt->group[o->param];
+        float *w, *g;
+        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
+        if (st == LW_OK)
+            st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state, u + i * n, n,
+                                  opt->lr[grp], opt->wd[grp], grad_scale);
+    }
+    if (st == LW_OK)
+        st = lwi_muon_orthogonalize_batch(opt->muon, opt->stream, u, b->count, b->rows, b->cols);
+    for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
+        owned *o = &opt->owned[opt->batch_members[b->first + i]];
+        float *w;
+        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK)
+            st = lw_muon_apply(opt->muon, opt->stream, w, u + i * n, n, b->rows, b->cols,
+                               opt->lr[opt->group[o->param]]);
+    }
+    return st;
+}
+
+/* Every AdamW element this rank owns, in one multi-tensor call. */
+static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
+    int32_t count = 0;
     for (int32_t k = 0; k < opt->n_owned; k++) {
         owned *o = &opt->owned[k];
-        if (o->sliced) continue;
-        const lwi_param *p = &l->params[o->param];
+        if (o->muon) continue;
+        lwi_adamw_tensor *x = &opt->adamw[count++];
         float *w, *g;
         lw_status st = lw_buffers_owned_param(opt->buffers, o->param, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st != LW_OK) return st;
         const int32_t grp = opt->group[o->param];
+        *x = (lwi_adamw_tensor){w, g, o->state, o->state + o->count, o->count, opt->lr[grp],
+                                opt->wd[grp]};
+    }
+    return lwi_adamw_tensors(opt->stream, &opt->o.adamw, opt->adamw, count, opt->step, grad_scale);
+}
+
+static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
+    const lw_layout *l = opt->layout;
+    double t0 = lwi_now();
+    lw_status st0 = update_adamw(opt, grad_scale);
+    r->seconds_adamw += lwi_now() - t0;
+    if (st0 != LW_OK) return st0;
+    for (int32_t b = 0; b < opt->n_batches; b++) {
         double t = lwi_now();
-        if (o->muon) {
-            st = lw_muon_update(opt->muon, opt->stream, w, g, o->state, p->shape[0], p->shape[1],
-                                opt->lr[grp], opt->wd[grp], grad_scale);
-            r->seconds_muon += lwi_now() - t;
-            if (st != LW_OK) return st;
-        } else {
-            st = lw_adamw_update(opt->stream, &opt->o.adamw, w, g, o->state, o->state + o->count,
-                                 o->count, opt->step, opt->lr[grp], opt->wd[grp], grad_scale);
-            r->seconds_adamw += lwi_now() - t;
-            if (st != LW_OK) return st;
-        }
+        lw_status st = update_muon_batch(opt, &opt->batches[b], grad_scale);
+        r->seconds_muon += lwi_now() - t;
+        if (st != LW_OK) return st;
     }
     double t = lwi_now();
     for (int32_t b = 0; b < l->n_buffers; b++)

@@ -3,8 +3,10 @@
  * reference kernels in the other files of device/cpu/. */
 #include "device/cpu/cpu.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static lw_status cpu_alloc(lw_device *device, int64_t bytes, void **out) {
     (void)device;
@@ -70,6 +72,17 @@ static lw_status cpu_event_query(lw_event *event, bool *done) {
     return LW_OK;
 }
 
+/* The machine's memory and cores, as sysconf sees them. */
+static lw_status cpu_info(lw_device *device, lw_device_info *out) {
+    (void)device;
+    snprintf(out->name, sizeof out->name, "cpu");
+    const long page = sysconf(_SC_PAGESIZE);
+    out->total_bytes = (int64_t)sysconf(_SC_PHYS_PAGES) * page;
+    out->free_bytes = (int64_t)sysconf(_SC_AVPHYS_PAGES) * page;
+    out->processors = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    return LW_OK;
+}
+
 const lwi_device_ops lwi_cpu_ops = {
     .kind = "cpu",
     .host_memory = true,
@@ -106,4 +119,5 @@ const lwi_device_ops lwi_cpu_ops = {
     .attention_backward = lwi_cpu_attention_backward,
     .cross_entropy_forward = lwi_cpu_cross_entropy_forward,
     .cross_entropy_backward = lwi_cpu_cross_entropy_backward,
+    .info = cpu_info,
 };

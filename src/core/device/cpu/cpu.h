@@ -17,9 +17,10 @@ lw_status lwi_cpu_vec_axpy(lw_stream *stream, float *y, float alpha, const float
 lw_status lwi_cpu_muon_momentum(lw_stream *stream, const lwi_muon_step *k, float *w, const float *g,
                                 float *m, float *u, int64_t n);
 lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
-                                float *x, int64_t rows, int64_t cols);
-lw_status lwi_cpu_adamw(lw_stream *stream, const lw_adamw_options *o, float *w, const float *g,
-                        float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
+                                float *x, int64_t batch, int64_t rows, int64_t cols);
+
+lw_status lwi_cpu_adamw(lw_stream *stream, const lw_adamw_options *o,
+                        const lwi_adamw_tensor *tensors, int32_t count, int64_t t,
                         float grad_scale);
 lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,
                                  const float *b, int64_t n, int64_t in, int64_t out);

@@ -89,9 +89,9 @@ static void iterate(const lwi_ns_plan *plan, float *x, int64_t p, int64_t q, CBL
     if (cur != x) memcpy(x, cur, sizeof(float) * (size_t)(p * q));
 }
 
-lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
-                                float *x, int64_t rows, int64_t cols) {
-    (void)stream;
+/* One matrix; the batch is a loop (OpenBLAS threads each GEMM). */
+static void newton_schulz(const lwi_ns_plan *plan, const float *u, float *x, int64_t rows,
+                          int64_t cols) {
     const int64_t n = rows * cols;
     const double norm = sqrt(lwi_cpu_sum_squares(u, n));
     const float inv = (float)(1.0 / (norm > plan->eps ? norm : plan->eps));
@@ -101,5 +101,13 @@ lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, cons
     /* rows <= cols: X = U row-major (ld cols); else X = U^T, which is U read column-major */
     const CBLAS_ORDER order = rows <= cols ? CblasRowMajor : CblasColMajor;
     iterate(plan, x, p, q, order, rows <= cols ? q : p);
+}
+
+lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
+                                float *x, int64_t batch, int64_t rows, int64_t cols) {
+    (void)stream;
+    const int64_t n = rows * cols;
+    for (int64_t i = 0; i < batch; i++)
+        newton_schulz(plan, u + i * n, x + i * n, rows, cols);
     return LW_OK;
 }
