@@ -1,0 +1,254 @@
+/* device.c: the CUDA device: the library's entry (lwopt_device_open), the device table, device
+ * memory, streams (each with its reduction scratch) and events, and what the device is. The
+ * kernels' entries are in blas.c, the communicator in nccl.c. */
+#include "cuda/cuda.h"
+
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const lwi_device_host *lwc_host;
+
+lw_status lwc_fail(const lw_device *d, cudaError_t e, const char *what) {
+    cudaGetLastError(); /* clear a sticky launch error so that the next call starts clean */
+    return lwc_host->fail(LW_ERR_IO, "%s: %s: %s (%s)", d ? d->name : "cuda", what,
+                          cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+lw_status lwc_fail_blas(const lw_device *d, cublasStatus_t e, const char *what) {
+    return lwc_host->fail(LW_ERR_IO, "%s: %s: %s (cuBLAS status %d)", d ? d->name : "cuda", what,
+                          cublasGetStatusString(e), (int)e);
+}
+
+lw_status lwc_use(const lw_device *d) {
+    cudaError_t e = cudaSetDevice(lwc_dev(d)->index);
+    return e == cudaSuccess ? LW_OK : lwc_fail(d, e, "cudaSetDevice");
+}
+
+lw_status lwc_launched(const lw_stream *s, cudaError_t e, const char *what) {
+    return e == cudaSuccess ? LW_OK : lwc_fail(s->device, e, what);
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+static lw_status cuda_alloc(lw_device *d, int64_t bytes, void **out) {
+    lw_status st = lwc_use(d);
+    if (st != LW_OK) return st;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, (size_t)(bytes ? bytes : 1));
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc of %.2f GiB (%lld bytes)",
+                 (double)bytes / (1 << 30), (long long)bytes);
+        return lwc_fail(d, e, what);
+    }
+    /* zeroed before any stream can use it: the legacy stream, then a wait */
+    if ((e = cudaMemsetAsync(p, 0, (size_t)bytes, 0)) == cudaSuccess) e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return lwc_fail(d, e, "zeroing new memory");
+    }
+    *out = p;
+    return LW_OK;
+}
+
+static void cuda_free(lw_device *d, void *p) {
+    if (lwc_use(d) == LW_OK) cudaFree(p);
+}
+
+static lw_status cuda_set(lw_stream *s, void *dst, int32_t value, int64_t bytes) {
+    return lwc_launched(s, cudaMemsetAsync(dst, value, (size_t)bytes, lwc_cuda_stream(s)),
+                        "cudaMemsetAsync");
+}
+
+static lw_status cuda_copy(lw_stream *s, void *dst, const void *src, int64_t bytes,
+                           lw_copy_kind kind) {
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                cudaMemcpyDeviceToDevice};
+    cudaStream_t cs = lwc_cuda_stream(s);
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, kinds[kind], cs);
+    /* a copy from or to host memory has completed when lw_device_copy returns */
+    if (e == cudaSuccess && kind != LW_COPY_DEVICE_TO_DEVICE) e = cudaStreamSynchronize(cs);
+    return lwc_launched(s, e, "cudaMemcpyAsync");
+}
+
+/* ---- streams and events ---------------------------------------------------------------------- */
+
+static void stream_free(lw_device *d, void *impl) {
+    lwc_stream *s = impl;
+    if (s == NULL || lwc_use(d) != LW_OK) return;
+    if (s->stream) cudaStreamDestroy(s->stream);
+    cudaFree(s->scratch);
+    cudaFreeHost(s->host_flag);
+    free(s);
+}
+
+static lw_status stream_new(lw_device *d, void **impl) {
+    lw_status st = lwc_use(d);
+    if (st != LW_OK) return st;
+    lwc_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) return lwc_host->fail(LW_ERR_NOMEM, "%s: out of memory", d->name);
+    /* non-blocking: never serialised against the legacy default stream */
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&s->scratch, LWC_SCRATCH_BYTES);
+    if (e == cudaSuccess) e = cudaMallocHost(&s->host_flag, 8);
+    if (e != cudaSuccess) {
+        stream_free(d, s);
+        return lwc_fail(d, e, "creating a stream");
+    }
+    *impl = s;
+    return LW_OK;
+}
+
+static lw_status stream_synchronize(lw_stream *s) {
+    return lwc_launched(s, cudaStreamSynchronize(lwc_cuda_stream(s)), "cudaStreamSynchronize");
+}
+
+static lw_status stream_wait(lw_stream *s, lw_event *e) {
+    return lwc_launched(s, cudaStreamWaitEvent(lwc_cuda_stream(s), (cudaEvent_t)e->impl, 0),
+                        "cudaStreamWaitEvent");
+}
+
+static lw_status event_new(lw_device *d, void **impl) {
+    lw_status st = lwc_use(d);
+    if (st != LW_OK) return st;
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return lwc_fail(d, e, "cudaEventCreate");
+    *impl = ev;
+    return LW_OK;
+}
+
+static void event_free(lw_device *d, void *impl) {
+    if (impl != NULL && lwc_use(d) == LW_OK) cudaEventDestroy((cudaEvent_t)impl);
+}
+
+static lw_status event_record(lw_event *ev, lw_stream *s) {
+    return lwc_launched(s, cudaEventRecord((cudaEvent_t)ev->impl, lwc_cuda_stream(s)),
+                        "cudaEventRecord");
+}
+
+static lw_status event_synchronize(lw_event *ev) {
+    cudaError_t e = cudaEventSynchronize((cudaEvent_t)ev->impl);
+    return e == cudaSuccess ? LW_OK : lwc_fail(ev->device, e, "cudaEventSynchronize");
+}
+
+static lw_status event_query(lw_event *ev, bool *done) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev->impl);
+    *done = e == cudaSuccess;
+    return e == cudaSuccess || e == cudaErrorNotReady ? LW_OK
+                                                      : lwc_fail(ev->device, e, "cudaEventQuery");
+}
+
+/* ---- what the device is ---------------------------------------------------------------------- */
+
+static lw_status info(lw_device *d, lw_device_info *out) {
+    lw_status st = lwc_use(d);
+    if (st != LW_OK) return st;
+    const lwc_device *c = lwc_dev(d);
+    snprintf(out->name, sizeof out->name, "%s", c->prop.name);
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
+    if (e != cudaSuccess) return lwc_fail(d, e, "cudaMemGetInfo");
+    out->total_bytes = (int64_t)total_bytes;
+    out->free_bytes = (int64_t)free_bytes;
+    out->capability = 10 * c->prop.major + c->prop.minor;
+    out->processors = c->prop.multiProcessorCount;
+    int runtime = 0, driver = 0, blas = 0, nccl = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    cublasGetVersion(c->blas, &blas);
+    ncclGetVersion(&nccl);
+    snprintf(out->software, sizeof out->software,
+             "CUDA %d.%d (driver %d.%d), cuBLAS %d, NCCL %d.%d.%d", runtime / 1000,
+             runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas, nccl / 10000,
+             nccl % 10000 / 100, nccl % 100);
+    return LW_OK;
+}
+
+/* ---- the table and the entry ----------------------------------------------------------------- */
+
+/* The model kernels come with end-to-end GPU training: until then they are absent, and the core
+ * names the one a caller asked for (lwi_device_missing). */
+static const lwi_device_ops cuda_ops = {
+    .kind = "cuda",
+    .host_memory = false,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .set = cuda_set,
+    .copy = cuda_copy,
+    .stream_new = stream_new,
+    .stream_free = stream_free,
+    .stream_synchronize = stream_synchronize,
+    .stream_wait = stream_wait,
+    .event_new = event_new,
+    .event_free = event_free,
+    .event_record = event_record,
+    .event_synchronize = event_synchronize,
+    .event_query = event_query,
+    .vec_norm_stats = lwc_vec_norm_stats,
+    .vec_all_finite = lwc_vec_all_finite,
+    .vec_scale = lwc_vec_scale,
+    .vec_add = lwc_vec_add,
+    .vec_axpy = lwc_vec_axpy,
+    .muon_momentum = lwc_muon_step,
+    .newton_schulz = lwc_newton_schulz,
+    .adamw = lwc_adamw_step,
+    .info = info,
+};
+
+/* Why no GPU can be had, in the words a user can act on. */
+static lw_status no_gpu(cudaError_t e) {
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaErrorInsufficientDriver)
+        return lwc_host->fail(LW_ERR_UNSUPPORTED,
+                              "CUDA is not available: no usable NVIDIA driver (libcuda.so is "
+                              "missing or older than the CUDA %d.%d runtime liblwopt_cuda.so was "
+                              "built with)",
+                              runtime / 1000, runtime % 1000 / 10);
+    if (e == cudaErrorNoDevice || e == cudaSuccess)
+        return lwc_host->fail(LW_ERR_UNSUPPORTED,
+                              "CUDA is not available: the driver sees no GPU "
+                              "(CUDA_VISIBLE_DEVICES is '%s')",
+                              getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
+                                                             : "unset");
+    return lwc_host->fail(LW_ERR_UNSUPPORTED, "CUDA is not available: %s (%s)",
+                          cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+lw_status lwopt_device_open(const lwi_device_host *host, int32_t index, const lwi_device_ops **ops,
+                            void **impl);
+lw_status lwopt_device_open(const lwi_device_host *host, int32_t index, const lwi_device_ops **ops,
+                            void **impl) {
+    if (host->abi != LWI_DEVICE_ABI)
+        return host->fail(LW_ERR_UNSUPPORTED,
+                          "liblwopt_cuda.so speaks device ABI %d but liblwopt.so speaks %d: "
+                          "build both from one source tree",
+                          LWI_DEVICE_ABI, host->abi);
+    lwc_host = host;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) return no_gpu(e);
+    if (index >= count)
+        return host->fail(LW_ERR_UNSUPPORTED, "CUDA: there is no GPU %d (the driver sees %d)", index,
+                          count);
+    lwc_device *c = calloc(1, sizeof *c);
+    if (c == NULL) return host->fail(LW_ERR_NOMEM, "cuda: out of memory");
+    c->index = index;
+    e = cudaSetDevice(index);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&c->prop, index);
+    if (e != cudaSuccess) {
+        free(c);
+        return no_gpu(e);
+    }
+    cublasStatus_t b = cublasCreate(&c->blas);
+    if (b != CUBLAS_STATUS_SUCCESS) {
+        free(c);
+        return lwc_fail_blas(NULL, b, "cublasCreate");
+    }
+    *ops = &cuda_ops;
+    *impl = c;
+    return LW_OK;
+}
