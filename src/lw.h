@@ -390,10 +390,16 @@ lw_status lw_comm_self(lw_comm **out);
  * the environment before MPI starts; [out] *rank and *size (each optional) the launcher gave it,
  * 0 and 1 when not launched. */
 bool lw_comm_launched(int32_t *rank, int32_t *size);
+/* This process's rank among the job's processes on its machine, read from the launcher's
+ * environment (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK,
+ * PALS_LOCAL_RANKID, SLURM_LOCALID: the first set) before MPI starts: 0 when no launcher started
+ * the process (lw_comm_launched), -1 when one did but set none of them. One GPU per rank: Lua's
+ * device "cuda" means cuda:<local rank> under a launcher. */
+int32_t lw_comm_local_rank(void);
 void lw_comm_free(lw_comm *comm);
 int32_t lw_comm_rank(const lw_comm *comm);
 int32_t lw_comm_size(const lw_comm *comm);
-/* "self" or "mpi". [borrowed] static string. */
+/* "self", "mpi" or "nccl" (lw_comm_device_new). [borrowed] static string. */
 const char *lw_comm_backend(const lw_comm *comm);
 /* Collectives started on comm from now on are ordered after the work issued so far on stream
  * (NULL: the CPU's): a backend that moves host memory (self, MPI) waits for the stream before it
@@ -402,13 +408,19 @@ const char *lw_comm_backend(const lw_comm *comm);
 lw_status lw_comm_set_stream(lw_comm *comm, lw_stream *stream);
 /* [borrowed] the stream set, the CPU's when none was. */
 lw_stream *lw_comm_stream(const lw_comm *comm);
-/* Whether comm's backend moves the memory of device (self and MPI: host memory only). */
+/* Whether comm's collectives move the memory of device (self and MPI: host memory only; a
+ * device communicator: its device's memory, and host memory through its parent). */
 bool lw_comm_reaches(const lw_comm *comm, const lw_device *device);
 /* A communicator of parent's ranks (same rank numbers) whose collectives move device's memory:
- * NCCL for a CUDA device, bootstrapped through parent (collective over parent). Collectives on
- * host memory (the gradient norm's all-reduce, barriers, checkpoint broadcasts) still go
- * through parent, which must outlive it. LW_ERR_UNSUPPORTED when the device has none (the
- * CPU needs none: every communicator reaches host memory). [out] owned. */
+ * NCCL for a CUDA device, bootstrapped through parent (collective over parent; each rank passes
+ * its own GPU). Collectives on host memory (the gradient norm's all-reduce, barriers, checkpoint
+ * broadcasts) still go through parent, which must outlive it. A collective on device memory is
+ * enqueued on the communicator's own stream behind the work issued so far on the ordering
+ * stream (the request's, else lw_comm_set_stream's, else the device's default stream); its
+ * request completes when the device has run it. Its splits split parent too (and own that
+ * split); it takes parent's timeout. LW_ERR_UNSUPPORTED when the device has none (the CPU needs
+ * none: every communicator reaches host memory), LW_ERR_INVALID when parent is itself a device
+ * communicator. [out] owned. */
 lw_status lw_comm_device_new(lw_comm *parent, lw_device *device, lw_comm **out);
 /* Ranks with equal color form a new communicator, ordered by key (collective). [out] owned. */
 lw_status lw_comm_split(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);

@@ -196,6 +196,7 @@ static const lwi_device_ops cuda_ops = {
     .newton_schulz = lwc_newton_schulz,
     .adamw = lwc_adamw_step,
     .info = info,
+    .comm_new = lwc_comm_new,
 };
 
 /* Why no GPU can be had, in the words a user can act on. */

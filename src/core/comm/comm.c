@@ -46,7 +46,7 @@ lw_status lw_comm_set_stream(lw_comm *c, lw_stream *stream) {
 lw_stream *lw_comm_stream(const lw_comm *c) { return c ? lwi_stream_or_cpu(c->stream) : NULL; }
 
 bool lw_comm_reaches(const lw_comm *c, const lw_device *device) {
-    return c != NULL && device != NULL && (!c->backend->host_memory || lw_device_is_host(device));
+    return c != NULL && device != NULL && (lw_device_is_host(device) || c->device == device);
 }
 
 lw_status lw_request_set_stream(lw_request *r, lw_stream *stream) {
@@ -72,11 +72,29 @@ static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
     c->counters[op].seconds += lwi_now() - since;
 }
 
+/* One rank's collectives are the identity, done here without the backend on host memory. A
+ * device backend still runs them: all-gather-v must copy device memory, and its requests complete
+ * with the device's work, so that one GPU runs the code that many do. */
+static bool alone(const lw_comm *c) { return c->size == 1 && c->backend->host_memory; }
+
+/* Lets go of req's backend handle (the backend's release first: NCCL's holds a CUDA event). */
+static void drop_handle(lw_request *r) {
+    if (r->handle_backend != NULL && r->handle_backend->release != NULL)
+        r->handle_backend->release(r);
+    free(r->handle);
+    r->handle = NULL;
+    r->handle_backend = NULL;
+}
+
 /* Takes req for a collective of c, which starts after the work issued so far on its stream: a
- * backend that moves host memory waits for the stream (on the CPU, a no-op). */
+ * backend that moves host memory waits for the stream (on the CPU, a no-op). A request used
+ * before on another backend (MPI, then NCCL) drops that backend's handle, which this one would
+ * misread. */
 static lw_status claim(lw_comm *c, lw_request *req) {
     if (req->comm != NULL)
         return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
+    if (req->handle != NULL && req->handle_backend != c->backend) drop_handle(req);
+    req->handle_backend = c->backend;
     return c->backend->host_memory ? lw_stream_synchronize(req->stream ? req->stream : c->stream)
                                    : LW_OK;
 }
@@ -127,7 +145,10 @@ lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
     if (color < 0) return lwi_fail(LW_ERR_INVALID, "comm: split color must be >= 0, got %d", color);
     *out = NULL;
     st = c->backend->split(c, color, key, out);
-    if (st == LW_OK) (*out)->timeout = c->timeout;
+    if (st == LW_OK) {
+        (*out)->timeout = c->timeout;
+        (*out)->device = c->device;
+    }
     return st;
 }
 
@@ -136,7 +157,7 @@ lw_status lw_comm_barrier(lw_comm *c) {
     if (st != LW_OK || (st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, c->blocking, LW_COMM_BARRIER, 0);
-    if (c->size > 1) {
+    if (!alone(c)) {
         lw_request *r = blocking_request(c);
         st = complete_blocking(c, r, c->backend->barrier(c, r), t);
     }
@@ -155,7 +176,7 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
     if ((st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, c->blocking, LW_COMM_BROADCAST, bytes);
-    for (int64_t off = 0; c->size > 1 && st == LW_OK && off < bytes; off += CHUNK_BYTES) {
+    for (int64_t off = 0; !alone(c) && st == LW_OK && off < bytes; off += CHUNK_BYTES) {
         int64_t n = bytes - off < CHUNK_BYTES ? bytes - off : CHUNK_BYTES;
         lw_request *r = blocking_request(c);
         st = complete_blocking(c, r, c->backend->broadcast(c, (char *)data + off, n, root, r),
@@ -180,7 +201,7 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
     double t = lwi_now();
     const int64_t size = (int64_t)lwi_dtype_size(dtype), chunk = CHUNK_BYTES / 8;
     stamp(c, c->blocking, LW_COMM_ALLREDUCE, n * size);
-    for (int64_t off = 0; c->size > 1 && st == LW_OK && off < n; off += chunk) {
+    for (int64_t off = 0; !alone(c) && st == LW_OK && off < n; off += chunk) {
         int64_t k = n - off < chunk ? n - off : chunk;
         lw_request *r = blocking_request(c);
         st = complete_blocking(
@@ -200,7 +221,7 @@ lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request
     if ((st = claim(c, req)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, req, LW_COMM_ALLREDUCE, n * 4);
-    if (c->size > 1) {
+    if (!alone(c)) {
         st = c->backend->allreduce(c, data, n, LW_DTYPE_F32, LW_REDUCE_SUM, req);
         if (st == LW_OK) activate(c, req, t);
     }
@@ -226,7 +247,7 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
     double t = lwi_now();
     int64_t shard = n / c->size;
     stamp(c, r, LW_COMM_REDUCE_SCATTER, n * 4);
-    if (c->size == 1) { /* the sum over one rank is the bucket itself */
+    if (alone(c)) { /* the sum over one rank is the bucket itself */
         count(c, LW_COMM_REDUCE_SCATTER, 0, t);
         return LW_OK;
     }
@@ -264,7 +285,7 @@ lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
     if ((st = claim(c, r)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, r, LW_COMM_ALLGATHER, n * (int64_t)lwi_dtype_size(dtype));
-    if (c->size == 1) { /* one shard: every rank already has it */
+    if (alone(c)) { /* one shard: every rank already has it */
         count(c, LW_COMM_ALLGATHER, 0, t);
         return LW_OK;
     }
@@ -296,7 +317,7 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
     if ((st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
     stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * 4);
-    if (c->size == 1) { /* one rank: its own contribution is the result */
+    if (alone(c)) { /* one rank: its own contribution is the result */
         if (send_count > 0 && send != recv)
             memmove(recv, send, sizeof(float) * (size_t)send_count);
     } else {
@@ -339,7 +360,7 @@ void lw_request_free(lw_request *r) {
     lw_request_wait(r);
     free(r->scratch);
     free(r->ints);
-    free(r->handle);
+    drop_handle(r);
     free(r);
 }
 

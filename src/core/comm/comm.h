@@ -1,5 +1,6 @@
 /* comm.h: the communicator's data and the backend interface shared by comm.c and the
- * backends (self.c, mpi.c). Not public API. */
+ * backends (self.c, mpi.c; nccl.c in the CUDA library, which reads these structs too: they are
+ * part of its contract, see device/device.h). Not public API. */
 #ifndef LW_COMM_H
 #define LW_COMM_H
 
@@ -16,7 +17,9 @@
  * also have a blocking form, taken when req is NULL (the watchdog is off: MPI's blocking
  * collectives are faster than a start and a wait). Counts are elements, each at most INT32_MAX
  * (comm.c splits larger broadcasts and blocking all-reduces); a reduce-scatter reads
- * send[0..shard * size) and writes recv[0..shard). */
+ * send[0..shard * size) and writes recv[0..shard). A host-memory backend is never called for
+ * one rank (its collectives are the identity there); a device backend is, since it must at least
+ * move device memory (all-gather-v) and completes its requests with the device's work. */
 typedef struct lwi_comm_backend {
     const char *name;
     bool host_memory;             /* moves host memory (MPI, self): starts after a stream sync */
@@ -39,6 +42,10 @@ typedef struct lwi_comm_backend {
     lw_status (*wait)(lw_request *req);
     void (*abort)(lw_comm *comm, int32_t code);
     void (*free)(lw_comm *comm);
+    /* Optional: lets go of what req->handle holds (NCCL: a CUDA event) before the core frees
+     * the handle itself, when the request is freed or next used on another backend. Must not
+     * need the communicator: a request may outlive it. NULL: the handle is plain memory. */
+    void (*release)(lw_request *req);
 } lwi_comm_backend;
 
 struct lw_comm {
@@ -46,6 +53,8 @@ struct lw_comm {
     int32_t rank;
     int32_t size;
     void *impl;        /* backend data (the MPI communicator) */
+    lw_device *device; /* [borrowed] the device whose memory a device backend moves; NULL: host
+                          memory only (self, MPI) */
     lw_stream *stream; /* [borrowed] collectives are ordered after it (lw_comm_set_stream) */
     lw_comm_counter counters[LWI_COMM_OPS];
     lw_request *blocking; /* [owned] request for the blocking forms of the collectives */
@@ -69,6 +78,7 @@ struct lw_request {
     float *copy_to; /* reduce-scatter: where the result goes on completion */
     int64_t copy_count;
     void *handle; /* [owned] backend handle storage (MPI_Request), allocated on first use */
+    const lwi_comm_backend *handle_backend; /* the backend whose handle it is (see release) */
     int *ints;    /* [owned] backend integers that live as long as the collective (counts) */
     int64_t ints_capacity;
     /* for the watchdog: what is in flight, since when */

@@ -268,9 +268,18 @@ static void mpi_free(lw_comm *c) {
 }
 
 const lwi_comm_backend lwi_comm_mpi_backend = {
-    "mpi",
-    true,
-    false,          mpi_split,      mpi_barrier, mpi_broadcast, mpi_allreduce,
-    mpi_reduce_scatter, mpi_allgather, mpi_allgatherv, mpi_test, mpi_wait,
-    mpi_abort,      mpi_free,
+    .name = "mpi",
+    .host_memory = true,
+    .in_place_reduce_scatter = false,
+    .split = mpi_split,
+    .barrier = mpi_barrier,
+    .broadcast = mpi_broadcast,
+    .allreduce = mpi_allreduce,
+    .reduce_scatter_start = mpi_reduce_scatter,
+    .allgather_start = mpi_allgather,
+    .allgatherv = mpi_allgatherv,
+    .test = mpi_test,
+    .wait = mpi_wait,
+    .abort = mpi_abort,
+    .free = mpi_free,
 };

@@ -66,11 +66,20 @@ static void self_abort(lw_comm *c, int32_t code) { (void)c, (void)code; }
 static void self_free(lw_comm *c) { (void)c; }
 
 static const lwi_comm_backend self_backend = {
-    "self",
-    true,
-    true,         self_split,          self_barrier,   self_broadcast,
-    self_allreduce, self_reduce_scatter, self_allgather, self_allgatherv,
-    self_test,      self_wait,           self_abort,     self_free,
+    .name = "self",
+    .host_memory = true,
+    .in_place_reduce_scatter = true,
+    .split = self_split,
+    .barrier = self_barrier,
+    .broadcast = self_broadcast,
+    .allreduce = self_allreduce,
+    .reduce_scatter_start = self_reduce_scatter,
+    .allgather_start = self_allgather,
+    .allgatherv = self_allgatherv,
+    .test = self_test,
+    .wait = self_wait,
+    .abort = self_abort,
+    .free = self_free,
 };
 
 lw_status lwi_comm_self_world(lw_comm **out) {

@@ -43,6 +43,17 @@ bool lw_comm_launched(int32_t *rank, int32_t *size) {
     return has_rank || has_size;
 }
 
+int32_t lw_comm_local_rank(void) {
+    /* OpenMPI, MPICH / Intel MPI (Hydra), MVAPICH, Cray PALS, then Slurm's srun (last: a batch
+     * script's own SLURM_LOCALID would shadow an mpirun started inside it) */
+    static const char *const local_vars[] = {
+        "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+        "PALS_LOCAL_RANKID",          "SLURM_LOCALID",   NULL};
+    if (!lw_comm_launched(NULL, NULL)) return 0;
+    int32_t r = 0;
+    return env_int(local_vars, &r) ? r : -1;
+}
+
 static lw_status named_world(const char *name, lw_comm **out) {
     for (int32_t i = 0; i < N_BACKENDS; i++)
         if (strcmp(backends[i].name, name) == 0) return backends[i].world(out);

@@ -2,13 +2,15 @@
  * (buffers, optimizer, the public kernels) calls devices only through it; device/cpu/ fills it
  * with the reference implementations, the CUDA library (src/cuda/) fills the same table and is
  * loaded by device/loader.c. Not public API, but the CUDA library's contract: an entry added
- * here is appended, and LWI_DEVICE_ABI goes up when the table changes. */
+ * here is appended, and LWI_DEVICE_ABI goes up when the table or the host struct changes. The
+ * communicator's structs (comm/comm.h: lw_comm, lw_request, lwi_comm_backend) are part of the
+ * same contract, since the CUDA library's NCCL backend fills a backend and reads them. */
 #ifndef LW_DEVICE_H
 #define LW_DEVICE_H
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 2
+#define LWI_DEVICE_ABI 3
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -146,8 +148,9 @@ struct lw_event {
     void *impl;
 };
 
-/* What the core lends a device library: its error reporting (a CUDA library cannot link the
- * core's internal symbols). */
+/* What the core lends a device library: its error reporting and the communicator calls its
+ * communicator needs (a device library is dlopened by liblwopt.so and links neither the core's
+ * internal symbols nor the core itself). */
 struct lwi_comm_backend;
 typedef struct lwi_device_host {
     int32_t abi; /* LWI_DEVICE_ABI */
@@ -155,6 +158,15 @@ typedef struct lwi_device_host {
     /* lwi_comm_make (comm/comm.h): a communicator object around a device library's backend */
     lw_status (*comm_make)(const struct lwi_comm_backend *backend, int32_t rank, int32_t size,
                            void *impl, lw_comm **out);
+    /* lw.h's collectives, for a device communicator's parent: its bootstrap and every collective
+     * on host memory go through them, under the parent's checks, counters and watchdog */
+    lw_status (*comm_broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root);
+    lw_status (*comm_allreduce)(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
+                                lw_reduce_op op);
+    lw_status (*comm_barrier)(lw_comm *comm);
+    lw_status (*comm_split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
+    lw_status (*comm_abort)(lw_comm *comm, int32_t code);
+    void (*comm_free)(lw_comm *comm);
 } lwi_device_host;
 
 /* The entry a device library exports (named LWI_DEVICE_ENTRY): fills *ops for the device
