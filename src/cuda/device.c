@@ -147,7 +147,7 @@ static lw_status info(lw_device *d, lw_device_info *out) {
     lw_status st = lwc_use(d);
     if (st != LW_OK) return st;
     const lwc_device *c = lwc_dev(d);
-    snprintf(out->name, sizeof out->name, "%s", c->prop.name);
+    snprintf(out->name, sizeof out->name, "%.127s", c->prop.name);
     size_t free_bytes = 0, total_bytes = 0;
     cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
     if (e != cudaSuccess) return lwc_fail(d, e, "cudaMemGetInfo");
