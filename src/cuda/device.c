@@ -204,17 +204,17 @@ static lw_status no_gpu(cudaError_t e) {
     cudaRuntimeGetVersion(&runtime);
     if (e == cudaErrorInsufficientDriver)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
-                              "CUDA is not available: no usable NVIDIA driver (libcuda.so is "
+                              "device: CUDA is not available: no usable NVIDIA driver (libcuda.so is "
                               "missing or older than the CUDA %d.%d runtime liblwopt_cuda.so was "
                               "built with)",
                               runtime / 1000, runtime % 1000 / 10);
     if (e == cudaErrorNoDevice || e == cudaSuccess)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
-                              "CUDA is not available: the driver sees no GPU "
+                              "device: CUDA is not available: the driver sees no GPU "
                               "(CUDA_VISIBLE_DEVICES is '%s')",
                               getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
                                                              : "unset");
-    return lwc_host->fail(LW_ERR_UNSUPPORTED, "CUDA is not available: %s (%s)",
+    return lwc_host->fail(LW_ERR_UNSUPPORTED, "device: CUDA is not available: %s (%s)",
                           cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -232,7 +232,7 @@ lw_status lwopt_device_open(const lwi_device_host *host, int32_t index, const lw
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) return no_gpu(e);
     if (index >= count)
-        return host->fail(LW_ERR_UNSUPPORTED, "CUDA: there is no GPU %d (the driver sees %d)", index,
+        return host->fail(LW_ERR_UNSUPPORTED, "device: there is no GPU %d (the driver sees %d)", index,
                           count);
     lwc_device *c = calloc(1, sizeof *c);
     if (c == NULL) return host->fail(LW_ERR_NOMEM, "cuda: out of memory");
