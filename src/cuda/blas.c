@@ -18,11 +18,13 @@
 #define FLAG_OFFSET (LWC_SCRATCH_BYTES - 8)
 
 lw_status lwc_vec_norm_stats(lw_stream *s, const float *x, int64_t n, double *acc) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, lwc_norm_stats(lwc_cuda_stream(s), x, n, acc, lwc_str(s)->scratch),
                         "the norm statistics kernel");
 }
 
 lw_status lwc_vec_all_finite(lw_stream *s, const float *x, int64_t n, bool *finite) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     lwc_stream *cs = lwc_str(s);
     int32_t *flag = (int32_t *)((char *)cs->scratch + FLAG_OFFSET);
     cudaError_t e = lwc_all_finite(cs->stream, x, n, flag);
@@ -35,19 +37,23 @@ lw_status lwc_vec_all_finite(lw_stream *s, const float *x, int64_t n, bool *fini
 }
 
 lw_status lwc_vec_scale(lw_stream *s, float *x, int64_t n, float alpha) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, lwc_scale(lwc_cuda_stream(s), x, n, alpha), "the scale kernel");
 }
 
 lw_status lwc_vec_add(lw_stream *s, float *y, const float *a, const float *b, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, lwc_add(lwc_cuda_stream(s), y, a, b, n), "the add kernel");
 }
 
 lw_status lwc_vec_axpy(lw_stream *s, float *y, float alpha, const float *x, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, lwc_axpy(lwc_cuda_stream(s), y, alpha, x, n), "the axpy kernel");
 }
 
 lw_status lwc_muon_step(lw_stream *s, const lwi_muon_step *k, float *w, const float *g, float *m,
                         float *u, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s,
                         lwc_muon_momentum(lwc_cuda_stream(s), w, g, m, u, n, k->beta, k->nesterov,
                                           (int32_t)k->weight_decay_mode, k->lr, k->weight_decay,
@@ -57,6 +63,7 @@ lw_status lwc_muon_step(lw_stream *s, const lwi_muon_step *k, float *w, const fl
 
 lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
                          int32_t count, int64_t t, float grad_scale) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     /* bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t */
     const float c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)t)));
     const float c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)t)));

@@ -58,12 +58,14 @@ static void cuda_free(lw_device *d, void *p) {
 }
 
 static lw_status cuda_set(lw_stream *s, void *dst, int32_t value, int64_t bytes) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, cudaMemsetAsync(dst, value, (size_t)bytes, lwc_cuda_stream(s)),
                         "cudaMemsetAsync");
 }
 
 static lw_status cuda_copy(lw_stream *s, void *dst, const void *src, int64_t bytes,
                            lw_copy_kind kind) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                 cudaMemcpyDeviceToDevice};
     cudaStream_t cs = lwc_cuda_stream(s);
