@@ -73,13 +73,27 @@ static void test_cpu_device(void) {
     lw_device_free(cpu, b);
 }
 
+/* Without a GPU: the library is not built (CUDA was not found) or it is and finds no driver or
+ * no device; either way the error says which. With one (the GPU machine) there is nothing to
+ * check here. */
 static void test_without_cuda(void) {
-    CHECK(!lw_has_cuda());
+    if (lw_has_cuda()) {
+        printf("test_device: a GPU is here; the paths without CUDA are not checked\n");
+        return;
+    }
     lw_device *d = (lw_device *)1;
-    CHECK_FAILS(lw_device_get("cuda", &d), LW_ERR_UNSUPPORTED,
-                "liblwopt_cuda.so could not be loaded");
-    CHECK(d == NULL);
-    CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "LWOPT_CUDA_LIB");
+    lw_status st = lw_device_get("cuda", &d);
+    const char *why = lw_last_error();
+    CHECK(st == LW_ERR_UNSUPPORTED && d == NULL);
+    if (strstr(why, "could not be loaded") != NULL) {
+        /* not built: the loader names the library and how to point at one */
+        CHECK(strstr(why, "liblwopt_cuda.so") != NULL && strstr(why, "LWOPT_CUDA_LIB") != NULL);
+    } else {
+        /* built, loaded, and the CUDA runtime says why there is no GPU */
+        CHECK(strstr(why, "CUDA is not available: ") != NULL);
+        CHECK(strstr(why, "driver") != NULL || strstr(why, "no GPU") != NULL);
+    }
+    CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "CUDA");
 }
 
 static void test_fake_library(void) {
