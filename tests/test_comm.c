@@ -193,6 +193,49 @@ static void test_streams(lw_comm *c) {
     free(b);
 }
 
+/* lw_comm_device_new: the CPU needs no communicator of its own, and bad arguments are named
+ * (a GPU's, NCCL, is tests/test_nccl.c's). */
+static void test_device_comm(lw_comm *c) {
+    lw_comm *d = (lw_comm *)1;
+    CHECK_FAILS(lw_comm_device_new(c, lw_device_cpu(), &d), LW_ERR_UNSUPPORTED,
+                "comm: cpu has no communicator of its own: every communicator already reaches "
+                "host memory");
+    CHECK(d == NULL);
+    CHECK_FAILS(lw_comm_device_new(NULL, lw_device_cpu(), &d), LW_ERR_INVALID,
+                "needs a parent communicator to bootstrap over; parent is NULL");
+    CHECK_FAILS(lw_comm_device_new(c, NULL, &d), LW_ERR_INVALID, "needs a device; it is NULL");
+    CHECK_FAILS(lw_comm_device_new(c, lw_device_cpu(), NULL), LW_ERR_INVALID,
+                "out pointer is NULL");
+}
+
+/* The local rank: the launcher's (OpenMPI's under mpirun); without a launcher 0 whatever is
+ * set, and under one the first variable set, -1 for none (the launcher variables are set here
+ * by hand, then removed). */
+static void test_local_rank(void) {
+    if (lw_comm_launched(NULL, NULL)) {
+        const char *ompi = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        if (ompi != NULL) CHECK_EQ(lw_comm_local_rank(), atoi(ompi));
+        CHECK(lw_comm_local_rank() >= -1);
+        return;
+    }
+    CHECK_EQ(lw_comm_local_rank(), 0);
+    setenv("SLURM_LOCALID", "3", 1);
+    CHECK_EQ(lw_comm_local_rank(), 0); /* a batch script's variable, but no launched rank */
+    setenv("PMI_RANK", "5", 1);
+    CHECK(lw_comm_launched(NULL, NULL));
+    CHECK_EQ(lw_comm_local_rank(), 3);
+    setenv("MPI_LOCALRANKID", "1", 1); /* Hydra's comes before Slurm's */
+    CHECK_EQ(lw_comm_local_rank(), 1);
+    unsetenv("SLURM_LOCALID");
+    setenv("MPI_LOCALRANKID", "one", 1); /* not a number: not a local rank */
+    CHECK_EQ(lw_comm_local_rank(), -1);
+    unsetenv("MPI_LOCALRANKID");
+    CHECK_EQ(lw_comm_local_rank(), -1);
+    unsetenv("PMI_RANK");
+    CHECK(!lw_comm_launched(NULL, NULL));
+    CHECK_EQ(lw_comm_local_rank(), 0);
+}
+
 int main(void) {
     lw_comm *c = NULL;
     CHECK_OK(lw_comm_init(&c));
@@ -212,5 +255,7 @@ int main(void) {
     test_counters(c);
     test_free_with_request_in_flight(c);
     test_streams(c);
+    test_device_comm(c);
+    test_local_rank();
     return check_exit_all_ranks(c, "test_comm");
 }

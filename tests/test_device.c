@@ -128,6 +128,11 @@ static void test_fake_library(void) {
     CHECK(!lw_comm_reaches(c, d));
     CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_UNSUPPORTED,
                 "buffers on cuda:0 need a communicator that moves its memory");
+    /* ... which a library without comm_new cannot give */
+    lw_comm *dc = (lw_comm *)1;
+    CHECK_FAILS(lw_comm_device_new(c, d, &dc), LW_ERR_UNSUPPORTED,
+                "comm: cuda:0 has no communicator of its own: its device library gives none");
+    CHECK(dc == NULL);
     lw_comm_free(c);
     lw_layout_free(l);
     lw_event_free(e);
