@@ -21,6 +21,13 @@ describe("lw.comm", function()
       assert.equal(1, half.size)
    end)
 
+   it("knows its local rank: 0 outside a launcher", function()
+      if lw.comm.launched() ~= 0 or select(2, lw.comm.launched()) ~= 1 then
+         return pending("started by a launcher")
+      end
+      assert.equal(0, lw.comm.local_rank())
+   end)
+
    it("counts calls per operation", function()
       local c = lw.comm.self()
       c:reset_counters()

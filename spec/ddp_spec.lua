@@ -1,6 +1,7 @@
 -- ddp_spec.lua: buffers on one rank: views by name, groups, ownership, options and errors.
 local ffi = require("ffi")
 local lw = require("lwopt")
+local helpers = require("helpers")
 
 local function tiny() return lw.arch.gpt{ n_layer = 2, n_embd = 32, n_head = 2, vocab = 64, seq_len = 16 } end
 
@@ -31,6 +32,35 @@ describe("lw.ddp.new", function()
       assert.is_false(ok)
       -- the library not built, or built and without a driver or a device
       assert.matches("^lw%.ddp%.new: device: CUDA is not available: ", err)
+   end)
+
+   it("takes device 'cuda' under a launcher as the rank's GPU, by its local rank", function()
+      -- a child with a launcher's variables: ddp.device reads them (nothing starts MPI)
+      local script = helpers.tempfile([[
+package.path = "lua/?.lua;lua/?/init.lua;build/lua/?.lua;" .. package.path
+local ok, err = pcall(require("lwopt").ddp.device, "cuda")
+print(ok, err)
+]])
+      local clean = "env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMI_SIZE "
+         .. "-u OMPI_COMM_WORLD_LOCAL_RANK -u MPI_LOCALRANKID -u MV2_COMM_WORLD_LOCAL_RANK "
+         .. "-u PALS_LOCAL_RANKID -u SLURM_LOCALID PMI_RANK=1 "
+      -- no machine has 64 GPUs: the error names the local rank and the GPU it stands for
+      local out = helpers.sh(clean .. "SLURM_LOCALID=63 luajit " .. script)
+      assert.matches("false\tlw.ddp.new: device 'cuda' is cuda:63 for local rank 63 (one GPU per "
+         .. "rank): device: ", out, 1, true)
+      out = helpers.sh(clean .. "luajit " .. script)
+      assert.matches("device 'cuda' is this rank's GPU by its local rank, but the launcher set "
+         .. "none", out, 1, true)
+      os.remove(script)
+   end)
+
+   it("needs no device communicator on the CPU, and no GPU for one elsewhere", function()
+      local d = lw.ddp.new(tiny(), lw.comm.self())
+      assert.is_nil(d.device_comm)
+      assert.is_true(d.comm:reaches(d.device))
+      assert.has_error(function() lw.comm.device(lw.comm.self(), d.device) end,
+         "lw.comm.device: comm: cpu has no communicator of its own: every communicator already "
+         .. "reaches host memory (use the 'self' communicator itself)")
    end)
 
    it("reads and writes parameters through explicit copies, at every ZeRO level", function()

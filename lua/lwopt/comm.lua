@@ -45,6 +45,20 @@ function comm.self()
    return wrap(out[0])
 end
 
+-- A communicator of parent's ranks that moves `device`'s memory (an lw_device*; NCCL for a
+-- CUDA device), bootstrapped over parent (collective over it): lw_comm_device_new. Host-memory
+-- collectives on it go through parent, which it keeps alive.
+function comm.device(parent, device)
+   local out = ffi.new("lw_comm*[1]")
+   C.check(lib.lw_comm_device_new(parent._c, device, out), "lw.comm.device")
+   local self = wrap(out[0])
+   self.parent = parent
+   return self
+end
+
+-- Whether this communicator's collectives move `device`'s memory (lw_comm_reaches).
+function Comm:reaches(device) return lib.lw_comm_reaches(self._c, device) end
+
 function Comm:split(color, key)
    local out = ffi.new("lw_comm*[1]")
    C.check(lib.lw_comm_split(self._c, color, key or self.rank, out), "comm:split")
@@ -165,6 +179,14 @@ local launched_rank, launched_size = ffi.new("int32_t[1]"), ffi.new("int32_t[1]"
 function comm.launched()
    lib.lw_comm_launched(launched_rank, launched_size)
    return launched_rank[0], launched_size[0]
+end
+
+-- This process's rank among the job's processes on its machine (lw_comm_local_rank): 0 when
+-- not launched, nil when a launcher started it but did not say.
+function comm.local_rank()
+   local r = lib.lw_comm_local_rank()
+   if r < 0 then return nil end
+   return r
 end
 
 -- An error message meant for the user: raised with error(msg, 0) or by C.check, so it carries

@@ -82,12 +82,22 @@ local function layout_for(specs, comm, o, runtime)
       high_busbw = o.high_busbw })
 end
 
+-- c itself when its collectives move device's memory, else a device communicator over it.
+local function for_device(c, device)
+   if c:reaches(device) then return c end
+   return comm_mod.device(c, device)
+end
+
 -- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
 -- overlap_param, layout (a layout computed before, instead of the layout options), zero
 -- (1 | 2 | 3), shard ("aligned" | "rows"), device ("cpu" (default), "cuda", "cuda:N": where the
--- buffers live and the model's kernels run). Which choices go together is lw.ddp.check's (C's).
+-- buffers live and the model's kernels run; "cuda" under a launcher is this rank's GPU, see
+-- ddp.device). Which choices go together is lw.ddp.check's (C's). When comm (or expert_comm)
+-- cannot move the device's memory (MPI, self), the buffers get a device communicator made over
+-- it (NCCL, lw.comm.device: collective), kept as ddp.device_comm / ddp.device_expert_comm;
+-- ddp.comm stays the one given, for collectives on host memory.
 function ddp.new(specs, comm, opts)
    opts = opts or {}
    if type(opts) ~= "table" then fail("options must be a table") end
@@ -114,12 +124,20 @@ function ddp.new(specs, comm, opts)
    bo.device = device
    if o.overlap_grad ~= nil then bo.overlap_grad = o.overlap_grad end
    if o.overlap_param ~= nil then bo.overlap_param = o.overlap_param end
+   -- the buffers' collectives move the device's memory: over MPI or self that takes a device
+   -- communicator of the same ranks (every rank makes it here, in the same order)
+   local device_comm = for_device(comm, device)
+   local device_expert_comm = o.expert_comm and for_device(o.expert_comm, device)
    local out = ffi.new("lw_buffers*[1]")
-   C.check(lib.lw_buffers_new(layout._c, comm._c, o.expert_comm and o.expert_comm._c or nil, bo,
-      out), WHERE)
+   C.check(lib.lw_buffers_new(layout._c, device_comm._c,
+      device_expert_comm and device_expert_comm._c or nil, bo, out), WHERE)
    local self = setmetatable({ layout = layout, comm = comm, mode = o.mode, specs = routed,
       expert_comm = o.expert_comm, zero = o.zero, shard = o.shard, device = device,
-      stream = lib.lw_device_stream(device), host = lib.lw_device_is_host(device) }, DDP)
+      stream = lib.lw_device_stream(device), host = lib.lw_device_is_host(device),
+      -- kept alive as long as the buffers that borrow them
+      device_comm = device_comm ~= comm and device_comm or nil,
+      device_expert_comm = device_expert_comm ~= o.expert_comm and device_expert_comm or nil },
+      DDP)
    self._c = ffi.gc(out[0], lib.lw_buffers_free)
    self._index = {}
    for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
@@ -129,12 +147,27 @@ end
 local device_out = ffi.new("lw_device*[1]")
 
 -- The lw_device* called `name` ("cpu", "cuda", "cuda:N"); an error naming what is missing when
--- that device cannot be had.
+-- that device cannot be had. One GPU per rank: under a launcher (mpirun, srun) "cuda" is
+-- cuda:<local rank>, the rank's place among the job's processes on its machine.
 function ddp.device(name)
    if type(name) ~= "string" then fail("device must be a name (cpu, cuda or cuda:N)") end
+   if name == "cuda" and lib.lw_comm_launched(nil, nil) then
+      local lr = comm_mod.local_rank()
+      if lr == nil then
+         fail("device 'cuda' is this rank's GPU by its local rank, but the launcher set none "
+            .. "(OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, ...): name the GPU "
+            .. "(cuda:N)")
+      end
+      if lib.lw_device_get("cuda:" .. lr, device_out) ~= 0 then
+         fail("device 'cuda' is cuda:%d for local rank %d (one GPU per rank): %s", lr, lr,
+            C.last_error())
+      end
+      return device_out[0]
+   end
    C.check(lib.lw_device_get(name, device_out), WHERE)
    return device_out[0]
 end
+
 
 -- 0-based index of a parameter in the specs.
 function DDP:index(name)
