@@ -36,8 +36,8 @@ static void test_identity(lw_comm *parent, lw_comm *c) {
     CHECK(lw_comm_timeout(c) == lw_comm_timeout(parent));
     /* a device communicator is no parent for another */
     lw_comm *again = (lw_comm *)1;
-    CHECK_FAILS(lw_comm_device_new(c, gpu, &again), LW_ERR_INVALID, "'nccl' is a device "
-                                                                    "communicator already");
+    CHECK_FAILS(lw_comm_device_new(c, gpu, &again), LW_ERR_INVALID,
+                "'nccl' is a device communicator already");
     CHECK(again == NULL);
 }
 
@@ -50,12 +50,14 @@ static void test_reduce_scatter(lw_comm *c) {
         const int64_t shard = shards[k], n = shard * size;
         float *h = malloc(sizeof(float) * (size_t)n);
         for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
-            for (int64_t i = 0; i < n; i++) h[i] = value(rank, i);
+            for (int64_t i = 0; i < n; i++)
+                h[i] = value(rank, i);
             float *d = to_device(h, n);
             if (nonblocking) {
                 CHECK_OK(lw_comm_reduce_scatter(c, d, n, req));
                 bool done = false;
-                while (!done) CHECK_OK(lw_request_test(req, &done));
+                while (!done)
+                    CHECK_OK(lw_request_test(req, &done));
                 CHECK(!lw_request_active(req));
             } else {
                 CHECK_OK(lw_comm_reduce_scatter(c, d, n, NULL));
@@ -66,7 +68,8 @@ static void test_reduce_scatter(lw_comm *c) {
                 float want = value(rank, i); /* outside its shard a rank keeps its own data */
                 if (i / shard == rank) {
                     want = 0.0f;
-                    for (int r = 0; r < size; r++) want += value(r, i);
+                    for (int r = 0; r < size; r++)
+                        want += value(r, i);
                 }
                 bad += h[i] != want;
             }
@@ -95,23 +98,27 @@ static void test_allgather(lw_comm *c) {
     CHECK_OK(lw_request_new(&req));
     const int64_t shard = 777, n = shard * size;
     float *h = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) h[i] = i / shard == rank ? value(rank, i) : -1.0f;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = i / shard == rank ? value(rank, i) : -1.0f;
     float *d = to_device(h, n);
     CHECK_OK(lw_comm_allgather(c, d, n, LW_DTYPE_F32, req));
     CHECK_OK(lw_request_wait(req));
     to_host(h, d, sizeof(float) * n);
     int bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += h[i] != value((int)(i / shard), i);
+    for (int64_t i = 0; i < n; i++)
+        bad += h[i] != value((int)(i / shard), i);
     CHECK_EQ(bad, 0);
 
     /* bf16: the bits move untouched (values with exact bf16 forms) */
     uint16_t *b = malloc(sizeof(uint16_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) b[i] = i / shard == rank ? bf16(value(rank, i)) : 0xffff;
+    for (int64_t i = 0; i < n; i++)
+        b[i] = i / shard == rank ? bf16(value(rank, i)) : 0xffff;
     CHECK_OK(lw_device_copy(gs, d, b, sizeof(uint16_t) * n, LW_COPY_HOST_TO_DEVICE));
     CHECK_OK(lw_comm_allgather(c, d, n, LW_DTYPE_BF16, NULL));
     CHECK_OK(lw_device_copy(gs, b, d, sizeof(uint16_t) * n, LW_COPY_DEVICE_TO_HOST));
     bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += b[i] != bf16(value((int)(i / shard), i));
+    for (int64_t i = 0; i < n; i++)
+        bad += b[i] != bf16(value((int)(i / shard), i));
     CHECK_EQ(bad, 0);
     free(b);
     lw_device_free(gpu, d);
@@ -130,8 +137,10 @@ static void test_allgatherv(lw_comm *c) {
     }
     const int64_t big = 1 << 24; /* 64 MiB: the copy takes long enough to lose a race */
     float *h = malloc(sizeof(float) * (size_t)big);
-    for (int64_t i = 0; i < big; i++) h[i] = 0.0f;
-    for (int64_t i = 0; i < counts[rank]; i++) h[big - counts[rank] + i] = value(rank, i);
+    for (int64_t i = 0; i < big; i++)
+        h[i] = 0.0f;
+    for (int64_t i = 0; i < counts[rank]; i++)
+        h[big - counts[rank] + i] = value(rank, i);
     float *staged = to_device(h, big), *sendbuf = NULL, *recv = NULL;
     CHECK_OK(lw_device_alloc(gpu, sizeof(float) * (size_t)big, (void **)&sendbuf));
     CHECK_OK(lw_device_alloc(gpu, sizeof(float) * (size_t)(total + 1), (void **)&recv));
@@ -147,7 +156,8 @@ static void test_allgatherv(lw_comm *c) {
     int64_t at = 0;
     int bad = 0;
     for (int r = 0; r < size; r++)
-        for (int64_t i = 0; i < counts[r]; i++) bad += back[at++] != value(r, i);
+        for (int64_t i = 0; i < counts[r]; i++)
+            bad += back[at++] != value(r, i);
     CHECK_EQ(bad, 0);
     lw_stream_free(s);
     lw_device_free(gpu, staged);
@@ -187,12 +197,14 @@ static void test_allreduce(lw_comm *parent, lw_comm *c) {
     CHECK_OK(lw_request_new(&req));
     CHECK_OK(lw_request_set_stream(req, gs));
     float g[5];
-    for (int k = 0; k < 5; k++) g[k] = (float)(rank + k);
+    for (int k = 0; k < 5; k++)
+        g[k] = (float)(rank + k);
     CHECK_OK(lw_device_copy(gs, df, g, sizeof(float) * 3, LW_COPY_HOST_TO_DEVICE));
     CHECK_OK(lw_comm_allreduce_start(c, df, 3, req));
     CHECK_OK(lw_request_wait(req));
     to_host(g, df, sizeof(float) * 3);
-    for (int k = 0; k < 3; k++) CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
+    for (int k = 0; k < 3; k++)
+        CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
 
     /* host memory: through the parent, which counts it too */
     lw_comm_counter before, after;
@@ -200,12 +212,14 @@ static void test_allreduce(lw_comm *parent, lw_comm *c) {
     double norm[2] = {1.5 * (rank + 1), (double)rank};
     CHECK_OK(lw_comm_allreduce(c, norm, 2, LW_DTYPE_F64, LW_REDUCE_SUM));
     CHECK(norm[0] == 1.5 * size * (size + 1) / 2.0 && norm[1] == size * (size - 1) / 2.0);
-    for (int k = 0; k < 5; k++) g[k] = (float)(rank + k);
+    for (int k = 0; k < 5; k++)
+        g[k] = (float)(rank + k);
     CHECK_OK(lw_comm_allreduce_start(c, g, 5, req)); /* complete when it returns */
     bool done = false;
     CHECK_OK(lw_request_test(req, &done));
     CHECK(done);
-    for (int k = 0; k < 5; k++) CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
+    for (int k = 0; k < 5; k++)
+        CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
     CHECK_OK(lw_comm_counter_get(parent, LW_COMM_ALLREDUCE, &after));
     CHECK_EQ(after.calls - before.calls, 2);
     lw_request_free(req);

@@ -12,8 +12,8 @@
 #include <string.h>
 
 typedef struct nccl_comm {
-    ncclComm_t nccl;     /* NULL once aborted */
-    lw_comm *parent;     /* [borrowed]; [owned] when owns_parent (a split's) */
+    ncclComm_t nccl; /* NULL once aborted */
+    lw_comm *parent; /* [borrowed]; [owned] when owns_parent (a split's) */
     bool owns_parent;
     lw_device *device;   /* [borrowed] */
     cudaStream_t stream; /* [owned] NCCL's kernels run here */
@@ -42,19 +42,24 @@ static lw_status nccl_fail(const lw_device *d, ncclResult_t r, const char *what)
                           has ? ")" : "");
 }
 
-#define NCCL_TRY(nc, call, what)                                                               \
-    do {                                                                                       \
-        ncclResult_t nccl_r = (call);                                                          \
-        if (nccl_r != ncclSuccess) return nccl_fail((nc)->device, nccl_r, what);               \
+#define NCCL_TRY(nc, call, what)                                                                   \
+    do {                                                                                           \
+        ncclResult_t nccl_r = (call);                                                              \
+        if (nccl_r != ncclSuccess) return nccl_fail((nc)->device, nccl_r, what);                   \
     } while (0)
 
 static ncclDataType_t nccl_type(lw_dtype t) {
     switch (t) {
-    case LW_DTYPE_F32: return ncclFloat32;
-    case LW_DTYPE_BF16: return ncclBfloat16;
-    case LW_DTYPE_F16: return ncclFloat16;
-    case LW_DTYPE_F64: return ncclFloat64;
-    case LW_DTYPE_I64: return ncclInt64;
+    case LW_DTYPE_F32:
+        return ncclFloat32;
+    case LW_DTYPE_BF16:
+        return ncclBfloat16;
+    case LW_DTYPE_F16:
+        return ncclFloat16;
+    case LW_DTYPE_F64:
+        return ncclFloat64;
+    case LW_DTYPE_I64:
+        return ncclInt64;
     }
     return ncclUint8;
 }
@@ -143,13 +148,17 @@ static lw_status request_handle(lw_request *req, const nccl_comm *nc, bool event
  * ordering stream (the gradients backward has written, the shard the optimizer updated). */
 static lw_status begin(lw_comm *c, const lw_request *req) {
     nccl_comm *nc = nc_of(c);
+    if (nc->nccl == NULL)
+        return lwc_host->fail(LW_ERR_STATE, "comm: nccl on %s: the communicator was aborted",
+                              nc->device->name);
     cudaStream_t order = NULL;
     lw_status st = ordering_stream(c, req, &order);
     if (st == LW_OK) st = lwc_use(nc->device);
     if (st != LW_OK) return st;
     cudaError_t e = cudaEventRecord(nc->ready, order);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(nc->stream, nc->ready, 0);
-    return e == cudaSuccess ? LW_OK : lwc_fail(nc->device, e, "ordering a collective after its stream");
+    return e == cudaSuccess ? LW_OK
+                            : lwc_fail(nc->device, e, "ordering a collective after its stream");
 }
 
 /* An error NCCL found while its kernels run (a peer or the network gone): polls ask for it, so
@@ -230,8 +239,8 @@ static lw_status nccl_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t r
     return end(c, req);
 }
 
-static lw_status nccl_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype,
-                                lw_reduce_op op, lw_request *req) {
+static lw_status nccl_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op,
+                                lw_request *req) {
     nccl_comm *nc = nc_of(c);
     bool host = false;
     lw_status st = is_host(nc, data, "all-reduce", &host);
@@ -241,10 +250,10 @@ static lw_status nccl_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtyp
         return st == LW_OK ? lwc_host->comm_allreduce(nc->parent, data, n, dtype, op) : st;
     }
     if ((st = begin(c, req)) != LW_OK) return st;
-    NCCL_TRY(nc,
-             ncclAllReduce(data, data, (size_t)n, nccl_type(dtype), nccl_op(op), nc->nccl,
-                           nc->stream),
-             "ncclAllReduce");
+    NCCL_TRY(
+        nc,
+        ncclAllReduce(data, data, (size_t)n, nccl_type(dtype), nccl_op(op), nc->nccl, nc->stream),
+        "ncclAllReduce");
     return end(c, req);
 }
 
@@ -254,10 +263,10 @@ static lw_status nccl_reduce_scatter(lw_comm *c, const float *send, float *recv,
     lw_status st = shard > 0 ? on_device(nc, send, "reduce-scatter") : LW_OK;
     if (st != LW_OK || (st = begin(c, req)) != LW_OK) return st;
     /* in place: recv is this rank's shard of send (comm.c), as NCCL defines it */
-    NCCL_TRY(nc,
-             ncclReduceScatter(send, recv, (size_t)shard, ncclFloat32, ncclSum, nc->nccl,
-                               nc->stream),
-             "ncclReduceScatter");
+    NCCL_TRY(
+        nc,
+        ncclReduceScatter(send, recv, (size_t)shard, ncclFloat32, ncclSum, nc->nccl, nc->stream),
+        "ncclReduceScatter");
     return end(c, req);
 }
 
