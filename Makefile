@@ -22,7 +22,7 @@ build: deps
 # The C library and tests again with AddressSanitizer + UndefinedBehaviorSanitizer.
 build-asan: deps
 	@[ -f $(ASAN_BUILD)/CMakeCache.txt ] || cmake -S . -B $(ASAN_BUILD) \
-		-DCMAKE_BUILD_TYPE=Debug -DLWOPT_SANITIZE=ON
+		-DCMAKE_BUILD_TYPE=Debug -DLWOPT_SANITIZE=ON -DLWOPT_CUDA=OFF
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # The default corpus: the King James Bible from Debian's bible-kjv, 4.3 MB of ASCII.

@@ -82,17 +82,6 @@ local function layout_for(specs, comm, o, runtime)
       high_busbw = o.high_busbw })
 end
 
--- The communicator the buffers sync through: c itself where it moves the device's memory
--- (every communicator reaches host memory), else a device communicator of c's ranks (NCCL for a
--- GPU: lw_comm_device_new, collective over c), added to owned for the buffers to free.
-local function device_comm(c, device, owned)
-   if lib.lw_comm_reaches(c, device) then return c end
-   local out = ffi.new("lw_comm*[1]")
-   C.check(lib.lw_comm_device_new(c, device, out), WHERE)
-   owned[#owned + 1] = out[0]
-   return out[0]
-end
-
 -- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
@@ -126,22 +115,12 @@ function ddp.new(specs, comm, opts)
    if o.overlap_grad ~= nil then bo.overlap_grad = o.overlap_grad end
    if o.overlap_param ~= nil then bo.overlap_param = o.overlap_param end
    local out = ffi.new("lw_buffers*[1]")
-   local owned = {}
-   local sync_comm = device_comm(comm._c, device, owned)
-   local sync_expert = o.expert_comm and device_comm(o.expert_comm._c, device, owned) or nil
-   if lib.lw_buffers_new(layout._c, sync_comm, sync_expert, bo, out) ~= 0 then
-      local why = C.last_error()
-      for _, c in ipairs(owned) do lib.lw_comm_free(c) end
-      fail("%s", why)
-   end
+   C.check(lib.lw_buffers_new(layout._c, comm._c, o.expert_comm and o.expert_comm._c or nil, bo,
+      out), WHERE)
    local self = setmetatable({ layout = layout, comm = comm, mode = o.mode, specs = routed,
       expert_comm = o.expert_comm, zero = o.zero, shard = o.shard, device = device,
       stream = lib.lw_device_stream(device), host = lib.lw_device_is_host(device) }, DDP)
-   -- the buffers first, then the device communicators they sync through
-   self._c = ffi.gc(out[0], function(b)
-      lib.lw_buffers_free(b)
-      for _, c in ipairs(owned) do lib.lw_comm_free(c) end
-   end)
+   self._c = ffi.gc(out[0], lib.lw_buffers_free)
    self._index = {}
    for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
    return self

@@ -40,7 +40,8 @@ static inline lwc_device *lwc_dev(const lw_device *d) { return (lwc_device *)d->
 static inline lwc_stream *lwc_str(const lw_stream *s) { return (lwc_stream *)s->impl; }
 static inline cudaStream_t lwc_cuda_stream(const lw_stream *s) { return lwc_str(s)->stream; }
 
-/* Makes the device current on this thread (every entry that allocates or launches). */
+/* Makes the device current on this thread (every entry that allocates or launches: a process
+ * may drive several GPUs). Fails with the CUDA error recorded (callers return LW_ERR_IO). */
 lw_status lwc_use(const lw_device *device);
 /* LW_OK, or the launch's error named after `what` on the stream's device. */
 lw_status lwc_launched(const lw_stream *s, cudaError_t e, const char *what);

@@ -58,12 +58,14 @@ static void cuda_free(lw_device *d, void *p) {
 }
 
 static lw_status cuda_set(lw_stream *s, void *dst, int32_t value, int64_t bytes) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, cudaMemsetAsync(dst, value, (size_t)bytes, lwc_cuda_stream(s)),
                         "cudaMemsetAsync");
 }
 
 static lw_status cuda_copy(lw_stream *s, void *dst, const void *src, int64_t bytes,
                            lw_copy_kind kind) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                 cudaMemcpyDeviceToDevice};
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -147,7 +149,7 @@ static lw_status info(lw_device *d, lw_device_info *out) {
     lw_status st = lwc_use(d);
     if (st != LW_OK) return st;
     const lwc_device *c = lwc_dev(d);
-    snprintf(out->name, sizeof out->name, "%s", c->prop.name);
+    snprintf(out->name, sizeof out->name, "%.127s", c->prop.name);
     size_t free_bytes = 0, total_bytes = 0;
     cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
     if (e != cudaSuccess) return lwc_fail(d, e, "cudaMemGetInfo");
@@ -204,17 +206,17 @@ static lw_status no_gpu(cudaError_t e) {
     cudaRuntimeGetVersion(&runtime);
     if (e == cudaErrorInsufficientDriver)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
-                              "CUDA is not available: no usable NVIDIA driver (libcuda.so is "
+                              "device: CUDA is not available: no usable NVIDIA driver (libcuda.so is "
                               "missing or older than the CUDA %d.%d runtime liblwopt_cuda.so was "
                               "built with)",
                               runtime / 1000, runtime % 1000 / 10);
     if (e == cudaErrorNoDevice || e == cudaSuccess)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
-                              "CUDA is not available: the driver sees no GPU "
+                              "device: CUDA is not available: the driver sees no GPU "
                               "(CUDA_VISIBLE_DEVICES is '%s')",
                               getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
                                                              : "unset");
-    return lwc_host->fail(LW_ERR_UNSUPPORTED, "CUDA is not available: %s (%s)",
+    return lwc_host->fail(LW_ERR_UNSUPPORTED, "device: CUDA is not available: %s (%s)",
                           cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -232,7 +234,7 @@ lw_status lwopt_device_open(const lwi_device_host *host, int32_t index, const lw
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) return no_gpu(e);
     if (index >= count)
-        return host->fail(LW_ERR_UNSUPPORTED, "CUDA: there is no GPU %d (the driver sees %d)", index,
+        return host->fail(LW_ERR_UNSUPPORTED, "device: there is no GPU %d (the driver sees %d)", index,
                           count);
     lwc_device *c = calloc(1, sizeof *c);
     if (c == NULL) return host->fail(LW_ERR_NOMEM, "cuda: out of memory");

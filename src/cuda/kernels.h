@@ -1,6 +1,7 @@
-/* kernels.h: the CUDA kernels' launchers (src/cuda/*.cu), callable from the library's C files.
- * Plain C types only: this header is read by gcc and by nvcc. Each launcher enqueues on
- * `stream` and returns the launch's error (cudaSuccess when it was issued). Not public API. */
+/* kernels.h: the CUDA kernels' launchers (the .cu files of src/cuda), callable from the
+ * library's C files. Plain C types only: this header is read by gcc and by nvcc. Each launcher
+ * enqueues on `stream` and returns the launch's error (cudaSuccess when it was issued). Not
+ * public API. */
 #ifndef LW_CUDA_KERNELS_H
 #define LW_CUDA_KERNELS_H
 

@@ -39,6 +39,7 @@ typedef struct muon_batch {
  * as much again). On the CPU a batch is one matrix: OpenBLAS gains nothing from more, and the
  * workspace stays one matrix's. */
 #define BATCH_FLOATS ((int64_t)1 << 25)
+#define BATCH_MATRICES 1024
 
 struct lw_optimizer {
     lw_buffers *buffers;
@@ -180,7 +181,9 @@ static lw_status make_batches(lw_optimizer *opt) {
             if (!oj->muon || oj->sliced || placed[j] || pj->shape[0] != b->rows ||
                 pj->shape[1] != b->cols)
                 continue;
-            if (b->count > 0 && (one || (b->count + 1) * b->rows * b->cols > BATCH_FLOATS)) break;
+            if (b->count > 0 && (one || b->count == BATCH_MATRICES ||
+                                 (b->count + 1) * b->rows * b->cols > BATCH_FLOATS))
+                break;
             placed[j] = true;
             opt->batch_members[members++] = j;
             b->count++;

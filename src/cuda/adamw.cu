@@ -1,0 +1,59 @@
+// adamw.cu: AdamW over many tensors in one launch (up to LWC_ADAMW_PER_LAUNCH, their pointers in
+// the kernel's arguments): the optimizer's AdamW elements are many small runs (gains, biases,
+// embeddings), and one launch each would cost more than the arithmetic. Each element is read
+// and written once (w, g, m, v in; w, m, v out). Rounding as the CPU reference's (no FMA).
+#include "cuda/kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+struct tensor_list {
+    lwc_adamw_tensor t[LWC_ADAMW_PER_LAUNCH];
+    int32_t count;
+};
+
+__global__ void adamw_kernel(const tensor_list list, float b1, float b2, float eps, float c1,
+                             float c2, float grad_scale) {
+    const float k1 = 1.0f - b1, k2 = 1.0f - b2;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int32_t k = 0; k < list.count; k++) {
+        const lwc_adamw_tensor x = list.t[k];
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < x.n; i += stride) {
+            const float gi = __fmul_rn(grad_scale, x.g[i]);
+            const float mi = __fadd_rn(__fmul_rn(b1, x.m[i]), __fmul_rn(k1, gi));
+            const float vi = __fadd_rn(__fmul_rn(b2, x.v[i]), __fmul_rn(__fmul_rn(k2, gi), gi));
+            x.m[i] = mi;
+            x.v[i] = vi;
+            const float mhat = __fmul_rn(mi, c1), vhat = __fmul_rn(vi, c2);
+            const float wi = x.w[i];
+            const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)),
+                                         __fmul_rn(x.weight_decay, wi));
+            x.w[i] = __fsub_rn(wi, __fmul_rn(x.lr, step));
+        }
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t lwc_adamw(cudaStream_t stream, const lwc_adamw_tensor *tensors,
+                                 int32_t count, float beta1, float beta2, float eps, float c1,
+                                 float c2, float grad_scale) {
+    for (int32_t first = 0; first < count; first += LWC_ADAMW_PER_LAUNCH) {
+        tensor_list list;
+        list.count = count - first < LWC_ADAMW_PER_LAUNCH ? count - first : LWC_ADAMW_PER_LAUNCH;
+        int64_t largest = 0;
+        for (int32_t k = 0; k < list.count; k++) {
+            list.t[k] = tensors[first + k];
+            if (list.t[k].n > largest) largest = list.t[k].n;
+        }
+        if (largest == 0) continue;
+        int64_t blocks = (largest + 4 * THREADS - 1) / (4 * THREADS);
+        if (blocks > 4096) blocks = 4096;
+        adamw_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(list, beta1, beta2, eps, c1, c2,
+                                                               grad_scale);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
