@@ -2,10 +2,13 @@
 # missing Debian packages (scripts/deps.sh), configure and build with CMake, then run.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+GPU_BUILD ?= build-gpu
+# CUDA architectures for build-gpu; empty: CMake's default here ("80;90")
+CUDA_ARCHITECTURES ?=
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan test demo layout-demo bench install clean format data
+.PHONY: all deps build build-asan test test-gpu demo layout-demo bench install clean format data
 
 all: build
 
@@ -33,6 +36,16 @@ data/kjv.txt: | deps
 test: build build-asan data
 	@scripts/test.sh $(BUILD) $(ASAN_BUILD)
 
+# The GPU tests (ctest label gpu: tests/test_cuda.c, tests/gpu/): build-gpu with the CUDA
+# library required (LWOPT_CUDA=ON). Without a GPU they skip; on a GPU machine use
+# scripts/gpu-run.sh, which also runs the GPU benchmarks.
+test-gpu: deps
+	@if [ ! -f $(GPU_BUILD)/CMakeCache.txt ] || [ -n "$(CUDA_ARCHITECTURES)" ]; then \
+		cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DLWOPT_CUDA=ON \
+			$(if $(CUDA_ARCHITECTURES),-DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHITECTURES)"); fi
+	@cmake --build $(GPU_BUILD) -j $(JOBS)
+	@ctest --test-dir $(GPU_BUILD) -L gpu --output-on-failure
+
 # The main job: gpt_small on 2 ranks, with its log and loss curve in runs/.
 demo: build data
 	@mkdir -p runs
@@ -57,4 +70,4 @@ format:
 	clang-format -i src/*.h src/core/*/*.[ch] src/core/device/cpu/*.c tests/*.c tests/*.h
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(GPU_BUILD)

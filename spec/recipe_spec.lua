@@ -13,6 +13,7 @@ describe("recipes/gpt_small.lua", function()
       local out, status = helpers.sh("cd /tmp && luajit " .. recipe .. " --preset tiny --steps 6 "
          .. "--eval-every 3 --sample 30 --progress lines --log " .. log)
       assert.equal(0, status)
+      assert.matches("\ndevice: cpu %(%d+ cores?, %d+%.%d GiB%)\n", out) -- where it trains
       assert.matches("step     6/6  loss %d%.%d+", out)
       assert.matches("final validation loss %d%.%d+ %(%d%.%d+ bits/byte%)", out)
       assert.matches("sample:\nAnd God said", out, 1, true)

@@ -2,7 +2,7 @@
  * events, kernels on an explicit stream equal to the NULL stream's, Muon's workspace; and the
  * loader: without a CUDA library lw_has_cuda() is false and asking for "cuda" names what is
  * missing; with LWOPT_CUDA_LIB naming the test's fake library (ctest test_device_plugin), the
- * core runs the library's table and a kernel it lacks fails by name. */
+ * core runs the library's table and a kernel it lacks fails by name. The CPU's lw_device_info. */
 #include "check.h"
 
 #include <stdlib.h>
@@ -73,27 +73,50 @@ static void test_cpu_device(void) {
     lw_device_free(cpu, b);
 }
 
-/* Without a GPU: the library is not built (CUDA was not found) or it is and finds no driver or
- * no device; either way the error says which. With one (the GPU machine) there is nothing to
- * check here. */
+/* The CPU's info: the machine as sysconf sees it. */
+static void test_cpu_info(void) {
+    lw_device_info info;
+    memset(&info, 0x5a, sizeof info); /* every field must be written */
+    CHECK_OK(lw_device_get_info(lw_device_cpu(), &info));
+    CHECK(strcmp(info.name, "cpu") == 0);
+    CHECK(info.total_bytes >= ((int64_t)64 << 20));
+    CHECK(info.free_bytes > 0 && info.free_bytes <= info.total_bytes);
+    CHECK_EQ(info.capability, 0);
+    CHECK(info.processors >= 1 && info.processors <= 65536);
+    CHECK(info.software[0] == '\0');
+    CHECK_FAILS(lw_device_get_info(NULL, &info), LW_ERR_INVALID, "must not be NULL");
+}
+
+/* Without a GPU. Where the CUDA library was not built the loader names the places it looked;
+ * where it was (LWOPT_TEST_CUDA_LIB, set by CMake), it must load and say why there is no GPU:
+ * no usable driver, or a driver that sees none. On a machine with a GPU, "cuda" must work
+ * instead (tests/test_cuda.c checks it). */
 static void test_without_cuda(void) {
+    lw_device *d = (lw_device *)1;
     if (lw_has_cuda()) {
-        printf("test_device: a GPU is here; the paths without CUDA are not checked\n");
+        printf("test_device: a GPU is here; checking that \"cuda\" opens instead\n");
+        CHECK_OK(lw_device_get("cuda", &d));
+        CHECK(d != NULL && !lw_device_is_host(d));
         return;
     }
-    lw_device *d = (lw_device *)1;
-    lw_status st = lw_device_get("cuda", &d);
+#ifdef LWOPT_TEST_CUDA_LIB
+    CHECK(lw_device_get("cuda", &d) == LW_ERR_UNSUPPORTED);
     const char *why = lw_last_error();
-    CHECK(st == LW_ERR_UNSUPPORTED && d == NULL);
-    if (strstr(why, "could not be loaded") != NULL) {
-        /* not built: the loader names the library and how to point at one */
-        CHECK(strstr(why, "liblwopt_cuda.so") != NULL && strstr(why, "LWOPT_CUDA_LIB") != NULL);
-    } else {
-        /* built, loaded, and the CUDA runtime says why there is no GPU */
-        CHECK(strstr(why, "CUDA is not available: ") != NULL);
-        CHECK(strstr(why, "driver") != NULL || strstr(why, "no GPU") != NULL);
-    }
-    CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "CUDA");
+    printf("test_device: %s is built; without a GPU: %s\n", LWOPT_TEST_CUDA_LIB, why);
+    CHECK(strstr(why, "CUDA is not available: ") != NULL);
+    CHECK(strstr(why, "could not be loaded") == NULL); /* the library itself loads */
+    CHECK(strstr(why, "no usable NVIDIA driver") != NULL ||
+          strstr(why, "the driver sees no GPU") != NULL);
+    CHECK(d == NULL);
+    /* a second ask, for another ordinal, says the same */
+    CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "CUDA is not available: ");
+    CHECK(!lw_has_cuda());
+#else
+    CHECK_FAILS(lw_device_get("cuda", &d), LW_ERR_UNSUPPORTED,
+                "liblwopt_cuda.so could not be loaded");
+    CHECK(d == NULL);
+    CHECK_FAILS(lw_device_get("cuda:1", &d), LW_ERR_UNSUPPORTED, "LWOPT_CUDA_LIB");
+#endif
 }
 
 static void test_fake_library(void) {
@@ -141,6 +164,7 @@ static void test_fake_library(void) {
 
 int main(void) {
     test_cpu_device();
+    test_cpu_info();
     if (getenv("LWOPT_CUDA_LIB") != NULL)
         test_fake_library();
     else

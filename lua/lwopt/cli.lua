@@ -1,5 +1,6 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
--- lwopt on its path), repl, version. main(argv) returns the exit status.
+-- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version.
+-- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
 local cli = {}
@@ -11,6 +12,8 @@ commands:
   layout [flags]      print the layout of a model's parameters (lwopt layout --help)
   run FILE [args]     run a Lua script with lwopt on its path (arg[0] = FILE, arg[1..] = args)
   repl                interactive LuaJIT session with `lw` loaded
+  device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
+                      without NAME the CPU and, if there is one, the GPU
   version             library version, path and features
   help                this text
 
@@ -125,6 +128,41 @@ local function run_command(argv, _, err)
    return type(result) == "number" and result or 0
 end
 
+-- The lines `lwopt device` prints for a device (lw.device_info's table).
+local function device_lines(d)
+   local gib = function(bytes) return ("%.1f GiB"):format(bytes / 2 ^ 30) end
+   local gpu = d.capability > 0
+   return table.concat({
+      ("device      %s"):format(d.device),
+      ("name        %s"):format(d.name),
+      ("memory      %s total, %s free"):format(gib(d.total_bytes), gib(d.free_bytes)),
+      ("capability  %s"):format(gpu and ("sm_%d"):format(d.capability) or "-"),
+      ("processors  %d %s"):format(d.processors, gpu and "SMs" or "cores"),
+      ("software    %s"):format(d.software ~= "" and d.software or "-"),
+   }, "\n") .. "\n"
+end
+
+-- lwopt device [NAME]: NAME's info, status 1 with the reason when it cannot be had; without
+-- NAME the CPU's, then the GPU's or why there is none (status 0: a CPU-only machine is fine).
+local function device_command(argv, out, err)
+   if #argv > 1 then return usage_error(err, "device takes at most one NAME", "lwopt help") end
+   local lw = require("lwopt")
+   local names = argv[1] and { argv[1] } or { "cpu", "cuda" }
+   for i, name in ipairs(names) do
+      local d, why = lw.device_info(name)
+      if i > 1 then out:write("\n") end
+      if d then
+         out:write(device_lines(d))
+      elseif argv[1] then
+         err:write("lwopt device: ", name, ": ", why, "\n")
+         return 1
+      else
+         out:write(("device      %s\nunavailable %s\n"):format(name, why))
+      end
+   end
+   return 0
+end
+
 function cli.main(argv, out, err)
    out, err = out or io.stdout, err or io.stderr
    local command = argv[1]
@@ -136,6 +174,8 @@ function cli.main(argv, out, err)
       return layout_command(rest, out, err)
    elseif command == "run" then
       return run_command(rest, out, err)
+   elseif command == "device" then
+      return device_command(rest, out, err)
    elseif command == "repl" then
       return require("lwopt.repl").run{ lw = require("lwopt") }
    elseif command == "version" then

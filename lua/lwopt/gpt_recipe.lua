@@ -461,7 +461,8 @@ local function build_run(v, comm, data, rules)
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
-      bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard })
+      bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
+      device = v.device })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 } })
    init_params(model, ddp, v.seed, v.n_layer)
@@ -494,6 +495,9 @@ local function announce(run, v, data, path, say)
       v.n_layer, v.n_embd, v.n_head, lw.arch.numel(run.ddp.specs) / 1e6, v.optimizer,
       v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
       comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, path, data.n))
+   -- the device the buffers live on, as lw_device_get_info describes it
+   local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
+   say("device: " .. (lw.device_line(name) or name))
 end
 
 -- Trains from the first step to run (1, or the one after the checkpoint resumed) to the last

@@ -20,8 +20,41 @@ local lw = {
    library = C.path,
 }
 
+-- Whether the CUDA library loads and sees a GPU (lw.device_info("cuda") says why not).
 function lw.has_cuda()
    return C.lib.lw_has_cuda()
+end
+
+-- What device `name` ("cpu", "cuda", "cuda:N"; default "cpu") is: { device = "cuda:0", name =
+-- "NVIDIA H100 80GB HBM3", total_bytes, free_bytes, capability (90 for sm_90; 0 for the CPU),
+-- processors (SMs; the CPU's cores), software ("CUDA 13.0 (driver ...), cuBLAS ..., NCCL ...";
+-- "" for the CPU) }; nil and the reason (lw_device_get's message: the library missing, no
+-- usable driver, no GPU) when the device cannot be had.
+function lw.device_info(name)
+   name = name or "cpu"
+   if type(name) ~= "string" then error("lw.device_info: name must be a string", 2) end
+   local out = ffi.new("lw_device*[1]")
+   if C.lib.lw_device_get(name, out) ~= 0 then return nil, C.last_error() end
+   local info = ffi.new("lw_device_info")
+   if C.lib.lw_device_get_info(out[0], info) ~= 0 then return nil, C.last_error() end
+   return { device = ffi.string(C.lib.lw_device_name(out[0])), name = ffi.string(info.name),
+      total_bytes = tonumber(info.total_bytes), free_bytes = tonumber(info.free_bytes),
+      capability = tonumber(info.capability), processors = tonumber(info.processors),
+      software = ffi.string(info.software) }
+end
+
+-- One line for logs: "cpu (8 cores, 31.3 GiB)" or "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132
+-- SMs, 79.1 GiB; CUDA 13.0 ...)"; nil and the reason as lw.device_info.
+function lw.device_line(name)
+   local d, why = lw.device_info(name)
+   if d == nil then return nil, why end
+   local gib = d.total_bytes / 2 ^ 30
+   if d.capability == 0 then
+      return ("%s (%d core%s, %.1f GiB)"):format(d.device, d.processors,
+         d.processors == 1 and "" or "s", gib)
+   end
+   return ("%s (%s, sm_%d, %d SMs, %.1f GiB; %s)"):format(d.device, d.name, d.capability,
+      d.processors, gib, d.software)
 end
 
 -- Seconds on a monotonic clock.
