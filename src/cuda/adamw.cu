@@ -9,7 +9,7 @@ namespace {
 constexpr int THREADS = 256;
 
 struct tensor_list {
-    lwc_adamw_tensor t[LWC_ADAMW_PER_LAUNCH];
+    lwi_adamw_tensor t[LWC_ADAMW_PER_LAUNCH];
     int32_t count;
 };
 
@@ -18,7 +18,7 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
     const float k1 = 1.0f - b1, k2 = 1.0f - b2;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int32_t k = 0; k < list.count; k++) {
-        const lwc_adamw_tensor x = list.t[k];
+        const lwi_adamw_tensor x = list.t[k];
         for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < x.n; i += stride) {
             const float gi = __fmul_rn(grad_scale, x.g[i]);
             const float mi = __fadd_rn(__fmul_rn(b1, x.m[i]), __fmul_rn(k1, gi));
@@ -36,7 +36,7 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
 
 } // namespace
 
-extern "C" cudaError_t lwc_adamw(cudaStream_t stream, const lwc_adamw_tensor *tensors,
+extern "C" cudaError_t lwc_adamw(cudaStream_t stream, const lwi_adamw_tensor *tensors,
                                  int32_t count, float beta1, float beta2, float eps, float c1,
                                  float c2, float grad_scale) {
     for (int32_t first = 0; first < count; first += LWC_ADAMW_PER_LAUNCH) {

@@ -67,10 +67,8 @@ lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adam
     /* bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t */
     const float c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)t)));
     const float c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)t)));
-    /* lwi_adamw_tensor and lwc_adamw_tensor are the same fields (kernels.h cannot see device.h) */
-    _Static_assert(sizeof(lwi_adamw_tensor) == sizeof(lwc_adamw_tensor), "AdamW tensor layout");
     return lwc_launched(s,
-                        lwc_adamw(lwc_cuda_stream(s), (const lwc_adamw_tensor *)tensors, count,
+                        lwc_adamw(lwc_cuda_stream(s), tensors, count,
                                   o->beta1, o->beta2, o->eps, c1, c2, grad_scale),
                         "the AdamW kernel");
 }

@@ -1,9 +1,11 @@
 /* kernels.h: the CUDA kernels' launchers (the .cu files of src/cuda), callable from the
- * library's C files. Plain C types only: this header is read by gcc and by nvcc. Each launcher
- * enqueues on `stream` and returns the launch's error (cudaSuccess when it was issued). Not
- * public API. */
+ * library's C files. Plain C types and the device table's (device.h reads as C and C++): this
+ * header is read by gcc and by nvcc. Each launcher enqueues on `stream` and returns the
+ * launch's error (cudaSuccess when it was issued). Not public API. */
 #ifndef LW_CUDA_KERNELS_H
 #define LW_CUDA_KERNELS_H
+
+#include "device/device.h" /* lwi_adamw_tensor: the table's own list is the kernel's */
 
 #include <cuda_runtime.h>
 #include <stdbool.h>
@@ -45,21 +47,11 @@ cudaError_t lwc_ns_normalize(cudaStream_t stream, const float *u, int64_t batch,
 cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n);
 
 /* adamw.cu */
-/* One AdamW tensor as the kernel reads it (lwi_adamw_tensor's fields). */
-typedef struct lwc_adamw_tensor {
-    float *w;
-    const float *g;
-    float *m;
-    float *v;
-    int64_t n;
-    float lr;
-    float weight_decay;
-} lwc_adamw_tensor;
 /* AdamW over `count` tensors (host list) in as few launches as the kernel's argument space
  * allows (LWC_ADAMW_PER_LAUNCH tensors each); c1, c2 = 1 / (1 - beta^t), computed by the caller
  * in double. */
 #define LWC_ADAMW_PER_LAUNCH 48
-cudaError_t lwc_adamw(cudaStream_t stream, const lwc_adamw_tensor *tensors, int32_t count,
+cudaError_t lwc_adamw(cudaStream_t stream, const lwi_adamw_tensor *tensors, int32_t count,
                       float beta1, float beta2, float eps, float c1, float c2, float grad_scale);
 
 #ifdef __cplusplus

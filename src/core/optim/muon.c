@@ -163,12 +163,16 @@ static lw_status reserve(lw_muon *m, lw_stream *s, int64_t floats) {
     return LW_OK;
 }
 
-static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_t cols) {
-    if (a == NULL || b == NULL) return lwi_fail(LW_ERR_INVALID, "muon: NULL matrix");
+static lw_status check_shape(int64_t rows, int64_t cols) {
     if (rows < 1 || cols < 1 || rows > 0x7fffffff || cols > 0x7fffffff)
         return lwi_fail(LW_ERR_INVALID, "muon: bad matrix shape %lld x %lld", (long long)rows,
                         (long long)cols);
     return LW_OK;
+}
+
+static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_t cols) {
+    if (a == NULL || b == NULL) return lwi_fail(LW_ERR_INVALID, "muon: NULL matrix");
+    return check_shape(rows, cols);
 }
 
 static lw_status orthogonalize(lw_muon *m, lw_stream *s, const float *u, float *x, int64_t batch,
@@ -198,7 +202,7 @@ lw_status lw_muon_orthogonalize(lw_muon *m, lw_stream *stream, const float *u, f
  * does not grow again. */
 lw_status lwi_muon_batch_updates(lw_muon *m, lw_stream *stream, int64_t batch, int64_t rows,
                                  int64_t cols, float **updates) {
-    lw_status st = m ? check_matrix(m, m, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+    lw_status st = m ? check_shape(rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
     if (batch < 1) return lwi_fail(LW_ERR_INVALID, "muon: batch of %lld", (long long)batch);
     const int64_t work = lwi_ns_work_floats(batch, rows, cols);
