@@ -25,7 +25,8 @@ function lw.has_cuda()
    return C.lib.lw_has_cuda()
 end
 
--- What device `name` ("cpu", "cuda", "cuda:N"; default "cpu") is: { device = "cuda:0", name =
+-- What device `name` ("cpu", "cuda", "cuda:N"; default "cpu"; "cuda" under a launcher is this
+-- rank's GPU, as lw.ddp.device) is: { device = "cuda:0", name =
 -- "NVIDIA H100 80GB HBM3", total_bytes, free_bytes, capability (90 for sm_90; 0 for the CPU),
 -- processors (SMs; the CPU's cores), software ("CUDA 13.0 (driver ...), cuBLAS ..., NCCL ...";
 -- "" for the CPU) }; nil and the reason (lw_device_get's message: the library missing, no
@@ -33,11 +34,12 @@ end
 function lw.device_info(name)
    name = name or "cpu"
    if type(name) ~= "string" then error("lw.device_info: name must be a string", 2) end
-   local out = ffi.new("lw_device*[1]")
-   if C.lib.lw_device_get(name, out) ~= 0 then return nil, C.last_error() end
+   -- the device lw.ddp.new would train on ("cuda" under a launcher: this rank's GPU)
+   local ok, device = pcall(lw.ddp.device, name)
+   if not ok then return nil, (tostring(device):gsub("^lw%.ddp%.[%w_]+: ", "")) end
    local info = ffi.new("lw_device_info")
-   if C.lib.lw_device_get_info(out[0], info) ~= 0 then return nil, C.last_error() end
-   return { device = ffi.string(C.lib.lw_device_name(out[0])), name = ffi.string(info.name),
+   if C.lib.lw_device_get_info(device, info) ~= 0 then return nil, C.last_error() end
+   return { device = ffi.string(C.lib.lw_device_name(device)), name = ffi.string(info.name),
       total_bytes = tonumber(info.total_bytes), free_bytes = tonumber(info.free_bytes),
       capability = tonumber(info.capability), processors = tonumber(info.processors),
       software = ffi.string(info.software) }
