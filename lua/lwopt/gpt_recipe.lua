@@ -45,6 +45,8 @@ recipe.flags = {
      .. "matrices; rows: every matrix split by rows (row-sharded FSDP, for comparison; needs "
      .. "--zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
+   { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
+     .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
    { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
    { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
@@ -202,12 +204,15 @@ local function check_outputs(comm, v)
 end
 
 -- Bytes per rank, printed as a table at the end of a run.
+-- On a GPU a last column: the GPU's memory in use as its driver counts it.
 local function memory_table(by_rank)
-   local lines = { "memory per rank (MiB): rank  params  grads  optimizer  activations  peak" }
+   local gpu = by_rank.gpu
+   local lines = { "memory per rank (MiB): rank  params  grads  optimizer  activations  peak"
+      .. (gpu and "  gpu in use" or "") }
    for r = 1, #by_rank.params do
       lines[#lines + 1] = ("  %4d %8.2f %6.2f %10.2f %12.2f %6.2f"):format(r - 1,
          by_rank.params[r], by_rank.grads[r], by_rank.optimizer[r], by_rank.activations[r],
-         by_rank.peak[r])
+         by_rank.peak[r]) .. (gpu and ("  %10.2f"):format(gpu[r]) or "")
    end
    return table.concat(lines, "\n")
 end
@@ -464,7 +469,7 @@ local function build_run(v, comm, data, rules)
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
       device = v.device })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
-      adamw = { beta1 = 0.9, beta2 = 0.95 } })
+      adamw = { beta1 = 0.9, beta2 = 0.95 }, muon = { precision = v.muon_precision } })
    init_params(model, ddp, v.seed, v.n_layer)
    local run = { comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,

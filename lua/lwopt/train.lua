@@ -18,10 +18,18 @@ function train.schedule(s, steps, warmup, min_ratio)
    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 end
 
--- Seconds spent in communication so far, and bytes communicated.
-local function comm_totals(comm)
+-- Seconds spent in communication so far, and bytes communicated: the run's communicator and,
+-- on GPUs, the buffers' own (NCCL) communicators, which carry the gradient and parameter syncs.
+local function comm_totals(run)
    local seconds, bytes = 0, 0
-   for _, c in pairs(comm:counters()) do seconds, bytes = seconds + c.seconds, bytes + c.bytes end
+   local function add(comm)
+      if comm == nil then return end
+      for _, c in pairs(comm:counters()) do
+         seconds, bytes = seconds + c.seconds, bytes + c.bytes
+      end
+   end
+   add(run.comm)
+   if run.ddp then add(run.ddp.device_comm); add(run.ddp.device_expert_comm) end
    return seconds, bytes
 end
 
@@ -46,27 +54,38 @@ function train.evaluate(run, max)
    return totals[1] / math.max(totals[2], 1)
 end
 
+local info_cell = ffi.new("lw_device_info")
+
 -- Bytes this rank holds: parameters and gradients (lw.ddp), optimizer state, activations; the
--- peak adds the buffers' peak to the other two (which only grow).
+-- peak adds the buffers' peak to the other two (which only grow). On a GPU also `gpu`: the
+-- bytes in use on it as its driver counts them (everything: cuBLAS and NCCL workspaces, the
+-- CUDA context, other processes), the figure to compare with nvidia-smi and other trainers.
 function train.memory(run)
    local m = run.ddp:memory()
    local optimizer = run.opt:state_bytes()
    local activations = require("lwopt.nn").activation_bytes()
-   return { params = m.params, grads = m.grads, cached = m.cached, optimizer = optimizer,
-            activations = activations, peak = m.peak + optimizer + activations,
-            params_grads_peak = m.peak, budget = m.budget }
+   local out = { params = m.params, grads = m.grads, cached = m.cached, optimizer = optimizer,
+                 activations = activations, peak = m.peak + optimizer + activations,
+                 params_grads_peak = m.peak, budget = m.budget }
+   if not run.ddp.host then
+      C.check(lib.lw_device_get_info(run.ddp.device, info_cell), "lw.train")
+      out.gpu = tonumber(info_cell.total_bytes - info_cell.free_bytes)
+   end
+   return out
 end
 
 -- Every rank's figures (MiB), gathered with one all-reduce: { params = { r0, r1, .. }, .. }.
 local MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak" }
+local GPU_MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak", "gpu" }
 function train.memory_by_rank(run)
    local mine, comm = train.memory(run), run.comm
+   local keys = mine.gpu and GPU_MEMORY_KEYS or MEMORY_KEYS
    local flat = {}
-   for k = 1, #MEMORY_KEYS * comm.size do flat[k] = 0 end
-   for j, key in ipairs(MEMORY_KEYS) do flat[(j - 1) * comm.size + comm.rank + 1] = mine[key] end
+   for k = 1, #keys * comm.size do flat[k] = 0 end
+   for j, key in ipairs(keys) do flat[(j - 1) * comm.size + comm.rank + 1] = mine[key] end
    flat = comm:allreduce(flat)
    local out = {}
-   for j, key in ipairs(MEMORY_KEYS) do
+   for j, key in ipairs(keys) do
       local per = json.array()
       for r = 1, comm.size do
          per[r] = math.floor(flat[(j - 1) * comm.size + r] / 2 ^ 20 * 100 + 0.5) / 100
@@ -152,6 +171,8 @@ local function forward_backward(run, step)
       local m = lib.lw_now()
       model:backward(1 / accum)
       ddp:end_backward()
+      -- a GPU's backward is queued, not done: wait, so that bwd times the work
+      if not ddp.host then C.check(lib.lw_stream_synchronize(ddp.stream), "lw.train") end
       fwd, bwd = fwd + (m - a), bwd + (lib.lw_now() - m)
    end
    return loss, fwd, bwd
@@ -162,7 +183,7 @@ end
 local function train_step(run, loop, step)
    local comm = run.comm
    local t0 = lib.lw_now()
-   local comm0, bytes0 = comm_totals(comm)
+   local comm0, bytes0 = comm_totals(run)
    local loss, fwd, bwd = forward_backward(run, step)
    local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
    local o0 = lib.lw_now()
@@ -171,7 +192,7 @@ local function train_step(run, loop, step)
    comm:set_label("the step's mean loss")
    local mean_loss = comm:allreduce({ loss })[1] / comm.size
    local wall = lib.lw_now() - t0
-   local comm1, bytes1 = comm_totals(comm)
+   local comm1, bytes1 = comm_totals(run)
    local comm_wait = comm1 - comm0
    local rec = {
       step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,

@@ -10,18 +10,7 @@ local C = require("lwopt.C")
 local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
 
-local GPU = arg and arg[1] or "cuda"
-if GPU ~= "cpu" and not lw.has_cuda() then
-   local _, why = lw.device_info(GPU)
-   -- only CUDA's absence skips; a GPU that is there and fails to open is a failure
-   if why and why:find("CUDA is not available", 1, true) then
-      print("tests/gpu/checkpoint.lua: skipped: " .. why)
-      return 77
-   end
-   io.stderr:write("tests/gpu/checkpoint.lua: ", tostring(why), "\n")
-   return 1
-end
-print("tests/gpu/checkpoint.lua: on " .. (lw.device_line(GPU) or GPU))
+local GPU = dofile("tests/gpu/require_gpu.lua")("tests/gpu/checkpoint.lua")
 
 local dir = os.tmpname()
 os.remove(dir)

@@ -25,11 +25,18 @@ end
 function Attention:forward(x, b, t)
    local n = b * t
    self.qkv_out = self.qkv:forward(x, n)
-   self.att = self:buffer("att", b * self.n_head * t * t)
+   -- each row's log-sum-exp: all the backward keeps of the softmax (no t x t per head)
+   self.lse = self:buffer("lse", b * self.n_head * t)
    self.y = self:buffer("y", n * self.c)
-   check(lib.lw_attention_forward(self.stream, self.y, self.att, self.qkv_out, b, t, self.c,
-      self.n_head))
+   check(lib.lw_attention_forward(self.stream, self.y, self.lse, self:scratch(b, t), self.qkv_out,
+      b, t, self.c, self.n_head))
    return self.proj:forward(self.y, n)
+end
+
+-- The attention kernels' workspace on this device, shared with every other module there.
+function Attention:scratch(b, t)
+   return self:workspace(tonumber(lib.lw_attention_scratch_floats(self.stream, b, t,
+      self.n_head)), "attention scratch")
 end
 
 function Attention:backward(x, dout, dx, b, t)
@@ -38,8 +45,8 @@ function Attention:backward(x, dout, dx, b, t)
    zero(dy, n * c, self.stream)
    self.proj:backward(self.y, dout, dy, n)
    zero(dqkv, n * 3 * c, self.stream)
-   check(lib.lw_attention_backward(self.stream, dqkv, self:buffer("scratch", t * t), dy,
-      self.qkv_out, self.att, b, t, c, self.n_head))
+   check(lib.lw_attention_backward(self.stream, dqkv, self:scratch(b, t), dy, self.qkv_out,
+      self.y, self.lse, b, t, c, self.n_head))
    self.qkv:backward(x, dqkv, dx, n)
 end
 

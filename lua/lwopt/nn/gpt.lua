@@ -1,6 +1,6 @@
 -- nn/gpt.lua: GPT, GPT-2's model: embedding, blocks, final LayerNorm and an LM head (tied to
 -- the token embedding, or its own matrix) with the softmax cross-entropy over
--- lw_cross_entropy_forward / _backward. Its top level has a loss API instead of the module
+-- lw_cross_entropy_forward / _backward, in chunks of rows. Its top level has a loss API instead of the module
 -- contract of nn/module.lua (which says why); everything under it follows the contract.
 local ffi = require("ffi")
 local C = require("lwopt.C")
@@ -64,8 +64,8 @@ local loss_cell = ffi.new("double[1]")
 local function head_forward(owner, self, n, tg)
    local o, c = self.cfg, self.cfg.n_embd
    local head = owner.w[self.head_name]
-   check(lib.lw_cross_entropy_forward(self.stream, self.probs, self.losses, self.h, head, tg, n, c,
-      o.vocab, loss_cell))
+   check(lib.lw_cross_entropy_forward(self.stream, self.losses, self.lse, self.logits, self.h,
+      head, tg, n, c, o.vocab, loss_cell))
    return loss_cell[0]
 end
 
@@ -73,12 +73,22 @@ local function head_backward(owner, self, dh, loss_scale)
    local o, c = self.cfg, self.cfg.n_embd
    local n = self.b * self.t
    local head_w, head_g = owner.w[self.head_name], owner.g[self.head_name]
-   check(lib.lw_cross_entropy_backward(self.stream, dh, head_g, self.probs, self.h, head_w,
-      self.targets, n, c, o.vocab, loss_scale or 1))
+   check(lib.lw_cross_entropy_backward(self.stream, dh, head_g, self.logits, self.h, head_w,
+      self.targets, self.lse, n, c, o.vocab, loss_scale or 1))
 end
 
--- Forward over tokens (int32_t* [b*t]); with targets (int32_t*, entries < 0 ignored) returns
--- the mean cross-entropy loss. Probabilities of the next token stay in self.probs [b*t, vocab].
+-- int32_t* of n tokens where the model's kernels read them: the host array itself on the CPU,
+-- else a copy uploaded to the device (buffer `key`; the host array may be reused at once).
+function GPT:on_device(host, n, key)
+   if self.device == nil or lib.lw_device_is_host(self.device) then return host end
+   local dev = ffi.cast("int32_t *", self:buffer(key, n))
+   check(lib.lw_device_copy(self.stream, dev, host, 4 * n, lib.LW_COPY_HOST_TO_DEVICE))
+   return dev
+end
+
+-- Forward over tokens (host int32_t* [b*t]); with targets (host int32_t*, entries < 0 ignored)
+-- returns the mean cross-entropy loss. The LM head runs in chunks of rows (never the b*t x
+-- vocab logits at once on a GPU); next_probs gives a row's next-token distribution.
 function GPT:forward(tokens, targets, b, t)
    local o = self.cfg
    local n = b * t
@@ -86,21 +96,37 @@ function GPT:forward(tokens, targets, b, t)
       error(("nn.GPT: sequence of %d exceeds seq_len %d"):format(t, o.seq_len), 0)
    end
    check_tokens(tokens, n, o.vocab, "token")
-   self.tokens, self.targets, self.b, self.t = tokens, targets, b, t
-   local x = self.embedding:forward(tokens, b, t)
+   if targets == nil then
+      targets = ffi.cast("int32_t *", self:host_buffer("no_targets", n))
+      ffi.fill(targets, 4 * n, 0xff) -- all -1: ignored
+   end
+   self.b, self.t = b, t
+   self.tokens = self:on_device(tokens, n, "tokens")
+   self.targets = self:on_device(targets, n, "targets")
+   local x = self.embedding:forward(self.tokens, b, t)
    for i, block in ipairs(self.blocks) do
       self.block_inputs[i] = x
       x = block:forward(x, b, t)
    end
    self.x_last = x
    self.h = self.ln_f:forward(x, n)
-   self.probs = self:buffer("probs", n * o.vocab)
+   self.logits = self:buffer("logits",
+      tonumber(lib.lw_cross_entropy_scratch_floats(self.stream, n, o.vocab)))
    self.losses = self:buffer("losses", n)
-   local none = self:buffer("no_targets", n)
-   local tg = targets or ffi.cast("int32_t *", none)
-   if targets == nil then ffi.fill(none, 4 * n, 0xff) end -- all -1: ignored
+   self.lse = self:buffer("lse", n)
    -- the LM head's turn comes last in forward; tied, it is the embedding read again
-   return with_head(self, "forward", head_forward, n, tg)
+   return with_head(self, "forward", head_forward, n, self.targets)
+end
+
+-- Host memory that lives as long as the model (a staging array), per key, grown on demand.
+function GPT:host_buffer(key, n)
+   self.host = self.host or {}
+   local h = self.host[key]
+   if h == nil or h.n < n then
+      h = { n = n, data = ffi.new("float[?]", math.max(n, 1)) }
+      self.host[key] = h
+   end
+   return h.data
 end
 
 -- Backward of loss_scale * (the loss of the last forward); accumulates parameter gradients and
@@ -124,7 +150,32 @@ function GPT:backward(loss_scale)
    self.embedding:backward(self.tokens, dx, nil, b, t)
 end
 
--- Next-token probabilities at row `row` (0-based) of the last forward: float* [vocab].
-function GPT:next_probs(row) return self.probs + row * self.cfg.vocab end
+-- The logits of one row into the host array out, from the LM head read again (a reuse: at
+-- ZeRO-3 it is gathered again, collectively, so every rank must ask for the same rows).
+local function row_logits(owner, self, row, out)
+   local o, c = self.cfg, self.cfg.n_embd
+   local dev = self:buffer("row_logits", o.vocab)
+   check(lib.lw_linear_forward(self.stream, dev, self.h + row * c, owner.w[self.head_name], nil,
+      1, c, o.vocab))
+   check(lib.lw_device_copy(self.stream, out, dev, 4 * o.vocab, lib.LW_COPY_DEVICE_TO_HOST))
+end
+
+-- Next-token probabilities at row `row` (0-based) of the last forward: a host float* [vocab],
+-- valid until the next call.
+function GPT:next_probs(row)
+   local v = self.cfg.vocab
+   local p = self:host_buffer("next_probs", v)
+   local owner = self.cfg.tied and self.embedding or self
+   owner:with_params_reused("forward", row_logits, self, row, p)
+   local m = p[0]
+   for j = 1, v - 1 do if p[j] > m then m = p[j] end end
+   local sum = 0
+   for j = 0, v - 1 do
+      local e = math.exp(p[j] - m)
+      p[j], sum = e, sum + e
+   end
+   for j = 0, v - 1 do p[j] = p[j] / sum end
+   return p
+end
 
 return GPT

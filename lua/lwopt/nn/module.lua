@@ -185,6 +185,22 @@ function Module:with_params_reused(pass, kernel, a1, a2, a3, a4, a5)
    return result
 end
 
+-- Scratch floats of the module's device shared by every module there, valid only within one
+-- kernel call (attention's workspace): one buffer, grown to the largest request; `what` names
+-- it in the error when it cannot be allocated.
+local workspaces = {} -- by the device's address (cdata keys compare by object, not address)
+
+function Module:workspace(n, what)
+   local key = self.device and tonumber(ffi.cast("uintptr_t", self.device)) or 0
+   local ws = workspaces[key]
+   if ws == nil or ws.n < n then
+      ws = { n = n, data = floats(n, ("'%s' (one buffer every layer shares)"):format(what),
+         self.device) }
+      workspaces[key] = ws
+   end
+   return ws.data
+end
+
 -- Activation buffers per (rows) shape, allocated once.
 function Module:buffer(key, n)
    self.buffers = self.buffers or {}

@@ -1,0 +1,85 @@
+-- train.lua: GPU training end to end against the CPU, through the recipe users run. The same
+-- 20 steps of recipes/gpt_small.lua (preset small, Muon, fp32 Newton-Schulz) on the CPU and on
+-- the GPU (fp32 model kernels) give losses within 1e-4 of each other at every step; on the GPU,
+-- overlap on and off give the same losses bit for bit (its kernels are deterministic and one
+-- rank's syncs move nothing). Then a short run with everything a user sees on the GPU: progress
+-- lines, the JSON log with the GPU's memory, a checkpoint and its resume, the loss curve and a
+-- sample. Exit 77 (skipped) when CUDA is not available.
+-- Usage (ctest -L gpu): bin/lwopt run tests/gpu/train.lua [DEVICE] ("cpu": CPU against CPU).
+local tally = dofile("tests/lua/tally.lua")
+local expect = tally.expect
+
+local GPU = dofile("tests/gpu/require_gpu.lua")("tests/gpu/train.lua")
+local dir = os.tmpname()
+os.remove(dir)
+assert(tally.sh("mkdir -p " .. dir))
+
+-- Runs the recipe with `args`; returns whether it succeeded and its output.
+local function recipe(args, name)
+   local out = dir .. "/" .. name .. ".out"
+   local ok = tally.sh(("bin/lwopt run recipes/gpt_small.lua %s > %s 2>&1"):format(args, out))
+   local text = tally.slurp(out) or ""
+   if not ok then io.stderr:write(name, " failed:\n", text, "\n") end
+   return ok, text
+end
+
+-- The per-step training losses of a JSON log, as written (%.17g: exact floats).
+local function losses(log)
+   local out = {}
+   for line in io.lines(log) do
+      local loss = line:match('"loss":([%d%.eE%-]+)')
+      if loss then out[#out + 1] = tonumber(loss) end
+   end
+   return out
+end
+
+local STEPS = 20
+local function train(device, overlap)
+   local name = device:gsub(":", "") .. "-overlap-" .. overlap
+   local log = dir .. "/" .. name .. ".jsonl"
+   local ok = recipe(("--preset small --steps %d --eval-every 0 --eval-max 4 --sample 0 --quiet "
+      .. "--muon-precision fp32 --device %s --overlap %s --log %s"):format(STEPS, device,
+      overlap, log), name)
+   expect(ok, name .. " ran")
+   return ok and losses(log) or {}
+end
+
+local cpu = train("cpu", "on")
+local gpu_on = train(GPU, "on")
+local gpu_off = train(GPU, "off")
+expect(#cpu == STEPS and #gpu_on == STEPS and #gpu_off == STEPS,
+   ("%d losses each (cpu %d, overlap on %d, off %d)"):format(STEPS, #cpu, #gpu_on, #gpu_off))
+local worst, same = 0, true
+for i = 1, math.min(#cpu, #gpu_on, #gpu_off) do
+   local d = math.abs(gpu_on[i] - cpu[i])
+   if not (d <= worst) then worst = d end
+   same = same and gpu_on[i] == gpu_off[i]
+end
+print(("losses: step 1 %.6f -> step %d %.6f on the CPU; max |%s - cpu| over %d steps %.2e")
+   :format(cpu[1] or 0 / 0, #cpu, cpu[#cpu] or 0 / 0, GPU, #cpu, worst))
+expect(worst <= 1e-4, ("%s tracks the CPU within 1e-4 (max diff %g)"):format(GPU, worst))
+expect(same, GPU .. ": overlap on and off give the same losses bit for bit")
+expect(#cpu > 1 and cpu[#cpu] < cpu[1] - 0.3, "the loss falls (the run trains)")
+
+-- Everything a user sees, on the device: 4 steps checkpointed at 2 and resumed from there.
+local ckpt, log = dir .. "/ckpt", dir .. "/user.jsonl"
+local common = ("--preset tiny --steps 4 --eval-every 2 --device %s --ckpt-dir %s --ckpt-every 2 "
+   .. "--log %s --progress lines"):format(GPU, ckpt, log)
+local ok, text = recipe(common .. " --stop-after 2 --sample 0", "user-first")
+expect(ok, "the first half ran")
+ok, text = recipe(common .. " --resume --sample 40", "user-resumed")
+expect(ok, "the resumed half ran")
+expect(text:find("resumed from", 1, true) ~= nil, "it resumed from the checkpoint")
+expect(text:find("device: " .. (GPU == "cpu" and "cpu" or "cuda"), 1, true) ~= nil,
+   "the device line names the device")
+expect(text:find("step%s+4/4") ~= nil, "progress lines")
+expect(text:find("sample:\n", 1, true) ~= nil, "a sample")
+expect(text:find("loss curve: ", 1, true) ~= nil, "the loss curve")
+local log_text = tally.slurp(log) or ""
+expect(log_text:find('"memory_mb"', 1, true) ~= nil, "the log has memory per rank")
+if GPU ~= "cpu" then
+   expect(text:find("gpu in use", 1, true) ~= nil, "the memory table has the GPU's column")
+   expect(log_text:find('"gpu":', 1, true) ~= nil, "the log has the GPU's memory")
+end
+os.execute("rm -rf " .. dir)
+tally.finish("tests/gpu/train.lua")
