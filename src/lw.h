@@ -96,6 +96,19 @@ lw_status lw_device_set(lw_stream *stream, void *dst, int32_t value, int64_t byt
 lw_status lw_device_copy(lw_stream *stream, void *dst, const void *src, int64_t bytes,
                          lw_copy_kind kind);
 
+/* The model kernels' matrix products on a device (linear layers, the LM head): exact fp32, the
+ * default, or TF32 tensor cores (fp32 storage and accumulation, products of 10-bit mantissas) on
+ * a GPU. The CPU computes fp32 whichever is set. */
+typedef enum lw_matmul {
+    LW_MATMUL_FP32 = 0,
+    LW_MATMUL_TF32 = 1
+} lw_matmul;
+/* "fp32", "tf32" (see lw_dtype_name). */
+const char *lw_matmul_name(lw_matmul matmul);
+lw_status lw_matmul_from_name(const char *name, lw_matmul *out);
+lw_status lw_device_set_matmul(lw_device *device, lw_matmul matmul);
+lw_matmul lw_device_matmul(const lw_device *device);
+
 /* A stream of device's. [out] owned. */
 lw_status lw_stream_new(lw_device *device, lw_stream **out);
 /* Waits for the stream's work, then frees it (a device's default stream is never freed). */

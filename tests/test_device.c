@@ -18,6 +18,13 @@ static void test_cpu_device(void) {
     CHECK(lw_stream_device(NULL) == cpu);
     CHECK_FAILS(lw_device_get("tpu", &again), LW_ERR_INVALID, "unknown device 'tpu'");
     CHECK_FAILS(lw_device_get("cuda:x", &again), LW_ERR_INVALID, "cpu, cuda or cuda:N");
+    /* the matmul setting: fp32 unless set, kept, and a value without a name refused */
+    CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_FP32);
+    CHECK_OK(lw_device_set_matmul(cpu, LW_MATMUL_TF32));
+    CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_TF32);
+    CHECK_FAILS(lw_device_set_matmul(cpu, (lw_matmul)7), LW_ERR_INVALID, "matmul precision 7");
+    CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_TF32);
+    CHECK_OK(lw_device_set_matmul(cpu, LW_MATMUL_FP32));
 
     float *a = NULL, *b = NULL;
     CHECK_OK(lw_device_alloc(cpu, 40, (void **)&a));

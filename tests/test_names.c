@@ -45,6 +45,8 @@ static void test_names_match_the_enums(void) {
     CHECK(strcmp(lw_weight_decay_name(LW_WD_L2), "l2") == 0);
     CHECK(strcmp(lw_muon_scale_name(LW_MUON_SCALE_MOONLIGHT), "moonlight") == 0);
     CHECK(strcmp(lw_path_kind_name(LW_PATH_OTHER), "other") == 0);
+    CHECK(strcmp(lw_matmul_name(LW_MATMUL_TF32), "tf32") == 0);
+    CHECK(lw_matmul_name((lw_matmul)2) == NULL);
     /* out of range, and AUTO (a choice, not a layout), have no name */
     CHECK(lw_dtype_name((lw_dtype)-1) == NULL);
     CHECK(lw_dtype_name((lw_dtype)5) == NULL);

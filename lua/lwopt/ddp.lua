@@ -22,7 +22,7 @@ local WHERE = "lw.ddp.new"
 local known = {
    mode = true, algorithm = true, adamw_layout = true, bucket_size = true, high_busbw = true,
    expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
-   overlap_param = true, layout = true, zero = true, shard = true, device = true,
+   overlap_param = true, layout = true, zero = true, shard = true, device = true, matmul = true,
 }
 
 local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
@@ -94,7 +94,9 @@ end
 -- overlap_param, layout (a layout computed before, instead of the layout options), zero
 -- (1 | 2 | 3), shard ("aligned" | "rows"), device ("cpu" (default), "cuda", "cuda:N": where the
 -- buffers live and the model's kernels run; "cuda" under a launcher is this rank's GPU, see
--- ddp.device). Which choices go together is lw.ddp.check's (C's). When comm (or expert_comm)
+-- ddp.device), matmul ("fp32" | "tf32": the model kernels' matrix products on that device, see
+-- lw_device_set_matmul; nil leaves the device's setting). Which choices go together is
+-- lw.ddp.check's (C's). When comm (or expert_comm)
 -- cannot move the device's memory (MPI, self), the buffers get a device communicator made over
 -- it (NCCL, lw.comm.device: collective), kept as ddp.device_comm / ddp.device_expert_comm;
 -- ddp.comm stays the one given, for collectives on host memory.
@@ -114,6 +116,11 @@ function ddp.new(specs, comm, opts)
    o.shard = C.name("shard", runtime.shard)
    comm = comm or comm_mod.init()
    local device = ddp.device(o.device or "cpu")
+   if o.matmul ~= nil then
+      local matmul, bad = C.value("matmul", o.matmul)
+      if matmul == nil then fail("matmul: %s", bad) end
+      C.check(lib.lw_device_set_matmul(device, matmul), WHERE)
+   end
    local routed = route.fill(specs, WHERE)
    local layout = o.layout or layout_for(routed, comm, o, runtime)
    local overlap = o.overlap ~= false

@@ -45,6 +45,8 @@ recipe.flags = {
      .. "matrices; rows: every matrix split by rows (row-sharded FSDP, for comparison; needs "
      .. "--zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
+   { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32, "
+     .. "or tf32 tensor cores (faster; the CPU computes fp32 either way)" },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
@@ -467,7 +469,7 @@ local function build_run(v, comm, data, rules)
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
-      device = v.device })
+      device = v.device, matmul = v.matmul })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 }, muon = { precision = v.muon_precision } })
    init_params(model, ddp, v.seed, v.n_layer)

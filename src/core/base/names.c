@@ -156,6 +156,21 @@ lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out) {
     return st;
 }
 
+static const char *const matmul_names[] = {
+    [LW_MATMUL_FP32] = "fp32",
+    [LW_MATMUL_TF32] = "tf32",
+};
+static const names MATMUL = NAMES("matmul precision", matmul_names);
+
+const char *lw_matmul_name(lw_matmul matmul) { return name_of(MATMUL, (int32_t)matmul); }
+
+lw_status lw_matmul_from_name(const char *name, lw_matmul *out) {
+    int32_t v = 0;
+    lw_status st = value_of(MATMUL, name, out != NULL, &v);
+    if (st == LW_OK) *out = (lw_matmul)v;
+    return st;
+}
+
 static const char *const weight_decay_names[] = {
     [LW_WD_DECOUPLED] = "decoupled",
     [LW_WD_INDEPENDENT] = "independent",

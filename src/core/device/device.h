@@ -139,6 +139,7 @@ struct lw_device {
     int32_t index;     /* the GPU's ordinal; 0 for the CPU */
     void *impl;        /* the backend's per-device data */
     lw_stream *stream; /* [owned] the default stream */
+    lw_matmul matmul;  /* the model kernels' matrix products (lw_device_set_matmul) */
 };
 
 struct lw_stream {

@@ -13,7 +13,7 @@
 #define MAX_GPUS 64
 
 static lw_stream cpu_stream;
-static lw_device cpu_device = {&lwi_cpu_ops, "cpu", 0, NULL, &cpu_stream};
+static lw_device cpu_device = {&lwi_cpu_ops, "cpu", 0, NULL, &cpu_stream, LW_MATMUL_FP32};
 static lw_stream cpu_stream = {&cpu_device, NULL};
 
 static lw_device *gpus[MAX_GPUS];
@@ -89,6 +89,17 @@ lw_status lw_device_get(const char *name, lw_device **out) {
 const char *lw_device_name(const lw_device *d) { return d ? d->name : "none"; }
 bool lw_device_is_host(const lw_device *d) { return d != NULL && d->ops->host_memory; }
 lw_stream *lw_device_stream(lw_device *d) { return d ? d->stream : NULL; }
+
+lw_status lw_device_set_matmul(lw_device *d, lw_matmul matmul) {
+    if (d == NULL) return lwi_fail(LW_ERR_INVALID, "device: the device must not be NULL");
+    if (lw_matmul_name(matmul) == NULL)
+        return lwi_fail(LW_ERR_INVALID, "device: %s: matmul precision %d is not fp32 (0) or "
+                        "tf32 (1)", d->name, (int)matmul);
+    d->matmul = matmul;
+    return LW_OK;
+}
+
+lw_matmul lw_device_matmul(const lw_device *d) { return d ? d->matmul : LW_MATMUL_FP32; }
 
 lw_status lw_device_alloc(lw_device *d, int64_t bytes, void **out) {
     if (d == NULL || out == NULL)
