@@ -63,6 +63,24 @@ function helpers.token_shard(ids, opts)
    return path
 end
 
+-- A small token dataset in dir as llm.c names it: t_train_000.bin (version 1) and
+-- t_train_001.bin (version 2) of n tokens each, t_val_000.bin (version 1) of n / 5, every id
+-- below vocab. Returns the training pattern, dir .. "/t_train_*.bin".
+function helpers.token_dataset(dir, n, vocab)
+   local function ids(count, seed)
+      local list, x = {}, seed
+      for i = 1, count do
+         x = (x * 1103515245 + 12345) % 2147483648
+         list[i] = x % vocab
+      end
+      return list
+   end
+   helpers.token_shard(ids(n, 1), { path = dir .. "/t_train_000.bin" })
+   helpers.token_shard(ids(n, 2), { path = dir .. "/t_train_001.bin", version = 2 })
+   helpers.token_shard(ids(math.floor(n / 5), 3), { path = dir .. "/t_val_000.bin" })
+   return dir .. "/t_train_*.bin"
+end
+
 -- Reads one tensor of a safetensors file with Debian's python3 and numpy, parsing the header
 -- itself (an independent reader). Returns { shape = {...}, first, last } or fails the spec.
 function helpers.read_safetensors(path, name)
