@@ -227,7 +227,8 @@ describe("recipes/gpt_small.lua", function()
             assert.equal(1, status)
             assert.equal("--vocab 300: a text file is read as bytes, a vocabulary of 256 (--vocab "
                .. "is for token shards: a .bin path or a pattern in --data)\n", out)
-            out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --val-data '" .. pattern .. "'")
+            out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --val-data '"
+               .. pattern .. "'")
             assert.equal(1, status)
             assert.matches("^%-%-val%-data is for token shards", out)
          end)

@@ -87,7 +87,8 @@ static void test_read(void) {
     write_shard(h, sizeof h, "huge.bin", 20240520, 2, 2, huge, 2, 4);
     const char *one[] = {h};
     CHECK_OK(lw_token_shards_open(one, 1, &s));
-    snprintf(message, sizeof message, "%s: token 4294967295 at position 1 does not fit an int32", h);
+    snprintf(message, sizeof message, "%s: token 4294967295 at position 1 does not fit an int32",
+             h);
     CHECK_FAILS(lw_token_shards_read(s, 0, 2, 0, all), LW_ERR_INVALID, message);
     lw_token_shards_free(s);
     unlink(h);

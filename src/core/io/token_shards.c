@@ -53,7 +53,8 @@ static lw_status read_header(int fd, const char *path, unsigned char *h, size_t 
     while (got < n) {
         ssize_t r = pread(fd, h + got, n - got, (off_t)got);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return lwi_fail(LW_ERR_IO, "token_shards: reading %s: %s", path, strerror(errno));
+        if (r < 0)
+            return lwi_fail(LW_ERR_IO, "token_shards: reading %s: %s", path, strerror(errno));
         if (r == 0)
             return lwi_fail(LW_ERR_IO, "token_shards: %s: the file ended while its header was "
                             "read", path);
