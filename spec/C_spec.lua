@@ -16,6 +16,8 @@ describe("lwopt.C", function()
       local status = C.lib.lw_layout_new(nil, -1, nil, out)
       assert.has_error(function() C.check(status, "here") end,
          "here: layout: negative parameter count -1")
+      assert.has_error(function() C.check(status, "here", " (what to change)") end,
+         "here: layout: negative parameter count -1 (what to change)")
       assert.has_no_error(function() C.check(0) end)
    end)
 

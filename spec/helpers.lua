@@ -1,5 +1,5 @@
--- helpers.lua: shared by the specs: an output sink that collects writes, and running a shell
--- command from the repo root.
+-- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
+-- command from the repo root, temporary files, token shards and a safetensors reader.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -32,6 +32,53 @@ function helpers.tempfile(text)
    f:write(text)
    f:close()
    return path
+end
+
+-- Little-endian bytes of an integer (negative: two's complement) in `size` bytes.
+local function le(v, size)
+   v = v % 2 ^ (8 * size)
+   local b = {}
+   for i = 1, size do
+      b[i] = string.char(v % 256)
+      v = math.floor(v / 256)
+   end
+   return table.concat(b)
+end
+
+-- Writes a token shard as llm.c does (256 int32 of header: magic 20240520, version, count; then
+-- the tokens, uint16 for version 1, uint32 for 2) and returns its path. opts: version (1),
+-- magic, count (the header's; default #ids), size (bytes per token written; default the
+-- version's), path (default a new temporary file).
+function helpers.token_shard(ids, opts)
+   opts = opts or {}
+   local version = opts.version or 1
+   local size = opts.size or (version == 1 and 2 or 4)
+   local parts = { le(opts.magic or 20240520, 4), le(version, 4), le(opts.count or #ids, 4),
+      string.rep("\0", 1024 - 12) }
+   for i, id in ipairs(ids) do parts[i + 4] = le(id, size) end
+   local path = opts.path or os.tmpname()
+   local f = assert(io.open(path, "wb"))
+   f:write(table.concat(parts))
+   f:close()
+   return path
+end
+
+-- A small token dataset in dir as llm.c names it: t_train_000.bin (version 1) and
+-- t_train_001.bin (version 2) of n tokens each, t_val_000.bin (version 1) of n / 5, every id
+-- below vocab. Returns the training pattern, dir .. "/t_train_*.bin".
+function helpers.token_dataset(dir, n, vocab)
+   local function ids(count, seed)
+      local list, x = {}, seed
+      for i = 1, count do
+         x = (x * 1103515245 + 12345) % 2147483648
+         list[i] = x % vocab
+      end
+      return list
+   end
+   helpers.token_shard(ids(n, 1), { path = dir .. "/t_train_000.bin" })
+   helpers.token_shard(ids(n, 2), { path = dir .. "/t_train_001.bin", version = 2 })
+   helpers.token_shard(ids(math.floor(n / 5), 3), { path = dir .. "/t_val_000.bin" })
+   return dir .. "/t_train_*.bin"
 end
 
 -- Reads one tensor of a safetensors file with Debian's python3 and numpy, parsing the header

@@ -1,6 +1,7 @@
 -- recipe_spec.lua: recipes/gpt_small.lua as a user runs it (from another directory): a short
--- run's output, flag and data errors with their messages, and routing rules that miss a
--- parameter stopping the run before any work.
+-- run's output on bytes and on token shards, flag and data errors with their messages, the
+-- presets' model shapes, and routing rules that miss a parameter stopping the run before any
+-- work.
 local helpers = require("helpers")
 local lw = require("lwopt")
 
@@ -159,5 +160,98 @@ describe("recipes/gpt_small.lua", function()
          os.remove(log)
          os.remove((log:gsub("%.jsonl$", ".png")))
       end
+   end)
+
+   describe("on token shards", function()
+      local dir, pattern
+      before_each(function()
+         dir = os.tmpname()
+         os.remove(dir)
+         helpers.sh("mkdir -p " .. dir)
+         pattern = helpers.token_dataset(dir, 3000, 300)
+      end)
+      after_each(function() helpers.sh("rm -rf " .. dir) end)
+
+      it("trains, says tokens and the vocabulary, and samples token ids", function()
+         local file = dir .. "/params.safetensors"
+         local out, status = helpers.sh("cd /tmp && luajit " .. recipe .. " --preset tiny --data '"
+            .. pattern .. "' --vocab 300 --steps 3 --eval-every 3 --sample 5 --progress lines "
+            .. "--save-params " .. file)
+         assert.equal(0, status, out)
+         assert.matches("global batch 8 x 32 tokens; " .. pattern .. " (2 shards, 6000 tokens; "
+            .. "validation: " .. dir .. "/t_val_*.bin (1 shard, 600 tokens)); vocabulary 300 "
+            .. "(384 rows)\n", out, 1, true)
+         assert.matches("step     3/3  loss %d%.%d+", out)
+         assert.matches("final validation loss %d%.%d+ %(%d+%.%d+ bits/token%)", out)
+         assert.matches("\nsample %(token ids; no tokenizer for token shards; prompt: the first 8 "
+            .. "validation tokens, then '|'%):\n%d+ %d+ %d+ %d+ %d+ %d+ %d+ %d+ | %d+ %d+ %d+ %d+ "
+            .. "%d+\n", out)
+         -- the embedding (tied LM head) has the vocabulary padded to a multiple of 128
+         assert.same({ 384, 64 }, helpers.read_safetensors(file, "wte.weight").shape)
+      end)
+
+      it("takes --val-data, and the last 5% without validation shards", function()
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --data '" .. pattern
+            .. "' --val-data " .. dir .. "/t_train_001.bin --vocab 300 --steps 1 --sample 0")
+         assert.equal(0, status, out)
+         assert.matches("validation: " .. dir .. "/t_train_001.bin (1 shard, 3000 tokens)", out, 1,
+            true)
+         os.remove(dir .. "/t_val_000.bin")
+         out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --data '" .. pattern
+            .. "' --vocab 300 --steps 1 --sample 0")
+         assert.equal(0, status, out)
+         assert.matches("(2 shards, 5700 tokens; validation: the last 300 tokens)", out, 1, true)
+      end)
+
+      it("names the shard and the id of a token outside the vocabulary", function()
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --data '" .. pattern
+            .. "' --vocab 200 --steps 1 --sample 0 --quiet")
+         assert.equal(1, status)
+         assert.matches("^lw%.tokens: token_shards: " .. dir:gsub("%p", "%%%0")
+            .. "/t_train_00[01]%.bin: token 2%d%d at position %d+ is outside the vocabulary "
+            .. "%[0, 200%) %(the vocabulary is 200; %-%-vocab sets it%)\n$", out)
+         out, status = helpers.sh("luajit " .. recipe .. " --data '" .. pattern .. "' --steps 1 "
+            .. "--sample 0 --prompt '1 x'")
+         assert.equal(1, status)
+         assert.equal("--prompt: with token shards the prompt is token ids below the vocabulary "
+            .. "(50257), separated by spaces; got 'x'\n", out)
+      end)
+
+      it("names a pattern that matches nothing, and refuses token flags with a text file",
+         function()
+            local out, status = helpers.sh("luajit " .. recipe .. " --data '" .. dir
+               .. "/fineweb_train_*.bin'")
+            assert.equal(1, status)
+            assert.equal("lw.tokens: no file matches '" .. dir .. "/fineweb_train_*.bin'\n", out)
+            out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --vocab 300")
+            assert.equal(1, status)
+            assert.equal("--vocab 300: a text file is read as bytes, a vocabulary of 256 (--vocab "
+               .. "is for token shards: a .bin path or a pattern in --data)\n", out)
+            out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --val-data '"
+               .. pattern .. "'")
+            assert.equal(1, status)
+            assert.matches("^%-%-val%-data is for token shards", out)
+         end)
+   end)
+
+   it("has a gpt2 preset: GPT-2 124M with its vocabulary padded to 50304", function()
+      local gpt_recipe = require("lwopt.gpt_recipe")
+      local p = gpt_recipe.presets.gpt2
+      assert.same({ 12, 768, 12, 1024, 50257 }, { p.n_layer, p.n_embd, p.n_head, p.seq, p.vocab })
+      local cfg = gpt_recipe.gpt_config("gpt2", p.vocab)
+      assert.equal(50304, cfg.vocab)
+      local specs = lw.nn.GPT.new(cfg):parameters()
+      assert.same({ 50304, 768 }, specs[1].shape)
+      assert.equal("wte.weight", specs[1].name)
+      -- wte 50304 x 768 + wpe 1024 x 768 + 12 x (qkv 2304 x 768 + proj 768 x 768 + fc 3072 x 768
+      -- + proj 768 x 3072 + two norm gains of 768) + ln_f 768, tied and without biases:
+      -- 38633472 + 786432 + 12 x 7079424 + 768; nanoGPT's 124475904 adds 102144 biases
+      assert.equal(124373760, lw.arch.numel(specs))
+      assert.equal(124373760, lw.arch.numel(lw.arch.gpt(cfg)))
+      assert.equal(124475904, lw.arch.numel(lw.arch.gpt{ n_layer = 12, n_embd = 768,
+         n_head = 12, vocab = 50304, seq_len = 1024, tied = true, bias = true }))
+      -- byte data keeps 256, already a multiple of 128
+      assert.equal(256, gpt_recipe.gpt_config("gpt2", 256).vocab)
+      assert.equal(384, gpt_recipe.vocab_rows(300))
    end)
 end)

@@ -89,6 +89,25 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
          .. "--lr 0.001 (was 0.003), --steps 5 (was 4)", out, 1, true)
    end)
 
+   it("refuses a checkpoint of another vocabulary or another kind of data", function()
+      helpers.sh("mkdir -p " .. dir .. ".data")
+      local data = "--data '" .. helpers.token_dataset(dir .. ".data", 2000, 300) .. "' "
+      assert.equal(0, select(2, run(data .. "--vocab 300 --steps 4 --stop-after 2 --ckpt-dir "
+         .. dir)))
+      local out, status = run(data .. "--vocab 400 --steps 4 --resume --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.equal("--resume: this run has --vocab 400, but the checkpoint was trained with "
+         .. "--vocab 300: " .. dir .. "/step-000000002 cannot continue it (resume with the "
+         .. "checkpoint's setting, or start a new run in another --ckpt-dir)\n", out)
+      out, status = run("--steps 4 --resume --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.matches("--resume: this run has bytes of a text file as --data, but the checkpoint "
+         .. "was trained on token shards: " .. dir .. "/step-000000002 cannot continue it", out, 1,
+         true)
+      out, status = run(data .. "--vocab 300 --steps 4 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+   end)
+
    it("trains nothing when resumed past --stop-after, and still writes the parameters", function()
       assert.equal(0, select(2, run("--steps 6 --stop-after 4 --ckpt-dir " .. dir)))
       local out, status = run("--steps 6 --stop-after 3 --resume --ckpt-dir " .. dir

@@ -990,6 +990,42 @@ lw_status lw_safetensors_write(const char *path, const lw_tensor_view *tensors, 
                                const char *const *keys, const char *const *values,
                                int32_t n_meta, int64_t *bytes, uint32_t *crc);
 
+/* ---- token shards (the .bin files llm.c and modded-nanogpt write) --------------------------- *
+ * A shard is a header of 256 little-endian int32 (magic 20240520, version, token count) and then
+ * that many tokens: uint16 (version 1, GPT-2's tokenizer) or uint32 (version 2, llm.c's LLaMA-3
+ * variant), little-endian. Every header is checked when the shards are opened; the tokens are
+ * mapped read-only (never read whole), so ranks on one node share the page cache. */
+
+typedef struct lw_token_shards lw_token_shards;
+
+typedef struct lw_token_shard_info {
+    const char *path; /* [borrowed] the shards' copy of the path given to open */
+    int32_t version;  /* 1: uint16 tokens; 2: uint32 tokens */
+    int64_t tokens;   /* tokens in this shard */
+    int64_t start;    /* global index of its first token */
+} lw_token_shard_info;
+
+/* Opens n shards (paths[0 .. n-1], concatenated in that order) and checks every header: the
+ * file exists and is a regular file, holds the 1024-byte header, the magic and version are
+ * known, the file's size is exactly the header's count of tokens, and that count is > 0.
+ * [out] owned. Errors name the file and the problem. */
+lw_status lw_token_shards_open(const char *const *paths, int32_t n, lw_token_shards **out);
+/* Unmaps every shard. NULL is a no-op. */
+void lw_token_shards_free(lw_token_shards *shards);
+/* Number of shards. */
+int32_t lw_token_shards_count(const lw_token_shards *shards);
+/* Tokens in all shards together. */
+int64_t lw_token_shards_total(const lw_token_shards *shards);
+/* [out] shard i (0-based); LW_ERR_RANGE out of range. */
+lw_status lw_token_shards_info(const lw_token_shards *shards, int32_t i,
+                               lw_token_shard_info *out);
+/* Copies tokens [pos, pos + len) of the concatenated shards into out (int32_t [len]), across
+ * shard boundaries. With vocab > 0 every token must be < vocab (0: any token that fits an
+ * int32); otherwise the error names the shard, the token and its position in that shard, and
+ * out is partly written. LW_ERR_RANGE when [pos, pos + len) is not within [0, total). */
+lw_status lw_token_shards_read(const lw_token_shards *shards, int64_t pos, int64_t len,
+                               int64_t vocab, int32_t *out);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus

@@ -25,10 +25,11 @@ function C.last_error()
    return ffi.string(lib.lw_last_error())
 end
 
--- Raises the last C error, prefixed with the Lua function it surfaced in, when status fails.
-function C.check(status, where)
+-- Raises the last C error, prefixed with the Lua function it surfaced in (and followed by a
+-- hint, when given: what to change), when status fails.
+function C.check(status, where, hint)
    if status ~= 0 then
-      error((where and where .. ": " or "") .. C.last_error(), 0)
+      error((where and where .. ": " or "") .. C.last_error() .. (hint or ""), 0)
    end
 end
 

@@ -2,6 +2,7 @@
 -- the validation split. A step's global batch is a fixed set of sequences chosen from (seed,
 -- step) alone, so runs at any rank count and accumulation give the same losses: sequence k of
 -- the global batch goes to micro-step floor(k / (ranks * batch)), rank floor(k / batch) % ranks.
+-- Token shards (lwopt.tokens) have the same interface and draw in the same order.
 local ffi = require("ffi")
 local bit = require("bit")
 
@@ -43,8 +44,8 @@ function data.load(path, opts)
    end
    local bytes = ffi.new("uint8_t[?]", n)
    ffi.copy(bytes, text, n)
-   return setmetatable({ path = path, bytes = bytes, n = n, n_train = n - n_val,
-                         n_val = n_val, vocab = 256 }, Dataset)
+   return setmetatable({ kind = "bytes", path = path, bytes = bytes, n = n,
+                         n_train = n - n_val, n_val = n_val, vocab = 256 }, Dataset)
 end
 
 -- splitmix64: a counter-based generator, the same on every machine.
@@ -55,10 +56,22 @@ local function mix(z)
    return bit.bxor(z, bit.rshift(z, 31))
 end
 
+-- Start offset, in a training split of n_train tokens, of sequence k of step `step`: a
+-- sequence of t tokens and its t targets fit in the split. Every dataset (lw.tokens too) draws
+-- its batches through this and data.sequence, so the order is one function of (seed, step, k).
+function data.offset(n_train, seed, step, k, t)
+   local z = mix(mix(mix(0ULL + seed) + step) + k)
+   return tonumber(z % (n_train - t - 1))
+end
+
+-- Which sequence k of the step's global batch is row i of this rank's micro-batch `micro`.
+function data.sequence(micro, rank, ranks, b, i)
+   return (micro * ranks + rank) * b + i
+end
+
 -- Start offset in the training split of sequence k of step `step`.
 function Dataset:offset(seed, step, k, t)
-   local z = mix(mix(mix(0ULL + seed) + step) + k)
-   return tonumber(z % (self.n_train - t - 1))
+   return data.offset(self.n_train, seed, step, k, t)
 end
 
 -- Fills tokens and targets (int32_t* [b * t]) with the micro-batch of this rank: sequences
@@ -66,7 +79,7 @@ end
 function Dataset:train_batch(tokens, targets, seed, step, micro, rank, ranks, b, t)
    local bytes = self.bytes
    for i = 0, b - 1 do
-      local k = (micro * ranks + rank) * b + i
+      local k = data.sequence(micro, rank, ranks, b, i)
       local at = self:offset(seed, step, k, t)
       local row = i * t
       for j = 0, t - 1 do

@@ -1,6 +1,6 @@
 -- files.lua: the file-system helpers of src/core/files.c and dir_list.c for Lua: what is at a
--- path, sorted directory listings, removal and rename, and a write probe, so that checkpoints
--- and recipes never parse `ls` or guess from io.open.
+-- path, sorted directory listings and wildcard patterns over them, removal and rename, and a
+-- write probe, so that checkpoints and recipes never parse `ls` or guess from io.open.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 
@@ -26,6 +26,56 @@ function files.list(dir)
    end
    lib.lw_dir_list_free(ffi.gc(list, nil))
    return names
+end
+
+-- A shell wildcard pattern (* ? [abc] [a-z] [!x]) as an anchored Lua pattern.
+local function glob_to_pattern(glob)
+   local out, i = { "^" }, 1
+   while i <= #glob do
+      local ch = glob:sub(i, i)
+      local class = ch == "[" and glob:match("^%[(!?[^%]]+)%]", i)
+      if ch == "*" then
+         out[#out + 1] = ".*"
+      elseif ch == "?" then
+         out[#out + 1] = "."
+      elseif class then
+         i = i + #class + 1
+         out[#out + 1] = "[" .. class:gsub("^!", "^"):gsub("%%", "%%%%") .. "]"
+      else
+         out[#out + 1] = ch:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")
+      end
+      i = i + 1
+   end
+   out[#out + 1] = "$"
+   return table.concat(out)
+end
+
+-- Whether a path holds shell wildcards.
+function files.has_wildcards(path) return path:find("[%*%?%[]") ~= nil end
+
+-- The existing paths that match a shell wildcard pattern, sorted bytewise. Wildcards may stand
+-- in the last component only (one directory level, listed); like the shell, they do not match
+-- a leading dot. A pattern without wildcards gives itself if something is there. A missing
+-- directory matches nothing.
+function files.glob(pattern)
+   local dir, base = pattern:match("^(.*)/([^/]*)$")
+   if dir == nil then dir, base = nil, pattern end
+   if dir and files.has_wildcards(dir) then
+      error(("files.glob: '%s': wildcards may stand in the file name only, not in the "
+         .. "directory"):format(pattern), 0)
+   end
+   if not files.has_wildcards(base) then
+      return files.kind(pattern) == "missing" and {} or { pattern }
+   end
+   local listed = dir == nil and "." or (dir == "" and "/" or dir)
+   if files.kind(listed) ~= "dir" then return {} end
+   local want, found = glob_to_pattern(base), {}
+   for _, name in ipairs(files.list(listed)) do
+      if name:match(want) and (name:sub(1, 1) ~= "." or base:sub(1, 1) == ".") then
+         found[#found + 1] = dir == nil and name or dir .. "/" .. name
+      end
+   end
+   return found
 end
 
 function files.remove(path) C.check(lib.lw_path_remove(path), "files.remove") end

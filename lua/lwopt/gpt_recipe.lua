@@ -1,11 +1,13 @@
 -- gpt_recipe.lua: the body of recipes/gpt_small.lua (and recipes that change its routing): parse
--- the flags, build the GPT, its buffers and optimizer, train on a byte-level corpus, then report
--- the final validation loss, plot the loss curve and print a sample.
+-- the flags, build the GPT, its buffers and optimizer, train on a byte-level corpus or on token
+-- shards (llm.c's format), then report the final validation loss, plot the loss curve and print
+-- a sample.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
 local train = require("lwopt.train")
 local data_mod = require("lwopt.data")
+local tokens_mod = require("lwopt.tokens")
 local safetensors = require("lwopt.safetensors")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
@@ -23,18 +25,43 @@ for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
    ALIGNED[#ALIGNED + 1] = C.name("algorithm", a)
 end
 
+-- Model and schedule sizes. vocab is the token vocabulary of token shards (GPT-2's tokenizer
+-- for all: the shards llm.c and modded-nanogpt prepare); byte data always has 256.
 recipe.presets = {
    tiny = { n_layer = 4, n_embd = 64, n_head = 4, seq = 32, batch = 8, steps = 50, lr = 3e-3,
-            warmup = 10, eval_every = 25 },
+            warmup = 10, eval_every = 25, vocab = tokens_mod.GPT2_VOCAB },
    small = { n_layer = 6, n_embd = 256, n_head = 8, seq = 128, batch = 8, steps = 500, lr = 3e-3,
-             warmup = 50, eval_every = 100 },
+             warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB },
    -- small, 4x wider: for measuring sharding where matrices dominate
    wide = { n_layer = 6, n_embd = 1024, n_head = 16, seq = 128, batch = 8, steps = 500, lr = 1e-3,
-            warmup = 50, eval_every = 100 },
+            warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB },
+   -- GPT-2 124M (nanoGPT's and llm.c's): 18865 steps of 524288 tokens are llm.c's 10B-token
+   -- FineWeb run (a global batch of 64 sequences of 1024: --batch 8 x --accum 8 / ranks)
+   gpt2 = { n_layer = 12, n_embd = 768, n_head = 12, seq = 1024, batch = 8, steps = 18865,
+            lr = 6e-4, warmup = 700, eval_every = 250, vocab = tokens_mod.GPT2_VOCAB },
 }
 
+-- The model's vocabulary (its embedding's and LM head's rows) is the token vocabulary padded up
+-- to a multiple of this (GPT-2's 50257: 50304, as nanoGPT's), for matrix shapes that suit the
+-- GPU. The padded ids never occur as targets, so they only learn a probability near zero; the
+-- loss is the same as without them.
+recipe.VOCAB_MULTIPLE = 128
+
+-- The model's vocabulary for a token vocabulary: padded up to a multiple of VOCAB_MULTIPLE.
+function recipe.vocab_rows(vocab)
+   return math.ceil(vocab / recipe.VOCAB_MULTIPLE) * recipe.VOCAB_MULTIPLE
+end
+
+-- The GPT's configuration (lw.nn.GPT, lw.arch.gpt) for a preset, a token vocabulary (token data:
+-- the preset's or --vocab; bytes: 256) and a sequence length (default the preset's).
+function recipe.gpt_config(preset, vocab, seq)
+   local p = recipe.presets[preset]
+   return { n_layer = p.n_layer, n_embd = p.n_embd, n_head = p.n_head,
+            vocab = recipe.vocab_rows(vocab), seq_len = seq or p.seq, tied = true }
+end
+
 recipe.flags = {
-   { "preset", { "tiny", "small", "wide" }, "small", "model and schedule size" },
+   { "preset", { "tiny", "small", "wide", "gpt2" }, "small", "model and schedule size" },
    { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
    { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split" },
@@ -62,7 +89,13 @@ recipe.flags = {
    { "eval-every", "int", nil, "steps between validation evaluations (0: only at the end)",
      min = 0 },
    { "eval-max", "int", 64, "validation sequences per evaluation", min = 1 },
-   { "data", "string", nil, "text file (default: the KJV corpus in data/)" },
+   { "data", "string", nil, "text file (bytes; default: the KJV corpus in data/), or token "
+     .. "shards: a .bin path or a pattern (data/fineweb10B/fineweb_train_*.bin)" },
+   { "val-data", "string", nil, "validation token shards (default: --data with train -> val in "
+     .. "the file name when that matches files, else the last 5% of --data)" },
+   { "vocab", "int", nil, "token vocabulary of token shards (default: the preset's, 50257: "
+     .. "GPT-2's); the model's is it padded to a multiple of 128. Byte data: 256", min = 1,
+     max = 2 ^ 31 - 1 },
    { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
@@ -78,8 +111,10 @@ recipe.flags = {
      .. "gradients (0: never stop)", min = 0 },
    { "timeout", "number", nil, "seconds a collective may wait for the other ranks before the "
      .. "job ends (default: LWOPT_TIMEOUT, else 600; 0: wait forever)", min = 0 },
-   { "sample", "int", 200, "characters to generate at the end (0: none)", min = 0, max = 1e6 },
-   { "prompt", "string", "And God said", "prompt for the sample" },
+   { "sample", "int", 200, "characters (token data: tokens) to generate at the end (0: none)",
+     min = 0, max = 1e6 },
+   { "prompt", "string", nil, "prompt for the sample (default 'And God said'; token data: token "
+     .. "ids separated by spaces, default the first 8 validation tokens)" },
    { "quiet", "bool", false, "no progress lines" },
    { "progress", { "auto", "redraw", "lines" }, "auto",
      "redraw the progress line in place, or a line per step (auto: redraw on a terminal, not "
@@ -137,6 +172,42 @@ local function in_flag_words(message)
    end))
 end
 
+-- The data's kind ("bytes": a text file; "tokens": token shards), its vocabulary (v.vocab: every
+-- token is below it) and the model's (v.vocab_rows, padded), and the sample's prompt as token ids
+-- for token data (v.prompt_ids).
+local function check_data_flags(v, preset)
+   v.data_kind = v.data and tokens_mod.is_shards(v.data) and "tokens" or "bytes"
+   if v.data_kind == "bytes" then
+      if v.vocab and v.vocab ~= 256 then
+         error(("--vocab %d: a text file is read as bytes, a vocabulary of 256 (--vocab is for "
+            .. "token shards: a .bin path or a pattern in --data)"):format(v.vocab), 0)
+      end
+      if v.val_data then
+         error("--val-data is for token shards (a .bin path or a pattern in --data); a text "
+            .. "file's validation split is its last 5%", 0)
+      end
+      v.vocab, v.vocab_rows = 256, 256
+      return
+   end
+   v.vocab_given = v.vocab ~= nil
+   v.vocab = v.vocab or preset.vocab
+   v.vocab_rows = recipe.vocab_rows(v.vocab)
+   if v.prompt then
+      v.prompt_ids = {}
+      for word in v.prompt:gmatch("%S+") do
+         local id = tonumber(word)
+         if id == nil or id ~= math.floor(id) or id < 0 or id >= v.vocab then
+            error(("--prompt: with token shards the prompt is token ids below the vocabulary "
+               .. "(%d), separated by spaces; got '%s'"):format(v.vocab, word), 0)
+         end
+         v.prompt_ids[#v.prompt_ids + 1] = id
+      end
+      if #v.prompt_ids == 0 then
+         error(("--prompt: no token ids in '%s'"):format(v.prompt), 0)
+      end
+   end
+end
+
 -- Flag values and combinations that cannot work, refused before any work (every rank sees the
 -- same flags, so every rank refuses alike). v gains the preset's values where a flag is unset.
 local function check_flags(v)
@@ -167,6 +238,7 @@ local function check_flags(v)
    end
    v.keep = v.keep or 3
    v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
+   check_data_flags(v, preset)
 end
 
 -- The loss curve's path for a log path.
@@ -219,9 +291,10 @@ local function memory_table(by_rank)
    return table.concat(lines, "\n")
 end
 
--- Draws the log's train and validation losses with gnuplot; returns the PNG's path, or nil and
--- why not. Non-finite losses (null in the log) are gaps in the curve.
-local function plot(log_path)
+-- Draws the log's train and validation losses (nats per `unit`: byte, token) with gnuplot;
+-- returns the PNG's path, or nil and why not. Non-finite losses (null in the log) are gaps in
+-- the curve.
+local function plot(log_path, unit)
    local png = plot_path(log_path)
    local dat = png:gsub("%.png$", "") .. ".dat"
    local f, err = io.open(dat, "w")
@@ -234,9 +307,9 @@ local function plot(log_path)
    end
    f:close()
    local script = ("set terminal pngcairo size 800,480; set output '%s'; set xlabel 'step'; "
-      .. "set ylabel 'loss (nats/byte)'; set grid; set key top right; "
+      .. "set ylabel 'loss (nats/%s)'; set grid; set key top right; "
       .. "plot '%s' using 1:2 with lines title 'train', '' using 1:3 with linespoints pt 7 "
-      .. "title 'validation'"):format(png, dat)
+      .. "title 'validation'"):format(png, unit, dat)
    local ok = os.execute("gnuplot -e \"" .. script .. "\" 2>/dev/null")
    os.remove(dat)
    if ok == 0 or ok == true then return png end
@@ -279,22 +352,82 @@ local function sample(model, data, prompt, chars, seq, seed)
    return table.concat(out)
 end
 
+-- Sampling at temperature 0.8 over the model's next-token distribution, among the ids below the
+-- data's vocabulary (never the padded rows), for token data: the prompt and the sampled tokens
+-- as ids (there is no tokenizer to turn them into text).
+local function sample_ids(model, prompt, count, seq, seed, vocab)
+   local tokens = ffi.new("int32_t[?]", seq)
+   local weights = ffi.new("double[?]", vocab)
+   local context = { unpack(prompt) }
+   local state = seed
+   for _ = 1, count do
+      local start = math.max(1, #context - seq + 1)
+      local len = #context - start + 1
+      for i = 0, seq - 1 do tokens[i] = i < len and context[start + i] or 0 end
+      model:forward(tokens, nil, 1, seq)
+      local p = model:next_probs(len - 1)
+      local total = 0
+      for id = 0, vocab - 1 do
+         weights[id] = p[id] ^ (1 / 0.8)
+         total = total + weights[id]
+      end
+      state = lcg(state)
+      local r, pick = state / 2147483648 * total, vocab - 1
+      for id = 0, vocab - 1 do
+         r = r - weights[id]
+         if r <= 0 then
+            pick = id
+            break
+         end
+      end
+      context[#context + 1] = pick
+   end
+   return table.concat(prompt, " ") .. " | " .. table.concat(context, " ", #prompt + 1)
+end
+
+-- The sample's heading and text: bytes as text after the prompt, or token ids (the prompt: the
+-- --prompt ids or the first 8 validation tokens, then "|", then the sampled ids).
+local function sample_text(run, v)
+   if run.data.kind ~= "tokens" then
+      return "sample:\n" .. sample(run.model, run.data, v.prompt or "And God said", v.sample,
+         v.seq, v.seed)
+   end
+   local prompt = v.prompt_ids or run.data:val_tokens(math.min(8, v.seq))
+   return ("sample (token ids; no tokenizer for token shards; prompt: %s, then '|'):\n"):format(
+      v.prompt_ids and "--prompt" or ("the first %d validation tokens"):format(#prompt))
+      .. sample_ids(run.model, prompt, v.sample, v.seq, v.seed, v.vocab)
+end
+
+-- What one position of the data is: "byte" or "token".
+local function unit_of(data) return data.kind == "tokens" and "token" or "byte" end
+
+-- The data in a few words: "kjv.txt (4298239 bytes)", "fineweb_train_*.bin (1073741824 tokens)".
+local function data_name(data)
+   return ("%s (%d %s)"):format(data.path:match("([^/]*)$"), data.n, data.kind == "tokens"
+      and "tokens" or "bytes")
+end
+
 -- The settings a checkpoint records (manifest extra) for this run's flags.
 local function settings(v, comm, data)
-   local data_name = ("%s (%d bytes)"):format(data.path:match("([^/]*)$"), data.n)
    return { preset = v.preset, n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
             seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
-            shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip, data = data_name,
+            shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
+            data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
             ranks = comm.size }
 end
 
--- Settings that change the model's shape or its optimizer state: a checkpoint made with other
--- values cannot continue this run.
+-- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
+-- checkpoint made with other values cannot continue this run.
 local BREAKING = {
+   { "data_kind", "--data" }, { "vocab", "--vocab" },
    { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
    { "seq", "--seq" }, { "optimizer", "--optimizer" },
 }
+-- What a checkpoint that does not record a setting was trained with (those before token data
+-- were all byte-level).
+local BEFORE = { data_kind = "bytes", vocab = 256 }
+local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
    "layout", "clip", "data", "ranks" }
@@ -310,14 +443,19 @@ end
 local function compare_settings(saved, now, path)
    for _, b in ipairs(BREAKING) do
       local key, flag = b[1], b[2]
-      if saved[key] ~= nil and saved[key] ~= now[key] then
-         local what = flag == "--preset"
+      local was = saved[key]
+      if was == nil and saved.n_layer ~= nil then was = BEFORE[key] end
+      if was ~= nil and was ~= now[key] then
+         local what = key == "data_kind"
+            and ("%s as --data, but the checkpoint was trained on %s"):format(KIND_WORDS[now[key]],
+               KIND_WORDS[was] or tostring(was))
+            or flag == "--preset"
             and ("--preset %s (%d layers x %d, %d heads), but the checkpoint's model is --preset "
                .. "%s (%s layers x %s, %s heads)"):format(now.preset, now.n_layer, now.n_embd,
                now.n_head, tostring(saved.preset), tostring(saved.n_layer), tostring(saved.n_embd),
                tostring(saved.n_head))
             or ("%s, but the checkpoint was trained with %s"):format(flag_value(key, now[key]),
-               flag_value(key, saved[key]))
+               flag_value(key, was))
          error(("--resume: this run has %s: %s cannot continue it (resume with the checkpoint's "
             .. "setting, or start a new run in another --ckpt-dir)"):format(what, path), 0)
       end
@@ -387,12 +525,12 @@ local function finish(run, v, records, ended, say)
          .. "--max-skips (now %d)"):format(ended.skips_in_a_row, ended.first_skip, v.lr,
          v.max_skips), io.stderr)
    elseif final and final.val_loss then
-      say(("final validation loss %.4f (%.3f bits/byte)"):format(final.val_loss,
-         final.val_loss / math.log(2)))
+      say(("final validation loss %.4f (%.3f bits/%s)"):format(final.val_loss,
+         final.val_loss / math.log(2), unit_of(run.data)))
    end
    if v.log and comm.rank == 0 and #records > 0 then
       attempt("loss curve", function()
-         local png, why = plot(v.log)
+         local png, why = plot(v.log, unit_of(run.data))
          if png == nil then error(why, 0) end
          say("loss curve: " .. png)
       end)
@@ -411,10 +549,7 @@ local function finish(run, v, records, ended, say)
    end
    -- at ZeRO-3 a forward pass is collective: every rank samples (the same text), rank 0 prints
    if v.sample > 0 and not ended.diverged and (comm.rank == 0 or v.zero == 3) then
-      attempt("sample", function()
-         local text = sample(run.model, run.data, v.prompt, v.sample, v.seq, v.seed)
-         say("sample:\n" .. text)
-      end)
+      attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
    local status = ended.diverged and recipe.EXIT_DIVERGED or (#problems > 0 and 1 or 0)
@@ -450,8 +585,15 @@ local function start_comm(v)
    return comm, say
 end
 
--- The corpus: --data, or the KJV in data/ beside the recipes; returns it and its path.
+-- The corpus: --data (a text file, or token shards with --val-data), or the KJV in data/
+-- beside the recipes; returns it and its path.
 local function load_data(v, script)
+   if v.data_kind == "tokens" then
+      local data = tokens_mod.open(v.data, { vocab = v.vocab, seq_len = v.seq, val = v.val_data,
+         hint = (" (the vocabulary is %d%s; --vocab sets it)"):format(v.vocab,
+         v.vocab_given and "" or (", --preset %s's"):format(v.preset)) })
+      return data, v.data
+   end
    local here = script:match("^(.*)/[^/]*$") or "."
    local path = v.data or (here .. "/../data/kjv.txt")
    local data = data_mod.load(path, { seq_len = v.seq, hint = v.data == nil and
@@ -462,8 +604,7 @@ end
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
-   local model = lw.nn.GPT.new{ n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
-      vocab = 256, seq_len = v.seq, tied = true }
+   local model = lw.nn.GPT.new(recipe.gpt_config(v.preset, v.vocab, v.seq))
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
@@ -493,15 +634,26 @@ local function setup_checkpoints(run, v, data, say)
    end
 end
 
+-- Where the data comes from: "path (N bytes)", or for token shards "pattern (2 shards, N
+-- tokens; validation: val pattern (1 shard, N tokens)); vocabulary 50257 (50304 rows)".
+local function data_line(data, v, path)
+   if data.kind ~= "tokens" then return ("%s (%d bytes)"):format(path, data.n) end
+   local val = data.val_path and ("%s (%s)"):format(data.val_path, data:describe("val"))
+      or ("the last %d tokens"):format(data.n_val)
+   return ("%s (%s; validation: %s); vocabulary %d (%d rows)"):format(path,
+      data:describe("train"), val, v.vocab, v.vocab_rows)
+end
+
 -- The line that says what this run trains, where and on what.
 local function announce(run, v, data, path, say)
    if v.quiet then return end
    local comm = run.comm
    say(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
-      .. "rank%s, global batch %d x %d bytes; %s (%d bytes)"):format(lw.version,
+      .. "rank%s, global batch %d x %d %ss; %s"):format(lw.version,
       v.n_layer, v.n_embd, v.n_head, lw.arch.numel(run.ddp.specs) / 1e6, v.optimizer,
       v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
-      comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, path, data.n))
+      comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, unit_of(data),
+      data_line(data, v, path)))
    -- the device the buffers live on, as lw_device_get_info describes it
    local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
    say("device: " .. (lw.device_line(name) or name))

@@ -1,5 +1,6 @@
 -- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, comm,
--- tensor, ddp, optim, json) and the library's version and features; see DESIGN.md.
+-- tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's version and
+-- features; see DESIGN.md.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 
@@ -13,6 +14,7 @@ local lw = {
    optim = require("lwopt.optim"),
    nn = require("lwopt.nn"),
    data = require("lwopt.data"),
+   tokens = require("lwopt.tokens"),
    train = require("lwopt.train"),
    checkpoint = require("lwopt.checkpoint"),
    json = require("lwopt.json"),

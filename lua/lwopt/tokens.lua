@@ -1,0 +1,163 @@
+-- tokens.lua: token data in the shards llm.c and modded-nanogpt write (src/core/io/
+-- token_shards.c: every header checked on open, the tokens mapped read-only, never read whole),
+-- with the Dataset interface of lw.data, so lw.train runs on it unchanged and a step's batch is
+-- the same function of (seed, step, k) (data.offset, data.sequence) at any rank count. Each
+-- batch is checked against the model's vocabulary as it is read. It does not tokenize.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local data = require("lwopt.data")
+local files = require("lwopt.files")
+
+local lib = C.lib
+local tokens = {}
+
+-- The vocabulary of GPT-2's tokenizer, which version-1 shards (FineWeb, TinyStories, ...) use.
+tokens.GPT2_VOCAB = 50257
+
+local Dataset = {}
+Dataset.__index = Dataset
+
+-- Whether a --data value names token shards (a wildcard pattern or a path ending in .bin)
+-- rather than a text file.
+function tokens.is_shards(path)
+   return files.has_wildcards(path) or path:match("%.bin$") ~= nil
+end
+
+-- The shards a pattern names, sorted: a wildcard pattern's matches (an error naming it when
+-- there are none), or a path as it is (opening it says what is wrong with it).
+function tokens.expand(pattern)
+   if not files.has_wildcards(pattern) then return { pattern } end
+   local found = files.glob(pattern)
+   if #found == 0 then error(("lw.tokens: no file matches '%s'"):format(pattern), 0) end
+   return found
+end
+
+-- The validation pattern llm.c's naming implies for a training pattern (fineweb_train_*.bin:
+-- fineweb_val_*.bin): "train" replaced by "val" in the file name; nil without "train" there.
+function tokens.val_pattern(pattern)
+   local dir, base = pattern:match("^(.*/)([^/]*)$")
+   if dir == nil then dir, base = "", pattern end
+   if not base:find("train", 1, true) then return nil end
+   return dir .. base:gsub("train", "val")
+end
+
+-- Opens shard paths: { handle, paths, total }.
+local function open_shards(paths)
+   local cpaths = ffi.new("const char*[?]", #paths)
+   for i, p in ipairs(paths) do cpaths[i - 1] = p end -- `paths` keeps the strings alive
+   local out = ffi.new("lw_token_shards*[1]")
+   C.check(lib.lw_token_shards_open(cpaths, #paths, out), "lw.tokens")
+   local handle = ffi.gc(out[0], lib.lw_token_shards_free)
+   return { handle = handle, paths = paths, total = tonumber(lib.lw_token_shards_total(handle)) }
+end
+
+-- tokens.open(pattern, opts): the training shards `pattern` names (a path or a wildcard pattern
+-- over one directory level, sorted), opened as one token sequence. opts: vocab (the model's
+-- vocabulary: every token read must be below it; default GPT2_VOCAB), seq_len (checked to fit
+-- both splits), val (validation shards; default: val_pattern(pattern) when that matches files,
+-- else the last val_fraction of the training tokens), val_fraction (0.05), hint (appended to a
+-- token outside the vocabulary's error: what sets the vocabulary).
+function tokens.open(pattern, opts)
+   opts = opts or {}
+   local vocab = opts.vocab or tokens.GPT2_VOCAB
+   if type(vocab) ~= "number" or vocab < 1 or vocab ~= math.floor(vocab) then
+      error(("lw.tokens: vocab must be a whole number >= 1, got %s"):format(tostring(vocab)), 0)
+   end
+   local train = open_shards(tokens.expand(pattern))
+   local val_path = opts.val
+   if val_path == nil then
+      local guess = tokens.val_pattern(pattern)
+      if guess and guess ~= pattern and #files.glob(guess) > 0 then val_path = guess end
+   end
+   local seq = opts.seq_len or 1
+   local self = setmetatable({ kind = "tokens", path = pattern, vocab = vocab, train = train,
+      hint = opts.hint, val_path = val_path }, Dataset)
+   if val_path then
+      self.val = open_shards(tokens.expand(val_path))
+      self.n_train, self.n_val, self.val_base = train.total, self.val.total, 0
+      if self.n_train < seq + 2 or self.n_val < seq + 2 then
+         error(("lw.tokens: '%s' has %d training tokens and '%s' %d validation tokens, too few "
+            .. "for sequences of %d"):format(pattern, self.n_train, val_path, self.n_val, seq), 0)
+      end
+   else
+      self.val = train
+      self.n_val = math.floor(train.total * (opts.val_fraction or 0.05))
+      self.n_train = train.total - self.n_val
+      self.val_base = self.n_train
+      if self.n_train < seq + 2 or self.n_val < seq + 2 then
+         error(("lw.tokens: '%s' has %d tokens, too few for sequences of %d with a 5%% "
+            .. "validation split"):format(pattern, train.total, seq), 0)
+      end
+   end
+   self.n = self.n_train + self.n_val
+   return self
+end
+
+-- Copies len tokens of shards s from pos into out (int32_t*), each checked against the
+-- dataset's vocabulary.
+local function read(self, s, pos, len, out)
+   C.check(lib.lw_token_shards_read(s.handle, pos, len, self.vocab, out), "lw.tokens", self.hint)
+end
+
+-- A sequence of t tokens from `at` and its targets (the next t), read once as t + 1 tokens.
+local function read_sequence(self, s, at, t, tokens_row, targets_row)
+   if self.scratch_len ~= t + 1 then
+      self.scratch, self.scratch_len = ffi.new("int32_t[?]", t + 1), t + 1
+   end
+   read(self, s, at, t + 1, self.scratch)
+   ffi.copy(tokens_row, self.scratch, 4 * t)
+   ffi.copy(targets_row, self.scratch + 1, 4 * t)
+end
+
+-- Start offset in the training split of sequence k of step `step` (as lw.data's).
+function Dataset:offset(seed, step, k, t)
+   return data.offset(self.n_train, seed, step, k, t)
+end
+
+-- Fills tokens and targets (int32_t* [b * t]) with the micro-batch of this rank: sequences
+-- k = micro * ranks * b + rank * b + i of the step's global batch.
+function Dataset:train_batch(tokens_out, targets, seed, step, micro, rank, ranks, b, t)
+   for i = 0, b - 1 do
+      local at = self:offset(seed, step, data.sequence(micro, rank, ranks, b, i), t)
+      read_sequence(self, self.train, at, t, tokens_out + i * t, targets + i * t)
+   end
+end
+
+-- The validation set: consecutive non-overlapping sequences from the start of the split, at
+-- most `max` of them. Returns their count.
+function Dataset:val_count(t, max)
+   return math.min(max or math.huge, math.floor((self.n_val - 1) / t))
+end
+
+-- Fills a batch of validation sequences first .. first + b - 1 (missing ones get targets -1).
+function Dataset:val_batch(tokens_out, targets, first, count, b, t)
+   for i = 0, b - 1 do
+      local k, row = first + i, i * t
+      if k < count then
+         read_sequence(self, self.val, self.val_base + k * t, t, tokens_out + row, targets + row)
+      else
+         ffi.fill(tokens_out + row, 4 * t, 0)
+         ffi.fill(targets + row, 4 * t, 0xff) -- -1: ignored
+      end
+   end
+end
+
+-- The first len tokens of the validation split, as a list of numbers (a sample's prompt).
+function Dataset:val_tokens(len)
+   len = math.min(len, self.n_val)
+   local out = ffi.new("int32_t[?]", math.max(len, 1))
+   read(self, self.val, self.val_base, len, out)
+   local list = {}
+   for i = 0, len - 1 do list[i + 1] = out[i] end
+   return list
+end
+
+-- Shards and tokens in words: "3 shards, 1200000 tokens" for the training (or "val") split.
+function Dataset:describe(split)
+   local s = split == "val" and self.val or self.train
+   local shards = #s.paths
+   local n = split == "val" and self.n_val or self.n_train
+   return ("%d shard%s, %d tokens"):format(shards, shards == 1 and "" or "s", n)
+end
+
+return tokens
