@@ -3,11 +3,12 @@
 # CUDA 13, no network, no MPI launcher). Sets up the Debian packages carried in .debs/ (if
 # there), configures and builds build-gpu (Release, LWOPT_CUDA=ON, CUDA architectures 90 unless
 # CUDA_ARCHITECTURES says otherwise), says which GPU it runs on, runs the GPU tests (ctest -L gpu)
-# and then the GPU benchmarks (bench/cuda/*, and bench/peers/torch_newton_schulz.py when
-# python3 can import torch). Every step's output goes to a log in $OUT (the device tool copies
-# $OUT back), else runs/gpu/; summary.txt lists each step's exit status. Exits non-zero when
-# there is no GPU, the build fails or a test fails; a benchmark that fails is recorded and the
-# others still run.   Usage: scripts/gpu-run.sh [--no-bench]
+# and then the GPU benchmarks (bench/cuda/*, bench/gpt2_gpu.lua, and the PyTorch peers
+# bench/peers/torch_newton_schulz.py and torch_gpt2.py when python3 can import torch). Every
+# step's output goes to a log in $OUT (the device tool copies $OUT back), else runs/gpu/;
+# summary.txt lists each step's exit status. Exits non-zero when there is no GPU, the build
+# fails or a test fails; a benchmark that fails is recorded and the others still run.
+# Usage: scripts/gpu-run.sh [--no-bench]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 if [ -f .debs/setup-device.sh ]; then
@@ -64,11 +65,14 @@ if [ "$bench" = 1 ]; then
     step bench_newton_schulz_tf32 "$build/bench_cuda_newton_schulz" tf32 --no-batched
     step bench_adamw "$build/bench_cuda_adamw"
     step bench_optimizer_step "$build/bench_cuda_optimizer_step"
+    step bench_gpt2 bin/lwopt run bench/gpt2_gpu.lua
     if python3 -c "import torch" 2>/dev/null; then
         step bench_torch_newton_schulz python3 bench/peers/torch_newton_schulz.py
+        step bench_torch_gpt2 python3 bench/peers/torch_gpt2.py
     else
-        echo "bench_torch_newton_schulz: skipped (python3 cannot import torch)" \
-            >>"$out/summary.txt"
+        for name in bench_torch_newton_schulz bench_torch_gpt2; do
+            echo "$name: skipped (python3 cannot import torch)" >>"$out/summary.txt"
+        done
     fi
 fi
 echo
