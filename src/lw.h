@@ -825,29 +825,41 @@ lw_status lw_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n
 lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
                            int64_t n);
 
-/* Causal multi-head self-attention. qkv[b, t, 3c] holds q, k, v (each [b, t, c], head h in
- * channels [h*c/nh, (h+1)*c/nh)); out[b, t, c]; att[b, nh, t, t] saves the probabilities (zero
- * above the diagonal). Scale 1/sqrt(c/nh). c must divide by nh. */
-lw_status lw_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
-                               int64_t b, int64_t t, int64_t c, int64_t nh);
-/* dqkv[b, t, 3c] += ...; scratch holds t*t floats. */
+/* Causal multi-head self-attention, memory-efficient: no t x t matrix per head is kept between
+ * forward and backward (the backward recomputes the probabilities from q, k and the saved
+ * log-sum-exp, as flash attention does). qkv[b, t, 3c] holds q, k, v (each [b, t, c], head h in
+ * channels [h*c/nh, (h+1)*c/nh)); out[b, t, c]; lse[b, nh, t] saves each row's log-sum-exp of
+ * the scaled scores. Scale 1/sqrt(c/nh); c must divide by nh. scratch: at least
+ * lw_attention_scratch_floats(stream, b, t, nh) floats of the stream's device, the caller's
+ * workspace for both passes (the CPU works one head at a time in t x t squares; a GPU needs no
+ * square at all). */
+int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t nh);
+lw_status lw_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
+                               const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += ..., from the forward's qkv, out and lse. */
 lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *att, int64_t b, int64_t t, int64_t c,
-                                int64_t nh);
+                                const float *qkv, const float *out, const float *lse, int64_t b,
+                                int64_t t, int64_t c, int64_t nh);
 
-/* The LM head fused with softmax cross-entropy: logits[n, v] = h[n, c] w[v, c]^T, then
- * probs[n, v] (softmax, written into the caller's buffer), losses[n] = -log probs[target].
- * [out] *loss (host): the mean loss over rows whose target is >= 0 (a target < 0 is ignored);
- * waits for the stream. */
-lw_status lw_cross_entropy_forward(lw_stream *stream, float *probs, float *losses,
+/* The LM head fused with softmax cross-entropy, in chunks of rows: logits = h[n, c] w[v, c]^T
+ * are formed a chunk at a time in scratch (at least lw_cross_entropy_scratch_floats(stream, n,
+ * v) floats; never n x v at once unless that fits the device's chunk), giving losses[n] =
+ * -log softmax(logits)[target] and lse[n], each row's log-sum-exp. [out] *loss (host): the
+ * mean loss over rows whose target is in [0, v) (other targets are ignored: loss 0, no
+ * gradient); waits for the stream. */
+int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v);
+lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse, float *scratch,
                                    const float *h, const float *w, const int32_t *targets,
                                    int64_t n, int64_t c, int64_t v, double *loss);
-/* Backward of loss_scale * (mean loss): dlogits = loss_scale * (probs - onehot) / count,
- * formed in probs in place (probs is consumed), then dh[n, c] += dlogits w and
+/* Backward of loss_scale * (mean loss) after the forward of the same h, w, targets with the same
+ * scratch untouched since (when all n rows fit one chunk the forward's probabilities are still
+ * there and are reused; otherwise each chunk's logits are recomputed):
+ * dlogits = loss_scale * (softmax - onehot) / count, dh[n, c] += dlogits w and
  * dw[v, c] += dlogits^T h (dh optional). */
-lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *probs,
+lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                     const float *h, const float *w, const int32_t *targets,
-                                    int64_t n, int64_t c, int64_t v, float loss_scale);
+                                    const float *lse, int64_t n, int64_t c, int64_t v,
+                                    float loss_scale);
 
 /* ---- JSON (manifests, safetensors headers) -------------------------------------------------- *
  * A strict, bounded parser: RFC 8259 grammar only (no comments, trailing commas, NaN), UTF-8

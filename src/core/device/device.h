@@ -10,7 +10,7 @@
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 3
+#define LWI_DEVICE_ABI 4
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -112,17 +112,20 @@ typedef struct lwi_device_ops {
                                     const float *mean, const float *rstd, int64_t n, int64_t c);
     lw_status (*gelu_forward)(lw_stream *s, float *y, const float *x, int64_t n);
     lw_status (*gelu_backward)(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
-    lw_status (*attention_forward)(lw_stream *s, float *out, float *att, const float *qkv,
-                                   int64_t b, int64_t t, int64_t c, int64_t nh);
+    int64_t (*attention_scratch_floats)(int64_t b, int64_t t, int64_t nh);
+    lw_status (*attention_forward)(lw_stream *s, float *out, float *lse, float *scratch,
+                                   const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
     lw_status (*attention_backward)(lw_stream *s, float *dqkv, float *scratch, const float *dout,
-                                    const float *qkv, const float *att, int64_t b, int64_t t,
-                                    int64_t c, int64_t nh);
-    lw_status (*cross_entropy_forward)(lw_stream *s, float *probs, float *losses, const float *h,
-                                       const float *w, const int32_t *targets, int64_t n, int64_t c,
-                                       int64_t v, double *loss);
-    lw_status (*cross_entropy_backward)(lw_stream *s, float *dh, float *dw, float *probs,
+                                    const float *qkv, const float *out, const float *lse,
+                                    int64_t b, int64_t t, int64_t c, int64_t nh);
+    int64_t (*cross_entropy_scratch_floats)(int64_t n, int64_t v);
+    lw_status (*cross_entropy_forward)(lw_stream *s, float *losses, float *lse, float *scratch,
+                                       const float *h, const float *w, const int32_t *targets,
+                                       int64_t n, int64_t c, int64_t v, double *loss);
+    lw_status (*cross_entropy_backward)(lw_stream *s, float *dh, float *dw, float *scratch,
                                         const float *h, const float *w, const int32_t *targets,
-                                        int64_t n, int64_t c, int64_t v, float loss_scale);
+                                        const float *lse, int64_t n, int64_t c, int64_t v,
+                                        float loss_scale);
     /* what the device is (lw_device_get_info) */
     lw_status (*info)(lw_device *device, lw_device_info *out);
     /* A communicator of parent's ranks that moves this device's memory (NCCL), bootstrapped
