@@ -109,38 +109,52 @@ lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const 
     return s->device->ops->gelu_backward(s, dx, dy, x, n);
 }
 
-lw_status lw_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
-                               int64_t b, int64_t t, int64_t c, int64_t nh) {
+int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t nh) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->attention_scratch_floats == NULL) return 0;
+    return s->device->ops->attention_scratch_floats(b, t, nh);
+}
+
+lw_status lw_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
+                               const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
     lw_stream *s = lwi_stream_or_cpu(stream);
     if (s->device->ops->attention_forward == NULL)
         return lwi_device_missing(s, "attention_forward");
-    return s->device->ops->attention_forward(s, out, att, qkv, b, t, c, nh);
+    return s->device->ops->attention_forward(s, out, lse, scratch, qkv, b, t, c, nh);
 }
 
 lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *att, int64_t b, int64_t t, int64_t c,
-                                int64_t nh) {
+                                const float *qkv, const float *out, const float *lse, int64_t b,
+                                int64_t t, int64_t c, int64_t nh) {
     lw_stream *s = lwi_stream_or_cpu(stream);
     if (s->device->ops->attention_backward == NULL)
         return lwi_device_missing(s, "attention_backward");
-    return s->device->ops->attention_backward(s, dqkv, scratch, dout, qkv, att, b, t, c, nh);
+    return s->device->ops->attention_backward(s, dqkv, scratch, dout, qkv, out, lse, b, t, c, nh);
 }
 
-lw_status lw_cross_entropy_forward(lw_stream *stream, float *probs, float *losses, const float *h,
-                                   const float *w, const int32_t *targets, int64_t n, int64_t c,
-                                   int64_t v, double *loss) {
+int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->cross_entropy_scratch_floats == NULL) return 0;
+    return s->device->ops->cross_entropy_scratch_floats(n, v);
+}
+
+lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse, float *scratch,
+                                   const float *h, const float *w, const int32_t *targets,
+                                   int64_t n, int64_t c, int64_t v, double *loss) {
     lw_stream *s = lwi_stream_or_cpu(stream);
     if (s->device->ops->cross_entropy_forward == NULL)
         return lwi_device_missing(s, "cross_entropy_forward");
-    return s->device->ops->cross_entropy_forward(s, probs, losses, h, w, targets, n, c, v, loss);
+    return s->device->ops->cross_entropy_forward(s, losses, lse, scratch, h, w, targets, n, c, v,
+                                                 loss);
 }
 
-lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *probs,
+lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                     const float *h, const float *w, const int32_t *targets,
-                                    int64_t n, int64_t c, int64_t v, float loss_scale) {
+                                    const float *lse, int64_t n, int64_t c, int64_t v,
+                                    float loss_scale) {
     lw_stream *s = lwi_stream_or_cpu(stream);
     if (s->device->ops->cross_entropy_backward == NULL)
         return lwi_device_missing(s, "cross_entropy_backward");
-    return s->device->ops->cross_entropy_backward(s, dh, dw, probs, h, w, targets, n, c, v,
+    return s->device->ops->cross_entropy_backward(s, dh, dw, scratch, h, w, targets, lse, n, c, v,
                                                   loss_scale);
 }

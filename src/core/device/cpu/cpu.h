@@ -41,16 +41,22 @@ lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, fl
 lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n);
 lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
                                 int64_t n);
-lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *att, const float *qkv,
-                                    int64_t b, int64_t t, int64_t c, int64_t nh);
+int64_t lwi_cpu_attention_scratch_floats(int64_t b, int64_t t, int64_t nh);
+lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
+                                    const float *qkv, int64_t b, int64_t t, int64_t c,
+                                    int64_t nh);
 lw_status lwi_cpu_attention_backward(lw_stream *stream, float *dqkv, float *scratch,
-                                     const float *dout, const float *qkv, const float *att,
-                                     int64_t b, int64_t t, int64_t c, int64_t nh);
-lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *probs, float *losses,
-                                        const float *h, const float *w, const int32_t *targets,
-                                        int64_t n, int64_t c, int64_t v, double *loss);
-lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *probs,
+                                     const float *dout, const float *qkv, const float *out,
+                                     const float *lse, int64_t b, int64_t t, int64_t c,
+                                     int64_t nh);
+int64_t lwi_cpu_cross_entropy_scratch_floats(int64_t n, int64_t v);
+lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
+                                        float *scratch, const float *h, const float *w,
+                                        const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                        double *loss);
+lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                          const float *h, const float *w, const int32_t *targets,
-                                         int64_t n, int64_t c, int64_t v, float loss_scale);
+                                         const float *lse, int64_t n, int64_t c, int64_t v,
+                                         float loss_scale);
 
 #endif
