@@ -254,8 +254,7 @@ __global__ void __launch_bounds__(THREADS)
             for (int j = 0; j < 8; j++) {
                 const int b = tx + 8 * j, query = q0 + b;
                 const float pij = query >= key && query < t ? expf(p[i][j] * scale - ls[b]) : 0.0f;
-                p[i][j] = pij;
-                dp[i][j] = pij * (dp[i][j] - ds[b]);
+                dp[i][j] = pij * (dp[i][j] - ds[b]); // dS^T, kept for after dv
                 ss[(ty + 32 * i) * SLD + b] = pij;
             }
         }

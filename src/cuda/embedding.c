@@ -67,10 +67,6 @@ lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const f
                                     cudaMemcpyDeviceToHost, cs);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
     if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the tokens to the host");
-    if (dwpe != NULL) {
-        e = lwc_embed_dwpe(cs, dwpe, dy, b, t, c);
-        if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
-    }
     const int32_t *tok = host;
     int32_t *perm = host + n, *tmp = host + 4 * n + 1;
     int32_t high = 0;
@@ -80,6 +76,11 @@ lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const f
                                   "%s: embedding backward: token %d at position %lld is negative",
                                   s->device->name, (int)tok[i], (long long)i);
         high |= tok[i];
+    }
+    /* checked first: a refused call changes nothing */
+    if (dwpe != NULL) {
+        e = lwc_embed_dwpe(cs, dwpe, dy, b, t, c);
+        if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
     }
     int32_t *counts = malloc(sizeof(int32_t) * 65536);
     if (counts == NULL) return lwc_host->fail(LW_ERR_NOMEM, "%s: out of memory", s->device->name);
