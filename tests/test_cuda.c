@@ -4,78 +4,8 @@
  * AdamW, and the layer-wise optimizer on GPU buffers (batched Newton-Schulz, ZeRO-1/2/3, row
  * sharding) against the same steps on the CPU. Exit 77 (skipped) when CUDA is not available; a
  * GPU that is there and gives a wrong answer, or a CUDA library that is broken, fails. */
+#include "cuda_util.h"
 #include "layout_util.h"
-
-#include <math.h>
-#include <stdlib.h>
-
-static lw_device *gpu;
-static lw_stream *gs; /* the GPU's default stream */
-
-static uint64_t seed = 20240601;
-static float frand(void) { /* uniform in [-1, 1) */
-    seed = seed * 6364136223846793005u + 1442695040888963407u;
-    return (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static float *host_random(int64_t n) {
-    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = frand();
-    return x;
-}
-
-/* Device memory holding a copy of host[0..n). */
-static void *upload(const void *host, int64_t bytes) {
-    void *d = NULL;
-    CHECK_OK(lw_device_alloc(gpu, bytes, &d));
-    if (d != NULL) CHECK_OK(lw_device_copy(gs, d, host, bytes, LW_COPY_HOST_TO_DEVICE));
-    return d;
-}
-
-static void download(void *host, const void *dev, int64_t bytes) {
-    CHECK_OK(lw_stream_synchronize(gs));
-    CHECK_OK(lw_device_copy(gs, host, dev, bytes, LW_COPY_DEVICE_TO_HOST));
-}
-
-/* Distance in units in the last place between two finite floats of the same sign. */
-static int64_t ulps(float a, float b) {
-    if (a == b) return 0;
-    if ((a < 0) != (b < 0)) return INT64_MAX;
-    int32_t ia, ib;
-    memcpy(&ia, &a, 4);
-    memcpy(&ib, &b, 4);
-    return llabs((long long)ia - (long long)ib);
-}
-
-static int64_t max_ulps(const float *a, const float *b, int64_t n) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t u = ulps(a[i], b[i]);
-        if (u > m) m = u;
-    }
-    return m;
-}
-
-/* max |a - b| / max(|b|, floor): relative where b is large, absolute below floor. */
-static double max_rel(const float *a, const float *b, int64_t n, double floor) {
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
-        if (!(d <= m)) m = d; /* NaN wins */
-    }
-    return m;
-}
-
-/* ||a - b||_F / ||b||_F */
-static double rel_frobenius(const float *a, const float *b, int64_t n) {
-    double d = 0, s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        s += (double)b[i] * b[i];
-    }
-    return sqrt(d) / fmax(sqrt(s), 1e-30);
-}
 
 /* ---- the device, memory, streams and events ------------------------------------------------ */
 
@@ -691,16 +621,8 @@ static void test_optimizer_on_gpu(void) {
 }
 
 int main(void) {
-    if (lw_device_get("cuda", &gpu) != LW_OK) {
-        /* only CUDA's absence skips; any other failure of a present GPU is a failure */
-        if (strstr(lw_last_error(), "CUDA is not available") != NULL) {
-            printf("test_cuda: skipped: %s\n", lw_last_error());
-            return 77;
-        }
-        fprintf(stderr, "test_cuda: lw_device_get(\"cuda\") failed: %s\n", lw_last_error());
-        return 1;
-    }
-    gs = lw_device_stream(gpu);
+    const int skip_or_fail = cuda_open("test_cuda");
+    if (skip_or_fail != 0) return skip_or_fail;
     test_device_and_info();
     test_memory();
     test_streams_and_events();

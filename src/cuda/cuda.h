@@ -1,6 +1,6 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
- * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; nccl.c: the NCCL
- * communicator). The library fills the core's device table (core/device/device.h) and reports
+ * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; linear.c, embedding.c,
+ * layers.c, cross_entropy.c: the model kernels' entries; nccl.c: the NCCL communicator). The library fills the core's device table (core/device/device.h) and reports
  * errors through the host's fail function: it cannot link the core's internal symbols.
  * Not public API. */
 #ifndef LW_CUDA_H
@@ -26,6 +26,11 @@ typedef struct lwc_stream {
     cudaStream_t stream;
     void *scratch;   /* LWC_SCRATCH_BYTES of device memory */
     void *host_flag; /* 8 bytes of pinned host memory: flags copied back (the finite check) */
+    /* grown on demand (lwc_workspace, lwc_host_workspace), freed with the stream */
+    void *work;          /* device memory: column-sum partials, the embedding's buckets */
+    int64_t work_bytes;
+    void *host_work;     /* pinned host memory: tokens, targets and losses copied back */
+    int64_t host_work_bytes;
 } lwc_stream;
 
 /* The core's services, set by the entry (lwopt_device_open). */
@@ -46,6 +51,12 @@ lw_status lwc_use(const lw_device *device);
 /* LW_OK, or the launch's error named after `what` on the stream's device. */
 lw_status lwc_launched(const lw_stream *s, cudaError_t e, const char *what);
 
+/* At least `bytes` of the stream's device (or pinned host) workspace. Growing it first waits for
+ * the stream, so that no queued kernel or copy still uses the old one. Its contents are not
+ * kept across calls; work on the stream uses it in stream order. */
+lw_status lwc_workspace(lw_stream *s, int64_t bytes, void **out);
+lw_status lwc_host_workspace(lw_stream *s, int64_t bytes, void **out);
+
 /* blas.c: the kernel entries of the table. */
 lw_status lwc_vec_norm_stats(lw_stream *s, const float *x, int64_t n, double *acc);
 lw_status lwc_vec_all_finite(lw_stream *s, const float *x, int64_t n, bool *finite);
@@ -58,6 +69,48 @@ lw_status lwc_newton_schulz(lw_stream *s, const lwi_ns_plan *plan, const float *
                             int64_t batch, int64_t rows, int64_t cols);
 lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
                          int32_t count, int64_t t, float grad_scale);
+
+/* linear.c: one fp32 GEMM on the stream, column-major as cuBLAS (CUBLAS_COMPUTE_32F: no TF32),
+ * C = alpha op(A) op(B) + beta C; `what` names it in errors. And the linear layer's entries. */
+lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                   float beta, float *c, int64_t ldc, const char *what);
+lw_status lwc_linear_forward(lw_stream *s, float *y, const float *x, const float *w,
+                             const float *b, int64_t n, int64_t in, int64_t out);
+lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
+                              const float *x, const float *w, int64_t n, int64_t in, int64_t out);
+
+/* embedding.c */
+lw_status lwc_embedding_forward(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
+                                const float *wpe, int64_t b, int64_t t, int64_t c);
+lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
+                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c);
+
+/* layers.c: layer norm, GELU, attention */
+lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                const float *g, const float *beta, int64_t n, int64_t c,
+                                float eps);
+lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
+                                 const float *x, const float *g, const float *mean,
+                                 const float *rstd, int64_t n, int64_t c);
+lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n);
+lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
+int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t nh);
+lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
+                                const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
+lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const float *out, const float *lse, int64_t b,
+                                 int64_t t, int64_t c, int64_t nh);
+
+/* cross_entropy.c: the LM head fused with softmax cross-entropy, in chunks of rows */
+int64_t lwc_cross_entropy_scratch_floats(int64_t n, int64_t v);
+lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
+                                    const float *h, const float *w, const int32_t *targets,
+                                    int64_t n, int64_t c, int64_t v, double *loss);
+lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
+                                     const float *h, const float *w, const int32_t *targets,
+                                     const float *lse, int64_t n, int64_t c, int64_t v,
+                                     float loss_scale);
 
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new). */
 lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out);

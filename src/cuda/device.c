@@ -1,6 +1,7 @@
 /* device.c: the CUDA device: the library's entry (lwopt_device_open), the device table, device
- * memory, streams (each with its reduction scratch) and events, and what the device is. The
- * kernels' entries are in blas.c, the communicator in nccl.c. */
+ * memory, streams (each with its reduction scratch and workspaces) and events, and what the
+ * device is. The kernels' entries are in blas.c (vectors, optimizers), linear.c, embedding.c,
+ * layers.c and cross_entropy.c (the model), the communicator in nccl.c. */
 #include "cuda/cuda.h"
 
 #include <nccl.h>
@@ -83,6 +84,8 @@ static void stream_free(lw_device *d, void *impl) {
     if (s->stream) cudaStreamDestroy(s->stream);
     cudaFree(s->scratch);
     cudaFreeHost(s->host_flag);
+    cudaFree(s->work);
+    cudaFreeHost(s->host_work);
     free(s);
 }
 
@@ -101,6 +104,44 @@ static lw_status stream_new(lw_device *d, void **impl) {
     }
     *impl = s;
     return LW_OK;
+}
+
+/* Grows a workspace to `bytes` (rounded up to 1 MiB: a few sizes serve a training run). The
+ * stream is waited for first: queued work may still read or write the old allocation. */
+static lw_status grow(lw_stream *s, bool host, int64_t bytes, void **out) {
+    lwc_stream *cs = lwc_str(s);
+    void **p = host ? &cs->host_work : &cs->work;
+    int64_t *have = host ? &cs->host_work_bytes : &cs->work_bytes;
+    if (bytes <= *have) {
+        *out = *p;
+        return LW_OK;
+    }
+    const int64_t mib = (int64_t)1 << 20, want = (bytes + mib - 1) / mib * mib;
+    cudaError_t e = cudaStreamSynchronize(cs->stream);
+    if (e != cudaSuccess) return lwc_fail(s->device, e, "waiting for the stream's workspace");
+    if (host)
+        cudaFreeHost(*p);
+    else
+        cudaFree(*p);
+    *p = NULL;
+    *have = 0;
+    e = host ? cudaMallocHost(p, (size_t)want) : cudaMalloc(p, (size_t)want);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        char what[96];
+        snprintf(what, sizeof what, "%s workspace of %.2f MiB", host ? "a pinned host" : "a",
+                 (double)want / (double)mib);
+        return lwc_fail(s->device, e, what);
+    }
+    *have = want;
+    *out = *p;
+    return LW_OK;
+}
+
+lw_status lwc_workspace(lw_stream *s, int64_t bytes, void **out) { return grow(s, false, bytes, out); }
+
+lw_status lwc_host_workspace(lw_stream *s, int64_t bytes, void **out) {
+    return grow(s, true, bytes, out);
 }
 
 static lw_status stream_synchronize(lw_stream *s) {
@@ -171,8 +212,6 @@ static lw_status info(lw_device *d, lw_device_info *out) {
 
 /* ---- the table and the entry ----------------------------------------------------------------- */
 
-/* The model kernels come with end-to-end GPU training: until then they are absent, and the core
- * names the one a caller asked for (lwi_device_missing). */
 static const lwi_device_ops cuda_ops = {
     .kind = "cuda",
     .host_memory = false,
@@ -197,6 +236,20 @@ static const lwi_device_ops cuda_ops = {
     .muon_momentum = lwc_muon_step,
     .newton_schulz = lwc_newton_schulz,
     .adamw = lwc_adamw_step,
+    .linear_forward = lwc_linear_forward,
+    .linear_backward = lwc_linear_backward,
+    .embedding_forward = lwc_embedding_forward,
+    .embedding_backward = lwc_embedding_backward,
+    .layernorm_forward = lwc_layernorm_forward,
+    .layernorm_backward = lwc_layernorm_backward,
+    .gelu_forward = lwc_gelu_forward,
+    .gelu_backward = lwc_gelu_backward,
+    .attention_scratch_floats = lwc_attention_scratch_floats,
+    .attention_forward = lwc_attention_forward,
+    .attention_backward = lwc_attention_backward,
+    .cross_entropy_scratch_floats = lwc_cross_entropy_scratch_floats,
+    .cross_entropy_forward = lwc_cross_entropy_forward,
+    .cross_entropy_backward = lwc_cross_entropy_backward,
     .info = info,
     .comm_new = lwc_comm_new,
 };

@@ -18,6 +18,9 @@ extern "C" {
 /* Bytes of a stream's reduction scratch (lwc_stream.scratch): partial sums of the blocks of a
  * reduction and its flags. */
 #define LWC_SCRATCH_BYTES (64 * 1024)
+/* An int32 slot of that scratch past the partials (vec.cu uses the first 16 KiB, blas.c the last
+ * 8 bytes): the cross-entropy backward's count of counted targets. */
+#define LWC_SCRATCH_COUNT_OFFSET (LWC_SCRATCH_BYTES - 16)
 
 /* vec.cu */
 /* acc[0] += sum of x^2, acc[1] += count of zeros (acc: 2 doubles of device memory), reduced in
@@ -53,6 +56,69 @@ cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, i
 #define LWC_ADAMW_PER_LAUNCH 48
 cudaError_t lwc_adamw(cudaStream_t stream, const lwi_adamw_tensor *tensors, int32_t count,
                       float beta1, float beta2, float eps, float c1, float c2, float grad_scale);
+
+/* nn.cu: the model's element-wise and row kernels (rounded as the CPU's; no atomics) */
+/* y[n, cols] = b in every row (a linear layer's bias, before its GEMM adds x w^T). */
+cudaError_t lwc_rows_fill(cudaStream_t stream, float *y, const float *b, int64_t n, int64_t cols);
+/* Doubles of workspace that lwc_colsum and lwc_colsum_xhat need for (n, cols). */
+int64_t lwc_colsum_doubles(int64_t n, int64_t cols);
+/* out[cols] += column sums of dy[n, cols], summed in double in an order fixed by (n, cols):
+ * block partials over chunks of rows into `work`, then the chunks in order. */
+cudaError_t lwc_colsum(cudaStream_t stream, float *out, const float *dy, int64_t n, int64_t cols,
+                       double *work);
+/* dg[c] += column sums of dy * (x - mean[row]) * rstd[row] (layer norm's gain gradient). */
+cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, const float *x,
+                            const float *mean, const float *rstd, int64_t n, int64_t c,
+                            double *work);
+/* y[b, t, c] = wte[tokens] + wpe[t] (wpe may be NULL). */
+cudaError_t lwc_embed(cudaStream_t stream, float *y, const int32_t *tokens, const float *wte,
+                      const float *wpe, int64_t b, int64_t t, int64_t c);
+/* dwte[seg_token[s]] += dy[perm[k]] for k in [start[s], start[s + 1]) in order, for each of the
+ * `segments` segments (device int32 arrays: the positions bucketed by token on the host). */
+cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const float *dy, const int32_t *perm,
+                           const int32_t *start, const int32_t *seg_token, int64_t segments,
+                           int64_t c);
+/* dwpe[t, c] += dy[bi, t, c] for bi = 0 .. b - 1 in order. */
+cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b, int64_t t,
+                           int64_t c);
+/* Layer norm forward (one warp per row; mean and variance in double). */
+cudaError_t lwc_ln_forward(cudaStream_t stream, float *y, float *mean, float *rstd, const float *x,
+                           const float *g, const float *beta, int64_t n, int64_t c, float eps);
+/* dx[n, c] += layer norm's input gradient (dg and dbeta: lwc_colsum_xhat, lwc_colsum). */
+cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dy, const float *x,
+                      const float *g, const float *mean, const float *rstd, int64_t n, int64_t c);
+/* GELU (tanh form) and dx += dy gelu'(x), the CPU's formulas operation for operation. */
+cudaError_t lwc_gelu(cudaStream_t stream, float *y, const float *x, int64_t n);
+cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const float *x,
+                          int64_t n);
+
+/* attention.cu: causal attention, flash-attention style (lw.h's contract) */
+/* The largest head dim (c / nh) the kernels serve. */
+int64_t lwc_flash_head_dim_limit(void);
+/* Dynamic shared memory per block of the forward or backward kernels for head dim hd (0 past
+ * the limit): the caller checks it against the device's opt-in maximum. */
+size_t lwc_flash_smem_bytes(int64_t hd, bool backward);
+/* out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c]. */
+cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, const float *qkv,
+                              int64_t b, int64_t t, int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += ...; dd: b * nh * t floats of scratch (rowsum(dout * out)). */
+cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, float *dd, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int64_t b,
+                               int64_t t, int64_t c, int64_t nh);
+
+/* softmax.cu: the LM head's softmax cross-entropy on a chunk of logits (a target outside [0, v)
+ * is ignored) */
+/* Per row of logits[rows, v]: lse[rows], losses[rows]; keep: the rows become probabilities. */
+cudaError_t lwc_ce_rows(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
+                        const int32_t *targets, float *losses, float *lse, bool keep);
+/* *count (device) = the number of targets[n] in [0, v). */
+cudaError_t lwc_ce_count(cudaStream_t stream, const int32_t *targets, int64_t n, int64_t v,
+                         int32_t *count);
+/* logits[rows, v] = loss_scale / *count * (p - onehot(target)) in place, p = exp(logit - lse)
+ * (recompute) or the rows themselves (kept probabilities); ignored rows 0. */
+cudaError_t lwc_ce_dlogits(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
+                           const int32_t *targets, const float *lse, bool recompute,
+                           float loss_scale, const int32_t *count);
 
 #ifdef __cplusplus
 }

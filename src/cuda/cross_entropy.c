@@ -1,0 +1,116 @@
+/* cross_entropy.c: the LM head fused with softmax cross-entropy on a GPU, a chunk of rows at a
+ * time (lw.h's contract, as device/cpu/cross_entropy.c): the chunk's logits by one cuBLAS GEMM
+ * into the scratch, each row's log-sum-exp and loss (softmax.cu), and in the backward the
+ * softmax's gradient formed in place and two GEMMs (beta 1) into dh and dw. When all rows fit one
+ * chunk the forward leaves the probabilities in the scratch and the backward reuses them;
+ * otherwise it recomputes each chunk's logits. The mean loss is summed on the host in double,
+ * as on the CPU; the backward's count of counted targets is taken on the device (no wait). */
+#include "cuda/cuda.h"
+
+/* Logits held at once: 64 Mi floats (256 MiB), 1334 rows at GPT-2's 50304 tokens. The size
+ * depends on (n, v) alone (the table's scratch entry has no device). */
+#define CE_CHUNK_FLOATS (INT64_C(1) << 26)
+
+static int64_t chunk_rows(int64_t n, int64_t v) {
+    int64_t rows = v > 0 ? CE_CHUNK_FLOATS / v : n;
+    rows = rows < 1 ? 1 : rows;
+    return rows < n ? rows : n;
+}
+
+int64_t lwc_cross_entropy_scratch_floats(int64_t n, int64_t v) {
+    return n > 0 && v > 0 ? chunk_rows(n, v) * v : 0;
+}
+
+/* out[rows, v] = h[rows, c] w[v, c]^T. Column-major: out is L^T [v, rows] (ld v), w is W^T
+ * [c, v] (ld c), h is H^T [c, rows] (ld c); L^T = W H^T = op_T(w) op_N(h): m = v, n = rows,
+ * k = c. */
+static lw_status logits(lw_stream *s, float *out, const float *h, const float *w, int64_t rows,
+                        int64_t c, int64_t v) {
+    if (c <= 0)
+        return lwc_launched(s,
+                            cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(rows * v),
+                                            lwc_cuda_stream(s)),
+                            "cudaMemsetAsync");
+    return lwc_gemm(s, true, false, v, rows, c, 1.0f, w, c, h, c, 0.0f, out, v,
+                    "the LM head's logits");
+}
+
+lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
+                                    const float *h, const float *w, const int32_t *targets,
+                                    int64_t n, int64_t c, int64_t v, double *loss) {
+    *loss = 0.0;
+    if (n <= 0 || v <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    const int64_t chunk = chunk_rows(n, v);
+    lw_status st = LW_OK;
+    for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
+        const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        st = logits(s, scratch, h + r0 * c, w, rows, c, v);
+        /* chunk == n: the probabilities stay for the backward */
+        if (st == LW_OK)
+            st = lwc_launched(s,
+                              lwc_ce_rows(cs, scratch, rows, v, targets + r0, losses + r0,
+                                          lse + r0, chunk == n),
+                              "the cross-entropy row kernel");
+    }
+    if (st != LW_OK) return st;
+    /* The mean over counted rows, summed on the host in double in row order (the CPU's sum) */
+    void *host = NULL;
+    if ((st = lwc_host_workspace(s, 8 * n, &host)) != LW_OK) return st;
+    float *hl = host;
+    int32_t *ht = (int32_t *)(hl + n);
+    cudaError_t e = cudaMemcpyAsync(hl, losses, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost,
+                                    cs);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(ht, targets, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the losses to the host");
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ht[i] >= 0 && ht[i] < v) {
+            total += (double)hl[i];
+            count++;
+        }
+    *loss = count > 0 ? total / (double)count : 0.0;
+    return LW_OK;
+}
+
+lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
+                                     const float *h, const float *w, const int32_t *targets,
+                                     const float *lse, int64_t n, int64_t c, int64_t v,
+                                     float loss_scale) {
+    if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    /* The count stays on the device: the gradient kernel divides by it there. With no counted
+     * row every row of dlogits is 0 and the GEMMs add zeros (the CPU skips them). */
+    int32_t *count = (int32_t *)((char *)lwc_str(s)->scratch + LWC_SCRATCH_COUNT_OFFSET);
+    lw_status st = lwc_launched(s, lwc_ce_count(cs, targets, n, v, count),
+                                "the cross-entropy count kernel");
+    const int64_t chunk = chunk_rows(n, v);
+    for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
+        const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        const bool recompute = chunk < n;
+        if (recompute) st = logits(s, scratch, h + r0 * c, w, rows, c, v);
+        if (st == LW_OK)
+            st = lwc_launched(s,
+                              lwc_ce_dlogits(cs, scratch, rows, v, targets + r0, lse + r0,
+                                             recompute, loss_scale, count),
+                              "the cross-entropy gradient kernel");
+        /* dh[rows, c] += dl[rows, v] w[v, c]. Column-major: dH^T [c, rows] (ld c) = W^T [c, v]
+         * (w as stored, ld c) dL^T [v, rows] (the scratch as stored, ld v): op_N(w) op_N(dl),
+         * m = c, n = rows, k = v, beta 1. */
+        if (st == LW_OK && dh != NULL)
+            st = lwc_gemm(s, false, false, c, rows, v, 1.0f, w, c, scratch, v, 1.0f, dh + r0 * c,
+                          c, "the LM head's input gradient");
+        /* dw[v, c] += dl^T h. Column-major: dW^T [c, v] (ld c) = H^T [c, rows] (h as stored,
+         * ld c) dL [rows, v] (the scratch is dL^T [v, rows], ld v: transposed): op_N(h)
+         * op_T(dl), m = c, n = v, k = rows, beta 1. */
+        if (st == LW_OK)
+            st = lwc_gemm(s, false, true, c, v, rows, 1.0f, h + r0 * c, c, scratch, v, 1.0f, dw, c,
+                          "the LM head's weight gradient");
+    }
+    return st;
+}

@@ -1,0 +1,110 @@
+/* layers.c: the table's entries for layer normalisation, GELU and causal attention on a GPU:
+ * argument checks the kernels rely on (attention's head dim and grid limits), the workspace of
+ * the column sums, and the launches (kernels in nn.cu and attention.cu). */
+#include "cuda/cuda.h"
+
+#include <limits.h>
+
+lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                const float *g, const float *beta, int64_t n, int64_t c,
+                                float eps) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_ln_forward(lwc_cuda_stream(s), y, mean, rstd, x, g, beta, n, c, eps),
+                        "the layer norm kernel");
+}
+
+lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
+                                 const float *x, const float *g, const float *mean,
+                                 const float *rstd, int64_t n, int64_t c) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    void *work = NULL;
+    lw_status st = lwc_workspace(s, (int64_t)sizeof(double) * lwc_colsum_doubles(n, c), &work);
+    if (st != LW_OK) return st;
+    /* dg and dbeta reuse one workspace: the second sum's partials are written after the first's
+     * are read, in stream order */
+    cudaError_t e = lwc_ln_dx(cs, dx, dy, x, g, mean, rstd, n, c);
+    if (e == cudaSuccess) e = lwc_colsum_xhat(cs, dg, dy, x, mean, rstd, n, c, work);
+    if (e == cudaSuccess && dbeta != NULL) e = lwc_colsum(cs, dbeta, dy, n, c, work);
+    return lwc_launched(s, e, "the layer norm backward kernels");
+}
+
+lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n) {
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_gelu(lwc_cuda_stream(s), y, x, n), "the GELU kernel");
+}
+
+lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n) {
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_gelu_grad(lwc_cuda_stream(s), dx, dy, x, n),
+                        "the GELU backward kernel");
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+/* The backward's D = rowsum(dout * out), one float per (batch, head, row). */
+int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t nh) {
+    return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
+}
+
+/* What the kernels need of the shapes: nh divides c, a head dim they are compiled for, shared
+ * memory the device can give a block, and grid and index sizes within int. */
+static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
+                                 int64_t nh, bool backward) {
+    const char *name = s->device->name;
+    if (c % nh != 0)
+        return lwc_host->fail(LW_ERR_INVALID,
+                              "%s: attention %s: c = %lld channels do not divide into nh = %lld "
+                              "heads",
+                              name, pass, (long long)c, (long long)nh);
+    const int64_t hd = c / nh, limit = lwc_flash_head_dim_limit();
+    if (hd > limit)
+        return lwc_host->fail(LW_ERR_UNSUPPORTED,
+                              "%s: attention %s: head dim %lld (c = %lld / nh = %lld) is past the "
+                              "CUDA kernels' largest, %lld",
+                              name, pass, (long long)hd, (long long)c, (long long)nh,
+                              (long long)limit);
+    const size_t smem = lwc_flash_smem_bytes(hd, backward);
+    const size_t most = lwc_dev(s->device)->prop.sharedMemPerBlockOptin;
+    if (smem > most)
+        return lwc_host->fail(LW_ERR_UNSUPPORTED,
+                              "%s: attention %s: head dim %lld needs %zu bytes of shared memory "
+                              "per block, the GPU gives at most %zu",
+                              name, pass, (long long)hd, smem, most);
+    /* grid (b nh, query tiles of 64): y at most 65535; t, 3c and b nh within int */
+    if (b * nh > INT_MAX || t > (int64_t)65535 * 64 || 3 * c > INT_MAX)
+        return lwc_host->fail(LW_ERR_RANGE,
+                              "%s: attention %s: b = %lld, t = %lld, c = %lld, nh = %lld is past "
+                              "the kernels' sizes (b nh < 2^31, t <= %lld, 3c < 2^31)",
+                              name, pass, (long long)b, (long long)t, (long long)c, (long long)nh,
+                              (long long)65535 * 64);
+    return LW_OK;
+}
+
+lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
+                                const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
+    (void)scratch; /* the forward needs none */
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
+    lw_status st = check_attention(s, "forward", b, t, c, nh, false);
+    if (st != LW_OK) return st;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_flash_forward(lwc_cuda_stream(s), out, lse, qkv, b, t, c, nh),
+                        "the attention kernel");
+}
+
+lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const float *out, const float *lse, int64_t b,
+                                 int64_t t, int64_t c, int64_t nh) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
+    lw_status st = check_attention(s, "backward", b, t, c, nh, true);
+    if (st != LW_OK) return st;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s,
+                        lwc_flash_backward(lwc_cuda_stream(s), dqkv, scratch, dout, qkv, out, lse,
+                                           b, t, c, nh),
+                        "the attention backward kernels");
+}

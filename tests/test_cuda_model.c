@@ -1,0 +1,483 @@
+/* test_cuda_model.c: every model kernel of the CUDA device (fp32) against the CPU's (the
+ * reference) on the same seeded inputs, forward and backward: linear, embedding, layer norm,
+ * GELU, attention and the chunked cross-entropy. Backwards accumulate into non-zero outputs,
+ * optional outputs are left NULL, shapes are odd (n = 1, c not a multiple of 32, t = 1 and
+ * 1000, head dims 16 to 128, a 50304 vocabulary over several chunks, ignored targets), and two
+ * runs must agree bit for bit. Each comparison states its tolerance and why. Exit 77 (skipped)
+ * when CUDA is not available. */
+#include "cuda_util.h"
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static float *to_gpu(const float *h, int64_t n) { return upload(h, 4 * n); }
+
+static float *from_gpu(const float *d, int64_t n) {
+    float *h = calloc((size_t)(n > 0 ? n : 1), 4);
+    download(h, d, 4 * n);
+    return h;
+}
+
+static float *gpu_zeros(int64_t n) {
+    float *d = NULL;
+    CHECK_OK(lw_device_alloc(gpu, 4 * n, (void **)&d));
+    return d;
+}
+
+static float *copy_of(const float *h, int64_t n) {
+    float *c = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    memcpy(c, h, sizeof(float) * (size_t)n);
+    return c;
+}
+
+static float *scaled_random(int64_t n, float scale, float offset) {
+    float *x = host_random(n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = offset + scale * x[i];
+    return x;
+}
+
+/* The worst of |got - ref| / max(|ref|, 1% of max |ref|, floor): relative for the values that
+ * carry the result, absolute (at the tensor's scale, or at `floor`) for the few that cancel to
+ * near 0. Printed when it is past tol. */
+static bool close_to_floor(const char *what, const char *shape, const float *got, const float *ref,
+                           int64_t n, double tol, double floor) {
+    double big = 0;
+    for (int64_t i = 0; i < n; i++)
+        big = fmax(big, fabs((double)ref[i]));
+    const double worst = max_rel(got, ref, n, fmax(fmax(1e-2 * big, floor), 1e-30));
+    if (!(worst <= tol))
+        fprintf(stderr, "%s (%s): worst relative difference %.3g, tolerance %.1g\n", what, shape,
+                worst, tol);
+    return worst <= tol;
+}
+
+static bool close_to(const char *what, const char *shape, const float *got, const float *ref,
+                     int64_t n, double tol) {
+    return close_to_floor(what, shape, got, ref, n, tol, 0.0);
+}
+
+/* For GEMM results, max |got - ref| / max |ref|: an fp32 dot product of k terms is off by up to
+ * ~k ulps of its terms' scale (cuBLAS adds an output's k products one after another), not of its
+ * value, which can cancel to near 0. A simulation of that order against OpenBLAS-like blocked
+ * sums on uniform inputs gives 1.1e-6 at k = 1024 and 1.4e-6 at k = 2304 on this measure (but
+ * 4e-5 to 8e-5 when judged against 1% of the largest value): 1e-5 keeps a margin. */
+static bool close_gemm(const char *what, const char *shape, const float *got, const float *ref,
+                       int64_t n, double tol) {
+    double big = 0;
+    for (int64_t i = 0; i < n; i++)
+        big = fmax(big, fabs((double)ref[i]));
+    return close_to_floor(what, shape, got, ref, n, tol, big);
+}
+
+/* A log-sum-exp is a log: an absolute difference of tol in it is a relative tol in every
+ * probability it gives, so it is judged absolutely below 1 (a row of one score that cancels to
+ * near 0 would otherwise be measured against itself). */
+static bool close_lse(const char *what, const char *shape, const float *got, const float *ref,
+                      int64_t n, double tol) {
+    return close_to_floor(what, shape, got, ref, n, tol, 1.0);
+}
+
+/* What a backward accumulates onto: small against the gradients (so that their own rounding is
+ * what the comparisons see) yet far above the tolerances (so that a backward that overwrote
+ * instead of adding would fail them). */
+static float *prefill(int64_t n) { return scaled_random(n, 0.01f, 0.0f); }
+
+/* Equal bit for bit (NaN equal to any NaN: x86 and CUDA make NaNs with other payloads). */
+static bool same_bits(const char *what, const char *shape, const float *a, const float *b,
+                      int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
+            fprintf(stderr, "%s (%s): element %lld differs: %.9g and %.9g (%lld ulps)\n", what,
+                    shape, (long long)i, (double)a[i], (double)b[i], (long long)ulps(a[i], b[i]));
+            return false;
+        }
+    return true;
+}
+
+/* ---- linear ---------------------------------------------------------------------------------- */
+
+/* Tolerances: y, dx and dw are fp32 GEMMs on both sides, summed in other orders (cuBLAS's, and
+ * OpenBLAS's blocked kernels): 1e-5 of the largest value (close_gemm). db: both sum the column
+ * in double and round once, so they differ only where the two double sums straddle a float's
+ * rounding point: 1e-6 of each value. */
+static void linear_case(int64_t n, int64_t in, int64_t out, bool bias) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "n %lld, in %lld, out %lld%s", (long long)n, (long long)in,
+             (long long)out, bias ? ", bias" : "");
+    float *x = host_random(n * in), *w = host_random(out * in);
+    float *b = bias ? host_random(out) : NULL;
+    float *y = calloc((size_t)(n * out), 4);
+    CHECK_OK(lw_linear_forward(NULL, y, x, w, b, n, in, out));
+    /* y starts as NaN on the GPU: without a bias the GEMM must not read it (beta 0) */
+    float *nan = malloc(4 * (size_t)(n * out));
+    for (int64_t i = 0; i < n * out; i++)
+        nan[i] = NAN;
+    float *gx = to_gpu(x, n * in), *gw = to_gpu(w, out * in), *gb = bias ? to_gpu(b, out) : NULL;
+    float *gy = to_gpu(nan, n * out);
+    CHECK_OK(lw_linear_forward(gs, gy, gx, gw, gb, n, in, out));
+    float *hy = from_gpu(gy, n * out);
+    CHECK(close_gemm("linear forward y", shape, hy, y, n * out, 1e-5));
+
+    float *dy = host_random(n * out), *dx0 = prefill(n * in), *dw0 = prefill(out * in);
+    float *db0 = prefill(out);
+    float *dx = copy_of(dx0, n * in), *dw = copy_of(dw0, out * in), *db = copy_of(db0, out);
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, x, w, n, in, out));
+    float *gdy = to_gpu(dy, n * out);
+    float *got[2][3];
+    for (int run = 0; run < 2; run++) { /* twice: bit for bit the same */
+        float *gdx = to_gpu(dx0, n * in), *gdw = to_gpu(dw0, out * in), *gdb = to_gpu(db0, out);
+        CHECK_OK(lw_linear_backward(gs, gdx, gdw, gdb, gdy, gx, gw, n, in, out));
+        got[run][0] = from_gpu(gdx, n * in);
+        got[run][1] = from_gpu(gdw, out * in);
+        got[run][2] = from_gpu(gdb, out);
+        lw_device_free(gpu, gdx), lw_device_free(gpu, gdw), lw_device_free(gpu, gdb);
+    }
+    CHECK(close_gemm("linear backward dx", shape, got[0][0], dx, n * in, 1e-5));
+    CHECK(close_gemm("linear backward dw", shape, got[0][1], dw, out * in, 1e-5));
+    CHECK(close_to("linear backward db", shape, got[0][2], db, out, 1e-6));
+    CHECK(same_bits("linear backward dx, run 2", shape, got[1][0], got[0][0], n * in));
+    CHECK(same_bits("linear backward dw, run 2", shape, got[1][1], got[0][1], out * in));
+    CHECK(same_bits("linear backward db, run 2", shape, got[1][2], got[0][2], out));
+    /* dx and db NULL: dw alone, the same GEMM as above */
+    float *gdw = to_gpu(dw0, out * in);
+    CHECK_OK(lw_linear_backward(gs, NULL, gdw, NULL, gdy, gx, gw, n, in, out));
+    float *hdw = from_gpu(gdw, out * in);
+    CHECK(same_bits("linear backward dw without dx and db", shape, hdw, got[0][1], out * in));
+    lw_device_free(gpu, gx), lw_device_free(gpu, gw), lw_device_free(gpu, gb);
+    lw_device_free(gpu, gy), lw_device_free(gpu, gdy), lw_device_free(gpu, gdw);
+    for (int run = 0; run < 2; run++)
+        for (int k = 0; k < 3; k++)
+            free(got[run][k]);
+    free(x), free(w), free(b), free(y), free(nan), free(hy), free(dy), free(dx0), free(dw0);
+    free(db0), free(dx), free(dw), free(db), free(hdw);
+}
+
+static void test_linear(void) {
+    linear_case(1, 1, 1, true);
+    linear_case(1, 37, 5, true);
+    linear_case(65, 33, 17, false);
+    linear_case(300, 100, 7, true);
+    linear_case(3, 0, 4, true); /* an empty inner dimension: y = b, dw and dx untouched */
+    linear_case(1024, 768, 2304, true);
+}
+
+/* ---- embedding ------------------------------------------------------------------------------- */
+
+/* Exact: the gather adds the same two floats; the backward adds each token's positions in the
+ * CPU's order (batch-major, then time), one float addition at a time on both sides. */
+static void embedding_case(int64_t b, int64_t t, int64_t c, int32_t vocab, bool with_wpe) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "b %lld, t %lld, c %lld, vocab %d%s", (long long)b, (long long)t,
+             (long long)c, (int)vocab, with_wpe ? ", wpe" : "");
+    const int64_t n = b * t;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        tokens[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
+        if (vocab > 65536 && i % 3 == 0) tokens[i] = 65535 + (int32_t)(i % 5); /* repeats there */
+    }
+    float *wte = host_random(vocab * c), *wpe = with_wpe ? host_random(t * c) : NULL;
+    float *y = malloc(4 * (size_t)(n * c));
+    CHECK_OK(lw_embedding_forward(NULL, y, tokens, wte, wpe, b, t, c));
+    int32_t *gtok = upload(tokens, 4 * n);
+    float *gwte = to_gpu(wte, vocab * c), *gwpe = with_wpe ? to_gpu(wpe, t * c) : NULL;
+    float *gy = gpu_zeros(n * c);
+    CHECK_OK(lw_embedding_forward(gs, gy, gtok, gwte, gwpe, b, t, c));
+    float *hy = from_gpu(gy, n * c);
+    CHECK(same_bits("embedding forward", shape, hy, y, n * c));
+
+    float *dy = host_random(n * c), *dwte0 = host_random(vocab * c), *dwpe0 = host_random(t * c);
+    float *dwte = copy_of(dwte0, vocab * c), *dwpe = copy_of(dwpe0, t * c);
+    CHECK_OK(lw_embedding_backward(NULL, dwte, with_wpe ? dwpe : NULL, dy, tokens, b, t, c));
+    float *gdy = to_gpu(dy, n * c);
+    for (int run = 0; run < 2; run++) {
+        float *gdwte = to_gpu(dwte0, vocab * c), *gdwpe = with_wpe ? to_gpu(dwpe0, t * c) : NULL;
+        CHECK_OK(lw_embedding_backward(gs, gdwte, gdwpe, gdy, gtok, b, t, c));
+        float *h1 = from_gpu(gdwte, vocab * c);
+        CHECK(same_bits("embedding backward dwte", shape, h1, dwte, vocab * c));
+        if (with_wpe) {
+            float *h2 = from_gpu(gdwpe, t * c);
+            CHECK(same_bits("embedding backward dwpe", shape, h2, dwpe, t * c));
+            free(h2);
+        }
+        free(h1);
+        lw_device_free(gpu, gdwte), lw_device_free(gpu, gdwpe);
+    }
+    lw_device_free(gpu, gtok), lw_device_free(gpu, gwte), lw_device_free(gpu, gwpe);
+    lw_device_free(gpu, gy), lw_device_free(gpu, gdy);
+    free(tokens), free(wte), free(wpe), free(y), free(hy), free(dy), free(dwte0), free(dwpe0);
+    free(dwte), free(dwpe);
+}
+
+static void test_embedding(void) {
+    embedding_case(1, 1, 1, 1, true);
+    embedding_case(4, 64, 100, 50, true); /* many repeats of each token */
+    embedding_case(3, 33, 40, 70000, false); /* ids past 2^16: both passes of the host's sort */
+    embedding_case(2, 1024, 768, 50304, true);
+    /* a negative id would be misplaced by the sort: refused, naming it */
+    int32_t bad[3] = {1, -4, 2};
+    int32_t *gbad = upload(bad, sizeof bad);
+    float *gd = gpu_zeros(3 * 8), *gw = gpu_zeros(8 * 8);
+    CHECK_FAILS(lw_embedding_backward(gs, gw, NULL, gd, gbad, 1, 3, 8), LW_ERR_RANGE,
+                "token -4 at position 1");
+    lw_device_free(gpu, gbad), lw_device_free(gpu, gd), lw_device_free(gpu, gw);
+}
+
+/* ---- layer norm ------------------------------------------------------------------------------ */
+
+/* Tolerances: mean and variance are summed in double on both sides (in other orders) and rounded
+ * to float once: they differ at most where a double sum straddles a float rounding point, an
+ * ulp; y and dx are then the same float operations (no FMA on either side) on values an ulp
+ * apart at most: 1e-6 and 1e-5 (dx subtracts two row means, which can cancel). dg and dbeta: the
+ * CPU adds the rows into them in float, one after another (error growing with n), the GPU sums
+ * each column in double first: 1e-4 up to n = 4096. */
+static void layernorm_case(int64_t n, int64_t c, bool with_beta) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "n %lld, c %lld%s", (long long)n, (long long)c,
+             with_beta ? ", beta" : "");
+    const int64_t nc = n * c;
+    const float eps = 1e-5f;
+    float *x = scaled_random(nc, 1.5f, 3.0f); /* a mean far from 0: the two-pass variance */
+    float *g = scaled_random(c, 0.5f, 1.0f), *beta = with_beta ? host_random(c) : NULL;
+    float *y = malloc(4 * (size_t)nc), *mean = malloc(4 * (size_t)n), *rstd = malloc(4 * (size_t)n);
+    CHECK_OK(lw_layernorm_forward(NULL, y, mean, rstd, x, g, beta, n, c, eps));
+    float *gx = to_gpu(x, nc), *gg = to_gpu(g, c), *gbeta = with_beta ? to_gpu(beta, c) : NULL;
+    float *gy = gpu_zeros(nc), *gmean = gpu_zeros(n), *grstd = gpu_zeros(n);
+    CHECK_OK(lw_layernorm_forward(gs, gy, gmean, grstd, gx, gg, gbeta, n, c, eps));
+    float *hy = from_gpu(gy, nc), *hmean = from_gpu(gmean, n), *hrstd = from_gpu(grstd, n);
+    CHECK(close_to("layernorm forward y", shape, hy, y, nc, 1e-5));
+    CHECK(close_to("layernorm forward mean", shape, hmean, mean, n, 1e-6));
+    CHECK(close_to("layernorm forward rstd", shape, hrstd, rstd, n, 1e-6));
+
+    float *dy = host_random(nc), *dx0 = prefill(nc), *dg0 = prefill(c);
+    float *dbeta0 = prefill(c);
+    float *dx = copy_of(dx0, nc), *dg = copy_of(dg0, c), *dbeta = copy_of(dbeta0, c);
+    CHECK_OK(lw_layernorm_backward(NULL, dx, dg, with_beta ? dbeta : NULL, dy, x, g, mean, rstd, n,
+                                   c));
+    float *gdy = to_gpu(dy, nc);
+    float *got[2][3];
+    for (int run = 0; run < 2; run++) {
+        float *gdx = to_gpu(dx0, nc), *gdg = to_gpu(dg0, c);
+        float *gdbeta = with_beta ? to_gpu(dbeta0, c) : NULL;
+        /* the GPU's own mean and rstd, as a training step would pass them */
+        CHECK_OK(lw_layernorm_backward(gs, gdx, gdg, gdbeta, gdy, gx, gg, gmean, grstd, n, c));
+        got[run][0] = from_gpu(gdx, nc);
+        got[run][1] = from_gpu(gdg, c);
+        got[run][2] = with_beta ? from_gpu(gdbeta, c) : copy_of(dbeta0, c);
+        lw_device_free(gpu, gdx), lw_device_free(gpu, gdg), lw_device_free(gpu, gdbeta);
+    }
+    CHECK(close_to("layernorm backward dx", shape, got[0][0], dx, nc, 1e-5));
+    CHECK(close_to("layernorm backward dg", shape, got[0][1], dg, c, 1e-4));
+    CHECK(close_to("layernorm backward dbeta", shape, got[0][2], dbeta, c, 1e-4));
+    for (int k = 0; k < 3; k++)
+        CHECK(same_bits("layernorm backward, run 2", shape, got[1][k], got[0][k], k ? c : nc));
+    lw_device_free(gpu, gx), lw_device_free(gpu, gg), lw_device_free(gpu, gbeta);
+    lw_device_free(gpu, gy), lw_device_free(gpu, gmean), lw_device_free(gpu, grstd);
+    lw_device_free(gpu, gdy);
+    for (int run = 0; run < 2; run++)
+        for (int k = 0; k < 3; k++)
+            free(got[run][k]);
+    free(x), free(g), free(beta), free(y), free(mean), free(rstd), free(hy), free(hmean);
+    free(hrstd), free(dy), free(dx0), free(dg0), free(dbeta0), free(dx), free(dg), free(dbeta);
+}
+
+static void test_layernorm(void) {
+    layernorm_case(1, 1, true); /* variance 0: rstd = 1 / sqrt(eps) */
+    layernorm_case(1, 768, true);
+    layernorm_case(37, 100, false);
+    layernorm_case(512, 1536, true);
+    layernorm_case(4096, 33, true);
+}
+
+/* ---- GELU ------------------------------------------------------------------------------------ */
+
+/* Exact: the GPU evaluates the CPU's formulas (its polynomial exp included) operation for
+ * operation, each rounded to nearest with no FMA on either side. */
+static void test_gelu(void) {
+    const float special[] = {0.0f, -0.0f,    9.0f,      -9.0f,     9.0001f, -9.0001f,
+                             20.0f, -20.0f,  1e-30f,    -1e-30f,   88.0f,   -88.0f,
+                             3e38f, -3e38f,  INFINITY,  -INFINITY, NAN,     0.5f};
+    const int64_t ns = (int64_t)(sizeof special / sizeof special[0]), n = 100003;
+    float *x = scaled_random(n, 12.0f, 0.0f);
+    memcpy(x, special, sizeof special);
+    float *y = malloc(4 * (size_t)n), *dy = host_random(n), *dx = host_random(n);
+    float *gx = to_gpu(x, n), *gy = gpu_zeros(n), *gdy = to_gpu(dy, n), *gdx = to_gpu(dx, n);
+    CHECK_OK(lw_gelu_forward(NULL, y, x, n));
+    CHECK_OK(lw_gelu_forward(gs, gy, gx, n));
+    float *hy = from_gpu(gy, n);
+    CHECK(same_bits("gelu forward", "n 100003", hy, y, n));
+    CHECK_OK(lw_gelu_backward(NULL, dx, dy, x, n));
+    CHECK_OK(lw_gelu_backward(gs, gdx, gdy, gx, n));
+    float *hdx = from_gpu(gdx, n);
+    CHECK(same_bits("gelu backward", "n 100003", hdx, dx, n));
+    CHECK(ns < n && isnan(hy[ns - 2]) && hy[0] == 0.0f); /* NaN passes through */
+    lw_device_free(gpu, gx), lw_device_free(gpu, gy), lw_device_free(gpu, gdy);
+    lw_device_free(gpu, gdx);
+    free(x), free(y), free(dy), free(dx), free(hy), free(hdx);
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+/* Tolerances, 1e-5: the scores are fp32 dot products summed in other orders, the GPU's softmax
+ * is online (rescaled tile by tile) where the CPU's takes the row max first, and the backward
+ * recomputes the probabilities from the saved log-sum-exp on both sides: out and dqkv are GEMM
+ * results a few roundings of their terms apart (of the largest value: close_gemm; a float32
+ * emulation of these kernels is within 7e-7 of the exact result on that measure), lse a log
+ * (close_lse). */
+static void attention_case(int64_t b, int64_t t, int64_t c, int64_t nh) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)", (long long)b,
+             (long long)t, (long long)c, (long long)nh, (long long)(c / nh));
+    const int64_t n3 = b * t * 3 * c, no = b * t * c, nl = b * nh * t;
+    float *qkv = scaled_random(n3, 2.0f, 0.0f), *dout = host_random(no), *d0 = prefill(n3);
+    float *out = malloc(4 * (size_t)no), *lse = malloc(4 * (size_t)nl), *dqkv = copy_of(d0, n3);
+    float *scratch = malloc(4 * (size_t)lw_attention_scratch_floats(NULL, b, t, nh));
+    CHECK_OK(lw_attention_forward(NULL, out, lse, scratch, qkv, b, t, c, nh));
+    CHECK_OK(lw_attention_backward(NULL, dqkv, scratch, dout, qkv, out, lse, b, t, c, nh));
+
+    CHECK_EQ(lw_attention_scratch_floats(gs, b, t, nh), nl); /* D = rowsum(dout * out) only */
+    float *gqkv = to_gpu(qkv, n3), *gdout = to_gpu(dout, no), *gscratch = gpu_zeros(nl);
+    float *hout[2], *hlse[2], *hd[2];
+    for (int run = 0; run < 2; run++) {
+        float *gout = gpu_zeros(no), *glse = gpu_zeros(nl), *gd = to_gpu(d0, n3);
+        CHECK_OK(lw_attention_forward(gs, gout, glse, gscratch, gqkv, b, t, c, nh));
+        CHECK_OK(lw_attention_backward(gs, gd, gscratch, gdout, gqkv, gout, glse, b, t, c, nh));
+        hout[run] = from_gpu(gout, no);
+        hlse[run] = from_gpu(glse, nl);
+        hd[run] = from_gpu(gd, n3);
+        lw_device_free(gpu, gout), lw_device_free(gpu, glse), lw_device_free(gpu, gd);
+    }
+    CHECK(close_gemm("attention forward out", shape, hout[0], out, no, 1e-5));
+    CHECK(close_lse("attention forward lse", shape, hlse[0], lse, nl, 1e-5));
+    CHECK(close_gemm("attention backward dqkv", shape, hd[0], dqkv, n3, 1e-5));
+    CHECK(same_bits("attention forward out, run 2", shape, hout[1], hout[0], no));
+    CHECK(same_bits("attention forward lse, run 2", shape, hlse[1], hlse[0], nl));
+    CHECK(same_bits("attention backward dqkv, run 2", shape, hd[1], hd[0], n3));
+    lw_device_free(gpu, gqkv), lw_device_free(gpu, gdout), lw_device_free(gpu, gscratch);
+    for (int run = 0; run < 2; run++)
+        free(hout[run]), free(hlse[run]), free(hd[run]);
+    free(qkv), free(dout), free(d0), free(out), free(lse), free(dqkv), free(scratch);
+}
+
+static void test_attention(void) {
+    attention_case(1, 1, 16, 1);     /* one row, head dim 16 */
+    attention_case(2, 70, 96, 2);    /* head dim 48, t past one 64-row tile */
+    attention_case(2, 64, 96, 4);    /* head dim 24, exactly one tile */
+    attention_case(1, 1000, 128, 2); /* head dim 64, t = 1000 (not a multiple of the tile) */
+    attention_case(1, 130, 256, 2);  /* head dim 128 */
+    attention_case(1, 77, 288, 3);   /* head dim 96 */
+    attention_case(2, 1024, 768, 12); /* GPT-2 small's layer */
+    /* past the largest head dim: a clear error, not a wrong answer */
+    float *gq = gpu_zeros(4 * 3 * 512), *go = gpu_zeros(4 * 512), *gl = gpu_zeros(2 * 4);
+    float *gsc = gpu_zeros(2 * 4);
+    CHECK_FAILS(lw_attention_forward(gs, go, gl, gsc, gq, 1, 4, 512, 2), LW_ERR_UNSUPPORTED,
+                "head dim 256");
+    CHECK_FAILS(lw_attention_backward(gs, gq, gsc, go, gq, go, gl, 1, 4, 512, 2),
+                LW_ERR_UNSUPPORTED, "head dim 256");
+    CHECK_FAILS(lw_attention_forward(gs, go, gl, gsc, gq, 1, 4, 100, 3), LW_ERR_INVALID,
+                "do not divide");
+    lw_device_free(gpu, gq), lw_device_free(gpu, go), lw_device_free(gpu, gl);
+    lw_device_free(gpu, gsc);
+}
+
+/* ---- cross-entropy --------------------------------------------------------------------------- */
+
+static int64_t gpu_chunk_rows(int64_t n, int64_t v) { /* 2^26 floats of logits at once */
+    int64_t rows = ((int64_t)1 << 26) / v;
+    rows = rows < 1 ? 1 : rows;
+    return rows < n ? rows : n;
+}
+
+/* Tolerances, 1e-5: the logits are fp32 GEMMs summed in other orders (each logit a few ulps of
+ * its terms apart), the sums of exponentials are in double on both sides, and the GPU's expf is
+ * within 2 ulps of the CPU's: losses relative to each value, lse as a log (close_lse), dh and dw
+ * as GEMM results (close_gemm). The mean loss: the same rows summed in double, 1e-6. With every
+ * target ignored both leave dh and dw exactly as they were. */
+static void cross_entropy_case(int64_t n, int64_t c, int64_t v, int ignore_every, bool with_dh) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "n %lld, c %lld, v %lld, chunk %lld%s", (long long)n,
+             (long long)c, (long long)v, (long long)gpu_chunk_rows(n, v), with_dh ? "" : ", no dh");
+    float *h = host_random(n * c), *w = scaled_random(v * c, 0.5f, 0.0f);
+    int32_t *targets = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        targets[i] = (int32_t)((seed >> 33) % (uint64_t)v);
+        if (ignore_every > 0 && i % ignore_every == ignore_every - 1)
+            targets[i] = i % 2 ? -1 : (int32_t)(v + i); /* outside [0, v): ignored */
+    }
+    /* loss_scale n: dlogits = n / count (p - onehot), entries of order 1, not 1 / n */
+    const float loss_scale = (float)n;
+    float *losses = malloc(4 * (size_t)n), *lse = malloc(4 * (size_t)n);
+    float *scratch = malloc(4 * (size_t)lw_cross_entropy_scratch_floats(NULL, n, v));
+    double loss = -1;
+    CHECK_OK(lw_cross_entropy_forward(NULL, losses, lse, scratch, h, w, targets, n, c, v, &loss));
+    float *dh0 = prefill(n * c), *dw0 = prefill(v * c);
+    float *dh = copy_of(dh0, n * c), *dw = copy_of(dw0, v * c);
+    CHECK_OK(lw_cross_entropy_backward(NULL, with_dh ? dh : NULL, dw, scratch, h, w, targets, lse, n,
+                                       c, v, loss_scale));
+
+    const int64_t sf = lw_cross_entropy_scratch_floats(gs, n, v);
+    CHECK_EQ(sf, gpu_chunk_rows(n, v) * v);
+    float *gh = to_gpu(h, n * c), *gw = to_gpu(w, v * c), *gscratch = gpu_zeros(sf);
+    int32_t *gt = upload(targets, 4 * n);
+    double gloss[2] = {-1, -1};
+    float *hl[2], *hlse[2], *hdh[2], *hdw[2];
+    for (int run = 0; run < 2; run++) { /* forward then backward, twice */
+        float *gl = gpu_zeros(n), *glse = gpu_zeros(n);
+        float *gdh = to_gpu(dh0, n * c), *gdw = to_gpu(dw0, v * c);
+        CHECK_OK(lw_cross_entropy_forward(gs, gl, glse, gscratch, gh, gw, gt, n, c, v,
+                                          &gloss[run]));
+        CHECK_OK(lw_cross_entropy_backward(gs, with_dh ? gdh : NULL, gdw, gscratch, gh, gw, gt,
+                                           glse, n, c, v, loss_scale));
+        hl[run] = from_gpu(gl, n);
+        hlse[run] = from_gpu(glse, n);
+        hdh[run] = from_gpu(gdh, n * c);
+        hdw[run] = from_gpu(gdw, v * c);
+        lw_device_free(gpu, gl), lw_device_free(gpu, glse), lw_device_free(gpu, gdh);
+        lw_device_free(gpu, gdw);
+    }
+    if (!(fabs(gloss[0] - loss) <= 1e-6 * fmax(fabs(loss), 1e-30)))
+        fprintf(stderr, "cross-entropy loss (%s): %.9g on the GPU, %.9g on the CPU\n", shape,
+                gloss[0], loss);
+    CHECK(fabs(gloss[0] - loss) <= 1e-6 * fmax(fabs(loss), 1e-30));
+    CHECK(gloss[1] == gloss[0]);
+    CHECK(close_to("cross-entropy losses", shape, hl[0], losses, n, 1e-5));
+    CHECK(close_lse("cross-entropy lse", shape, hlse[0], lse, n, 1e-5));
+    if (ignore_every == 1) { /* nothing counted: loss 0, gradients untouched */
+        CHECK(loss == 0.0 && gloss[0] == 0.0);
+        CHECK(same_bits("cross-entropy dh, all ignored", shape, hdh[0], dh0, n * c));
+        CHECK(same_bits("cross-entropy dw, all ignored", shape, hdw[0], dw0, v * c));
+    }
+    CHECK(close_gemm("cross-entropy dh", shape, hdh[0], dh, n * c, 1e-5));
+    CHECK(close_gemm("cross-entropy dw", shape, hdw[0], dw, v * c, 1e-5));
+    CHECK(same_bits("cross-entropy losses, run 2", shape, hl[1], hl[0], n));
+    CHECK(same_bits("cross-entropy lse, run 2", shape, hlse[1], hlse[0], n));
+    CHECK(same_bits("cross-entropy dh, run 2", shape, hdh[1], hdh[0], n * c));
+    CHECK(same_bits("cross-entropy dw, run 2", shape, hdw[1], hdw[0], v * c));
+    lw_device_free(gpu, gh), lw_device_free(gpu, gw), lw_device_free(gpu, gscratch);
+    lw_device_free(gpu, gt);
+    for (int run = 0; run < 2; run++)
+        free(hl[run]), free(hlse[run]), free(hdh[run]), free(hdw[run]);
+    free(h), free(w), free(targets), free(losses), free(lse), free(scratch), free(dh0), free(dw0);
+    free(dh), free(dw);
+}
+
+static void test_cross_entropy(void) {
+    cross_entropy_case(7, 33, 50, 3, true);       /* one chunk: the probabilities are kept */
+    cross_entropy_case(1, 8, 1, 0, true);         /* one row, one class: loss 0, gradient 0 */
+    cross_entropy_case(300, 40, 1000, 4, false);  /* dh NULL */
+    cross_entropy_case(5, 8, 10, 1, true);        /* every target ignored */
+    cross_entropy_case(3000, 64, 50304, 5, true); /* three chunks of 1334 rows, the last short */
+}
+
+int main(void) {
+    const int skip_or_fail = cuda_open("test_cuda_model");
+    if (skip_or_fail != 0) return skip_or_fail;
+    test_linear();
+    test_embedding();
+    test_layernorm();
+    test_gelu();
+    test_attention();
+    test_cross_entropy();
+    return check_exit("test_cuda_model");
+}
