@@ -161,6 +161,33 @@ static void test_linear(void) {
     linear_case(1024, 768, 2304, true);
 }
 
+/* With the device's matmul set to TF32 the same GEMM runs on tensor cores over 10-bit mantissas:
+ * each product carries ~2^-11 of relative rounding, and 768 of them of random sign sum to ~1e-3
+ * of the largest output; 5e-3 bounds that, and a result no further from fp32 than 1e-6 would mean
+ * the setting never reached cuBLAS. */
+static void test_linear_tf32(void) {
+    const int64_t n = 1024, in = 768, out = 2304;
+    const char *shape = "n 1024, in 768, out 2304, tf32";
+    float *x = host_random(n * in), *w = host_random(out * in), *y = calloc((size_t)(n * out), 4);
+    CHECK_OK(lw_linear_forward(NULL, y, x, w, NULL, n, in, out));
+    float *gx = to_gpu(x, n * in), *gw = to_gpu(w, out * in), *gy = gpu_zeros(n * out);
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_TF32));
+    CHECK_OK(lw_linear_forward(gs, gy, gx, gw, NULL, n, in, out));
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
+    float *hy = from_gpu(gy, n * out);
+    CHECK(close_gemm("linear forward y", shape, hy, y, n * out, 5e-3));
+    double big = 0, diff = 0;
+    for (int64_t i = 0; i < n * out; i++) {
+        big = fmax(big, fabs((double)y[i]));
+        diff = fmax(diff, fabs((double)hy[i] - y[i]));
+    }
+    printf("linear forward in tf32 (%s): max |tf32 - cpu| / max |cpu| = %.2e\n", shape,
+           diff / big);
+    CHECK(diff > 1e-6 * big);
+    lw_device_free(gpu, gx), lw_device_free(gpu, gw), lw_device_free(gpu, gy);
+    free(x), free(w), free(y), free(hy);
+}
+
 /* ---- embedding ------------------------------------------------------------------------------- */
 
 /* Exact: the gather adds the same two floats; the backward adds each token's positions in the
@@ -474,6 +501,7 @@ int main(void) {
     const int skip_or_fail = cuda_open("test_cuda_model");
     if (skip_or_fail != 0) return skip_or_fail;
     test_linear();
+    test_linear_tf32();
     test_embedding();
     test_layernorm();
     test_gelu();

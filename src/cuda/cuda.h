@@ -70,8 +70,9 @@ lw_status lwc_newton_schulz(lw_stream *s, const lwi_ns_plan *plan, const float *
 lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
                          int32_t count, int64_t t, float grad_scale);
 
-/* linear.c: one fp32 GEMM on the stream, column-major as cuBLAS (CUBLAS_COMPUTE_32F: no TF32),
- * C = alpha op(A) op(B) + beta C; `what` names it in errors. And the linear layer's entries. */
+/* linear.c: one fp32 GEMM on the stream, column-major as cuBLAS, in the device's matmul
+ * precision (exact CUBLAS_COMPUTE_32F, or TF32 tensor cores), C = alpha op(A) op(B) + beta C;
+ * `what` names it in errors. And the linear layer's entries. */
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                    float beta, float *c, int64_t ldc, const char *what);

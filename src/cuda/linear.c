@@ -1,7 +1,8 @@
 /* linear.c: the fully connected layer y = x w^T + b on a GPU, forward and accumulating backward:
- * the GEMMs on cuBLAS in exact fp32 (CUBLAS_COMPUTE_32F, never TF32: the mode that is compared
- * tightly with the CPU), the bias rows and the bias gradient's deterministic column sums in
- * nn.cu. Also the one GEMM helper the other entries (cross_entropy.c) call.
+ * the GEMMs on cuBLAS in the device's matmul precision (lw_device_set_matmul: exact fp32 by
+ * default, CUBLAS_COMPUTE_32F, the mode compared tightly with the CPU; or TF32 tensor cores),
+ * the bias rows and the bias gradient's deterministic column sums in nn.cu. Also the one GEMM
+ * helper the other entries (cross_entropy.c) call.
  *
  * Orientation: cuBLAS is column-major, and a row-major [r, k] matrix read column-major is its
  * transpose ([k, r], leading dimension k), so every row-major product is taken as its transpose
@@ -26,7 +27,9 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
     if (e != CUBLAS_STATUS_SUCCESS) return lwc_fail_blas(s->device, e, "cublasSetStream");
     e = cublasGemmEx(blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                      (int)m, (int)n, (int)k, &alpha, a, CUDA_R_32F, (int)lda, b, CUDA_R_32F,
-                     (int)ldb, &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                     (int)ldb, &beta, c, CUDA_R_32F, (int)ldc,
+                     s->device->matmul == LW_MATMUL_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                         : CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT);
     return e == CUBLAS_STATUS_SUCCESS ? LW_OK : lwc_fail_blas(s->device, e, what);
 }
