@@ -12,7 +12,9 @@
 const lwi_device_host *lwc_host;
 
 lw_status lwc_fail(const lw_device *d, cudaError_t e, const char *what) {
-    cudaGetLastError(); /* clear a sticky launch error so that the next call starts clean */
+    /* clears a launch's error state (a fault that corrupts the context stays: every later
+     * call fails, each saying so) */
+    cudaGetLastError();
     return lwc_host->fail(LW_ERR_IO, "%s: %s: %s (%s)", d ? d->name : "cuda", what,
                           cudaGetErrorString(e), cudaGetErrorName(e));
 }

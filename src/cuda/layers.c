@@ -75,11 +75,13 @@ static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int6
                               "%s: attention %s: head dim %lld needs %zu bytes of shared memory "
                               "per block, the GPU gives at most %zu",
                               name, pass, (long long)hd, smem, most);
-    /* grid (b nh, query tiles of 64): y at most 65535; t, 3c and b nh within int */
-    if (b * nh > INT_MAX || t > (int64_t)65535 * 64 || 3 * c > INT_MAX)
+    /* grid (b nh, query tiles of 64): y at most 65535; t, 3c and b nh within int; the backward's
+     * row dots take a block per 8 of the b nh t rows */
+    if (b * nh > INT_MAX || t > (int64_t)65535 * 64 || 3 * c > INT_MAX ||
+        (b * nh * t + 7) / 8 > INT_MAX)
         return lwc_host->fail(LW_ERR_RANGE,
                               "%s: attention %s: b = %lld, t = %lld, c = %lld, nh = %lld is past "
-                              "the kernels' sizes (b nh < 2^31, t <= %lld, 3c < 2^31)",
+                              "the kernels' sizes (b nh < 2^31, t <= %lld, 3c < 2^31, b nh t < 2^34)",
                               name, pass, (long long)b, (long long)t, (long long)c, (long long)nh,
                               (long long)65535 * 64);
     return LW_OK;
