@@ -1,6 +1,7 @@
--- bench/layout.lua: padding, balance and speed of the shard-aligned layouts on real model
--- shapes. Run: bin/lwopt run bench/layout.lua [--markdown] (make bench). Prints, per model, dp,
--- bucket setting and algorithm: Muon padding overhead, numel imbalance, cost imbalance, cost
+-- bench/layout.lua: padding, balance and speed of the whole-matrix layouts (the shard-aligned
+-- ones and packed) on real model shapes. Run: bin/lwopt run bench/layout.lua (make bench).
+-- Prints, per model, dp, bucket setting and algorithm: Muon padding overhead, the Muon bytes on
+-- the wire per step over their unpadded minimum, numel imbalance, cost imbalance, cost
 -- imbalance over its lower bound, and the time one layout takes (median of repeated runs).
 local lw = require("lwopt")
 
@@ -16,7 +17,7 @@ local models = {
       expert_hidden = 1024, vocab = 50304, fused = true } },
 }
 local dps = { 2, 4, 8, 16, 32, 64, 256 }
-local algorithms = { "cost", "lpt", "size_matching" }
+local algorithms = { "cost", "lpt", "size_matching", "packed" }
 local buckets = { { "none", nil }, { "40M", 40e6 } }
 
 -- Median seconds of one layout computation, repeating until about 0.05 s has passed.
@@ -33,23 +34,27 @@ local function time_layout(specs, opts)
    return samples[math.ceil(#samples / 2)]
 end
 
-print("| model | params | dp | bucket | algorithm | Muon padding | numel imb. | cost imb. "
-   .. "| cost / bound | time ms |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| model | params | dp | bucket | algorithm | Muon padding | wire / min | numel imb. "
+   .. "| cost imb. | cost / bound | time ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for _, model in ipairs(models) do
    local name, specs = model[1], lw.route(model[2])
    local total = lw.arch.numel(specs)
    for _, dp in ipairs(dps) do
       for _, bucket in ipairs(buckets) do
          for _, algorithm in ipairs(algorithms) do
-            local opts = { dp = dp, bucket_size = bucket[2], algorithm = algorithm }
+            local opts = { dp = dp, expert_dp = dp, bucket_size = bucket[2],
+               algorithm = algorithm }
             local layout = lw.layout.compute(specs, opts)
             assert(layout:check())
             local s = layout:stats()
-            print(string.format("| %s | %.2fB | %d | %s | %s | %.2f%% | %.3f | %.3f | %.3f | %.2f |",
+            -- every element of a Muon buffer, padding included, is reduce-scattered and
+            -- all-gathered once a step: the wire carries buffer / real elements of the minimum
+            print(string.format(
+               "| %s | %.2fB | %d | %s | %s | %.2f%% | %.4f | %.3f | %.3f | %.3f | %.2f |",
                name, total / 1e9, dp, bucket[1], algorithm, 100 * s.muon_overhead,
-               s.numel_imbalance, s.cost_imbalance, s.cost_imbalance / s.cost_imbalance_bound,
-               1000 * time_layout(specs, opts)))
+               s.muon_buffer_numel / s.muon_numel, s.numel_imbalance, s.cost_imbalance,
+               s.cost_imbalance / s.cost_imbalance_bound, 1000 * time_layout(specs, opts)))
          end
       end
    end

@@ -22,7 +22,8 @@ describe("lwopt.C", function()
    end)
 
    it("reads enum names from the library, never keeping the numbers", function()
-      assert.same({ "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" },
+      assert.same({ "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows",
+         "packed" },
          C.names("algorithm"))
       assert.same({ "layerwise", "legacy", "replicated" }, C.names("mode"))
       assert.same({ "f32", "bf16", "f16", "f64", "i64" }, C.names("dtype"))

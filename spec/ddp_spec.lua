@@ -122,7 +122,10 @@ print(ok, err)
       assert.matches("unknown adamw_layout 'zero3' (one of distopt, aligned, default, legacy)",
          err({ adamw_layout = "zero3" }), 1, true)
       assert.matches("unknown algorithm 'greedy' (one of cost, lpt, size_matching, distopt, "
-         .. "default, legacy, rows)", err({ algorithm = "greedy" }), 1, true)
+         .. "default, legacy, rows, packed)", err({ algorithm = "greedy" }), 1, true)
+      -- laid out, not trained yet: refused before any buffer exists, saying what to use
+      assert.matches("buffer #2 has the packed layout, which the runtime does not train yet",
+         err({ algorithm = "packed" }), 1, true)
       -- at ZeRO-3 the buckets must hold the largest parameter (checked against the layout)
       assert.matches("at ZeRO-3 a bucket group is gathered whole, but bucket_size 1000 is "
          .. "smaller than 'wte.weight' (2048 elements)", err({ zero = 3, bucket_size = 1000 }), 1,

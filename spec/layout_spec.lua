@@ -132,6 +132,48 @@ describe("lw.layout.compute", function()
          { cost.params, cost.numel, cost.buffer_numel, cost.padding, cost.overhead })
    end)
 
+   it("packs whole matrices into unequal shards with no padding (packed)", function()
+      -- six matrices whose costs balance only unevenly in numel: shards of unequal size
+      local specs = { mat("a", 256, 256), mat("b", 64, 32), mat("c", 64, 64), mat("d", 128, 256),
+                      mat("e", 128, 128), mat("f", 64, 128) }
+      local l = lw.layout.compute(specs, { dp = 2, algorithm = "packed" })
+      assert.is_true(l:check())
+      local s = l:stats()
+      assert.equal(0, s.muon_padding)
+      local bucket = l.buffers[1].buckets[1]
+      assert.equal(2, #bucket.shards)
+      local at = bucket.start
+      for r, shard in ipairs(bucket.shards) do
+         assert.equal(at, shard.start)
+         assert.same({ shard.start, shard.count }, { l:shard(1, 1, r - 1) })
+         at = shard.start + shard.count
+         for _, name in ipairs(bucket.params) do
+            local p = l:place(name)
+            if p.owner == r - 1 then
+               assert.is_true(p.start >= shard.start and p.stop <= shard.start + shard.count)
+            end
+         end
+      end
+      assert.equal(bucket.stop, at)
+      assert.not_equal(bucket.shards[1].count, bucket.shards[2].count)
+      assert.near(1, s.cost_imbalance / s.cost_imbalance_bound, 1e-12)
+      -- equal shards through the same call
+      local cost = lw.layout.compute(specs, { dp = 2, algorithm = "cost" })
+      local b1 = cost.buffers[1].buckets[1]
+      assert.same({ b1.start + b1.shard_size, b1.shard_size }, { cost:shard(1, 1, 1) })
+      assert.matches("4 shards up to", lw.layout.compute(specs, { dp = 4, algorithm = "packed" })
+         :show(), 1, true)
+      assert.matches('"shards":[{', l:json(), 1, true)
+   end)
+
+   it("bounds the cost imbalance by pigeonhole, not only by the mean", function()
+      -- three equal matrices on two ranks: one rank holds two of them, 4/3 of the mean
+      local specs = { mat("a", 64, 64), mat("b", 64, 64), mat("c", 64, 64) }
+      local s = lw.layout.compute(specs, { dp = 2, algorithm = "packed" }):stats()
+      assert.near(4 / 3, s.cost_imbalance_bound, 1e-12)
+      assert.near(4 / 3, s.cost_imbalance, 1e-12)
+   end)
+
    it("draws a map with one row per rank and the stats", function()
       local l = lw.layout.compute(lw.arch.gpt(gpt124), { dp = 4 })
       local text = l:show()
@@ -206,7 +248,7 @@ describe("lw.layout.compute on bad input", function()
 
    it("names an unknown algorithm, layout or option", function()
       fails("lw.layout.compute: unknown algorithm 'greedy' (one of cost, lpt, size_matching, "
-         .. "distopt, default, legacy, rows)", nil, { algorithm = "greedy" })
+         .. "distopt, default, legacy, rows, packed)", nil, { algorithm = "greedy" })
       fails("lw.layout.compute: unknown adamw_layout 'zero3' (one of distopt, aligned, default, "
          .. "legacy)", nil, { adamw_layout = "zero3" })
       fails("lw.layout.compute: unknown option 'bucket'", nil, { bucket = 10 })

@@ -185,11 +185,15 @@ typedef enum lw_algorithm {
     LW_ALGORITHM_LEGACY = 5,        /* unpadded, whole params owned by ping-pong dealing */
     LW_ALGORITHM_ROWS = 6,          /* element-wise, one bucket per param, every param split by
                                        rows into dp equal shards (row-sharded FSDP) */
+    LW_ALGORITHM_PACKED = 7,        /* whole matrices owned, no padding on the wire: shards of
+                                       unequal size (variable-count collectives), owners
+                                       balancing Newton-Schulz cost over the whole buffer */
     LW_ALGORITHM_AUTO = -1          /* lw_runtime_options only: the layout follows from the mode and
                                        shard (lw_runtime_layout); no layout has it; no name */
 } lw_algorithm;
 
-/* "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows" (see lw_dtype_name). */
+/* "cost", "lpt", "size_matching", "distopt", "default", "legacy", "rows", "packed" (see
+ * lw_dtype_name). */
 const char *lw_algorithm_name(lw_algorithm algorithm);
 lw_status lw_algorithm_from_name(const char *name, lw_algorithm *out);
 
@@ -221,11 +225,13 @@ typedef struct lw_buffer_info {
     int32_t n_params;
 } lw_buffer_info;
 
-/* A bucket: [start, stop) of its buffer, dp equal shards of shard_size elements. */
+/* A bucket: [start, stop) of its buffer, dp shards (lw_layout_shard): equal ones of shard_size
+ * elements, or with the packed layout each rank's run of what it owns there. */
 typedef struct lw_bucket_info {
     int64_t start;
     int64_t stop;
-    int64_t shard_size;     /* (stop - start) / dp; stop - start for the unsharded layouts */
+    int64_t shard_size;     /* (stop - start) / dp; stop - start for the unsharded layouts; the
+                               largest shard for packed */
     int64_t numel_unpadded; /* sum of the real sizes of its params */
     int32_t n_params;
 } lw_bucket_info;
@@ -254,8 +260,10 @@ typedef struct lw_layout_stats {
     double muon_overhead;
     double numel_imbalance; /* max over ranks / mean over ranks; 1 when nothing is owned */
     double cost_imbalance;
-    double cost_imbalance_bound; /* lower bound for whole-matrix ownership:
-                                    max(total/ranks, largest cost) / (total/ranks) */
+    double cost_imbalance_bound; /* lower bound for whole-matrix ownership, over the mean
+                                    total/ranks: the largest of the mean, the largest cost, and
+                                    for each j >= 1 the sum of the j + 1 smallest of the
+                                    j * ranks + 1 largest costs (pigeonhole) */
     int32_t ranks;               /* number of per-rank entries, max(dp, expert_dp) */
 } lw_layout_stats;
 
@@ -271,6 +279,12 @@ int32_t lw_layout_num_buffers(const lw_layout *layout);
 lw_status lw_layout_buffer(const lw_layout *layout, int32_t buffer, lw_buffer_info *out);
 lw_status lw_layout_bucket(const lw_layout *layout, int32_t buffer, int32_t bucket,
                            lw_bucket_info *out);
+/* Rank `rank`'s shard of a bucket (0 <= rank < the buffer's dp): [*start, *start + *count) of
+ * the buffer. Equal shards: start + rank * shard_size; packed: the run of the params the rank
+ * owns in the bucket (count 0 when it owns none there; the shards tile the bucket in rank
+ * order); the unsharded layouts (default, legacy): the whole bucket. */
+lw_status lw_layout_shard(const lw_layout *layout, int32_t buffer, int32_t bucket, int32_t rank,
+                          int64_t *start, int64_t *count);
 /* The k-th param of a bucket, in placement order: [out] *param is its index in the specs. */
 lw_status lw_layout_bucket_param(const lw_layout *layout, int32_t buffer, int32_t bucket, int32_t k,
                                  int32_t *param);

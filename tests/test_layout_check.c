@@ -118,5 +118,31 @@ int main(void) {
         l->buffers[0].algorithm = LW_ALGORITHM_LPT;
         expect_violation(l, "bucket of 'C' (#1) comes before that of 'B' (#2)");
     }
+    /* packed: unequal shards that tile each bucket, owners inside their shards */
+    l = fresh(LW_ALGORITHM_PACKED);
+    CHECK_OK(lw_layout_check(l));
+    lw_layout_free(l);
+
+    l = fresh(LW_ALGORITHM_PACKED);
+    {
+        lwi_buffer *buf = &l->buffers[0]; /* w0 comes first: the Muon buffer */
+        CHECK(buf->muon && buf->algorithm == LW_ALGORITHM_PACKED);
+        lwi_param *p = &l->params[buf->placed[buf->buckets[0].first]];
+        p->owner = (p->owner + 1) % 2;
+    }
+    expect_violation(l, "lies outside its shard");
+
+    l = fresh(LW_ALGORITHM_PACKED);
+    l->buffers[0].buckets[0].shard_size += 64;
+    expect_violation(l, "is not the largest shard");
+
+    l = fresh(LW_ALGORITHM_PACKED);
+    l->buffers[0].buckets[0].shards[0] += 64;
+    expect_violation(l, "shards span");
+
+    l = fresh(LW_ALGORITHM_PACKED);
+    l->buffers[0].buckets[0].shards[1] += 1;
+    expect_violation(l, "shard 0 is");
+
     return check_exit("test_layout_check");
 }

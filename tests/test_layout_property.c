@@ -1,6 +1,8 @@
 /* test_layout_property.c: random parameter lists (shapes up to 4-D, dp 1..256, bucket sizes,
  * shared embeddings, experts, dtypes) through every algorithm; each layout must pass the
- * validator and keep the properties below. Seeded, so a failure reproduces; LW_PROPERTY_CASES
+ * validator and keep the properties below (packed: shards that tile each bucket in rank order,
+ * owners inside their shards, at most 63 elements of alignment per param, and LPT's 4/3 of the
+ * cost bound). Seeded, so a failure reproduces; LW_PROPERTY_CASES
  * overrides the number of cases (default 10000). */
 #include "check.h"
 
@@ -73,13 +75,61 @@ static void make_case(random_case *c) {
     o->high_busbw = chance(10);
     static const lw_algorithm adamw[] = {LW_ALGORITHM_DISTOPT, LW_ALGORITHM_COST,
                                          LW_ALGORITHM_LPT,     LW_ALGORITHM_SIZE_MATCHING,
-                                         LW_ALGORITHM_DEFAULT, LW_ALGORITHM_LEGACY};
-    o->adamw_algorithm = adamw[chance(50) ? 0 : uniform(1, 5)];
+                                         LW_ALGORITHM_DEFAULT, LW_ALGORITHM_LEGACY,
+                                         LW_ALGORITHM_PACKED};
+    o->adamw_algorithm = adamw[chance(50) ? 0 : uniform(1, 6)];
 }
 
 static bool owns_whole(lw_algorithm a) {
     return a == LW_ALGORITHM_COST || a == LW_ALGORITHM_LPT || a == LW_ALGORITHM_SIZE_MATCHING ||
-           a == LW_ALGORITHM_LEGACY;
+           a == LW_ALGORITHM_LEGACY || a == LW_ALGORITHM_PACKED;
+}
+
+/* lw_layout_shard on every bucket: equal shards at start + r * shard_size, the whole bucket for
+ * the unsharded layouts, and for packed shards that tile the bucket in rank order with each
+ * owned param inside its owner's. Returns the number of Muon buffers. */
+static int check_shards(const lw_layout *l) {
+    int muon_buffers = 0;
+    for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
+        lw_buffer_info bi;
+        CHECK_OK(lw_layout_buffer(l, b, &bi));
+        muon_buffers += bi.muon;
+        const bool unsharded = bi.algorithm == LW_ALGORITHM_DEFAULT ||
+                               bi.algorithm == LW_ALGORITHM_LEGACY;
+        for (int32_t k = 0; k < bi.n_buckets; k++) {
+            lw_bucket_info bk;
+            CHECK_OK(lw_layout_bucket(l, b, k, &bk));
+            if (bi.algorithm != LW_ALGORITHM_PACKED && !unsharded)
+                CHECK_EQ((bk.stop - bk.start) % bi.dp, 0); /* REFERENCE.md section 3 */
+            int64_t at = bk.start, largest = 0;
+            for (int32_t r = 0; r < bi.dp; r++) {
+                int64_t start = -1, count = -1;
+                CHECK_OK(lw_layout_shard(l, b, k, r, &start, &count));
+                if (unsharded) {
+                    CHECK(start == bk.start && count == bk.stop - bk.start);
+                    continue;
+                }
+                CHECK_EQ(start, at);
+                CHECK(count >= 0);
+                if (bi.algorithm != LW_ALGORITHM_PACKED) CHECK_EQ(count, bk.shard_size);
+                largest = count > largest ? count : largest;
+                at = start + count;
+                for (int32_t e = 0; e < bk.n_params; e++) {
+                    int32_t param;
+                    lw_param_place place;
+                    CHECK_OK(lw_layout_bucket_param(l, b, k, e, &param));
+                    CHECK_OK(lw_layout_place(l, param, &place));
+                    if (place.owner == r) CHECK(place.start >= start && place.stop <= start + count);
+                }
+            }
+            if (!unsharded) CHECK(at == bk.stop && largest == bk.shard_size);
+            if (bi.algorithm == LW_ALGORITHM_PACKED)
+                CHECK(bk.stop - bk.start - bk.numel_unpadded <= 63 * (int64_t)bk.n_params);
+        }
+        int64_t start, count;
+        CHECK_FAILS(lw_layout_shard(l, b, 0, bi.dp, &start, &count), LW_ERR_RANGE, "rank");
+    }
+    return muon_buffers;
 }
 
 static int case_failures;
@@ -108,17 +158,12 @@ static void run_case(const random_case *c, int index) {
     if (c->opts.algorithm != LW_ALGORITHM_DEFAULT) CHECK_EQ(owned, st.muon_numel);
     if (owns_whole(c->opts.algorithm))
         CHECK(st.cost_imbalance >= st.cost_imbalance_bound * (1 - 1e-12));
-    /* every bucket divides evenly into dp shards (REFERENCE.md section 3) */
-    for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
-        lw_buffer_info bi;
-        CHECK_OK(lw_layout_buffer(l, b, &bi));
-        if (bi.algorithm == LW_ALGORITHM_DEFAULT || bi.algorithm == LW_ALGORITHM_LEGACY) continue;
-        for (int32_t k = 0; k < bi.n_buckets; k++) {
-            lw_bucket_info bk;
-            CHECK_OK(lw_layout_bucket(l, b, k, &bk));
-            CHECK_EQ((bk.stop - bk.start) % bi.dp, 0);
-        }
-    }
+    const int muon_buffers = check_shards(l);
+    /* one Muon buffer over all ranks: its largest-first owners are within LPT's 4/3 of the
+     * optimum, itself at least the bound (several buffers balance each on its own) */
+    if (c->opts.algorithm == LW_ALGORITHM_PACKED && muon_buffers == 1 &&
+        c->opts.dp == c->opts.expert_dp)
+        CHECK(st.cost_imbalance <= st.cost_imbalance_bound * (4.0 / 3.0) * (1 + 1e-12));
 done:
     lw_layout_free(l);
     lw_layout_free(again);
@@ -150,8 +195,8 @@ static void zero_padding_case(void) {
         s[i].muon = true;
     }
     static const lw_algorithm algs[] = {LW_ALGORITHM_COST, LW_ALGORITHM_LPT,
-                                        LW_ALGORITHM_SIZE_MATCHING};
-    for (int a = 0; a < 3; a++) {
+                                        LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_PACKED};
+    for (int a = 0; a < 4; a++) {
         lw_layout_options o = lw_layout_defaults();
         o.dp = dp;
         o.algorithm = algs[a];
@@ -177,17 +222,17 @@ int main(void) {
     static const lw_algorithm algs[] = {LW_ALGORITHM_COST,          LW_ALGORITHM_LPT,
                                         LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_DISTOPT,
                                         LW_ALGORITHM_DEFAULT,       LW_ALGORITHM_LEGACY,
-                                        LW_ALGORITHM_ROWS};
+                                        LW_ALGORITHM_ROWS,          LW_ALGORITHM_PACKED};
     random_case c;
     for (int i = 0; i < cases; i++) {
         make_case(&c);
-        for (int a = 0; a < 7; a++) {
+        for (int a = 0; a < 8; a++) {
             c.opts.algorithm = algs[a];
             run_case(&c, i);
         }
     }
     for (int i = 0; i < cases / 10; i++)
         zero_padding_case();
-    printf("%d random cases x 7 algorithms\n", cases);
+    printf("%d random cases x 8 algorithms\n", cases);
     return check_exit("test_layout_property");
 }

@@ -18,7 +18,7 @@ static void test_every_name(void) {
     NAMES_OF(lw_dtype_name, buf);
     CHECK(strcmp(buf, "f32 bf16 f16 f64 i64") == 0);
     NAMES_OF(lw_algorithm_name, buf);
-    CHECK(strcmp(buf, "cost lpt size_matching distopt default legacy rows") == 0);
+    CHECK(strcmp(buf, "cost lpt size_matching distopt default legacy rows packed") == 0);
     NAMES_OF(lw_mode_name, buf);
     CHECK(strcmp(buf, "layerwise legacy replicated") == 0);
     NAMES_OF(lw_shard_name, buf);
@@ -51,7 +51,7 @@ static void test_names_match_the_enums(void) {
     CHECK(lw_dtype_name((lw_dtype)-1) == NULL);
     CHECK(lw_dtype_name((lw_dtype)5) == NULL);
     CHECK(lw_algorithm_name(LW_ALGORITHM_AUTO) == NULL);
-    CHECK(lw_algorithm_name((lw_algorithm)7) == NULL);
+    CHECK(lw_algorithm_name((lw_algorithm)8) == NULL);
     CHECK(lw_mode_name((lw_mode)3) == NULL);
 }
 
@@ -94,7 +94,7 @@ static void test_unknown_names(void) {
     lw_algorithm a = LW_ALGORITHM_LPT;
     CHECK_FAILS(lw_algorithm_from_name("greedy", &a), LW_ERR_INVALID,
                 "unknown algorithm 'greedy' (one of cost, lpt, size_matching, distopt, default, "
-                "legacy, rows)");
+                "legacy, rows, packed)");
     CHECK_EQ(a, LW_ALGORITHM_LPT); /* left as it was */
     CHECK_FAILS(lw_algorithm_from_name("Cost", &a), LW_ERR_INVALID, "unknown algorithm 'Cost'");
     lw_mode m;

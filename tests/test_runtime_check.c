@@ -40,8 +40,8 @@ static void test_values(void) {
     o.shard = (lw_shard)2;
     CHECK_FAILS(lw_runtime_check(&o, NULL), INVALID, "runtime: unknown shard 2");
     o = lw_runtime_defaults();
-    o.algorithm = (lw_algorithm)7;
-    CHECK_FAILS(lw_runtime_check(&o, NULL), INVALID, "runtime: unknown algorithm 7");
+    o.algorithm = (lw_algorithm)8;
+    CHECK_FAILS(lw_runtime_check(&o, NULL), INVALID, "runtime: unknown algorithm 8");
     o.algorithm = LW_ALGORITHM_ROWS;
     CHECK_OK(lw_runtime_check(&o, NULL));
     o = lw_runtime_defaults();
@@ -151,6 +151,15 @@ static void test_layout_rules(void) {
     l = make_layout(s, 3, 2, 20, LW_ALGORITHM_ROWS, LW_ALGORITHM_DISTOPT);
     CHECK_FAILS(lw_runtime_check(&o, l), INVALID, "smaller than 'ln' (30 elements)");
     lw_layout_free(l);
+
+    /* packed buffers are laid out but not yet trained: refused at every ZeRO level */
+    for (int32_t zero = 1; zero <= 3; zero++) {
+        o = choose(LW_MODE_LAYERWISE, zero, LW_SHARD_ALIGNED);
+        l = make_layout(s, 3, 2, INT64_MAX, LW_ALGORITHM_PACKED, LW_ALGORITHM_DISTOPT);
+        CHECK_FAILS(lw_runtime_check(&o, l), LW_ERR_UNSUPPORTED,
+                    "has the packed layout, which the runtime does not train yet");
+        lw_layout_free(l);
+    }
 
     /* the options are checked before the layout */
     o = choose(LW_MODE_LEGACY, 2, LW_SHARD_ALIGNED);

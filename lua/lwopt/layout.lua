@@ -151,6 +151,8 @@ end
 local KEY = { "param_dtype", "grad_dtype", "expert", "muon" }
 local BUCKET = { "start", "stop", "shard_size", "numel_unpadded" }
 
+local shard_start, shard_count = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+
 -- Reads the C layout into Lua tables.
 local function read(self, specs)
    local c = self._c
@@ -187,6 +189,14 @@ local function read(self, specs)
          local bucket = record(BUCKET, { tonumber(bucket_info.start), tonumber(bucket_info.stop),
             tonumber(bucket_info.shard_size), tonumber(bucket_info.numel_unpadded) })
          bucket.params = {}
+         if buffer.algorithm == "packed" then -- shards of unequal size: { start, count } per rank
+            bucket.shards = {}
+            for r = 0, buffer.dp - 1 do
+               C.check(lib.lw_layout_shard(c, b, k, r, shard_start, shard_count), WHERE)
+               bucket.shards[r + 1] = { start = tonumber(shard_start[0]),
+                                        count = tonumber(shard_count[0]) }
+            end
+         end
          for e = 0, bucket_info.n_params - 1 do
             C.check(lib.lw_layout_bucket_param(c, b, k, e, index), WHERE)
             bucket.params[e + 1] = specs[index[0] + 1].name
@@ -224,6 +234,15 @@ function Layout:place(name)
    if p == nil then error("layout:place: no parameter named '" .. tostring(name) .. "'", 2) end
    return { buffer = p.buffer, bucket = p.bucket, start = p.start, stop = p.stop,
             owner = p.owner, numel = p.numel }
+end
+
+-- Rank `rank`'s (0-based) shard of a bucket (1-based buffer and bucket): its 0-based start in
+-- the buffer and its count of elements (lw_layout_shard: equal shards, the packed layout's
+-- unequal ones, or the whole bucket for an unsharded buffer).
+function Layout:shard(buffer, bucket, rank)
+   C.check(lib.lw_layout_shard(self._c, buffer - 1, bucket - 1, rank, shard_start, shard_count),
+      "layout:shard")
+   return tonumber(shard_start[0]), tonumber(shard_count[0])
 end
 
 function Layout:stats()
@@ -278,9 +297,16 @@ function Layout:json(indent)
             params[e] = json.object({ name = name, shape = json.array(p.shape), start = p.start,
                                       stop = p.stop, owner = p.owner == nil and json.null or p.owner, optimizer = p.optimizer })
          end
+         local shards = json.null
+         if bucket.shards then
+            shards = json.array({})
+            for r, sh in ipairs(bucket.shards) do
+               shards[r] = json.object({ start = sh.start, count = sh.count })
+            end
+         end
          buckets[k] = json.object({ start = bucket.start, stop = bucket.stop,
             shard_size = bucket.shard_size, numel_unpadded = bucket.numel_unpadded,
-            params = json.array(params) })
+            shards = shards, params = json.array(params) })
       end
       buffers[b] = json.object({
          key = json.object({ param_dtype = buffer.key.param_dtype,

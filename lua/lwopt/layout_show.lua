@@ -14,14 +14,16 @@ local GLYPHS = { unicode = { "█", "▓", "░" }, ascii = { "#", "=", "." } }
 
 -- A bar of `width` cells for the range [lo, hi): each cell shows the parameter that covers its
 -- middle, consecutive parameters alternating between two glyphs; padding is the third glyph.
-local function bar(spans, lo, hi, width, glyphs)
+local function bar(spans, lo, hi, width, glyphs, stop)
    local cells = {}
    local j = 1
    for c = 0, width - 1 do
       local mid = lo + (c + 0.5) * (hi - lo) / width
       while j <= #spans and spans[j].stop <= mid do j = j + 1 end
       local s = spans[j]
-      if s and s.start <= mid then
+      if stop and mid >= stop then -- past a shorter shard (packed): nothing there, not padding
+         cells[c + 1] = " "
+      elseif s and s.start <= mid then
          cells[c + 1] = glyphs[(s.index % 2) + 1]
       else
          cells[c + 1] = glyphs[3]
@@ -65,22 +67,27 @@ local function show_bucket(lines, self, buffer, k, bucket, opts)
    table.sort(spans, function(a, b) return a.start < b.start end)
    for i, s in ipairs(spans) do s.index = i end
    local size = bucket.stop - bucket.start
-   lines[#lines + 1] = string.format("  bucket %d  [%s, %s)  %d x %s  real %s  padding %s", k,
-      commas(bucket.start), commas(bucket.stop), size / bucket.shard_size,
-      commas(bucket.shard_size),
+   -- the shards: equal ones (or one for an unsharded bucket), or the packed layout's own
+   local rows = bucket.shards and #bucket.shards or size / bucket.shard_size
+   local shape = bucket.shards and ("%d shards up to %s"):format(rows, commas(bucket.shard_size))
+      or ("%d x %s"):format(rows, commas(bucket.shard_size))
+   lines[#lines + 1] = string.format("  bucket %d  [%s, %s)  %s  real %s  padding %s", k,
+      commas(bucket.start), commas(bucket.stop), shape,
       commas(bucket.numel_unpadded), percent((size - bucket.numel_unpadded) / size))
-   local rows = size / bucket.shard_size
    for r = 0, rows - 1 do
-      local lo = bucket.start + r * bucket.shard_size
-      local hi = lo + bucket.shard_size
+      local lo = bucket.shards and bucket.shards[r + 1].start
+         or bucket.start + r * bucket.shard_size
+      local hi = bucket.shards and lo + bucket.shards[r + 1].count or lo + bucket.shard_size
       local real = 0
       for _, s in ipairs(spans) do
          local a, b = math.max(s.start, lo), math.min(s.stop, hi)
          if b > a then real = real + (b - a) end
       end
       local head = rows > 1 and rank_label(r, buffer.dp) or "all"
-      local prefix = string.format("    %s |%s| %s", head,
-         bar(spans, lo, hi, opts.width, opts.glyphs), commas(real))
+      -- unequal shards are drawn to one scale, the largest shard's
+      local bar_text = bucket.shards and bar(spans, lo, lo + bucket.shard_size, opts.width,
+         opts.glyphs, hi) or bar(spans, lo, hi, opts.width, opts.glyphs)
+      local prefix = string.format("    %s |%s| %s", head, bar_text, commas(real))
       local prefix_width = 4 + #head + 2 + opts.width + 2 + #commas(real)
       lines[#lines + 1] = prefix .. "  "
          .. names_in(spans, lo, hi, math.max(20, opts.columns - prefix_width - 2))

@@ -62,6 +62,7 @@ static const char *const algorithm_names[] = {
     [LW_ALGORITHM_DEFAULT] = "default",
     [LW_ALGORITHM_LEGACY] = "legacy",
     [LW_ALGORITHM_ROWS] = "rows",
+    [LW_ALGORITHM_PACKED] = "packed",
 };
 static const names ALGORITHM = NAMES("algorithm", algorithm_names);
 

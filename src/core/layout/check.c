@@ -30,10 +30,10 @@ static lw_status check_param_in_bucket(const lw_layout *l, const lwi_buffer *b, 
         FAIL("buffer #%d bucket #%d: '%s' at [%lld, %lld) is outside the bucket [%lld, %lld)",
              bi + 1, ki + 1, p->name, (long long)p->start, (long long)(p->start + p->numel),
              (long long)k->start, (long long)k->stop);
-    if (lwi_is_padded(alg) && p->start % 64 != 0)
+    if ((lwi_is_padded(alg) || lwi_is_packed(alg)) && p->start % 64 != 0)
         FAIL("buffer #%d bucket #%d: '%s' starts at %lld, not a multiple of 64", bi + 1, ki + 1,
              p->name, (long long)p->start);
-    if (p->shared_embedding && lwi_is_padded(alg) && k->count != 1)
+    if (p->shared_embedding && (lwi_is_padded(alg) || lwi_is_packed(alg)) && k->count != 1)
         FAIL("buffer #%d bucket #%d: shared embedding '%s' shares its bucket with %d others",
              bi + 1, ki + 1, p->name, k->count - 1);
     if (lwi_is_aligned(alg)) {
@@ -48,12 +48,46 @@ static lw_status check_param_in_bucket(const lw_layout *l, const lwi_buffer *b, 
         if (p->shared_embedding && shard != 0)
             FAIL("buffer #%d bucket #%d: shared embedding '%s' is in shard %lld, not 0", bi + 1,
                  ki + 1, p->name, (long long)shard);
+    } else if (lwi_is_packed(alg)) {
+        if (p->owner < 0 || p->owner >= b->dp)
+            FAIL("buffer #%d: '%s' has owner %d outside [0, %d)", bi + 1, p->name, p->owner, b->dp);
+        if (p->start < k->shards[p->owner] || p->start + p->numel > k->shards[p->owner + 1])
+            FAIL("buffer #%d bucket #%d: '%s' is owned by rank %d but lies outside its shard "
+                 "[%lld, %lld)",
+                 bi + 1, ki + 1, p->name, p->owner, (long long)k->shards[p->owner],
+                 (long long)k->shards[p->owner + 1]);
+        if (p->shared_embedding && p->owner != 0)
+            FAIL("buffer #%d bucket #%d: shared embedding '%s' is owned by rank %d, not 0", bi + 1,
+                 ki + 1, p->name, p->owner);
     } else if (alg == LW_ALGORITHM_LEGACY) {
         if (p->owner < 0 || p->owner >= b->dp)
             FAIL("buffer #%d: '%s' has owner %d outside [0, %d)", bi + 1, p->name, p->owner, b->dp);
     } else if (p->owner != -1) {
         FAIL("buffer #%d: '%s' has owner %d in an element-wise buffer", bi + 1, p->name, p->owner);
     }
+    return LW_OK;
+}
+
+/* Packed: dp + 1 boundaries from the bucket's start to its stop, in order, at multiples of 64,
+ * and shard_size the largest shard. */
+static lw_status check_shards(const lwi_buffer *b, int32_t bi, int32_t ki) {
+    const lwi_bucket *k = &b->buckets[ki];
+    if (k->shards == NULL) FAIL("buffer #%d bucket #%d: packed bucket without shards", bi + 1, ki + 1);
+    if (k->shards[0] != k->start || k->shards[b->dp] != k->stop)
+        FAIL("buffer #%d bucket #%d: shards span [%lld, %lld), not the bucket [%lld, %lld)",
+             bi + 1, ki + 1, (long long)k->shards[0], (long long)k->shards[b->dp],
+             (long long)k->start, (long long)k->stop);
+    int64_t largest = 0;
+    for (int32_t r = 0; r < b->dp; r++) {
+        const int64_t size = k->shards[r + 1] - k->shards[r];
+        if (size < 0 || k->shards[r + 1] % 64 != 0)
+            FAIL("buffer #%d bucket #%d: shard %d is [%lld, %lld)", bi + 1, ki + 1, r,
+                 (long long)k->shards[r], (long long)k->shards[r + 1]);
+        if (size > largest) largest = size;
+    }
+    if (k->shard_size != largest)
+        FAIL("buffer #%d bucket #%d: shard size %lld is not the largest shard, %lld", bi + 1,
+             ki + 1, (long long)k->shard_size, (long long)largest);
     return LW_OK;
 }
 
@@ -74,6 +108,9 @@ static lw_status check_bucket(const lw_layout *l, const lwi_buffer *b, int32_t b
         if (k->shard_size * b->dp != k->stop - k->start)
             FAIL("buffer #%d bucket #%d: %d shards of %lld do not make its %lld elements", bi + 1,
                  ki + 1, b->dp, (long long)k->shard_size, (long long)(k->stop - k->start));
+    } else if (lwi_is_packed(alg)) {
+        lw_status st = check_shards(b, bi, ki);
+        if (st != LW_OK) return st;
     } else if (k->shard_size != k->stop - k->start) {
         FAIL("buffer #%d bucket #%d: unsharded bucket has shard size %lld, not %lld", bi + 1,
              ki + 1, (long long)k->shard_size, (long long)(k->stop - k->start));
@@ -107,7 +144,11 @@ static lw_status check_bucket(const lw_layout *l, const lwi_buffer *b, int32_t b
         if (spans[e].start < spans[e - 1].stop)
             FAIL("buffer #%d bucket #%d: '%s' and '%s' overlap", bi + 1, ki + 1,
                  l->params[spans[e - 1].param].name, l->params[spans[e].param].name);
-    if (!lwi_is_padded(alg)) {
+    if (lwi_is_packed(alg) && k->stop - k->start - k->numel_unpadded > 63 * (int64_t)k->count)
+        FAIL("buffer #%d bucket #%d: %lld elements of padding for %d params (at most 63 each, "
+             "for alignment)",
+             bi + 1, ki + 1, (long long)(k->stop - k->start - k->numel_unpadded), k->count);
+    if (!lwi_is_padded(alg) && !lwi_is_packed(alg)) {
         /* default and legacy have no padding: the params tile the bucket exactly */
         int64_t at = k->start;
         for (int32_t e = 0; e < k->count; e++) {
@@ -165,7 +206,8 @@ static lw_status check_buffer(const lw_layout *l, int32_t bi, int32_t *seen, spa
     if (first != b->n_placed || at != b->numel)
         FAIL("buffer #%d: buckets cover %lld of its %lld elements", bi + 1, (long long)at,
              (long long)b->numel);
-    if (b->algorithm == LW_ALGORITHM_LPT || b->algorithm == LW_ALGORITHM_COST) {
+    if (b->algorithm == LW_ALGORITHM_LPT || b->algorithm == LW_ALGORITHM_COST ||
+        lwi_is_packed(b->algorithm)) {
         /* buckets must be contiguous backprop ranges so reduce-scatter can overlap backward */
         for (int32_t k = 1; k < b->n_params; k++) {
             const lwi_param *prev = &l->params[lwi_backprop(b, k - 1)];

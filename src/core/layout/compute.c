@@ -33,12 +33,13 @@ static lw_status check_options(const lw_layout_options *o) {
     if (o->bucket_size < 0)
         return lwi_fail(LW_ERR_INVALID, "layout: bucket_size must be >= 0, got %lld",
                         (long long)o->bucket_size);
-    if (o->algorithm < LW_ALGORITHM_COST || o->algorithm > LW_ALGORITHM_ROWS)
+    if (o->algorithm < LW_ALGORITHM_COST || o->algorithm > LW_ALGORITHM_PACKED)
         return lwi_fail(LW_ERR_INVALID, "layout: unknown algorithm %d", (int)o->algorithm);
     if (o->adamw_algorithm == LW_ALGORITHM_ROWS)
         return lwi_fail(LW_ERR_INVALID, "layout: the rows layout is for Muon buffers (it splits "
                         "matrices by rows for row-sharded Muon); AdamW buffers use distopt");
-    if (o->adamw_algorithm < LW_ALGORITHM_COST || o->adamw_algorithm > LW_ALGORITHM_LEGACY)
+    if (o->adamw_algorithm < LW_ALGORITHM_COST ||
+        (o->adamw_algorithm > LW_ALGORITHM_LEGACY && o->adamw_algorithm != LW_ALGORITHM_PACKED))
         return lwi_fail(LW_ERR_INVALID, "layout: unknown AdamW algorithm %d",
                         (int)o->adamw_algorithm);
     return LW_OK;
@@ -181,6 +182,8 @@ static lw_status lay_out_buffer(lw_layout *l, lwi_buffer *b) {
         return lwi_layout_distopt(l, b);
     case LW_ALGORITHM_ROWS:
         return lwi_layout_rows(l, b);
+    case LW_ALGORITHM_PACKED:
+        return lwi_layout_packed(l, b);
     default:
         return lwi_layout_aligned(l, b);
     }
@@ -242,6 +245,8 @@ void lw_layout_free(lw_layout *l) {
         for (int32_t k = 0; k < l->n_buffers; k++) {
             free(l->buffers[k].params);
             free(l->buffers[k].placed);
+            for (int32_t j = 0; l->buffers[k].buckets && j < l->buffers[k].n_buckets; j++)
+                free(l->buffers[k].buckets[j].shards);
             free(l->buffers[k].buckets);
         }
     }
@@ -310,6 +315,30 @@ lw_status lw_layout_bucket(const lw_layout *l, int32_t buffer, int32_t bucket,
     out->shard_size = k->shard_size;
     out->numel_unpadded = k->numel_unpadded;
     out->n_params = k->count;
+    return LW_OK;
+}
+
+lw_status lw_layout_shard(const lw_layout *l, int32_t buffer, int32_t bucket, int32_t rank,
+                          int64_t *start, int64_t *count) {
+    lw_status st = check_bucket(l, buffer, bucket);
+    if (st != LW_OK) return st;
+    if (start == NULL || count == NULL)
+        return lwi_fail(LW_ERR_INVALID, "layout: start and count must not be NULL");
+    const lwi_buffer *b = &l->buffers[buffer];
+    const lwi_bucket *k = &b->buckets[bucket];
+    if (rank < 0 || rank >= b->dp)
+        return lwi_fail(LW_ERR_RANGE, "layout: rank %d out of range [0, %d) of buffer %d", rank,
+                        b->dp, buffer);
+    if (k->shards != NULL) {
+        *start = k->shards[rank];
+        *count = k->shards[rank + 1] - k->shards[rank];
+    } else if (k->shard_size == k->stop - k->start) { /* unsharded, or dp 1 */
+        *start = k->start;
+        *count = k->shard_size;
+    } else {
+        *start = k->start + (int64_t)rank * k->shard_size;
+        *count = k->shard_size;
+    }
     return LW_OK;
 }
 

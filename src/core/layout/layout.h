@@ -29,6 +29,7 @@ typedef struct lwi_bucket {
     int64_t numel_unpadded;
     int32_t first; /* its params are placed[first .. first + count - 1] of the buffer */
     int32_t count;
+    int64_t *shards; /* [owned] packed: dp + 1 shard boundaries, start .. stop; else NULL */
 } lwi_bucket;
 
 typedef struct lwi_buffer {
@@ -71,6 +72,8 @@ static inline bool lwi_is_aligned(lw_algorithm a) {
 static inline bool lwi_is_padded(lw_algorithm a) {
     return lwi_is_aligned(a) || a == LW_ALGORITHM_DISTOPT || a == LW_ALGORITHM_ROWS;
 }
+/* Whole params owned, shards of unequal size (packed.c). */
+static inline bool lwi_is_packed(lw_algorithm a) { return a == LW_ALGORITHM_PACKED; }
 /* Element-wise: every rank owns the part of a param inside its shard of the bucket. */
 static inline bool lwi_is_elementwise(lw_algorithm a) {
     return a == LW_ALGORITHM_DISTOPT || a == LW_ALGORITHM_ROWS;
@@ -91,6 +94,7 @@ lw_status lwi_layout_legacy(lw_layout *l, lwi_buffer *b);
 lw_status lwi_layout_distopt(lw_layout *l, lwi_buffer *b);
 lw_status lwi_layout_rows(lw_layout *l, lwi_buffer *b);
 lw_status lwi_layout_aligned(lw_layout *l, lwi_buffer *b);
+lw_status lwi_layout_packed(lw_layout *l, lwi_buffer *b);
 
 /* Fills l->stats and the per-rank arrays (allocated by the caller). */
 void lwi_layout_compute_stats(lw_layout *l);

@@ -2,6 +2,7 @@
  * Newton-Schulz cost over the Muon buffers, imbalance and its lower bound) and its stable hash. */
 #include "layout/layout.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Credits rank r of a Muon buffer with what it updates of param p. */
@@ -27,6 +28,28 @@ static void credit_param(lw_layout *l, const lwi_buffer *b, const lwi_param *p) 
         for (int32_t r = 0; r < b->dp; r++)
             credit(l, r, p->numel, cost); /* unsharded */
     }
+}
+
+static int by_value_desc(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* A lower bound on the largest rank load when each of the n costs (any order; sorted here) goes
+ * whole to one of `ranks` ranks: the mean, the largest cost, and by pigeonhole, for every j >= 1,
+ * the j + 1 smallest of the j * ranks + 1 largest costs (some rank holds j + 1 of those). */
+static double whole_ownership_bound(double *costs, int32_t n, int32_t ranks, double total) {
+    if (n == 0) return 0.0;
+    qsort(costs, (size_t)n, sizeof(double), by_value_desc);
+    double bound = total / ranks > costs[0] ? total / ranks : costs[0];
+    for (int64_t j = 1; j * ranks + 1 <= n; j++) {
+        const int64_t m = j * ranks + 1; /* the m largest, costs[0 .. m) */
+        double sum = 0;
+        for (int64_t i = m - 1 - j; i < m; i++)
+            sum += costs[i];
+        if (sum > bound) bound = sum;
+    }
+    return bound;
 }
 
 static double imbalance(double max, double total, int32_t ranks) {
@@ -69,9 +92,23 @@ void lwi_layout_compute_stats(lw_layout *l) {
     }
     s->numel_imbalance = imbalance((double)max_numel, (double)total_numel, ranks);
     s->cost_imbalance = imbalance(max_cost, total_cost, ranks);
-    double mean = total_cost / ranks;
-    s->cost_imbalance_bound =
-        total_cost > 0 ? (largest_cost > mean ? largest_cost : mean) / mean : 1.0;
+    const double mean = total_cost / ranks;
+    s->cost_imbalance_bound = 1.0;
+    if (total_cost <= 0) return;
+    /* without memory for the sort, the bound without its pigeonhole terms (still a bound) */
+    double *costs = malloc(sizeof(double) * (size_t)(l->n_params > 0 ? l->n_params : 1));
+    if (costs == NULL) {
+        s->cost_imbalance_bound = (largest_cost > mean ? largest_cost : mean) / mean;
+        return;
+    }
+    int32_t n = 0;
+    for (int32_t bi = 0; bi < l->n_buffers; bi++) {
+        const lwi_buffer *b = &l->buffers[bi];
+        for (int32_t k = 0; b->muon && k < b->n_params; k++)
+            costs[n++] = lwi_param_cost(&l->params[b->params[k]]);
+    }
+    s->cost_imbalance_bound = whole_ownership_bound(costs, n, ranks, total_cost) / mean;
+    free(costs);
 }
 
 lw_status lw_layout_stats_get(const lw_layout *l, lw_layout_stats *out) {
