@@ -400,7 +400,12 @@ typedef enum lw_comm_op {
 
 /* Per-operation counters: calls, bytes this rank sends under ring algorithms ((p-1)/p of the
  * buffer for reduce-scatter and all-gather, 2(p-1)/p for all-reduce), and wall time spent
- * inside lwopt's calls for it (start, test, wait): the communication time left exposed. */
+ * inside lwopt's calls for it (start, test, wait): the communication time left exposed. The
+ * variable-count forms count as their equal-count kind (LW_COMM_REDUCE_SCATTER for
+ * lw_comm_reduce_scatterv, LW_COMM_ALLGATHER for lw_comm_allgather_segments) by the same rule:
+ * (p-1)/p of the bucket's total elements times the element size, whatever the segments' sizes
+ * (the average over ranks of what a ring sends), so that a padded layout's syncs and a packed
+ * one's compare by the bytes each bucket holds. */
 typedef struct lw_comm_counter {
     int64_t calls;
     int64_t bytes;
@@ -467,6 +472,24 @@ lw_status lw_comm_reduce_scatter(lw_comm *comm, float *bucket, int64_t count, lw
  * dtype F32, BF16 or F16. With req it starts and returns; with NULL it blocks. */
 lw_status lw_comm_allgather(lw_comm *comm, void *bucket, int64_t count, lw_dtype dtype,
                             lw_request *req);
+/* The variable-count forms, for layouts without padding: the bucket is rank 0's segment, then
+ * rank 1's, ...: segment r is bucket[displ[r], displ[r] + counts[r]), displ[r] the sum of
+ * counts[0..r), total the sum of all counts[0..size) (the bucket's count). counts: one per rank,
+ * each >= 0 (0: that rank has no segment), the same on every rank; [borrowed] for the call only
+ * (copied where the collective needs them later). LW_ERR_INVALID for NULL counts, a negative
+ * count, counts adding up past 2^60 - 1 elements, or a NULL bucket with total > 0;
+ * LW_ERR_UNSUPPORTED for a total past the backend's limit (MPI: 2^31 - 1 elements, its counts
+ * are int). Nonblocking with req, blocking with req NULL, as the equal-count forms; requests,
+ * counters (see lw_comm_counter), labels and the watchdog alike. A total of 0 moves nothing on
+ * any backend. */
+/* Sum over ranks of bucket[0..total) (floats); afterwards this rank's segment bucket[displ[rank],
+ * +counts[rank]) holds the sum, and the rest of the bucket is left as it was. */
+lw_status lw_comm_reduce_scatterv(lw_comm *comm, float *bucket, const int64_t *counts,
+                                  lw_request *req);
+/* In place: every rank's segment of bucket[0..total) (dtype F32, BF16 or F16) to all ranks;
+ * this rank's own segment is what it sends, and is left as it was. */
+lw_status lw_comm_allgather_segments(lw_comm *comm, void *bucket, const int64_t *counts,
+                                     lw_dtype dtype, lw_request *req);
 /* Variable-size all-gather: rank r contributes counts[r] floats; recv holds them in rank order.
  * send_count must equal counts[rank]. Blocking. */
 lw_status lw_comm_allgatherv(lw_comm *comm, const float *send, int64_t send_count, float *recv,

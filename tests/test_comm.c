@@ -1,6 +1,7 @@
-/* test_comm.c: every collective against a direct computation, at whatever rank count it is
- * started with (ctest runs it alone and under mpirun -np 2 and -np 3). Each rank's data is a
- * known function of (rank, index), so every rank can compute the expected result itself. */
+/* test_comm.c: every collective against a direct computation, the variable-count forms over
+ * unequal, empty and lopsided segments too, at whatever rank count it is started with (ctest
+ * runs it alone and under mpirun -np 2 and -np 3). Each rank's data is a known function of
+ * (rank, index), so every rank can compute the expected result itself. */
 #include "check.h"
 
 #include <stdlib.h>
@@ -60,6 +61,247 @@ static void test_reduce_scatter_and_allgather(lw_comm *c) {
     if (size > 1)
         CHECK_FAILS(lw_comm_reduce_scatter(c, x, size * 3 + 1, NULL), LW_ERR_INVALID,
                     "equal shards");
+}
+
+/* ---- the variable-count forms (segments of unequal size, in rank order) ---- */
+
+#define PATTERNS 6
+
+/* Segment sizes, one per rank, for pattern k: unequal; one rank without a segment; all on the
+ * last rank; all on rank 0; every segment empty; large (the algorithms MPI takes for long
+ * messages). Returns their sum. */
+static int64_t segment_counts(int k, int size, int64_t *counts) {
+    int64_t total = 0;
+    for (int r = 0; r < size; r++) {
+        switch (k) {
+        case 0: counts[r] = 3 * r + 1; break;
+        case 1: counts[r] = r == 1 ? 0 : 10 + r; break;
+        case 2: counts[r] = r == size - 1 ? 1000 : 0; break;
+        case 3: counts[r] = r == 0 ? 77 : 0; break;
+        case 4: counts[r] = 0; break;
+        default: counts[r] = 100000 + 777 * r; break;
+        }
+        total += counts[r];
+    }
+    return total;
+}
+
+/* The rank whose segment holds element i. */
+static int owner(const int64_t *counts, int size, int64_t i) {
+    int64_t at = 0;
+    for (int r = 0; r < size; r++) {
+        at += counts[r];
+        if (i < at) return r;
+    }
+    return -1;
+}
+
+static int64_t displ(const int64_t *counts, int rank) {
+    int64_t at = 0;
+    for (int r = 0; r < rank; r++) at += counts[r];
+    return at;
+}
+
+/* Counts on the heap, spoiled and freed right after the call that takes them: the collective
+ * must not read them later. */
+static int64_t *counts_copy(const int64_t *counts, int size) {
+    int64_t *copy = malloc(sizeof(int64_t) * (size_t)size);
+    memcpy(copy, counts, sizeof(int64_t) * (size_t)size);
+    return copy;
+}
+
+static void spoil_and_free(int64_t *copy, int size) {
+    for (int r = 0; r < size; r++) copy[r] = -12345;
+    free(copy);
+}
+
+/* Mismatches of b after a reduce-scatter-v of value(r, i) over every rank r: the sum in this
+ * rank's segment, its own data elsewhere. */
+static int reduce_scatterv_wrong(const float *b, const int64_t *counts, int rank, int size) {
+    const int64_t lo = displ(counts, rank), hi = lo + counts[rank];
+    const int64_t total = displ(counts, size);
+    int bad = 0;
+    for (int64_t i = 0; i < total; i++) {
+        float want = value(rank, i);
+        if (i >= lo && i < hi) {
+            want = 0.0f;
+            for (int r = 0; r < size; r++) want += value(r, i);
+        }
+        bad += b[i] != want;
+    }
+    return bad;
+}
+
+static void test_reduce_scatterv(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < PATTERNS; k++) {
+        const int64_t total = segment_counts(k, size, counts);
+        /* one more element past the bucket, which must stay as it was */
+        float *b = malloc(sizeof(float) * (size_t)(total + 1));
+        for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+            for (int64_t i = 0; i <= total; i++) b[i] = value(rank, i);
+            int64_t *copy = counts_copy(counts, size);
+            if (nonblocking) {
+                CHECK_OK(lw_comm_reduce_scatterv(c, b, copy, req));
+                spoil_and_free(copy, size);
+                bool done = false;
+                while (!done) CHECK_OK(lw_request_test(req, &done));
+                CHECK(!lw_request_active(req));
+            } else {
+                CHECK_OK(lw_comm_reduce_scatterv(c, b, copy, NULL));
+                spoil_and_free(copy, size);
+            }
+            CHECK_EQ(reduce_scatterv_wrong(b, counts, rank, size), 0);
+            CHECK(b[total] == value(rank, total));
+        }
+        free(b);
+    }
+    /* an empty bucket may be NULL */
+    segment_counts(4, size, counts);
+    CHECK_OK(lw_comm_reduce_scatterv(c, NULL, counts, NULL));
+    lw_request_free(req);
+    free(counts);
+}
+
+/* bf16 / f16 bits of element i of rank r's segment: moved, never read as numbers. */
+static uint16_t bits(int r, int64_t i) { return (uint16_t)(r * 4096 + i % 4000); }
+
+static void test_allgather_segments(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < PATTERNS; k++) {
+        const int64_t total = segment_counts(k, size, counts);
+        const int64_t lo = displ(counts, rank), hi = lo + counts[rank];
+        /* f32, nonblocking and blocking: this rank fills its segment only */
+        float *b = malloc(sizeof(float) * (size_t)(total + 1));
+        for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+            for (int64_t i = 0; i <= total; i++)
+                b[i] = i >= lo && i < hi ? value(rank, i) : -1.0f;
+            int64_t *copy = counts_copy(counts, size);
+            CHECK_OK(lw_comm_allgather_segments(c, b, copy, LW_DTYPE_F32,
+                                                nonblocking ? req : NULL));
+            spoil_and_free(copy, size);
+            if (nonblocking) CHECK_OK(lw_request_wait(req));
+            int bad = 0;
+            for (int64_t i = 0; i < total; i++) bad += b[i] != value(owner(counts, size, i), i);
+            CHECK_EQ(bad, 0);
+            CHECK(b[total] == -1.0f);
+        }
+        free(b);
+        /* bf16 and f16: two bytes an element, displacements in elements */
+        const lw_dtype halves[2] = {LW_DTYPE_BF16, LW_DTYPE_F16};
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(total + 1));
+        for (int d = 0; d < 2; d++) {
+            for (int64_t i = 0; i <= total; i++) h[i] = i >= lo && i < hi ? bits(rank, i) : 0xffff;
+            CHECK_OK(lw_comm_allgather_segments(c, h, counts, halves[d], req));
+            CHECK_OK(lw_request_wait(req));
+            int bad = 0;
+            for (int64_t i = 0; i < total; i++) bad += h[i] != bits(owner(counts, size, i), i);
+            CHECK_EQ(bad, 0);
+            CHECK(h[total] == 0xffff);
+        }
+        free(h);
+    }
+    segment_counts(4, size, counts);
+    CHECK_OK(lw_comm_allgather_segments(c, NULL, counts, LW_DTYPE_F32, NULL));
+    lw_request_free(req);
+    free(counts);
+}
+
+/* Several collectives in flight on their own requests, started in one order on every rank, a
+ * blocking all-reduce and an equal-count reduce-scatter among them, waited for in another
+ * order: each finishes with its own result (the two reduce-scatters' scratch stays apart). */
+static void test_segments_interleaved(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *ca = malloc(sizeof(int64_t) * (size_t)size);
+    int64_t *cb = malloc(sizeof(int64_t) * (size_t)size);
+    const int64_t ta = segment_counts(0, size, ca), tb = segment_counts(5, size, cb);
+    float *a = malloc(sizeof(float) * (size_t)ta), *g = malloc(sizeof(float) * (size_t)tb);
+    const int64_t n = 64 * (int64_t)size;
+    float *e = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < ta; i++) a[i] = value(rank, i);
+    const int64_t lo = displ(cb, rank), hi = lo + cb[rank];
+    for (int64_t i = 0; i < tb; i++) g[i] = i >= lo && i < hi ? value(rank, i) : 0.0f;
+    for (int64_t i = 0; i < n; i++) e[i] = 1.0f;
+    lw_request *ra, *rg, *re;
+    CHECK_OK(lw_request_new(&ra));
+    CHECK_OK(lw_request_new(&rg));
+    CHECK_OK(lw_request_new(&re));
+    CHECK_OK(lw_comm_reduce_scatterv(c, a, ca, ra));
+    CHECK_OK(lw_comm_allgather_segments(c, g, cb, LW_DTYPE_F32, rg));
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, size);
+    CHECK_OK(lw_comm_reduce_scatter(c, e, n, re));
+    /* a second start on a request in flight is refused (one rank: nothing stays in flight) */
+    if (size > 1) {
+        CHECK(lw_request_active(ra));
+        CHECK_FAILS(lw_comm_reduce_scatterv(c, a, ca, ra), LW_ERR_STATE, "still active");
+        CHECK_FAILS(lw_comm_allgather_segments(c, g, cb, LW_DTYPE_F32, rg), LW_ERR_STATE,
+                    "still active");
+    }
+    bool done = false;
+    CHECK_OK(lw_request_test(rg, &done));
+    CHECK_OK(lw_request_wait(re));
+    CHECK_OK(lw_request_wait(rg));
+    CHECK_OK(lw_request_wait(ra));
+    CHECK_EQ(reduce_scatterv_wrong(a, ca, rank, size), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < tb; i++) bad += g[i] != value(owner(cb, size, i), i);
+    CHECK_EQ(bad, 0);
+    CHECK(e[rank * 64] == (float)size && e[rank * 64 + 63] == (float)size);
+    lw_request_free(ra), lw_request_free(rg), lw_request_free(re);
+    free(ca), free(cb), free(a), free(g), free(e);
+}
+
+/* Bad counts fail alike on every rank (the counts are the same on all), naming the collective
+ * and the value, before anything starts; the MPI backend's limit is int's. */
+static void test_segments_errors(lw_comm *c) {
+    const int size = lw_comm_size(c);
+    int64_t *counts = calloc((size_t)size, sizeof(int64_t));
+    float b[8] = {0};
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, b, NULL, NULL), LW_ERR_INVALID,
+                "comm: reduce-scatter-v without counts");
+    CHECK_FAILS(lw_comm_allgather_segments(c, b, NULL, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
+                "comm: all-gather-segments without counts");
+    counts[size - 1] = -2;
+    char expect[80];
+    snprintf(expect, sizeof expect, "reduce-scatter-v count -2 for rank %d", size - 1);
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, b, counts, NULL), LW_ERR_INVALID, expect);
+    snprintf(expect, sizeof expect, "all-gather-segments count -2 for rank %d", size - 1);
+    CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
+                expect);
+    counts[size - 1] = 3;
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, NULL, counts, NULL), LW_ERR_INVALID,
+                "reduce-scatter-v of 3 elements at");
+    CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F64, NULL), LW_ERR_INVALID,
+                "all-gather-segments of dtype 3 (f32, bf16 or f16)");
+    counts[0] = INT64_MAX; /* past any bucket: bytes would overflow */
+    CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
+                "all-gather-segments counts add up past");
+    /* 2^31 elements: MPI's counts are int; one rank of self moves nothing, whatever the size */
+    for (int r = 0; r < size; r++) counts[r] = 0;
+    counts[0] = (int64_t)1 << 31;
+    if (strcmp(lw_comm_backend(c), "mpi") == 0) {
+        CHECK_FAILS(lw_comm_reduce_scatterv(c, b, counts, NULL), LW_ERR_UNSUPPORTED,
+                    "reduce-scatter-v of 2147483648 elements exceeds the mpi backend's limit of "
+                    "2147483647 elements per collective");
+        CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_BF16, NULL),
+                    LW_ERR_UNSUPPORTED, "all-gather-segments of 2147483648 elements exceeds");
+    } else {
+        CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, NULL));
+        CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_BF16, NULL));
+    }
+    /* the communicator still works, in step on every rank */
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, size);
+    free(counts);
 }
 
 static void test_allreduce(lw_comm *c) {
@@ -142,6 +384,22 @@ static void test_counters(lw_comm *c) {
     CHECK_EQ(rs.bytes, (int64_t)(size - 1) * 256 * 4);
     CHECK_EQ(ag.bytes, rs.bytes);
     CHECK(rs.seconds >= 0 && ag.seconds >= 0);
+    /* the variable-count forms count as their kind, by the bucket's total alone: unequal
+     * segments of the same total send what equal shards do */
+    int64_t *counts = calloc((size_t)size, sizeof(int64_t));
+    counts[size - 1] = size * 256;
+    lw_comm_counters_reset(c);
+    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, NULL));
+    CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F32, NULL));
+    CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_BF16, NULL));
+    lw_comm_counter rsv, agv;
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_REDUCE_SCATTER, &rsv));
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLGATHER, &agv));
+    CHECK_EQ(rsv.calls, 1);
+    CHECK_EQ(agv.calls, 2);
+    CHECK_EQ(rsv.bytes, rs.bytes);
+    CHECK_EQ(agv.bytes, ag.bytes + ag.bytes / 2); /* bf16: half the bytes */
+    free(counts);
     free(b);
 }
 
@@ -249,6 +507,10 @@ int main(void) {
     CHECK_EQ(size, lw_comm_size(c));
     CHECK(lw_comm_launched(NULL, NULL) == (size > 1 || getenv("OMPI_COMM_WORLD_SIZE") != NULL));
     test_reduce_scatter_and_allgather(c);
+    test_reduce_scatterv(c);
+    test_allgather_segments(c);
+    test_segments_interleaved(c);
+    test_segments_errors(c);
     test_allreduce(c);
     test_allgatherv(c);
     test_broadcast_split_barrier(c);

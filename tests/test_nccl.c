@@ -2,7 +2,8 @@
  * every collective against a direct computation, as test_comm.c does on host memory: run alone
  * (one rank, over the self communicator: NCCL still runs every collective) or under mpirun with a
  * GPU per rank. Also requests with test / wait and a stream, the ordering after a stream, host
- * memory through the parent, split, counters, the blocking forms with the watchdog on and off.
+ * memory through the parent, split, counters, the blocking forms with the watchdog on and off,
+ * and the variable-count forms over unequal, empty and lopsided segments.
  * Skips (exit 77) when no GPU can be had, saying why. */
 #include "check.h"
 
@@ -164,6 +165,235 @@ static void test_allgatherv(lw_comm *c) {
     lw_device_free(gpu, sendbuf);
     lw_device_free(gpu, recv);
     free(back), free(h), free(counts);
+}
+
+/* ---- the variable-count forms: segments of unequal size, in rank order, in place ---- */
+
+#define PATTERNS 6
+
+/* Segment sizes for pattern k, as test_comm.c's: unequal; one rank without a segment; all on the
+ * last rank; all on rank 0; every segment empty; large. Returns their sum. */
+static int64_t segment_counts(int k, int size, int64_t *counts) {
+    int64_t total = 0;
+    for (int r = 0; r < size; r++) {
+        switch (k) {
+        case 0:
+            counts[r] = 3 * r + 1;
+            break;
+        case 1:
+            counts[r] = r == 1 ? 0 : 10 + r;
+            break;
+        case 2:
+            counts[r] = r == size - 1 ? 1000 : 0;
+            break;
+        case 3:
+            counts[r] = r == 0 ? 77 : 0;
+            break;
+        case 4:
+            counts[r] = 0;
+            break;
+        default:
+            counts[r] = (1 << 18) + 777 * r;
+            break;
+        }
+        total += counts[r];
+    }
+    return total;
+}
+
+static int64_t displ(const int64_t *counts, int rank) {
+    int64_t at = 0;
+    for (int r = 0; r < rank; r++)
+        at += counts[r];
+    return at;
+}
+
+/* The rank whose segment holds element i. */
+static int owner(const int64_t *counts, int size, int64_t i) {
+    for (int r = 0; r < size; r++)
+        if (i < displ(counts, r + 1)) return r;
+    return -1;
+}
+
+/* Counts on the heap, spoiled and freed right after the call that takes them (NCCL enqueues
+ * everything during the call; nothing may read them later). */
+static int64_t *counts_copy(const int64_t *counts, int size) {
+    int64_t *copy = malloc(sizeof(int64_t) * (size_t)size);
+    memcpy(copy, counts, sizeof(int64_t) * (size_t)size);
+    return copy;
+}
+
+static void spoil_and_free(int64_t *copy, int size) {
+    for (int r = 0; r < size; r++)
+        copy[r] = -12345;
+    free(copy);
+}
+
+/* Mismatches of h after a reduce-scatter-v of value(r, i): the sum in this rank's segment, its
+ * own data elsewhere. */
+static int reduce_scatterv_wrong(const float *h, const int64_t *counts, int rank, int size) {
+    const int64_t lo = displ(counts, rank), hi = lo + counts[rank], total = displ(counts, size);
+    int bad = 0;
+    for (int64_t i = 0; i < total; i++) {
+        float want = value(rank, i);
+        if (i >= lo && i < hi) {
+            want = 0.0f;
+            for (int r = 0; r < size; r++)
+                want += value(r, i);
+        }
+        bad += h[i] != want;
+    }
+    return bad;
+}
+
+static void test_reduce_scatterv(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < PATTERNS; k++) {
+        const int64_t total = segment_counts(k, size, counts);
+        float *h = malloc(sizeof(float) * (size_t)(total + 1)); /* one past: left as it was */
+        for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+            for (int64_t i = 0; i <= total; i++)
+                h[i] = value(rank, i);
+            float *d = to_device(h, total + 1);
+            int64_t *copy = counts_copy(counts, size);
+            CHECK_OK(lw_comm_reduce_scatterv(c, d, copy, nonblocking ? req : NULL));
+            spoil_and_free(copy, size);
+            bool done = !nonblocking;
+            while (!done)
+                CHECK_OK(lw_request_test(req, &done));
+            CHECK(!lw_request_active(req));
+            to_host(h, d, sizeof(float) * (total + 1));
+            CHECK_EQ(reduce_scatterv_wrong(h, counts, rank, size), 0);
+            CHECK(h[total] == value(rank, total));
+            lw_device_free(gpu, d);
+        }
+        free(h);
+    }
+    /* the buffers' collectives take the GPU's memory only */
+    segment_counts(0, size, counts);
+    float *host = calloc((size_t)displ(counts, size), sizeof(float));
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, host, counts, NULL), LW_ERR_INVALID,
+                "reduce-scatter-v of host memory");
+    CHECK_FAILS(lw_comm_allgather_segments(c, host, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
+                "of host memory");
+    free(host);
+    lw_request_free(req);
+    free(counts);
+}
+
+static void test_allgather_segments(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < PATTERNS; k++) {
+        const int64_t total = segment_counts(k, size, counts);
+        const int64_t lo = displ(counts, rank), hi = lo + counts[rank];
+        float *h = malloc(sizeof(float) * (size_t)(total + 1));
+        for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+            for (int64_t i = 0; i <= total; i++)
+                h[i] = i >= lo && i < hi ? value(rank, i) : -1.0f;
+            float *d = to_device(h, total + 1);
+            int64_t *copy = counts_copy(counts, size);
+            CHECK_OK(
+                lw_comm_allgather_segments(c, d, copy, LW_DTYPE_F32, nonblocking ? req : NULL));
+            spoil_and_free(copy, size);
+            CHECK_OK(lw_request_wait(req));
+            to_host(h, d, sizeof(float) * (total + 1));
+            int bad = 0;
+            for (int64_t i = 0; i < total; i++)
+                bad += h[i] != value(owner(counts, size, i), i);
+            CHECK_EQ(bad, 0);
+            CHECK(h[total] == -1.0f);
+            lw_device_free(gpu, d);
+        }
+        /* bf16: the bits move untouched, displacements in two-byte elements */
+        uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(total + 1));
+        for (int64_t i = 0; i <= total; i++)
+            b[i] = i >= lo && i < hi ? bf16(value(rank, i)) : 0xffff;
+        void *d = NULL;
+        CHECK_OK(lw_device_alloc(gpu, sizeof(uint16_t) * (size_t)(total + 1), &d));
+        CHECK_OK(lw_device_copy(gs, d, b, sizeof(uint16_t) * (total + 1), LW_COPY_HOST_TO_DEVICE));
+        CHECK_OK(lw_comm_allgather_segments(c, d, counts, LW_DTYPE_BF16, req));
+        CHECK_OK(lw_request_wait(req));
+        CHECK_OK(lw_device_copy(gs, b, d, sizeof(uint16_t) * (total + 1), LW_COPY_DEVICE_TO_HOST));
+        int bad = 0;
+        for (int64_t i = 0; i < total; i++)
+            bad += b[i] != bf16(value(owner(counts, size, i), i));
+        CHECK_EQ(bad, 0);
+        CHECK(b[total] == 0xffff);
+        lw_device_free(gpu, d);
+        free(b);
+        free(h);
+    }
+    lw_request_free(req);
+    free(counts);
+}
+
+/* In flight together on their own requests with an all-reduce and an equal-count
+ * reduce-scatter between them, ordered after a stream of the caller's that wrote the data,
+ * waited for in another order; then bad counts, refused alike on every rank. */
+static void test_segments_interleaved(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *ca = malloc(sizeof(int64_t) * (size_t)size);
+    int64_t *cb = malloc(sizeof(int64_t) * (size_t)size);
+    const int64_t ta = segment_counts(0, size, ca), tb = segment_counts(5, size, cb);
+    const int64_t n = 64 * (int64_t)size, lo = displ(cb, rank), hi = lo + cb[rank];
+    float *ha = malloc(sizeof(float) * (size_t)ta), *hg = malloc(sizeof(float) * (size_t)tb);
+    float *he = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < ta; i++)
+        ha[i] = value(rank, i);
+    for (int64_t i = 0; i < tb; i++)
+        hg[i] = i >= lo && i < hi ? value(rank, i) : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        he[i] = 1.0f;
+    float *a = NULL, *g = NULL, *e = to_device(he, n);
+    CHECK_OK(lw_device_alloc(gpu, sizeof(float) * (size_t)ta, (void **)&a));
+    CHECK_OK(lw_device_alloc(gpu, sizeof(float) * (size_t)tb, (void **)&g));
+    lw_stream *s = NULL;
+    CHECK_OK(lw_stream_new(gpu, &s));
+    CHECK_OK(lw_device_copy(s, a, ha, sizeof(float) * ta, LW_COPY_HOST_TO_DEVICE));
+    CHECK_OK(lw_device_copy(s, g, hg, sizeof(float) * tb, LW_COPY_HOST_TO_DEVICE));
+    lw_request *ra, *rg, *re;
+    CHECK_OK(lw_request_new(&ra));
+    CHECK_OK(lw_request_new(&rg));
+    CHECK_OK(lw_request_new(&re));
+    CHECK_OK(lw_request_set_stream(ra, s));
+    CHECK_OK(lw_request_set_stream(rg, s));
+    CHECK_OK(lw_comm_reduce_scatterv(c, a, ca, ra));
+    CHECK_OK(lw_comm_allgather_segments(c, g, cb, LW_DTYPE_F32, rg));
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, a, ca, ra), LW_ERR_STATE, "still active");
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, size);
+    CHECK_OK(lw_comm_reduce_scatter(c, e, n, re));
+    CHECK_OK(lw_request_wait(re));
+    CHECK_OK(lw_request_wait(rg));
+    CHECK_OK(lw_request_wait(ra));
+    to_host(ha, a, sizeof(float) * ta);
+    to_host(hg, g, sizeof(float) * tb);
+    to_host(he, e, sizeof(float) * n);
+    CHECK_EQ(reduce_scatterv_wrong(ha, ca, rank, size), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < tb; i++)
+        bad += hg[i] != value(owner(cb, size, i), i);
+    CHECK_EQ(bad, 0);
+    CHECK(he[rank * 64] == (float)size && he[rank * 64 + 63] == (float)size);
+
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, a, NULL, NULL), LW_ERR_INVALID,
+                "reduce-scatter-v without counts");
+    ca[size - 1] = -1;
+    CHECK_FAILS(lw_comm_allgather_segments(c, g, ca, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
+                "all-gather-segments count -1 for rank");
+    CHECK_FAILS(lw_comm_allgather_segments(c, g, cb, LW_DTYPE_I64, NULL), LW_ERR_INVALID,
+                "all-gather-segments of dtype 4");
+    lw_request_free(ra), lw_request_free(rg), lw_request_free(re);
+    lw_stream_free(s);
+    lw_device_free(gpu, a), lw_device_free(gpu, g), lw_device_free(gpu, e);
+    free(ha), free(hg), free(he), free(ca), free(cb);
 }
 
 static void test_allreduce(lw_comm *parent, lw_comm *c) {
@@ -330,6 +560,20 @@ static void test_counters(lw_comm *c) {
     CHECK_EQ(rs.bytes, (int64_t)(size - 1) * 256 * 4);
     CHECK_EQ(ag.bytes, rs.bytes);
     CHECK(rs.seconds >= 0 && ag.seconds >= 0);
+    /* the variable-count forms: as their kind, by the bucket's total alone */
+    int64_t *counts = calloc((size_t)size, sizeof(int64_t));
+    counts[0] = size * 256;
+    lw_comm_counters_reset(c);
+    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, NULL));
+    CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F32, NULL));
+    lw_comm_counter rsv, agv;
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_REDUCE_SCATTER, &rsv));
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLGATHER, &agv));
+    CHECK_EQ(rsv.calls, 1);
+    CHECK_EQ(agv.calls, 1);
+    CHECK_EQ(rsv.bytes, rs.bytes);
+    CHECK_EQ(agv.bytes, ag.bytes);
+    free(counts);
     lw_device_free(gpu, b);
 }
 
@@ -351,6 +595,9 @@ int main(void) {
     test_reduce_scatter(c);
     test_allgather(c);
     test_allgatherv(c);
+    test_reduce_scatterv(c);
+    test_allgather_segments(c);
+    test_segments_interleaved(c);
     test_allreduce(parent, c);
     test_broadcast_barrier_split(c);
     test_blocking_and_requests(parent, c);

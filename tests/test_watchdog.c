@@ -133,6 +133,15 @@ static void test_collectives(lw_comm *c) {
         float *all = calloc((size_t)(size * (size + 1) / 2), sizeof(float));
         CHECK_OK(lw_comm_allgatherv(c, b, lw_comm_rank(c) + 1, all, counts));
         CHECK(all[0] == (float)size);
+        /* the variable-count forms, blocking (a plain wait with the watchdog off) and not */
+        const int64_t mine = lw_comm_rank(c) * (int64_t)(lw_comm_rank(c) + 1) / 2;
+        for (int i = 0; i < size * (size + 1) / 2; i++)
+            all[i] = 1.0f;
+        CHECK_OK(lw_comm_reduce_scatterv(c, all, counts, NULL));
+        CHECK(all[mine] == (float)size);
+        CHECK_OK(lw_comm_allgather_segments(c, all, counts, LW_DTYPE_F32, req));
+        CHECK_OK(lw_request_wait(req));
+        CHECK(all[0] == (float)size && all[size * (size + 1) / 2 - 1] == (float)size);
         free(all), free(counts), free(b);
         lw_request_free(req);
     }

@@ -282,31 +282,55 @@ static lw_status nccl_allgather(lw_comm *c, void *bucket, int64_t shard, lw_dtyp
     return end(c, req);
 }
 
-/* NCCL has no variable-size all-gather: one broadcast per rank into its place in recv, fused
- * in a group so that they run as one operation. */
-static lw_status nccl_allgatherv(lw_comm *c, const float *send, int64_t n, float *recv,
-                                 const int64_t *counts, lw_request *req) {
+/* NCCL has no variable-count collectives: one operation per rank with a segment (counts[root]
+ * elements at recv + displ[root]), rooted there and fused in a group so that they run as one,
+ * zero-count segments skipped. reduce: ncclReduce of send's segment into the root's (recv is
+ * this rank's segment of send: in place, and the other segments are left as they were); else
+ * ncclBroadcast from the root's send into its segment of recv (in place when send is that
+ * segment: NCCL's own in-place broadcast). */
+static lw_status per_root(lw_comm *c, bool reduce, const void *send, void *recv,
+                          const int64_t *counts, lw_dtype dtype, lw_request *req) {
     nccl_comm *nc = nc_of(c);
+    const char *what = reduce ? "reduce-scatter-v" : "all-gather-v";
     int64_t total = 0;
     for (int32_t r = 0; r < c->size; r++)
         total += counts[r];
-    lw_status st = total > 0 ? on_device(nc, recv, "all-gather-v") : LW_OK;
-    if (st == LW_OK && n > 0) st = on_device(nc, send, "all-gather-v");
+    lw_status st = total > 0 ? on_device(nc, reduce ? send : recv, what) : LW_OK;
+    if (st == LW_OK && !reduce && counts[c->rank] > 0) st = on_device(nc, send, what);
     if (st != LW_OK || (st = begin(c, req)) != LW_OK) return st;
     NCCL_TRY(nc, ncclGroupStart(), "ncclGroupStart");
     ncclResult_t r = ncclSuccess;
-    int64_t at = 0;
+    const size_t size = type_size(dtype);
+    const char *from = reduce ? (const char *)send : (const char *)recv;
+    size_t at = 0; /* bytes */
     for (int32_t root = 0; root < c->size && r == ncclSuccess; root++) {
-        if (counts[root] > 0)
-            r = ncclBroadcast(root == c->rank ? (const void *)send : (const void *)(recv + at),
-                              recv + at, (size_t)counts[root], ncclFloat32, root, nc->nccl,
-                              nc->stream);
-        at += counts[root];
+        const size_t n = (size_t)counts[root];
+        const bool mine = root == c->rank;
+        if (n > 0 && reduce)
+            r = ncclReduce(from + at, mine ? recv : (void *)(from + at), n, nccl_type(dtype),
+                           ncclSum, root, nc->nccl, nc->stream);
+        else if (n > 0)
+            r = ncclBroadcast(mine ? send : (const void *)(from + at), (char *)recv + at, n,
+                              nccl_type(dtype), root, nc->nccl, nc->stream);
+        at += n * size;
     }
-    ncclResult_t ended = ncclGroupEnd(); /* also after a failed broadcast: the group must close */
-    if (r != ncclSuccess) return nccl_fail(nc->device, r, "ncclBroadcast (all-gather-v)");
-    if (ended != ncclSuccess) return nccl_fail(nc->device, ended, "ncclGroupEnd (all-gather-v)");
+    ncclResult_t ended = ncclGroupEnd(); /* also after a failed call: the group must close */
+    if (r != ncclSuccess)
+        return nccl_fail(nc->device, r,
+                         reduce ? "ncclReduce (reduce-scatter-v)" : "ncclBroadcast (all-gather-v)");
+    if (ended != ncclSuccess) return nccl_fail(nc->device, ended, "ncclGroupEnd");
     return end(c, req);
+}
+
+static lw_status nccl_reduce_scatterv(lw_comm *c, const float *send, float *recv,
+                                      const int64_t *counts, lw_request *req) {
+    return per_root(c, true, send, recv, counts, LW_DTYPE_F32, req);
+}
+
+static lw_status nccl_allgatherv(lw_comm *c, const void *send, int64_t n, void *recv,
+                                 const int64_t *counts, lw_dtype dtype, lw_request *req) {
+    (void)n; /* counts[rank], checked by comm.c */
+    return per_root(c, false, send, recv, counts, dtype, req);
 }
 
 static lw_status nccl_test(lw_request *req, bool *done) {
@@ -489,6 +513,7 @@ static const lwi_comm_backend nccl_backend = {
     .broadcast = nccl_broadcast,
     .allreduce = nccl_allreduce,
     .reduce_scatter_start = nccl_reduce_scatter,
+    .reduce_scatterv_start = nccl_reduce_scatterv,
     .allgather_start = nccl_allgather,
     .allgatherv = nccl_allgatherv,
     .test = nccl_test,

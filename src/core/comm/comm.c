@@ -239,6 +239,84 @@ static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, c
     return LW_OK;
 }
 
+/* The counts of a collective over segments, one per rank: each >= 0, their sum [out] *total
+ * small enough that its bytes fit int64 whatever the dtype. */
+static lw_status sum_counts(const lw_comm *c, const int64_t *counts, const char *what,
+                            int64_t *total) {
+    if (counts == NULL)
+        return lwi_fail(LW_ERR_INVALID, "comm: %s without counts (one per rank: %d)", what,
+                        c->size);
+    int64_t sum = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+        if (counts[r] < 0)
+            return lwi_fail(LW_ERR_INVALID, "comm: %s count %lld for rank %d (counts must be >= 0)",
+                            what, (long long)counts[r], r);
+        if (counts[r] > INT64_MAX / 8 - sum)
+            return lwi_fail(LW_ERR_INVALID, "comm: %s counts add up past %lld elements at rank %d "
+                            "(count %lld)", what, (long long)(INT64_MAX / 8), r,
+                            (long long)counts[r]);
+        sum += counts[r];
+    }
+    *total = sum;
+    return LW_OK;
+}
+
+/* A bucket of segments, counts[r] elements for rank r in rank order: the counts, the bucket
+ * there when they add up to anything, the backend's limit on one collective. */
+static lw_status check_segments(const lw_comm *c, const void *bucket, const int64_t *counts,
+                                const char *what, int64_t *total) {
+    lw_status st = sum_counts(c, counts, what, total);
+    if (st != LW_OK) return st;
+    if (*total > 0 && bucket == NULL)
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements at %p", what,
+                        (long long)*total, bucket);
+    if (c->backend->max_count > 0 && *total > c->backend->max_count)
+        return lwi_fail(LW_ERR_UNSUPPORTED, "comm: %s of %lld elements exceeds the %s backend's "
+                        "limit of %lld elements per collective; use smaller buckets", what,
+                        (long long)*total, c->backend->name, (long long)c->backend->max_count);
+    return LW_OK;
+}
+
+/* Where rank's segment starts: the sum of counts[0..rank). */
+static int64_t displacement(const int64_t *counts, int32_t rank) {
+    int64_t at = 0;
+    for (int32_t r = 0; r < rank; r++)
+        at += counts[r];
+    return at;
+}
+
+/* Bytes a rank sends in a ring reduce-scatter or all-gather of a bucket of `bytes`: (p - 1) / p
+ * of it (nccl-tests' bus volume), whatever the sizes of the shards or segments, so that a padded
+ * layout's syncs and an unpadded one's count by the same rule. */
+static double ring_bytes(const lw_comm *c, double bytes) {
+    return (double)(c->size - 1) / c->size * bytes;
+}
+
+/* Starts the sum over the ranks of bucket on r, this rank's result being bucket[at, at + n):
+ * in place on a backend that can, else into r's scratch, copied there on completion (MPI
+ * forbids overlapping send and receive buffers). counts: the segments' (reduce-scatter-v);
+ * NULL: equal shards of n. */
+static lw_status start_sum(lw_comm *c, lw_request *r, float *bucket, int64_t at, int64_t n,
+                           const int64_t *counts) {
+    float *recv = bucket + at;
+    if (!c->backend->in_place_reduce_scatter) {
+        const int64_t need = n > 0 ? n : 1; /* never a NULL result buffer, even for nothing */
+        if (need > r->scratch_capacity) {
+            float *grown = realloc(r->scratch, sizeof(float) * (size_t)need);
+            if (grown == NULL)
+                return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard of %lld "
+                                "floats", (long long)need);
+            r->scratch = grown;
+            r->scratch_capacity = need;
+        }
+        r->copy_to = recv;
+        r->copy_count = n;
+        recv = r->scratch;
+    }
+    return counts ? c->backend->reduce_scatterv_start(c, bucket, recv, counts, r)
+                  : c->backend->reduce_scatter_start(c, bucket, recv, n, r);
+}
+
 lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_request *req) {
     lw_status st = check_comm(c);
     if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK) return st;
@@ -251,36 +329,48 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_reques
         count(c, LW_COMM_REDUCE_SCATTER, 0, t);
         return LW_OK;
     }
-    float *mine = bucket + (int64_t)c->rank * shard;
-    if (c->backend->in_place_reduce_scatter) {
-        st = c->backend->reduce_scatter_start(c, bucket, mine, shard, r);
-    } else {
-        /* MPI forbids overlapping send and receive buffers: the sum lands in the request's
-         * scratch shard and is copied into place when the request completes */
-        if (shard > r->scratch_capacity) {
-            float *grown = realloc(r->scratch, sizeof(float) * (size_t)shard);
-            if (grown == NULL)
-                return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard");
-            r->scratch = grown;
-            r->scratch_capacity = shard;
-        }
-        r->copy_to = mine;
-        r->copy_count = shard;
-        st = c->backend->reduce_scatter_start(c, bucket, r->scratch, shard, r);
-    }
+    st = start_sum(c, r, bucket, (int64_t)c->rank * shard, shard, NULL);
     if (st == LW_OK) activate(c, r, t);
-    count(c, LW_COMM_REDUCE_SCATTER, (double)(c->size - 1) / c->size * (double)n * 4.0, t);
+    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)n * 4.0), t);
     if (st != LW_OK || req != NULL) return st;
     return lw_request_wait(r);
+}
+
+lw_status lw_comm_reduce_scatterv(lw_comm *c, float *bucket, const int64_t *counts,
+                                  lw_request *req) {
+    int64_t total = 0;
+    lw_status st = check_comm(c);
+    if (st != LW_OK ||
+        (st = check_segments(c, bucket, counts, "reduce-scatter-v", &total)) != LW_OK)
+        return st;
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(c, r)) != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, r, LW_COMM_REDUCE_SCATTER, total * 4);
+    /* over one rank the sum is the bucket itself; an empty bucket has nothing to sum (every
+     * rank skips it alike: the counts are the same on all) */
+    if (!alone(c) && total > 0) {
+        st = start_sum(c, r, bucket, displacement(counts, c->rank), counts[c->rank], counts);
+        if (st == LW_OK) activate(c, r, t);
+    }
+    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)total * 4.0), t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
+}
+
+static lw_status check_gather_dtype(lw_dtype dtype, const char *what) {
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of dtype %d (f32, bf16 or f16)", what,
+                        (int)dtype);
+    return LW_OK;
 }
 
 lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                             lw_request *req) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_bucket(c, bucket, n, "all-gather")) != LW_OK) return st;
-    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-gather of dtype %d (f32, bf16 or f16)",
-                        (int)dtype);
+    if (st != LW_OK || (st = check_bucket(c, bucket, n, "all-gather")) != LW_OK ||
+        (st = check_gather_dtype(dtype, "all-gather")) != LW_OK)
+        return st;
     lw_request *r = req ? req : c->blocking;
     if ((st = claim(c, r)) != LW_OK) return st;
     double t = lwi_now();
@@ -291,24 +381,40 @@ lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
     }
     st = c->backend->allgather_start(c, bucket, n / c->size, dtype, r);
     if (st == LW_OK) activate(c, r, t);
-    count(c, LW_COMM_ALLGATHER,
-          (double)(c->size - 1) / c->size * (double)n * lwi_dtype_size(dtype), t);
+    count(c, LW_COMM_ALLGATHER, ring_bytes(c, (double)n * lwi_dtype_size(dtype)), t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
+}
+
+lw_status lw_comm_allgather_segments(lw_comm *c, void *bucket, const int64_t *counts,
+                                     lw_dtype dtype, lw_request *req) {
+    int64_t total = 0;
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = check_gather_dtype(dtype, "all-gather-segments")) != LW_OK ||
+        (st = check_segments(c, bucket, counts, "all-gather-segments", &total)) != LW_OK)
+        return st;
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(c, r)) != LW_OK) return st;
+    double t = lwi_now();
+    const int64_t size = (int64_t)lwi_dtype_size(dtype);
+    stamp(c, r, LW_COMM_ALLGATHER, total * size);
+    /* one rank has every segment already; an empty bucket has none (alike on every rank) */
+    if (!alone(c) && total > 0) {
+        /* in place: this rank sends its own segment of the bucket */
+        const char *mine = (const char *)bucket + displacement(counts, c->rank) * size;
+        st = c->backend->allgatherv(c, mine, counts[c->rank], bucket, counts, dtype, r);
+        if (st == LW_OK) activate(c, r, t);
+    }
+    count(c, LW_COMM_ALLGATHER, ring_bytes(c, (double)total * (double)size), t);
     if (st != LW_OK || req != NULL) return st;
     return lw_request_wait(r);
 }
 
 lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, float *recv,
                              const int64_t *counts) {
-    lw_status st = check_comm(c);
-    if (st != LW_OK) return st;
-    if (counts == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v without counts");
     int64_t total = 0;
-    for (int32_t r = 0; r < c->size; r++) {
-        if (counts[r] < 0)
-            return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v count %lld for rank %d",
-                            (long long)counts[r], r);
-        total += counts[r];
-    }
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = sum_counts(c, counts, "all-gather-v", &total)) != LW_OK) return st;
     if (send_count != counts[c->rank])
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v sends %lld but counts[%d] is %lld",
                         (long long)send_count, c->rank, (long long)counts[c->rank]);
@@ -322,8 +428,8 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
             memmove(recv, send, sizeof(float) * (size_t)send_count);
     } else {
         lw_request *r = blocking_request(c);
-        st = complete_blocking(c, r, c->backend->allgatherv(c, send, send_count, recv, counts, r),
-                               t);
+        st = complete_blocking(
+            c, r, c->backend->allgatherv(c, send, send_count, recv, counts, LW_DTYPE_F32, r), t);
     }
     count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
     return st;

@@ -16,16 +16,26 @@
  * wait can go through the watchdog's deadline. Barrier, broadcast, all-reduce and all-gather-v
  * also have a blocking form, taken when req is NULL (the watchdog is off: MPI's blocking
  * collectives are faster than a start and a wait). Counts are elements, each at most INT32_MAX
- * (comm.c splits larger broadcasts and blocking all-reduces); a reduce-scatter reads
- * send[0..shard * size) and writes recv[0..shard). A host-memory backend is never called for
- * one rank (its collectives are the identity there); a device backend is, since it must at least
- * move device memory (all-gather-v) and completes its requests with the device's work. */
+ * (comm.c splits larger broadcasts and blocking all-reduces, and holds the collectives with
+ * counts to max_count); a reduce-scatter reads send[0..shard * size) and writes recv[0..shard),
+ * a reduce-scatter-v reads send[0..total) and writes recv[0..counts[rank]). counts (one per
+ * rank, >= 0, checked) are [borrowed] for the call only: a backend that reads them later keeps
+ * its own copy (MPI: in the request's ints). Segment r of a bucket starts at displ[r], the sum
+ * of counts[0..r). A host-memory backend is never called for one rank (its collectives are the
+ * identity there), nor for collectives with counts that move nothing (total 0); a device
+ * backend is called for one rank, since it must at least move device memory (all-gather-v) and
+ * completes its requests with the device's work. */
 typedef struct lwi_comm_backend {
     const char *name;
     bool host_memory;             /* moves host memory (MPI, self): starts after a stream sync */
     bool in_place_reduce_scatter; /* writes the sum into the rank's shard of the bucket itself:
-                                     reduce_scatter_start(c, bucket, bucket + rank * shard, ...);
+                                     reduce_scatter_start(c, bucket, bucket + rank * shard, ...),
+                                     reduce_scatterv_start(c, bucket, bucket + displ[rank], ...);
                                      otherwise into the request's scratch, copied on completion */
+    int64_t max_count; /* the most elements a collective with counts (reduce-scatter-v, the
+                          all-gather of segments) moves in all: it bounds every count and
+                          displacement too (MPI: INT32_MAX, its counts and displacements are
+                          int); 0: no limit but comm.c's (bytes within int64) */
     lw_status (*split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
     lw_status (*barrier)(lw_comm *comm, lw_request *req);
     lw_status (*broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root,
@@ -36,8 +46,16 @@ typedef struct lwi_comm_backend {
                                       int64_t shard, lw_request *req);
     lw_status (*allgather_start)(lw_comm *comm, void *bucket, int64_t shard, lw_dtype dtype,
                                  lw_request *req);
-    lw_status (*allgatherv)(lw_comm *comm, const float *send, int64_t send_count, float *recv,
-                            const int64_t *counts, lw_request *req);
+    /* Variable-count reduce-scatter: nonblocking only (req never NULL); as reduce_scatter_start,
+     * in place or into scratch (see in_place_reduce_scatter). */
+    lw_status (*reduce_scatterv_start)(lw_comm *comm, const float *send, float *recv,
+                                       const int64_t *counts, lw_request *req);
+    /* Rank r's counts[r] elements of dtype to recv + displ[r] on every rank; send_count =
+     * counts[rank]. In place when send is this rank's own segment of recv (send == recv +
+     * displ[rank] elements: the all-gather of segments); otherwise send must not overlap recv
+     * (legacy mode's all-gather-v, f32). */
+    lw_status (*allgatherv)(lw_comm *comm, const void *send, int64_t send_count, void *recv,
+                            const int64_t *counts, lw_dtype dtype, lw_request *req);
     lw_status (*test)(lw_request *req, bool *done);
     lw_status (*wait)(lw_request *req);
     void (*abort)(lw_comm *comm, int32_t code);

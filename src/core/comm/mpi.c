@@ -203,43 +203,76 @@ static lw_status mpi_allgather(lw_comm *c, void *bucket, int64_t shard, lw_dtype
     return LW_OK;
 }
 
-static lw_status mpi_allgatherv(lw_comm *c, const float *send, int64_t n, float *recv,
-                                const int64_t *counts, lw_request *req) {
-    /* the nonblocking form reads the counts and displacements until it completes: they live in
-     * the request */
-    int *ints = NULL;
-    if (req == NULL) {
-        ints = malloc(sizeof(int) * (size_t)c->size * 2);
-        if (ints == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
-    } else if (2 * (int64_t)c->size > req->ints_capacity) {
-        int *grown = realloc(req->ints, sizeof(int) * (size_t)c->size * 2);
-        if (grown == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+/* Room in req for n ints that live as long as its collective (MPI's nonblocking collectives
+ * read their counts and displacements until they complete; the caller's may be gone by then). */
+static int *request_ints(lw_request *req, int64_t n) {
+    if (n > req->ints_capacity) {
+        int *grown = realloc(req->ints, sizeof(int) * (size_t)n);
+        if (grown == NULL) return NULL;
         req->ints = grown;
-        req->ints_capacity = 2 * (int64_t)c->size;
+        req->ints_capacity = n;
     }
-    int *cnt = req ? req->ints : ints, *displs = cnt + c->size;
+    return req->ints;
+}
+
+/* counts as MPI's ints in cnt[0..size), and with displs, their displacements; LW_ERR_UNSUPPORTED
+ * where one does not fit (comm.c holds the collectives with counts to max_count, their total). */
+static lw_status mpi_counts(const lw_comm *c, const int64_t *counts, int *cnt, int *displs,
+                            const char *what) {
     int64_t at = 0;
     for (int32_t r = 0; r < c->size; r++) {
-        if (counts[r] > 0x7fffffff || at > 0x7fffffff) {
-            free(ints);
-            return check_int(counts[r] > at ? counts[r] : at, "all-gather-v");
-        }
+        if (counts[r] > 0x7fffffff || at > 0x7fffffff)
+            return check_int(counts[r] > at ? counts[r] : at, what);
         cnt[r] = (int)counts[r];
-        displs[r] = (int)at;
+        if (displs != NULL) displs[r] = (int)at;
         at += counts[r];
     }
-    int code;
-    if (req == NULL) {
-        code = MPI_Allgatherv(send, (int)n, MPI_FLOAT, recv, cnt, displs, MPI_FLOAT,
-                              *handle_of(c));
-        free(ints);
-        return code == MPI_SUCCESS ? LW_OK : mpi_fail(code, "MPI_Allgatherv");
-    }
+    return LW_OK;
+}
+
+/* The reduce-scatter-v from the bucket into recv, which comm.c makes the request's scratch
+ * (copied to this rank's segment on completion): MPI's in-place form (MPI_IN_PLACE as send)
+ * would put this rank's sum at the start of the bucket, not at its segment, over what is there,
+ * and leave the rest of the bucket unspecified. */
+static lw_status mpi_reduce_scatterv(lw_comm *c, const float *send, float *recv,
+                                     const int64_t *counts, lw_request *req) {
+    int *cnt = request_ints(req, c->size);
     MPI_Request *h = request_handle(req);
-    if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
-    code = MPI_Iallgatherv(send, (int)n, MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, *handle_of(c),
-                           h);
-    return code == MPI_SUCCESS ? LW_OK : mpi_fail(code, "MPI_Iallgatherv");
+    if (cnt == NULL || h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    lw_status st = mpi_counts(c, counts, cnt, NULL, "reduce-scatter-v");
+    if (st != LW_OK) return st;
+    MPI_CHECK(MPI_Ireduce_scatter(send, recv, cnt, MPI_FLOAT, MPI_SUM, *handle_of(c), h),
+              "MPI_Ireduce_scatter");
+    return LW_OK;
+}
+
+static lw_status mpi_allgatherv(lw_comm *c, const void *send, int64_t n, void *recv,
+                                const int64_t *counts, lw_dtype dtype, lw_request *req) {
+    int *ints = req ? request_ints(req, 2 * (int64_t)c->size)
+                    : malloc(sizeof(int) * (size_t)c->size * 2);
+    if (ints == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    int *cnt = ints, *displs = ints + c->size;
+    lw_status st = mpi_counts(c, counts, cnt, displs, "all-gather-v");
+    if (st == LW_OK) {
+        /* this rank's own segment of recv is MPI's in-place form, which gathers around it */
+        const char *own = (const char *)recv + (size_t)displs[c->rank] * lwi_dtype_size(dtype);
+        const void *from = send == own ? MPI_IN_PLACE : send;
+        const MPI_Datatype type = mpi_type(dtype);
+        MPI_Comm mc = *handle_of(c);
+        MPI_Request *h = req ? request_handle(req) : NULL;
+        int code = MPI_SUCCESS;
+        if (req == NULL) {
+            code = MPI_Allgatherv(from, (int)n, type, recv, cnt, displs, type, mc);
+            st = code == MPI_SUCCESS ? LW_OK : mpi_fail(code, "MPI_Allgatherv");
+        } else if (h == NULL) {
+            st = lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+        } else {
+            code = MPI_Iallgatherv(from, (int)n, type, recv, cnt, displs, type, mc, h);
+            st = code == MPI_SUCCESS ? LW_OK : mpi_fail(code, "MPI_Iallgatherv");
+        }
+    }
+    if (req == NULL) free(ints);
+    return st;
 }
 
 static lw_status mpi_test(lw_request *req, bool *done) {
@@ -275,7 +308,9 @@ const lwi_comm_backend lwi_comm_mpi_backend = {
     .barrier = mpi_barrier,
     .broadcast = mpi_broadcast,
     .allreduce = mpi_allreduce,
+    .max_count = 0x7fffffff, /* MPI's counts and displacements are int */
     .reduce_scatter_start = mpi_reduce_scatter,
+    .reduce_scatterv_start = mpi_reduce_scatterv,
     .allgather_start = mpi_allgather,
     .allgatherv = mpi_allgatherv,
     .test = mpi_test,

@@ -37,16 +37,25 @@ static lw_status self_reduce_scatter(lw_comm *c, const float *send, float *recv,
     return LW_OK;
 }
 
+/* One segment, the whole bucket, which is already this rank's sum: in place, nothing moves. */
+static lw_status self_reduce_scatterv(lw_comm *c, const float *send, float *recv,
+                                      const int64_t *counts, lw_request *req) {
+    (void)c, (void)req;
+    if (counts[0] > 0 && recv != send) memmove(recv, send, sizeof(float) * (size_t)counts[0]);
+    return LW_OK;
+}
+
 static lw_status self_allgather(lw_comm *c, void *bucket, int64_t shard, lw_dtype dtype,
                                 lw_request *req) {
     (void)c, (void)bucket, (void)shard, (void)dtype, (void)req;
     return LW_OK;
 }
 
-static lw_status self_allgatherv(lw_comm *c, const float *send, int64_t n, float *recv,
-                                 const int64_t *counts, lw_request *req) {
+/* recv is this rank's own contribution: a copy unless it is there already (in place). */
+static lw_status self_allgatherv(lw_comm *c, const void *send, int64_t n, void *recv,
+                                 const int64_t *counts, lw_dtype dtype, lw_request *req) {
     (void)c, (void)counts, (void)req;
-    if (n > 0 && send != recv) memmove(recv, send, sizeof(float) * (size_t)n);
+    if (n > 0 && send != recv) memmove(recv, send, lwi_dtype_size(dtype) * (size_t)n);
     return LW_OK;
 }
 
@@ -74,6 +83,7 @@ static const lwi_comm_backend self_backend = {
     .broadcast = self_broadcast,
     .allreduce = self_allreduce,
     .reduce_scatter_start = self_reduce_scatter,
+    .reduce_scatterv_start = self_reduce_scatterv,
     .allgather_start = self_allgather,
     .allgatherv = self_allgatherv,
     .test = self_test,
