@@ -123,9 +123,11 @@ print(ok, err)
          err({ adamw_layout = "zero3" }), 1, true)
       assert.matches("unknown algorithm 'greedy' (one of cost, lpt, size_matching, distopt, "
          .. "default, legacy, rows, packed)", err({ algorithm = "greedy" }), 1, true)
-      -- laid out, not trained yet: refused before any buffer exists, saying what to use
-      assert.matches("buffer #2 has the packed layout, which the runtime does not train yet",
-         err({ algorithm = "packed" }), 1, true)
+      -- packed: unequal shards, at every ZeRO level
+      for zero = 1, 3 do
+         local d = lw.ddp.new(tiny(), lw.comm.self(), { algorithm = "packed", zero = zero })
+         assert.equal("packed", d.layout.buffers[#d.layout.buffers].algorithm)
+      end
       -- at ZeRO-3 the buckets must hold the largest parameter (checked against the layout)
       assert.matches("at ZeRO-3 a bucket group is gathered whole, but bucket_size 1000 is "
          .. "smaller than 'wte.weight' (2048 elements)", err({ zero = 3, bucket_size = 1000 }), 1,

@@ -16,12 +16,13 @@ local C = require("lwopt.C")
 local recipe = {}
 
 -- Choices of the runtime flags, as the C library names them: the modes and shards, and the
--- shard-aligned layouts of the Muon buffers; the defaults are the library's.
+-- whole-matrix layouts of the Muon buffers (shard-aligned, and packed); the defaults are the
+-- library's.
 local lib = C.lib
 local RUNTIME, LAYOUT = lib.lw_runtime_defaults(), lib.lw_layout_defaults()
 local ALIGNED = {}
 for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
-   lib.LW_ALGORITHM_SIZE_MATCHING }) do
+   lib.LW_ALGORITHM_SIZE_MATCHING, lib.LW_ALGORITHM_PACKED }) do
    ALIGNED[#ALIGNED + 1] = C.name("algorithm", a)
 end
 

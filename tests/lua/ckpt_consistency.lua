@@ -82,7 +82,9 @@ end
 
 -- another ZeRO level (and rank count): checkpoints are keyed by name whatever held what
 for _, case in ipairs({ { 2, "--zero 1", 3, "--zero 3" }, { 2, "--zero 3", 1, "--zero 1" },
-   { 3, "--zero 3 --shard rows", 2, "--zero 2" }, { 3, "--zero 2", 2, "--zero 3 --shard rows" } }) do
+   { 3, "--zero 3 --shard rows", 2, "--zero 2" }, { 3, "--zero 2", 2, "--zero 3 --shard rows" },
+   -- packed's unequal shards, both ways
+   { 2, "--zero 1 --layout packed", 3, "--zero 3" }, { 3, "--zero 2", 2, "--zero 3 --layout packed" } }) do
    local from, from_args, to, to_args = case[1], case[2], case[3], case[4]
    local dir, log = tmp .. "-ckzero", tmp .. "-runzero.jsonl"
    assert(recipe(from, from_args .. " --ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))

@@ -1,5 +1,5 @@
 -- layerwise_mpi.lua: through the Lua API, under mpirun (ctest runs it at 1, 2 and 3 ranks):
--- layer-wise Muon + AdamW (every shard-aligned algorithm, buckets, overlap on and off) and
+-- layer-wise Muon + AdamW (every shard-aligned algorithm and packed, buckets, overlap on and off) and
 -- legacy give the same parameters as replicated data parallelism within 1e-5 after 3 steps,
 -- bit-identical on every rank. Prints "N passed, M failed" and exits non-zero on a failure.
 local lw = require("lwopt")
@@ -46,7 +46,7 @@ lw.comm.run(function()
       { mode = "legacy" },
       { mode = "legacy", bucket_size = 3000, overlap = false },
    }
-   for _, algorithm in ipairs({ "cost", "lpt", "size_matching" }) do
+   for _, algorithm in ipairs({ "cost", "lpt", "size_matching", "packed" }) do
       for _, bucket in ipairs({ false, 3000 }) do
          for _, overlap in ipairs({ true, false }) do
             cases[#cases + 1] = { algorithm = algorithm, bucket_size = bucket or nil,
@@ -55,6 +55,7 @@ lw.comm.run(function()
       end
    end
    cases[#cases + 1] = { algorithm = "cost", adamw_layout = "aligned", bucket_size = 3000 }
+   cases[#cases + 1] = { algorithm = "packed", adamw_layout = "aligned", bucket_size = 3000 }
    for _, case in ipairs(cases) do
       local d = train(case)
       local worst = 0

@@ -2,7 +2,8 @@
 -- the same global batch (12 sequences) split as dp 1 x accum 6, dp 2 x accum 3 and dp 3 x
 -- accum 2 gives the same losses within 1e-4 over 5 steps; overlap on and off give bit-identical
 -- parameters; layer-wise and replicated agree within 1e-5; ZeRO-2, ZeRO-3 and row-sharded ZeRO-3
--- agree with ZeRO-1 within 1e-5 at dp 1, 2 and 3 for every layout (issue 7); at dp 4 with ZeRO-3
+-- agree with ZeRO-1 within 1e-5 at dp 1, 2 and 3 for every layout (issue 7), packed (unequal
+-- shards, issue 15) with replicated at dp 1-3 and at dp 4 with ZeRO-1 and 3; at dp 4 with ZeRO-3
 -- the parameters and gradients held stay under a quarter of the model plus the two largest
 -- bucket groups. Each run also checks that its ranks hold bit-identical parameters. Prints
 -- "N passed, M failed".
@@ -73,8 +74,13 @@ expect(adamw.params ~= dp2.params, "adamw for everything trains differently")
 -- ZeRO levels: the same training, sharded further
 for np = 1, 3 do
    local args = ("--batch 2 --accum %d"):format(6 / np)
-   for _, layout in ipairs({ "cost", "lpt", "size_matching" }) do
+   for _, layout in ipairs({ "cost", "lpt", "size_matching", "packed" }) do
       local base = run(("z1-%s-%d"):format(layout, np), np, args .. " --layout " .. layout)
+      if layout == "packed" then -- shards of unequal size: against replicated data parallelism
+         local rep = run("rep-" .. np, np, args .. " --mode replicated")
+         expect(max_param_diff(base, rep) < 1e-5, ("packed and replicated within 1e-5 at dp %d "
+            .. "(%g)"):format(np, max_param_diff(base, rep)))
+      end
       for zero = 2, 3 do
          local z = run(("z%d-%s-%d"):format(zero, layout, np), np,
             ("%s --layout %s --zero %d"):format(args, layout, zero))
@@ -89,6 +95,15 @@ for np = 1, 3 do
             .. "dp %d (%g)"):format(np, max_param_diff(rows, base)))
       end
    end
+end
+
+-- packed at dp 4 (oversubscribed), ZeRO-1 and ZeRO-3, against replicated data parallelism
+local dp4 = "--batch 2 --accum 1 --bucket 8192 --layers 4 --steps 2"
+local rep4 = run("rep-dp4", 4, dp4 .. " --mode replicated")
+for zero = 1, 3, 2 do
+   local p4 = run("packed-z" .. zero .. "-dp4", 4, ("%s --layout packed --zero %d"):format(dp4, zero))
+   expect(max_param_diff(p4, rep4) < 1e-5, ("packed ZeRO-%d and replicated within 1e-5 at dp 4 "
+      .. "(%g)"):format(zero, max_param_diff(p4, rep4)))
 end
 
 -- Memory at dp 4, ZeRO-3: parameters + gradients held at the peak (shards, gathered groups and

@@ -110,6 +110,36 @@ static lw_status prepare_legacy(lw_buffers *bs, int32_t bi) {
     return b->pack && b->gathered ? LW_OK : lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
 }
 
+/* Elements of this rank's shards of every bucket of buffer b (numel / dp for equal shards). */
+static lw_status shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t *len) {
+    *len = 0;
+    for (int32_t k = 0; k < l->buffers[b].n_buckets; k++) {
+        int64_t start, count;
+        lw_status st = lw_layout_shard(l, b, k, rank, &start, &count);
+        if (st != LW_OK) return st;
+        *len += count;
+    }
+    return LW_OK;
+}
+
+/* Group g's shard (bucket k of buffer b) on this rank, its place in the rank's shard arrays,
+ * and every rank's shard size when the layout gives them unequal sizes. */
+static lw_status place_shard(lw_buffers *bs, group *g, int32_t b, int32_t k, int64_t base) {
+    const lw_layout *l = bs->layout;
+    const buffer *buf = &bs->buffers[b];
+    lw_status st = lw_layout_shard(l, b, k, buf->rank, &g->shard_start, &g->shard_count);
+    if (st != LW_OK) return st;
+    g->shard_base = base;
+    if (l->buffers[b].algorithm != LW_ALGORITHM_PACKED) return LW_OK;
+    g->counts = malloc(sizeof(int64_t) * (size_t)buf->dp);
+    if (g->counts == NULL) return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
+    for (int32_t r = 0; r < buf->dp && st == LW_OK; r++) {
+        int64_t start;
+        st = lw_layout_shard(l, b, k, r, &start, &g->counts[r]);
+    }
+    return st;
+}
+
 /* The order backward needs groups in: by their last-defined parameter, latest first. */
 static lw_status order_backward(lw_buffers *bs) {
     bs->backward = malloc(sizeof(int32_t) * (size_t)(bs->n_groups ? bs->n_groups : 1));
@@ -157,8 +187,9 @@ static lw_status make_groups(lw_buffers *bs) {
             next++;
         }
     }
-    for (int32_t b = 0; st == LW_OK && b < l->n_buffers; b++)
-        for (int32_t k = 0; k < l->buffers[b].n_buckets; k++) {
+    for (int32_t b = 0; st == LW_OK && b < l->n_buffers; b++) {
+        int64_t shard_base = 0; /* where the bucket's shard starts in this rank's shard arrays */
+        for (int32_t k = 0; st == LW_OK && k < l->buffers[b].n_buckets; k++) {
             group *g = &bs->groups[slot[base[b] + k]];
             const lwi_bucket *bk = &l->buffers[b].buckets[k];
             g->buffer = b;
@@ -172,7 +203,10 @@ static lw_status make_groups(lw_buffers *bs) {
             lw_request_set_stream(g->req, bs->stream); /* syncs follow the device's work */
             lw_request_set_label(g->req, g->label);
             bs->n_groups++;
+            if ((st = place_shard(bs, g, b, k, shard_base)) != LW_OK) break;
+            shard_base += g->shard_count;
         }
+    }
     for (int32_t i = 0; st == LW_OK && i < l->n_params; i++) {
         const lwi_param *p = &l->params[i];
         param_info *pi = &bs->params[i];
@@ -233,8 +267,9 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         buf->kind = kind_of(lb->algorithm);
         buf->dp = lw_comm_size(buf->comm);
         buf->rank = lw_comm_rank(buf->comm);
-        buf->param_len = o.zero == 3 ? lb->numel / buf->dp : lb->numel;
-        buf->grad_len = o.zero >= 2 ? lb->numel / buf->dp : lb->numel;
+        if ((st = shards_length(layout, b, buf->rank, &buf->shards_len)) != LW_OK) goto fail;
+        buf->param_len = o.zero == 3 ? buf->shards_len : lb->numel;
+        buf->grad_len = o.zero >= 2 ? buf->shards_len : lb->numel;
         buf->param = alloc_zeroed(bs, buf->param_len);
         buf->grad = alloc_zeroed(bs, buf->grad_len);
         bs->array_bytes += (int64_t)sizeof(float) * (buf->param_len + buf->grad_len);
@@ -261,8 +296,10 @@ fail:
 void lw_buffers_free(lw_buffers *bs) {
     if (bs == NULL) return;
     if (bs->groups != NULL) lwi_sharded_free(bs);
-    for (int32_t g = 0; g < bs->n_groups; g++)
+    for (int32_t g = 0; g < bs->n_groups; g++) {
         lw_request_free(bs->groups[g].req);
+        free(bs->groups[g].counts);
+    }
     for (int32_t b = 0; b < bs->n_buffers; b++) {
         buffer *buf = &bs->buffers[b];
         lw_device_free(bs->device, buf->param);
@@ -479,8 +516,9 @@ static lw_status start_grad(lw_buffers *bs, int32_t gi) {
     lw_status st = dp > 1 ? lw_vec_scale(bs->stream, bucket, g->count, 1.0f / (float)dp) : LW_OK;
     if (st != LW_OK) return st;
     g->grad_started = true;
-    if (b->kind == SYNC_SHARDED) return lw_comm_reduce_scatter(b->comm, bucket, g->count, g->req);
-    return lw_comm_allreduce_start(b->comm, bucket, g->count, g->req);
+    if (b->kind != SYNC_SHARDED) return lw_comm_allreduce_start(b->comm, bucket, g->count, g->req);
+    if (g->counts != NULL) return lw_comm_reduce_scatterv(b->comm, bucket, g->counts, g->req);
+    return lw_comm_reduce_scatter(b->comm, bucket, g->count, g->req);
 }
 
 /* Starts the gradient syncs, in backprop order, of every group that is complete and has no
@@ -590,6 +628,9 @@ static lw_status start_param(lw_buffers *bs, int32_t gi) {
     buffer *b = &bs->buffers[g->buffer];
     g->param_started = true;
     if (b->kind != SYNC_SHARDED) return LW_OK;
+    if (g->counts != NULL)
+        return lw_comm_allgather_segments(b->comm, b->param + g->start, g->counts, LW_DTYPE_F32,
+                                          g->req);
     return lw_comm_allgather(b->comm, b->param + g->start, g->count, LW_DTYPE_F32, g->req);
 }
 

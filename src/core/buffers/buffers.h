@@ -21,9 +21,10 @@ typedef struct lwi_block {
 } lwi_block;
 
 typedef struct lwi_buf {
-    float *param; /* [owned] param_len: ZeRO-1/2 numel; ZeRO-3 this rank's shards, numel / dp */
-    float *grad;  /* [owned] grad_len: ZeRO-1 numel; ZeRO-2/3 this rank's shards, numel / dp */
+    float *param; /* [owned] param_len: ZeRO-1/2 numel; ZeRO-3 this rank's shards */
+    float *grad;  /* [owned] grad_len: ZeRO-1 numel; ZeRO-2/3 this rank's shards */
     int64_t numel;
+    int64_t shards_len; /* this rank's shards of every bucket: numel / dp when they are equal */
     int64_t param_len;
     int64_t grad_len;
     lw_comm *comm; /* [borrowed] the group that shards it */
@@ -52,6 +53,13 @@ typedef struct lwi_group {
     int32_t ready;   /* params whose gradient arrived this step (ZeRO-2/3: micro-step) */
     lw_request *req; /* [owned] ZeRO-1: grad sync in backward, param sync after the step */
     char label[40];  /* "buffer 1 bucket 2" (1-based, as lw.layout numbers them): the watchdog's */
+    /* this rank's shard of the bucket (lw_layout_shard): [shard_start, +shard_count) of the
+     * buffer, at shard_base in this rank's shard arrays (ZeRO-2/3); counts: every rank's shard
+     * size when they differ (packed: moved by the variable-count collectives), else NULL */
+    int64_t shard_start;
+    int64_t shard_count;
+    int64_t shard_base;
+    int64_t *counts; /* [owned] */
     bool grad_started;
     bool param_started;
     /* ZeRO-2/3 */

@@ -62,18 +62,6 @@ static lw_status check_combination(const lw_runtime_options *o) {
 static lw_status check_layout(const lw_layout *l, int32_t zero) {
     lw_buffer_info info;
     lw_status st;
-    for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
-        if ((st = lw_layout_buffer(l, b, &info)) != LW_OK) return st;
-        /* its unequal shards need variable-count reduce-scatters and all-gathers in the
-         * buffers; until they move them, refuse rather than train on the wrong shards */
-        if (info.algorithm == LW_ALGORITHM_PACKED)
-            return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "runtime: buffer #%d has the packed layout, which the runtime does "
-                            "not train yet (its shards of unequal size need variable-count "
-                            "collectives in the buffers); compare it with `lwopt layout`, and "
-                            "train with cost, lpt or size_matching",
-                            b + 1);
-    }
     if (zero == 1) return LW_OK;
     for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
         if ((st = lw_layout_buffer(l, b, &info)) != LW_OK) return st;

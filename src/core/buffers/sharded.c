@@ -23,9 +23,13 @@ static int64_t held_blocks(const lw_buffers *bs) {
 }
 
 int64_t lwi_shard_offset(const lw_buffers *bs, const lwi_group *g, int64_t x) {
-    const lwi_buf *b = &bs->buffers[g->buffer];
-    const int64_t shard = g->count / b->dp;
-    return g->start / b->dp + (x - g->start - (int64_t)b->rank * shard);
+    (void)bs;
+    return g->shard_base + (x - g->shard_start);
+}
+
+/* Group g's shard inside its whole-group block (a gathered or reduced bucket). */
+static float *shard_in_block(const lwi_group *g, float *block) {
+    return block + (g->shard_start - g->start);
 }
 
 static void free_block(lw_buffers *bs, lwi_block *k) {
@@ -92,9 +96,8 @@ static lw_status complete_reduce(lw_buffers *bs, int32_t gi) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = lw_request_wait(g->gblock.req);
     if (st != LW_OK) return st;
-    const int64_t shard = g->count / b->dp;
-    float *into = b->grad + g->start / b->dp;
-    st = lw_vec_add(bs->stream, into, into, g->gblock.data + (int64_t)b->rank * shard, shard);
+    float *into = b->grad + g->shard_base;
+    st = lw_vec_add(bs->stream, into, into, shard_in_block(g, g->gblock.data), g->shard_count);
     g->reducing = false;
     if (st != LW_OK) return st;
     return give_back(bs, &g->gblock, g->buffer, false);
@@ -111,6 +114,8 @@ static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
     if (st != LW_OK) return st;
     g->reducing = true;
     lw_request_set_label(g->gblock.req, g->label); /* pooled blocks serve any group */
+    if (g->counts != NULL)
+        return lw_comm_reduce_scatterv(b->comm, g->gblock.data, g->counts, g->gblock.req);
     return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, g->gblock.req);
 }
 
@@ -270,15 +275,16 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
     if (st != LW_OK || g->pblock.data == NULL) return st;
-    const int64_t shard = g->count / b->dp;
-    st = lw_device_copy(bs->stream, g->pblock.data + (int64_t)b->rank * shard,
-                        b->param + g->start / b->dp, (int64_t)sizeof(float) * shard,
-                        LW_COPY_DEVICE_TO_DEVICE);
+    st = lw_device_copy(bs->stream, shard_in_block(g, g->pblock.data), b->param + g->shard_base,
+                        (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
     if (st != LW_OK) return st;
     g->gathering = true;
     g->used = ++bs->tick;
     bs->gathers++;
     lw_request_set_label(g->pblock.req, g->label);
+    if (g->counts != NULL)
+        return lw_comm_allgather_segments(b->comm, g->pblock.data, g->counts, LW_DTYPE_F32,
+                                          g->pblock.req);
     return lw_comm_allgather(b->comm, g->pblock.data, g->count, LW_DTYPE_F32, g->pblock.req);
 }
 
@@ -391,8 +397,6 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
                         gi);
     lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
-    const int64_t shard = g->count / b->dp;
-    return lw_device_copy(bs->stream, b->param + g->start / b->dp,
-                          g->pblock.data + (int64_t)b->rank * shard,
-                          (int64_t)sizeof(float) * shard, LW_COPY_DEVICE_TO_DEVICE);
+    return lw_device_copy(bs->stream, b->param + g->shard_base, shard_in_block(g, g->pblock.data),
+                          (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
 }
