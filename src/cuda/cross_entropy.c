@@ -122,8 +122,7 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
     const bool recompute = chunk < n;
     /* w serves the recomputed logits and dh: without either it is not rounded */
     ce_operands o;
-    if (st == LW_OK)
-        st = operands(s, &o, h, w, n, c, v, recompute || dh != NULL, chunk * v);
+    if (st == LW_OK) st = operands(s, &o, h, w, n, c, v, recompute || dh != NULL, chunk * v);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (recompute) st = logits(s, scratch, &o, r0, rows, c, v);

@@ -79,9 +79,8 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
      * significands are exact in fp32, so only the operands' rounding and the fp32 sums differ
      * from exact fp32. */
     const cudaDataType type = a.bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cublasComputeType_t compute = !a.bf16 && mode == LW_MATMUL_TF32
-                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                            : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t compute =
+        !a.bf16 && mode == LW_MATMUL_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     e = cublasGemmEx(blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                      (int)m, (int)n, (int)k, &alpha, a.p, type, (int)lda, b.p, type, (int)ldb,
                      &beta, c, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT);
