@@ -1,11 +1,13 @@
 -- bench/gpt2_gpu.lua: GPT-2 124M (12 layers x 768, 12 heads, sequence 1024, vocabulary 50257
 -- padded to 50304, batch 8) on one GPU through recipes/gpt_small.lua --preset gpt2 --device cuda:
 -- tokens/s, forward / backward / optimizer ms, model TFLOP/s and MFU, and GPU memory, for AdamW
--- and Muon (bf16 Newton-Schulz) with the model's GEMMs in fp32 and in tf32; then Muon's cost
--- over AdamW against the Newton-Schulz share of the step's FLOPs (goal: at most 1.25x it).
--- The four configurations run interleaved, `repeats` times, each keeping its best run (highest
--- tokens/s); a run's figures are the mean over steps 6..N of its JSON log. The table has the
--- columns of bench/peers/torch_gpt2.py, the PyTorch peer on the same GPU and shapes.
+-- and Muon (bf16 Newton-Schulz) with the model's GEMMs in tf32 and in bf16 (bf16 operands, fp32
+-- sums, fp32 weights and activations: autocast's GEMMs), and AdamW with exact fp32 GEMMs as the
+-- baseline; then, for tf32 and bf16, Muon's cost over AdamW against the Newton-Schulz share of
+-- the step's FLOPs (goal: at most 1.25x it). The five configurations run interleaved, `repeats`
+-- times, each keeping its best run (highest tokens/s); a run's figures are the mean over steps
+-- 6..N of its JSON log. The table has the columns of bench/peers/torch_gpt2.py, the PyTorch peer
+-- on the same GPU and shapes.
 -- Usage: bin/lwopt run bench/gpt2_gpu.lua [steps] [repeats]   (from the repo root; 30 2)
 -- Exit 77 (skipped) when `bin/lwopt device cuda` finds no usable GPU; 1 when a run fails.
 local ffi = require("ffi")
@@ -139,10 +141,14 @@ for _, s in ipairs(route(specs)) do
 end
 local NS_SHARE = NS_FLOPS / (MODEL_FLOPS_PER_STEP + NS_FLOPS)
 
+-- AdamW in fp32 is the baseline (exact GEMMs on CUDA cores); Muon's cost is taken per precision
+-- against AdamW's in the same one (MUON_COST_MATMULS).
 local CONFIGS = {
-   { optimizer = "adamw", matmul = "fp32" }, { optimizer = "adamw", matmul = "tf32" },
-   { optimizer = "muon", matmul = "fp32" }, { optimizer = "muon", matmul = "tf32" },
+   { optimizer = "adamw", matmul = "fp32" },
+   { optimizer = "adamw", matmul = "tf32" }, { optimizer = "muon", matmul = "tf32" },
+   { optimizer = "adamw", matmul = "bf16" }, { optimizer = "muon", matmul = "bf16" },
 }
+local MUON_COST_MATMULS = { "tf32", "bf16" }
 local function label(c)
    return ("lwopt %s, %s GEMMs"):format(c.optimizer == "muon" and "muon (bf16 NS)" or "adamw",
       c.matmul)
@@ -282,7 +288,7 @@ print("\n(model TFLOP/s and MFU over the whole step, optimizer included; tensors
    .. "driver's, max over the run; on a GPU, opt ms is the host's time in the step, whose "
    .. "queued tail the next step's forward waits for)\n")
 
-for _, matmul in ipairs({ "fp32", "tf32" }) do
+for _, matmul in ipairs(MUON_COST_MATMULS) do
    local a, m = best["adamw" .. matmul], best["muon" .. matmul]
    local cost = a.tps / m.tps - 1
    print(("%s GEMMs: Muon's cost over AdamW %.3f (adamw / muon tokens/s - 1; opt ms %.1f against "

@@ -97,13 +97,18 @@ lw_status lw_device_copy(lw_stream *stream, void *dst, const void *src, int64_t 
                          lw_copy_kind kind);
 
 /* The model kernels' matrix products on a device (linear layers, the LM head): exact fp32, the
- * default, or TF32 tensor cores (fp32 storage and accumulation, products of 10-bit mantissas) on
- * a GPU. The CPU computes fp32 whichever is set. */
+ * default; TF32 tensor cores (fp32 storage and accumulation, products of 10-bit mantissas); or
+ * bf16 tensor cores, as autocast runs matmuls: each GEMM rounds its two fp32 operands to bf16
+ * (nearest even, 8-bit significands) into a per-stream workspace and sums their products in
+ * fp32 into fp32 outputs (gradients still accumulate in fp32). Weights, activations and
+ * gradients stay fp32 in memory under every setting. On a GPU only: the CPU computes fp32
+ * whichever is set. */
 typedef enum lw_matmul {
     LW_MATMUL_FP32 = 0,
-    LW_MATMUL_TF32 = 1
+    LW_MATMUL_TF32 = 1,
+    LW_MATMUL_BF16 = 2
 } lw_matmul;
-/* "fp32", "tf32" (see lw_dtype_name). */
+/* "fp32", "tf32", "bf16" (see lw_dtype_name). */
 const char *lw_matmul_name(lw_matmul matmul);
 lw_status lw_matmul_from_name(const char *name, lw_matmul *out);
 lw_status lw_device_set_matmul(lw_device *device, lw_matmul matmul);

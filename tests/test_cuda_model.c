@@ -3,8 +3,9 @@
  * GELU, attention and the chunked cross-entropy. Backwards accumulate into non-zero outputs,
  * optional outputs are left NULL, shapes are odd (n = 1, c not a multiple of 32, t = 1 and
  * 1000, head dims 16 to 128, a 50304 vocabulary over several chunks, ignored targets), and two
- * runs must agree bit for bit. Each comparison states its tolerance and why. Exit 77 (skipped)
- * when CUDA is not available. */
+ * runs must agree bit for bit; then the GEMMs of linear and the LM head again in TF32 and bf16
+ * (lw_device_set_matmul), within the error their rounding explains and demonstrably not fp32.
+ * Each comparison states its tolerance and why. Exit 77 (skipped) when CUDA is not available. */
 #include "cuda_util.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
@@ -186,6 +187,78 @@ static void test_linear_tf32(void) {
     CHECK(diff > 1e-6 * big);
     lw_device_free(gpu, gx), lw_device_free(gpu, gw), lw_device_free(gpu, gy);
     free(x), free(w), free(y), free(hy);
+}
+
+/* max |got - ref| / max |ref|: how far a GEMM result is from the CPU's, on close_gemm's measure;
+ * printed so that a GPU run records it. */
+static double gemm_distance(const char *what, const float *got, const float *ref, int64_t n) {
+    double big = 0, diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        big = fmax(big, fabs((double)ref[i]));
+        diff = fmax(diff, fabs((double)got[i] - ref[i]));
+    }
+    printf("%s in bf16: max |bf16 - cpu| / max |cpu| = %.2e\n", what, diff / big);
+    return diff / fmax(big, 1e-30);
+}
+
+/* With the device's matmul set to bf16 each GEMM rounds its operands to bf16 (8 significant
+ * bits, nearest even: at most 2^-8, typically (rms) 2^-9.3 = 1.6e-3 relative each) and sums the
+ * products, exact in fp32, in fp32. A product is then off by ~sqrt(2) 1.6e-3 = 2.3e-3 of itself,
+ * and a sum of k terms of random sign by ~sqrt(k) 2.3e-3 |term|, while the sum itself is
+ * ~sqrt(k) |term|: ~2.3e-3 of the outputs' scale whatever k, and the largest error against the
+ * largest output the same. Simulated (the same shapes and input distribution, operands rounded to
+ * bf16, products summed exactly): 2.0e-3 for y (k 768), 2.0e-3 for dx (k 2304), 2.1e-3 for dw
+ * (k 1024). Tolerance 1e-2 of the largest value (close_gemm). And the mode must be the one run:
+ * further from fp32 than 5e-4 of the largest value, where fp32 is ~1e-6 away and TF32 (10-bit
+ * mantissas) ~2.5e-4 in the same simulation. db is a column sum, no GEMM: 1e-6 as in fp32. The
+ * GEMMs stay deterministic: two backwards agree bit for bit. */
+static void test_linear_bf16(void) {
+    const int64_t n = 1024, in = 768, out = 2304;
+    const char *shape = "n 1024, in 768, out 2304, bias, bf16";
+    float *x = host_random(n * in), *w = host_random(out * in), *b = host_random(out);
+    float *y = calloc((size_t)(n * out), 4);
+    CHECK_OK(lw_linear_forward(NULL, y, x, w, b, n, in, out));
+    float *dy = host_random(n * out), *dx0 = prefill(n * in), *dw0 = prefill(out * in);
+    float *db0 = prefill(out);
+    float *dx = copy_of(dx0, n * in), *dw = copy_of(dw0, out * in), *db = copy_of(db0, out);
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, x, w, n, in, out));
+
+    float *gx = to_gpu(x, n * in), *gw = to_gpu(w, out * in), *gb = to_gpu(b, out);
+    float *gy = gpu_zeros(n * out), *gdy = to_gpu(dy, n * out);
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_BF16));
+    CHECK_OK(lw_linear_forward(gs, gy, gx, gw, gb, n, in, out));
+    float *got[2][3];
+    for (int run = 0; run < 2; run++) {
+        float *gdx = to_gpu(dx0, n * in), *gdw = to_gpu(dw0, out * in), *gdb = to_gpu(db0, out);
+        CHECK_OK(lw_linear_backward(gs, gdx, gdw, gdb, gdy, gx, gw, n, in, out));
+        got[run][0] = from_gpu(gdx, n * in);
+        got[run][1] = from_gpu(gdw, out * in);
+        got[run][2] = from_gpu(gdb, out);
+        lw_device_free(gpu, gdx), lw_device_free(gpu, gdw), lw_device_free(gpu, gdb);
+    }
+    /* dx NULL: w is not rounded, dw alone from the same operands */
+    float *gdw = to_gpu(dw0, out * in);
+    CHECK_OK(lw_linear_backward(gs, NULL, gdw, NULL, gdy, gx, gw, n, in, out));
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
+    float *hy = from_gpu(gy, n * out), *hdw = from_gpu(gdw, out * in);
+
+    CHECK(close_gemm("linear forward y", shape, hy, y, n * out, 1e-2));
+    CHECK(close_gemm("linear backward dx", shape, got[0][0], dx, n * in, 1e-2));
+    CHECK(close_gemm("linear backward dw", shape, got[0][1], dw, out * in, 1e-2));
+    CHECK(close_to("linear backward db", shape, got[0][2], db, out, 1e-6));
+    CHECK(close_gemm("linear backward dw without dx and db", shape, hdw, dw, out * in, 1e-2));
+    CHECK(gemm_distance("linear forward y", hy, y, n * out) > 5e-4);
+    CHECK(gemm_distance("linear backward dx", got[0][0], dx, n * in) > 5e-4);
+    CHECK(gemm_distance("linear backward dw", got[0][1], dw, out * in) > 5e-4);
+    CHECK(same_bits("linear backward dx, run 2", shape, got[1][0], got[0][0], n * in));
+    CHECK(same_bits("linear backward dw, run 2", shape, got[1][1], got[0][1], out * in));
+    lw_device_free(gpu, gx), lw_device_free(gpu, gw), lw_device_free(gpu, gb);
+    lw_device_free(gpu, gy), lw_device_free(gpu, gdy), lw_device_free(gpu, gdw);
+    for (int run = 0; run < 2; run++)
+        for (int k = 0; k < 3; k++)
+            free(got[run][k]);
+    free(x), free(w), free(b), free(y), free(dy), free(dx0), free(dw0), free(db0), free(dx);
+    free(dw), free(db), free(hy), free(hdw);
 }
 
 /* ---- embedding ------------------------------------------------------------------------------- */
@@ -415,15 +488,30 @@ static int64_t gpu_chunk_rows(int64_t n, int64_t v) { /* 2^26 floats of logits a
     return rows < n ? rows : n;
 }
 
-/* Tolerances, 1e-5: the logits are fp32 GEMMs summed in other orders (each logit a few ulps of
- * its terms apart), the sums of exponentials are in double on both sides, and the GPU's expf is
- * within 2 ulps of the CPU's: losses relative to each value, lse as a log (close_lse), dh and dw
- * as GEMM results (close_gemm). The mean loss: the same rows summed in double, 1e-6. With every
- * target ignored both leave dh and dw exactly as they were. */
-static void cross_entropy_case(int64_t n, int64_t c, int64_t v, int ignore_every, bool with_dh) {
-    char shape[96];
-    snprintf(shape, sizeof shape, "n %lld, c %lld, v %lld, chunk %lld%s", (long long)n,
-             (long long)c, (long long)v, (long long)gpu_chunk_rows(n, v), with_dh ? "" : ", no dh");
+/* Tolerances in fp32, 1e-5: the logits are fp32 GEMMs summed in other orders (each logit a few
+ * ulps of its terms apart), the sums of exponentials are in double on both sides, and the GPU's
+ * expf is within 2 ulps of the CPU's: losses relative to each value, lse as a log (close_lse), dh
+ * and dw as GEMM results (close_gemm). The mean loss: the same rows summed in double, 1e-6. With
+ * every target ignored both leave dh and dw exactly as they were.
+ * In bf16 (the shape of the last fp32 case: c 64, v 50304, three chunks, every 5th target
+ * ignored; h in [-1, 1), w in [-0.5, 0.5)), as test_linear_bf16 derives: a logit, a sum of 64
+ * products, is off by ~sqrt(64) 2.3e-3 |term| = 3e-3; a row's loss, lse - the target's logit,
+ * carries its target logit's error (the lse averages thousands of them): 1e-2 at most over 2400
+ * rows, 3e-2 absolute allowed (the losses are ~12); lse moves by ~1.5e-3 (1e-3 relative, as a
+ * log); the mean loss averages 2400 independent errors, ~6e-5: 1e-4 relative (1.2e-3). dh is
+ * dominated by -w[target] (dlogits' own rounding is ~0 there: n / count (p - 1) rounds to
+ * 1.25 within 2e-5), so its error is w's rounding, at most 2^-8 of the largest value; dw likewise
+ * by h's: 1e-2 of the largest value. Simulated (operands rounded as the GPU rounds them, sums
+ * exact): losses 9.8e-3 absolute, lse 1.5e-3, mean loss 2e-6, dh 2.7e-3, dw 1.9e-3. And bf16
+ * must have run: losses further than 1e-3 from the CPU's somewhere (fp32 allows 1.2e-4), dh and dw
+ * further than 5e-4 of their largest value. */
+static void cross_entropy_case(int64_t n, int64_t c, int64_t v, int ignore_every, bool with_dh,
+                               lw_matmul matmul) {
+    const bool bf16 = matmul == LW_MATMUL_BF16;
+    char shape[112];
+    snprintf(shape, sizeof shape, "n %lld, c %lld, v %lld, chunk %lld%s%s", (long long)n,
+             (long long)c, (long long)v, (long long)gpu_chunk_rows(n, v), with_dh ? "" : ", no dh",
+             bf16 ? ", bf16" : "");
     float *h = host_random(n * c), *w = scaled_random(v * c, 0.5f, 0.0f);
     int32_t *targets = malloc(sizeof(int32_t) * (size_t)n);
     for (int64_t i = 0; i < n; i++) {
@@ -449,6 +537,7 @@ static void cross_entropy_case(int64_t n, int64_t c, int64_t v, int ignore_every
     int32_t *gt = upload(targets, 4 * n);
     double gloss[2] = {-1, -1};
     float *hl[2], *hlse[2], *hdh[2], *hdw[2];
+    CHECK_OK(lw_device_set_matmul(gpu, matmul));
     for (int run = 0; run < 2; run++) { /* forward then backward, twice */
         float *gl = gpu_zeros(n), *glse = gpu_zeros(n);
         float *gdh = to_gpu(dh0, n * c), *gdw = to_gpu(dw0, v * c);
@@ -463,20 +552,39 @@ static void cross_entropy_case(int64_t n, int64_t c, int64_t v, int ignore_every
         lw_device_free(gpu, gl), lw_device_free(gpu, glse), lw_device_free(gpu, gdh);
         lw_device_free(gpu, gdw);
     }
-    if (!(fabs(gloss[0] - loss) <= 1e-6 * fmax(fabs(loss), 1e-30)))
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
+    const double loss_tol = bf16 ? 1e-4 : 1e-6;
+    if (!(fabs(gloss[0] - loss) <= loss_tol * fmax(fabs(loss), 1e-30)))
         fprintf(stderr, "cross-entropy loss (%s): %.9g on the GPU, %.9g on the CPU\n", shape,
                 gloss[0], loss);
-    CHECK(fabs(gloss[0] - loss) <= 1e-6 * fmax(fabs(loss), 1e-30));
+    CHECK(fabs(gloss[0] - loss) <= loss_tol * fmax(fabs(loss), 1e-30));
     CHECK(gloss[1] == gloss[0]);
-    CHECK(close_to("cross-entropy losses", shape, hl[0], losses, n, 1e-5));
-    CHECK(close_lse("cross-entropy lse", shape, hlse[0], lse, n, 1e-5));
-    if (ignore_every == 1) { /* nothing counted: loss 0, gradients untouched */
-        CHECK(loss == 0.0 && gloss[0] == 0.0);
-        CHECK(same_bits("cross-entropy dh, all ignored", shape, hdh[0], dh0, n * c));
-        CHECK(same_bits("cross-entropy dw, all ignored", shape, hdw[0], dw0, v * c));
+    if (bf16) {
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++)
+            worst = fmax(worst, fabs((double)hl[0][i] - losses[i]));
+        printf("cross-entropy (%s): max |bf16 - cpu| over the losses %.2e, mean loss %.9g on the "
+               "GPU, %.9g on the CPU\n", shape, worst, gloss[0], loss);
+        if (!(worst <= 3e-2))
+            fprintf(stderr, "cross-entropy losses (%s): max difference %.3g, tolerance 3e-2\n",
+                    shape, worst);
+        CHECK(worst <= 3e-2 && worst > 1e-3);
+        CHECK(close_lse("cross-entropy lse", shape, hlse[0], lse, n, 1e-3));
+        CHECK(close_gemm("cross-entropy dh", shape, hdh[0], dh, n * c, 1e-2));
+        CHECK(close_gemm("cross-entropy dw", shape, hdw[0], dw, v * c, 1e-2));
+        CHECK(gemm_distance("cross-entropy dh", hdh[0], dh, n * c) > 5e-4);
+        CHECK(gemm_distance("cross-entropy dw", hdw[0], dw, v * c) > 5e-4);
+    } else {
+        CHECK(close_to("cross-entropy losses", shape, hl[0], losses, n, 1e-5));
+        CHECK(close_lse("cross-entropy lse", shape, hlse[0], lse, n, 1e-5));
+        if (ignore_every == 1) { /* nothing counted: loss 0, gradients untouched */
+            CHECK(loss == 0.0 && gloss[0] == 0.0);
+            CHECK(same_bits("cross-entropy dh, all ignored", shape, hdh[0], dh0, n * c));
+            CHECK(same_bits("cross-entropy dw, all ignored", shape, hdw[0], dw0, v * c));
+        }
+        CHECK(close_gemm("cross-entropy dh", shape, hdh[0], dh, n * c, 1e-5));
+        CHECK(close_gemm("cross-entropy dw", shape, hdw[0], dw, v * c, 1e-5));
     }
-    CHECK(close_gemm("cross-entropy dh", shape, hdh[0], dh, n * c, 1e-5));
-    CHECK(close_gemm("cross-entropy dw", shape, hdw[0], dw, v * c, 1e-5));
     CHECK(same_bits("cross-entropy losses, run 2", shape, hl[1], hl[0], n));
     CHECK(same_bits("cross-entropy lse, run 2", shape, hlse[1], hlse[0], n));
     CHECK(same_bits("cross-entropy dh, run 2", shape, hdh[1], hdh[0], n * c));
@@ -490,11 +598,18 @@ static void cross_entropy_case(int64_t n, int64_t c, int64_t v, int ignore_every
 }
 
 static void test_cross_entropy(void) {
-    cross_entropy_case(7, 33, 50, 3, true);       /* one chunk: the probabilities are kept */
-    cross_entropy_case(1, 8, 1, 0, true);         /* one row, one class: loss 0, gradient 0 */
-    cross_entropy_case(300, 40, 1000, 4, false);  /* dh NULL */
-    cross_entropy_case(5, 8, 10, 1, true);        /* every target ignored */
-    cross_entropy_case(3000, 64, 50304, 5, true); /* three chunks of 1334 rows, the last short */
+    const lw_matmul fp32 = LW_MATMUL_FP32;
+    cross_entropy_case(7, 33, 50, 3, true, fp32);       /* one chunk: the probabilities are kept */
+    cross_entropy_case(1, 8, 1, 0, true, fp32);         /* one row, one class: loss 0, gradient 0 */
+    cross_entropy_case(300, 40, 1000, 4, false, fp32);  /* dh NULL */
+    cross_entropy_case(5, 8, 10, 1, true, fp32);        /* every target ignored */
+    cross_entropy_case(3000, 64, 50304, 5, true, fp32); /* three chunks of 1334 rows, last short */
+}
+
+/* The LM head with bf16 GEMMs over several chunks: w and h rounded once per call, each chunk's
+ * dlogits once for its two GEMMs (tolerances above cross_entropy_case). */
+static void test_cross_entropy_bf16(void) {
+    cross_entropy_case(3000, 64, 50304, 5, true, LW_MATMUL_BF16);
 }
 
 int main(void) {
@@ -502,10 +617,12 @@ int main(void) {
     if (skip_or_fail != 0) return skip_or_fail;
     test_linear();
     test_linear_tf32();
+    test_linear_bf16();
     test_embedding();
     test_layernorm();
     test_gelu();
     test_attention();
     test_cross_entropy();
+    test_cross_entropy_bf16();
     return check_exit("test_cuda_model");
 }

@@ -24,7 +24,16 @@ static void test_cpu_device(void) {
     CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_TF32);
     CHECK_FAILS(lw_device_set_matmul(cpu, (lw_matmul)7), LW_ERR_INVALID, "matmul precision 7");
     CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_TF32);
+    CHECK_FAILS(lw_device_set_matmul(cpu, (lw_matmul)3), LW_ERR_INVALID, "or bf16 (2)");
+    CHECK_OK(lw_device_set_matmul(cpu, LW_MATMUL_BF16));
+    CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_BF16);
+    /* the CPU computes fp32 whatever is set: 1 + 2^-12 would round to 1 in bf16 (8 bits) */
+    const float x1 = 1.0f + 0x1p-12f, w1 = 3.0f;
+    float y1 = 0.0f;
+    CHECK_OK(lw_linear_forward(NULL, &y1, &x1, &w1, NULL, 1, 1, 1));
+    CHECK(y1 == x1 * w1 && y1 != 3.0f);
     CHECK_OK(lw_device_set_matmul(cpu, LW_MATMUL_FP32));
+    CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_FP32);
 
     float *a = NULL, *b = NULL;
     CHECK_OK(lw_device_alloc(cpu, 40, (void **)&a));

@@ -46,7 +46,8 @@ static void test_names_match_the_enums(void) {
     CHECK(strcmp(lw_muon_scale_name(LW_MUON_SCALE_MOONLIGHT), "moonlight") == 0);
     CHECK(strcmp(lw_path_kind_name(LW_PATH_OTHER), "other") == 0);
     CHECK(strcmp(lw_matmul_name(LW_MATMUL_TF32), "tf32") == 0);
-    CHECK(lw_matmul_name((lw_matmul)2) == NULL);
+    CHECK(strcmp(lw_matmul_name(LW_MATMUL_BF16), "bf16") == 0);
+    CHECK(lw_matmul_name((lw_matmul)3) == NULL);
     /* out of range, and AUTO (a choice, not a layout), have no name */
     CHECK(lw_dtype_name((lw_dtype)-1) == NULL);
     CHECK(lw_dtype_name((lw_dtype)5) == NULL);
@@ -83,6 +84,12 @@ static void test_from_name(void) {
     lw_path_kind p = LW_PATH_MISSING;
     CHECK_OK(lw_path_kind_from_name("dir", &p));
     CHECK_EQ(p, LW_PATH_DIR);
+    lw_matmul mm = LW_MATMUL_FP32;
+    CHECK_OK(lw_matmul_from_name("bf16", &mm));
+    CHECK_EQ(mm, LW_MATMUL_BF16);
+    CHECK_FAILS(lw_matmul_from_name("fp16", &mm), LW_ERR_INVALID,
+                "unknown matmul precision 'fp16' (one of fp32, tf32, bf16)");
+    CHECK_EQ(mm, LW_MATMUL_BF16);
     /* every name of every value comes back to its value */
     for (int v = 0; lw_algorithm_name(v) != NULL; v++) {
         CHECK_OK(lw_algorithm_from_name(lw_algorithm_name(v), &a));

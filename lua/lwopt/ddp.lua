@@ -94,8 +94,8 @@ end
 -- overlap_param, layout (a layout computed before, instead of the layout options), zero
 -- (1 | 2 | 3), shard ("aligned" | "rows"), device ("cpu" (default), "cuda", "cuda:N": where the
 -- buffers live and the model's kernels run; "cuda" under a launcher is this rank's GPU, see
--- ddp.device), matmul ("fp32" | "tf32": the model kernels' matrix products on that device, see
--- lw_device_set_matmul; nil leaves the device's setting). Which choices go together is
+-- ddp.device), matmul ("fp32" | "tf32" | "bf16": the model kernels' matrix products on that
+-- device, see lw_device_set_matmul; nil leaves the device's setting). Which choices go together is
 -- lw.ddp.check's (C's). When comm (or expert_comm)
 -- cannot move the device's memory (MPI, self), the buffers get a device communicator made over
 -- it (NCCL, lw.comm.device: collective), kept as ddp.device_comm / ddp.device_expert_comm;

@@ -73,8 +73,10 @@ recipe.flags = {
      .. "matrices; rows: every matrix split by rows (row-sharded FSDP, for comparison; needs "
      .. "--zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
-   { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32, "
-     .. "or tf32 tensor cores (faster; the CPU computes fp32 either way)" },
+   { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32; "
+     .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, weights and "
+     .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
+     .. "computes fp32 whatever is asked" },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },

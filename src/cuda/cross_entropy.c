@@ -4,7 +4,10 @@
  * softmax's gradient formed in place and two GEMMs (beta 1) into dh and dw. When all rows fit one
  * chunk the forward leaves the probabilities in the scratch and the backward reuses them;
  * otherwise it recomputes each chunk's logits. The mean loss is summed on the host in double,
- * as on the CPU; the backward's count of counted targets is taken on the device (no wait). */
+ * as on the CPU; the backward's count of counted targets is taken on the device (no wait).
+ * Under bf16 GEMMs the head's weight w (v x c, 50304 x 768 for GPT-2: every chunk reads all of
+ * it) and h are rounded to bf16 once per call, not once per chunk, and each chunk's dlogits once
+ * for its two GEMMs, each into its own region of the stream's workspace. */
 #include "cuda/cuda.h"
 
 /* Logits held at once: 64 Mi floats (256 MiB), 1334 rows at GPT-2's 50304 tokens. The size
@@ -21,18 +24,42 @@ int64_t lwc_cross_entropy_scratch_floats(int64_t n, int64_t v) {
     return n > 0 && v > 0 ? chunk_rows(n, v) * v : 0;
 }
 
-/* out[rows, v] = h[rows, c] w[v, c]^T. Column-major: out is L^T [v, rows] (ld v), w is W^T
- * [c, v] (ld c), h is H^T [c, rows] (ld c); L^T = W H^T = op_T(w) op_N(h): m = v, n = rows,
+/* The GEMMs' operands for a call: w and h as given (fp32), or, under bf16, rounded into the
+ * first two of the stream's workspace regions; with `dl`, a third region for a chunk's dlogits
+ * (bf16 only: rounded there a chunk at a time). h is needed by the forward's logits and the
+ * backward's dw; w by the logits and dh. */
+typedef struct ce_operands {
+    lwc_operand w, h;
+    void *dl; /* bf16: chunk * v values; NULL: the GEMMs read the fp32 scratch */
+} ce_operands;
+
+static lw_status operands(lw_stream *s, ce_operands *o, const float *h, const float *w, int64_t n,
+                          int64_t c, int64_t v, bool need_w, int64_t dl_elements) {
+    o->w = lwc_f32(w), o->h = lwc_f32(h), o->dl = NULL;
+    if (s->device->matmul != LW_MATMUL_BF16 || c <= 0) return LW_OK;
+    const int64_t elements[3] = {need_w ? v * c : 0, n * c, dl_elements};
+    void *r[3];
+    lw_status st = lwc_bf16_regions(s, 3, elements, r);
+    if (st == LW_OK && need_w) st = lwc_to_bf16(s, r[0], w, elements[0]);
+    if (st == LW_OK) st = lwc_to_bf16(s, r[1], h, elements[1]);
+    if (st != LW_OK) return st;
+    o->w = lwc_bf16(r[0]), o->h = lwc_bf16(r[1]);
+    o->dl = dl_elements > 0 ? r[2] : NULL;
+    return LW_OK;
+}
+
+/* out[rows, v] = h[r0 .. r0 + rows, c] w[v, c]^T. Column-major: out is L^T [v, rows] (ld v), w is
+ * W^T [c, v] (ld c), h is H^T [c, rows] (ld c); L^T = W H^T = op_T(w) op_N(h): m = v, n = rows,
  * k = c. */
-static lw_status logits(lw_stream *s, float *out, const float *h, const float *w, int64_t rows,
+static lw_status logits(lw_stream *s, float *out, const ce_operands *o, int64_t r0, int64_t rows,
                         int64_t c, int64_t v) {
     if (c <= 0)
         return lwc_launched(s,
                             cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(rows * v),
                                             lwc_cuda_stream(s)),
                             "cudaMemsetAsync");
-    return lwc_gemm(s, true, false, v, rows, c, 1.0f, w, c, h, c, 0.0f, out, v,
-                    "the LM head's logits");
+    return lwc_gemm(s, true, false, v, rows, c, 1.0f, o->w, c, lwc_operand_at(o->h, r0 * c), c,
+                    0.0f, out, v, "the LM head's logits");
 }
 
 lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
@@ -43,10 +70,11 @@ lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, flo
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     const int64_t chunk = chunk_rows(n, v);
-    lw_status st = LW_OK;
+    ce_operands o;
+    lw_status st = operands(s, &o, h, w, n, c, v, true, 0);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        st = logits(s, scratch, h + r0 * c, w, rows, c, v);
+        st = logits(s, scratch, &o, r0, rows, c, v);
         /* chunk == n: the probabilities stay for the backward */
         if (st == LW_OK)
             st = lwc_launched(s,
@@ -91,27 +119,37 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
     lw_status st = lwc_launched(s, lwc_ce_count(cs, targets, n, v, count),
                                 "the cross-entropy count kernel");
     const int64_t chunk = chunk_rows(n, v);
+    const bool recompute = chunk < n;
+    /* w serves the recomputed logits and dh: without either it is not rounded */
+    ce_operands o;
+    if (st == LW_OK) st = operands(s, &o, h, w, n, c, v, recompute || dh != NULL, chunk * v);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        const bool recompute = chunk < n;
-        if (recompute) st = logits(s, scratch, h + r0 * c, w, rows, c, v);
+        if (recompute) st = logits(s, scratch, &o, r0, rows, c, v);
         if (st == LW_OK)
             st = lwc_launched(s,
                               lwc_ce_dlogits(cs, scratch, rows, v, targets + r0, lse + r0,
                                              recompute, loss_scale, count),
                               "the cross-entropy gradient kernel");
+        /* bf16: the chunk's dlogits rounded once for both GEMMs (the fp32 scratch is rewritten by
+         * the next chunk's logits only after the stream has run these) */
+        lwc_operand dl = lwc_f32(scratch);
+        if (st == LW_OK && o.dl != NULL) {
+            st = lwc_to_bf16(s, o.dl, scratch, rows * v);
+            dl = lwc_bf16(o.dl);
+        }
         /* dh[rows, c] += dl[rows, v] w[v, c]. Column-major: dH^T [c, rows] (ld c) = W^T [c, v]
          * (w as stored, ld c) dL^T [v, rows] (the scratch as stored, ld v): op_N(w) op_N(dl),
          * m = c, n = rows, k = v, beta 1. */
         if (st == LW_OK && dh != NULL)
-            st = lwc_gemm(s, false, false, c, rows, v, 1.0f, w, c, scratch, v, 1.0f, dh + r0 * c,
-                          c, "the LM head's input gradient");
+            st = lwc_gemm(s, false, false, c, rows, v, 1.0f, o.w, c, dl, v, 1.0f, dh + r0 * c, c,
+                          "the LM head's input gradient");
         /* dw[v, c] += dl^T h. Column-major: dW^T [c, v] (ld c) = H^T [c, rows] (h as stored,
          * ld c) dL [rows, v] (the scratch is dL^T [v, rows], ld v: transposed): op_N(h)
          * op_T(dl), m = c, n = v, k = rows, beta 1. */
         if (st == LW_OK)
-            st = lwc_gemm(s, false, true, c, v, rows, 1.0f, h + r0 * c, c, scratch, v, 1.0f, dw, c,
-                          "the LM head's weight gradient");
+            st = lwc_gemm(s, false, true, c, v, rows, 1.0f, lwc_operand_at(o.h, r0 * c), c, dl, v,
+                          1.0f, dw, c, "the LM head's weight gradient");
     }
     return st;
 }

@@ -1,7 +1,8 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
  * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; linear.c, embedding.c,
- * layers.c, cross_entropy.c: the model kernels' entries; nccl.c: the NCCL communicator). The library fills the core's device table (core/device/device.h) and reports
- * errors through the host's fail function: it cannot link the core's internal symbols.
+ * layers.c, cross_entropy.c: the model kernels' entries, with linear.c's GEMM helper; nccl.c: the
+ * NCCL communicator). The library fills the core's device table (core/device/device.h) and
+ * reports errors through the host's fail function: it cannot link the core's internal symbols.
  * Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
@@ -27,7 +28,7 @@ typedef struct lwc_stream {
     void *scratch;   /* LWC_SCRATCH_BYTES of device memory */
     void *host_flag; /* 8 bytes of pinned host memory: flags copied back (the finite check) */
     /* grown on demand (lwc_workspace, lwc_host_workspace), freed with the stream */
-    void *work;          /* device memory: column-sum partials, the embedding's buckets */
+    void *work;          /* device memory: column-sum partials, embedding buckets, bf16 operands */
     int64_t work_bytes;
     void *host_work;     /* pinned host memory: tokens, targets and losses copied back */
     int64_t host_work_bytes;
@@ -70,12 +71,36 @@ lw_status lwc_newton_schulz(lw_stream *s, const lwi_ns_plan *plan, const float *
 lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
                          int32_t count, int64_t t, float grad_scale);
 
-/* linear.c: one fp32 GEMM on the stream, column-major as cuBLAS, in the device's matmul
- * precision (exact CUBLAS_COMPUTE_32F, or TF32 tensor cores), C = alpha op(A) op(B) + beta C;
- * `what` names it in errors. And the linear layer's entries. */
+/* linear.c: the model's GEMMs on cuBLAS, and the linear layer's entries.
+ * A GEMM operand: device memory of fp32 values, or of bf16 values already rounded (lwc_to_bf16
+ * into lwc_bf16_regions) by a caller that uses the operand in several GEMMs and rounds it once. */
+typedef struct lwc_operand {
+    const void *p;
+    bool bf16;
+} lwc_operand;
+static inline lwc_operand lwc_f32(const float *p) { return (lwc_operand){p, false}; }
+static inline lwc_operand lwc_bf16(const void *p) { return (lwc_operand){p, true}; }
+/* The operand `elements` values further on (a later row block). */
+static inline lwc_operand lwc_operand_at(lwc_operand o, int64_t elements) {
+    return (lwc_operand){(const char *)o.p + (o.bf16 ? 2 : 4) * elements, o.bf16};
+}
+/* One GEMM on the stream, column-major as cuBLAS: C = alpha op(A) op(B) + beta C, C fp32 (beta 1
+ * accumulates into it); `what` names it in errors. Two fp32 operands run in the device's matmul
+ * precision: exact CUBLAS_COMPUTE_32F, TF32 tensor cores, or bf16, for which both are first
+ * rounded into two regions of the stream's workspace (a caller that holds regions of its own
+ * passes bf16 operands instead). Two bf16 operands run as bf16 whatever the setting: A and B
+ * CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F (tensor cores, fp32 sums). One of each: refused. */
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                   float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                   float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                    float beta, float *c, int64_t ldc, const char *what);
+/* Regions of the stream's device workspace for `count` (at most 4) bf16 arrays of elements[i]
+ * values, taken in one request so that no region overlaps another, each 256-byte aligned. They
+ * serve the work enqueued on the stream until its workspace is next requested (lwc_workspace, or
+ * lwc_gemm of fp32 operands under bf16); a request that grows it waits for that work first. */
+#define LWC_BF16_REGIONS_MAX 4
+lw_status lwc_bf16_regions(lw_stream *s, int32_t count, const int64_t *elements, void **out);
+/* dst[n] (bf16, device) = src[n] rounded to nearest even, on the stream. */
+lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n);
 lw_status lwc_linear_forward(lw_stream *s, float *y, const float *x, const float *w,
                              const float *b, int64_t n, int64_t in, int64_t out);
 lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,

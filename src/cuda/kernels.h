@@ -46,7 +46,11 @@ cudaError_t lwc_muon_momentum(cudaStream_t stream, float *w, const float *g, flo
 cudaError_t lwc_ns_normalize(cudaStream_t stream, const float *u, int64_t batch, int64_t n,
                              float eps, float *partials, int32_t partials_per_matrix,
                              float *x_f32, void *x_bf16);
-/* y = bf16 x, n elements, converted to fp32 (the orthogonalised result). */
+
+/* bf16.cu: the conversions between fp32 and bf16 (the library's only ones) */
+/* y_bf16[n] = x rounded to bf16, nearest even (the model's bf16 GEMM operands). */
+cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16, int64_t n);
+/* y[n] = bf16 x, converted to fp32 exactly (Newton-Schulz's orthogonalised result). */
 cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n);
 
 /* adamw.cu */

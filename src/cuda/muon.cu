@@ -1,8 +1,9 @@
 // muon.cu: Muon's kernels on a GPU besides the GEMMs (blas.c runs those on cuBLAS): the
 // element-wise step (weight decay, momentum, Nesterov) in one pass, and Newton-Schulz's start
-// (each matrix's Frobenius norm and the scaled copy in fp32 or bf16) and end (bf16 back to fp32),
-// all on the device: the norm never goes to the host. Products and sums are rounded as the CPU
-// reference rounds them (no FMA contraction) so that fp32 runs agree with it closely.
+// (each matrix's Frobenius norm and the scaled copy in fp32 or bf16), all on the device: the norm
+// never goes to the host (its end, bf16 back to fp32, is bf16.cu's conversion). Products and
+// sums are rounded as the CPU reference rounds them (no FMA contraction) so that fp32 runs agree
+// with it closely.
 #include "cuda/kernels.h"
 
 #include <cuda_bf16.h>
@@ -82,12 +83,6 @@ __global__ void scale_by_norm(const float *u, int64_t n, const float *partials, 
     }
 }
 
-__global__ void bf16_to_f32_kernel(const __nv_bfloat16 *x, float *y, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = __bfloat162float(x[i]);
-}
-
 } // namespace
 
 extern "C" cudaError_t lwc_muon_momentum(cudaStream_t stream, float *w, const float *g, float *m,
@@ -114,13 +109,5 @@ extern "C" cudaError_t lwc_ns_normalize(cudaStream_t stream, const float *u, int
     square_partials<<<grid, THREADS, 0, stream>>>(u, n, partials, partials_per_matrix);
     scale_by_norm<<<grid, THREADS, 0, stream>>>(u, n, partials, partials_per_matrix, eps, x_f32,
                                                 static_cast<__nv_bfloat16 *>(x_bf16));
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y,
-                                       int64_t n) {
-    if (n > 0)
-        bf16_to_f32_kernel<<<blocks_for(n, 4), THREADS, 0, stream>>>(
-            static_cast<const __nv_bfloat16 *>(x_bf16), y, n);
     return cudaGetLastError();
 }

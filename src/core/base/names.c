@@ -160,6 +160,7 @@ lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out) {
 static const char *const matmul_names[] = {
     [LW_MATMUL_FP32] = "fp32",
     [LW_MATMUL_TF32] = "tf32",
+    [LW_MATMUL_BF16] = "bf16",
 };
 static const names MATMUL = NAMES("matmul precision", matmul_names);
 

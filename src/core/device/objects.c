@@ -93,8 +93,8 @@ lw_stream *lw_device_stream(lw_device *d) { return d ? d->stream : NULL; }
 lw_status lw_device_set_matmul(lw_device *d, lw_matmul matmul) {
     if (d == NULL) return lwi_fail(LW_ERR_INVALID, "device: the device must not be NULL");
     if (lw_matmul_name(matmul) == NULL)
-        return lwi_fail(LW_ERR_INVALID, "device: %s: matmul precision %d is not fp32 (0) or "
-                        "tf32 (1)", d->name, (int)matmul);
+        return lwi_fail(LW_ERR_INVALID, "device: %s: matmul precision %d is not fp32 (0), "
+                        "tf32 (1) or bf16 (2)", d->name, (int)matmul);
     d->matmul = matmul;
     return LW_OK;
 }
