@@ -35,7 +35,8 @@ local function layout_flags()
       { "n-expert", "int", nil, "experts per layer (moe)" },
       { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
       { "vocab", "int", nil, "vocabulary size" },
-      { "seq-len", "int", nil, "sequence length (gpt position embedding)" },
+      { "seq-len", "int", nil, "sequence length (gpt position embedding; the modelled "
+        .. "attention's with --model-step or --compare)" },
       { "tied", "bool", false, "share input embedding and LM head" },
       { "untied", "bool", false, "separate LM head" },
       { "bias", "bool", false, "linear and layernorm biases (gpt)" },
@@ -132,6 +133,8 @@ local function layout_command(argv, out, err)
    local lw = require("lwopt")
    local config = {}
    for _, k in ipairs(ARCH_FIELDS) do config[k] = v[k] end
+   -- llama and moe have no position table: there --seq-len only sizes the modelled attention
+   if (v.model_step or v.compare) and v.arch ~= "gpt" then config.seq_len = nil end
    if v.tied then config.tied = true end
    if v.untied then config.tied = false end
    if v.bias then config.bias = true end

@@ -89,16 +89,17 @@ function stepmodel.cpu_machine(m)
    }
 end
 
--- Measured on the development machine (Debian 12, 2 cores of an AMD EPYC), 2026-11-24, by
--- bench/stepmodel.lua: sgemm 1024^3 on one thread; the model's kernels at 0.72 of it over
--- forward + backward (bench/README.md, "Training throughput": 69-77%); Newton-Schulz's
--- equivalent rate 1.2x sgemm on the 256-row shapes of the small preset ("Newton-Schulz":
--- 1.19-1.22); element-wise updates from AdamW's optimizer time; reduce-scatter and all-gather
--- bus bandwidths of 16 MB collectives and the per-step latency from bench/collectives at 2 ranks.
+-- Measured on the development machine (Debian 12, 2 cores of an AMD EPYC), 2026-11-23, by
+-- bench/stepmodel.lua (bench/README.md, "Step-time model"): sgemm 1024^3 on one thread while
+-- the other core runs Newton-Schulz, 69-84 GFLOP/s; Newton-Schulz's full-GEMM-equivalent rate
+-- on the small preset's 256-row shapes 1.0-1.27x that; the model's kernels at 0.72 of sgemm over
+-- forward + backward ("Training throughput": 69-77%); element-wise updates at 4.8 GB/s (AdamW's
+-- optimizer time there); reduce-scatter and all-gather bus bandwidths of 16 MB collectives at 2
+-- ranks (0.32-0.36 and 2.4-2.5 GB/s) and their latency per step (1.1-2.1 us).
 stepmodel.presets["this-machine"] = stepmodel.cpu_machine{
    description = "the 2-core development machine (bench/README.md), MPI over shared memory",
-   sgemm = 46.6e9, model_efficiency = 0.72, ns_ratio = 1.2, mem_bandwidth = 4.8e9,
-   rs_bandwidth = 0.113e9, ag_bandwidth = 0.707e9, latency = 1.5e-6, cores = 2,
+   sgemm = 78e9, model_efficiency = 0.72, ns_ratio = 1.12, mem_bandwidth = 4.8e9,
+   rs_bandwidth = 0.34e9, ag_bandwidth = 2.4e9, latency = 1.6e-6, cores = 2,
 }
 
 -- The preset names, sorted.
@@ -239,10 +240,14 @@ end
 
 -- Seconds of a reduce-scatter (op "rs") or all-gather ("ag") whose rank r holds shards[r + 1]
 -- bytes (ranks node-major: rank = node * devices_per_node + local). Inside one node: one ring.
--- Across nodes, hierarchical: a reduce-scatter first inside every node (local rank l ends with
--- the sum of every node's shards for local rank l), then across nodes among the ranks of equal
--- local rank, the devices_per_node rings in parallel, each over its own NIC; an all-gather the
--- other way round, in the same time. A partly filled last node counts as ranks with empty shards.
+-- Across nodes, two stages (a reduce-scatter in this order, an all-gather the other way round,
+-- in the same time): inside every node, among its devices_per_node ranks, local rank l's share
+-- being every node's shard of local rank l; then across the nodes, node k's share being the sum
+-- of its ranks' shards, its traffic spread over the node's devices_per_node NICs (multi-rail, as
+-- NCCL routes a node's inter-node traffic through all its NICs), so at devices_per_node x the
+-- inter-node bandwidth. With equal shards that is the usual hierarchical ring: (g - 1) alpha1 +
+-- (g - 1) / g * S / beta1 + (n - 1) alpha2 + (n - 1) / n * S / (g * beta2). A partly filled last
+-- node counts as ranks with empty shards.
 function stepmodel.collective_time(machine, op, shards)
    local p = #shards
    if p <= 1 then return 0 end
@@ -252,19 +257,18 @@ function stepmodel.collective_time(machine, op, shards)
          machine.variable)
    end
    local nodes = math.ceil(p / g)
-   local blocks, worst = {}, 0
-   for l = 1, g do
-      local column, sum = {}, 0
-      for k = 0, nodes - 1 do
-         column[k + 1] = shards[k * g + l] or 0
-         sum = sum + column[k + 1]
+   local blocks, node = {}, {}
+   for l = 1, g do blocks[l] = 0 end
+   for k = 1, nodes do
+      node[k] = 0
+      for l = 1, g do
+         local c = shards[(k - 1) * g + l] or 0
+         blocks[l], node[k] = blocks[l] + c, node[k] + c
       end
-      blocks[l] = sum
-      worst = math.max(worst, stage_time(column, bandwidth(inter, op), inter.latency,
-         machine.variable))
    end
-   return machine.overhead + stage_time(blocks, bandwidth(intra, op), intra.latency,
-      machine.variable) + worst
+   return machine.overhead
+      + stage_time(blocks, bandwidth(intra, op), intra.latency, machine.variable)
+      + stage_time(node, g * bandwidth(inter, op), inter.latency, machine.variable)
 end
 
 -- The most bytes one rank sends in a reduce-scatter or all-gather of these shards: every shard
