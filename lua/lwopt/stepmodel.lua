@@ -91,15 +91,16 @@ end
 
 -- Measured on the development machine (Debian 12, 2 cores of an AMD EPYC), 2026-11-23, by
 -- bench/stepmodel.lua (bench/README.md, "Step-time model"): sgemm 1024^3 on one thread while
--- the other core runs Newton-Schulz, 69-84 GFLOP/s; Newton-Schulz's full-GEMM-equivalent rate
--- on the small preset's 256-row shapes 1.0-1.27x that; the model's kernels at 0.72 of sgemm over
--- forward + backward ("Training throughput": 69-77%); element-wise updates at 4.8 GB/s (AdamW's
--- optimizer time there); reduce-scatter and all-gather bus bandwidths of 16 MB collectives at 2
--- ranks (0.32-0.36 and 2.4-2.5 GB/s) and their latency per step (1.1-2.1 us).
+-- the other core runs Newton-Schulz, about 80 GFLOP/s (67-83); Newton-Schulz's
+-- full-GEMM-equivalent rate on the small preset's 256-row shapes 1.2x that (95-101 GFLOP/s);
+-- the model's kernels at 0.72 of sgemm over forward + backward ("Training throughput":
+-- 69-77%); element-wise updates at 4.8 GB/s (AdamW's optimizer time there); reduce-scatter and
+-- all-gather bus bandwidths of 16 MB collectives at 2 ranks (0.28-0.35 and 1.8-3.3 GB/s) and
+-- their latency per ring step (1.0-2.0 us).
 stepmodel.presets["this-machine"] = stepmodel.cpu_machine{
    description = "the 2-core development machine (bench/README.md), MPI over shared memory",
-   sgemm = 78e9, model_efficiency = 0.72, ns_ratio = 1.12, mem_bandwidth = 4.8e9,
-   rs_bandwidth = 0.34e9, ag_bandwidth = 2.4e9, latency = 1.6e-6, cores = 2,
+   sgemm = 80e9, model_efficiency = 0.72, ns_ratio = 1.2, mem_bandwidth = 4.8e9,
+   rs_bandwidth = 0.32e9, ag_bandwidth = 2.6e9, latency = 1.3e-6, cores = 2,
 }
 
 -- The preset names, sorted.
