@@ -117,7 +117,9 @@ local function collectives(p)
    local text = capture(MPIRUN:format(p) .. "build/bench_collectives 100")
    local found = {}
    for line in text:gmatch("[^\n]+") do
-      local size, us, busbw = line:match("^%s+(%d+)%s+%d+%s+float%s+%S+%s+([%d%.]+)%s+[%d%.]+%s+([%d%.]+)")
+      -- size count type op time algbw busbw #wrong
+      local size, us, busbw = line:match(
+         "^%s+(%d+)%s+%d+%s+float%s+%S+%s+([%d%.]+)%s+[%d%.]+%s+([%d%.]+)")
       local op = line:match("float%s+(%S+)")
       if size then
          found[op] = found[op] or {}
@@ -193,7 +195,8 @@ end
 
 local specs = lw.route(lw.arch.gpt{ n_layer = L, n_embd = E, n_head = H, vocab = V, seq_len = T,
    tied = true })
-local flops_per_token = lw.stepmodel.flops_per_token(specs, { n_layer = L, n_embd = E, seq_len = T })
+local flops_per_token = lw.stepmodel.flops_per_token(specs,
+   { n_layer = L, n_embd = E, seq_len = T })
 
 local function predict(c, rates, coll)
    local machine = lw.stepmodel.cpu_machine{ sgemm = rates.sgemm, model_efficiency = EFFICIENCY,

@@ -6,7 +6,9 @@ local lw = require("lwopt")
 local cli = require("lwopt.cli")
 local helpers = require("helpers")
 
-local function mat(name, rows, cols) return { name = name, shape = { rows, cols }, role = "matrix" } end
+local function mat(name, rows, cols)
+   return { name = name, shape = { rows, cols }, role = "matrix" }
+end
 
 -- Four equal 64 x 128 matrices: at dp 2 with bucket_size 0 the cost layout makes two buckets of
 -- two (p3, p2 first in backprop order), one matrix per rank in each.
@@ -51,7 +53,7 @@ describe("lw.stepmodel.predict", function()
       assert.near(B, r.backward, 1e-12)
    end)
 
-   it("charges each bucket the ring's bytes: (dp - 1) / dp of it, plus a latency per step", function()
+   it("charges a bucket the ring's bytes, (dp - 1) / dp of it, and a latency a step", function()
       local r = lw.stepmodel.predict(layout, { tokens = TOKENS, machine = machine(1e8, 1e-4) })
       assert.equal(2, #r.buckets)
       for _, b in ipairs(r.buckets) do
@@ -94,9 +96,10 @@ describe("lw.stepmodel.predict", function()
       assert.near(F + (2 * t - F / 2) + B + (2 * t - B / 2) + r.optimizer, r.step, 1e-12)
    end)
 
-   it("gathers parameters again in backward at ZeRO-3, except the group forward ended in", function()
+   it("gathers again in backward at ZeRO-3, except the group forward ended in", function()
       local t = 32768 / 1e6
-      local r = lw.stepmodel.predict(layout, { tokens = TOKENS, machine = machine(1e6, 0), zero = 3 })
+      local r = lw.stepmodel.predict(layout,
+         { tokens = TOKENS, machine = machine(1e6, 0), zero = 3 })
       -- group 2 (p2, p3) is still held; group 1's gather is prefetched at the start (0..t), so
       -- backward waits t - B / 2 for it; the reduce-scatters queue behind: t..2t, then 2t..3t
       assert.near(t - B / 2, r.exposed.backward, 1e-15)
@@ -120,7 +123,7 @@ describe("lw.stepmodel.predict", function()
       assert.equal(6 * (2 * (3 + 1 + 4 + 4) * 64 * 64 + 128 * 64), r.flops_per_token)
    end)
 
-   it("bounds packed's unequal shards by the largest (ring) or by the busiest rank (pipelined)", function()
+   it("bounds unequal shards by the largest (ring) or the busiest rank (pipelined)", function()
       local l = lw.layout.compute({ mat("a", 64, 64), mat("b", 64, 128), mat("c", 64, 320) },
          { dp = 3, algorithm = "packed" })
       local counts = {}
@@ -198,17 +201,20 @@ describe("lw.stepmodel input checks", function()
    end)
 
    it("names the field a machine table is missing", function()
+      local link = { bandwidth = 1, latency = 0 }
       local cases = {
-         { { model_flops = 1, mem_bandwidth = 1, intra = { bandwidth = 1, latency = 0 } },
+         { { model_flops = 1, mem_bandwidth = 1, intra = link },
            "machine 'custom' is missing field 'ns_flops'" },
          { { model_flops = 1, ns_flops = 1, mem_bandwidth = 1, intra = { bandwidth = 1 } },
            "machine 'custom' is missing field 'intra.latency'" },
-         { { model_flops = 1, ns_flops = 1, mem_bandwidth = 1, intra = { bandwidth = 1, latency = 0 },
-             inter = { bandwidth = 1, latency = 0 } }, "missing field 'devices_per_node'" },
-         { { model_flops = 1, ns_flops = 1, mem_bandwidth = 1, intra = { bandwidth = 1, latency = 0 },
-             latancy = 1 }, "machine 'custom' has unknown field 'latancy'" },
-         { { model_flops = -1, ns_flops = 1, mem_bandwidth = 1, intra = { bandwidth = 1, latency = 0 } },
+         { { model_flops = 1, ns_flops = 1, mem_bandwidth = 1, intra = link, inter = link },
+           "missing field 'devices_per_node'" },
+         { { model_flops = 1, ns_flops = 1, mem_bandwidth = 1, intra = link, latancy = 1 },
+           "machine 'custom' has unknown field 'latancy'" },
+         { { model_flops = -1, ns_flops = 1, mem_bandwidth = 1, intra = link },
            "model_flops must be a positive number, got -1" },
+         { { model_flops = 1, ns_flops = 1, mem_bandwidth = 1, intra = link, variable = "tree" },
+           "variable must be one of ring, pipelined, got 'tree'" },
       }
       for _, c in ipairs(cases) do
          local ok, err = pcall(lw.stepmodel.predict, layout, { tokens = 1, machine = c[1] })
@@ -263,8 +269,21 @@ describe("lwopt layout --model-step and --compare", function()
       assert.not_matches("legend", out, 1, true) -- no map
    end)
 
+   it("counts attention with --seq-len for llama, which has no position table", function()
+      local status, out = run({ "layout", "--arch", "llama", "--n-layer", "2", "--n-embd", "64",
+         "--n-head", "4", "--ffn-hidden", "128", "--vocab", "100", "--seq-len", "512",
+         "--model-step", "--stats" })
+      assert.equal(0, status)
+      -- 6 per matrix element (per layer q, k, v, o 64 x 64 and gate, up, down 64 x 128; the LM
+      -- head 100 x 64) + 12 x n_layer x n_embd x seq_len of attention
+      local n = 2 * (4 * 64 * 64 + 3 * 64 * 128) + 100 * 64
+      assert.matches(("%.4g GFLOP per token"):format((6 * n + 12 * 2 * 64 * 512) / 1e9), out, 1,
+         true)
+   end)
+
    it("takes changed machine fields and reports bad ones", function()
-      local status, out = run(with("--model-step", "--machine-set", "intra.bandwidth=1e9,variable=ring"))
+      local status, out = run(with("--model-step", "--machine-set",
+         "intra.bandwidth=1e9,variable=ring"))
       assert.equal(0, status)
       assert.matches("machine h100-node (changed)", out, 1, true)
       assert.matches("link: 1 GB/s bus", out, 1, true)

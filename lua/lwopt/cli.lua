@@ -17,8 +17,10 @@ commands:
   version             library version, path and features
   help                this text
 
-example:
-  lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost]]
+examples:
+  lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost
+  lwopt layout --arch gpt --n-layer 48 --n-embd 1600 --n-head 25 --dp 64 --bucket-size 40M \
+      --model-step h100-node --tokens 8192       (and the predicted step; --compare: all layouts)]]
 
 -- The layout command's flags; the dtype and layout choices are the library's (lw.layout), read
 -- when the command runs, so that `lwopt help` works without the library.
@@ -141,6 +143,9 @@ local function layout_command(argv, out, err)
    if v.fused then config.fused = true end
    if v.compare and (v.json or v.stats) then
       return usage_error(err, "--compare prints its own table, not --json or --stats", help)
+   end
+   if v.model_step and v.json then
+      return usage_error(err, "--model-step prints a table after the map, not after --json", help)
    end
    local modelled = v.model_step or v.compare
    local ok, result, extra = pcall(function()

@@ -105,7 +105,9 @@ stepmodel.presets["this-machine"] = stepmodel.cpu_machine{
 
 -- The preset names, sorted.
 stepmodel.preset_names = {}
-for name in pairs(stepmodel.presets) do stepmodel.preset_names[#stepmodel.preset_names + 1] = name end
+for name in pairs(stepmodel.presets) do
+   stepmodel.preset_names[#stepmodel.preset_names + 1] = name
+end
 table.sort(stepmodel.preset_names)
 
 stepmodel.default_machine = "h100-node"
@@ -420,7 +422,8 @@ local function group_collectives(layout, machine, groups)
          end
          g.kind = bucket.shards and "variable" or "equal"
          g.shard_max, g.shard_min = hi, lo
-         g.rs = { bytes = bytes_sent(grads), time = stepmodel.collective_time(machine, "rs", grads) }
+         g.rs = { bytes = bytes_sent(grads),
+                  time = stepmodel.collective_time(machine, "rs", grads) }
          g.ag = { bytes = bytes_sent(params),
                   time = stepmodel.collective_time(machine, "ag", params) }
       end
@@ -647,7 +650,9 @@ function stepmodel.predict(layout, opts)
       fail("zero must be 1, 2 or 3, got %s", tostring(zero))
    end
    local steps = opts.ns_steps or stepmodel.ns_steps
-   if not positive(steps) then fail("ns_steps must be a positive number, got %s", tostring(steps)) end
+   if not positive(steps) then
+      fail("ns_steps must be a positive number, got %s", tostring(steps))
+   end
    local per_element = opts.bytes_per_element or stepmodel.bytes_per_element
 
    -- the model's FLOPs per token, and each parameter's share of them along the passes
@@ -896,7 +901,8 @@ function stepmodel.compare_table(rows)
             first.layout.bucket_size and commas(first.layout.bucket_size) or "none")
    end
    lines[#lines + 1] = "| algorithm | Muon buckets | Muon padding | MB sent per rank per step | "
-      .. "cost imb. | cost / bound | Newton-Schulz ms (slowest) | exposed comm ms | step ms | note |"
+      .. "cost imb. | cost / bound | Newton-Schulz ms (slowest) | exposed comm ms | step ms | "
+      .. "note |"
    lines[#lines + 1] = "|---|---|---|---|---|---|---|---|---|---|"
    for _, row in ipairs(rows) do
       local s, r = row.stats, row.result
