@@ -66,6 +66,18 @@ describe("lw.flags.parse", function()
       assert.equal("unknown flag --banana", select(2, flags.parse({ "--banana" }, near)))
    end)
 
+   it("gives a flag with a bare value that value when it is given alone", function()
+      local bare = { { "model-step", { "a", "b" }, nil, "", bare = "a" }, { "json", "bool", false } }
+      assert.equal("a", flags.parse({ "--model-step" }, bare).model_step)
+      assert.equal("a", flags.parse({ "--model-step", "--json" }, bare).model_step)
+      assert.equal("b", flags.parse({ "--model-step", "b" }, bare).model_step)
+      assert.equal("b", flags.parse({ "--model-step=b" }, bare).model_step)
+      assert.is_nil(flags.parse({ "--json" }, bare).model_step)
+      assert.equal("--model-step must be one of a|b, got 'c'",
+         select(2, flags.parse({ "--model-step", "c" }, bare)))
+      assert.matches("%-%-model%-step %[{a|b}%]", flags.usage(bare))
+   end)
+
    it("prints a usage line per flag with its default", function()
       local text = flags.usage(list)
       assert.matches("%-%-dp INT%s+ranks %(default 1%)", text)

@@ -17,13 +17,16 @@ commands:
   version             library version, path and features
   help                this text
 
-example:
-  lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost]]
+examples:
+  lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost
+  lwopt layout --arch gpt --n-layer 48 --n-embd 1600 --n-head 25 --dp 64 --bucket-size 40M \
+      --model-step h100-node --tokens 8192       (and the predicted step; --compare: all layouts)]]
 
 -- The layout command's flags; the dtype and layout choices are the library's (lw.layout), read
 -- when the command runs, so that `lwopt help` works without the library.
 local function layout_flags()
    local layout = require("lwopt.layout")
+   local stepmodel = require("lwopt.stepmodel")
    return {
       { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
       { "n-layer", "int", nil, "layers" },
@@ -34,7 +37,8 @@ local function layout_flags()
       { "n-expert", "int", nil, "experts per layer (moe)" },
       { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
       { "vocab", "int", nil, "vocabulary size" },
-      { "seq-len", "int", nil, "sequence length (gpt position embedding)" },
+      { "seq-len", "int", nil, "sequence length (gpt position embedding; the modelled "
+        .. "attention's with --model-step or --compare)" },
       { "tied", "bool", false, "share input embedding and LM head" },
       { "untied", "bool", false, "separate LM head" },
       { "bias", "bool", false, "linear and layernorm biases (gpt)" },
@@ -51,6 +55,18 @@ local function layout_flags()
       { "stats", "bool", false, "print only the statistics" },
       { "ascii", "bool", false, "draw bars with ASCII characters" },
       { "width", "int", 40, "bar width in characters" },
+      { "model-step", stepmodel.preset_names, nil, "after the layout, the predicted step time "
+        .. "on this machine (" .. stepmodel.default_machine .. " when given alone; "
+        .. "docs/layout.md, \"Step-time model\")", bare = stepmodel.default_machine },
+      { "compare", "bool", false, "instead of the map: every whole-matrix algorithm side by "
+        .. "side (padding, bytes, balance, predicted step on the --model-step machine)" },
+      { "tokens", "int", 8192, "tokens per rank per step (batch x sequence x micro-steps), for "
+        .. "--model-step and --compare", min = 1 },
+      { "zero", "int", 1, "ZeRO level the step is modelled at", min = 1, max = 3 },
+      { "flops-per-token", "number", nil, "forward + backward FLOPs per token (default: 6 per "
+        .. "matrix parameter, plus attention for gpt or with --seq-len)", min = 0 },
+      { "machine-set", "string", nil, "change fields of the machine, e.g. "
+        .. "model_flops=5e14,intra.bandwidth=3e11,variable=ring" },
       { "help", "bool", false, "this text" },
    }
 end
@@ -62,6 +78,42 @@ local ARCH_FIELDS = { "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", 
 local function usage_error(out, msg, help)
    out:write("lwopt: ", msg, " (", help, " lists them)\n")
    return 2
+end
+
+-- The machine of --model-step (default the step model's) with --machine-set's fields changed:
+-- "a=1,b.c=2,variable=ring" (numbers where they read as numbers).
+local function machine_of(stepmodel, v)
+   local name = v.model_step or stepmodel.default_machine
+   if v.machine_set == nil then return name end
+   local m = stepmodel.machine(name)
+   for item in v.machine_set:gmatch("[^,]+") do
+      local key, value = item:match("^%s*([%w_%.]+)%s*=%s*(.-)%s*$")
+      if key == nil or value == "" then
+         error("--machine-set: '" .. item .. "' is not field=value", 0)
+      end
+      local target, field = m, key
+      local head, rest = key:match("^([%w_]+)%.([%w_]+)$")
+      if head then
+         if type(m[head]) ~= "table" then m[head] = {} end
+         target, field = m[head], rest
+      end
+      target[field] = tonumber(value) or value
+   end
+   m.name = name .. " (changed)"
+   return m
+end
+
+-- lw.stepmodel.predict's options from the layout command's flags: FLOPs per token from
+-- --flops-per-token, else 6 per matrix parameter plus attention (gpt: n_layer x n_embd x its
+-- seq_len; llama and moe when --seq-len is given).
+local function step_options(lw, v, specs)
+   local attention
+   local seq = v.seq_len or (v.arch == "gpt" and 1024 or nil)
+   if seq and v.n_layer and v.n_embd then
+      attention = { n_layer = v.n_layer, n_embd = v.n_embd, seq_len = seq }
+   end
+   return { tokens = v.tokens, zero = v.zero, machine = machine_of(lw.stepmodel, v),
+            model = v.flops_per_token or lw.stepmodel.flops_per_token(specs, attention) }
 end
 
 local function layout_command(argv, out, err)
@@ -83,20 +135,38 @@ local function layout_command(argv, out, err)
    local lw = require("lwopt")
    local config = {}
    for _, k in ipairs(ARCH_FIELDS) do config[k] = v[k] end
+   -- llama and moe have no position table: there --seq-len only sizes the modelled attention
+   if (v.model_step or v.compare) and v.arch ~= "gpt" then config.seq_len = nil end
    if v.tied then config.tied = true end
    if v.untied then config.tied = false end
    if v.bias then config.bias = true end
    if v.fused then config.fused = true end
-   local ok, result = pcall(function()
+   if v.compare and (v.json or v.stats) then
+      return usage_error(err, "--compare prints its own table, not --json or --stats", help)
+   end
+   if v.model_step and v.json then
+      return usage_error(err, "--model-step prints a table after the map, not after --json", help)
+   end
+   local modelled = v.model_step or v.compare
+   local ok, result, extra = pcall(function()
       local specs = lw.arch[v.arch](config)
-      return lw.layout.compute(specs, { dp = v.dp, expert_dp = v.expert_dp,
-         bucket_size = v.bucket_size, algorithm = v.algorithm, adamw_layout = v.adamw_layout,
-         high_busbw = v.high_busbw })
+      local layout_opts = { dp = v.dp, expert_dp = v.expert_dp, bucket_size = v.bucket_size,
+         algorithm = v.algorithm, adamw_layout = v.adamw_layout, high_busbw = v.high_busbw }
+      local predict_opts = modelled and step_options(lw, v, specs)
+      if v.compare then
+         return nil, lw.stepmodel.compare(specs, layout_opts, predict_opts)
+      end
+      local l = lw.layout.compute(specs, layout_opts)
+      return l, v.model_step and lw.stepmodel.predict(l, predict_opts)
    end)
    if not ok then
       -- lw.arch points its errors at the caller's line, here cli.lua's: not the user's concern
       err:write("lwopt layout: ", (tostring(result):gsub("^%S+%.lua:%d+: ", "")), "\n")
       return 1
+   end
+   if v.compare then
+      out:write(lw.stepmodel.compare_table(extra), "\n")
+      return 0
    end
    if v.json then
       out:write(result:json("  "), "\n")
@@ -106,6 +176,7 @@ local function layout_command(argv, out, err)
    else
       out:write(result:show{ ascii = v.ascii, width = v.width }, "\n")
    end
+   if extra then out:write("\n", lw.stepmodel.table(extra), "\n") end
    return 0
 end
 

@@ -2,8 +2,10 @@
 -- { { "dp", "int", 1, "data-parallel size", min = 1, max = 65536 }, { "json", "bool", false,
 -- "print JSON" }, ... } with kinds int, size (an element count, suffixes K, M, G = 10^3, 10^6,
 -- 10^9), number, string, bool, or a list of allowed strings; min and max bound numbers (ints and
--- sizes are always within +-2^53, where every integer is exact). "--n-layer 12" and
--- "--n-layer=12" set n_layer.
+-- sizes are always within +-2^53, where every integer is exact); `bare` is the value a flag
+-- takes when it is given without one (last, or followed by another flag): { "model-step",
+-- { "a", "b" }, nil, "...", bare = "a" } reads "--model-step" as "--model-step a".
+-- "--n-layer 12" and "--n-layer=12" set n_layer.
 local flags = {}
 
 local EXACT = 2 ^ 53
@@ -122,9 +124,14 @@ function flags.parse(argv, list)
          else
             local text = inline
             if text == nil then
-               i = i + 1
-               text = argv[i]
-               if text == nil then return nil, ("--%s needs a value"):format(name) end
+               local following = argv[i + 1]
+               if f.bare ~= nil and (following == nil or following:match("^%-%-")) then
+                  text = f.bare
+               else
+                  i = i + 1
+                  text = following
+                  if text == nil then return nil, ("--%s needs a value"):format(name) end
+               end
             end
             local v, err = convert(f, text)
             if v == nil then return nil, err end
@@ -141,7 +148,8 @@ function flags.usage(list)
    local lines = {}
    for _, f in ipairs(list) do
       local value = type(f[2]) == "table" and ("{" .. kind_text(f[2]) .. "}") or f[2]:upper()
-      local left = "--" .. f[1] .. (f[2] == "bool" and "" or (" " .. value))
+      local left = "--" .. f[1] .. (f[2] == "bool" and ""
+         or f.bare ~= nil and (" [" .. value .. "]") or (" " .. value))
       local default = (f[3] ~= nil and f[2] ~= "bool") and (" (default " .. tostring(f[3]) .. ")")
          or ""
       lines[#lines + 1] = ("  %-28s %s%s"):format(left, f[4] or "", default)

@@ -1,4 +1,4 @@
--- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, comm,
+-- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel, comm,
 -- tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's version and
 -- features; see DESIGN.md.
 local C = require("lwopt.C")
@@ -8,6 +8,7 @@ local lw = {
    arch = require("lwopt.arch"),
    route = require("lwopt.route"),
    layout = require("lwopt.layout"),
+   stepmodel = require("lwopt.stepmodel"),
    comm = require("lwopt.comm"),
    tensor = require("lwopt.tensor"),
    ddp = require("lwopt.ddp"),

@@ -164,6 +164,7 @@ local function read(self, specs)
       C.check(lib.lw_layout_place(c, i - 1, place), WHERE)
       local p = {
          name = s.name, shape = s.shape, optimizer = s.optimizer, role = s.role,
+         shared_embedding = s.shared_embedding == true, expert = s.expert == true,
          buffer = place.buffer + 1, bucket = place.bucket + 1,
          start = tonumber(place.start), stop = tonumber(place.stop),
          owner = place.owner >= 0 and place.owner or nil,
