@@ -342,3 +342,23 @@ describe("lw.nn.GPT against a slow reference", function()
          "nn.GPT: sequence of 6 exceeds seq_len 5")
    end)
 end)
+
+describe("lw.nn on a device's memory", function()
+   -- Activations live where the model is bound (a GPU's memory on CUDA): a module may move
+   -- them only through lw.h's copies on its stream. A host memcpy (ffi.copy) or memset
+   -- (ffi.fill) on one crashes on a GPU, and nothing on the CPU would notice, so this reads the
+   -- modules' source: no ffi.copy anywhere, and ffi.fill only on GPT's host staging arrays.
+   it("moves activations only through the device's copies", function()
+      for _, name in ipairs({ "module", "linear", "embedding", "layernorm", "gelu", "attention",
+         "mlp", "block", "gpt" }) do
+         local f = assert(io.open("lua/lwopt/nn/" .. name .. ".lua"))
+         local text = f:read("*a")
+         f:close()
+         assert.is_nil(text:find("ffi.copy(", 1, true), name .. ".lua uses ffi.copy")
+         for line in text:gmatch("[^\n]*ffi%.fill%([^\n]*") do
+            assert.is_truthy(name == "gpt" and line:find("targets", 1, true),
+               name .. ".lua fills device memory from the host: " .. line)
+         end
+      end
+   end)
+end)

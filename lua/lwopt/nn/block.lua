@@ -1,6 +1,5 @@
 -- nn/block.lua: Block, the transformer layer: x + attn(ln_1(x)), then + mlp(ln_2(.)) (the
 -- module contract is in nn/module.lua).
-local ffi = require("ffi")
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local LayerNorm = require("lwopt.nn.layernorm")
@@ -45,7 +44,8 @@ function Block:backward(x, dout, dx, b, t)
    local da = self:buffer("da", n * c)
    zero(dm, n * c, self.stream)
    self.mlp:backward(self.m_in, dout, dm, n)
-   ffi.copy(dmid, dout, 4 * n * c) -- the residual path
+   -- the residual path (device memory: a copy on the stream, never a host memcpy)
+   check(lib.lw_device_copy(self.stream, dmid, dout, 4 * n * c, lib.LW_COPY_DEVICE_TO_DEVICE))
    self.ln_2:backward(self.mid, dm, dmid, n)
    zero(da, n * c, self.stream)
    self.attn:backward(self.a_in, dmid, da, b, t)
