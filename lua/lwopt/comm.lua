@@ -14,6 +14,7 @@ local ops = {
    { "allreduce", lib.LW_COMM_ALLREDUCE }, { "reduce_scatter", lib.LW_COMM_REDUCE_SCATTER },
    { "allgather", lib.LW_COMM_ALLGATHER }, { "allgatherv", lib.LW_COMM_ALLGATHERV },
    { "broadcast", lib.LW_COMM_BROADCAST }, { "barrier", lib.LW_COMM_BARRIER },
+   { "alltoall", lib.LW_COMM_ALLTOALL },
 }
 -- The dtypes an all-reduce of Lua numbers takes, and their C types.
 local ctypes = { f32 = "float", f64 = "double", i64 = "int64_t" }
