@@ -507,8 +507,9 @@ lw_status lw_comm_allgather_segments(lw_comm *comm, void *bucket, const int64_t 
  * where the collective needs them later). send and recv must not overlap: no in-place form.
  * The counts must agree across ranks: recv_counts[j] here equals send_counts[rank] on rank j.
  * Only the own part is checked (send_counts[rank] == recv_counts[rank]); a mismatch between
- * ranks is the caller's error, which MPI reports only when a peer sends more than the receiver
- * expects (truncation) and NCCL not at all (a hang or wrong data). A caller that knows only its
+ * ranks is the caller's error: MPI sees it only when a peer sends more than the receiver
+ * expects (truncation, which OpenMPI 4.1 makes fatal to the job; less leaves the rest of the
+ * part as it was), NCCL not at all (a hang or wrong data). A caller that knows only its
  * send counts learns its receive counts first with this same call, one I64 count per peer:
  * lw_comm_alltoallv(comm, send_counts, ones, recv_counts, ones, LW_DTYPE_I64, NULL), ones[j] = 1
  * for every rank j; then the payload with both. Every rank calls it, even with nothing to send
