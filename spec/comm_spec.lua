@@ -21,6 +21,25 @@ describe("lw.comm", function()
       assert.equal(1, half.size)
    end)
 
+   it("exchanges lists with every rank, learning the counts first", function()
+      local c = lw.comm.self()
+      c:reset_counters()
+      assert.same({ { 1, -2, 3 } }, c:alltoallv({ { 1, -2, 3 } }))
+      assert.same({ {} }, c:alltoallv({ {} }))
+      assert.same({ { 1.5, 0.25 } }, c:alltoallv({ { 1.5, 0.25 } }, "f32"))
+      assert.equal(6, c:counters().alltoall.calls) -- the counts', then the values'
+      assert.equal(0, c:counters().alltoall.bytes) -- nothing leaves the one rank
+      assert.has_error(function() c:alltoallv({ { 1 }, { 2 } }) end,
+         "comm:alltoallv: parts must be a list of 1 lists (one per rank), got 2 lists")
+      assert.has_error(function() c:alltoallv({ 7 }) end,
+         "comm:alltoallv: parts[1] (for rank 0) must be a list, got number")
+      assert.has_error(function() c:alltoallv({ { 1, 2.5 } }) end,
+         "comm:alltoallv: parts[1][2] is 2.5, not an integer within 2^53 (dtype i64)")
+      assert.has_error(function() c:alltoallv({ { 1 } }, "f64") end,
+         "comm:alltoallv: unknown dtype 'f64' (i64 or f32)")
+      assert.equal(6, c:counters().alltoall.calls) -- refused before any collective
+   end)
+
    it("knows its local rank: 0 outside a launcher", function()
       if lw.comm.launched() ~= 0 or select(2, lw.comm.launched()) ~= 1 then
          return pending("started by a launcher")
@@ -83,6 +102,15 @@ describe("lw.comm", function()
          for _ in text:gmatch(pattern) do n = n + 1 end
          return n
       end
+
+      it("exchanges lists between every pair of ranks", function()
+         local out, status = helpers.sh(mpirun:gsub("%-np 2", "--oversubscribe -np 3")
+            .. "bin/lwopt run spec/fixtures/alltoallv.lua")
+         assert.equal(0, status)
+         for r = 0, 2 do
+            assert.matches(("rank %d of 3: alltoallv right, 4 calls\n"):format(r), out, 1, true)
+         end
+      end)
 
       it("prints an error every rank makes once, from rank 0, in one line", function()
          local out, status = helpers.sh(mpirun .. "bin/lwopt run spec/fixtures/user_error.lua")

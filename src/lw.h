@@ -400,7 +400,8 @@ typedef enum lw_comm_op {
     LW_COMM_ALLGATHER = 2,
     LW_COMM_ALLGATHERV = 3,
     LW_COMM_BROADCAST = 4,
-    LW_COMM_BARRIER = 5
+    LW_COMM_BARRIER = 5,
+    LW_COMM_ALLTOALL = 6
 } lw_comm_op;
 
 /* Per-operation counters: calls, bytes this rank sends under ring algorithms ((p-1)/p of the
@@ -410,7 +411,9 @@ typedef enum lw_comm_op {
  * lw_comm_reduce_scatterv, LW_COMM_ALLGATHER for lw_comm_allgather_segments) by the same rule:
  * (p-1)/p of the bucket's total elements times the element size, whatever the segments' sizes
  * (the average over ranks of what a ring sends), so that a padded layout's syncs and a packed
- * one's compare by the bytes each bucket holds. */
+ * one's compare by the bytes each bucket holds. LW_COMM_ALLTOALL (lw_comm_alltoallv) counts the
+ * bytes this rank sends to other ranks: the sum of its send counts less send_counts[rank] (its
+ * own part, a local copy), times the element size. */
 typedef struct lw_comm_counter {
     int64_t calls;
     int64_t bytes;
@@ -495,6 +498,33 @@ lw_status lw_comm_reduce_scatterv(lw_comm *comm, float *bucket, const int64_t *c
  * this rank's own segment is what it sends, and is left as it was. */
 lw_status lw_comm_allgather_segments(lw_comm *comm, void *bucket, const int64_t *counts,
                                      lw_dtype dtype, lw_request *req);
+/* All-to-all with variable counts (mixture-of-experts dispatch and combine): this rank sends
+ * send[sdispl[j], +send_counts[j]) to each rank j and receives from each rank j into
+ * recv[rdispl[j], +recv_counts[j]), sdispl and rdispl the prefix sums of the counts, in elements
+ * of dtype: F32, BF16 or F16 (activations, moved as bits) or I64 (routing metadata: expert ids,
+ * positions, counts). Its own part (j = rank) is copied too; the rest of recv is left as it was.
+ * send_counts and recv_counts: one per rank, each >= 0, [borrowed] for the call only (copied
+ * where the collective needs them later). send and recv must not overlap: no in-place form.
+ * The counts must agree across ranks: recv_counts[j] here equals send_counts[rank] on rank j.
+ * Only the own part is checked (send_counts[rank] == recv_counts[rank]); a mismatch between
+ * ranks is the caller's error: MPI sees it only when a peer sends more than the receiver
+ * expects (truncation, which OpenMPI 4.1 makes fatal to the job; less leaves the rest of the
+ * part as it was), NCCL not at all (a hang or wrong data). A caller that knows only its
+ * send counts learns its receive counts first with this same call, one I64 count per peer:
+ * lw_comm_alltoallv(comm, send_counts, ones, recv_counts, ones, LW_DTYPE_I64, NULL), ones[j] = 1
+ * for every rank j; then the payload with both. Every rank calls it, even with nothing to send
+ * or receive. Refused before anything starts, naming the collective and the value:
+ * LW_ERR_INVALID for a bad dtype, NULL counts, a negative count, counts adding up past 2^60 - 1
+ * elements, a NULL send or recv with a total above 0, overlapping buffers, an own part that
+ * differs between the send and receive counts; LW_ERR_UNSUPPORTED for a send or receive total
+ * past the backend's limit (MPI: 2^31 - 1 elements, its counts and displacements are int).
+ * Unlike the other collectives' counts these differ between ranks, so a rank that refuses its
+ * call may be the only one: its peers then wait for it until the watchdog ends them.
+ * Nonblocking with req, blocking with req NULL; requests, counters (LW_COMM_ALLTOALL), labels
+ * and the watchdog as the other collectives. On a device communicator: device memory only. */
+lw_status lw_comm_alltoallv(lw_comm *comm, const void *send, const int64_t *send_counts,
+                            void *recv, const int64_t *recv_counts, lw_dtype dtype,
+                            lw_request *req);
 /* Variable-size all-gather: rank r contributes counts[r] floats; recv holds them in rank order.
  * send_count must equal counts[rank]. Blocking. */
 lw_status lw_comm_allgatherv(lw_comm *comm, const float *send, int64_t send_count, float *recv,
@@ -503,8 +533,8 @@ lw_status lw_comm_allgatherv(lw_comm *comm, const float *send, int64_t send_coun
 lw_status lw_comm_abort(lw_comm *comm, int32_t code);
 lw_status lw_comm_counter_get(const lw_comm *comm, lw_comm_op op, lw_comm_counter *out);
 void lw_comm_counters_reset(lw_comm *comm);
-/* "all-reduce", "reduce-scatter", "all-gather", "all-gather-v", "broadcast", "barrier";
- * "unknown" otherwise. [borrowed] static string. */
+/* "all-reduce", "reduce-scatter", "all-gather", "all-gather-v", "broadcast", "barrier",
+ * "all-to-all"; "unknown" otherwise. [borrowed] static string. */
 const char *lw_comm_op_name(lw_comm_op op);
 
 /* Seconds a collective on comm may be in flight before the watchdog ends it; 0 turns the

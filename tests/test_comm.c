@@ -1,5 +1,6 @@
 /* test_comm.c: every collective against a direct computation, the variable-count forms over
- * unequal, empty and lopsided segments too, at whatever rank count it is started with (ctest
+ * unequal, empty and lopsided segments too, and the all-to-all-v over such counts in every
+ * dtype it takes, at whatever rank count it is started with (ctest
  * runs it alone and under mpirun -np 2 and -np 3). Each rank's data is a known function of
  * (rank, index), so every rank can compute the expected result itself. */
 #include "check.h"
@@ -304,6 +305,272 @@ static void test_segments_errors(lw_comm *c) {
     free(counts);
 }
 
+/* ---- all-to-all-v ---- */
+
+#define A2A_PATTERNS 6
+#define A2A_GUARD 65535 /* past the ends of the buffers, and nowhere else */
+
+/* Elements rank `from` sends rank `to` in pattern k: unequal, its own part too; none to some
+ * peers (and to itself on some ranks); every rank to the last rank only; only rank 0, to every
+ * other rank; nothing at all; large (MPI's long-message algorithms). */
+static int64_t a2a_count(int k, int from, int to, int size) {
+    switch (k) {
+    case 0: return 1 + 3 * from + 2 * to;
+    case 1: return (from + to) % 2 == 0 ? 0 : 5 + from + to;
+    case 2: return to == size - 1 ? 100 + from : 0;
+    case 3: return from == 0 && to != 0 ? 7 * to : 0;
+    case 4: return 0;
+    default: return 40000 + 333 * from + 77 * to;
+    }
+}
+
+/* Element i of what rank `from` sends rank `to`, distinct per (from, to, i) in every dtype: i64
+ * holds all three; f32 (exact small integers) and the two-byte bits wrap i. */
+static int64_t a2a_value(lw_dtype d, int from, int to, int64_t i) {
+    if (d == LW_DTYPE_I64) return ((int64_t)from << 40) + ((int64_t)to << 32) + i;
+    if (d == LW_DTYPE_F32) return from * 4096 + to * 256 + i % 200;
+    return from * 4096 + to * 512 + i % 500;
+}
+
+static void a2a_put(lw_dtype d, void *b, int64_t at, int64_t v) {
+    if (d == LW_DTYPE_I64) ((int64_t *)b)[at] = v;
+    else if (d == LW_DTYPE_F32) ((float *)b)[at] = (float)v;
+    else ((uint16_t *)b)[at] = (uint16_t)v;
+}
+
+static int64_t a2a_get(lw_dtype d, const void *b, int64_t at) {
+    if (d == LW_DTYPE_I64) return ((const int64_t *)b)[at];
+    if (d == LW_DTYPE_F32) return (int64_t)((const float *)b)[at];
+    return ((const uint16_t *)b)[at];
+}
+
+static size_t a2a_size(lw_dtype d) {
+    return d == LW_DTYPE_I64 ? 8 : d == LW_DTYPE_F32 ? 4 : 2;
+}
+
+/* One exchange of pattern k: this rank's send buffer and counts, its receive buffer (all guard)
+ * and counts, each buffer one guard element longer; [out] the totals. */
+typedef struct a2a {
+    int64_t *send_counts, *recv_counts, sent, received;
+    void *send, *recv;
+} a2a;
+
+static a2a a2a_make(lw_comm *c, int k, lw_dtype d) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    a2a x = {0};
+    x.send_counts = malloc(sizeof(int64_t) * (size_t)size);
+    x.recv_counts = malloc(sizeof(int64_t) * (size_t)size);
+    for (int j = 0; j < size; j++) {
+        x.send_counts[j] = a2a_count(k, rank, j, size);
+        x.recv_counts[j] = a2a_count(k, j, rank, size);
+        x.sent += x.send_counts[j];
+        x.received += x.recv_counts[j];
+    }
+    x.send = malloc(a2a_size(d) * (size_t)(x.sent + 1));
+    x.recv = malloc(a2a_size(d) * (size_t)(x.received + 1));
+    int64_t at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x.send_counts[j]; i++)
+            a2a_put(d, x.send, at++, a2a_value(d, rank, j, i));
+    a2a_put(d, x.send, x.sent, A2A_GUARD);
+    for (int64_t i = 0; i <= x.received; i++) a2a_put(d, x.recv, i, A2A_GUARD);
+    return x;
+}
+
+/* Mismatches after the exchange: every part received where it belongs, the guard past the
+ * receive buffer untouched, the send buffer as it was. */
+static int a2a_wrong(lw_comm *c, const a2a *x, lw_dtype d) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int bad = 0;
+    int64_t at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x->recv_counts[j]; i++)
+            bad += a2a_get(d, x->recv, at++) != a2a_value(d, j, rank, i);
+    bad += a2a_get(d, x->recv, x->received) != A2A_GUARD;
+    at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x->send_counts[j]; i++)
+            bad += a2a_get(d, x->send, at++) != a2a_value(d, rank, j, i);
+    bad += a2a_get(d, x->send, x->sent) != A2A_GUARD;
+    return bad;
+}
+
+static void a2a_free(a2a *x) {
+    free(x->send_counts), free(x->recv_counts), free(x->send), free(x->recv);
+}
+
+/* Starts x's exchange on req (NULL: blocking), with its counts on the heap, spoiled and freed
+ * right after the call, and NULL for an empty side (allowed with a total of 0). */
+static lw_status a2a_start(lw_comm *c, a2a *x, lw_dtype d, lw_request *req) {
+    const int size = lw_comm_size(c);
+    int64_t *sc = counts_copy(x->send_counts, size), *rc = counts_copy(x->recv_counts, size);
+    lw_status st = lw_comm_alltoallv(c, x->sent > 0 ? x->send : NULL, sc,
+                                     x->received > 0 ? x->recv : NULL, rc, d, req);
+    spoil_and_free(sc, size);
+    spoil_and_free(rc, size);
+    return st;
+}
+
+static void test_alltoallv(lw_comm *c) {
+    const lw_dtype dtypes[4] = {LW_DTYPE_F32, LW_DTYPE_I64, LW_DTYPE_BF16, LW_DTYPE_F16};
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < A2A_PATTERNS; k++) {
+        for (int t = 0; t < 4; t++) {
+            for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+                a2a x = a2a_make(c, k, dtypes[t]);
+                CHECK_OK(a2a_start(c, &x, dtypes[t], nonblocking ? req : NULL));
+                if (nonblocking && t % 2 == 0) {
+                    bool done = false;
+                    while (!done) CHECK_OK(lw_request_test(req, &done));
+                } else if (nonblocking) {
+                    CHECK_OK(lw_request_wait(req));
+                }
+                CHECK(!lw_request_active(req));
+                const int bad = a2a_wrong(c, &x, dtypes[t]);
+                if (bad) fprintf(stderr, "all-to-all-v pattern %d dtype %d%s: %d wrong\n", k,
+                                 (int)dtypes[t], nonblocking ? " (nonblocking)" : "", bad);
+                CHECK_EQ(bad, 0);
+                a2a_free(&x);
+            }
+        }
+    }
+    lw_request_free(req);
+}
+
+/* The pattern lw.h documents: a rank that knows only what it sends learns what it receives with
+ * an all-to-all of one i64 count per peer, then exchanges the payload with both. */
+static void test_alltoallv_counts_first(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    int64_t *ones = malloc(sizeof(int64_t) * (size_t)size);
+    int64_t *learned = malloc(sizeof(int64_t) * (size_t)size);
+    for (int j = 0; j < size; j++) ones[j] = 1, learned[j] = -1;
+    a2a x = a2a_make(c, 0, LW_DTYPE_F32);
+    CHECK_OK(lw_comm_alltoallv(c, x.send_counts, ones, learned, ones, LW_DTYPE_I64, NULL));
+    int bad = 0;
+    for (int j = 0; j < size; j++) bad += learned[j] != a2a_count(0, j, rank, size);
+    CHECK_EQ(bad, 0);
+    CHECK_OK(lw_comm_alltoallv(c, x.send, x.send_counts, x.recv, learned, LW_DTYPE_F32, NULL));
+    CHECK_EQ(a2a_wrong(c, &x, LW_DTYPE_F32), 0);
+    a2a_free(&x);
+    free(ones), free(learned);
+}
+
+/* All-to-alls on their own requests in flight with the other collectives, started in one order
+ * on every rank, a blocking all-reduce and all-to-all among them, waited for in another. */
+static void test_alltoallv_interleaved(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    a2a x = a2a_make(c, 5, LW_DTYPE_BF16), y = a2a_make(c, 1, LW_DTYPE_I64);
+    a2a z = a2a_make(c, 2, LW_DTYPE_F32);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
+    const int64_t total = segment_counts(0, size, counts);
+    float *b = malloc(sizeof(float) * (size_t)total);
+    for (int64_t i = 0; i < total; i++) b[i] = value(rank, i);
+    lw_request *rx, *ry, *rb;
+    CHECK_OK(lw_request_new(&rx));
+    CHECK_OK(lw_request_new(&ry));
+    CHECK_OK(lw_request_new(&rb));
+    CHECK_OK(lw_request_set_label(rx, "the expert dispatch"));
+    CHECK_OK(a2a_start(c, &x, LW_DTYPE_BF16, rx));
+    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, rb));
+    CHECK_OK(a2a_start(c, &y, LW_DTYPE_I64, ry));
+    if (size > 1) {
+        CHECK(lw_request_active(rx));
+        CHECK_FAILS(a2a_start(c, &y, LW_DTYPE_I64, ry), LW_ERR_STATE, "still active");
+    }
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, size);
+    CHECK_OK(a2a_start(c, &z, LW_DTYPE_F32, NULL));
+    CHECK_EQ(a2a_wrong(c, &z, LW_DTYPE_F32), 0);
+    bool done = false;
+    CHECK_OK(lw_request_test(ry, &done));
+    CHECK_OK(lw_request_wait(rb));
+    CHECK_OK(lw_request_wait(ry));
+    CHECK_OK(lw_request_wait(rx));
+    CHECK_EQ(a2a_wrong(c, &x, LW_DTYPE_BF16), 0);
+    CHECK_EQ(a2a_wrong(c, &y, LW_DTYPE_I64), 0);
+    CHECK_EQ(reduce_scatterv_wrong(b, counts, rank, size), 0);
+    lw_request_free(rx), lw_request_free(ry), lw_request_free(rb);
+    a2a_free(&x), a2a_free(&y), a2a_free(&z);
+    free(counts), free(b);
+}
+
+/* Bad arguments, refused before anything starts (every rank makes the same bad call here, so
+ * none is left waiting), naming the collective and the value; the MPI backend's limit is int's. */
+static void test_alltoallv_errors(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    a2a x = a2a_make(c, 0, LW_DTYPE_F32);
+    int64_t *sc = x.send_counts, *rc = x.recv_counts;
+    void *s = x.send, *r = x.recv;
+    const lw_dtype f32 = LW_DTYPE_F32;
+    CHECK_FAILS(lw_comm_alltoallv(c, s, NULL, r, rc, f32, NULL), LW_ERR_INVALID,
+                "comm: all-to-all-v without send counts");
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, NULL, f32, NULL), LW_ERR_INVALID,
+                "comm: all-to-all-v without receive counts");
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, rc, LW_DTYPE_F64, NULL), LW_ERR_INVALID,
+                "comm: all-to-all-v of dtype 3 (f32, bf16, f16 or i64)");
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, rc, (lw_dtype)77, NULL), LW_ERR_INVALID,
+                "all-to-all-v of dtype 77");
+    char expect[160];
+    const int64_t keep_s = sc[size - 1], keep_r = rc[size - 1];
+    sc[size - 1] = -2;
+    snprintf(expect, sizeof expect, "comm: all-to-all-v send count -2 for rank %d", size - 1);
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, rc, f32, NULL), LW_ERR_INVALID, expect);
+    sc[size - 1] = keep_s;
+    rc[size - 1] = -3;
+    snprintf(expect, sizeof expect, "comm: all-to-all-v receive count -3 for rank %d", size - 1);
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, rc, f32, NULL), LW_ERR_INVALID, expect);
+    rc[size - 1] = keep_r;
+    const int64_t keep_0 = sc[0];
+    sc[0] = INT64_MAX;
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, rc, f32, NULL), LW_ERR_INVALID,
+                "all-to-all-v send counts add up past 1152921504606846975 elements at rank 0");
+    sc[0] = keep_0;
+    /* this rank's part to itself is in both sets of counts: they must agree */
+    sc[rank] += 1;
+    snprintf(expect, sizeof expect, "all-to-all-v on rank %d: send_counts[%d] is %lld but "
+             "recv_counts[%d] is %lld", rank, rank, (long long)sc[rank], rank,
+             (long long)rc[rank]);
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, r, rc, f32, NULL), LW_ERR_INVALID, expect);
+    sc[rank] -= 1;
+    snprintf(expect, sizeof expect, "all-to-all-v sends %lld elements from a NULL buffer",
+             (long long)x.sent);
+    CHECK_FAILS(lw_comm_alltoallv(c, NULL, sc, r, rc, f32, NULL), LW_ERR_INVALID, expect);
+    snprintf(expect, sizeof expect, "all-to-all-v receives %lld elements into a NULL buffer",
+             (long long)x.received);
+    CHECK_FAILS(lw_comm_alltoallv(c, s, sc, NULL, rc, f32, NULL), LW_ERR_INVALID, expect);
+    /* no in-place form: the same buffer, or one starting inside the other */
+    float *both = malloc(sizeof(float) * (size_t)(x.sent + x.received));
+    CHECK_FAILS(lw_comm_alltoallv(c, both, sc, both, rc, f32, NULL), LW_ERR_INVALID,
+                "overlaps its receive buffer");
+    CHECK_FAILS(lw_comm_alltoallv(c, both + x.received - 1, sc, both, rc, f32, NULL),
+                LW_ERR_INVALID, "there is no in-place form");
+    CHECK_FAILS(lw_comm_alltoallv(c, both, sc, both + x.sent - 1, rc, f32, NULL),
+                LW_ERR_INVALID, "overlaps");
+    /* back to back is apart */
+    CHECK_OK(lw_comm_alltoallv(c, both, sc, both + x.sent, rc, f32, NULL));
+    free(both);
+    /* 2^31 elements one way: MPI's counts and displacements are int (a peer's part, so that the
+     * own part stays alike; one rank has no peer and self no limit) */
+    if (strcmp(lw_comm_backend(c), "mpi") == 0 && size > 1) {
+        int64_t *zero = calloc((size_t)size, sizeof(int64_t));
+        int64_t *big = calloc((size_t)size, sizeof(int64_t));
+        big[(rank + 1) % size] = (int64_t)1 << 31;
+        CHECK_FAILS(lw_comm_alltoallv(c, s, big, NULL, zero, LW_DTYPE_BF16, NULL),
+                    LW_ERR_UNSUPPORTED, "comm: all-to-all-v sends 2147483648 elements, past the "
+                    "mpi backend's limit of 2147483647 elements per collective each way");
+        CHECK_FAILS(lw_comm_alltoallv(c, NULL, zero, r, big, LW_DTYPE_I64, NULL),
+                    LW_ERR_UNSUPPORTED, "all-to-all-v receives 2147483648 elements, past");
+        free(zero), free(big);
+    }
+    /* the communicator still works, in step on every rank */
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, size);
+    a2a_free(&x);
+}
+
 static void test_allreduce(lw_comm *c) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     float f[3] = {(float)rank, 1.0f, (float)(rank * rank)};
@@ -399,6 +666,25 @@ static void test_counters(lw_comm *c) {
     CHECK_EQ(agv.calls, 2);
     CHECK_EQ(rsv.bytes, rs.bytes);
     CHECK_EQ(agv.bytes, ag.bytes + ag.bytes / 2); /* bf16: half the bytes */
+    /* the all-to-all: what this rank sends its peers, not its own part; nothing else counted */
+    a2a x = a2a_make(c, 0, LW_DTYPE_F32), y = a2a_make(c, 3, LW_DTYPE_BF16);
+    lw_comm_counters_reset(c);
+    CHECK_OK(a2a_start(c, &x, LW_DTYPE_F32, NULL));
+    CHECK_OK(a2a_start(c, &y, LW_DTYPE_BF16, NULL));
+    lw_comm_counter a2a_n, none;
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLTOALL, &a2a_n));
+    CHECK_EQ(a2a_n.calls, 2);
+    const int rank = lw_comm_rank(c);
+    CHECK_EQ(a2a_n.bytes,
+             (x.sent - x.send_counts[rank]) * 4 + (y.sent - y.send_counts[rank]) * 2);
+    CHECK(a2a_n.seconds >= 0);
+    for (int op = LW_COMM_ALLREDUCE; op < LW_COMM_ALLTOALL; op++) {
+        CHECK_OK(lw_comm_counter_get(c, (lw_comm_op)op, &none));
+        CHECK_EQ(none.calls, 0);
+    }
+    CHECK_FAILS(lw_comm_counter_get(c, (lw_comm_op)(LW_COMM_ALLTOALL + 1), &none), LW_ERR_INVALID,
+                "unknown counter 7");
+    a2a_free(&x), a2a_free(&y);
     free(counts);
     free(b);
 }
@@ -511,6 +797,10 @@ int main(void) {
     test_allgather_segments(c);
     test_segments_interleaved(c);
     test_segments_errors(c);
+    test_alltoallv(c);
+    test_alltoallv_counts_first(c);
+    test_alltoallv_interleaved(c);
+    test_alltoallv_errors(c);
     test_allreduce(c);
     test_allgatherv(c);
     test_broadcast_split_barrier(c);

@@ -3,7 +3,7 @@
  * (one rank, over the self communicator: NCCL still runs every collective) or under mpirun with a
  * GPU per rank. Also requests with test / wait and a stream, the ordering after a stream, host
  * memory through the parent, split, counters, the blocking forms with the watchdog on and off,
- * and the variable-count forms over unequal, empty and lopsided segments.
+ * the variable-count forms over unequal, empty and lopsided segments, and the all-to-all-v.
  * Skips (exit 77) when no GPU can be had, saying why. */
 #include "check.h"
 
@@ -396,6 +396,244 @@ static void test_segments_interleaved(lw_comm *c) {
     free(ha), free(hg), free(he), free(ca), free(cb);
 }
 
+/* ---- all-to-all-v: the patterns of test_comm.c on the GPU's memory ---- */
+
+#define A2A_PATTERNS 6
+#define A2A_GUARD 65535 /* past the ends of the buffers, and nowhere else */
+
+/* Elements rank `from` sends rank `to` in pattern k: unequal, its own part too; none to some
+ * peers (and to itself on some ranks); every rank to the last rank only; only rank 0, to every
+ * other rank; nothing at all; large. */
+static int64_t a2a_count(int k, int from, int to, int size) {
+    switch (k) {
+    case 0:
+        return 1 + 3 * from + 2 * to;
+    case 1:
+        return (from + to) % 2 == 0 ? 0 : 5 + from + to;
+    case 2:
+        return to == size - 1 ? 100 + from : 0;
+    case 3:
+        return from == 0 && to != 0 ? 7 * to : 0;
+    case 4:
+        return 0;
+    default:
+        return (1 << 18) + 333 * from + 77 * to;
+    }
+}
+
+/* Element i of what rank `from` sends rank `to`, distinct per (from, to, i) in every dtype. */
+static int64_t a2a_value(lw_dtype d, int from, int to, int64_t i) {
+    if (d == LW_DTYPE_I64) return ((int64_t)from << 40) + ((int64_t)to << 32) + i;
+    if (d == LW_DTYPE_F32) return from * 4096 + to * 256 + i % 200;
+    return from * 4096 + to * 512 + i % 500;
+}
+
+static void a2a_put(lw_dtype d, void *b, int64_t at, int64_t v) {
+    if (d == LW_DTYPE_I64)
+        ((int64_t *)b)[at] = v;
+    else if (d == LW_DTYPE_F32)
+        ((float *)b)[at] = (float)v;
+    else
+        ((uint16_t *)b)[at] = (uint16_t)v;
+}
+
+static int64_t a2a_get(lw_dtype d, const void *b, int64_t at) {
+    if (d == LW_DTYPE_I64) return ((const int64_t *)b)[at];
+    if (d == LW_DTYPE_F32) return (int64_t)((const float *)b)[at];
+    return ((const uint16_t *)b)[at];
+}
+
+static size_t a2a_size(lw_dtype d) { return d == LW_DTYPE_I64 ? 8 : d == LW_DTYPE_F32 ? 4 : 2; }
+
+/* One exchange of pattern k: this rank's counts, its host arrays (the receive one all guard)
+ * and their device copies, each one guard element longer. */
+typedef struct a2a {
+    lw_dtype d;
+    int64_t *send_counts, *recv_counts, sent, received;
+    void *send, *recv;     /* host */
+    void *d_send, *d_recv; /* the GPU's */
+} a2a;
+
+/* x's arrays to the GPU, on stream s (host-to-device copies: complete when it returns). */
+static a2a a2a_make(lw_comm *c, int k, lw_dtype d, lw_stream *s) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    a2a x = {.d = d};
+    x.send_counts = malloc(sizeof(int64_t) * (size_t)size);
+    x.recv_counts = malloc(sizeof(int64_t) * (size_t)size);
+    for (int j = 0; j < size; j++) {
+        x.send_counts[j] = a2a_count(k, rank, j, size);
+        x.recv_counts[j] = a2a_count(k, j, rank, size);
+        x.sent += x.send_counts[j];
+        x.received += x.recv_counts[j];
+    }
+    const size_t sb = a2a_size(d) * (size_t)(x.sent + 1);
+    const size_t rb = a2a_size(d) * (size_t)(x.received + 1);
+    x.send = malloc(sb);
+    x.recv = malloc(rb);
+    int64_t at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x.send_counts[j]; i++)
+            a2a_put(d, x.send, at++, a2a_value(d, rank, j, i));
+    a2a_put(d, x.send, x.sent, A2A_GUARD);
+    for (int64_t i = 0; i <= x.received; i++)
+        a2a_put(d, x.recv, i, A2A_GUARD);
+    CHECK_OK(lw_device_alloc(gpu, (int64_t)sb, &x.d_send));
+    CHECK_OK(lw_device_alloc(gpu, (int64_t)rb, &x.d_recv));
+    CHECK_OK(lw_device_copy(s, x.d_send, x.send, (int64_t)sb, LW_COPY_HOST_TO_DEVICE));
+    CHECK_OK(lw_device_copy(s, x.d_recv, x.recv, (int64_t)rb, LW_COPY_HOST_TO_DEVICE));
+    return x;
+}
+
+/* Starts x's exchange on req (NULL: blocking), its counts on the heap, spoiled and freed right
+ * after the call (NCCL enqueues everything during it). */
+static lw_status a2a_start(lw_comm *c, a2a *x, lw_request *req) {
+    const int size = lw_comm_size(c);
+    int64_t *sc = counts_copy(x->send_counts, size), *rc = counts_copy(x->recv_counts, size);
+    lw_status st = lw_comm_alltoallv(c, x->d_send, sc, x->d_recv, rc, x->d, req);
+    spoil_and_free(sc, size);
+    spoil_and_free(rc, size);
+    return st;
+}
+
+/* Mismatches after the exchange completed: every part received where it belongs, the guard
+ * past the receive buffer untouched, the send buffer as it was. */
+static int a2a_wrong(lw_comm *c, a2a *x) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    const lw_dtype d = x->d;
+    to_host(x->recv, x->d_recv, (int64_t)a2a_size(d) * (x->received + 1));
+    to_host(x->send, x->d_send, (int64_t)a2a_size(d) * (x->sent + 1));
+    int bad = 0;
+    int64_t at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x->recv_counts[j]; i++)
+            bad += a2a_get(d, x->recv, at++) != a2a_value(d, j, rank, i);
+    bad += a2a_get(d, x->recv, x->received) != A2A_GUARD;
+    at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x->send_counts[j]; i++)
+            bad += a2a_get(d, x->send, at++) != a2a_value(d, rank, j, i);
+    bad += a2a_get(d, x->send, x->sent) != A2A_GUARD;
+    return bad;
+}
+
+static void a2a_free(a2a *x) {
+    lw_device_free(gpu, x->d_send), lw_device_free(gpu, x->d_recv);
+    free(x->send_counts), free(x->recv_counts), free(x->send), free(x->recv);
+}
+
+/* Every pattern in f32, i64, bf16 and f16, blocking and on a request (polled or waited for);
+ * alone, NCCL's backend copies the own part on its stream. */
+static void test_alltoallv(lw_comm *c) {
+    const lw_dtype dtypes[4] = {LW_DTYPE_F32, LW_DTYPE_I64, LW_DTYPE_BF16, LW_DTYPE_F16};
+    lw_request *req;
+    CHECK_OK(lw_request_new(&req));
+    for (int k = 0; k < A2A_PATTERNS; k++) {
+        for (int t = 0; t < 4; t++) {
+            for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+                a2a x = a2a_make(c, k, dtypes[t], gs);
+                CHECK_OK(a2a_start(c, &x, nonblocking ? req : NULL));
+                bool done = !nonblocking;
+                while (!done && t % 2 == 0)
+                    CHECK_OK(lw_request_test(req, &done));
+                CHECK_OK(lw_request_wait(req));
+                CHECK(!lw_request_active(req));
+                const int bad = a2a_wrong(c, &x);
+                if (bad)
+                    fprintf(stderr, "all-to-all-v pattern %d dtype %d%s: %d wrong\n", k,
+                            (int)dtypes[t], nonblocking ? " (nonblocking)" : "", bad);
+                CHECK_EQ(bad, 0);
+                a2a_free(&x);
+            }
+        }
+    }
+    lw_request_free(req);
+}
+
+/* In flight on their own requests behind a stream of the caller's that wrote the data, with an
+ * all-reduce of host memory, a reduce-scatter and a blocking all-to-all between them, waited
+ * for in another order; the counts learned first, as lw.h's pattern does it (i64 counts of the
+ * GPU's memory); then host memory and bad arguments, refused; then the counters. */
+static void test_alltoallv_interleaved(lw_comm *c) {
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    lw_stream *s = NULL;
+    CHECK_OK(lw_stream_new(gpu, &s));
+    a2a x = a2a_make(c, 5, LW_DTYPE_BF16, s), y = a2a_make(c, 1, LW_DTYPE_I64, s);
+    a2a z = a2a_make(c, 2, LW_DTYPE_F32, gs);
+    const int64_t n = 64 * (int64_t)size;
+    float *he = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        he[i] = 1.0f;
+    float *e = to_device(he, n);
+    lw_request *rx, *ry, *re;
+    CHECK_OK(lw_request_new(&rx));
+    CHECK_OK(lw_request_new(&ry));
+    CHECK_OK(lw_request_new(&re));
+    CHECK_OK(lw_request_set_stream(rx, s));
+    CHECK_OK(lw_request_set_stream(ry, s));
+    CHECK_OK(a2a_start(c, &x, rx));
+    CHECK_OK(lw_comm_reduce_scatter(c, e, n, re));
+    CHECK_OK(a2a_start(c, &y, ry));
+    CHECK_FAILS(a2a_start(c, &y, ry), LW_ERR_STATE, "still active");
+    int64_t one = 1;
+    CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    CHECK_EQ(one, size);
+    CHECK_OK(a2a_start(c, &z, NULL));
+    CHECK_OK(lw_request_wait(ry));
+    CHECK_OK(lw_request_wait(re));
+    CHECK_OK(lw_request_wait(rx));
+    CHECK_EQ(a2a_wrong(c, &x), 0);
+    CHECK_EQ(a2a_wrong(c, &y), 0);
+    CHECK_EQ(a2a_wrong(c, &z), 0);
+    to_host(he, e, sizeof(float) * n);
+    CHECK(he[rank * 64] == (float)size && he[rank * 64 + 63] == (float)size);
+
+    /* the receive counts learned from the send counts: one i64 per peer, on the GPU */
+    int64_t *ones = malloc(sizeof(int64_t) * (size_t)size);
+    int64_t *learned = malloc(sizeof(int64_t) * (size_t)size);
+    for (int j = 0; j < size; j++)
+        ones[j] = 1;
+    int64_t *d_counts = NULL, *d_learned = NULL;
+    CHECK_OK(lw_device_alloc(gpu, 8 * (int64_t)size, (void **)&d_counts));
+    CHECK_OK(lw_device_alloc(gpu, 8 * (int64_t)size, (void **)&d_learned));
+    CHECK_OK(lw_device_copy(gs, d_counts, x.send_counts, 8 * (int64_t)size,
+                            LW_COPY_HOST_TO_DEVICE));
+    CHECK_OK(lw_comm_alltoallv(c, d_counts, ones, d_learned, ones, LW_DTYPE_I64, NULL));
+    to_host(learned, d_learned, 8 * (int64_t)size);
+    int bad = 0;
+    for (int j = 0; j < size; j++)
+        bad += learned[j] != x.recv_counts[j];
+    CHECK_EQ(bad, 0);
+
+    /* host memory is the parent's business: all-to-all-v takes the GPU's only */
+    CHECK_FAILS(lw_comm_alltoallv(c, x.send, x.send_counts, x.recv, x.recv_counts, LW_DTYPE_BF16,
+                                  NULL),
+                LW_ERR_INVALID, "all-to-all-v of host memory");
+    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, x.send_counts, x.d_send, x.recv_counts,
+                                  LW_DTYPE_BF16, NULL),
+                LW_ERR_INVALID, "there is no in-place form");
+    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, x.send_counts, x.d_recv, x.recv_counts,
+                                  LW_DTYPE_F64, NULL),
+                LW_ERR_INVALID, "all-to-all-v of dtype 3");
+    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, NULL, x.d_recv, x.recv_counts, LW_DTYPE_BF16,
+                                  NULL),
+                LW_ERR_INVALID, "all-to-all-v without send counts");
+
+    /* counted: the bytes sent to other ranks */
+    lw_comm_counters_reset(c);
+    CHECK_OK(a2a_start(c, &x, NULL));
+    lw_comm_counter a2a_n;
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLTOALL, &a2a_n));
+    CHECK_EQ(a2a_n.calls, 1);
+    CHECK_EQ(a2a_n.bytes, (x.sent - x.send_counts[rank]) * 2);
+    CHECK_EQ(a2a_wrong(c, &x), 0);
+
+    lw_request_free(rx), lw_request_free(ry), lw_request_free(re);
+    lw_stream_free(s);
+    a2a_free(&x), a2a_free(&y), a2a_free(&z);
+    lw_device_free(gpu, e), lw_device_free(gpu, d_counts), lw_device_free(gpu, d_learned);
+    free(he), free(ones), free(learned);
+}
+
 static void test_allreduce(lw_comm *parent, lw_comm *c) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     /* device memory: NCCL */
@@ -598,6 +836,8 @@ int main(void) {
     test_reduce_scatterv(c);
     test_allgather_segments(c);
     test_segments_interleaved(c);
+    test_alltoallv(c);
+    test_alltoallv_interleaved(c);
     test_allreduce(parent, c);
     test_broadcast_barrier_split(c);
     test_blocking_and_requests(parent, c);

@@ -1,7 +1,7 @@
 /* test_watchdog.c: the collectives' watchdog settings: LWOPT_TIMEOUT at creation, the setters'
- * argument checks, splits inheriting the timeout, phase and labels, and the self backend
- * never timing out. Runs alone and under mpirun (-np 2, -np 3); a rank that really stops is
- * tests/lua/watchdog.sh's case. */
+ * argument checks, splits inheriting the timeout, phase and labels, every collective under the
+ * watchdog off and on, and the self backend never timing out. Runs alone and under mpirun
+ * (-np 2, -np 3); a rank that really stops is tests/lua/watchdog.sh's case. */
 #include "check.h"
 
 #include <math.h>
@@ -76,6 +76,8 @@ static void test_setters(lw_comm *c) {
     CHECK(strcmp(lw_comm_op_name(LW_COMM_REDUCE_SCATTER), "reduce-scatter") == 0);
     CHECK(strcmp(lw_comm_op_name(LW_COMM_ALLREDUCE), "all-reduce") == 0);
     CHECK(strcmp(lw_comm_op_name(LW_COMM_BARRIER), "barrier") == 0);
+    CHECK(strcmp(lw_comm_op_name(LW_COMM_ALLTOALL), "all-to-all") == 0);
+    CHECK(strcmp(lw_comm_op_name((lw_comm_op)(LW_COMM_ALLTOALL + 1)), "unknown") == 0);
     CHECK(strcmp(lw_comm_op_name((lw_comm_op)99), "unknown") == 0);
     CHECK_EQ(LW_ERR_TIMEOUT, -7);
 }
@@ -142,6 +144,27 @@ static void test_collectives(lw_comm *c) {
         CHECK_OK(lw_comm_allgather_segments(c, all, counts, LW_DTYPE_F32, req));
         CHECK_OK(lw_request_wait(req));
         CHECK(all[0] == (float)size && all[size * (size + 1) / 2 - 1] == (float)size);
+        /* the all-to-all-v, labelled, blocking and not: rank r sends r + 1 i64s to each rank */
+        const int64_t rank = lw_comm_rank(c);
+        int64_t *send_counts = malloc(sizeof(int64_t) * (size_t)size);
+        int64_t *send = malloc(sizeof(int64_t) * (size_t)(size * (rank + 1)));
+        int64_t *got = malloc(sizeof(int64_t) * (size_t)(size * (size + 1) / 2));
+        for (int r = 0; r < size; r++)
+            send_counts[r] = rank + 1;
+        for (int i = 0; i < size * (rank + 1); i++)
+            send[i] = rank * 1000 + i / (rank + 1);
+        for (int blocking = 0; blocking < 2; blocking++) {
+            for (int i = 0; i < size * (size + 1) / 2; i++)
+                got[i] = -1;
+            CHECK_OK(lw_comm_set_label(c, "the expert dispatch"));
+            CHECK_OK(lw_comm_alltoallv(c, send, send_counts, got, counts, LW_DTYPE_I64,
+                                       blocking ? NULL : req));
+            CHECK_OK(lw_request_wait(req));
+            /* from rank r: r + 1 elements r * 1000 + this rank */
+            CHECK_EQ(got[0], rank);
+            CHECK_EQ(got[size * (size + 1) / 2 - 1], (size - 1) * 1000 + rank);
+        }
+        free(send_counts), free(send), free(got);
         free(all), free(counts), free(b);
         lw_request_free(req);
     }

@@ -14,6 +14,7 @@ local ops = {
    { "allreduce", lib.LW_COMM_ALLREDUCE }, { "reduce_scatter", lib.LW_COMM_REDUCE_SCATTER },
    { "allgather", lib.LW_COMM_ALLGATHER }, { "allgatherv", lib.LW_COMM_ALLGATHERV },
    { "broadcast", lib.LW_COMM_BROADCAST }, { "barrier", lib.LW_COMM_BARRIER },
+   { "alltoall", lib.LW_COMM_ALLTOALL },
 }
 -- The dtypes an all-reduce of Lua numbers takes, and their C types.
 local ctypes = { f32 = "float", f64 = "double", i64 = "int64_t" }
@@ -84,6 +85,75 @@ function Comm:allreduce(values, op, dtype)
    C.check(lib.lw_comm_allreduce(self._c, buf, n, C.value("dtype", dtype), code), "comm:allreduce")
    local out = {}
    for i = 1, n do out[i] = tonumber(buf[i - 1]) end
+   return out
+end
+
+-- The dtypes an all-to-all of Lua numbers takes, and their C types.
+local exchange_ctypes = { i64 = "int64_t", f32 = "float" }
+
+-- All-to-all of Lua lists (collective): parts[j] is the list of numbers this rank sends rank
+-- j - 1 (one list per rank, possibly empty, its own included); returns a new list of lists, the
+-- j-th what rank j - 1 sent this rank. dtype "i64" (the default: counts, expert ids, positions;
+-- integers within 2^53) or "f32". Two lw_comm_alltoallv calls: first one count per peer, so
+-- that each rank learns what it receives, then the values (a label set before names the
+-- first). For scripts and small metadata; a model's buffers call lw_comm_alltoallv itself.
+function Comm:alltoallv(parts, dtype)
+   dtype = dtype or "i64"
+   local ctype = exchange_ctypes[dtype]
+   if ctype == nil then
+      error("comm:alltoallv: unknown dtype '" .. tostring(dtype) .. "' (i64 or f32)", 2)
+   end
+   local n = self.size
+   if type(parts) ~= "table" or #parts ~= n then
+      error(("comm:alltoallv: parts must be a list of %d lists (one per rank), got %s"):format(
+         n, type(parts) == "table" and #parts .. " lists" or type(parts)), 2)
+   end
+   local ones, send_counts = ffi.new("int64_t[?]", n), ffi.new("int64_t[?]", n)
+   local recv_counts = ffi.new("int64_t[?]", n)
+   local sent = 0
+   for j = 1, n do
+      local part = parts[j]
+      if type(part) ~= "table" then
+         error(("comm:alltoallv: parts[%d] (for rank %d) must be a list, got %s"):format(
+            j, j - 1, type(part)), 2)
+      end
+      for i = 1, #part do
+         local v = part[i]
+         local ok = type(v) == "number"
+            and (dtype ~= "i64" or (v == math.floor(v) and math.abs(v) <= 2 ^ 53))
+         if not ok then
+            error(("comm:alltoallv: parts[%d][%d] is %s, not %s"):format(j, i, tostring(v),
+               dtype == "i64" and "an integer within 2^53 (dtype i64)" or "a number"), 2)
+         end
+      end
+      ones[j - 1], send_counts[j - 1] = 1, #part
+      sent = sent + #part
+   end
+   local code = C.value("dtype", dtype)
+   C.check(lib.lw_comm_alltoallv(self._c, send_counts, ones, recv_counts, ones,
+      lib.LW_DTYPE_I64, nil), "comm:alltoallv")
+   local received = 0
+   for j = 0, n - 1 do received = received + tonumber(recv_counts[j]) end
+   local send = ffi.new(ctype .. "[?]", math.max(sent, 1))
+   local recv = ffi.new(ctype .. "[?]", math.max(received, 1))
+   local at = 0
+   for j = 1, n do
+      local part = parts[j]
+      for i = 1, #part do
+         send[at], at = part[i], at + 1
+      end
+   end
+   C.check(lib.lw_comm_alltoallv(self._c, send, send_counts, recv, recv_counts, code, nil),
+      "comm:alltoallv")
+   local out = {}
+   at = 0
+   for j = 1, n do
+      local part = {}
+      for i = 1, tonumber(recv_counts[j - 1]) do
+         part[i], at = tonumber(recv[at]), at + 1
+      end
+      out[j] = part
+   end
    return out
 end
 

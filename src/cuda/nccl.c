@@ -333,6 +333,60 @@ static lw_status nccl_allgatherv(lw_comm *c, const void *send, int64_t n, void *
     return per_root(c, false, send, recv, counts, dtype, req);
 }
 
+/* NCCL has no all-to-all-v either: one ncclSend and one ncclRecv per peer with a count, fused
+ * in a group, in which they all progress together (no order of peers can deadlock), zero
+ * counts skipped on both sides (the counts agree across ranks: a send of 0 meets a receive of
+ * 0). The own part is a device-to-device copy on NCCL's stream, not a send to itself; over one
+ * rank that copy is all there is. */
+static lw_status nccl_alltoallv(lw_comm *c, const void *send, const int64_t *send_counts,
+                                void *recv, const int64_t *recv_counts, lw_dtype dtype,
+                                lw_request *req) {
+    nccl_comm *nc = nc_of(c);
+    int64_t sent = 0, received = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+        sent += send_counts[r];
+        received += recv_counts[r];
+    }
+    lw_status st = sent > 0 ? on_device(nc, send, "all-to-all-v") : LW_OK;
+    if (st == LW_OK && received > 0) st = on_device(nc, recv, "all-to-all-v");
+    if (st != LW_OK || (st = begin(c, req)) != LW_OK) return st;
+    const size_t size = type_size(dtype);
+    const char *from = send;
+    char *to = recv;
+    size_t s_at = 0, r_at = 0; /* bytes */
+    for (int32_t peer = 0; peer < c->rank; peer++) {
+        s_at += (size_t)send_counts[peer] * size;
+        r_at += (size_t)recv_counts[peer] * size;
+    }
+    const size_t own = (size_t)send_counts[c->rank] * size;
+    if (own > 0) {
+        cudaError_t e =
+            cudaMemcpyAsync(to + r_at, from + s_at, own, cudaMemcpyDeviceToDevice, nc->stream);
+        if (e != cudaSuccess) return lwc_fail(nc->device, e, "cudaMemcpyAsync (all-to-all-v)");
+    }
+    NCCL_TRY(nc, ncclGroupStart(), "ncclGroupStart");
+    ncclResult_t r = ncclSuccess;
+    const char *failed = "";
+    s_at = r_at = 0;
+    for (int32_t peer = 0; peer < c->size && r == ncclSuccess; peer++) {
+        const size_t s_n = (size_t)send_counts[peer], r_n = (size_t)recv_counts[peer];
+        if (peer != c->rank && s_n > 0) {
+            r = ncclSend(from + s_at, s_n, nccl_type(dtype), peer, nc->nccl, nc->stream);
+            failed = "ncclSend (all-to-all-v)";
+        }
+        if (r == ncclSuccess && peer != c->rank && r_n > 0) {
+            r = ncclRecv(to + r_at, r_n, nccl_type(dtype), peer, nc->nccl, nc->stream);
+            failed = "ncclRecv (all-to-all-v)";
+        }
+        s_at += s_n * size;
+        r_at += r_n * size;
+    }
+    ncclResult_t ended = ncclGroupEnd(); /* also after a failed call: the group must close */
+    if (r != ncclSuccess) return nccl_fail(nc->device, r, failed);
+    if (ended != ncclSuccess) return nccl_fail(nc->device, ended, "ncclGroupEnd");
+    return end(c, req);
+}
+
 static lw_status nccl_test(lw_request *req, bool *done) {
     nccl_handle *h = req->handle;
     *done = true;
@@ -516,6 +570,7 @@ static const lwi_comm_backend nccl_backend = {
     .reduce_scatterv_start = nccl_reduce_scatterv,
     .allgather_start = nccl_allgather,
     .allgatherv = nccl_allgatherv,
+    .alltoallv_start = nccl_alltoallv,
     .test = nccl_test,
     .wait = nccl_wait,
     .abort = nccl_abort,

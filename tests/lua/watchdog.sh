@@ -3,7 +3,8 @@
 # hang the job: with LWOPT_TIMEOUT=2 the waiting rank's watchdog fails the wait with a message
 # naming the rank, the collective, what it was for and how long it waited, and lw.comm.run ends
 # the job, within seconds. Cases: a bucket's reduce-scatter in the step, a labelled blocking
-# all-reduce, and a barrier after the timeout (the communicator stays broken: it fails at once).
+# all-reduce, a labelled all-to-all, and a barrier after the timeout (the communicator stays
+# broken: it fails at once).
 # Usage: watchdog.sh SOURCE_DIR MPIEXEC
 set -uo pipefail
 src=$1
@@ -45,6 +46,9 @@ expect bucket "$watchdog for the reduce-scatter of buffer 1 bucket 1 \(collectiv
 run allreduce
 expect allreduce "$watchdog for the all-reduce of the validation loss \(collective #2 on this" \
     "communicator, 8 B; during evaluation\)"
+run alltoall
+expect alltoall "$watchdog for the all-to-all of the expert dispatch of block 1 \(collective #2" \
+    "on this communicator, 16 B; during step 3\)"
 run sticky
 expect sticky "sticky: the barrier after the timeout failed in 0\.[0-4][0-9]* s with the same" \
     "\[rank 0\] comm:barrier: comm: watchdog: rank 0 of 2 $waited for the all-reduce"

@@ -239,21 +239,22 @@ static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, c
     return LW_OK;
 }
 
-/* The counts of a collective over segments, one per rank: each >= 0, their sum [out] *total
- * small enough that its bytes fit int64 whatever the dtype. */
+/* Counts of a collective, one per rank: each >= 0, their sum [out] *total small enough that its
+ * bytes fit int64 whatever the dtype. which: "" for a collective over segments, "send " or
+ * "receive " for all-to-all-v's two sets, as the messages name them. */
 static lw_status sum_counts(const lw_comm *c, const int64_t *counts, const char *what,
-                            int64_t *total) {
+                            const char *which, int64_t *total) {
     if (counts == NULL)
-        return lwi_fail(LW_ERR_INVALID, "comm: %s without counts (one per rank: %d)", what,
-                        c->size);
+        return lwi_fail(LW_ERR_INVALID, "comm: %s without %scounts (one per rank: %d)", what,
+                        which, c->size);
     int64_t sum = 0;
     for (int32_t r = 0; r < c->size; r++) {
         if (counts[r] < 0)
-            return lwi_fail(LW_ERR_INVALID, "comm: %s count %lld for rank %d (counts must be >= 0)",
-                            what, (long long)counts[r], r);
+            return lwi_fail(LW_ERR_INVALID, "comm: %s %scount %lld for rank %d (counts must be "
+                            ">= 0)", what, which, (long long)counts[r], r);
         if (counts[r] > INT64_MAX / 8 - sum)
-            return lwi_fail(LW_ERR_INVALID, "comm: %s counts add up past %lld elements at rank %d "
-                            "(count %lld)", what, (long long)(INT64_MAX / 8), r,
+            return lwi_fail(LW_ERR_INVALID, "comm: %s %scounts add up past %lld elements at rank "
+                            "%d (count %lld)", what, which, (long long)(INT64_MAX / 8), r,
                             (long long)counts[r]);
         sum += counts[r];
     }
@@ -265,7 +266,7 @@ static lw_status sum_counts(const lw_comm *c, const int64_t *counts, const char 
  * there when they add up to anything, the backend's limit on one collective. */
 static lw_status check_segments(const lw_comm *c, const void *bucket, const int64_t *counts,
                                 const char *what, int64_t *total) {
-    lw_status st = sum_counts(c, counts, what, total);
+    lw_status st = sum_counts(c, counts, what, "", total);
     if (st != LW_OK) return st;
     if (*total > 0 && bucket == NULL)
         return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements at %p", what,
@@ -414,7 +415,8 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
                              const int64_t *counts) {
     int64_t total = 0;
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = sum_counts(c, counts, "all-gather-v", &total)) != LW_OK) return st;
+    if (st != LW_OK || (st = sum_counts(c, counts, "all-gather-v", "", &total)) != LW_OK)
+        return st;
     if (send_count != counts[c->rank])
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v sends %lld but counts[%d] is %lld",
                         (long long)send_count, c->rank, (long long)counts[c->rank]);
@@ -433,6 +435,72 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
     }
     count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
     return st;
+}
+
+/* What an all-to-all-v can check on its own rank (the peers' counts it cannot see): the dtype,
+ * both sets of counts with [out] their totals, the own part alike in both, the buffers there
+ * and apart, the backend's limit each way. */
+static lw_status check_alltoallv(const lw_comm *c, const void *send, const int64_t *send_counts,
+                                 const void *recv, const int64_t *recv_counts, lw_dtype dtype,
+                                 int64_t *sent, int64_t *received) {
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16 &&
+        dtype != LW_DTYPE_I64)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v of dtype %d (f32, bf16, f16 or i64)",
+                        (int)dtype);
+    lw_status st = sum_counts(c, send_counts, "all-to-all-v", "send ", sent);
+    if (st == LW_OK) st = sum_counts(c, recv_counts, "all-to-all-v", "receive ", received);
+    if (st != LW_OK) return st;
+    const int32_t me = c->rank;
+    if (send_counts[me] != recv_counts[me])
+        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v on rank %d: send_counts[%d] is %lld "
+                        "but recv_counts[%d] is %lld (this rank's part to itself: the same in "
+                        "both)", me, me, (long long)send_counts[me], me,
+                        (long long)recv_counts[me]);
+    if (*sent > 0 && send == NULL)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v sends %lld elements from a NULL "
+                        "buffer", (long long)*sent);
+    if (*received > 0 && recv == NULL)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v receives %lld elements into a NULL "
+                        "buffer", (long long)*received);
+    /* as addresses, not pointers: the two are separate objects unless the caller erred */
+    const uintptr_t size = lwi_dtype_size(dtype), s = (uintptr_t)send, r = (uintptr_t)recv;
+    const uintptr_t s_bytes = (uintptr_t)*sent * size, r_bytes = (uintptr_t)*received * size;
+    if (s_bytes > 0 && r_bytes > 0 && s < r + r_bytes && r < s + s_bytes)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v send buffer %p (%llu bytes) overlaps "
+                        "its receive buffer %p (%llu bytes): there is no in-place form", send,
+                        (unsigned long long)s_bytes, recv, (unsigned long long)r_bytes);
+    const int64_t most = c->backend->max_count;
+    if (most > 0 && (*sent > most || *received > most))
+        return lwi_fail(LW_ERR_UNSUPPORTED, "comm: all-to-all-v %s %lld elements, past the %s "
+                        "backend's limit of %lld elements per collective each way; exchange "
+                        "them in smaller pieces", *sent > most ? "sends" : "receives",
+                        (long long)(*sent > most ? *sent : *received), c->backend->name,
+                        (long long)most);
+    return LW_OK;
+}
+
+lw_status lw_comm_alltoallv(lw_comm *c, const void *send, const int64_t *send_counts, void *recv,
+                            const int64_t *recv_counts, lw_dtype dtype, lw_request *req) {
+    int64_t sent = 0, received = 0;
+    lw_status st = check_comm(c);
+    if (st != LW_OK || (st = check_alltoallv(c, send, send_counts, recv, recv_counts, dtype, &sent,
+                                             &received)) != LW_OK)
+        return st;
+    lw_request *r = req ? req : c->blocking;
+    if ((st = claim(c, r)) != LW_OK) return st;
+    double t = lwi_now();
+    const int64_t size = (int64_t)lwi_dtype_size(dtype), own = send_counts[c->rank];
+    stamp(c, r, LW_COMM_ALLTOALL, sent * size);
+    if (alone(c)) { /* one rank (host memory): its own part is the whole exchange */
+        if (own > 0) memcpy(recv, send, (size_t)(own * size));
+    } else {
+        /* every rank starts it, even with nothing to move: its peers' counts may not be 0 */
+        st = c->backend->alltoallv_start(c, send, send_counts, recv, recv_counts, dtype, r);
+        if (st == LW_OK) activate(c, r, t);
+    }
+    count(c, LW_COMM_ALLTOALL, (double)(sent - own) * (double)size, t);
+    if (st != LW_OK || req != NULL) return st;
+    return lw_request_wait(r);
 }
 
 lw_status lw_comm_abort(lw_comm *c, int32_t code) {

@@ -7,7 +7,7 @@
 #include "base/base.h"
 #include "device/device.h"
 
-#define LWI_COMM_OPS 6
+#define LWI_COMM_OPS 7 /* lw_comm_op's values */
 #define LWI_LABEL 64   /* bytes of a collective's label, with its NUL */
 #define LWI_PHASE 64   /* bytes of a communicator's phase, with its NUL */
 #define LWI_BROKEN 640 /* bytes of the watchdog's message kept on a broken communicator */
@@ -22,9 +22,10 @@
  * rank, >= 0, checked) are [borrowed] for the call only: a backend that reads them later keeps
  * its own copy (MPI: in the request's ints). Segment r of a bucket starts at displ[r], the sum
  * of counts[0..r). A host-memory backend is never called for one rank (its collectives are the
- * identity there), nor for collectives with counts that move nothing (total 0); a device
- * backend is called for one rank, since it must at least move device memory (all-gather-v) and
- * completes its requests with the device's work. */
+ * identity there, or a copy comm.c makes: all-to-all-v), nor for collectives with counts that
+ * move nothing (total 0, alike on every rank; not all-to-all-v, whose totals differ between
+ * ranks); a device backend is called for one rank, since it must at least move device memory
+ * (all-gather-v, all-to-all-v) and completes its requests with the device's work. */
 typedef struct lwi_comm_backend {
     const char *name;
     bool host_memory;             /* moves host memory (MPI, self): starts after a stream sync */
@@ -33,9 +34,10 @@ typedef struct lwi_comm_backend {
                                      reduce_scatterv_start(c, bucket, bucket + displ[rank], ...);
                                      otherwise into the request's scratch, copied on completion */
     int64_t max_count; /* the most elements a collective with counts (reduce-scatter-v, the
-                          all-gather of segments) moves in all: it bounds every count and
-                          displacement too (MPI: INT32_MAX, its counts and displacements are
-                          int); 0: no limit but comm.c's (bytes within int64) */
+                          all-gather of segments) moves in all, and all-to-all-v sends and
+                          receives, each: it bounds every count and displacement too (MPI:
+                          INT32_MAX, its counts and displacements are int); 0: no limit but
+                          comm.c's (bytes within int64) */
     lw_status (*split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
     lw_status (*barrier)(lw_comm *comm, lw_request *req);
     lw_status (*broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root,
@@ -56,6 +58,15 @@ typedef struct lwi_comm_backend {
      * (legacy mode's all-gather-v, f32). */
     lw_status (*allgatherv)(lw_comm *comm, const void *send, int64_t send_count, void *recv,
                             const int64_t *counts, lw_dtype dtype, lw_request *req);
+    /* All-to-all-v: nonblocking only (req never NULL). send_counts[j] elements of dtype from
+     * send + sdispl[j] to rank j, recv_counts[j] from rank j into recv + rdispl[j] (displacements
+     * the prefix sums), this rank's own part included; send and recv do not overlap; each total
+     * within max_count (checked). Called on every rank even when both totals are 0 (a peer may
+     * still send or receive, and MPI numbers its collectives), for one rank only by a device
+     * backend. */
+    lw_status (*alltoallv_start)(lw_comm *comm, const void *send, const int64_t *send_counts,
+                                 void *recv, const int64_t *recv_counts, lw_dtype dtype,
+                                 lw_request *req);
     lw_status (*test)(lw_request *req, bool *done);
     lw_status (*wait)(lw_request *req);
     void (*abort)(lw_comm *comm, int32_t code);

@@ -275,6 +275,25 @@ static lw_status mpi_allgatherv(lw_comm *c, const void *send, int64_t n, void *r
     return st;
 }
 
+/* MPI_Ialltoallv with the counts and displacements as ints in the request (MPI reads them until
+ * the collective completes), send and receive counts alike: scnt, sdispl, rcnt, rdispl. */
+static lw_status mpi_alltoallv(lw_comm *c, const void *send, const int64_t *send_counts,
+                               void *recv, const int64_t *recv_counts, lw_dtype dtype,
+                               lw_request *req) {
+    const int64_t size = c->size;
+    int *ints = request_ints(req, 4 * size);
+    MPI_Request *h = request_handle(req);
+    if (ints == NULL || h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
+    int *scnt = ints, *sdispl = ints + size, *rcnt = ints + 2 * size, *rdispl = ints + 3 * size;
+    lw_status st = mpi_counts(c, send_counts, scnt, sdispl, "all-to-all-v send");
+    if (st == LW_OK) st = mpi_counts(c, recv_counts, rcnt, rdispl, "all-to-all-v receive");
+    if (st != LW_OK) return st;
+    const MPI_Datatype type = mpi_type(dtype);
+    MPI_CHECK(MPI_Ialltoallv(send, scnt, sdispl, type, recv, rcnt, rdispl, type, *handle_of(c), h),
+              "MPI_Ialltoallv");
+    return LW_OK;
+}
+
 static lw_status mpi_test(lw_request *req, bool *done) {
     int flag = 0;
     MPI_CHECK(MPI_Test(req->handle, &flag, MPI_STATUS_IGNORE), "MPI_Test");
@@ -313,6 +332,7 @@ const lwi_comm_backend lwi_comm_mpi_backend = {
     .reduce_scatterv_start = mpi_reduce_scatterv,
     .allgather_start = mpi_allgather,
     .allgatherv = mpi_allgatherv,
+    .alltoallv_start = mpi_alltoallv,
     .test = mpi_test,
     .wait = mpi_wait,
     .abort = mpi_abort,

@@ -16,6 +16,7 @@ bool lwi_comm_timed_out;
 
 static const char *const op_names[LWI_COMM_OPS] = {
     "all-reduce", "reduce-scatter", "all-gather", "all-gather-v", "broadcast", "barrier",
+    "all-to-all",
 };
 
 const char *lw_comm_op_name(lw_comm_op op) {

@@ -10,7 +10,7 @@
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 4
+#define LWI_DEVICE_ABI 5 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
