@@ -10,7 +10,7 @@
 --   m:forward(input, shape...) -> output
 --   m:backward(input, grad_output, grad_input, shape...)
 --   shape...      the sizes the pointers do not carry, named by Class.shape_args: { "n" } (n
---                 rows) for modules that work row by row (Linear, LayerNorm, GELU, MLP),
+--                 rows) for modules that work row by row (Linear, LayerNorm, GELU, MLP, MoE),
 --                 { "b", "t" } (b sequences of t) for those that see sequences (Embedding,
 --                 CausalSelfAttention, Block)
 --   input         float* [rows, width in] (Embedding: int32_t* tokens [b*t])
