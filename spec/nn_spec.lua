@@ -524,6 +524,29 @@ describe("lw.nn.MoE", function()
       assert.is_true(nonzero > 0)
    end)
 
+   it("keeps n * topk rows of expert activations however the tokens fall", function()
+      local m = nn.MoE.new("moe.", 4, { n_expert = 4, topk = 2 })
+      local d = bind(m)
+      local n = 8
+      local x = ffi.new("float[?]", n * 4)
+      for i = 0, n * 4 - 1 do x[i] = 1 end
+      -- the router reads the sum of x for its favoured pair of experts, minus it for the others
+      local function favour(a, b)
+         d:param("moe.router.weight"):copy(function(i)
+            local j = math.floor((i - 1) / 4)
+            return (j == a or j == b) and 1 or -1
+         end)
+         m:forward(x, n)
+         m:backward(x, randoms(n * 4, 5), ffi.new("float[?]", n * 4), n)
+      end
+      favour(0, 1)
+      assert.same({ 8, 8, 0, 0 }, m:expert_counts())
+      local bytes = nn.activation_bytes()
+      favour(2, 3)
+      assert.same({ 0, 0, 8, 8 }, m:expert_counts())
+      assert.equal(bytes, nn.activation_bytes()) -- experts 2 and 3 took the same rows
+   end)
+
    it("refuses configurations that cannot route, naming the numbers", function()
       assert.has_error(function() nn.MoE.new("m.", 4, { n_expert = 2, topk = 3 }) end,
          "nn.MoE: topk (3) must be between 1 and n_expert (2)")

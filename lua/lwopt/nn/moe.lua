@@ -8,7 +8,9 @@
 --
 -- The permutation (assignments sorted by expert, stable in token order) is built on the host
 -- from the experts array, copied there through lw_device_copy: per forward one copy of n*k
--- int32 down and two up. An expert with no tokens runs nothing and its gradient stays zero, but
+-- int32 down and two up. The experts' activations are row windows of buffers of all n*k rows
+-- (Module:share_rows), so a layer holds n*k rows of expert activations however the tokens
+-- fall, as a dense MLP holds n. An expert with no tokens runs nothing and its gradient stays zero, but
 -- its parameters are still acquired and released (and reported ready in backward) in the same
 -- order as the others, since at ZeRO-3 acquiring is collective and every rank must do the same.
 local ffi = require("ffi")
@@ -189,6 +191,8 @@ function MoE:forward(x, n)
    for e = 1, E do
       local count, off = self.counts[e], self.offsets[e]
       if count > 0 then
+         -- the experts' activations are windows of buffers of all m rows (Module:share_rows)
+         self:share_rows(self.experts[e], off, count, m)
          local out = self.experts[e]:forward(self.xs + off * c, count)
          self.outs[e] = out
          check(lib.lw_combine_forward(s, y, out, self.ws + off, self.rows + off, count, c))
@@ -221,6 +225,7 @@ function MoE:backward(x, dout, dx, n)
          zero(dsrc, count * c, s)
          check(lib.lw_combine_backward(s, dsrc, dws + off, dout, self.outs[e], self.ws + off,
             self.rows + off, count, c))
+         self:share_rows(self.experts[e], off, count, m)
          self.experts[e]:backward(self.xs + off * c, dsrc, dxs + off * c, count)
       else
          idle(self.experts[e], "backward")
