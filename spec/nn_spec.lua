@@ -610,6 +610,27 @@ describe("lw.nn.GPT with experts", function()
       end
    end)
 
+   it("routes the router to AdamW and the experts to Muon in expert buffers; rules may differ",
+      function()
+      local specs = nn.GPT.new(cfg):parameters()
+      local by = {}
+      for _, s in ipairs(lw.route(specs)) do by[s.name] = s end
+      assert.equal("adamw", by["h.0.moe.router.weight"].optimizer)
+      assert.equal("muon", by["h.0.moe.experts.3.fc.weight"].optimizer)
+      assert.equal("muon", by["h.1.moe.shared.proj.weight"].optimizer)
+      -- a rule of one's own ahead of the defaults sends the router to Muon
+      local rules = { { match = "moe%.router%.weight$", optimizer = "muon" } }
+      for _, r in ipairs(lw.route.default_rules) do rules[#rules + 1] = r end
+      for _, s in ipairs(lw.route(specs, rules)) do by[s.name] = s end
+      assert.equal("muon", by["h.0.moe.router.weight"].optimizer)
+      -- the experts, and only they, in expert buffers
+      local layout = lw.layout.compute(lw.route(specs), { dp = 2 })
+      for _, s in ipairs(specs) do
+         local buffer = layout.buffers[layout:place(s.name).buffer]
+         assert.equal(s.name:find("%.experts%.") ~= nil, buffer.key.expert, s.name)
+      end
+   end)
+
    it("counts the tokens of each expert per layer", function()
       local model = nn.GPT.new(cfg)
       bind(model)
