@@ -233,6 +233,44 @@ describe("arch.moe", function()
    end)
 end)
 
+describe("arch.gpt with experts", function()
+   it("replaces each MLP with lw.nn.MoE's router, experts and shared expert", function()
+      local specs = tiny_gpt{ n_expert = 2, expert_hidden = 6, shared_expert = true, bias = true }
+      local s = summary(specs)
+      assert.same({
+         "h.0.ln_2.weight {8} norm", "h.0.ln_2.bias {8} bias",
+         "h.0.moe.router.weight {2,8} matrix",
+         "h.0.moe.experts.0.fc.weight {6,8} expert", "h.0.moe.experts.0.fc.bias {6} bias",
+         "h.0.moe.experts.0.proj.weight {8,6} expert", "h.0.moe.experts.0.proj.bias {8} bias",
+         "h.0.moe.experts.1.fc.weight {6,8} expert", "h.0.moe.experts.1.fc.bias {6} bias",
+         "h.0.moe.experts.1.proj.weight {8,6} expert", "h.0.moe.experts.1.proj.bias {8} bias",
+         "h.0.moe.shared.fc.weight {6,8} matrix", "h.0.moe.shared.fc.bias {6} bias",
+         "h.0.moe.shared.proj.weight {8,6} matrix", "h.0.moe.shared.proj.bias {8} bias",
+      }, { unpack(s, 9, 23) })
+      local named = by_name(specs)
+      assert.is_true(named["h.0.moe.experts.1.proj.bias"].expert)
+      assert.is_false(named["h.0.moe.shared.fc.weight"].expert)
+      assert.is_false(named["h.0.moe.router.weight"].expert)
+      assert.is_false(named["h.0.moe.router.weight"].use_muon)
+      assert.is_nil(by_name(tiny_gpt{ n_expert = 2, router_muon = true })
+         ["h.0.moe.router.weight"].use_muon)
+      -- expert_hidden defaults to 4 n_embd; n_expert 0 is the dense model
+      assert.same({ 32, 8 }, by_name(tiny_gpt{ n_expert = 2 })["h.0.moe.experts.0.fc.weight"].shape)
+      assert.same(summary(tiny_gpt()), summary(tiny_gpt{ n_expert = 0, topk = 1 }))
+   end)
+
+   it("refuses a topk beyond n_expert, and counts that are not counts", function()
+      assert.has_error(function() tiny_gpt{ n_expert = 2, topk = 3 } end,
+                       "lw.arch.gpt: topk (3) must be <= n_expert (2)")
+      assert.has_error(function() tiny_gpt{ n_expert = -1 } end,
+                       "lw.arch.gpt: n_expert (-1) must be an integer >= 0")
+      assert.has_error(function() tiny_gpt{ n_expert = 2, topk = 0 } end,
+                       "lw.arch.gpt: topk (0) must be a positive integer")
+      assert.has_error(function() tiny_gpt{ n_expert = 2, aux_coef = -0.5 } end,
+                       "lw.arch.gpt: aux_coef (-0.5) must be a finite number >= 0")
+   end)
+end)
+
 describe("arch validation", function()
    local gpt = { n_layer = 1, n_embd = 8, n_head = 2 }
    local llama = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, ffn_hidden = 12 }

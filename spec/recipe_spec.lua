@@ -234,6 +234,97 @@ describe("recipes/gpt_small.lua", function()
          end)
    end)
 
+   describe("with experts", function()
+      it("trains a mixture of experts: the loss falls, the log counts tokens per expert",
+         function()
+         local log = os.tmpname() .. ".jsonl"
+         local out, status = helpers.sh("cd /tmp && luajit " .. recipe .. " --preset moe "
+            .. "--shared-expert --steps 8 --warmup 2 --seq 32 --batch 4 --eval-every 0 "
+            .. "--sample 0 --progress lines --log " .. log)
+         assert.equal(0, status, out)
+         -- the announce line: experts, top-k, total and active parameters
+         local total, active = out:match("GPT 4 layers x 128, 4 heads, 8 experts, top%-2 %(%+ a "
+            .. "shared expert%), (%d+%.%d+)M parameters, (%d+%.%d+)M active per token;")
+         assert.is_not_nil(total, out)
+         -- per layer: 8 experts of 2 x 128 x 512 weights, 2 of them active per token
+         assert.near(tonumber(total) - 4 * 8 * 131072 * 6 / 8 / 1e6, tonumber(active), 0.011)
+         local records = {}
+         for line in io.lines(log) do records[#records + 1] = lw.json.decode(line) end
+         assert.equal(8, #records)
+         assert.is_true(records[8].loss < records[1].loss - 0.2,
+            ("%g -> %g"):format(records[1].loss, records[8].loss))
+         for _, rec in ipairs(records) do
+            assert.equal(4, #rec.expert_counts)
+            for _, layer in ipairs(rec.expert_counts) do
+               local sum = 0
+               for _, c in ipairs(layer) do sum = sum + c end
+               assert.equal(4 * 32 * 2, sum) -- every token at 2 experts
+            end
+            assert.is_number(rec.experts_idle)
+            assert.is_true(rec.aux_loss > 0)
+         end
+         os.remove(log)
+         os.remove((log:gsub("%.jsonl$", ".png")))
+      end)
+
+      it("refuses configurations that cannot route, before any work, naming the numbers",
+         function()
+         for _, case in ipairs({
+            { "--n-expert 1", 2, "--n-expert must be between 2 and 65536, got 1 (--help lists "
+              .. "the flags)" },
+            { "--n-expert 4 --topk 0", 2, "--topk must be between 1 and 65536, got 0 (--help "
+              .. "lists the flags)" },
+            { "--n-expert 2 --topk 3", 1, "--topk 3 is more than the 2 experts (--n-expert): "
+              .. "each token goes to topk distinct experts" },
+            { "--preset moe --topk 9", 1, "--topk 9 is more than the 8 experts (--n-expert, "
+              .. "--preset moe's): each token goes to topk distinct experts" },
+            { "--topk 2", 1, "--topk is for a mixture of experts: add --n-expert (or --preset "
+              .. "moe)" },
+            { "--shared-expert", 1, "--shared-expert is for a mixture of experts: add "
+              .. "--n-expert (or --preset moe)" },
+            { "--n-expert 4 --aux-coef -1", 2, "--aux-coef must be >= 0, got -1 (--help lists "
+              .. "the flags)" },
+         }) do
+            local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny "
+               .. case[1]:gsub("%-%-preset tiny %-%-preset", "--preset"))
+            assert.equal(case[2], status, case[1])
+            assert.equal(case[3] .. "\n", out)
+         end
+      end)
+
+      it("refuses to resume a checkpoint of another number of experts", function()
+         local dir = os.tmpname()
+         os.remove(dir)
+         local base = "luajit " .. recipe .. " --preset tiny --sample 0 --quiet --steps 2 "
+         local out, status = helpers.sh(base .. "--n-expert 4 --ckpt-dir " .. dir)
+         assert.equal(0, status, out)
+         out, status = helpers.sh(base .. "--n-expert 2 --resume --ckpt-dir " .. dir)
+         assert.equal(1, status)
+         assert.matches("--resume: this run has --n-expert 2, but the checkpoint was trained "
+            .. "with --n-expert 4", out, 1, true)
+         out, status = helpers.sh(base .. "--resume --ckpt-dir " .. dir)
+         assert.equal(1, status)
+         assert.matches("this run has --n-expert 0, but the checkpoint was trained with "
+            .. "--n-expert 4", out, 1, true)
+         out, status = helpers.sh(base .. "--steps 3 --n-expert 4 --topk 1 --resume --ckpt-dir "
+            .. dir)
+         assert.equal(0, status, out)
+         assert.matches("settings changed since the checkpoint: --steps 3 (was 2), --topk 1 "
+            .. "(was 2)", out, 1, true)
+         helpers.sh("rm -rf " .. dir)
+      end)
+
+      it("has a moe preset: 4 layers x 128, 8 experts, top-2", function()
+         local gpt_recipe = require("lwopt.gpt_recipe")
+         local cfg = gpt_recipe.gpt_config("moe", 256)
+         assert.same({ 4, 128, 8, 2, 0.01, false }, { cfg.n_layer, cfg.n_embd, cfg.n_expert,
+            cfg.topk, cfg.aux_coef, cfg.shared_expert })
+         assert.is_nil(gpt_recipe.gpt_config("tiny", 256).n_expert)
+         local specs = lw.nn.GPT.new(cfg):parameters()
+         assert.equal(lw.arch.numel(lw.arch.gpt(cfg)), lw.arch.numel(specs))
+      end)
+   end)
+
    it("has a gpt2 preset: GPT-2 124M with its vocabulary padded to 50304", function()
       local gpt_recipe = require("lwopt.gpt_recipe")
       local p = gpt_recipe.presets.gpt2

@@ -946,6 +946,55 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
                                     const float *lse, int64_t n, int64_t c, int64_t v,
                                     float loss_scale);
 
+/* A mixture of experts (issue 16): n tokens, e experts, each token sent to k of them. The
+ * router and its load-balancing loss below; the token permutation (tokens sorted by expert) is
+ * the caller's, built from the experts array, and rows move with the gather and combine
+ * kernels after them. Routing sizes are checked (n >= 0, 1 <= k <= e); indices are trusted to
+ * lie in the arrays they index (the kernels do not know their rows), as tokens are in
+ * lw_embedding_forward. */
+
+/* probs[n, e] = softmax of each row of logits[n, e]; experts[n, k] = each row's k largest,
+ * ranked by logit (which orders as the probabilities do, without their rounding), best first,
+ * ties to the lower expert index, so a token's k experts are distinct; weights[n, k] = their
+ * probabilities renormalised to sum to 1 (k = 1: every weight is 1, and the router learns only
+ * through dprobs). */
+lw_status lw_moe_router_forward(lw_stream *stream, int32_t *experts, float *weights, float *probs,
+                                const float *logits, int64_t n, int64_t e, int64_t k);
+/* dlogits[n, e] += the gradient through the renormalised weights and the softmax, given
+ * dweights[n, k] and dprobs[n, e] (optional: a gradient w.r.t. the probabilities themselves,
+ * the auxiliary loss's), from the forward's probs and experts. The choice of experts is
+ * piecewise constant and has no gradient. */
+lw_status lw_moe_router_backward(lw_stream *stream, float *dlogits, const float *dweights,
+                                 const float *dprobs, const float *probs, const int32_t *experts,
+                                 int64_t n, int64_t e, int64_t k);
+/* The load-balancing loss (Switch Transformer's): coef * e * sum_j f_j P_j, f_j = (entries of
+ * experts[n, k] equal to j) / (n k), P_j = the mean over tokens of probs[:, j]. [out] *loss
+ * (host; 0 for n = 0); waits for the stream. */
+lw_status lw_moe_aux_loss_forward(lw_stream *stream, const float *probs, const int32_t *experts,
+                                  int64_t n, int64_t e, int64_t k, float coef, double *loss);
+/* dprobs[n, e] += scale * dL/dprobs = scale * coef * e * f_j / n in column j (f is held
+ * constant, as is standard: the assignment counts have no gradient). */
+lw_status lw_moe_aux_loss_backward(lw_stream *stream, float *dprobs, const int32_t *experts,
+                                   int64_t n, int64_t e, int64_t k, float coef, float scale);
+
+/* out[i, :] = x[rows[i], :] for i < m (c columns): a mixture of experts' dispatch, the tokens'
+ * rows in expert order (also weights, with c = 1). */
+lw_status lw_gather_forward(lw_stream *stream, float *out, const float *x, const int32_t *rows,
+                            int64_t m, int64_t c);
+/* dx[rows[i], :] += dout[i, :]: a scatter-add; a row listed several times sums in the order of
+ * i, so the result is deterministic. */
+lw_status lw_gather_backward(lw_stream *stream, float *dx, const float *dout, const int32_t *rows,
+                             int64_t m, int64_t c);
+/* y[rows[i], :] += w[i] * src[i, :] for i < m, in the order of i: a mixture of experts'
+ * combine, the experts' outputs weighted back into token order. */
+lw_status lw_combine_forward(lw_stream *stream, float *y, const float *src, const float *w,
+                             const int32_t *rows, int64_t m, int64_t c);
+/* dsrc[i, :] += w[i] * dy[rows[i], :]; dw[i] += dot(src[i, :], dy[rows[i], :]) (dsrc and dw
+ * each optional). */
+lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const float *dy,
+                              const float *src, const float *w, const int32_t *rows, int64_t m,
+                              int64_t c);
+
 /* ---- JSON (manifests, safetensors headers) -------------------------------------------------- *
  * A strict, bounded parser: RFC 8259 grammar only (no comments, trailing commas, NaN), UTF-8
  * checked, duplicate object keys refused, nesting at most 64 deep. Nodes are numbered, the root

@@ -5,13 +5,21 @@ local arch = {}
 
 local DTYPES = { f32 = true, bf16 = true, f16 = true }
 
--- Field tables: { key, kind, default }. kind is "size" (positive integer), "bool" or "dtype";
--- no default means required, a function default is computed from the fields checked before it.
+-- Field tables: { key, kind, default }. kind is "size" (positive integer), "count" (integer >=
+-- 0), "coef" (finite number >= 0), "bool" or "dtype"; no default means required, a function
+-- default is computed from the fields checked before it.
 -- Checked in list order so the first error reported is deterministic.
+-- n_expert > 0: every layer's MLP is a mixture of experts, as lw.nn.MoE declares it (a router
+-- {n_expert, n_embd}, n_expert GELU MLPs of expert_hidden, optionally a shared one); topk and
+-- aux_coef shape no parameter but are accepted, so that one config serves lw.nn.GPT and this.
 local GPT_FIELDS = {
    { "n_layer", "size" }, { "n_embd", "size" }, { "n_head", "size" },
    { "vocab", "size", 50304 }, { "seq_len", "size", 1024 },
-   { "tied", "bool", true }, { "bias", "bool", false }, { "dtype", "dtype", "f32" },
+   { "tied", "bool", true }, { "bias", "bool", false },
+   { "n_expert", "count", 0 }, { "topk", "size", 2 },
+   { "expert_hidden", "size", function(c) return 4 * c.n_embd end },
+   { "aux_coef", "coef", 0.01 }, { "shared_expert", "bool", false },
+   { "router_muon", "bool", false }, { "dtype", "dtype", "f32" },
 }
 
 local LLAMA_FIELDS = {
@@ -75,6 +83,11 @@ local function check_config(who, cfg, fields)
       if v ~= nil then
          if kind == "size" and not is_size(v) then
             return nil, string.format("%s: %s (%s) must be a positive integer", who, key, show(v))
+         elseif kind == "count" and not (v == 0 or is_size(v)) then
+            return nil, string.format("%s: %s (%s) must be an integer >= 0", who, key, show(v))
+         elseif kind == "coef" and not (type(v) == "number" and v >= 0 and v < math.huge) then
+            return nil, string.format("%s: %s (%s) must be a finite number >= 0", who, key,
+                                      show(v))
          elseif kind == "bool" and type(v) ~= "boolean" then
             return nil, string.format("%s: %s (%s) must be a boolean", who, key, show(v))
          elseif kind == "dtype" and not DTYPES[v] then
@@ -88,6 +101,10 @@ local function check_config(who, cfg, fields)
    if c.n_embd % c.n_head ~= 0 then
       return nil, string.format("%s: n_embd (%d) must be divisible by n_head (%d)",
                                 who, c.n_embd, c.n_head)
+   end
+   if c.topk and c.n_expert > 0 and c.topk > c.n_expert then
+      return nil, string.format("%s: topk (%d) must be <= n_expert (%d)", who, c.topk,
+                                c.n_expert)
    end
    if c.n_kv_head then
       if c.n_kv_head > c.n_head then
@@ -117,10 +134,26 @@ function arch.gpt(cfg)
    if not c then error(err, 2) end
    local specs, n = {}, c.n_embd
 
-   -- A linear layer: weight {out, in}, then its bias right after it when the model has biases.
-   local function linear(name, n_out, n_in)
-      add(specs, c, name .. ".weight", { n_out, n_in }, "matrix")
-      if c.bias then add(specs, c, name .. ".bias", { n_out }, "bias") end
+   -- A linear layer: weight {out, in} (role "matrix" unless given), then its bias right after
+   -- it when the model has biases; extra: fields of both specs.
+   local function linear(name, n_out, n_in, role, extra, no_bias)
+      add(specs, c, name .. ".weight", { n_out, n_in }, role or "matrix", extra)
+      if c.bias and not no_bias then add(specs, c, name .. ".bias", { n_out }, "bias", extra) end
+   end
+   -- lw.nn.MoE's parameters: the router (no bias; off Muon unless router_muon), the experts
+   -- (role "expert", in expert buffers), the shared expert (dense)
+   local function moe(p)
+      linear(p .. "router", c.n_expert, n, "matrix",
+             (not c.router_muon) and { use_muon = false } or nil, true)
+      for e = 0, c.n_expert - 1 do
+         local x = p .. "experts." .. e .. "."
+         linear(x .. "fc", c.expert_hidden, n, "expert", { expert = true })
+         linear(x .. "proj", n, c.expert_hidden, "expert", { expert = true })
+      end
+      if c.shared_expert then
+         linear(p .. "shared.fc", c.expert_hidden, n)
+         linear(p .. "shared.proj", n, c.expert_hidden)
+      end
    end
    local function layer_norm(name)
       add(specs, c, name .. ".weight", { n }, "norm")
@@ -135,8 +168,12 @@ function arch.gpt(cfg)
       linear(p .. "attn.qkv", 3 * n, n)
       linear(p .. "attn.proj", n, n)
       layer_norm(p .. "ln_2")
-      linear(p .. "mlp.fc", 4 * n, n)
-      linear(p .. "mlp.proj", n, 4 * n)
+      if c.n_expert > 0 then
+         moe(p .. "moe.")
+      else
+         linear(p .. "mlp.fc", 4 * n, n)
+         linear(p .. "mlp.proj", n, 4 * n)
+      end
    end
    layer_norm("ln_f")
    if not c.tied then add(specs, c, "lm_head.weight", { c.vocab, n }, "output") end

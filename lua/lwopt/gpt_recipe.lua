@@ -1,7 +1,7 @@
 -- gpt_recipe.lua: the body of recipes/gpt_small.lua (and recipes that change its routing): parse
--- the flags, build the GPT, its buffers and optimizer, train on a byte-level corpus or on token
--- shards (llm.c's format), then report the final validation loss, plot the loss curve and print
--- a sample.
+-- the flags, build the GPT (dense, or a mixture of experts: --n-expert, --preset moe), its
+-- buffers and optimizer, train on a byte-level corpus or on token shards (llm.c's format), then
+-- report the final validation loss, plot the loss curve and print a sample.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
@@ -40,7 +40,13 @@ recipe.presets = {
    -- FineWeb run (a global batch of 64 sequences of 1024: --batch 8 x --accum 8 / ranks)
    gpt2 = { n_layer = 12, n_embd = 768, n_head = 12, seq = 1024, batch = 8, steps = 18865,
             lr = 6e-4, warmup = 700, eval_every = 250, vocab = tokens_mod.GPT2_VOCAB },
+   -- a small mixture of experts: every MLP replaced by 8 experts (4c hidden each), top-2
+   moe = { n_layer = 4, n_embd = 128, n_head = 4, seq = 128, batch = 8, steps = 300, lr = 3e-3,
+           warmup = 30, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB, n_expert = 8 },
 }
+
+-- What a mixture of experts takes when its flags are not given (the preset's, else these).
+recipe.MOE_DEFAULTS = { topk = 2, aux_coef = 0.01 }
 
 -- The model's vocabulary (its embedding's and LM head's rows) is the token vocabulary padded up
 -- to a multiple of this (GPT-2's 50257: 50304, as nanoGPT's), for matrix shapes that suit the
@@ -54,15 +60,26 @@ function recipe.vocab_rows(vocab)
 end
 
 -- The GPT's configuration (lw.nn.GPT, lw.arch.gpt) for a preset, a token vocabulary (token data:
--- the preset's or --vocab; bytes: 256) and a sequence length (default the preset's).
-function recipe.gpt_config(preset, vocab, seq)
+-- the preset's or --vocab; bytes: 256), a sequence length (default the preset's) and the
+-- experts (moe: { n_expert, topk, aux_coef, shared_expert }; default the preset's, none for a
+-- dense preset).
+function recipe.gpt_config(preset, vocab, seq, moe)
    local p = recipe.presets[preset]
-   return { n_layer = p.n_layer, n_embd = p.n_embd, n_head = p.n_head,
-            vocab = recipe.vocab_rows(vocab), seq_len = seq or p.seq, tied = true }
+   local cfg = { n_layer = p.n_layer, n_embd = p.n_embd, n_head = p.n_head,
+                 vocab = recipe.vocab_rows(vocab), seq_len = seq or p.seq, tied = true }
+   moe = moe or (p.n_expert and { n_expert = p.n_expert })
+   if moe and (moe.n_expert or 0) > 0 then
+      cfg.n_expert = moe.n_expert
+      cfg.topk = moe.topk or p.topk or recipe.MOE_DEFAULTS.topk
+      cfg.aux_coef = moe.aux_coef or p.aux_coef or recipe.MOE_DEFAULTS.aux_coef
+      cfg.shared_expert = moe.shared_expert or false
+   end
+   return cfg
 end
 
 recipe.flags = {
-   { "preset", { "tiny", "small", "wide", "gpt2" }, "small", "model and schedule size" },
+   { "preset", { "tiny", "small", "wide", "gpt2", "moe" }, "small", "model and schedule size "
+     .. "(moe: 4 layers x 128, 8 experts, top-2)" },
    { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
    { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split" },
@@ -77,6 +94,12 @@ recipe.flags = {
      .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, weights and "
      .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
      .. "computes fp32 whatever is asked" },
+   { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "
+     .. "the preset's; none but --preset moe's 8)", min = 2, max = 65536 },
+   { "topk", "int", nil, "experts each token is routed to (default 2)", min = 1, max = 65536 },
+   { "aux-coef", "number", nil, "weight of the load-balancing loss (default 0.01)", min = 0 },
+   { "shared-expert", "bool", false, "one more dense MLP every token goes through, besides its "
+     .. "experts" },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
@@ -211,6 +234,29 @@ local function check_data_flags(v, preset)
    end
 end
 
+-- The experts: --n-expert (or the preset's), --topk, --aux-coef, --shared-expert, refused where
+-- they cannot route (the flags' bounds already refuse --n-expert < 2 and --topk < 1). v gains
+-- n_expert (0: dense) and, with experts, topk and aux_coef.
+local function check_expert_flags(v, preset)
+   v.n_expert = v.n_expert or preset.n_expert or 0
+   if v.n_expert == 0 then
+      for _, name in ipairs({ "topk", "aux_coef", "shared_expert" }) do
+         if v[name] then
+            error(("--%s is for a mixture of experts: add --n-expert (or --preset moe)")
+               :format(name:gsub("_", "-")), 0)
+         end
+      end
+      return
+   end
+   v.topk = v.topk or preset.topk or recipe.MOE_DEFAULTS.topk
+   v.aux_coef = v.aux_coef or preset.aux_coef or recipe.MOE_DEFAULTS.aux_coef
+   if v.topk > v.n_expert then
+      error(("--topk %d is more than the %d experts (--n-expert%s): each token goes to topk "
+         .. "distinct experts"):format(v.topk, v.n_expert,
+         v.n_expert == preset.n_expert and (", --preset %s's"):format(v.preset) or ""), 0)
+   end
+end
+
 -- Flag values and combinations that cannot work, refused before any work (every rank sees the
 -- same flags, so every rank refuses alike). v gains the preset's values where a flag is unset.
 local function check_flags(v)
@@ -241,6 +287,7 @@ local function check_flags(v)
    end
    v.keep = v.keep or 3
    v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
+   check_expert_flags(v, preset)
    check_data_flags(v, preset)
 end
 
@@ -417,7 +464,8 @@ local function settings(v, comm, data)
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
-            ranks = comm.size }
+            ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
+            topk = v.topk, aux_coef = v.aux_coef }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
@@ -425,20 +473,21 @@ end
 local BREAKING = {
    { "data_kind", "--data" }, { "vocab", "--vocab" },
    { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
-   { "seq", "--seq" }, { "optimizer", "--optimizer" },
+   { "seq", "--seq" }, { "optimizer", "--optimizer" }, { "n_expert", "--n-expert" },
+   { "shared_expert", "--shared-expert" },
 }
 -- What a checkpoint that does not record a setting was trained with (those before token data
 -- were all byte-level).
-local BEFORE = { data_kind = "bytes", vocab = 256 }
+local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false }
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
-   "layout", "clip", "data", "ranks" }
+   "layout", "clip", "data", "ranks", "topk", "aux_coef" }
 
 local function flag_value(key, value)
    if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
-   return ("--%s %s"):format(key, type(value) == "number" and ("%.10g"):format(value)
-      or tostring(value))
+   return ("--%s %s"):format(key:gsub("_", "-"), type(value) == "number"
+      and ("%.10g"):format(value) or tostring(value))
 end
 
 -- Compares the checkpoint's recorded settings with this run's: refuses the breaking
@@ -607,9 +656,13 @@ end
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
-   local model = lw.nn.GPT.new(recipe.gpt_config(v.preset, v.vocab, v.seq))
+   local model = lw.nn.GPT.new(recipe.gpt_config(v.preset, v.vocab, v.seq, { n_expert =
+      v.n_expert, topk = v.topk, aux_coef = v.aux_coef, shared_expert = v.shared_expert }))
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
+   -- expert parameters (in their own buffers) are data-parallel over every rank, as the dense
+   -- ones: expert_comm nil is comm, expert_dp its size. Expert parallelism (--ep, next) splits
+   -- comm into expert groups here and gives lw.ddp.new the expert data-parallel one.
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
@@ -647,13 +700,29 @@ local function data_line(data, v, path)
       data:describe("train"), val, v.vocab, v.vocab_rows)
 end
 
+-- The model's parameters in words: "0.85M parameters", or with experts "8 experts, top-2 (+ a
+-- shared expert), 3.40M parameters, 1.02M active per token" (active: the dense parameters and
+-- topk / n_expert of the experts').
+function recipe.parameters_text(specs, v)
+   local total = lw.arch.numel(specs)
+   if (v.n_expert or 0) == 0 then return ("%.2fM parameters"):format(total / 1e6) end
+   local experts = {}
+   for _, s in ipairs(specs) do
+      if s.expert then experts[#experts + 1] = s end
+   end
+   local expert_numel = lw.arch.numel(experts)
+   local active = total - expert_numel + expert_numel * v.topk / v.n_expert
+   return ("%d experts, top-%d%s, %.2fM parameters, %.2fM active per token"):format(v.n_expert,
+      v.topk, v.shared_expert and " (+ a shared expert)" or "", total / 1e6, active / 1e6)
+end
+
 -- The line that says what this run trains, where and on what.
 local function announce(run, v, data, path, say)
    if v.quiet then return end
    local comm = run.comm
-   say(("lwopt %s: GPT %d layers x %d, %d heads, %.2fM parameters; %s/%s ZeRO-%d%s on %d "
+   say(("lwopt %s: GPT %d layers x %d, %d heads, %s; %s/%s ZeRO-%d%s on %d "
       .. "rank%s, global batch %d x %d %ss; %s"):format(lw.version,
-      v.n_layer, v.n_embd, v.n_head, lw.arch.numel(run.ddp.specs) / 1e6, v.optimizer,
+      v.n_layer, v.n_embd, v.n_head, recipe.parameters_text(run.ddp.specs, v), v.optimizer,
       v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
       comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, unit_of(data),
       data_line(data, v, path)))

@@ -153,12 +153,31 @@ local function open_run(run)
    return loop
 end
 
+-- A model with experts (lw.nn.GPT with n_expert > 0): its tokens per expert and layer added
+-- into sum (a flat list, layer-major; created on the first call), and the number of layers;
+-- nil for a dense model.
+local function add_expert_counts(model, sum)
+   local counts = model.expert_counts and model:expert_counts()
+   if counts == nil or #counts == 0 then return nil end
+   sum = sum or {}
+   local i = 0
+   for _, layer in ipairs(counts) do
+      for _, c in ipairs(layer) do
+         i = i + 1
+         sum[i] = (sum[i] or 0) + c
+      end
+   end
+   return sum, #counts
+end
+
 -- The step's forward and backward passes, one per micro-step, gradients accumulating: the
--- mean loss over micro-steps and the seconds forward and backward took.
+-- mean loss over micro-steps, the seconds forward and backward took, and with experts their
+-- token counts summed over micro-steps (flat, layer-major), the layers and the mean aux loss.
 local function forward_backward(run, step)
    local comm, model, ddp = run.comm, run.model, run.ddp
    local b, t, accum = run.batch, run.seq, run.accum or 1
    local fwd, bwd, loss = 0, 0, 0
+   local experts, layers, aux = nil, nil, 0
    ddp:zero_grad()
    for micro = 0, accum - 1 do
       run.data:train_batch(run.tokens, run.targets, run.seed, step, micro, comm.rank, comm.size,
@@ -168,6 +187,8 @@ local function forward_backward(run, step)
       run.report_ready = micro == accum - 1 or ddp.zero >= 2
       local a = lib.lw_now()
       loss = loss + model:forward(run.tokens, run.targets, b, t) / accum
+      experts, layers = add_expert_counts(model, experts)
+      if experts then aux = aux + model.aux_loss / accum end
       local m = lib.lw_now()
       model:backward(1 / accum)
       ddp:end_backward()
@@ -175,7 +196,32 @@ local function forward_backward(run, step)
       if not ddp.host then C.check(lib.lw_stream_synchronize(ddp.stream), "lw.train") end
       fwd, bwd = fwd + (m - a), bwd + (lib.lw_now() - m)
    end
-   return loss, fwd, bwd
+   return loss, fwd, bwd, experts and { counts = experts, layers = layers, aux = aux }
+end
+
+-- With experts, the step record's expert_counts (per layer, tokens routed to each expert,
+-- summed over the step's micro-steps and ranks: a token counts once at each of its topk
+-- experts), experts_idle (layer-expert pairs that got no token in the whole step) and aux_loss
+-- (the load-balancing loss, mean over micro-steps and ranks; the loss field stays the
+-- cross-entropy). One all-reduce (collective).
+local function expert_fields(run, rec, experts)
+   local comm = run.comm
+   local flat = { experts.aux }
+   for i, c in ipairs(experts.counts) do flat[i + 1] = c end
+   comm:set_label("the step's expert counts")
+   flat = comm:allreduce(flat)
+   rec.aux_loss = flat[1] / comm.size
+   local per = #experts.counts / experts.layers
+   local layers, idle = json.array(), 0
+   for l = 1, experts.layers do
+      local row = json.array()
+      for e = 1, per do
+         row[e] = flat[1 + (l - 1) * per + e]
+         if row[e] == 0 then idle = idle + 1 end
+      end
+      layers[l] = row
+   end
+   rec.expert_counts, rec.experts_idle = layers, idle
 end
 
 -- One optimizer step: its step record (mean loss over ranks, timings, traffic, memory with
@@ -184,7 +230,7 @@ local function train_step(run, loop, step)
    local comm = run.comm
    local t0 = lib.lw_now()
    local comm0, bytes0 = comm_totals(run)
-   local loss, fwd, bwd = forward_backward(run, step)
+   local loss, fwd, bwd, experts = forward_backward(run, step)
    local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
    local o0 = lib.lw_now()
    local r = run.opt:step(lr_scale)
@@ -202,6 +248,7 @@ local function train_step(run, loop, step)
          muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
       comm_mb = (bytes1 - bytes0) / 2 ^ 20,
    }
+   if experts then expert_fields(run, rec, experts) end
    if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
    return rec, r
 end

@@ -4,6 +4,7 @@
 -- Usage: [mpirun -np N] bin/lwopt run tests/lua/train_run.lua --out PREFIX [--mode M]
 --        [--overlap on|off] [--batch B] [--accum K] [--steps S] [--optimizer muon|adamw]
 --        [--zero 1|2|3] [--shard aligned|rows] [--layout A] [--bucket N] [--layers L]
+--        [--experts E] (every MLP a mixture of E experts, top-2, a shared expert)
 -- Also writes PREFIX.memory: rank 0's lw_buffers_memory figures and the padded model's bytes.
 local ffi = require("ffi")
 local lw = require("lwopt")
@@ -17,11 +18,13 @@ lw.comm.run(function()
       { "data", "string", "data/kjv.txt", "" }, { "zero", "int", 1, "" },
       { "shard", "string", "aligned", "" }, { "layout", "string", nil, "" },
       { "bucket", "int", 8192, "" }, { "layers", "int", 2, "" },
+      { "experts", "int", 0, "" },
    }))
    local comm = lw.comm.init()
    local t = 16
    local model = lw.nn.GPT.new{ n_layer = v.layers, n_embd = 32, n_head = 4, vocab = 256,
-      seq_len = t }
+      seq_len = t, n_expert = v.experts, topk = 2, aux_coef = 0.05,
+      shared_expert = v.experts > 0 }
    local rules = v.optimizer == "adamw" and { { match = ".", optimizer = "adamw" } } or nil
    local specs = lw.route(model:parameters(), rules)
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode, bucket_size = v.bucket,

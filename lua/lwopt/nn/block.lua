@@ -1,10 +1,12 @@
--- nn/block.lua: Block, the transformer layer: x + attn(ln_1(x)), then + mlp(ln_2(.)) (the
--- module contract is in nn/module.lua).
+-- nn/block.lua: Block, the transformer layer: x + attn(ln_1(x)), then + mlp(ln_2(.)), or
+-- + moe(ln_2(.)) for a mixture of experts (nn/moe.lua) (the module contract is in
+-- nn/module.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local LayerNorm = require("lwopt.nn.layernorm")
 local Attention = require("lwopt.nn.attention")
 local MLP = require("lwopt.nn.mlp")
+local MoE = require("lwopt.nn.moe")
 
 local lib = C.lib
 local zero = base.zero
@@ -13,13 +15,24 @@ local check = base.check
 local Block = base.class(base.Module)
 Block.shape_args = { "b", "t" }
 
-function Block.new(prefix, c, n_head, bias)
+-- Block(prefix, c, n_head, bias, moe): moe (optional) is nn.MoE's config ({ n_expert, topk,
+-- expert_hidden, aux_coef, shared_expert, router_muon }): the feed-forward is then self.moe
+-- (parameters <prefix>moe.*) instead of self.mlp. self.ffn is whichever it is.
+function Block.new(prefix, c, n_head, bias, moe)
    local self = setmetatable({}, Block):init(prefix)
    self.c = c
    self.ln_1 = self:add(LayerNorm.new(prefix .. "ln_1.", c, bias))
    self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias))
    self.ln_2 = self:add(LayerNorm.new(prefix .. "ln_2.", c, bias))
-   self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias))
+   if moe then
+      local cfg = { bias = bias }
+      for k, v in pairs(moe) do cfg[k] = v end
+      self.moe = self:add(MoE.new(prefix .. "moe.", c, cfg))
+      self.ffn = self.moe
+   else
+      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias))
+      self.ffn = self.mlp
+   end
    return self
 end
 
@@ -31,7 +44,7 @@ function Block:forward(x, b, t)
    self.mid = self:buffer("mid", n * c)
    check(lib.lw_vec_add(self.stream, self.mid, x, a, n * c))
    self.m_in = self.ln_2:forward(self.mid, n)
-   local m = self.mlp:forward(self.m_in, n)
+   local m = self.ffn:forward(self.m_in, n)
    local y = self:buffer("y", n * c)
    check(lib.lw_vec_add(self.stream, y, self.mid, m, n * c))
    return y
@@ -43,7 +56,7 @@ function Block:backward(x, dout, dx, b, t)
    local dm, dmid = self:buffer("dm", n * c), self:buffer("dmid", n * c)
    local da = self:buffer("da", n * c)
    zero(dm, n * c, self.stream)
-   self.mlp:backward(self.m_in, dout, dm, n)
+   self.ffn:backward(self.m_in, dout, dm, n)
    -- the residual path (device memory: a copy on the stream, never a host memcpy)
    check(lib.lw_device_copy(self.stream, dmid, dout, 4 * n * c, lib.LW_COPY_DEVICE_TO_DEVICE))
    self.ln_2:backward(self.mid, dm, dmid, n)

@@ -1,6 +1,7 @@
 -- nn/gpt.lua: GPT, GPT-2's model: embedding, blocks, final LayerNorm and an LM head (tied to
 -- the token embedding, or its own matrix) with the softmax cross-entropy over
--- lw_cross_entropy_forward / _backward, in chunks of rows. Its top level has a loss API instead of the module
+-- lw_cross_entropy_forward / _backward, in chunks of rows; with n_expert > 0 every block's MLP
+-- is a mixture of experts (nn/moe.lua). Its top level has a loss API instead of the module
 -- contract of nn/module.lua (which says why); everything under it follows the contract.
 local ffi = require("ffi")
 local C = require("lwopt.C")
@@ -15,23 +16,41 @@ local check = base.check
 
 local GPT = base.class(base.Module)
 
-local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false }
+local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false, n_expert = 0,
+   topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false }
 
--- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias }: the same parameters, names and
--- order as lw.arch.gpt for the same config.
+-- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
+local function moe_config(o)
+   if o.n_expert == 0 then return nil end
+   return { n_expert = o.n_expert, topk = o.topk, expert_hidden = o.expert_hidden,
+            aux_coef = o.aux_coef, shared_expert = o.shared_expert, router_muon = o.router_muon }
+end
+
+-- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, n_expert, topk, expert_hidden,
+-- aux_coef, shared_expert, router_muon }: the same parameters, names and order as lw.arch.gpt
+-- for the same config. n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
+-- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
+-- (default 2) of them, a load-balancing loss weighted aux_coef (default 0.01), shared_expert
+-- (default false) adding one dense MLP every token goes through, router_muon (default false)
+-- leaving the router to the routing rules' Muon instead of AdamW.
 function GPT.new(cfg)
    local self = setmetatable({}, GPT):init("")
    local o = {}
    for k, v in pairs(GPT_DEFAULTS) do o[k] = v end
    for k, v in pairs(cfg) do o[k] = v end
    assert(o.n_embd % o.n_head == 0, "nn.GPT: n_embd must be divisible by n_head")
+   if type(o.n_expert) ~= "number" or o.n_expert < 0 or o.n_expert ~= math.floor(o.n_expert) then
+      error(("nn.GPT: n_expert (%s) must be 0 (dense) or a positive integer")
+         :format(tostring(o.n_expert)), 0)
+   end
    self.cfg = o
    local c = o.n_embd
    self.embedding = self:add(Embedding.new(o.vocab, c, o.seq_len, o.tied))
    self.blocks = {}
    self.block_inputs = {} -- each block's input in the last forward, for its backward
    for i = 0, o.n_layer - 1 do
-      self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias))
+      self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
+         moe_config(o)))
    end
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
    if not o.tied then self:declare("lm_head.weight", { o.vocab, c }, "output") end
@@ -88,7 +107,10 @@ end
 
 -- Forward over tokens (host int32_t* [b*t]); with targets (host int32_t*, entries < 0 ignored)
 -- returns the mean cross-entropy loss. The LM head runs in chunks of rows (never the b*t x
--- vocab logits at once on a GPU); next_probs gives a row's next-token distribution.
+-- vocab logits at once on a GPU); next_probs gives a row's next-token distribution. With
+-- experts, the returned loss is still the cross-entropy alone (what validation and the logs
+-- compare across models); the layers' load-balancing losses, summed, are self.aux_loss, and
+-- the objective backward differentiates is the sum of the two.
 function GPT:forward(tokens, targets, b, t)
    local o = self.cfg
    local n = b * t
@@ -104,9 +126,11 @@ function GPT:forward(tokens, targets, b, t)
    self.tokens = self:on_device(tokens, n, "tokens")
    self.targets = self:on_device(targets, n, "targets")
    local x = self.embedding:forward(self.tokens, b, t)
+   self.aux_loss = 0
    for i, block in ipairs(self.blocks) do
       self.block_inputs[i] = x
       x = block:forward(x, b, t)
+      if block.moe then self.aux_loss = self.aux_loss + block.moe.aux_loss end
    end
    self.x_last = x
    self.h = self.ln_f:forward(x, n)
@@ -129,8 +153,9 @@ function GPT:host_buffer(key, n)
    return h.data
 end
 
--- Backward of loss_scale * (the loss of the last forward); accumulates parameter gradients and
--- reports each complete gradient through the hooks, in backprop order.
+-- Backward of loss_scale * (the loss of the last forward, plus self.aux_loss with experts);
+-- accumulates parameter gradients and reports each complete gradient through the hooks, in
+-- backprop order.
 function GPT:backward(loss_scale)
    local c = self.cfg.n_embd
    local b, t = self.b, self.t
@@ -143,11 +168,23 @@ function GPT:backward(loss_scale)
    self.ln_f:backward(self.x_last, dh, dx, n)
    local dnext = self:buffer("dx2", n * c)
    for i = #self.blocks, 1, -1 do
+      if self.blocks[i].moe then self.blocks[i].moe.aux_scale = loss_scale or 1 end
       zero(dnext, n * c, self.stream)
       self.blocks[i]:backward(self.block_inputs[i], dx, dnext, b, t)
       dx, dnext = dnext, dx
    end
    self.embedding:backward(self.tokens, dx, nil, b, t)
+end
+
+-- Tokens routed to each expert in the last forward, per layer: { layer h.0's { expert 0, ..,
+-- expert n_expert - 1 }, .. } (each token counts once at each of its topk experts, so a layer's
+-- counts sum to b * t * topk); an empty list for a dense model.
+function GPT:expert_counts()
+   local out = {}
+   for i, block in ipairs(self.blocks) do
+      if block.moe then out[i] = block.moe:expert_counts() end
+   end
+   return out
 end
 
 -- The logits of one row into the host array out, from the LM head read again (a reuse: at

@@ -15,6 +15,7 @@ return {
    GELU = require("lwopt.nn.gelu"),
    CausalSelfAttention = require("lwopt.nn.attention"),
    MLP = require("lwopt.nn.mlp"),
+   MoE = require("lwopt.nn.moe"),
    Block = require("lwopt.nn.block"),
    GPT = require("lwopt.nn.gpt"),
    -- Bytes of activation buffers allocated by the modules of this process.

@@ -9,12 +9,18 @@ local lib = C.lib
 local Linear = base.class(base.Module)
 Linear.shape_args = { "n" }
 
--- Linear(prefix, in, out, bias): weight {out, in}, bias {out}.
-function Linear.new(prefix, n_in, n_out, bias)
+-- Linear(prefix, in, out, bias, extra): weight {out, in}, bias {out}. extra (optional): the
+-- weight's role (extra.role, default "matrix") and fields set in both specs (expert = true for
+-- an expert's layers, use_muon = false for a router kept off Muon).
+function Linear.new(prefix, n_in, n_out, bias, extra)
    local self = setmetatable({}, Linear):init(prefix)
    self.n_in, self.n_out, self.has_bias = n_in, n_out, bias
-   self:declare("weight", { n_out, n_in }, "matrix")
-   if bias then self:declare("bias", { n_out }, "bias") end
+   local role, fields = "matrix", {}
+   for k, v in pairs(extra or {}) do
+      if k == "role" then role = v else fields[k] = v end
+   end
+   self:declare("weight", { n_out, n_in }, role, fields)
+   if bias then self:declare("bias", { n_out }, "bias", fields) end
    return self
 end
 

@@ -1,5 +1,5 @@
--- nn/mlp.lua: MLP, fc (c -> 4c), GELU, proj (4c -> c) (the module contract is in
--- nn/module.lua).
+-- nn/mlp.lua: MLP, fc (c -> hidden, 4c by default), GELU, proj (hidden -> c) (the module
+-- contract is in nn/module.lua). A mixture of experts' experts are MLPs too (nn/moe.lua).
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
 local GELU = require("lwopt.nn.gelu")
@@ -9,12 +9,16 @@ local zero = base.zero
 local MLP = base.class(base.Module)
 MLP.shape_args = { "n" }
 
-function MLP.new(prefix, c, bias)
+-- MLP(prefix, c, bias, hidden, extra): hidden defaults to 4c; extra (optional) is passed to
+-- both Linears (nn/linear.lua: the weights' role and fields of every spec, such as expert).
+function MLP.new(prefix, c, bias, hidden, extra)
    local self = setmetatable({}, MLP):init(prefix)
-   self.c = c
-   self.fc = self:add(Linear.new(prefix .. "fc.", c, 4 * c, bias))
-   self.gelu = GELU.new(4 * c)
-   self.proj = self:add(Linear.new(prefix .. "proj.", 4 * c, c, bias))
+   hidden = hidden or 4 * c
+   self.c, self.hidden = c, hidden
+   self.fc = self:add(Linear.new(prefix .. "fc.", c, hidden, bias, extra))
+   -- a child, though it has no parameters, so that bind gives it the device and stream too
+   self.gelu = self:add(GELU.new(hidden))
+   self.proj = self:add(Linear.new(prefix .. "proj.", hidden, c, bias, extra))
    return self
 end
 
@@ -26,7 +30,7 @@ function MLP:forward(x, n)
 end
 
 function MLP:backward(x, dout, dx, n)
-   local w = 4 * self.c
+   local w = self.hidden
    local da, dh = self:buffer("da", n * w), self:buffer("dh", n * w)
    zero(da, n * w, self.stream)
    self.proj:backward(self.a, dout, da, n)

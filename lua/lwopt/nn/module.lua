@@ -10,7 +10,7 @@
 --   m:forward(input, shape...) -> output
 --   m:backward(input, grad_output, grad_input, shape...)
 --   shape...      the sizes the pointers do not carry, named by Class.shape_args: { "n" } (n
---                 rows) for modules that work row by row (Linear, LayerNorm, GELU, MLP),
+--                 rows) for modules that work row by row (Linear, LayerNorm, GELU, MLP, MoE),
 --                 { "b", "t" } (b sequences of t) for those that see sequences (Embedding,
 --                 CausalSelfAttention, Block)
 --   input         float* [rows, width in] (Embedding: int32_t* tokens [b*t])
@@ -201,8 +201,11 @@ function Module:workspace(n, what)
    return ws.data
 end
 
--- Activation buffers per (rows) shape, allocated once.
+-- Activation buffers per (rows) shape, allocated once. A module given rows of its owner's
+-- buffers (share_rows) gets its window of them instead.
 function Module:buffer(key, n)
+   local w = self.rows_window
+   if w ~= nil then return w.owner:rows_of(w.path .. key, n, w) end
    self.buffers = self.buffers or {}
    local b = self.buffers[key]
    if b == nil or b.n < n then
@@ -211,6 +214,31 @@ function Module:buffer(key, n)
       self.buffers[key] = b
    end
    return b.data
+end
+
+-- Row windows: modules that run one after another on consecutive row ranges of one array (a
+-- mixture of experts' experts, each on the rows routed to it) share their activation buffers:
+-- owner:share_rows(m, first, count, total) makes m and the modules under it take, for each of
+-- their buffers, rows [first, first + count) of one buffer of `total` rows that the owner keeps
+-- per (module position under m, key). Together they then hold total rows, not count rows each.
+function Module:share_rows(m, first, count, total, path)
+   path = path or ""
+   local w = m.rows_window or {}
+   w.owner, w.path, w.first, w.count, w.total = self, path, first, count, total
+   m.rows_window = w
+   local i = 0
+   for _, e in ipairs(m.entries) do
+      if e.child then
+         i = i + 1
+         self:share_rows(e.child, first, count, total, path .. i .. ".")
+      end
+   end
+end
+
+-- The window w of the owner's shared buffer `key`: n floats for w.count rows.
+function Module:rows_of(key, n, w)
+   local width = n / w.count
+   return self:buffer("rows " .. key, w.total * width) + w.first * width
 end
 
 return base

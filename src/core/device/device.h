@@ -10,7 +10,8 @@
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 5 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) */
+#define LWI_DEVICE_ABI 5 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+                            the mixture-of-experts kernels (router, aux loss, gather, combine) */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -131,6 +132,25 @@ typedef struct lwi_device_ops {
     /* A communicator of parent's ranks that moves this device's memory (NCCL), bootstrapped
      * through parent's collectives (lw_comm_device_new); NULL: none. */
     lw_status (*comm_new)(lw_device *device, lw_comm *parent, lw_comm **out);
+    /* a mixture of experts' model kernels, as in lw.h (appended in ABI 5) */
+    lw_status (*moe_router_forward)(lw_stream *s, int32_t *experts, float *weights, float *probs,
+                                    const float *logits, int64_t n, int64_t e, int64_t k);
+    lw_status (*moe_router_backward)(lw_stream *s, float *dlogits, const float *dweights,
+                                     const float *dprobs, const float *probs,
+                                     const int32_t *experts, int64_t n, int64_t e, int64_t k);
+    lw_status (*moe_aux_loss_forward)(lw_stream *s, const float *probs, const int32_t *experts,
+                                      int64_t n, int64_t e, int64_t k, float coef, double *loss);
+    lw_status (*moe_aux_loss_backward)(lw_stream *s, float *dprobs, const int32_t *experts,
+                                       int64_t n, int64_t e, int64_t k, float coef, float scale);
+    lw_status (*gather_forward)(lw_stream *s, float *out, const float *x, const int32_t *rows,
+                                int64_t m, int64_t c);
+    lw_status (*gather_backward)(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
+                                 int64_t m, int64_t c);
+    lw_status (*combine_forward)(lw_stream *s, float *y, const float *src, const float *w,
+                                 const int32_t *rows, int64_t m, int64_t c);
+    lw_status (*combine_backward)(lw_stream *s, float *dsrc, float *dw, const float *dy,
+                                  const float *src, const float *w, const int32_t *rows,
+                                  int64_t m, int64_t c);
 } lwi_device_ops;
 
 struct lw_device {

@@ -158,3 +158,86 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
     return s->device->ops->cross_entropy_backward(s, dh, dw, scratch, h, w, targets, lse, n, c, v,
                                                   loss_scale);
 }
+
+/* The router's and the auxiliary loss's sizes, checked here once for every device. */
+static lw_status check_routing(const char *what, int64_t n, int64_t e, int64_t k) {
+    if (n < 0) return lwi_fail(LW_ERR_INVALID, "%s: n (%lld) must be >= 0", what, (long long)n);
+    if (e < 1)
+        return lwi_fail(LW_ERR_INVALID, "%s: the experts (%lld) must be >= 1", what, (long long)e);
+    if (k < 1 || k > e)
+        return lwi_fail(LW_ERR_INVALID, "%s: k (%lld) must be between 1 and the experts (%lld)",
+                        what, (long long)k, (long long)e);
+    return LW_OK;
+}
+
+lw_status lw_moe_router_forward(lw_stream *stream, int32_t *experts, float *weights, float *probs,
+                                const float *logits, int64_t n, int64_t e, int64_t k) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_routing("moe_router_forward", n, e, k);
+    if (st != LW_OK) return st;
+    if (s->device->ops->moe_router_forward == NULL)
+        return lwi_device_missing(s, "moe_router_forward");
+    return s->device->ops->moe_router_forward(s, experts, weights, probs, logits, n, e, k);
+}
+
+lw_status lw_moe_router_backward(lw_stream *stream, float *dlogits, const float *dweights,
+                                 const float *dprobs, const float *probs, const int32_t *experts,
+                                 int64_t n, int64_t e, int64_t k) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_routing("moe_router_backward", n, e, k);
+    if (st != LW_OK) return st;
+    if (s->device->ops->moe_router_backward == NULL)
+        return lwi_device_missing(s, "moe_router_backward");
+    return s->device->ops->moe_router_backward(s, dlogits, dweights, dprobs, probs, experts, n, e,
+                                               k);
+}
+
+lw_status lw_moe_aux_loss_forward(lw_stream *stream, const float *probs, const int32_t *experts,
+                                  int64_t n, int64_t e, int64_t k, float coef, double *loss) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_routing("moe_aux_loss_forward", n, e, k);
+    if (st != LW_OK) return st;
+    if (s->device->ops->moe_aux_loss_forward == NULL)
+        return lwi_device_missing(s, "moe_aux_loss_forward");
+    return s->device->ops->moe_aux_loss_forward(s, probs, experts, n, e, k, coef, loss);
+}
+
+lw_status lw_moe_aux_loss_backward(lw_stream *stream, float *dprobs, const int32_t *experts,
+                                   int64_t n, int64_t e, int64_t k, float coef, float scale) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_routing("moe_aux_loss_backward", n, e, k);
+    if (st != LW_OK) return st;
+    if (s->device->ops->moe_aux_loss_backward == NULL)
+        return lwi_device_missing(s, "moe_aux_loss_backward");
+    return s->device->ops->moe_aux_loss_backward(s, dprobs, experts, n, e, k, coef, scale);
+}
+
+lw_status lw_gather_forward(lw_stream *stream, float *out, const float *x, const int32_t *rows,
+                            int64_t m, int64_t c) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->gather_forward == NULL) return lwi_device_missing(s, "gather_forward");
+    return m > 0 && c > 0 ? s->device->ops->gather_forward(s, out, x, rows, m, c) : LW_OK;
+}
+
+lw_status lw_gather_backward(lw_stream *stream, float *dx, const float *dout, const int32_t *rows,
+                             int64_t m, int64_t c) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->gather_backward == NULL) return lwi_device_missing(s, "gather_backward");
+    return m > 0 && c > 0 ? s->device->ops->gather_backward(s, dx, dout, rows, m, c) : LW_OK;
+}
+
+lw_status lw_combine_forward(lw_stream *stream, float *y, const float *src, const float *w,
+                             const int32_t *rows, int64_t m, int64_t c) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->combine_forward == NULL) return lwi_device_missing(s, "combine_forward");
+    return m > 0 && c > 0 ? s->device->ops->combine_forward(s, y, src, w, rows, m, c) : LW_OK;
+}
+
+lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const float *dy,
+                              const float *src, const float *w, const int32_t *rows, int64_t m,
+                              int64_t c) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (s->device->ops->combine_backward == NULL) return lwi_device_missing(s, "combine_backward");
+    return m > 0 && c > 0 ? s->device->ops->combine_backward(s, dsrc, dw, dy, src, w, rows, m, c)
+                          : LW_OK;
+}

@@ -122,4 +122,12 @@ const lwi_device_ops lwi_cpu_ops = {
     .cross_entropy_forward = lwi_cpu_cross_entropy_forward,
     .cross_entropy_backward = lwi_cpu_cross_entropy_backward,
     .info = cpu_info,
+    .moe_router_forward = lwi_cpu_moe_router_forward,
+    .moe_router_backward = lwi_cpu_moe_router_backward,
+    .moe_aux_loss_forward = lwi_cpu_moe_aux_loss_forward,
+    .moe_aux_loss_backward = lwi_cpu_moe_aux_loss_backward,
+    .gather_forward = lwi_cpu_gather_forward,
+    .gather_backward = lwi_cpu_gather_backward,
+    .combine_forward = lwi_cpu_combine_forward,
+    .combine_backward = lwi_cpu_combine_backward,
 };

@@ -58,5 +58,27 @@ lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw
                                          const float *h, const float *w, const int32_t *targets,
                                          const float *lse, int64_t n, int64_t c, int64_t v,
                                          float loss_scale);
+/* moe.c and gather.c: a mixture of experts' router, its load-balancing loss, and rows moved by
+ * an index list */
+lw_status lwi_cpu_moe_router_forward(lw_stream *stream, int32_t *experts, float *weights,
+                                     float *probs, const float *logits, int64_t n, int64_t e,
+                                     int64_t k);
+lw_status lwi_cpu_moe_router_backward(lw_stream *stream, float *dlogits, const float *dweights,
+                                      const float *dprobs, const float *probs,
+                                      const int32_t *experts, int64_t n, int64_t e, int64_t k);
+lw_status lwi_cpu_moe_aux_loss_forward(lw_stream *stream, const float *probs,
+                                       const int32_t *experts, int64_t n, int64_t e, int64_t k,
+                                       float coef, double *loss);
+lw_status lwi_cpu_moe_aux_loss_backward(lw_stream *stream, float *dprobs, const int32_t *experts,
+                                        int64_t n, int64_t e, int64_t k, float coef, float scale);
+lw_status lwi_cpu_gather_forward(lw_stream *stream, float *out, const float *x, const int32_t *rows,
+                                 int64_t m, int64_t c);
+lw_status lwi_cpu_gather_backward(lw_stream *stream, float *dx, const float *dout,
+                                  const int32_t *rows, int64_t m, int64_t c);
+lw_status lwi_cpu_combine_forward(lw_stream *stream, float *y, const float *src, const float *w,
+                                  const int32_t *rows, int64_t m, int64_t c);
+lw_status lwi_cpu_combine_backward(lw_stream *stream, float *dsrc, float *dw, const float *dy,
+                                   const float *src, const float *w, const int32_t *rows, int64_t m,
+                                   int64_t c);
 
 #endif

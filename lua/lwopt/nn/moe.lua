@@ -1,0 +1,259 @@
+-- nn/moe.lua: MoE, a mixture of experts in place of a Block's MLP, on one rank (expert
+-- parallelism, ep > 1, is not here yet): a router Linear (c -> n_expert, no bias), top-k routing
+-- with renormalised weights (lw_moe_router_forward), dropless dispatch (every token reaches its
+-- k distinct experts), each expert an MLP (c -> expert_hidden -> c) run on the rows routed to
+-- it, the weighted combine back into token order, the load-balancing loss (lw_moe_aux_loss_*),
+-- and an optional shared expert every token goes through, added unweighted. The module
+-- contract is in nn/module.lua.
+--
+-- The permutation (assignments sorted by expert, stable in token order) is built on the host
+-- from the experts array, copied there through lw_device_copy: per forward one copy of n*k
+-- int32 down and two up. The experts' activations are row windows of buffers of all n*k rows
+-- (Module:share_rows), so a layer holds n*k rows of expert activations however the tokens
+-- fall, as a dense MLP holds n. An expert with no tokens runs nothing and its gradient stays zero, but
+-- its parameters are still acquired and released (and reported ready in backward) in the same
+-- order as the others, since at ZeRO-3 acquiring is collective and every rank must do the same.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+local Linear = require("lwopt.nn.linear")
+local MLP = require("lwopt.nn.mlp")
+
+local lib = C.lib
+local zero = base.zero
+local check = base.check
+
+local MoE = base.class(base.Module)
+MoE.shape_args = { "n" }
+
+MoE.DEFAULTS = { topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false,
+                 bias = false }
+
+local function is_count(v) return type(v) == "number" and v == math.floor(v) and v >= 1
+   and v < 2 ^ 31 end
+
+-- The module's settings, defaults filled, or an error naming the value.
+local function settings(c, cfg)
+   local function fail(fmt, ...) error("nn.MoE: " .. fmt:format(...), 0) end
+   local o = {}
+   for k, v in pairs(MoE.DEFAULTS) do o[k] = v end
+   local unknown = {}
+   for k, v in pairs(cfg or {}) do
+      if MoE.DEFAULTS[k] == nil and k ~= "n_expert" and k ~= "expert_hidden" then
+         unknown[#unknown + 1] = tostring(k)
+      end
+      o[k] = v
+   end
+   if #unknown > 0 then
+      table.sort(unknown)
+      fail("unknown field '%s'", unknown[1])
+   end
+   o.expert_hidden = o.expert_hidden or 4 * c
+   if not is_count(o.n_expert) then
+      fail("n_expert (%s) must be a positive integer", tostring(o.n_expert))
+   end
+   if not is_count(o.topk) or o.topk > o.n_expert then
+      fail("topk (%s) must be between 1 and n_expert (%d)", tostring(o.topk), o.n_expert)
+   end
+   if not is_count(o.expert_hidden) then
+      fail("expert_hidden (%s) must be a positive integer", tostring(o.expert_hidden))
+   end
+   if type(o.aux_coef) ~= "number" or not (o.aux_coef >= 0 and o.aux_coef < math.huge) then
+      fail("aux_coef (%s) must be a finite number >= 0", tostring(o.aux_coef))
+   end
+   return o
+end
+
+-- MoE(prefix, c, cfg): cfg = { n_expert, topk = 2, expert_hidden = 4c, aux_coef = 0.01,
+-- shared_expert = false, router_muon = false, bias = false }. Parameters, in this order:
+-- router.weight {n_expert, c} (use_muon = false unless router_muon: AdamW by the default
+-- routing rules; a rule of one's own may still send it to Muon), experts.<e>.fc / .proj (role
+-- "expert", expert = true: the layout puts them in expert buffers), shared.fc / .proj (dense).
+function MoE.new(prefix, c, cfg)
+   local self = setmetatable({}, MoE):init(prefix)
+   local o = settings(c, cfg)
+   self.c, self.n_expert, self.topk, self.aux_coef = c, o.n_expert, o.topk, o.aux_coef
+   self.expert_hidden = o.expert_hidden
+   self.router = self:add(Linear.new(prefix .. "router.", c, o.n_expert, false,
+      not o.router_muon and { use_muon = false } or nil))
+   self.experts = {}
+   for e = 0, o.n_expert - 1 do
+      self.experts[e + 1] = self:add(MLP.new(prefix .. "experts." .. e .. ".", c, o.bias,
+         o.expert_hidden, { role = "expert", expert = true }))
+   end
+   if o.shared_expert then
+      self.shared = self:add(MLP.new(prefix .. "shared.", c, o.bias, o.expert_hidden))
+   end
+   -- per expert (1-based), from the last forward: rows routed to it and where they start in
+   -- the permuted order; its MLP's output
+   self.counts, self.offsets, self.outs, self.next = {}, {}, {}, {}
+   for e = 1, o.n_expert do self.counts[e], self.offsets[e] = 0, 0 end
+   self.idle = 0 -- experts that received no token in the last forward
+   self.aux_loss = 0 -- the load-balancing loss of the last forward
+   self.aux_scale = 1 -- the weight of its gradient in backward (nn.GPT sets its loss_scale)
+   return self
+end
+
+-- Host int32 arrays per key, grown on demand (staging for the permutation).
+function MoE:host_ints(key, n)
+   self.host = self.host or {}
+   local h = self.host[key]
+   if h == nil or h.n < n then
+      h = { n = n, data = ffi.new("int32_t[?]", math.max(n, 1)) }
+      self.host[key] = h
+   end
+   return h.data
+end
+
+-- An int32_t* activation buffer of the module's device (4 bytes an element, as floats).
+function MoE:int_buffer(key, n) return ffi.cast("int32_t *", self:buffer(key, n)) end
+
+-- Acquires and releases the parameters of module m and the modules under it as a run would,
+-- in the pass's order (backward: children reversed, gradients reported), computing nothing:
+-- an expert that received no token still takes its turn in the hooks.
+local function nothing() end
+local function idle(m, pass)
+   if #m.own > 0 then m:with_params(pass, nothing) end
+   local kids = {}
+   for _, e in ipairs(m.entries) do
+      if e.child then kids[#kids + 1] = e.child end
+   end
+   local first, last, step = 1, #kids, 1
+   if pass == "backward" then first, last, step = #kids, 1, -1 end
+   for i = first, last, step do idle(kids[i], pass) end
+end
+
+-- The permutation of the last routing: the experts array copied to the host, the assignments
+-- a = token * k + slot counted per expert and sorted by expert (stable: in token order within
+-- one), rows[p] = the token and slots[p] = a of the p-th, both uploaded to the device.
+local function permute(self, n)
+   local E, k = self.n_expert, self.topk
+   local m = n * k
+   local ex = self:host_ints("experts", m)
+   check(lib.lw_device_copy(self.stream, ex, self.experts_dev, 4 * m,
+      lib.LW_COPY_DEVICE_TO_HOST))
+   local counts, offsets, next = self.counts, self.offsets, self.next
+   for e = 1, E do counts[e] = 0 end
+   for a = 0, m - 1 do
+      local e = ex[a]
+      if e < 0 or e >= E then -- a kernel's contract broken: refuse before indexing with it
+         error(("nn.MoE: the router chose expert %d for assignment %d, outside [0, %d)")
+            :format(e, a, E), 0)
+      end
+      counts[e + 1] = counts[e + 1] + 1
+   end
+   local at, idle_count = 0, 0
+   for e = 1, E do
+      offsets[e], next[e] = at, at
+      at = at + counts[e]
+      if counts[e] == 0 then idle_count = idle_count + 1 end
+   end
+   self.idle = idle_count
+   local rows, slots = self:host_ints("rows", m), self:host_ints("slots", m)
+   for a = 0, m - 1 do
+      local e = ex[a] + 1
+      local p = next[e]
+      rows[p], slots[p] = (a - a % k) / k, a
+      next[e] = p + 1
+   end
+   self.rows = self:int_buffer("rows", m)
+   self.slots = self:int_buffer("slots", m)
+   check(lib.lw_device_copy(self.stream, self.rows, rows, 4 * m, lib.LW_COPY_HOST_TO_DEVICE))
+   check(lib.lw_device_copy(self.stream, self.slots, slots, 4 * m, lib.LW_COPY_HOST_TO_DEVICE))
+end
+
+local loss_cell = ffi.new("double[1]")
+
+-- x: float* [n, c] -> float* [n, c]
+function MoE:forward(x, n)
+   local E, k, c, s = self.n_expert, self.topk, self.c, self.stream
+   local m = n * k
+   local logits = self.router:forward(x, n)
+   self.experts_dev = self:int_buffer("experts", m)
+   self.weights = self:buffer("weights", m)
+   self.probs = self:buffer("probs", n * E)
+   check(lib.lw_moe_router_forward(s, self.experts_dev, self.weights, self.probs, logits, n, E,
+      k))
+   self.aux_loss = 0
+   if self.aux_coef > 0 then
+      check(lib.lw_moe_aux_loss_forward(s, self.probs, self.experts_dev, n, E, k, self.aux_coef,
+         loss_cell))
+      self.aux_loss = loss_cell[0]
+   end
+   permute(self, n)
+   -- dispatch: the tokens' rows and their weights in expert order
+   self.xs = self:buffer("xs", m * c)
+   self.ws = self:buffer("ws", m)
+   check(lib.lw_gather_forward(s, self.xs, x, self.rows, m, c))
+   check(lib.lw_gather_forward(s, self.ws, self.weights, self.slots, m, 1))
+   local y = self:buffer("y", n * c)
+   zero(y, n * c, s)
+   for e = 1, E do
+      local count, off = self.counts[e], self.offsets[e]
+      if count > 0 then
+         -- the experts' activations are windows of buffers of all m rows (Module:share_rows)
+         self:share_rows(self.experts[e], off, count, m)
+         local out = self.experts[e]:forward(self.xs + off * c, count)
+         self.outs[e] = out
+         check(lib.lw_combine_forward(s, y, out, self.ws + off, self.rows + off, count, c))
+      else
+         self.outs[e] = nil
+         idle(self.experts[e], "forward")
+      end
+   end
+   if self.shared then
+      check(lib.lw_vec_add(s, y, y, self.shared:forward(x, n), n * c))
+   end
+   return y
+end
+
+-- Accumulates into dx and the parameter gradients, the load-balancing loss's included (its
+-- gradient weighted by self.aux_scale). Backprop order: the shared expert, the experts from the
+-- last, the router.
+function MoE:backward(x, dout, dx, n)
+   local E, k, c, s = self.n_expert, self.topk, self.c, self.stream
+   local m = n * k
+   if self.shared then self.shared:backward(x, dout, dx, n) end
+   local dxs, dws = self:buffer("dxs", m * c), self:buffer("dws", m)
+   zero(dxs, m * c, s)
+   zero(dws, m, s)
+   for e = E, 1, -1 do
+      local count, off = self.counts[e], self.offsets[e]
+      if count > 0 then
+         -- one buffer for every expert's output gradient, used one expert at a time
+         local dsrc = self:buffer("dsrc", count * c)
+         zero(dsrc, count * c, s)
+         check(lib.lw_combine_backward(s, dsrc, dws + off, dout, self.outs[e], self.ws + off,
+            self.rows + off, count, c))
+         self:share_rows(self.experts[e], off, count, m)
+         self.experts[e]:backward(self.xs + off * c, dsrc, dxs + off * c, count)
+      else
+         idle(self.experts[e], "backward")
+      end
+   end
+   if dx ~= nil then check(lib.lw_gather_backward(s, dx, dxs, self.rows, m, c)) end
+   local dweights = self:buffer("dweights", m)
+   zero(dweights, m, s)
+   check(lib.lw_gather_backward(s, dweights, dws, self.slots, m, 1))
+   local dprobs = nil
+   if self.aux_coef > 0 then
+      dprobs = self:buffer("dprobs", n * E)
+      zero(dprobs, n * E, s)
+      check(lib.lw_moe_aux_loss_backward(s, dprobs, self.experts_dev, n, E, k, self.aux_coef,
+         self.aux_scale))
+   end
+   local dlogits = self:buffer("dlogits", n * E)
+   zero(dlogits, n * E, s)
+   check(lib.lw_moe_router_backward(s, dlogits, dweights, dprobs, self.probs, self.experts_dev, n,
+      E, k))
+   self.router:backward(x, dlogits, dx, n)
+end
+
+-- Rows routed to each expert in the last forward: a new list, expert 0 first.
+function MoE:expert_counts()
+   local out = {}
+   for e = 1, self.n_expert do out[e] = self.counts[e] end
+   return out
+end
+
+return MoE
