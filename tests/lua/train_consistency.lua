@@ -118,6 +118,10 @@ for zero = 1, 3 do
    local p4 = run("packed-z" .. zero .. "-dp4", 4, ("%s --layout packed --zero %d"):format(dp4, zero))
    expect(max_param_diff(p4, rep4) < 1e-5, ("packed ZeRO-%d and replicated within 1e-5 at dp 4 "
       .. "(%g)"):format(zero, max_param_diff(p4, rep4)))
+   if zero >= 2 then -- a block counts the largest shard any rank gets, not the group / dp
+      expect(p4.memory.block == p4.memory.layoutblock, ("packed ZeRO-%d at dp 4: a block is %d "
+         .. "bytes, the layout's %d"):format(zero, p4.memory.block, p4.memory.layoutblock))
+   end
 end
 
 -- Memory at dp 4, ZeRO-3: parameters + gradients held at the peak (shards, gathered groups and

@@ -5,7 +5,8 @@
 --        [--overlap on|off] [--batch B] [--accum K] [--steps S] [--optimizer muon|adamw]
 --        [--zero 1|2|3] [--shard aligned|rows] [--layout A] [--bucket N] [--layers L]
 --        [--experts E] (every MLP a mixture of E experts, top-2, a shared expert)
--- Also writes PREFIX.memory: rank 0's lw_buffers_memory figures and the padded model's bytes.
+-- Also writes PREFIX.memory: rank 0's lw_buffers_memory figures, the padded model's bytes, and
+-- a block's bytes as the layout gives them (layoutblock).
 local ffi = require("ffi")
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
@@ -63,12 +64,23 @@ lw.comm.run(function()
       f:write(table.concat(final))
       f:close()
       local m = ddp:memory()
-      local padded = 0
-      for _, b in ipairs(ddp.layout.buffers) do padded = padded + b.numel end
+      local padded, block = 0, 0
+      for _, b in ipairs(ddp.layout.buffers) do
+         padded = padded + b.numel
+         -- a block: the buffer's largest bucket and the largest shard a reduce-scatter leaves
+         -- any rank (equal shards: that bucket's; packed: any bucket's largest)
+         local largest, shard = 0, 0
+         for _, k in ipairs(b.buckets) do
+            largest = math.max(largest, k.stop - k.start)
+            shard = math.max(shard, k.shard_size)
+         end
+         block = math.max(block, 4 * (largest + shard))
+      end
       f = assert(io.open(v.out .. ".memory", "w"))
       f:write(("peak %d\narrays %d\nbudget %d\nblock %d\nover %d\nflushes %d\nmodel %d\n"
-         .. "gathers %d\ngroups %d\n"):format(m.peak, m.arrays, m.budget, m.block_bytes,
-         m.over_budget, m.flushes, 2 * 4 * padded, gathers, ddp:num_groups()))
+         .. "gathers %d\ngroups %d\nlayoutblock %d\n"):format(m.peak, m.arrays, m.budget,
+         m.block_bytes, m.over_budget, m.flushes, 2 * 4 * padded, gathers, ddp:num_groups(),
+         block))
       f:close()
    end
 end)

@@ -38,6 +38,7 @@ typedef struct lwi_buf {
     float *gathered;   /* [owned] every rank's, in rank order */
     /* ZeRO-2/3 */
     int64_t block_numel; /* its largest group */
+    int64_t block_shard; /* the largest shard of a group on any rank (a reduce-scatter's result) */
     lwi_block *spare;    /* [owned] blocks not in use (data and req owned) */
     int32_t n_spare;
     int32_t cap_spare;

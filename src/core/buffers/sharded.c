@@ -15,7 +15,7 @@
 #include <string.h>
 
 static int64_t block_bytes(const lwi_buf *b) {
-    return (int64_t)sizeof(float) * (b->block_numel + b->block_numel / b->dp);
+    return (int64_t)sizeof(float) * (b->block_numel + b->block_shard);
 }
 
 static int64_t held_blocks(const lw_buffers *bs) {
@@ -43,6 +43,14 @@ lw_status lwi_sharded_init(lw_buffers *bs) {
     for (int32_t gi = 0; gi < bs->n_groups; gi++) {
         lwi_buf *b = &bs->buffers[bs->groups[gi].buffer];
         if (bs->groups[gi].count > b->block_numel) b->block_numel = bs->groups[gi].count;
+        /* the largest shard any rank gets of any group (equal shards: the largest group's;
+         * packed: a rank may own all of a smaller group). The same on every rank: the budget
+         * it sets decides evictions, and so the order of collectives. */
+        const lwi_group *g = &bs->groups[gi];
+        for (int32_t r = 0; r < (g->counts ? b->dp : 1); r++) {
+            const int64_t shard = g->counts ? g->counts[r] : g->shard_count;
+            if (shard > b->block_shard) b->block_shard = shard;
+        }
     }
     for (int32_t b = 0; b < bs->n_buffers; b++)
         if (block_bytes(&bs->buffers[b]) > bs->largest_block)
