@@ -10,9 +10,9 @@ lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights,
                                  const float *logits, int64_t n, int64_t e, int64_t k) {
     if (n <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s,
-                        lwc_moe_router(lwc_cuda_stream(s), experts, weights, probs, logits, n, e, k),
-                        "the router kernel");
+    return lwc_launched(
+        s, lwc_moe_router(lwc_cuda_stream(s), experts, weights, probs, logits, n, e, k),
+        "the router kernel");
 }
 
 lw_status lwc_moe_router_backward(lw_stream *s, float *dlogits, const float *dweights,
@@ -20,10 +20,10 @@ lw_status lwc_moe_router_backward(lw_stream *s, float *dlogits, const float *dwe
                                   int64_t n, int64_t e, int64_t k) {
     if (n <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s,
-                        lwc_moe_router_grad(lwc_cuda_stream(s), dlogits, dweights, dprobs, probs,
-                                            experts, n, e, k),
-                        "the router backward kernel");
+    return lwc_launched(
+        s,
+        lwc_moe_router_grad(lwc_cuda_stream(s), dlogits, dweights, dprobs, probs, experts, n, e, k),
+        "the router backward kernel");
 }
 
 /* The statistics' grid is (e, chunks): e blocks in x (at most 2^31 - 1). */
@@ -49,8 +49,8 @@ lw_status lwc_moe_aux_loss_forward(lw_stream *s, const float *probs, const int32
     if (st == LW_OK) st = lwc_host_workspace(s, 16 * cells, &host);
     if (st != LW_OK) return st;
     cudaStream_t cs = lwc_cuda_stream(s);
-    cudaError_t err = lwc_moe_aux_stats(cs, probs, experts, n, e, k, (long long *)dev,
-                                        (double *)dev + cells);
+    cudaError_t err =
+        lwc_moe_aux_stats(cs, probs, experts, n, e, k, (long long *)dev, (double *)dev + cells);
     if (err != cudaSuccess) return lwc_fail(s->device, err, "the aux loss kernel");
     err = cudaMemcpyAsync(host, dev, (size_t)(16 * cells), cudaMemcpyDeviceToHost, cs);
     if (err == cudaSuccess) err = cudaStreamSynchronize(cs);
@@ -73,8 +73,8 @@ lw_status lwc_moe_aux_loss_forward(lw_stream *s, const float *probs, const int32
     return LW_OK;
 }
 
-lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *experts,
-                                    int64_t n, int64_t e, int64_t k, float coef, float scale) {
+lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *experts, int64_t n,
+                                    int64_t e, int64_t k, float coef, float scale) {
     if (n <= 0) return LW_OK;
     lw_status st = check_experts(s, "aux loss backward", e);
     if (st != LW_OK) return st;
@@ -107,8 +107,7 @@ lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int
 static lw_status check_columns(lw_stream *s, const char *what, int64_t c) {
     if (c > (int64_t)65535 * LWC_ROW_TILE)
         return lwc_host->fail(LW_ERR_RANGE, "%s: %s: c = %lld columns, at most %lld",
-                              s->device->name, what, (long long)c,
-                              (long long)65535 * LWC_ROW_TILE);
+                              s->device->name, what, (long long)c, (long long)65535 * LWC_ROW_TILE);
     return LW_OK;
 }
 
@@ -122,10 +121,9 @@ lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const 
     st = lwc_buckets_by_row(s, rows, m, "gather backward", "row", &bk);
     if (st != LW_OK) return st;
     /* the embedding's scatter-add is this one: dx[row[s]] += dout[perm[q]] in order */
-    return lwc_launched(s,
-                        lwc_embed_dwte(lwc_cuda_stream(s), dx, dout, bk.perm, bk.start, bk.row,
-                                       bk.segments, c),
-                        "the gather backward kernel");
+    return lwc_launched(
+        s, lwc_embed_dwte(lwc_cuda_stream(s), dx, dout, bk.perm, bk.start, bk.row, bk.segments, c),
+        "the gather backward kernel");
 }
 
 lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const float *w,
@@ -137,10 +135,10 @@ lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const fl
     lwc_buckets bk;
     st = lwc_buckets_by_row(s, rows, m, "combine forward", "row", &bk);
     if (st != LW_OK) return st;
-    return lwc_launched(s,
-                        lwc_combine_rows(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row,
-                                         bk.segments, c),
-                        "the combine kernel");
+    return lwc_launched(
+        s,
+        lwc_combine_rows(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
+        "the combine kernel");
 }
 
 lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float *dy,
@@ -151,7 +149,6 @@ lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float
         return lwc_host->fail(LW_ERR_RANGE, "%s: combine backward of %lld rows: at most %lld",
                               s->device->name, (long long)m, (long long)INT32_MAX * 8);
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s,
-                        lwc_combine_grad(lwc_cuda_stream(s), dsrc, dw, dy, src, w, rows, m, c),
+    return lwc_launched(s, lwc_combine_grad(lwc_cuda_stream(s), dsrc, dw, dy, src, w, rows, m, c),
                         "the combine backward kernels");
 }

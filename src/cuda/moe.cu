@@ -84,8 +84,8 @@ __global__ void router_backward_kernel(float *dlogits, const float *dweights, co
     for (int64_t j = 0; j < e; j++)
         dl[j] = __fadd_rn(dl[j], __fmul_rn(p[j], __fsub_rn(dp != nullptr ? dp[j] : 0.0f, dot)));
     for (int64_t s = 0; s < k; s++)
-        dl[top[s]] = __fadd_rn(dl[top[s]],
-                               __fmul_rn(p[top[s]], __fdiv_rn(__fsub_rn(dw[s], dot_w), z)));
+        dl[top[s]] =
+            __fadd_rn(dl[top[s]], __fmul_rn(p[top[s]], __fdiv_rn(__fsub_rn(dw[s], dot_w), z)));
 }
 
 // ---- the load-balancing loss ------------------------------------------------------------------
@@ -126,8 +126,8 @@ __global__ void aux_stats_kernel(const float *probs, const int32_t *experts, int
 
 // g[j] = (float)(per * count_j), count_j summed over the chunks: the CPU's rounding of the
 // column's gradient.
-__global__ void aux_grad_finish_kernel(float *g, const long long *counts, int64_t chunks,
-                                       int64_t e, double per) {
+__global__ void aux_grad_finish_kernel(float *g, const long long *counts, int64_t chunks, int64_t e,
+                                       double per) {
     const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= e) return;
     long long count = 0;
@@ -156,9 +156,8 @@ __global__ void gather_kernel(float *out, const float *x, const int32_t *rows, i
 // grid (segments, channel tiles): segment s lists the sources perm[start[s] .. start[s + 1]) of
 // destination row row[s] in increasing order (the CPU's order); each thread adds their weighted
 // values one after another into its channel of the row.
-__global__ void combine_rows_kernel(float *y, const float *src, const float *w,
-                                    const int32_t *perm, const int32_t *start, const int32_t *row,
-                                    int64_t c) {
+__global__ void combine_rows_kernel(float *y, const float *src, const float *w, const int32_t *perm,
+                                    const int32_t *start, const int32_t *row, int64_t c) {
     const int64_t ch = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
     if (ch >= c) return;
     const int32_t s = (int32_t)blockIdx.x;
@@ -204,7 +203,9 @@ __global__ void combine_dw_kernel(float *dw, const float *dy, const float *src, 
     if (lane == 0) dw[i] = __fadd_rn(dw[i], (float)dot);
 }
 
-unsigned row_blocks(int64_t n, int64_t per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+unsigned row_blocks(int64_t n, int64_t per_block) {
+    return (unsigned)((n + per_block - 1) / per_block);
+}
 
 } // namespace
 
@@ -266,7 +267,8 @@ extern "C" cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, cons
 
 extern "C" cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x,
                                        const int32_t *rows, int64_t m, int64_t c) {
-    if (m > 0 && c > 0) gather_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(out, x, rows, c, m * c);
+    if (m > 0 && c > 0)
+        gather_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(out, x, rows, c, m * c);
     return cudaGetLastError();
 }
 
@@ -279,9 +281,9 @@ extern "C" cudaError_t lwc_combine_rows(cudaStream_t stream, float *y, const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw, const float *dy,
-                                        const float *src, const float *w, const int32_t *rows,
-                                        int64_t m, int64_t c) {
+extern "C" cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw,
+                                        const float *dy, const float *src, const float *w,
+                                        const int32_t *rows, int64_t m, int64_t c) {
     if (m <= 0 || c <= 0) return cudaSuccess;
     if (dsrc != nullptr) {
         combine_dsrc_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(dsrc, dy, w, rows, c, m * c);
