@@ -1,9 +1,10 @@
 /* test_cuda_model.c: every model kernel of the CUDA device (fp32) against the CPU's (the
  * reference) on the same seeded inputs, forward and backward: linear, embedding, layer norm,
- * GELU, attention and the chunked cross-entropy. Backwards accumulate into non-zero outputs,
- * optional outputs are left NULL, shapes are odd (n = 1, c not a multiple of 32, t = 1 and
- * 1000, head dims 16 to 128, a 50304 vocabulary over several chunks, ignored targets), and two
- * runs must agree bit for bit; then the GEMMs of linear and the LM head again in TF32 and bf16
+ * GELU, attention, the chunked cross-entropy and a mixture of experts' kernels (router, aux loss,
+ * gather, combine: ties, k = 1 and k = e, rows that repeat). Backwards accumulate into non-zero
+ * outputs, optional outputs are left NULL, shapes are odd (n = 1, c not a multiple of 32, t = 1
+ * and 1000, head dims 16 to 128, a 50304 vocabulary over several chunks, ignored targets), and
+ * two runs must agree bit for bit; then the GEMMs of linear and the LM head again in TF32 and bf16
  * (lw_device_set_matmul), within the error their rounding explains and demonstrably not fp32.
  * Each comparison states its tolerance and why. Exit 77 (skipped) when CUDA is not available. */
 #include "cuda_util.h"
@@ -612,6 +613,242 @@ static void test_cross_entropy_bf16(void) {
     cross_entropy_case(3000, 64, 50304, 5, true, LW_MATMUL_BF16);
 }
 
+/* ---- mixture of experts ---------------------------------------------------------------------- */
+
+static int32_t rand_below(int64_t bound) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    return (int32_t)((seed >> 33) % (uint64_t)bound);
+}
+
+static bool same_ints(const char *what, const char *shape, const int32_t *a, const int32_t *b,
+                      int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            fprintf(stderr, "%s (%s): element %lld differs: %d and %d\n", what, shape,
+                    (long long)i, (int)a[i], (int)b[i]);
+            return false;
+        }
+    return true;
+}
+
+/* Tolerances. Router forward: the experts are ranked by logit on both sides with the same loops,
+ * so they agree exactly, ties included (logits on a grid of quarters: most rows tie). probs:
+ * CUDA's expf is within 2 ulps, glibc's within 1; the row sum (double) and the scaling then move
+ * a probability by at most ~5 ulps (6e-7 relative): 1e-6. weights = p / z, both carrying that
+ * error: 2e-6. Router backward, from the same probs and experts: the same float operations in
+ * the same order, no FMA on either side: bit for bit. Aux loss: the column sums are taken in
+ * double in other orders (chunks of rows, a tree in each) over positive values: far below 1e-10
+ * of the loss. Its backward: the same double expression, rounded once per column, added in
+ * float: bit for bit. Two runs of each agree bit for bit. */
+static void router_case(int64_t n, int64_t e, int64_t k, bool ties) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "n %lld, e %lld, k %lld%s", (long long)n, (long long)e,
+             (long long)k, ties ? ", ties" : "");
+    float *logits = scaled_random(n * e, 3.0f, 0.0f);
+    if (ties)
+        for (int64_t i = 0; i < n * e; i++)
+            logits[i] = roundf(logits[i] * 4.0f) / 4.0f;
+    int32_t *experts = malloc(sizeof(int32_t) * (size_t)(n * k));
+    float *weights = malloc(4 * (size_t)(n * k)), *probs = malloc(4 * (size_t)(n * e));
+    CHECK_OK(lw_moe_router_forward(NULL, experts, weights, probs, logits, n, e, k));
+    float *glogits = to_gpu(logits, n * e), *gprobs = gpu_zeros(n * e), *gw = gpu_zeros(n * k);
+    int32_t *gexp = NULL;
+    CHECK_OK(lw_device_alloc(gpu, 4 * n * k, (void **)&gexp));
+    int32_t *hexp = malloc(sizeof(int32_t) * (size_t)(n * k));
+    float *first_p = NULL, *first_w = NULL;
+    for (int run = 0; run < 2; run++) {
+        CHECK_OK(lw_moe_router_forward(gs, gexp, gw, gprobs, glogits, n, e, k));
+        download(hexp, gexp, 4 * n * k);
+        float *hp = from_gpu(gprobs, n * e), *hw = from_gpu(gw, n * k);
+        CHECK(same_ints("router experts", shape, hexp, experts, n * k));
+        CHECK(close_to("router probs", shape, hp, probs, n * e, 1e-6));
+        CHECK(close_to("router weights", shape, hw, weights, n * k, 2e-6));
+        if (run == 0) {
+            first_p = hp, first_w = hw;
+        } else {
+            CHECK(same_bits("router probs, two runs", shape, hp, first_p, n * e));
+            CHECK(same_bits("router weights, two runs", shape, hw, first_w, n * k));
+            free(hp), free(hw);
+        }
+    }
+
+    /* backward from the CPU's probs and experts, onto non-zero dlogits, with and without dprobs */
+    float *dweights = host_random(n * k), *dprobs = host_random(n * e), *dl0 = prefill(n * e);
+    float *cprobs = to_gpu(probs, n * e), *gdw = to_gpu(dweights, n * k);
+    float *gdp = to_gpu(dprobs, n * e);
+    int32_t *cexp = upload(experts, 4 * n * k);
+    for (int with_dp = 0; with_dp < 2; with_dp++) {
+        float *dl = copy_of(dl0, n * e);
+        CHECK_OK(lw_moe_router_backward(NULL, dl, dweights, with_dp ? dprobs : NULL, probs,
+                                        experts, n, e, k));
+        for (int run = 0; run < 2; run++) {
+            float *gdl = to_gpu(dl0, n * e);
+            CHECK_OK(lw_moe_router_backward(gs, gdl, gdw, with_dp ? gdp : NULL, cprobs, cexp, n,
+                                            e, k));
+            float *h = from_gpu(gdl, n * e);
+            CHECK(same_bits(with_dp ? "router backward" : "router backward, no dprobs", shape, h,
+                            dl, n * e));
+            free(h);
+            lw_device_free(gpu, gdl);
+        }
+        free(dl);
+    }
+
+    /* the load-balancing loss on the CPU's routing */
+    const float coef = 0.01f;
+    double loss = 0, gloss[2] = {0, 0};
+    CHECK_OK(lw_moe_aux_loss_forward(NULL, probs, experts, n, e, k, coef, &loss));
+    for (int run = 0; run < 2; run++)
+        CHECK_OK(lw_moe_aux_loss_forward(gs, cprobs, cexp, n, e, k, coef, &gloss[run]));
+    if (!(fabs(gloss[0] - loss) <= 1e-10 * fabs(loss)))
+        fprintf(stderr, "aux loss (%s): %.17g, the CPU's %.17g\n", shape, gloss[0], loss);
+    CHECK(fabs(gloss[0] - loss) <= 1e-10 * fabs(loss));
+    CHECK(memcmp(&gloss[0], &gloss[1], sizeof(double)) == 0);
+    float *dp = copy_of(dl0, n * e);
+    CHECK_OK(lw_moe_aux_loss_backward(NULL, dp, experts, n, e, k, coef, 0.5f));
+    for (int run = 0; run < 2; run++) {
+        float *gdp2 = to_gpu(dl0, n * e);
+        CHECK_OK(lw_moe_aux_loss_backward(gs, gdp2, cexp, n, e, k, coef, 0.5f));
+        float *h = from_gpu(gdp2, n * e);
+        CHECK(same_bits("aux loss backward", shape, h, dp, n * e));
+        free(h);
+        lw_device_free(gpu, gdp2);
+    }
+
+    lw_device_free(gpu, glogits), lw_device_free(gpu, gprobs), lw_device_free(gpu, gw);
+    lw_device_free(gpu, gexp), lw_device_free(gpu, cprobs), lw_device_free(gpu, gdw);
+    lw_device_free(gpu, gdp), lw_device_free(gpu, cexp);
+    free(logits), free(experts), free(weights), free(probs), free(hexp), free(first_p);
+    free(first_w), free(dweights), free(dprobs), free(dl0), free(dp);
+}
+
+static void test_moe_router(void) {
+    router_case(1, 1, 1, false);
+    router_case(7, 5, 1, true);            /* k = 1: every weight is 1 */
+    router_case(33, 8, 2, true);
+    router_case(130, 13, 13, true);        /* k = e: every expert, ranked */
+    router_case(1000, 64, 4, true);
+    router_case(5000, 8, 2, false);        /* the aux statistics in 3 chunks of rows */
+    router_case(150000, 8, 2, true);       /* 64 chunks, the most */
+}
+
+/* Tolerances: the gather, its backward, the combine and dsrc are the CPU's float operations in
+ * the CPU's order (each destination row adds its sources in the order of the list): bit for bit.
+ * dw: the dot product in double in another order, rounded once, then added in float: within an
+ * ulp of the dot, 1e-6 of the values (1% of the largest below that: a dw can cancel). */
+static void rows_case(int64_t m, int64_t c, int64_t nrows, const int32_t *given, const char *kind) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "m %lld, c %lld, %lld rows, %s", (long long)m, (long long)c,
+             (long long)nrows, kind);
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)m);
+    for (int64_t i = 0; i < m; i++)
+        rows[i] = given != NULL ? given[i] : rand_below(nrows);
+    if (given == NULL && nrows > 65536)
+        for (int64_t i = 0; i < m; i += 3)
+            rows[i] = 65535 + (int32_t)(i % 5); /* repeats past 2^16: both passes of the sort */
+    float *x = host_random(nrows * c), *src = host_random(m * c), *w = host_random(m);
+    float *dout = host_random(m * c), *dy = host_random(nrows * c);
+    float *dx0 = prefill(nrows * c), *dsrc0 = prefill(m * c), *dw0 = prefill(m);
+    int32_t *grows = upload(rows, 4 * m);
+    float *gx = to_gpu(x, nrows * c), *gsrc = to_gpu(src, m * c), *gw = to_gpu(w, m);
+    float *gdout = to_gpu(dout, m * c), *gdy = to_gpu(dy, nrows * c);
+
+    float *out = malloc(4 * (size_t)(m * c));
+    CHECK_OK(lw_gather_forward(NULL, out, x, rows, m, c));
+    float *gout = gpu_zeros(m * c);
+    CHECK_OK(lw_gather_forward(gs, gout, gx, grows, m, c));
+    float *h = from_gpu(gout, m * c);
+    CHECK(same_bits("gather forward", shape, h, out, m * c));
+    free(h);
+
+    float *dx = copy_of(dx0, nrows * c), *y = copy_of(dx0, nrows * c);
+    CHECK_OK(lw_gather_backward(NULL, dx, dout, rows, m, c));
+    CHECK_OK(lw_combine_forward(NULL, y, src, w, rows, m, c));
+    float *dsrc = copy_of(dsrc0, m * c), *dw = copy_of(dw0, m);
+    CHECK_OK(lw_combine_backward(NULL, dsrc, dw, dy, src, w, rows, m, c));
+    float *dsrc_only = copy_of(dsrc0, m * c), *dw_only = copy_of(dw0, m);
+    CHECK_OK(lw_combine_backward(NULL, dsrc_only, NULL, dy, src, w, rows, m, c));
+    CHECK_OK(lw_combine_backward(NULL, NULL, dw_only, dy, src, w, rows, m, c));
+    float *first_dw = NULL;
+    for (int run = 0; run < 2; run++) {
+        float *gdx = to_gpu(dx0, nrows * c), *gy = to_gpu(dx0, nrows * c);
+        CHECK_OK(lw_gather_backward(gs, gdx, gdout, grows, m, c));
+        CHECK_OK(lw_combine_forward(gs, gy, gsrc, gw, grows, m, c));
+        float *h1 = from_gpu(gdx, nrows * c), *h2 = from_gpu(gy, nrows * c);
+        CHECK(same_bits("gather backward", shape, h1, dx, nrows * c));
+        CHECK(same_bits("combine forward", shape, h2, y, nrows * c));
+        free(h1), free(h2);
+        lw_device_free(gpu, gdx), lw_device_free(gpu, gy);
+
+        float *gdsrc = to_gpu(dsrc0, m * c), *gdw = to_gpu(dw0, m);
+        CHECK_OK(lw_combine_backward(gs, gdsrc, gdw, gdy, gsrc, gw, grows, m, c));
+        float *h3 = from_gpu(gdsrc, m * c), *h4 = from_gpu(gdw, m);
+        CHECK(same_bits("combine backward dsrc", shape, h3, dsrc, m * c));
+        CHECK(close_to("combine backward dw", shape, h4, dw, m, 1e-6));
+        if (run == 0) {
+            first_dw = h4;
+        } else {
+            CHECK(same_bits("combine backward dw, two runs", shape, h4, first_dw, m));
+            free(h4);
+        }
+        free(h3);
+        lw_device_free(gpu, gdsrc), lw_device_free(gpu, gdw);
+    }
+    /* each optional output alone */
+    float *gdsrc = to_gpu(dsrc0, m * c), *gdw = to_gpu(dw0, m);
+    CHECK_OK(lw_combine_backward(gs, gdsrc, NULL, gdy, gsrc, gw, grows, m, c));
+    CHECK_OK(lw_combine_backward(gs, NULL, gdw, gdy, gsrc, gw, grows, m, c));
+    float *h3 = from_gpu(gdsrc, m * c), *h4 = from_gpu(gdw, m);
+    CHECK(same_bits("combine backward, dsrc alone", shape, h3, dsrc_only, m * c));
+    CHECK(same_bits("combine backward, dw alone", shape, h4, first_dw, m));
+    CHECK(close_to("combine backward, dw alone", shape, h4, dw_only, m, 1e-6));
+    free(h3), free(h4);
+    lw_device_free(gpu, gdsrc), lw_device_free(gpu, gdw);
+
+    lw_device_free(gpu, grows), lw_device_free(gpu, gx), lw_device_free(gpu, gsrc);
+    lw_device_free(gpu, gw), lw_device_free(gpu, gdout), lw_device_free(gpu, gdy);
+    lw_device_free(gpu, gout);
+    free(rows), free(x), free(src), free(w), free(dout), free(dy), free(dx0), free(dsrc0);
+    free(dw0), free(out), free(dx), free(y), free(dsrc), free(dw), free(dsrc_only), free(dw_only);
+    free(first_dw);
+}
+
+/* A mixture of experts' dispatch order: the (token, slot) pairs of a routing sorted by expert
+ * (stable), rows[i] = the token of the i-th: each token's row repeats k times. */
+static void moe_rows_case(int64_t n, int64_t e, int64_t k, int64_t c) {
+    float *logits = host_random(n * e);
+    int32_t *experts = malloc(sizeof(int32_t) * (size_t)(n * k));
+    float *weights = malloc(4 * (size_t)(n * k)), *probs = malloc(4 * (size_t)(n * e));
+    CHECK_OK(lw_moe_router_forward(NULL, experts, weights, probs, logits, n, e, k));
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)(n * k));
+    int64_t at = 0;
+    for (int32_t j = 0; j < e; j++)
+        for (int64_t a = 0; a < n * k; a++)
+            if (experts[a] == j) rows[at++] = (int32_t)(a / k);
+    CHECK(at == n * k);
+    rows_case(n * k, c, n, rows, "dispatch order");
+    free(logits), free(experts), free(weights), free(probs), free(rows);
+}
+
+static void test_moe_rows(void) {
+    rows_case(1, 1, 1, NULL, "random");
+    rows_case(300, 37, 50, NULL, "random, repeats");
+    rows_case(200, 300, 1000, NULL, "random, few repeats, 3 channel tiles");
+    rows_case(3000, 33, 70000, NULL, "random, rows past 2^16");
+    moe_rows_case(1000, 8, 2, 100);
+    moe_rows_case(77, 5, 5, 129);  /* k = e: every token to every expert */
+    moe_rows_case(4096, 16, 1, 768);
+    /* a negative row would be misplaced by the sort: refused, naming it */
+    int32_t bad[3] = {1, -4, 2};
+    int32_t *gbad = upload(bad, sizeof bad);
+    float *gd = gpu_zeros(3 * 8), *gx = gpu_zeros(8 * 8), *gwt = gpu_zeros(3);
+    CHECK_FAILS(lw_gather_backward(gs, gx, gd, gbad, 3, 8), LW_ERR_RANGE, "row -4 at position 1");
+    CHECK_FAILS(lw_combine_forward(gs, gx, gd, gwt, gbad, 3, 8), LW_ERR_RANGE,
+                "row -4 at position 1");
+    lw_device_free(gpu, gbad), lw_device_free(gpu, gd), lw_device_free(gpu, gx);
+    lw_device_free(gpu, gwt);
+}
+
 int main(void) {
     const int skip_or_fail = cuda_open("test_cuda_model");
     if (skip_or_fail != 0) return skip_or_fail;
@@ -624,5 +861,7 @@ int main(void) {
     test_attention();
     test_cross_entropy();
     test_cross_entropy_bf16();
+    test_moe_router();
+    test_moe_rows();
     return check_exit("test_cuda_model");
 }

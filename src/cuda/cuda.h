@@ -1,9 +1,9 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
  * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; linear.c, embedding.c,
- * layers.c, cross_entropy.c: the model kernels' entries, with linear.c's GEMM helper; nccl.c: the
- * NCCL communicator). The library fills the core's device table (core/device/device.h) and
- * reports errors through the host's fail function: it cannot link the core's internal symbols.
- * Not public API. */
+ * layers.c, cross_entropy.c, moe.c: the model kernels' entries, with linear.c's GEMM helper;
+ * nccl.c: the NCCL communicator). The library fills the core's device table
+ * (core/device/device.h) and reports errors through the host's fail function: it cannot link the
+ * core's internal symbols. Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
 
@@ -28,7 +28,7 @@ typedef struct lwc_stream {
     void *scratch;   /* LWC_SCRATCH_BYTES of device memory */
     void *host_flag; /* 8 bytes of pinned host memory: flags copied back (the finite check) */
     /* grown on demand (lwc_workspace, lwc_host_workspace), freed with the stream */
-    void *work;          /* device memory: column-sum partials, embedding buckets, bf16 operands */
+    void *work;          /* device memory: column-sum partials, row buckets, bf16 operands */
     int64_t work_bytes;
     void *host_work;     /* pinned host memory: tokens, targets and losses copied back */
     int64_t host_work_bytes;
@@ -107,6 +107,20 @@ lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, con
                               const float *x, const float *w, int64_t n, int64_t in, int64_t out);
 
 /* embedding.c */
+/* rows[n] (device int32, each >= 0) bucketed by value on the host, for scatter-adds that add in
+ * the CPU's order: perm[n] = the positions ordered by row, a row's positions increasing (a stable
+ * radix sort); segment s is perm[start[s] .. start[s + 1]), all of row row[s]. The arrays lie in
+ * the stream's device workspace (valid until it is next requested), uploaded on the stream. Waits
+ * for the stream (the rows are copied back). Fails, changing nothing, for a negative row (named
+ * "<what>: <item> -4 at position 1 is negative") or n past INT32_MAX / 5. */
+typedef struct lwc_buckets {
+    const int32_t *perm;  /* [n] */
+    const int32_t *start; /* [segments + 1] */
+    const int32_t *row;   /* [segments] */
+    int32_t segments;
+} lwc_buckets;
+lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const char *what,
+                             const char *item, lwc_buckets *out);
 lw_status lwc_embedding_forward(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
                                 const float *wpe, int64_t b, int64_t t, int64_t c);
 lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
@@ -137,6 +151,26 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
                                      const float *h, const float *w, const int32_t *targets,
                                      const float *lse, int64_t n, int64_t c, int64_t v,
                                      float loss_scale);
+
+/* moe.c: a mixture of experts' router, load-balancing loss, gather and combine */
+lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights, float *probs,
+                                 const float *logits, int64_t n, int64_t e, int64_t k);
+lw_status lwc_moe_router_backward(lw_stream *s, float *dlogits, const float *dweights,
+                                  const float *dprobs, const float *probs, const int32_t *experts,
+                                  int64_t n, int64_t e, int64_t k);
+lw_status lwc_moe_aux_loss_forward(lw_stream *s, const float *probs, const int32_t *experts,
+                                   int64_t n, int64_t e, int64_t k, float coef, double *loss);
+lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *experts,
+                                    int64_t n, int64_t e, int64_t k, float coef, float scale);
+lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
+                             int64_t m, int64_t c);
+lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
+                              int64_t m, int64_t c);
+lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const float *w,
+                              const int32_t *rows, int64_t m, int64_t c);
+lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float *dy,
+                               const float *src, const float *w, const int32_t *rows, int64_t m,
+                               int64_t c);
 
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new). */
 lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out);

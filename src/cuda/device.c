@@ -1,7 +1,7 @@
 /* device.c: the CUDA device: the library's entry (lwopt_device_open), the device table, device
  * memory, streams (each with its reduction scratch and workspaces) and events, and what the
  * device is. The kernels' entries are in blas.c (vectors, optimizers), linear.c, embedding.c,
- * layers.c and cross_entropy.c (the model), the communicator in nccl.c. */
+ * layers.c, cross_entropy.c and moe.c (the model), the communicator in nccl.c. */
 #include "cuda/cuda.h"
 
 #include <nccl.h>
@@ -254,6 +254,14 @@ static const lwi_device_ops cuda_ops = {
     .cross_entropy_backward = lwc_cross_entropy_backward,
     .info = info,
     .comm_new = lwc_comm_new,
+    .moe_router_forward = lwc_moe_router_forward,
+    .moe_router_backward = lwc_moe_router_backward,
+    .moe_aux_loss_forward = lwc_moe_aux_loss_forward,
+    .moe_aux_loss_backward = lwc_moe_aux_loss_backward,
+    .gather_forward = lwc_gather_forward,
+    .gather_backward = lwc_gather_backward,
+    .combine_forward = lwc_combine_forward,
+    .combine_backward = lwc_combine_backward,
 };
 
 /* Why no GPU can be had, in the words a user can act on. */

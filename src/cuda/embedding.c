@@ -2,7 +2,8 @@
  * that repeats bit for bit and matches the CPU's order of additions: the positions are bucketed
  * by token on the host (a stable sort, so each token's positions stay in batch-major order), and
  * one block per (token, channel tile) adds its positions into the token's row one after another.
- * No atomics. Tokens are trusted to lie in [0, vocab) (the caller checks them), except that a
+ * No atomics. The bucketing (lwc_buckets_by_row) also serves the mixture of experts' scatter-adds
+ * (moe.c). Tokens are trusted to lie in [0, vocab) (the caller checks them), except that a
  * negative one is refused here, since the sort would misplace it. */
 #include "cuda/cuda.h"
 
@@ -46,61 +47,69 @@ static void sort_by_token(const int32_t *tok, int32_t n, int32_t *perm, int32_t 
         perm[counts[tok[tmp[i]] >> 16]++] = tmp[i];
 }
 
-lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
-                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c) {
-    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    const int64_t n = b * t;
+lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const char *what,
+                             const char *item, lwc_buckets *out) {
+    const char *name = s->device->name;
     if (n > INT32_MAX / 5)
-        return lwc_host->fail(LW_ERR_RANGE, "%s: embedding backward of %lld positions: at most %d",
-                              s->device->name, (long long)n, INT32_MAX / 5);
+        return lwc_host->fail(LW_ERR_RANGE, "%s: %s of %lld positions: at most %d", name, what,
+                              (long long)n, INT32_MAX / 5);
     cudaStream_t cs = lwc_cuda_stream(s);
-    /* host: tokens[n] | perm[n] | start[n + 1] | seg_token[n] | tmp[n]; the device gets
-     * perm | start[segments + 1] | seg_token[segments] in one copy */
+    /* host: rows[n] | perm[n] | start[n + 1] | seg_row[n] | tmp[n]; the device gets
+     * perm | start[segments + 1] | seg_row[segments] in one copy */
     int32_t *host = NULL, *dev = NULL;
     lw_status st = lwc_host_workspace(s, (int64_t)sizeof(int32_t) * (5 * n + 1), (void **)&host);
     if (st == LW_OK) st = lwc_workspace(s, (int64_t)sizeof(int32_t) * (3 * n + 1), (void **)&dev);
     if (st != LW_OK) return st;
-    /* The tokens come to the host and the stream is waited for: this is the last kernel of the
-     * backward, so the wait costs little, and the buckets then need no device sort. */
-    cudaError_t e = cudaMemcpyAsync(host, tokens, sizeof(int32_t) * (size_t)n,
+    /* The rows come to the host and the stream is waited for: the callers are backwards (and the
+     * combine, a mixture of experts' last step), so the wait costs little, and the buckets then
+     * need no device sort. */
+    cudaError_t e = cudaMemcpyAsync(host, rows, sizeof(int32_t) * (size_t)n,
                                     cudaMemcpyDeviceToHost, cs);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
-    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the tokens to the host");
+    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the row indices to the host");
     const int32_t *tok = host;
     int32_t *perm = host + n, *tmp = host + 4 * n + 1;
     int32_t high = 0;
     for (int64_t i = 0; i < n; i++) {
         if (tok[i] < 0)
-            return lwc_host->fail(LW_ERR_RANGE,
-                                  "%s: embedding backward: token %d at position %lld is negative",
-                                  s->device->name, (int)tok[i], (long long)i);
+            return lwc_host->fail(LW_ERR_RANGE, "%s: %s: %s %d at position %lld is negative", name,
+                                  what, item, (int)tok[i], (long long)i);
         high |= tok[i];
     }
-    /* checked first: a refused call changes nothing */
-    if (dwpe != NULL) {
-        e = lwc_embed_dwpe(cs, dwpe, dy, b, t, c);
-        if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
-    }
     int32_t *counts = malloc(sizeof(int32_t) * 65536);
-    if (counts == NULL) return lwc_host->fail(LW_ERR_NOMEM, "%s: out of memory", s->device->name);
+    if (counts == NULL) return lwc_host->fail(LW_ERR_NOMEM, "%s: out of memory", name);
     sort_by_token(tok, (int32_t)n, perm, tmp, counts, high > 0xFFFF);
     free(counts);
-    /* segments: runs of one token in perm order */
+    /* segments: runs of one row in perm order */
     int32_t *start = perm + n, segments = 0;
     for (int32_t i = 0; i < (int32_t)n; i++)
         if (i == 0 || tok[perm[i]] != tok[perm[i - 1]]) start[segments++] = i;
     start[segments] = (int32_t)n;
-    int32_t *seg_token = start + segments + 1;
+    int32_t *seg_row = start + segments + 1;
     for (int32_t k = 0; k < segments; k++)
-        seg_token[k] = tok[perm[start[k]]];
+        seg_row[k] = tok[perm[start[k]]];
     /* The upload reads pinned memory asynchronously; the next call rewrites it only after its
      * own copy and wait on this stream, which come after this upload. */
     e = cudaMemcpyAsync(dev, perm, sizeof(int32_t) * (size_t)(n + 2 * (int64_t)segments + 1),
                         cudaMemcpyHostToDevice, cs);
-    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the token buckets to the device");
-    return lwc_launched(s,
-                        lwc_embed_dwte(cs, dwte, dy, dev, dev + n, dev + n + segments + 1,
-                                       segments, c),
+    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the row buckets to the device");
+    *out = (lwc_buckets){dev, dev + n, dev + n + segments + 1, segments};
+    return LW_OK;
+}
+
+lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
+                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c) {
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    /* the tokens checked first: a refused call changes nothing */
+    lwc_buckets bk;
+    lw_status st = lwc_buckets_by_row(s, tokens, b * t, "embedding backward", "token", &bk);
+    if (st != LW_OK) return st;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    if (dwpe != NULL) {
+        cudaError_t e = lwc_embed_dwpe(cs, dwpe, dy, b, t, c);
+        if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
+    }
+    return lwc_launched(s, lwc_embed_dwte(cs, dwte, dy, bk.perm, bk.start, bk.row, bk.segments, c),
                         "the token embedding's gradient");
 }

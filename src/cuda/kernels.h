@@ -77,8 +77,12 @@ cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, con
 /* y[b, t, c] = wte[tokens] + wpe[t] (wpe may be NULL). */
 cudaError_t lwc_embed(cudaStream_t stream, float *y, const int32_t *tokens, const float *wte,
                       const float *wpe, int64_t b, int64_t t, int64_t c);
+/* Channels per block of the by-row scatter-adds (lwc_embed_dwte, lwc_combine_rows): their grids
+ * are (segments, c / LWC_ROW_TILE rounded up), so c is at most 65535 tiles. */
+#define LWC_ROW_TILE 128
 /* dwte[seg_token[s]] += dy[perm[k]] for k in [start[s], start[s + 1]) in order, for each of the
- * `segments` segments (device int32 arrays: the positions bucketed by token on the host). */
+ * `segments` segments (device int32 arrays: the positions bucketed by token on the host; also
+ * the gather's backward, rows for tokens). */
 cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const float *dy, const int32_t *perm,
                            const int32_t *start, const int32_t *seg_token, int64_t segments,
                            int64_t c);
@@ -123,6 +127,42 @@ cudaError_t lwc_ce_count(cudaStream_t stream, const int32_t *targets, int64_t n,
 cudaError_t lwc_ce_dlogits(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
                            const int32_t *targets, const float *lse, bool recompute,
                            float loss_scale, const int32_t *count);
+
+/* moe.cu: a mixture of experts' kernels (lw.h's contract; the CPU's operations in its order) */
+/* Per token (a thread each): probs[n, e] = softmax(logits), experts[n, k] = the k best by logit
+ * (ties to the lower index), weights[n, k] = their probabilities renormalised. */
+cudaError_t lwc_moe_router(cudaStream_t stream, int32_t *experts, float *weights, float *probs,
+                           const float *logits, int64_t n, int64_t e, int64_t k);
+/* dlogits[n, e] += the router's backward (dprobs may be NULL). */
+cudaError_t lwc_moe_router_grad(cudaStream_t stream, float *dlogits, const float *dweights,
+                                const float *dprobs, const float *probs, const int32_t *experts,
+                                int64_t n, int64_t e, int64_t k);
+/* The load-balancing loss's statistics in chunks of tokens: the number of chunks for n tokens
+ * (at most LWC_MOE_AUX_CHUNKS_MAX; [out] *per tokens each, the last one fewer). */
+#define LWC_MOE_AUX_CHUNKS_MAX 64
+int64_t lwc_moe_aux_chunks(int64_t n, int64_t *per);
+/* counts[chunk * e + j] = the entries of the chunk's rows of experts[n, k] equal to j, and
+ * (probs not NULL) cols[chunk * e + j] = the sum of its probs[:, j] in double, in a fixed order
+ * (device arrays of lwc_moe_aux_chunks(n) * e values). */
+cudaError_t lwc_moe_aux_stats(cudaStream_t stream, const float *probs, const int32_t *experts,
+                              int64_t n, int64_t e, int64_t k, long long *counts, double *cols);
+/* dprobs[n, e] += g[j] in column j, g[j] = (float)(per * count_j) (g: e floats of device
+ * scratch), the counts from lwc_moe_aux_stats. */
+cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, const long long *counts,
+                             int64_t n, int64_t e, double per, float *g);
+/* out[m, c] = x[rows[i], :] row by row. */
+cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x, const int32_t *rows,
+                            int64_t m, int64_t c);
+/* y[row[s]] += w[perm[q]] * src[perm[q]] for q in [start[s], start[s + 1]) in order, for each of
+ * the `segments` segments (lwc_buckets_by_row's device arrays): the combine's scatter-add. */
+cudaError_t lwc_combine_rows(cudaStream_t stream, float *y, const float *src, const float *w,
+                             const int32_t *perm, const int32_t *start, const int32_t *row,
+                             int64_t segments, int64_t c);
+/* dsrc[m, c] += w[i] dy[rows[i]] (dsrc may be NULL); dw[m] += dot(src[i], dy[rows[i]]) in double
+ * (a warp per row; dw may be NULL). */
+cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw, const float *dy,
+                             const float *src, const float *w, const int32_t *rows, int64_t m,
+                             int64_t c);
 
 #ifdef __cplusplus
 }

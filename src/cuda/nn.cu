@@ -300,9 +300,9 @@ extern "C" cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const fl
                                       const int32_t *perm, const int32_t *start,
                                       const int32_t *seg_token, int64_t segments, int64_t c) {
     if (segments <= 0 || c <= 0) return cudaSuccess;
-    constexpr int CH = 128; // channels per block: four warps, each row read 512 bytes at a time
-    const dim3 grid((unsigned)segments, (unsigned)((c + CH - 1) / CH));
-    embed_dwte_kernel<<<grid, CH, 0, stream>>>(dwte, dy, perm, start, seg_token, c);
+    // LWC_ROW_TILE channels per block: four warps, each row read 512 bytes at a time
+    const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
+    embed_dwte_kernel<<<grid, LWC_ROW_TILE, 0, stream>>>(dwte, dy, perm, start, seg_token, c);
     return cudaGetLastError();
 }
 

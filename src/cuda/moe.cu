@@ -1,0 +1,296 @@
+// moe.cu: a mixture of experts' kernels on a GPU: the router (softmax, top-k, renormalised
+// weights) and its backward, the load-balancing loss's per-expert statistics and gradient, and
+// the rows moved by an index list (gather, the weighted combine and its backward). The router
+// runs a thread per token, the CPU's loops operation for operation (__fmul_rn / __fadd_rn /
+// __fdiv_rn: no FMA contraction), so ranks, ties and NaN rows come out as the CPU's. Scatter-adds
+// go by destination row over buckets built on the host (cuda.h: lwc_buckets_by_row). No atomics.
+#include "cuda/kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+int blocks_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+// ---- the router ----------------------------------------------------------------------------
+
+// One thread per token: e is the number of experts (tens), small against the tokens, and a
+// thread's sequential loops reproduce the CPU's ranking exactly (a strict > keeps the lower index
+// on ties; the first untaken candidate is taken whatever it holds, so NaN rows get k distinct
+// experts as on the CPU). The row's probabilities and experts are re-read from global memory by
+// the thread that wrote them.
+__global__ void router_forward_kernel(int32_t *experts, float *weights, float *probs,
+                                      const float *logits, int64_t n, int64_t e, int64_t k) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float *l = logits + i * e;
+    float *p = probs + i * e;
+    int32_t *top = experts + i * k;
+    float *w = weights + i * k;
+    float max = l[0];
+    for (int64_t j = 1; j < e; j++)
+        if (l[j] > max) max = l[j];
+    double sum = 0.0;
+    for (int64_t j = 0; j < e; j++) {
+        const float v = expf(__fsub_rn(l[j], max));
+        p[j] = v;
+        sum += (double)v;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < e; j++)
+        p[j] = __fmul_rn(p[j], inv);
+    float z = 0.0f;
+    for (int64_t s = 0; s < k; s++) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < e; j++) {
+            bool taken = false;
+            for (int64_t t = 0; t < s; t++)
+                taken |= top[t] == j;
+            if (!taken && (best < 0 || l[j] > l[best])) best = j;
+        }
+        top[s] = (int32_t)best;
+        z = __fadd_rn(z, p[best]);
+    }
+    for (int64_t s = 0; s < k; s++)
+        w[s] = __fdiv_rn(p[top[s]], z);
+}
+
+// The CPU's backward, operation for operation (moe.c there has the derivation).
+__global__ void router_backward_kernel(float *dlogits, const float *dweights, const float *dprobs,
+                                       const float *probs, const int32_t *experts, int64_t n,
+                                       int64_t e, int64_t k) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float *p = probs + i * e;
+    const int32_t *top = experts + i * k;
+    const float *dw = dweights + i * k;
+    const float *dp = dprobs != nullptr ? dprobs + i * e : nullptr;
+    float *dl = dlogits + i * e;
+    float z = 0.0f;
+    for (int64_t s = 0; s < k; s++)
+        z = __fadd_rn(z, p[top[s]]);
+    float dot_w = 0.0f;
+    for (int64_t s = 0; s < k; s++)
+        dot_w = __fadd_rn(dot_w, __fmul_rn(dw[s], __fdiv_rn(p[top[s]], z)));
+    float dot = 0.0f;
+    if (dp != nullptr)
+        for (int64_t j = 0; j < e; j++)
+            dot = __fadd_rn(dot, __fmul_rn(p[j], dp[j]));
+    for (int64_t s = 0; s < k; s++)
+        dot = __fadd_rn(dot, __fmul_rn(p[top[s]], __fdiv_rn(__fsub_rn(dw[s], dot_w), z)));
+    for (int64_t j = 0; j < e; j++)
+        dl[j] = __fadd_rn(dl[j], __fmul_rn(p[j], __fsub_rn(dp != nullptr ? dp[j] : 0.0f, dot)));
+    for (int64_t s = 0; s < k; s++)
+        dl[top[s]] =
+            __fadd_rn(dl[top[s]], __fmul_rn(p[top[s]], __fdiv_rn(__fsub_rn(dw[s], dot_w), z)));
+}
+
+// ---- the load-balancing loss ------------------------------------------------------------------
+
+// Block (j, chunk): over the chunk's tokens [r0, r1), counts[chunk * e + j] = the entries of
+// experts[r0 k .. r1 k) equal to j and (probs not NULL) cols[chunk * e + j] = the sum of
+// probs[r0 .. r1, j] in double; each thread's strided share, then a tree in shared memory, both
+// orders fixed by the shapes. Integer counts are exact in any order.
+__global__ void aux_stats_kernel(const float *probs, const int32_t *experts, int64_t n, int64_t e,
+                                 int64_t k, int64_t per, long long *counts, double *cols) {
+    __shared__ long long cnt_part[THREADS];
+    __shared__ double col_part[THREADS];
+    const int64_t j = blockIdx.x, chunk = blockIdx.y;
+    const int64_t r0 = chunk * per, r1 = r0 + per < n ? r0 + per : n;
+    const int tid = threadIdx.x;
+    long long cnt = 0;
+    for (int64_t a = r0 * k + tid; a < r1 * k; a += THREADS)
+        cnt += experts[a] == j;
+    double col = 0.0;
+    if (probs != nullptr)
+        for (int64_t r = r0 + tid; r < r1; r += THREADS)
+            col += (double)probs[r * e + j];
+    cnt_part[tid] = cnt;
+    col_part[tid] = col;
+    __syncthreads();
+    for (int half = THREADS / 2; half > 0; half >>= 1) {
+        if (tid < half) {
+            cnt_part[tid] += cnt_part[tid + half];
+            col_part[tid] += col_part[tid + half];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        counts[chunk * e + j] = cnt_part[0];
+        if (cols != nullptr) cols[chunk * e + j] = col_part[0];
+    }
+}
+
+// g[j] = (float)(per * count_j), count_j summed over the chunks: the CPU's rounding of the
+// column's gradient.
+__global__ void aux_grad_finish_kernel(float *g, const long long *counts, int64_t chunks, int64_t e,
+                                       double per) {
+    const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (j >= e) return;
+    long long count = 0;
+    for (int64_t c = 0; c < chunks; c++)
+        count += counts[c * e + j];
+    g[j] = (float)(per * (double)count);
+}
+
+__global__ void aux_grad_add_kernel(float *dprobs, const float *g, int64_t e, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dprobs[i] = __fadd_rn(dprobs[i], g[i % e]);
+}
+
+// ---- rows moved by an index list --------------------------------------------------------------
+
+__global__ void gather_kernel(float *out, const float *x, const int32_t *rows, int64_t c,
+                              int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / c, ch = i - r * c;
+        out[i] = x[(int64_t)rows[r] * c + ch];
+    }
+}
+
+// grid (segments, channel tiles): segment s lists the sources perm[start[s] .. start[s + 1]) of
+// destination row row[s] in increasing order (the CPU's order); each thread adds their weighted
+// values one after another into its channel of the row.
+__global__ void combine_rows_kernel(float *y, const float *src, const float *w, const int32_t *perm,
+                                    const int32_t *start, const int32_t *row, int64_t c) {
+    const int64_t ch = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    const int32_t s = (int32_t)blockIdx.x;
+    float *d = y + (int64_t)row[s] * c + ch;
+    float acc = *d;
+    for (int32_t q = start[s]; q < start[s + 1]; q++) {
+        const int32_t i = perm[q];
+        acc = __fadd_rn(acc, __fmul_rn(w[i], src[(int64_t)i * c + ch]));
+    }
+    *d = acc;
+}
+
+// dsrc[i, ch] += w[i] * dy[rows[i], ch]: every destination written once, no ordering needed.
+__global__ void combine_dsrc_kernel(float *dsrc, const float *dy, const float *w,
+                                    const int32_t *rows, int64_t c, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / c, ch = i - r * c;
+        dsrc[i] = __fadd_rn(dsrc[i], __fmul_rn(w[r], dy[(int64_t)rows[r] * c + ch]));
+    }
+}
+
+constexpr int DW_ROWS = THREADS / 32; // one warp per row
+
+__device__ double warp_sum(double v) {
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v; // the same in every lane
+}
+
+// dw[i] += (float)dot(src[i, :], dy[rows[i], :]) in double (each product of two floats is exact
+// in double, so only the order of the sum differs from the CPU's: lanes, then a fixed shuffle).
+__global__ void combine_dw_kernel(float *dw, const float *dy, const float *src, const int32_t *rows,
+                                  int64_t m, int64_t c) {
+    const int lane = threadIdx.x & 31;
+    const int64_t i = blockIdx.x * (int64_t)DW_ROWS + (threadIdx.x >> 5);
+    if (i >= m) return; // a whole warp leaves together
+    const float *s = src + i * c, *g = dy + (int64_t)rows[i] * c;
+    double dot = 0.0;
+    for (int64_t j = lane; j < c; j += 32)
+        dot += (double)s[j] * (double)g[j];
+    dot = warp_sum(dot);
+    if (lane == 0) dw[i] = __fadd_rn(dw[i], (float)dot);
+}
+
+unsigned row_blocks(int64_t n, int64_t per_block) {
+    return (unsigned)((n + per_block - 1) / per_block);
+}
+
+} // namespace
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+constexpr int ROUTER_THREADS = 128;
+
+extern "C" cudaError_t lwc_moe_router(cudaStream_t stream, int32_t *experts, float *weights,
+                                      float *probs, const float *logits, int64_t n, int64_t e,
+                                      int64_t k) {
+    if (n > 0)
+        router_forward_kernel<<<row_blocks(n, ROUTER_THREADS), ROUTER_THREADS, 0, stream>>>(
+            experts, weights, probs, logits, n, e, k);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_moe_router_grad(cudaStream_t stream, float *dlogits,
+                                           const float *dweights, const float *dprobs,
+                                           const float *probs, const int32_t *experts, int64_t n,
+                                           int64_t e, int64_t k) {
+    if (n > 0)
+        router_backward_kernel<<<row_blocks(n, ROUTER_THREADS), ROUTER_THREADS, 0, stream>>>(
+            dlogits, dweights, dprobs, probs, experts, n, e, k);
+    return cudaGetLastError();
+}
+
+extern "C" int64_t lwc_moe_aux_chunks(int64_t n, int64_t *per) {
+    // chunks of at least 2048 tokens, at most LWC_MOE_AUX_CHUNKS_MAX of them
+    int64_t chunks = (n + 2047) / 2048;
+    if (chunks > LWC_MOE_AUX_CHUNKS_MAX) chunks = LWC_MOE_AUX_CHUNKS_MAX;
+    if (chunks < 1) chunks = 1;
+    const int64_t p = (n + chunks - 1) / chunks;
+    *per = p > 0 ? p : 1;
+    return n > 0 ? (n + *per - 1) / *per : 1;
+}
+
+extern "C" cudaError_t lwc_moe_aux_stats(cudaStream_t stream, const float *probs,
+                                         const int32_t *experts, int64_t n, int64_t e, int64_t k,
+                                         long long *counts, double *cols) {
+    int64_t per = 1;
+    const int64_t chunks = lwc_moe_aux_chunks(n, &per);
+    if (n > 0 && e > 0)
+        aux_stats_kernel<<<dim3((unsigned)e, (unsigned)chunks), THREADS, 0, stream>>>(
+            probs, experts, n, e, k, per, counts, cols);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, const long long *counts,
+                                        int64_t n, int64_t e, double per, float *g) {
+    int64_t rows_per = 1;
+    const int64_t chunks = lwc_moe_aux_chunks(n, &rows_per);
+    if (n <= 0 || e <= 0) return cudaSuccess;
+    aux_grad_finish_kernel<<<blocks_for(e), THREADS, 0, stream>>>(g, counts, chunks, e, per);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    aux_grad_add_kernel<<<blocks_for(n * e), THREADS, 0, stream>>>(dprobs, g, e, n * e);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x,
+                                       const int32_t *rows, int64_t m, int64_t c) {
+    if (m > 0 && c > 0)
+        gather_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(out, x, rows, c, m * c);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_combine_rows(cudaStream_t stream, float *y, const float *src,
+                                        const float *w, const int32_t *perm, const int32_t *start,
+                                        const int32_t *row, int64_t segments, int64_t c) {
+    if (segments <= 0 || c <= 0) return cudaSuccess;
+    const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
+    combine_rows_kernel<<<grid, LWC_ROW_TILE, 0, stream>>>(y, src, w, perm, start, row, c);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw,
+                                        const float *dy, const float *src, const float *w,
+                                        const int32_t *rows, int64_t m, int64_t c) {
+    if (m <= 0 || c <= 0) return cudaSuccess;
+    if (dsrc != nullptr) {
+        combine_dsrc_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(dsrc, dy, w, rows, c, m * c);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    if (dw != nullptr)
+        combine_dw_kernel<<<row_blocks(m, DW_ROWS), THREADS, 0, stream>>>(dw, dy, src, rows, m, c);
+    return cudaGetLastError();
+}
