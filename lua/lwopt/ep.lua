@@ -42,4 +42,42 @@ function ep.groups(comm, e, n_expert)
    return g
 end
 
+-- Appends to tensors (ddp:params_on(0)'s list: rank 0's dense parameters and its experts) the
+-- experts of the other EP ranks of rank 0's EP group, as { name, shape, data = float* } (copies,
+-- kept alive by the entries), so rank 0 holds every expert by global name. Collective over the
+-- world (ddp:with_param within each expert-DP group at ZeRO-3, then broadcasts within each EP
+-- group); tensors is left as it is on other ranks.
+function ep.gather_experts(ddp, g, tensors)
+   local ffi = require("ffi")
+   local parts = {}
+   for _, spec in ipairs(ddp.specs) do
+      if spec.expert then
+         ddp:with_param(spec.name, function(p)
+            if g.group == 0 then
+               parts[#parts + 1] = ("%s\n%s\n%d\n"):format(spec.name,
+                  table.concat(spec.shape, ","), 4 * p.numel) .. ffi.string(p.data, 4 * p.numel)
+            end
+         end)
+      end
+   end
+   local packed = table.concat(parts)
+   for root = 1, g.size - 1 do
+      local got = g.comm:broadcast_string(packed, root)
+      if g.group == 0 and g.rank == 0 then
+         local at = 1
+         while at <= #got do
+            local name, dims, len, body = got:match("^([^\n]*)\n([^\n]*)\n(%d+)\n()", at)
+            len = tonumber(len)
+            local shape = {}
+            for d in dims:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
+            local data = ffi.new("float[?]", math.max(len / 4, 1))
+            ffi.copy(data, got:sub(body, body + len - 1), len)
+            tensors[#tensors + 1] = { name = name, shape = shape, data = data }
+            at = body + len
+         end
+      end
+   end
+   return tensors
+end
+
 return ep
