@@ -284,6 +284,11 @@ describe("recipes/gpt_small.lua", function()
               .. "--n-expert (or --preset moe)" },
             { "--n-expert 4 --aux-coef -1", 2, "--aux-coef must be >= 0, got -1 (--help lists "
               .. "the flags)" },
+            { "--n-expert 4 --ep 3", 1, "--ep 3 does not divide the 4 experts (each EP rank "
+              .. "holds n_expert / ep of them)" },
+            { "--n-expert 4 --ep 2", 2, "--ep 2 does not divide the 1 ranks (the world splits "
+              .. "into groups of ep ranks)" },
+            { "--ep 2", 1, "--ep 2 needs a mixture of experts (n_expert is 0)" },
          }) do
             local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny "
                .. case[1]:gsub("%-%-preset tiny %-%-preset", "--preset"))

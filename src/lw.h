@@ -304,7 +304,10 @@ lw_status lw_layout_stats_get(const lw_layout *layout, lw_layout_stats *out);
 lw_status lw_layout_rank_load(const lw_layout *layout, int32_t rank, int64_t *numel, double *cost);
 /* Checks every invariant; LW_ERR_INVALID with the first violation named if one fails. */
 lw_status lw_layout_check(const lw_layout *layout);
-/* Stable 64-bit hash of options and placement, as 16 hex digits. [out] hex: 17 bytes. */
+/* Stable 64-bit hash of options and placement, as 16 hex digits. [out] hex: 17 bytes. Expert
+ * parameters (expert = true) are hashed without their names (shape, flags and placement only):
+ * under expert parallelism each EP rank holds different experts in the same places, and
+ * lw_buffers_new compares this hash across every rank of its communicator. */
 lw_status lw_layout_hash(const lw_layout *layout, char *hex);
 
 /* Padding rules of REFERENCE.md section 3. */

@@ -100,6 +100,9 @@ recipe.flags = {
    { "aux-coef", "number", nil, "weight of the load-balancing loss (default 0.01)", min = 0 },
    { "shared-expert", "bool", false, "one more dense MLP every token goes through, besides its "
      .. "experts" },
+   { "ep", "int", 1, "expert parallelism: groups of EP consecutive ranks share out each layer's "
+     .. "experts (n_expert / EP each) and exchange tokens; EP must divide --n-expert and the "
+     .. "ranks", min = 1, max = 65536 },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
@@ -161,8 +164,10 @@ local function lcg(state) return (state * 1103515245 + 12345) % 2147483648 end
 
 -- Seeded parameter initialisation, the same on every rank (GPT-2's: normal(0, 0.02), residual
 -- projections scaled by 1/sqrt(2 n_layer), norm gains 1, biases 0), one parameter at a time in
--- definition order (collective at ZeRO-3, where each is written into its gathered group).
-local function init_params(model, ddp, seed, n_layer)
+-- definition order (collective at ZeRO-3, where each is written into its gathered group). every:
+-- the ep 1 model's parameters with --ep, whose draws are made in its order, those of experts
+-- held by another EP rank skipped, so every --ep starts from the same values.
+local function init_params(model, ddp, seed, n_layer, every)
    local state = seed
    local function uniform()
       state = lcg(state)
@@ -171,18 +176,27 @@ local function init_params(model, ddp, seed, n_layer)
    local function normal() -- Box-Muller
       return math.sqrt(-2 * math.log(uniform())) * math.cos(2 * math.pi * uniform())
    end
-   for _, spec in ipairs(model:parameters()) do
-      ddp:with_param(spec.name, function(p)
-         if spec.role == "norm" then
-            p:fill(1)
-         elseif spec.role == "bias" then
-            p:fill(0)
-         else
-            local std = 0.02
-            if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
-            for i = 0, p.numel - 1 do p.data[i] = std * normal() end
-         end
-      end)
+   local held = {}
+   for _, spec in ipairs(model:parameters()) do held[spec.name] = true end
+   for _, spec in ipairs(every or model:parameters()) do
+      if held[spec.name] then
+         ddp:with_param(spec.name, function(p)
+            if spec.role == "norm" then
+               p:fill(1)
+            elseif spec.role == "bias" then
+               p:fill(0)
+            else
+               local std = 0.02
+               if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
+               for i = 0, p.numel - 1 do p.data[i] = std * normal() end
+            end
+         end)
+      elseif spec.role ~= "norm" and spec.role ~= "bias" then
+         -- another EP rank's expert: its draws, skipped
+         local numel = 1
+         for _, d in ipairs(spec.shape) do numel = numel * d end
+         for _ = 1, numel do normal() end
+      end
    end
 end
 
@@ -289,6 +303,14 @@ local function check_flags(v)
    v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
    check_expert_flags(v, preset)
    check_data_flags(v, preset)
+   if v.ep > 1 then
+      local bad = lw.ep.check(v.ep, v.ep, v.n_expert)
+      if bad then error("--" .. bad, 0) end
+      if v.ckpt_dir then
+         error(("--ep %d with --ckpt-dir: checkpoints under expert parallelism are not "
+            .. "supported yet (train at --ep 1 to checkpoint)"):format(v.ep), 0)
+      end
+   end
 end
 
 -- The loss curve's path for a log path.
@@ -589,6 +611,7 @@ local function finish(run, v, records, ended, say)
    end
    if v.save_params then
       local tensors = ddp:params_on(0) -- collective at ZeRO-3
+      if run.ep then lw.ep.gather_experts(ddp, run.ep, tensors) end -- every expert on rank 0
       if comm.rank == 0 then
          attempt("--save-params", function()
             -- beside it first, then renamed: a kill mid-write leaves the previous file whole
@@ -656,21 +679,33 @@ end
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
-   local model = lw.nn.GPT.new(recipe.gpt_config(v.preset, v.vocab, v.seq, { n_expert =
-      v.n_expert, topk = v.topk, aux_coef = v.aux_coef, shared_expert = v.shared_expert }))
+   local moe = { n_expert = v.n_expert, topk = v.topk, aux_coef = v.aux_coef,
+      shared_expert = v.shared_expert }
+   -- --ep: EP groups of v.ep consecutive ranks (world rank r: group floor(r / ep), EP rank
+   -- r % ep, holding experts [r % ep * n/ep, +n/ep)), expert-DP groups of the ranks with the same
+   -- EP rank; the model declares its EP rank's experts, lw.ddp.new averages them over the
+   -- expert-DP group
+   local g = v.ep > 1 and lw.ep.groups(comm, v.ep, v.n_expert) or nil
+   local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)
+   cfg.ep = g or false
+   local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
-   -- expert parameters (in their own buffers) are data-parallel over every rank, as the dense
-   -- ones: expert_comm nil is comm, expert_dp its size. Expert parallelism (--ep, next) splits
-   -- comm into expert groups here and gives lw.ddp.new the expert data-parallel one.
-   local ddp = lw.ddp.new(specs, comm, { mode = v.mode,
+   -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
+   -- (expert_comm nil is comm), over the expert-DP group with --ep
+   local ddp = lw.ddp.new(specs, comm, { mode = v.mode, expert_comm = g and g.expert_comm,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
       device = v.device, matmul = v.matmul })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 }, muon = { precision = v.muon_precision } })
-   init_params(model, ddp, v.seed, v.n_layer)
-   local run = { comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
+   -- the same values whatever --ep: drawn over every expert of the ep 1 model, in its order
+   local every = g and (function()
+      local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)
+      return lw.nn.GPT.new(c1):parameters()
+   end)() or nil
+   init_params(model, ddp, v.seed, v.n_layer, every)
+   local run = { ep = g, comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
       lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
       log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
@@ -752,6 +787,8 @@ function recipe.main(argv, rules, script)
    if v == nil then return {} end -- --help
    check_flags(v)
    local comm, say = start_comm(v)
+   local bad = lw.ep.check(v.ep, comm.size, v.n_expert)
+   if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
    check_outputs(comm, v)
    local data, path = load_data(v, script)
    local run = build_run(v, comm, data, rules)

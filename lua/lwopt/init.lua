@@ -1,5 +1,5 @@
 -- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel, comm,
--- tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's version and
+-- ep, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's version and
 -- features; see DESIGN.md.
 local C = require("lwopt.C")
 local ffi = require("ffi")
@@ -10,6 +10,7 @@ local lw = {
    layout = require("lwopt.layout"),
    stepmodel = require("lwopt.stepmodel"),
    comm = require("lwopt.comm"),
+   ep = require("lwopt.ep"),
    tensor = require("lwopt.tensor"),
    ddp = require("lwopt.ddp"),
    optim = require("lwopt.optim"),

@@ -6,7 +6,9 @@
 -- shards, issue 15) with replicated at dp 1-3 and at dp 4 at every ZeRO level; at dp 4 with ZeRO-3
 -- the parameters and gradients held stay under a quarter of the model plus the two largest
 -- bucket groups; a mixture of experts (issue 16: 8 experts, top-2, expert buffers data-parallel
--- over every rank) at dp 2 equals dp 1 within 1e-5, at ZeRO-1 and ZeRO-3. Each run also checks
+-- over every rank) at dp 2 equals dp 1 within 1e-5, at ZeRO-1 and ZeRO-3; expert parallelism
+-- (ep 2, and ep 2 x expert-DP 2 at ZeRO-1 and 3) equals ep 1 within 1e-5, bad ep refused with
+-- its numbers. Each run also checks
 -- that its ranks hold bit-identical parameters. Prints "N passed, M failed".
 -- Usage: bin/lwopt run tests/lua/train_consistency.lua (from the repo root; needs data/kjv.txt)
 local ffi = require("ffi")
@@ -110,6 +112,40 @@ expect(max_param_diff(moe1, moe2) < 1e-5, ("mixture of experts: dp 2 and dp 1 wi
 local moe3 = run("moe-z3-dp2", 2, moe .. " --accum 1 --zero 3")
 expect(max_param_diff(moe3, moe2) < 1e-5, ("mixture of experts: ZeRO-3 and ZeRO-1 within 1e-5 at "
    .. "dp 2 (%g)"):format(max_param_diff(moe3, moe2)))
+
+-- expert parallelism (issue 16): ep 2 on 2 ranks and ep 2 x expert-DP 2 on 4 (oversubscribed)
+-- against ep 1 on one rank over the same global batch (dropless routing, so the same tokens
+-- reach the same experts): losses and every parameter, compared by name (train_run gathers
+-- every expert to rank 0), within 1e-5; train_run also checks the dense parameters bit for bit
+-- across the world and the experts across each expert-DP group
+local ep = "--experts 8 --batch 1 --steps 5 --ep "
+local ep1 = run("ep1", 1, ep .. "1 --accum 2")
+local ep2 = run("ep2", 2, ep .. "2 --accum 1")
+expect(max_loss_diff(ep1, ep2) < 1e-5, ("ep 2 and ep 1 losses within 1e-5 (%g)")
+   :format(max_loss_diff(ep1, ep2)))
+expect(#ep1.params == #ep2.params and max_param_diff(ep1, ep2) < 1e-5,
+   ("ep 2 and ep 1 parameters within 1e-5 (%g)"):format(max_param_diff(ep1, ep2)))
+local ep1x4 = run("ep1x4", 1, ep .. "1 --accum 4")
+local ep22 = run("ep2x2", 4, ep .. "2 --accum 1")
+expect(max_loss_diff(ep1x4, ep22) < 1e-5, ("ep 2 x expert-DP 2 and ep 1 losses within 1e-5 (%g)")
+   :format(max_loss_diff(ep1x4, ep22)))
+expect(#ep1x4.params == #ep22.params and max_param_diff(ep1x4, ep22) < 1e-5,
+   ("ep 2 x expert-DP 2 and ep 1 parameters within 1e-5 (%g)")
+   :format(max_param_diff(ep1x4, ep22)))
+local ep22z3 = run("ep2x2-z3", 4, ep .. "2 --accum 1 --zero 3")
+expect(max_param_diff(ep22z3, ep22) < 1e-5, ("ep 2 x expert-DP 2: ZeRO-3 and ZeRO-1 within 1e-5 "
+   .. "(%g)"):format(max_param_diff(ep22z3, ep22)))
+-- bad configs, refused with their numbers
+local function refused(np, args, words)
+   local cmd = ("mpirun --oversubscribe -np %d -x OPENBLAS_NUM_THREADS=1 bin/lwopt run "
+      .. "tests/lua/train_run.lua --out %s-bad %s 2>&1"):format(np, tmp, args)
+   local p = io.popen(cmd)
+   local text = p:read("*a")
+   p:close()
+   expect(text:find(words, 1, true) ~= nil, ("refused: %s (%q)"):format(words, text:sub(1, 300)))
+end
+refused(2, "--experts 8 --ep 4", "ep 4 does not divide the 2 ranks")
+refused(3, "--experts 8 --ep 3", "ep 3 does not divide the 8 experts")
 
 -- packed at dp 4 (oversubscribed), ZeRO-1, 2 and 3, against replicated data parallelism
 local dp4 = "--batch 2 --accum 1 --bucket 8192 --layers 4 --steps 2"

@@ -17,18 +17,20 @@ local check = base.check
 local GPT = base.class(base.Module)
 
 local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false, n_expert = 0,
-   topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false }
+   topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false, ep = false }
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
    if o.n_expert == 0 then return nil end
    return { n_expert = o.n_expert, topk = o.topk, expert_hidden = o.expert_hidden,
-            aux_coef = o.aux_coef, shared_expert = o.shared_expert, router_muon = o.router_muon }
+            aux_coef = o.aux_coef, shared_expert = o.shared_expert, router_muon = o.router_muon,
+            ep = o.ep }
 end
 
 -- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, n_expert, topk, expert_hidden,
--- aux_coef, shared_expert, router_muon }: the same parameters, names and order as lw.arch.gpt
--- for the same config. n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
+-- aux_coef, shared_expert, router_muon, ep }: the same parameters, names and order as lw.arch.gpt
+-- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
+-- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
 -- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
 -- (default 2) of them, a load-balancing loss weighted aux_coef (default 0.01), shared_expert
 -- (default false) adding one dense MLP every token goes through, router_muon (default false)

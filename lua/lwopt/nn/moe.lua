@@ -13,6 +13,19 @@
 -- fall, as a dense MLP holds n. An expert with no tokens runs nothing and its gradient stays zero, but
 -- its parameters are still acquired and released (and reported ready in backward) in the same
 -- order as the others, since at ZeRO-3 acquiring is collective and every rank must do the same.
+--
+-- Expert parallelism (cfg.ep, from lw.ep.groups: an EP group of E ranks): this rank declares only
+-- its experts [first, first + n_expert/E), named by global index. After the permutation, the
+-- rows for each expert go to the EP rank holding it by lw_comm_alltoallv (the per-expert counts
+-- first, over the host communicator; then the rows), arrive grouped by source rank, are
+-- reordered expert-major for the local experts, and their outputs return by the reverse
+-- all-to-all before the combine. Backward mirrors it: the output gradients go forward to the
+-- expert ranks, the input gradients come back. Every rank's expert gradient sums the whole EP
+-- group's tokens while lw.ddp averages expert buffers over the expert-DP group (W/E ranks) and
+-- dense ones over the world (W): the output gradients reaching the experts are scaled by 1/E and
+-- the input gradients sent back by E (exact for E a power of two), so both are averages over W.
+-- The load-balancing loss's f and P are this rank's tokens' (as a rank's at ep 1: each
+-- micro-batch balances its own tokens), not reduced over the EP group.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
@@ -27,7 +40,7 @@ local MoE = base.class(base.Module)
 MoE.shape_args = { "n" }
 
 MoE.DEFAULTS = { topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false,
-                 bias = false }
+                 bias = false, ep = false }
 
 local function is_count(v) return type(v) == "number" and v == math.floor(v) and v >= 1
    and v < 2 ^ 31 end
@@ -61,11 +74,21 @@ local function settings(c, cfg)
    if type(o.aux_coef) ~= "number" or not (o.aux_coef >= 0 and o.aux_coef < math.huge) then
       fail("aux_coef (%s) must be a finite number >= 0", tostring(o.aux_coef))
    end
+   if o.ep then
+      if type(o.ep) ~= "table" or not o.ep.size or not o.ep.comm then
+         fail("ep must be lw.ep.groups(comm, ep, n_expert)'s table, got %s", tostring(o.ep))
+      end
+      if o.n_expert % o.ep.size ~= 0 then
+         fail("ep %d does not divide the %d experts", o.ep.size, o.n_expert)
+      end
+      if o.ep.size == 1 then o.ep = false end
+   end
    return o
 end
 
 -- MoE(prefix, c, cfg): cfg = { n_expert, topk = 2, expert_hidden = 4c, aux_coef = 0.01,
--- shared_expert = false, router_muon = false, bias = false }. Parameters, in this order:
+-- shared_expert = false, router_muon = false, bias = false, ep = false (or lw.ep.groups's
+-- table: this rank's experts only) }. Parameters, in this order:
 -- router.weight {n_expert, c} (use_muon = false unless router_muon: AdamW by the default
 -- routing rules; a rule of one's own may still send it to Muon), experts.<e>.fc / .proj (role
 -- "expert", expert = true: the layout puts them in expert buffers), shared.fc / .proj (dense).
@@ -76,9 +99,17 @@ function MoE.new(prefix, c, cfg)
    self.expert_hidden = o.expert_hidden
    self.router = self:add(Linear.new(prefix .. "router.", c, o.n_expert, false,
       not o.router_muon and { use_muon = false } or nil))
+   -- the experts held here: global indices first .. first + n_local - 1 (all of them at ep 1)
+   self.ep = o.ep or nil
+   self.first, self.n_local = 0, o.n_expert
+   if self.ep then
+      self.n_local = o.n_expert / self.ep.size
+      self.first = self.ep.rank * self.n_local
+   end
    self.experts = {}
-   for e = 0, o.n_expert - 1 do
-      self.experts[e + 1] = self:add(MLP.new(prefix .. "experts." .. e .. ".", c, o.bias,
+   for l = 1, self.n_local do
+      local e = self.first + l - 1
+      self.experts[l] = self:add(MLP.new(prefix .. "experts." .. e .. ".", c, o.bias,
          o.expert_hidden, { role = "expert", expert = true }))
    end
    if o.shared_expert then
@@ -162,6 +193,155 @@ local function permute(self, n)
    check(lib.lw_device_copy(self.stream, self.slots, slots, 4 * m, lib.LW_COPY_HOST_TO_DEVICE))
 end
 
+-- ---- expert parallelism ------------------------------------------------------------------------
+
+local i64 = ffi.typeof("int64_t[?]")
+
+-- Host int64 arrays per key, grown on demand (counts for lw_comm_alltoallv).
+function MoE:host_longs(key, n)
+   self.longs = self.longs or {}
+   local h = self.longs[key]
+   if h == nil or h.n < n then
+      h = { n = n, data = i64(math.max(n, 1)) }
+      self.longs[key] = h
+   end
+   return h.data
+end
+
+-- The communicator that moves this module's device memory within the EP group: the EP group's
+-- own on the CPU, a device communicator over it otherwise (made once, collectively, and shared
+-- by every layer through the groups table).
+local function payload_comm(self)
+   local g = self.ep
+   local device = self.device or lib.lw_device_cpu()
+   if g.comm:reaches(device) then return g.comm end
+   if not g.device_comm then g.device_comm = require("lwopt.comm").device(g.comm, device) end
+   return g.device_comm
+end
+
+-- The exchange's plan after permute: the per-expert counts to every EP rank (counts first), the
+-- rows sent to and received from each rank, and gidx[p] = the source-major row (as received) of
+-- the p-th row in expert-major order (local expert, then source rank), uploaded. Sets
+-- self.recv_total and self.lcounts / self.loffsets (rows per local expert, expert-major).
+local function plan_exchange(self)
+   local g, L = self.ep, self.n_local
+   local E = g.size
+   local sc = self:host_longs("count send", self.n_expert)
+   for e = 1, self.n_expert do sc[e - 1] = self.counts[e] end
+   local per = self:host_longs("count per", E)
+   for j = 0, E - 1 do per[j] = L end
+   local rc = self:host_longs("count recv", E * L)
+   g.comm:set_label("nn.MoE: the experts' row counts")
+   check(lib.lw_comm_alltoallv(g.comm._c, sc, per, rc, per, lib.LW_DTYPE_I64, nil))
+   local c = self.c
+   local send, recv = self:host_longs("send", E), self:host_longs("recv", E)
+   local from = {} -- first source-major row of each source rank's rows
+   local total = 0
+   for j = 0, E - 1 do
+      local out, inn = 0, 0
+      for l = 0, L - 1 do
+         out = out + self.counts[j * L + l + 1]
+         inn = inn + tonumber(rc[j * L + l])
+      end
+      send[j], recv[j] = out * c, inn * c
+      from[j] = total
+      total = total + inn
+   end
+   self.recv_total = total
+   local lcounts, loffsets = {}, {}
+   local gidx = self:host_ints("gidx", total)
+   local p = 0
+   for l = 0, L - 1 do
+      loffsets[l + 1] = p
+      for j = 0, E - 1 do
+         local at = from[j]
+         for l2 = 0, l - 1 do at = at + tonumber(rc[j * L + l2]) end
+         for i = 0, tonumber(rc[j * L + l]) - 1 do
+            gidx[p] = at + i
+            p = p + 1
+         end
+      end
+      lcounts[l + 1] = p - loffsets[l + 1]
+   end
+   self.lcounts, self.loffsets = lcounts, loffsets
+   self.gidx = self:int_buffer("gidx", math.max(total, 1))
+   if total > 0 then
+      check(lib.lw_device_copy(self.stream, self.gidx, gidx, 4 * total,
+         lib.LW_COPY_HOST_TO_DEVICE))
+   end
+   self.send_counts, self.recv_counts = send, recv
+end
+
+-- Rows [m, c] in this rank's expert order to the expert ranks (or, reverse, back): send_counts
+-- and recv_counts in floats per EP rank.
+local function exchange(self, send, send_counts, recv, recv_counts, what)
+   local pc = payload_comm(self)
+   pc:set_label(what)
+   check(lib.lw_comm_alltoallv(pc._c, send, send_counts, recv, recv_counts, lib.LW_DTYPE_F32,
+      nil))
+end
+
+-- The experts' part of forward at ep > 1: xs [m, c] (expert order) out, their outputs ys [m, c]
+-- back in the same order.
+local function ep_forward(self, m)
+   local c, s = self.c, self.stream
+   plan_exchange(self)
+   local R = self.recv_total
+   local xr = self:buffer("xr", math.max(R, 1) * c)
+   exchange(self, self.xs, self.send_counts, xr, self.recv_counts, "nn.MoE: rows to the experts")
+   -- expert-major: the experts' inputs, windows of one buffer of all R rows
+   self.xe = self:buffer("xe", math.max(R, 1) * c)
+   if R > 0 then check(lib.lw_gather_forward(s, self.xe, xr, self.gidx, R, c)) end
+   local yr = self:buffer("yr", math.max(R, 1) * c)
+   zero(yr, math.max(R, 1) * c, s)
+   for l = 1, self.n_local do
+      local count, off = self.lcounts[l], self.loffsets[l]
+      if count > 0 then
+         self:share_rows(self.experts[l], off, count, math.max(R, 1))
+         local out = self.experts[l]:forward(self.xe + off * c, count)
+         -- back to source-major order, as the rows arrived
+         check(lib.lw_gather_backward(s, yr, out, self.gidx + off, count, c))
+      else
+         idle(self.experts[l], "forward")
+      end
+   end
+   self.ys = self:buffer("ys", m * c)
+   exchange(self, yr, self.recv_counts, self.ys, self.send_counts,
+      "nn.MoE: expert outputs back")
+end
+
+-- The experts' part of backward at ep > 1: dys [m, c] (output gradients, expert order) to the
+-- expert ranks, the input gradients back into dxs [m, c].
+local function ep_backward(self, dys, dxs, m)
+   local c, s, E = self.c, self.stream, self.ep.size
+   local R = self.recv_total
+   local rows = math.max(R, 1)
+   local dyr = self:buffer("dyr", rows * c)
+   exchange(self, dys, self.send_counts, dyr, self.recv_counts,
+      "nn.MoE: output gradients to the experts")
+   -- 1/E: the expert gradients sum the EP group's tokens, averaged by lw.ddp over W/E ranks
+   if R > 0 then check(lib.lw_vec_scale(s, dyr, R * c, 1 / E)) end
+   local dxr = self:buffer("dxr", rows * c)
+   zero(dxr, rows * c, s)
+   for l = self.n_local, 1, -1 do
+      local count, off = self.lcounts[l], self.loffsets[l]
+      if count > 0 then
+         local dsrc = self:buffer("dsrc", count * c)
+         check(lib.lw_gather_forward(s, dsrc, dyr, self.gidx + off, count, c))
+         local dxl = self:buffer("dxl", count * c)
+         zero(dxl, count * c, s)
+         self:share_rows(self.experts[l], off, count, rows)
+         self.experts[l]:backward(self.xe + off * c, dsrc, dxl, count)
+         check(lib.lw_gather_backward(s, dxr, dxl, self.gidx + off, count, c))
+      else
+         idle(self.experts[l], "backward")
+      end
+   end
+   if R > 0 then check(lib.lw_vec_scale(s, dxr, R * c, E)) end
+   exchange(self, dxr, self.recv_counts, dxs, self.send_counts,
+      "nn.MoE: input gradients back")
+end
+
 local loss_cell = ffi.new("double[1]")
 
 -- x: float* [n, c] -> float* [n, c]
@@ -188,7 +368,16 @@ function MoE:forward(x, n)
    check(lib.lw_gather_forward(s, self.ws, self.weights, self.slots, m, 1))
    local y = self:buffer("y", n * c)
    zero(y, n * c, s)
-   for e = 1, E do
+   if self.ep then
+      ep_forward(self, m)
+      for e = 1, E do
+         local count, off = self.counts[e], self.offsets[e]
+         if count > 0 then
+            check(lib.lw_combine_forward(s, y, self.ys + off * c, self.ws + off, self.rows + off,
+               count, c))
+         end
+      end
+   else for e = 1, E do
       local count, off = self.counts[e], self.offsets[e]
       if count > 0 then
          -- the experts' activations are windows of buffers of all m rows (Module:share_rows)
@@ -200,7 +389,7 @@ function MoE:forward(x, n)
          self.outs[e] = nil
          idle(self.experts[e], "forward")
       end
-   end
+   end end
    if self.shared then
       check(lib.lw_vec_add(s, y, y, self.shared:forward(x, n), n * c))
    end
@@ -217,7 +406,18 @@ function MoE:backward(x, dout, dx, n)
    local dxs, dws = self:buffer("dxs", m * c), self:buffer("dws", m)
    zero(dxs, m * c, s)
    zero(dws, m, s)
-   for e = E, 1, -1 do
+   if self.ep then
+      local dys = self:buffer("dys", m * c)
+      zero(dys, m * c, s)
+      for e = E, 1, -1 do
+         local count, off = self.counts[e], self.offsets[e]
+         if count > 0 then
+            check(lib.lw_combine_backward(s, dys + off * c, dws + off, dout, self.ys + off * c,
+               self.ws + off, self.rows + off, count, c))
+         end
+      end
+      ep_backward(self, dys, dxs, m)
+   else for e = E, 1, -1 do
       local count, off = self.counts[e], self.offsets[e]
       if count > 0 then
          -- one buffer for every expert's output gradient, used one expert at a time
@@ -230,7 +430,7 @@ function MoE:backward(x, dout, dx, n)
       else
          idle(self.experts[e], "backward")
       end
-   end
+   end end
    if dx ~= nil then check(lib.lw_gather_backward(s, dx, dxs, self.rows, m, c)) end
    local dweights = self:buffer("dweights", m)
    zero(dweights, m, s)
