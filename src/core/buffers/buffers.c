@@ -444,7 +444,7 @@ static lw_status owned_in(lw_buffers *bs, int32_t param, bool sharded, bool grad
     *data = NULL;
     if (count == 0) return LW_OK;
     const int64_t x = p->start + start;
-    *data = array + (sharded ? lwi_shard_offset(bs, &bs->groups[p->group], x) : x);
+    *data = array + (sharded ? lwi_shard_offset(&bs->groups[p->group], x) : x);
     return LW_OK;
 }
 

@@ -130,6 +130,8 @@ lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t group);
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t group);
 /* Offset of element x (of a bucket of group g) in this rank's shard array; x must lie in this
  * rank's shard of the bucket. */
-int64_t lwi_shard_offset(const lw_buffers *bs, const lwi_group *g, int64_t x);
+static inline int64_t lwi_shard_offset(const lwi_group *g, int64_t x) {
+    return g->shard_base + (x - g->shard_start);
+}
 
 #endif

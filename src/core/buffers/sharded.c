@@ -22,11 +22,6 @@ static int64_t held_blocks(const lw_buffers *bs) {
     return bs->param_block_bytes + bs->grad_block_bytes + bs->cached_bytes;
 }
 
-int64_t lwi_shard_offset(const lw_buffers *bs, const lwi_group *g, int64_t x) {
-    (void)bs;
-    return g->shard_base + (x - g->shard_start);
-}
-
 /* Group g's shard inside its whole-group block (a gathered or reduced bucket). */
 static float *shard_in_block(const lwi_group *g, float *block) {
     return block + (g->shard_start - g->start);
