@@ -102,7 +102,7 @@ end
 -- else a copy uploaded to the device (buffer `key`; the host array may be reused at once).
 function GPT:on_device(host, n, key)
    if self.device == nil or lib.lw_device_is_host(self.device) then return host end
-   local dev = ffi.cast("int32_t *", self:buffer(key, n))
+   local dev = self:int_buffer(key, n)
    check(lib.lw_device_copy(self.stream, dev, host, 4 * n, lib.LW_COPY_HOST_TO_DEVICE))
    return dev
 end
@@ -121,7 +121,7 @@ function GPT:forward(tokens, targets, b, t)
    end
    check_tokens(tokens, n, o.vocab, "token")
    if targets == nil then
-      targets = ffi.cast("int32_t *", self:host_buffer("no_targets", n))
+      targets = self:host_array("no_targets", "int32_t", n)
       ffi.fill(targets, 4 * n, 0xff) -- all -1: ignored
    end
    self.b, self.t = b, t
@@ -142,17 +142,6 @@ function GPT:forward(tokens, targets, b, t)
    self.lse = self:buffer("lse", n)
    -- the LM head's turn comes last in forward; tied, it is the embedding read again
    return with_head(self, "forward", head_forward, n, self.targets)
-end
-
--- Host memory that lives as long as the model (a staging array), per key, grown on demand.
-function GPT:host_buffer(key, n)
-   self.host = self.host or {}
-   local h = self.host[key]
-   if h == nil or h.n < n then
-      h = { n = n, data = ffi.new("float[?]", math.max(n, 1)) }
-      self.host[key] = h
-   end
-   return h.data
 end
 
 -- Backward of loss_scale * (the loss of the last forward, plus self.aux_loss with experts);
@@ -203,7 +192,7 @@ end
 -- valid until the next call.
 function GPT:next_probs(row)
    local v = self.cfg.vocab
-   local p = self:host_buffer("next_probs", v)
+   local p = self:host_array("next_probs", "float", v)
    local owner = self.cfg.tied and self.embedding or self
    owner:with_params_reused("forward", row_logits, self, row, p)
    local m = p[0]

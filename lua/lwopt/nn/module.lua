@@ -201,6 +201,23 @@ function Module:workspace(n, what)
    return ws.data
 end
 
+-- Host memory that lives as long as the module, per key: at least n elements of ctype
+-- ("float", "int32_t", "int64_t"), grown on demand; the staging arrays of copies to and from
+-- the device (token uploads, routing permutations, all-to-all counts, sampled logits).
+function Module:host_array(key, ctype, n)
+   self.host = self.host or {}
+   local slot = ctype .. " " .. key
+   local h = self.host[slot]
+   if h == nil or h.n < n then
+      h = { n = n, data = ffi.new(ctype .. "[?]", math.max(n, 1)) }
+      self.host[slot] = h
+   end
+   return h.data
+end
+
+-- An int32_t* activation buffer of the module's device (4 bytes an element, as floats).
+function Module:int_buffer(key, n) return ffi.cast("int32_t *", self:buffer(key, n)) end
+
 -- Activation buffers per (rows) shape, allocated once. A module given rows of its owner's
 -- buffers (share_rows) gets its window of them instead.
 function Module:buffer(key, n)

@@ -125,19 +125,6 @@ function MoE.new(prefix, c, cfg)
    return self
 end
 
--- Host int32 arrays per key, grown on demand (staging for the permutation).
-function MoE:host_ints(key, n)
-   self.host = self.host or {}
-   local h = self.host[key]
-   if h == nil or h.n < n then
-      h = { n = n, data = ffi.new("int32_t[?]", math.max(n, 1)) }
-      self.host[key] = h
-   end
-   return h.data
-end
-
--- An int32_t* activation buffer of the module's device (4 bytes an element, as floats).
-function MoE:int_buffer(key, n) return ffi.cast("int32_t *", self:buffer(key, n)) end
 
 -- Acquires and releases the parameters of module m and the modules under it as a run would,
 -- in the pass's order (backward: children reversed, gradients reported), computing nothing:
@@ -160,7 +147,7 @@ end
 local function permute(self, n)
    local E, k = self.n_expert, self.topk
    local m = n * k
-   local ex = self:host_ints("experts", m)
+   local ex = self:host_array("experts", "int32_t", m)
    check(lib.lw_device_copy(self.stream, ex, self.experts_dev, 4 * m,
       lib.LW_COPY_DEVICE_TO_HOST))
    local counts, offsets, next = self.counts, self.offsets, self.next
@@ -180,7 +167,8 @@ local function permute(self, n)
       if counts[e] == 0 then idle_count = idle_count + 1 end
    end
    self.idle = idle_count
-   local rows, slots = self:host_ints("rows", m), self:host_ints("slots", m)
+   local rows = self:host_array("rows", "int32_t", m)
+   local slots = self:host_array("slots", "int32_t", m)
    for a = 0, m - 1 do
       local e = ex[a] + 1
       local p = next[e]
@@ -194,19 +182,6 @@ local function permute(self, n)
 end
 
 -- ---- expert parallelism ------------------------------------------------------------------------
-
-local i64 = ffi.typeof("int64_t[?]")
-
--- Host int64 arrays per key, grown on demand (counts for lw_comm_alltoallv).
-function MoE:host_longs(key, n)
-   self.longs = self.longs or {}
-   local h = self.longs[key]
-   if h == nil or h.n < n then
-      h = { n = n, data = i64(math.max(n, 1)) }
-      self.longs[key] = h
-   end
-   return h.data
-end
 
 -- The communicator that moves this module's device memory within the EP group: the EP group's
 -- own on the CPU, a device communicator over it otherwise (made once, collectively, and shared
@@ -226,15 +201,16 @@ end
 local function plan_exchange(self)
    local g, L = self.ep, self.n_local
    local E = g.size
-   local sc = self:host_longs("count send", self.n_expert)
+   local sc = self:host_array("count send", "int64_t", self.n_expert)
    for e = 1, self.n_expert do sc[e - 1] = self.counts[e] end
-   local per = self:host_longs("count per", E)
+   local per = self:host_array("count per", "int64_t", E)
    for j = 0, E - 1 do per[j] = L end
-   local rc = self:host_longs("count recv", E * L)
+   local rc = self:host_array("count recv", "int64_t", E * L)
    g.comm:set_label("nn.MoE: the experts' row counts")
    check(lib.lw_comm_alltoallv(g.comm._c, sc, per, rc, per, lib.LW_DTYPE_I64, nil))
    local c = self.c
-   local send, recv = self:host_longs("send", E), self:host_longs("recv", E)
+   local send = self:host_array("send", "int64_t", E)
+   local recv = self:host_array("recv", "int64_t", E)
    local from = {} -- first source-major row of each source rank's rows
    local total = 0
    for j = 0, E - 1 do
@@ -249,7 +225,7 @@ local function plan_exchange(self)
    end
    self.recv_total = total
    local lcounts, loffsets = {}, {}
-   local gidx = self:host_ints("gidx", total)
+   local gidx = self:host_array("gidx", "int32_t", total)
    local p = 0
    for l = 0, L - 1 do
       loffsets[l + 1] = p
