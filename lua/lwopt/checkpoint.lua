@@ -6,6 +6,9 @@
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and
 --                             CRC32C, the run it belongs to, and a CRC32C of its own text
+-- Under expert parallelism (s.ep: lw.ep.groups) model.safetensors and the manifest hold every
+-- expert by global name, whichever EP rank trained it, and each rank's optimizer file its own
+-- experts' state: a checkpoint loads at another EP size like at another rank count.
 -- Saving writes DIR/step-N.tmp/, fsyncs every file and the directory, renames it to
 -- DIR/step-N/, then replaces DIR/latest atomically: a crash at any moment leaves the previous
 -- checkpoint whole and `latest` pointing at it. All ranks agree that a save succeeded.
@@ -18,6 +21,7 @@ local C = require("lwopt.C")
 local json = require("lwopt.json")
 local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
+local ep = require("lwopt.ep")
 
 local lib = C.lib
 local checkpoint = {}
@@ -179,8 +183,12 @@ local function prepare_dir(job)
    files.make_dir(job.tmp)
 end
 
--- The model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part).
-local function gather_model(job) job.params = job.ddp:params_on(0) end
+-- The model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part; under
+-- expert parallelism with the other EP ranks' experts).
+local function gather_model(job)
+   job.params = job.ddp:params_on(0)
+   if job.s.ep then ep.gather_experts(job.ddp, job.s.ep, job.params) end
+end
 
 -- This rank's optimizer state: step-N.tmp/optim-rNNNNN.safetensors.
 local function write_optimizer_state(job)
@@ -223,10 +231,14 @@ local function write_manifest(job)
       file_list[#file_list + 1] = json.object({ name = optim_name(r - 1), bytes = job.sizes[r],
          crc32c = ("%08x"):format(job.crcs[r]) })
    end
+   -- the parameters written (rank 0's list: under expert parallelism every EP rank's experts)
+   local spec_of = {}
+   for _, spec in ipairs(ddp.specs) do spec_of[spec.name] = spec end
    local params = json.array()
-   for _, spec in ipairs(ddp.specs) do
-      params[#params + 1] = json.object({ name = spec.name, shape = shape_of(spec),
-         optimizer = spec.optimizer })
+   for _, t in ipairs(job.params) do
+      local spec = spec_of[t.name] or t
+      params[#params + 1] = json.object({ name = t.name, shape = shape_of(t),
+         optimizer = spec.optimizer, expert = spec.expert or nil })
    end
    local step, skips = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
    C.check(lib.lw_optimizer_counters(opt._c, step, skips), where)
@@ -238,6 +250,7 @@ local function write_manifest(job)
          bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
          expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
       optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
+      ep = s.ep and s.ep.size or 1,
       extra = json.object(s.extra or {}), params = params, files = file_list,
       run_id = s.run_id or json.null, manifest_crc32c = "00000000",
    })
@@ -278,10 +291,10 @@ local function commit(job)
 end
 
 -- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... }, run_id, protect = { path
--- or name, ... }, on_point }): collective; every rank calls it. extra goes into the manifest
+-- or name, ... }, on_point, ep }): collective; every rank calls it. extra goes into the manifest
 -- (hyper-parameters, schedule, data and RNG position); run_id names the run's lineage for
--- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point). Returns the
--- checkpoint's directory.
+-- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point); ep the run's
+-- expert-parallel groups (lw.ep.groups), when it has them. Returns the checkpoint's directory.
 function checkpoint.save(dir, s)
    local job = new_save(dir, s)
    agreed(job, prepare_dir)
@@ -403,8 +416,10 @@ local function find(st, name)
    return view
 end
 
--- Checks the parameters of the checkpoint at path against ddp's model; returns the open file.
-local function check_params(path, ddp, m)
+-- Checks the parameters of the checkpoint at path against ddp's model (under expert parallelism,
+-- g: lw.ep.groups, this rank's share of it: the dense parameters and its EP rank's experts);
+-- returns the open file.
+local function check_params(path, ddp, m, g)
    local where = "checkpoint.load"
    local by_name = {}
    for _, p in ipairs(m.params) do by_name[p.name] = p end
@@ -418,9 +433,12 @@ local function check_params(path, ddp, m)
             table.concat(p.shape, ", "), path, table.concat(spec.shape, ", "))
       end
    end
-   if #m.params ~= #ddp.specs then
-      fail(where, "%s has %d parameters, the model %d: another model?", path, #m.params,
-         #ddp.specs)
+   -- the model's whole count: the other EP ranks hold as many experts as this one
+   local experts = 0
+   for _, spec in ipairs(ddp.specs) do experts = experts + (spec.expert and 1 or 0) end
+   local whole = #ddp.specs + (g and (g.size - 1) * experts or 0)
+   if #m.params ~= whole then
+      fail(where, "%s has %d parameters, the model %d: another model?", path, #m.params, whole)
    end
    local st = open_st(path .. "/model.safetensors")
    for _, spec in ipairs(ddp.specs) do
@@ -491,15 +509,16 @@ local function load_state(path, ddp, opt, m)
    C.check(lib.lw_optimizer_set_counters(opt._c, m.optimizer.updates, m.optimizer.skips), where)
 end
 
--- checkpoint.load(path, { ddp, opt = nil | optimizer, weights_only = false }): collective.
+-- checkpoint.load(path, { ddp, opt = nil | optimizer, weights_only = false, ep }): collective.
 -- Restores parameters and (unless weights_only or no opt) the optimizer state, resharding to
--- this run's ranks and layout. Returns the manifest (step, extra).
+-- this run's ranks, layout and expert-parallel groups (ep: lw.ep.groups, when the run has
+-- them; each rank loads its own experts by global name). Returns the manifest (step, extra).
 function checkpoint.load(path, s)
    local comm = s.ddp.comm
    local m, st
    local ok, err = protect(function()
       m = checkpoint.read_manifest(path)
-      st = check_params(path, s.ddp, m)
+      st = check_params(path, s.ddp, m, s.ep)
       if s.opt and not s.weights_only then load_state(path, s.ddp, s.opt, m) end
    end)
    comm:agree(ok, err)

@@ -364,12 +364,15 @@ function DDP:params_on(root)
    return out
 end
 
--- Copies every parameter from rank `root` (default 0) to all ranks.
+-- Copies every parameter from rank `root` (default 0) to all ranks; the experts within their
+-- expert-DP group only (from its rank `root`): under expert parallelism the other ranks of the
+-- world hold other experts under their own names.
 function DDP:broadcast_params(root)
    for _, spec in ipairs(self.specs) do
+      local comm = spec.expert and self.expert_comm or self.comm
       self:with_param(spec.name, function(t)
-         lib.lw_comm_set_label(self.comm._c, "parameter " .. spec.name)
-         C.check(lib.lw_comm_broadcast(self.comm._c, t.data, 4 * t.numel, root or 0),
+         lib.lw_comm_set_label(comm._c, "parameter " .. spec.name)
+         C.check(lib.lw_comm_broadcast(comm._c, t.data, 4 * t.numel, root or 0),
             "ddp:broadcast_params")
       end)
    end

@@ -306,10 +306,6 @@ local function check_flags(v)
    if v.ep > 1 then
       local bad = lw.ep.check(v.ep, v.ep, v.n_expert)
       if bad then error("--" .. bad, 0) end
-      if v.ckpt_dir then
-         error(("--ep %d with --ckpt-dir: checkpoints under expert parallelism are not "
-            .. "supported yet (train at --ep 1 to checkpoint)"):format(v.ep), 0)
-      end
    end
 end
 
@@ -487,7 +483,7 @@ local function settings(v, comm, data)
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
             ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
-            topk = v.topk, aux_coef = v.aux_coef }
+            topk = v.topk, aux_coef = v.aux_coef, ep = v.ep }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
@@ -504,7 +500,7 @@ local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert =
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
-   "layout", "clip", "data", "ranks", "topk", "aux_coef" }
+   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep" }
 
 local function flag_value(key, value)
    if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
@@ -568,7 +564,7 @@ local function resume(run, v, say)
       return false
    end
    if found and found.note then say("resume: " .. found.note) end
-   local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt })
+   local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt, ep = run.ep })
    run.start_step = m.step + 1
    ck.resumed_from = path
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil
