@@ -1,6 +1,6 @@
-/* comm.c: the communicator object: argument checks, counters, requests and the blocking forms
- * of the collectives (a start and a wait, so the watchdog sees every wait), over a backend
- * (self.c: one rank; mpi.c: MPI). The watchdog itself is in watchdog.c; which backend serves
+/* comm.c: the communicator object: argument checks, counters and the blocking forms of the
+ * collectives (a start and a wait, so the watchdog sees every wait), over a backend (self.c:
+ * one rank; mpi.c: MPI). Requests (testing, waiting, letting go) are in request.c. The watchdog itself is in watchdog.c; which backend serves
  * the world, in world.c. */
 #include "comm/comm.h"
 
@@ -49,13 +49,6 @@ bool lw_comm_reaches(const lw_comm *c, const lw_device *device) {
     return c != NULL && device != NULL && (lw_device_is_host(device) || c->device == device);
 }
 
-lw_status lw_request_set_stream(lw_request *r, lw_stream *stream) {
-    if (r == NULL) return lwi_fail(LW_ERR_INVALID, "comm: request is NULL");
-    if (r->comm != NULL)
-        return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
-    r->stream = stream;
-    return LW_OK;
-}
 int32_t lw_comm_size(const lw_comm *c) { return c ? c->size : 0; }
 const char *lw_comm_backend(const lw_comm *c) { return c ? c->backend->name : "none"; }
 
@@ -77,14 +70,6 @@ static void count(lw_comm *c, lw_comm_op op, double bytes, double since) {
  * with the device's work, so that one GPU runs the code that many do. */
 static bool alone(const lw_comm *c) { return c->size == 1 && c->backend->host_memory; }
 
-/* Lets go of req's backend handle (the backend's release first: NCCL's holds a CUDA event). */
-static void drop_handle(lw_request *r) {
-    if (r->handle_backend != NULL && r->handle_backend->release != NULL)
-        r->handle_backend->release(r);
-    free(r->handle);
-    r->handle = NULL;
-    r->handle_backend = NULL;
-}
 
 /* Takes req for a collective of c, which starts after the work issued so far on its stream: a
  * backend that moves host memory waits for the stream (on the CPU, a no-op). A request used
@@ -93,7 +78,7 @@ static void drop_handle(lw_request *r) {
 static lw_status claim(lw_comm *c, lw_request *req) {
     if (req->comm != NULL)
         return lwi_fail(LW_ERR_STATE, "comm: request is still active; wait for it first");
-    if (req->handle != NULL && req->handle_backend != c->backend) drop_handle(req);
+    if (req->handle != NULL && req->handle_backend != c->backend) lwi_request_drop_handle(req);
     req->handle_backend = c->backend;
     return c->backend->host_memory ? lw_stream_synchronize(req->stream ? req->stream : c->stream)
                                    : LW_OK;
@@ -125,8 +110,6 @@ static void activate(lw_comm *c, lw_request *req, double started) {
 /* MPI counts are int: the blocking forms move larger buffers in pieces. */
 #define CHUNK_BYTES ((int64_t)1 << 30)
 
-static lw_status finish(lw_request *r);
-
 /* The request for a blocking form's collective: the comm's own, which is started and waited for
  * under the watchdog; NULL when the watchdog is off, for the backend's blocking call. */
 static lw_request *blocking_request(lw_comm *c) { return c->timeout > 0 ? c->blocking : NULL; }
@@ -135,7 +118,7 @@ static lw_request *blocking_request(lw_comm *c) { return c->timeout > 0 ? c->blo
 static lw_status complete_blocking(lw_comm *c, lw_request *r, lw_status st, double started) {
     if (st != LW_OK || r == NULL) return st;
     activate(c, r, started);
-    return finish(r);
+    return lwi_request_finish(r);
 }
 
 lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
@@ -519,104 +502,4 @@ lw_status lw_comm_counter_get(const lw_comm *c, lw_comm_op op, lw_comm_counter *
 
 void lw_comm_counters_reset(lw_comm *c) {
     if (c != NULL) memset(c->counters, 0, sizeof c->counters);
-}
-
-/* ---- requests ------------------------------------------------------------------------------- */
-
-lw_status lw_request_new(lw_request **out) {
-    if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
-    *out = calloc(1, sizeof **out);
-    return *out ? LW_OK : lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
-}
-
-void lw_request_free(lw_request *r) {
-    if (r == NULL) return;
-    lw_request_wait(r);
-    free(r->scratch);
-    free(r->ints);
-    drop_handle(r);
-    free(r);
-}
-
-bool lw_request_active(const lw_request *r) { return r != NULL && r->comm != NULL; }
-
-/* Takes r off its comm's list of requests in flight. */
-static void release(lw_request *r) {
-    lw_comm *c = r->comm;
-    if (r->prev_active != NULL) r->prev_active->next_active = r->next_active;
-    else c->active = r->next_active;
-    if (r->next_active != NULL) r->next_active->prev_active = r->prev_active;
-    r->next_active = r->prev_active = NULL;
-    r->comm = NULL;
-}
-
-/* Lets go of a collective that timed out. MPI still holds it and may still write into the
- * scratch shard or read the counts if the stopped rank comes back, so those stay allocated
- * (leaked: the job is ending); the request can start again with fresh ones. */
-static void abandon(lw_request *r) {
-    release(r);
-    r->scratch = NULL;
-    r->scratch_capacity = 0;
-    r->ints = NULL;
-    r->ints_capacity = 0;
-}
-
-/* The request completed in the backend: finish the reduce-scatter's copy, release it. */
-static void complete(lw_request *r) {
-    if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_count > 0)
-        memcpy(r->copy_to, r->scratch, sizeof(float) * (size_t)r->copy_count);
-    release(r);
-}
-
-lw_status lw_request_test(lw_request *r, bool *done) {
-    if (r == NULL || done == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
-    *done = true;
-    if (r->comm == NULL) return LW_OK;
-    lw_comm *c = r->comm;
-    lw_status st = lwi_comm_check_broken(c);
-    if (st != LW_OK) {
-        *done = false;
-        abandon(r); /* broken: LW_ERR_TIMEOUT */
-        return st;
-    }
-    double t = lwi_now();
-    st = c->backend->test(r, done);
-    double now = lwi_now();
-    c->counters[r->op].seconds += now - t;
-    if (st == LW_OK && !*done) st = lwi_watch_check(r, now);
-    if (st == LW_ERR_TIMEOUT) {
-        abandon(r);
-    } else if (st != LW_OK) {
-        release(r);
-    } else if (*done) {
-        complete(r);
-    }
-    return st;
-}
-
-
-/* Waits for r (in flight) without counting the time: the blocking forms count theirs whole. */
-static lw_status finish(lw_request *r) {
-    lw_status st = lwi_comm_check_broken(r->comm);
-    /* without a timeout, the backend's own wait: no polling at all */
-    if (st == LW_OK) st = r->comm->timeout > 0 ? lwi_watch_wait(r) : r->comm->backend->wait(r);
-    if (st == LW_ERR_TIMEOUT) {
-        abandon(r);
-    } else if (st != LW_OK) {
-        release(r);
-    } else {
-        complete(r);
-    }
-    return st;
-}
-
-lw_status lw_request_wait(lw_request *r) {
-    if (r == NULL) return lwi_fail(LW_ERR_INVALID, "comm: NULL request");
-    if (r->comm == NULL) return LW_OK;
-    lw_comm *c = r->comm;
-    lw_comm_op op = r->op;
-    double t = lwi_now();
-    lw_status st = finish(r);
-    c->counters[op].seconds += lwi_now() - t;
-    return st;
 }

@@ -134,6 +134,12 @@ lw_status lwi_comm_env_timeout(double *seconds);
 lw_status lwi_watch_wait(lw_request *req);
 /* LW_ERR_TIMEOUT (comm broken) if req, not completed at time `now`, is past its deadline. */
 lw_status lwi_watch_check(lw_request *req, double now);
+
+/* request.c: lets go of req's backend handle (the backend's release first: NCCL's holds a CUDA
+ * event); waits for req (in flight) without counting the time (the blocking forms count theirs
+ * whole), then completes, releases or abandons it. */
+void lwi_request_drop_handle(lw_request *req);
+lw_status lwi_request_finish(lw_request *req);
 /* Whether any collective of this process timed out (then MPI must not be finalised: that would
  * wait for the stopped rank). */
 extern bool lwi_comm_timed_out;
