@@ -6,13 +6,12 @@
  * the variable-count forms over unequal, empty and lopsided segments, and the all-to-all-v.
  * Skips (exit 77) when no GPU can be had, saying why. */
 #include "check.h"
+#include "comm_cases.h"
 
 #include <stdlib.h>
 
 static lw_device *gpu;
 static lw_stream *gs; /* the GPU's default stream, for the copies */
-
-static float value(int rank, int64_t i) { return (float)(rank + 1) * 0.5f + (float)(i % 7); }
 
 /* n floats of device memory holding host[0..n). */
 static float *to_device(const float *host, int64_t n) {
@@ -169,89 +168,13 @@ static void test_allgatherv(lw_comm *c) {
 
 /* ---- the variable-count forms: segments of unequal size, in rank order, in place ---- */
 
-#define PATTERNS 6
-
-/* Segment sizes for pattern k, as test_comm.c's: unequal; one rank without a segment; all on the
- * last rank; all on rank 0; every segment empty; large. Returns their sum. */
-static int64_t segment_counts(int k, int size, int64_t *counts) {
-    int64_t total = 0;
-    for (int r = 0; r < size; r++) {
-        switch (k) {
-        case 0:
-            counts[r] = 3 * r + 1;
-            break;
-        case 1:
-            counts[r] = r == 1 ? 0 : 10 + r;
-            break;
-        case 2:
-            counts[r] = r == size - 1 ? 1000 : 0;
-            break;
-        case 3:
-            counts[r] = r == 0 ? 77 : 0;
-            break;
-        case 4:
-            counts[r] = 0;
-            break;
-        default:
-            counts[r] = (1 << 18) + 777 * r;
-            break;
-        }
-        total += counts[r];
-    }
-    return total;
-}
-
-static int64_t displ(const int64_t *counts, int rank) {
-    int64_t at = 0;
-    for (int r = 0; r < rank; r++)
-        at += counts[r];
-    return at;
-}
-
-/* The rank whose segment holds element i. */
-static int owner(const int64_t *counts, int size, int64_t i) {
-    for (int r = 0; r < size; r++)
-        if (i < displ(counts, r + 1)) return r;
-    return -1;
-}
-
-/* Counts on the heap, spoiled and freed right after the call that takes them (NCCL enqueues
- * everything during the call; nothing may read them later). */
-static int64_t *counts_copy(const int64_t *counts, int size) {
-    int64_t *copy = malloc(sizeof(int64_t) * (size_t)size);
-    memcpy(copy, counts, sizeof(int64_t) * (size_t)size);
-    return copy;
-}
-
-static void spoil_and_free(int64_t *copy, int size) {
-    for (int r = 0; r < size; r++)
-        copy[r] = -12345;
-    free(copy);
-}
-
-/* Mismatches of h after a reduce-scatter-v of value(r, i): the sum in this rank's segment, its
- * own data elsewhere. */
-static int reduce_scatterv_wrong(const float *h, const int64_t *counts, int rank, int size) {
-    const int64_t lo = displ(counts, rank), hi = lo + counts[rank], total = displ(counts, size);
-    int bad = 0;
-    for (int64_t i = 0; i < total; i++) {
-        float want = value(rank, i);
-        if (i >= lo && i < hi) {
-            want = 0.0f;
-            for (int r = 0; r < size; r++)
-                want += value(r, i);
-        }
-        bad += h[i] != want;
-    }
-    return bad;
-}
 
 static void test_reduce_scatterv(lw_comm *c) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
     lw_request *req;
     CHECK_OK(lw_request_new(&req));
-    for (int k = 0; k < PATTERNS; k++) {
+    for (int k = 0; k < SEGMENT_PATTERNS; k++) {
         const int64_t total = segment_counts(k, size, counts);
         float *h = malloc(sizeof(float) * (size_t)(total + 1)); /* one past: left as it was */
         for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
@@ -289,7 +212,7 @@ static void test_allgather_segments(lw_comm *c) {
     int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
     lw_request *req;
     CHECK_OK(lw_request_new(&req));
-    for (int k = 0; k < PATTERNS; k++) {
+    for (int k = 0; k < SEGMENT_PATTERNS; k++) {
         const int64_t total = segment_counts(k, size, counts);
         const int64_t lo = displ(counts, rank), hi = lo + counts[rank];
         float *h = malloc(sizeof(float) * (size_t)(total + 1));
@@ -398,52 +321,6 @@ static void test_segments_interleaved(lw_comm *c) {
 
 /* ---- all-to-all-v: the patterns of test_comm.c on the GPU's memory ---- */
 
-#define A2A_PATTERNS 6
-#define A2A_GUARD 65535 /* past the ends of the buffers, and nowhere else */
-
-/* Elements rank `from` sends rank `to` in pattern k: unequal, its own part too; none to some
- * peers (and to itself on some ranks); every rank to the last rank only; only rank 0, to every
- * other rank; nothing at all; large. */
-static int64_t a2a_count(int k, int from, int to, int size) {
-    switch (k) {
-    case 0:
-        return 1 + 3 * from + 2 * to;
-    case 1:
-        return (from + to) % 2 == 0 ? 0 : 5 + from + to;
-    case 2:
-        return to == size - 1 ? 100 + from : 0;
-    case 3:
-        return from == 0 && to != 0 ? 7 * to : 0;
-    case 4:
-        return 0;
-    default:
-        return (1 << 18) + 333 * from + 77 * to;
-    }
-}
-
-/* Element i of what rank `from` sends rank `to`, distinct per (from, to, i) in every dtype. */
-static int64_t a2a_value(lw_dtype d, int from, int to, int64_t i) {
-    if (d == LW_DTYPE_I64) return ((int64_t)from << 40) + ((int64_t)to << 32) + i;
-    if (d == LW_DTYPE_F32) return from * 4096 + to * 256 + i % 200;
-    return from * 4096 + to * 512 + i % 500;
-}
-
-static void a2a_put(lw_dtype d, void *b, int64_t at, int64_t v) {
-    if (d == LW_DTYPE_I64)
-        ((int64_t *)b)[at] = v;
-    else if (d == LW_DTYPE_F32)
-        ((float *)b)[at] = (float)v;
-    else
-        ((uint16_t *)b)[at] = (uint16_t)v;
-}
-
-static int64_t a2a_get(lw_dtype d, const void *b, int64_t at) {
-    if (d == LW_DTYPE_I64) return ((const int64_t *)b)[at];
-    if (d == LW_DTYPE_F32) return (int64_t)((const float *)b)[at];
-    return ((const uint16_t *)b)[at];
-}
-
-static size_t a2a_size(lw_dtype d) { return d == LW_DTYPE_I64 ? 8 : d == LW_DTYPE_F32 ? 4 : 2; }
 
 /* One exchange of pattern k: this rank's counts, its host arrays (the receive one all guard)
  * and their device copies, each one guard element longer. */
