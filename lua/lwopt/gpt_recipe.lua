@@ -784,6 +784,8 @@ local function announce(run, v, data, path, say)
    -- the device the buffers live on, as lw_device_get_info describes it
    local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
    say("device: " .. (lw.device_line(name) or name))
+   local note = recipe_tp.note(run, v)
+   if note then say(note) end
 end
 
 -- Trains from the first step to run (1, or the one after the checkpoint resumed) to the last

@@ -48,6 +48,13 @@ function recipe_tp.ranks_text(run)
    return text
 end
 
+-- A line for the start of a run when Muon runs on TP shards (nil otherwise): what it computes.
+function recipe_tp.note(run, v)
+   if not run.tp or v.optimizer ~= "muon" then return nil end
+   return ("tp %d: Muon orthogonalises each TP rank's shards alone (blockwise), not the full "
+      .. "matrices, until lw.optim takes the TP group"):format(run.tp.size)
+end
+
 -- tensors (ddp:params_on(0)'s list) with every TP-sharded parameter replaced on rank 0 by the
 -- full tensor of the tp 1 model (the vocabulary's padding trimmed), keyed by its full name.
 -- Collective over the TP group of DP rank 0; a no-op without --tp.
