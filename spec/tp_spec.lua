@@ -192,6 +192,17 @@ describe("lw.arch.gpt under tensor parallelism", function()
       end)
    end)
 
+   it("routes, lays out and gets buffers like any specs, the TP fields kept and ignored", function()
+      local specs = lw.route(at(2, 1))
+      local layout = lw.layout.compute(specs, { dp = 2 })
+      assert.is_true(layout:check())
+      local ddp = lw.ddp.new(specs, lw.comm.self(), { mode = "layerwise" })
+      local qkv = ddp.specs[ddp:index("h.0.attn.qkv.weight") + 1]
+      assert.same({ { 18, 12 }, { dim = 0, blocks = 3 }, { 36, 12 }, "muon" },
+         { qkv.shape, qkv.tp, qkv.full_shape, qkv.optimizer })
+      assert.equal(18 * 12, ddp:param("h.0.attn.qkv.weight").numel)
+   end)
+
    it("is what lw.nn.GPT declares for the same TP rank, every field included", function()
       for _, t in ipairs({ 1, 2, 3 }) do
          for r = 0, t - 1 do
