@@ -137,6 +137,34 @@ describe("lw.nn modules against finite differences", function()
    it("MLP of another hidden size", function() check(nn.MLP.new("m.", 4, true, 6), 1, 3, 4, 4) end)
 
    it("Block", function() check(nn.Block.new("h.0.", 8, 2, true), 2, 3, 8, 8) end)
+
+   -- tensor parallelism's modules on a one-rank TP group (their all-reduces move nothing; the
+   -- multi-rank runs against tp 1 are tests/lua/tp_consistency.lua)
+   local function one_rank() return { size = 1, rank = 0, comm = lw.comm.self() } end
+
+   it("ColumnParallelLinear (blocks 3, as the fused QKV weight)", function()
+      check(nn.ColumnParallelLinear.new("c.", 5, 9, true, one_rank(), 3), 1, 3, 5, 9)
+   end)
+
+   it("RowParallelLinear", function()
+      check(nn.RowParallelLinear.new("r.", 6, 4, true, one_rank()), 1, 3, 6, 4)
+   end)
+
+   it("VocabParallelEmbedding (token + position)", function()
+      local m = nn.VocabParallelEmbedding.new(7, 4, 3, false, one_rank())
+      local d = bind(m)
+      local tokens = ffi.new("int32_t[6]", { 1, 6, 1, 0, 3, 6 })
+      local r = randoms(6 * 4, 5)
+      local function loss() return dot(m:forward(tokens, 2, 3), r, 6 * 4) end
+      loss()
+      d:zero_grad()
+      m:backward(tokens, r, nil, 2, 3)
+      for _, s in ipairs(m:parameters()) do
+         local p, g = d:param(s.name), d:grad(s.name)
+         assert.is_true(fd_worst(p.data, g.data, p.numel, loss) < 2e-2, s.name)
+      end
+      assert.equal(0, d:grad("wte.weight"):at(2 * 4 + 1)) -- token 2 never appears
+   end)
 end)
 
 describe("lw.nn's module contract", function()

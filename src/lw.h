@@ -949,6 +949,57 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
                                     const float *lse, int64_t n, int64_t c, int64_t v,
                                     float loss_scale);
 
+/* Tensor parallelism's vocabulary-parallel token embedding and LM head (issue 17): each rank of
+ * a TP group holds the rows [first, first + rows) of the vocabulary's tables, and a collective
+ * over the group between these calls (the caller's: an all-reduce of the embedding's output, an
+ * all-gather of the cross-entropy's statistics, an all-reduce of dh) makes the results those of
+ * the one-rank kernels above. Rows at or past `vocab` are padding (the vocabulary rounded up to a
+ * multiple of the group's size): never looked up, their logits masked out as if -inf. */
+
+/* y[b, t, c] = wte[tokens[b, t] - first, :] for tokens in [first, first + rows), 0 for the
+ * others (another rank's), plus wpe[t, :] (optional: one rank of the group passes it, so that the
+ * group's sum adds it once). wte: [rows, c]. With first 0 and rows the vocabulary it is
+ * lw_embedding_forward. */
+lw_status lw_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                     const float *wte, const float *wpe, int64_t first,
+                                     int64_t rows, int64_t b, int64_t t, int64_t c);
+/* dwte[tokens[b, t] - first, :] += dy[b, t, :] for tokens in [first, first + rows) (the others
+ * are another rank's), in the order of lw_embedding_backward; dwpe[t, :] += dy[b, t, :]
+ * (optional). */
+lw_status lw_embedding_range_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                      const int32_t *tokens, int64_t first, int64_t rows,
+                                      int64_t b, int64_t t, int64_t c);
+/* This rank's statistics of the LM head's softmax: logits = h[n, c] w[v, c]^T for the vocabulary
+ * rows [first, first + v) (those at or past vocab masked), formed a chunk at a time in scratch
+ * (at least lw_cross_entropy_scratch_floats(stream, n, v) floats) as lw_cross_entropy_forward.
+ * stats[3, n]: stats[i] = row i's largest logit here (-inf when every row here is padding),
+ * stats[n + i] = the sum of exp(logit - that max), stats[2n + i] = the target's logit when this
+ * rank holds it (first <= targets[i] < first + v, targets[i] < vocab), else 0. When all n rows
+ * fit one chunk the logits stay in scratch for the backward. */
+lw_status lw_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
+                                           const float *h, const float *w, const int32_t *targets,
+                                           int64_t n, int64_t c, int64_t v, int64_t first,
+                                           int64_t vocab);
+/* The group's statistics combined: stats[parts, 3, n], every rank's stats in rank order (an
+ * all-gather of the above). lse[n] = log of the sum of exp over the whole vocabulary, losses[n]
+ * = lse - the target's logit for targets in [0, vocab) (others: 0, ignored). [out] *loss (host):
+ * the mean over counted rows; waits for the stream. Every rank combining the same stats gets the
+ * same values bit for bit. With one part holding the whole vocabulary these are
+ * lw_cross_entropy_forward's losses and lse within float rounding. */
+lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
+                                   const float *stats, int64_t parts, const int32_t *targets,
+                                   int64_t n, int64_t vocab, double *loss);
+/* Backward of loss_scale * (mean loss) on this rank's rows, after lw_cross_entropy_combine gave
+ * lse and with the scratch untouched since lw_cross_entropy_partial_forward (one chunk: its
+ * logits are reused; several: recomputed): dlogits = loss_scale * (softmax - onehot) / count
+ * (count: targets in [0, vocab); padding rows 0), dh[n, c] += dlogits w (this rank's share: the
+ * group's sum is the input gradient) and dw[v, c] += dlogits^T h (dh optional). */
+lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
+                                            float *scratch, const float *h, const float *w,
+                                            const int32_t *targets, const float *lse, int64_t n,
+                                            int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                            float loss_scale);
+
 /* A mixture of experts (issue 16): n tokens, e experts, each token sent to k of them. The
  * router and its load-balancing loss below; the token permutation (tokens sorted by expert) is
  * the caller's, built from the experts array, and rows move with the gather and combine

@@ -1,5 +1,8 @@
 -- Parameter specs (name, shape {out, in}, dtype, role) for GPT-2, LLaMA and LLaMA-style MoE models,
 -- in forward order. Pure Lua: no tensors are allocated here; layout and routing consume the specs.
+-- GPT-2 also under tensor parallelism: one TP rank's shards, as lw.nn.GPT declares them.
+
+local tp_mod = require("lwopt.tp")
 
 local arch = {}
 
@@ -20,6 +23,7 @@ local GPT_FIELDS = {
    { "expert_hidden", "size", function(c) return 4 * c.n_embd end },
    { "aux_coef", "coef", 0.01 }, { "shared_expert", "bool", false },
    { "router_muon", "bool", false }, { "dtype", "dtype", "f32" },
+   { "tp", "size", 1 }, { "tp_rank", "count", 0 },
 }
 
 local LLAMA_FIELDS = {
@@ -129,10 +133,50 @@ local function add(specs, c, name, shape, role, extra)
    specs[#specs + 1] = s
 end
 
+-- arch.gpt{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, n_expert, ..., tp, tp_rank }:
+-- with tp = t above 1 (a dense model), TP rank tp_rank's shards (issue 17): column-parallel
+-- weights {out / t, in} (attn.qkv with blocks 3: this rank's heads' Q, K and V; mlp.fc) and their
+-- biases, row-parallel weights {out, in / t} (attn.proj, mlp.proj), the vocabulary-parallel
+-- token table (and untied LM head) {ceil(vocab / t), n_embd} (the vocabulary padded to a multiple
+-- of t), each with tp = { dim, blocks } and full_shape (lw.tp says what they mean); the norms,
+-- the position table and the row-parallel biases whole, without a tp field. attn.qkv.weight
+-- carries qkv = { groups = 1, rows = { n_embd / t, n_embd / t, n_embd / t } } at every tp.
 function arch.gpt(cfg)
    local c, err = check_config("lw.arch.gpt", cfg, GPT_FIELDS)
    if not c then error(err, 2) end
    local specs, n = {}, c.n_embd
+   local t = c.tp
+   if c.tp_rank >= t then
+      error(("lw.arch.gpt: tp_rank (%d) must be below tp (%d)"):format(c.tp_rank, t), 2)
+   end
+   local bad = tp_mod.check(t, nil, { n_head = c.n_head, n_embd = n, hidden = 4 * n,
+      vocab = c.vocab, pad_vocab = true, n_expert = c.n_expert })
+   if bad then error("lw.arch.gpt: " .. bad, 2) end
+   local function sharded(dim, blocks, full, more)
+      local x = { tp = { dim = dim, blocks = blocks }, full_shape = full }
+      for k, v in pairs(more or {}) do x[k] = v end
+      return x
+   end
+   -- column- and row-parallel linears (plain ones at tp 1); weight_extra: the weight's alone
+   local function column(name, n_out, n_in, blocks, weight_extra)
+      if t == 1 then
+         add(specs, c, name .. ".weight", { n_out, n_in }, "matrix", weight_extra)
+         if c.bias then add(specs, c, name .. ".bias", { n_out }, "bias") end
+         return
+      end
+      add(specs, c, name .. ".weight", { n_out / t, n_in }, "matrix",
+         sharded(0, blocks, { n_out, n_in }, weight_extra))
+      if c.bias then
+         add(specs, c, name .. ".bias", { n_out / t }, "bias", sharded(0, blocks, { n_out }))
+      end
+   end
+   local function row(name, n_out, n_in)
+      add(specs, c, name .. ".weight", { n_out, n_in / t }, "matrix",
+         t > 1 and sharded(1, 1, { n_out, n_in }) or nil)
+      if c.bias then add(specs, c, name .. ".bias", { n_out }, "bias") end
+   end
+   local vocab_rows = math.ceil(c.vocab / t)
+   local vocab_extra = t > 1 and sharded(0, 1, { t * vocab_rows, n }) or {}
 
    -- A linear layer: weight {out, in} (role "matrix" unless given), then its bias right after
    -- it when the model has biases; extra: fields of both specs.
@@ -160,23 +204,25 @@ function arch.gpt(cfg)
       if c.bias then add(specs, c, name .. ".bias", { n }, "bias") end
    end
 
-   add(specs, c, "wte.weight", { c.vocab, n }, "embedding", { shared_embedding = c.tied })
+   local wte_extra = { shared_embedding = c.tied }
+   for k, v in pairs(vocab_extra) do wte_extra[k] = v end
+   add(specs, c, "wte.weight", { vocab_rows, n }, "embedding", wte_extra)
    add(specs, c, "wpe.weight", { c.seq_len, n }, "embedding")
    for i = 0, c.n_layer - 1 do
       local p = "h." .. i .. "."
       layer_norm(p .. "ln_1")
-      linear(p .. "attn.qkv", 3 * n, n)
-      linear(p .. "attn.proj", n, n)
+      column(p .. "attn.qkv", 3 * n, n, 3, { qkv = { groups = 1, rows = { n / t, n / t, n / t } } })
+      row(p .. "attn.proj", n, n)
       layer_norm(p .. "ln_2")
       if c.n_expert > 0 then
          moe(p .. "moe.")
       else
-         linear(p .. "mlp.fc", 4 * n, n)
-         linear(p .. "mlp.proj", n, 4 * n)
+         column(p .. "mlp.fc", 4 * n, n, 1)
+         row(p .. "mlp.proj", n, 4 * n)
       end
    end
    layer_norm("ln_f")
-   if not c.tied then add(specs, c, "lm_head.weight", { c.vocab, n }, "output") end
+   if not c.tied then add(specs, c, "lm_head.weight", { vocab_rows, n }, "output", vocab_extra) end
    return specs
 end
 

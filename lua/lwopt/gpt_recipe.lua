@@ -11,6 +11,7 @@ local tokens_mod = require("lwopt.tokens")
 local safetensors = require("lwopt.safetensors")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
+local recipe_tp = require("lwopt.recipe_tp")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -103,6 +104,10 @@ recipe.flags = {
    { "ep", "int", 1, "expert parallelism: groups of EP consecutive ranks share out each layer's "
      .. "experts (n_expert / EP each) and exchange tokens; EP must divide --n-expert and the "
      .. "ranks", min = 1, max = 65536 },
+   { "tp", "int", 1, "tensor parallelism: groups of TP consecutive ranks split every layer's "
+     .. "heads, MLP channels and vocabulary (padded to a multiple of TP) and see the same batches; "
+     .. "TP must divide the ranks, the heads and 4 x n_embd; dense models, not with --ep, "
+     .. "--ckpt-dir or --clip above 0 yet", min = 1, max = 65536 },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
@@ -165,9 +170,11 @@ local function lcg(state) return (state * 1103515245 + 12345) % 2147483648 end
 -- Seeded parameter initialisation, the same on every rank (GPT-2's: normal(0, 0.02), residual
 -- projections scaled by 1/sqrt(2 n_layer), norm gains 1, biases 0), one parameter at a time in
 -- definition order (collective at ZeRO-3, where each is written into its gathered group). every:
--- the ep 1 model's parameters with --ep, whose draws are made in its order, those of experts
--- held by another EP rank skipped, so every --ep starts from the same values.
-local function init_params(model, ddp, seed, n_layer, every)
+-- the ep 1 (tp 1) model's parameters with --ep (--tp), whose draws are made in its order, those
+-- of experts held by another EP rank skipped, so every --ep starts from the same values; with
+-- --tp (g: lw.tp.groups's table) a sharded tensor's draws are the whole tp 1 tensor's, of which
+-- this TP rank keeps its shard, so every --tp starts from the same values too.
+local function init_params(model, ddp, seed, n_layer, every, g)
    local state = seed
    local function uniform()
       state = lcg(state)
@@ -177,9 +184,10 @@ local function init_params(model, ddp, seed, n_layer, every)
       return math.sqrt(-2 * math.log(uniform())) * math.cos(2 * math.pi * uniform())
    end
    local held = {}
-   for _, spec in ipairs(model:parameters()) do held[spec.name] = true end
+   for _, spec in ipairs(model:parameters()) do held[spec.name] = spec end
    for _, spec in ipairs(every or model:parameters()) do
-      if held[spec.name] then
+      local mine = held[spec.name]
+      if mine then
          ddp:with_param(spec.name, function(p)
             if spec.role == "norm" then
                p:fill(1)
@@ -188,7 +196,11 @@ local function init_params(model, ddp, seed, n_layer, every)
             else
                local std = 0.02
                if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
-               for i = 0, p.numel - 1 do p.data[i] = std * normal() end
+               local into = p.data
+               -- a TP shard: the full tensor drawn (padding rows past the tp 1 tensor's stay 0)
+               if mine.tp then into = ffi.new("float[?]", lw.tp.numel(mine.full_shape)) end
+               for i = 0, lw.tp.numel(spec.shape) - 1 do into[i] = std * normal() end
+               if mine.tp then lw.tp.slice(into, mine, g.size, g.rank, p.data) end
             end
          end)
       elseif spec.role ~= "norm" and spec.role ~= "bias" then
@@ -303,6 +315,7 @@ local function check_flags(v)
    v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
    check_expert_flags(v, preset)
    check_data_flags(v, preset)
+   recipe_tp.check_flags(v)
    if v.ep > 1 then
       local bad = lw.ep.check(v.ep, v.ep, v.n_expert)
       if bad then error("--" .. bad, 0) end
@@ -608,6 +621,7 @@ local function finish(run, v, records, ended, say)
    if v.save_params then
       local tensors = ddp:params_on(0) -- collective at ZeRO-3
       if run.ep then lw.ep.gather_experts(ddp, run.ep, tensors) end -- every expert on rank 0
+      recipe_tp.full_tensors(run, tensors) -- with --tp, the full tensors on rank 0
       if comm.rank == 0 then
          attempt("--save-params", function()
             -- beside it first, then renamed: a kill mid-write leaves the previous file whole
@@ -618,8 +632,9 @@ local function finish(run, v, records, ended, say)
          end)
       end
    end
-   -- at ZeRO-3 a forward pass is collective: every rank samples (the same text), rank 0 prints
-   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or v.zero == 3) then
+   -- at ZeRO-3 (and over a TP group) a forward pass is collective: every rank samples (the same
+   -- text), rank 0 prints
+   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or v.zero == 3 or v.tp > 1) then
       attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
@@ -682,26 +697,31 @@ local function build_run(v, comm, data, rules)
    -- EP rank; the model declares its EP rank's experts, lw.ddp.new averages them over the
    -- expert-DP group
    local g = v.ep > 1 and lw.ep.groups(comm, v.ep, v.n_expert) or nil
+   -- --tp: TP groups of v.tp consecutive ranks hold the shards of every layer and see the same
+   -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
+   local tg = recipe_tp.groups(v, comm)
    local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)
-   cfg.ep = g or false
+   cfg.ep, cfg.tp = g or false, tg or false
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
-   local ddp = lw.ddp.new(specs, comm, { mode = v.mode, expert_comm = g and g.expert_comm,
+   local ddp = lw.ddp.new(specs, tg and tg.dp_comm or comm, { mode = v.mode,
+      expert_comm = g and g.expert_comm,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
       device = v.device, matmul = v.matmul })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 }, muon = { precision = v.muon_precision } })
-   -- the same values whatever --ep: drawn over every expert of the ep 1 model, in its order
-   local every = g and (function()
+   -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
+   local every = (g or tg) and (function()
       local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)
       return lw.nn.GPT.new(c1):parameters()
    end)() or nil
-   init_params(model, ddp, v.seed, v.n_layer, every)
-   local run = { ep = g, comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
+   init_params(model, ddp, v.seed, v.n_layer, every, tg)
+   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = tg and every,
+      comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
       lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
       log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
@@ -750,16 +770,18 @@ end
 -- The line that says what this run trains, where and on what.
 local function announce(run, v, data, path, say)
    if v.quiet then return end
-   local comm = run.comm
-   say(("lwopt %s: GPT %d layers x %d, %d heads, %s; %s/%s ZeRO-%d%s on %d "
-      .. "rank%s, global batch %d x %d %ss; %s"):format(lw.version,
-      v.n_layer, v.n_embd, v.n_head, recipe.parameters_text(run.ddp.specs, v), v.optimizer,
-      v.mode, v.zero, v.shard == "rows" and " row-sharded" or "", comm.size,
-      comm.size == 1 and "" or "s", v.batch * v.accum * comm.size, v.seq, unit_of(data),
+   local dp = run.dp_comm or run.comm
+   say(("lwopt %s: GPT %d layers x %d, %d heads, %s; %s/%s ZeRO-%d%s on %s, global batch %d x "
+      .. "%d %ss; %s"):format(lw.version,
+      v.n_layer, v.n_embd, v.n_head, recipe.parameters_text(run.full_specs or run.ddp.specs, v),
+      v.optimizer, v.mode, v.zero, v.shard == "rows" and " row-sharded" or "",
+      recipe_tp.ranks_text(run), v.batch * v.accum * dp.size, v.seq, unit_of(data),
       data_line(data, v, path)))
    -- the device the buffers live on, as lw_device_get_info describes it
    local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
    say("device: " .. (lw.device_line(name) or name))
+   local note = recipe_tp.note(run, v)
+   if note then say(note) end
 end
 
 -- Trains from the first step to run (1, or the one after the checkpoint resumed) to the last
@@ -783,7 +805,7 @@ function recipe.main(argv, rules, script)
    if v == nil then return {} end -- --help
    check_flags(v)
    local comm, say = start_comm(v)
-   local bad = lw.ep.check(v.ep, comm.size, v.n_expert)
+   local bad = lw.ep.check(v.ep, comm.size, v.n_expert) or recipe_tp.check_world(v, comm.size)
    if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
    check_outputs(comm, v)
    local data, path = load_data(v, script)

@@ -1,6 +1,6 @@
--- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel, comm,
--- ep, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's version and
--- features; see DESIGN.md.
+-- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel,
+-- comm, ep, tp, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's
+-- version and features; see DESIGN.md.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 
@@ -11,6 +11,7 @@ local lw = {
    stepmodel = require("lwopt.stepmodel"),
    comm = require("lwopt.comm"),
    ep = require("lwopt.ep"),
+   tp = require("lwopt.tp"),
    tensor = require("lwopt.tensor"),
    ddp = require("lwopt.ddp"),
    optim = require("lwopt.optim"),

@@ -33,11 +33,15 @@ local function comm_totals(run)
    return seconds, bytes
 end
 
--- Mean validation loss over the first `max` validation sequences, split across ranks. Every
--- rank runs as many forward passes (at ZeRO-3 each is a series of collectives); a rank past
--- the end reruns the first batch and counts nothing.
+-- The communicator the batches are split over: run.dp_comm under tensor parallelism (the TP ranks
+-- of a data-parallel replica see the same sequences), else run.comm.
+local function data_comm(run) return run.dp_comm or run.comm end
+
+-- Mean validation loss over the first `max` validation sequences, split across ranks (the
+-- data-parallel ranks). Every rank runs as many forward passes (at ZeRO-3 each is a series of
+-- collectives); a rank past the end reruns the first batch and counts nothing.
 function train.evaluate(run, max)
-   local model, data, comm = run.model, run.data, run.comm
+   local model, data, comm = run.model, run.data, data_comm(run)
    local b, t = run.batch, run.seq
    run.ddp:finish_param_sync()
    local count = data:val_count(t, max)
@@ -142,7 +146,7 @@ local function open_run(run)
    else run.terminal = lib.lw_is_terminal(1) and launched_size == 1 end
    local loop = { first = run.start_step or 1, records = {},
                   ended = { diverged = false, skips_in_a_row = 0 },
-                  tokens_per_step = b * t * (run.accum or 1) * comm.size }
+                  tokens_per_step = b * t * (run.accum or 1) * data_comm(run).size }
    if run.log and comm.rank == 0 then
       local log, err = io.open(run.log, loop.first > 1 and "a" or "w") -- a resumed run appends
       if log == nil then error("train: cannot write the log: " .. tostring(err), 0) end
@@ -174,7 +178,7 @@ end
 -- mean loss over micro-steps, the seconds forward and backward took, and with experts their
 -- token counts summed over micro-steps (flat, layer-major), the layers and the mean aux loss.
 local function forward_backward(run, step)
-   local comm, model, ddp = run.comm, run.model, run.ddp
+   local comm, model, ddp = data_comm(run), run.model, run.ddp
    local b, t, accum = run.batch, run.seq, run.accum or 1
    local fwd, bwd, loss = 0, 0, 0
    local experts, layers, aux = nil, nil, 0
@@ -228,6 +232,7 @@ end
 -- --log) and the optimizer's result (grad_norm, skipped, time).
 local function train_step(run, loop, step)
    local comm = run.comm
+   local dp = data_comm(run)
    local t0 = lib.lw_now()
    local comm0, bytes0 = comm_totals(run)
    local loss, fwd, bwd, experts = forward_backward(run, step)
@@ -235,8 +240,8 @@ local function train_step(run, loop, step)
    local o0 = lib.lw_now()
    local r = run.opt:step(lr_scale)
    local opt_time = lib.lw_now() - o0
-   comm:set_label("the step's mean loss")
-   local mean_loss = comm:allreduce({ loss })[1] / comm.size
+   dp:set_label("the step's mean loss")
+   local mean_loss = dp:allreduce({ loss })[1] / dp.size
    local wall = lib.lw_now() - t0
    local comm1, bytes1 = comm_totals(run)
    local comm_wait = comm1 - comm0
@@ -316,8 +321,9 @@ local function close_run(run, loop)
    return loop.records, loop.ended
 end
 
--- Runs `steps` optimizer steps. run = { comm, model (bound to ddp with train.hooks), ddp, opt,
--- data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
+-- Runs `steps` optimizer steps. run = { comm, dp_comm (tensor parallelism: the data-parallel
+-- group the batches are split over; default comm), model (bound to ddp with train.hooks), ddp,
+-- opt, data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
 -- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
 -- first step to run), stop_after (last step to run; the schedule still spans `steps`),
 -- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:

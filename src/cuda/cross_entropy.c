@@ -7,7 +7,9 @@
  * as on the CPU; the backward's count of counted targets is taken on the device (no wait).
  * Under bf16 GEMMs the head's weight w (v x c, 50304 x 768 for GPT-2: every chunk reads all of
  * it) and h are rounded to bf16 once per call, not once per chunk, and each chunk's dlogits once
- * for its two GEMMs, each into its own region of the stream's workspace. */
+ * for its two GEMMs, each into its own region of the stream's workspace. At the end the same
+ * head split over tensor parallelism's vocabulary ranks: statistics per rank, their combination,
+ * and the local backward. */
 #include "cuda/cuda.h"
 
 /* Logits held at once: 64 Mi floats (256 MiB), 1334 rows at GPT-2's 50304 tokens. The size
@@ -62,6 +64,36 @@ static lw_status logits(lw_stream *s, float *out, const ce_operands *o, int64_t 
                     0.0f, out, v, "the LM head's logits");
 }
 
+/* The mean over rows with targets in [0, v) of losses[n], summed on the host in double in row
+ * order, of the rows' float losses (the CPU sums the unrounded doubles: ~1e-7 relative apart);
+ * waits for the stream. */
+static lw_status mean_loss(lw_stream *s, const float *losses, const int32_t *targets, int64_t n,
+                           int64_t v, double *loss) {
+    *loss = 0.0;
+    if (n <= 0) return LW_OK;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    lw_status st;
+    void *host = NULL;
+    if ((st = lwc_host_workspace(s, 8 * n, &host)) != LW_OK) return st;
+    float *hl = host;
+    int32_t *ht = (int32_t *)(hl + n);
+    cudaError_t e = cudaMemcpyAsync(hl, losses, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost,
+                                    cs);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(ht, targets, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the losses to the host");
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ht[i] >= 0 && ht[i] < v) {
+            total += (double)hl[i];
+            count++;
+        }
+    *loss = count > 0 ? total / (double)count : 0.0;
+    return LW_OK;
+}
+
 lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
                                     const float *h, const float *w, const int32_t *targets,
                                     int64_t n, int64_t c, int64_t v, double *loss) {
@@ -83,27 +115,7 @@ lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, flo
                               "the cross-entropy row kernel");
     }
     if (st != LW_OK) return st;
-    /* The mean over counted rows, summed on the host in double in row order, of the rows' float
-     * losses (the CPU sums the unrounded doubles: ~1e-7 relative apart) */
-    void *host = NULL;
-    if ((st = lwc_host_workspace(s, 8 * n, &host)) != LW_OK) return st;
-    float *hl = host;
-    int32_t *ht = (int32_t *)(hl + n);
-    cudaError_t e = cudaMemcpyAsync(hl, losses, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost,
-                                    cs);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(ht, targets, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, cs);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
-    if (e != cudaSuccess) return lwc_fail(s->device, e, "copying the losses to the host");
-    double total = 0.0;
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (ht[i] >= 0 && ht[i] < v) {
-            total += (double)hl[i];
-            count++;
-        }
-    *loss = count > 0 ? total / (double)count : 0.0;
-    return LW_OK;
+    return mean_loss(s, losses, targets, n, v, loss);
 }
 
 lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
@@ -147,6 +159,91 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
         /* dw[v, c] += dl^T h. Column-major: dW^T [c, v] (ld c) = H^T [c, rows] (h as stored,
          * ld c) dL [rows, v] (the scratch is dL^T [v, rows], ld v: transposed): op_N(h)
          * op_T(dl), m = c, n = v, k = rows, beta 1. */
+        if (st == LW_OK)
+            st = lwc_gemm(s, false, true, c, v, rows, 1.0f, lwc_operand_at(o.h, r0 * c), c, dl, v,
+                          1.0f, dw, c, "the LM head's weight gradient");
+    }
+    return st;
+}
+
+/* ---- tensor parallelism: the vocabulary-parallel LM head (lw.h; the CPU's cross_entropy.c) --- */
+
+/* The rows of [first, first + v) below vocab: the real ones. */
+static int64_t real_rows(int64_t first, int64_t v, int64_t vocab) {
+    const int64_t real = vocab - first;
+    return real < 0 ? 0 : real < v ? real : v;
+}
+
+lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *scratch,
+                                            const float *h, const float *w,
+                                            const int32_t *targets, int64_t n, int64_t c,
+                                            int64_t v, int64_t first, int64_t vocab) {
+    if (n <= 0 || v <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    const int64_t chunk = chunk_rows(n, v), real = real_rows(first, v, vocab);
+    if (real == 0) /* all padding: no logits needed, the kernel writes -inf, 0, 0 */
+        return lwc_launched(s, lwc_ce_partial_rows(cs, scratch, n, v, 0, targets, first, stats, n, 0),
+                            "the cross-entropy statistics kernel");
+    ce_operands o;
+    lw_status st = operands(s, &o, h, w, n, c, v, true, 0);
+    for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
+        const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        st = logits(s, scratch, &o, r0, rows, c, v);
+        /* chunk == n: the logits stay for the backward */
+        if (st == LW_OK)
+            st = lwc_launched(s,
+                              lwc_ce_partial_rows(cs, scratch, rows, v, real, targets + r0, first,
+                                                  stats, n, r0),
+                              "the cross-entropy statistics kernel");
+    }
+    return st;
+}
+
+lw_status lwc_cross_entropy_combine(lw_stream *s, float *losses, float *lse, const float *stats,
+                                    int64_t parts, const int32_t *targets, int64_t n,
+                                    int64_t vocab, double *loss) {
+    *loss = 0.0;
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    lw_status st = lwc_launched(
+        s, lwc_ce_combine(lwc_cuda_stream(s), losses, lse, stats, parts, targets, n, vocab),
+        "the cross-entropy combine kernel");
+    return st == LW_OK ? mean_loss(s, losses, targets, n, vocab, loss) : st;
+}
+
+lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw, float *scratch,
+                                             const float *h, const float *w,
+                                             const int32_t *targets, const float *lse, int64_t n,
+                                             int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                             float loss_scale) {
+    if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    int32_t *count = (int32_t *)((char *)lwc_str(s)->scratch + LWC_SCRATCH_COUNT_OFFSET);
+    lw_status st = lwc_launched(s, lwc_ce_count(cs, targets, n, vocab, count),
+                                "the cross-entropy count kernel");
+    const int64_t chunk = chunk_rows(n, v), real = real_rows(first, v, vocab);
+    const bool recompute = chunk < n;
+    ce_operands o;
+    if (st == LW_OK) st = operands(s, &o, h, w, n, c, v, recompute || dh != NULL, chunk * v);
+    for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
+        const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        if (recompute) st = logits(s, scratch, &o, r0, rows, c, v);
+        if (st == LW_OK)
+            st = lwc_launched(s,
+                              lwc_ce_partial_dlogits(cs, scratch, rows, v, real, targets + r0,
+                                                     first, vocab, lse + r0, loss_scale, count),
+                              "the cross-entropy gradient kernel");
+        lwc_operand dl = lwc_f32(scratch);
+        if (st == LW_OK && o.dl != NULL) {
+            st = lwc_to_bf16(s, o.dl, scratch, rows * v);
+            dl = lwc_bf16(o.dl);
+        }
+        /* the GEMMs of lwc_cross_entropy_backward, on this rank's rows */
+        if (st == LW_OK && dh != NULL)
+            st = lwc_gemm(s, false, false, c, rows, v, 1.0f, o.w, c, dl, v, 1.0f, dh + r0 * c, c,
+                          "the LM head's input gradient");
         if (st == LW_OK)
             st = lwc_gemm(s, false, true, c, v, rows, 1.0f, lwc_operand_at(o.h, r0 * c), c, dl, v,
                           1.0f, dw, c, "the LM head's weight gradient");

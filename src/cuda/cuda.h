@@ -112,7 +112,7 @@ lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, con
  * radix sort); segment s is perm[start[s] .. start[s + 1]), all of row row[s]. The arrays lie in
  * the stream's device workspace (valid until it is next requested), uploaded on the stream. Waits
  * for the stream (the rows are copied back). Fails, changing nothing, for a negative row (named
- * "<what>: <item> -4 at position 1 is negative") or n past INT32_MAX / 5. */
+ * "<what>: <item> -4 at position 1 is negative") or n past INT32_MAX / 6. */
 typedef struct lwc_buckets {
     const int32_t *perm;  /* [n] */
     const int32_t *start; /* [segments + 1] */
@@ -125,6 +125,13 @@ lw_status lwc_embedding_forward(lw_stream *s, float *y, const int32_t *tokens, c
                                 const float *wpe, int64_t b, int64_t t, int64_t c);
 lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
                                  const int32_t *tokens, int64_t b, int64_t t, int64_t c);
+
+lw_status lwc_embedding_range_forward(lw_stream *s, float *y, const int32_t *tokens,
+                                      const float *wte, const float *wpe, int64_t first,
+                                      int64_t rows, int64_t b, int64_t t, int64_t c);
+lw_status lwc_embedding_range_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
+                                       const int32_t *tokens, int64_t first, int64_t rows,
+                                       int64_t b, int64_t t, int64_t c);
 
 /* layers.c: layer norm, GELU, attention */
 lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
@@ -151,6 +158,19 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
                                      const float *h, const float *w, const int32_t *targets,
                                      const float *lse, int64_t n, int64_t c, int64_t v,
                                      float loss_scale);
+/* and split over tensor parallelism's vocabulary ranks */
+lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *scratch,
+                                            const float *h, const float *w,
+                                            const int32_t *targets, int64_t n, int64_t c,
+                                            int64_t v, int64_t first, int64_t vocab);
+lw_status lwc_cross_entropy_combine(lw_stream *s, float *losses, float *lse, const float *stats,
+                                    int64_t parts, const int32_t *targets, int64_t n,
+                                    int64_t vocab, double *loss);
+lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw, float *scratch,
+                                             const float *h, const float *w,
+                                             const int32_t *targets, const float *lse, int64_t n,
+                                             int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                             float loss_scale);
 
 /* moe.c: a mixture of experts' router, load-balancing loss, gather and combine */
 lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights, float *probs,

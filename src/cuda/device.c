@@ -262,6 +262,11 @@ static const lwi_device_ops cuda_ops = {
     .gather_backward = lwc_gather_backward,
     .combine_forward = lwc_combine_forward,
     .combine_backward = lwc_combine_backward,
+    .embedding_range_forward = lwc_embedding_range_forward,
+    .embedding_range_backward = lwc_embedding_range_backward,
+    .cross_entropy_partial_forward = lwc_cross_entropy_partial_forward,
+    .cross_entropy_combine = lwc_cross_entropy_combine,
+    .cross_entropy_partial_backward = lwc_cross_entropy_partial_backward,
 };
 
 /* Why no GPU can be had, in the words a user can act on. */

@@ -77,6 +77,11 @@ cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, con
 /* y[b, t, c] = wte[tokens] + wpe[t] (wpe may be NULL). */
 cudaError_t lwc_embed(cudaStream_t stream, float *y, const int32_t *tokens, const float *wte,
                       const float *wpe, int64_t b, int64_t t, int64_t c);
+/* The same for this rank's rows [first, first + rows) of the token table: other tokens look up
+ * 0 (plus wpe when given). */
+cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
+                            const float *wte, const float *wpe, int64_t first, int64_t rows,
+                            int64_t b, int64_t t, int64_t c);
 /* Channels per block of the by-row scatter-adds (lwc_embed_dwte, lwc_combine_rows): their grids
  * are (segments, c / LWC_ROW_TILE rounded up), so c is at most 65535 tiles. */
 #define LWC_ROW_TILE 128
@@ -127,6 +132,26 @@ cudaError_t lwc_ce_count(cudaStream_t stream, const int32_t *targets, int64_t n,
 cudaError_t lwc_ce_dlogits(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
                            const int32_t *targets, const float *lse, bool recompute,
                            float loss_scale, const int32_t *count);
+
+/* The vocabulary-parallel head (tensor parallelism): per row of logits[rows, v], of which the
+ * first `real` columns are real (the rest padding): stats[i] = the row's max (-inf when real is
+ * 0), stats[n + i] = the sum of exp(logit - max) in double, rounded once, stats[2n + i] = the
+ * logit of the target when first <= target < first + real, else 0 (stats: [3, n], the chunk's
+ * rows written at its offset r0). */
+cudaError_t lwc_ce_partial_rows(cudaStream_t stream, const float *logits, int64_t rows, int64_t v,
+                                int64_t real, const int32_t *targets, int64_t first,
+                                float *stats, int64_t n, int64_t r0);
+/* Per row (a thread each): the parts' stats[parts, 3, n] combined in part order: lse[n] and
+ * losses[n] (targets outside [0, vocab): 0). */
+cudaError_t lwc_ce_combine(cudaStream_t stream, float *losses, float *lse, const float *stats,
+                           int64_t parts, const int32_t *targets, int64_t n, int64_t vocab);
+/* logits[rows, v] (raw logits) = loss_scale / *count * (exp(logit - lse) - onehot(target - first))
+ * in place over the first `real` columns, 0 in the padding and in rows whose target is outside
+ * [0, vocab). */
+cudaError_t lwc_ce_partial_dlogits(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
+                                   int64_t real, const int32_t *targets, int64_t first,
+                                   int64_t vocab, const float *lse, float loss_scale,
+                                   const int32_t *count);
 
 /* moe.cu: a mixture of experts' kernels (lw.h's contract; the CPU's operations in its order) */
 /* Per token (a thread each): probs[n, e] = softmax(logits), experts[n, k] = the k best by logit

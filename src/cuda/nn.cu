@@ -115,6 +115,22 @@ __global__ void embed_kernel(float *y, const int32_t *tokens, const float *wte, 
     }
 }
 
+// The vocabulary-range form (tensor parallelism): tokens outside [first, first + rows) are
+// another rank's and look up 0; the position row is added where wpe is given.
+__global__ void embed_range_kernel(float *y, const int32_t *tokens, const float *wte,
+                                   const float *wpe, int64_t first, int64_t rows, int64_t t,
+                                   int64_t c, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / c, ch = i - row * c; // row = bi * t + ti
+        const int64_t k = (int64_t)tokens[row] - first;
+        const bool here = k >= 0 && k < rows;
+        const float tok = here ? wte[k * c + ch] : 0.0f;
+        if (wpe == nullptr) y[i] = tok;
+        else y[i] = here ? __fadd_rn(tok, wpe[(row % t) * c + ch]) : wpe[(row % t) * c + ch];
+    }
+}
+
 // grid (segments, channel tiles): segment s holds the positions perm[start[s] .. start[s + 1])
 // of token seg_token[s], in increasing order (batch-major, then time: the CPU's order); each
 // thread adds them one after another into its channel of the token's row.
@@ -293,6 +309,16 @@ extern "C" cudaError_t lwc_embed(cudaStream_t stream, float *y, const int32_t *t
                                  int64_t c) {
     const int64_t total = b * t * c;
     if (total > 0) embed_kernel<<<blocks_for(total), THREADS, 0, stream>>>(y, tokens, wte, wpe, t, c, total);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
+                                       const float *wte, const float *wpe, int64_t first,
+                                       int64_t rows, int64_t b, int64_t t, int64_t c) {
+    const int64_t total = b * t * c;
+    if (total > 0)
+        embed_range_kernel<<<blocks_for(total), THREADS, 0, stream>>>(y, tokens, wte, wpe, first,
+                                                                      rows, t, c, total);
     return cudaGetLastError();
 }
 

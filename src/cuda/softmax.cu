@@ -2,7 +2,9 @@
 // runs those on cuBLAS): per row of a chunk of logits the max, the sum of exponentials (in
 // double, reduced in a fixed tree), the log-sum-exp and the loss; the count of counted targets;
 // and the softmax's gradient formed in place. A target outside [0, v) is ignored (loss 0, no
-// gradient). Formulas and roundings as the CPU reference's (device/cpu/cross_entropy.c).
+// gradient). Formulas and roundings as the CPU reference's (device/cpu/cross_entropy.c). Also
+// the vocabulary-parallel head's pieces (tensor parallelism): a rank's row statistics, their
+// combination across ranks, and its rows' gradient.
 #include "cuda/kernels.h"
 
 #include <math.h>
@@ -118,7 +120,112 @@ __global__ void dlogits_kernel(float *logits, int64_t v, const int32_t *targets,
     }
 }
 
+// ---- tensor parallelism: the vocabulary-parallel head -------------------------------------
+
+// grid (rows): row r of logits[rows, v], its first `real` columns: the max, the sum of exp(logit
+// - max) in double (rounded once to float), the target's logit where this rank holds it; into
+// stats[3, n] at row r0 + r. real 0: -inf, 0, 0 (the logits are not read).
+__global__ void __launch_bounds__(ROW_THREADS)
+    partial_rows_kernel(const float *logits, int64_t v, int64_t real, const int32_t *targets,
+                        int64_t first, float *stats, int64_t n, int64_t r0) {
+    __shared__ float fshared[33];
+    __shared__ double dshared[33];
+    const int64_t r = blockIdx.x;
+    const float *row = logits + r * v;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
+        m = fmaxf(m, row[j]);
+    m = block_reduce(m, fshared, max_op(), -INFINITY);
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
+        sum += (double)expf(row[j] - m);
+    sum = block_reduce(sum, dshared, sum_op(), 0.0);
+    if (threadIdx.x == 0) {
+        const int64_t k = (int64_t)targets[r] - first;
+        stats[r0 + r] = m;
+        stats[n + r0 + r] = (float)sum;
+        stats[2 * n + r0 + r] = k >= 0 && k < real ? row[k] : 0.0f;
+    }
+}
+
+// A thread per row: the parts' statistics in part order (the CPU's formulas and order).
+__global__ void combine_kernel(float *losses, float *lse, const float *stats, int64_t parts,
+                               const int32_t *targets, int64_t n, int64_t vocab) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float m = -INFINITY;
+        for (int64_t p = 0; p < parts; p++)
+            m = fmaxf(m, stats[p * 3 * n + i]);
+        double sum = 0.0, target = 0.0;
+        for (int64_t p = 0; p < parts; p++) {
+            const float *part = stats + p * 3 * n;
+            if (part[n + i] > 0.0f) sum += (double)part[n + i] * exp((double)part[i] - (double)m);
+            target += (double)part[2 * n + i];
+        }
+        const double log_sum = log(sum);
+        lse[i] = (float)((double)m + log_sum);
+        losses[i] = counted(targets[i], vocab) ? (float)(log_sum - (target - (double)m)) : 0.0f;
+    }
+}
+
+// grid (rows): row r becomes loss_scale / count * (exp(logit - lse) - onehot) over its first
+// `real` columns (the target at column target - first when held here), 0 in the padding and in a
+// row whose target is ignored. Rounded as the CPU: p * s, then the target's entry minus s.
+__global__ void partial_dlogits_kernel(float *logits, int64_t v, int64_t real,
+                                       const int32_t *targets, int64_t first, int64_t vocab,
+                                       const float *lse, float loss_scale, const int32_t *count) {
+    const int64_t r = blockIdx.x;
+    float *row = logits + r * v;
+    const int32_t tg = targets[r];
+    if (!counted(tg, vocab)) {
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+            row[j] = 0.0f;
+        return;
+    }
+    const float s = __fdiv_rn(loss_scale, (float)*count), l = lse[r];
+    const int64_t k = (int64_t)tg - first;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+        if (j >= real) {
+            row[j] = 0.0f;
+            continue;
+        }
+        const float d = __fmul_rn(expf(row[j] - l), s);
+        row[j] = j == k ? __fsub_rn(d, s) : d;
+    }
+}
+
 } // namespace
+
+extern "C" cudaError_t lwc_ce_partial_rows(cudaStream_t stream, const float *logits, int64_t rows,
+                                           int64_t v, int64_t real, const int32_t *targets,
+                                           int64_t first, float *stats, int64_t n, int64_t r0) {
+    if (rows > 0)
+        partial_rows_kernel<<<(unsigned)rows, ROW_THREADS, 0, stream>>>(logits, v, real, targets,
+                                                                        first, stats, n, r0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_ce_combine(cudaStream_t stream, float *losses, float *lse,
+                                      const float *stats, int64_t parts, const int32_t *targets,
+                                      int64_t n, int64_t vocab) {
+    if (n > 0) {
+        int64_t blocks = (n + THREADS - 1) / THREADS;
+        blocks = blocks > 8192 ? 8192 : blocks;
+        combine_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(losses, lse, stats, parts, targets,
+                                                                 n, vocab);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_ce_partial_dlogits(cudaStream_t stream, float *logits, int64_t rows,
+                                              int64_t v, int64_t real, const int32_t *targets,
+                                              int64_t first, int64_t vocab, const float *lse,
+                                              float loss_scale, const int32_t *count) {
+    if (rows > 0 && v > 0)
+        partial_dlogits_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
+            logits, v, real, targets, first, vocab, lse, loss_scale, count);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t lwc_ce_rows(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
                                    const int32_t *targets, float *losses, float *lse, bool keep) {

@@ -1,9 +1,14 @@
 -- nn/attention.lua: CausalSelfAttention, qkv projection, causal softmax attention over
 -- lw_attention_forward / _backward, output projection (the module contract is in
--- nn/module.lua).
+-- nn/module.lua). Under tensor parallelism (tp: lw.tp.groups's table, size t) the heads are split
+-- over the TP group: qkv is column-parallel with blocks 3 (each rank holds its heads' Q, K and V),
+-- attention runs on the rank's n_head / t heads, and proj is row-parallel (its all-reduce gives
+-- every rank the whole output).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
+local ColumnParallelLinear = require("lwopt.nn.column_parallel")
+local RowParallelLinear = require("lwopt.nn.row_parallel")
 
 local lib = C.lib
 local zero = base.zero
@@ -12,12 +17,23 @@ local check = base.check
 local Attention = base.class(base.Module)
 Attention.shape_args = { "b", "t" }
 
--- CausalSelfAttention(prefix, c, n_head, bias): qkv {3c, c} and proj {c, c} Linears.
-function Attention.new(prefix, c, n_head, bias)
+-- CausalSelfAttention(prefix, c, n_head, bias, tp): qkv {3c, c} and proj {c, c} Linears, or with
+-- tp (size above 1) their column- and row-parallel shards: qkv {3c / t, c}, proj {c, c / t}. The
+-- qkv weight's spec says how its rows split into Q, K and V (qkv = { groups = 1, rows = { c / t,
+-- c / t, c / t } }: the rows this rank holds; t = 1 without tp), for the optimizer's QKV split.
+function Attention.new(prefix, c, n_head, bias, tp)
    local self = setmetatable({}, Attention):init(prefix)
-   self.c, self.n_head = c, n_head
-   self.qkv = self:add(Linear.new(prefix .. "qkv.", c, 3 * c, bias))
-   self.proj = self:add(Linear.new(prefix .. "proj.", c, c, bias))
+   local t = tp and tp.size or 1
+   -- this rank's channels and heads (all of them without tp)
+   self.c, self.n_head = c / t, n_head / t
+   local qkv = { qkv = { groups = 1, rows = { c / t, c / t, c / t } } }
+   if tp then
+      self.qkv = self:add(ColumnParallelLinear.new(prefix .. "qkv.", c, 3 * c, bias, tp, 3, qkv))
+      self.proj = self:add(RowParallelLinear.new(prefix .. "proj.", c, c, bias, tp))
+   else
+      self.qkv = self:add(Linear.new(prefix .. "qkv.", c, 3 * c, bias, { weight = qkv }))
+      self.proj = self:add(Linear.new(prefix .. "proj.", c, c, bias))
+   end
    return self
 end
 

@@ -15,14 +15,16 @@ local check = base.check
 local Block = base.class(base.Module)
 Block.shape_args = { "b", "t" }
 
--- Block(prefix, c, n_head, bias, moe): moe (optional) is nn.MoE's config ({ n_expert, topk,
+-- Block(prefix, c, n_head, bias, moe, tp): moe (optional) is nn.MoE's config ({ n_expert, topk,
 -- expert_hidden, aux_coef, shared_expert, router_muon }): the feed-forward is then self.moe
--- (parameters <prefix>moe.*) instead of self.mlp. self.ffn is whichever it is.
-function Block.new(prefix, c, n_head, bias, moe)
+-- (parameters <prefix>moe.*) instead of self.mlp. self.ffn is whichever it is. tp (optional:
+-- lw.tp.groups's table, size above 1; a dense block only) splits the attention's heads and the
+-- MLP's channels over the TP group; the layer norms stay whole on every rank.
+function Block.new(prefix, c, n_head, bias, moe, tp)
    local self = setmetatable({}, Block):init(prefix)
    self.c = c
    self.ln_1 = self:add(LayerNorm.new(prefix .. "ln_1.", c, bias))
-   self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias))
+   self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias, tp))
    self.ln_2 = self:add(LayerNorm.new(prefix .. "ln_2.", c, bias))
    if moe then
       local cfg = { bias = bias }
@@ -30,7 +32,7 @@ function Block.new(prefix, c, n_head, bias, moe)
       self.moe = self:add(MoE.new(prefix .. "moe.", c, cfg))
       self.ffn = self.moe
    else
-      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias))
+      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias, nil, nil, tp))
       self.ffn = self.mlp
    end
    return self

@@ -2,11 +2,16 @@
 -- the token embedding, or its own matrix) with the softmax cross-entropy over
 -- lw_cross_entropy_forward / _backward, in chunks of rows; with n_expert > 0 every block's MLP
 -- is a mixture of experts (nn/moe.lua). Its top level has a loss API instead of the module
--- contract of nn/module.lua (which says why); everything under it follows the contract.
+-- contract of nn/module.lua (which says why); everything under it follows the contract. Under
+-- tensor parallelism (cfg.tp) the embedding and the LM head are vocabulary-parallel: the head's
+-- softmax statistics are gathered over the TP group (lw_cross_entropy_partial_forward,
+-- _combine) and its input gradient all-reduced.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local tp_mod = require("lwopt.tp")
 local Embedding = require("lwopt.nn.embedding")
+local VocabParallelEmbedding = require("lwopt.nn.vocab_embedding")
 local Block = require("lwopt.nn.block")
 local LayerNorm = require("lwopt.nn.layernorm")
 
@@ -17,7 +22,7 @@ local check = base.check
 local GPT = base.class(base.Module)
 
 local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false, n_expert = 0,
-   topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false, ep = false }
+   topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false, ep = false, tp = false }
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
@@ -34,7 +39,10 @@ end
 -- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
 -- (default 2) of them, a load-balancing loss weighted aux_coef (default 0.01), shared_expert
 -- (default false) adding one dense MLP every token goes through, router_muon (default false)
--- leaving the router to the routing rules' Muon instead of AdamW.
+-- leaving the router to the routing rules' Muon instead of AdamW. tp (lw.tp.groups's table, size
+-- t above 1; a dense model only) makes the model this TP rank's shards, lw.arch.gpt{ tp = t,
+-- tp_rank = r }'s specs: heads, MLP channels and vocabulary rows split over the TP group (the
+-- vocabulary padded to a multiple of t, the padding masked), norms and row-parallel biases whole.
 function GPT.new(cfg)
    local self = setmetatable({}, GPT):init("")
    local o = {}
@@ -45,17 +53,34 @@ function GPT.new(cfg)
       error(("nn.GPT: n_expert (%s) must be 0 (dense) or a positive integer")
          :format(tostring(o.n_expert)), 0)
    end
+   if o.tp and o.tp.size > 1 then
+      local bad = tp_mod.check(o.tp.size, nil, { n_head = o.n_head, n_embd = o.n_embd,
+         hidden = 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
+         ep = o.ep and o.ep.size or 1 })
+      if bad then error("nn.GPT: " .. bad, 0) end
+      self.tp = o.tp
+   end
    self.cfg = o
    local c = o.n_embd
-   self.embedding = self:add(Embedding.new(o.vocab, c, o.seq_len, o.tied))
+   -- the LM head's vocabulary rows held here, and the first one's id
+   self.head_rows, self.head_first = o.vocab, 0
+   if self.tp then
+      self.embedding = self:add(VocabParallelEmbedding.new(o.vocab, c, o.seq_len, o.tied, self.tp))
+      self.head_rows, self.head_first = self.embedding.rows, self.embedding.first
+   else
+      self.embedding = self:add(Embedding.new(o.vocab, c, o.seq_len, o.tied))
+   end
    self.blocks = {}
    self.block_inputs = {} -- each block's input in the last forward, for its backward
    for i = 0, o.n_layer - 1 do
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
-         moe_config(o)))
+         moe_config(o), self.tp))
    end
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
-   if not o.tied then self:declare("lm_head.weight", { o.vocab, c }, "output") end
+   if not o.tied then
+      self:declare("lm_head.weight", { self.head_rows, c }, "output", self.tp and
+         { tp = { dim = 0, blocks = 1 }, full_shape = { self.tp.size * self.head_rows, c } })
+   end
    -- the LM head's weight, by short name in the module that owns it
    self.head_name = o.tied and "wte.weight" or "lm_head.weight"
    return self
@@ -98,6 +123,20 @@ local function head_backward(owner, self, dh, loss_scale)
       self.targets, self.lse, n, c, o.vocab, loss_scale or 1))
 end
 
+-- The vocabulary-parallel head (tp): this rank's softmax statistics into its slot of the
+-- group's [t, 3, n], and its rows' backward (its share of dh).
+local function head_forward_tp(owner, self, n, tg)
+   check(lib.lw_cross_entropy_partial_forward(self.stream, self.stats + self.tp.rank * 3 * n,
+      self.logits, self.h, owner.w[self.head_name], tg, n, self.cfg.n_embd, self.head_rows,
+      self.head_first, self.cfg.vocab))
+end
+
+local function head_backward_tp(owner, self, dh, loss_scale)
+   check(lib.lw_cross_entropy_partial_backward(self.stream, dh, owner.g[self.head_name],
+      self.logits, self.h, owner.w[self.head_name], self.targets, self.lse, self.b * self.t,
+      self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab, loss_scale or 1))
+end
+
 -- int32_t* of n tokens where the model's kernels read them: the host array itself on the CPU,
 -- else a copy uploaded to the device (buffer `key`; the host array may be reused at once).
 function GPT:on_device(host, n, key)
@@ -137,11 +176,19 @@ function GPT:forward(tokens, targets, b, t)
    self.x_last = x
    self.h = self.ln_f:forward(x, n)
    self.logits = self:buffer("logits",
-      tonumber(lib.lw_cross_entropy_scratch_floats(self.stream, n, o.vocab)))
+      tonumber(lib.lw_cross_entropy_scratch_floats(self.stream, n, self.head_rows)))
    self.losses = self:buffer("losses", n)
    self.lse = self:buffer("lse", n)
    -- the LM head's turn comes last in forward; tied, it is the embedding read again
-   return with_head(self, "forward", head_forward, n, self.targets)
+   if not self.tp then return with_head(self, "forward", head_forward, n, self.targets) end
+   local t = self.tp.size
+   self.stats = self:buffer("stats", t * 3 * n)
+   with_head(self, "forward", head_forward_tp, n, self.targets)
+   tp_mod.allgather(self.tp, self.device, self.stats, t * 3 * n,
+      "the LM head's softmax statistics")
+   check(lib.lw_cross_entropy_combine(self.stream, self.losses, self.lse, self.stats, t,
+      self.targets, n, o.vocab, loss_cell))
+   return loss_cell[0]
 end
 
 -- Backward of loss_scale * (the loss of the last forward, plus self.aux_loss with experts);
@@ -153,7 +200,12 @@ function GPT:backward(loss_scale)
    local n = b * t
    local dh = self:buffer("dh", n * c)
    zero(dh, n * c, self.stream)
-   with_head(self, "backward", head_backward, dh, loss_scale)
+   if self.tp then
+      with_head(self, "backward", head_backward_tp, dh, loss_scale)
+      tp_mod.allreduce(self.tp, self.device, dh, n * c, "the LM head's input gradient")
+   else
+      with_head(self, "backward", head_backward, dh, loss_scale)
+   end
    local dx = self:buffer("dx", n * c)
    zero(dx, n * c, self.stream)
    self.ln_f:backward(self.x_last, dh, dx, n)
@@ -178,23 +230,26 @@ function GPT:expert_counts()
    return out
 end
 
--- The logits of one row into the host array out, from the LM head read again (a reuse: at
--- ZeRO-3 it is gathered again, collectively, so every rank must ask for the same rows).
-local function row_logits(owner, self, row, out)
-   local o, c = self.cfg, self.cfg.n_embd
-   local dev = self:buffer("row_logits", o.vocab)
-   check(lib.lw_linear_forward(self.stream, dev, self.h + row * c, owner.w[self.head_name], nil,
-      1, c, o.vocab))
-   check(lib.lw_device_copy(self.stream, out, dev, 4 * o.vocab, lib.LW_COPY_DEVICE_TO_HOST))
+-- The logits of one row into the device buffer dev (this rank's rows of the vocabulary, at its
+-- place among the TP group's), from the LM head read again (a reuse: at ZeRO-3 it is gathered
+-- again, collectively, so every rank must ask for the same rows).
+local function row_logits(owner, self, row, dev)
+   local c, rows = self.cfg.n_embd, self.head_rows
+   check(lib.lw_linear_forward(self.stream, dev + (self.tp and self.tp.rank or 0) * rows,
+      self.h + row * c, owner.w[self.head_name], nil, 1, c, rows))
 end
 
 -- Next-token probabilities at row `row` (0-based) of the last forward: a host float* [vocab],
--- valid until the next call.
+-- valid until the next call. Collective over the TP group under tensor parallelism.
 function GPT:next_probs(row)
    local v = self.cfg.vocab
-   local p = self:host_array("next_probs", "float", v)
+   local all = self.head_rows * (self.tp and self.tp.size or 1)
+   local p = self:host_array("next_probs", "float", all)
    local owner = self.cfg.tied and self.embedding or self
-   owner:with_params_reused("forward", row_logits, self, row, p)
+   local dev = self:buffer("row_logits", all)
+   owner:with_params_reused("forward", row_logits, self, row, dev)
+   if self.tp then tp_mod.allgather(self.tp, self.device, dev, all, "the sampled row's logits") end
+   check(lib.lw_device_copy(self.stream, p, dev, 4 * v, lib.LW_COPY_DEVICE_TO_HOST))
    local m = p[0]
    for j = 1, v - 1 do if p[j] > m then m = p[j] end end
    local sum = 0

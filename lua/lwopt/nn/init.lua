@@ -10,6 +10,10 @@ local base = require("lwopt.nn.module")
 return {
    Module = base.Module,
    Linear = require("lwopt.nn.linear"),
+   -- tensor parallelism's shards (issue 17)
+   ColumnParallelLinear = require("lwopt.nn.column_parallel"),
+   RowParallelLinear = require("lwopt.nn.row_parallel"),
+   VocabParallelEmbedding = require("lwopt.nn.vocab_embedding"),
    Embedding = require("lwopt.nn.embedding"),
    LayerNorm = require("lwopt.nn.layernorm"),
    GELU = require("lwopt.nn.gelu"),

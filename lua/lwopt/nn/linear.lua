@@ -10,16 +10,20 @@ local Linear = base.class(base.Module)
 Linear.shape_args = { "n" }
 
 -- Linear(prefix, in, out, bias, extra): weight {out, in}, bias {out}. extra (optional): the
--- weight's role (extra.role, default "matrix") and fields set in both specs (expert = true for
+-- weight's role (extra.role, default "matrix"), fields of the weight's spec alone (extra.weight:
+-- a table, such as the fused QKV weight's qkv) and fields set in both specs (expert = true for
 -- an expert's layers, use_muon = false for a router kept off Muon).
 function Linear.new(prefix, n_in, n_out, bias, extra)
    local self = setmetatable({}, Linear):init(prefix)
    self.n_in, self.n_out, self.has_bias = n_in, n_out, bias
-   local role, fields = "matrix", {}
+   local role, fields, weight_only = "matrix", {}, {}
    for k, v in pairs(extra or {}) do
-      if k == "role" then role = v else fields[k] = v end
+      if k == "role" then role = v elseif k == "weight" then weight_only = v else fields[k] = v end
    end
-   self:declare("weight", { n_out, n_in }, role, fields)
+   local weight_fields = {}
+   for k, v in pairs(fields) do weight_fields[k] = v end
+   for k, v in pairs(weight_only) do weight_fields[k] = v end
+   self:declare("weight", { n_out, n_in }, role, weight_fields)
    if bias then self:declare("bias", { n_out }, "bias", fields) end
    return self
 end

@@ -1,24 +1,39 @@
 -- nn/mlp.lua: MLP, fc (c -> hidden, 4c by default), GELU, proj (hidden -> c) (the module
--- contract is in nn/module.lua). A mixture of experts' experts are MLPs too (nn/moe.lua).
+-- contract is in nn/module.lua). A mixture of experts' experts are MLPs too (nn/moe.lua). Under
+-- tensor parallelism (tp: lw.tp.groups's table, size t) fc is column-parallel and proj
+-- row-parallel: each TP rank holds hidden / t of the channels.
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
 local GELU = require("lwopt.nn.gelu")
+local ColumnParallelLinear = require("lwopt.nn.column_parallel")
+local RowParallelLinear = require("lwopt.nn.row_parallel")
 
 local zero = base.zero
 
 local MLP = base.class(base.Module)
 MLP.shape_args = { "n" }
 
--- MLP(prefix, c, bias, hidden, extra): hidden defaults to 4c; extra (optional) is passed to
--- both Linears (nn/linear.lua: the weights' role and fields of every spec, such as expert).
-function MLP.new(prefix, c, bias, hidden, extra)
+-- MLP(prefix, c, bias, hidden, extra, tp): hidden defaults to 4c; extra (optional) is passed to
+-- both Linears (nn/linear.lua: the weights' role and fields of every spec, such as expert); tp
+-- (optional, size above 1) splits the hidden channels over the TP group (extra is not taken
+-- then: experts are not tensor-parallel).
+function MLP.new(prefix, c, bias, hidden, extra, tp)
    local self = setmetatable({}, MLP):init(prefix)
    hidden = hidden or 4 * c
-   self.c, self.hidden = c, hidden
-   self.fc = self:add(Linear.new(prefix .. "fc.", c, hidden, bias, extra))
+   -- this rank's hidden channels
+   self.c, self.hidden = c, hidden / (tp and tp.size or 1)
+   if tp then
+      self.fc = self:add(ColumnParallelLinear.new(prefix .. "fc.", c, hidden, bias, tp))
+   else
+      self.fc = self:add(Linear.new(prefix .. "fc.", c, hidden, bias, extra))
+   end
    -- a child, though it has no parameters, so that bind gives it the device and stream too
-   self.gelu = self:add(GELU.new(hidden))
-   self.proj = self:add(Linear.new(prefix .. "proj.", hidden, c, bias, extra))
+   self.gelu = self:add(GELU.new(self.hidden))
+   if tp then
+      self.proj = self:add(RowParallelLinear.new(prefix .. "proj.", hidden, c, bias, tp))
+   else
+      self.proj = self:add(Linear.new(prefix .. "proj.", hidden, c, bias, extra))
+   end
    return self
 end
 

@@ -10,8 +10,10 @@
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 5 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
-                            the mixture-of-experts kernels (router, aux loss, gather, combine) */
+#define LWI_DEVICE_ABI 6 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+                            the mixture-of-experts kernels (router, aux loss, gather, combine);
+                            6: tensor parallelism's vocabulary-range embedding and partial
+                            cross-entropy */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -151,6 +153,25 @@ typedef struct lwi_device_ops {
     lw_status (*combine_backward)(lw_stream *s, float *dsrc, float *dw, const float *dy,
                                   const float *src, const float *w, const int32_t *rows,
                                   int64_t m, int64_t c);
+    /* tensor parallelism's vocabulary-parallel kernels, as in lw.h (appended in ABI 6) */
+    lw_status (*embedding_range_forward)(lw_stream *s, float *y, const int32_t *tokens,
+                                         const float *wte, const float *wpe, int64_t first,
+                                         int64_t rows, int64_t b, int64_t t, int64_t c);
+    lw_status (*embedding_range_backward)(lw_stream *s, float *dwte, float *dwpe, const float *dy,
+                                          const int32_t *tokens, int64_t first, int64_t rows,
+                                          int64_t b, int64_t t, int64_t c);
+    lw_status (*cross_entropy_partial_forward)(lw_stream *s, float *stats, float *scratch,
+                                               const float *h, const float *w,
+                                               const int32_t *targets, int64_t n, int64_t c,
+                                               int64_t v, int64_t first, int64_t vocab);
+    lw_status (*cross_entropy_combine)(lw_stream *s, float *losses, float *lse, const float *stats,
+                                       int64_t parts, const int32_t *targets, int64_t n,
+                                       int64_t vocab, double *loss);
+    lw_status (*cross_entropy_partial_backward)(lw_stream *s, float *dh, float *dw, float *scratch,
+                                                const float *h, const float *w,
+                                                const int32_t *targets, const float *lse,
+                                                int64_t n, int64_t c, int64_t v, int64_t first,
+                                                int64_t vocab, float loss_scale);
 } lwi_device_ops;
 
 struct lw_device {

@@ -241,3 +241,80 @@ lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const f
     return m > 0 && c > 0 ? s->device->ops->combine_backward(s, dsrc, dw, dy, src, w, rows, m, c)
                           : LW_OK;
 }
+
+/* The vocabulary range of a tensor-parallel call, checked here once for every device: a range
+ * of rows starting at first >= 0, and (cross-entropy) a vocabulary of at least 1. */
+static lw_status check_range(const char *what, int64_t first, int64_t rows, int64_t vocab) {
+    if (first < 0 || rows < 0)
+        return lwi_fail(LW_ERR_INVALID, "%s: the rows [%lld, +%lld) must be a range >= 0", what,
+                        (long long)first, (long long)rows);
+    if (vocab < 1)
+        return lwi_fail(LW_ERR_INVALID, "%s: the vocabulary (%lld) must be >= 1", what,
+                        (long long)vocab);
+    return LW_OK;
+}
+
+lw_status lw_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                     const float *wte, const float *wpe, int64_t first,
+                                     int64_t rows, int64_t b, int64_t t, int64_t c) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_range("embedding range forward", first, rows, 1);
+    if (st != LW_OK) return st;
+    if (s->device->ops->embedding_range_forward == NULL)
+        return lwi_device_missing(s, "embedding_range_forward");
+    return s->device->ops->embedding_range_forward(s, y, tokens, wte, wpe, first, rows, b, t, c);
+}
+
+lw_status lw_embedding_range_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                      const int32_t *tokens, int64_t first, int64_t rows,
+                                      int64_t b, int64_t t, int64_t c) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_range("embedding range backward", first, rows, 1);
+    if (st != LW_OK) return st;
+    if (s->device->ops->embedding_range_backward == NULL)
+        return lwi_device_missing(s, "embedding_range_backward");
+    return s->device->ops->embedding_range_backward(s, dwte, dwpe, dy, tokens, first, rows, b, t,
+                                                    c);
+}
+
+lw_status lw_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
+                                           const float *h, const float *w, const int32_t *targets,
+                                           int64_t n, int64_t c, int64_t v, int64_t first,
+                                           int64_t vocab) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_range("cross-entropy partial forward", first, v, vocab);
+    if (st != LW_OK) return st;
+    if (s->device->ops->cross_entropy_partial_forward == NULL)
+        return lwi_device_missing(s, "cross_entropy_partial_forward");
+    return s->device->ops->cross_entropy_partial_forward(s, stats, scratch, h, w, targets, n, c, v,
+                                                         first, vocab);
+}
+
+lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
+                                   const float *stats, int64_t parts, const int32_t *targets,
+                                   int64_t n, int64_t vocab, double *loss) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    if (parts < 1)
+        return lwi_fail(LW_ERR_INVALID, "cross-entropy combine: parts (%lld) must be >= 1",
+                        (long long)parts);
+    lw_status st = check_range("cross-entropy combine", 0, 0, vocab);
+    if (st != LW_OK) return st;
+    if (s->device->ops->cross_entropy_combine == NULL)
+        return lwi_device_missing(s, "cross_entropy_combine");
+    return s->device->ops->cross_entropy_combine(s, losses, lse, stats, parts, targets, n, vocab,
+                                                 loss);
+}
+
+lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
+                                            float *scratch, const float *h, const float *w,
+                                            const int32_t *targets, const float *lse, int64_t n,
+                                            int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                            float loss_scale) {
+    lw_stream *s = lwi_stream_or_cpu(stream);
+    lw_status st = check_range("cross-entropy partial backward", first, v, vocab);
+    if (st != LW_OK) return st;
+    if (s->device->ops->cross_entropy_partial_backward == NULL)
+        return lwi_device_missing(s, "cross_entropy_partial_backward");
+    return s->device->ops->cross_entropy_partial_backward(s, dh, dw, scratch, h, w, targets, lse, n,
+                                                          c, v, first, vocab, loss_scale);
+}

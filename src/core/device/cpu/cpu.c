@@ -130,4 +130,9 @@ const lwi_device_ops lwi_cpu_ops = {
     .gather_backward = lwi_cpu_gather_backward,
     .combine_forward = lwi_cpu_combine_forward,
     .combine_backward = lwi_cpu_combine_backward,
+    .embedding_range_forward = lwi_cpu_embedding_range_forward,
+    .embedding_range_backward = lwi_cpu_embedding_range_backward,
+    .cross_entropy_partial_forward = lwi_cpu_cross_entropy_partial_forward,
+    .cross_entropy_combine = lwi_cpu_cross_entropy_combine,
+    .cross_entropy_partial_backward = lwi_cpu_cross_entropy_partial_backward,
 };

@@ -58,6 +58,25 @@ lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw
                                          const float *h, const float *w, const int32_t *targets,
                                          const float *lse, int64_t n, int64_t c, int64_t v,
                                          float loss_scale);
+/* embedding.c and cross_entropy.c: tensor parallelism's vocabulary-parallel forms */
+lw_status lwi_cpu_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                          const float *wte, const float *wpe, int64_t first,
+                                          int64_t rows, int64_t b, int64_t t, int64_t c);
+lw_status lwi_cpu_embedding_range_backward(lw_stream *stream, float *dwte, float *dwpe,
+                                           const float *dy, const int32_t *tokens, int64_t first,
+                                           int64_t rows, int64_t b, int64_t t, int64_t c);
+lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
+                                                const float *h, const float *w,
+                                                const int32_t *targets, int64_t n, int64_t c,
+                                                int64_t v, int64_t first, int64_t vocab);
+lw_status lwi_cpu_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
+                                        const float *stats, int64_t parts, const int32_t *targets,
+                                        int64_t n, int64_t vocab, double *loss);
+lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
+                                                 float *scratch, const float *h, const float *w,
+                                                 const int32_t *targets, const float *lse,
+                                                 int64_t n, int64_t c, int64_t v, int64_t first,
+                                                 int64_t vocab, float loss_scale);
 /* moe.c and gather.c: a mixture of experts' router, its load-balancing loss, and rows moved by
  * an index list */
 lw_status lwi_cpu_moe_router_forward(lw_stream *stream, int32_t *experts, float *weights,

@@ -3,7 +3,8 @@
  * and in the backward the softmax's gradient formed in place and two GEMMs into dh and dw. When
  * all rows fit one chunk (small vocabularies) the forward leaves the probabilities in the scratch
  * and the backward reuses them; otherwise it recomputes each chunk's logits. A target outside
- * [0, v) is ignored (loss 0, no gradient). */
+ * [0, v) is ignored (loss 0, no gradient). Below, the same head split over tensor parallelism's
+ * vocabulary ranks (lw_cross_entropy_partial_forward, _combine, _partial_backward). */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -115,6 +116,133 @@ lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw
                 for (int64_t j = 0; j < v; j++)
                     row[j] = 0.0f;
             }
+        }
+        if (dh != NULL)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)c, (int)v, 1.0f,
+                        scratch, (int)v, w, (int)c, 1.0f, dh + r0 * c, (int)c);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)v, (int)c, (int)rows, 1.0f,
+                    scratch, (int)v, h + r0 * c, (int)c, 1.0f, dw, (int)c);
+    }
+    return LW_OK;
+}
+
+/* ---- tensor parallelism: the vocabulary-parallel LM head --------------------------------------
+ * Each rank forms the logits of its vocabulary rows and reduces each row to three numbers (its
+ * max, its sum of exponentials below that max, the target's logit where it holds it); the ranks'
+ * numbers, gathered, combine into the whole vocabulary's log-sum-exp and loss; the backward is
+ * local again. Rows at or past `vocab` are padding: left out of every sum. */
+
+/* The rows of [first, first + v) below vocab: the real ones. */
+static int64_t real_rows(int64_t first, int64_t v, int64_t vocab) {
+    const int64_t real = vocab - first;
+    return real < 0 ? 0 : real < v ? real : v;
+}
+
+static inline bool held(int32_t target, int64_t first, int64_t real) {
+    return (int64_t)target >= first && (int64_t)target - first < real;
+}
+
+lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
+                                                const float *h, const float *w,
+                                                const int32_t *targets, int64_t n, int64_t c,
+                                                int64_t v, int64_t first, int64_t vocab) {
+    (void)stream;
+    if (n <= 0) return LW_OK;
+    float *mx = stats, *sums = stats + n, *tl = stats + 2 * n;
+    const int64_t real = real_rows(first, v, vocab);
+    if (real == 0) { /* all padding: this rank adds nothing to any row */
+        for (int64_t i = 0; i < n; i++)
+            mx[i] = -INFINITY, sums[i] = 0.0f, tl[i] = 0.0f;
+        return LW_OK;
+    }
+    const int64_t chunk = chunk_rows(n, v);
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        logits(scratch, h + r0 * c, w, rows, c, v);
+        for (int64_t i = 0; i < rows; i++) {
+            const float *row = scratch + i * v;
+            float m = row[0];
+            for (int64_t j = 1; j < real; j++)
+                m = row[j] > m ? row[j] : m;
+            double sum = 0.0; /* in double, as the one-rank kernel: v can be 50k */
+            for (int64_t j = 0; j < real; j++)
+                sum += expf(row[j] - m);
+            const int32_t tg = targets[r0 + i];
+            mx[r0 + i] = m;
+            sums[r0 + i] = (float)sum;
+            tl[r0 + i] = held(tg, first, real) ? row[tg - first] : 0.0f;
+        }
+        /* chunk == n: the logits stay in the scratch for the backward */
+    }
+    return LW_OK;
+}
+
+lw_status lwi_cpu_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
+                                        const float *stats, int64_t parts, const int32_t *targets,
+                                        int64_t n, int64_t vocab, double *loss) {
+    (void)stream;
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float m = -INFINITY;
+        for (int64_t p = 0; p < parts; p++)
+            m = stats[p * 3 * n + i] > m ? stats[p * 3 * n + i] : m;
+        /* each part's sum rescaled to the common max, in rank order: every rank gets the same */
+        double sum = 0.0, target = 0.0;
+        for (int64_t p = 0; p < parts; p++) {
+            const float *part = stats + p * 3 * n;
+            if (part[n + i] > 0.0f) sum += (double)part[n + i] * exp((double)part[i] - (double)m);
+            target += (double)part[2 * n + i];
+        }
+        const double log_sum = log(sum);
+        lse[i] = (float)((double)m + log_sum);
+        if (counted(targets[i], vocab)) {
+            /* log(sum) - (logit - max), as the one-rank kernel: accurate where the target's
+             * probability underflows */
+            const double row_loss = log_sum - (target - (double)m);
+            losses[i] = (float)row_loss;
+            total += row_loss;
+            count++;
+        } else {
+            losses[i] = 0.0f;
+        }
+    }
+    *loss = count > 0 ? total / (double)count : 0.0;
+    return LW_OK;
+}
+
+lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
+                                                 float *scratch, const float *h, const float *w,
+                                                 const int32_t *targets, const float *lse,
+                                                 int64_t n, int64_t c, int64_t v, int64_t first,
+                                                 int64_t vocab, float loss_scale) {
+    (void)stream;
+    if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        count += counted(targets[i], vocab);
+    if (count == 0) return LW_OK;
+    const float s = loss_scale / (float)count;
+    const int64_t real = real_rows(first, v, vocab);
+    const int64_t chunk = chunk_rows(n, v);
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        if (chunk < n) logits(scratch, h + r0 * c, w, rows, c, v);
+        for (int64_t i = 0; i < rows; i++) {
+            float *row = scratch + i * v;
+            const int32_t tg = targets[r0 + i];
+            if (!counted(tg, vocab)) {
+                for (int64_t j = 0; j < v; j++)
+                    row[j] = 0.0f;
+                continue;
+            }
+            /* rounded as the one-rank kernel: p, then p * s, then the target's minus s */
+            const float l = lse[r0 + i];
+            for (int64_t j = 0; j < real; j++)
+                row[j] = expf(row[j] - l) * s;
+            for (int64_t j = real; j < v; j++)
+                row[j] = 0.0f;
+            if (held(tg, first, real)) row[tg - first] -= s;
         }
         if (dh != NULL)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)c, (int)v, 1.0f,

@@ -1,6 +1,7 @@
 /* embedding.c: token embedding plus optional learned position embedding, forward and
- * accumulating backward. Token ids are trusted to lie in [0, vocab): the kernel does not know
- * vocab, so callers validate ids once per batch, not per lookup. */
+ * accumulating backward, and their vocabulary-range form for tensor parallelism (a rank's rows
+ * of the table). Token ids are trusted to lie in [0, vocab): the kernel does not know vocab, so
+ * callers validate ids once per batch, not per lookup. */
 #include "device/cpu/cpu.h"
 
 #include <string.h>
@@ -37,6 +38,58 @@ lw_status lwi_cpu_embedding_backward(lw_stream *stream, float *dwte, float *dwpe
             float *tok = dwte + (int64_t)tokens[bi * t + ti] * c;
             for (int64_t i = 0; i < c; i++)
                 tok[i] += g[i];
+            if (dwpe != NULL) {
+                float *pos = dwpe + ti * c;
+                for (int64_t i = 0; i < c; i++)
+                    pos[i] += g[i];
+            }
+        }
+    return LW_OK;
+}
+
+/* Tensor parallelism's vocabulary-parallel embedding: this rank's rows [first, first + rows) of
+ * the token table; other tokens look up nothing here (0) and add no gradient. */
+static inline bool in_range(int32_t tok, int64_t first, int64_t rows) {
+    return (int64_t)tok >= first && (int64_t)tok - first < rows;
+}
+
+lw_status lwi_cpu_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                          const float *wte, const float *wpe, int64_t first,
+                                          int64_t rows, int64_t b, int64_t t, int64_t c) {
+    (void)stream;
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t ti = 0; ti < t; ti++) {
+            float *out = y + (bi * t + ti) * c;
+            const int32_t k = tokens[bi * t + ti];
+            const float *tok = in_range(k, first, rows) ? wte + ((int64_t)k - first) * c : NULL;
+            const float *pos = wpe != NULL ? wpe + ti * c : NULL;
+            /* the rank holding the token adds the same two floats as lw_embedding_forward */
+            for (int64_t i = 0; i < c; i++)
+                out[i] = tok != NULL && pos != NULL ? tok[i] + pos[i]
+                         : tok != NULL              ? tok[i]
+                         : pos != NULL              ? pos[i]
+                                                    : 0.0f;
+        }
+    return LW_OK;
+}
+
+lw_status lwi_cpu_embedding_range_backward(lw_stream *stream, float *dwte, float *dwpe,
+                                           const float *dy, const int32_t *tokens, int64_t first,
+                                           int64_t rows, int64_t b, int64_t t, int64_t c) {
+    (void)stream;
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
+    /* lw_embedding_backward's order (batch-major, then time), so that each row of dwte is that
+     * kernel's row bit for bit */
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t ti = 0; ti < t; ti++) {
+            const float *g = dy + (bi * t + ti) * c;
+            const int32_t k = tokens[bi * t + ti];
+            if (in_range(k, first, rows)) {
+                float *tok = dwte + ((int64_t)k - first) * c;
+                for (int64_t i = 0; i < c; i++)
+                    tok[i] += g[i];
+            }
             if (dwpe != NULL) {
                 float *pos = dwpe + ti * c;
                 for (int64_t i = 0; i < c; i++)

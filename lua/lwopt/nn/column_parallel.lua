@@ -1,0 +1,71 @@
+-- nn/column_parallel.lua: ColumnParallelLinear, tensor parallelism's column-parallel linear (issue
+-- 17): y_r = x W_r^T + b_r, W_r this TP rank's rows of the weight {out, in} (its output channels),
+-- b_r its entries of the bias. Forward needs no communication (x is the same on every TP rank);
+-- backward all-reduces the input gradient over the TP group (each rank's is the share of its
+-- channels). The module contract is in nn/module.lua.
+local C = require("lwopt.C")
+local base = require("lwopt.nn.module")
+local tp_mod = require("lwopt.tp")
+
+local lib = C.lib
+local check, zero = base.check, base.zero
+
+local ColumnParallelLinear = base.class(base.Module)
+ColumnParallelLinear.shape_args = { "n" }
+
+-- ColumnParallelLinear(prefix, in, out, bias, tp, blocks, weight_extra): tp is lw.tp.groups's
+-- table (size t, rank r; comm for the all-reduce); the full weight {out, in} is `blocks` (default
+-- 1) blocks of rows, each split over the t ranks (the fused QKV weight: blocks 3, [Q; K; V]), and
+-- this rank holds piece r of each: weight {out / t, in} and bias {out / t}, both with tp = { dim
+-- = 0, blocks } and full_shape. weight_extra: fields of the weight's spec alone (qkv).
+function ColumnParallelLinear.new(prefix, n_in, n_out, bias, tp, blocks, weight_extra)
+   local self = setmetatable({}, ColumnParallelLinear):init(prefix)
+   blocks = blocks or 1
+   local t = tp.size
+   if n_out % (t * blocks) ~= 0 then
+      error(("nn.ColumnParallelLinear %s: tp %d does not split the %d output channels into %d "
+         .. "block%s"):format(prefix, t, n_out, blocks, blocks == 1 and "" or "s"), 0)
+   end
+   self.tp, self.n_in, self.n_out, self.has_bias = tp, n_in, n_out / t, bias
+   local fields = { tp = { dim = 0, blocks = blocks }, full_shape = { n_out, n_in } }
+   for k, v in pairs(weight_extra or {}) do fields[k] = v end
+   self:declare("weight", { n_out / t, n_in }, "matrix", fields)
+   if bias then
+      self:declare("bias", { n_out / t }, "bias", { tp = { dim = 0, blocks = blocks },
+         full_shape = { n_out } })
+   end
+   return self
+end
+
+local function forward(self, x, n)
+   local y = self:buffer("y", n * self.n_out)
+   check(lib.lw_linear_forward(self.stream, y, x, self.w.weight,
+      self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
+   return y
+end
+
+local function backward(self, x, dy, dxp, n)
+   check(lib.lw_linear_backward(self.stream, dxp, self.g.weight,
+      self.has_bias and self.g.bias or nil, dy, x, self.w.weight, n, self.n_in, self.n_out))
+end
+
+-- x: float* [n, in] (the same on every TP rank) -> float* [n, out / t]
+function ColumnParallelLinear:forward(x, n) return self:with_params("forward", forward, x, n) end
+
+-- Accumulates into dx (float* [n, in], may be nil) the whole input gradient (the TP group's sum)
+-- and into this rank's parameter gradients.
+function ColumnParallelLinear:backward(x, dy, dx, n)
+   local dxp = nil
+   if dx ~= nil then
+      dxp = self:buffer("dx share", n * self.n_in)
+      zero(dxp, n * self.n_in, self.stream)
+   end
+   self:with_params("backward", backward, x, dy, dxp, n)
+   if dx ~= nil then
+      tp_mod.allreduce(self.tp, self.device, dxp, n * self.n_in, "the input gradient of "
+         .. self.prefix .. "weight")
+      check(lib.lw_vec_add(self.stream, dx, dx, dxp, n * self.n_in))
+   end
+end
+
+return ColumnParallelLinear

@@ -1,0 +1,68 @@
+-- recipe_tp.lua: tensor parallelism in recipes/gpt_small.lua (--tp, issue 17), kept beside
+-- gpt_recipe.lua: the refusals before any work, the process grid the run is built on, and the
+-- full tensors --save-params writes. The model's side is lw.nn.GPT{ tp } (lw.tp says how the
+-- shards lie); the optimizer on the shards is lw.optim's as it is (Muon then orthogonalises each
+-- TP rank's shard alone: "blockwise" until lw.optim takes the TP group).
+local lw = require("lwopt")
+
+local recipe_tp = {}
+
+-- Refuses --tp where it cannot work yet, with the flags' numbers (v: the checked flags, presets
+-- filled). Needs no communicator: the world's size is checked by recipe_tp.check_world.
+function recipe_tp.check_flags(v)
+   if v.tp == 1 then return end
+   local bad = lw.tp.check(v.tp, nil, { n_expert = v.n_expert, ep = v.ep })
+   if bad then error("--" .. bad, 0) end
+   bad = lw.tp.check(v.tp, nil, { n_head = v.n_head, n_embd = v.n_embd, hidden = 4 * v.n_embd,
+      vocab = v.vocab_rows, pad_vocab = true })
+   if bad then
+      error(("--%s (--preset %s: %d heads, n_embd %d)"):format(bad, v.preset, v.n_head,
+         v.n_embd), 0)
+   end
+   if v.ckpt_dir then
+      error(("--tp %d with --ckpt-dir: checkpoints of tensor-parallel runs are later work (train "
+         .. "at --tp 1 to checkpoint)"):format(v.tp), 0)
+   end
+   -- lift when lw.optim takes the TP group: its gradient norm must count the TP-replicated
+   -- tensors once, or the TP ranks of a replica clip by different factors and drift apart
+   if v.clip > 0 then
+      error(("--tp %d with --clip %g: gradient clipping under tensor parallelism needs the "
+         .. "TP-aware gradient norm, which lw.optim does not have yet; add --clip 0")
+         :format(v.tp, v.clip), 0)
+   end
+end
+
+-- The world's size against --tp (collective-free): lw.tp.check's message, or nil.
+function recipe_tp.check_world(v, world) return lw.tp.check(v.tp, world) end
+
+-- The grid: lw.tp.groups's table at --tp above 1 (collective), nil at 1.
+function recipe_tp.groups(v, comm)
+   return v.tp > 1 and lw.tp.groups(comm, v.tp) or nil
+end
+
+-- "on 4 ranks (tp 2 x dp 2)": the ranks and, with --tp, how they split.
+function recipe_tp.ranks_text(run)
+   local n = run.comm.size
+   local text = ("%d rank%s"):format(n, n == 1 and "" or "s")
+   if run.tp then text = text .. (" (tp %d x dp %d)"):format(run.tp.size, run.tp.dp_size) end
+   return text
+end
+
+-- A line for the start of a run when Muon runs on TP shards (nil otherwise): what it computes.
+function recipe_tp.note(run, v)
+   if not run.tp or v.optimizer ~= "muon" then return nil end
+   return ("tp %d: Muon orthogonalises each TP rank's shards alone (blockwise), not the full "
+      .. "matrices, until lw.optim takes the TP group"):format(run.tp.size)
+end
+
+-- tensors (ddp:params_on(0)'s list) with every TP-sharded parameter replaced on rank 0 by the
+-- full tensor of the tp 1 model (the vocabulary's padding trimmed), keyed by its full name.
+-- Collective over the TP group of DP rank 0; a no-op without --tp.
+function recipe_tp.full_tensors(run, tensors)
+   if not run.tp then return tensors end
+   local vocab = run.model.cfg.vocab
+   return lw.tp.gather_full(run.ddp, run.tp, tensors, { ["wte.weight"] = vocab,
+      ["lm_head.weight"] = vocab })
+end
+
+return recipe_tp
