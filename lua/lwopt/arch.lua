@@ -177,6 +177,7 @@ function arch.gpt(cfg)
    end
    local vocab_rows = math.ceil(c.vocab / t)
    local vocab_extra = t > 1 and sharded(0, 1, { t * vocab_rows, n }) or {}
+   if t > 1 then vocab_extra.tp.rows = c.vocab end
 
    -- A linear layer: weight {out, in} (role "matrix" unless given), then its bias right after
    -- it when the model has biases; extra: fields of both specs.

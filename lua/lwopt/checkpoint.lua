@@ -8,7 +8,10 @@
 --                             CRC32C, the run it belongs to, and a CRC32C of its own text
 -- Under expert parallelism (s.ep: lw.ep.groups) model.safetensors and the manifest hold every
 -- expert by global name, whichever EP rank trained it, and each rank's optimizer file its own
--- experts' state: a checkpoint loads at another EP size like at another rank count.
+-- experts' state: a checkpoint loads at another EP size like at another rank count. Under tensor
+-- parallelism (s.tp: lw.tp.groups) they hold the tp 1 model's full tensors, and each rank's
+-- optimizer file the state of its shards, with the TP size and rank it was saved at ("... tp T
+-- R"), the manifest saying how each tensor was split: a checkpoint loads at another TP size too.
 -- Saving writes DIR/step-N.tmp/, fsyncs every file and the directory, renames it to
 -- DIR/step-N/, then replaces DIR/latest atomically: a crash at any moment leaves the previous
 -- checkpoint whole and `latest` pointing at it. All ranks agree that a save succeeded.
@@ -22,6 +25,7 @@ local json = require("lwopt.json")
 local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
 local ep = require("lwopt.ep")
+local tp = require("lwopt.tp")
 
 local lib = C.lib
 local checkpoint = {}
@@ -61,9 +65,11 @@ end
 
 local function shape_of(spec) return json.array(spec.shape) end
 
--- This rank's optimizer state as tensors and metadata pairs.
-local function state_tensors(ddp, opt)
+-- This rank's optimizer state as tensors and metadata pairs; under tensor parallelism (g:
+-- lw.tp.groups) each range says the TP size and rank whose shard it is.
+local function state_tensors(ddp, opt, g)
    local tensors, metadata = {}, {}
+   local where = g and (" tp %d %d"):format(g.size, g.rank) or ""
    local entry = ffi.new("lw_state_entry")
    for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
       C.check(lib.lw_optimizer_state(opt._c, k, entry), "checkpoint.save")
@@ -76,8 +82,8 @@ local function state_tensors(ddp, opt)
          tensors[#tensors + 1] = { name = "v/" .. name, data = ddp:host_floats(entry.v, count),
                                    count = count }
       end
-      metadata[#metadata + 1] = { name, ("%s %d %d"):format(entry.muon and "muon" or "adamw",
-         tonumber(entry.start), count) }
+      metadata[#metadata + 1] = { name, ("%s %d %d%s"):format(entry.muon and "muon" or "adamw",
+         tonumber(entry.start), count, where) }
    end
    return tensors, metadata
 end
@@ -163,7 +169,7 @@ end
 -- One save's state: its arguments, where it writes, and the files' sizes and checksums (each
 -- rank fills its own slot, rank 0 the model's).
 local function new_save(dir, s)
-   local comm = s.ddp.comm
+   local comm = s.comm or s.ddp.comm
    local final = dir .. "/" .. step_name(s.step)
    local job = { dir = dir, s = s, ddp = s.ddp, opt = s.opt, comm = comm, final = final,
                  tmp = final .. ".tmp", sizes = {}, crcs = {}, model_bytes = 0, model_crc = 0 }
@@ -184,16 +190,18 @@ local function prepare_dir(job)
 end
 
 -- The model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part; under
--- expert parallelism with the other EP ranks' experts).
+-- expert parallelism with the other EP ranks' experts; under tensor parallelism the full
+-- tensors, gathered over the TP group).
 local function gather_model(job)
    job.params = job.ddp:params_on(0)
    if job.s.ep then ep.gather_experts(job.ddp, job.s.ep, job.params) end
+   if job.s.tp then tp.gather_full(job.ddp, job.s.tp, job.params) end
 end
 
 -- This rank's optimizer state: step-N.tmp/optim-rNNNNN.safetensors.
 local function write_optimizer_state(job)
    local rank = job.comm.rank
-   local tensors, metadata = state_tensors(job.ddp, job.opt)
+   local tensors, metadata = state_tensors(job.ddp, job.opt, job.s.tp)
    job.sizes[rank + 1], job.crcs[rank + 1] =
       safetensors.write(job.tmp .. "/" .. optim_name(rank), tensors, metadata)
    reached(job, "optim")
@@ -237,8 +245,10 @@ local function write_manifest(job)
    local params = json.array()
    for _, t in ipairs(job.params) do
       local spec = spec_of[t.name] or t
+      local split = s.tp and spec.tp and json.object({ dim = spec.tp.dim,
+         blocks = spec.tp.blocks or 1, rows = spec.tp.rows })
       params[#params + 1] = json.object({ name = t.name, shape = shape_of(t),
-         optimizer = spec.optimizer, expert = spec.expert or nil })
+         optimizer = spec.optimizer, expert = spec.expert or nil, tp = split })
    end
    local step, skips = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
    C.check(lib.lw_optimizer_counters(opt._c, step, skips), where)
@@ -250,7 +260,7 @@ local function write_manifest(job)
          bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
          expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
       optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
-      ep = s.ep and s.ep.size or 1,
+      ep = s.ep and s.ep.size or 1, tp = s.tp and s.tp.size or 1,
       extra = json.object(s.extra or {}), params = params, files = file_list,
       run_id = s.run_id or json.null, manifest_crc32c = "00000000",
    })
@@ -294,7 +304,9 @@ end
 -- or name, ... }, on_point, ep }): collective; every rank calls it. extra goes into the manifest
 -- (hyper-parameters, schedule, data and RNG position); run_id names the run's lineage for
 -- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point); ep the run's
--- expert-parallel groups (lw.ep.groups), when it has them. Returns the checkpoint's directory.
+-- expert-parallel groups (lw.ep.groups), tp its tensor-parallel ones (lw.tp.groups) with comm,
+-- the world's communicator (ddp's is then the DP group's), when it has them. Returns the
+-- checkpoint's directory.
 function checkpoint.save(dir, s)
    local job = new_save(dir, s)
    agreed(job, prepare_dir)
@@ -418,7 +430,7 @@ end
 
 -- Checks the parameters of the checkpoint at path against ddp's model (under expert parallelism,
 -- g: lw.ep.groups, this rank's share of it: the dense parameters and its EP rank's experts);
--- returns the open file.
+-- a TP shard against its tensor in the tp 1 model (lw.tp.model_shape). Returns the open file.
 local function check_params(path, ddp, m, g)
    local where = "checkpoint.load"
    local by_name = {}
@@ -426,11 +438,12 @@ local function check_params(path, ddp, m, g)
    for _, spec in ipairs(ddp.specs) do
       local p = by_name[spec.name]
       if p == nil then fail(where, "%s has no parameter '%s': another model?", path, spec.name) end
-      local same = #p.shape == #spec.shape
-      for d = 1, #spec.shape do same = same and p.shape[d] == spec.shape[d] end
+      local shape = tp.model_shape(spec)
+      local same = #p.shape == #shape
+      for d = 1, #shape do same = same and p.shape[d] == shape[d] end
       if not same then
          fail(where, "'%s' has shape {%s} in %s but {%s} in the model", spec.name,
-            table.concat(p.shape, ", "), path, table.concat(spec.shape, ", "))
+            table.concat(p.shape, ", "), path, table.concat(shape, ", "))
       end
    end
    -- the model's whole count: the other EP ranks hold as many experts as this one
@@ -443,86 +456,198 @@ local function check_params(path, ddp, m, g)
    local st = open_st(path .. "/model.safetensors")
    for _, spec in ipairs(ddp.specs) do
       local view = find(st, spec.name)
-      local numel = 1
-      for _, d in ipairs(spec.shape) do numel = numel * d end
-      if view == nil or ffi.string(view.dtype) ~= "F32" or tonumber(view.bytes) ~= 4 * numel then
+      if view == nil or ffi.string(view.dtype) ~= "F32"
+         or tonumber(view.bytes) ~= 4 * tp.numel(tp.model_shape(spec)) then
          fail(where, "%s/model.safetensors: '%s' is missing or has the wrong size", path, spec.name)
       end
    end
    return st
 end
 
--- Writes the checked parameters into ddp: collective at ZeRO-3, so it runs only once every rank
--- has agreed that its checks passed.
-local function write_params(st, ddp)
+-- Writes the checked parameters into ddp (a TP shard: its slice of the full tensor; g:
+-- lw.tp.groups): collective at ZeRO-3, so it runs only once every rank has agreed that its
+-- checks passed.
+local function write_params(st, ddp, g)
    for _, spec in ipairs(ddp.specs) do
       local view = find(st, spec.name)
       ddp:with_param(spec.name, function(target)
-         ffi.copy(target.data, view.data, 4 * target.numel)
+         if spec.tp and g then
+            tp.from_model(ffi.cast("const float *", view.data), spec, g.size, g.rank, target.data)
+         else
+            ffi.copy(target.data, view.data, 4 * target.numel)
+         end
       end)
    end
 end
 
+-- A saved range's metadata: "muon|adamw START COUNT", with " tp T R" when saved under tensor
+-- parallelism: kind, start, count, T, R (1, 0 without).
+local function parse_range(meta)
+   local kind, s0, c0, rest = meta:match("^(%a+) (%d+) (%d+)(.*)$")
+   if kind == nil then return nil end
+   local t, r = rest:match("^ tp (%d+) (%d+)$")
+   if rest ~= "" and t == nil then return nil end
+   return kind, tonumber(s0), tonumber(c0), tonumber(t) or 1, tonumber(r) or 0
+end
+
+-- The ranges this rank needs of parameter `name`, in the state saved for it: calls
+-- take(st, kind, s0, c0, t, r) for every saved range (of every saved rank's file); ranges a
+-- TP rank other than 0 saved of a tensor replicated over TP are the same as TP rank 0's and
+-- left out.
+local function saved_ranges(opened, name, split, take)
+   for _, st in ipairs(opened) do
+      local meta = lib.lw_safetensors_metadata(st, name)
+      if meta ~= nil then
+         local kind, s0, c0, t, r = parse_range(ffi.string(meta))
+         if kind == nil then
+            fail("checkpoint.load", "the optimizer state of '%s' has an unreadable range '%s'",
+               name, ffi.string(meta))
+         end
+         if split or r == 0 then take(st, kind, s0, c0, t, r) end
+      end
+   end
+end
+
+-- The state of one parameter in the tp 1 model's coordinates (p: its manifest entry, with
+-- tp = { dim, blocks, rows } when it was saved TP-sharded), assembled from every saved range:
+-- { m, v (float*, AdamW only), seen (uint8*: elements some range held) }.
+local function assemble_full(path, opened, p, kind)
+   local n = tp.numel(p.shape)
+   local full = { m = ffi.new("float[?]", n), seen = ffi.new("uint8_t[?]", n) }
+   if kind == "adamw" then full.v = ffi.new("float[?]", n) end
+   saved_ranges(opened, p.name, p.tp ~= nil, function(st, saved_kind, s0, c0, t, r)
+      if saved_kind ~= kind then
+         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", p.name, saved_kind,
+            path, kind)
+      end
+      local mv, vv = find(st, "m/" .. p.name), find(st, "v/" .. p.name)
+      if mv == nil or (kind == "adamw" and vv == nil) then
+         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, p.name)
+      end
+      -- each run of the saved shard that lies in [s0, s0 + c0), to its place (padding dropped)
+      local function put(l, f, len)
+         local a, b = math.max(l, s0), math.min(l + len, s0 + c0)
+         b = math.min(b, a + (n - (f + a - l)))
+         if b <= a then return end
+         local at = f + a - l
+         ffi.copy(full.m + at, ffi.cast("const float *", mv.data) + (a - s0), 4 * (b - a))
+         if full.v then
+            ffi.copy(full.v + at, ffi.cast("const float *", vv.data) + (a - s0), 4 * (b - a))
+         end
+         ffi.fill(full.seen + at, b - a, 1)
+      end
+      if p.tp and t > 1 then
+         local padded = { unpack(p.shape) }
+         if p.tp.rows then padded[1] = tp.padded(p.tp.rows, t) end
+         tp.runs(padded, p.tp, t, r, put)
+      else
+         put(0, 0, n)
+      end
+   end)
+   return full
+end
+
+-- Loads one state entry of a parameter sharded over TP now or when saved (spec: this rank's, g:
+-- lw.tp.groups or nil; p: the manifest's entry): its range of this rank's shard, cut out of the
+-- tp 1 tensor's state; elements of the vocabulary's padding start at 0.
+local function load_resharded(path, opened, ddp, entry, spec, g, p, kind)
+   local full = assemble_full(path, opened, p, kind)
+   local start, count = tonumber(entry.start), tonumber(entry.count)
+   local n = tp.numel(p.shape)
+   local m, v = ffi.new("float[?]", count), kind == "adamw" and ffi.new("float[?]", count) or nil
+   local covered = 0
+   local function take(l, f, len)
+      local a, b = math.max(l, start), math.min(l + len, start + count)
+      for i = a, b - 1 do
+         local at = f + i - l
+         if at >= n then -- padding: no state to load
+            covered = covered + 1
+         elseif full.seen[at] == 1 then
+            m[i - start] = full.m[at]
+            if v then v[i - start] = full.v[at] end
+            covered = covered + 1
+         end
+      end
+   end
+   if spec.tp and g then tp.runs(spec.full_shape, spec.tp, g.size, g.rank, take)
+   else take(0, 0, tp.numel(spec.shape)) end
+   if covered ~= count then
+      fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
+         path, covered, count, spec.name)
+   end
+   ddp:from_host(entry.m, m, count)
+   if v then ddp:from_host(entry.v, v, count) end
+end
+
+-- Loads one state entry of a parameter that no TP split touches: the saved ranges it
+-- intersects, copied straight.
+local function load_direct(path, opened, ddp, entry, name, kind)
+   local start, count = tonumber(entry.start), tonumber(entry.count)
+   local covered = 0
+   saved_ranges(opened, name, false, function(st, saved_kind, s0, c0)
+      if saved_kind ~= kind then
+         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name, saved_kind,
+            path, kind)
+      end
+      local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
+      if hi <= lo then return end
+      local mv, vv = find(st, "m/" .. name), find(st, "v/" .. name)
+      if mv == nil or (kind == "adamw" and vv == nil) then
+         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
+      end
+      ddp:from_host(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0), hi - lo)
+      if kind == "adamw" then
+         ddp:from_host(entry.v + (lo - start), ffi.cast("const float *", vv.data) + (lo - s0),
+            hi - lo)
+      end
+      covered = covered + (hi - lo)
+   end)
+   if covered ~= count then
+      fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
+         path, covered, count, name)
+   end
+end
+
 -- Loads this rank's optimizer state: Muon momentum of each matrix it owns now, and AdamW m, v of
--- its element ranges, intersected with the ranges every saved rank held (resharding).
-local function load_state(path, ddp, opt, m)
+-- its element ranges, intersected with the ranges every saved rank held (resharding); a tensor
+-- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state.
+local function load_state(path, ddp, opt, m, g)
    local where = "checkpoint.load"
    local opened = {}
    for r = 0, m.ranks - 1 do opened[r + 1] = open_st(path .. "/" .. optim_name(r)) end
+   local by_name = {}
+   for _, p in ipairs(m.params) do by_name[p.name] = p end
    local entry = ffi.new("lw_state_entry")
    for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
       C.check(lib.lw_optimizer_state(opt._c, k, entry), where)
-      local name = ddp.specs[entry.param + 1].name
-      local start, count = tonumber(entry.start), tonumber(entry.count)
+      local spec = ddp.specs[entry.param + 1]
       local kind = entry.muon and "muon" or "adamw"
-      local covered = 0
-      for _, st in ipairs(opened) do
-         local meta = lib.lw_safetensors_metadata(st, name)
-         if meta ~= nil then
-            local saved_kind, s0, c0 = ffi.string(meta):match("^(%a+) (%d+) (%d+)$")
-            s0, c0 = tonumber(s0), tonumber(c0)
-            if saved_kind ~= kind then
-               fail(where, "'%s' was optimized by %s in %s, by %s now", name, tostring(saved_kind),
-                  path, kind)
-            end
-            local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
-            if hi > lo then
-               local mv, vv = find(st, "m/" .. name), find(st, "v/" .. name)
-               if mv == nil or (kind == "adamw" and vv == nil) then
-                  fail(where, "%s lacks the state tensors of '%s'", path, name)
-               end
-               ddp:from_host(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0),
-                  hi - lo)
-               if kind == "adamw" then
-                  ddp:from_host(entry.v + (lo - start),
-                     ffi.cast("const float *", vv.data) + (lo - s0), hi - lo)
-               end
-               covered = covered + (hi - lo)
-            end
-         end
-      end
-      if covered ~= count then
-         fail(where, "%s holds state for %d of the %d elements of '%s' this rank needs", path,
-            covered, count, name)
+      local p = by_name[spec.name]
+      if p.tp or (spec.tp and g) then
+         load_resharded(path, opened, ddp, entry, spec, g, p, kind)
+      else
+         load_direct(path, opened, ddp, entry, spec.name, kind)
       end
    end
    C.check(lib.lw_optimizer_set_counters(opt._c, m.optimizer.updates, m.optimizer.skips), where)
 end
 
--- checkpoint.load(path, { ddp, opt = nil | optimizer, weights_only = false, ep }): collective.
--- Restores parameters and (unless weights_only or no opt) the optimizer state, resharding to
--- this run's ranks, layout and expert-parallel groups (ep: lw.ep.groups, when the run has
--- them; each rank loads its own experts by global name). Returns the manifest (step, extra).
+-- checkpoint.load(path, { ddp, opt = nil | optimizer, weights_only = false, ep, tp, comm }):
+-- collective. Restores parameters and (unless weights_only or no opt) the optimizer state,
+-- resharding to this run's ranks, layout, expert-parallel groups (ep: lw.ep.groups, when the
+-- run has them; each rank loads its own experts by global name) and tensor-parallel groups (tp:
+-- lw.tp.groups, with comm the world's communicator; each rank its shards). Returns the manifest
+-- (step, extra).
 function checkpoint.load(path, s)
-   local comm = s.ddp.comm
+   local comm = s.comm or s.ddp.comm
    local m, st
    local ok, err = protect(function()
       m = checkpoint.read_manifest(path)
       st = check_params(path, s.ddp, m, s.ep)
-      if s.opt and not s.weights_only then load_state(path, s.ddp, s.opt, m) end
+      if s.opt and not s.weights_only then load_state(path, s.ddp, s.opt, m, s.tp) end
    end)
    comm:agree(ok, err)
-   write_params(st, s.ddp)
+   write_params(st, s.ddp, s.tp)
    s.ddp:broadcast_params(0) -- the same on every rank, byte for byte
    return m
 end

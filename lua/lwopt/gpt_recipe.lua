@@ -197,10 +197,10 @@ local function init_params(model, ddp, seed, n_layer, every, g)
                local std = 0.02
                if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
                local into = p.data
-               -- a TP shard: the full tensor drawn (padding rows past the tp 1 tensor's stay 0)
-               if mine.tp then into = ffi.new("float[?]", lw.tp.numel(mine.full_shape)) end
+               -- a TP shard: the tp 1 model's tensor drawn, this rank's shard kept
+               if mine.tp then into = ffi.new("float[?]", lw.tp.numel(spec.shape)) end
                for i = 0, lw.tp.numel(spec.shape) - 1 do into[i] = std * normal() end
-               if mine.tp then lw.tp.slice(into, mine, g.size, g.rank, p.data) end
+               if mine.tp then lw.tp.from_model(into, mine, g.size, g.rank, p.data) end
             end
          end)
       elseif spec.role ~= "norm" and spec.role ~= "bias" then
@@ -496,7 +496,7 @@ local function settings(v, comm, data)
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
             ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
-            topk = v.topk, aux_coef = v.aux_coef, ep = v.ep }
+            topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
@@ -513,7 +513,7 @@ local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert =
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
-   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep" }
+   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp" }
 
 local function flag_value(key, value)
    if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
@@ -577,7 +577,8 @@ local function resume(run, v, say)
       return false
    end
    if found and found.note then say("resume: " .. found.note) end
-   local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt, ep = run.ep })
+   local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt, ep = run.ep, tp = run.tp,
+      comm = run.comm })
    run.start_step = m.step + 1
    ck.resumed_from = path
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil

@@ -19,10 +19,6 @@ function recipe_tp.check_flags(v)
       error(("--%s (--preset %s: %d heads, n_embd %d)"):format(bad, v.preset, v.n_head,
          v.n_embd), 0)
    end
-   if v.ckpt_dir then
-      error(("--tp %d with --ckpt-dir: checkpoints of tensor-parallel runs are later work (train "
-         .. "at --tp 1 to checkpoint)"):format(v.tp), 0)
-   end
    -- lift when lw.optim takes the TP group: its gradient norm must count the TP-replicated
    -- tensors once, or the TP ranks of a replica clip by different factors and drift apart
    if v.clip > 0 then
@@ -60,9 +56,7 @@ end
 -- Collective over the TP group of DP rank 0; a no-op without --tp.
 function recipe_tp.full_tensors(run, tensors)
    if not run.tp then return tensors end
-   local vocab = run.model.cfg.vocab
-   return lw.tp.gather_full(run.ddp, run.tp, tensors, { ["wte.weight"] = vocab,
-      ["lm_head.weight"] = vocab })
+   return lw.tp.gather_full(run.ddp, run.tp, tensors)
 end
 
 return recipe_tp

@@ -4,9 +4,11 @@
 -- at DP rank floor(r / t)). The TP ranks of a group hold the slices of every layer's matrices
 -- (lw.nn's column- and row-parallel linears, the vocabulary-parallel embedding and LM head) and
 -- see the same batch; each DP group averages its TP rank's slices and the replicated tensors
--- (lw.ddp.new over dp_comm). A TP-sharded spec carries tp = { dim, blocks } and full_shape:
--- along dimension dim (0-based) the full tensor is `blocks` equal consecutive blocks, each split
--- into t contiguous pieces, and TP rank r holds piece r of every block, in block order.
+-- (lw.ddp.new over dp_comm). A TP-sharded spec carries tp = { dim, blocks, rows } and
+-- full_shape: along dimension dim (0-based) the full tensor is `blocks` equal consecutive
+-- blocks, each split into t contiguous pieces, and TP rank r holds piece r of every block, in
+-- block order; rows, on the vocabulary tables, says how many of the full tensor's rows are the
+-- model's (the rest pad the vocabulary to a multiple of t: lw.tp.padded).
 -- Not here: the optimizer's TP modes and the TP-aware gradient norm (lw.optim).
 local ffi = require("ffi")
 
@@ -146,12 +148,30 @@ function tp.place(part, spec, t, r, full)
    end)
 end
 
+-- The shape of spec in the tp 1 model: its full_shape without the vocabulary's padding rows
+-- (tp.rows), or its own shape when it is not TP-sharded.
+function tp.model_shape(spec)
+   if not spec.tp then return spec.shape end
+   local shape = { unpack(spec.full_shape) }
+   if spec.tp.rows then shape[1] = spec.tp.rows end
+   return shape
+end
+
+-- Copies TP rank r's shard of spec out of `model` (float*: the tensor of the tp 1 model, of
+-- tp.model_shape(spec)) into out (float*), the padding rows 0.
+function tp.from_model(model, spec, t, r, out)
+   local n, real = numel(spec.full_shape), numel(tp.model_shape(spec))
+   local full = ffi.new("float[?]", n) -- zero-filled: the padding rows
+   ffi.copy(full, model, 4 * real)
+   tp.slice(full, spec, t, r, out)
+end
+
 -- Replaces, in tensors (ddp:params_on(0)'s list on DP rank 0: { name, shape, data }), every
--- TP-sharded parameter of ddp.specs by the full tensor, on world rank 0 (TP rank 0 of DP rank
--- 0), keyed by the same name; rows (optional: name -> rows kept) trims the vocabulary's padding
--- so that the tensors are the tp 1 model's. Collective over the TP group of DP rank 0 (an
--- all-gather per sharded parameter); other ranks leave tensors as they are.
-function tp.gather_full(ddp, g, tensors, rows)
+-- TP-sharded parameter of ddp.specs by the full tensor of the tp 1 model (tp.model_shape: the
+-- vocabulary's padding trimmed), on world rank 0 (TP rank 0 of DP rank 0), keyed by the same
+-- name. Collective over the TP group of DP rank 0 (an all-gather per sharded parameter); other
+-- ranks leave tensors as they are.
+function tp.gather_full(ddp, g, tensors)
    if g.dp_rank ~= 0 then return tensors end
    local by_name = {}
    for i, x in ipairs(tensors) do by_name[x.name] = i end
@@ -165,10 +185,7 @@ function tp.gather_full(ddp, g, tensors, rows)
          if g.rank == 0 then
             local full = ffi.new("float[?]", numel(spec.full_shape))
             for r = 0, g.size - 1 do tp.place(all + r * n, spec, g.size, r, full) end
-            local shape = { unpack(spec.full_shape) }
-            local keep = rows and rows[spec.name]
-            if keep then shape[1] = keep end
-            tensors[i] = { name = spec.name, shape = shape, data = full }
+            tensors[i] = { name = spec.name, shape = tp.model_shape(spec), data = full }
          end
       end
    end

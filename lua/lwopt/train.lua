@@ -298,7 +298,8 @@ local function checkpoint_if_due(run, loop, step, update)
       run.comm:set_phase(("step %d, checkpoint save"):format(step))
       require("lwopt.checkpoint").save(ckpt.dir, { ddp = run.ddp, opt = run.opt, step = step,
          keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
-         protect = ckpt.resumed_from and { ckpt.resumed_from } or nil, ep = run.ep })
+         protect = ckpt.resumed_from and { ckpt.resumed_from } or nil, ep = run.ep, tp = run.tp,
+         comm = run.comm })
    end
 end
 

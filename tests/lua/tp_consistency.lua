@@ -7,6 +7,8 @@
 --   tp 2 (2 ranks) and tp 3 (3 ranks, oversubscribed), tied and untied LM head, with biases;
 --   tp 2 x dp 2 (4 ranks, oversubscribed): the gradients (data-parallel replicated mode, whole
 --   reduced gradients on every rank), then training at ZeRO-1 and ZeRO-3;
+-- checkpoints: 2 steps saved at tp 3, 1 or 2, resumed at tp 1, 3, or tp 1 x dp 2, continue the
+-- tp 1 run within 1e-5 (the full tensors by name, the padding trimmed and restored);
 -- and tp_run checks in every run that replicated tensors are bit-identical across the world and
 -- TP shards across their DP group. Clipping is off (--clip 0 in tp_run): the global gradient
 -- norm does not yet count TP-replicated tensors once (the optimizer side of issue 17).
@@ -113,6 +115,25 @@ compare("tp 2 x dp 2, replicated", ref,
 for _, zero in ipairs({ 1, 3 }) do
    compare(("tp 2 x dp 2, ZeRO-%d"):format(zero), ref,
       run("tp2dp2-z" .. zero, 4, ("--bias --batch 2 --tp 2 --zero %d"):format(zero)), false)
+end
+
+-- checkpoints keyed by the tp 1 model's tensors (the vocabulary's padding trimmed): 2 steps at
+-- one TP size, saved, then 2 more at another (and dp 2) continue the 4-step tp 1 run within 1e-5
+do
+   local base = "--untied --bias --optimizer adamw --batch 2 "
+   local ref = run("ck-ref", 1, base .. "--tp 1 --accum 2 --steps 4")
+   for _, case in ipairs({ { 3, "--tp 3 --accum 2", 1, "--tp 1 --accum 2" },
+      { 1, "--tp 1 --accum 2", 3, "--tp 3 --accum 2" },
+      { 2, "--tp 2 --accum 2", 2, "--tp 1 --accum 1" } }) do
+      local dir = tmp .. "-ck"
+      run("ck-first", case[1], base .. case[2] .. " --steps 2 --save " .. dir)
+      local got = run("ck-then", case[3], base .. case[4] .. " --steps 4 --load " .. dir)
+      tally.sh("rm -rf " .. dir)
+      -- the resumed run's losses are steps 3 and 4 and the validation loss
+      local tail = { losses = { ref.losses[3], ref.losses[4], ref.losses[5] }, params = ref.params }
+      compare(("saved at %s, resumed at %s (%d ranks)"):format(case[2]:match("%-%-tp %d"),
+         case[4]:match("%-%-tp %d"), case[3]), tail, got, false)
+   end
 end
 
 tally.finish("tp_consistency")

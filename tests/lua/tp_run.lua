@@ -23,21 +23,19 @@ local function initial(spec, k)
    return 0.05 * math.sin(1.7 * (h % 1009) + 0.37 * k)
 end
 
--- Writes each parameter's starting value: sharded ones drawn as the full (tp 1) tensor, padding
--- rows 0, then sliced to this TP rank's shard. rows: the vocabulary tables' real rows by name.
-local function init(ddp, g, rows)
+-- Writes each parameter's starting value: sharded ones drawn as the tp 1 model's tensor, then
+-- sliced to this TP rank's shard (the vocabulary's padding rows 0).
+local function init(ddp, g)
    for _, spec in ipairs(ddp.specs) do
       ddp:with_param(spec.name, function(p)
          if not spec.tp then
             for k = 0, p.numel - 1 do p.data[k] = initial(spec, k) end
             return
          end
-         local n = lw.tp.numel(spec.full_shape)
-         local full = ffi.new("float[?]", n)
-         -- the tp 1 tensor's elements: all of it but the vocabulary's padding rows, at the end
-         local real = rows[spec.name] and rows[spec.name] * spec.shape[2] or n
-         for k = 0, real - 1 do full[k] = initial(spec, k) end
-         lw.tp.slice(full, spec, g.size, g.rank, p.data)
+         local n = lw.tp.numel(lw.tp.model_shape(spec))
+         local model = ffi.new("float[?]", n)
+         for k = 0, n - 1 do model[k] = initial(spec, k) end
+         lw.tp.from_model(model, spec, g.size, g.rank, p.data)
       end)
    end
 end
@@ -81,6 +79,8 @@ lw.comm.run(function()
       { "heads", "int", 6, "" }, { "embd", "int", 48, "" }, { "layers", "int", 2, "" },
       { "untied", "bool", false, "" }, { "bias", "bool", false, "" },
       { "data", "string", "data/kjv.txt", "" },
+      { "save", "string", nil, "checkpoint the run into this directory after its last step" },
+      { "load", "string", nil, "start from this checkpoint, at the step after its own" },
    }))
    local comm = lw.comm.init()
    local g = lw.tp.groups(comm, v.tp)
@@ -97,14 +97,17 @@ lw.comm.run(function()
    -- have its rounding noise, which differs between any two summation orders, turned into
    -- updates of +-lr; 1e-5 is far above that noise (1e-10) and below the real gradients here.
    local opt = lw.optim.new(ddp, { lr = 3e-3, clip = 0, adamw = { eps = 1e-5 } })
-   -- the vocabulary tables' rows in the tp 1 model: their padding is trimmed when gathered
-   local trim = { ["wte.weight"] = 256, ["lm_head.weight"] = 256 }
-   init(ddp, g, trim)
+   init(ddp, g)
    local data = lw.data.load(v.data, { seq_len = t })
    local run = { comm = comm, dp_comm = g.dp_comm, model = model, ddp = ddp, opt = opt,
       steps = v.steps, data = data, batch = v.batch, seq = t, accum = v.accum, seed = 5,
       base_lr = 3e-3, lr_warmup = 2, eval_every = 0, eval_max = 8, quiet = true }
    model:bind(ddp, lw.train.hooks(run))
+   if v.load then
+      local m = lw.checkpoint.load(lw.checkpoint.latest(v.load),
+         { ddp = ddp, opt = opt, tp = g, comm = comm })
+      run.start_step = m.step + 1
+   end
 
    if v.grads then -- the first step's gradients: the global batch's mean over micro-steps
       local tokens, targets = ffi.new("int32_t[?]", v.batch * t), ffi.new("int32_t[?]", v.batch * t)
@@ -126,18 +129,21 @@ lw.comm.run(function()
                data = ddp:grad(spec.name).data }
          end
       end
-      lw.tp.gather_full(ddp, g, grads, trim)
+      lw.tp.gather_full(ddp, g, grads)
       if comm.rank == 0 then write(v.out .. ".grads", by_name(grads)) end
       ddp:zero_grad()
       run.report_ready = nil
    end
 
    local records = lw.train.run(run)
+   if v.save then
+      lw.checkpoint.save(v.save, { ddp = ddp, opt = opt, step = v.steps, tp = g, comm = comm })
+   end
    ddp:finish_param_sync()
    local params = ddp:params_on(0)
    check_identical(ddp, comm, g, function(name) return ddp:read_param(name).data end,
       "parameters")
-   lw.tp.gather_full(ddp, g, params, trim)
+   lw.tp.gather_full(ddp, g, params)
    if comm.rank == 0 then
       local lines = {}
       for _, r in ipairs(records) do lines[#lines + 1] = ("%.9g\n"):format(r.loss) end

@@ -79,7 +79,8 @@ function GPT.new(cfg)
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
    if not o.tied then
       self:declare("lm_head.weight", { self.head_rows, c }, "output", self.tp and
-         { tp = { dim = 0, blocks = 1 }, full_shape = { self.tp.size * self.head_rows, c } })
+         { tp = { dim = 0, blocks = 1, rows = o.vocab },
+           full_shape = { self.tp.size * self.head_rows, c } })
    end
    -- the LM head's weight, by short name in the module that owns it
    self.head_name = o.tied and "wte.weight" or "lm_head.weight"

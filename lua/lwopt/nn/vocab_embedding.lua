@@ -16,14 +16,15 @@ local VocabParallelEmbedding = base.class(base.Module)
 VocabParallelEmbedding.shape_args = { "b", "t" }
 
 -- VocabParallelEmbedding(vocab, c, seq_len, shared, tp): wte {rows, c}, rows = ceil(vocab / t),
--- with tp = { dim = 0, blocks = 1 } and full_shape {t * rows, c} (shared: the LM head too);
+-- with tp = { dim = 0, blocks = 1, rows = vocab } and full_shape {t * rows, c} (shared: the LM
+-- head too);
 -- wpe {seq_len, c}, replicated; named as in GPT-2. tp: lw.tp.groups's table.
 function VocabParallelEmbedding.new(vocab, c, seq_len, shared, tp)
    local self = setmetatable({}, VocabParallelEmbedding):init("")
    local rows = math.ceil(vocab / tp.size)
    self.tp, self.vocab, self.c, self.rows, self.first = tp, vocab, c, rows, tp.rank * rows
    self:declare("wte.weight", { rows, c }, "embedding", { shared_embedding = shared,
-      tp = { dim = 0, blocks = 1 }, full_shape = { tp.size * rows, c } })
+      tp = { dim = 0, blocks = 1, rows = vocab }, full_shape = { tp.size * rows, c } })
    self:declare("wpe.weight", { seq_len, c }, "embedding")
    self.ready_order = { "wpe.weight", "wte.weight" } -- as nn.Embedding's
    return self
