@@ -177,6 +177,22 @@ typedef struct lw_param_spec {
     bool shared_embedding; /* one tensor used as input embedding and LM head: never Muon,
                               isolated in its own bucket */
     bool muon;             /* managed by Muon (routed); false = AdamW */
+    /* Tensor parallelism (REFERENCE.md section 9), appended: a zero-filled tail means a tensor
+     * replicated over TP and no QKV split, as before. tp_blocks >= 1: the tensor is a TP
+     * shard; its shape is the full shape with dimension tp_dim (0-based: 0 for column-parallel
+     * {out/t, in}, 1 for row-parallel {out, in/t}) divided by the TP size t; along tp_dim the
+     * full tensor is tp_blocks equal consecutive blocks, each split into t equal contiguous
+     * pieces, and TP rank r holds piece r of every block, concatenated (3 for a fused
+     * [Q; K; V]). tp_blocks 0: replicated over TP (identical on every TP rank), tp_dim
+     * ignored. */
+    int32_t tp_dim;
+    int32_t tp_blocks;
+    /* qkv_groups >= 1: a fused QKV weight whose local rows are qkv_groups consecutive groups
+     * of qkv_rows[0] + qkv_rows[1] + qkv_rows[2] rows (q, k, v: Megatron's per-group layout;
+     * grouped-query attention: groups = KV heads, q = heads / groups * head_dim, k = v =
+     * head_dim). Muon's split_qkv orthogonalises Q, K and V apart. 0: not a fused QKV. */
+    int32_t qkv_groups;
+    int64_t qkv_rows[3];
 } lw_param_spec;
 
 /* ---- layouts ------------------------------------------------------------------------------- */
@@ -253,7 +269,10 @@ typedef struct lw_param_place {
 
 /* Whole-model statistics. Per-rank figures cover Muon buffers only, over
  * max(dp, expert_dp) ranks: owned numel, and owned Newton-Schulz cost (max(m,n) * min(m,n)^2
- * for an m x n matrix, numel otherwise; an element-wise slice counts its share). */
+ * for an m x n matrix, numel otherwise; an element-wise slice counts its share). A fused QKV
+ * weight (qkv_groups) costs its Q, K and V matrices' sum, as Muon's split_qkv (the default)
+ * orthogonalises it; shapes are the local (TP shard) ones. The cost layout balances the same
+ * costs. */
 typedef struct lw_layout_stats {
     int32_t params;       /* number of parameters */
     int64_t numel;        /* sum of real parameter sizes */
