@@ -262,6 +262,9 @@ static const lwi_device_ops cuda_ops = {
     .gather_backward = lwc_gather_backward,
     .combine_forward = lwc_combine_forward,
     .combine_backward = lwc_combine_backward,
+    .copy_2d = lwc_copy_2d,
+    .ns_gram = lwc_ns_gram,
+    .ns_step = lwc_ns_step,
 };
 
 /* Why no GPU can be had, in the words a user can act on. */
