@@ -7,7 +7,14 @@
  * each rank runs weight decay and momentum on its slice, one all-gather per bucket assembles
  * every matrix's update, each rank holding a slice of a matrix orthogonalises the whole of it
  * and keeps its slice. That all-gather and the repeated Newton-Schulz are what the
- * shard-aligned layouts avoid (Muon's updates are optimizer_muon.c's). */
+ * shard-aligned layouts avoid.
+ *
+ * Under tensor parallelism (a TP communicator of t > 1 ranks) every TP rank runs this over its
+ * DP group on its local shards, with the same layout, so the owners of a full matrix's t shards
+ * form one TP group and meet its collectives in the same order: the TP shards and the split
+ * QKV weights go through muon_tp.c one by one after the batches, in owned order (row-sharded:
+ * in their bucket's turn). The norm adds every TP rank's shards and TP rank 0's replicated
+ * tensors (one all-reduce over TP before the one over the DP group). */
 #include "optim/optimizer.h"
 
 #include <math.h>
@@ -37,6 +44,7 @@ static lw_status check_adamw(const lw_adamw_options *a) {
 /* What this rank updates, and its state. */
 static lw_status collect_owned(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
+    int64_t tp_numel = 0;
     opt->owned = calloc((size_t)(l->n_params ? l->n_params : 1), sizeof(lwi_owned));
     if (opt->owned == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
     for (int32_t i = 0; i < l->n_params; i++) {
@@ -65,7 +73,12 @@ static lw_status collect_owned(lw_optimizer *opt) {
         o->muon = p->muon;
         o->counted = lb->algorithm != LW_ALGORITHM_DEFAULT ||
                      lw_comm_rank(lw_buffers_comm(opt->buffers)) == 0;
+        /* a tensor replicated over TP is the same on every TP rank: counted on rank 0's */
+        if (opt->tp_comm != NULL && p->tp_blocks == 0 && lw_comm_rank(opt->tp_comm) != 0)
+            o->counted = false;
         o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
+        o->tp = p->muon && !o->sliced && lwi_muon_tp_takes(opt->tp, p);
+        if (o->tp && p->numel > tp_numel) tp_numel = p->numel;
         const int64_t floats = p->muon ? count : 2 * count;
         void *state = NULL;
         if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * floats, &state) != LW_OK)
@@ -94,6 +107,14 @@ static lw_status collect_owned(lw_optimizer *opt) {
             return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for row-sharded Muon: %s",
                             lw_last_error());
     }
+    if (tp_numel > 0) {
+        void *u = NULL;
+        lw_status st = lw_device_alloc(opt->device, 4 * tp_numel, &u);
+        opt->tp_update = u;
+        if (st != LW_OK)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for Muon's TP updates: %s",
+                            lw_last_error());
+    }
     void *acc = NULL;
     lw_status st = lw_device_alloc(opt->device, 2 * sizeof(double), &acc);
     opt->norm_acc = acc;
@@ -117,6 +138,8 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     opt->stream = lw_device_stream(opt->device);
     opt->o = o;
     if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
+    if ((st = lwi_optimizer_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
+    if ((st = lwi_muon_tp_new(opt->device, opt->tp_comm, &o.muon, &opt->tp)) != LW_OK) goto fail;
     opt->n_groups = 1;
     opt->group =
         calloc((size_t)(opt->layout->n_params ? opt->layout->n_params : 1), sizeof(int32_t));
@@ -150,6 +173,8 @@ void lw_optimizer_free(lw_optimizer *opt) {
     free(opt->batch_members);
     free(opt->adamw);
     lw_muon_free(opt->muon);
+    lwi_muon_tp_free(opt->tp);
+    lw_device_free(opt->device, opt->tp_update);
     free(opt);
 }
 
@@ -211,6 +236,11 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
         st = lw_device_copy(opt->stream, local, opt->norm_acc, sizeof local,
                             LW_COPY_DEVICE_TO_HOST);
     if (st != LW_OK) return st;
+    if (opt->tp_comm != NULL) {
+        lw_comm_set_label(opt->tp_comm, "the gradient norm over TP");
+        if ((st = lw_comm_allreduce(opt->tp_comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM)) != LW_OK)
+            return st;
+    }
     lw_comm *comm = lw_buffers_comm(opt->buffers);
     lw_comm_set_label(comm, "the global gradient norm");
     st = lw_comm_allreduce(comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);

@@ -1,5 +1,5 @@
 /* optimizer.h: the optimizer object's data, shared by optimizer.c (the object, the gradient
- * norm, AdamW, the step, the state) and optimizer_muon.c (Muon's updates).
+ * norm, AdamW, the step, the state) and optimizer_muon.c (Muon's updates and the TP checks).
  * Not public API. */
 #ifndef LW_OPTIMIZER_H
 #define LW_OPTIMIZER_H
@@ -15,6 +15,7 @@ typedef struct lwi_owned {
     bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
     bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
                      whole matrix orthogonalised from the bucket's gathered update */
+    bool tp;      /* a TP shard under TP or a split QKV weight: through muon_tp.c */
 } lwi_owned;
 
 /* Owned whole Muon matrices of one shape, updated together: momentum of each, Newton-Schulz of
@@ -56,11 +57,16 @@ struct lw_optimizer {
     int32_t n_batches;
     lwi_muon_batch *batches;    /* [owned] */
     int32_t *batch_members; /* [owned] */
+    lwi_muon_tp *tp;        /* [owned] TP shards and QKV splits (muon_tp.c) */
+    lw_comm *tp_comm;       /* [borrowed] NULL: no TP (or t = 1) */
+    float *tp_update;       /* [owned, device memory] a whole tp matrix's update */
 };
 
 /* optimizer_muon.c */
-/* Groups the owned whole Muon matrices (not row-sharded) into batches. */
+/* Groups the owned whole Muon matrices (not row-sharded, not TP) into batches. */
 lw_status lwi_optimizer_make_batches(lw_optimizer *opt);
+/* Takes tp as the TP group when its size is above 1, after checking it (collective over it). */
+lw_status lwi_optimizer_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);
 /* Every Muon update this rank makes in a step; times into r. */
 lw_status lwi_optimizer_muon(lw_optimizer *opt, float grad_scale, lw_step_result *r);
 
