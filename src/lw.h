@@ -881,7 +881,8 @@ typedef struct lw_optimizer_options {
      * TP-replicated tensor once (TP rank 0's), and lw_optimizer_new compares the layouts over
      * it (collective over it). Its collectives must move the buffers' device memory
      * (lw_comm_reaches; on a GPU a device communicator, lw_comm_device_new), except under
-     * blockwise. NULL or t = 1: the optimizer of a run without TP, bit for bit. */
+     * blockwise. NULL or t = 1: the optimizer of a run without TP, bit for bit (split_qkv,
+     * which needs no TP, still splits the fused QKV weights). */
     lw_comm *tp_comm;
 } lw_optimizer_options;
 
