@@ -269,6 +269,27 @@ describe("lw.layout.compute on bad input", function()
          { mat("w", 8, 8), mat("w", 8, 8) })
    end)
 
+   it("takes tensor-parallel and fused QKV metadata and names bad values", function()
+      local qkv = mat("qkv", 24, 16, { tp = { dim = 0, blocks = 3 },
+         qkv = { groups = 1, rows = { 8, 8, 8 } } })
+      local l = lw.layout.compute({ qkv, mat("o", 16, 8, { tp = { dim = 1 } }) })
+      assert.same({ dim = 0, blocks = 3 }, l.params[1].tp)
+      -- Q, K and V cost 8 x 16 each, not 24 x 16 together; o 16 x 8
+      assert.equal(3 * 16 * 8 * 8 + 16 * 8 * 8, l:stats().rank_cost[1])
+      assert.not_equal(l:hash(), lw.layout.compute({ mat("qkv", 24, 16), mat("o", 16, 8) }):hash())
+      fails("lw.layout.compute: layout: parameter 'w' is sharded over TP along dimension 2, but "
+         .. "it has 2 dimensions (tp_dim 0 to 1)", { mat("w", 8, 8, { tp = { dim = 2 } }) })
+      fails("lw.layout.compute: layout: parameter 'w' has local size 8 along its TP dimension "
+         .. "1, not a multiple of its 3 TP blocks",
+         { mat("w", 8, 8, { tp = { dim = 1, blocks = 3 } }) })
+      fails("lw.layout.compute: parameter 'w' has tp.blocks 0 (>= 1)",
+         { mat("w", 8, 8, { tp = { dim = 0, blocks = 0 } }) })
+      fails("lw.layout.compute: layout: parameter 'w' has 8 rows, but its 1 qkv groups of 2 + 2 "
+         .. "+ 2 rows make 6", { mat("w", 8, 8, { qkv = { groups = 1, rows = { 2, 2, 2 } } }) })
+      fails("lw.layout.compute: parameter 'w' has a bad qkv: { groups = g, rows = { q, k, v } } "
+         .. "of integers needed", { mat("w", 8, 8, { qkv = { groups = 1, rows = { 8 } } }) })
+   end)
+
    it("refuses a shared embedding on Muon", function()
       fails("lw.layout.compute: layout: parameter 'e' is a shared embedding and cannot be "
          .. "managed by Muon", { mat("e", 8, 8, { shared_embedding = true, optimizer = "muon" }) })

@@ -1,5 +1,5 @@
 -- optim_spec.lua: the optimizer from Lua on one rank: groups, a step that matches the kernels,
--- schedules, skipping, and option errors.
+-- schedules, skipping, the QKV split, and option errors.
 local lw = require("lwopt")
 
 local function specs()
@@ -124,6 +124,39 @@ describe("lw.optim.new", function()
       fails({ muon = { nesterov = 1 } }, "lw.optim.new: muon.nesterov must be true or false, got 1")
       fails({ adamw = { eps = "small" } }, "lw.optim.new: adamw.eps must be a finite number, got "
          .. "'small'")
+   end)
+
+   it("orthogonalises a fused QKV weight's Q, K and V apart unless split_qkv is off", function()
+      -- identity orthogonaliser, no momentum: the step is lr * scale * g, and unit_rms_norm's
+      -- scale tells the shapes apart: Q, K, V are 4 x 4 (1), the whole 12 x 4 (sqrt(3))
+      local qkv = { { name = "qkv", shape = { 12, 4 }, role = "matrix",
+         qkv = { groups = 1, rows = { 4, 4, 4 } }, tp = { dim = 0, blocks = 3 } } }
+      for _, split in ipairs({ true, false }) do
+         local d = lw.ddp.new(qkv, lw.comm.self())
+         d:param("qkv"):copy(function(i) return 0.1 * math.sin(i) end)
+         -- a TP group of one rank is no TP: the shard metadata changes nothing
+         local opt = lw.optim.new(d, { lr = 0.1, weight_decay = 0, tp_comm = lw.comm.self(),
+            muon = { coefficients = "identity", momentum = 0, nesterov = false,
+                     scale = "unit_rms_norm", split_qkv = split, tp_mode = "distributed" } })
+         d:zero_grad()
+         d:grad("qkv"):copy(function(i) return math.cos(i) end)
+         d:grad_ready("qkv")
+         assert.is_true(opt:step().ok)
+         local w, scale = d:param("qkv"):totable(), split and 1 or math.sqrt(3)
+         for i = 1, 48 do
+            assert.near(0.1 * math.sin(i) - 0.1 * scale * math.cos(i), w[i], 1e-6)
+         end
+      end
+   end)
+
+   it("names bad tensor-parallel options", function()
+      local d = lw.ddp.new(specs(), lw.comm.self())
+      assert.has_error(function() lw.optim.new(d, { muon = { tp_mode = "sharded" } }) end,
+         "lw.optim.new: unknown muon.tp_mode 'sharded' (duplicated, distributed, blockwise)")
+      assert.has_error(function() lw.optim.new(d, { muon = { split_qkv = "yes" } }) end,
+         "lw.optim.new: muon.split_qkv must be true or false, got 'yes'")
+      assert.has_error(function() lw.optim.new(d, { tp_comm = 2 }) end,
+         "lw.optim.new: tp_comm must be a communicator (lw.comm), got number")
    end)
 
    it("accepts custom coefficients, cycled or repeated", function()

@@ -177,6 +177,22 @@ typedef struct lw_param_spec {
     bool shared_embedding; /* one tensor used as input embedding and LM head: never Muon,
                               isolated in its own bucket */
     bool muon;             /* managed by Muon (routed); false = AdamW */
+    /* Tensor parallelism (REFERENCE.md section 9), appended: a zero-filled tail means a tensor
+     * replicated over TP and no QKV split, as before. tp_blocks >= 1: the tensor is a TP
+     * shard; its shape is the full shape with dimension tp_dim (0-based: 0 for column-parallel
+     * {out/t, in}, 1 for row-parallel {out, in/t}) divided by the TP size t; along tp_dim the
+     * full tensor is tp_blocks equal consecutive blocks, each split into t equal contiguous
+     * pieces, and TP rank r holds piece r of every block, concatenated (3 for a fused
+     * [Q; K; V]). tp_blocks 0: replicated over TP (identical on every TP rank), tp_dim
+     * ignored. */
+    int32_t tp_dim;
+    int32_t tp_blocks;
+    /* qkv_groups >= 1: a fused QKV weight whose local rows are qkv_groups consecutive groups
+     * of qkv_rows[0] + qkv_rows[1] + qkv_rows[2] rows (q, k, v: Megatron's per-group layout;
+     * grouped-query attention: groups = KV heads, q = heads / groups * head_dim, k = v =
+     * head_dim). Muon's split_qkv orthogonalises Q, K and V apart. 0: not a fused QKV. */
+    int32_t qkv_groups;
+    int64_t qkv_rows[3];
 } lw_param_spec;
 
 /* ---- layouts ------------------------------------------------------------------------------- */
@@ -253,7 +269,10 @@ typedef struct lw_param_place {
 
 /* Whole-model statistics. Per-rank figures cover Muon buffers only, over
  * max(dp, expert_dp) ranks: owned numel, and owned Newton-Schulz cost (max(m,n) * min(m,n)^2
- * for an m x n matrix, numel otherwise; an element-wise slice counts its share). */
+ * for an m x n matrix, numel otherwise; an element-wise slice counts its share). A fused QKV
+ * weight (qkv_groups) costs its Q, K and V matrices' sum, as Muon's split_qkv (the default)
+ * orthogonalises it; shapes are the local (TP shard) ones. The cost layout balances the same
+ * costs. */
 typedef struct lw_layout_stats {
     int32_t params;       /* number of parameters */
     int64_t numel;        /* sum of real parameter sizes */
@@ -637,6 +656,27 @@ lw_status lw_muon_scale_from_name(const char *name, lw_muon_scale *out);
 const char *lw_ns_precision_name(lw_ns_precision precision);
 lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out);
 
+/* Muon on a TP-sharded matrix (REFERENCE.md section 9; lw_param_spec.tp_blocks), with the
+ * optimizer's TP communicator of size t > 1. The step's scale always comes from the full
+ * matrix shape.
+ * DUPLICATED: all-gather the update over TP, Newton-Schulz on the whole matrix on every TP
+ *   rank, keep this rank's slice: the same update as TP = 1 (up to rounding).
+ * DISTRIBUTED: Newton-Schulz with the sharded dimension as the contraction dimension of the
+ *   Gram matrix X X^T: one all-reduce of the squared norm, then one of the Gram matrix (the
+ *   full matrix's other dimension squared) per step; each rank updates its own slice. Equal to
+ *   duplicated up to rounding; its GEMMs run in fp32 on every device.
+ * BLOCKWISE: Newton-Schulz on each local shard alone, no communication: an update that depends
+ *   on t, by design. */
+typedef enum lw_muon_tp_mode {
+    LW_MUON_TP_DUPLICATED = 0,
+    LW_MUON_TP_DISTRIBUTED = 1,
+    LW_MUON_TP_BLOCKWISE = 2
+} lw_muon_tp_mode;
+
+/* "duplicated", "distributed", "blockwise". */
+const char *lw_muon_tp_mode_name(lw_muon_tp_mode mode);
+lw_status lw_muon_tp_mode_from_name(const char *name, lw_muon_tp_mode *out);
+
 typedef struct lw_muon_options {
     float momentum;       /* beta in [0, 1) */
     bool nesterov;
@@ -651,11 +691,18 @@ typedef struct lw_muon_options {
     float eps;            /* Frobenius normalisation floor */
     bool symmetric;       /* X X^T and A A through SYRK/SYMM (default); false: full GEMMs */
     lw_ns_precision precision; /* Newton-Schulz's arithmetic on a GPU (the CPU computes fp32) */
+    /* Read by the optimizer (lw_optimizer_new), not by lw_muon's own calls: */
+    lw_muon_tp_mode tp_mode; /* TP-sharded matrices, with a TP communicator of size > 1 */
+    bool split_qkv;          /* a fused QKV weight (lw_param_spec.qkv_groups) is viewed as
+                                (groups, q + k + v, cols) and orthogonalised as three matrices:
+                                Q = every group's q rows ((groups * q) x cols, group order), K
+                                and V alike, each with its own shape's scale (full shape under
+                                TP), then put back; false: one matrix, as any other */
 } lw_muon_options;
 
 /* momentum 0.95, nesterov, 5 steps, quintic, decoupled wd, moonlight scale (AdamW learning
- * rates carry over), extra 1,
- * eps 1e-7, symmetric. */
+ * rates carry over), extra 1, eps 1e-7, symmetric, TP mode duplicated, split_qkv on (as
+ * Megatron's command line). */
 lw_muon_options lw_muon_defaults(void);
 
 /* Muon's kernels with their workspace (device memory of the stream's device, grown on demand,
@@ -827,6 +874,16 @@ typedef struct lw_optimizer_options {
     lw_muon_options muon;
     lw_adamw_options adamw;
     float clip; /* max gradient norm; <= 0: no clipping */
+    /* [borrowed, must outlive the optimizer] the tensor-parallel group of this rank (its t
+     * ranks hold the shards of the same full tensors, and their buffers were made from equal
+     * layouts), or NULL: no TP. With t > 1 Muon runs muon.tp_mode on TP-sharded matrices
+     * (lw_param_spec.tp_blocks), the gradient norm adds each TP shard once and each
+     * TP-replicated tensor once (TP rank 0's), and lw_optimizer_new compares the layouts over
+     * it (collective over it). Its collectives must move the buffers' device memory
+     * (lw_comm_reaches; on a GPU a device communicator, lw_comm_device_new), except under
+     * blockwise. NULL or t = 1: the optimizer of a run without TP, bit for bit (split_qkv,
+     * which needs no TP, still splits the fused QKV weights). */
+    lw_comm *tp_comm;
 } lw_optimizer_options;
 
 lw_optimizer_options lw_optimizer_defaults(void);
@@ -842,7 +899,8 @@ typedef struct lw_step_result {
     double seconds_muon;       /* Muon updates of the owned matrices */
     double seconds_adamw;      /* AdamW updates of the owned elements */
     double seconds_param_sync; /* starting (or, without overlap, doing) the parameter sync */
-    double seconds_muon_comm;  /* of seconds_muon: row-sharded Muon's all-gathers of updates */
+    double seconds_muon_comm;  /* of seconds_muon: row-sharded Muon's all-gathers of updates
+                                  and the TP modes' collectives */
 } lw_step_result;
 
 /* buffers [borrowed] must outlive the optimizer. [out] owned. */

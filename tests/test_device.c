@@ -156,7 +156,8 @@ static void test_fake_library(void) {
     CHECK_OK(lw_event_new(d, &e));
     CHECK_FAILS(lw_event_record(e, NULL), LW_ERR_INVALID, "cannot be recorded on cpu");
     /* buffers of device memory need a communicator that moves it (NCCL, issue 13) */
-    lw_param_spec spec = {"w", 2, {4, 4, 0, 0}, LW_DTYPE_F32, LW_DTYPE_F32, false, false, true};
+    lw_param_spec spec = {.name = "w", .ndim = 2, .shape = {4, 4, 0, 0}, .dtype = LW_DTYPE_F32,
+                          .grad_dtype = LW_DTYPE_F32, .muon = true};
     lw_layout *l = NULL;
     lw_comm *c = NULL;
     lw_buffers *bs = NULL;

@@ -31,6 +31,8 @@ static void test_every_name(void) {
     CHECK(strcmp(buf, "decoupled independent l2") == 0);
     NAMES_OF(lw_muon_scale_name, buf);
     CHECK(strcmp(buf, "spectral unit_rms_norm shape_scaling moonlight") == 0);
+    NAMES_OF(lw_muon_tp_mode_name, buf);
+    CHECK(strcmp(buf, "duplicated distributed blockwise") == 0);
     NAMES_OF(lw_path_kind_name, buf);
     CHECK(strcmp(buf, "missing file dir other") == 0);
 }
@@ -81,6 +83,11 @@ static void test_from_name(void) {
     lw_muon_scale k = LW_MUON_SCALE_SPECTRAL;
     CHECK_OK(lw_muon_scale_from_name("shape_scaling", &k));
     CHECK_EQ(k, LW_MUON_SCALE_SHAPE_SCALING);
+    lw_muon_tp_mode tp = LW_MUON_TP_DUPLICATED;
+    CHECK_OK(lw_muon_tp_mode_from_name("blockwise", &tp));
+    CHECK_EQ(tp, LW_MUON_TP_BLOCKWISE);
+    CHECK_FAILS(lw_muon_tp_mode_from_name("sharded", &tp), LW_ERR_INVALID,
+                "unknown Muon TP mode 'sharded' (one of duplicated, distributed, blockwise)");
     lw_path_kind p = LW_PATH_MISSING;
     CHECK_OK(lw_path_kind_from_name("dir", &p));
     CHECK_EQ(p, LW_PATH_DIR);

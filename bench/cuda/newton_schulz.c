@@ -124,8 +124,9 @@ static double batched_step(lw_comm *dc, lw_ns_precision precision, int64_t rows,
     char (*names)[16] = calloc((size_t)batch, 16);
     for (int i = 0; i < batch; i++) {
         snprintf(names[i], 16, "m%d", i);
-        specs[i] = (lw_param_spec){names[i], 2, {rows, cols, 0, 0}, LW_DTYPE_F32, LW_DTYPE_F32,
-                                   false, false, true};
+        specs[i] = (lw_param_spec){.name = names[i], .ndim = 2, .shape = {rows, cols, 0, 0},
+                                   .dtype = LW_DTYPE_F32, .grad_dtype = LW_DTYPE_F32,
+                                   .muon = true};
     }
     lw_layout *l = NULL;
     lw_buffers *bs = NULL;

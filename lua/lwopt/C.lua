@@ -36,7 +36,7 @@ end
 -- Enums by their names in C (src/lw.h: lw_<kind>_name, lw_<kind>_from_name), so that Lua keeps
 -- no copy of the numbers or the words: kind is the enum's name without lw_ ("algorithm",
 -- "dtype", "mode", "shard", "reduce_op", "ns_coeffs", "ns_precision", "matmul", "weight_decay", "muon_scale",
--- "path_kind"). The names are read once, by asking lw_<kind>_name for 0, 1, ... until NULL.
+-- "muon_tp_mode", "path_kind"). The names are read once, by asking lw_<kind>_name for 0, 1, ... until NULL.
 local enums = {}
 
 local function enum(kind)

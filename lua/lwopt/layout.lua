@@ -107,6 +107,37 @@ local function c_options(o)
    return c
 end
 
+-- A spec's tensor parallelism into its lw_param_spec (ranges are the C library's checks, which
+-- name the numbers): tp = { dim = 0 | 1, blocks = b (default 1) } on a TP shard (no tp:
+-- replicated over TP); qkv = { groups = g, rows = { q, k, v } } on a fused QKV weight.
+local function tp_fields(cs, s)
+   local name = s.name
+   if s.tp ~= nil then
+      if type(s.tp) ~= "table" then
+         fail("parameter '%s' has tp = %s: a table { dim, blocks }", name, tostring(s.tp))
+      end
+      local blocks = s.tp.blocks == nil and 1 or s.tp.blocks
+      if not is_integer(s.tp.dim) or not is_integer(blocks) then
+         fail("parameter '%s' has tp = { dim = %s, blocks = %s }: integers needed", name,
+            tostring(s.tp.dim), tostring(s.tp.blocks))
+      end
+      if blocks < 1 then fail("parameter '%s' has tp.blocks %d (>= 1)", name, blocks) end
+      cs.tp_dim = s.tp.dim
+      cs.tp_blocks = blocks
+   end
+   if s.qkv ~= nil then
+      local q = s.qkv
+      if type(q) ~= "table" or type(q.rows) ~= "table" or #q.rows ~= 3 or not is_integer(q.groups)
+         or not (is_integer(q.rows[1]) and is_integer(q.rows[2]) and is_integer(q.rows[3])) then
+         fail("parameter '%s' has a bad qkv: { groups = g, rows = { q, k, v } } of integers needed",
+            name)
+      end
+      if q.groups < 1 then fail("parameter '%s' has qkv.groups %d (>= 1)", name, q.groups) end
+      cs.qkv_groups = q.groups
+      for c = 1, 3 do cs.qkv_rows[c - 1] = q.rows[c] end
+   end
+end
+
 local function c_specs(specs)
    local n = #specs
    local c = ffi.new("lw_param_spec[?]", math.max(n, 1))
@@ -134,6 +165,7 @@ local function c_specs(specs)
       cs.expert = s.expert == true
       cs.shared_embedding = s.shared_embedding == true
       cs.muon = s.optimizer == "muon"
+      tp_fields(cs, s)
    end
    return c, n
 end
@@ -165,6 +197,7 @@ local function read(self, specs)
       local p = {
          name = s.name, shape = s.shape, optimizer = s.optimizer, role = s.role,
          shared_embedding = s.shared_embedding == true, expert = s.expert == true,
+         tp = s.tp, qkv = s.qkv,
          buffer = place.buffer + 1, bucket = place.bucket + 1,
          start = tonumber(place.start), stop = tonumber(place.stop),
          owner = place.owner >= 0 and place.owner or nil,

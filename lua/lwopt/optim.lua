@@ -1,9 +1,12 @@
 -- optim.lua: lw.optim.new, the optimizer over lw.ddp buffers (src/core/optimizer.c): Muon on
 -- the matrices each rank owns, AdamW on its elements, options named as in REFERENCE.md
 -- sections 6-7. Parameters fall into hyper-parameter groups by (optimizer, lr, weight decay),
--- taken from the routing rule's opts, the optimizer's options, and the defaults.
+-- taken from the routing rule's opts, the optimizer's options, and the defaults. Under tensor
+-- parallelism (section 9) tp_comm is the rank's TP group and muon.tp_mode / muon.split_qkv say
+-- how Muon treats the TP shards and the fused QKV weights (the specs' tp and qkv fields).
 local ffi = require("ffi")
 local C = require("lwopt.C")
+local comm_mod = require("lwopt.comm")
 
 local lib = C.lib
 local optim = {}
@@ -48,10 +51,10 @@ local function set(list)
    return s
 end
 
-local TOP = set{ "mode", "lr", "weight_decay", "clip", "muon", "adamw" }
+local TOP = set{ "mode", "lr", "weight_decay", "clip", "muon", "adamw", "tp_comm" }
 local MUON = set{ "lr", "weight_decay", "momentum", "nesterov", "ns_steps", "coefficients",
    "coefficients_repeat", "weight_decay_mode", "scale", "extra_scale", "eps", "symmetric",
-   "precision" }
+   "precision", "tp_mode", "split_qkv" }
 local ADAMW = set{ "lr", "weight_decay", "beta1", "beta2", "eps" }
 
 local function pick(value, default) if value == nil then return default end return value end
@@ -63,6 +66,7 @@ local TYPES = {
    lr = "number", weight_decay = "number", clip = "number", momentum = "number",
    ns_steps = "integer", extra_scale = "number", eps = "number", beta1 = "number",
    beta2 = "number", nesterov = "boolean", symmetric = "boolean", coefficients_repeat = "boolean",
+   split_qkv = "boolean",
 }
 
 -- Checks the types of an option table's values (where: "", "muon" or "adamw").
@@ -122,6 +126,10 @@ local function c_options(o, m, a)
    c.muon.precision = choice("ns_precision",
       pick(m.precision, C.name("ns_precision", c.muon.precision)), C.names("ns_precision"),
       "muon.precision")
+   c.muon.tp_mode = choice("muon_tp_mode",
+      pick(m.tp_mode, C.name("muon_tp_mode", c.muon.tp_mode)), C.names("muon_tp_mode"),
+      "muon.tp_mode")
+   c.muon.split_qkv = pick(m.split_qkv, c.muon.split_qkv)
    c.adamw.beta1 = pick(a.beta1, c.adamw.beta1)
    c.adamw.beta2 = pick(a.beta2, c.adamw.beta2)
    c.adamw.eps = pick(a.eps, c.adamw.eps)
@@ -147,9 +155,25 @@ local function group_of(spec, o, m, a)
    return spec.optimizer, lr, wd
 end
 
--- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, muon = { lr, weight_decay,
--- momentum, nesterov, ns_steps, coefficients, coefficients_repeat, weight_decay_mode, scale,
--- extra_scale, eps, symmetric, precision }, adamw = { lr, weight_decay, beta1, beta2, eps } }.
+-- The TP group as the C optimizer takes it: tp itself when it moves the buffers' memory (or
+-- under blockwise, which has no collectives), else a device communicator over it (collective).
+local function tp_for(tp, d, mode)
+   if tp == nil then return nil end
+   if type(tp) ~= "table" or tp._c == nil then
+      fail("tp_comm must be a communicator (lw.comm), got %s", type(tp))
+   end
+   if tp.size == 1 or mode == lib.LW_MUON_TP_BLOCKWISE or tp:reaches(d.device) then return tp end
+   return comm_mod.device(tp, d.device)
+end
+
+-- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, tp_comm, muon = { lr,
+-- weight_decay, momentum, nesterov, ns_steps, coefficients, coefficients_repeat,
+-- weight_decay_mode, scale, extra_scale, eps, symmetric, precision, tp_mode, split_qkv },
+-- adamw = { lr, weight_decay, beta1, beta2, eps } }. tp_comm: this rank's tensor-parallel group
+-- (an lw.comm: its ranks hold the shards of the same tensors, with ddp's built from the same
+-- local specs on each); nil: no TP. muon.tp_mode: "duplicated" (default), "distributed" or
+-- "blockwise"; muon.split_qkv (default true): Q, K and V of a fused QKV weight orthogonalised
+-- apart.
 function optim.new(d, opts)
    local o = check_keys(opts, TOP, "")
    local m, a = check_keys(o.muon, MUON, "muon"), check_keys(o.adamw, ADAMW, "adamw")
@@ -161,10 +185,12 @@ function optim.new(d, opts)
          d.mode)
    end
    local c, keep = c_options(o, m, a)
+   local tp = tp_for(o.tp_comm, d, c.muon.tp_mode)
+   c.tp_comm = tp and tp._c or nil
    local out = ffi.new("lw_optimizer*[1]")
    C.check(lib.lw_optimizer_new(d._c, c, out), WHERE)
    local self = setmetatable({ ddp = d, mode = d.mode, groups = {}, _keep = keep,
-      _lr_scale = 1 }, Optimizer)
+      _lr_scale = 1, tp_comm = o.tp_comm, _tp = tp }, Optimizer)
    self._c = ffi.gc(out[0], lib.lw_optimizer_free)
    local by_key = {}
    for i, spec in ipairs(d.specs) do

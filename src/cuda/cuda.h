@@ -1,9 +1,9 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
  * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; linear.c, embedding.c,
  * layers.c, cross_entropy.c, moe.c: the model kernels' entries, with linear.c's GEMM helper;
- * nccl.c: the NCCL communicator). The library fills the core's device table
- * (core/device/device.h) and reports errors through the host's fail function: it cannot link the
- * core's internal symbols. Not public API. */
+ * muon_tp.c: Muon's tensor-parallel entries; nccl.c: the NCCL communicator). The library fills
+ * the core's device table (core/device/device.h) and reports errors through the host's fail
+ * function: it cannot link the core's internal symbols. Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
 
@@ -191,6 +191,14 @@ lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const fl
 lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float *dy,
                                const float *src, const float *w, const int32_t *rows, int64_t m,
                                int64_t c);
+
+/* muon_tp.c: the 2-D copy and Muon's distributed TP Newton-Schulz halves (device.h) */
+lw_status lwc_copy_2d(lw_stream *s, float *dst, int64_t dst_ld, const float *src, int64_t src_ld,
+                      int64_t rows, int64_t cols);
+lw_status lwc_ns_gram(lw_stream *s, const float *x, float *a, int64_t p, int64_t q,
+                      bool transposed);
+lw_status lwc_ns_step(lw_stream *s, const float abc[3], float *a, float *x, int64_t p, int64_t q,
+                      bool transposed, float *work);
 
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new). */
 lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out);

@@ -267,6 +267,9 @@ static const lwi_device_ops cuda_ops = {
     .cross_entropy_partial_forward = lwc_cross_entropy_partial_forward,
     .cross_entropy_combine = lwc_cross_entropy_combine,
     .cross_entropy_partial_backward = lwc_cross_entropy_partial_backward,
+    .copy_2d = lwc_copy_2d,
+    .ns_gram = lwc_ns_gram,
+    .ns_step = lwc_ns_step,
 };
 
 /* Why no GPU can be had, in the words a user can act on. */

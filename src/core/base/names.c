@@ -208,6 +208,24 @@ lw_status lw_muon_scale_from_name(const char *name, lw_muon_scale *out) {
     return st;
 }
 
+static const char *const muon_tp_mode_names[] = {
+    [LW_MUON_TP_DUPLICATED] = "duplicated",
+    [LW_MUON_TP_DISTRIBUTED] = "distributed",
+    [LW_MUON_TP_BLOCKWISE] = "blockwise",
+};
+static const names MUON_TP_MODE = NAMES("Muon TP mode", muon_tp_mode_names);
+
+const char *lw_muon_tp_mode_name(lw_muon_tp_mode mode) {
+    return name_of(MUON_TP_MODE, (int32_t)mode);
+}
+
+lw_status lw_muon_tp_mode_from_name(const char *name, lw_muon_tp_mode *out) {
+    int32_t v = 0;
+    lw_status st = value_of(MUON_TP_MODE, name, out != NULL, &v);
+    if (st == LW_OK) *out = (lw_muon_tp_mode)v;
+    return st;
+}
+
 static const char *const path_kind_names[] = {
     [LW_PATH_MISSING] = "missing",
     [LW_PATH_FILE] = "file",

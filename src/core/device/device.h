@@ -12,8 +12,9 @@
 
 #define LWI_DEVICE_ABI 6 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
                             the mixture-of-experts kernels (router, aux loss, gather, combine);
-                            6: tensor parallelism's vocabulary-range embedding and partial
-                            cross-entropy */
+                            6: tensor parallelism: the vocabulary-range embedding,
+                            the partial cross-entropy, copy_2d and Muon's distributed
+                            TP steps (ns_gram, ns_step) */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -172,6 +173,21 @@ typedef struct lwi_device_ops {
                                                 const int32_t *targets, const float *lse,
                                                 int64_t n, int64_t c, int64_t v, int64_t first,
                                                 int64_t vocab, float loss_scale);
+    /* rows x cols floats (device memory, on the stream) from src, rows src_ld floats apart, to
+     * dst, rows dst_ld floats apart (lds >= cols; the two must not overlap): Muon's TP shards
+     * and QKV blocks moved between a matrix and its pieces */
+    lw_status (*copy_2d)(lw_stream *s, float *dst, int64_t dst_ld, const float *src,
+                         int64_t src_ld, int64_t rows, int64_t cols);
+    /* Newton-Schulz in halves around an all-reduce of the Gram matrix (Muon's distributed TP
+     * mode, optim/muon_tp.c), fp32 whatever the plan's precision. X is p x q, stored row-major
+     * (ld q), or when `transposed` as the row-major q x p matrix X^T (ld p). ns_gram: a = X X^T,
+     * p x p, both triangles. ns_step: X = abc[0] X + (abc[1] A + abc[2] A A) X for a symmetric
+     * A (both triangles, which it may rewrite from one another), in place, with work of at
+     * least p * p + p * q floats. abc is host memory. */
+    lw_status (*ns_gram)(lw_stream *s, const float *x, float *a, int64_t p, int64_t q,
+                         bool transposed);
+    lw_status (*ns_step)(lw_stream *s, const float abc[3], float *a, float *x, int64_t p,
+                         int64_t q, bool transposed, float *work);
 } lwi_device_ops;
 
 struct lw_device {

@@ -15,10 +15,20 @@ int64_t lw_shard_divisor(int32_t dp, bool high_busbw) {
     return lwi_lcm(64, lw_bucket_end_divisor(dp, high_busbw) / dp);
 }
 
+static double matrix_cost(double m, double n) { return m >= n ? m * n * n : n * m * m; }
+
+/* The layout does not see the optimizer's split_qkv: a fused QKV weight is costed as the
+ * default splits it, into (groups * q) x cols, (groups * k) x cols and (groups * v) x cols. */
 double lwi_param_cost(const lwi_param *p) {
     if (p->ndim != 2) return (double)p->numel;
-    double m = (double)p->shape[0], n = (double)p->shape[1];
-    return m >= n ? m * n * n : n * m * m;
+    const double n = (double)p->shape[1];
+    if (p->qkv_groups > 0) {
+        double sum = 0.0;
+        for (int c = 0; c < 3; c++)
+            sum += matrix_cost((double)p->qkv_groups * (double)p->qkv_rows[c], n);
+        return sum;
+    }
+    return matrix_cost((double)p->shape[0], n);
 }
 
 void lwi_bucket_open(lwi_buffer *b, int64_t start) {

@@ -47,6 +47,54 @@ static lw_status check_options(const lw_layout_options *o) {
 
 static bool valid_dtype(lw_dtype d) { return d >= LW_DTYPE_F32 && d <= LW_DTYPE_F16; }
 
+/* The tensor-parallel fields of a spec whose shape is already checked (REFERENCE.md section 9):
+ * a TP shard names one of its dimensions, whose local size its blocks divide; a fused QKV
+ * weight is 2-D with exactly groups x (q + k + v) rows. */
+static lw_status check_tp(const lw_param_spec *s) {
+    if (s->tp_blocks < 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' has tp_blocks %d (>= 1 for a TP shard, 0 for a "
+                        "tensor replicated over TP)",
+                        s->name, s->tp_blocks);
+    if (s->tp_blocks > 0) {
+        if (s->tp_dim < 0 || s->tp_dim >= s->ndim)
+            return lwi_fail(LW_ERR_INVALID,
+                            "layout: parameter '%s' is sharded over TP along dimension %d, but "
+                            "it has %d dimensions (tp_dim 0 to %d)",
+                            s->name, s->tp_dim, s->ndim, s->ndim - 1);
+        if (s->shape[s->tp_dim] % s->tp_blocks != 0)
+            return lwi_fail(LW_ERR_INVALID,
+                            "layout: parameter '%s' has local size %lld along its TP dimension "
+                            "%d, not a multiple of its %d TP blocks",
+                            s->name, (long long)s->shape[s->tp_dim], s->tp_dim, s->tp_blocks);
+    }
+    if (s->qkv_groups < 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' has qkv_groups %d (>= 1 for a fused QKV weight, "
+                        "0 otherwise)",
+                        s->name, s->qkv_groups);
+    if (s->qkv_groups == 0) return LW_OK;
+    if (s->ndim != 2)
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' is a fused QKV weight (qkv_groups %d) but has %d "
+                        "dimensions (a QKV weight is 2-D)",
+                        s->name, s->qkv_groups, s->ndim);
+    const int64_t q = s->qkv_rows[0], k = s->qkv_rows[1], v = s->qkv_rows[2], rows = s->shape[0];
+    if (q < 1 || k < 1 || v < 1 || q > rows || k > rows || v > rows)
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' has qkv rows {%lld, %lld, %lld}: each must be "
+                        "between 1 and its %lld rows",
+                        s->name, (long long)q, (long long)k, (long long)v, (long long)rows);
+    const int64_t group = q + k + v;
+    if (rows % group != 0 || rows / group != s->qkv_groups)
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' has %lld rows, but its %d qkv groups of %lld + "
+                        "%lld + %lld rows make %.0f",
+                        s->name, (long long)rows, s->qkv_groups, (long long)q, (long long)k,
+                        (long long)v, (double)s->qkv_groups * (double)group);
+    return LW_OK;
+}
+
 /* Copies and validates one spec; the name is copied last so that a failure owns nothing. */
 static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
     if (s->name == NULL || s->name[0] == '\0')
@@ -77,6 +125,8 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
                         "layout: parameter '%s' is a shared embedding and cannot "
                         "be managed by Muon",
                         s->name);
+    lw_status st = check_tp(s);
+    if (st != LW_OK) return st;
     memset(p, 0, sizeof *p);
     p->ndim = s->ndim;
     memcpy(p->shape, s->shape, sizeof p->shape);
@@ -88,6 +138,14 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
     p->expert = s->expert;
     p->shared_embedding = s->shared_embedding;
     p->muon = s->muon;
+    if (s->tp_blocks > 0) {
+        p->tp_dim = s->tp_dim;
+        p->tp_blocks = s->tp_blocks;
+    }
+    if (s->qkv_groups > 0) {
+        p->qkv_groups = s->qkv_groups;
+        memcpy(p->qkv_rows, s->qkv_rows, sizeof p->qkv_rows);
+    }
     p->owner = -1;
     p->name = strdup(s->name);
     if (p->name == NULL) return lwi_fail(LW_ERR_NOMEM, "layout: out of memory");

@@ -15,6 +15,12 @@ typedef struct lwi_param {
     bool expert;
     bool shared_embedding;
     bool muon;
+    /* tensor parallelism, as lw_param_spec: tp_blocks 0 = replicated over TP; qkv_groups 0 =
+     * not a fused QKV weight */
+    int32_t tp_dim;
+    int32_t tp_blocks;
+    int32_t qkv_groups;
+    int64_t qkv_rows[3];
     /* placement */
     int32_t buffer;
     int32_t bucket;
@@ -60,7 +66,8 @@ struct lw_layout {
     double *rank_cost;   /* [owned] stats.ranks entries */
 };
 
-/* Newton-Schulz cost of a param: max(m,n) * min(m,n)^2 for a 2-D (m, n), numel otherwise. */
+/* Newton-Schulz cost of a param: max(m,n) * min(m,n)^2 for a 2-D (m, n), numel otherwise; a
+ * fused QKV weight the sum over its Q, K and V matrices (Muon's split_qkv, the default). */
 double lwi_param_cost(const lwi_param *p);
 /* The k-th param of a buffer in backprop (reverse definition) order. */
 static inline int32_t lwi_backprop(const lwi_buffer *b, int32_t k) {

@@ -173,6 +173,18 @@ lw_status lw_layout_hash(const lw_layout *l, char *hex) {
         fnv_int(&f, p->bucket);
         fnv_int(&f, p->start);
         fnv_int(&f, p->owner);
+        /* only when present, so that the hashes of layouts without TP stay as they were */
+        if (p->tp_blocks > 0) {
+            fnv_int(&f, 0x7470); /* "tp" */
+            fnv_int(&f, p->tp_dim);
+            fnv_int(&f, p->tp_blocks);
+        }
+        if (p->qkv_groups > 0) {
+            fnv_int(&f, 0x716b76); /* "qkv" */
+            fnv_int(&f, p->qkv_groups);
+            for (int c = 0; c < 3; c++)
+                fnv_int(&f, p->qkv_rows[c]);
+        }
     }
     for (int32_t bi = 0; bi < l->n_buffers; bi++) {
         const lwi_buffer *b = &l->buffers[bi];

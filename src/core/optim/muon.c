@@ -46,6 +46,8 @@ lw_muon_options lw_muon_defaults(void) {
     o.eps = 1e-7f;
     o.symmetric = true;
     o.precision = LW_NS_BF16;
+    o.tp_mode = LW_MUON_TP_DUPLICATED;
+    o.split_qkv = true;
     return o;
 }
 
@@ -84,6 +86,8 @@ static lw_status check_options(const lw_muon_options *o) {
     if (lw_ns_precision_name(o->precision) == NULL)
         return lwi_fail(LW_ERR_INVALID, "muon: unknown Newton-Schulz precision %d",
                         (int)o->precision);
+    if (lw_muon_tp_mode_name(o->tp_mode) == NULL)
+        return lwi_fail(LW_ERR_INVALID, "muon: unknown TP mode %d", (int)o->tp_mode);
     return LW_OK;
 }
 
@@ -234,6 +238,14 @@ static double scale_of(const lw_muon_options *o, int64_t rows, int64_t cols) {
     default:
         return sqrt(big);
     }
+}
+
+const lw_muon_options *lwi_muon_options(const lw_muon *m) { return &m->o; }
+
+const float *lwi_muon_abc(const lw_muon *m) { return m->abc; }
+
+double lwi_muon_scale(const lw_muon *m, int64_t rows, int64_t cols) {
+    return scale_of(&m->o, rows, cols) * (double)m->o.extra_scale;
 }
 
 lw_status lw_muon_momentum(lw_muon *m, lw_stream *stream, float *w, const float *g, float *mom,

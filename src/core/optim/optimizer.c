@@ -7,65 +7,20 @@
  * each rank runs weight decay and momentum on its slice, one all-gather per bucket assembles
  * every matrix's update, each rank holding a slice of a matrix orthogonalises the whole of it
  * and keeps its slice. That all-gather and the repeated Newton-Schulz are what the
- * shard-aligned layouts avoid. */
-#include "optim/optim.h"
+ * shard-aligned layouts avoid.
+ *
+ * Under tensor parallelism (a TP communicator of t > 1 ranks) every TP rank runs this over its
+ * DP group on its local shards, with the same layout, so the owners of a full matrix's t shards
+ * form one TP group and meet its collectives in the same order: the TP shards and the split
+ * QKV weights go through muon_tp.c one by one after the batches, in owned order (row-sharded:
+ * in their bucket's turn). The norm adds every TP rank's shards and TP rank 0's replicated
+ * tensors (one all-reduce over TP before the one over the DP group). */
+#include "optim/optimizer.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct owned {
-    int32_t param;
-    int64_t start; /* elements of the param this rank updates */
-    int64_t count;
-    bool muon;
-    float *state; /* [owned, device memory] Muon: momentum (count); AdamW: m then v (2 * count) */
-    bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
-    bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
-                     whole matrix orthogonalised from the bucket's gathered update */
-} owned;
-
-/* Owned whole Muon matrices of one shape, updated together: momentum of each, Newton-Schulz of
- * all of them as one batch (batched GEMMs on a GPU), then each step. */
-typedef struct muon_batch {
-    int64_t rows;
-    int64_t cols;
-    int32_t first; /* its members: batch_members[first .. first + count) (indices of owned) */
-    int32_t count;
-} muon_batch;
-
-/* Floats of updates a batch may hold on a GPU (128 MiB; its Newton-Schulz workspace is about
- * as much again). On the CPU a batch is one matrix: OpenBLAS gains nothing from more, and the
- * workspace stays one matrix's. */
-#define BATCH_FLOATS ((int64_t)1 << 25)
-#define BATCH_MATRICES 1024
-
-struct lw_optimizer {
-    lw_buffers *buffers;
-    const lw_layout *layout;
-    lw_device *device; /* [borrowed] the buffers': state and arithmetic live there */
-    lw_stream *stream; /* [borrowed] its default stream */
-    double *norm_acc;  /* [owned, device memory] sum of squares and zeros of the owned grads */
-    lw_optimizer_options o;
-    lw_muon *muon;
-    int32_t n_owned;
-    owned *owned;   /* [owned] */
-    int32_t *group; /* [owned] per param */
-    int32_t n_groups;
-    float *lr; /* [owned] per group */
-    float *wd; /* [owned] per group */
-    int64_t step;
-    int64_t skips;
-    float *gathered;   /* [owned, device memory] row-sharded Muon: a bucket's assembled update */
-    float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
-    int64_t gathered_numel;
-    int64_t orthogonal_numel;
-    lwi_adamw_tensor *adamw; /* [owned] n_owned: the step's AdamW tensors, one call for all */
-    int32_t n_batches;
-    muon_batch *batches;    /* [owned] */
-    int32_t *batch_members; /* [owned] */
-};
 
 lw_optimizer_options lw_optimizer_defaults(void) {
     lw_optimizer_options o;
@@ -89,7 +44,8 @@ static lw_status check_adamw(const lw_adamw_options *a) {
 /* What this rank updates, and its state. */
 static lw_status collect_owned(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
-    opt->owned = calloc((size_t)(l->n_params ? l->n_params : 1), sizeof(owned));
+    int64_t tp_numel = 0;
+    opt->owned = calloc((size_t)(l->n_params ? l->n_params : 1), sizeof(lwi_owned));
     if (opt->owned == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
     for (int32_t i = 0; i < l->n_params; i++) {
         const lwi_param *p = &l->params[i];
@@ -110,14 +66,19 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             "dimensions",
                             p->name, p->ndim);
         if (count == 0) continue;
-        owned *o = &opt->owned[opt->n_owned++];
+        lwi_owned *o = &opt->owned[opt->n_owned++];
         o->param = i;
         o->start = start;
         o->count = count;
         o->muon = p->muon;
         o->counted = lb->algorithm != LW_ALGORITHM_DEFAULT ||
                      lw_comm_rank(lw_buffers_comm(opt->buffers)) == 0;
+        /* a tensor replicated over TP is the same on every TP rank: counted on rank 0's */
+        if (opt->tp_comm != NULL && p->tp_blocks == 0 && lw_comm_rank(opt->tp_comm) != 0)
+            o->counted = false;
         o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
+        o->tp = p->muon && !o->sliced && lwi_muon_tp_takes(opt->tp, p);
+        if (o->tp && p->numel > tp_numel) tp_numel = p->numel;
         const int64_t floats = p->muon ? count : 2 * count;
         void *state = NULL;
         if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * floats, &state) != LW_OK)
@@ -146,51 +107,18 @@ static lw_status collect_owned(lw_optimizer *opt) {
             return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for row-sharded Muon: %s",
                             lw_last_error());
     }
+    if (tp_numel > 0) {
+        void *u = NULL;
+        lw_status st = lw_device_alloc(opt->device, 4 * tp_numel, &u);
+        opt->tp_update = u;
+        if (st != LW_OK)
+            return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for Muon's TP updates: %s",
+                            lw_last_error());
+    }
     void *acc = NULL;
     lw_status st = lw_device_alloc(opt->device, 2 * sizeof(double), &acc);
     opt->norm_acc = acc;
     return st;
-}
-
-/* Groups the owned whole Muon matrices by shape, in owned order, each batch within the cap. */
-static lw_status make_batches(lw_optimizer *opt) {
-    const lw_layout *l = opt->layout;
-    const int32_t n = opt->n_owned ? opt->n_owned : 1;
-    opt->batches = calloc((size_t)n, sizeof(muon_batch));
-    opt->batch_members = calloc((size_t)n, sizeof(int32_t));
-    opt->adamw = calloc((size_t)n, sizeof(lwi_adamw_tensor));
-    bool *placed = calloc((size_t)n, sizeof(bool));
-    if (opt->batches == NULL || opt->batch_members == NULL || opt->adamw == NULL ||
-        placed == NULL) {
-        free(placed);
-        return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
-    }
-    const bool one = lw_device_is_host(opt->device);
-    int32_t members = 0;
-    for (int32_t k = 0; k < opt->n_owned; k++) {
-        const owned *o = &opt->owned[k];
-        if (!o->muon || o->sliced || placed[k]) continue;
-        const lwi_param *p = &l->params[o->param];
-        muon_batch *b = &opt->batches[opt->n_batches++];
-        b->rows = p->shape[0];
-        b->cols = p->shape[1];
-        b->first = members;
-        for (int32_t j = k; j < opt->n_owned; j++) {
-            const owned *oj = &opt->owned[j];
-            const lwi_param *pj = &l->params[oj->param];
-            if (!oj->muon || oj->sliced || placed[j] || pj->shape[0] != b->rows ||
-                pj->shape[1] != b->cols)
-                continue;
-            if (b->count > 0 && (one || b->count == BATCH_MATRICES ||
-                                 (b->count + 1) * b->rows * b->cols > BATCH_FLOATS))
-                break;
-            placed[j] = true;
-            opt->batch_members[members++] = j;
-            b->count++;
-        }
-    }
-    free(placed);
-    return LW_OK;
 }
 
 lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
@@ -210,6 +138,8 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     opt->stream = lw_device_stream(opt->device);
     opt->o = o;
     if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
+    if ((st = lwi_optimizer_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
+    if ((st = lwi_muon_tp_new(opt->device, opt->tp_comm, &o.muon, &opt->tp)) != LW_OK) goto fail;
     opt->n_groups = 1;
     opt->group =
         calloc((size_t)(opt->layout->n_params ? opt->layout->n_params : 1), sizeof(int32_t));
@@ -220,7 +150,7 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
         goto fail;
     }
     if ((st = collect_owned(opt)) != LW_OK) goto fail;
-    if ((st = make_batches(opt)) != LW_OK) goto fail;
+    if ((st = lwi_optimizer_make_batches(opt)) != LW_OK) goto fail;
     *out = opt;
     return LW_OK;
 fail:
@@ -243,6 +173,8 @@ void lw_optimizer_free(lw_optimizer *opt) {
     free(opt->batch_members);
     free(opt->adamw);
     lw_muon_free(opt->muon);
+    lwi_muon_tp_free(opt->tp);
+    lw_device_free(opt->device, opt->tp_update);
     free(opt);
 }
 
@@ -294,7 +226,7 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
     double local[2] = {0.0, 0.0};
     lw_status st = lw_device_set(opt->stream, opt->norm_acc, 0, sizeof local);
     for (int32_t k = 0; st == LW_OK && k < opt->n_owned; k++) {
-        const owned *o = &opt->owned[k];
+        const lwi_owned *o = &opt->owned[k];
         if (!o->counted) continue;
         float *g;
         st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
@@ -304,6 +236,11 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
         st = lw_device_copy(opt->stream, local, opt->norm_acc, sizeof local,
                             LW_COPY_DEVICE_TO_HOST);
     if (st != LW_OK) return st;
+    if (opt->tp_comm != NULL) {
+        lw_comm_set_label(opt->tp_comm, "the gradient norm over TP");
+        if ((st = lw_comm_allreduce(opt->tp_comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM)) != LW_OK)
+            return st;
+    }
     lw_comm *comm = lw_buffers_comm(opt->buffers);
     lw_comm_set_label(comm, "the global gradient norm");
     st = lw_comm_allreduce(comm, local, 2, LW_DTYPE_F64, LW_REDUCE_SUM);
@@ -312,88 +249,11 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
     return st;
 }
 
-/* Row-sharded Muon on one bucket of an element-wise Muon buffer: momentum on the owned slices,
- * written where they lie in this rank's shard of the bucket; an all-gather assembles the whole
- * update of every matrix in it; each rank orthogonalises the matrices it holds a slice of. */
-static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, float grad_scale,
-                                      lw_step_result *r) {
-    const lw_layout *l = opt->layout;
-    const lwi_buffer *lb = &l->buffers[b];
-    const lwi_bucket *bk = &lb->buckets[k];
-    lw_comm *comm = lw_buffers_buffer_comm(opt->buffers, b);
-    const int64_t count = bk->stop - bk->start, shard = count / lb->dp;
-    const int32_t rank = lw_comm_rank(comm);
-    float *u = opt->gathered;
-    /* padding stays zero */
-    lw_status st = lw_device_set(opt->stream, u + rank * shard, 0, (int64_t)sizeof(float) * shard);
-    for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
-        owned *o = &opt->owned[j];
-        const lwi_param *p = &l->params[o->param];
-        if (!o->sliced || p->buffer != b || p->bucket != k) continue;
-        float *w, *g;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
-        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
-        const int32_t grp = opt->group[o->param];
-        if (st == LW_OK)
-            st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state,
-                                  u + (p->start - bk->start) + o->start, o->count, opt->lr[grp],
-                                  opt->wd[grp], grad_scale);
-    }
-    double t = lwi_now();
-    char label[64];
-    snprintf(label, sizeof label, "the Muon updates of buffer %d bucket %d", b + 1, k + 1);
-    lw_comm_set_label(comm, label);
-    if (st == LW_OK) st = lw_comm_allgather(comm, u, count, LW_DTYPE_F32, NULL);
-    r->seconds_muon_comm += lwi_now() - t;
-    for (int32_t j = 0; st == LW_OK && j < opt->n_owned; j++) {
-        owned *o = &opt->owned[j];
-        const lwi_param *p = &l->params[o->param];
-        if (!o->sliced || p->buffer != b || p->bucket != k) continue;
-        float *w;
-        st = lw_muon_orthogonalize(opt->muon, opt->stream, u + (p->start - bk->start),
-                                   opt->orthogonal, p->shape[0], p->numel / p->shape[0]);
-        if (st == LW_OK) st = lw_buffers_owned_param(opt->buffers, o->param, &w);
-        if (st == LW_OK)
-            st = lw_muon_apply(opt->muon, opt->stream, w, opt->orthogonal + o->start, o->count,
-                               p->shape[0], p->numel / p->shape[0], opt->lr[opt->group[o->param]]);
-    }
-    return st;
-}
-
-/* One batch of whole Muon matrices: weight decay and momentum of each into the batch's update
- * array, Newton-Schulz of all of them, then each step. */
-static lw_status update_muon_batch(lw_optimizer *opt, const muon_batch *b, float grad_scale) {
-    const int64_t n = b->rows * b->cols;
-    float *u;
-    lw_status st = lwi_muon_batch_updates(opt->muon, opt->stream, b->count, b->rows, b->cols, &u);
-    for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
-        owned *o = &opt->owned[opt->batch_members[b->first + i]];
-        const int32_t grp = opt->group[o->param];
-        float *w, *g;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
-        if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
-        if (st == LW_OK)
-            st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state, u + i * n, n,
-                                  opt->lr[grp], opt->wd[grp], grad_scale);
-    }
-    if (st == LW_OK)
-        st = lwi_muon_orthogonalize_batch(opt->muon, opt->stream, u, b->count, b->rows, b->cols);
-    for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
-        owned *o = &opt->owned[opt->batch_members[b->first + i]];
-        float *w;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
-        if (st == LW_OK)
-            st = lw_muon_apply(opt->muon, opt->stream, w, u + i * n, n, b->rows, b->cols,
-                               opt->lr[opt->group[o->param]]);
-    }
-    return st;
-}
-
 /* Every AdamW element this rank owns, in one multi-tensor call. */
 static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
     int32_t count = 0;
     for (int32_t k = 0; k < opt->n_owned; k++) {
-        owned *o = &opt->owned[k];
+        lwi_owned *o = &opt->owned[k];
         if (o->muon) continue;
         lwi_adamw_tensor *x = &opt->adamw[count++];
         float *w, *g;
@@ -408,27 +268,10 @@ static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
 }
 
 static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
-    const lw_layout *l = opt->layout;
     double t0 = lwi_now();
-    lw_status st0 = update_adamw(opt, grad_scale);
+    lw_status st = update_adamw(opt, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
-    if (st0 != LW_OK) return st0;
-    for (int32_t b = 0; b < opt->n_batches; b++) {
-        double t = lwi_now();
-        lw_status st = update_muon_batch(opt, &opt->batches[b], grad_scale);
-        r->seconds_muon += lwi_now() - t;
-        if (st != LW_OK) return st;
-    }
-    double t = lwi_now();
-    for (int32_t b = 0; b < l->n_buffers; b++)
-        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
-                            k < l->buffers[b].n_buckets;
-             k++) {
-            lw_status st = update_sliced_bucket(opt, b, k, grad_scale, r);
-            if (st != LW_OK) return st;
-        }
-    r->seconds_muon += lwi_now() - t;
-    return LW_OK;
+    return st == LW_OK ? lwi_optimizer_muon(opt, grad_scale, r) : st;
 }
 
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
@@ -476,7 +319,7 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
     if (k < 0 || k >= opt->n_owned)
         return lwi_fail(LW_ERR_RANGE, "optimizer: state entry %d out of range [0, %d)", k,
                         opt->n_owned);
-    const owned *o = &opt->owned[k];
+    const lwi_owned *o = &opt->owned[k];
     out->param = o->param;
     out->muon = o->muon;
     out->start = o->start;

@@ -1,6 +1,6 @@
-/* cpu.c: the CPU device: host memory (64-byte aligned, zeroed), copies as memcpy, streams that
- * run work when it is issued (so events are complete once recorded), and the table of the
- * reference kernels in the other files of device/cpu/. */
+/* cpu.c: the CPU device: host memory (64-byte aligned, zeroed), copies as memcpy (2-D: a row at
+ * a time), streams that run work when it is issued (so events are complete once recorded), and
+ * the table of the reference kernels in the other files of device/cpu/. */
 #include "device/cpu/cpu.h"
 
 #include <stdio.h>
@@ -35,6 +35,14 @@ static lw_status cpu_copy(lw_stream *stream, void *dst, const void *src, int64_t
                           lw_copy_kind kind) {
     (void)stream, (void)kind;
     memcpy(dst, src, (size_t)bytes);
+    return LW_OK;
+}
+
+static lw_status cpu_copy_2d(lw_stream *stream, float *dst, int64_t dst_ld, const float *src,
+                             int64_t src_ld, int64_t rows, int64_t cols) {
+    (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(dst + i * dst_ld, src + i * src_ld, sizeof(float) * (size_t)cols);
     return LW_OK;
 }
 
@@ -135,4 +143,7 @@ const lwi_device_ops lwi_cpu_ops = {
     .cross_entropy_partial_forward = lwi_cpu_cross_entropy_partial_forward,
     .cross_entropy_combine = lwi_cpu_cross_entropy_combine,
     .cross_entropy_partial_backward = lwi_cpu_cross_entropy_partial_backward,
+    .copy_2d = cpu_copy_2d,
+    .ns_gram = lwi_cpu_ns_gram,
+    .ns_step = lwi_cpu_ns_step,
 };

@@ -18,6 +18,10 @@ lw_status lwi_cpu_muon_momentum(lw_stream *stream, const lwi_muon_step *k, float
                                 float *m, float *u, int64_t n);
 lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
                                 float *x, int64_t batch, int64_t rows, int64_t cols);
+lw_status lwi_cpu_ns_gram(lw_stream *stream, const float *x, float *a, int64_t p, int64_t q,
+                          bool transposed);
+lw_status lwi_cpu_ns_step(lw_stream *stream, const float abc[3], float *a, float *x, int64_t p,
+                          int64_t q, bool transposed, float *work);
 
 lw_status lwi_cpu_adamw(lw_stream *stream, const lw_adamw_options *o,
                         const lwi_adamw_tensor *tensors, int32_t count, int64_t t,

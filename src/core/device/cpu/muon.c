@@ -1,9 +1,10 @@
 /* muon.c: Muon's kernels on the CPU (REFERENCE.md section 6): the element-wise step (weight
- * decay, EMA momentum, Nesterov look-ahead) and Newton-Schulz on OpenBLAS. The symmetric
- * products X X^T and A A go through SYRK and B X through SYMM, which do about 3/4 (wide) to 2/3
- * (square) of the full-GEMM FLOPs. No transposes are copied: a row-major rows x cols matrix
- * with rows > cols is, read column-major, its cols x rows transpose. The coefficients, scales
- * and options are the optimizer's (optim/muon.c). */
+ * decay, EMA momentum, Nesterov look-ahead) and Newton-Schulz on OpenBLAS, whole or in the
+ * halves of the distributed TP mode (section 9: the Gram product, then the rest of a step).
+ * The symmetric products X X^T and A A go through SYRK and B X through SYMM, which do about
+ * 3/4 (wide) to 2/3 (square) of the full-GEMM FLOPs. No transposes are copied: a row-major
+ * rows x cols matrix with rows > cols is, read column-major, its cols x rows transpose. The
+ * coefficients, scales and options are the optimizer's (optim/muon.c). */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -41,47 +42,58 @@ static void symmetrize(float *a, int64_t p, bool row_major_upper) {
         }
 }
 
+/* The rest of a step once A = X X^T is in a (p x p, the triangle `order`'s upper one at least,
+ * or whole): next = a X + (b A + c A A) X from cur, with a2 (p x p) for the bracket. */
+static void combine(const float *abc, float *a, float *a2, const float *cur, float *next,
+                    int64_t p, int64_t q, CBLAS_ORDER order, int64_t ld, bool sym) {
+    /* B = b A + c A A (into a2); A is symmetric, so A A = A A^T */
+    if (abc[2] != 0.0f) {
+        if (sym) {
+            symmetrize(a, p, order == CblasRowMajor);
+            cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)p, abc[2], a, (int)p, 0.0f,
+                        a2, (int)p);
+        } else {
+            cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)p, (int)p, abc[2], a,
+                        (int)p, a, (int)p, 0.0f, a2, (int)p);
+        }
+        for (int64_t i = 0; i < p * p; i++)
+            a2[i] += abc[1] * a[i];
+    } else {
+        for (int64_t i = 0; i < p * p; i++)
+            a2[i] = abc[1] * a[i];
+    }
+    /* X' = a X + B X */
+    memcpy(next, cur, sizeof(float) * (size_t)(p * q));
+    if (sym) {
+        cblas_ssymm(order, CblasLeft, CblasUpper, (int)p, (int)q, 1.0f, a2, (int)p, cur, (int)ld,
+                    abc[0], next, (int)ld);
+    } else {
+        cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)p, 1.0f, a2, (int)p,
+                    cur, (int)ld, abc[0], next, (int)ld);
+    }
+}
+
+/* A = X X^T for X p x q in `order` with leading dimension ld: the upper triangle (SYRK) or the
+ * whole (GEMM). */
+static void gram(const float *x, float *a, int64_t p, int64_t q, CBLAS_ORDER order, int64_t ld,
+                 bool sym) {
+    if (sym) {
+        cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)q, 1.0f, x, (int)ld, 0.0f, a,
+                    (int)p);
+    } else {
+        cblas_sgemm(order, CblasNoTrans, CblasTrans, (int)p, (int)p, (int)q, 1.0f, x, (int)ld, x,
+                    (int)ld, 0.0f, a, (int)p);
+    }
+}
+
 /* Newton-Schulz on X (p x q, p <= q, in `order` with leading dimension ld), in place, using
  * work for A, A2 (p x p) and Y (p x q). */
 static void iterate(const lwi_ns_plan *plan, float *x, int64_t p, int64_t q, CBLAS_ORDER order,
                     int64_t ld) {
     float *a = plan->work, *a2 = a + p * p, *y = a + 2 * p * p, *cur = x, *next = y;
-    const bool sym = plan->symmetric;
     for (int32_t k = 0; k < plan->steps; k++) {
-        const float *abc = plan->abc + 3 * k;
-        /* A = X X^T */
-        if (sym) {
-            cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)q, 1.0f, cur, (int)ld, 0.0f,
-                        a, (int)p);
-        } else {
-            cblas_sgemm(order, CblasNoTrans, CblasTrans, (int)p, (int)p, (int)q, 1.0f, cur, (int)ld,
-                        cur, (int)ld, 0.0f, a, (int)p);
-        }
-        /* B = b A + c A A (into a2); A is symmetric, so A A = A A^T */
-        if (abc[2] != 0.0f) {
-            if (sym) {
-                symmetrize(a, p, order == CblasRowMajor);
-                cblas_ssyrk(order, CblasUpper, CblasNoTrans, (int)p, (int)p, abc[2], a, (int)p,
-                            0.0f, a2, (int)p);
-            } else {
-                cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)p, (int)p, abc[2], a,
-                            (int)p, a, (int)p, 0.0f, a2, (int)p);
-            }
-            for (int64_t i = 0; i < p * p; i++)
-                a2[i] += abc[1] * a[i];
-        } else {
-            for (int64_t i = 0; i < p * p; i++)
-                a2[i] = abc[1] * a[i];
-        }
-        /* X' = a X + B X */
-        memcpy(next, cur, sizeof(float) * (size_t)(p * q));
-        if (sym) {
-            cblas_ssymm(order, CblasLeft, CblasUpper, (int)p, (int)q, 1.0f, a2, (int)p, cur,
-                        (int)ld, abc[0], next, (int)ld);
-        } else {
-            cblas_sgemm(order, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)p, 1.0f, a2, (int)p,
-                        cur, (int)ld, abc[0], next, (int)ld);
-        }
+        gram(cur, a, p, q, order, ld, plan->symmetric);
+        combine(plan->abc + 3 * k, a, a2, cur, next, p, q, order, ld, plan->symmetric);
         float *t = cur;
         cur = next;
         next = t;
@@ -109,5 +121,26 @@ lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, cons
     const int64_t n = rows * cols;
     for (int64_t i = 0; i < batch; i++)
         newton_schulz(plan, u + i * n, x + i * n, rows, cols);
+    return LW_OK;
+}
+
+/* A row-major p x q X is read as stored; a transposed one (X^T row-major, q x p) is X read
+ * column-major with ld p, as newton_schulz reads a tall matrix. */
+lw_status lwi_cpu_ns_gram(lw_stream *stream, const float *x, float *a, int64_t p, int64_t q,
+                          bool transposed) {
+    (void)stream;
+    const CBLAS_ORDER order = transposed ? CblasColMajor : CblasRowMajor;
+    gram(x, a, p, q, order, transposed ? p : q, true);
+    symmetrize(a, p, order == CblasRowMajor);
+    return LW_OK;
+}
+
+lw_status lwi_cpu_ns_step(lw_stream *stream, const float abc[3], float *a, float *x, int64_t p,
+                          int64_t q, bool transposed, float *work) {
+    (void)stream;
+    const CBLAS_ORDER order = transposed ? CblasColMajor : CblasRowMajor;
+    float *a2 = work, *y = work + p * p;
+    combine(abc, a, a2, x, y, p, q, order, transposed ? p : q, true);
+    memcpy(x, y, sizeof(float) * (size_t)(p * q));
     return LW_OK;
 }

@@ -1,0 +1,73 @@
+/* optimizer.h: the optimizer object's data, shared by optimizer.c (the object, the gradient
+ * norm, AdamW, the step, the state) and optimizer_muon.c (Muon's updates and the TP checks).
+ * Not public API. */
+#ifndef LW_OPTIMIZER_H
+#define LW_OPTIMIZER_H
+
+#include "optim/optim.h"
+
+typedef struct lwi_owned {
+    int32_t param;
+    int64_t start; /* elements of the param this rank updates */
+    int64_t count;
+    bool muon;
+    float *state; /* [owned, device memory] Muon: momentum (count); AdamW: m then v (2 * count) */
+    bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
+    bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
+                     whole matrix orthogonalised from the bucket's gathered update */
+    bool tp;      /* a TP shard under TP or a split QKV weight: through muon_tp.c */
+} lwi_owned;
+
+/* Owned whole Muon matrices of one shape, updated together: momentum of each, Newton-Schulz of
+ * all of them as one batch (batched GEMMs on a GPU), then each step. */
+typedef struct lwi_muon_batch {
+    int64_t rows;
+    int64_t cols;
+    int32_t first; /* its members: batch_members[first .. first + count) (indices of owned) */
+    int32_t count;
+} lwi_muon_batch;
+
+/* Floats of updates a batch may hold on a GPU (128 MiB; its Newton-Schulz workspace is about
+ * as much again). On the CPU a batch is one matrix: OpenBLAS gains nothing from more, and the
+ * workspace stays one matrix's. */
+#define BATCH_FLOATS ((int64_t)1 << 25)
+#define BATCH_MATRICES 1024
+
+struct lw_optimizer {
+    lw_buffers *buffers;
+    const lw_layout *layout;
+    lw_device *device; /* [borrowed] the buffers': state and arithmetic live there */
+    lw_stream *stream; /* [borrowed] its default stream */
+    double *norm_acc;  /* [owned, device memory] sum of squares and zeros of the owned grads */
+    lw_optimizer_options o;
+    lw_muon *muon;
+    int32_t n_owned;
+    lwi_owned *owned;   /* [owned] */
+    int32_t *group; /* [owned] per param */
+    int32_t n_groups;
+    float *lr; /* [owned] per group */
+    float *wd; /* [owned] per group */
+    int64_t step;
+    int64_t skips;
+    float *gathered;   /* [owned, device memory] row-sharded Muon: a bucket's assembled update */
+    float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
+    int64_t gathered_numel;
+    int64_t orthogonal_numel;
+    lwi_adamw_tensor *adamw; /* [owned] n_owned: the step's AdamW tensors, one call for all */
+    int32_t n_batches;
+    lwi_muon_batch *batches;    /* [owned] */
+    int32_t *batch_members; /* [owned] */
+    lwi_muon_tp *tp;        /* [owned] TP shards and QKV splits (muon_tp.c) */
+    lw_comm *tp_comm;       /* [borrowed] NULL: no TP (or t = 1) */
+    float *tp_update;       /* [owned, device memory] a whole tp matrix's update */
+};
+
+/* optimizer_muon.c */
+/* Groups the owned whole Muon matrices (not row-sharded, not TP) into batches. */
+lw_status lwi_optimizer_make_batches(lw_optimizer *opt);
+/* Takes tp as the TP group when its size is above 1, after checking it (collective over it). */
+lw_status lwi_optimizer_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);
+/* Every Muon update this rank makes in a step; times into r. */
+lw_status lwi_optimizer_muon(lw_optimizer *opt, float grad_scale, lw_step_result *r);
+
+#endif
