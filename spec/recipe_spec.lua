@@ -334,16 +334,15 @@ describe("recipes/gpt_small.lua", function()
    describe("with tensor parallelism (--tp)", function()
       it("refuses what cannot work yet, before any work, naming the numbers", function()
          for _, case in ipairs({
-            { "--tp 2 --clip 0", 2, "--tp 2 does not divide the 1 ranks (the world splits into "
+            { "--tp 2", 2, "--tp 2 does not divide the 1 ranks (the world splits into "
               .. "TP groups of tp consecutive ranks)" },
-            { "--tp 3 --clip 0", 1, "--tp 3 does not divide the 4 attention heads (each TP rank "
+            { "--tp 3", 1, "--tp 3 does not divide the 4 attention heads (each TP rank "
               .. "holds n_head / tp heads) (--preset tiny: 4 heads, n_embd 64)" },
-            { "--tp 2", 1, "--tp 2 with --clip 1: gradient clipping under tensor parallelism "
-              .. "needs the TP-aware gradient norm, which lw.optim does not have yet; add --clip "
-              .. "0" },
-            { "--tp 2 --clip 0 --n-expert 4", 1, "--tp 2 with a mixture of experts (4 experts): "
+            { "--muon-tp-mode blockwise", 1, "--muon-tp-mode says how Muon treats matrices "
+              .. "split by tensor parallelism: add --tp" },
+            { "--tp 2 --n-expert 4", 1, "--tp 2 with a mixture of experts (4 experts): "
               .. "tensor parallelism splits dense models only for now" },
-            { "--tp 2 --clip 0 --n-expert 4 --ep 2", 1, "--tp 2 with ep 2: tensor and expert "
+            { "--tp 2 --n-expert 4 --ep 2", 1, "--tp 2 with ep 2: tensor and expert "
               .. "parallelism together are not supported yet (use one of them)" },
          }) do
             local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
@@ -352,10 +351,10 @@ describe("recipes/gpt_small.lua", function()
          end
       end)
 
-      it("trains at tp 2 as at tp 1: the same losses, sample and parameters #mpi", function()
+      it("trains at tp 2 as at tp 1, clipping included: the same losses, sample and parameters #mpi", function()
          local mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "
             .. "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
-         local args = " --preset tiny --steps 4 --optimizer adamw --clip 0 --sample 20 --quiet "
+         local args = " --preset tiny --steps 4 --optimizer adamw --clip 0.5 --sample 20 --quiet "
             .. "--save-params "
          local one, two = os.tmpname(), os.tmpname()
          local out1, status1 = helpers.sh("luajit " .. recipe .. args .. one)

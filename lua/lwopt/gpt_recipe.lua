@@ -106,8 +106,14 @@ recipe.flags = {
      .. "ranks", min = 1, max = 65536 },
    { "tp", "int", 1, "tensor parallelism: groups of TP consecutive ranks split every layer's "
      .. "heads, MLP channels and vocabulary (padded to a multiple of TP) and see the same batches; "
-     .. "TP must divide the ranks, the heads and 4 x n_embd; dense models, not with --ep, "
-     .. "--ckpt-dir or --clip above 0 yet", min = 1, max = 65536 },
+     .. "TP must divide the ranks, the heads and 4 x n_embd; dense models, not with --ep yet",
+     min = 1, max = 65536 },
+   { "muon-tp-mode", C.names("muon_tp_mode"), nil, "how Muon orthogonalises a matrix split over "
+     .. "--tp: duplicated (gathers it, every TP rank runs Newton-Schulz on the whole: as at tp 1), "
+     .. "distributed (all-reduces the Gram matrices: as at tp 1, less memory), blockwise (each "
+     .. "shard alone: no communication, a different optimizer) (default duplicated)" },
+   { "split-qkv", { "on", "off" }, "on", "Muon orthogonalises the fused attention weight's Q, K "
+     .. "and V blocks separately (as Megatron does)" },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
@@ -496,7 +502,8 @@ local function settings(v, comm, data)
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
             ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
-            topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp }
+            topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
+            muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
@@ -513,7 +520,8 @@ local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert =
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
-   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp" }
+   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
+   "split_qkv" }
 
 local function flag_value(key, value)
    if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
@@ -714,7 +722,9 @@ local function build_run(v, comm, data, rules)
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
       device = v.device, matmul = v.matmul })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
-      adamw = { beta1 = 0.9, beta2 = 0.95 }, muon = { precision = v.muon_precision } })
+      adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm,
+      muon = { precision = v.muon_precision, tp_mode = v.muon_tp_mode,
+               split_qkv = v.split_qkv == "on" } })
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
       local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)

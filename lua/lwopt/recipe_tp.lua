@@ -1,16 +1,22 @@
 -- recipe_tp.lua: tensor parallelism in recipes/gpt_small.lua (--tp, issue 17), kept beside
 -- gpt_recipe.lua: the refusals before any work, the process grid the run is built on, and the
 -- full tensors --save-params writes. The model's side is lw.nn.GPT{ tp } (lw.tp says how the
--- shards lie); the optimizer on the shards is lw.optim's as it is (Muon then orthogonalises each
--- TP rank's shard alone: "blockwise" until lw.optim takes the TP group).
+-- shards lie); the optimizer's, lw.optim with the TP group (tp_comm) and --muon-tp-mode.
 local lw = require("lwopt")
 
 local recipe_tp = {}
 
 -- Refuses --tp where it cannot work yet, with the flags' numbers (v: the checked flags, presets
--- filled). Needs no communicator: the world's size is checked by recipe_tp.check_world.
+-- filled), and --muon-tp-mode without --tp. Needs no communicator: the world's size is checked
+-- by recipe_tp.check_world.
 function recipe_tp.check_flags(v)
-   if v.tp == 1 then return end
+   if v.tp == 1 then
+      if v.muon_tp_mode then
+         error("--muon-tp-mode says how Muon treats matrices split by tensor parallelism: add "
+            .. "--tp", 0)
+      end
+      return
+   end
    local bad = lw.tp.check(v.tp, nil, { n_expert = v.n_expert, ep = v.ep })
    if bad then error("--" .. bad, 0) end
    bad = lw.tp.check(v.tp, nil, { n_head = v.n_head, n_embd = v.n_embd, hidden = 4 * v.n_embd,
@@ -18,13 +24,6 @@ function recipe_tp.check_flags(v)
    if bad then
       error(("--%s (--preset %s: %d heads, n_embd %d)"):format(bad, v.preset, v.n_head,
          v.n_embd), 0)
-   end
-   -- lift when lw.optim takes the TP group: its gradient norm must count the TP-replicated
-   -- tensors once, or the TP ranks of a replica clip by different factors and drift apart
-   if v.clip > 0 then
-      error(("--tp %d with --clip %g: gradient clipping under tensor parallelism needs the "
-         .. "TP-aware gradient norm, which lw.optim does not have yet; add --clip 0")
-         :format(v.tp, v.clip), 0)
    end
 end
 
@@ -44,11 +43,12 @@ function recipe_tp.ranks_text(run)
    return text
 end
 
--- A line for the start of a run when Muon runs on TP shards (nil otherwise): what it computes.
+-- A line for the start of a run whose Muon orthogonalises TP shards alone (nil otherwise): it
+-- is another optimizer than at tp 1.
 function recipe_tp.note(run, v)
-   if not run.tp or v.optimizer ~= "muon" then return nil end
-   return ("tp %d: Muon orthogonalises each TP rank's shards alone (blockwise), not the full "
-      .. "matrices, until lw.optim takes the TP group"):format(run.tp.size)
+   if not run.tp or v.optimizer ~= "muon" or v.muon_tp_mode ~= "blockwise" then return nil end
+   return ("tp %d, --muon-tp-mode blockwise: Muon orthogonalises each TP rank's shards alone, "
+      .. "so training differs from tp 1 by design"):format(run.tp.size)
 end
 
 -- tensors (ddp:params_on(0)'s list) with every TP-sharded parameter replaced on rank 0 by the

@@ -9,9 +9,11 @@
 --   reduced gradients on every rank), then training at ZeRO-1 and ZeRO-3;
 -- checkpoints: 2 steps saved at tp 3, 1 or 2, resumed at tp 1, 3, or tp 1 x dp 2, continue the
 -- tp 1 run within 1e-5 (the full tensors by name, the padding trimmed and restored);
+-- Muon with the QKV split: --muon-tp-mode duplicated and distributed at tp 2 and 3 and on the tp 2
+-- x dp 2 grid (ZeRO-1, 2, 3, legacy) within 1e-5 of tp 1, blockwise different from it;
 -- and tp_run checks in every run that replicated tensors are bit-identical across the world and
--- TP shards across their DP group. Clipping is off (--clip 0 in tp_run): the global gradient
--- norm does not yet count TP-replicated tensors once (the optimizer side of issue 17).
+-- TP shards across their DP group. Clipping is on (0.5 in tp_run): the TP-aware gradient norm
+-- decides every TP rank's scale.
 -- Prints "N passed, M failed".
 -- Usage: bin/lwopt run tests/lua/tp_consistency.lua (from the repo root; needs data/kjv.txt)
 local ffi = require("ffi")
@@ -93,10 +95,6 @@ end
 
 -- Each model, its tp 1 reference, then its TP runs. Every global batch here is 4 sequences:
 -- --batch 2 x --accum 2 on one DP rank, --batch 2 x --accum 1 on two.
--- Muon cases go here once lw.optim has the TP modes (issue 17's optimizer side): "duplicated"
--- (and "distributed") must then equal tp 1 as AdamW does (--optimizer muon with the TP mode's
--- flag in tp_run); "blockwise", what a plain lw.optim does to local shards today, differs from
--- tp 1 by design and has no reference to compare with.
 for _, model in ipairs({ { name = "tied, biases", args = "--bias" },
    { name = "untied", args = "--untied" } }) do
    local base = model.args .. " --optimizer adamw --grads --batch 2"
@@ -115,6 +113,33 @@ compare("tp 2 x dp 2, replicated", ref,
 for _, zero in ipairs({ 1, 3 }) do
    compare(("tp 2 x dp 2, ZeRO-%d"):format(zero), ref,
       run("tp2dp2-z" .. zero, 4, ("--bias --batch 2 --tp 2 --zero %d"):format(zero)), false)
+end
+
+-- Muon (with the QKV split, Newton-Schulz in fp32): duplicated and distributed orthogonalise the
+-- full matrices, so they train as at tp 1 within 1e-5, at tp 2 and 3 and on a tp 2 x dp 2 grid
+-- at every ZeRO level, layer-wise and legacy; blockwise orthogonalises each shard alone, a
+-- different optimizer: it must differ from tp 1 (tests/test_muon_tp.c checks it against a
+-- per-shard reference)
+local muon = "--untied --bias --optimizer muon --batch 2 "
+local muon_ref = run("muon-tp1", 1, muon .. "--tp 1 --accum 2")
+expect(muon_ref.losses[4] < muon_ref.losses[1], "Muon: the loss goes down")
+for _, case in ipairs({ { 2, "duplicated" }, { 3, "duplicated" }, { 2, "distributed" },
+   { 3, "distributed" } }) do
+   local np, mode = case[1], case[2]
+   compare(("Muon %s, tp %d"):format(mode, np), muon_ref,
+      run("muon-" .. mode .. np, np, muon .. ("--tp %d --accum 2 --tp-mode %s"):format(np, mode)),
+      false)
+end
+for _, grid in ipairs({ "--zero 1", "--zero 2", "--zero 3", "--zero 3 --tp-mode distributed",
+   "--mode legacy", "--mode legacy --tp-mode distributed" }) do
+   compare("Muon, tp 2 x dp 2, " .. grid, muon_ref,
+      run("muon-grid", 4, muon .. "--tp 2 --accum 1 " .. grid), false)
+end
+do
+   local blockwise = run("muon-blockwise", 2, muon .. "--tp 2 --accum 2 --tp-mode blockwise")
+   local d = tensor_diff(muon_ref.params, blockwise.params)
+   expect(d > 1e-4 and d < 1, ("Muon blockwise at tp 2 trains, and differs from tp 1 (max "
+      .. "parameter difference %g)"):format(d))
 end
 
 -- checkpoints keyed by the tp 1 model's tensors (the vocabulary's padding trimmed): 2 steps at

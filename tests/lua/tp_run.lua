@@ -10,7 +10,8 @@
 -- DP group. Driven by tp_consistency.lua.
 -- Usage: [mpirun -np N] bin/lwopt run tests/lua/tp_run.lua --out PREFIX --tp T [--grads]
 --        [--mode M] [--zero Z] [--batch B] [--accum K] [--steps S] [--optimizer adamw|muon]
---        [--heads H] [--embd C] [--layers L] [--untied] [--bias]
+--        [--tp-mode duplicated|distributed|blockwise] [--split-qkv on|off] [--heads H]
+--        [--embd C] [--layers L] [--untied] [--bias] [--save DIR] [--load DIR]
 local ffi = require("ffi")
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
@@ -76,6 +77,7 @@ lw.comm.run(function()
       { "grads", "bool", false, "" }, { "mode", "string", "layerwise", "" },
       { "zero", "int", 1, "" }, { "batch", "int", 2, "" }, { "accum", "int", 1, "" },
       { "steps", "int", 4, "" }, { "optimizer", "string", "adamw", "" },
+      { "tp-mode", "string", "duplicated", "" }, { "split-qkv", "string", "on", "" },
       { "heads", "int", 6, "" }, { "embd", "int", 48, "" }, { "layers", "int", 2, "" },
       { "untied", "bool", false, "" }, { "bias", "bool", false, "" },
       { "data", "string", "data/kjv.txt", "" },
@@ -90,13 +92,16 @@ lw.comm.run(function()
    local rules = v.optimizer == "adamw" and { { match = ".", optimizer = "adamw" } } or nil
    local specs = lw.route(model:parameters(), rules)
    local ddp = lw.ddp.new(specs, g.dp_comm, { mode = v.mode, zero = v.zero, bucket_size = 8192 })
-   -- clip 0: the global gradient norm does not yet count TP-replicated tensors once (lw.optim's
-   -- TP-aware norm is the optimizer side's, issue 17); with clipping, TP ranks would scale apart.
+   -- clip 0.5: clipping on, so the TP-aware gradient norm (each shard and each TP-replicated
+   -- tensor counted once) decides how every TP rank scales.
+   -- Newton-Schulz in fp32, as the CPU computes it anyway, so tp 1 is a reference within 1e-5.
    -- AdamW's eps 1e-5: AdamW divides by sqrt(v) + eps, so a gradient that is 0 up to rounding
    -- (the attention keys' bias has none: the softmax ignores a shift of a row's scores) would
    -- have its rounding noise, which differs between any two summation orders, turned into
    -- updates of +-lr; 1e-5 is far above that noise (1e-10) and below the real gradients here.
-   local opt = lw.optim.new(ddp, { lr = 3e-3, clip = 0, adamw = { eps = 1e-5 } })
+   local opt = lw.optim.new(ddp, { lr = 3e-3, clip = 0.5, adamw = { eps = 1e-5 },
+      tp_comm = g.size > 1 and g.comm or nil, muon = { precision = "fp32", tp_mode = v.tp_mode,
+      split_qkv = v.split_qkv == "on" } })
    init(ddp, g)
    local data = lw.data.load(v.data, { seq_len = t })
    local run = { comm = comm, dp_comm = g.dp_comm, model = model, ddp = ddp, opt = opt,
