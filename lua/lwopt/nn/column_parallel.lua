@@ -6,6 +6,7 @@
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local tp_mod = require("lwopt.tp")
+local Linear = require("lwopt.nn.linear")
 
 local lib = C.lib
 local check, zero = base.check, base.zero
@@ -37,20 +38,8 @@ function ColumnParallelLinear.new(prefix, n_in, n_out, bias, tp, blocks, weight_
    return self
 end
 
-local function forward(self, x, n)
-   local y = self:buffer("y", n * self.n_out)
-   check(lib.lw_linear_forward(self.stream, y, x, self.w.weight,
-      self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
-   return y
-end
-
-local function backward(self, x, dy, dxp, n)
-   check(lib.lw_linear_backward(self.stream, dxp, self.g.weight,
-      self.has_bias and self.g.bias or nil, dy, x, self.w.weight, n, self.n_in, self.n_out))
-end
-
 -- x: float* [n, in] (the same on every TP rank) -> float* [n, out / t]
-function ColumnParallelLinear:forward(x, n) return self:with_params("forward", forward, x, n) end
+function ColumnParallelLinear:forward(x, n) return self:with_params("forward", Linear.run_forward, x, n) end
 
 -- Accumulates into dx (float* [n, in], may be nil) the whole input gradient (the TP group's sum)
 -- and into this rank's parameter gradients.
@@ -60,7 +49,7 @@ function ColumnParallelLinear:backward(x, dy, dx, n)
       dxp = self:buffer("dx share", n * self.n_in)
       zero(dxp, n * self.n_in, self.stream)
    end
-   self:with_params("backward", backward, x, dy, dxp, n)
+   self:with_params("backward", Linear.run_backward, x, dy, dxp, n)
    if dx ~= nil then
       tp_mod.allreduce(self.tp, self.device, dxp, n * self.n_in, "the input gradient of "
          .. self.prefix .. "weight")

@@ -46,4 +46,9 @@ function Linear:forward(x, n) return self:with_params("forward", forward, x, n) 
 -- Accumulates into dx (float* [n, in], may be nil) and the parameter gradients.
 function Linear:backward(x, dy, dx, n) self:with_params("backward", backward, x, dy, dx, n) end
 
+-- The kernels over self's fields (w, g, n_in, n_out, has_bias, stream), for modules that run a
+-- linear layer on their own parameters (the tensor-parallel ones): run_forward(self, x, n) ->
+-- y; run_backward(self, x, dy, dx, n).
+Linear.run_forward, Linear.run_backward = forward, backward
+
 return Linear

@@ -7,6 +7,7 @@
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local tp_mod = require("lwopt.tp")
+local Linear = require("lwopt.nn.linear")
 
 local lib = C.lib
 local check = base.check
@@ -38,11 +39,6 @@ local function forward(self, x, n)
    return y
 end
 
-local function backward(self, x, dy, dx, n)
-   check(lib.lw_linear_backward(self.stream, dx, self.g.weight,
-      self.has_bias and self.g.bias or nil, dy, x, self.w.weight, n, self.n_in, self.n_out))
-end
-
 -- x: float* [n, in / t] (this rank's part) -> float* [n, out], the same on every TP rank
 function RowParallelLinear:forward(x, n)
    local y = self:with_params("forward", forward, x, n)
@@ -53,7 +49,7 @@ end
 
 -- Accumulates into dx (float* [n, in / t], may be nil) and the parameter gradients.
 function RowParallelLinear:backward(x, dy, dx, n)
-   self:with_params("backward", backward, x, dy, dx, n)
+   self:with_params("backward", Linear.run_backward, x, dy, dx, n)
 end
 
 return RowParallelLinear
