@@ -118,6 +118,32 @@ lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, flo
     return mean_loss(s, losses, targets, n, v, loss);
 }
 
+/* The LM head's gradients from a chunk's dlogits (scratch: [rows, v], rows r0.. of the batch):
+ * dh[rows, c] += dl w (when dh is wanted) and dw[v, c] += dl^T h. bf16: the dlogits rounded
+ * once for both GEMMs (the fp32 scratch is rewritten by the next chunk's logits only after the
+ * stream has run these). */
+static lw_status head_grads(lw_stream *s, const ce_operands *o, float *scratch, int64_t r0,
+                            int64_t rows, int64_t c, int64_t v, float *dh, float *dw) {
+    lw_status st = LW_OK;
+    lwc_operand dl = lwc_f32(scratch);
+    if (o->dl != NULL) {
+        st = lwc_to_bf16(s, o->dl, scratch, rows * v);
+        dl = lwc_bf16(o->dl);
+    }
+    /* dh: column-major dH^T [c, rows] (ld c) = W^T [c, v] (w as stored, ld c) dL^T [v, rows] (the
+     * scratch as stored, ld v): op_N(w) op_N(dl), m = c, n = rows, k = v, beta 1. */
+    if (st == LW_OK && dh != NULL)
+        st = lwc_gemm(s, false, false, c, rows, v, 1.0f, o->w, c, dl, v, 1.0f, dh + r0 * c, c,
+                      "the LM head's input gradient");
+    /* dw: column-major dW^T [c, v] (ld c) = H^T [c, rows] (h as stored, ld c) dL [rows, v] (the
+     * scratch is dL^T [v, rows], ld v: transposed): op_N(h) op_T(dl), m = c, n = v, k = rows,
+     * beta 1. */
+    if (st == LW_OK)
+        st = lwc_gemm(s, false, true, c, v, rows, 1.0f, lwc_operand_at(o->h, r0 * c), c, dl, v,
+                      1.0f, dw, c, "the LM head's weight gradient");
+    return st;
+}
+
 lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
                                      const float *h, const float *w, const int32_t *targets,
                                      const float *lse, int64_t n, int64_t c, int64_t v,
@@ -143,25 +169,7 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
                               lwc_ce_dlogits(cs, scratch, rows, v, targets + r0, lse + r0,
                                              recompute, loss_scale, count),
                               "the cross-entropy gradient kernel");
-        /* bf16: the chunk's dlogits rounded once for both GEMMs (the fp32 scratch is rewritten by
-         * the next chunk's logits only after the stream has run these) */
-        lwc_operand dl = lwc_f32(scratch);
-        if (st == LW_OK && o.dl != NULL) {
-            st = lwc_to_bf16(s, o.dl, scratch, rows * v);
-            dl = lwc_bf16(o.dl);
-        }
-        /* dh[rows, c] += dl[rows, v] w[v, c]. Column-major: dH^T [c, rows] (ld c) = W^T [c, v]
-         * (w as stored, ld c) dL^T [v, rows] (the scratch as stored, ld v): op_N(w) op_N(dl),
-         * m = c, n = rows, k = v, beta 1. */
-        if (st == LW_OK && dh != NULL)
-            st = lwc_gemm(s, false, false, c, rows, v, 1.0f, o.w, c, dl, v, 1.0f, dh + r0 * c, c,
-                          "the LM head's input gradient");
-        /* dw[v, c] += dl^T h. Column-major: dW^T [c, v] (ld c) = H^T [c, rows] (h as stored,
-         * ld c) dL [rows, v] (the scratch is dL^T [v, rows], ld v: transposed): op_N(h)
-         * op_T(dl), m = c, n = v, k = rows, beta 1. */
-        if (st == LW_OK)
-            st = lwc_gemm(s, false, true, c, v, rows, 1.0f, lwc_operand_at(o.h, r0 * c), c, dl, v,
-                          1.0f, dw, c, "the LM head's weight gradient");
+        if (st == LW_OK) st = head_grads(s, &o, scratch, r0, rows, c, v, dh, dw);
     }
     return st;
 }
@@ -235,18 +243,7 @@ lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw,
                               lwc_ce_partial_dlogits(cs, scratch, rows, v, real, targets + r0,
                                                      first, vocab, lse + r0, loss_scale, count),
                               "the cross-entropy gradient kernel");
-        lwc_operand dl = lwc_f32(scratch);
-        if (st == LW_OK && o.dl != NULL) {
-            st = lwc_to_bf16(s, o.dl, scratch, rows * v);
-            dl = lwc_bf16(o.dl);
-        }
-        /* the GEMMs of lwc_cross_entropy_backward, on this rank's rows */
-        if (st == LW_OK && dh != NULL)
-            st = lwc_gemm(s, false, false, c, rows, v, 1.0f, o.w, c, dl, v, 1.0f, dh + r0 * c, c,
-                          "the LM head's input gradient");
-        if (st == LW_OK)
-            st = lwc_gemm(s, false, true, c, v, rows, 1.0f, lwc_operand_at(o.h, r0 * c), c, dl, v,
-                          1.0f, dw, c, "the LM head's weight gradient");
+        if (st == LW_OK) st = head_grads(s, &o, scratch, r0, rows, c, v, dh, dw);
     }
     return st;
 }
