@@ -76,7 +76,7 @@ lw.comm.run(function()
       { "out", "string", nil, "output prefix" }, { "tp", "int", 1, "" },
       { "grads", "bool", false, "" }, { "mode", "string", "layerwise", "" },
       { "zero", "int", 1, "" }, { "batch", "int", 2, "" }, { "accum", "int", 1, "" },
-      { "steps", "int", 4, "" }, { "optimizer", "string", "adamw", "" },
+      { "steps", "int", 5, "" }, { "optimizer", "string", "adamw", "" },
       { "tp-mode", "string", "duplicated", "" }, { "split-qkv", "string", "on", "" },
       { "heads", "int", 6, "" }, { "embd", "int", 48, "" }, { "layers", "int", 2, "" },
       { "untied", "bool", false, "" }, { "bias", "bool", false, "" },
