@@ -2,7 +2,8 @@
 -- checkpoint loads at another rank count or layout (resharding). A checkpoint is a directory:
 --   model.safetensors         every parameter, f32, consolidated (any safetensors reader)
 --   optim-rNNNNN.safetensors  rank N's optimizer state: tensors "m/<param>", "v/<param>", and
---                             metadata "<param>" = "muon|adamw <start> <count>" (element range)
+--                             metadata "<param>" = "muon|adamw <start> <count>" (element range;
+--                             checkpoint_state.lua)
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and
 --                             CRC32C, the run it belongs to, and a CRC32C of its own text
@@ -26,6 +27,7 @@ local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
 local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
+local state = require("lwopt.checkpoint_state")
 
 local lib = C.lib
 local checkpoint = {}
@@ -39,7 +41,7 @@ local SELF_CRC = '"manifest_crc32c": "'
 local function fail(where, fmt, ...) error(where .. ": " .. fmt:format(...), 0) end
 
 local function step_name(step) return ("step-%09d"):format(step) end
-local function optim_name(rank) return ("optim-r%05d.safetensors"):format(rank) end
+local optim_name = state.file_name
 
 -- Hook point: nil, or a function(point, s) that checkpoint.save calls at each point of the
 -- protocol, with save's own arguments s, for every save; s.on_point, when set, is called
@@ -64,29 +66,6 @@ local function protect(fn, ...)
 end
 
 local function shape_of(spec) return json.array(spec.shape) end
-
--- This rank's optimizer state as tensors and metadata pairs; under tensor parallelism (g:
--- lw.tp.groups) each range says the TP size and rank whose shard it is.
-local function state_tensors(ddp, opt, g)
-   local tensors, metadata = {}, {}
-   local where = g and (" tp %d %d"):format(g.size, g.rank) or ""
-   local entry = ffi.new("lw_state_entry")
-   for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
-      C.check(lib.lw_optimizer_state(opt._c, k, entry), "checkpoint.save")
-      local name = ddp.specs[entry.param + 1].name
-      local count = tonumber(entry.count)
-      -- the state is device memory: host copies where the host cannot read it
-      tensors[#tensors + 1] = { name = "m/" .. name, data = ddp:host_floats(entry.m, count),
-                                count = count }
-      if entry.v ~= nil then
-         tensors[#tensors + 1] = { name = "v/" .. name, data = ddp:host_floats(entry.v, count),
-                                   count = count }
-      end
-      metadata[#metadata + 1] = { name, ("%s %d %d%s"):format(entry.muon and "muon" or "adamw",
-         tonumber(entry.start), count, where) }
-   end
-   return tensors, metadata
-end
 
 local function crc_of(text) return ("%08x"):format(lib.lw_crc32c(0, text, #text)) end
 
@@ -201,7 +180,7 @@ end
 -- This rank's optimizer state: step-N.tmp/optim-rNNNNN.safetensors.
 local function write_optimizer_state(job)
    local rank = job.comm.rank
-   local tensors, metadata = state_tensors(job.ddp, job.opt, job.s.tp)
+   local tensors, metadata = state.tensors(job.ddp, job.opt, job.s.tp)
    job.sizes[rank + 1], job.crcs[rank + 1] =
       safetensors.write(job.tmp .. "/" .. optim_name(rank), tensors, metadata)
    reached(job, "optim")
@@ -414,20 +393,6 @@ function checkpoint.read_manifest(path, opts)
    return m
 end
 
-local function open_st(path)
-   local out = ffi.new("lw_safetensors*[1]")
-   C.check(lib.lw_safetensors_open(path, out), "checkpoint.load")
-   return ffi.gc(out[0], lib.lw_safetensors_free)
-end
-
-local function find(st, name)
-   local i = ffi.new("int32_t[1]")
-   if lib.lw_safetensors_find(st, name, i) ~= 0 then return nil end
-   local view = ffi.new("lw_tensor_view")
-   C.check(lib.lw_safetensors_tensor(st, i[0], view), "checkpoint.load")
-   return view
-end
-
 -- Checks the parameters of the checkpoint at path against ddp's model (under expert parallelism,
 -- g: lw.ep.groups, this rank's share of it: the dense parameters and its EP rank's experts);
 -- a TP shard against its tensor in the tp 1 model (lw.tp.model_shape). Returns the open file.
@@ -453,9 +418,9 @@ local function check_params(path, ddp, m, g)
    if #m.params ~= whole then
       fail(where, "%s has %d parameters, the model %d: another model?", path, #m.params, whole)
    end
-   local st = open_st(path .. "/model.safetensors")
+   local st = safetensors.open(path .. "/model.safetensors", where)
    for _, spec in ipairs(ddp.specs) do
-      local view = find(st, spec.name)
+      local view = safetensors.find(st, spec.name)
       if view == nil or ffi.string(view.dtype) ~= "F32"
          or tonumber(view.bytes) ~= 4 * tp.numel(tp.model_shape(spec)) then
          fail(where, "%s/model.safetensors: '%s' is missing or has the wrong size", path, spec.name)
@@ -469,7 +434,7 @@ end
 -- checks passed.
 local function write_params(st, ddp, g)
    for _, spec in ipairs(ddp.specs) do
-      local view = find(st, spec.name)
+      local view = safetensors.find(st, spec.name)
       ddp:with_param(spec.name, function(target)
          if spec.tp and g then
             tp.from_model(ffi.cast("const float *", view.data), spec, g.size, g.rank, target.data)
@@ -478,158 +443,6 @@ local function write_params(st, ddp, g)
          end
       end)
    end
-end
-
--- A saved range's metadata: "muon|adamw START COUNT", with " tp T R" when saved under tensor
--- parallelism: kind, start, count, T, R (1, 0 without).
-local function parse_range(meta)
-   local kind, s0, c0, rest = meta:match("^(%a+) (%d+) (%d+)(.*)$")
-   if kind == nil then return nil end
-   local t, r = rest:match("^ tp (%d+) (%d+)$")
-   if rest ~= "" and t == nil then return nil end
-   return kind, tonumber(s0), tonumber(c0), tonumber(t) or 1, tonumber(r) or 0
-end
-
--- The ranges this rank needs of parameter `name`, in the state saved for it: calls
--- take(st, kind, s0, c0, t, r) for every saved range (of every saved rank's file); ranges a
--- TP rank other than 0 saved of a tensor replicated over TP are the same as TP rank 0's and
--- left out.
-local function saved_ranges(opened, name, split, take)
-   for _, st in ipairs(opened) do
-      local meta = lib.lw_safetensors_metadata(st, name)
-      if meta ~= nil then
-         local kind, s0, c0, t, r = parse_range(ffi.string(meta))
-         if kind == nil then
-            fail("checkpoint.load", "the optimizer state of '%s' has an unreadable range '%s'",
-               name, ffi.string(meta))
-         end
-         if split or r == 0 then take(st, kind, s0, c0, t, r) end
-      end
-   end
-end
-
--- The state of one parameter in the tp 1 model's coordinates (p: its manifest entry, with
--- tp = { dim, blocks, rows } when it was saved TP-sharded), assembled from every saved range:
--- { m, v (float*, AdamW only), seen (uint8*: elements some range held) }.
-local function assemble_full(path, opened, p, kind)
-   local n = tp.numel(p.shape)
-   local full = { m = ffi.new("float[?]", n), seen = ffi.new("uint8_t[?]", n) }
-   if kind == "adamw" then full.v = ffi.new("float[?]", n) end
-   saved_ranges(opened, p.name, p.tp ~= nil, function(st, saved_kind, s0, c0, t, r)
-      if saved_kind ~= kind then
-         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", p.name, saved_kind,
-            path, kind)
-      end
-      local mv, vv = find(st, "m/" .. p.name), find(st, "v/" .. p.name)
-      if mv == nil or (kind == "adamw" and vv == nil) then
-         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, p.name)
-      end
-      -- each run of the saved shard that lies in [s0, s0 + c0), to its place (padding dropped)
-      local function put(l, f, len)
-         local a, b = math.max(l, s0), math.min(l + len, s0 + c0)
-         b = math.min(b, a + (n - (f + a - l)))
-         if b <= a then return end
-         local at = f + a - l
-         ffi.copy(full.m + at, ffi.cast("const float *", mv.data) + (a - s0), 4 * (b - a))
-         if full.v then
-            ffi.copy(full.v + at, ffi.cast("const float *", vv.data) + (a - s0), 4 * (b - a))
-         end
-         ffi.fill(full.seen + at, b - a, 1)
-      end
-      if p.tp and t > 1 then
-         local padded = { unpack(p.shape) }
-         if p.tp.rows then padded[1] = tp.padded(p.tp.rows, t) end
-         tp.runs(padded, p.tp, t, r, put)
-      else
-         put(0, 0, n)
-      end
-   end)
-   return full
-end
-
--- Loads one state entry of a parameter sharded over TP now or when saved (spec: this rank's, g:
--- lw.tp.groups or nil; p: the manifest's entry): its range of this rank's shard, cut out of the
--- tp 1 tensor's state; elements of the vocabulary's padding start at 0.
-local function load_resharded(path, opened, ddp, entry, spec, g, p, kind)
-   local full = assemble_full(path, opened, p, kind)
-   local start, count = tonumber(entry.start), tonumber(entry.count)
-   local n = tp.numel(p.shape)
-   local m, v = ffi.new("float[?]", count), kind == "adamw" and ffi.new("float[?]", count) or nil
-   local covered = 0
-   local function take(l, f, len)
-      local a, b = math.max(l, start), math.min(l + len, start + count)
-      for i = a, b - 1 do
-         local at = f + i - l
-         if at >= n then -- padding: no state to load
-            covered = covered + 1
-         elseif full.seen[at] == 1 then
-            m[i - start] = full.m[at]
-            if v then v[i - start] = full.v[at] end
-            covered = covered + 1
-         end
-      end
-   end
-   if spec.tp and g then tp.runs(spec.full_shape, spec.tp, g.size, g.rank, take)
-   else take(0, 0, tp.numel(spec.shape)) end
-   if covered ~= count then
-      fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
-         path, covered, count, spec.name)
-   end
-   ddp:from_host(entry.m, m, count)
-   if v then ddp:from_host(entry.v, v, count) end
-end
-
--- Loads one state entry of a parameter that no TP split touches: the saved ranges it
--- intersects, copied straight.
-local function load_direct(path, opened, ddp, entry, name, kind)
-   local start, count = tonumber(entry.start), tonumber(entry.count)
-   local covered = 0
-   saved_ranges(opened, name, false, function(st, saved_kind, s0, c0)
-      if saved_kind ~= kind then
-         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name, saved_kind,
-            path, kind)
-      end
-      local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
-      if hi <= lo then return end
-      local mv, vv = find(st, "m/" .. name), find(st, "v/" .. name)
-      if mv == nil or (kind == "adamw" and vv == nil) then
-         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
-      end
-      ddp:from_host(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0), hi - lo)
-      if kind == "adamw" then
-         ddp:from_host(entry.v + (lo - start), ffi.cast("const float *", vv.data) + (lo - s0),
-            hi - lo)
-      end
-      covered = covered + (hi - lo)
-   end)
-   if covered ~= count then
-      fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
-         path, covered, count, name)
-   end
-end
-
--- Loads this rank's optimizer state: Muon momentum of each matrix it owns now, and AdamW m, v of
--- its element ranges, intersected with the ranges every saved rank held (resharding); a tensor
--- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state.
-local function load_state(path, ddp, opt, m, g)
-   local where = "checkpoint.load"
-   local opened = {}
-   for r = 0, m.ranks - 1 do opened[r + 1] = open_st(path .. "/" .. optim_name(r)) end
-   local by_name = {}
-   for _, p in ipairs(m.params) do by_name[p.name] = p end
-   local entry = ffi.new("lw_state_entry")
-   for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
-      C.check(lib.lw_optimizer_state(opt._c, k, entry), where)
-      local spec = ddp.specs[entry.param + 1]
-      local kind = entry.muon and "muon" or "adamw"
-      local p = by_name[spec.name]
-      if p.tp or (spec.tp and g) then
-         load_resharded(path, opened, ddp, entry, spec, g, p, kind)
-      else
-         load_direct(path, opened, ddp, entry, spec.name, kind)
-      end
-   end
-   C.check(lib.lw_optimizer_set_counters(opt._c, m.optimizer.updates, m.optimizer.skips), where)
 end
 
 -- checkpoint.load(path, { ddp, opt = nil | optimizer, weights_only = false, ep, tp, comm }):
@@ -644,7 +457,7 @@ function checkpoint.load(path, s)
    local ok, err = protect(function()
       m = checkpoint.read_manifest(path)
       st = check_params(path, s.ddp, m, s.ep)
-      if s.opt and not s.weights_only then load_state(path, s.ddp, s.opt, m, s.tp) end
+      if s.opt and not s.weights_only then state.load(path, s.ddp, s.opt, m, s.tp) end
    end)
    comm:agree(ok, err)
    write_params(st, s.ddp, s.tp)

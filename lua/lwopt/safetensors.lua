@@ -1,5 +1,6 @@
 -- safetensors.lua: writes f32 tensors by name as a safetensors file through lwopt's C writer
--- (src/core/safetensors.c: 8-byte header length, JSON header, 8-byte aligned data, fsync).
+-- (src/core/safetensors.c: 8-byte header length, JSON header, 8-byte aligned data, fsync), and
+-- opens one to read its tensors by name.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 
@@ -35,6 +36,22 @@ function safetensors.write(path, tensors, metadata)
    C.check(lib.lw_safetensors_write(path, views, #tensors, keys, values, #metadata, bytes, crc),
       "safetensors.write")
    return tonumber(bytes[0]), tonumber(crc[0])
+end
+
+-- The file at path, open (mapped) until collected; errors name where it was wanted.
+function safetensors.open(path, where)
+   local out = ffi.new("lw_safetensors*[1]")
+   C.check(lib.lw_safetensors_open(path, out), where or "safetensors.open")
+   return ffi.gc(out[0], lib.lw_safetensors_free)
+end
+
+-- Tensor `name` of an open file as an lw_tensor_view (data points into the file), or nil.
+function safetensors.find(st, name)
+   local i = ffi.new("int32_t[1]")
+   if lib.lw_safetensors_find(st, name, i) ~= 0 then return nil end
+   local view = ffi.new("lw_tensor_view")
+   C.check(lib.lw_safetensors_tensor(st, i[0], view), "safetensors.find")
+   return view
 end
 
 return safetensors

@@ -1,0 +1,196 @@
+-- checkpoint_state.lua: a rank's optimizer state in a checkpoint (lw.checkpoint's format, see
+-- checkpoint.lua): written as tensors "m/<param>", "v/<param>" of the element ranges this rank
+-- holds, each range's metadata "muon|adamw START COUNT" (with " tp T R" under tensor
+-- parallelism); loaded by every rank for the ranges it holds now, whatever ranks, layout, ZeRO
+-- level, expert-parallel or TP size saved them (resharding).
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local safetensors = require("lwopt.safetensors")
+local tp = require("lwopt.tp")
+
+local lib = C.lib
+local state = {}
+
+local function fail(where, fmt, ...) error(where .. ": " .. fmt:format(...), 0) end
+
+-- Rank r's optimizer file in a checkpoint directory.
+function state.file_name(rank) return ("optim-r%05d.safetensors"):format(rank) end
+
+-- This rank's optimizer state as tensors and metadata pairs; under tensor parallelism (g:
+-- lw.tp.groups) each range says the TP size and rank whose shard it is.
+function state.tensors(ddp, opt, g)
+   local tensors, metadata = {}, {}
+   local where = g and (" tp %d %d"):format(g.size, g.rank) or ""
+   local entry = ffi.new("lw_state_entry")
+   for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
+      C.check(lib.lw_optimizer_state(opt._c, k, entry), "checkpoint.save")
+      local name = ddp.specs[entry.param + 1].name
+      local count = tonumber(entry.count)
+      -- the state is device memory: host copies where the host cannot read it
+      tensors[#tensors + 1] = { name = "m/" .. name, data = ddp:host_floats(entry.m, count),
+                                count = count }
+      if entry.v ~= nil then
+         tensors[#tensors + 1] = { name = "v/" .. name, data = ddp:host_floats(entry.v, count),
+                                   count = count }
+      end
+      metadata[#metadata + 1] = { name, ("%s %d %d%s"):format(entry.muon and "muon" or "adamw",
+         tonumber(entry.start), count, where) }
+   end
+   return tensors, metadata
+end
+
+-- A saved range's metadata: "muon|adamw START COUNT", with " tp T R" when saved under tensor
+-- parallelism: kind, start, count, T, R (1, 0 without).
+local function parse_range(meta)
+   local kind, s0, c0, rest = meta:match("^(%a+) (%d+) (%d+)(.*)$")
+   if kind == nil then return nil end
+   local t, r = rest:match("^ tp (%d+) (%d+)$")
+   if rest ~= "" and t == nil then return nil end
+   return kind, tonumber(s0), tonumber(c0), tonumber(t) or 1, tonumber(r) or 0
+end
+
+-- The ranges this rank needs of parameter `name`, in the state saved for it: calls
+-- take(st, kind, s0, c0, t, r) for every saved range (of every saved rank's file); ranges a
+-- TP rank other than 0 saved of a tensor replicated over TP are the same as TP rank 0's and
+-- left out.
+local function saved_ranges(opened, name, split, take)
+   for _, st in ipairs(opened) do
+      local meta = lib.lw_safetensors_metadata(st, name)
+      if meta ~= nil then
+         local kind, s0, c0, t, r = parse_range(ffi.string(meta))
+         if kind == nil then
+            fail("checkpoint.load", "the optimizer state of '%s' has an unreadable range '%s'",
+               name, ffi.string(meta))
+         end
+         if split or r == 0 then take(st, kind, s0, c0, t, r) end
+      end
+   end
+end
+
+-- The state of one parameter in the tp 1 model's coordinates (p: its manifest entry, with
+-- tp = { dim, blocks, rows } when it was saved TP-sharded), assembled from every saved range:
+-- { m, v (float*, AdamW only), seen (uint8*: elements some range held) }.
+local function assemble_full(path, opened, p, kind)
+   local n = tp.numel(p.shape)
+   local full = { m = ffi.new("float[?]", n), seen = ffi.new("uint8_t[?]", n) }
+   if kind == "adamw" then full.v = ffi.new("float[?]", n) end
+   saved_ranges(opened, p.name, p.tp ~= nil, function(st, saved_kind, s0, c0, t, r)
+      if saved_kind ~= kind then
+         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", p.name, saved_kind,
+            path, kind)
+      end
+      local mv, vv = safetensors.find(st, "m/" .. p.name), safetensors.find(st, "v/" .. p.name)
+      if mv == nil or (kind == "adamw" and vv == nil) then
+         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, p.name)
+      end
+      -- each run of the saved shard that lies in [s0, s0 + c0), to its place (padding dropped)
+      local function put(l, f, len)
+         local a, b = math.max(l, s0), math.min(l + len, s0 + c0)
+         b = math.min(b, a + (n - (f + a - l)))
+         if b <= a then return end
+         local at = f + a - l
+         ffi.copy(full.m + at, ffi.cast("const float *", mv.data) + (a - s0), 4 * (b - a))
+         if full.v then
+            ffi.copy(full.v + at, ffi.cast("const float *", vv.data) + (a - s0), 4 * (b - a))
+         end
+         ffi.fill(full.seen + at, b - a, 1)
+      end
+      if p.tp and t > 1 then
+         local padded = { unpack(p.shape) }
+         if p.tp.rows then padded[1] = tp.padded(p.tp.rows, t) end
+         tp.runs(padded, p.tp, t, r, put)
+      else
+         put(0, 0, n)
+      end
+   end)
+   return full
+end
+
+-- Loads one state entry of a parameter sharded over TP now or when saved (spec: this rank's, g:
+-- lw.tp.groups or nil; p: the manifest's entry): its range of this rank's shard, cut out of the
+-- tp 1 tensor's state; elements of the vocabulary's padding start at 0.
+local function load_resharded(path, opened, ddp, entry, spec, g, p, kind)
+   local full = assemble_full(path, opened, p, kind)
+   local start, count = tonumber(entry.start), tonumber(entry.count)
+   local n = tp.numel(p.shape)
+   local m, v = ffi.new("float[?]", count), kind == "adamw" and ffi.new("float[?]", count) or nil
+   local covered = 0
+   local function take(l, f, len)
+      local a, b = math.max(l, start), math.min(l + len, start + count)
+      for i = a, b - 1 do
+         local at = f + i - l
+         if at >= n then -- padding: no state to load
+            covered = covered + 1
+         elseif full.seen[at] == 1 then
+            m[i - start] = full.m[at]
+            if v then v[i - start] = full.v[at] end
+            covered = covered + 1
+         end
+      end
+   end
+   if spec.tp and g then tp.runs(spec.full_shape, spec.tp, g.size, g.rank, take)
+   else take(0, 0, tp.numel(spec.shape)) end
+   if covered ~= count then
+      fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
+         path, covered, count, spec.name)
+   end
+   ddp:from_host(entry.m, m, count)
+   if v then ddp:from_host(entry.v, v, count) end
+end
+
+-- Loads one state entry of a parameter that no TP split touches: the saved ranges it
+-- intersects, copied straight.
+local function load_direct(path, opened, ddp, entry, name, kind)
+   local start, count = tonumber(entry.start), tonumber(entry.count)
+   local covered = 0
+   saved_ranges(opened, name, false, function(st, saved_kind, s0, c0)
+      if saved_kind ~= kind then
+         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name, saved_kind,
+            path, kind)
+      end
+      local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
+      if hi <= lo then return end
+      local mv, vv = safetensors.find(st, "m/" .. name), safetensors.find(st, "v/" .. name)
+      if mv == nil or (kind == "adamw" and vv == nil) then
+         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
+      end
+      ddp:from_host(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0), hi - lo)
+      if kind == "adamw" then
+         ddp:from_host(entry.v + (lo - start), ffi.cast("const float *", vv.data) + (lo - s0),
+            hi - lo)
+      end
+      covered = covered + (hi - lo)
+   end)
+   if covered ~= count then
+      fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
+         path, covered, count, name)
+   end
+end
+
+-- Loads this rank's optimizer state: Muon momentum of each matrix it owns now, and AdamW m, v of
+-- its element ranges, intersected with the ranges every saved rank held (resharding); a tensor
+-- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state.
+function state.load(path, ddp, opt, m, g)
+   local where = "checkpoint.load"
+   local opened = {}
+   for r = 0, m.ranks - 1 do
+      opened[r + 1] = safetensors.open(path .. "/" .. state.file_name(r), where)
+   end
+   local by_name = {}
+   for _, p in ipairs(m.params) do by_name[p.name] = p end
+   local entry = ffi.new("lw_state_entry")
+   for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
+      C.check(lib.lw_optimizer_state(opt._c, k, entry), where)
+      local spec = ddp.specs[entry.param + 1]
+      local kind = entry.muon and "muon" or "adamw"
+      local p = by_name[spec.name]
+      if p.tp or (spec.tp and g) then
+         load_resharded(path, opened, ddp, entry, spec, g, p, kind)
+      else
+         load_direct(path, opened, ddp, entry, spec.name, kind)
+      end
+   end
+   C.check(lib.lw_optimizer_set_counters(opt._c, m.optimizer.updates, m.optimizer.skips), where)
+end
+
+return state
