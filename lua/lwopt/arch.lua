@@ -16,6 +16,7 @@ local GPT_FIELDS = {
    { "n_layer", "size" }, { "n_embd", "size" }, { "n_head", "size" },
    { "vocab", "size", 50304 }, { "seq_len", "size", 1024 },
    { "tied", "bool", true }, { "bias", "bool", false },
+   { "mlp_hidden", "size", function(c) return 4 * c.n_embd end },
    { "n_expert", "count", 0 }, { "topk", "size", 2 },
    { "expert_hidden", "size", function(c) return 4 * c.n_embd end },
    { "aux_coef", "coef", 0.01 }, { "shared_expert", "bool", false },
@@ -171,8 +172,8 @@ function arch.gpt(cfg)
       if c.n_expert > 0 then
          moe(p .. "moe.")
       else
-         linear(p .. "mlp.fc", 4 * n, n)
-         linear(p .. "mlp.proj", n, 4 * n)
+         linear(p .. "mlp.fc", c.mlp_hidden, n)
+         linear(p .. "mlp.proj", n, c.mlp_hidden)
       end
    end
    layer_norm("ln_f")
