@@ -334,6 +334,37 @@ describe("recipes/gpt_small.lua", function()
          assert.equal("h.0.mlp.fc.weight", dense[4 + 3].name)
       end)
 
+      it("logs each rank's Muon time and the all-to-all bytes at --ep 2 #mpi", function()
+         local log = os.tmpname() .. ".jsonl"
+         local mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "
+            .. "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
+         for _, ep in ipairs({ 1, 2 }) do
+            local out, status = helpers.sh(("%sluajit %s --preset moe --ep %d --steps 2 --seq 16 "
+               .. "--batch 2 --eval-max 1 --sample 0 --quiet --log %s"):format(mpirun, recipe, ep,
+               log))
+            assert.equal(0, status, out)
+            for line in io.lines(log) do
+               local rec = lw.json.decode(line)
+               assert.equal(2, #rec.by_rank.muon_ms)
+               assert.is_true(rec.by_rank.muon_ms[1] > 0 and rec.by_rank.muon_ms[2] > 0)
+               if ep == 1 then
+                  assert.equal(0, rec.alltoall_mb)
+               else
+                  -- rows to the other rank's experts and back, forward and backward: at most
+                  -- 4 x the 2 x 16 x 2 rows of 128 floats a rank routes, in each of 4 layers
+                  -- (and the row counts, 4 int64 a layer)
+                  local most = (4 * 4 * (2 * 16 * 2) * 128 * 4 + 4 * 4 * 8) / 2 ^ 20
+                  assert.is_true(rec.alltoall_mb > 0 and rec.alltoall_mb <= most,
+                     tostring(rec.alltoall_mb))
+                  assert.is_true(rec.comm_mb > rec.alltoall_mb)
+                  assert.near(rec.alltoall_mb, rec.by_rank.alltoall_mb[1], 0.01)
+               end
+            end
+         end
+         os.remove(log)
+         os.remove((log:gsub("%.jsonl$", ".png")))
+      end)
+
       it("has a moe preset: 4 layers x 128, 8 experts, top-2", function()
          local gpt_recipe = require("lwopt.gpt_recipe")
          local cfg = gpt_recipe.gpt_config("moe", 256)
