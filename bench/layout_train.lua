@@ -5,7 +5,7 @@
 -- best of `repeats` runs: tokens/s, Muon and total MiB communicated per step (the comm
 -- counters), exposed communication and optimizer ms (means over steps 6..N of the JSON log).
 -- Usage: bin/lwopt run bench/layout_train.lua [steps] [repeats]   (from the repo root)
-local dkjson = require("dkjson")
+local runs = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua")
 
 local steps = tonumber(arg[1]) or 20
 local repeats = tonumber(arg[2]) or 3
@@ -13,28 +13,10 @@ local layouts = { "cost", "packed" }
 local dps = { 2, 4 }
 
 local function run(dp, layout)
-   local log = os.tmpname() .. ".jsonl"
-   local cmd = ("mpirun --oversubscribe -np %d -x OPENBLAS_NUM_THREADS=1 luajit "
-      .. "recipes/gpt_small.lua --preset small --steps %d --layout %s --bucket-size 1M "
-      .. "--sample 0 --quiet --eval-every 0 --eval-max 1 --log %s > /dev/null 2>&1")
-      :format(dp, steps, layout, log)
-   local ok = os.execute(cmd)
-   assert(ok == 0 or ok == true, "failed: " .. cmd)
-   local sum, n = { tps = 0, comm_mb = 0, comm_wait = 0, opt = 0 }, 0
-   for line in io.lines(log) do
-      local r = dkjson.decode(line)
-      if r.step > 5 then
-         n = n + 1
-         sum.tps = sum.tps + r.tokens_per_s
-         sum.comm_mb = sum.comm_mb + r.comm_mb
-         sum.comm_wait = sum.comm_wait + r.time_ms.comm_wait
-         sum.opt = sum.opt + r.time_ms.opt
-      end
-   end
-   os.remove(log)
-   os.remove((log:gsub("%.jsonl$", ".png")))
-   for k, v in pairs(sum) do sum[k] = v / n end
-   return sum
+   local records = runs.run{ ranks = dp, quiet = true, args = ("--preset small --steps %d "
+      .. "--layout %s --bucket-size 1M --eval-every 0 --eval-max 1"):format(steps, layout) }
+   return runs.mean(records, 6, { tps = "tokens_per_s", comm_mb = "comm_mb",
+      comm_wait = "time_ms.comm_wait", opt = "time_ms.opt" })
 end
 
 local best = {}

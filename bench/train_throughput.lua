@@ -9,7 +9,7 @@
 -- With --baseline DIR (a built checkout of another commit): dp 2 only, every configuration run
 -- alternately from this tree and from DIR, and the two tables with their ratio, so that a change
 -- is judged against the code before it on the same machine at the same time.
-local dkjson = require("dkjson")
+local runs = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua")
 
 local baseline
 for i = #arg - 1, 1, -1 do
@@ -39,29 +39,13 @@ local configs = {
    { "muon", "layerwise" }, { "muon", "legacy" }, { "muon", "replicated" }, { "adamw", "layerwise" },
 }
 
+-- One run: means over steps 6..N of its log (root: a checkout to run it in, for --baseline).
 local function run(dp, optimizer, mode, root)
-   local log = os.tmpname() .. ".jsonl"
-   local launcher = dp == 1 and "OPENBLAS_NUM_THREADS=2 "
-      or "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
-   if root then launcher = "cd " .. root .. " && " .. launcher end
-   local cmd = ("%sluajit recipes/gpt_small.lua --steps %d --optimizer %s --mode %s --sample 0 "
-      .. "--quiet --eval-every 0 --eval-max 1 --log %s > /dev/null"):format(launcher, steps,
-      optimizer, mode, log)
-   local ok = os.execute(cmd)
-   assert(ok == 0 or ok == true, "failed: " .. cmd)
-   local sum, n = { fwd = 0, bwd = 0, comm_wait = 0, opt = 0, tps = 0, wall = 0 }, 0
-   for line in io.lines(log) do
-      local r = dkjson.decode(line)
-      if r.step > 5 then
-         n = n + 1
-         for k, v in pairs(r.time_ms) do sum[k] = (sum[k] or 0) + v end
-         sum.tps = sum.tps + r.tokens_per_s
-      end
-   end
-   os.remove(log)
-   os.remove((log:gsub("%.jsonl$", ".png")))
-   for k, v in pairs(sum) do sum[k] = v / n end
-   return sum
+   local records = runs.run{ ranks = dp, threads = dp == 1 and 2 or 1, root = root,
+      args = ("--steps %d --optimizer %s --mode %s --eval-every 0 --eval-max 1"):format(steps,
+         optimizer, mode) }
+   return runs.mean(records, 6, { tps = "tokens_per_s", fwd = "time_ms.fwd", bwd = "time_ms.bwd",
+      comm_wait = "time_ms.comm_wait", opt = "time_ms.opt" })
 end
 
 if baseline then

@@ -271,8 +271,10 @@ describe("recipes/gpt_small.lua", function()
       it("refuses configurations that cannot route, before any work, naming the numbers",
          function()
          for _, case in ipairs({
-            { "--n-expert 1", 2, "--n-expert must be between 2 and 65536, got 1 (--help lists "
-              .. "the flags)" },
+            { "--n-expert 1", 1, "--n-expert 1: a mixture of experts needs at least 2 (0: a "
+              .. "dense MLP)" },
+            { "--n-expert 4 --mlp-hidden 64", 1, "--mlp-hidden sizes the dense MLP, which a "
+              .. "mixture of experts replaces: drop it, or add --n-expert 0" },
             { "--n-expert 4 --topk 0", 2, "--topk must be between 1 and 65536, got 0 (--help "
               .. "lists the flags)" },
             { "--n-expert 2 --topk 3", 1, "--topk 3 is more than the 2 experts (--n-expert): "
@@ -318,6 +320,50 @@ describe("recipes/gpt_small.lua", function()
          assert.matches("settings changed since the checkpoint: --steps 3 (was 2), --topk 1 "
             .. "(was 2)", out, 1, true)
          helpers.sh("rm -rf " .. dir)
+      end)
+
+      it("trains the moe preset dense with --n-expert 0, at the experts' active parameters "
+         .. "with --mlp-hidden", function()
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset moe --n-expert 0 "
+            .. "--mlp-hidden 1028 --steps 1 --batch 1 --eval-max 1 --sample 0")
+         assert.equal(0, status, out)
+         -- 2 x 128 x 1028 per layer: a router (8 x 128) and 2 of 8 experts of 2 x 128 x 512
+         assert.matches("GPT 4 layers x 128, 4 heads, 1.37M parameters;", out, 1, true)
+         local gpt_recipe = require("lwopt.gpt_recipe")
+         local dense = lw.arch.gpt(gpt_recipe.gpt_config("moe", 256, nil, { n_expert = 0 }, 1028))
+         assert.same({ 1028, 128 }, dense[4 + 3].shape) -- h.0.mlp.fc, after wte, wpe, ln_1..ln_2
+         assert.equal("h.0.mlp.fc.weight", dense[4 + 3].name)
+      end)
+
+      it("logs each rank's Muon time and the all-to-all bytes at --ep 2 #mpi", function()
+         local log = os.tmpname() .. ".jsonl"
+         local mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "
+            .. "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
+         for _, ep in ipairs({ 1, 2 }) do
+            local out, status = helpers.sh(("%sluajit %s --preset moe --ep %d --steps 2 --seq 16 "
+               .. "--batch 2 --eval-max 1 --sample 0 --quiet --log %s"):format(mpirun, recipe, ep,
+               log))
+            assert.equal(0, status, out)
+            for line in io.lines(log) do
+               local rec = lw.json.decode(line)
+               assert.equal(2, #rec.by_rank.muon_ms)
+               assert.is_true(rec.by_rank.muon_ms[1] > 0 and rec.by_rank.muon_ms[2] > 0)
+               if ep == 1 then
+                  assert.equal(0, rec.alltoall_mb)
+               else
+                  -- rows to the other rank's experts and back, forward and backward: at most
+                  -- 4 x the 2 x 16 x 2 rows of 128 floats a rank routes, in each of 4 layers
+                  -- (and the row counts, 4 int64 a layer)
+                  local most = (4 * 4 * (2 * 16 * 2) * 128 * 4 + 4 * 4 * 8) / 2 ^ 20
+                  assert.is_true(rec.alltoall_mb > 0 and rec.alltoall_mb <= most,
+                     tostring(rec.alltoall_mb))
+                  assert.is_true(rec.comm_mb > rec.alltoall_mb)
+                  assert.near(rec.alltoall_mb, rec.by_rank.alltoall_mb[1], 0.01)
+               end
+            end
+         end
+         os.remove(log)
+         os.remove((log:gsub("%.jsonl$", ".png")))
       end)
 
       it("has a moe preset: 4 layers x 128, 8 experts, top-2", function()

@@ -238,6 +238,71 @@ describe("lw.stepmodel input checks", function()
    end)
 end)
 
+describe("lw.stepmodel with a mixture of experts", function()
+   -- 2 layers x 64, 4 experts of hidden 256 (4 x 64), vocabulary 128, sequence 32, tied
+   local cfg = { n_layer = 2, n_embd = 64, n_head = 2, vocab = 128, seq_len = 32, n_expert = 4 }
+   local specs = lw.route(lw.arch.gpt(cfg))
+   local EXPERTS = 2 * 4 * 2 * 256 * 64 -- every expert matrix: 262,144 elements
+   -- what every token passes: the tied head, per layer qkv, proj and the router (4 x 64)
+   local DENSE = 128 * 64 + 2 * (3 * 64 * 64 + 64 * 64 + 4 * 64)
+
+   it("counts the experts' forward and backward at topk over the layer's experts", function()
+      assert.equal(6 * (DENSE + EXPERTS * 2 / 4), lw.stepmodel.flops_per_token(specs))
+      assert.equal(6 * (DENSE + EXPERTS * 1 / 4), lw.stepmodel.flops_per_token(specs, nil, 1))
+      assert.equal(6 * (DENSE + EXPERTS), lw.stepmodel.flops_per_token(specs, nil, 4))
+      assert.equal(6 * (DENSE + EXPERTS / 2) + 12 * 2 * 64 * 32,
+         lw.stepmodel.flops_per_token(specs, { n_layer = 2, n_embd = 64, seq_len = 32 }, 2))
+   end)
+
+   it("gives an EP rank's specs (its experts only) the same FLOPs per token", function()
+      local rank0 = {}
+      for _, s in ipairs(specs) do
+         local e = tonumber(s.name:match("experts%.(%d+)%."))
+         if e == nil or e < 2 then rank0[#rank0 + 1] = s end
+      end
+      assert.equal(lw.stepmodel.flops_per_token(specs), lw.stepmodel.flops_per_token(rank0))
+   end)
+
+   it("runs Newton-Schulz on every expert matrix while compute counts topk of them", function()
+      local layout = lw.layout.compute(specs, { dp = 2 })
+      local r = lw.stepmodel.predict(layout, { tokens = TOKENS, machine = machine(1e8, 0),
+         topk = 1 })
+      assert.near(6 * (DENSE + EXPERTS / 4) * TOKENS / 1e9, r.compute, 1e-12)
+      local want, matrices = 0, 0
+      for _, s in ipairs(specs) do
+         if s.optimizer == "muon" then
+            want, matrices = want + lw.stepmodel.ns_flops(s.shape), matrices + 1
+         end
+      end
+      assert.equal(2 * (2 + 4 * 2), matrices) -- per layer qkv, proj and 4 experts' fc and proj
+      local ns, counted = 0, 0
+      for _, w in ipairs(r.ranks) do ns, counted = ns + w.ns_flops, counted + w.matrices end
+      assert.equal(want, ns)
+      assert.equal(matrices, counted)
+   end)
+
+   it("refuses an expert it cannot place in a layer, and a bad topk", function()
+      local odd = { { name = "blob", shape = { 8, 8 }, role = "expert", expert = true } }
+      local ok, err = pcall(lw.stepmodel.flops_per_token, odd)
+      assert.is_false(ok)
+      assert.matches("expert parameter 'blob' is not named <layer>experts.<index>.<name>", err, 1,
+         true)
+      ok, err = pcall(lw.stepmodel.flops_per_token, specs, nil, 0)
+      assert.is_false(ok)
+      assert.matches("topk (experts per token) must be a number >= 1, got 0", err, 1, true)
+   end)
+
+   it("takes --topk on the command line", function()
+      local argv = { "layout", "--n-layer", "2", "--n-embd", "64", "--n-head", "2", "--vocab",
+         "128", "--seq-len", "32", "--n-expert", "4", "--model-step", "--stats" }
+      local flops = 6 * (DENSE + EXPERTS / 4) + 12 * 2 * 64 * 32
+      argv[#argv + 1], argv[#argv + 2] = "--topk", "1"
+      local status, out = run(argv)
+      assert.equal(0, status)
+      assert.matches(("%.4g GFLOP per token"):format(flops / 1e9), out, 1, true)
+   end)
+end)
+
 describe("lwopt layout --model-step and --compare", function()
    local model = { "layout", "--n-layer", "2", "--n-embd", "64", "--n-head", "2", "--dp", "4" }
    local function with(...)

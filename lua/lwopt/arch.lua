@@ -19,6 +19,7 @@ local GPT_FIELDS = {
    { "n_layer", "size" }, { "n_embd", "size" }, { "n_head", "size" },
    { "vocab", "size", 50304 }, { "seq_len", "size", 1024 },
    { "tied", "bool", true }, { "bias", "bool", false },
+   { "mlp_hidden", "size", function(c) return 4 * c.n_embd end },
    { "n_expert", "count", 0 }, { "topk", "size", 2 },
    { "expert_hidden", "size", function(c) return 4 * c.n_embd end },
    { "aux_coef", "coef", 0.01 }, { "shared_expert", "bool", false },
@@ -149,7 +150,7 @@ function arch.gpt(cfg)
    if c.tp_rank >= t then
       error(("lw.arch.gpt: tp_rank (%d) must be below tp (%d)"):format(c.tp_rank, t), 2)
    end
-   local bad = tp_mod.check(t, nil, { n_head = c.n_head, n_embd = n, hidden = 4 * n,
+   local bad = tp_mod.check(t, nil, { n_head = c.n_head, n_embd = n, hidden = c.mlp_hidden,
       vocab = c.vocab, pad_vocab = true, n_expert = c.n_expert })
    if bad then error("lw.arch.gpt: " .. bad, 2) end
    local function sharded(dim, blocks, full, more)
@@ -218,8 +219,8 @@ function arch.gpt(cfg)
       if c.n_expert > 0 then
          moe(p .. "moe.")
       else
-         column(p .. "mlp.fc", 4 * n, n, 1)
-         row(p .. "mlp.proj", n, 4 * n)
+         column(p .. "mlp.fc", c.mlp_hidden, n, 1)
+         row(p .. "mlp.proj", n, c.mlp_hidden)
       end
    end
    layer_norm("ln_f")

@@ -36,6 +36,8 @@ local function layout_flags()
       { "ffn-hidden", "int", nil, "MLP hidden size (llama)" },
       { "n-expert", "int", nil, "experts per layer (moe)" },
       { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
+      { "topk", "int", nil, "experts each token is routed to: the experts' share of the "
+        .. "modelled compute with --model-step or --compare (default 2)", min = 1 },
       { "vocab", "int", nil, "vocabulary size" },
       { "seq-len", "int", nil, "sequence length (gpt position embedding; the modelled "
         .. "attention's with --model-step or --compare)" },
@@ -104,8 +106,9 @@ local function machine_of(stepmodel, v)
 end
 
 -- lw.stepmodel.predict's options from the layout command's flags: FLOPs per token from
--- --flops-per-token, else 6 per matrix parameter plus attention (gpt: n_layer x n_embd x its
--- seq_len; llama and moe when --seq-len is given).
+-- --flops-per-token, else 6 per matrix parameter (an expert's at --topk over its layer's
+-- experts) plus attention (gpt: n_layer x n_embd x its seq_len; llama and moe when --seq-len is
+-- given).
 local function step_options(lw, v, specs)
    local attention
    local seq = v.seq_len or (v.arch == "gpt" and 1024 or nil)
@@ -113,7 +116,8 @@ local function step_options(lw, v, specs)
       attention = { n_layer = v.n_layer, n_embd = v.n_embd, seq_len = seq }
    end
    return { tokens = v.tokens, zero = v.zero, machine = machine_of(lw.stepmodel, v),
-            model = v.flops_per_token or lw.stepmodel.flops_per_token(specs, attention) }
+            topk = v.topk,
+            model = v.flops_per_token or lw.stepmodel.flops_per_token(specs, attention, v.topk) }
 end
 
 local function layout_command(argv, out, err)

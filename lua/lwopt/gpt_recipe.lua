@@ -63,11 +63,12 @@ end
 -- The GPT's configuration (lw.nn.GPT, lw.arch.gpt) for a preset, a token vocabulary (token data:
 -- the preset's or --vocab; bytes: 256), a sequence length (default the preset's) and the
 -- experts (moe: { n_expert, topk, aux_coef, shared_expert }; default the preset's, none for a
--- dense preset).
-function recipe.gpt_config(preset, vocab, seq, moe)
+-- dense preset; n_expert 0: dense) and the dense MLP's hidden size (default 4 n_embd).
+function recipe.gpt_config(preset, vocab, seq, moe, mlp_hidden)
    local p = recipe.presets[preset]
    local cfg = { n_layer = p.n_layer, n_embd = p.n_embd, n_head = p.n_head,
-                 vocab = recipe.vocab_rows(vocab), seq_len = seq or p.seq, tied = true }
+                 vocab = recipe.vocab_rows(vocab), seq_len = seq or p.seq, tied = true,
+                 mlp_hidden = mlp_hidden }
    moe = moe or (p.n_expert and { n_expert = p.n_expert })
    if moe and (moe.n_expert or 0) > 0 then
       cfg.n_expert = moe.n_expert
@@ -96,11 +97,14 @@ recipe.flags = {
      .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
      .. "computes fp32 whatever is asked" },
    { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "
-     .. "the preset's; none but --preset moe's 8)", min = 2, max = 65536 },
+     .. "the preset's; none but --preset moe's 8; 0: a dense MLP, also with --preset moe)",
+     min = 0, max = 65536 },
    { "topk", "int", nil, "experts each token is routed to (default 2)", min = 1, max = 65536 },
    { "aux-coef", "number", nil, "weight of the load-balancing loss (default 0.01)", min = 0 },
    { "shared-expert", "bool", false, "one more dense MLP every token goes through, besides its "
      .. "experts" },
+   { "mlp-hidden", "int", nil, "hidden size of the dense MLP (default 4 x the model width), "
+     .. "e.g. to match a mixture of experts' active parameters", min = 1, max = 2 ^ 31 - 1 },
    { "ep", "int", 1, "expert parallelism: groups of EP consecutive ranks share out each layer's "
      .. "experts (n_expert / EP each) and exchange tokens; EP must divide --n-expert and the "
      .. "ranks", min = 1, max = 65536 },
@@ -271,6 +275,9 @@ end
 -- n_expert (0: dense) and, with experts, topk and aux_coef.
 local function check_expert_flags(v, preset)
    v.n_expert = v.n_expert or preset.n_expert or 0
+   if v.n_expert == 1 then
+      error("--n-expert 1: a mixture of experts needs at least 2 (0: a dense MLP)", 0)
+   end
    if v.n_expert == 0 then
       for _, name in ipairs({ "topk", "aux_coef", "shared_expert" }) do
          if v[name] then
@@ -279,6 +286,10 @@ local function check_expert_flags(v, preset)
          end
       end
       return
+   end
+   if v.mlp_hidden then
+      error("--mlp-hidden sizes the dense MLP, which a mixture of experts replaces: drop it, or "
+         .. "add --n-expert 0", 0)
    end
    v.topk = v.topk or preset.topk or recipe.MOE_DEFAULTS.topk
    v.aux_coef = v.aux_coef or preset.aux_coef or recipe.MOE_DEFAULTS.aux_coef
@@ -503,7 +514,8 @@ local function settings(v, comm, data)
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
             ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
             topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
-            muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv }
+            muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
+            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
@@ -512,7 +524,7 @@ local BREAKING = {
    { "data_kind", "--data" }, { "vocab", "--vocab" },
    { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
    { "seq", "--seq" }, { "optimizer", "--optimizer" }, { "n_expert", "--n-expert" },
-   { "shared_expert", "--shared-expert" },
+   { "shared_expert", "--shared-expert" }, { "mlp_hidden", "--mlp-hidden" },
 }
 -- What a checkpoint that does not record a setting was trained with (those before token data
 -- were all byte-level).
@@ -709,7 +721,7 @@ local function build_run(v, comm, data, rules)
    -- --tp: TP groups of v.tp consecutive ranks hold the shards of every layer and see the same
    -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
    local tg = recipe_tp.groups(v, comm)
-   local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)
+   local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
    cfg.ep, cfg.tp = g or false, tg or false
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
@@ -727,7 +739,7 @@ local function build_run(v, comm, data, rules)
                split_qkv = v.split_qkv == "on" } })
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
-      local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe)
+      local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
       return lw.nn.GPT.new(c1):parameters()
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)

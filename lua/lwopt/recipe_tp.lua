@@ -19,8 +19,8 @@ function recipe_tp.check_flags(v)
    end
    local bad = lw.tp.check(v.tp, nil, { n_expert = v.n_expert, ep = v.ep })
    if bad then error("--" .. bad, 0) end
-   bad = lw.tp.check(v.tp, nil, { n_head = v.n_head, n_embd = v.n_embd, hidden = 4 * v.n_embd,
-      vocab = v.vocab_rows, pad_vocab = true })
+   bad = lw.tp.check(v.tp, nil, { n_head = v.n_head, n_embd = v.n_embd,
+      hidden = v.mlp_hidden or 4 * v.n_embd, vocab = v.vocab_rows, pad_vocab = true })
    if bad then
       error(("--%s (--preset %s: %d heads, n_embd %d)"):format(bad, v.preset, v.n_head,
          v.n_embd), 0)

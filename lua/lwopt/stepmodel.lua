@@ -345,10 +345,54 @@ function stepmodel.attention_flops(n_layer, n_embd, seq_len)
    return 12 * n_layer * n_embd * seq_len
 end
 
--- Forward + backward FLOPs per token of specs: 6 per matmul weight (2 forward, 4 backward).
-function stepmodel.flops_per_token(specs, attention)
+-- Experts each token is routed to when the caller does not say: lw.arch.gpt's and lw.nn.MoE's
+-- default.
+stepmodel.default_topk = 2
+
+-- The share of a step's tokens that pass through each expert parameter of specs, by index
+-- (nil for the others): topk over the experts its layer has in specs. A token reaches topk of
+-- a layer's n experts, so each expert sees topk / n of the tokens on average; over an EP rank's
+-- specs (its n / ep experts only) topk / (n / ep) is the rows each of them gets per token of
+-- the rank, the EP group's tokens arriving by the all-to-all. Experts are counted by their
+-- names, <layer>experts.<index>.<...>, as lw.arch and lw.nn.MoE name them.
+local function expert_shares(specs, topk)
+   topk = topk or stepmodel.default_topk
+   if not (type(topk) == "number" and topk >= 1 and topk < math.huge) then
+      fail("topk (experts per token) must be a number >= 1, got %s", tostring(topk))
+   end
+   local experts, layer_of = {}, {}
+   for i, s in ipairs(specs) do
+      if s.expert == true or s.role == "expert" then
+         local layer, index = s.name:match("^(.-)experts%.(%d+)%.")
+         if layer == nil then
+            fail("expert parameter '%s' is not named <layer>experts.<index>.<name>: the model "
+               .. "counts a layer's experts by their names", s.name)
+         end
+         local set = experts[layer] or { n = 0 }
+         experts[layer] = set
+         if not set[index] then set[index], set.n = true, set.n + 1 end
+         layer_of[i] = layer
+      end
+   end
+   local shares = {}
+   for i, layer in pairs(layer_of) do shares[i] = topk / experts[layer].n end
+   return shares
+end
+
+-- Each spec's share of the model's matmul FLOPs per token: matmul_weight, an expert's times the
+-- share of the tokens it sees (expert_shares).
+local function token_weights(specs, topk)
+   local shares, weights = expert_shares(specs, topk), {}
+   for i, s in ipairs(specs) do weights[i] = matmul_weight(s) * (shares[i] or 1) end
+   return weights
+end
+
+-- Forward + backward FLOPs per token of specs: 6 per matmul weight (2 forward, 4 backward); an
+-- expert's at the share of the tokens it sees, topk (default 2) over its layer's experts, since
+-- only topk of them run on each token (the router runs on every token, as a dense matrix).
+function stepmodel.flops_per_token(specs, attention, topk)
    local n = 0
-   for _, s in ipairs(specs) do n = n + matmul_weight(s) end
+   for _, w in ipairs(token_weights(specs, topk)) do n = n + w end
    local extra = 0
    if attention then
       extra = stepmodel.attention_flops(attention.n_layer, attention.n_embd, attention.seq_len)
@@ -625,12 +669,14 @@ end
 -- ---- predict -------------------------------------------------------------------------------
 
 local PREDICT_OPTIONS = { model = true, tokens = true, machine = true, zero = true,
-   ns_steps = true, attention = true, bytes_per_element = true }
+   ns_steps = true, attention = true, bytes_per_element = true, topk = true }
 
 -- lw.stepmodel.predict(layout, { tokens = N, machine = "h100-node" | table, model = nil |
 -- FLOPs per token | specs, attention = { n_layer, n_embd, seq_len }, zero = 1 | 2 | 3,
--- ns_steps = 5, bytes_per_element = { adamw = 28, muon = 24 } }): the predicted step; times in
--- seconds. tokens: per rank per step (batch x sequence x micro-steps).
+-- ns_steps = 5, bytes_per_element = { adamw = 28, muon = 24 }, topk = 2 }): the predicted step;
+-- times in seconds. tokens: per rank per step (batch x sequence x micro-steps). topk: experts
+-- per token of a mixture of experts, whose experts' forward and backward count at topk over
+-- their layer's experts while Newton-Schulz runs on every expert matrix.
 function stepmodel.predict(layout, opts)
    if type(layout) ~= "table" or type(layout.buffers) ~= "table" or type(layout.params) ~= "table"
    then
@@ -656,11 +702,8 @@ function stepmodel.predict(layout, opts)
    local per_element = opts.bytes_per_element or stepmodel.bytes_per_element
 
    -- the model's FLOPs per token, and each parameter's share of them along the passes
-   local weights, total_weight = {}, 0
-   for i, p in ipairs(layout.params) do
-      weights[i] = matmul_weight(p)
-      total_weight = total_weight + weights[i]
-   end
+   local weights, total_weight = token_weights(layout.params, opts.topk), 0
+   for _, w in ipairs(weights) do total_weight = total_weight + w end
    local flops_per_token
    if type(opts.model) == "number" then
       if not non_negative(opts.model) then
@@ -668,9 +711,9 @@ function stepmodel.predict(layout, opts)
       end
       flops_per_token = opts.model
    elseif type(opts.model) == "table" then
-      flops_per_token = stepmodel.flops_per_token(opts.model, opts.attention)
+      flops_per_token = stepmodel.flops_per_token(opts.model, opts.attention, opts.topk)
    elseif opts.model == nil then
-      flops_per_token = stepmodel.flops_per_token(layout.params, opts.attention)
+      flops_per_token = stepmodel.flops_per_token(layout.params, opts.attention, opts.topk)
    else
       fail("model must be FLOPs per token or a list of parameter specs, got %s", type(opts.model))
    end

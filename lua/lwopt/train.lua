@@ -18,19 +18,24 @@ function train.schedule(s, steps, warmup, min_ratio)
    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 end
 
--- Seconds spent in communication so far, and bytes communicated: the run's communicator and,
--- on GPUs, the buffers' own (NCCL) communicators, which carry the gradient and parameter syncs.
+-- Seconds spent in communication so far, bytes communicated, and of them the all-to-alls'
+-- bytes (a mixture of experts' token exchange): the run's communicator; on GPUs the buffers' own
+-- (NCCL) communicators, which carry the gradient and parameter syncs; with expert parallelism
+-- (run.ep, lw.ep.groups) the EP group's, which carries the tokens (and its device communicator
+-- on GPUs), and the expert-DP group's, which syncs the expert buffers.
 local function comm_totals(run)
-   local seconds, bytes = 0, 0
+   local seconds, bytes, alltoall = 0, 0, 0
    local function add(comm)
       if comm == nil then return end
-      for _, c in pairs(comm:counters()) do
+      for op, c in pairs(comm:counters()) do
          seconds, bytes = seconds + c.seconds, bytes + c.bytes
+         if op == "alltoall" then alltoall = alltoall + c.bytes end
       end
    end
    add(run.comm)
    if run.ddp then add(run.ddp.device_comm); add(run.ddp.device_expert_comm) end
-   return seconds, bytes
+   if run.ep then add(run.ep.comm); add(run.ep.device_comm); add(run.ep.expert_comm) end
+   return seconds, bytes, alltoall
 end
 
 -- The communicator the batches are split over: run.dp_comm under tensor parallelism (the TP ranks
@@ -78,12 +83,9 @@ function train.memory(run)
    return out
 end
 
--- Every rank's figures (MiB), gathered with one all-reduce: { params = { r0, r1, .. }, .. }.
-local MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak" }
-local GPU_MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak", "gpu" }
-function train.memory_by_rank(run)
-   local mine, comm = train.memory(run), run.comm
-   local keys = mine.gpu and GPU_MEMORY_KEYS or MEMORY_KEYS
+-- Every rank's value of each of keys in mine, times scale and rounded to 2 decimals, gathered
+-- with one all-reduce (collective): { key = { r0, r1, .. }, .. }.
+local function by_rank(comm, mine, keys, scale)
    local flat = {}
    for k = 1, #keys * comm.size do flat[k] = 0 end
    for j, key in ipairs(keys) do flat[(j - 1) * comm.size + comm.rank + 1] = mine[key] end
@@ -92,11 +94,19 @@ function train.memory_by_rank(run)
    for j, key in ipairs(keys) do
       local per = json.array()
       for r = 1, comm.size do
-         per[r] = math.floor(flat[(j - 1) * comm.size + r] / 2 ^ 20 * 100 + 0.5) / 100
+         per[r] = math.floor(flat[(j - 1) * comm.size + r] * scale * 100 + 0.5) / 100
       end
       out[key] = per
    end
    return out
+end
+
+-- Every rank's figures (MiB), gathered with one all-reduce: { params = { r0, r1, .. }, .. }.
+local MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak" }
+local GPU_MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak", "gpu" }
+function train.memory_by_rank(run)
+   local mine = train.memory(run)
+   return by_rank(run.comm, mine, mine.gpu and GPU_MEMORY_KEYS or MEMORY_KEYS, 2 ^ -20)
 end
 
 -- A skipped step is said even with --quiet: the update it would have made is lost.
@@ -228,13 +238,17 @@ local function expert_fields(run, rec, experts)
    rec.expert_counts, rec.experts_idle = layers, idle
 end
 
--- One optimizer step: its step record (mean loss over ranks, timings, traffic, memory with
--- --log) and the optimizer's result (grad_norm, skipped, time).
+-- The step's figures that differ between ranks, from every rank (milliseconds and MiB): the
+-- record's by_rank = { muon_ms, opt_ms, comm_mb, alltoall_mb = { r0, r1, .. } }. Collective.
+local STEP_KEYS = { "muon_ms", "opt_ms", "comm_mb", "alltoall_mb" }
+
+-- One optimizer step: its step record (mean loss over ranks, timings, traffic, memory and the
+-- per-rank figures with --log) and the optimizer's result (grad_norm, skipped, time).
 local function train_step(run, loop, step)
    local comm = run.comm
    local dp = data_comm(run)
    local t0 = lib.lw_now()
-   local comm0, bytes0 = comm_totals(run)
+   local comm0, bytes0, alltoall0 = comm_totals(run)
    local loss, fwd, bwd, experts = forward_backward(run, step)
    local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
    local o0 = lib.lw_now()
@@ -243,18 +257,25 @@ local function train_step(run, loop, step)
    dp:set_label("the step's mean loss")
    local mean_loss = dp:allreduce({ loss })[1] / dp.size
    local wall = lib.lw_now() - t0
-   local comm1, bytes1 = comm_totals(run)
+   local comm1, bytes1, alltoall1 = comm_totals(run)
    local comm_wait = comm1 - comm0
+   local opt_ms = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync)
    local rec = {
       step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
       tokens_per_s = loop.tokens_per_step / wall, skipped = r.skipped or nil,
       time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
-         opt = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync),
-         muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
+         opt = opt_ms, muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
       comm_mb = (bytes1 - bytes0) / 2 ^ 20,
    }
-   if experts then expert_fields(run, rec, experts) end
-   if run.log then rec.memory_mb = json.object(train.memory_by_rank(run)) end -- collective
+   if experts then
+      rec.alltoall_mb = (alltoall1 - alltoall0) / 2 ^ 20
+      expert_fields(run, rec, experts)
+   end
+   if run.log then -- collectives
+      rec.memory_mb = json.object(train.memory_by_rank(run))
+      rec.by_rank = json.object(by_rank(comm, { muon_ms = 1e3 * r.time.muon, opt_ms = opt_ms,
+         comm_mb = rec.comm_mb, alltoall_mb = (alltoall1 - alltoall0) / 2 ^ 20 }, STEP_KEYS, 1))
+   end
    return rec, r
 end
 

@@ -15,12 +15,13 @@ local check = base.check
 local Block = base.class(base.Module)
 Block.shape_args = { "b", "t" }
 
--- Block(prefix, c, n_head, bias, moe, tp): moe (optional) is nn.MoE's config ({ n_expert, topk,
--- expert_hidden, aux_coef, shared_expert, router_muon }): the feed-forward is then self.moe
--- (parameters <prefix>moe.*) instead of self.mlp. self.ffn is whichever it is. tp (optional:
--- lw.tp.groups's table, size above 1; a dense block only) splits the attention's heads and the
--- MLP's channels over the TP group; the layer norms stay whole on every rank.
-function Block.new(prefix, c, n_head, bias, moe, tp)
+-- Block(prefix, c, n_head, bias, moe, tp, mlp_hidden): moe (optional) is nn.MoE's config
+-- ({ n_expert, topk, expert_hidden, aux_coef, shared_expert, router_muon }): the feed-forward is
+-- then self.moe (parameters <prefix>moe.*) instead of self.mlp, whose hidden size is mlp_hidden
+-- (default 4c). self.ffn is whichever it is. tp (optional: lw.tp.groups's table, size above 1;
+-- a dense block only) splits the attention's heads and the MLP's channels over the TP group; the
+-- layer norms stay whole on every rank.
+function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden)
    local self = setmetatable({}, Block):init(prefix)
    self.c = c
    self.ln_1 = self:add(LayerNorm.new(prefix .. "ln_1.", c, bias))
@@ -32,7 +33,7 @@ function Block.new(prefix, c, n_head, bias, moe, tp)
       self.moe = self:add(MoE.new(prefix .. "moe.", c, cfg))
       self.ffn = self.moe
    else
-      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias, nil, nil, tp))
+      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias, mlp_hidden, nil, tp))
       self.ffn = self.mlp
    end
    return self

@@ -32,8 +32,9 @@ local function moe_config(o)
             ep = o.ep }
 end
 
--- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, n_expert, topk, expert_hidden,
--- aux_coef, shared_expert, router_muon, ep }: the same parameters, names and order as lw.arch.gpt
+-- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, mlp_hidden, n_expert, topk,
+-- expert_hidden, aux_coef, shared_expert, router_muon, ep }: the same parameters, names and order
+-- as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size, default 4 n_embd)
 -- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
 -- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
 -- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
@@ -55,7 +56,7 @@ function GPT.new(cfg)
    end
    if o.tp and o.tp.size > 1 then
       local bad = tp_mod.check(o.tp.size, nil, { n_head = o.n_head, n_embd = o.n_embd,
-         hidden = 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
+         hidden = o.mlp_hidden or 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
          ep = o.ep and o.ep.size or 1 })
       if bad then error("nn.GPT: " .. bad, 0) end
       self.tp = o.tp
@@ -74,7 +75,7 @@ function GPT.new(cfg)
    self.block_inputs = {} -- each block's input in the last forward, for its backward
    for i = 0, o.n_layer - 1 do
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
-         moe_config(o), self.tp))
+         moe_config(o), self.tp, o.mlp_hidden))
    end
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
    if not o.tied then
