@@ -18,24 +18,35 @@ function train.schedule(s, steps, warmup, min_ratio)
    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 end
 
--- Seconds spent in communication so far, bytes communicated, and of them the all-to-alls'
--- bytes (a mixture of experts' token exchange): the run's communicator; on GPUs the buffers' own
+-- Communication so far: { seconds, bytes, alltoall (of them the all-to-alls' bytes: a mixture
+-- of experts' token exchange), tp (of them the TP group's bytes: tensor parallelism's
+-- activations and Muon's TP traffic) }, over the run's communicator; on GPUs the buffers' own
 -- (NCCL) communicators, which carry the gradient and parameter syncs; with expert parallelism
 -- (run.ep, lw.ep.groups) the EP group's, which carries the tokens (and its device communicator
--- on GPUs), and the expert-DP group's, which syncs the expert buffers.
+-- on GPUs), and the expert-DP group's, which syncs the expert buffers; with tensor parallelism
+-- (run.tp, lw.tp.groups) the TP group's (and the device communicators the model and the
+-- optimizer made over it) and the DP group's, which carries the buffers' syncs.
 local function comm_totals(run)
-   local seconds, bytes, alltoall = 0, 0, 0
-   local function add(comm)
+   local t = { seconds = 0, bytes = 0, alltoall = 0, tp = 0 }
+   local function add(comm, is_tp)
       if comm == nil then return end
       for op, c in pairs(comm:counters()) do
-         seconds, bytes = seconds + c.seconds, bytes + c.bytes
-         if op == "alltoall" then alltoall = alltoall + c.bytes end
+         t.seconds, t.bytes = t.seconds + c.seconds, t.bytes + c.bytes
+         if op == "alltoall" then t.alltoall = t.alltoall + c.bytes end
+         if is_tp then t.tp = t.tp + c.bytes end
       end
    end
    add(run.comm)
    if run.ddp then add(run.ddp.device_comm); add(run.ddp.device_expert_comm) end
    if run.ep then add(run.ep.comm); add(run.ep.device_comm); add(run.ep.expert_comm) end
-   return seconds, bytes, alltoall
+   if run.tp then
+      add(run.tp.comm, true); add(run.tp.device_comm, true); add(run.tp.dp_comm)
+      local opt_tp = run.opt and run.opt._tp
+      if opt_tp and opt_tp ~= run.tp.comm and opt_tp ~= run.tp.device_comm then
+         add(opt_tp, true)
+      end
+   end
+   return t
 end
 
 -- The communicator the batches are split over: run.dp_comm under tensor parallelism (the TP ranks
@@ -248,7 +259,7 @@ local function train_step(run, loop, step)
    local comm = run.comm
    local dp = data_comm(run)
    local t0 = lib.lw_now()
-   local comm0, bytes0, alltoall0 = comm_totals(run)
+   local before = comm_totals(run)
    local loss, fwd, bwd, experts = forward_backward(run, step)
    local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
    local o0 = lib.lw_now()
@@ -257,24 +268,26 @@ local function train_step(run, loop, step)
    dp:set_label("the step's mean loss")
    local mean_loss = dp:allreduce({ loss })[1] / dp.size
    local wall = lib.lw_now() - t0
-   local comm1, bytes1, alltoall1 = comm_totals(run)
-   local comm_wait = comm1 - comm0
+   local after = comm_totals(run)
+   local comm_wait = after.seconds - before.seconds
+   local alltoall_mb = (after.alltoall - before.alltoall) / 2 ^ 20
    local opt_ms = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync)
    local rec = {
       step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
       tokens_per_s = loop.tokens_per_step / wall, skipped = r.skipped or nil,
       time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
          opt = opt_ms, muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
-      comm_mb = (bytes1 - bytes0) / 2 ^ 20,
+      comm_mb = (after.bytes - before.bytes) / 2 ^ 20,
+      tp_mb = run.tp and (after.tp - before.tp) / 2 ^ 20 or nil,
    }
    if experts then
-      rec.alltoall_mb = (alltoall1 - alltoall0) / 2 ^ 20
+      rec.alltoall_mb = alltoall_mb
       expert_fields(run, rec, experts)
    end
    if run.log then -- collectives
       rec.memory_mb = json.object(train.memory_by_rank(run))
       rec.by_rank = json.object(by_rank(comm, { muon_ms = 1e3 * r.time.muon, opt_ms = opt_ms,
-         comm_mb = rec.comm_mb, alltoall_mb = (alltoall1 - alltoall0) / 2 ^ 20 }, STEP_KEYS, 1))
+         comm_mb = rec.comm_mb, alltoall_mb = alltoall_mb }, STEP_KEYS, 1))
    end
    return rec, r
 end
