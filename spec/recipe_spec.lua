@@ -404,10 +404,25 @@ describe("recipes/gpt_small.lua", function()
             .. "--save-params "
          local one, two = os.tmpname(), os.tmpname()
          local out1, status1 = helpers.sh("luajit " .. recipe .. args .. one)
-         local out2, status2 = helpers.sh(mpirun .. "luajit " .. recipe .. args .. two .. " --tp 2")
+         local log = os.tmpname()
+         local out2, status2 = helpers.sh(mpirun .. "luajit " .. recipe .. args .. two
+            .. " --tp 2 --log " .. log)
          assert.same({ 0, 0 }, { status1, status2 }, out2)
+         -- the log counts the TP group's traffic (at dp 1, all of it): the row-parallel layers'
+         -- all-reduces of b x t x n_embd floats, 2 a layer forward, 2 backward at least
+         for line in io.lines(log) do
+            local rec = lw.json.decode(line)
+            local least = 4 * 4 * (8 * 32 * 64 * 4) / 2 ^ 20
+            assert.is_true(rec.tp_mb >= least and rec.comm_mb == rec.tp_mb,
+               ("tp_mb %s, comm_mb %s"):format(tostring(rec.tp_mb), tostring(rec.comm_mb)))
+         end
+         os.remove(log)
+         os.remove((log:gsub("%.jsonl$", "") .. ".png"))
          -- the final validation loss and the sample, as printed
-         local function tail(out) return out:match("final validation loss.*$"):gsub("parameters: %S+", "") end
+         local function tail(out)
+            return out:match("final validation loss.*$"):gsub("parameters: %S+", "")
+               :gsub("loss curve: %S+\n", "")
+         end
          assert.equal(tail(out1), tail(out2))
          -- every tensor of both files by name: the same names and shapes, values within 1e-5
          local function tensors(path)
