@@ -180,6 +180,23 @@ describe("lw.nn's module contract", function()
       assert.equal(nn.Module, getmetatable(nn.Linear).__index)
    end)
 
+   it("counts only the activation buffers it holds: one outgrown again and again is replaced a "
+      .. "few times and the old ones freed", function()
+      local m = nn.Linear.new("grow.", 4, 4, false)
+      collectgarbage("collect")
+      local before = nn.activation_bytes()
+      local replaced, last = 0, nil
+      for n = 1, 2000 do
+         local p = m:buffer("rows", n)
+         if p ~= last then replaced, last = replaced + 1, p end
+      end
+      collectgarbage("collect")
+      collectgarbage("collect")
+      local held = nn.activation_bytes() - before
+      assert.is_true(replaced <= 20, tostring(replaced))
+      assert.is_true(held >= 4 * 2000 and held <= 4 * 3000, tostring(held))
+   end)
+
    -- hooks that record every call; parameters and gradients in plain arrays
    local function recording_hooks(module)
       local events, store = {}, {}

@@ -52,11 +52,24 @@ local function floats(n, what, device)
          :format(what, C.last_error(), activation_bytes / 2 ^ 30), 0)
    end
    activation_bytes = activation_bytes + bytes
-   return ffi.gc(ffi.cast("float*", out_cell[0]),
-      function(p) lib.lw_device_free(device, p) end)
+   return ffi.gc(ffi.cast("float*", out_cell[0]), function(p)
+      activation_bytes = activation_bytes - bytes
+      lib.lw_device_free(device, p)
+   end)
 end
 
--- Bytes of activation buffers allocated by the modules of this process.
+-- A buffer entry { n, data } of at least n floats for a slot holding `old` (or nil): old when it
+-- is big enough, else a new one. A buffer outgrown again and again (rows routed to experts,
+-- received from other EP ranks) grows by half at least each time, so it is replaced a
+-- logarithmic number of times; the old one is freed when collected.
+local function grown(old, n, what, device)
+   if old ~= nil and old.n >= n then return old end
+   local size = old and math.max(n, math.ceil(1.5 * old.n)) or n
+   return { n = size, data = floats(size, what, device) }
+end
+
+-- Bytes of activation buffers held by the modules of this process (those of outgrown buffers
+-- until they are collected).
 function base.activation_bytes() return activation_bytes end
 
 -- Raises the error of a failed kernel call (status st); nothing to do on success, the hot path.
@@ -194,8 +207,7 @@ function Module:workspace(n, what)
    local key = self.device and tonumber(ffi.cast("uintptr_t", self.device)) or 0
    local ws = workspaces[key]
    if ws == nil or ws.n < n then
-      ws = { n = n, data = floats(n, ("'%s' (one buffer every layer shares)"):format(what),
-         self.device) }
+      ws = grown(ws, n, ("'%s' (one buffer every layer shares)"):format(what), self.device)
       workspaces[key] = ws
    end
    return ws.data
@@ -227,7 +239,7 @@ function Module:buffer(key, n)
    local b = self.buffers[key]
    if b == nil or b.n < n then
       local owner = self.prefix ~= "" and self.prefix:gsub("%.$", "") or "the model"
-      b = { n = n, data = floats(n, ("'%s' of %s"):format(key, owner), self.device) }
+      b = grown(b, n, ("'%s' of %s"):format(key, owner), self.device)
       self.buffers[key] = b
    end
    return b.data
