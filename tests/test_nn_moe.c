@@ -2,7 +2,8 @@
  * load-balancing loss (lw_moe_aux_loss_forward / _backward): a hand-computed example with ties,
  * the forward against a float64 loop, the gradients against finite differences (through the
  * renormalised weights, the probabilities, and the aux loss through the router), the
- * accumulate (+=) contract, and the sizes refused. */
+ * accumulate (+=) contract, k distinct experts per token however the logits tie, and the sizes
+ * refused. */
 #include "nn_check.h"
 
 #include <stdio.h>
@@ -221,8 +222,37 @@ static void test_refused(void) {
     CHECK(loss == 0);
 }
 
+/* A token never reaches one expert twice, whatever the ties: rows of equal logits (every
+ * expert tied) and of two tied pairs take k distinct experts, the lower index first among tied
+ * ones, each weighing its share. */
+static void test_distinct_under_ties(void) {
+    enum { N = 3, E = 4 };
+    const float logits[N * E] = {0, 0, 0, 0, 2, 1, 2, 1, -1, -1, -1, -1};
+    for (int64_t k = 1; k <= E; k++) {
+        int32_t experts[N * E];
+        float weights[N * E], probs[N * E];
+        CHECK_OK(lw_moe_router_forward(NULL, experts, weights, probs, logits, N, E, k));
+        for (int64_t r = 0; r < N; r++) {
+            int seen[E] = {0};
+            float sum = 0.0f;
+            for (int64_t j = 0; j < k; j++) {
+                const int32_t x = experts[r * k + j];
+                CHECK(x >= 0 && x < E);
+                if (x >= 0 && x < E) seen[x]++;
+                sum += weights[r * k + j];
+            }
+            for (int x = 0; x < E; x++) CHECK(seen[x] <= 1);
+            CHECK(sum > 0.9999f && sum < 1.0001f);
+        }
+        /* row 1: experts 0 and 2 (tied at 2) first, then 1 and 3 (tied at 1) */
+        const int32_t order[E] = {0, 2, 1, 3};
+        for (int64_t j = 0; j < k; j++) CHECK_EQ(experts[1 * k + j], order[j]);
+    }
+}
+
 int main(void) {
     test_hand_example();
+    test_distinct_under_ties();
     test_shape(5, 4, 2);
     test_shape(7, 8, 2);
     test_shape(3, 6, 1); /* k = 1: the weight is 1, only dprobs moves the logits */
