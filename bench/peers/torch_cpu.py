@@ -456,7 +456,7 @@ def main(argv):
         f"{args.steps} {result['loss']:.4f}")
     say("RESULT " + json.dumps(result), flush=True)
     if world > 1:
-        dist.destroy_process_group()
+        dist.barrier()  # then os._exit (below): no destroy_process_group, see there
     return 0
 
 
@@ -491,9 +491,18 @@ def muon_step_alone(torch, dist, args, muon, named, rank, world, say):
         f"over {args.steps} steps")
     say("RESULT " + json.dumps(result), flush=True)
     if world > 1:
-        dist.destroy_process_group()
+        dist.barrier()  # then os._exit (below): no destroy_process_group, see there
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # A rank leaves without Python's finalisation: in torch 1.13 the gloo process group's
+        # destructor, run from the DDP reducer's at interpreter exit, joins a worker thread that
+        # waits for the GIL the exiting thread holds, and the rank hangs (seen here, 1 run in
+        # ~20). Every collective is done by now (the barrier at the end of the run).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
