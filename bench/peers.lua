@@ -8,15 +8,17 @@
 -- The machine's speed moves, so each round runs every configuration once, lwopt and torch
 -- alternating and the order rotated from round to round; a configuration's figures are the
 -- best and the median tokens/s over the rounds (each run: the mean of its steps 6..N, as
--- bench/train_throughput.lua), the step breakdown of its best run, the Muon step (lwopt's
--- time_ms.muon from its log against torch's in training, and torch's Muon step alone), and,
+-- bench/train_throughput.lua) and the median of the rounds' lwopt / torch ratios (paired: the
+-- two runs of a round are minutes apart at most, so a load that comes and goes moves both),
+-- the step breakdown of its best run, the Muon step (lwopt's time_ms.muon from its log against
+-- torch's in training, and torch's Muon step alone), and,
 -- in one more round of --loss-steps steps, the loss each reaches (the same initial weights and
 -- batches on both sides, so they should agree closely; the global batch is 8 sequences at 1
 -- process and 16 at 2 ranks, so rows of different rank counts differ).
 -- torch: installed with apt-get when missing and running as root, else the command is printed
 -- and the script exits 77.
 -- Usage: bin/lwopt run bench/peers.lua [--steps 30] [--rounds 3] [--loss-steps 100]
---        [--muon-repeats 10]   (from the repo root)
+--        [--muon-repeats 10] [--rows 1,2,3,4,5]   (from the repo root)
 local dkjson = require("dkjson")
 local flags = require("lwopt.flags")
 
@@ -25,6 +27,7 @@ local SPEC = {
    { "rounds", "int", 3, "timing rounds: every configuration once per round", min = 1 },
    { "loss-steps", "int", 100, "steps of the loss-check round (0: none)", min = 0 },
    { "muon-repeats", "int", 10, "Muon steps timed by torch_cpu.py --muon-step", min = 1 },
+   { "rows", "string", "1,2,3,4,5", "the comparisons to run, by their row in the table" },
    { "help", "bool", false, "this text" },
 }
 local v, rest = flags.parse(arg, SPEC)
@@ -92,7 +95,7 @@ local PT = {
    muon2split = { nproc = 2, threads = 1, optimizer = "muon", split = true },
 }
 -- The table's rows: a label, lwopt's configuration and torch's.
-local ROWS = {
+local ALL_ROWS = {
    { "AdamW, 1 process x 2 threads", "adamw1", "adamw1" },
    { "Muon, 1 process x 2 threads", "muon1", "muon1" },
    { "AdamW, 2 ranks x 1 thread, vs DDP over gloo", "adamw2", "adamw2" },
@@ -100,6 +103,24 @@ local ROWS = {
    { "Muon, 2 ranks (layer-wise), vs DDP with Muon split across ranks + all_gather", "muon2",
      "muon2split" },
 }
+-- --rows: the rows chosen, and the configurations of each side they need (in table order)
+local ROWS, lw_keys, pt_keys, seen = {}, {}, {}, {}
+for i in v.rows:gmatch("[^,]+") do
+   local row = ALL_ROWS[tonumber(i)]
+   if row == nil then
+      io.stderr:write(("--rows: no row %s (1-%d)\n"):format(i, #ALL_ROWS))
+      os.exit(2)
+   end
+   ROWS[#ROWS + 1] = row
+end
+local function need(list, side, key)
+   if not seen[side .. key] then list[#list + 1], seen[side .. key] = key, true end
+end
+for _, row in ipairs(ALL_ROWS) do
+   for _, r in ipairs(ROWS) do
+      if r == row then need(lw_keys, "lw", row[2]); need(pt_keys, "pt", row[3]) end
+   end
+end
 
 -- lwopt: the recipe as bench/train_throughput.lua runs it; the means of steps 6..N of its log,
 -- and the loss of the last step and the mean of the last 10.
@@ -172,14 +193,13 @@ io.stdout:flush()
 
 -- Timing rounds: lwopt and torch alternate; the order rotates each round.
 local order = {}
-local lw_keys = { "adamw1", "muon1", "adamw2", "muon2" }
-local pt_keys = { "adamw1", "muon1", "adamw2", "muon2", "muon2split" }
 for i = 1, #pt_keys do
    if lw_keys[i] then order[#order + 1] = { "lw", lw_keys[i] } end
    order[#order + 1] = { "pt", pt_keys[i] }
 end
-local MUON_ALONE = { "muon1", "muon2", "muon2split" }
-for _, k in ipairs(MUON_ALONE) do order[#order + 1] = { "alone", k } end
+for _, k in ipairs(pt_keys) do
+   if k:match("^muon") then order[#order + 1] = { "alone", k } end
+end
 
 local runs = { lw = {}, pt = {}, alone = {} }
 local t_start = os.time()
@@ -196,8 +216,8 @@ for round = 1, v.rounds do
       end
       runs[side][key] = runs[side][key] or {}
       table.insert(runs[side][key], r)
-      io.stderr:write(("round %d: %s %s %s\n"):format(round, side, key, r.tps
-         and ("%.0f tokens/s"):format(r.tps) or ("Muon step %.1f ms"):format(r.muon_step_ms_median)))
+      io.stderr:write(("round %d: %s %s %s\n"):format(round, side, key, r.tps and
+         ("%.0f tokens/s"):format(r.tps) or ("Muon step %.1f ms"):format(r.muon_step_ms_median)))
    end
 end
 
@@ -215,13 +235,16 @@ print(("\nbest and median tokens/s over %d interleaved rounds; load average at t
    .. "%d min"):format(v.rounds, first_line("/proc/loadavg"), math.floor((os.time() - t_start)
    / 60 + 0.5)))
 print("| comparison | lwopt best | lwopt median | torch best | torch median | ratio best | "
-   .. "ratio median |")
-print("|---|---|---|---|---|---|---|")
+   .. "ratio median | ratio paired |")
+print("|---|---|---|---|---|---|---|---|")
 for _, row in ipairs(ROWS) do
    local lb, lm = summary(runs.lw[row[2]])
    local pb, pm = summary(runs.pt[row[3]])
-   print(("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |"):format(row[1], lb.tps, lm, pb.tps,
-      pm, lb.tps / pb.tps, lm / pm))
+   -- paired: the median over rounds of the round's lwopt / torch, two runs close in time
+   local paired = {}
+   for i, r in ipairs(runs.lw[row[2]]) do paired[i] = r.tps / runs.pt[row[3]][i].tps end
+   print(("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |"):format(row[1], lb.tps, lm,
+      pb.tps, pm, lb.tps / pb.tps, lm / pm, median(paired)))
 end
 
 print("\nstep breakdown of each configuration's best run, ms per step (lwopt's opt: the "
@@ -258,14 +281,16 @@ local MUON_ROWS = { { "1 process x 2 threads", "muon1", "muon1" },
    { "2 ranks, torch every rank all 24", "muon2", "muon2" },
    { "2 ranks, torch split + all_gather", "muon2", "muon2split" } }
 for _, row in ipairs(MUON_ROWS) do
-   local lw_ms, pt_ms, alone, gather = {}, {}, {}, {}
-   for i, r in ipairs(runs.lw[row[2]]) do lw_ms[i] = r.muon end
-   for i, r in ipairs(runs.pt[row[3]]) do pt_ms[i] = r.muon end
-   for i, r in ipairs(runs.alone[row[3]]) do
-      alone[i], gather[i] = r.muon_step_ms_median, r.gather_ms_median
+   if runs.lw[row[2]] and runs.pt[row[3]] then
+      local lw_ms, pt_ms, alone, gather = {}, {}, {}, {}
+      for i, r in ipairs(runs.lw[row[2]]) do lw_ms[i] = r.muon end
+      for i, r in ipairs(runs.pt[row[3]]) do pt_ms[i] = r.muon end
+      for i, r in ipairs(runs.alone[row[3]]) do
+         alone[i], gather[i] = r.muon_step_ms_median, r.gather_ms_median
+      end
+      print(("| %s | %.0f | %.0f | %.0f | %.0f | %.2f |"):format(row[1], median(lw_ms),
+         median(pt_ms), median(alone), median(gather), median(alone) / median(lw_ms)))
    end
-   print(("| %s | %.0f | %.0f | %.0f | %.0f | %.2f |"):format(row[1], median(lw_ms),
-      median(pt_ms), median(alone), median(gather), median(alone) / median(lw_ms)))
 end
 
 if v.loss_steps > 0 then
