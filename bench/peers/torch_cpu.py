@@ -29,7 +29,10 @@ device/cpu/{muon,adamw}.c), not from another trainer:
   cols, 5 Newton-Schulz steps X = a X + (b A + c A A) X with A = X X^T, and w -= lr x 0.2 x
   sqrt(max(rows, cols)) x X (the moonlight scale, with the AdamW lr). Coefficients: lwopt's
   default set, "quintic" (five different (a, b, c), one per step: lw_muon_defaults), or
-  --ns-coeffs simple for (3.4445, -4.7750, 2.0315) five times; the cost is the same.
+  --ns-coeffs simple for (3.4445, -4.7750, 2.0315) five times; the cost is the same. The fused
+  attn.qkv weight's Q, K and V row blocks are orthogonalised as three 256 x 256 matrices, each
+  with its own scale, as the recipe's --split-qkv on (its default since issue 17);
+  --split-qkv off orthogonalises the fused weight whole.
   --muon-split: under DDP each rank updates only the matrices it owns (of each shape, every
   world-th), with momentum for those only, then the updated matrices are all-gathered (one
   dist.all_gather per shape); without it every rank updates every matrix.
@@ -221,8 +224,11 @@ class Muon:
     """Muon over a list of (name, matrix), as lwopt's muon.c on the CPU (fp32). split: (rank,
     world, dist): each rank steps the matrices it owns and all-gathers them; None: all."""
 
-    def __init__(self, torch, named, coeffs, split=None):
+    def __init__(self, torch, named, coeffs, split=None, split_qkv=True):
         self.torch, self.coeffs, self.split = torch, coeffs, split
+        # split_qkv: the fused attention weights' Q, K and V row blocks orthogonalised as three
+        # matrices, each with its own shape's scale (lwopt's default since issue 17, Megatron's)
+        self.qkv = {p for n, p in named if split_qkv and n.endswith("attn.qkv.weight")}
         self.groups = {}  # shape -> [params], in model order
         for _, p in named:
             self.groups.setdefault(tuple(p.shape), []).append(p)
@@ -251,7 +257,14 @@ class Muon:
                 p.mul_(1.0 - lr * WD)
                 m.mul_(MOMENTUM).add_(g, alpha=1.0 - MOMENTUM)
                 u = g.mul(1.0 - MOMENTUM).add_(m, alpha=MOMENTUM)
-                p.add_(self.orthogonalize(u), alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
+                if p in self.qkv:
+                    rows = p.shape[0] // 3
+                    for b in range(3):
+                        block = slice(b * rows, (b + 1) * rows)
+                        p[block].add_(self.orthogonalize(u[block]),
+                                      alpha=-lr * 0.2 * math.sqrt(max(rows, p.shape[1])))
+                else:
+                    p.add_(self.orthogonalize(u), alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
             if self.split:
                 t0 = time.perf_counter()
                 self.gather()
@@ -311,6 +324,9 @@ def parse_args(argv):
                    help="under DDP, each rank steps its share of the Muon matrices, then "
                         "all_gather (default: every rank steps all)")
     p.add_argument("--ns-coeffs", choices=sorted(COEFFS), default="quintic")
+    p.add_argument("--split-qkv", choices=("on", "off"), default="on",
+                   help="orthogonalise attn.qkv's Q, K and V blocks apart, as the recipe's "
+                        "--split-qkv (default on)")
     p.add_argument("--steps", type=int, default=30, help="steps (the schedule spans them)")
     p.add_argument("--skip", type=int, default=5, help="first steps left out of the figures")
     p.add_argument("--threads", type=int, default=1, help="torch and OpenBLAS threads per rank")
@@ -393,7 +409,8 @@ def main(argv):
     use_muon = args.optimizer == "muon"
     muon_named = [(n, p) for n, p in named if use_muon and is_muon(n, p)]
     muon = Muon(torch, muon_named, COEFFS[args.ns_coeffs],
-                (rank, world, dist) if args.muon_split else None) if use_muon else None
+                (rank, world, dist) if args.muon_split else None,
+                args.split_qkv == "on") if use_muon else None
     adam = adamw(torch, [(n, p) for n, p in named if not (use_muon and is_muon(n, p))], LR)
     what = ("adamw" if not use_muon else
             "muon (%s, %s) + adamw" % (args.ns_coeffs, "split across ranks + all_gather"
