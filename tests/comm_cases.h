@@ -120,4 +120,53 @@ static int64_t a2a_get(lw_dtype d, const void *b, int64_t at) {
 
 static size_t a2a_size(lw_dtype d) { return d == LW_DTYPE_I64 ? 8 : d == LW_DTYPE_F32 ? 4 : 2; }
 
+/* One exchange of pattern k in host memory: rank's send buffer and counts, its receive buffer
+ * (all guard) and counts, each buffer one guard element longer, and the totals. */
+typedef struct a2a_host {
+    int64_t *send_counts, *recv_counts, sent, received;
+    void *send, *recv;
+} a2a_host;
+
+static a2a_host a2a_host_make(int rank, int size, int k, lw_dtype d) {
+    a2a_host x = {0};
+    x.send_counts = malloc(sizeof(int64_t) * (size_t)size);
+    x.recv_counts = malloc(sizeof(int64_t) * (size_t)size);
+    for (int j = 0; j < size; j++) {
+        x.send_counts[j] = a2a_count(k, rank, j, size);
+        x.recv_counts[j] = a2a_count(k, j, rank, size);
+        x.sent += x.send_counts[j];
+        x.received += x.recv_counts[j];
+    }
+    x.send = malloc(a2a_size(d) * (size_t)(x.sent + 1));
+    x.recv = malloc(a2a_size(d) * (size_t)(x.received + 1));
+    int64_t at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x.send_counts[j]; i++)
+            a2a_put(d, x.send, at++, a2a_value(d, rank, j, i));
+    a2a_put(d, x.send, x.sent, A2A_GUARD);
+    for (int64_t i = 0; i <= x.received; i++) a2a_put(d, x.recv, i, A2A_GUARD);
+    return x;
+}
+
+/* Mismatches after the exchange (the host arrays as they are now): every part received where it
+ * belongs, the guard past the receive buffer untouched, the send buffer as it was. */
+static int a2a_host_wrong(const a2a_host *x, int rank, int size, lw_dtype d) {
+    int bad = 0;
+    int64_t at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x->recv_counts[j]; i++)
+            bad += a2a_get(d, x->recv, at++) != a2a_value(d, j, rank, i);
+    bad += a2a_get(d, x->recv, x->received) != A2A_GUARD;
+    at = 0;
+    for (int j = 0; j < size; j++)
+        for (int64_t i = 0; i < x->send_counts[j]; i++)
+            bad += a2a_get(d, x->send, at++) != a2a_value(d, rank, j, i);
+    bad += a2a_get(d, x->send, x->sent) != A2A_GUARD;
+    return bad;
+}
+
+static void a2a_host_free(a2a_host *x) {
+    free(x->send_counts), free(x->recv_counts), free(x->send), free(x->recv);
+}
+
 #endif

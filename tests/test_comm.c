@@ -241,56 +241,18 @@ static void test_segments_errors(lw_comm *c) {
 /* ---- all-to-all-v ---- */
 
 
-/* One exchange of pattern k: this rank's send buffer and counts, its receive buffer (all guard)
- * and counts, each buffer one guard element longer; [out] the totals. */
-typedef struct a2a {
-    int64_t *send_counts, *recv_counts, sent, received;
-    void *send, *recv;
-} a2a;
+/* One exchange of pattern k on this rank's host memory (comm_cases.h). */
+typedef a2a_host a2a;
 
 static a2a a2a_make(lw_comm *c, int k, lw_dtype d) {
-    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
-    a2a x = {0};
-    x.send_counts = malloc(sizeof(int64_t) * (size_t)size);
-    x.recv_counts = malloc(sizeof(int64_t) * (size_t)size);
-    for (int j = 0; j < size; j++) {
-        x.send_counts[j] = a2a_count(k, rank, j, size);
-        x.recv_counts[j] = a2a_count(k, j, rank, size);
-        x.sent += x.send_counts[j];
-        x.received += x.recv_counts[j];
-    }
-    x.send = malloc(a2a_size(d) * (size_t)(x.sent + 1));
-    x.recv = malloc(a2a_size(d) * (size_t)(x.received + 1));
-    int64_t at = 0;
-    for (int j = 0; j < size; j++)
-        for (int64_t i = 0; i < x.send_counts[j]; i++)
-            a2a_put(d, x.send, at++, a2a_value(d, rank, j, i));
-    a2a_put(d, x.send, x.sent, A2A_GUARD);
-    for (int64_t i = 0; i <= x.received; i++) a2a_put(d, x.recv, i, A2A_GUARD);
-    return x;
+    return a2a_host_make(lw_comm_rank(c), lw_comm_size(c), k, d);
 }
 
-/* Mismatches after the exchange: every part received where it belongs, the guard past the
- * receive buffer untouched, the send buffer as it was. */
 static int a2a_wrong(lw_comm *c, const a2a *x, lw_dtype d) {
-    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
-    int bad = 0;
-    int64_t at = 0;
-    for (int j = 0; j < size; j++)
-        for (int64_t i = 0; i < x->recv_counts[j]; i++)
-            bad += a2a_get(d, x->recv, at++) != a2a_value(d, j, rank, i);
-    bad += a2a_get(d, x->recv, x->received) != A2A_GUARD;
-    at = 0;
-    for (int j = 0; j < size; j++)
-        for (int64_t i = 0; i < x->send_counts[j]; i++)
-            bad += a2a_get(d, x->send, at++) != a2a_value(d, rank, j, i);
-    bad += a2a_get(d, x->send, x->sent) != A2A_GUARD;
-    return bad;
+    return a2a_host_wrong(x, lw_comm_rank(c), lw_comm_size(c), d);
 }
 
-static void a2a_free(a2a *x) {
-    free(x->send_counts), free(x->recv_counts), free(x->send), free(x->recv);
-}
+static void a2a_free(a2a *x) { a2a_host_free(x); }
 
 /* Starts x's exchange on req (NULL: blocking), with its counts on the heap, spoiled and freed
  * right after the call, and NULL for an empty side (allowed with a total of 0). */

@@ -322,42 +322,23 @@ static void test_segments_interleaved(lw_comm *c) {
 /* ---- all-to-all-v: the patterns of test_comm.c on the GPU's memory ---- */
 
 
-/* One exchange of pattern k: this rank's counts, its host arrays (the receive one all guard)
- * and their device copies, each one guard element longer. */
+/* One exchange of pattern k: this rank's host arrays and counts (comm_cases.h) and device
+ * copies of the arrays. */
 typedef struct a2a {
     lw_dtype d;
-    int64_t *send_counts, *recv_counts, sent, received;
-    void *send, *recv;     /* host */
+    a2a_host h;
     void *d_send, *d_recv; /* the GPU's */
 } a2a;
 
 /* x's arrays to the GPU, on stream s (host-to-device copies: complete when it returns). */
 static a2a a2a_make(lw_comm *c, int k, lw_dtype d, lw_stream *s) {
-    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
-    a2a x = {.d = d};
-    x.send_counts = malloc(sizeof(int64_t) * (size_t)size);
-    x.recv_counts = malloc(sizeof(int64_t) * (size_t)size);
-    for (int j = 0; j < size; j++) {
-        x.send_counts[j] = a2a_count(k, rank, j, size);
-        x.recv_counts[j] = a2a_count(k, j, rank, size);
-        x.sent += x.send_counts[j];
-        x.received += x.recv_counts[j];
-    }
-    const size_t sb = a2a_size(d) * (size_t)(x.sent + 1);
-    const size_t rb = a2a_size(d) * (size_t)(x.received + 1);
-    x.send = malloc(sb);
-    x.recv = malloc(rb);
-    int64_t at = 0;
-    for (int j = 0; j < size; j++)
-        for (int64_t i = 0; i < x.send_counts[j]; i++)
-            a2a_put(d, x.send, at++, a2a_value(d, rank, j, i));
-    a2a_put(d, x.send, x.sent, A2A_GUARD);
-    for (int64_t i = 0; i <= x.received; i++)
-        a2a_put(d, x.recv, i, A2A_GUARD);
-    CHECK_OK(lw_device_alloc(gpu, (int64_t)sb, &x.d_send));
-    CHECK_OK(lw_device_alloc(gpu, (int64_t)rb, &x.d_recv));
-    CHECK_OK(lw_device_copy(s, x.d_send, x.send, (int64_t)sb, LW_COPY_HOST_TO_DEVICE));
-    CHECK_OK(lw_device_copy(s, x.d_recv, x.recv, (int64_t)rb, LW_COPY_HOST_TO_DEVICE));
+    a2a x = {.d = d, .h = a2a_host_make(lw_comm_rank(c), lw_comm_size(c), k, d)};
+    const int64_t sb = (int64_t)a2a_size(d) * (x.h.sent + 1);
+    const int64_t rb = (int64_t)a2a_size(d) * (x.h.received + 1);
+    CHECK_OK(lw_device_alloc(gpu, sb, &x.d_send));
+    CHECK_OK(lw_device_alloc(gpu, rb, &x.d_recv));
+    CHECK_OK(lw_device_copy(s, x.d_send, x.h.send, sb, LW_COPY_HOST_TO_DEVICE));
+    CHECK_OK(lw_device_copy(s, x.d_recv, x.h.recv, rb, LW_COPY_HOST_TO_DEVICE));
     return x;
 }
 
@@ -365,37 +346,23 @@ static a2a a2a_make(lw_comm *c, int k, lw_dtype d, lw_stream *s) {
  * after the call (NCCL enqueues everything during it). */
 static lw_status a2a_start(lw_comm *c, a2a *x, lw_request *req) {
     const int size = lw_comm_size(c);
-    int64_t *sc = counts_copy(x->send_counts, size), *rc = counts_copy(x->recv_counts, size);
+    int64_t *sc = counts_copy(x->h.send_counts, size), *rc = counts_copy(x->h.recv_counts, size);
     lw_status st = lw_comm_alltoallv(c, x->d_send, sc, x->d_recv, rc, x->d, req);
     spoil_and_free(sc, size);
     spoil_and_free(rc, size);
     return st;
 }
 
-/* Mismatches after the exchange completed: every part received where it belongs, the guard
- * past the receive buffer untouched, the send buffer as it was. */
+/* Mismatches after the exchange completed: the device arrays back on the host, checked there. */
 static int a2a_wrong(lw_comm *c, a2a *x) {
-    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
-    const lw_dtype d = x->d;
-    to_host(x->recv, x->d_recv, (int64_t)a2a_size(d) * (x->received + 1));
-    to_host(x->send, x->d_send, (int64_t)a2a_size(d) * (x->sent + 1));
-    int bad = 0;
-    int64_t at = 0;
-    for (int j = 0; j < size; j++)
-        for (int64_t i = 0; i < x->recv_counts[j]; i++)
-            bad += a2a_get(d, x->recv, at++) != a2a_value(d, j, rank, i);
-    bad += a2a_get(d, x->recv, x->received) != A2A_GUARD;
-    at = 0;
-    for (int j = 0; j < size; j++)
-        for (int64_t i = 0; i < x->send_counts[j]; i++)
-            bad += a2a_get(d, x->send, at++) != a2a_value(d, rank, j, i);
-    bad += a2a_get(d, x->send, x->sent) != A2A_GUARD;
-    return bad;
+    to_host(x->h.recv, x->d_recv, (int64_t)a2a_size(x->d) * (x->h.received + 1));
+    to_host(x->h.send, x->d_send, (int64_t)a2a_size(x->d) * (x->h.sent + 1));
+    return a2a_host_wrong(&x->h, lw_comm_rank(c), lw_comm_size(c), x->d);
 }
 
 static void a2a_free(a2a *x) {
     lw_device_free(gpu, x->d_send), lw_device_free(gpu, x->d_recv);
-    free(x->send_counts), free(x->recv_counts), free(x->send), free(x->recv);
+    a2a_host_free(&x->h);
 }
 
 /* Every pattern in f32, i64, bf16 and f16, blocking and on a request (polled or waited for);
@@ -472,26 +439,26 @@ static void test_alltoallv_interleaved(lw_comm *c) {
     int64_t *d_counts = NULL, *d_learned = NULL;
     CHECK_OK(lw_device_alloc(gpu, 8 * (int64_t)size, (void **)&d_counts));
     CHECK_OK(lw_device_alloc(gpu, 8 * (int64_t)size, (void **)&d_learned));
-    CHECK_OK(lw_device_copy(gs, d_counts, x.send_counts, 8 * (int64_t)size,
+    CHECK_OK(lw_device_copy(gs, d_counts, x.h.send_counts, 8 * (int64_t)size,
                             LW_COPY_HOST_TO_DEVICE));
     CHECK_OK(lw_comm_alltoallv(c, d_counts, ones, d_learned, ones, LW_DTYPE_I64, NULL));
     to_host(learned, d_learned, 8 * (int64_t)size);
     int bad = 0;
     for (int j = 0; j < size; j++)
-        bad += learned[j] != x.recv_counts[j];
+        bad += learned[j] != x.h.recv_counts[j];
     CHECK_EQ(bad, 0);
 
     /* host memory is the parent's business: all-to-all-v takes the GPU's only */
-    CHECK_FAILS(lw_comm_alltoallv(c, x.send, x.send_counts, x.recv, x.recv_counts, LW_DTYPE_BF16,
-                                  NULL),
+    CHECK_FAILS(lw_comm_alltoallv(c, x.h.send, x.h.send_counts, x.h.recv, x.h.recv_counts,
+                                  LW_DTYPE_BF16, NULL),
                 LW_ERR_INVALID, "all-to-all-v of host memory");
-    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, x.send_counts, x.d_send, x.recv_counts,
+    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, x.h.send_counts, x.d_send, x.h.recv_counts,
                                   LW_DTYPE_BF16, NULL),
                 LW_ERR_INVALID, "there is no in-place form");
-    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, x.send_counts, x.d_recv, x.recv_counts,
+    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, x.h.send_counts, x.d_recv, x.h.recv_counts,
                                   LW_DTYPE_F64, NULL),
                 LW_ERR_INVALID, "all-to-all-v of dtype 3");
-    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, NULL, x.d_recv, x.recv_counts, LW_DTYPE_BF16,
+    CHECK_FAILS(lw_comm_alltoallv(c, x.d_send, NULL, x.d_recv, x.h.recv_counts, LW_DTYPE_BF16,
                                   NULL),
                 LW_ERR_INVALID, "all-to-all-v without send counts");
 
@@ -501,7 +468,7 @@ static void test_alltoallv_interleaved(lw_comm *c) {
     lw_comm_counter a2a_n;
     CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLTOALL, &a2a_n));
     CHECK_EQ(a2a_n.calls, 1);
-    CHECK_EQ(a2a_n.bytes, (x.sent - x.send_counts[rank]) * 2);
+    CHECK_EQ(a2a_n.bytes, (x.h.sent - x.h.send_counts[rank]) * 2);
     CHECK_EQ(a2a_wrong(c, &x), 0);
 
     lw_request_free(rx), lw_request_free(ry), lw_request_free(re);
