@@ -175,13 +175,7 @@ local function run_torch(key, steps, extra)
    return r
 end
 
-local function median(list)
-   local s = {}
-   for i, x in ipairs(list) do s[i] = x end
-   table.sort(s)
-   local n = #s
-   return n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
-end
+local median = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua").median
 
 local cpu = read("grep -m1 'model name' /proc/cpuinfo"):match(":%s*(.-)%s*$") or "?"
 local load0 = first_line("/proc/loadavg")

@@ -23,13 +23,7 @@ local MODES = { "duplicated", "distributed", "blockwise" }
 local comm = lw.comm.init()
 local g = lw.tp.groups(comm, 2)
 
-local function median(xs)
-   local s = {}
-   for i, x in ipairs(xs) do s[i] = x end
-   table.sort(s)
-   local n = #s
-   return n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
-end
+local median = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua").median
 
 local function bytes_of(c)
    local total = 0
