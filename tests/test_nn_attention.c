@@ -2,7 +2,7 @@
  * row's log-sum-exp, all the backward keeps), dqkv against finite differences (the backward
  * recomputes the probabilities), accumulation into a pre-filled dqkv, and causality of the
  * outputs and of the gradients. One case has t = 70 so that OpenBLAS runs its blocked GEMM
- * paths. */
+ * paths, others t = 150: three of the CPU's blocks of query rows. */
 #include "nn_check.h"
 
 typedef struct {
@@ -165,8 +165,7 @@ static void test_backward_accumulates(void) {
 /* Changing q, k and v at step s of batch 0 leaves batch 0's outputs and log-sum-exps before s
  * bit-identical (masked scores are never read) and all of batch 1; a dout that is zero from step
  * s on gives exactly zero dq, dk, dv from step s on. */
-static void test_causality(void) {
-    int64_t b = 2, t = 7, c = 12, nh = 3, s = 3;
+static void test_causality(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t s) {
     att_case k = case_new(b, t, c, nh);
     float *out0 = nn_alloc(b * t * c), *lse0 = nn_alloc(b * nh * t);
     forward(&k);
@@ -213,11 +212,17 @@ int main(void) {
     test_forward_matches_reference(2, 5, 12, 3);
     test_forward_matches_reference(2, 7, 12, 3);
     test_forward_matches_reference(2, 70, 64, 2);
+    test_forward_matches_reference(2, 150, 32, 4);
     test_forward_large_scores();
     test_gradients(2, 5, 12, 3, 360);
     test_gradients(2, 7, 12, 3, 504);
     test_gradients(1, 70, 64, 2, 400);
+    test_gradients(1, 150, 16, 2, 400);
     test_backward_accumulates();
-    test_causality();
+    test_causality(2, 7, 12, 3, 3);
+    /* the CPU works in blocks of 64 query rows that see keys up to their last row: step s in
+     * the third block, masked in the middle of the second's square */
+    test_causality(2, 150, 16, 2, 100);
+    test_causality(2, 150, 16, 2, 129);
     return check_exit("test_nn_attention");
 }

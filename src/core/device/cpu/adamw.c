@@ -1,9 +1,16 @@
 /* adamw.c: the AdamW update of contiguous runs of elements on the CPU (REFERENCE.md section 7),
- * with bias correction and decoupled weight decay. */
+ * with bias correction and decoupled weight decay; a tensor's elements split over the CPU pool's
+ * threads (pool.c). */
 #include "device/cpu/cpu.h"
+#include "device/cpu/fast_math.h"
+#include "device/cpu/pool.h"
 
 #include <math.h>
 
+/* elements per part of the pool at least (memory-bound: smaller parts gain nothing) */
+#define GRAIN 65536
+
+LWI_SIMD_CLONES
 static void adamw(const lw_adamw_options *o, float *w, const float *g, float *m, float *v,
                   int64_t n, int64_t t, float lr, float wd, float grad_scale) {
     const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
@@ -19,13 +26,29 @@ static void adamw(const lw_adamw_options *o, float *w, const float *g, float *m,
     }
 }
 
+/* One tensor's update, for the pool's parts (each takes a range of its elements). */
+typedef struct {
+    const lw_adamw_options *o;
+    const lwi_adamw_tensor *x;
+    int64_t t;
+    float grad_scale;
+} adamw_job;
+
+static void adamw_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
+    (void)part;
+    const adamw_job *j = ctx;
+    const lwi_adamw_tensor *x = j->x;
+    adamw(j->o, x->w + begin, x->g + begin, x->m + begin, x->v + begin, end - begin, j->t, x->lr,
+          x->weight_decay, j->grad_scale);
+}
+
 lw_status lwi_cpu_adamw(lw_stream *stream, const lw_adamw_options *o,
                         const lwi_adamw_tensor *tensors, int32_t count, int64_t t,
                         float grad_scale) {
     (void)stream;
     for (int32_t k = 0; k < count; k++) {
-        const lwi_adamw_tensor *x = &tensors[k];
-        adamw(o, x->w, x->g, x->m, x->v, x->n, t, x->lr, x->weight_decay, grad_scale);
+        adamw_job j = {o, &tensors[k], t, grad_scale};
+        lwi_cpu_parallel(tensors[k].n, GRAIN, adamw_range, &j);
     }
     return LW_OK;
 }

@@ -2,6 +2,7 @@
  * forward saving mean and 1/std per row, and accumulating backward. Row statistics and the two
  * backward row sums are taken in double; the per-element work stays in float. */
 #include "device/cpu/cpu.h"
+#include "device/cpu/fast_math.h"
 
 #include <math.h>
 
@@ -10,7 +11,7 @@
 #define LANES 8
 
 /* sum_i x[i] in double */
-static double row_sum(const float *x, int64_t c) {
+LWI_ROW_HELPER double row_sum(const float *x, int64_t c) {
     double acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= c; i += LANES)
@@ -26,7 +27,7 @@ static double row_sum(const float *x, int64_t c) {
 
 /* sum_i (x[i] - m)^2 in double: the two-pass variance, which unlike E[x^2] - E[x]^2 does not
  * cancel when the mean is large against the spread. */
-static double row_sq_dev(const float *x, int64_t c, double m) {
+LWI_ROW_HELPER double row_sq_dev(const float *x, int64_t c, double m) {
     double acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= c; i += LANES)
@@ -44,6 +45,7 @@ static double row_sq_dev(const float *x, int64_t c, double m) {
     return s;
 }
 
+LWI_SIMD_CLONES
 lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, float *rstd,
                                     const float *x, const float *g, const float *beta, int64_t n,
                                     int64_t c, float eps) {
@@ -69,6 +71,7 @@ lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, fl
     return LW_OK;
 }
 
+LWI_SIMD_CLONES
 lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
                                      const float *dy, const float *x, const float *g,
                                      const float *mean, const float *rstd, int64_t n, int64_t c) {

@@ -1,0 +1,50 @@
+/* fast_math.h: what the CPU kernels' element-wise loops share: a branch-free exp that vectorises
+ * (libm's expf is a call per element), and the attribute that compiles a hot loop twice, for
+ * AVX2 and for the baseline x86-64 the library is built for, picking one at load time. The CMake
+ * build turns off floating-point contraction for these files, so both builds round alike and a
+ * result does not depend on the machine that computed it. Not public API. */
+#ifndef LW_DEVICE_CPU_FAST_MATH_H
+#define LW_DEVICE_CPU_FAST_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+#define LWI_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define LWI_SIMD_CLONES
+#endif
+/* A helper of a LWI_SIMD_CLONES function: inlined, so that it is built for each clone's target. */
+#define LWI_ROW_HELPER static inline __attribute__((always_inline))
+
+/* Arguments below this give exp_fast's smallest normal result; callers clamp to it (a select,
+ * which vectorises) where x can be lower: e^-87 is below 1e-37, nothing beside a sum of 1. */
+#define LWI_EXP_MIN (-87.0f)
+
+/* exp(x) for x in [-87, 88] within ~2 ulp (Cephes expf: n = round(x / ln 2), a degree-5
+ * polynomial on the remainder, 2^n built in the exponent bits). Branch-free so that loops
+ * calling it vectorise; the caller keeps x in range. A NaN x gives NaN. */
+static inline float lwi_exp_fast(float x) {
+    /* Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer n and leaves n in the low
+     * mantissa bits of t (bits(t) = 0x4B400000 + n): no SSE4.1 roundps, and no float-to-int
+     * conversion, which would be undefined behaviour for a NaN x. */
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float nf = t - 12582912.0f;
+    /* ln 2 split in two so that nf * hi is exact and the remainder keeps its low bits */
+    float r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t bits = (tb - 0x4B400000u + 127u) << 23; /* 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+#endif
