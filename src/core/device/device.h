@@ -253,5 +253,8 @@ lw_status lwi_cuda_open(int32_t index, const lwi_device_ops **ops, void **impl);
 
 /* BLAS threads for `ranks` processes sharing this machine, unless the user chose. */
 void lwi_blas_share_cores(int32_t ranks);
+/* Threads the CPU's kernels run on (device/cpu/pool.c: OpenBLAS's count, at most 8): the
+ * optimizer batches that many Muon matrices on the CPU, one per thread. */
+int32_t lwi_cpu_threads(void);
 
 #endif

@@ -28,8 +28,8 @@ typedef struct lwi_muon_batch {
 } lwi_muon_batch;
 
 /* Floats of updates a batch may hold on a GPU (128 MiB; its Newton-Schulz workspace is about
- * as much again). On the CPU a batch is one matrix: OpenBLAS gains nothing from more, and the
- * workspace stays one matrix's. */
+ * as much again). On the CPU a batch holds a matrix per thread of its kernels (lwi_cpu_threads:
+ * each matrix orthogonalised on one thread, side by side), one matrix on one thread. */
 #define BATCH_FLOATS ((int64_t)1 << 25)
 #define BATCH_MATRICES 1024
 

@@ -21,7 +21,7 @@ lw_status lwi_optimizer_make_batches(lw_optimizer *opt) {
         free(placed);
         return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
     }
-    const bool one = lw_device_is_host(opt->device);
+    const int32_t cap = lw_device_is_host(opt->device) ? lwi_cpu_threads() : BATCH_MATRICES;
     int32_t members = 0;
     for (int32_t k = 0; k < opt->n_owned; k++) {
         const lwi_owned *o = &opt->owned[k];
@@ -37,7 +37,7 @@ lw_status lwi_optimizer_make_batches(lw_optimizer *opt) {
             if (!oj->muon || oj->sliced || oj->tp || placed[j] || pj->shape[0] != b->rows ||
                 pj->shape[1] != b->cols)
                 continue;
-            if (b->count > 0 && (one || b->count == BATCH_MATRICES ||
+            if (b->count > 0 && (b->count == cap ||
                                  (b->count + 1) * b->rows * b->cols > BATCH_FLOATS))
                 break;
             placed[j] = true;

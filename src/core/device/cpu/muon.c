@@ -6,6 +6,7 @@
  * rows x cols matrix with rows > cols is, read column-major, its cols x rows transpose. The
  * coefficients, scales and options are the optimizer's (optim/muon.c). */
 #include "device/cpu/cpu.h"
+#include "device/cpu/pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -101,7 +102,7 @@ static void iterate(const lwi_ns_plan *plan, float *x, int64_t p, int64_t q, CBL
     if (cur != x) memcpy(x, cur, sizeof(float) * (size_t)(p * q));
 }
 
-/* One matrix; the batch is a loop (OpenBLAS threads each GEMM). */
+/* One matrix, with the workspace at plan->work. */
 static void newton_schulz(const lwi_ns_plan *plan, const float *u, float *x, int64_t rows,
                           int64_t cols) {
     const int64_t n = rows * cols;
@@ -115,12 +116,34 @@ static void newton_schulz(const lwi_ns_plan *plan, const float *u, float *x, int
     iterate(plan, x, p, q, order, rows <= cols ? q : p);
 }
 
+typedef struct {
+    const lwi_ns_plan *plan;
+    const float *u;
+    float *x;
+    int64_t rows, cols;
+} ns_job;
+
+/* A part's matrices of the batch, each in its own slot of the workspace (which holds one per
+ * matrix: lwi_ns_work_floats). */
+static void ns_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
+    (void)part;
+    const ns_job *j = ctx;
+    const int64_t n = j->rows * j->cols, slot = lwi_ns_work_floats(1, j->rows, j->cols);
+    for (int64_t i = begin; i < end; i++) {
+        lwi_ns_plan plan = *j->plan;
+        plan.work = j->plan->work + i * slot;
+        newton_schulz(&plan, j->u + i * n, j->x + i * n, j->rows, j->cols);
+    }
+}
+
+/* The batch's matrices split over the CPU pool's threads, each orthogonalised on one (OpenBLAS
+ * threads a lone matrix's GEMMs instead): small matrices' GEMMs scale poorly over threads, whole
+ * matrices side by side do not. */
 lw_status lwi_cpu_newton_schulz(lw_stream *stream, const lwi_ns_plan *plan, const float *u,
                                 float *x, int64_t batch, int64_t rows, int64_t cols) {
     (void)stream;
-    const int64_t n = rows * cols;
-    for (int64_t i = 0; i < batch; i++)
-        newton_schulz(plan, u + i * n, x + i * n, rows, cols);
+    ns_job j = {plan, u, x, rows, cols};
+    lwi_cpu_parallel(batch, 1, ns_range, &j);
     return LW_OK;
 }
 

@@ -2,7 +2,7 @@
 #ifndef LW_DEVICE_CPU_POOL_H
 #define LW_DEVICE_CPU_POOL_H
 
-#include <stdint.h>
+#include "device/device.h"
 
 /* The most parts a job is split into; kernels size per-part scratch by it. */
 #define LWI_POOL_MAX 8
@@ -12,7 +12,6 @@
  * n / grain is smaller (at least grain items per part); part 0 runs on the caller. */
 typedef void lwi_parallel_body(void *ctx, int64_t begin, int64_t end, int32_t part);
 void lwi_cpu_parallel(int64_t n, int64_t grain, lwi_parallel_body *body, void *ctx);
-/* Threads a job may use: OpenBLAS's thread count, at most LWI_POOL_MAX. */
-int32_t lwi_cpu_threads(void);
+/* lwi_cpu_threads (device.h): threads a job may use, OpenBLAS's count, at most LWI_POOL_MAX. */
 
 #endif
