@@ -205,6 +205,24 @@ static lw_status shard_step(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const char
     return lw_vec_scale(s, x, rows * cols, (float)lwi_muon_scale(m, full_rows, full_cols));
 }
 
+/* Without TP, Q, K and V of one shape (no GQA) are orthogonalised as a batch of three, side by
+ * side on the CPU's threads (a GPU batches their GEMMs): copied into lw_muon's batch array,
+ * orthogonalised and scaled there, copied back. */
+static lw_status qkv_batch(lw_muon *m, lw_stream *s, const lwi_param *p, const float *u,
+                           float *x) {
+    const int64_t cols = p->shape[1], groups = p->qkv_groups, r = p->qkv_rows[0];
+    const int64_t per = 3 * r, n = groups * r * cols;
+    float *b;
+    lw_status st = lwi_muon_batch_updates(m, s, 3, groups * r, cols, &b);
+    for (int c = 0; c < 3 && st == LW_OK; c++)
+        st = copy_2d(s, b + c * n, r * cols, u + c * r * cols, per * cols, groups, r * cols);
+    if (st == LW_OK) st = lwi_muon_orthogonalize_batch(m, s, b, 3, groups * r, cols);
+    if (st == LW_OK) st = lw_vec_scale(s, b, 3 * n, (float)lwi_muon_scale(m, groups * r, cols));
+    for (int c = 0; c < 3 && st == LW_OK; c++)
+        st = copy_2d(s, x + c * r * cols, per * cols, b + c * n, r * cols, groups, r * cols);
+    return st;
+}
+
 /* The QKV split follows Megatron's split_qkv: the local rows viewed as (groups, q + k + v),
  * Q is the (groups * q) x cols matrix of every group's q rows in group order (one matrix over
  * all groups, not one per group), K and V alike. Under TP each is a shard of the full Q (K, V)
@@ -219,6 +237,8 @@ lw_status lwi_muon_tp_update(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi
         if ((st = reserve(t, s, shard_floats(t, rows, cols, dim))) != LW_OK) return st;
         return shard_step(t, m, s, p->name, u, x, rows, cols, dim, t->work, seconds_comm);
     }
+    if (dim < 0 && p->qkv_rows[0] == p->qkv_rows[1] && p->qkv_rows[1] == p->qkv_rows[2])
+        return qkv_batch(m, s, p, u, x);
     const int64_t groups = p->qkv_groups;
     const int64_t per = p->qkv_rows[0] + p->qkv_rows[1] + p->qkv_rows[2];
     int64_t block = 0, floats = 0;
