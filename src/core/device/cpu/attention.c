@@ -17,9 +17,6 @@
 /* Query rows per block: GEMMs of at least 64 rows keep OpenBLAS near its speed on these small
  * shapes, and 64 x t x head_dim stays in cache. */
 #define ATT_ROWS 64
-/* Independent accumulators per row reduction, so that the loops vectorise without reordering
- * a single running sum (as in layernorm.c). */
-#define LANES 8
 
 /* Per part of the pool: a block's probabilities (rows x keys), and in the backward their
  * gradient beside it. */
@@ -40,15 +37,15 @@ typedef struct {
 
 /* The row helpers are inlined into the per-head functions, whose AVX2 build they then share. */
 LWI_ROW_HELPER float row_max(const float *x, int64_t n) {
-    float acc[LANES];
-    for (int k = 0; k < LANES; k++)
+    float acc[LWI_LANES];
+    for (int k = 0; k < LWI_LANES; k++)
         acc[k] = x[0];
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
+    for (; i + LWI_LANES <= n; i += LWI_LANES)
+        for (int k = 0; k < LWI_LANES; k++)
             acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
     float m = acc[0];
-    for (int k = 1; k < LANES; k++)
+    for (int k = 1; k < LWI_LANES; k++)
         m = acc[k] > m ? acc[k] : m;
     for (; i < n; i++)
         m = x[i] > m ? x[i] : m;
@@ -66,30 +63,20 @@ LWI_ROW_HELPER double exp_shifted(float *x, int64_t n, float shift) {
     }
     for (int64_t i = 0; i < n; i++)
         x[i] = lwi_exp_fast(x[i]);
-    double acc[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
-            acc[k] += (double)x[i + k];
-    double s = 0.0;
-    for (; i < n; i++)
-        s += (double)x[i];
-    for (int k = 0; k < LANES; k++)
-        s += acc[k];
-    return s;
+    return lwi_row_sum(x, n);
 }
 
 /* sum_i x[i] y[i] in double */
 LWI_ROW_HELPER double row_dot(const float *x, const float *y, int64_t n) {
-    double acc[LANES] = {0};
+    double acc[LWI_LANES] = {0};
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
+    for (; i + LWI_LANES <= n; i += LWI_LANES)
+        for (int k = 0; k < LWI_LANES; k++)
             acc[k] += (double)x[i + k] * (double)y[i + k];
     double s = 0.0;
     for (; i < n; i++)
         s += (double)x[i] * (double)y[i];
-    for (int k = 0; k < LANES; k++)
+    for (int k = 0; k < LWI_LANES; k++)
         s += acc[k];
     return s;
 }

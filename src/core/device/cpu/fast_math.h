@@ -1,5 +1,5 @@
 /* fast_math.h: what the CPU kernels' element-wise loops share: a branch-free exp that vectorises
- * (libm's expf is a call per element), and the attribute that compiles a hot loop twice, for
+ * (libm's expf is a call per element), a row sum in lanes, and the attribute that compiles a hot loop twice, for
  * AVX2 and for the baseline x86-64 the library is built for, picking one at load time. The CMake
  * build turns off floating-point contraction for these files, so both builds round alike and a
  * result does not depend on the machine that computed it. Not public API. */
@@ -16,6 +16,25 @@
 #endif
 /* A helper of a LWI_SIMD_CLONES function: inlined, so that it is built for each clone's target. */
 #define LWI_ROW_HELPER static inline __attribute__((always_inline))
+
+/* Independent accumulators per row reduction: without -ffast-math the compiler may not reorder
+ * a single running sum, but it does vectorise LWI_LANES separate ones. */
+#define LWI_LANES 8
+
+/* sum_i x[i] in double, in LWI_LANES partial sums (the same order at every vector width) */
+LWI_ROW_HELPER double lwi_row_sum(const float *x, int64_t n) {
+    double acc[LWI_LANES] = {0};
+    int64_t i = 0;
+    for (; i + LWI_LANES <= n; i += LWI_LANES)
+        for (int k = 0; k < LWI_LANES; k++)
+            acc[k] += (double)x[i + k];
+    double s = 0;
+    for (; i < n; i++)
+        s += (double)x[i];
+    for (int k = 0; k < LWI_LANES; k++)
+        s += acc[k];
+    return s;
+}
 
 /* Arguments below this give exp_fast's smallest normal result; callers clamp to it (a select,
  * which vectorises) where x can be lower: e^-87 is below 1e-37, nothing beside a sum of 1. */

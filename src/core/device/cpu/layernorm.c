@@ -6,32 +6,13 @@
 
 #include <math.h>
 
-/* Independent accumulators per reduction: without -ffast-math the compiler may not reorder a
- * single running sum, but it does vectorise LANES separate ones. */
-#define LANES 8
-
-/* sum_i x[i] in double */
-LWI_ROW_HELPER double row_sum(const float *x, int64_t c) {
-    double acc[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= c; i += LANES)
-        for (int k = 0; k < LANES; k++)
-            acc[k] += (double)x[i + k];
-    double s = 0;
-    for (; i < c; i++)
-        s += (double)x[i];
-    for (int k = 0; k < LANES; k++)
-        s += acc[k];
-    return s;
-}
-
 /* sum_i (x[i] - m)^2 in double: the two-pass variance, which unlike E[x^2] - E[x]^2 does not
  * cancel when the mean is large against the spread. */
 LWI_ROW_HELPER double row_sq_dev(const float *x, int64_t c, double m) {
-    double acc[LANES] = {0};
+    double acc[LWI_LANES] = {0};
     int64_t i = 0;
-    for (; i + LANES <= c; i += LANES)
-        for (int k = 0; k < LANES; k++) {
+    for (; i + LWI_LANES <= c; i += LWI_LANES)
+        for (int k = 0; k < LWI_LANES; k++) {
             double d = (double)x[i + k] - m;
             acc[k] += d * d;
         }
@@ -40,7 +21,7 @@ LWI_ROW_HELPER double row_sq_dev(const float *x, int64_t c, double m) {
         double d = (double)x[i] - m;
         s += d * d;
     }
-    for (int k = 0; k < LANES; k++)
+    for (int k = 0; k < LWI_LANES; k++)
         s += acc[k];
     return s;
 }
@@ -54,7 +35,7 @@ lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, fl
     for (int64_t r = 0; r < n; r++) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
-        double m = row_sum(xr, c) / (double)c;
+        double m = lwi_row_sum(xr, c) / (double)c;
         double var = row_sq_dev(xr, c, m) / (double)c;
         /* Normalise with the float values that are saved, so that the backward pass recomputes
          * exactly the xhat this forward pass used. */
@@ -83,10 +64,10 @@ lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, fl
         float mf = mean[r], sf = rstd[r];
         /* mean over the row of dnorm = dy * g and of dnorm * xhat: the two projections that
          * the normalisation removes from the gradient */
-        double a1[LANES] = {0}, a2[LANES] = {0}, s1 = 0, s2 = 0;
+        double a1[LWI_LANES] = {0}, a2[LWI_LANES] = {0}, s1 = 0, s2 = 0;
         int64_t i = 0;
-        for (; i + LANES <= c; i += LANES)
-            for (int k = 0; k < LANES; k++) {
+        for (; i + LWI_LANES <= c; i += LWI_LANES)
+            for (int k = 0; k < LWI_LANES; k++) {
                 float dn = dyr[i + k] * g[i + k], xh = (xr[i + k] - mf) * sf;
                 a1[k] += (double)dn;
                 a2[k] += (double)(dn * xh);
@@ -96,7 +77,7 @@ lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, fl
             s1 += (double)dn;
             s2 += (double)(dn * xh);
         }
-        for (int k = 0; k < LANES; k++)
+        for (int k = 0; k < LWI_LANES; k++)
             s1 += a1[k], s2 += a2[k];
         float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
         for (i = 0; i < c; i++) {
