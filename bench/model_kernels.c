@@ -5,13 +5,16 @@
  * block's forward + backward GFLOP/s against sgemm 1024^3 measured in the same run on the same
  * threads (OPENBLAS_NUM_THREADS: 1 for a rank per core, 2 for one process on the 2 cores).
  * Usage: bench_model_kernels [repeats]   (20 by default). To compare two builds interleaved,
- * run the same binary with LD_LIBRARY_PATH pointing at the other build's liblwopt. */
+ * run the same binary with LD_LIBRARY_PATH pointing at the other build's liblwopt. OpenBLAS's
+ * idle threads spin as OPENBLAS_THREAD_TIMEOUT says, read when OpenBLAS loads (before main):
+ * without it the binary restarts itself with 16, what the Lua front end sets (lwopt/C.lua). */
 #include "lw.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define B  8
 #define T  128
@@ -75,6 +78,12 @@ static double sgemm_gflops(void) {
 }
 
 int main(int argc, char **argv) {
+    if (getenv("OPENBLAS_THREAD_TIMEOUT") == NULL) {
+        setenv("OPENBLAS_THREAD_TIMEOUT", "16", 1);
+        execv("/proc/self/exe", argv);
+        perror("bench_model_kernels: restarting with OPENBLAS_THREAD_TIMEOUT");
+        return 1;
+    }
     if (argc > 1) repeats = atoi(argv[1]) > 0 ? atoi(argv[1]) : repeats;
     float *x = filled(N * C), *ln = filled(N * C), *qkv = filled(N * 3 * C), *att = filled(N * C);
     float *h = filled(N * H), *a = filled(N * H), *y = filled(N * C), *mean = filled(N);
@@ -85,8 +94,9 @@ int main(int argc, char **argv) {
     float *scratch = filled(lw_attention_scratch_floats(NULL, B, T, NH));
     const double lin = 2.0 * N * C, attn = 4.0 * B * NH * (T * (T + 1) / 2.0) * (C / NH);
 
-    printf("model kernels, one block: b %d, t %d, c %d, heads %d, OpenBLAS threads %d\n\n", B, T,
-           C, NH, openblas_get_num_threads());
+    printf("model kernels, one block: b %d, t %d, c %d, heads %d, OpenBLAS threads %d, "
+           "OPENBLAS_THREAD_TIMEOUT %s\n\n",
+           B, T, C, NH, openblas_get_num_threads(), getenv("OPENBLAS_THREAD_TIMEOUT"));
     printf("| kernel | ms | GFLOP/s |\n|---|---|---|\n");
     total = 0;
     TIME("ln_1 forward", 0, lw_layernorm_forward(NULL, ln, mean, rstd, x, g, NULL, N, C, 1e-5f));

@@ -40,6 +40,21 @@ describe("lwopt.C", function()
       assert.equal("unknown reduce op '7' (one of sum, max, min)", select(2, C.value("reduce_op", 7)))
    end)
 
+   -- OpenBLAS's idle threads otherwise spin for 2^28 cycles after each call, taking a core from
+   -- the CPU kernels' pool; OpenBLAS reads the variable once, when the library loads it.
+   it("has OpenBLAS's idle threads sleep after 2^16 cycles unless the user says otherwise", function()
+      local script = "'package.path=\"lua/?.lua;lua/?/init.lua;build/lua/?.lua;\"..package.path "
+         .. "require(\"lwopt\") local ffi = require(\"ffi\") "
+         .. "ffi.cdef(\"int openblas_thread_timeout(void);\") "
+         .. "io.write(ffi.load(\"libopenblas.so.0\").openblas_thread_timeout())'"
+      local out, status = helpers.sh("env -u OPENBLAS_THREAD_TIMEOUT luajit -e " .. script)
+      assert.equal(0, status, out)
+      assert.equal("16", out)
+      out, status = helpers.sh("OPENBLAS_THREAD_TIMEOUT=20 luajit -e " .. script)
+      assert.equal(0, status, out)
+      assert.equal("20", out)
+   end)
+
    it("says how to fix a library that cannot be loaded", function()
       local out, status = helpers.sh("LWOPT_LIB=/nonexistent/liblwopt.so luajit -e "
          .. "'package.path=\"lua/?.lua;lua/?/init.lua;build/lua/?.lua;\"..package.path "

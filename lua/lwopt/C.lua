@@ -10,6 +10,15 @@ end
 
 ffi.cdef(generated.cdef)
 
+-- OpenBLAS's idle threads spin (sched_yield) for 2^28 cycles after each call unless told
+-- otherwise, and with several threads a process they take a core from the CPU kernels' worker
+-- pool between two GEMMs: the pool's jobs (attention, GELU, AdamW, Newton-Schulz batches) ran at
+-- one thread's speed and a step took 10-13% longer. 2^16 cycles (some 20 us) still keeps
+-- back-to-back GEMMs' threads awake. OpenBLAS reads the variable once, when it is loaded, so it
+-- is set before liblwopt (and OpenBLAS with it) is; a user's own setting wins.
+ffi.cdef("int setenv(const char *name, const char *value, int overwrite);")
+ffi.C.setenv("OPENBLAS_THREAD_TIMEOUT", "16", 0)
+
 local path = os.getenv("LWOPT_LIB")
 if path == nil or path == "" then path = generated.library end
 local loaded, lib = pcall(ffi.load, path)
