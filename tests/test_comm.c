@@ -1,11 +1,12 @@
 /* test_comm.c: every collective against a direct computation, the variable-count forms over
  * unequal, empty and lopsided segments too, and the all-to-all-v over such counts in every
  * dtype it takes, at whatever rank count it is started with (ctest
- * runs it alone and under mpirun -np 2 and -np 3). Each rank's data is a known function of
+ * runs it alone and under mpirun -np 2, 3 and 4). Each rank's data is a known function of
  * (rank, index), so every rank can compute the expected result itself. */
 #include "check.h"
 #include "comm_cases.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static void test_reduce_scatter_and_allgather(lw_comm *c) {
@@ -191,6 +192,56 @@ static void test_segments_interleaved(lw_comm *c) {
     CHECK(e[rank * 64] == (float)size && e[rank * 64 + 63] == (float)size);
     lw_request_free(ra), lw_request_free(rg), lw_request_free(re);
     free(ca), free(cb), free(a), free(g), free(e);
+}
+
+/* Eight reduce-scatters in flight at once on one communicator (MPI runs them as rings of sends
+ * and receives, p - 1 steps each), equal and unequal segments, waited for in reverse order
+ * after a round of tests: each ends with its own sum, so no ring took another's messages. The
+ * values are not exact in float, and a second round on the same data gives the same bits: the
+ * order of the additions is fixed. */
+static void test_reduce_scatters_in_flight(lw_comm *c) {
+    enum { FLIGHT = 8 };
+    const int rank = lw_comm_rank(c), size = lw_comm_size(c);
+    lw_request *req[FLIGHT];
+    float *b[FLIGHT], *first[FLIGHT];
+    int64_t *counts[FLIGHT], total[FLIGHT];
+    for (int k = 0; k < FLIGHT; k++) {
+        counts[k] = malloc(sizeof(int64_t) * (size_t)size);
+        total[k] = 0;
+        for (int r = 0; r < size; r++) /* odd k: unequal segments; even k: equal ones */
+            total[k] += counts[k][r] = k % 2 ? 1000 * (k + 1) + 37 * r : 4096 * (k + 1);
+        b[k] = malloc(sizeof(float) * (size_t)total[k]);
+        first[k] = malloc(sizeof(float) * (size_t)total[k]);
+        CHECK_OK(lw_request_new(&req[k]));
+    }
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < FLIGHT; k++) {
+            for (int64_t i = 0; i < total[k]; i++) b[k][i] = value(rank, i) * 0.1f + (float)k / 3;
+            CHECK_OK(k % 2 ? lw_comm_reduce_scatterv(c, b[k], counts[k], req[k])
+                           : lw_comm_reduce_scatter(c, b[k], total[k], req[k]));
+        }
+        for (int k = 0; k < FLIGHT; k++) {
+            bool done = false;
+            CHECK_OK(lw_request_test(req[k], &done));
+        }
+        for (int k = FLIGHT - 1; k >= 0; k--) CHECK_OK(lw_request_wait(req[k]));
+        for (int k = 0; k < FLIGHT; k++) {
+            const int64_t lo = displ(counts[k], rank), hi = lo + counts[k][rank];
+            int bad = 0;
+            for (int64_t i = lo; i < hi; i++) {
+                double want = 0;
+                for (int r = 0; r < size; r++) want += value(r, i) * 0.1f + (float)k / 3;
+                bad += fabs(b[k][i] - want) > 1e-5 * (fabs(want) + 1);
+                if (round == 1) bad += b[k][i] != first[k][i];
+            }
+            CHECK_EQ(bad, 0);
+            memcpy(first[k], b[k], sizeof(float) * (size_t)total[k]);
+        }
+    }
+    for (int k = 0; k < FLIGHT; k++) {
+        lw_request_free(req[k]);
+        free(b[k]), free(first[k]), free(counts[k]);
+    }
 }
 
 /* Bad counts fail alike on every rank (the counts are the same on all), naming the collective
@@ -651,6 +702,7 @@ int main(void) {
     test_reduce_scatterv(c);
     test_allgather_segments(c);
     test_segments_interleaved(c);
+    test_reduce_scatters_in_flight(c);
     test_segments_errors(c);
     test_alltoallv(c);
     test_alltoallv_counts_first(c);
