@@ -30,16 +30,25 @@ lw_status lwi_cpu_muon_momentum(lw_stream *stream, const lwi_muon_step *k, float
     return LW_OK;
 }
 
+/* Tiles of the transposing copy: a tile's strided side, 32 cache lines, stays in L1. */
+#define SYM_TILE 32
+
 /* Copies the stored triangle of the p x p symmetric A onto the other: SYRK writes one
  * triangle, the next SYRK reads A whole. `row_major_upper`: the stored triangle is the upper
- * one in row-major terms. */
+ * one in row-major terms. In tiles: element by element, every strided access of a 256 x 256
+ * copy missed the cache, 3% of a Newton-Schulz step. */
 static void symmetrize(float *a, int64_t p, bool row_major_upper) {
-    for (int64_t i = 0; i < p; i++)
-        for (int64_t j = i + 1; j < p; j++) {
-            if (row_major_upper)
-                a[j * p + i] = a[i * p + j];
-            else
-                a[i * p + j] = a[j * p + i];
+    for (int64_t i0 = 0; i0 < p; i0 += SYM_TILE)
+        for (int64_t j0 = i0; j0 < p; j0 += SYM_TILE) {
+            const int64_t i1 = i0 + SYM_TILE < p ? i0 + SYM_TILE : p;
+            const int64_t j1 = j0 + SYM_TILE < p ? j0 + SYM_TILE : p;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++) {
+                    if (row_major_upper)
+                        a[j * p + i] = a[i * p + j];
+                    else
+                        a[i * p + j] = a[j * p + i];
+                }
         }
 }
 
