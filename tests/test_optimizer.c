@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-enum { N_SPECS = 10, STEPS = 3 };
+enum { N_SPECS = 11, STEPS = 3 };
 static lw_param_spec specs[N_SPECS];
 
 static void make_specs(void) {
@@ -25,6 +25,9 @@ static void make_specs(void) {
     specs[7] = mat("l1.x", 24, 16, true);
     specs[8] = mat("l1.y", 16, 24, true);
     specs[9] = mat("head", 10, 16, false);
+    /* a third 16 x 48: on the CPU a batch of three, of which with 2 BLAS threads two go side by
+     * side and the third alone on both threads */
+    specs[10] = mat("l2.o", 16, 48, true);
 }
 
 static int64_t numel_of(const lw_param_spec *s) {
@@ -283,8 +286,8 @@ static void test_errors(lw_comm *c) {
     CHECK_OK(lw_optimizer_new(bs, NULL, &opt));
     CHECK_FAILS(lw_optimizer_set_hparams(opt, 0, -0.1f, 0.0f), LW_ERR_INVALID,
                 "lr must be finite and >= 0, got -0.1");
-    CHECK_FAILS(lw_optimizer_set_group(opt, N_SPECS, 0), LW_ERR_RANGE, "parameter index 10");
-    CHECK_FAILS(lw_buffers_grad_ready(bs, N_SPECS), LW_ERR_RANGE, "parameter index 10");
+    CHECK_FAILS(lw_optimizer_set_group(opt, N_SPECS, 0), LW_ERR_RANGE, "parameter index 11");
+    CHECK_FAILS(lw_buffers_grad_ready(bs, N_SPECS), LW_ERR_RANGE, "parameter index 11");
     CHECK_OK(lw_buffers_grad_ready(bs, 4));
     CHECK_FAILS(lw_buffers_grad_ready(bs, 4), LW_ERR_STATE, "'ln' reported ready twice");
     CHECK_OK(lw_buffers_zero_grad(bs));
