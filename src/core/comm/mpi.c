@@ -25,7 +25,7 @@ lw_status lwi_mpi_fail(int code, const char *what) {
 #define MPI_CHECK(call, what)                                                                  \
     do {                                                                                       \
         int mpi_code = (call);                                                                 \
-        if (mpi_code != MPI_SUCCESS) return lwi_mpi_fail(mpi_code, what);                          \
+        if (mpi_code != MPI_SUCCESS) return lwi_mpi_fail(mpi_code, what);                      \
     } while (0)
 
 static MPI_Comm *handle_of(lw_comm *c) { return (MPI_Comm *)c->impl; }
