@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     float *wqkv = filled(3 * C * C), *wproj = filled(C * C), *wfc = filled(H * C);
     float *wmp = filled(C * H), *dw = filled(H * C), *dout = filled(N * C), *dx = filled(N * C);
     float *dh = filled(N * H), *da = filled(N * H), *dqkv = filled(N * 3 * C);
-    float *scratch = filled(lw_attention_scratch_floats(NULL, B, T, NH));
+    float *scratch = filled(lw_attention_scratch_floats(NULL, B, T, C, NH));
     const double lin = 2.0 * N * C, attn = 4.0 * B * NH * (T * (T + 1) / 2.0) * (C / NH);
 
     printf("model kernels, one block: b %d, t %d, c %d, heads %d, OpenBLAS threads %d, "

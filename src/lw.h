@@ -976,10 +976,12 @@ lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const 
  * log-sum-exp, as flash attention does). qkv[b, t, 3c] holds q, k, v (each [b, t, c], head h in
  * channels [h*c/nh, (h+1)*c/nh)); out[b, t, c]; lse[b, nh, t] saves each row's log-sum-exp of
  * the scaled scores. Scale 1/sqrt(c/nh); c must divide by nh. scratch: at least
- * lw_attention_scratch_floats(stream, b, t, nh) floats of the stream's device, the caller's
- * workspace for both passes (the CPU works a head at a time per thread, in blocks of 64 query
- * rows by the keys they see; a GPU needs no square at all). */
-int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t nh);
+ * lw_attention_scratch_floats(stream, b, t, c, nh) floats of the stream's device, the caller's
+ * workspace for both passes (the CPU works a head at a time per thread, its keys and values
+ * packed by head dim c/nh, in blocks of 64 query rows by the keys they see; a GPU needs no
+ * square at all). */
+int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
+                                    int64_t nh);
 lw_status lw_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
                                const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
 /* dqkv[b, t, 3c] += ..., from the forward's qkv, out and lse. */

@@ -135,7 +135,7 @@ static void test_many_short_jobs(void) {
 static void run_kernels(float *out, float *lse, float *dqkv, float *y, float *dx,
                         const float *qkv, const float *dout, const float *x, int64_t b,
                         int64_t t, int64_t c, int64_t nh, int64_t n) {
-    float *scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, nh));
+    float *scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, c, nh));
     memset(dqkv, 0, sizeof(float) * (size_t)(b * t * 3 * c));
     memset(dx, 0, sizeof(float) * (size_t)n);
     CHECK_EQ(lw_attention_forward(NULL, out, lse, scratch, qkv, b, t, c, nh), LW_OK);

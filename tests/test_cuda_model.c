@@ -432,11 +432,11 @@ static void attention_case(int64_t b, int64_t t, int64_t c, int64_t nh) {
     const int64_t n3 = b * t * 3 * c, no = b * t * c, nl = b * nh * t;
     float *qkv = scaled_random(n3, 2.0f, 0.0f), *dout = host_random(no), *d0 = prefill(n3);
     float *out = malloc(4 * (size_t)no), *lse = malloc(4 * (size_t)nl), *dqkv = copy_of(d0, n3);
-    float *scratch = malloc(4 * (size_t)lw_attention_scratch_floats(NULL, b, t, nh));
+    float *scratch = malloc(4 * (size_t)lw_attention_scratch_floats(NULL, b, t, c, nh));
     CHECK_OK(lw_attention_forward(NULL, out, lse, scratch, qkv, b, t, c, nh));
     CHECK_OK(lw_attention_backward(NULL, dqkv, scratch, dout, qkv, out, lse, b, t, c, nh));
 
-    CHECK_EQ(lw_attention_scratch_floats(gs, b, t, nh), nl); /* D = rowsum(dout * out) only */
+    CHECK_EQ(lw_attention_scratch_floats(gs, b, t, c, nh), nl); /* D = rowsum(dout * out) only */
     float *gqkv = to_gpu(qkv, n3), *gdout = to_gpu(dout, no), *gscratch = gpu_zeros(nl);
     float *hout[2], *hlse[2], *hd[2];
     for (int run = 0; run < 2; run++) {

@@ -22,7 +22,7 @@ static att_case case_new(int64_t b, int64_t t, int64_t c, int64_t nh) {
     k.lse = nn_alloc(b * nh * t);
     k.r = nn_alloc(b * t * c);
     k.dqkv = nn_alloc(b * t * 3 * c);
-    k.scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, nh));
+    k.scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, c, nh));
     nn_fill(k.qkv, b * t * 3 * c, 1.0f);
     nn_fill(k.r, b * t * c, 1.0f);
     return k;
@@ -208,7 +208,22 @@ static void test_causality(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t 
     case_free(&k);
 }
 
+/* heads that do not divide the channels: an error naming both, nothing written */
+static void test_heads_must_divide_channels(void) {
+    att_case k = case_new(1, 4, 12, 3); /* buffers for c = 12; the calls say c = 10 */
+    nn_fill(k.out, 4 * 12, 1.0f);
+    const float first = k.out[0];
+    CHECK_EQ(lw_attention_forward(NULL, k.out, k.lse, k.scratch, k.qkv, 1, 4, 10, 3),
+             LW_ERR_INVALID);
+    CHECK(strstr(lw_last_error(), "c = 10") != NULL && strstr(lw_last_error(), "nh = 3") != NULL);
+    CHECK_EQ(lw_attention_backward(NULL, k.dqkv, k.scratch, k.r, k.qkv, k.out, k.lse, 1, 4, 10, 3),
+             LW_ERR_INVALID);
+    CHECK_EQ(k.out[0], first);
+    case_free(&k);
+}
+
 int main(void) {
+    test_heads_must_divide_channels();
     test_forward_matches_reference(2, 5, 12, 3);
     test_forward_matches_reference(2, 7, 12, 3);
     test_forward_matches_reference(2, 70, 64, 2);

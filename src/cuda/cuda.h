@@ -142,7 +142,7 @@ lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbet
                                  const float *rstd, int64_t n, int64_t c);
 lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n);
 lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
-int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t nh);
+int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh);
 lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
                                 const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
 lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,

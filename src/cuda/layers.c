@@ -47,7 +47,8 @@ lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const floa
 /* ---- attention ----------------------------------------------------------------------------- */
 
 /* The backward's D = rowsum(dout * out), one float per (batch, head, row). */
-int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t nh) {
+int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {
+    (void)c;
     return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
 }
 

@@ -52,7 +52,7 @@ end
 -- The attention kernels' workspace on this device, shared with every other module there.
 function Attention:scratch(b, t)
    return self:workspace(tonumber(lib.lw_attention_scratch_floats(self.stream, b, t,
-      self.n_head)), "attention scratch")
+      self.c, self.n_head)), "attention scratch")
 end
 
 function Attention:backward(x, dout, dx, b, t)

@@ -116,7 +116,7 @@ typedef struct lwi_device_ops {
                                     const float *mean, const float *rstd, int64_t n, int64_t c);
     lw_status (*gelu_forward)(lw_stream *s, float *y, const float *x, int64_t n);
     lw_status (*gelu_backward)(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
-    int64_t (*attention_scratch_floats)(int64_t b, int64_t t, int64_t nh);
+    int64_t (*attention_scratch_floats)(int64_t b, int64_t t, int64_t c, int64_t nh);
     lw_status (*attention_forward)(lw_stream *s, float *out, float *lse, float *scratch,
                                    const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
     lw_status (*attention_backward)(lw_stream *s, float *dqkv, float *scratch, const float *dout,

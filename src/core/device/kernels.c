@@ -109,10 +109,11 @@ lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const 
     return s->device->ops->gelu_backward(s, dx, dy, x, n);
 }
 
-int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t nh) {
+int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
+                                    int64_t nh) {
     lw_stream *s = lwi_stream_or_cpu(stream);
     if (s->device->ops->attention_scratch_floats == NULL) return 0;
-    return s->device->ops->attention_scratch_floats(b, t, nh);
+    return s->device->ops->attention_scratch_floats(b, t, c, nh);
 }
 
 lw_status lw_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,

@@ -1,69 +1,268 @@
 /* attention.c: causal multi-head self-attention on the CPU, forward and backward. Each
- * (batch, head) is worked in blocks of ATT_ROWS query rows: GEMMs on strided views of qkv (no
- * copies) and a row softmax with a vectorised exp (fast_math.h). A block's rows see the keys up
- * to its last row only, so the GEMMs skip the blocks of the t x t square above the diagonal (a
- * quarter of it at t = 2 ATT_ROWS, nearly half for long sequences) and the zeros written above
- * the diagonal inside a block keep the rest causal. Only the rows' log-sum-exp is kept for the
- * backward, which recomputes the probabilities from it (the contract every device shares: no
- * t x t matrix per head lives between passes). The (batch, head) pairs are split over the CPU
- * pool's threads (pool.c), each with its own part of the scratch. */
+ * (batch, head) is worked in blocks of ATT_ROWS query rows, with the head's keys and values
+ * packed first (transposed where a product runs along them) so that no tile reads rows 3c floats
+ * apart: at 768 floats those rows fall in a few L1 sets and evict each other. The products are
+ * register tiles in GCC's vector extensions (fast_math.h): the scores' 4 rows x 16 keys along
+ * head_dim, and the sums over keys or rows into 2 rows x 32 channels. Tiles stop at the
+ * diagonal, so the work is the causal triangle's plus a tile's edge, not a block's square; the
+ * probabilities past a row's last key are written as zeros, so the tiles that run over them
+ * stay causal. Only the rows' log-sum-exp is kept for the backward, which recomputes the
+ * probabilities from it (the contract every device shares: no t x t matrix per head lives
+ * between passes). The (batch, head) pairs are split over the CPU pool's threads (pool.c),
+ * each with its own part of the scratch. */
 #include "device/cpu/cpu.h"
 #include "device/cpu/fast_math.h"
 #include "device/cpu/pool.h"
 
-#include <cblas.h>
 #include <math.h>
+#include <string.h>
 
-/* Query rows per block: GEMMs of at least 64 rows keep OpenBLAS near its speed on these small
- * shapes, and 64 x t x head_dim stays in cache. */
+/* Query rows per block: a block's scores (rows x keys) stay in L2 for any t. */
 #define ATT_ROWS 64
+/* The scores' tile (rows x keys) and the sums' tile (rows x channels): 8 and 8 accumulators,
+ * with room in the 16 vector registers for the operands of a separate multiply and add (the
+ * kernels are built without contraction into FMAs: fast_math.h). */
+#define SCORE_ROWS 4
+#define SCORE_KEYS 16
+#define SUM_ROWS   2
+#define SUM_VECS   4
 
-/* Per part of the pool: a block's probabilities (rows x keys), and in the backward their
- * gradient beside it. */
-static int64_t part_floats(int64_t t) { return 2 * (t < ATT_ROWS ? t : ATT_ROWS) * t; }
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-int64_t lwi_cpu_attention_scratch_floats(int64_t b, int64_t t, int64_t nh) {
-    (void)b, (void)nh;
-    return LWI_POOL_MAX * part_floats(t);
-}
+/* The row stride of a matrix whose columns a tile walks down (keys' scores, K^T and V^T): the
+ * keys rounded up to SCORE_KEYS, and to an odd multiple of it. At 128 floats, 512 bytes, a
+ * column's rows fall in 8 of L1's 64 sets and evict each other; at an odd multiple of 64 bytes
+ * they spread over all 64. */
+static int64_t key_stride(int64_t keys) { return round_up(keys, SCORE_KEYS) | SCORE_KEYS; }
 
-/* What a part of the pool needs to run its heads, forward or backward. */
+/* A part's scratch, in floats, for head dim hd: keys padded to SCORE_KEYS (tp) and channels to
+ * 8 (hd8). kt: K^T scaled by 1/sqrt(hd), hd x tp; vt: V^T (backward); rows: V (forward) or K
+ * (backward), tp x hd8; dk, dv: the backward's sums, tp x hd8 each; qb, gb: a block's q and
+ * dout rows, ATT_ROWS x hd8 each (the forward's output tile in qb); s, ds: a block's scores and
+ * their gradient, ATT_ROWS x tp each. */
 typedef struct {
-    float *out, *lse, *dqkv, *scratch;
-    const float *qkv, *dout, *saved_out, *saved_lse;
-    int64_t t, c, nh, hd;
-    float scale;
-} att_job;
+    float *kt, *vt, *rows, *dk, *dv, *qb, *gb, *s, *ds;
+} att_part;
 
-/* The row helpers are inlined into the per-head functions, whose AVX2 build they then share. */
-LWI_ROW_HELPER float row_max(const float *x, int64_t n) {
-    float acc[LWI_LANES];
-    for (int k = 0; k < LWI_LANES; k++)
-        acc[k] = x[0];
-    int64_t i = 0;
-    for (; i + LWI_LANES <= n; i += LWI_LANES)
-        for (int k = 0; k < LWI_LANES; k++)
-            acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-    float m = acc[0];
-    for (int k = 1; k < LWI_LANES; k++)
-        m = acc[k] > m ? acc[k] : m;
-    for (; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    return m;
+static int64_t part_floats(int64_t t, int64_t hd) {
+    const int64_t tp = key_stride(t), hd8 = round_up(hd, 8);
+    const int64_t m = t < ATT_ROWS ? t : ATT_ROWS;
+    return 2 * hd * tp + 3 * tp * hd8 + 2 * m * hd8 + 2 * m * tp;
 }
 
-/* x[i] = exp(x[i] - shift) for i < n, returning their sum (in double). The argument is clamped
- * at LWI_EXP_MIN: a term that small is nothing beside the row's largest, which is 1. Three passes
- * over the row (in L1), each of which vectorises: fused with the arithmetic, GCC turns the clamp
- * into a branch (gelu.c has the same), and the conversions to double keep it from the sum. */
-LWI_ROW_HELPER double exp_shifted(float *x, int64_t n, float shift) {
-    for (int64_t i = 0; i < n; i++) {
-        float d = x[i] - shift;
-        x[i] = d < LWI_EXP_MIN ? LWI_EXP_MIN : d;
+static att_part part_at(float *scratch, int32_t part, int64_t t, int64_t hd) {
+    const int64_t tp = key_stride(t), hd8 = round_up(hd, 8);
+    const int64_t m = t < ATT_ROWS ? t : ATT_ROWS;
+    float *p = scratch + part * part_floats(t, hd);
+    att_part a;
+    a.kt = p, p += hd * tp;
+    a.vt = p, p += hd * tp;
+    a.rows = p, p += tp * hd8;
+    a.dk = p, p += tp * hd8;
+    a.dv = p, p += tp * hd8;
+    a.qb = p, p += m * hd8;
+    a.gb = p, p += m * hd8;
+    a.s = p, p += m * tp;
+    a.ds = p;
+    return a;
+}
+
+int64_t lwi_cpu_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {
+    (void)b;
+    if (t <= 0 || c <= 0 || nh <= 0) return 0;
+    return LWI_POOL_MAX * part_floats(t, c / nh);
+}
+
+/* ---- tiles ----------------------------------------------------------------------------------- */
+
+/* s[r][0, 16) = sum_d a[r][d] bt[d][0, 16) for r < R: a's rows (stride lda) against a packed
+ * transpose (stride ldb). */
+LWI_ROW_HELPER void score_tile(float *s, int64_t lds, const float *a, int64_t lda, const float *bt,
+                               int64_t ldb, int64_t hd, int R) {
+    lwi_v8f acc[SCORE_ROWS][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = lwi_v8_splat(0.0f);
+    for (int64_t d = 0; d < hd; d++) {
+        const lwi_v8f b0 = lwi_v8_load(bt + d * ldb), b1 = lwi_v8_load(bt + d * ldb + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const float x = a[r * lda + d];
+            acc[r][0] += x * b0;
+            acc[r][1] += x * b1;
+        }
     }
-    for (int64_t i = 0; i < n; i++)
-        x[i] = lwi_exp_fast(x[i]);
-    return lwi_row_sum(x, n);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        lwi_v8_store(s + r * lds, acc[r][0]);
+        lwi_v8_store(s + r * lds + 8, acc[r][1]);
+    }
+}
+
+/* The scores of a block's rows [0, m) (row r is query i0 + r) against keys [0, i0 + r] and on
+ * to the tile's edge, into s (stride lds): a's rows stride lda, bt (hd x ldb) packed. */
+LWI_ROW_HELPER void scores(float *s, int64_t lds, const float *a, int64_t lda, const float *bt,
+                           int64_t ldb, int64_t hd, int64_t i0, int64_t m) {
+    for (int64_t r = 0; r < m; r += SCORE_ROWS) {
+        const int R = m - r < SCORE_ROWS ? (int)(m - r) : SCORE_ROWS;
+        const int64_t keys = i0 + r + R;
+        for (int64_t j = 0; j < keys; j += SCORE_KEYS) {
+            float *sp = s + r * lds + j;
+            const float *ap = a + r * lda;
+            switch (R) {
+            case 4: score_tile(sp, lds, ap, lda, bt + j, ldb, hd, 4); break;
+            case 3: score_tile(sp, lds, ap, lda, bt + j, ldb, hd, 3); break;
+            case 2: score_tile(sp, lds, ap, lda, bt + j, ldb, hd, 2); break;
+            default: score_tile(sp, lds, ap, lda, bt + j, ldb, hd, 1); break;
+            }
+        }
+    }
+}
+
+/* out[r][0, 8 NV) (+)= sum_{k in [k0, k1)} p[r ps + k ks] v[k][0, 8 NV) for r < R: a sum along
+ * p's rows (ps = lds, ks = 1) or down its columns (ps = 1, ks = lds). */
+LWI_ROW_HELPER void sum_tile(float *out, int64_t ldo, const float *p, int64_t ps, int64_t ks,
+                             const float *v, int64_t ldv, int64_t k0, int64_t k1, int R, int NV,
+                             bool accumulate) {
+    lwi_v8f acc[SUM_ROWS][SUM_VECS];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++)
+            acc[r][q] = accumulate ? lwi_v8_load(out + r * ldo + 8 * q) : lwi_v8_splat(0.0f);
+    for (int64_t k = k0; k < k1; k++) {
+        lwi_v8f vk[SUM_VECS];
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++)
+            vk[q] = lwi_v8_load(v + k * ldv + 8 * q);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const float x = p[r * ps + k * ks];
+#pragma GCC unroll 4
+            for (int q = 0; q < NV; q++)
+                acc[r][q] += x * vk[q];
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++)
+            lwi_v8_store(out + r * ldo + 8 * q, acc[r][q]);
+}
+
+/* sum_tile over an output of `rows` rows x hd8 channels, in tiles: output row r sums k over
+ * [max(0, r + k_from), min(kmax, r + k_to)), a tile over its rows' union (the zeros past the
+ * diagonal cover the difference). */
+LWI_ROW_HELPER void sums(float *out, int64_t ldo, const float *p, int64_t ps, int64_t ks,
+                         const float *v, int64_t ldv, int64_t rows, int64_t hd8, int64_t k_from,
+                         int64_t k_to, int64_t kmax, bool accumulate) {
+    for (int64_t r = 0; r < rows; r += SUM_ROWS) {
+        const int R = rows - r < SUM_ROWS ? (int)(rows - r) : SUM_ROWS;
+        const int64_t k0 = r + k_from > 0 ? r + k_from : 0;
+        const int64_t k1 = r + R - 1 + k_to < kmax ? r + R - 1 + k_to : kmax;
+        for (int64_t c0 = 0; c0 < hd8; c0 += 8 * SUM_VECS) {
+            const int NV = hd8 - c0 < 8 * SUM_VECS ? (int)((hd8 - c0) / 8) : SUM_VECS;
+            float *o = out + r * ldo + c0;
+            const float *pr = p + r * ps, *vc = v + c0;
+#define SUM_TILE(RR, VV)                                                                           \
+    sum_tile(o, ldo, pr, ps, ks, vc, ldv, k0, k1, RR, VV, accumulate)
+            if (R == 2) {
+                switch (NV) {
+                case 4: SUM_TILE(2, 4); break;
+                case 3: SUM_TILE(2, 3); break;
+                case 2: SUM_TILE(2, 2); break;
+                default: SUM_TILE(2, 1); break;
+                }
+            } else {
+                switch (NV) {
+                case 4: SUM_TILE(1, 4); break;
+                case 3: SUM_TILE(1, 3); break;
+                case 2: SUM_TILE(1, 2); break;
+                default: SUM_TILE(1, 1); break;
+                }
+            }
+#undef SUM_TILE
+        }
+    }
+}
+
+/* ---- packing --------------------------------------------------------------------------------- */
+
+/* dst[d][0, 8) = alpha src[0, 8)[d] for d < 8: an 8 x 8 transpose in registers (unpack pairs of
+ * rows, then pairs of pairs, then swap the 128-bit halves); a float at a time, the stores down
+ * dst's columns took a tenth of the backward. */
+LWI_ROW_HELPER void transpose_8x8(float *dst, int64_t ldd, const float *src, int64_t lds,
+                                  float alpha) {
+    typedef int32_t v8i __attribute__((vector_size(32)));
+    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    lwi_v8f r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = lwi_v8_load(src + i * lds) * alpha;
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2);
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2);
+    }
+    for (int i = 0; i < 4; i++) {
+        lwi_v8_store(dst + i * ldd, __builtin_shuffle(u[i], u[i + 4], lo4));
+        lwi_v8_store(dst + (i + 4) * ldd, __builtin_shuffle(u[i], u[i + 4], hi4));
+    }
+}
+
+/* dst[d][j] = alpha src[j][d] for j < t (rows stride lds), zero for j in [t, tp) */
+LWI_ROW_HELPER void pack_transposed(float *dst, const float *src, int64_t lds, int64_t t,
+                                    int64_t tp, int64_t hd, float alpha) {
+    const int64_t t8 = t / 8 * 8, hd8 = hd / 8 * 8;
+    for (int64_t j = 0; j < t8; j += 8)
+        for (int64_t d = 0; d < hd8; d += 8)
+            transpose_8x8(dst + d * tp + j, tp, src + j * lds + d, lds, alpha);
+    for (int64_t j = 0; j < t; j++)
+        for (int64_t d = j < t8 ? hd8 : 0; d < hd; d++)
+            dst[d * tp + j] = alpha * src[j * lds + d];
+    for (int64_t d = 0; d < hd; d++)
+        for (int64_t j = t; j < tp; j++)
+            dst[d * tp + j] = 0.0f;
+}
+
+/* dst[j][0, hd8) = src[j][0, hd) and zeros, for j < t */
+LWI_ROW_HELPER void pack_rows(float *dst, const float *src, int64_t lds, int64_t t, int64_t hd,
+                              int64_t hd8) {
+    for (int64_t j = 0; j < t; j++)
+        for (int64_t d = 0; d < hd8; d++)
+            dst[j * hd8 + d] = d < hd ? src[j * lds + d] : 0.0f;
+}
+
+/* ---- rows of probabilities ------------------------------------------------------------------- */
+
+/* Over the row's first n8 (n rounded up to 8) entries, in vectors. */
+LWI_ROW_HELPER float row_max(float *row, int64_t n, int64_t n8) {
+    for (int64_t j = n; j < n8; j++)
+        row[j] = -INFINITY;
+    lwi_v8f m = lwi_v8_load(row);
+    for (int64_t j = 8; j < n8; j += 8)
+        m = lwi_v8_max(lwi_v8_load(row + j), m);
+    float mx = m[0];
+    for (int k = 1; k < 8; k++)
+        mx = m[k] > mx ? m[k] : mx;
+    return mx;
+}
+
+/* row[j] = exp(row[j] - shift) for j < n, zero for j in [n, width), returning the sum (in double,
+ * in 8 lanes). The argument is clamped at LWI_EXP_MIN: a term that small is nothing beside the
+ * row's largest, which is about 1. */
+LWI_ROW_HELPER double exp_shifted(float *row, int64_t n, int64_t n8, int64_t width, float shift) {
+    const lwi_v8f lo = lwi_v8_splat(LWI_EXP_MIN);
+    for (int64_t j = 0; j < n8; j += 8)
+        lwi_v8_store(row + j, lwi_v8_exp_fast(lwi_v8_max(lwi_v8_load(row + j) - shift, lo)));
+    memset(row + n, 0, sizeof(float) * (size_t)(width - n));
+    return lwi_row_sum(row, n8);
 }
 
 /* sum_i x[i] y[i] in double */
@@ -81,48 +280,63 @@ LWI_ROW_HELPER double row_dot(const float *x, const float *y, int64_t n) {
     return s;
 }
 
-LWI_ROW_HELPER void zero_tail(float *row, int64_t from, int64_t n) {
-    for (int64_t j = from; j < n; j++)
-        row[j] = 0.0f;
-}
+/* ---- forward and backward of one head -------------------------------------------------------- */
 
-/* One head's forward: q, k, v rows strided by 3c, o strided by c, lse[t]. */
+/* What a part of the pool needs to run its heads, forward or backward. */
+typedef struct {
+    float *out, *lse, *dqkv, *scratch;
+    const float *qkv, *dout, *saved_out, *saved_lse;
+    int64_t t, c, nh, hd;
+    float scale;
+} att_job;
+
+/* One head: q, k, v rows strided by 3c, o strided by c, lse[t]. */
 LWI_SIMD_CLONES
-static void head_forward(float *o, float *lse, float *a, const float *q, const float *k,
+static void head_forward(const att_part *w, float *o, float *lse, const float *q, const float *k,
                          const float *v, int64_t t, int64_t hd, int64_t c, float scale) {
-    const int64_t c3 = 3 * c;
+    const int64_t c3 = 3 * c, tp = key_stride(t), hd8 = round_up(hd, 8);
+    pack_transposed(w->kt, k, c3, t, tp, hd, scale);
+    pack_rows(w->rows, v, c3, t, hd, hd8);
     for (int64_t i0 = 0; i0 < t; i0 += ATT_ROWS) {
-        const int64_t m = t - i0 < ATT_ROWS ? t - i0 : ATT_ROWS, keys = i0 + m;
-        /* a[m, keys] = scale q[i0 .. i0 + m) k[0 .. keys)^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)keys, (int)hd, scale,
-                    q + i0 * c3, (int)c3, k, (int)c3, 0.0f, a, (int)keys);
+        const int64_t m = t - i0 < ATT_ROWS ? t - i0 : ATT_ROWS;
+        const int64_t lds = key_stride(i0 + m);
+        scores(w->s, lds, q + i0 * c3, c3, w->kt, tp, hd, i0, m);
+        float inv[ATT_ROWS];
         for (int64_t r = 0; r < m; r++) {
-            float *row = a + r * keys;
-            const int64_t n = i0 + r + 1; /* keys 0 .. i: the diagonal is never masked */
+            float *row = w->s + r * lds;
+            const int64_t n = i0 + r + 1, n8 = round_up(n, 8); /* the diagonal is never masked */
             /* Subtracting the row max keeps exp in range; the sum is then >= 1. */
-            const float mx = row_max(row, n);
-            const double sum = exp_shifted(row, n, mx);
-            const float inv = (float)(1.0 / sum);
-            for (int64_t j = 0; j < n; j++)
-                row[j] *= inv;
-            zero_tail(row, n, keys);
+            const float mx = row_max(row, n, n8);
+            const double sum = exp_shifted(row, n, n8, lds, mx);
+            inv[r] = (float)(1.0 / sum);
             lse[i0 + r] = (float)((double)mx + log(sum));
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd, (int)keys, 1.0f, a,
-                    (int)keys, v, (int)c3, 0.0f, o + i0 * c, (int)c);
+        /* o = (e v) / sum, rows at a time over their keys */
+        sums(w->qb, hd8, w->s, lds, 1, w->rows, hd8, m, hd8, -(i0 + m), i0 + 1, i0 + m, false);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t d = 0; d < hd; d++)
+                o[(i0 + r) * c + d] = w->qb[r * hd8 + d] * inv[r];
     }
 }
 
 static void forward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) {
     const att_job *j = ctx;
     const int64_t t = j->t, c = j->c, nh = j->nh, hd = j->hd;
-    float *a = j->scratch + part * part_floats(t);
+    const att_part w = part_at(j->scratch, part, t, hd);
     for (int64_t bh = begin; bh < end; bh++) {
         const int64_t bi = bh / nh, h = bh % nh;
         const float *q = j->qkv + bi * t * 3 * c + h * hd;
-        head_forward(j->out + bi * t * c + h * hd, j->lse + bh * t, a, q, q + c, q + 2 * c, t, hd,
-                     c, j->scale);
+        head_forward(&w, j->out + bi * t * c + h * hd, j->lse + bh * t, q, q + c, q + 2 * c, t,
+                     hd, c, j->scale);
     }
+}
+
+static lw_status check_heads(const char *pass, int64_t c, int64_t nh) {
+    if (c % nh != 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "attention %s: channels c = %lld must divide by the heads nh = %lld", pass,
+                        (long long)c, (long long)nh);
+    return LW_OK;
 }
 
 lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
@@ -130,65 +344,75 @@ lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *lse, f
                                     int64_t nh) {
     (void)stream;
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
+    lw_status st = check_heads("forward", c, nh);
+    if (st != LW_OK) return st;
     att_job j = {.out = out, .lse = lse, .scratch = scratch, .qkv = qkv, .t = t, .c = c,
                  .nh = nh, .hd = c / nh, .scale = 1.0f / sqrtf((float)(c / nh))};
     lwi_cpu_parallel(b * nh, 1, forward_heads, &j);
     return LW_OK;
 }
 
+/* Adds alpha src[j][0, hd) (packed, stride hd8) to dst's rows (stride ld), j < t. */
+LWI_ROW_HELPER void add_rows(float *dst, int64_t ld, const float *src, int64_t hd8, int64_t t,
+                             int64_t hd, float alpha) {
+    for (int64_t j = 0; j < t; j++)
+        for (int64_t d = 0; d < hd; d++)
+            dst[j * ld + d] += alpha * src[j * hd8 + d];
+}
+
 /* One head's backward, accumulating into dq, dk, dv (strided by 3c) from dout and out (strided
- * by c). p and ds: ATT_ROWS x t each. */
+ * by c). */
 LWI_SIMD_CLONES
-static void head_backward(float *dq, float *dk, float *dv, float *p, float *ds, const float *q,
+static void head_backward(const att_part *w, float *dq, float *dk, float *dv, const float *q,
                           const float *k, const float *v, const float *dout, const float *out,
                           const float *lse, int64_t t, int64_t hd, int64_t c, float scale) {
-    const int64_t c3 = 3 * c;
+    const int64_t c3 = 3 * c, tp = key_stride(t), hd8 = round_up(hd, 8);
+    pack_transposed(w->kt, k, c3, t, tp, hd, scale);
+    pack_transposed(w->vt, v, c3, t, tp, hd, 1.0f);
+    pack_rows(w->rows, k, c3, t, hd, hd8);
+    memset(w->dk, 0, sizeof(float) * (size_t)(tp * hd8));
+    memset(w->dv, 0, sizeof(float) * (size_t)(tp * hd8));
     for (int64_t i0 = 0; i0 < t; i0 += ATT_ROWS) {
         const int64_t m = t - i0 < ATT_ROWS ? t - i0 : ATT_ROWS, keys = i0 + m;
-        const float *q_b = q + i0 * c3, *dout_b = dout + i0 * c;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)keys, (int)hd, scale,
-                    q_b, (int)c3, k, (int)c3, 0.0f, p, (int)keys);
+        const int64_t lds = key_stride(keys);
+        pack_rows(w->qb, q + i0 * c3, c3, m, hd, hd8);
+        pack_rows(w->gb, dout + i0 * c, c, m, hd, hd8);
+        /* p = exp(q k^T scale - lse), datt = dout v^T */
+        scores(w->s, lds, w->qb, hd8, w->kt, tp, hd, i0, m);
+        scores(w->ds, lds, w->gb, hd8, w->vt, tp, hd, i0, m);
         for (int64_t r = 0; r < m; r++) {
-            float *row = p + r * keys;
-            const int64_t n = i0 + r + 1;
-            exp_shifted(row, n, lse[i0 + r]);
-            zero_tail(row, n, keys);
-        }
-        /* datt[m, keys] = dout v^T; dv[0 .. keys) += p^T dout */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)keys, (int)hd, 1.0f,
-                    dout_b, (int)c, v, (int)c3, 0.0f, ds, (int)keys);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)hd, (int)m, 1.0f, p,
-                    (int)keys, dout_b, (int)c, 1.0f, dv, (int)c3);
-        for (int64_t r = 0; r < m; r++) {
-            float *drow = ds + r * keys;
-            const float *prow = p + r * keys, *dout_i = dout_b + r * c, *out_i = out + (i0 + r) * c;
-            const int64_t n = i0 + r + 1;
+            float *prow = w->s + r * lds, *drow = w->ds + r * lds;
+            const int64_t n = i0 + r + 1, n8 = round_up(n, 8);
+            exp_shifted(prow, n, n8, lds, lse[i0 + r]);
             /* sum_j p_ij datt_ij = dout_i . out_i: the softmax's backward from the saved
-             * output, as flash attention does (a device needs no row of p for it). */
-            const float s = (float)row_dot(dout_i, out_i, hd);
-            for (int64_t j = 0; j < n; j++)
+             * output, as flash attention does (a device needs no row of p for it). dS is
+             * zero past the diagonal, where p is. */
+            const float s = (float)row_dot(dout + (i0 + r) * c, out + (i0 + r) * c, hd);
+            for (int64_t j = 0; j < n8; j++)
                 drow[j] = prow[j] * (drow[j] - s);
-            /* datt is dense above the diagonal; zeroed, the masked scores get no gradient
-             * through the GEMMs below. */
-            zero_tail(drow, n, keys);
+            memset(drow + n8, 0, sizeof(float) * (size_t)(lds - n8));
         }
-        /* dq[i0 ..] += scale dS k; dk[0 .. keys) += scale dS^T q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd, (int)keys, scale,
-                    ds, (int)keys, k, (int)c3, 1.0f, dq + i0 * c3, (int)c3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)hd, (int)m, scale, ds,
-                    (int)keys, q_b, (int)c3, 1.0f, dk, (int)c3);
+        /* dv[j] += sum_i p_ij dout_i, dk[j] += sum_i dS_ij q_i (scaled at the end): key j sees
+         * the block's rows from i = j on */
+        sums(w->dv, hd8, w->s, 1, lds, w->gb, hd8, keys, hd8, -i0, m, m, true);
+        sums(w->dk, hd8, w->ds, 1, lds, w->qb, hd8, keys, hd8, -i0, m, m, true);
+        /* dq_i += scale sum_j dS_ij k_j, through the output tile qb (q is packed no longer) */
+        sums(w->qb, hd8, w->ds, lds, 1, w->rows, hd8, m, hd8, -(i0 + m), i0 + 1, keys, false);
+        add_rows(dq + i0 * c3, c3, w->qb, hd8, m, hd, scale);
     }
+    add_rows(dk, c3, w->dk, hd8, t, hd, scale);
+    add_rows(dv, c3, w->dv, hd8, t, hd, 1.0f);
 }
 
 static void backward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) {
     const att_job *j = ctx;
     const int64_t t = j->t, c = j->c, nh = j->nh, hd = j->hd;
-    float *p = j->scratch + part * part_floats(t), *ds = p + part_floats(t) / 2;
+    const att_part w = part_at(j->scratch, part, t, hd);
     for (int64_t bh = begin; bh < end; bh++) {
         const int64_t bi = bh / nh, h = bh % nh, off = bi * t * 3 * c + h * hd;
         const float *q = j->qkv + off;
         float *dq = j->dqkv + off;
-        head_backward(dq, dq + c, dq + 2 * c, p, ds, q, q + c, q + 2 * c,
+        head_backward(&w, dq, dq + c, dq + 2 * c, q, q + c, q + 2 * c,
                       j->dout + bi * t * c + h * hd, j->saved_out + bi * t * c + h * hd,
                       j->saved_lse + bh * t, t, hd, c, j->scale);
     }
@@ -200,6 +424,8 @@ lw_status lwi_cpu_attention_backward(lw_stream *stream, float *dqkv, float *scra
                                      int64_t nh) {
     (void)stream;
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
+    lw_status st = check_heads("backward", c, nh);
+    if (st != LW_OK) return st;
     att_job j = {.dqkv = dqkv, .scratch = scratch, .qkv = qkv, .dout = dout, .saved_out = out,
                  .saved_lse = lse, .t = t, .c = c, .nh = nh, .hd = c / nh,
                  .scale = 1.0f / sqrtf((float)(c / nh))};

@@ -45,7 +45,7 @@ lw_status lwi_cpu_layernorm_backward(lw_stream *stream, float *dx, float *dg, fl
 lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n);
 lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
                                 int64_t n);
-int64_t lwi_cpu_attention_scratch_floats(int64_t b, int64_t t, int64_t nh);
+int64_t lwi_cpu_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh);
 lw_status lwi_cpu_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
                                     const float *qkv, int64_t b, int64_t t, int64_t c,
                                     int64_t nh);

@@ -40,30 +40,50 @@ LWI_ROW_HELPER double lwi_row_sum(const float *x, int64_t n) {
  * which vectorises) where x can be lower: e^-87 is below 1e-37, nothing beside a sum of 1. */
 #define LWI_EXP_MIN (-87.0f)
 
+/* Eight floats in a vector register (GCC's vector extensions: AVX in the x86-64-v3 clone, two
+ * SSE halves in the baseline one), for kernels that keep tiles of a product in registers. */
+typedef float lwi_v8f __attribute__((vector_size(32)));
+typedef uint32_t lwi_v8u __attribute__((vector_size(32)));
+LWI_ROW_HELPER lwi_v8f lwi_v8_load(const float *p) {
+    lwi_v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+LWI_ROW_HELPER void lwi_v8_store(float *p, lwi_v8f v) { memcpy(p, &v, sizeof v); }
+LWI_ROW_HELPER lwi_v8f lwi_v8_splat(float x) { return (lwi_v8f){0} + x; }
+/* lanewise a > b ? a : b (b where a is NaN) */
+LWI_ROW_HELPER lwi_v8f lwi_v8_max(lwi_v8f a, lwi_v8f b) {
+    lwi_v8u m = (lwi_v8u)(a > b);
+    return (lwi_v8f)((m & (lwi_v8u)a) | (~m & (lwi_v8u)b));
+}
+
 /* exp(x) for x in [-87, 88] within ~2 ulp (Cephes expf: n = round(x / ln 2), a degree-5
  * polynomial on the remainder, 2^n built in the exponent bits). Branch-free so that loops
- * calling it vectorise; the caller keeps x in range. A NaN x gives NaN. */
-static inline float lwi_exp_fast(float x) {
-    /* Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer n and leaves n in the low
-     * mantissa bits of t (bits(t) = 0x4B400000 + n): no SSE4.1 roundps, and no float-to-int
-     * conversion, which would be undefined behaviour for a NaN x. */
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float nf = t - 12582912.0f;
-    /* ln 2 split in two so that nf * hi is exact and the remainder keeps its low bits */
-    float r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    uint32_t tb;
-    memcpy(&tb, &t, sizeof tb);
-    uint32_t bits = (tb - 0x4B400000u + 127u) << 23; /* 2^n */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
+ * calling it vectorise; the caller keeps x in range. A NaN x gives NaN. Defined once for a float
+ * and once for eight (T a float type, U the unsigned integers of its size). */
+#define LWI_DEFINE_EXP_FAST(name, T, U)                                                            \
+    LWI_ROW_HELPER T name(T x) {                                                                   \
+        /* Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer n and leaves n in the low     \
+         * mantissa bits of t (bits(t) = 0x4B400000 + n): no SSE4.1 roundps, and no float-to-int  \
+         * conversion, which would be undefined behaviour for a NaN x. */                          \
+        T t = x * 1.44269504088896341f + 12582912.0f;                                              \
+        T nf = t - 12582912.0f;                                                                    \
+        /* ln 2 split in two so that nf * hi is exact and the remainder keeps its low bits */      \
+        T r = x - nf * 0.693359375f + nf * 2.12194440e-4f;                                         \
+        T p = r * 1.9875691500e-4f + 1.3981999507e-3f;                                             \
+        p = p * r + 8.3334519073e-3f;                                                              \
+        p = p * r + 4.1665795894e-2f;                                                              \
+        p = p * r + 1.6666665459e-1f;                                                              \
+        p = p * r + 5.0000001201e-1f;                                                              \
+        p = p * (r * r) + r + 1.0f;                                                                \
+        U tb;                                                                                      \
+        memcpy(&tb, &t, sizeof tb);                                                                \
+        U bits = (tb - 0x4B400000u + 127u) << 23; /* 2^n */                                        \
+        T scale;                                                                                   \
+        memcpy(&scale, &bits, sizeof scale);                                                       \
+        return p * scale;                                                                          \
+    }
+LWI_DEFINE_EXP_FAST(lwi_exp_fast, float, uint32_t)
+LWI_DEFINE_EXP_FAST(lwi_v8_exp_fast, lwi_v8f, lwi_v8u)
 
 #endif
