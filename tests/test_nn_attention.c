@@ -222,8 +222,34 @@ static void test_heads_must_divide_channels(void) {
     case_free(&k);
 }
 
+/* A NaN in a key reaches every row that sees it, forward and backward (as NaN, not as a zero
+ * probability): the key is past the first 8 of a row, where the row's max passes over it. */
+static void test_nan_key_propagates(void) {
+    const int64_t t = 20, c = 8, nh = 1, bad = 9;
+    att_case k = case_new(1, t, c, nh);
+    k.qkv[bad * 3 * c + c + 3] = NAN;
+    forward(&k);
+    int nan_out = 0, nan_lse = 0, nan_before = 0;
+    for (int64_t i = 0; i < t; i++) {
+        int row_nan = isnan(k.out[i * c]), lse_nan = isnan(k.lse[i]);
+        if (i >= bad) nan_out += row_nan, nan_lse += lse_nan;
+        else nan_before += row_nan + lse_nan;
+    }
+    CHECK_EQ(nan_out, t - bad);
+    CHECK_EQ(nan_lse, t - bad);
+    CHECK_EQ(nan_before, 0);
+    memset(k.dqkv, 0, sizeof(float) * (size_t)(t * 3 * c));
+    backward_into(&k, k.dqkv, k.r);
+    int nan_dq = 0;
+    for (int64_t i = bad; i < t; i++)
+        nan_dq += isnan(k.dqkv[i * 3 * c]);
+    CHECK_EQ(nan_dq, t - bad);
+    case_free(&k);
+}
+
 int main(void) {
     test_heads_must_divide_channels();
+    test_nan_key_propagates();
     test_forward_matches_reference(2, 5, 12, 3);
     test_forward_matches_reference(2, 7, 12, 3);
     test_forward_matches_reference(2, 70, 64, 2);

@@ -256,11 +256,12 @@ LWI_ROW_HELPER float row_max(float *row, int64_t n, int64_t n8) {
 
 /* row[j] = exp(row[j] - shift) for j < n, zero for j in [n, width), returning the sum (in double,
  * in 8 lanes). The argument is clamped at LWI_EXP_MIN: a term that small is nothing beside the
- * row's largest, which is about 1. */
+ * row's largest, which is about 1. The clamp keeps a NaN (max(lo, NaN) is NaN), so a NaN score
+ * makes the row NaN rather than a zero probability. */
 LWI_ROW_HELPER double exp_shifted(float *row, int64_t n, int64_t n8, int64_t width, float shift) {
     const lwi_v8f lo = lwi_v8_splat(LWI_EXP_MIN);
     for (int64_t j = 0; j < n8; j += 8)
-        lwi_v8_store(row + j, lwi_v8_exp_fast(lwi_v8_max(lwi_v8_load(row + j) - shift, lo)));
+        lwi_v8_store(row + j, lwi_v8_exp_fast(lwi_v8_max(lo, lwi_v8_load(row + j) - shift)));
     memset(row + n, 0, sizeof(float) * (size_t)(width - n));
     return lwi_row_sum(row, n8);
 }

@@ -1,6 +1,7 @@
 /* fast_math.h: what the CPU kernels' element-wise loops share: a branch-free exp that vectorises
- * (libm's expf is a call per element), a row sum in lanes, and the attribute that compiles a hot loop twice, for
- * AVX2 and for the baseline x86-64 the library is built for, picking one at load time. The CMake
+ * (libm's expf is a call per element), a row sum in lanes, 8-float vectors for register tiles,
+ * and the attribute that compiles a hot loop twice, for AVX2 and for the baseline x86-64 the
+ * library is built for, picking one at load time. The CMake
  * build turns off floating-point contraction for these files, so both builds round alike and a
  * result does not depend on the machine that computed it. Not public API. */
 #ifndef LW_DEVICE_CPU_FAST_MATH_H
