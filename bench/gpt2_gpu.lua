@@ -9,6 +9,8 @@
 -- 6..N of its JSON log. The table has the columns of bench/peers/torch_gpt2.py, the PyTorch peer
 -- on the same GPU and shapes.
 -- Usage: bin/lwopt run bench/gpt2_gpu.lua [steps] [repeats]   (from the repo root; 30 2)
+--        bin/lwopt run bench/gpt2_gpu.lua --write-shard PATH   (only the token shard the runs
+--        train on, for a profiler to run the recipe on: scripts/gpu-run.sh)
 -- Exit 77 (skipped) when `bin/lwopt device cuda` finds no usable GPU; 1 when a run fails.
 local ffi = require("ffi")
 local bit = require("bit")
@@ -28,7 +30,9 @@ local function count(i, what, default)
    end
    return v
 end
-local steps, repeats = count(1, "steps", 30), count(2, "repeats", 2)
+local shard_only = arg[1] == "--write-shard" and arg[2]
+local steps, repeats = 30, 2
+if not shard_only then steps, repeats = count(1, "steps", 30), count(2, "repeats", 2) end
 
 local L, C, H, T, B = 12, 768, 12, 1024, 8 -- GPT-2 124M, the recipe's --preset gpt2
 local VOCAB_DATA, VOCAB = 50257, 50304     -- the tokenizer's, and the model's padded table
@@ -232,6 +236,10 @@ end
 local function mib(v) return v and ("%.0f"):format(v) or "-" end
 
 -- main
+if shard_only then
+   write_shard(shard_only, 2 ^ 22, 20240520)
+   os.exit(0)
+end
 local recipe_file = io.open("recipes/gpt_small.lua")
 if recipe_file then recipe_file:close() else
    io.stderr:write(SCRIPT .. ": run it from the repository root (recipes/gpt_small.lua not "

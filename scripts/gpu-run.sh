@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# gpu-run.sh: the one command for a GPU machine (../shared/device/README.md: one H100 or H200,
-# CUDA 13, no network, no MPI launcher). Sets up the Debian packages carried in .debs/ (if
-# there), configures and builds build-gpu (Release, LWOPT_CUDA=ON, CUDA architectures 90 unless
-# CUDA_ARCHITECTURES says otherwise), says which GPU it runs on, runs the GPU tests (ctest -L gpu)
-# and then the GPU benchmarks (bench/cuda/*, bench/gpt2_gpu.lua, and the PyTorch peers
-# bench/peers/torch_newton_schulz.py and torch_gpt2.py when python3 can import torch). Every
-# step's output goes to a log in $OUT (the device tool copies $OUT back), else runs/gpu/;
-# summary.txt lists each step's exit status. Exits non-zero when there is no GPU, the build
-# fails or a test fails; a benchmark that fails is recorded and the others still run.
-# Usage: scripts/gpu-run.sh [--no-bench | --bench-only]   (the device tool allows 10 minutes a
-# command: run the tests and the benchmarks as two calls; the build is kept between them)
+# gpu-run.sh: the one command for a GPU machine (one H100 or H200, CUDA 13, PyTorch's Python; no
+# network, no LuaJIT, OpenBLAS or MPI of its own: those come in .debs/, unpacked by
+# .debs/setup-device.sh when it is there). One call builds build-gpu (Release, LWOPT_CUDA=ON,
+# CUDA architectures 90 unless CUDA_ARCHITECTURES says otherwise, NCCL found as
+# cmake/FindNCCL.cmake looks for it), says which GPU it runs on, runs every GPU test (ctest -L
+# gpu: the kernels against the CPU's, the device communicators, the recipe on the GPU, 2 and 3
+# ranks sharing it), the GPU benchmarks, the PyTorch peers when python3 can import torch, and a
+# kernel profile of two GPT-2 steps when Nsight Systems (nsys) or Nsight Compute (ncu) is there.
+# Each step runs under its own time limit, so one hang cannot eat the rest, and no step starts
+# once the whole run is past its budget (GPU_RUN_BUDGET seconds, default 540: the device tool
+# gives a command 10 minutes). Nothing is installed. What comes back is at most 8 files in $OUT
+# (the device tool copies $OUT back; else runs/gpu/):
+#   summary.txt  each step's status and time, then the headline figures (scripts/gpu_report.py)
+#   machine.txt  the commit, nvidia-smi, the GPU as lwopt sees it
+#   build.log    configure and build
+#   tests.log    the GPU tests, and everything they printed (ctest's LastTest.log)
+#   bench.log    bench_cuda_* and bench/gpt2_gpu.lua
+#   peers.log    the PyTorch peers
+#   profile.txt  the profiler's output (CSV)
+# Exits non-zero when there is no GPU, the build fails or a test fails; a benchmark that fails is
+# recorded and the others still run.
+# Usage: scripts/gpu-run.sh [--no-bench | --tests-only | --bench-only]
+#   --no-bench / --tests-only: build and tests; --bench-only: build, benchmarks, peers, profile
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 if [ -f .debs/setup-device.sh ]; then
@@ -19,71 +31,125 @@ fi
 out=${OUT:-runs/gpu}
 build=${GPU_BUILD:-build-gpu}
 arch=${CUDA_ARCHITECTURES:-90}
+budget=${GPU_RUN_BUDGET:-540}
 jobs=$(nproc)
 bench=1
 tests=1
 case "${1:-}" in
---no-bench) bench=0 ;;
+--no-bench | --tests-only) bench=0 ;;
 --bench-only) tests=0 ;;
 "") ;;
-*) echo "usage: scripts/gpu-run.sh [--no-bench | --bench-only]" >&2; exit 2 ;;
+*) echo "usage: scripts/gpu-run.sh [--no-bench | --tests-only | --bench-only]" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
-: >"$out/summary.txt"
+summary=$out/summary.txt
+: >"$summary"
+start=$SECONDS
 status=0
 
-# step NAME CMD...: runs CMD, its output to the terminal and $out/NAME.log; records its status.
+# step NAME LOG LIMIT CMD...: runs CMD under `timeout LIMIT` (seconds), its output appended to
+# $out/LOG under a header; records its status and time in the summary. Skipped (status 124)
+# once the run is past its budget.
 step() {
-    local name=$1
-    shift
-    echo "== $name: $*"
-    "$@" 2>&1 | tee "$out/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "$name: exit $rc" >>"$out/summary.txt"
+    local name=$1 log=$out/$2 limit=$3
+    shift 3
+    if [ $((SECONDS - start)) -ge "$budget" ]; then
+        echo "$name: skipped: the run is past its budget of $budget s" | tee -a "$summary"
+        return 124
+    fi
+    echo "== $name: $* (limit $limit s)" | tee -a "$log"
+    local t0=$SECONDS
+    timeout --kill-after=15 "$limit" "$@" >>"$log" 2>&1
+    local rc=$?
+    local took=$((SECONDS - t0)) what
+    case $rc in
+    0) what="ok" ;;
+    124 | 137) what="timed out after $limit s" ;;
+    77) what="skipped (exit 77)" ;;
+    *) what="failed (exit $rc)" ;;
+    esac
+    echo "$name: $what, $took s" | tee -a "$summary"
+    tail -n 3 "$log" | sed 's/^/    /'
     return "$rc"
 }
 
 {
-    echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+        "$(git status --porcelain 2>/dev/null | grep -q . && echo '(with changes)')"
+    date -u
     nvidia-smi 2>&1 || echo "nvidia-smi: not found"
-} >"$out/machine.log"
+} >"$out/machine.txt"
 
-step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLWOPT_CUDA=ON \
-    "-DCMAKE_CUDA_ARCHITECTURES=$arch" || { echo "configure failed"; exit 1; }
-step build cmake --build "$build" -j "$jobs" || { echo "build failed"; exit 1; }
+step configure build.log 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLWOPT_CUDA=ON \
+    "-DCMAKE_CUDA_ARCHITECTURES=$arch" || { echo "configure failed: $out/build.log"; exit 1; }
+grep "lwopt:" "$out/build.log" | tail -n 4 >>"$out/machine.txt"
+step build build.log 300 cmake --build "$build" -j "$jobs" || { echo "build failed: $out/build.log"; exit 1; }
 
 # bin/lwopt with this build's library and binding (bin/lwopt looks in build/ by default)
 export LWOPT_LIB="$PWD/$build/liblwopt.so"
-export LUA_PATH="$PWD/$build/lua/?.lua;;"
-if ! step device bin/lwopt device cuda; then
-    echo "no GPU to run on (above: why); nothing else to do"
+export LUA_PATH="$PWD/$build/lua/?.lua;${LUA_PATH:-;}"
+# the GPU tests run mpirun as whoever this is; the machine's MPI may ask for these as root
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if ! step device machine.txt 60 bin/lwopt device cuda; then
+    echo "no GPU to run on ($out/machine.txt says why); nothing else to do"
     exit 1
 fi
 
 if [ "$tests" = 1 ]; then
-    step tests ctest --test-dir "$build" -L gpu --output-on-failure || status=1
+    # four at a time: the GPU has room, and the multi-rank ones wait on MPI more than on it
+    step tests tests.log 300 ctest --test-dir "$build" -L gpu -j 4 --timeout 280 \
+        --output-on-failure || status=1
+    # what the passing tests printed too (tolerances measured, losses compared)
+    cat "$build/Testing/Temporary/LastTest.log" >>"$out/tests.log" 2>/dev/null
     # a skipped GPU test on a GPU machine is a failure of this run
     if grep -q "Skipped\|Not Run" "$out/tests.log"; then
-        echo "tests: some GPU tests did not run (see $out/tests.log)" | tee -a "$out/summary.txt"
+        echo "tests: some GPU tests did not run (tests.log says which)" | tee -a "$summary"
         status=1
     fi
 fi
 
 if [ "$bench" = 1 ]; then
-    step bench_newton_schulz "$build/bench_cuda_newton_schulz"
-    step bench_newton_schulz_tf32 "$build/bench_cuda_newton_schulz" tf32 --no-batched
-    step bench_adamw "$build/bench_cuda_adamw"
-    step bench_optimizer_step "$build/bench_cuda_optimizer_step"
-    step bench_gpt2 bin/lwopt run bench/gpt2_gpu.lua
+    step bench_newton_schulz bench.log 60 "$build/bench_cuda_newton_schulz"
+    step bench_newton_schulz_tf32 bench.log 45 "$build/bench_cuda_newton_schulz" tf32 --no-batched
+    step bench_adamw bench.log 30 "$build/bench_cuda_adamw"
+    step bench_optimizer_step bench.log 45 "$build/bench_cuda_optimizer_step"
+    step bench_gpt2 bench.log 150 bin/lwopt run bench/gpt2_gpu.lua
     if python3 -c "import torch" 2>/dev/null; then
-        step bench_torch_newton_schulz python3 bench/peers/torch_newton_schulz.py
-        step bench_torch_gpt2 python3 bench/peers/torch_gpt2.py
+        step torch_newton_schulz peers.log 90 python3 bench/peers/torch_newton_schulz.py
+        step torch_gpt2 peers.log 200 python3 bench/peers/torch_gpt2.py
     else
-        for name in bench_torch_newton_schulz bench_torch_gpt2; do
-            echo "$name: skipped (python3 cannot import torch)" >>"$out/summary.txt"
-        done
+        echo "torch peers: skipped (python3 cannot import torch)" | tee -a "$summary"
     fi
+    # two GPT-2 steps (Muon, bf16 GEMMs and Newton-Schulz) under a profiler: each kernel's GPU
+    # time. Nsight Systems first (it times kernels as they run, in seconds); else Nsight Compute
+    # (it replays each kernel alone: minutes for the ~2000 launches of two steps)
+    shard=$(mktemp -d)/tokens.bin
+    profiled=(bin/lwopt run recipes/gpt_small.lua --device cuda --preset gpt2 --data "$shard"
+        --vocab 50257 --batch 8 --seq 1024 --optimizer muon --matmul bf16 --muon-precision bf16
+        --steps 2 --eval-every 0 --eval-max 1 --sample 0 --quiet)
+    nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+    rep=$(dirname "$shard")/gpt2
+    if [ -z "$ncu" ] && [ -z "$nsys" ]; then
+        echo "profile: skipped (neither nsys nor ncu here)" | tee -a "$summary"
+    elif ! bin/lwopt run bench/gpt2_gpu.lua --write-shard "$shard" >>"$out/profile.txt" 2>&1; then
+        echo "profile: failed to write its token shard (profile.txt)" | tee -a "$summary"
+    elif [ -n "$nsys" ] && step profile_nsys profile.txt 120 "$nsys" profile -t cuda -o "$rep" \
+        --force-overwrite true "${profiled[@]}"; then
+        step profile_stats profile.txt 60 "$nsys" stats --report cuda_gpu_kern_sum --format csv \
+            "$rep.nsys-rep"
+    elif [ -n "$ncu" ]; then
+        step profile_ncu profile.txt 150 "$ncu" --csv --print-units base \
+            --metrics gpu__time_duration.sum "${profiled[@]}"
+    fi
+    rm -rf "$(dirname "$shard")"
 fi
+
+{
+    echo "total: $((SECONDS - start)) s"
+    echo
+    python3 scripts/gpu_report.py "$out" 2>&1
+} >>"$summary"
 echo
-cat "$out/summary.txt"
+cat "$summary"
 exit "$status"

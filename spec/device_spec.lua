@@ -25,6 +25,7 @@ describe("lw.device_info", function()
       assert.equal(0, d.capability)
       assert.is_true(d.processors >= 1)
       assert.equal("", d.software)
+      assert.equal("", d.id)
       assert.matches("^cpu %(%d+ cores?, %d+%.%d GiB%)$", lw.device_line("cpu"))
    end)
 
@@ -60,7 +61,8 @@ describe("lwopt device", function()
       local status, out = run({ "device", "cpu" })
       assert.equal(0, status)
       assert.matches("^device      cpu\nname        cpu\nmemory      %d+%.%d GiB total, "
-         .. "%d+%.%d GiB free\ncapability  %-\nprocessors  %d+ cores\nsoftware    %-\n$", out)
+         .. "%d+%.%d GiB free\ncapability  %-\nprocessors  %d+ cores\nsoftware    %-\n"
+         .. "id          %-\n$", out)
    end)
 
    it("fails on an unknown device or a second name", function()

@@ -141,6 +141,9 @@ typedef struct lw_device_info {
     int32_t capability;  /* compute capability x 10 (90 for sm_90); 0 for the CPU */
     int32_t processors;  /* streaming multiprocessors; the CPU: online cores */
     char software[96];   /* "CUDA 13.0 (driver 13.0), cuBLAS 130000, NCCL 22703"; "" for the CPU */
+    char id[64];         /* the physical device, the same in every process that opens it: the
+                            GPU's UUID ("GPU-6f2cc1a0-..."); "" for the CPU. Ranks whose ids are
+                            equal share one GPU (lw_comm_device_new) */
 } lw_device_info;
 lw_status lw_device_get_info(lw_device *device, lw_device_info *out);
 
@@ -461,8 +464,11 @@ int32_t lw_comm_local_rank(void);
 void lw_comm_free(lw_comm *comm);
 int32_t lw_comm_rank(const lw_comm *comm);
 int32_t lw_comm_size(const lw_comm *comm);
-/* "self", "mpi" or "nccl" (lw_comm_device_new). [borrowed] static string. */
+/* "self", "mpi", "nccl" or "staged" (lw_comm_device_new). [borrowed] static string. */
 const char *lw_comm_backend(const lw_comm *comm);
+/* Why a device communicator is the kind it is, one line ("staged: ranks 0 and 1 share cuda:0
+ * (GPU-6f2c...), and NCCL takes one rank per GPU"); "" for the others. [borrowed] */
+const char *lw_comm_about(const lw_comm *comm);
 /* Collectives started on comm from now on are ordered after the work issued so far on stream
  * (NULL: the CPU's): a backend that moves host memory (self, MPI) waits for the stream before it
  * starts one; a device backend (NCCL, with the CUDA library) will enqueue behind it. A request
@@ -473,16 +479,40 @@ lw_stream *lw_comm_stream(const lw_comm *comm);
 /* Whether comm's collectives move the memory of device (self and MPI: host memory only; a
  * device communicator: its device's memory, and host memory through its parent). */
 bool lw_comm_reaches(const lw_comm *comm, const lw_device *device);
-/* A communicator of parent's ranks (same rank numbers) whose collectives move device's memory:
- * NCCL for a CUDA device, bootstrapped through parent (collective over parent; each rank passes
- * its own GPU). Collectives on host memory (the gradient norm's all-reduce, barriers, checkpoint
- * broadcasts) still go through parent, which must outlive it. A collective on device memory is
- * enqueued on the communicator's own stream behind the work issued so far on the ordering
- * stream (the request's, else lw_comm_set_stream's, else the device's default stream); its
- * request completes when the device has run it. Its splits split parent too (and own that
- * split); it takes parent's timeout. LW_ERR_UNSUPPORTED when the device has none (the CPU needs
- * none: every communicator reaches host memory), LW_ERR_INVALID when parent is itself a device
- * communicator. [out] owned. */
+/* The kinds of device communicator (lw_comm_device_new_kind):
+ * NCCL: the device library's own (NCCL for a CUDA device): device memory moved between GPUs
+ *   directly; one rank per GPU.
+ * STAGED: the device's memory copied to host memory, moved by parent's collectives (MPI), and
+ *   copied back: slower, but it works where NCCL cannot (ranks sharing a GPU, a device library
+ *   built without NCCL).
+ * AUTO: NCCL when the device library has it and every rank has a GPU of its own (their
+ *   lw_device_info ids differ), else STAGED; the environment's LWOPT_DEVICE_COMM (auto, nccl,
+ *   staged) decides instead when set. */
+typedef enum lw_device_comm {
+    LW_DEVICE_COMM_AUTO = 0,
+    LW_DEVICE_COMM_NCCL = 1,
+    LW_DEVICE_COMM_STAGED = 2
+} lw_device_comm;
+/* "auto", "nccl", "staged". */
+const char *lw_device_comm_name(lw_device_comm kind);
+lw_status lw_device_comm_from_name(const char *name, lw_device_comm *out);
+
+/* A communicator of parent's ranks (same rank numbers) whose collectives move device's memory,
+ * of the kind lw_device_comm says (collective over parent, which every rank must call with the
+ * same kind; each rank passes its own device: its GPU, or the one GPU the ranks share). The
+ * ranks agree on the kind: AUTO resolves alike on all of them, and an asked kind that one rank
+ * cannot have fails on every rank, naming it. Collectives on host memory (the gradient norm's
+ * all-reduce, barriers, checkpoint broadcasts) still go through parent, which must outlive it.
+ * A collective on device memory starts behind the work issued so far on the ordering stream
+ * (the request's, else lw_comm_set_stream's, else the device's default stream); its request
+ * completes when its result is in the device's memory. Its splits split parent too (and own
+ * that split); it takes parent's timeout. lw_comm_about says which kind it is and why.
+ * LW_ERR_UNSUPPORTED when the device needs none (the CPU: every communicator reaches host
+ * memory) or cannot have the kind asked (NCCL with ranks sharing a GPU, or without NCCL),
+ * LW_ERR_INVALID when parent is itself a device communicator. [out] owned. */
+lw_status lw_comm_device_new_kind(lw_comm *parent, lw_device *device, lw_device_comm kind,
+                                  lw_comm **out);
+/* lw_comm_device_new_kind with LW_DEVICE_COMM_AUTO. */
 lw_status lw_comm_device_new(lw_comm *parent, lw_device *device, lw_comm **out);
 /* Ranks with equal color form a new communicator, ordered by key (collective). [out] owned. */
 lw_status lw_comm_split(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);

@@ -4,7 +4,7 @@
 #ifndef LW_TEST_CUDA_UTIL_H
 #define LW_TEST_CUDA_UTIL_H
 
-#include "check.h"
+#include "compare.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -54,16 +54,6 @@ static inline int64_t max_ulps(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         int64_t u = ulps(a[i], b[i]);
         if (u > m) m = u;
-    }
-    return m;
-}
-
-/* max |a - b| / max(|b|, floor): relative where b is large, absolute below floor. */
-static inline double max_rel(const float *a, const float *b, int64_t n, double floor) {
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
-        if (!(d <= m)) m = d; /* NaN wins */
     }
     return m;
 }

@@ -168,11 +168,19 @@ static void test_fake_library(void) {
     CHECK(!lw_comm_reaches(c, d));
     CHECK_FAILS(lw_buffers_new(l, c, NULL, &bo, &bs), LW_ERR_UNSUPPORTED,
                 "buffers on cuda:0 need a communicator that moves its memory");
-    /* ... which a library without comm_new cannot give */
+    /* ... which a library without comm_new cannot give: the staged one serves instead, and
+     * says why; asked for by name, NCCL is refused */
     lw_comm *dc = (lw_comm *)1;
-    CHECK_FAILS(lw_comm_device_new(c, d, &dc), LW_ERR_UNSUPPORTED,
-                "comm: cuda:0 has no communicator of its own: its device library gives none");
+    CHECK_FAILS(lw_comm_device_new_kind(c, d, LW_DEVICE_COMM_NCCL, &dc), LW_ERR_UNSUPPORTED,
+                "but cuda:0's library on rank 0 has none (built without NCCL)");
     CHECK(dc == NULL);
+    CHECK_OK(lw_comm_device_new(c, d, &dc));
+    CHECK(dc != NULL && strcmp(lw_comm_backend(dc), "staged") == 0);
+    CHECK(strstr(lw_comm_about(dc), "the device library has no NCCL") != NULL);
+    CHECK(lw_comm_reaches(dc, d));
+    CHECK_OK(lw_buffers_new(l, dc, NULL, &bo, &bs));
+    lw_buffers_free(bs);
+    lw_comm_free(dc);
     lw_comm_free(c);
     lw_layout_free(l);
     lw_event_free(e);

@@ -7,6 +7,7 @@
  * all-reduce) and their dw rows give its backward; padded rows hold huge weights yet change
  * nothing; one and several chunks, a rank holding only padding, ignored targets, accumulation,
  * and finite differences of the combined loss. */
+#include "compare.h"
 #include "nn_check.h"
 
 #include <stdio.h>
@@ -172,13 +173,8 @@ static double max_diff(const float *a, const float *b, int64_t n) {
     return m;
 }
 
-/* relative above 1: losses and log-sum-exps of a 50k vocabulary are ~11, an ulp there ~1e-6 */
-static double max_rel(const float *a, const float *b, int64_t n) {
-    double m = 0;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)b[i])));
-    return m;
-}
+/* relative above 1 (compare.h's max_rel with floor 1): losses and log-sum-exps of a 50k
+ * vocabulary are ~11, an ulp there ~1e-6 */
 
 /* Against the one-rank kernel on the real rows: the statistics' float sums and the rescaling
  * in double move each lse and loss by an ulp at most (measured: 1e-7 relative); dh sums the
@@ -203,8 +199,8 @@ static void cross_entropy_case(int64_t n, int64_t c, int64_t vocab, int64_t part
     float *tdh = nn_alloc(n * c), *tdw = nn_alloc(padded * c);
     tp_backward(&k, tdh, tdw, scale);
     check_tol("partial cross-entropy: mean loss", shape, fabs(mean - ref), 2e-6);
-    check_tol("partial cross-entropy: losses", shape, max_rel(k.losses, losses, n), 2e-6);
-    check_tol("partial cross-entropy: lse", shape, max_rel(k.lse, lse, n), 2e-6);
+    check_tol("partial cross-entropy: losses", shape, max_rel(k.losses, losses, n, 1.0), 2e-6);
+    check_tol("partial cross-entropy: lse", shape, max_rel(k.lse, lse, n, 1.0), 2e-6);
     check_tol("partial cross-entropy: dh", shape, max_diff(tdh, dh, n * c), 2e-6);
     check_tol("partial cross-entropy: dw", shape, max_diff(tdw, dw, vocab * c), 2e-6);
     double pad = 0;
@@ -271,6 +267,37 @@ static void test_all_ignored(void) {
     tp_free(&k);
 }
 
+/* The measure the GPU test compares a shard's statistics with (compare.h's partial_stats_close),
+ * here on the CPU so that it cannot break unseen: a shard of padding alone has maxima -inf and
+ * sums and target logits 0, which two runs must give alike and the measure must call equal; it
+ * must still refuse a NaN, an infinity of the other sign, and a sum that moved. */
+static void test_padding_shard_compares(void) {
+    const int64_t n = 6, c = 5, v = 4, first = 8, vocab = 8; /* rows [8, 12) of 8 */
+    float *h = nn_alloc(n * c), *w = nn_alloc(v * c), *a = nn_alloc(3 * n), *b = nn_alloc(3 * n);
+    float *scratch = nn_alloc(lw_cross_entropy_scratch_floats(NULL, n, v));
+    nn_fill(h, n * c, 1.0f);
+    nn_fill(w, v * c, 1.0f);
+    int32_t tg[6] = {0, 3, 7, -1, 8, 5};
+    CHECK_OK(lw_cross_entropy_partial_forward(NULL, a, scratch, h, w, tg, n, c, v, first, vocab));
+    CHECK_OK(lw_cross_entropy_partial_forward(NULL, b, scratch, h, w, tg, n, c, v, first, vocab));
+    bool padding = true;
+    for (int64_t i = 0; i < n; i++)
+        padding &= isinf(a[i]) && a[i] < 0 && a[n + i] == 0.0f && a[2 * n + i] == 0.0f;
+    CHECK(padding);
+    CHECK(compare_rel(-INFINITY, -INFINITY, 1.0) == 0.0);
+    CHECK(partial_stats_close("padding alone", a, b, n));
+    fprintf(stderr, "(three differences follow, on purpose)\n");
+    b[1] = NAN;
+    CHECK(!partial_stats_close("padding alone, a NaN", a, b, n));
+    b[1] = INFINITY;
+    CHECK(!partial_stats_close("padding alone, +inf for -inf", a, b, n));
+    b[1] = a[1];
+    b[n + 2] = 1e-3f;
+    CHECK(!partial_stats_close("padding alone, a sum moved", a, b, n));
+    CHECK(isnan(max_rel(a, b, 1, 1.0)) == false && largest_finite(a, n) == 0.0);
+    free(h), free(w), free(a), free(b), free(scratch);
+}
+
 int main(void) {
     embedding_case(2, 3, 13, 5, 1);
     embedding_case(2, 3, 13, 5, 2);
@@ -285,5 +312,6 @@ int main(void) {
     test_gradients(7, 9, 11, 3);
     test_gradients(6, 5, 4, 3);
     test_all_ignored();
+    test_padding_shard_compares();
     return check_exit("test_nn_vocab_parallel");
 }

@@ -214,6 +214,7 @@ local function device_lines(d)
       ("capability  %s"):format(gpu and ("sm_%d"):format(d.capability) or "-"),
       ("processors  %d %s"):format(d.processors, gpu and "SMs" or "cores"),
       ("software    %s"):format(d.software ~= "" and d.software or "-"),
+      ("id          %s"):format(d.id ~= "" and d.id or "-"),
    }, "\n") .. "\n"
 end
 

@@ -46,14 +46,31 @@ function comm.self()
    return wrap(out[0])
 end
 
--- A communicator of parent's ranks that moves `device`'s memory (an lw_device*; NCCL for a
--- CUDA device), bootstrapped over parent (collective over it): lw_comm_device_new. Host-memory
--- collectives on it go through parent, which it keeps alive.
-function comm.device(parent, device)
+-- The kind of device communicator comm.device makes when none is named: "auto" (NCCL when
+-- every rank has a GPU of its own, else staged; LWOPT_DEVICE_COMM decides instead when set),
+-- "nccl" or "staged" (through host memory and parent: ranks sharing a GPU). A recipe sets it
+-- once (--device-comm) for every device communicator it makes (buffers, TP, EP).
+local device_kind = "auto"
+
+function comm.set_device_kind(kind)
+   local code, why = C.value("device_comm", kind)
+   if code == nil then error("lw.comm.set_device_kind: " .. why, 2) end
+   device_kind = kind
+end
+
+-- A communicator of parent's ranks that moves `device`'s memory (an lw_device*), of `kind`
+-- (default: set_device_kind's), bootstrapped over parent (collective over it):
+-- lw_comm_device_new_kind. Host-memory collectives on it go through parent, which it keeps
+-- alive. self.about says which kind it is and why (lw_comm_about).
+function comm.device(parent, device, kind)
+   kind = kind or device_kind
+   local code, why = C.value("device_comm", kind)
+   if code == nil then error("lw.comm.device: " .. why, 2) end
    local out = ffi.new("lw_comm*[1]")
-   C.check(lib.lw_comm_device_new(parent._c, device, out), "lw.comm.device")
+   C.check(lib.lw_comm_device_new_kind(parent._c, device, code, out), "lw.comm.device")
    local self = wrap(out[0])
    self.parent = parent
+   self.about = ffi.string(lib.lw_comm_about(out[0]))
    return self
 end
 

@@ -166,8 +166,9 @@ function ddp.device(name)
             .. "(cuda:N)")
       end
       if lib.lw_device_get("cuda:" .. lr, device_out) ~= 0 then
-         fail("device 'cuda' is cuda:%d for local rank %d (one GPU per rank): %s", lr, lr,
-            C.last_error())
+         fail("device 'cuda' is cuda:%d for local rank %d (one GPU per rank): %s; for ranks "
+            .. "that share a GPU, name it (cuda:0: their buffers then go through host memory)",
+            lr, lr, C.last_error())
       end
       return device_out[0]
    end

@@ -120,7 +120,13 @@ recipe.flags = {
      .. "and V blocks separately (as Megatron does)" },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
-   { "device", { "cpu", "cuda" }, "cpu", "where to train" },
+   { "device", "string", "cpu", "where to train: cpu; cuda (under mpirun, each rank's own GPU, "
+     .. "by its place on its machine); cuda:N (that GPU, for every rank: ranks sharing one GPU "
+     .. "exchange its buffers through host memory)" },
+   { "device-comm", C.names("device_comm"), "auto", "how ranks exchange GPU buffers: nccl (a GPU "
+     .. "per rank), staged (copied through host memory and moved by MPI: ranks sharing a GPU, "
+     .. "a build without NCCL; slower), auto (nccl where every rank has its own GPU, else "
+     .. "staged)" },
    { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
    { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
    { "accum", "int", 1, "micro-steps per optimizer step", min = 1, max = 1e6 },
@@ -307,10 +313,18 @@ local function check_flags(v)
    local ok, why = lw.ddp.check({ mode = v.mode, zero = v.zero, shard = v.shard,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil })
    if not ok then error(in_flag_words(why), 0) end
-   if v.device == "cuda" and not lw.has_cuda() then
-      local _, why = pcall(lw.ddp.device, "cuda")
-      error("--device cuda: " .. tostring(why):gsub("^lw%.ddp%.new: ", "") .. "; use --device cpu",
+   if v.device ~= "cpu" and v.device ~= "cuda" and not v.device:match("^cuda:%d+$") then
+      error(("--device must be cpu, cuda or cuda:N (a GPU's number), got '%s'"):format(v.device),
          0)
+   end
+   if v.device ~= "cpu" and not lw.has_cuda() then
+      local _, why = pcall(lw.ddp.device, v.device)
+      error(("--device %s: "):format(v.device) .. tostring(why):gsub("^lw%.ddp%.new: ", "")
+         .. "; use --device cpu", 0)
+   end
+   if v.device == "cpu" and v.device_comm ~= "auto" then
+      error(("--device-comm %s is for GPU buffers: add --device cuda (or cuda:N)")
+         :format(v.device_comm), 0)
    end
    if v.lr ~= nil and v.lr <= 0 then error(("--lr must be > 0, got %g"):format(v.lr), 0) end
    if not v.ckpt_dir then
@@ -717,6 +731,8 @@ local function build_run(v, comm, data, rules)
    -- r % ep, holding experts [r % ep * n/ep, +n/ep)), expert-DP groups of the ranks with the same
    -- EP rank; the model declares its EP rank's experts, lw.ddp.new averages them over the
    -- expert-DP group
+   -- every device communicator made from here on (buffers, TP, EP) is of this kind
+   lw.comm.set_device_kind(v.device_comm)
    local g = v.ep > 1 and lw.ep.groups(comm, v.ep, v.n_expert) or nil
    -- --tp: TP groups of v.tp consecutive ranks hold the shards of every layer and see the same
    -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
@@ -803,6 +819,9 @@ local function announce(run, v, data, path, say)
    -- the device the buffers live on, as lw_device_get_info describes it
    local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
    say("device: " .. (lw.device_line(name) or name))
+   -- how its buffers move between ranks, and why (ranks sharing one GPU go through the host)
+   local dc = run.ddp.device_comm
+   if dc and dc.about ~= "" then say("collectives: " .. dc.about) end
    local note = recipe_tp.note(run, v)
    if note then say(note) end
 end

@@ -34,7 +34,7 @@ end
 -- rank's GPU, as lw.ddp.device) is: { device = "cuda:0", name =
 -- "NVIDIA H100 80GB HBM3", total_bytes, free_bytes, capability (90 for sm_90; 0 for the CPU),
 -- processors (SMs; the CPU's cores), software ("CUDA 13.0 (driver ...), cuBLAS ..., NCCL ...";
--- "" for the CPU) }; nil and the reason (lw_device_get's message: the library missing, no
+-- "" for the CPU), id (the GPU's UUID, "GPU-6f2c..."; "" for the CPU) }; nil and the reason (lw_device_get's message: the library missing, no
 -- usable driver, no GPU) when the device cannot be had.
 function lw.device_info(name)
    name = name or "cpu"
@@ -47,7 +47,7 @@ function lw.device_info(name)
    return { device = ffi.string(C.lib.lw_device_name(device)), name = ffi.string(info.name),
       total_bytes = tonumber(info.total_bytes), free_bytes = tonumber(info.free_bytes),
       capability = tonumber(info.capability), processors = tonumber(info.processors),
-      software = ffi.string(info.software) }
+      software = ffi.string(info.software), id = ffi.string(info.id) }
 end
 
 -- One line for logs: "cpu (8 cores, 31.3 GiB)" or "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132

@@ -200,7 +200,8 @@ lw_status lwc_ns_gram(lw_stream *s, const float *x, float *a, int64_t p, int64_t
 lw_status lwc_ns_step(lw_stream *s, const float abc[3], float *a, float *x, int64_t p, int64_t q,
                       bool transposed, float *work);
 
-/* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new). */
+/* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new; built only where
+ * NCCL was found, LWOPT_NCCL). */
 lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out);
 
 #endif

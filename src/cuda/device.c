@@ -4,7 +4,9 @@
  * layers.c, cross_entropy.c and moe.c (the model), the communicator in nccl.c. */
 #include "cuda/cuda.h"
 
+#ifdef LWOPT_NCCL
 #include <nccl.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,15 +202,39 @@ static lw_status info(lw_device *d, lw_device_info *out) {
     out->free_bytes = (int64_t)free_bytes;
     out->capability = 10 * c->prop.major + c->prop.minor;
     out->processors = c->prop.multiProcessorCount;
-    int runtime = 0, driver = 0, blas = 0, nccl = 0;
+    int runtime = 0, driver = 0, blas = 0;
     cudaRuntimeGetVersion(&runtime);
     cudaDriverGetVersion(&driver);
     cublasGetVersion(c->blas, &blas);
-    ncclGetVersion(&nccl);
-    snprintf(out->software, sizeof out->software,
-             "CUDA %d.%d (driver %d.%d), cuBLAS %d, NCCL %d.%d.%d", runtime / 1000,
-             runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas, nccl / 10000,
-             nccl % 10000 / 100, nccl % 100);
+    char nccl[32] = "no NCCL (built without it)";
+#ifdef LWOPT_NCCL
+    int v = 0;
+    ncclGetVersion(&v);
+    snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+#endif
+    snprintf(out->software, sizeof out->software, "CUDA %d.%d (driver %d.%d), cuBLAS %d, %s",
+             runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas, nccl);
+    /* the UUID as nvidia-smi -L prints it */
+    const unsigned char *u = (const unsigned char *)c->prop.uuid.bytes;
+    snprintf(out->id, sizeof out->id,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+    return LW_OK;
+}
+
+/* Whether p is this GPU's memory; host memory (pageable or pinned) is not. Another GPU's memory
+ * is an error: a communicator of this GPU cannot move it. */
+static lw_status memory_here(lw_device *d, const void *p, bool *here) {
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) return lwc_fail(d, e, "cudaPointerGetAttributes");
+    *here = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    if (*here && a.device != lwc_dev(d)->index)
+        return lwc_host->fail(LW_ERR_INVALID,
+                              "%s: memory of GPU %d: a communicator of %s moves its own GPU's "
+                              "memory and host memory only",
+                              d->name, a.device, d->name);
     return LW_OK;
 }
 
@@ -253,7 +279,9 @@ static const lwi_device_ops cuda_ops = {
     .cross_entropy_forward = lwc_cross_entropy_forward,
     .cross_entropy_backward = lwc_cross_entropy_backward,
     .info = info,
+#ifdef LWOPT_NCCL
     .comm_new = lwc_comm_new,
+#endif
     .moe_router_forward = lwc_moe_router_forward,
     .moe_router_backward = lwc_moe_router_backward,
     .moe_aux_loss_forward = lwc_moe_aux_loss_forward,
@@ -270,6 +298,7 @@ static const lwi_device_ops cuda_ops = {
     .copy_2d = lwc_copy_2d,
     .ns_gram = lwc_ns_gram,
     .ns_step = lwc_ns_step,
+    .memory_here = memory_here,
 };
 
 /* Why no GPU can be had, in the words a user can act on. */

@@ -1,20 +1,67 @@
-/* fake_device.c: a device library for testing the loader (test_device_plugin): host memory
- * behind the device table, with only the memory, stream and event entries and one kernel
- * (vec_scale), so that the test sees the core call into a library it loaded, and a missing
- * kernel fail by name. Built as a module, never installed. */
+/* fake_device.c: a device library for testing the loader (test_device_plugin) and, on machines
+ * without a GPU, the staged communicator (test_device_comm under mpirun): host memory behind
+ * the device table, with only the memory, stream and event entries, what the device is (its id:
+ * "fake-0", or "fake-rank-<r>" per MPI rank when LWOPT_FAKE_ID_PER_RANK is set, as ranks with
+ * GPUs of their own would say), whether memory is its own (it remembers its allocations), no
+ * communicator of its own, and one kernel (vec_scale), so that the tests see the core call into
+ * a library it loaded, and a missing kernel fail by name. Built as a module, never installed. */
 #include "device/device.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const lwi_device_host *host;
 
+/* The live allocations, so that memory_here tells the device's memory from the host's. */
+typedef struct allocation {
+    char *p;
+    int64_t bytes;
+    struct allocation *next;
+} allocation;
+static allocation *allocations;
+
 static lw_status fake_alloc(lw_device *d, int64_t bytes, void **out) {
     (void)d;
+    allocation *a = malloc(sizeof *a);
     *out = calloc(1, (size_t)(bytes ? bytes : 1));
-    return *out ? LW_OK : host->fail(LW_ERR_NOMEM, "fake: out of memory");
+    if (a == NULL || *out == NULL) {
+        free(a), free(*out);
+        return host->fail(LW_ERR_NOMEM, "fake: out of memory");
+    }
+    a->p = *out;
+    a->bytes = bytes ? bytes : 1;
+    a->next = allocations;
+    allocations = a;
+    return LW_OK;
 }
-static void fake_free(lw_device *d, void *p) { (void)d, free(p); }
+static void fake_free(lw_device *d, void *p) {
+    (void)d;
+    for (allocation **a = &allocations; *a != NULL; a = &(*a)->next)
+        if ((*a)->p == p) {
+            allocation *gone = *a;
+            *a = gone->next;
+            free(gone);
+            break;
+        }
+    free(p);
+}
+static lw_status fake_memory_here(lw_device *d, const void *p, bool *here) {
+    (void)d;
+    *here = false;
+    for (const allocation *a = allocations; a != NULL && !*here; a = a->next)
+        *here = (const char *)p >= a->p && (const char *)p < a->p + a->bytes;
+    return LW_OK;
+}
+static lw_status fake_info(lw_device *d, lw_device_info *out) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    snprintf(out->name, sizeof out->name, "fake device");
+    if (getenv("LWOPT_FAKE_ID_PER_RANK") != NULL)
+        snprintf(out->id, sizeof out->id, "fake-rank-%s", rank ? rank : "0");
+    else
+        snprintf(out->id, sizeof out->id, "fake-%d", (int)d->index);
+    return LW_OK;
+}
 static lw_status fake_set(lw_stream *s, void *dst, int32_t v, int64_t n) {
     (void)s, memset(dst, v, (size_t)n);
     return LW_OK;
@@ -57,6 +104,8 @@ static const lwi_device_ops fake_ops = {
     .event_synchronize = fake_event,
     .event_query = fake_query,
     .vec_scale = fake_scale,
+    .info = fake_info,
+    .memory_here = fake_memory_here,
 };
 
 lw_status lwopt_device_open(const lwi_device_host *h, int32_t index, const lwi_device_ops **ops,

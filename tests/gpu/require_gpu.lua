@@ -1,12 +1,12 @@
 -- require_gpu.lua: the GPU scripts' common start. Returns the device a script runs on (its
--- first argument, default "cuda"), or ends the script: exit 77 (skipped) when CUDA itself is
+-- first argument, default `default` or "cuda"), or ends the script: exit 77 (skipped) when CUDA itself is
 -- absent, 1 when a GPU is there but fails to open (that is a failure, not a skip). "cpu" runs
 -- the script's checks CPU against CPU, to check the script on a machine without a GPU.
--- Load with dofile("tests/gpu/require_gpu.lua")(script_name).
+-- Load with dofile("tests/gpu/require_gpu.lua")(script_name [, default]).
 local lw = require("lwopt")
 
-return function(script)
-   local device = arg and arg[1] or "cuda"
+return function(script, default)
+   local device = arg and arg[1] or default or "cuda"
    if device ~= "cpu" and not lw.has_cuda() then
       local _, why = lw.device_info(device)
       if why and why:find("CUDA is not available", 1, true) then

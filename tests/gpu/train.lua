@@ -5,7 +5,8 @@
 -- rank's syncs move nothing). The same 20 steps with bf16 GEMMs (--matmul bf16) stay within
 -- 0.05 of the CPU's losses and fall as they do. Then a short run with everything a user sees on
 -- the GPU: progress lines, the JSON log with the GPU's memory, a checkpoint and its resume, the
--- loss curve and a sample. Exit 77 (skipped) when CUDA is not available.
+-- loss curve and a sample. Its corpus is made here (tests/lua/corpus.lua): nothing outside the
+-- tree is needed. Exit 77 (skipped) when CUDA is not available.
 -- Usage (ctest -L gpu): bin/lwopt run tests/gpu/train.lua [DEVICE] ("cpu": CPU against CPU).
 local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
@@ -14,6 +15,7 @@ local GPU = dofile("tests/gpu/require_gpu.lua")("tests/gpu/train.lua")
 local dir = os.tmpname()
 os.remove(dir)
 assert(tally.sh("mkdir -p " .. dir))
+local data = dofile("tests/lua/corpus.lua").write(dir .. "/corpus.txt", 2 ^ 21, 11)
 
 -- A GPU machine may lack gnuplot: a recipe run with --log then says the loss curve failed and
 -- exits 1 after its work, which is what is checked there instead of the curve.
@@ -22,7 +24,8 @@ local gnuplot = tally.sh("command -v gnuplot > /dev/null 2>&1")
 -- Runs the recipe with `args`; returns whether it succeeded and its output.
 local function recipe(args, name)
    local out = dir .. "/" .. name .. ".out"
-   local ok = tally.sh(("bin/lwopt run recipes/gpt_small.lua %s > %s 2>&1"):format(args, out))
+   local ok = tally.sh(("bin/lwopt run recipes/gpt_small.lua --data %s %s > %s 2>&1"):format(data,
+      args, out))
    local text = tally.slurp(out) or ""
    if not ok then io.stderr:write(name, " failed:\n", text, "\n") end
    return ok, text

@@ -226,6 +226,24 @@ lw_status lw_muon_tp_mode_from_name(const char *name, lw_muon_tp_mode *out) {
     return st;
 }
 
+static const char *const device_comm_names[] = {
+    [LW_DEVICE_COMM_AUTO] = "auto",
+    [LW_DEVICE_COMM_NCCL] = "nccl",
+    [LW_DEVICE_COMM_STAGED] = "staged",
+};
+static const names DEVICE_COMM = NAMES("device communicator", device_comm_names);
+
+const char *lw_device_comm_name(lw_device_comm kind) {
+    return name_of(DEVICE_COMM, (int32_t)kind);
+}
+
+lw_status lw_device_comm_from_name(const char *name, lw_device_comm *out) {
+    int32_t v = 0;
+    lw_status st = value_of(DEVICE_COMM, name, out != NULL, &v);
+    if (st == LW_OK) *out = (lw_device_comm)v;
+    return st;
+}
+
 static const char *const path_kind_names[] = {
     [LW_PATH_MISSING] = "missing",
     [LW_PATH_FILE] = "file",

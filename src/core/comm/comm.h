@@ -11,6 +11,7 @@
 #define LWI_LABEL 64   /* bytes of a collective's label, with its NUL */
 #define LWI_PHASE 64   /* bytes of a communicator's phase, with its NUL */
 #define LWI_BROKEN 640 /* bytes of the watchdog's message kept on a broken communicator */
+#define LWI_ABOUT 256  /* bytes of lw_comm_about's line, with its NUL */
 
 /* A backend: collectives start on a request and complete through test / wait, so that every
  * wait can go through the watchdog's deadline. Barrier, broadcast, all-reduce and all-gather-v
@@ -96,6 +97,7 @@ struct lw_comm {
     char next_label[LWI_LABEL];  /* label of the next collective started (lw_comm_set_label) */
     bool broken;                 /* a collective timed out: every later one fails at once */
     char broken_why[LWI_BROKEN]; /* ... with this message */
+    char about[LWI_ABOUT];       /* a device communicator: which kind, and why (lw_comm_about) */
 };
 
 struct lw_request {
@@ -149,5 +151,9 @@ lw_status lwi_comm_check_broken(const lw_comm *c);
 /* The worlds of the backends (world.c chooses one): one rank (self.c); MPI (mpi.c). */
 lw_status lwi_comm_self_world(lw_comm **out);
 lw_status lwi_comm_mpi_world(lw_comm **out);
+
+/* staged.c: a device communicator that copies the device's memory through host memory and moves
+ * it with parent's collectives (lw_comm_device_new_kind, LW_DEVICE_COMM_STAGED). */
+lw_status lwi_comm_staged_new(lw_comm *parent, lw_device *device, lw_comm **out);
 
 #endif

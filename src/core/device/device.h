@@ -10,11 +10,13 @@
 
 #include "base/base.h"
 
-#define LWI_DEVICE_ABI 6 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+#define LWI_DEVICE_ABI 7 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
                             the mixture-of-experts kernels (router, aux loss, gather, combine);
                             6: tensor parallelism: the vocabulary-range embedding,
                             the partial cross-entropy, copy_2d and Muon's distributed
-                            TP steps (ns_gram, ns_step) */
+                            TP steps (ns_gram, ns_step);
+                            7: lw_device_info.id, lw_comm.about and the entry memory_here
+                            (the staged communicator) */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -188,6 +190,10 @@ typedef struct lwi_device_ops {
                          bool transposed);
     lw_status (*ns_step)(lw_stream *s, const float abc[3], float *a, float *x, int64_t p,
                          int64_t q, bool transposed, float *work);
+    /* (appended in ABI 7) [out] *here: whether p is this device's memory (which a staged
+     * communicator copies through the host) rather than host memory; fails naming the other
+     * device when it is another device's. */
+    lw_status (*memory_here)(lw_device *device, const void *p, bool *here);
 } lwi_device_ops;
 
 struct lw_device {

@@ -1,10 +1,19 @@
-/* test_nccl.c: the NCCL communicator (lw_comm_device_new over the world) on this rank's GPU,
- * every collective against a direct computation, as test_comm.c does on host memory: run alone
- * (one rank, over the self communicator: NCCL still runs every collective) or under mpirun with a
- * GPU per rank. Also requests with test / wait and a stream, the ordering after a stream, host
- * memory through the parent, split, counters, the blocking forms with the watchdog on and off,
- * the variable-count forms over unequal, empty and lopsided segments, and the all-to-all-v.
- * Skips (exit 77) when no GPU can be had, saying why. */
+/* test_device_comm.c: a device communicator (lw_comm_device_new over the world) on this rank's
+ * device, every collective against a direct computation, as test_comm.c does on host memory:
+ * run alone (one rank, over the self communicator: the collectives still run) or under mpirun.
+ * Also requests with test / wait and a stream, the ordering after a stream, host memory through
+ * the parent, split, counters, the blocking forms with the watchdog on and off, the
+ * variable-count forms over unequal, empty and lopsided segments, the all-to-all-v, and the
+ * ranks' agreement on the kind. Which communicator it gets is the library's choice, checked
+ * against the environment's expectation:
+ *   LWOPT_TEST_DEVICE  the device (default cuda:<local rank>: a GPU per rank); cuda:0 for ranks
+ *                      that share one GPU;
+ *   LWOPT_TEST_COMM    the backend expected ("nccl", "staged"; default: either);
+ *   LWOPT_TEST_ABOUT   words lw_comm_about must hold (why that backend).
+ * On a GPU: NCCL alone, staged alone (LWOPT_DEVICE_COMM=staged), staged for ranks sharing the
+ * GPU. Without one, over the fake device library (LWOPT_CUDA_LIB: host memory behind the device
+ * table, no NCCL): the staged communicator at 1 to 3 ranks, sharing one device or not.
+ * Skips (exit 77) when no device can be had, saying why. */
 #include "check.h"
 #include "comm_cases.h"
 
@@ -26,8 +35,19 @@ static void to_host(void *host, const void *d, int64_t bytes) {
     CHECK_OK(lw_device_copy(gs, host, d, bytes, LW_COPY_DEVICE_TO_HOST));
 }
 
+/* The backend and its reason as the environment expects; a device communicator is no parent for
+ * another; the ranks must ask for the same kind. */
 static void test_identity(lw_comm *parent, lw_comm *c) {
-    CHECK(strcmp(lw_comm_backend(c), "nccl") == 0);
+    const char *backend = lw_comm_backend(c), *want = getenv("LWOPT_TEST_COMM");
+    const char *about = getenv("LWOPT_TEST_ABOUT");
+    CHECK(strcmp(backend, "nccl") == 0 || strcmp(backend, "staged") == 0);
+    if (want != NULL && strcmp(backend, want) != 0)
+        fprintf(stderr, "backend '%s', expected '%s' (%s)\n", backend, want, lw_comm_about(c));
+    CHECK(want == NULL || strcmp(backend, want) == 0);
+    CHECK(strncmp(lw_comm_about(c), backend, strlen(backend)) == 0);
+    if (about != NULL && strstr(lw_comm_about(c), about) == NULL)
+        fprintf(stderr, "lw_comm_about: '%s', expected '%s' in it\n", lw_comm_about(c), about);
+    CHECK(about == NULL || strstr(lw_comm_about(c), about) != NULL);
     CHECK_EQ(lw_comm_rank(c), lw_comm_rank(parent));
     CHECK_EQ(lw_comm_size(c), lw_comm_size(parent));
     CHECK(lw_comm_reaches(c, gpu));
@@ -36,9 +56,18 @@ static void test_identity(lw_comm *parent, lw_comm *c) {
     CHECK(lw_comm_timeout(c) == lw_comm_timeout(parent));
     /* a device communicator is no parent for another */
     lw_comm *again = (lw_comm *)1;
-    CHECK_FAILS(lw_comm_device_new(c, gpu, &again), LW_ERR_INVALID,
-                "'nccl' is a device communicator already");
+    char words[64];
+    snprintf(words, sizeof words, "'%s' is a device communicator already", backend);
+    CHECK_FAILS(lw_comm_device_new(c, gpu, &again), LW_ERR_INVALID, words);
     CHECK(again == NULL);
+    if (lw_comm_size(parent) > 1) { /* rank 0 asks for another kind than the rest: all refuse */
+        const int rank = lw_comm_rank(parent);
+        CHECK_FAILS(lw_comm_device_new_kind(parent, gpu,
+                                            rank == 0 ? LW_DEVICE_COMM_STAGED : LW_DEVICE_COMM_AUTO,
+                                            &again),
+                    LW_ERR_INVALID, "every rank must ask for the same");
+        CHECK(again == NULL);
+    }
 }
 
 static void test_reduce_scatter(lw_comm *c) {
@@ -558,11 +587,11 @@ static void test_broadcast_barrier_split(lw_comm *c) {
     lw_device_free(gpu, dt);
     CHECK_OK(lw_comm_barrier(c));
 
-    /* a split is NCCL's split and its parent's */
+    /* a split is the backend's split (NCCL's) and its parent's */
     lw_comm *half = NULL;
     CHECK_OK(lw_comm_split(c, rank % 2, rank, &half));
     if (half == NULL) return;
-    CHECK(strcmp(lw_comm_backend(half), "nccl") == 0);
+    CHECK(strcmp(lw_comm_backend(half), lw_comm_backend(c)) == 0);
     CHECK(lw_comm_reaches(half, gpu));
     CHECK_EQ(lw_comm_size(half), rank % 2 == 0 ? (size + 1) / 2 : size / 2);
     CHECK_EQ(lw_comm_rank(half), rank / 2);
@@ -660,19 +689,21 @@ static void test_counters(lw_comm *c) {
 }
 
 int main(void) {
-    /* one GPU per rank, by the rank's place on its machine */
+    /* one GPU per rank, by the rank's place on its machine, unless the environment names one */
     char name[32];
     snprintf(name, sizeof name, "cuda:%d", lw_comm_local_rank() > 0 ? lw_comm_local_rank() : 0);
+    if (getenv("LWOPT_TEST_DEVICE") != NULL)
+        snprintf(name, sizeof name, "%s", getenv("LWOPT_TEST_DEVICE"));
     if (lw_device_get(name, &gpu) != LW_OK) {
-        printf("test_nccl: skipped: %s\n", lw_last_error());
+        printf("test_device_comm: skipped: %s\n", lw_last_error());
         return 77;
     }
     gs = lw_device_stream(gpu);
     lw_comm *parent = NULL, *c = NULL;
     CHECK_OK(lw_comm_init(&parent));
-    if (parent == NULL) return check_exit("test_nccl");
+    if (parent == NULL) return check_exit("test_device_comm");
     CHECK_OK(lw_comm_device_new(parent, gpu, &c));
-    if (c == NULL) return check_exit_all_ranks(parent, "test_nccl");
+    if (c == NULL) return check_exit_all_ranks(parent, "test_device_comm");
     test_identity(parent, c);
     test_reduce_scatter(c);
     test_allgather(c);
@@ -687,5 +718,5 @@ int main(void) {
     test_blocking_and_requests(parent, c);
     test_counters(c);
     lw_comm_free(c);
-    return check_exit_all_ranks(parent, "test_nccl");
+    return check_exit_all_ranks(parent, "test_device_comm");
 }
