@@ -98,10 +98,32 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     free(dwte), free(dwpe), free(pte), free(ppe), free(ate), free(ape), free(dwte2);
 }
 
+/* A negative id lies outside every range of the table's rows, the whole table's too: its
+ * position looks up zeros (plus its position row) and adds no gradient, instead of reading
+ * before the table (which it did when the whole-table kernel was a kernel of its own). */
+static void test_negative_id(void) {
+    const int32_t tokens[3] = {1, -4, 2};
+    float wte[3 * 4], wpe[3 * 4], y[3 * 4], dy[3 * 4], dwte[3 * 4] = {0}, dwpe[3 * 4] = {0};
+    for (int i = 0; i < 12; i++)
+        wte[i] = 1.0f + (float)i, wpe[i] = 0.5f * (float)i, dy[i] = 0.25f * (float)i;
+    CHECK_OK(lw_embedding_forward(NULL, y, tokens, wte, wpe, 1, 3, 4));
+    CHECK_OK(lw_embedding_backward(NULL, dwte, dwpe, dy, tokens, 1, 3, 4));
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        ok &= y[4 + i] == wpe[4 + i];                       /* position 1: its position row */
+        ok &= y[i] == wte[4 + i] + wpe[i];                  /* position 0: token 1 */
+        ok &= dwte[i] == 0.0f;                              /* token 0: nobody */
+        ok &= dwte[4 + i] == dy[i] && dwte[8 + i] == dy[8 + i]; /* tokens 1 and 2 */
+        ok &= dwpe[4 + i] == dy[4 + i];                     /* positions all add */
+    }
+    CHECK(ok);
+}
+
 int main(void) {
     test_shape(2, 3, 13, 5);
     test_shape(3, 7, 9, 4);
     test_shape(1, 1, 1, 2);
     test_shape(4, 33, 70, 50); /* c past 64: the vector loops' main body and tail both run */
+    test_negative_id();
     return check_exit("test_nn_embedding");
 }

@@ -36,9 +36,9 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
 
 } // namespace
 
-extern "C" cudaError_t lwc_adamw(cudaStream_t stream, const lwi_adamw_tensor *tensors,
-                                 int32_t count, float beta1, float beta2, float eps, float c1,
-                                 float c2, float grad_scale) {
+extern "C" cudaError_t lwc_adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *tensors,
+                                         int32_t count, float beta1, float beta2, float eps,
+                                         float c1, float c2, float grad_scale) {
     for (int32_t first = 0; first < count; first += LWC_ADAMW_PER_LAUNCH) {
         tensor_list list;
         list.count = count - first < LWC_ADAMW_PER_LAUNCH ? count - first : LWC_ADAMW_PER_LAUNCH;

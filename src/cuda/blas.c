@@ -51,25 +51,25 @@ lw_status lwc_vec_axpy(lw_stream *s, float *y, float alpha, const float *x, int6
     return lwc_launched(s, lwc_axpy(lwc_cuda_stream(s), y, alpha, x, n), "the axpy kernel");
 }
 
-lw_status lwc_muon_step(lw_stream *s, const lwi_muon_step *k, float *w, const float *g, float *m,
-                        float *u, int64_t n) {
+lw_status lwc_muon_momentum(lw_stream *s, const lwi_muon_step *k, float *w, const float *g,
+                            float *m, float *u, int64_t n) {
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s,
-                        lwc_muon_momentum(lwc_cuda_stream(s), w, g, m, u, n, k->beta, k->nesterov,
-                                          (int32_t)k->weight_decay_mode, k->lr, k->weight_decay,
-                                          k->grad_scale),
+                        lwc_muon_momentum_elements(lwc_cuda_stream(s), w, g, m, u, n, k->beta,
+                                                   k->nesterov, (int32_t)k->weight_decay_mode,
+                                                   k->lr, k->weight_decay, k->grad_scale),
                         "Muon's momentum kernel");
 }
 
-lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
-                         int32_t count, int64_t t, float grad_scale) {
+lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
+                    int32_t count, int64_t t, float grad_scale) {
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     /* bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t */
     const float c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)t)));
     const float c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)t)));
     return lwc_launched(s,
-                        lwc_adamw(lwc_cuda_stream(s), tensors, count,
-                                  o->beta1, o->beta2, o->eps, c1, c2, grad_scale),
+                        lwc_adamw_tensors(lwc_cuda_stream(s), tensors, count, o->beta1, o->beta2,
+                                          o->eps, c1, c2, grad_scale),
                         "the AdamW kernel");
 }
 

@@ -58,18 +58,13 @@ lw_status lwc_launched(const lw_stream *s, cudaError_t e, const char *what);
 lw_status lwc_workspace(lw_stream *s, int64_t bytes, void **out);
 lw_status lwc_host_workspace(lw_stream *s, int64_t bytes, void **out);
 
-/* blas.c: the kernel entries of the table. */
-lw_status lwc_vec_norm_stats(lw_stream *s, const float *x, int64_t n, double *acc);
-lw_status lwc_vec_all_finite(lw_stream *s, const float *x, int64_t n, bool *finite);
-lw_status lwc_vec_scale(lw_stream *s, float *x, int64_t n, float alpha);
-lw_status lwc_vec_add(lw_stream *s, float *y, const float *a, const float *b, int64_t n);
-lw_status lwc_vec_axpy(lw_stream *s, float *y, float alpha, const float *x, int64_t n);
-lw_status lwc_muon_step(lw_stream *s, const lwi_muon_step *k, float *w, const float *g, float *m,
-                        float *u, int64_t n);
-lw_status lwc_newton_schulz(lw_stream *s, const lwi_ns_plan *plan, const float *u, float *x,
-                            int64_t batch, int64_t rows, int64_t cols);
-lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
-                         int32_t count, int64_t t, float grad_scale);
+/* The table's kernels (src/core/device/kernel_list.h), lwc_<name>, each in its family's file. */
+#define LWC_SIZE_DECLARATION(name, params, args) int64_t lwc_##name params;
+LWI_SCRATCH_SIZES(LWC_SIZE_DECLARATION)
+#undef LWC_SIZE_DECLARATION
+#define LWC_DECLARATION(name, params, args, check) lw_status lwc_##name params;
+LWI_KERNELS(LWC_DECLARATION)
+#undef LWC_DECLARATION
 
 /* linear.c: the model's GEMMs on cuBLAS, and the linear layer's entries.
  * A GEMM operand: device memory of fp32 values, or of bf16 values already rounded (lwc_to_bf16
@@ -101,10 +96,6 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
 lw_status lwc_bf16_regions(lw_stream *s, int32_t count, const int64_t *elements, void **out);
 /* dst[n] (bf16, device) = src[n] rounded to nearest even, on the stream. */
 lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n);
-lw_status lwc_linear_forward(lw_stream *s, float *y, const float *x, const float *w,
-                             const float *b, int64_t n, int64_t in, int64_t out);
-lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
-                              const float *x, const float *w, int64_t n, int64_t in, int64_t out);
 
 /* embedding.c */
 /* rows[n] (device int32, each >= 0) bucketed by value on the host, for scatter-adds that add in
@@ -121,84 +112,6 @@ typedef struct lwc_buckets {
 } lwc_buckets;
 lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const char *what,
                              const char *item, lwc_buckets *out);
-lw_status lwc_embedding_forward(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
-                                const float *wpe, int64_t b, int64_t t, int64_t c);
-lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
-                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c);
-
-lw_status lwc_embedding_range_forward(lw_stream *s, float *y, const int32_t *tokens,
-                                      const float *wte, const float *wpe, int64_t first,
-                                      int64_t rows, int64_t b, int64_t t, int64_t c);
-lw_status lwc_embedding_range_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
-                                       const int32_t *tokens, int64_t first, int64_t rows,
-                                       int64_t b, int64_t t, int64_t c);
-
-/* layers.c: layer norm, GELU, attention */
-lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                const float *g, const float *beta, int64_t n, int64_t c,
-                                float eps);
-lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
-                                 const float *x, const float *g, const float *mean,
-                                 const float *rstd, int64_t n, int64_t c);
-lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n);
-lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
-int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh);
-lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
-                                const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
-lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
-                                 const float *qkv, const float *out, const float *lse, int64_t b,
-                                 int64_t t, int64_t c, int64_t nh);
-
-/* cross_entropy.c: the LM head fused with softmax cross-entropy, in chunks of rows */
-int64_t lwc_cross_entropy_scratch_floats(int64_t n, int64_t v);
-lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
-                                    const float *h, const float *w, const int32_t *targets,
-                                    int64_t n, int64_t c, int64_t v, double *loss);
-lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
-                                     const float *h, const float *w, const int32_t *targets,
-                                     const float *lse, int64_t n, int64_t c, int64_t v,
-                                     float loss_scale);
-/* and split over tensor parallelism's vocabulary ranks */
-lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *scratch,
-                                            const float *h, const float *w,
-                                            const int32_t *targets, int64_t n, int64_t c,
-                                            int64_t v, int64_t first, int64_t vocab);
-lw_status lwc_cross_entropy_combine(lw_stream *s, float *losses, float *lse, const float *stats,
-                                    int64_t parts, const int32_t *targets, int64_t n,
-                                    int64_t vocab, double *loss);
-lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw, float *scratch,
-                                             const float *h, const float *w,
-                                             const int32_t *targets, const float *lse, int64_t n,
-                                             int64_t c, int64_t v, int64_t first, int64_t vocab,
-                                             float loss_scale);
-
-/* moe.c: a mixture of experts' router, load-balancing loss, gather and combine */
-lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights, float *probs,
-                                 const float *logits, int64_t n, int64_t e, int64_t k);
-lw_status lwc_moe_router_backward(lw_stream *s, float *dlogits, const float *dweights,
-                                  const float *dprobs, const float *probs, const int32_t *experts,
-                                  int64_t n, int64_t e, int64_t k);
-lw_status lwc_moe_aux_loss_forward(lw_stream *s, const float *probs, const int32_t *experts,
-                                   int64_t n, int64_t e, int64_t k, float coef, double *loss);
-lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *experts,
-                                    int64_t n, int64_t e, int64_t k, float coef, float scale);
-lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
-                             int64_t m, int64_t c);
-lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
-                              int64_t m, int64_t c);
-lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const float *w,
-                              const int32_t *rows, int64_t m, int64_t c);
-lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float *dy,
-                               const float *src, const float *w, const int32_t *rows, int64_t m,
-                               int64_t c);
-
-/* muon_tp.c: the 2-D copy and Muon's distributed TP Newton-Schulz halves (device.h) */
-lw_status lwc_copy_2d(lw_stream *s, float *dst, int64_t dst_ld, const float *src, int64_t src_ld,
-                      int64_t rows, int64_t cols);
-lw_status lwc_ns_gram(lw_stream *s, const float *x, float *a, int64_t p, int64_t q,
-                      bool transposed);
-lw_status lwc_ns_step(lw_stream *s, const float abc[3], float *a, float *x, int64_t p, int64_t q,
-                      bool transposed, float *work);
 
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new; built only where
  * NCCL was found, LWOPT_NCCL). */

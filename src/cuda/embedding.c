@@ -1,24 +1,15 @@
-/* embedding.c: token plus position embedding on a GPU, forward (a gather, nn.cu) and a backward
- * that repeats bit for bit and matches the CPU's order of additions: the positions are bucketed
- * by token on the host (a stable sort, so each token's positions stay in batch-major order), and
+/* embedding.c: token plus position embedding on a GPU over a range of the table's rows (a rank's
+ * under tensor parallelism; every row a token id can name for the whole table): forward (a
+ * gather, nn.cu; tokens outside the range look up 0) and a backward that repeats bit for bit and
+ * matches the CPU's order of additions: the positions of the range's tokens are bucketed by
+ * token on the host (a stable sort, so each token's positions stay in batch-major order), and
  * one block per (token, channel tile) adds its positions into the token's row one after another.
- * No atomics. The bucketing (lwc_buckets_by_row) also serves the mixture of experts' scatter-adds
- * (moe.c). Tokens are trusted to lie in [0, vocab) (the caller checks them), except that a
- * negative one is refused here, since the sort would misplace it. The range forms (tensor
- * parallelism's vocabulary-parallel embedding) look up and add only the tokens of a rank's rows:
- * the bucketing leaves the others out. */
+ * No atomics. The bucketing (lwc_buckets_by_row) also serves the mixture of experts'
+ * scatter-adds (moe.c), where a negative row is refused, since the sort would misplace it. */
 #include "cuda/cuda.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-lw_status lwc_embedding_forward(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
-                                const float *wpe, int64_t b, int64_t t, int64_t c) {
-    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_embed(lwc_cuda_stream(s), y, tokens, wte, wpe, b, t, c),
-                        "the embedding kernel");
-}
 
 /* perm[n] = 0 .. n - 1 ordered by tok[perm[i]], equal tokens in increasing position: stable
  * counting passes (LSD radix) over the low 16 bits, then the high 16 bits when some token has
@@ -112,23 +103,6 @@ static lw_status buckets_in(lw_stream *s, const int32_t *rows, int64_t n, int64_
 lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const char *what,
                              const char *item, lwc_buckets *out) {
     return buckets_in(s, rows, n, 0, INT64_MAX, true, what, item, out);
-}
-
-lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
-                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c) {
-    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    /* the tokens checked first: a refused call changes nothing */
-    lwc_buckets bk;
-    lw_status st = lwc_buckets_by_row(s, tokens, b * t, "embedding backward", "token", &bk);
-    if (st != LW_OK) return st;
-    cudaStream_t cs = lwc_cuda_stream(s);
-    if (dwpe != NULL) {
-        cudaError_t e = lwc_embed_dwpe(cs, dwpe, dy, b, t, c);
-        if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
-    }
-    return lwc_launched(s, lwc_embed_dwte(cs, dwte, dy, bk.perm, bk.start, bk.row, bk.segments, c),
-                        "the token embedding's gradient");
 }
 
 lw_status lwc_embedding_range_forward(lw_stream *s, float *y, const int32_t *tokens,

@@ -37,9 +37,9 @@ cudaError_t lwc_axpy(cudaStream_t stream, float *y, float alpha, const float *x,
 /* Muon's element-wise step in one pass: weight decay of w (mode 0 decoupled: w *= 1 - lr wd;
  * 1 independent: w *= 1 - wd; 2 L2: g += wd w), m = beta m + (1 - beta) g, u = Nesterov's
  * (1 - beta) g + beta m, or m. */
-cudaError_t lwc_muon_momentum(cudaStream_t stream, float *w, const float *g, float *m, float *u,
-                              int64_t n, float beta, bool nesterov, int32_t wd_mode, float lr,
-                              float wd, float grad_scale);
+cudaError_t lwc_muon_momentum_elements(cudaStream_t stream, float *w, const float *g, float *m,
+                                       float *u, int64_t n, float beta, bool nesterov,
+                                       int32_t wd_mode, float lr, float wd, float grad_scale);
 /* Newton-Schulz's start for `batch` matrices of n elements: partials[b * LWI_NS_PARTIALS ..]
  * get the sums of squares of matrix b's blocks, then x = u / max(||u||_F, eps) per matrix,
  * written as fp32 (x_bf16 NULL: into x_f32) or bf16 (into x_bf16), with no host round trip. */
@@ -58,8 +58,9 @@ cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, i
  * allows (LWC_ADAMW_PER_LAUNCH tensors each); c1, c2 = 1 / (1 - beta^t), computed by the caller
  * in double. */
 #define LWC_ADAMW_PER_LAUNCH 48
-cudaError_t lwc_adamw(cudaStream_t stream, const lwi_adamw_tensor *tensors, int32_t count,
-                      float beta1, float beta2, float eps, float c1, float c2, float grad_scale);
+cudaError_t lwc_adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *tensors,
+                              int32_t count, float beta1, float beta2, float eps, float c1,
+                              float c2, float grad_scale);
 
 /* nn.cu: the model's element-wise and row kernels (rounded as the CPU's; no atomics) */
 /* y[n, cols] = b in every row (a linear layer's bias, before its GEMM adds x w^T). */
@@ -74,11 +75,8 @@ cudaError_t lwc_colsum(cudaStream_t stream, float *out, const float *dy, int64_t
 cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, const float *x,
                             const float *mean, const float *rstd, int64_t n, int64_t c,
                             double *work);
-/* y[b, t, c] = wte[tokens] + wpe[t] (wpe may be NULL). */
-cudaError_t lwc_embed(cudaStream_t stream, float *y, const int32_t *tokens, const float *wte,
-                      const float *wpe, int64_t b, int64_t t, int64_t c);
-/* The same for this rank's rows [first, first + rows) of the token table: other tokens look up
- * 0 (plus wpe when given). */
+/* y[b, t, c] = wte[tokens - first] + wpe[t] for the rows [first, first + rows) of the token
+ * table (wpe may be NULL); other tokens look up 0 (plus wpe when given). */
 cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
                             const float *wte, const float *wpe, int64_t first, int64_t rows,
                             int64_t b, int64_t t, int64_t c);

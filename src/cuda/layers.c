@@ -52,16 +52,12 @@ int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh
     return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
 }
 
-/* What the kernels need of the shapes: nh divides c, a head dim they are compiled for, shared
- * memory the device can give a block, and grid and index sizes within int. */
+/* What these kernels need of the shapes (the dispatcher checked that there is work and that nh
+ * divides c): a head dim they are compiled for, shared memory the device can give a block, and
+ * grid and index sizes within int. */
 static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
                                  int64_t nh, bool backward) {
     const char *name = s->device->name;
-    if (c % nh != 0)
-        return lwc_host->fail(LW_ERR_INVALID,
-                              "%s: attention %s: c = %lld channels do not divide into nh = %lld "
-                              "heads",
-                              name, pass, (long long)c, (long long)nh);
     const int64_t hd = c / nh, limit = lwc_flash_head_dim_limit();
     if (hd > limit)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
@@ -91,7 +87,6 @@ static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int6
 lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
                                 const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
     (void)scratch; /* the forward needs none */
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
     lw_status st = check_attention(s, "forward", b, t, c, nh, false);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
@@ -102,7 +97,6 @@ lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scr
 lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int64_t b,
                                  int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LW_OK;
     lw_status st = check_attention(s, "backward", b, t, c, nh, true);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;

@@ -85,9 +85,10 @@ __global__ void scale_by_norm(const float *u, int64_t n, const float *partials, 
 
 } // namespace
 
-extern "C" cudaError_t lwc_muon_momentum(cudaStream_t stream, float *w, const float *g, float *m,
-                                         float *u, int64_t n, float beta, bool nesterov,
-                                         int32_t wd_mode, float lr, float wd, float grad_scale) {
+extern "C" cudaError_t lwc_muon_momentum_elements(cudaStream_t stream, float *w, const float *g,
+                                                  float *m, float *u, int64_t n, float beta,
+                                                  bool nesterov, int32_t wd_mode, float lr,
+                                                  float wd, float grad_scale) {
     if (n <= 0) return cudaSuccess;
     // the factor as the CPU computes it (decoupled: 1 - lr wd; independent: 1 - wd)
     float factor = 1.0f;

@@ -105,18 +105,8 @@ cudaError_t colsum(cudaStream_t stream, float *out, V value, int64_t n, int64_t 
 
 // ---- embedding ------------------------------------------------------------------------------
 
-__global__ void embed_kernel(float *y, const int32_t *tokens, const float *wte, const float *wpe,
-                             int64_t t, int64_t c, int64_t total) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = i / c, ch = i - row * c; // row = bi * t + ti
-        const float tok = wte[(int64_t)tokens[row] * c + ch];
-        y[i] = wpe != nullptr ? __fadd_rn(tok, wpe[(row % t) * c + ch]) : tok;
-    }
-}
-
-// The vocabulary-range form (tensor parallelism): tokens outside [first, first + rows) are
-// another rank's and look up 0; the position row is added where wpe is given.
+// The rows [first, first + rows) of the table (a rank's under tensor parallelism, or every row a
+// token id can name): tokens outside it look up 0; the position row is added where wpe is given.
 __global__ void embed_range_kernel(float *y, const int32_t *tokens, const float *wte,
                                    const float *wpe, int64_t first, int64_t rows, int64_t t,
                                    int64_t c, int64_t total) {
@@ -302,14 +292,6 @@ extern "C" cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const flo
                                        const float *x, const float *mean, const float *rstd,
                                        int64_t n, int64_t c, double *work) {
     return colsum(stream, dg, xhat_value{dy, x, mean, rstd}, n, c, work);
-}
-
-extern "C" cudaError_t lwc_embed(cudaStream_t stream, float *y, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int64_t b, int64_t t,
-                                 int64_t c) {
-    const int64_t total = b * t * c;
-    if (total > 0) embed_kernel<<<blocks_for(total), THREADS, 0, stream>>>(y, tokens, wte, wpe, t, c, total);
-    return cudaGetLastError();
 }
 
 extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,

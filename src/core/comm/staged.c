@@ -186,7 +186,7 @@ static lw_status copy_out(lw_comm *c, const lw_request *req, void *dst, const vo
     return lw_device_copy(order, dst, src, bytes, LW_COPY_DEVICE_TO_HOST);
 }
 
-/* ---- collectives ------------------------------------------------------------------------------ */
+/* ---- collectives --------------------------------------------------------------------------- */
 
 static lw_status staged_barrier(lw_comm *c, lw_request *req) {
     lw_status st = host_side(c, req);
@@ -325,7 +325,7 @@ static lw_status staged_alltoallv(lw_comm *c, const void *send, const int64_t *s
     return started(c, &g, st, recv, g.host + out, in);
 }
 
-/* ---- requests --------------------------------------------------------------------------------- */
+/* ---- requests ------------------------------------------------------------------------------ */
 
 /* The parent's collective failed: after a timeout MPI may still write into the staging buffer
  * if the stopped rank comes back, so the buffer is let go of, not freed (the job is ending), as
@@ -370,7 +370,7 @@ static void staged_release(lw_request *req) {
     h->host = NULL;
 }
 
-/* ---- the communicator -------------------------------------------------------------------------- */
+/* ---- the communicator ---------------------------------------------------------------------- */
 
 static void destroy(staged_comm *sc) {
     if (sc == NULL) return;

@@ -9,14 +9,17 @@
 #define LW_DEVICE_H
 
 #include "base/base.h"
+#include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 7 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+#define LWI_DEVICE_ABI 8 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
                             the mixture-of-experts kernels (router, aux loss, gather, combine);
                             6: tensor parallelism: the vocabulary-range embedding,
                             the partial cross-entropy, copy_2d and Muon's distributed
                             TP steps (ns_gram, ns_step);
                             7: lw_device_info.id, lw_comm.about and the entry memory_here
-                            (the staged communicator) */
+                            (the staged communicator);
+                            8: the kernels from kernel_list.h, after the other entries; the
+                            whole-vocabulary embedding folded into its range form */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -85,115 +88,23 @@ typedef struct lwi_device_ops {
     lw_status (*event_record)(lw_event *event, lw_stream *stream);
     lw_status (*event_synchronize)(lw_event *event);
     lw_status (*event_query)(lw_event *event, bool *done);
-    /* vectors */
-    lw_status (*vec_norm_stats)(lw_stream *s, const float *x, int64_t n, double *acc);
-    lw_status (*vec_all_finite)(lw_stream *s, const float *x, int64_t n, bool *finite);
-    lw_status (*vec_scale)(lw_stream *s, float *x, int64_t n, float alpha);
-    lw_status (*vec_add)(lw_stream *s, float *y, const float *a, const float *b, int64_t n);
-    lw_status (*vec_axpy)(lw_stream *s, float *y, float alpha, const float *x, int64_t n);
-    /* Muon and AdamW */
-    lw_status (*muon_momentum)(lw_stream *s, const lwi_muon_step *k, float *w, const float *g,
-                               float *m, float *u, int64_t n);
-    /* x[i] = NS(u[i]) for the batch of matrices u[i] = u + i * rows * cols (x may be u) */
-    lw_status (*newton_schulz)(lw_stream *s, const lwi_ns_plan *plan, const float *u, float *x,
-                               int64_t batch, int64_t rows, int64_t cols);
-    /* AdamW step t over `count` tensors (the list is host memory, read before the call returns) */
-    lw_status (*adamw)(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
-                       int32_t count, int64_t t, float grad_scale);
-    /* model kernels, as in lw.h */
-    lw_status (*linear_forward)(lw_stream *s, float *y, const float *x, const float *w,
-                                const float *b, int64_t n, int64_t in, int64_t out);
-    lw_status (*linear_backward)(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
-                                 const float *x, const float *w, int64_t n, int64_t in,
-                                 int64_t out);
-    lw_status (*embedding_forward)(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
-                                   const float *wpe, int64_t b, int64_t t, int64_t c);
-    lw_status (*embedding_backward)(lw_stream *s, float *dwte, float *dwpe, const float *dy,
-                                    const int32_t *tokens, int64_t b, int64_t t, int64_t c);
-    lw_status (*layernorm_forward)(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                   const float *g, const float *beta, int64_t n, int64_t c,
-                                   float eps);
-    lw_status (*layernorm_backward)(lw_stream *s, float *dx, float *dg, float *dbeta,
-                                    const float *dy, const float *x, const float *g,
-                                    const float *mean, const float *rstd, int64_t n, int64_t c);
-    lw_status (*gelu_forward)(lw_stream *s, float *y, const float *x, int64_t n);
-    lw_status (*gelu_backward)(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
-    int64_t (*attention_scratch_floats)(int64_t b, int64_t t, int64_t c, int64_t nh);
-    lw_status (*attention_forward)(lw_stream *s, float *out, float *lse, float *scratch,
-                                   const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
-    lw_status (*attention_backward)(lw_stream *s, float *dqkv, float *scratch, const float *dout,
-                                    const float *qkv, const float *out, const float *lse,
-                                    int64_t b, int64_t t, int64_t c, int64_t nh);
-    int64_t (*cross_entropy_scratch_floats)(int64_t n, int64_t v);
-    lw_status (*cross_entropy_forward)(lw_stream *s, float *losses, float *lse, float *scratch,
-                                       const float *h, const float *w, const int32_t *targets,
-                                       int64_t n, int64_t c, int64_t v, double *loss);
-    lw_status (*cross_entropy_backward)(lw_stream *s, float *dh, float *dw, float *scratch,
-                                        const float *h, const float *w, const int32_t *targets,
-                                        const float *lse, int64_t n, int64_t c, int64_t v,
-                                        float loss_scale);
     /* what the device is (lw_device_get_info) */
     lw_status (*info)(lw_device *device, lw_device_info *out);
     /* A communicator of parent's ranks that moves this device's memory (NCCL), bootstrapped
      * through parent's collectives (lw_comm_device_new); NULL: none. */
     lw_status (*comm_new)(lw_device *device, lw_comm *parent, lw_comm **out);
-    /* a mixture of experts' model kernels, as in lw.h (appended in ABI 5) */
-    lw_status (*moe_router_forward)(lw_stream *s, int32_t *experts, float *weights, float *probs,
-                                    const float *logits, int64_t n, int64_t e, int64_t k);
-    lw_status (*moe_router_backward)(lw_stream *s, float *dlogits, const float *dweights,
-                                     const float *dprobs, const float *probs,
-                                     const int32_t *experts, int64_t n, int64_t e, int64_t k);
-    lw_status (*moe_aux_loss_forward)(lw_stream *s, const float *probs, const int32_t *experts,
-                                      int64_t n, int64_t e, int64_t k, float coef, double *loss);
-    lw_status (*moe_aux_loss_backward)(lw_stream *s, float *dprobs, const int32_t *experts,
-                                       int64_t n, int64_t e, int64_t k, float coef, float scale);
-    lw_status (*gather_forward)(lw_stream *s, float *out, const float *x, const int32_t *rows,
-                                int64_t m, int64_t c);
-    lw_status (*gather_backward)(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
-                                 int64_t m, int64_t c);
-    lw_status (*combine_forward)(lw_stream *s, float *y, const float *src, const float *w,
-                                 const int32_t *rows, int64_t m, int64_t c);
-    lw_status (*combine_backward)(lw_stream *s, float *dsrc, float *dw, const float *dy,
-                                  const float *src, const float *w, const int32_t *rows,
-                                  int64_t m, int64_t c);
-    /* tensor parallelism's vocabulary-parallel kernels, as in lw.h (appended in ABI 6) */
-    lw_status (*embedding_range_forward)(lw_stream *s, float *y, const int32_t *tokens,
-                                         const float *wte, const float *wpe, int64_t first,
-                                         int64_t rows, int64_t b, int64_t t, int64_t c);
-    lw_status (*embedding_range_backward)(lw_stream *s, float *dwte, float *dwpe, const float *dy,
-                                          const int32_t *tokens, int64_t first, int64_t rows,
-                                          int64_t b, int64_t t, int64_t c);
-    lw_status (*cross_entropy_partial_forward)(lw_stream *s, float *stats, float *scratch,
-                                               const float *h, const float *w,
-                                               const int32_t *targets, int64_t n, int64_t c,
-                                               int64_t v, int64_t first, int64_t vocab);
-    lw_status (*cross_entropy_combine)(lw_stream *s, float *losses, float *lse, const float *stats,
-                                       int64_t parts, const int32_t *targets, int64_t n,
-                                       int64_t vocab, double *loss);
-    lw_status (*cross_entropy_partial_backward)(lw_stream *s, float *dh, float *dw, float *scratch,
-                                                const float *h, const float *w,
-                                                const int32_t *targets, const float *lse,
-                                                int64_t n, int64_t c, int64_t v, int64_t first,
-                                                int64_t vocab, float loss_scale);
-    /* rows x cols floats (device memory, on the stream) from src, rows src_ld floats apart, to
-     * dst, rows dst_ld floats apart (lds >= cols; the two must not overlap): Muon's TP shards
-     * and QKV blocks moved between a matrix and its pieces */
-    lw_status (*copy_2d)(lw_stream *s, float *dst, int64_t dst_ld, const float *src,
-                         int64_t src_ld, int64_t rows, int64_t cols);
-    /* Newton-Schulz in halves around an all-reduce of the Gram matrix (Muon's distributed TP
-     * mode, optim/muon_tp.c), fp32 whatever the plan's precision. X is p x q, stored row-major
-     * (ld q), or when `transposed` as the row-major q x p matrix X^T (ld p). ns_gram: a = X X^T,
-     * p x p, both triangles. ns_step: X = abc[0] X + (abc[1] A + abc[2] A A) X for a symmetric
-     * A (both triangles, which it may rewrite from one another), in place, with work of at
-     * least p * p + p * q floats. abc is host memory. */
-    lw_status (*ns_gram)(lw_stream *s, const float *x, float *a, int64_t p, int64_t q,
-                         bool transposed);
-    lw_status (*ns_step)(lw_stream *s, const float abc[3], float *a, float *x, int64_t p,
-                         int64_t q, bool transposed, float *work);
-    /* (appended in ABI 7) [out] *here: whether p is this device's memory (which a staged
-     * communicator copies through the host) rather than host memory; fails naming the other
-     * device when it is another device's. */
+    /* [out] *here: whether p is this device's memory (which a staged communicator copies
+     * through the host) rather than host memory; fails naming the other device when it is
+     * another device's. */
     lw_status (*memory_here)(lw_device *device, const void *p, bool *here);
+    /* the kernels' scratch sizes and the kernels (kernel_list.h, where each says what it takes;
+     * lw.h says what the public ones compute, and the core kernels are described there) */
+#define LWI_SIZE_MEMBER(name, params, args) int64_t(*name) params;
+    LWI_SCRATCH_SIZES(LWI_SIZE_MEMBER)
+#undef LWI_SIZE_MEMBER
+#define LWI_KERNEL_MEMBER(name, params, args, check) lw_status(*name) params;
+    LWI_KERNELS(LWI_KERNEL_MEMBER)
+#undef LWI_KERNEL_MEMBER
 } lwi_device_ops;
 
 struct lw_device {
@@ -242,10 +153,28 @@ typedef lw_status (*lwi_device_entry)(const lwi_device_host *host, int32_t index
                                       const lwi_device_ops **ops, void **impl);
 #define LWI_DEVICE_ENTRY "lwopt_device_open"
 
-/* kernels.c: lw_adamw_update over many tensors at once (the optimizer's AdamW step). */
-lw_status lwi_adamw_tensors(lw_stream *stream, const lw_adamw_options *o,
-                            const lwi_adamw_tensor *tensors, int32_t count, int64_t t,
-                            float grad_scale);
+/* kernels.c: the core kernels' dispatchers, lwi_run_<name>(stream, ...) (a NULL stream is the
+ * CPU's): the list's check, then the stream's device, which must have the kernel. The optimizer
+ * calls these; lw.h's kernels have public dispatchers of the same form. */
+#define LWI_RUN_DECLARATION(name, params, args, check) lw_status lwi_run_##name params;
+LWI_CORE_KERNELS(LWI_RUN_DECLARATION)
+#undef LWI_RUN_DECLARATION
+
+/* What a check in kernel_list.h returns when a call has no work: the dispatcher returns LW_OK
+ * without reaching the device (no lw_status has this value). */
+#define LWI_NOTHING_TO_DO ((lw_status)1000)
+/* LW_OK when there is work, LWI_NOTHING_TO_DO when not. */
+static inline lw_status lwi_work_if(bool work) { return work ? LW_OK : LWI_NOTHING_TO_DO; }
+/* kernels.c: the checks the list names, once for every device. Attention: nothing to do for an
+ * empty shape; the heads must divide the channels. */
+lw_status lwi_check_heads(const char *what, int64_t b, int64_t t, int64_t c, int64_t nh);
+/* A mixture of experts' routing sizes: n >= 0, e >= 1, 1 <= k <= e. */
+lw_status lwi_check_routing(const char *what, int64_t n, int64_t e, int64_t k);
+/* A vocabulary range of a tensor-parallel call: rows [first, first + rows) >= 0, and (the
+ * cross-entropy) a vocabulary of at least 1. */
+lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t vocab);
+/* The cross-entropy's combination: at least one part, a vocabulary of at least 1. */
+lw_status lwi_check_parts(const char *what, int64_t parts, int64_t vocab);
 
 /* The stream to run on: the CPU's default stream for NULL. */
 lw_stream *lwi_stream_or_cpu(lw_stream *stream);

@@ -189,8 +189,7 @@ static lw_status orthogonalize(lw_muon *m, lw_stream *s, const float *u, float *
     if (st != LW_OK) return st;
     const lwi_ns_plan plan = {m->abc, m->o.ns_steps, m->o.eps, m->o.symmetric, m->o.precision,
                               m->work};
-    if (s->device->ops->newton_schulz == NULL) return lwi_device_missing(s, "newton_schulz");
-    return s->device->ops->newton_schulz(s, &plan, u, x, batch, rows, cols);
+    return lwi_run_newton_schulz(s, &plan, u, x, batch, rows, cols);
 }
 
 lw_status lw_muon_orthogonalize(lw_muon *m, lw_stream *stream, const float *u, float *x,
@@ -255,8 +254,7 @@ lw_status lw_muon_momentum(lw_muon *m, lw_stream *stream, float *w, const float 
     lw_stream *s = lwi_stream_or_cpu(stream);
     const lwi_muon_step k = {m->o.momentum, m->o.nesterov, m->o.weight_decay_mode, lr, wd,
                              grad_scale};
-    if (s->device->ops->muon_momentum == NULL) return lwi_device_missing(s, "muon_momentum");
-    return s->device->ops->muon_momentum(s, &k, w, g, mom, u, n);
+    return lwi_run_muon_momentum(s, &k, w, g, mom, u, n);
 }
 
 lw_status lw_muon_apply(lw_muon *m, lw_stream *stream, float *w, const float *x, int64_t n,

@@ -87,12 +87,6 @@ static lw_status reserve(lwi_muon_tp *t, lw_stream *s, int64_t floats) {
     return LW_OK;
 }
 
-static lw_status copy_2d(lw_stream *s, float *dst, int64_t dst_ld, const float *src,
-                         int64_t src_ld, int64_t rows, int64_t cols) {
-    if (s->device->ops->copy_2d == NULL) return lwi_device_missing(s, "copy_2d");
-    return s->device->ops->copy_2d(s, dst, dst_ld, src, src_ld, rows, cols);
-}
-
 static lw_status copy(lw_stream *s, float *dst, const float *src, int64_t n) {
     return dst == src ? LW_OK
                       : lw_device_copy(s, dst, src, (int64_t)sizeof(float) * n,
@@ -142,9 +136,9 @@ static lw_status duplicated(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const char
         return copy(s, x, g + t->rank * n, n);
     }
     for (int64_t r = 0; st == LW_OK && r < T; r++)
-        st = copy_2d(s, f + r * cols, T * cols, g + r * n, cols, rows, cols);
+        st = lwi_run_copy_2d(s, f + r * cols, T * cols, g + r * n, cols, rows, cols);
     if (st == LW_OK) st = lw_muon_orthogonalize(m, s, f, f, rows, T * cols);
-    if (st == LW_OK) st = copy_2d(s, x, cols, f + t->rank * cols, T * cols, rows, cols);
+    if (st == LW_OK) st = lwi_run_copy_2d(s, x, cols, f + t->rank * cols, T * cols, rows, cols);
     return st;
 }
 
@@ -158,6 +152,7 @@ static lw_status distributed(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const cha
     const lw_muon_options *o = lwi_muon_options(m);
     const int64_t n = rows * cols;
     if (o->coeffs == LW_NS_IDENTITY) return copy(s, x, u, n);
+    /* before the collectives below: a device without these fails on every rank alike */
     if (s->device->ops->ns_gram == NULL) return lwi_device_missing(s, "ns_gram");
     if (s->device->ops->ns_step == NULL) return lwi_device_missing(s, "ns_step");
     const bool transposed = dim == 0;
@@ -175,9 +170,9 @@ static lw_status distributed(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const cha
     if ((st = copy(s, x, u, n)) == LW_OK) st = lw_vec_scale(s, x, n, inv);
     const float *abc = lwi_muon_abc(m);
     for (int32_t k = 0; st == LW_OK && k < o->ns_steps; k++) {
-        st = s->device->ops->ns_gram(s, x, a, p, q, transposed);
+        st = lwi_run_ns_gram(s, x, a, p, q, transposed);
         if (st == LW_OK) st = all_reduce(t, "Gram matrix", name, a, p * p, LW_DTYPE_F32, seconds);
-        if (st == LW_OK) st = s->device->ops->ns_step(s, abc + 3 * k, a, x, p, q, transposed, rest);
+        if (st == LW_OK) st = lwi_run_ns_step(s, abc + 3 * k, a, x, p, q, transposed, rest);
     }
     return st;
 }
@@ -215,11 +210,13 @@ static lw_status qkv_batch(lw_muon *m, lw_stream *s, const lwi_param *p, const f
     float *b;
     lw_status st = lwi_muon_batch_updates(m, s, 3, groups * r, cols, &b);
     for (int c = 0; c < 3 && st == LW_OK; c++)
-        st = copy_2d(s, b + c * n, r * cols, u + c * r * cols, per * cols, groups, r * cols);
+        st = lwi_run_copy_2d(s, b + c * n, r * cols, u + c * r * cols, per * cols, groups,
+                             r * cols);
     if (st == LW_OK) st = lwi_muon_orthogonalize_batch(m, s, b, 3, groups * r, cols);
     if (st == LW_OK) st = lw_vec_scale(s, b, 3 * n, (float)lwi_muon_scale(m, groups * r, cols));
     for (int c = 0; c < 3 && st == LW_OK; c++)
-        st = copy_2d(s, x + c * r * cols, per * cols, b + c * n, r * cols, groups, r * cols);
+        st = lwi_run_copy_2d(s, x + c * r * cols, per * cols, b + c * n, r * cols, groups,
+                             r * cols);
     return st;
 }
 
@@ -253,12 +250,12 @@ lw_status lwi_muon_tp_update(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi
     int64_t first = 0; /* the block's first row within a group */
     for (int c = 0; c < 3 && st == LW_OK; c++) {
         const int64_t r = p->qkv_rows[c];
-        st = copy_2d(s, part, r * cols, u + first * cols, per * cols, groups, r * cols);
+        st = lwi_run_copy_2d(s, part, r * cols, u + first * cols, per * cols, groups, r * cols);
         if (st == LW_OK)
             st = shard_step(t, m, s, p->name, part, part, groups * r, cols, dim, work,
                             seconds_comm);
-        if (st == LW_OK) st = copy_2d(s, x + first * cols, per * cols, part, r * cols, groups,
-                                      r * cols);
+        if (st == LW_OK)
+            st = lwi_run_copy_2d(s, x + first * cols, per * cols, part, r * cols, groups, r * cols);
         first += r;
     }
     return st;

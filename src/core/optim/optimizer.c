@@ -264,7 +264,7 @@ static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
         *x = (lwi_adamw_tensor){w, g, o->state, o->state + o->count, o->count, opt->lr[grp],
                                 opt->wd[grp]};
     }
-    return lwi_adamw_tensors(opt->stream, &opt->o.adamw, opt->adamw, count, opt->step, grad_scale);
+    return lwi_run_adamw(opt->stream, &opt->o.adamw, opt->adamw, count, opt->step, grad_scale);
 }
 
 static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {

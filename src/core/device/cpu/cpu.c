@@ -38,8 +38,8 @@ static lw_status cpu_copy(lw_stream *stream, void *dst, const void *src, int64_t
     return LW_OK;
 }
 
-static lw_status cpu_copy_2d(lw_stream *stream, float *dst, int64_t dst_ld, const float *src,
-                             int64_t src_ld, int64_t rows, int64_t cols) {
+lw_status lwi_cpu_copy_2d(lw_stream *stream, float *dst, int64_t dst_ld, const float *src,
+                          int64_t src_ld, int64_t rows, int64_t cols) {
     (void)stream;
     for (int64_t i = 0; i < rows; i++)
         memcpy(dst + i * dst_ld, src + i * src_ld, sizeof(float) * (size_t)cols);
@@ -107,43 +107,9 @@ const lwi_device_ops lwi_cpu_ops = {
     .event_record = cpu_event_record,
     .event_synchronize = cpu_event_synchronize,
     .event_query = cpu_event_query,
-    .vec_norm_stats = lwi_cpu_vec_norm_stats,
-    .vec_all_finite = lwi_cpu_vec_all_finite,
-    .vec_scale = lwi_cpu_vec_scale,
-    .vec_add = lwi_cpu_vec_add,
-    .vec_axpy = lwi_cpu_vec_axpy,
-    .muon_momentum = lwi_cpu_muon_momentum,
-    .newton_schulz = lwi_cpu_newton_schulz,
-    .adamw = lwi_cpu_adamw,
-    .linear_forward = lwi_cpu_linear_forward,
-    .linear_backward = lwi_cpu_linear_backward,
-    .embedding_forward = lwi_cpu_embedding_forward,
-    .embedding_backward = lwi_cpu_embedding_backward,
-    .layernorm_forward = lwi_cpu_layernorm_forward,
-    .layernorm_backward = lwi_cpu_layernorm_backward,
-    .gelu_forward = lwi_cpu_gelu_forward,
-    .gelu_backward = lwi_cpu_gelu_backward,
-    .attention_scratch_floats = lwi_cpu_attention_scratch_floats,
-    .attention_forward = lwi_cpu_attention_forward,
-    .attention_backward = lwi_cpu_attention_backward,
-    .cross_entropy_scratch_floats = lwi_cpu_cross_entropy_scratch_floats,
-    .cross_entropy_forward = lwi_cpu_cross_entropy_forward,
-    .cross_entropy_backward = lwi_cpu_cross_entropy_backward,
     .info = cpu_info,
-    .moe_router_forward = lwi_cpu_moe_router_forward,
-    .moe_router_backward = lwi_cpu_moe_router_backward,
-    .moe_aux_loss_forward = lwi_cpu_moe_aux_loss_forward,
-    .moe_aux_loss_backward = lwi_cpu_moe_aux_loss_backward,
-    .gather_forward = lwi_cpu_gather_forward,
-    .gather_backward = lwi_cpu_gather_backward,
-    .combine_forward = lwi_cpu_combine_forward,
-    .combine_backward = lwi_cpu_combine_backward,
-    .embedding_range_forward = lwi_cpu_embedding_range_forward,
-    .embedding_range_backward = lwi_cpu_embedding_range_backward,
-    .cross_entropy_partial_forward = lwi_cpu_cross_entropy_partial_forward,
-    .cross_entropy_combine = lwi_cpu_cross_entropy_combine,
-    .cross_entropy_partial_backward = lwi_cpu_cross_entropy_partial_backward,
-    .copy_2d = cpu_copy_2d,
-    .ns_gram = lwi_cpu_ns_gram,
-    .ns_step = lwi_cpu_ns_step,
+#define LWI_CPU_SIZE(name, params, args) .name = lwi_cpu_##name,
+    LWI_SCRATCH_SIZES(LWI_CPU_SIZE)
+#define LWI_CPU_KERNEL(name, params, args, check) .name = lwi_cpu_##name,
+    LWI_KERNELS(LWI_CPU_KERNEL)
 };

@@ -1,54 +1,14 @@
 /* embedding.c: token embedding plus optional learned position embedding, forward and
- * accumulating backward, and their vocabulary-range form for tensor parallelism (a rank's rows
- * of the table). Token ids are trusted to lie in [0, vocab): the kernel does not know vocab, so
- * callers validate ids once per batch, not per lookup. */
+ * accumulating backward, over a range of the table's rows: a rank's rows under tensor
+ * parallelism, or every row a token id can name (lw_embedding_forward and _backward, whose
+ * dispatchers pass first 0 and 2^31 rows). Token ids are trusted to lie in the vocabulary: the
+ * kernel does not know it, so callers validate ids once per batch, not per lookup. */
 #include "device/cpu/cpu.h"
 
 #include <string.h>
 
-lw_status lwi_cpu_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens,
-                                    const float *wte, const float *wpe, int64_t b, int64_t t,
-                                    int64_t c) {
-    (void)stream;
-    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t ti = 0; ti < t; ti++) {
-            float *out = y + (bi * t + ti) * c;
-            const float *tok = wte + (int64_t)tokens[bi * t + ti] * c;
-            if (wpe == NULL) {
-                memcpy(out, tok, sizeof(float) * (size_t)c);
-            } else {
-                const float *pos = wpe + ti * c;
-                for (int64_t i = 0; i < c; i++)
-                    out[i] = tok[i] + pos[i];
-            }
-        }
-    return LW_OK;
-}
-
-lw_status lwi_cpu_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
-                                     const int32_t *tokens, int64_t b, int64_t t, int64_t c) {
-    (void)stream;
-    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
-    /* A token repeated in the batch adds into the same dwte row several times; the loop order
-     * (batch-major, then time) is fixed, so the result is deterministic. */
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t ti = 0; ti < t; ti++) {
-            const float *g = dy + (bi * t + ti) * c;
-            float *tok = dwte + (int64_t)tokens[bi * t + ti] * c;
-            for (int64_t i = 0; i < c; i++)
-                tok[i] += g[i];
-            if (dwpe != NULL) {
-                float *pos = dwpe + ti * c;
-                for (int64_t i = 0; i < c; i++)
-                    pos[i] += g[i];
-            }
-        }
-    return LW_OK;
-}
-
-/* Tensor parallelism's vocabulary-parallel embedding: this rank's rows [first, first + rows) of
- * the token table; other tokens look up nothing here (0) and add no gradient. */
+/* The rows [first, first + rows) of the token table; other tokens look up nothing here (0) and
+ * add no gradient. */
 static inline bool in_range(int32_t tok, int64_t first, int64_t rows) {
     return (int64_t)tok >= first && (int64_t)tok - first < rows;
 }
@@ -64,12 +24,14 @@ lw_status lwi_cpu_embedding_range_forward(lw_stream *stream, float *y, const int
             const int32_t k = tokens[bi * t + ti];
             const float *tok = in_range(k, first, rows) ? wte + ((int64_t)k - first) * c : NULL;
             const float *pos = wpe != NULL ? wpe + ti * c : NULL;
-            /* the rank holding the token adds the same two floats as lw_embedding_forward */
-            for (int64_t i = 0; i < c; i++)
-                out[i] = tok != NULL && pos != NULL ? tok[i] + pos[i]
-                         : tok != NULL              ? tok[i]
-                         : pos != NULL              ? pos[i]
-                                                    : 0.0f;
+            /* the rank holding the token adds the same two floats as one rank holding them all */
+            if (tok != NULL && pos != NULL)
+                for (int64_t i = 0; i < c; i++)
+                    out[i] = tok[i] + pos[i];
+            else if (tok != NULL || pos != NULL)
+                memcpy(out, tok != NULL ? tok : pos, sizeof(float) * (size_t)c);
+            else
+                memset(out, 0, sizeof(float) * (size_t)c);
         }
     return LW_OK;
 }
@@ -79,8 +41,9 @@ lw_status lwi_cpu_embedding_range_backward(lw_stream *stream, float *dwte, float
                                            int64_t rows, int64_t b, int64_t t, int64_t c) {
     (void)stream;
     if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
-    /* lw_embedding_backward's order (batch-major, then time), so that each row of dwte is that
-     * kernel's row bit for bit */
+    /* A token repeated in the batch adds into the same dwte row several times; the loop order
+     * (batch-major, then time) is fixed, so the result is deterministic, and a rank's rows are
+     * those of one rank holding them all, bit for bit. */
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t ti = 0; ti < t; ti++) {
             const float *g = dy + (bi * t + ti) * c;

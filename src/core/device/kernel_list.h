@@ -1,0 +1,183 @@
+/* kernel_list.h: every kernel of the device table, once, in ABI order. From these lists come the
+ * table's members (device.h), the dispatchers with their checks (kernels.c), the CPU's and the
+ * CUDA library's declarations (cpu/cpu.h, src/cuda/cuda.h) and their tables, and the test
+ * harness's list of what to check (tests/test_kernels.c). Adding a kernel is a line here, its
+ * CPU file and its CUDA file; a device that lacks one fails by name when it is called.
+ *
+ * X-macros rather than a generated header: the lists are C the compiler reads as it is (no
+ * generator in the build, nothing to keep in sync with a template), and a missing piece (a CPU
+ * function, a harness case) is a compile error naming it, as ggml keeps its op list.
+ *
+ * Each entry is X(name, params, args, check):
+ *   name    the table's member; lwi_cpu_<name> on the CPU, lwc_<name> in the CUDA library;
+ *   params  its parameters, the stream first (always `s`);
+ *   args    the same names, as a call passes them;
+ *   check   what the dispatcher checks before any device runs it: an lw_status expression over
+ *           the parameters (LW_OK: nothing to check), or LWI_NOTHING_TO_DO when there is no work
+ *           (the call then returns LW_OK on every device without reaching it). Checks that hang
+ *           on a device's limits (a GPU's shared memory) stay in that device's code. */
+#ifndef LW_DEVICE_KERNEL_LIST_H
+#define LW_DEVICE_KERNEL_LIST_H
+
+/* The kernels with a public dispatcher of the same name and parameters: lw_<name> in lw.h. */
+#define LWI_PUBLIC_KERNELS(X)                                                                      \
+    X(vec_norm_stats, (lw_stream * s, const float *x, int64_t n, double *acc), (s, x, n, acc),     \
+      LW_OK)                                                                                       \
+    X(vec_all_finite, (lw_stream * s, const float *x, int64_t n, bool *finite),                    \
+      (s, x, n, finite), LW_OK)                                                                    \
+    X(vec_scale, (lw_stream * s, float *x, int64_t n, float alpha), (s, x, n, alpha), LW_OK)       \
+    X(vec_add, (lw_stream * s, float *y, const float *a, const float *b, int64_t n),               \
+      (s, y, a, b, n), LW_OK)                                                                      \
+    X(vec_axpy, (lw_stream * s, float *y, float alpha, const float *x, int64_t n),                 \
+      (s, y, alpha, x, n), LW_OK)                                                                  \
+    X(linear_forward,                                                                              \
+      (lw_stream * s, float *y, const float *x, const float *w, const float *b, int64_t n,         \
+       int64_t in, int64_t out),                                                                   \
+      (s, y, x, w, b, n, in, out), LW_OK)                                                          \
+    X(linear_backward,                                                                             \
+      (lw_stream * s, float *dx, float *dw, float *db, const float *dy, const float *x,            \
+       const float *w, int64_t n, int64_t in, int64_t out),                                        \
+      (s, dx, dw, db, dy, x, w, n, in, out), LW_OK)                                                \
+    X(layernorm_forward,                                                                           \
+      (lw_stream * s, float *y, float *mean, float *rstd, const float *x, const float *g,          \
+       const float *beta, int64_t n, int64_t c, float eps),                                        \
+      (s, y, mean, rstd, x, g, beta, n, c, eps), LW_OK)                                            \
+    X(layernorm_backward,                                                                          \
+      (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dy, const float *x,         \
+       const float *g, const float *mean, const float *rstd, int64_t n, int64_t c),                \
+      (s, dx, dg, dbeta, dy, x, g, mean, rstd, n, c), LW_OK)                                       \
+    X(gelu_forward, (lw_stream * s, float *y, const float *x, int64_t n), (s, y, x, n), LW_OK)     \
+    X(gelu_backward, (lw_stream * s, float *dx, const float *dy, const float *x, int64_t n),       \
+      (s, dx, dy, x, n), LW_OK)                                                                    \
+    X(attention_forward,                                                                           \
+      (lw_stream * s, float *out, float *lse, float *scratch, const float *qkv, int64_t b,         \
+       int64_t t, int64_t c, int64_t nh),                                                          \
+      (s, out, lse, scratch, qkv, b, t, c, nh), lwi_check_heads("attention forward", b, t, c, nh)) \
+    X(attention_backward,                                                                          \
+      (lw_stream * s, float *dqkv, float *scratch, const float *dout, const float *qkv,            \
+       const float *out, const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh),           \
+      (s, dqkv, scratch, dout, qkv, out, lse, b, t, c, nh),                                        \
+      lwi_check_heads("attention backward", b, t, c, nh))                                          \
+    X(cross_entropy_forward,                                                                       \
+      (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const float *w,   \
+       const int32_t *targets, int64_t n, int64_t c, int64_t v, double *loss),                     \
+      (s, losses, lse, scratch, h, w, targets, n, c, v, loss), LW_OK)                              \
+    X(cross_entropy_backward,                                                                      \
+      (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const float *w,        \
+       const int32_t *targets, const float *lse, int64_t n, int64_t c, int64_t v,                  \
+       float loss_scale),                                                                          \
+      (s, dh, dw, scratch, h, w, targets, lse, n, c, v, loss_scale), LW_OK)                        \
+    X(moe_router_forward,                                                                          \
+      (lw_stream * s, int32_t *experts, float *weights, float *probs, const float *logits,         \
+       int64_t n, int64_t e, int64_t k),                                                           \
+      (s, experts, weights, probs, logits, n, e, k),                                               \
+      lwi_check_routing("moe_router_forward", n, e, k))                                            \
+    X(moe_router_backward,                                                                         \
+      (lw_stream * s, float *dlogits, const float *dweights, const float *dprobs,                  \
+       const float *probs, const int32_t *experts, int64_t n, int64_t e, int64_t k),               \
+      (s, dlogits, dweights, dprobs, probs, experts, n, e, k),                                     \
+      lwi_check_routing("moe_router_backward", n, e, k))                                           \
+    X(moe_aux_loss_forward,                                                                        \
+      (lw_stream * s, const float *probs, const int32_t *experts, int64_t n, int64_t e, int64_t k, \
+       float coef, double *loss),                                                                  \
+      (s, probs, experts, n, e, k, coef, loss),                                                    \
+      lwi_check_routing("moe_aux_loss_forward", n, e, k))                                          \
+    X(moe_aux_loss_backward,                                                                       \
+      (lw_stream * s, float *dprobs, const int32_t *experts, int64_t n, int64_t e, int64_t k,      \
+       float coef, float scale),                                                                   \
+      (s, dprobs, experts, n, e, k, coef, scale),                                                  \
+      lwi_check_routing("moe_aux_loss_backward", n, e, k))                                         \
+    X(gather_forward,                                                                              \
+      (lw_stream * s, float *out, const float *x, const int32_t *rows, int64_t m, int64_t c),      \
+      (s, out, x, rows, m, c), lwi_work_if(m > 0 && c > 0))                                        \
+    X(gather_backward,                                                                             \
+      (lw_stream * s, float *dx, const float *dout, const int32_t *rows, int64_t m, int64_t c),    \
+      (s, dx, dout, rows, m, c), lwi_work_if(m > 0 && c > 0))                                      \
+    X(combine_forward,                                                                             \
+      (lw_stream * s, float *y, const float *src, const float *w, const int32_t *rows, int64_t m,  \
+       int64_t c),                                                                                 \
+      (s, y, src, w, rows, m, c), lwi_work_if(m > 0 && c > 0))                                     \
+    X(combine_backward,                                                                            \
+      (lw_stream * s, float *dsrc, float *dw, const float *dy, const float *src, const float *w,   \
+       const int32_t *rows, int64_t m, int64_t c),                                                 \
+      (s, dsrc, dw, dy, src, w, rows, m, c), lwi_work_if(m > 0 && c > 0))                          \
+    X(embedding_range_forward,                                                                     \
+      (lw_stream * s, float *y, const int32_t *tokens, const float *wte, const float *wpe,         \
+       int64_t first, int64_t rows, int64_t b, int64_t t, int64_t c),                              \
+      (s, y, tokens, wte, wpe, first, rows, b, t, c),                                              \
+      lwi_check_range("embedding range forward", first, rows, 1))                                  \
+    X(embedding_range_backward,                                                                    \
+      (lw_stream * s, float *dwte, float *dwpe, const float *dy, const int32_t *tokens,            \
+       int64_t first, int64_t rows, int64_t b, int64_t t, int64_t c),                              \
+      (s, dwte, dwpe, dy, tokens, first, rows, b, t, c),                                           \
+      lwi_check_range("embedding range backward", first, rows, 1))                                 \
+    X(cross_entropy_partial_forward,                                                               \
+      (lw_stream * s, float *stats, float *scratch, const float *h, const float *w,                \
+       const int32_t *targets, int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab),     \
+      (s, stats, scratch, h, w, targets, n, c, v, first, vocab),                                   \
+      lwi_check_range("cross-entropy partial forward", first, v, vocab))                           \
+    X(cross_entropy_combine,                                                                       \
+      (lw_stream * s, float *losses, float *lse, const float *stats, int64_t parts,                \
+       const int32_t *targets, int64_t n, int64_t vocab, double *loss),                            \
+      (s, losses, lse, stats, parts, targets, n, vocab, loss),                                     \
+      lwi_check_parts("cross-entropy combine", parts, vocab))                                      \
+    X(cross_entropy_partial_backward,                                                              \
+      (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const float *w,        \
+       const int32_t *targets, const float *lse, int64_t n, int64_t c, int64_t v, int64_t first,   \
+       int64_t vocab, float loss_scale),                                                           \
+      (s, dh, dw, scratch, h, w, targets, lse, n, c, v, first, vocab, loss_scale),                 \
+      lwi_check_range("cross-entropy partial backward", first, v, vocab))
+
+/* The kernels the core calls with its own structures (the optimizers): dispatched by
+ * lwi_run_<name> (device.h), with no public function of their own.
+ *   muon_momentum  Muon's element-wise step on n elements (lwi_muon_step: weight decay, momentum
+ *                  m from grad_scale * g, the update to orthogonalise in u).
+ *   newton_schulz  x[i] = NS(u[i]) for the batch of matrices u[i] = u + i * rows * cols (x may
+ *                  be u), as the plan says (lwi_ns_plan).
+ *   adamw          AdamW step t over `count` tensors (the list is host memory, read before the
+ *                  call returns).
+ *   copy_2d        rows x cols floats (device memory, on the stream) from src, rows src_ld floats
+ *                  apart, to dst, rows dst_ld floats apart (lds >= cols; the two must not
+ *                  overlap): Muon's TP shards and QKV blocks moved between a matrix and its
+ *                  pieces.
+ *   ns_gram,       Newton-Schulz in halves around an all-reduce of the Gram matrix (Muon's
+ *   ns_step        distributed TP mode, optim/muon_tp.c), fp32 whatever the plan's precision. X
+ *                  is p x q, stored row-major (ld q), or when `transposed` as the row-major q x p
+ *                  matrix X^T (ld p). ns_gram: a = X X^T, p x p, both triangles. ns_step: X =
+ *                  abc[0] X + (abc[1] A + abc[2] A A) X for a symmetric A (both triangles, which
+ *                  it may rewrite from one another), in place, with work of at least p * p + p *
+ *                  q floats. abc is host memory. */
+#define LWI_CORE_KERNELS(X)                                                                        \
+    X(muon_momentum,                                                                               \
+      (lw_stream * s, const lwi_muon_step *k, float *w, const float *g, float *m, float *u,        \
+       int64_t n),                                                                                 \
+      (s, k, w, g, m, u, n), LW_OK)                                                                \
+    X(newton_schulz,                                                                               \
+      (lw_stream * s, const lwi_ns_plan *plan, const float *u, float *x, int64_t batch,            \
+       int64_t rows, int64_t cols),                                                                \
+      (s, plan, u, x, batch, rows, cols), LW_OK)                                                   \
+    X(adamw,                                                                                       \
+      (lw_stream * s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors, int32_t count,   \
+       int64_t t, float grad_scale),                                                               \
+      (s, o, tensors, count, t, grad_scale), lwi_work_if(count > 0))                               \
+    X(copy_2d,                                                                                     \
+      (lw_stream * s, float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows,  \
+       int64_t cols),                                                                              \
+      (s, dst, dst_ld, src, src_ld, rows, cols), LW_OK)                                            \
+    X(ns_gram, (lw_stream * s, const float *x, float *a, int64_t p, int64_t q, bool transposed),   \
+      (s, x, a, p, q, transposed), LW_OK)                                                          \
+    X(ns_step,                                                                                     \
+      (lw_stream * s, const float abc[3], float *a, float *x, int64_t p, int64_t q,                \
+       bool transposed, float *work),                                                              \
+      (s, abc, a, x, p, q, transposed, work), LW_OK)
+
+/* Every kernel: the table's members, the backends' declarations and tables. */
+#define LWI_KERNELS(X) LWI_PUBLIC_KERNELS(X) LWI_CORE_KERNELS(X)
+
+/* The scratch sizes of the kernels that take a scratch (floats, from the shapes alone; no
+ * stream): S(name, params, args); lw_<name> in lw.h asks the stream's device. */
+#define LWI_SCRATCH_SIZES(S)                                                                       \
+    S(attention_scratch_floats, (int64_t b, int64_t t, int64_t c, int64_t nh), (b, t, c, nh))      \
+    S(cross_entropy_scratch_floats, (int64_t n, int64_t v), (n, v))
+
+#endif
