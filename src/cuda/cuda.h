@@ -115,6 +115,7 @@ lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const
 
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new; built only where
  * NCCL was found, LWOPT_NCCL). */
-lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out);
+lw_status lwc_comm_new(lw_device *device, lw_comm *parent, const lwi_comm_calls *calls,
+                       lw_comm **out);
 
 #endif

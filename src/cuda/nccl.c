@@ -13,6 +13,7 @@
 
 typedef struct nccl_comm {
     ncclComm_t nccl; /* NULL once aborted */
+    const lwi_comm_calls *calls; /* [borrowed] the core's calls on its communicators */
     lw_comm *parent; /* [borrowed]; [owned] when owns_parent (a split's) */
     bool owns_parent;
     lw_device *device;   /* [borrowed] */
@@ -220,7 +221,7 @@ static lw_status host_side(lw_comm *c, lw_request *req) {
 
 static lw_status nccl_barrier(lw_comm *c, lw_request *req) {
     lw_status st = host_side(c, req);
-    return st == LW_OK ? lwc_host->comm_barrier(nc_of(c)->parent) : st;
+    return st == LW_OK ? nc_of(c)->calls->barrier(nc_of(c)->parent) : st;
 }
 
 static lw_status nccl_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root,
@@ -231,7 +232,7 @@ static lw_status nccl_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t r
     if (st != LW_OK) return st;
     if (host) {
         st = host_side(c, req);
-        return st == LW_OK ? lwc_host->comm_broadcast(nc->parent, data, bytes, root) : st;
+        return st == LW_OK ? nc->calls->broadcast(nc->parent, data, bytes, root) : st;
     }
     if ((st = begin(c, req)) != LW_OK) return st;
     NCCL_TRY(nc, ncclBroadcast(data, data, (size_t)bytes, ncclUint8, root, nc->nccl, nc->stream),
@@ -247,7 +248,7 @@ static lw_status nccl_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtyp
     if (st != LW_OK) return st;
     if (host) { /* the gradient norm's statistics, checks, checkpoints */
         st = host_side(c, req);
-        return st == LW_OK ? lwc_host->comm_allreduce(nc->parent, data, n, dtype, op) : st;
+        return st == LW_OK ? nc->calls->allreduce(nc->parent, data, n, dtype, op) : st;
     }
     if ((st = begin(c, req)) != LW_OK) return st;
     NCCL_TRY(
@@ -432,7 +433,7 @@ static void destroy(nccl_comm *nc, bool stuck) {
     }
     if (nc->ready != NULL) cudaEventDestroy(nc->ready);
     if (nc->stream != NULL) cudaStreamDestroy(nc->stream);
-    if (nc->owns_parent) lwc_host->comm_free(nc->parent);
+    if (nc->owns_parent) nc->calls->free(nc->parent);
     free(nc);
 }
 
@@ -462,7 +463,7 @@ static lw_status wrap(nccl_comm *nc, lw_comm **out) {
                             "comm: nccl on %s: NCCL made rank %d of %d but its parent is rank %d "
                             "of %d",
                             nc->device->name, rank, size, nc->parent->rank, nc->parent->size);
-    if (st == LW_OK) st = lwc_host->comm_make(&nccl_backend, rank, size, nc, out);
+    if (st == LW_OK) st = nc->calls->make(&nccl_backend, rank, size, nc, out);
     if (st != LW_OK) destroy(nc, false);
     return st;
 }
@@ -472,7 +473,7 @@ static lw_status wrap(nccl_comm *nc, lw_comm **out) {
  * failed, so that no rank goes on into a step that would wait for it forever. */
 static lw_status agree(const nccl_comm *nc, lw_status mine, const char *step) {
     int64_t failed = mine == LW_OK ? 0 : (int64_t)nc->parent->rank + 1;
-    lw_status st = lwc_host->comm_allreduce(nc->parent, &failed, 1, LW_DTYPE_I64, LW_REDUCE_MAX);
+    lw_status st = nc->calls->allreduce(nc->parent, &failed, 1, LW_DTYPE_I64, LW_REDUCE_MAX);
     if (st != LW_OK) return st;
     if (mine != LW_OK) return mine;
     if (failed == 0) return LW_OK;
@@ -482,10 +483,12 @@ static lw_status agree(const nccl_comm *nc, lw_status mine, const char *step) {
                           nc->device->name, (long long)failed - 1, step, nc->parent->rank);
 }
 
-lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out) {
+lw_status lwc_comm_new(lw_device *device, lw_comm *parent, const lwi_comm_calls *calls,
+                       lw_comm **out) {
     nccl_comm *nc = calloc(1, sizeof *nc);
     if (nc == NULL) return lwc_host->fail(LW_ERR_NOMEM, "comm: out of memory");
     nc->device = device;
+    nc->calls = calls;
     nc->parent = parent;
     /* rank 0 makes NCCL's id and broadcasts it through the parent; every rank sets its GPU up
      * first and learns whether all could, since ncclCommInitRank would wait forever for a rank
@@ -499,7 +502,7 @@ lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out) {
         if (r != ncclSuccess) mine = nccl_fail(device, r, "ncclGetUniqueId");
     }
     lw_status st = agree(nc, mine, "set up its GPU for NCCL");
-    if (st == LW_OK) st = lwc_host->comm_broadcast(parent, &id, sizeof id, 0);
+    if (st == LW_OK) st = calls->broadcast(parent, &id, sizeof id, 0);
     if (st == LW_OK && (st = lwc_use(device)) == LW_OK) {
         ncclResult_t r = ncclCommInitRank(&nc->nccl, parent->size, id, parent->rank);
         if (r != ncclSuccess) {
@@ -520,14 +523,15 @@ lw_status lwc_comm_new(lw_device *device, lw_comm *parent, lw_comm **out) {
 static lw_status nccl_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
     nccl_comm *nc = nc_of(c);
     lw_comm *parent = NULL;
-    lw_status st = lwc_host->comm_split(nc->parent, color, key, &parent);
+    lw_status st = nc->calls->split(nc->parent, color, key, &parent);
     if (st != LW_OK) return st;
     nccl_comm *sub = calloc(1, sizeof *sub);
     if (sub == NULL) {
-        lwc_host->comm_free(parent);
+        nc->calls->free(parent);
         return lwc_host->fail(LW_ERR_NOMEM, "comm: out of memory");
     }
     sub->device = nc->device;
+    sub->calls = nc->calls;
     sub->parent = parent;
     sub->owns_parent = true;
     if ((st = lwc_use(nc->device)) == LW_OK) {
@@ -553,7 +557,7 @@ static void nccl_abort(lw_comm *c, int32_t code) {
         ncclCommAbort(nc->nccl);
         nc->nccl = NULL;
     }
-    lwc_host->comm_abort(nc->parent, code);
+    nc->calls->abort(nc->parent, code);
 }
 
 static void nccl_free(lw_comm *c) { destroy(nc_of(c), c->broken); }

@@ -152,6 +152,23 @@ lw_status lwi_comm_check_broken(const lw_comm *c);
 lw_status lwi_comm_self_world(lw_comm **out);
 lw_status lwi_comm_mpi_world(lw_comm **out);
 
+/* The calls a device library's communicator (NCCL's, src/cuda/nccl.c) makes on the core's
+ * communicators, lent with the device table's comm_new (device.c). */
+typedef struct lwi_comm_calls {
+    /* lwi_comm_make: a communicator object around the library's backend */
+    lw_status (*make)(const lwi_comm_backend *backend, int32_t rank, int32_t size, void *impl,
+                      lw_comm **out);
+    /* lw.h's collectives, for the parent: its bootstrap and every collective on host memory go
+     * through them, under the parent's checks, counters and watchdog */
+    lw_status (*broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root);
+    lw_status (*allreduce)(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
+                           lw_reduce_op op);
+    lw_status (*barrier)(lw_comm *comm);
+    lw_status (*split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
+    lw_status (*abort)(lw_comm *comm, int32_t code);
+    void (*free)(lw_comm *comm);
+} lwi_comm_calls;
+
 /* staged.c: a device communicator that copies the device's memory through host memory and moves
  * it with parent's collectives (lw_comm_device_new_kind, LW_DEVICE_COMM_STAGED). */
 lw_status lwi_comm_staged_new(lw_comm *parent, lw_device *device, lw_comm **out);

@@ -142,8 +142,11 @@ lw_status lw_comm_device_new_kind(lw_comm *parent, lw_device *device, lw_device_
                 sizeof about);
     if (env != LW_OK) return env;
     if (st != LW_OK) return st;
+    static const lwi_comm_calls calls = {lwi_comm_make,  lw_comm_broadcast, lw_comm_allreduce,
+                                         lw_comm_barrier, lw_comm_split,     lw_comm_abort,
+                                         lw_comm_free};
     st = kind == LW_DEVICE_COMM_STAGED ? lwi_comm_staged_new(parent, device, out)
-                                       : device->ops->comm_new(device, parent, out);
+                                       : device->ops->comm_new(device, parent, &calls, out);
     if (st != LW_OK) {
         *out = NULL;
         return st;

@@ -69,6 +69,8 @@ typedef struct lwi_adamw_tensor {
 
 /* Every entry returns LW_OK or fails through lwi_fail (the CUDA library through the host's
  * fail function, lwi_device_host). Streams and events carry the backend's handle in impl. */
+struct lwi_comm_calls; /* comm/comm.h */
+
 typedef struct lwi_device_ops {
     const char *kind; /* "cpu", "cuda" */
     bool host_memory; /* lw_device_is_host */
@@ -91,8 +93,11 @@ typedef struct lwi_device_ops {
     /* what the device is (lw_device_get_info) */
     lw_status (*info)(lw_device *device, lw_device_info *out);
     /* A communicator of parent's ranks that moves this device's memory (NCCL), bootstrapped
-     * through parent's collectives (lw_comm_device_new); NULL: none. */
-    lw_status (*comm_new)(lw_device *device, lw_comm *parent, lw_comm **out);
+     * through parent's collectives, which it reaches through `calls` (comm/comm.h: the
+     * communicator lends them, so that the device layer never includes the communicator's);
+     * NULL: none. */
+    lw_status (*comm_new)(lw_device *device, lw_comm *parent, const struct lwi_comm_calls *calls,
+                          lw_comm **out);
     /* [out] *here: whether p is this device's memory (which a staged communicator copies
      * through the host) rather than host memory; fails naming the other device when it is
      * another device's. */
@@ -126,25 +131,12 @@ struct lw_event {
     void *impl;
 };
 
-/* What the core lends a device library: its error reporting and the communicator calls its
- * communicator needs (a device library is dlopened by liblwopt.so and links neither the core's
- * internal symbols nor the core itself). */
-struct lwi_comm_backend;
+/* What the core lends a device library when it opens it: its error reporting (a device library
+ * is dlopened by liblwopt.so and links neither the core's internal symbols nor the core itself;
+ * the communicator lends its calls with comm_new). */
 typedef struct lwi_device_host {
     int32_t abi; /* LWI_DEVICE_ABI */
     lw_status (*fail)(lw_status status, const char *fmt, ...);
-    /* lwi_comm_make (comm/comm.h): a communicator object around a device library's backend */
-    lw_status (*comm_make)(const struct lwi_comm_backend *backend, int32_t rank, int32_t size,
-                           void *impl, lw_comm **out);
-    /* lw.h's collectives, for a device communicator's parent: its bootstrap and every collective
-     * on host memory go through them, under the parent's checks, counters and watchdog */
-    lw_status (*comm_broadcast)(lw_comm *comm, void *data, int64_t bytes, int32_t root);
-    lw_status (*comm_allreduce)(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
-                                lw_reduce_op op);
-    lw_status (*comm_barrier)(lw_comm *comm);
-    lw_status (*comm_split)(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
-    lw_status (*comm_abort)(lw_comm *comm, int32_t code);
-    void (*comm_free)(lw_comm *comm);
 } lwi_device_host;
 
 /* The entry a device library exports (named LWI_DEVICE_ENTRY): fills *ops for the device

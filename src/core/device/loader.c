@@ -3,7 +3,6 @@
  * $LWOPT_CUDA_LIB, then liblwopt_cuda.so beside liblwopt.so, then the loader's search path; the
  * error of a failed load names each place tried and what was wrong. */
 #define _GNU_SOURCE /* dladdr */
-#include "comm/comm.h"
 #include "device/device.h"
 
 #include <dlfcn.h>
@@ -70,17 +69,7 @@ lw_status lwi_cuda_open(int32_t index, const lwi_device_ops **ops, void **impl) 
                         "built from src/cuda/ on a machine with the CUDA toolkit, or set "
                         "LWOPT_CUDA_LIB to its path",
                         LIBRARY, why);
-    static const lwi_device_host host = {
-        .abi = LWI_DEVICE_ABI,
-        .fail = lwi_fail,
-        .comm_make = lwi_comm_make,
-        .comm_broadcast = lw_comm_broadcast,
-        .comm_allreduce = lw_comm_allreduce,
-        .comm_barrier = lw_comm_barrier,
-        .comm_split = lw_comm_split,
-        .comm_abort = lw_comm_abort,
-        .comm_free = lw_comm_free,
-    };
+    static const lwi_device_host host = {.abi = LWI_DEVICE_ABI, .fail = lwi_fail};
     lw_status st = entry(&host, index, ops, impl);
     if (st == LW_OK && (*ops == NULL || (*ops)->alloc == NULL))
         return lwi_fail(LW_ERR_UNSUPPORTED, "device: %s gave no device table", LIBRARY);
