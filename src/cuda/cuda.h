@@ -1,9 +1,10 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
- * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; linear.c, embedding.c,
- * layers.c, cross_entropy.c, moe.c: the model kernels' entries, with linear.c's GEMM helper;
- * muon_tp.c: Muon's tensor-parallel entries; nccl.c: the NCCL communicator). The library fills
- * the core's device table (core/device/device.h) and reports errors through the host's fail
- * function: it cannot link the core's internal symbols. Not public API. */
+ * events; a file per op family with the table's entries, as device/cpu/ has: vec.c, adamw.c,
+ * muon.c, muon_tp.c, linear.c, embedding.c, layernorm.c, gelu.c, attention.c, cross_entropy.c,
+ * moe.c, gather.c; gemm.c: the GEMM helper; buckets.c: the scatter-adds' row buckets; nccl.c: the
+ * NCCL communicator). The library fills the core's device table (core/device/device.h) and
+ * reports errors through the host's fail function: it cannot link the core's internal symbols.
+ * Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
 
@@ -58,20 +59,22 @@ lw_status lwc_launched(const lw_stream *s, cudaError_t e, const char *what);
 lw_status lwc_workspace(lw_stream *s, int64_t bytes, void **out);
 lw_status lwc_host_workspace(lw_stream *s, int64_t bytes, void **out);
 
-/* blas.c: the kernel entries of the table. */
+/* vec.c */
 lw_status lwc_vec_norm_stats(lw_stream *s, const float *x, int64_t n, double *acc);
 lw_status lwc_vec_all_finite(lw_stream *s, const float *x, int64_t n, bool *finite);
 lw_status lwc_vec_scale(lw_stream *s, float *x, int64_t n, float alpha);
 lw_status lwc_vec_add(lw_stream *s, float *y, const float *a, const float *b, int64_t n);
 lw_status lwc_vec_axpy(lw_stream *s, float *y, float alpha, const float *x, int64_t n);
+/* muon.c: Muon's step and Newton-Schulz */
 lw_status lwc_muon_step(lw_stream *s, const lwi_muon_step *k, float *w, const float *g, float *m,
                         float *u, int64_t n);
 lw_status lwc_newton_schulz(lw_stream *s, const lwi_ns_plan *plan, const float *u, float *x,
                             int64_t batch, int64_t rows, int64_t cols);
+/* adamw.c */
 lw_status lwc_adamw_step(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
                          int32_t count, int64_t t, float grad_scale);
 
-/* linear.c: the model's GEMMs on cuBLAS, and the linear layer's entries.
+/* gemm.c: the model's GEMMs on cuBLAS (the linear layer's, the LM head's).
  * A GEMM operand: device memory of fp32 values, or of bf16 values already rounded (lwc_to_bf16
  * into lwc_bf16_regions) by a caller that uses the operand in several GEMMs and rounds it once. */
 typedef struct lwc_operand {
@@ -101,12 +104,13 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
 lw_status lwc_bf16_regions(lw_stream *s, int32_t count, const int64_t *elements, void **out);
 /* dst[n] (bf16, device) = src[n] rounded to nearest even, on the stream. */
 lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n);
+/* linear.c */
 lw_status lwc_linear_forward(lw_stream *s, float *y, const float *x, const float *w,
                              const float *b, int64_t n, int64_t in, int64_t out);
 lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
                               const float *x, const float *w, int64_t n, int64_t in, int64_t out);
 
-/* embedding.c */
+/* buckets.c: for the scatter-adds of embedding.c and gather.c */
 /* rows[n] (device int32, each >= 0) bucketed by value on the host, for scatter-adds that add in
  * the CPU's order: perm[n] = the positions ordered by row, a row's positions increasing (a stable
  * radix sort); segment s is perm[start[s] .. start[s + 1]), all of row row[s]. The arrays lie in
@@ -121,6 +125,14 @@ typedef struct lwc_buckets {
 } lwc_buckets;
 lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const char *what,
                              const char *item, lwc_buckets *out);
+/* The same for the positions whose row lies in [first, first + count), rows shifted by -first
+ * (the embedding's range form); a negative row fails as above when refuse_negative, else it is
+ * outside the range like any other. */
+lw_status lwc_buckets_in(lw_stream *s, const int32_t *rows, int64_t n, int64_t first, int64_t count,
+                         bool refuse_negative, const char *what, const char *item,
+                         lwc_buckets *out);
+
+/* embedding.c */
 lw_status lwc_embedding_forward(lw_stream *s, float *y, const int32_t *tokens, const float *wte,
                                 const float *wpe, int64_t b, int64_t t, int64_t c);
 lw_status lwc_embedding_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
@@ -133,15 +145,17 @@ lw_status lwc_embedding_range_backward(lw_stream *s, float *dwte, float *dwpe, c
                                        const int32_t *tokens, int64_t first, int64_t rows,
                                        int64_t b, int64_t t, int64_t c);
 
-/* layers.c: layer norm, GELU, attention */
+/* layernorm.c */
 lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
                                 const float *g, const float *beta, int64_t n, int64_t c,
                                 float eps);
 lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
                                  const float *x, const float *g, const float *mean,
                                  const float *rstd, int64_t n, int64_t c);
+/* gelu.c */
 lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n);
 lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n);
+/* attention.c */
 int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh);
 lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
                                 const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
@@ -172,7 +186,7 @@ lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw,
                                              int64_t c, int64_t v, int64_t first, int64_t vocab,
                                              float loss_scale);
 
-/* moe.c: a mixture of experts' router, load-balancing loss, gather and combine */
+/* moe.c: a mixture of experts' router and load-balancing loss */
 lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights, float *probs,
                                  const float *logits, int64_t n, int64_t e, int64_t k);
 lw_status lwc_moe_router_backward(lw_stream *s, float *dlogits, const float *dweights,
@@ -182,6 +196,7 @@ lw_status lwc_moe_aux_loss_forward(lw_stream *s, const float *probs, const int32
                                    int64_t n, int64_t e, int64_t k, float coef, double *loss);
 lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *experts,
                                     int64_t n, int64_t e, int64_t k, float coef, float scale);
+/* gather.c: rows moved by an index list, gather and combine */
 lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
                              int64_t m, int64_t c);
 lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
