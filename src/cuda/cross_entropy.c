@@ -1,6 +1,6 @@
 /* cross_entropy.c: the LM head fused with softmax cross-entropy on a GPU, a chunk of rows at a
  * time (lw.h's contract, as device/cpu/cross_entropy.c): the chunk's logits by one cuBLAS GEMM
- * into the scratch, each row's log-sum-exp and loss (softmax.cu), and in the backward the
+ * into the scratch, each row's log-sum-exp and loss (cross_entropy.cu), and in the backward the
  * softmax's gradient formed in place and two GEMMs (beta 1) into dh and dw. When all rows fit one
  * chunk the forward leaves the probabilities in the scratch and the backward reuses them;
  * otherwise it recomputes each chunk's logits. The mean loss is summed on the host in double,

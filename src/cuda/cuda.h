@@ -1,9 +1,10 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
- * events; blas.c: Newton-Schulz on cuBLAS and the table's kernel entries; linear.c, embedding.c,
- * layers.c, cross_entropy.c, moe.c: the model kernels' entries, with linear.c's GEMM helper;
- * muon_tp.c: Muon's tensor-parallel entries; nccl.c: the NCCL communicator). The library fills
- * the core's device table (core/device/device.h) and reports errors through the host's fail
- * function: it cannot link the core's internal symbols. Not public API. */
+ * events; a file per op family with the table's entries, as device/cpu/ has: vec.c, adamw.c,
+ * muon.c, muon_tp.c, linear.c, embedding.c, layernorm.c, gelu.c, attention.c, cross_entropy.c,
+ * moe.c, gather.c; gemm.c: the GEMM helper; buckets.c: the scatter-adds' row buckets; nccl.c: the
+ * NCCL communicator). The library fills the core's device table (core/device/device.h) and
+ * reports errors through the host's fail function: it cannot link the core's internal symbols.
+ * Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
 
@@ -66,7 +67,7 @@ LWI_SCRATCH_SIZES(LWC_SIZE_DECLARATION)
 LWI_KERNELS(LWC_DECLARATION)
 #undef LWC_DECLARATION
 
-/* linear.c: the model's GEMMs on cuBLAS, and the linear layer's entries.
+/* gemm.c: the model's GEMMs on cuBLAS (the linear layer's, the LM head's).
  * A GEMM operand: device memory of fp32 values, or of bf16 values already rounded (lwc_to_bf16
  * into lwc_bf16_regions) by a caller that uses the operand in several GEMMs and rounds it once. */
 typedef struct lwc_operand {
@@ -97,7 +98,7 @@ lw_status lwc_bf16_regions(lw_stream *s, int32_t count, const int64_t *elements,
 /* dst[n] (bf16, device) = src[n] rounded to nearest even, on the stream. */
 lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n);
 
-/* embedding.c */
+/* buckets.c: for the scatter-adds of embedding.c and gather.c */
 /* rows[n] (device int32, each >= 0) bucketed by value on the host, for scatter-adds that add in
  * the CPU's order: perm[n] = the positions ordered by row, a row's positions increasing (a stable
  * radix sort); segment s is perm[start[s] .. start[s + 1]), all of row row[s]. The arrays lie in
@@ -112,6 +113,12 @@ typedef struct lwc_buckets {
 } lwc_buckets;
 lw_status lwc_buckets_by_row(lw_stream *s, const int32_t *rows, int64_t n, const char *what,
                              const char *item, lwc_buckets *out);
+/* The same for the positions whose row lies in [first, first + count), rows shifted by -first
+ * (the embedding's range form); a negative row fails as above when refuse_negative, else it is
+ * outside the range like any other. */
+lw_status lwc_buckets_in(lw_stream *s, const int32_t *rows, int64_t n, int64_t first, int64_t count,
+                         bool refuse_negative, const char *what, const char *item,
+                         lwc_buckets *out);
 
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new; built only where
  * NCCL was found, LWOPT_NCCL). */

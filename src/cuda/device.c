@@ -1,7 +1,7 @@
 /* device.c: the CUDA device: the library's entry (lwopt_device_open), the device table, device
  * memory, streams (each with its reduction scratch and workspaces) and events, and what the
- * device is. The kernels' entries are in blas.c (vectors, optimizers), linear.c, embedding.c,
- * layers.c, cross_entropy.c and moe.c (the model), the communicator in nccl.c. */
+ * device is. The kernels' entries are in a file per op family (vec.c, adamw.c, muon.c, linear.c,
+ * ..., as device/cpu/), the communicator in nccl.c. */
 #include "cuda/cuda.h"
 
 #ifdef LWOPT_NCCL

@@ -18,7 +18,7 @@ extern "C" {
 /* Bytes of a stream's reduction scratch (lwc_stream.scratch): partial sums of the blocks of a
  * reduction and its flags. */
 #define LWC_SCRATCH_BYTES (64 * 1024)
-/* An int32 slot of that scratch past the partials (vec.cu uses the first 16 KiB, blas.c the last
+/* An int32 slot of that scratch past the partials (vec.cu uses the first 16 KiB, vec.c the last
  * 8 bytes): the cross-entropy backward's count of counted targets. */
 #define LWC_SCRATCH_COUNT_OFFSET (LWC_SCRATCH_BYTES - 16)
 
@@ -62,9 +62,13 @@ cudaError_t lwc_adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *tenso
                               int32_t count, float beta1, float beta2, float eps, float c1,
                               float c2, float grad_scale);
 
-/* nn.cu: the model's element-wise and row kernels (rounded as the CPU's; no atomics) */
+/* The model's kernels: rounded as the CPU's, no atomics. */
+
+/* linear.cu */
 /* y[n, cols] = b in every row (a linear layer's bias, before its GEMM adds x w^T). */
 cudaError_t lwc_rows_fill(cudaStream_t stream, float *y, const float *b, int64_t n, int64_t cols);
+
+/* colsum.cu: deterministic column sums (linear.c's bias gradient, layernorm.c's gain and shift) */
 /* Doubles of workspace that lwc_colsum and lwc_colsum_xhat need for (n, cols). */
 int64_t lwc_colsum_doubles(int64_t n, int64_t cols);
 /* out[cols] += column sums of dy[n, cols], summed in double in an order fixed by (n, cols):
@@ -75,6 +79,8 @@ cudaError_t lwc_colsum(cudaStream_t stream, float *out, const float *dy, int64_t
 cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, const float *x,
                             const float *mean, const float *rstd, int64_t n, int64_t c,
                             double *work);
+
+/* embedding.cu */
 /* y[b, t, c] = wte[tokens - first] + wpe[t] for the rows [first, first + rows) of the token
  * table (wpe may be NULL); other tokens look up 0 (plus wpe when given). */
 cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
@@ -92,12 +98,16 @@ cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const float *dy, co
 /* dwpe[t, c] += dy[bi, t, c] for bi = 0 .. b - 1 in order. */
 cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b, int64_t t,
                            int64_t c);
+
+/* layernorm.cu */
 /* Layer norm forward (one warp per row; mean and variance in double). */
 cudaError_t lwc_ln_forward(cudaStream_t stream, float *y, float *mean, float *rstd, const float *x,
                            const float *g, const float *beta, int64_t n, int64_t c, float eps);
 /* dx[n, c] += layer norm's input gradient (dg and dbeta: lwc_colsum_xhat, lwc_colsum). */
 cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dy, const float *x,
                       const float *g, const float *mean, const float *rstd, int64_t n, int64_t c);
+
+/* gelu.cu */
 /* GELU (tanh form) and dx += dy gelu'(x), the CPU's formulas operation for operation. */
 cudaError_t lwc_gelu(cudaStream_t stream, float *y, const float *x, int64_t n);
 cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const float *x,
@@ -117,8 +127,8 @@ cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, float *dd, cons
                                const float *qkv, const float *out, const float *lse, int64_t b,
                                int64_t t, int64_t c, int64_t nh);
 
-/* softmax.cu: the LM head's softmax cross-entropy on a chunk of logits (a target outside [0, v)
- * is ignored) */
+/* cross_entropy.cu: the LM head's softmax cross-entropy on a chunk of logits (a target outside
+ * [0, v) is ignored) */
 /* Per row of logits[rows, v]: lse[rows], losses[rows]; keep: the rows become probabilities. */
 cudaError_t lwc_ce_rows(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
                         const int32_t *targets, float *losses, float *lse, bool keep);
@@ -151,7 +161,8 @@ cudaError_t lwc_ce_partial_dlogits(cudaStream_t stream, float *logits, int64_t r
                                    int64_t vocab, const float *lse, float loss_scale,
                                    const int32_t *count);
 
-/* moe.cu: a mixture of experts' kernels (lw.h's contract; the CPU's operations in its order) */
+/* moe.cu: a mixture of experts' router and load-balancing loss (lw.h's contract; the CPU's
+ * operations in its order) */
 /* Per token (a thread each): probs[n, e] = softmax(logits), experts[n, k] = the k best by logit
  * (ties to the lower index), weights[n, k] = their probabilities renormalised. */
 cudaError_t lwc_moe_router(cudaStream_t stream, int32_t *experts, float *weights, float *probs,
@@ -173,6 +184,8 @@ cudaError_t lwc_moe_aux_stats(cudaStream_t stream, const float *probs, const int
  * scratch), the counts from lwc_moe_aux_stats. */
 cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, const long long *counts,
                              int64_t n, int64_t e, double per, float *g);
+
+/* gather.cu: rows moved by an index list (lw.h's contract; the CPU's order) */
 /* out[m, c] = x[rows[i], :] row by row. */
 cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x, const int32_t *rows,
                             int64_t m, int64_t c);

@@ -1,9 +1,7 @@
-/* moe.c: the table's entries for a mixture of experts on a GPU (kernels in moe.cu): the router
- * and its backward, the load-balancing loss (per-expert counts and column sums on the device,
- * added up on the host in double as the CPU adds them), the gather and the combine. The
- * scatter-adds (the gather's backward, the combine) go by destination row over buckets built on
- * the host (lwc_buckets_by_row, shared with the embedding's backward), so that a row listed
- * several times sums in the order of the list, as on the CPU, without atomics. */
+/* moe.c: the table's entries for a mixture of experts' router and load-balancing loss on a GPU
+ * (kernels in moe.cu): the router and its backward; the loss's per-expert counts and column sums
+ * on the device, added up on the host in double as the CPU adds them, and its backward. Moving
+ * rows to and from the experts is gather.c's. */
 #include "cuda/cuda.h"
 
 lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights, float *probs,
@@ -93,62 +91,4 @@ lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *
         err = lwc_moe_aux_grad(cs, dprobs, (const long long *)dev, n, e, per,
                                (float *)((long long *)dev + cells));
     return lwc_launched(s, err, "the aux loss backward kernels");
-}
-
-lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
-                             int64_t m, int64_t c) {
-    if (m <= 0 || c <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_gather_rows(lwc_cuda_stream(s), out, x, rows, m, c),
-                        "the gather kernel");
-}
-
-/* The by-row kernels' grid has c / LWC_ROW_TILE channel tiles in y (at most 65535). */
-static lw_status check_columns(lw_stream *s, const char *what, int64_t c) {
-    if (c > (int64_t)65535 * LWC_ROW_TILE)
-        return lwc_host->fail(LW_ERR_RANGE, "%s: %s: c = %lld columns, at most %lld",
-                              s->device->name, what, (long long)c, (long long)65535 * LWC_ROW_TILE);
-    return LW_OK;
-}
-
-lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
-                              int64_t m, int64_t c) {
-    if (m <= 0 || c <= 0) return LW_OK;
-    lw_status st = check_columns(s, "gather backward", c);
-    if (st != LW_OK) return st;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    lwc_buckets bk;
-    st = lwc_buckets_by_row(s, rows, m, "gather backward", "row", &bk);
-    if (st != LW_OK) return st;
-    /* the embedding's scatter-add is this one: dx[row[s]] += dout[perm[q]] in order */
-    return lwc_launched(
-        s, lwc_embed_dwte(lwc_cuda_stream(s), dx, dout, bk.perm, bk.start, bk.row, bk.segments, c),
-        "the gather backward kernel");
-}
-
-lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const float *w,
-                              const int32_t *rows, int64_t m, int64_t c) {
-    if (m <= 0 || c <= 0) return LW_OK;
-    lw_status st = check_columns(s, "combine forward", c);
-    if (st != LW_OK) return st;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    lwc_buckets bk;
-    st = lwc_buckets_by_row(s, rows, m, "combine forward", "row", &bk);
-    if (st != LW_OK) return st;
-    return lwc_launched(
-        s,
-        lwc_combine_rows(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
-        "the combine kernel");
-}
-
-lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float *dy,
-                               const float *src, const float *w, const int32_t *rows, int64_t m,
-                               int64_t c) {
-    if (m <= 0 || c <= 0) return LW_OK;
-    if (m > (int64_t)INT32_MAX * 8)
-        return lwc_host->fail(LW_ERR_RANGE, "%s: combine backward of %lld rows: at most %lld",
-                              s->device->name, (long long)m, (long long)INT32_MAX * 8);
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_combine_grad(lwc_cuda_stream(s), dsrc, dw, dy, src, w, rows, m, c),
-                        "the combine backward kernels");
 }

@@ -1,9 +1,8 @@
-// moe.cu: a mixture of experts' kernels on a GPU: the router (softmax, top-k, renormalised
-// weights) and its backward, the load-balancing loss's per-expert statistics and gradient, and
-// the rows moved by an index list (gather, the weighted combine and its backward). The router
-// runs a thread per token, the CPU's loops operation for operation (__fmul_rn / __fadd_rn /
-// __fdiv_rn: no FMA contraction), so ranks, ties and NaN rows come out as the CPU's. Scatter-adds
-// go by destination row over buckets built on the host (cuda.h: lwc_buckets_by_row). No atomics.
+// moe.cu: a mixture of experts' router and load-balancing loss on a GPU: the router (softmax,
+// top-k, renormalised weights) and its backward, the loss's per-expert statistics and gradient.
+// The router runs a thread per token, the CPU's loops operation for operation (__fmul_rn /
+// __fadd_rn / __fdiv_rn: no FMA contraction), so ranks, ties and NaN rows come out as the CPU's.
+// No atomics. Moving rows to and from the experts is gather.cu's.
 #include "cuda/kernels.h"
 
 namespace {
@@ -142,67 +141,6 @@ __global__ void aux_grad_add_kernel(float *dprobs, const float *g, int64_t e, in
         dprobs[i] = __fadd_rn(dprobs[i], g[i % e]);
 }
 
-// ---- rows moved by an index list --------------------------------------------------------------
-
-__global__ void gather_kernel(float *out, const float *x, const int32_t *rows, int64_t c,
-                              int64_t total) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / c, ch = i - r * c;
-        out[i] = x[(int64_t)rows[r] * c + ch];
-    }
-}
-
-// grid (segments, channel tiles): segment s lists the sources perm[start[s] .. start[s + 1]) of
-// destination row row[s] in increasing order (the CPU's order); each thread adds their weighted
-// values one after another into its channel of the row.
-__global__ void combine_rows_kernel(float *y, const float *src, const float *w, const int32_t *perm,
-                                    const int32_t *start, const int32_t *row, int64_t c) {
-    const int64_t ch = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    const int32_t s = (int32_t)blockIdx.x;
-    float *d = y + (int64_t)row[s] * c + ch;
-    float acc = *d;
-    for (int32_t q = start[s]; q < start[s + 1]; q++) {
-        const int32_t i = perm[q];
-        acc = __fadd_rn(acc, __fmul_rn(w[i], src[(int64_t)i * c + ch]));
-    }
-    *d = acc;
-}
-
-// dsrc[i, ch] += w[i] * dy[rows[i], ch]: every destination written once, no ordering needed.
-__global__ void combine_dsrc_kernel(float *dsrc, const float *dy, const float *w,
-                                    const int32_t *rows, int64_t c, int64_t total) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / c, ch = i - r * c;
-        dsrc[i] = __fadd_rn(dsrc[i], __fmul_rn(w[r], dy[(int64_t)rows[r] * c + ch]));
-    }
-}
-
-constexpr int DW_ROWS = THREADS / 32; // one warp per row
-
-__device__ double warp_sum(double v) {
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v; // the same in every lane
-}
-
-// dw[i] += (float)dot(src[i, :], dy[rows[i], :]) in double (each product of two floats is exact
-// in double, so only the order of the sum differs from the CPU's: lanes, then a fixed shuffle).
-__global__ void combine_dw_kernel(float *dw, const float *dy, const float *src, const int32_t *rows,
-                                  int64_t m, int64_t c) {
-    const int lane = threadIdx.x & 31;
-    const int64_t i = blockIdx.x * (int64_t)DW_ROWS + (threadIdx.x >> 5);
-    if (i >= m) return; // a whole warp leaves together
-    const float *s = src + i * c, *g = dy + (int64_t)rows[i] * c;
-    double dot = 0.0;
-    for (int64_t j = lane; j < c; j += 32)
-        dot += (double)s[j] * (double)g[j];
-    dot = warp_sum(dot);
-    if (lane == 0) dw[i] = __fadd_rn(dw[i], (float)dot);
-}
-
 unsigned row_blocks(int64_t n, int64_t per_block) {
     return (unsigned)((n + per_block - 1) / per_block);
 }
@@ -262,35 +200,5 @@ extern "C" cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, cons
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     aux_grad_add_kernel<<<blocks_for(n * e), THREADS, 0, stream>>>(dprobs, g, e, n * e);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x,
-                                       const int32_t *rows, int64_t m, int64_t c) {
-    if (m > 0 && c > 0)
-        gather_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(out, x, rows, c, m * c);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t lwc_combine_rows(cudaStream_t stream, float *y, const float *src,
-                                        const float *w, const int32_t *perm, const int32_t *start,
-                                        const int32_t *row, int64_t segments, int64_t c) {
-    if (segments <= 0 || c <= 0) return cudaSuccess;
-    const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
-    combine_rows_kernel<<<grid, LWC_ROW_TILE, 0, stream>>>(y, src, w, perm, start, row, c);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw,
-                                        const float *dy, const float *src, const float *w,
-                                        const int32_t *rows, int64_t m, int64_t c) {
-    if (m <= 0 || c <= 0) return cudaSuccess;
-    if (dsrc != nullptr) {
-        combine_dsrc_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(dsrc, dy, w, rows, c, m * c);
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return err;
-    }
-    if (dw != nullptr)
-        combine_dw_kernel<<<row_blocks(m, DW_ROWS), THREADS, 0, stream>>>(dw, dy, src, rows, m, c);
     return cudaGetLastError();
 }

@@ -1,4 +1,4 @@
-// muon.cu: Muon's kernels on a GPU besides the GEMMs (blas.c runs those on cuBLAS): the
+// muon.cu: Muon's kernels on a GPU besides the GEMMs (muon.c runs those on cuBLAS): the
 // element-wise step (weight decay, momentum, Nesterov) in one pass, and Newton-Schulz's start
 // (each matrix's Frobenius norm and the scaled copy in fp32 or bf16), all on the device: the norm
 // never goes to the host (its end, bf16 back to fp32, is bf16.cu's conversion). Products and

@@ -1,50 +1,9 @@
-/* layers.c: the table's entries for layer normalisation, GELU and causal attention on a GPU:
- * argument checks the kernels rely on (attention's head dim and grid limits), the workspace of
- * the column sums, and the launches (kernels in nn.cu and attention.cu). */
+/* attention.c: the table's causal attention entries on a GPU: the argument checks the kernels
+ * rely on (nh divides c, the head dim, shared memory, grid and index sizes), the backward's
+ * scratch, and the launches (kernels in attention.cu). */
 #include "cuda/cuda.h"
 
 #include <limits.h>
-
-lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                const float *g, const float *beta, int64_t n, int64_t c,
-                                float eps) {
-    if (n <= 0 || c <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_ln_forward(lwc_cuda_stream(s), y, mean, rstd, x, g, beta, n, c, eps),
-                        "the layer norm kernel");
-}
-
-lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
-                                 const float *x, const float *g, const float *mean,
-                                 const float *rstd, int64_t n, int64_t c) {
-    if (n <= 0 || c <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    cudaStream_t cs = lwc_cuda_stream(s);
-    void *work = NULL;
-    lw_status st = lwc_workspace(s, (int64_t)sizeof(double) * lwc_colsum_doubles(n, c), &work);
-    if (st != LW_OK) return st;
-    /* dg and dbeta reuse one workspace: the second sum's partials are written after the first's
-     * are read, in stream order */
-    cudaError_t e = lwc_ln_dx(cs, dx, dy, x, g, mean, rstd, n, c);
-    if (e == cudaSuccess) e = lwc_colsum_xhat(cs, dg, dy, x, mean, rstd, n, c, work);
-    if (e == cudaSuccess && dbeta != NULL) e = lwc_colsum(cs, dbeta, dy, n, c, work);
-    return lwc_launched(s, e, "the layer norm backward kernels");
-}
-
-lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n) {
-    if (n <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_gelu(lwc_cuda_stream(s), y, x, n), "the GELU kernel");
-}
-
-lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n) {
-    if (n <= 0) return LW_OK;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_gelu_grad(lwc_cuda_stream(s), dx, dy, x, n),
-                        "the GELU backward kernel");
-}
-
-/* ---- attention ----------------------------------------------------------------------------- */
 
 /* The backward's D = rowsum(dout * out), one float per (batch, head, row). */
 int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {

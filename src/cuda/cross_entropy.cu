@@ -1,4 +1,4 @@
-// softmax.cu: the LM head's softmax cross-entropy on a GPU besides its GEMMs (cross_entropy.c
+// cross_entropy.cu: the LM head's softmax cross-entropy on a GPU besides its GEMMs (cross_entropy.c
 // runs those on cuBLAS): per row of a chunk of logits the max, the sum of exponentials (in
 // double, reduced in a fixed tree), the log-sum-exp and the loss; the count of counted targets;
 // and the softmax's gradient formed in place. A target outside [0, v) is ignored (loss 0, no

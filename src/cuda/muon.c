@@ -1,7 +1,8 @@
-/* blas.c: the kernel entries of the CUDA device table: vectors, Muon's element-wise step, AdamW
- * (launchers in the .cu files) and Newton-Schulz, whose GEMMs run here on cuBLAS, batched over
- * same-shaped matrices (strided-batched GEMMs) on tensor cores: bf16 inputs with fp32
- * accumulation (default), TF32, or exact fp32.
+/* muon.c: Muon's entries on a GPU: the element-wise step (kernel in muon.cu) and Newton-Schulz,
+ * whose GEMMs run here on cuBLAS, batched over same-shaped matrices (strided-batched GEMMs) on
+ * tensor cores: bf16 inputs with fp32 accumulation (default), TF32, or exact fp32. Its
+ * normalisation is muon.cu's, its bf16 result's conversion bf16.cu's; the tensor-parallel halves
+ * are muon_tp.c's.
  *
  * Layout, as on the CPU (device/cpu/muon.c): a row-major rows x cols matrix read column-major is
  * its transpose, so no transpose is ever copied. With p = min and q = max of the two, a wide
@@ -12,45 +13,6 @@
  * use tensor cores: full GEMMs are taken on the GPU (plan->symmetric is the CPU's choice). */
 #include "cuda/cuda.h"
 
-#include <math.h>
-
-/* The flag of the finite check: the last 8 bytes of the stream's scratch, after the partials. */
-#define FLAG_OFFSET (LWC_SCRATCH_BYTES - 8)
-
-lw_status lwc_vec_norm_stats(lw_stream *s, const float *x, int64_t n, double *acc) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_norm_stats(lwc_cuda_stream(s), x, n, acc, lwc_str(s)->scratch),
-                        "the norm statistics kernel");
-}
-
-lw_status lwc_vec_all_finite(lw_stream *s, const float *x, int64_t n, bool *finite) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    lwc_stream *cs = lwc_str(s);
-    int32_t *flag = (int32_t *)((char *)cs->scratch + FLAG_OFFSET);
-    cudaError_t e = lwc_all_finite(cs->stream, x, n, flag);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(cs->host_flag, flag, sizeof *flag, cudaMemcpyDeviceToHost, cs->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(cs->stream);
-    if (e != cudaSuccess) return lwc_fail(s->device, e, "the finite check");
-    *finite = *(const int32_t *)cs->host_flag != 0;
-    return LW_OK;
-}
-
-lw_status lwc_vec_scale(lw_stream *s, float *x, int64_t n, float alpha) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_scale(lwc_cuda_stream(s), x, n, alpha), "the scale kernel");
-}
-
-lw_status lwc_vec_add(lw_stream *s, float *y, const float *a, const float *b, int64_t n) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_add(lwc_cuda_stream(s), y, a, b, n), "the add kernel");
-}
-
-lw_status lwc_vec_axpy(lw_stream *s, float *y, float alpha, const float *x, int64_t n) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_axpy(lwc_cuda_stream(s), y, alpha, x, n), "the axpy kernel");
-}
-
 lw_status lwc_muon_momentum(lw_stream *s, const lwi_muon_step *k, float *w, const float *g,
                             float *m, float *u, int64_t n) {
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
@@ -59,18 +21,6 @@ lw_status lwc_muon_momentum(lw_stream *s, const lwi_muon_step *k, float *w, cons
                                                    k->nesterov, (int32_t)k->weight_decay_mode,
                                                    k->lr, k->weight_decay, k->grad_scale),
                         "Muon's momentum kernel");
-}
-
-lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
-                    int32_t count, int64_t t, float grad_scale) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    /* bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t */
-    const float c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)t)));
-    const float c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)t)));
-    return lwc_launched(s,
-                        lwc_adamw_tensors(lwc_cuda_stream(s), tensors, count, o->beta1, o->beta2,
-                                          o->eps, c1, c2, grad_scale),
-                        "the AdamW kernel");
 }
 
 /* ---- Newton-Schulz --------------------------------------------------------------------------- */

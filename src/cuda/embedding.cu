@@ -1,0 +1,86 @@
+// embedding.cu: token plus position embedding on a GPU: the gather of a range of the token
+// table's rows (every row for the whole table) and the backward's fixed-order sums: the token table's gradient by row
+// over buckets built on the host (buckets.c), which is also the gather's backward (gather.c), and
+// the position table's over the batch in order. Additions rounded as the CPU's (__fadd_rn); no
+// atomics, so the backward repeats bit for bit and equals the CPU's.
+#include "cuda/kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+int blocks_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+// The rows [first, first + rows) of the table (a rank's under tensor parallelism, or every row a
+// token id can name): tokens outside it look up 0; the position row is added where wpe is given.
+__global__ void embed_range_kernel(float *y, const int32_t *tokens, const float *wte,
+                                   const float *wpe, int64_t first, int64_t rows, int64_t t,
+                                   int64_t c, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / c, ch = i - row * c; // row = bi * t + ti
+        const int64_t k = (int64_t)tokens[row] - first;
+        const bool here = k >= 0 && k < rows;
+        const float tok = here ? wte[k * c + ch] : 0.0f;
+        if (wpe == nullptr) y[i] = tok;
+        else y[i] = here ? __fadd_rn(tok, wpe[(row % t) * c + ch]) : wpe[(row % t) * c + ch];
+    }
+}
+
+// grid (segments, channel tiles): segment s holds the positions perm[start[s] .. start[s + 1])
+// of token seg_token[s], in increasing order (batch-major, then time: the CPU's order); each
+// thread adds them one after another into its channel of the token's row.
+__global__ void embed_dwte_kernel(float *dwte, const float *dy, const int32_t *perm,
+                                  const int32_t *start, const int32_t *seg_token, int64_t c) {
+    const int64_t ch = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    const int32_t s = (int32_t)blockIdx.x;
+    float *row = dwte + (int64_t)seg_token[s] * c + ch;
+    float acc = *row;
+    for (int32_t k = start[s]; k < start[s + 1]; k++)
+        acc = __fadd_rn(acc, dy[(int64_t)perm[k] * c + ch]);
+    *row = acc;
+}
+
+// dwpe[ti, ch] += dy[bi, ti, ch] for bi = 0, 1, ... in order (the CPU's order).
+__global__ void embed_dwpe_kernel(float *dwpe, const float *dy, int64_t b, int64_t t, int64_t c) {
+    const int64_t tc = t * c;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < tc;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float acc = dwpe[i];
+        for (int64_t bi = 0; bi < b; bi++)
+            acc = __fadd_rn(acc, dy[bi * tc + i]);
+        dwpe[i] = acc;
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
+                                       const float *wte, const float *wpe, int64_t first,
+                                       int64_t rows, int64_t b, int64_t t, int64_t c) {
+    const int64_t total = b * t * c;
+    if (total > 0)
+        embed_range_kernel<<<blocks_for(total), THREADS, 0, stream>>>(y, tokens, wte, wpe, first,
+                                                                      rows, t, c, total);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const float *dy,
+                                      const int32_t *perm, const int32_t *start,
+                                      const int32_t *seg_token, int64_t segments, int64_t c) {
+    if (segments <= 0 || c <= 0) return cudaSuccess;
+    // LWC_ROW_TILE channels per block: four warps, each row read 512 bytes at a time
+    const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
+    embed_dwte_kernel<<<grid, LWC_ROW_TILE, 0, stream>>>(dwte, dy, perm, start, seg_token, c);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b,
+                                      int64_t t, int64_t c) {
+    if (b > 0 && t * c > 0) embed_dwpe_kernel<<<blocks_for(t * c), THREADS, 0, stream>>>(dwpe, dy, b, t, c);
+    return cudaGetLastError();
+}

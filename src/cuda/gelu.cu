@@ -1,0 +1,81 @@
+// gelu.cu: GELU (tanh form) and its accumulating backward on a GPU, the CPU's formulas, polynomial
+// exp and roundings operation for operation (device/cpu/gelu.c: __fmul_rn / __fadd_rn /
+// __fdiv_rn, no FMA contraction), so that both agree bit for bit.
+#include "cuda/kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+int blocks_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+constexpr float SQRT_2_OVER_PI = 0.7978845608028654f;
+constexpr float GELU_C = 0.044715f;
+constexpr float X_MAX = 9.0f;
+
+// The CPU's exp_fast (device/cpu/gelu.c), operation for operation: Cephes' expf polynomial on
+// x - n ln 2, n = round(x / ln 2) taken with the 1.5 * 2^23 trick, 2^n built in the exponent.
+__device__ float exp_fast(float x) {
+    const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f);
+    const float nf = __fsub_rn(t, 12582912.0f);
+    const float r = __fadd_rn(__fsub_rn(x, __fmul_rn(nf, 0.693359375f)), __fmul_rn(nf, 2.12194440e-4f));
+    float p = 1.9875691500e-4f;
+    p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+    p = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
+    const uint32_t bits = (__float_as_uint(t) - 0x4B400000u + 127u) << 23; // 2^n
+    return __fmul_rn(p, __uint_as_float(bits));
+}
+
+// exp(-2u), u = sqrt(2/pi) (v + 0.044715 v^3), as the CPU rounds it: the constant -2 sqrt(2/pi)
+// folded first, then ((c v) v) v.
+__device__ float gelu_exp(float v) {
+    constexpr float K = -2.0f * SQRT_2_OVER_PI;
+    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(GELU_C, v), v), v);
+    return exp_fast(__fmul_rn(K, __fadd_rn(v, cube)));
+}
+
+// The clamps as selects: a NaN passes through both (comparisons with NaN are false).
+__device__ float clamp_lo(float x) { return x < -X_MAX ? -X_MAX : x; }
+__device__ float clamp_hi(float l) { return l > X_MAX ? X_MAX : l; }
+
+__global__ void gelu_kernel(float *y, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float lo = clamp_lo(x[i]), v = clamp_hi(lo);
+        y[i] = __fdiv_rn(lo, __fadd_rn(1.0f, gelu_exp(v)));
+    }
+}
+
+__global__ void gelu_grad_kernel(float *dx, const float *dy, const float *x, int64_t n) {
+    constexpr float C3 = 3.0f * GELU_C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = clamp_hi(clamp_lo(x[i]));
+        const float e = gelu_exp(v);
+        const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+        const float du = __fmul_rn(SQRT_2_OVER_PI, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(C3, v), v)));
+        // s + 2 v du (e s s), grouped as the CPU's ((2 v) du) ((e s) s)
+        const float tail = __fmul_rn(__fmul_rn(__fmul_rn(2.0f, v), du), __fmul_rn(__fmul_rn(e, s), s));
+        dx[i] = __fadd_rn(dx[i], __fmul_rn(dy[i], __fadd_rn(s, tail)));
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t lwc_gelu(cudaStream_t stream, float *y, const float *x, int64_t n) {
+    if (n > 0) gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const float *x,
+                                     int64_t n) {
+    if (n > 0) gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(dx, dy, x, n);
+    return cudaGetLastError();
+}

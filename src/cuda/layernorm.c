@@ -1,0 +1,30 @@
+/* layernorm.c: the table's layer normalisation entries on a GPU: the forward, and the backward's
+ * input gradient (kernels in layernorm.cu) with the gain and shift gradients as column sums
+ * (colsum.cu) sharing one workspace. */
+#include "cuda/cuda.h"
+
+lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                const float *g, const float *beta, int64_t n, int64_t c,
+                                float eps) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_ln_forward(lwc_cuda_stream(s), y, mean, rstd, x, g, beta, n, c, eps),
+                        "the layer norm kernel");
+}
+
+lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
+                                 const float *x, const float *g, const float *mean,
+                                 const float *rstd, int64_t n, int64_t c) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    void *work = NULL;
+    lw_status st = lwc_workspace(s, (int64_t)sizeof(double) * lwc_colsum_doubles(n, c), &work);
+    if (st != LW_OK) return st;
+    /* dg and dbeta reuse one workspace: the second sum's partials are written after the first's
+     * are read, in stream order */
+    cudaError_t e = lwc_ln_dx(cs, dx, dy, x, g, mean, rstd, n, c);
+    if (e == cudaSuccess) e = lwc_colsum_xhat(cs, dg, dy, x, mean, rstd, n, c, work);
+    if (e == cudaSuccess && dbeta != NULL) e = lwc_colsum(cs, dbeta, dy, n, c, work);
+    return lwc_launched(s, e, "the layer norm backward kernels");
+}

@@ -1,0 +1,92 @@
+// layernorm.cu: layer normalisation on a GPU, a warp per row: the forward (mean and the two-pass
+// variance in double, as the CPU takes them) and the backward's input gradient; its gain and shift
+// gradients are column sums (colsum.cu). Products and sums rounded as the CPU rounds them
+// (__fmul_rn / __fadd_rn: no FMA contraction). No atomics.
+#include "cuda/kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+constexpr int LN_ROWS = THREADS / 32; // one warp per row
+
+__device__ double warp_sum(double v) {
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v; // the same in every lane
+}
+
+__global__ void ln_forward_kernel(float *y, float *mean, float *rstd, const float *x,
+                                  const float *g, const float *beta, int64_t n, int64_t c,
+                                  float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = blockIdx.x * (int64_t)LN_ROWS + (threadIdx.x >> 5);
+    if (r >= n) return; // a whole warp leaves together: the shuffles below see full warps
+    const float *xr = x + r * c;
+    double s = 0.0;
+    for (int64_t i = lane; i < c; i += 32)
+        s += (double)xr[i];
+    const double m = warp_sum(s) / (double)c;
+    // the two-pass variance in double, as the CPU takes it
+    double q = 0.0;
+    for (int64_t i = lane; i < c; i += 32) {
+        const double d = (double)xr[i] - m;
+        q += d * d;
+    }
+    const double var = warp_sum(q) / (double)c;
+    const float mf = (float)m, sf = (float)(1.0 / sqrt(var + (double)eps));
+    if (lane == 0) {
+        mean[r] = mf;
+        rstd[r] = sf;
+    }
+    float *yr = y + r * c;
+    for (int64_t i = lane; i < c; i += 32) {
+        const float v = __fmul_rn(__fmul_rn(__fsub_rn(xr[i], mf), sf), g[i]);
+        yr[i] = beta != nullptr ? __fadd_rn(v, beta[i]) : v;
+    }
+}
+
+// dx only: dg and dbeta are column sums (colsum.cu).
+__global__ void ln_dx_kernel(float *dx, const float *dy, const float *x, const float *g,
+                             const float *mean, const float *rstd, int64_t n, int64_t c) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = blockIdx.x * (int64_t)LN_ROWS + (threadIdx.x >> 5);
+    if (r >= n) return;
+    const float *xr = x + r * c, *dyr = dy + r * c;
+    const float mf = mean[r], sf = rstd[r];
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t i = lane; i < c; i += 32) {
+        const float dn = __fmul_rn(dyr[i], g[i]), xh = __fmul_rn(__fsub_rn(xr[i], mf), sf);
+        s1 += (double)dn;
+        s2 += (double)__fmul_rn(dn, xh);
+    }
+    s1 = warp_sum(s1);
+    s2 = warp_sum(s2);
+    const float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
+    float *dxr = dx + r * c;
+    for (int64_t i = lane; i < c; i += 32) {
+        const float xh = __fmul_rn(__fsub_rn(xr[i], mf), sf);
+        const float inner = __fsub_rn(__fsub_rn(__fmul_rn(dyr[i], g[i]), m1), __fmul_rn(xh, m2));
+        dxr[i] = __fadd_rn(dxr[i], __fmul_rn(sf, inner));
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *y, float *mean, float *rstd,
+                                      const float *x, const float *g, const float *beta, int64_t n,
+                                      int64_t c, float eps) {
+    if (n > 0 && c > 0)
+        ln_forward_kernel<<<(unsigned)((n + LN_ROWS - 1) / LN_ROWS), THREADS, 0, stream>>>(
+            y, mean, rstd, x, g, beta, n, c, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dy, const float *x,
+                                 const float *g, const float *mean, const float *rstd, int64_t n,
+                                 int64_t c) {
+    if (n > 0 && c > 0)
+        ln_dx_kernel<<<(unsigned)((n + LN_ROWS - 1) / LN_ROWS), THREADS, 0, stream>>>(
+            dx, dy, x, g, mean, rstd, n, c);
+    return cudaGetLastError();
+}
