@@ -147,6 +147,17 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       end
    end)
 
+   it("finds a latest that is not a file at the start, whatever the flags", function()
+      helpers.sh("mkdir -p " .. dir .. "/latest")
+      for _, flag in ipairs({ "", "--overwrite", "--resume" }) do
+         local out, status = run("--steps 500 --progress lines --ckpt-dir " .. dir .. " " .. flag)
+         assert.equal(1, status, flag)
+         assert.equal("--ckpt-dir " .. dir .. ": " .. dir .. "/latest is a directory, where "
+            .. "checkpoints keep the file that names the newest of them: move it away or choose "
+            .. "another directory\n", out)
+      end
+   end)
+
    it("stops a diverging run, says why, writes its outputs and exits 3", function()
       local log = dir .. ".jsonl"
       local out, status = run("--steps 40 --lr 1e3 --max-skips 3 --log " .. log

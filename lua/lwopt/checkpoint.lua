@@ -303,6 +303,22 @@ function checkpoint.latest(dir)
    return name and dir .. "/" .. name
 end
 
+-- Checks that the names a save writes in dir besides its step-N directories (`latest` and the
+-- `latest.tmp` it is renamed from) are free or regular files: found now, not at the first save
+-- after training. Returns true, or nil and a message naming the path.
+function checkpoint.check_dir(dir)
+   for _, name in ipairs({ "latest", "latest.tmp" }) do
+      local path = dir .. "/" .. name
+      local kind = files.kind(path)
+      if kind == "dir" or kind == "other" then
+         return nil, ("%s is %s, where checkpoints keep the file that names the newest of "
+            .. "them: move it away or choose another directory"):format(path,
+            kind == "dir" and "a directory" or "not a regular file")
+      end
+   end
+   return true
+end
+
 -- Whether dir holds checkpoints (a `latest` file or a step-N directory with a manifest), and a
 -- few words on what: for refusing to write a new run over them.
 function checkpoint.holds(dir)

@@ -125,7 +125,7 @@ recipe.flags = {
    { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
    { "accum", "int", 1, "micro-steps per optimizer step", min = 1, max = 1e6 },
    { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
-   { "lr", "number", nil, "peak learning rate", min = 0 },
+   { "lr", "number", nil, "peak learning rate", above = 0 },
    { "warmup", "int", nil, "warmup steps", min = 0 },
    { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0 },
    { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)",
@@ -312,7 +312,6 @@ local function check_flags(v)
       error("--device cuda: " .. tostring(why):gsub("^lw%.ddp%.new: ", "") .. "; use --device cpu",
          0)
    end
-   if v.lr ~= nil and v.lr <= 0 then error(("--lr must be > 0, got %g"):format(v.lr), 0) end
    if not v.ckpt_dir then
       for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then
@@ -325,8 +324,9 @@ local function check_flags(v)
          .. "choose one", 0)
    end
    local preset = recipe.presets[v.preset]
+   v.from_preset = {}
    for _, k in ipairs({ "steps", "batch", "seq", "lr", "warmup", "eval_every" }) do
-      if v[k] == nil then v[k] = preset[k] end
+      if v[k] == nil then v[k], v.from_preset[k] = preset[k], true end
    end
    v.keep = v.keep or 3
    v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
@@ -355,6 +355,10 @@ local function check_outputs(comm, v)
       local function must(good, message) if not good then error(message, 0) end end
       if v.ckpt_dir then
          must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
+         if comm.rank == 0 then
+            local good, why = checkpoint.check_dir(v.ckpt_dir)
+            must(good, ("--ckpt-dir %s: %s"):format(v.ckpt_dir, why))
+         end
          if comm.rank == 0 and not v.resume then
             local holds, what = checkpoint.holds(v.ckpt_dir)
             if holds and not v.overwrite then
@@ -536,7 +540,9 @@ local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shar
    "split_qkv" }
 
 local function flag_value(key, value)
-   if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
+   if key == "ranks" then
+      return ("%s rank%s"):format(tostring(value), value == 1 and "" or "s")
+   end
    return ("--%s %s"):format(key:gsub("_", "-"), type(value) == "number"
       and ("%.10g"):format(value) or tostring(value))
 end
@@ -653,9 +659,10 @@ local function finish(run, v, records, ended, say)
          end)
       end
    end
-   -- at ZeRO-3 (and over a TP group) a forward pass is collective: every rank samples (the same
-   -- text), rank 0 prints
-   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or v.zero == 3 or v.tp > 1) then
+   -- at ZeRO-3, over a TP group and under expert parallelism (the experts' all-to-all) a
+   -- forward pass is collective: every rank samples (the same text), rank 0 prints
+   local collective = v.zero == 3 or v.tp > 1 or v.ep > 1
+   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or collective) then
       attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
@@ -673,10 +680,25 @@ local function parse_flags(argv, script)
       lw.comm.fail(positional .. " (--help lists the flags)", recipe.EXIT_USAGE)
    end
    if v.help then
-      print(usage(script))
+      -- under mpirun every rank parses the same flags: the launcher's rank 0 alone prints
+      if lw.comm.launched() == 0 then print(usage(script)) end
       return nil
    end
    return v
+end
+
+-- A schedule whose warmup outlasts the run never reaches its peak learning rate: said on
+-- stderr, even with --quiet, since every step of the run trains slower than the flags suggest.
+local function warn_schedule(v, say)
+   if v.warmup <= v.steps then return end
+   local function given(k, value)
+      return ("--%s %s%s"):format(k, value, v.from_preset[k] and (" (--preset %s's)"):format(
+         v.preset) or "")
+   end
+   local last = train.schedule(v.steps, v.steps, v.warmup, 0.1) * v.lr
+   say(("warning: %s is longer than the run (%s): the learning rate stops at %.3g, short of its "
+      .. "peak %g (lower --warmup or raise --steps)"):format(given("warmup", v.warmup),
+      given("steps", v.steps), last, v.lr), io.stderr)
 end
 
 -- The world communicator with --timeout, and say(text [, stream]): a line on rank 0.
@@ -743,7 +765,8 @@ local function build_run(v, comm, data, rules)
       return lw.nn.GPT.new(c1):parameters()
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
-   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = tg and every,
+   -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
+   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every,
       comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
       lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
@@ -835,6 +858,7 @@ function recipe.main(argv, rules, script)
    local run = build_run(v, comm, data, rules)
    setup_checkpoints(run, v, data, say)
    announce(run, v, data, path, say)
+   warn_schedule(v, say)
    local records, ended = train_steps(run, v, say)
    local status = finish(run, v, records, ended, say)
    if status ~= 0 then lw.comm.exit(status) end
