@@ -147,6 +147,87 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       end
    end)
 
+   it("refuses an output that is an input or another output, by real path, before step 1",
+      function()
+      helpers.sh("mkdir -p " .. dir .. "/data && head -c 100000 " .. root .. "/data/kjv.txt > "
+         .. dir .. "/data/corpus.txt && ln -s " .. dir .. "/data " .. dir .. "/link && ln "
+         .. dir .. "/data/corpus.txt " .. dir .. "/hard.txt")
+      local corpus = dir .. "/data/corpus.txt"
+      local shards = helpers.token_dataset(dir .. "/data", 2000, 300)
+      local same = "is the same file as %s: writing it would destroy the run's input; choose "
+         .. "another path"
+      for _, case in ipairs({
+         { "--data " .. corpus .. " --log " .. corpus, "--log '" .. corpus .. "' "
+           .. same:format("--data '" .. corpus .. "'") },
+         { "--data " .. corpus .. " --save-params " .. dir .. "/data/./corpus.txt",
+           "--save-params '" .. dir .. "/data/./corpus.txt' " .. same:format("--data '"
+           .. corpus .. "'") },
+         { "--data " .. corpus .. " --log " .. dir .. "/link/corpus.txt", "--log '" .. dir
+           .. "/link/corpus.txt' " .. same:format("--data '" .. corpus .. "'") },
+         { "--data " .. corpus .. " --log " .. dir .. "/hard.txt", "--log '" .. dir
+           .. "/hard.txt' " .. same:format("--data '" .. corpus .. "'") },
+         { "--data '" .. shards .. "' --vocab 300 --save-params " .. dir .. "/data/t_val_000.bin",
+           "--save-params '" .. dir .. "/data/t_val_000.bin' " .. same:format("a validation "
+           .. "shard '" .. dir .. "/data/t_val_000.bin'") },
+         { "--data " .. corpus .. " --log " .. dir .. "/out --save-params " .. dir .. "/out",
+           "--save-params '" .. dir .. "/out' is the same file as --log '" .. dir .. "/out': one "
+           .. "output would destroy the other; choose another path" },
+         { "--data " .. corpus .. " --log " .. dir .. "/data/corpus.jsonl --save-params " .. dir
+           .. "/data/corpus.png", "--save-params '" .. dir .. "/data/corpus.png' is the same "
+           .. "file as the loss curve next to --log '" .. dir .. "/data/corpus.png'" },
+         { "--data " .. corpus .. " --ckpt-dir " .. dir .. "/ck --log " .. dir .. "/ck/latest",
+           "--log '" .. dir .. "/ck/latest' is where --ckpt-dir '" .. dir .. "/ck' keeps its "
+           .. "checkpoints (latest, step-N): writing them would destroy --log; choose another "
+           .. "path" },
+      }) do
+         local out, status = run("--steps 500 --progress lines " .. case[1])
+         assert.equal(1, status, case[1])
+         assert.equal(case[2], out:sub(1, #case[2]), case[1])
+         assert.is_nil(out:find("step ", 1, true))
+         assert.equal("100000", (helpers.sh("stat -c %s " .. corpus):gsub("%s", "")))
+         assert.is_false(exists(dir .. "/out"))
+      end
+      -- the checkpoint being resumed is an input too
+      assert.equal(0, select(2, run("--steps 2 --data " .. corpus .. " --ckpt-dir " .. dir
+         .. "/ck")))
+      local inside = dir .. "/ck/step-000000002/model.safetensors"
+      local before = helpers.sh("cksum " .. inside)
+      local out, status = run("--steps 4 --data " .. corpus .. " --resume --ckpt-dir " .. dir
+         .. "/ck --save-params " .. inside)
+      assert.equal(1, status, out)
+      assert.matches("--save-params '" .. inside .. "' is inside the checkpoint being resumed, '"
+         .. dir .. "/ck/step-000000002': writing it would destroy the run's input", out, 1, true)
+      assert.equal(before, helpers.sh("cksum " .. inside))
+   end)
+
+   it("refuses a second job on a checkpoint directory at start, naming the first one's host "
+      .. "and pid", function()
+      local first = tonumber((helpers.sh("cd /tmp && { " .. recipe .. "--steps 100000 "
+         .. "--ckpt-every 100000 --ckpt-dir " .. dir .. " > /dev/null 2>&1 & } && echo $!")))
+      local lock = dir .. "/.lwopt-lock"
+      local holder = ""
+      for _ = 1, 200 do -- until the first job holds the lock
+         holder = helpers.sh("cat " .. lock .. " 2>/dev/null")
+         if holder:find("pid " .. first, 1, true) then break end
+         helpers.sh("sleep 0.05")
+      end
+      local out, status = run("--steps 2 --resume --ckpt-dir " .. dir)
+      local out2, status2 = run("--steps 2 --overwrite --ckpt-dir " .. dir)
+      helpers.sh("kill " .. first .. " && while kill -0 " .. first .. " 2>/dev/null; do sleep "
+         .. "0.05; done")
+      local host = helpers.sh("hostname"):gsub("%s", "")
+      local refused = ("--ckpt-dir %s is in use by another job (host %s, pid %d): two jobs "
+         .. "saving into one directory would write over each other's checkpoints: wait for the "
+         .. "other one to end, or choose another directory\n"):format(dir, host, first)
+      assert.equal(1, status, out)
+      assert.equal(refused, out)
+      assert.equal(1, status2, out2)
+      assert.equal(refused, out2)
+      -- the lock goes with the process that held it, however it ended
+      out, status = run("--steps 2 --overwrite --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+   end)
+
    it("finds a latest that is not a file at the start, whatever the flags", function()
       helpers.sh("mkdir -p " .. dir .. "/latest")
       for _, flag in ipairs({ "", "--overwrite", "--resume" }) do

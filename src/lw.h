@@ -1177,6 +1177,24 @@ lw_status lw_path_remove(const char *path);
 /* Renames a file or directory (rename(2): atomic within a file system; replaces a file or an
  * empty directory at `to`). */
 lw_status lw_path_rename(const char *from, const char *to);
+/* Cuts a file to its first `bytes` bytes (a log's last whole record, after a write failed). */
+lw_status lw_file_truncate(const char *path, int64_t bytes);
+/* [out] out: path made absolute with every symbolic link resolved, as far as it exists; the
+ * missing rest is appended as written (what a run would create there). Two paths with equal
+ * results name one file. LW_ERR_INVALID when it does not fit in cap bytes. */
+lw_status lw_path_real(const char *path, char *out, int64_t cap);
+/* [out] *same: whether a and b both exist and are one file (one device and inode: also hard
+ * links); false when either is missing. */
+lw_status lw_path_same_file(const char *a, const char *b, bool *same);
+
+/* An exclusive lock on a file (flock(2)), held until freed or until the process ends however it
+ * ends, so it is never left behind by a crash. The file is created if missing and holds the
+ * holder's "host H, pid P". While another process holds it, LW_ERR_STATE with that line in the
+ * message ("files: DIR/.lock is locked by another process (host h, pid 12)"). */
+typedef struct lw_file_lock lw_file_lock;
+/* [out] owned. */
+lw_status lw_file_lock_new(const char *path, lw_file_lock **out);
+void lw_file_lock_free(lw_file_lock *lock);
 
 /* The names in a directory (without "." and ".."), sorted bytewise, so every rank and run sees
  * them in one order. */

@@ -303,6 +303,30 @@ function checkpoint.latest(dir)
    return name and dir .. "/" .. name
 end
 
+-- The file in a checkpoint directory whose lock a run holds while it trains (checkpoint.lock).
+checkpoint.LOCK_NAME = ".lwopt-lock"
+
+-- Whether a name in a checkpoint directory is one that saves or the run's lock write: step-N,
+-- step-N.tmp, latest, latest.tmp, the lock file.
+function checkpoint.writes_name(name)
+   return name == "latest" or name == "latest.tmp" or name == checkpoint.LOCK_NAME
+      or name:match("^step%-%d+$") ~= nil or name:match("^step%-%d+%.tmp$") ~= nil
+end
+
+-- Locks dir (created if missing) for this process, so that no other job saves into it while
+-- this one runs: the lock ({ release = function }) is held until released or until the process
+-- ends, however it ends. nil, a message and true when another job holds it (the message names
+-- its host and pid: "DIR is in use by another job (host h, pid p)"); nil and why when it
+-- cannot be taken.
+function checkpoint.lock(dir)
+   files.make_dir(dir)
+   local lock, err = files.lock(dir .. "/" .. checkpoint.LOCK_NAME)
+   if lock then return lock end
+   local holder = err:match("is locked by another process %((.*)%)$")
+   if holder then return nil, ("%s is in use by another job (%s)"):format(dir, holder), true end
+   return nil, err, false
+end
+
 -- Checks that the names a save writes in dir besides its step-N directories (`latest` and the
 -- `latest.tmp` it is renamed from) are free or regular files: found now, not at the first save
 -- after training. Returns true, or nil and a message naming the path.

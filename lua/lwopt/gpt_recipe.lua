@@ -12,6 +12,7 @@ local safetensors = require("lwopt.safetensors")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local recipe_tp = require("lwopt.recipe_tp")
+local recipe_paths = require("lwopt.recipe_paths")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -339,13 +340,12 @@ local function check_flags(v)
    end
 end
 
--- The loss curve's path for a log path.
-local function plot_path(log_path) return log_path:gsub("%.jsonl$", "") .. ".png" end
-
 -- Outputs checked on every rank before the first step (each rank the paths it writes: the
--- checkpoint directory all of them, the log, loss curve and parameters rank 0), and a new run
--- refused in a checkpoint directory that holds another run's checkpoints. Collective.
+-- checkpoint directory all of them, the log, loss curve and parameters rank 0), the checkpoint
+-- directory locked for this job (rank 0 holds the lock, returned; nil without --ckpt-dir), and
+-- a new run refused in a checkpoint directory that holds another run's checkpoints. Collective.
 local function check_outputs(comm, v)
+   local lock
    if v.ckpt_dir then
       local looked, kind = pcall(files.kind, v.ckpt_dir)
       v.ckpt_dir_existed = not looked or kind ~= "missing"
@@ -356,7 +356,14 @@ local function check_outputs(comm, v)
       if v.ckpt_dir then
          must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
          if comm.rank == 0 then
-            local good, why = checkpoint.check_dir(v.ckpt_dir)
+            local why, busy
+            lock, why, busy = checkpoint.lock(v.ckpt_dir)
+            must(lock, busy and ("--ckpt-dir %s: two jobs saving into one directory would write "
+               .. "over each other's checkpoints: wait for the other one to end, or choose "
+               .. "another directory"):format(why)
+               or ("--ckpt-dir %s cannot be locked: %s"):format(v.ckpt_dir, why))
+            local good
+            good, why = checkpoint.check_dir(v.ckpt_dir)
             must(good, ("--ckpt-dir %s: %s"):format(v.ckpt_dir, why))
          end
          if comm.rank == 0 and not v.resume then
@@ -371,12 +378,13 @@ local function check_outputs(comm, v)
       if comm.rank == 0 then
          if v.log then
             must(files.check_writable(v.log, "--log"))
-            must(files.check_writable(plot_path(v.log), "the loss curve next to --log"))
+            must(files.check_writable(recipe_paths.plot(v.log), "the loss curve next to --log"))
          end
          if v.save_params then must(files.check_writable(v.save_params, "--save-params")) end
       end
    end)
    comm:agree(ok, err)
+   return lock
 end
 
 -- Bytes per rank, printed as a table at the end of a run.
@@ -397,8 +405,7 @@ end
 -- returns the PNG's path, or nil and why not. Non-finite losses (null in the log) are gaps in
 -- the curve.
 local function plot(log_path, unit)
-   local png = plot_path(log_path)
-   local dat = png:gsub("%.png$", "") .. ".dat"
+   local png, dat = recipe_paths.plot(log_path), recipe_paths.plot_data(log_path)
    local f, err = io.open(dat, "w")
    if f == nil then return nil, err end
    for line in io.lines(log_path) do
@@ -787,6 +794,17 @@ local function setup_checkpoints(run, v, data, say)
    end
 end
 
+-- No output may write over an input or another output: rank 0 compares their real paths (the
+-- inputs include the checkpoint resumed), every rank agrees. Collective.
+local function check_paths(run, v, data)
+   local ok, err = pcall(function()
+      if run.comm.rank ~= 0 then return end
+      local why = recipe_paths.check(v, data, run.checkpoint and run.checkpoint.resumed_from)
+      if why then error(why, 0) end
+   end)
+   run.comm:agree(ok, err)
+end
+
 -- Where the data comes from: "path (N bytes)", or for token shards "pattern (2 shards, N
 -- tokens; validation: val pattern (1 shard, N tokens)); vocabulary 50257 (50304 rows)".
 local function data_line(data, v, path)
@@ -853,14 +871,16 @@ function recipe.main(argv, rules, script)
    local comm, say = start_comm(v)
    local bad = lw.ep.check(v.ep, comm.size, v.n_expert) or recipe_tp.check_world(v, comm.size)
    if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
-   check_outputs(comm, v)
+   local lock = check_outputs(comm, v)
    local data, path = load_data(v, script)
    local run = build_run(v, comm, data, rules)
    setup_checkpoints(run, v, data, say)
+   check_paths(run, v, data)
    announce(run, v, data, path, say)
    warn_schedule(v, say)
    local records, ended = train_steps(run, v, say)
    local status = finish(run, v, records, ended, say)
+   if lock then lock.release() end
    if status ~= 0 then lw.comm.exit(status) end
    return records
 end
