@@ -401,7 +401,8 @@ describe("recipes/gpt_small.lua", function()
          assert.equal(0, status1, one)
          assert.equal(0, status2, two)
          local function parameters(out)
-            return out:match("8 experts, top%-2, (%d+%.%d+M parameters, %d+%.%d+M active) per token")
+            return out:match("8 experts, top%-2, (%d+%.%d+M parameters, %d+%.%d+M active) per "
+               .. "token")
          end
          assert.is_not_nil(parameters(one), one)
          assert.equal(parameters(one), parameters(two))

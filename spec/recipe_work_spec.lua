@@ -3,6 +3,7 @@
 -- a diverging run stopped with its outputs written, and end-of-run steps independent of each
 -- other. One rank, tiny preset (the MPI cases are in comm_spec and tests/lua/).
 local helpers = require("helpers")
+local lw = require("lwopt")
 
 local root = assert(io.popen("pwd")):read("*l")
 local recipe = "luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --sample 0 --quiet "
@@ -63,9 +64,58 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       os.remove(dir .. "/latest")
       out, status = run("--steps 6 --resume --ckpt-dir " .. dir)
       assert.equal(0, status, out)
-      assert.matches("resume: " .. dir .. "/latest is missing; using the newest checkpoint, "
-         .. "step-000000004\nresumed from " .. dir .. "/step-000000004: step 4, saved on 1 rank",
-         out, 1, true)
+      assert.matches("resume: " .. dir .. "/latest is missing; using step-000000004, the newest "
+         .. "whole checkpoint of the run of the newest manifest (run ", out, 1, true)
+      assert.matches("\nresumed from " .. dir .. "/step-000000004: step 4, saved on 1 rank", out,
+         1, true)
+   end)
+
+   it("takes only its run's checkpoints when latest is missing, and says whose it passed over",
+      function()
+      assert.equal(0, select(2, run("--steps 20 --ckpt-every 10 --ckpt-dir " .. dir)))
+      assert.equal(0, select(2, run("--steps 8 --ckpt-every 4 --overwrite --ckpt-dir " .. dir)))
+      local runs = {}
+      for _, c in ipairs(lw.checkpoint.list(dir)) do runs[c.step] = c.manifest.run_id end
+      assert.are_not.equal(runs[8], runs[20])
+      os.remove(dir .. "/latest")
+      local out, status = run("--steps 12 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches(("resume: %s/latest is missing; using step-000000008, the newest whole "
+         .. "checkpoint of the run of the newest manifest (run %s); passed over, another run's: "
+         .. "step-000000010, step-000000020 of run %s\nresumed from %s/step-000000008: step 8")
+         :format(dir, runs[8], runs[20], dir), out, 1, true)
+      -- with every checkpoint of that run damaged, none of the other run's is taken
+      os.remove(dir .. "/latest")
+      for _, step in ipairs({ 4, 8, 12 }) do
+         helpers.sh(("truncate -s 1000 %s/step-%09d/model.safetensors"):format(dir, step))
+      end
+      out, status = run("--steps 12 --resume --ckpt-dir " .. dir)
+      assert.equal(1, status, out)
+      assert.matches(("checkpoint: %s/latest is missing, and the run of the newest manifest (run "
+         .. "%s) has no other whole checkpoint in %s; passed over, another run's: "
+         .. "step-000000010, step-000000020 of run %s (point %s/latest at a checkpoint to resume "
+         .. "it)"):format(dir, runs[8], dir, runs[20], dir), out, 1, true)
+   end)
+
+   it("falls back past a damaged newest checkpoint to the newest whole one of its run, unless "
+      .. "--resume strict", function()
+      assert.equal(0, select(2, run("--steps 6 --ckpt-every 2 --ckpt-dir " .. dir)))
+      local model = dir .. "/step-000000006/model.safetensors"
+      local bytes = helpers.sh("stat -c %s " .. model):gsub("%s", "")
+      helpers.sh("truncate -s 100000 " .. model)
+      local damaged = ("%s/latest names step-000000006, which is damaged (checkpoint.load: %s has "
+         .. "100000 bytes, the manifest says %s (truncated?))"):format(dir, model, bytes)
+      local out, status = run("--steps 8 --resume strict --ckpt-dir " .. dir)
+      assert.equal(1, status, out)
+      assert.equal("checkpoint: " .. damaged .. "; a strict resume takes only the checkpoint "
+         .. "latest names\n", out)
+      helpers.sh("truncate -s 100000 " .. dir .. "/step-000000004/optim-r00000.safetensors")
+      out, status = run("--steps 8 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      local id = lw.checkpoint.list(dir)[1].manifest.run_id
+      assert.matches(("resume: %s; using step-000000002, the newest whole checkpoint of its run "
+         .. "(run %s); also damaged: step-000000004\nresumed from %s/step-000000002: step 2")
+         :format(damaged, id, dir), out, 1, true)
    end)
 
    it("refuses a checkpoint of another model shape and notes changed settings", function()

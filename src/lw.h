@@ -44,6 +44,9 @@ const char *lw_version(void);
 bool lw_has_cuda(void);
 /* Seconds on a monotonic clock, for timing. */
 double lw_now(void);
+/* Seconds since the Unix epoch (the wall clock, to the microsecond), for timestamps that other
+ * processes compare: which checkpoint was saved last. */
+double lw_wall_clock(void);
 /* Whether file descriptor fd is a terminal (progress lines redraw in place there). */
 bool lw_is_terminal(int32_t fd);
 /* Zeroed, 64-byte-aligned host memory of `bytes` (activations and other scratch the Lua side

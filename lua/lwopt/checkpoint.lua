@@ -6,7 +6,8 @@
 --                             checkpoint_state.lua)
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and
---                             CRC32C, the run it belongs to, and a CRC32C of its own text
+--                             CRC32C, the run it belongs to, when it was saved, and a CRC32C of
+--                             its own text
 -- Under expert parallelism (s.ep: lw.ep.groups) model.safetensors and the manifest hold every
 -- expert by global name, whichever EP rank trained it, and each rank's optimizer file its own
 -- experts' state: a checkpoint loads at another EP size like at another rank count. Under tensor
@@ -28,6 +29,7 @@ local safetensors = require("lwopt.safetensors")
 local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
 local state = require("lwopt.checkpoint_state")
+local finder = require("lwopt.checkpoint_find")
 
 local lib = C.lib
 local checkpoint = {}
@@ -241,7 +243,8 @@ local function write_manifest(job)
       optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
       ep = s.ep and s.ep.size or 1, tp = s.tp and s.tp.size or 1,
       extra = json.object(s.extra or {}), params = params, files = file_list,
-      run_id = s.run_id or json.null, manifest_crc32c = "00000000",
+      run_id = s.run_id or json.null, saved_at = lib.lw_wall_clock(),
+      manifest_crc32c = "00000000",
    })
    local text = seal(json.encode(manifest, "  ") .. "\n")
    C.check(lib.lw_file_write(job.tmp .. "/manifest.json", text, #text, nil), where)
@@ -362,32 +365,12 @@ function checkpoint.holds(dir)
 end
 
 -- The checkpoint to resume from in dir: { path, step, manifest, note }, where note says why it
--- is not the one `latest` names (missing or damaged latest); nil and the reason when there is
--- none to resume.
-function checkpoint.find(dir)
-   local kind = files.kind(dir)
-   if kind == "missing" then return nil, dir .. " does not exist" end
-   if kind ~= "dir" then error(("checkpoint: %s is not a directory"):format(dir), 0) end
-   local found = checkpoint.list(dir)
-   local ok, name = pcall(latest_name, dir)
-   local by_name = {}
-   for _, c in ipairs(found) do by_name[c.name] = c end
-   if ok and name and by_name[name] then
-      local c = by_name[name]
-      return { path = c.path, step = c.step, manifest = c.manifest }
-   end
-   if #found == 0 then
-      if ok and name then
-         error(("checkpoint: %s/latest names %s, which is missing or damaged, and %s holds no "
-            .. "other checkpoint"):format(dir, name, dir), 0)
-      end
-      return nil, dir .. " holds no checkpoint"
-   end
-   local newest = found[#found]
-   local why = not ok and name or (name == nil and dir .. "/latest is missing")
-      or (("%s/latest names %s, which is missing or damaged"):format(dir, name))
-   return { path = newest.path, step = newest.step, manifest = newest.manifest,
-            note = why .. "; using the newest checkpoint, " .. newest.name }
+-- is not the one `latest` names (missing or damaged) and what was passed over: the newest whole
+-- checkpoint of the same run (checkpoint_find.lua; opts.strict: none but latest's); nil and the
+-- reason when there is none to resume.
+function checkpoint.find(dir, opts)
+   return finder.find(dir, opts, { list = checkpoint.list, latest_name = latest_name,
+      read_manifest = checkpoint.read_manifest })
 end
 
 -- Reads and checks manifest.json (and, unless opts.files == false, the files' sizes and

@@ -146,7 +146,9 @@ recipe.flags = {
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
    { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
    { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },
-   { "resume", "bool", false, "continue from the latest checkpoint in --ckpt-dir, if any" },
+   { "resume", { "auto", "strict" }, nil, "continue from the checkpoint latest names in "
+     .. "--ckpt-dir, if any; when it is missing or damaged, from the newest whole checkpoint of "
+     .. "the same run (auto, the default), or not at all (strict)", bare = "auto" },
    { "overwrite", "bool", false, "start a new run in a --ckpt-dir that holds checkpoints "
      .. "(replaced step by step as the new run saves; without this flag such a directory is "
      .. "refused)" },
@@ -596,7 +598,7 @@ local function resume(run, v, say)
    local found, why
    local ok, err = pcall(function()
       if comm.rank ~= 0 then return end
-      found, why = checkpoint.find(v.ckpt_dir)
+      found, why = checkpoint.find(v.ckpt_dir, { strict = v.resume == "strict" })
       if not v.ckpt_dir_existed then
          why = v.ckpt_dir .. " did not exist (it was created for this run's checkpoints)"
       end
