@@ -139,6 +139,44 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
          .. "--lr 0.001 (was 0.003), --steps 5 (was 4)", out, 1, true)
    end)
 
+   it("keeps the checkpoint's global batch when --batch changes, and refuses when it cannot",
+      function()
+      assert.equal(0, select(2, run("--steps 6 --stop-after 2 --batch 3 --accum 2 --ckpt-dir "
+         .. dir)))
+      local out, status = run("--steps 6 --stop-after 3 --batch 2 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("resume: --accum 3 (was 2) keeps the checkpoint's global batch of 6 "
+         .. "sequences at 1 rank\nresume: settings changed since the checkpoint: --batch 2 (was "
+         .. "3)\n", out, 1, true)
+      out, status = run("--steps 6 --batch 4 --resume --ckpt-dir " .. dir)
+      assert.equal(1, status, out)
+      assert.equal("--resume: " .. dir .. "/step-000000003 was trained with a global batch of 6 "
+         .. "sequences, which --batch 4 on 1 rank cannot keep (6 is not a multiple of 4): give "
+         .. "--batch and --accum that make it, or a new one with --global-batch\n", out)
+      out, status = run("--steps 6 --batch 4 --global-batch 8 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("resume: settings changed since the checkpoint: --batch 4 (was 2), --accum 2 "
+         .. "(was 3), --global-batch 8 (was 6)", out, 1, true)
+   end)
+
+   it("takes --global-batch as the sequences of a step, and refuses one the ranks cannot split",
+      function()
+      local out, status = helpers.sh("cd /tmp && " .. recipe:gsub("%-%-quiet ", "")
+         .. "--steps 1 --batch 4 --global-batch 12")
+      assert.equal(0, status, out)
+      assert.matches("on 1 rank, global batch 12 x 32 bytes", out, 1, true)
+      for _, case in ipairs({
+         { "--batch 4 --global-batch 10", "--global-batch 10 is not a multiple of --batch 4 x 1 "
+           .. "rank (4): a step's sequences split evenly over the ranks and micro-steps" },
+         { "--batch 4 --global-batch 12 --accum 2", "--global-batch 12 with --batch 4 on 1 rank "
+           .. "is --accum 3, not --accum 2 (give one of the two)" },
+      }) do
+         out, status = run("--steps 1 " .. case[1])
+         assert.equal(2, status, case[1])
+         assert.equal(case[2] .. "\n", out)
+      end
+   end)
+
    it("refuses a checkpoint of another vocabulary or another kind of data", function()
       helpers.sh("mkdir -p " .. dir .. ".data")
       local data = "--data '" .. helpers.token_dataset(dir .. ".data", 2000, 300) .. "' "

@@ -13,6 +13,7 @@ local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local recipe_tp = require("lwopt.recipe_tp")
 local recipe_paths = require("lwopt.recipe_paths")
+local recipe_batch = require("lwopt.recipe_batch")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -124,7 +125,12 @@ recipe.flags = {
    { "device", { "cpu", "cuda" }, "cpu", "where to train" },
    { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
    { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
-   { "accum", "int", 1, "micro-steps per optimizer step", min = 1, max = 1e6 },
+   { "accum", "int", nil, "micro-steps per optimizer step (default 1, or what --global-batch "
+     .. "makes it; a resume keeps the checkpoint's global batch by changing it)", min = 1,
+     max = 1e6 },
+   { "global-batch", "int", nil, "sequences per optimizer step over all ranks (--batch x "
+     .. "--accum x data-parallel ranks, as Megatron's --global-batch-size): sets --accum",
+     min = 1, max = 1e12 },
    { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
    { "lr", "number", nil, "peak learning rate", above = 0 },
    { "warmup", "int", nil, "warmup steps", min = 0 },
@@ -525,7 +531,8 @@ local function settings(v, comm, data)
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
-            ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
+            ranks = comm.size, global_batch = recipe_batch.global(v, comm.size / v.tp),
+            n_expert = v.n_expert, shared_expert = v.shared_expert,
             topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
             muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
             mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
@@ -544,8 +551,8 @@ local BREAKING = {
 local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false }
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
-local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
-   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
+local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "warmup", "steps", "zero", "shard",
+   "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
    "split_qkv" }
 
 local function flag_value(key, value)
@@ -557,8 +564,9 @@ local function flag_value(key, value)
 end
 
 -- Compares the checkpoint's recorded settings with this run's: refuses the breaking
--- differences, returns the others as one line (or nil).
-local function compare_settings(saved, now, path)
+-- differences, returns the others as one line (or nil), leaving out the keys in `said` (told
+-- on a line of their own).
+local function compare_settings(saved, now, path, said)
    for _, b in ipairs(BREAKING) do
       local key, flag = b[1], b[2]
       local was = saved[key]
@@ -580,7 +588,7 @@ local function compare_settings(saved, now, path)
    end
    local changed = {}
    for _, key in ipairs(NOTED) do
-      if saved[key] ~= nil and saved[key] ~= now[key] then
+      if saved[key] ~= nil and saved[key] ~= now[key] and not (said and said[key]) then
          changed[#changed + 1] = ("%s (was %s)"):format(flag_value(key, now[key]),
             key == "ranks" and tostring(saved[key]) or
             flag_value(key, saved[key]):gsub("^%-%-%S+ ", ""))
@@ -590,9 +598,22 @@ local function compare_settings(saved, now, path)
       ", ")) or nil
 end
 
+-- This run's settings (the checkpoints' extra) with --accum at accum.
+local function with_accum(run, v, accum)
+   local dp = (run.dp_comm or run.comm).size
+   return setmetatable({ accum = accum, global_batch = v.batch * accum * dp },
+      { __index = run.checkpoint.extra })
+end
+
+-- Resuming the checkpoint at path (saved: its settings): the --accum that keeps its global batch
+-- (recipe_batch.keep: raises when none can) and the line that says so, or nil.
+local function kept_accum(run, v, saved, path)
+   return recipe_batch.keep(saved, v, (run.dp_comm or run.comm).size, path)
+end
+
 -- With --resume: finds the checkpoint (rank 0 looks, every rank loads), refuses one made for
--- another model, says what was resumed or why nothing was, and sets the run's lineage.
--- Collective.
+-- another model or whose global batch cannot be kept, keeps it, says what was resumed or why
+-- nothing was, and sets the run's lineage. Collective.
 local function resume(run, v, say)
    local comm, ck = run.comm, run.checkpoint
    local found, why
@@ -602,8 +623,12 @@ local function resume(run, v, say)
       if not v.ckpt_dir_existed then
          why = v.ckpt_dir .. " did not exist (it was created for this run's checkpoints)"
       end
-      if found then found.changes = compare_settings(found.manifest.extra or {}, ck.extra,
-         found.path) end
+      if found then
+         local saved = found.manifest.extra or {}
+         local accum, line = kept_accum(run, v, saved, found.path)
+         found.changes = compare_settings(saved, with_accum(run, v, accum), found.path,
+            line and { accum = true })
+      end
    end)
    comm:agree(ok, err)
    local path = comm:broadcast_string(found and found.path or "", 0)
@@ -614,11 +639,17 @@ local function resume(run, v, say)
    if found and found.note then say("resume: " .. found.note) end
    local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt, ep = run.ep, tp = run.tp,
       comm = run.comm })
+   -- every rank takes the same --accum from the same manifest
+   local accum, batch_line = kept_accum(run, v, m.extra or {}, path)
+   local now = with_accum(run, v, accum)
+   v.accum, run.accum, ck.extra.accum, ck.extra.global_batch = accum, accum, accum,
+      now.global_batch
    run.start_step = m.step + 1
    ck.resumed_from = path
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
       m.ranks == 1 and "" or "s"))
+   if batch_line then say("resume: " .. batch_line) end
    if found and found.changes then say("resume: " .. found.changes) end
    return true
 end
@@ -873,6 +904,8 @@ function recipe.main(argv, rules, script)
    local comm, say = start_comm(v)
    local bad = lw.ep.check(v.ep, comm.size, v.n_expert) or recipe_tp.check_world(v, comm.size)
    if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
+   bad = recipe_batch.plan(v, comm.size / v.tp)
+   if bad then lw.comm.fail(bad, recipe.EXIT_USAGE) end
    local lock = check_outputs(comm, v)
    local data, path = load_data(v, script)
    local run = build_run(v, comm, data, rules)
