@@ -347,6 +347,74 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       assert.equal(("step-%09d"):format(first - 1), latest(dir))
    end)
 
+   it("stops cleanly at an output it cannot write, naming the file and the reason, leaving "
+      .. "whole records and no temporary file", function()
+      -- a file-size limit (EFBIG, signal ignored) fails writes as a full disk does, unmounted
+      local log = dir .. ".jsonl"
+      local out, status = helpers.sh("cd /tmp && trap '' XFSZ && ulimit -f 16 && " .. recipe
+         .. "--steps 200 --log " .. log .. " --save-params " .. file .. " --ckpt-dir " .. dir
+         .. " --ckpt-every 100")
+      assert.equal(1, status, out)
+      local step = tonumber(out:match("stopped after step (%d+): %-%-log: cannot write the "
+         .. "record of step %d+ to " .. log:gsub("%p", "%%%0") .. " %(File too large%); the "
+         .. "records before it are whole\n"))
+      assert.is_not_nil(step, out)
+      assert.matches(("the checkpoint of step %d could not be saved: "):format(step), out, 1, true)
+      assert.matches("optim%-r00000%.safetensors: File too large\nno checkpoint of this run could "
+         .. "be saved\n", out)
+      assert.matches("failed: --save-params: safetensors.write: safetensors: writing " .. file
+         .. ".tmp: File too large", out, 1, true)
+      assert.matches("failed: loss curve: gnuplot could not write the whole of " .. dir .. ".png",
+         out, 1, true)
+      assert.is_false(exists(file .. ".tmp"))
+      assert.is_false(exists(dir .. ".png"))
+      assert.equal("", listing(dir)) -- the failed save's step-N.tmp removed
+      local records = 0
+      for line in io.lines(log) do
+         records = records + 1
+         assert.equal(records, lw.json.decode(line).step)
+      end
+      assert.equal(step - 1, records)
+   end)
+
+   it("on a full disk, checkpoints the step whose record it could not log, or names the last "
+      .. "checkpoint it saved", function()
+      local full = dir .. ".full"
+      helpers.sh("mkdir -p " .. full)
+      -- a tmpfs of its own in a mount namespace of its own (root, or user namespaces)
+      -- command's output, its status and then what is in `shown`
+      local function on_tmpfs(size, command, shown)
+         return helpers.sh(("unshare -rm sh -c 'mount -t tmpfs -o size=%s tmpfs %s && cd /tmp "
+            .. "&& %s; echo \"status $?\"; ls %s'"):format(size, full, command, shown or full))
+      end
+      local probe = on_tmpfs("64k", "true")
+      if not probe:find("status 0", 1, true) then
+         return pending("no tmpfs can be mounted here (unshare -rm): " .. probe)
+      end
+      local out = on_tmpfs("64k", recipe .. "--steps 500 --log " .. full .. "/l.jsonl "
+         .. "--ckpt-dir " .. dir)
+      assert.matches("status 1\n", out, 1, true)
+      local step = tonumber(out:match("stopped after step (%d+): %-%-log: cannot write the "
+         .. "record of step %d+ to " .. full:gsub("%p", "%%%0") .. "/l%.jsonl %(No space left on "
+         .. "device%)"))
+      assert.is_not_nil(step, out)
+      local saved = ("%s/step-%09d"):format(dir, step)
+      assert.matches("the training state is in " .. saved .. ": resume from it with --resume",
+         out, 1, true)
+      out, status = run(("--steps %d --resume --ckpt-dir %s"):format(step + 1, dir))
+      assert.equal(0, status, out)
+      assert.matches(("resumed from %s: step %d"):format(saved, step), out, 1, true)
+      -- checkpoints on the full disk: the one that does not fit stops the run, the one before
+      -- is named, and the half-written one is removed
+      out = on_tmpfs("3m", recipe .. "--steps 500 --ckpt-every 5 --ckpt-dir " .. full .. "/ck",
+         full .. "/ck")
+      assert.matches("stopped after step 10: the checkpoint of step 10 could not be saved: ", out,
+         1, true)
+      assert.matches("No space left on device\nthe training state is in " .. full
+         .. "/ck/step-000000005: resume from it with --resume", out, 1, true)
+      assert.matches("status 1\nlatest\nstep-000000005\n", out, 1, true)
+   end)
+
    it("runs the end-of-run steps independently: a failed plot skips nothing", function()
       local empty = dir .. "-bin"
       helpers.sh("mkdir -p " .. empty)

@@ -288,15 +288,23 @@ end
 -- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point); ep the run's
 -- expert-parallel groups (lw.ep.groups), tp its tensor-parallel ones (lw.tp.groups) with comm,
 -- the world's communicator (ddp's is then the DP group's), when it has them. Returns the
--- checkpoint's directory.
+-- checkpoint's directory; a failure is raised on every rank alike, its step-N.tmp removed.
 function checkpoint.save(dir, s)
    local job = new_save(dir, s)
-   agreed(job, prepare_dir)
-   s.ddp:finish_param_sync()
-   agreed(job, gather_model)
-   agreed(job, write_data)
-   share_sums(job)
-   agreed(job, commit)
+   local ok, err = pcall(function()
+      agreed(job, prepare_dir)
+      s.ddp:finish_param_sync()
+      agreed(job, gather_model)
+      agreed(job, write_data)
+      share_sums(job)
+      agreed(job, commit)
+   end)
+   if not ok then
+      -- what a failed save wrote only takes space (on a full disk, the space the next save or
+      -- the log needs); the checkpoints before it and `latest` are as they were
+      if job.comm.rank == 0 then pcall(files.remove_tree, job.tmp) end
+      error(err, 0)
+   end
    return job.final
 end
 

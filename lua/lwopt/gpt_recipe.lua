@@ -416,21 +416,45 @@ local function plot(log_path, unit)
    local png, dat = recipe_paths.plot(log_path), recipe_paths.plot_data(log_path)
    local f, err = io.open(dat, "w")
    if f == nil then return nil, err end
+   local written, why = true, nil
    for line in io.lines(log_path) do
       local step = line:match('"step":(%d+)')
       local loss = line:match('"loss":([%d%.eE%-]+)') or "NaN"
       local val = line:match('"val_loss":([%d%.eE%-]+)') or "NaN"
-      if step then f:write(step, " ", loss, " ", val, "\n") end
+      if step and written then written, why = f:write(step, " ", loss, " ", val, "\n") end
    end
-   f:close()
+   -- buffered: a full disk may show only when the last of it is flushed
+   local closed, close_why = f:close()
+   if not (written and closed) then
+      os.remove(dat)
+      return nil, ("cannot write %s (%s)"):format(dat, tostring(why or close_why))
+   end
    local script = ("set terminal pngcairo size 800,480; set output '%s'; set xlabel 'step'; "
       .. "set ylabel 'loss (nats/%s)'; set grid; set key top right; "
       .. "plot '%s' using 1:2 with lines title 'train', '' using 1:3 with linespoints pt 7 "
       .. "title 'validation'"):format(png, unit, dat)
-   local ok = os.execute("gnuplot -e \"" .. script .. "\" 2>/dev/null")
+   local pipe = io.popen("gnuplot -e \"" .. script .. "\" 2>&1; echo \"status $?\"")
+   local said = pipe:read("*a")
+   pipe:close()
    os.remove(dat)
-   if ok == 0 or ok == true then return png end
-   return nil, "gnuplot failed (is gnuplot installed?)"
+   local status = tonumber(said:match("status (%d+)%s*$"))
+   if status == 127 then return nil, "gnuplot failed (is gnuplot installed?)" end
+   said = said:gsub("status %d+%s*$", ""):gsub("%s+$", ""):match("[^\n]*$")
+   if status ~= 0 then return nil, "gnuplot failed: " .. said end
+   -- gnuplot does not notice a full disk: a whole PNG ends with its IEND chunk
+   local drawn = io.open(png, "rb")
+   local tail = ""
+   if drawn then
+      drawn:seek("end", -math.min(12, drawn:seek("end")))
+      tail = drawn:read("*a") or ""
+      drawn:close()
+   end
+   if tail ~= "\0\0\0\0IEND\174\66\96\130" then
+      os.remove(png) -- a cut-off picture is no loss curve
+      return nil, ("gnuplot could not write the whole of %s (is the disk full?)%s"):format(png,
+         said ~= "" and " (" .. said .. ")" or "")
+   end
+   return png
 end
 
 -- Sampling at temperature 0.8 over the model's next-byte distribution, among the bytes that
@@ -654,6 +678,24 @@ local function resume(run, v, say)
    return true
 end
 
+-- What a run stopped by a failed output (train.run's ended.stopped) says: why, and where its
+-- training state is (the checkpoint saved at that step, else the last this run saved).
+local function stopped_text(run, v, stopped)
+   local unsaved = stopped.save_error and ("the checkpoint of step %d could not be saved: %s")
+      :format(stopped.step, stopped.save_error)
+   local lines = { ("stopped after step %d: %s"):format(stopped.step, stopped.why or unsaved) }
+   if stopped.why and unsaved then lines[#lines + 1] = unsaved end
+   local ck = run.checkpoint
+   local last = stopped.checkpoint or (ck and (ck.last_saved or ck.resumed_from))
+   if last then
+      lines[#lines + 1] = ("the training state is in %s: resume from it with --resume once the "
+         .. "outputs can be written"):format(last)
+   elseif ck then
+      lines[#lines + 1] = "no checkpoint of this run could be saved"
+   end
+   return table.concat(lines, "\n")
+end
+
 -- The end of a run: memory per rank, the final validation loss, the loss curve, the
 -- parameters and the sample, each independent of the others (one failing skips none of the
 -- rest, and the parameters are always written when asked). Collective. Returns the exit status
@@ -669,6 +711,7 @@ local function finish(run, v, records, ended, say)
    local memory = train.memory_by_rank(run) -- collective
    if not v.quiet then say(memory_table(memory)) end
    local final = records[#records]
+   if ended.stopped then say(stopped_text(run, v, ended.stopped), io.stderr) end
    if ended.diverged then
       say(("stopped: %d steps in a row (from step %d) had non-finite gradients, so the loss "
          .. "diverged and no update was made; lower --lr (now %g) or --warmup, or raise "
@@ -693,7 +736,11 @@ local function finish(run, v, records, ended, say)
          attempt("--save-params", function()
             -- beside it first, then renamed: a kill mid-write leaves the previous file whole
             local tmp = v.save_params .. ".tmp"
-            safetensors.write(tmp, tensors)
+            local written, why = pcall(safetensors.write, tmp, tensors)
+            if not written then
+               os.remove(tmp) -- what a full disk let through is no use to anyone
+               error(why, 0)
+            end
             files.rename(tmp, v.save_params)
             say("parameters: " .. v.save_params)
          end)
@@ -706,7 +753,8 @@ local function finish(run, v, records, ended, say)
       attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
-   local status = ended.diverged and recipe.EXIT_DIVERGED or (#problems > 0 and 1 or 0)
+   local status = ended.diverged and recipe.EXIT_DIVERGED
+      or ((#problems > 0 or ended.stopped) and 1 or 0)
    return comm:allreduce({ status }, "max")[1]
 end
 
