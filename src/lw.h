@@ -449,6 +449,14 @@ typedef struct lw_comm_counter {
  * one-rank communicator otherwise (or LWOPT_COMM=self). MPI is initialised on first use and
  * finalised when the last MPI communicator is freed or at exit. [out] owned. */
 lw_status lw_comm_init(lw_comm **out);
+/* lw_comm_init with the watchdog's timeout given (seconds; < 0: LWOPT_TIMEOUT's, else 600; 0:
+ * none), which also bounds the start-up: MPI's initialisation (MPI_Init_thread, which waits
+ * for every rank of the job) and the world's duplication, and later MPI_Comm_split and
+ * MPI_Finalize, blocking calls the watchdog cannot poll. Past the timeout there the process
+ * ends with status 1 and one line on stderr naming the rank, the call and the timeout ("comm:
+ * start-up watchdog: rank 0 of 2 waited 5 s in MPI_Init_thread ..."): a call that does not
+ * return cannot fail, and a job whose rank never arrives can only end. [out] owned. */
+lw_status lw_comm_init_timeout(double seconds, lw_comm **out);
 /* A one-rank communicator. [out] owned. */
 lw_status lw_comm_self(lw_comm **out);
 /* Whether an MPI launcher (mpirun, srun, any PMI/PMIx launcher) started this process, read from

@@ -789,10 +789,10 @@ local function warn_schedule(v, say)
       given("steps", v.steps), last, v.lr), io.stderr)
 end
 
--- The world communicator with --timeout, and say(text [, stream]): a line on rank 0.
+-- The world communicator with --timeout (which bounds MPI's start-up too), and say(text [,
+-- stream]): a line on rank 0.
 local function start_comm(v)
-   local comm = lw.comm.init()
-   if v.timeout then comm:set_timeout(v.timeout) end
+   local comm = lw.comm.init(v.timeout)
    local function say(text, stream)
       if comm.rank ~= 0 then return end
       stream = stream or io.stdout
