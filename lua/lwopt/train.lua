@@ -383,11 +383,12 @@ end
 -- first step to run), stop_after (last step to run; the schedule still spans `steps`),
 -- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:
 -- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from; last_saved is set to
--- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records and how the run ended: { diverged = bool, skips_in_a_row
--- = n, first_skip = step, stopped = nil | { step, why (the log could not be written), save_error
--- (a checkpoint could not be saved), checkpoint (the one saved at that step) } }: a failed
--- output stops the run after its step, checkpointed when it can be. A step whose update was
--- skipped is not checkpointed: its parameters may already be the cause.
+-- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records and how the
+-- run ended: { diverged = bool, skips_in_a_row = n, first_skip = step, stopped = nil | { step,
+-- why (the log could not be written), save_error (a checkpoint could not be saved), checkpoint
+-- (the one saved at that step) } }: a failed output stops the run after its step, checkpointed
+-- when it can be. A step whose update was skipped is not checkpointed: its parameters may
+-- already be the cause.
 function train.run(run)
    local loop = open_run(run)
    for step = loop.first, loop.last do
