@@ -210,16 +210,46 @@ describe("lw.checkpoint", function()
          os.remove(dir .. "/latest")
          found = lw.checkpoint.find(dir)
          assert.equal(3, found.step)
-         assert.equal(dir .. "/latest is missing; using the newest checkpoint, step-000000003",
-            found.note)
+         assert.equal(dir .. "/latest is missing; using step-000000003, the newest whole "
+            .. "checkpoint of the run of the newest manifest (run a)", found.note)
          helpers.sh("echo step-000000009 > " .. dir .. "/latest")
          found = lw.checkpoint.find(dir)
          assert.equal(3, found.step)
-         assert.matches("latest names step-000000009, which is missing or damaged", found.note,
-            1, true)
+         assert.matches("latest names step-000000009, which is missing; using step-000000003",
+            found.note, 1, true)
+         assert.has_error(function() lw.checkpoint.find(dir, { strict = true }) end,
+            "checkpoint: " .. dir .. "/latest names step-000000009, which is missing; a strict "
+            .. "resume takes only the checkpoint latest names")
          local holds, what = lw.checkpoint.holds(dir)
          assert.is_true(holds)
          assert.equal("3 checkpoints, the newest step-000000003", what)
+      end)
+
+      it("without latest, continues the run saved last, not the one with the highest step",
+         function()
+         local model, ddp, opt = setup()
+         step(model, ddp, opt)
+         for _, save in ipairs({ { 10, "old" }, { 20, "old" }, { 4, "new" }, { 8, "new" } }) do
+            lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = save[1], keep = 5,
+               run_id = save[2] })
+         end
+         local m = lw.checkpoint.read_manifest(dir .. "/step-000000008")
+         assert.is_true(m.saved_at > lw.checkpoint.read_manifest(dir .. "/step-000000020").saved_at)
+         assert.is_true(math.abs(m.saved_at - os.time()) < 60)
+         os.remove(dir .. "/latest")
+         local found = lw.checkpoint.find(dir)
+         assert.equal(8, found.step)
+         assert.equal(dir .. "/latest is missing; using step-000000008, the newest whole "
+            .. "checkpoint of the run of the newest manifest (run new); passed over, another "
+            .. "run's: step-000000010, step-000000020 of run old", found.note)
+         helpers.sh("echo step-000000008 > " .. dir .. "/latest")
+         helpers.sh("truncate -s 10 " .. dir .. "/step-000000008/model.safetensors")
+         found = lw.checkpoint.find(dir)
+         assert.equal(4, found.step)
+         assert.matches("latest names step-000000008, which is damaged (checkpoint.load: ",
+            found.note, 1, true)
+         assert.matches("; using step-000000004, the newest whole checkpoint of its run (run new)",
+            found.note, 1, true)
       end)
    end)
 

@@ -47,13 +47,28 @@ describe("lwopt layout", function()
          .. "lists them)\n", err)
       status, _, err = run({ "layout", "--n-layer", "2", "--n-embd", "65", "--n-head", "2" })
       assert.equal(1, status)
-      assert.matches("n_embd (65) must be divisible by n_head (2)", err, 1, true)
-      status, _, err = run({ "layout", "--n-layer", "1", "--n-embd", "64", "--n-head", "2",
-         "--dp", "0" })
-      assert.equal(1, status)
-      assert.matches("dp must be >= 1, got 0", err, 1, true)
+      assert.equal("lwopt layout: --n-embd (65) must be divisible by --n-head (2)\n", err)
       status, _, err = run({ "layout", "--tied", "--untied" })
       assert.equal(2, status)
+   end)
+
+   it("names the flags, not the Lua fields, and bounds them as the recipe does", function()
+      local gpt = "layout --n-layer 1 --n-embd 64 --n-head 2 "
+      for _, case in ipairs({
+         { "layout", "--arch gpt needs --n-layer" },
+         { "layout --n-layer 2 --n-embd 64", "--arch gpt needs --n-head" },
+         { "layout --arch llama --n-layer 2 --n-embd 64 --n-head 2",
+           "--arch llama needs --ffn-hidden" },
+         { gpt .. "--dp 0", "--dp must be >= 1, got 0" },
+         { gpt .. "--bucket-size 0", "--bucket-size must be >= 1, got 0" },
+         { "layout --n-layer 0 --n-embd 64 --n-head 2", "--n-layer must be >= 1, got 0" },
+      }) do
+         local argv = {}
+         for word in case[1]:gmatch("%S+") do argv[#argv + 1] = word end
+         local status, _, err = run(argv)
+         assert.equal(2, status, case[1])
+         assert.equal("lwopt: " .. case[2] .. " (lwopt layout --help lists them)\n", err)
+      end
    end)
 end)
 

@@ -208,7 +208,7 @@ print(ok, err)
          .. "for mode 'layerwise'")
       local wrong = lw.layout.compute(tiny(), { dp = 2 })
       assert.has_error(function() lw.ddp.new(tiny(), c, { layout = wrong }) end,
-         "lw.ddp.new: buffers: the layout is for dp 2 but the communicator has 1 ranks")
+         "lw.ddp.new: buffers: the layout is for dp 2 but the communicator has 1 rank")
       local d = lw.ddp.new(tiny(), c)
       assert.has_error(function() d:param("nope") end, "ddp: no parameter named 'nope'")
       d:grad_ready("ln_f.weight")

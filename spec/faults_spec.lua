@@ -66,8 +66,8 @@ end)
 
 describe("the fault variables", function()
    local dir
-   local recipe = " recipes/gpt_small.lua --preset tiny --steps 2 --batch 2 --sample 0 --quiet "
-      .. "--ckpt-every 1 --ckpt-dir "
+   local recipe = " recipes/gpt_small.lua --preset tiny --steps 2 --warmup 1 --batch 2 --sample 0 "
+      .. "--quiet --ckpt-every 1 --ckpt-dir "
    local vars = "LWOPT_KILL_AFTER_STEP=1 LWOPT_CKPT_CRASH=rename "
    before_each(function()
       dir = os.tmpname()

@@ -55,6 +55,14 @@ describe("lw.flags.parse", function()
       assert.equal(1e9, flags.parse({ "--steps", "1000000000" }, bounded).steps)
    end)
 
+   it("bounds a number from below excluding the bound, with one message for every value", function()
+      local positive = { { "lr", "number", nil, "", above = 0 } }
+      local function err(argv) return select(2, flags.parse(argv, positive)) end
+      assert.equal("--lr must be > 0, got 0", err({ "--lr", "0" }))
+      assert.equal("--lr must be > 0, got -1", err({ "--lr", "-1" }))
+      assert.equal(1e-9, flags.parse({ "--lr", "1e-9" }, positive).lr)
+   end)
+
    it("suggests the flag a mistyped one is closest to", function()
       local near = { { "steps", "int" }, { "ckpt-every", "int" }, { "seed", "int" } }
       assert.equal("unknown flag --step (did you mean --steps?)",

@@ -8,6 +8,8 @@ local lw = require("lwopt")
 
 local root = assert(io.popen("pwd")):read("*l")
 local recipe = root .. "/recipes/gpt_small.lua"
+local MPIRUN = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 "
+   .. "-x OPENBLAS_NUM_THREADS=1 "
 
 describe("recipes/gpt_small.lua", function()
    it("trains the tiny preset, reports the validation loss and prints a sample", function()
@@ -53,6 +55,26 @@ describe("recipes/gpt_small.lua", function()
       assert.matches("--steps INT", out, 1, true)
    end)
 
+   it("prints --help once under mpirun, not once per rank #mpi", function()
+      local out, status = helpers.sh(MPIRUN .. "luajit " .. recipe .. " --help")
+      assert.equal(0, status, out)
+      local count = 0
+      for _ in out:gmatch("usage: ") do count = count + 1 end
+      assert.equal(1, count, out)
+   end)
+
+   it("warns when the warmup outlasts the run, even with --quiet", function()
+      local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --steps 2 --sample 0 "
+         .. "--quiet")
+      assert.equal(0, status, out)
+      assert.matches("warning: --warmup 10 (--preset tiny's) is longer than the run (--steps 2): "
+         .. "the learning rate stops at 0.0006, short of its peak 0.003 (lower --warmup or raise "
+         .. "--steps)\n", out, 1, true)
+      out = helpers.sh("luajit " .. recipe .. " --preset tiny --steps 3 --warmup 3 --sample 0 "
+         .. "--quiet")
+      assert.is_nil(out:find("warning", 1, true), out)
+   end)
+
    it("says what is missing for --device cuda on a machine without a GPU", function()
       if lw.has_cuda() then return pending("a GPU is here") end
       local out, status = helpers.sh("luajit " .. recipe .. " --device cuda --steps 1")
@@ -77,6 +99,9 @@ describe("recipes/gpt_small.lua", function()
          { "--zero 4", "--zero must be between 1 and 3, got 4" },
          { "--seq 10000000", "--seq must be between 1 and 1000000, got 10000000" },
          { "--lr nan", "--lr expects a number, got 'nan'" },
+         -- zero and negative learning rates: one rule, one status
+         { "--lr 0", "--lr must be > 0, got 0" },
+         { "--lr -1", "--lr must be > 0, got -1" },
          { "--timeout -5", "--timeout must be >= 0, got -5" },
       }) do
          local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
@@ -92,7 +117,6 @@ describe("recipes/gpt_small.lua", function()
          { "--resume", "--resume needs --ckpt-dir" },
          { "--ckpt-dir /tmp/x --resume --overwrite", "--resume continues the checkpoints in "
            .. "--ckpt-dir and --overwrite replaces them: choose one" },
-         { "--lr 0", "--lr must be > 0, got 0" },
       }) do
          local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
          assert.equal(1, status, case[1])
@@ -208,7 +232,7 @@ describe("recipes/gpt_small.lua", function()
 
       it("names the shard and the id of a token outside the vocabulary", function()
          local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --data '" .. pattern
-            .. "' --vocab 200 --steps 1 --sample 0 --quiet")
+            .. "' --vocab 200 --steps 1 --warmup 1 --sample 0 --quiet")
          assert.equal(1, status)
          assert.matches("^lw%.tokens: token_shards: " .. dir:gsub("%p", "%%%0")
             .. "/t_train_00[01]%.bin: token 2%d%d at position %d+ is outside the vocabulary "
@@ -291,7 +315,7 @@ describe("recipes/gpt_small.lua", function()
               .. "the flags)" },
             { "--n-expert 4 --ep 3", 1, "--ep 3 does not divide the 4 experts (each EP rank "
               .. "holds n_expert / ep of them)" },
-            { "--n-expert 4 --ep 2", 2, "--ep 2 does not divide the 1 ranks (the world splits "
+            { "--n-expert 4 --ep 2", 2, "--ep 2 does not divide the 1 rank (the world splits "
               .. "into groups of ep ranks)" },
             { "--ep 2", 1, "--ep 2 needs a mixture of experts (n_expert is 0)" },
          }) do
@@ -368,6 +392,25 @@ describe("recipes/gpt_small.lua", function()
          os.remove((log:gsub("%.jsonl$", ".png")))
       end)
 
+      it("trains to its end at --ep 2: every rank samples, rank 0 prints, and the start-up "
+         .. "line counts the whole model #mpi", function()
+         local args = " --preset moe --steps 1 --seq 16 --batch 2 --eval-max 1 --sample 12 "
+            .. "--timeout 30"
+         local one, status1 = helpers.sh("luajit " .. recipe .. args)
+         local two, status2 = helpers.sh(MPIRUN .. "luajit " .. recipe .. args .. " --ep 2")
+         assert.equal(0, status1, one)
+         assert.equal(0, status2, two)
+         local function parameters(out)
+            return out:match("8 experts, top%-2, (%d+%.%d+M parameters, %d+%.%d+M active) per "
+               .. "token")
+         end
+         assert.is_not_nil(parameters(one), one)
+         assert.equal(parameters(one), parameters(two))
+         local samples = 0
+         for _ in two:gmatch("\nsample:\nAnd God said") do samples = samples + 1 end
+         assert.equal(1, samples, two)
+      end)
+
       it("has a moe preset: 4 layers x 128, 8 experts, top-2", function()
          local gpt_recipe = require("lwopt.gpt_recipe")
          local cfg = gpt_recipe.gpt_config("moe", 256)
@@ -382,7 +425,7 @@ describe("recipes/gpt_small.lua", function()
    describe("with tensor parallelism (--tp)", function()
       it("refuses what cannot work yet, before any work, naming the numbers", function()
          for _, case in ipairs({
-            { "--tp 2", 2, "--tp 2 does not divide the 1 ranks (the world splits into "
+            { "--tp 2", 2, "--tp 2 does not divide the 1 rank (the world splits into "
               .. "TP groups of tp consecutive ranks)" },
             { "--tp 3", 1, "--tp 3 does not divide the 4 attention heads (each TP rank "
               .. "holds n_head / tp heads) (--preset tiny: 4 heads, n_embd 64)" },

@@ -49,7 +49,7 @@ describe("lw.tp.check", function()
       assert.same({ 1, 0, 0, 1, 0 }, { g.size, g.rank, g.group, g.dp_size, g.dp_rank })
       assert.equal(1, g.comm.size)
       assert.has_error(function() lw.tp.groups(lw.comm.init(), 2) end,
-         "lw.tp: tp 2 does not divide the 1 ranks (the world splits into TP groups of tp "
+         "lw.tp: tp 2 does not divide the 1 rank (the world splits into TP groups of tp "
          .. "consecutive ranks)")
    end)
 end)

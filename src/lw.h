@@ -44,6 +44,9 @@ const char *lw_version(void);
 bool lw_has_cuda(void);
 /* Seconds on a monotonic clock, for timing. */
 double lw_now(void);
+/* Seconds since the Unix epoch (the wall clock, to the microsecond), for timestamps that other
+ * processes compare: which checkpoint was saved last. */
+double lw_wall_clock(void);
 /* Whether file descriptor fd is a terminal (progress lines redraw in place there). */
 bool lw_is_terminal(int32_t fd);
 /* Zeroed, 64-byte-aligned host memory of `bytes` (activations and other scratch the Lua side
@@ -449,6 +452,14 @@ typedef struct lw_comm_counter {
  * one-rank communicator otherwise (or LWOPT_COMM=self). MPI is initialised on first use and
  * finalised when the last MPI communicator is freed or at exit. [out] owned. */
 lw_status lw_comm_init(lw_comm **out);
+/* lw_comm_init with the watchdog's timeout given (seconds; < 0: LWOPT_TIMEOUT's, else 600; 0:
+ * none), which also bounds the start-up: MPI's initialisation (MPI_Init_thread, which waits
+ * for every rank of the job) and the world's duplication, and later MPI_Comm_split and
+ * MPI_Finalize, blocking calls the watchdog cannot poll. Past the timeout there the process
+ * ends with status 1 and one line on stderr naming the rank, the call and the timeout ("comm:
+ * start-up watchdog: rank 0 of 2 waited 5 s in MPI_Init_thread ..."): a call that does not
+ * return cannot fail, and a job whose rank never arrives can only end. [out] owned. */
+lw_status lw_comm_init_timeout(double seconds, lw_comm **out);
 /* A one-rank communicator. [out] owned. */
 lw_status lw_comm_self(lw_comm **out);
 /* Whether an MPI launcher (mpirun, srun, any PMI/PMIx launcher) started this process, read from
@@ -1207,6 +1218,24 @@ lw_status lw_path_remove(const char *path);
 /* Renames a file or directory (rename(2): atomic within a file system; replaces a file or an
  * empty directory at `to`). */
 lw_status lw_path_rename(const char *from, const char *to);
+/* Cuts a file to its first `bytes` bytes (a log's last whole record, after a write failed). */
+lw_status lw_file_truncate(const char *path, int64_t bytes);
+/* [out] out: path made absolute with every symbolic link resolved, as far as it exists; the
+ * missing rest is appended as written (what a run would create there). Two paths with equal
+ * results name one file. LW_ERR_INVALID when it does not fit in cap bytes. */
+lw_status lw_path_real(const char *path, char *out, int64_t cap);
+/* [out] *same: whether a and b both exist and are one file (one device and inode: also hard
+ * links); false when either is missing. */
+lw_status lw_path_same_file(const char *a, const char *b, bool *same);
+
+/* An exclusive lock on a file (flock(2)), held until freed or until the process ends however it
+ * ends, so it is never left behind by a crash. The file is created if missing and holds the
+ * holder's "host H, pid P". While another process holds it, LW_ERR_STATE with that line in the
+ * message ("files: DIR/.lock is locked by another process (host h, pid 12)"). */
+typedef struct lw_file_lock lw_file_lock;
+/* [out] owned. */
+lw_status lw_file_lock_new(const char *path, lw_file_lock **out);
+void lw_file_lock_free(lw_file_lock *lock);
 
 /* The names in a directory (without "." and ".."), sorted bytewise, so every rank and run sees
  * them in one order. */

@@ -12,6 +12,8 @@
 --      must have succeeded); after the loop one more launch runs to the end.
 --   3. The final --save-params file must be byte-identical to the reference's, and the losses
 --      (the last log record of each step: resumed runs append) equal to the reference's.
+-- Before the kills: a second job on a running job's checkpoint directory is refused, naming the
+-- lock's holder, and a kill -9 of the holder frees the directory for the next job at once.
 -- The seed fixes the schedule (moments, ranks, which kills aim at saves), not what the job is
 -- doing when a kill lands: that depends on the machine's timing. A launch that fails by itself
 -- (something a kill left that the resume could not handle) is reported with what was on disk.
@@ -290,6 +292,47 @@ if #durations == 0 then save_span = 0 end
 print(("reference: %.2f s (startup %.2f s, %.3f s per step, %d of %d saves seen in progress, "
    .. "%.1f ms each, the shortest %.1f ms)"):format(D, startup, per_step, #durations, #saves,
    1e3 * mean_save, 1e3 * save_span))
+
+-- 1a. one job per checkpoint directory: while a launch runs, a second job on its directory is
+-- refused at start, naming the host and pid of the rank that holds the lock; a kill -9 of that
+-- rank frees the directory at once (the kernel drops the lock), so the next job takes it
+do
+   local dir = work .. "/locked"
+   local first = launch(dir, work .. "/locked.jsonl", work .. "/locked.st")
+   local ranks, holder = nil, nil
+   local deadline = now() + 60
+   while holder == nil and finished(first) == nil and now() < deadline do
+      ranks = ranks or ranks_of(first)
+      local text = slurp(dir .. "/.lwopt-lock") or ""
+      local pid = tonumber(text:match("pid (%d+)"))
+      if ranks and pid == ranks[0] then holder = pid else sleep(0.005) end
+   end
+   local second = ("luajit '%s/recipes/gpt_small.lua' --preset tiny --sample 0 --quiet --steps %d "
+      .. "--stop-after 1 --ckpt-dir '%s' --resume"):format(root, S, dir)
+   local function attempt()
+      local p = io.popen(second .. " 2>&1; echo \"status $?\"")
+      local out = p:read("*a")
+      p:close()
+      return out
+   end
+   if holder then
+      local out = attempt()
+      expect(out:find(("is in use by another job (host %s, pid %d)"):format(
+         (slurp("/proc/sys/kernel/hostname") or ""):gsub("%s", ""), holder), 1, true)
+         and out:find("status 1\n", 1, true),
+         "a second job on a running job's checkpoint directory is refused with its host and "
+         .. "pid: " .. out)
+      ffi.C.kill(holder, SIGKILL)
+      wait_killed(first, ranks)
+      out = attempt()
+      expect(out:find("status 0\n", 1, true), "after a kill -9 of the lock's holder the next "
+         .. "job takes the directory: " .. out)
+   else
+      expect(false, "the first job held the lock of its checkpoint directory within 60 s")
+      end_hung(first)
+   end
+   sh("rm -rf '" .. dir .. "'")
+end
 
 -- 2. the schedule: N moments uniform over the job's duration, sorted; which rank each kill
 -- hits, whether it waits for the next save to start, and how far into that save it lands

@@ -1,5 +1,6 @@
 /* test_files.c: the file-system helpers checkpoints use: what is at a path, removal, rename,
- * sorted directory listings, and their errors naming the path. */
+ * sorted directory listings, and their errors naming the path; real paths and same-file checks
+ * (an output must not be an input), truncation, and the lock a checkpoint directory takes. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,7 +10,81 @@ static void write_text(const char *path, const char *text) {
     CHECK_OK(lw_file_write(path, text, (int64_t)strlen(text), NULL));
 }
 
+/* Real paths through a symbolic link, a relative path, a missing tail and "d/"; hard links as
+ * one file; truncation; a lock refused to a second holder with the first one's pid. */
+static void check_paths_and_lock(void) {
+    char root[] = "/tmp/lwopt-paths-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    char real_root[512], dir[300], sym[300], file[300], hard[300], via[300], out[512];
+    CHECK_OK(lw_path_real(root, real_root, sizeof real_root));
+    snprintf(dir, sizeof dir, "%s/d", root);
+    CHECK_OK(lw_dir_make(dir));
+    snprintf(sym, sizeof sym, "%s/l", root);
+    CHECK(symlink(dir, sym) == 0);
+    snprintf(file, sizeof file, "%s/d/f.txt", root);
+    write_text(file, "corpus");
+
+    char want[600];
+    snprintf(via, sizeof via, "%s/l/f.txt", root);
+    CHECK_OK(lw_path_real(via, out, sizeof out));
+    snprintf(want, sizeof want, "%s/d/f.txt", real_root);
+    CHECK(strcmp(out, want) == 0);
+    snprintf(via, sizeof via, "%s/l/new/deeper.jsonl", root); /* missing below the link */
+    CHECK_OK(lw_path_real(via, out, sizeof out));
+    snprintf(want, sizeof want, "%s/d/new/deeper.jsonl", real_root);
+    CHECK(strcmp(out, want) == 0);
+    snprintf(via, sizeof via, "%s/l/", root);
+    CHECK_OK(lw_path_real(via, out, sizeof out));
+    snprintf(want, sizeof want, "%s/d", real_root);
+    CHECK(strcmp(out, want) == 0);
+    char cwd[512];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK(chdir(dir) == 0);
+    CHECK_OK(lw_path_real("f.txt", out, sizeof out));
+    snprintf(want, sizeof want, "%s/d/f.txt", real_root);
+    CHECK(strcmp(out, want) == 0);
+    CHECK(chdir(cwd) == 0);
+    CHECK_FAILS(lw_path_real(file, out, 8), LW_ERR_INVALID, "too long");
+
+    bool same = true;
+    snprintf(hard, sizeof hard, "%s/hard.txt", root);
+    CHECK(link(file, hard) == 0);
+    CHECK_OK(lw_path_same_file(hard, file, &same));
+    CHECK(same);
+    CHECK_OK(lw_path_same_file(hard, dir, &same));
+    CHECK(!same);
+    snprintf(via, sizeof via, "%s/missing", root);
+    CHECK_OK(lw_path_same_file(via, via, &same));
+    CHECK(!same);
+
+    CHECK_OK(lw_file_truncate(file, 3));
+    int64_t bytes = 0;
+    CHECK_OK(lw_file_checksum(file, &bytes, NULL));
+    CHECK_EQ(bytes, 3);
+    CHECK_FAILS(lw_file_truncate(via, 0), LW_ERR_IO, "missing");
+
+    /* a second open of the lock file is another holder, even in this process */
+    char lock_path[300], pid[32];
+    snprintf(lock_path, sizeof lock_path, "%s/.lock", root);
+    lw_file_lock *first = NULL, *second = NULL;
+    CHECK_OK(lw_file_lock_new(lock_path, &first));
+    snprintf(pid, sizeof pid, ", pid %ld)", (long)getpid());
+    CHECK_FAILS(lw_file_lock_new(lock_path, &second), LW_ERR_STATE, pid);
+    CHECK(second == NULL);
+    CHECK_FAILS(lw_file_lock_new(lock_path, &second), LW_ERR_STATE, "is locked by another process");
+    lw_file_lock_free(first);
+    CHECK_OK(lw_file_lock_new(lock_path, &second)); /* released with its holder */
+    lw_file_lock_free(second);
+    lw_file_lock_free(NULL);
+    snprintf(via, sizeof via, "%s/missing/.lock", root);
+    CHECK_FAILS(lw_file_lock_new(via, &second), LW_ERR_IO, "cannot open");
+
+    const char *made[] = {lock_path, hard, file, sym, dir, root};
+    for (int i = 0; i < 6; i++) CHECK_OK(lw_path_remove(made[i]));
+}
+
 int main(void) {
+    check_paths_and_lock();
     char root[] = "/tmp/lwopt-files-XXXXXX";
     CHECK(mkdtemp(root) != NULL);
     char path[256], other[256];

@@ -1,7 +1,8 @@
-/* test_watchdog.c: the collectives' watchdog settings: LWOPT_TIMEOUT at creation, the setters'
- * argument checks, splits inheriting the timeout, phase and labels, every collective under the
- * watchdog off and on, and the self backend never timing out. Runs alone and under mpirun
- * (-np 2, -np 3); a rank that really stops is tests/lua/watchdog.sh's case. */
+/* test_watchdog.c: the collectives' watchdog settings: LWOPT_TIMEOUT at creation or a timeout
+ * given (lw_comm_init_timeout, which also bounds MPI's start-up), the setters' argument checks,
+ * splits inheriting the timeout, phase and labels, every collective under the watchdog off and
+ * on, and the self backend never timing out. Runs alone and under mpirun (-np 2, -np 3); a rank
+ * that really stops, in training or before MPI starts, is tests/lua/watchdog.sh's case. */
 #include "check.h"
 
 #include <math.h>
@@ -41,7 +42,23 @@ static void test_environment(void) {
     CHECK_OK(lw_comm_self(&self));
     CHECK(lw_comm_timeout(self) == 4.0);
     lw_comm_free(self);
+    /* a timeout given (the recipe's --timeout) is taken instead of LWOPT_TIMEOUT's, unread */
+    setenv("LWOPT_TIMEOUT", "abc", 1);
+    lw_comm *given = NULL;
+    CHECK_OK(lw_comm_init_timeout(7.5, &given));
+    CHECK(lw_comm_timeout(given) == 7.5);
+    lw_comm_free(given);
+    CHECK_OK(lw_comm_init_timeout(0, &given));
+    CHECK(lw_comm_timeout(given) == 0.0);
+    lw_comm_free(given);
+    CHECK_FAILS(lw_comm_init_timeout(NAN, &given), LW_ERR_INVALID, "got nan");
+    CHECK(given == NULL);
+    CHECK_FAILS(lw_comm_init_timeout(INFINITY, &given), LW_ERR_INVALID, "0 turns the watchdog");
+    CHECK_FAILS(lw_comm_init_timeout(-1, &given), LW_ERR_INVALID, "LWOPT_TIMEOUT is 'abc'");
     unsetenv("LWOPT_TIMEOUT");
+    CHECK_OK(lw_comm_init_timeout(-1, &given));
+    CHECK(lw_comm_timeout(given) == 600.0);
+    lw_comm_free(given);
 }
 
 static void test_setters(lw_comm *c) {

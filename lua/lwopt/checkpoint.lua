@@ -6,7 +6,8 @@
 --                             checkpoint_state.lua)
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and
---                             CRC32C, the run it belongs to, and a CRC32C of its own text
+--                             CRC32C, the run it belongs to, when it was saved, and a CRC32C of
+--                             its own text
 -- Under expert parallelism (s.ep: lw.ep.groups) model.safetensors and the manifest hold every
 -- expert by global name, whichever EP rank trained it, and each rank's optimizer file its own
 -- experts' state: a checkpoint loads at another EP size like at another rank count. Under tensor
@@ -28,6 +29,7 @@ local safetensors = require("lwopt.safetensors")
 local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
 local state = require("lwopt.checkpoint_state")
+local finder = require("lwopt.checkpoint_find")
 
 local lib = C.lib
 local checkpoint = {}
@@ -241,7 +243,8 @@ local function write_manifest(job)
       optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
       ep = s.ep and s.ep.size or 1, tp = s.tp and s.tp.size or 1,
       extra = json.object(s.extra or {}), params = params, files = file_list,
-      run_id = s.run_id or json.null, manifest_crc32c = "00000000",
+      run_id = s.run_id or json.null, saved_at = lib.lw_wall_clock(),
+      manifest_crc32c = "00000000",
    })
    local text = seal(json.encode(manifest, "  ") .. "\n")
    C.check(lib.lw_file_write(job.tmp .. "/manifest.json", text, #text, nil), where)
@@ -285,15 +288,23 @@ end
 -- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point); ep the run's
 -- expert-parallel groups (lw.ep.groups), tp its tensor-parallel ones (lw.tp.groups) with comm,
 -- the world's communicator (ddp's is then the DP group's), when it has them. Returns the
--- checkpoint's directory.
+-- checkpoint's directory; a failure is raised on every rank alike, its step-N.tmp removed.
 function checkpoint.save(dir, s)
    local job = new_save(dir, s)
-   agreed(job, prepare_dir)
-   s.ddp:finish_param_sync()
-   agreed(job, gather_model)
-   agreed(job, write_data)
-   share_sums(job)
-   agreed(job, commit)
+   local ok, err = pcall(function()
+      agreed(job, prepare_dir)
+      s.ddp:finish_param_sync()
+      agreed(job, gather_model)
+      agreed(job, write_data)
+      share_sums(job)
+      agreed(job, commit)
+   end)
+   if not ok then
+      -- what a failed save wrote only takes space (on a full disk, the space the next save or
+      -- the log needs); the checkpoints before it and `latest` are as they were
+      if job.comm.rank == 0 then pcall(files.remove_tree, job.tmp) end
+      error(err, 0)
+   end
    return job.final
 end
 
@@ -301,6 +312,46 @@ end
 function checkpoint.latest(dir)
    local name = latest_name(dir)
    return name and dir .. "/" .. name
+end
+
+-- The file in a checkpoint directory whose lock a run holds while it trains (checkpoint.lock).
+checkpoint.LOCK_NAME = ".lwopt-lock"
+
+-- Whether a name in a checkpoint directory is one that saves or the run's lock write: step-N,
+-- step-N.tmp, latest, latest.tmp, the lock file.
+function checkpoint.writes_name(name)
+   return name == "latest" or name == "latest.tmp" or name == checkpoint.LOCK_NAME
+      or name:match("^step%-%d+$") ~= nil or name:match("^step%-%d+%.tmp$") ~= nil
+end
+
+-- Locks dir (created if missing) for this process, so that no other job saves into it while
+-- this one runs: the lock ({ release = function }) is held until released or until the process
+-- ends, however it ends. nil, a message and true when another job holds it (the message names
+-- its host and pid: "DIR is in use by another job (host h, pid p)"); nil and why when it
+-- cannot be taken.
+function checkpoint.lock(dir)
+   files.make_dir(dir)
+   local lock, err = files.lock(dir .. "/" .. checkpoint.LOCK_NAME)
+   if lock then return lock end
+   local holder = err:match("is locked by another process %((.*)%)$")
+   if holder then return nil, ("%s is in use by another job (%s)"):format(dir, holder), true end
+   return nil, err, false
+end
+
+-- Checks that the names a save writes in dir besides its step-N directories (`latest` and the
+-- `latest.tmp` it is renamed from) are free or regular files: found now, not at the first save
+-- after training. Returns true, or nil and a message naming the path.
+function checkpoint.check_dir(dir)
+   for _, name in ipairs({ "latest", "latest.tmp" }) do
+      local path = dir .. "/" .. name
+      local kind = files.kind(path)
+      if kind == "dir" or kind == "other" then
+         return nil, ("%s is %s, where checkpoints keep the file that names the newest of "
+            .. "them: move it away or choose another directory"):format(path,
+            kind == "dir" and "a directory" or "not a regular file")
+      end
+   end
+   return true
 end
 
 -- Whether dir holds checkpoints (a `latest` file or a step-N directory with a manifest), and a
@@ -322,32 +373,12 @@ function checkpoint.holds(dir)
 end
 
 -- The checkpoint to resume from in dir: { path, step, manifest, note }, where note says why it
--- is not the one `latest` names (missing or damaged latest); nil and the reason when there is
--- none to resume.
-function checkpoint.find(dir)
-   local kind = files.kind(dir)
-   if kind == "missing" then return nil, dir .. " does not exist" end
-   if kind ~= "dir" then error(("checkpoint: %s is not a directory"):format(dir), 0) end
-   local found = checkpoint.list(dir)
-   local ok, name = pcall(latest_name, dir)
-   local by_name = {}
-   for _, c in ipairs(found) do by_name[c.name] = c end
-   if ok and name and by_name[name] then
-      local c = by_name[name]
-      return { path = c.path, step = c.step, manifest = c.manifest }
-   end
-   if #found == 0 then
-      if ok and name then
-         error(("checkpoint: %s/latest names %s, which is missing or damaged, and %s holds no "
-            .. "other checkpoint"):format(dir, name, dir), 0)
-      end
-      return nil, dir .. " holds no checkpoint"
-   end
-   local newest = found[#found]
-   local why = not ok and name or (name == nil and dir .. "/latest is missing")
-      or (("%s/latest names %s, which is missing or damaged"):format(dir, name))
-   return { path = newest.path, step = newest.step, manifest = newest.manifest,
-            note = why .. "; using the newest checkpoint, " .. newest.name }
+-- is not the one `latest` names (missing or damaged) and what was passed over: the newest whole
+-- checkpoint of the same run (checkpoint_find.lua; opts.strict: none but latest's); nil and the
+-- reason when there is none to resume.
+function checkpoint.find(dir, opts)
+   return finder.find(dir, opts, { list = checkpoint.list, latest_name = latest_name,
+      read_manifest = checkpoint.read_manifest })
 end
 
 -- Reads and checks manifest.json (and, unless opts.files == false, the files' sizes and

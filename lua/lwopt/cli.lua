@@ -29,34 +29,35 @@ local function layout_flags()
    local stepmodel = require("lwopt.stepmodel")
    return {
       { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
-      { "n-layer", "int", nil, "layers" },
-      { "n-embd", "int", nil, "model width" },
-      { "n-head", "int", nil, "attention heads" },
-      { "n-kv-head", "int", nil, "key/value heads (llama, moe)" },
-      { "ffn-hidden", "int", nil, "MLP hidden size (llama)" },
-      { "n-expert", "int", nil, "experts per layer (moe)" },
-      { "expert-hidden", "int", nil, "expert MLP hidden size (moe)" },
+      { "n-layer", "int", nil, "layers", min = 1 },
+      { "n-embd", "int", nil, "model width", min = 1 },
+      { "n-head", "int", nil, "attention heads", min = 1 },
+      { "n-kv-head", "int", nil, "key/value heads (llama, moe)", min = 1 },
+      { "ffn-hidden", "int", nil, "MLP hidden size (llama)", min = 1 },
+      { "n-expert", "int", nil, "experts per layer (moe)", min = 1 },
+      { "expert-hidden", "int", nil, "expert MLP hidden size (moe)", min = 1 },
       { "topk", "int", nil, "experts each token is routed to: the experts' share of the "
         .. "modelled compute with --model-step or --compare (default 2)", min = 1 },
-      { "vocab", "int", nil, "vocabulary size" },
+      { "vocab", "int", nil, "vocabulary size", min = 1 },
       { "seq-len", "int", nil, "sequence length (gpt position embedding; the modelled "
-        .. "attention's with --model-step or --compare)" },
+        .. "attention's with --model-step or --compare)", min = 1 },
       { "tied", "bool", false, "share input embedding and LM head" },
       { "untied", "bool", false, "separate LM head" },
       { "bias", "bool", false, "linear and layernorm biases (gpt)" },
       { "fused", "bool", false, "fused qkv and gate_up matrices (llama, moe)" },
       { "dtype", layout.dtypes, nil, "parameter dtype" },
-      { "dp", "int", 1, "data-parallel size" },
-      { "expert-dp", "int", nil, "expert data-parallel size (default: dp)" },
+      { "dp", "int", 1, "data-parallel size", min = 1 },
+      { "expert-dp", "int", nil, "expert data-parallel size (default: dp)", min = 1 },
       { "algorithm", layout.algorithms, layout.defaults.algorithm, "layout of Muon buffers" },
       { "adamw-layout", layout.adamw_layouts, nil,
         "layout of AdamW buffers (default " .. layout.defaults.adamw_layout .. ")" },
-      { "bucket-size", "size", nil, "bucket size in elements, e.g. 40M (default: one bucket)" },
+      { "bucket-size", "size", nil, "bucket size in elements, e.g. 40M (default: one bucket)",
+        min = 1 },
       { "high-busbw", "bool", false, "pad bucket ends to lcm(dp, 128, 65536)" },
       { "json", "bool", false, "print JSON instead of the map" },
       { "stats", "bool", false, "print only the statistics" },
       { "ascii", "bool", false, "draw bars with ASCII characters" },
-      { "width", "int", 40, "bar width in characters" },
+      { "width", "int", 40, "bar width in characters", min = 1 },
       { "model-step", stepmodel.preset_names, nil, "after the layout, the predicted step time "
         .. "on this machine (" .. stepmodel.default_machine .. " when given alone; "
         .. "docs/layout.md, \"Step-time model\")", bare = stepmodel.default_machine },
@@ -75,6 +76,25 @@ end
 
 local ARCH_FIELDS = { "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "n_expert",
    "expert_hidden", "vocab", "seq_len", "dtype" }
+
+-- The layout options lw.layout.compute names in its messages, besides the model's fields.
+local LAYOUT_FIELDS = { "dp", "expert_dp", "bucket_size", "algorithm", "adamw_layout" }
+
+-- A message of lw.arch or lw.layout in the words of the command line: the caller's position
+-- and the function's name dropped, each field named by its flag ("n_embd (65) must be
+-- divisible by n_head (2)" reads "--n-embd (65) must be divisible by --n-head (2)").
+local function in_flag_words(message)
+   message = tostring(message):gsub("^%S+%.lua:%d+: ", ""):gsub("^lw%.[%w_.]+: ", "")
+      :gsub("^layout: ", "")
+   for _, list in ipairs({ ARCH_FIELDS, LAYOUT_FIELDS }) do
+      for _, field in ipairs(list) do
+         local flag = "--" .. field:gsub("_", "-")
+         message = message:gsub("'" .. field .. "'", flag)
+            :gsub("%f[%w_]" .. field .. "%f[^%w_]", flag)
+      end
+   end
+   return message
+end
 
 -- A usage error: one line naming the problem and where the flags are listed; status 2.
 local function usage_error(out, msg, help)
@@ -164,8 +184,13 @@ local function layout_command(argv, out, err)
       return l, v.model_step and lw.stepmodel.predict(l, predict_opts)
    end)
    if not ok then
-      -- lw.arch points its errors at the caller's line, here cli.lua's: not the user's concern
-      err:write("lwopt layout: ", (tostring(result):gsub("^%S+%.lua:%d+: ", "")), "\n")
+      local message = in_flag_words(result)
+      -- a flag the model needs and was not given is a usage error like an unknown one
+      local missing = message:match("^missing required field (%-%-[%w%-]+)$")
+      if missing then
+         return usage_error(err, ("--arch %s needs %s"):format(v.arch, missing), help)
+      end
+      err:write("lwopt layout: ", message, "\n")
       return 1
    end
    if v.compare then

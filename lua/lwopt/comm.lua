@@ -30,10 +30,13 @@ end
 local world
 
 -- The world communicator (one per process): MPI when started by mpirun, else one rank.
-function comm.init()
+-- timeout: its watchdog's seconds (default LWOPT_TIMEOUT, else 600; 0: none), which also bound
+-- MPI's start-up, where a rank that never arrives would leave the others waiting for good
+-- (lw_comm_init_timeout); taken by the first call, which makes the world.
+function comm.init(timeout)
    if world == nil then
       local out = ffi.new("lw_comm*[1]")
-      C.check(lib.lw_comm_init(out), "lw.comm.init")
+      C.check(lib.lw_comm_init_timeout(timeout or -1, out), "lw.comm.init")
       world = wrap(out[0])
    end
    return world

@@ -13,8 +13,8 @@ local function is_count(v) return type(v) == "number" and v == math.floor(v) and
 function ep.check(e, world, n_expert)
    if not is_count(e) then return ("ep (%s) must be a positive integer"):format(tostring(e)) end
    if world % e ~= 0 then
-      return ("ep %d does not divide the %d ranks (the world splits into groups of ep ranks)")
-         :format(e, world)
+      return ("ep %d does not divide the %d rank%s (the world splits into groups of ep ranks)")
+         :format(e, world, world == 1 and "" or "s")
    end
    if e > 1 and (n_expert or 0) == 0 then
       return ("ep %d needs a mixture of experts (n_expert is 0)"):format(e)

@@ -1,6 +1,7 @@
--- files.lua: the file-system helpers of src/core/files.c and dir_list.c for Lua: what is at a
--- path, sorted directory listings and wildcard patterns over them, removal and rename, and a
--- write probe, so that checkpoints and recipes never parse `ls` or guess from io.open.
+-- files.lua: the file-system helpers of src/core/io/ (files.c, dir_list.c, paths.c,
+-- file_lock.c) for Lua: what is at a path and what it names in the end, sorted directory
+-- listings and wildcard patterns over them, removal, rename and truncation, a write probe, and
+-- a lock held for a run, so that checkpoints and recipes never parse `ls` or guess from io.open.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 
@@ -81,6 +82,41 @@ end
 function files.remove(path) C.check(lib.lw_path_remove(path), "files.remove") end
 
 function files.rename(from, to) C.check(lib.lw_path_rename(from, to), "files.rename") end
+
+-- Cuts the file at path to its first `bytes` bytes.
+function files.truncate(path, bytes)
+   C.check(lib.lw_file_truncate(path, bytes), "files.truncate")
+end
+
+local real_cell = ffi.new("char[?]", 8192)
+
+-- The absolute path with symbolic links resolved as far as it exists, the missing rest as
+-- written: two paths with the same real path name one file.
+function files.real_path(path)
+   C.check(lib.lw_path_real(path, real_cell, 8192), "files.real_path")
+   return ffi.string(real_cell)
+end
+
+local same_cell = ffi.new("bool[1]")
+
+-- Whether a and b are one existing file (also through hard links).
+function files.same_file(a, b)
+   C.check(lib.lw_path_same_file(a, b, same_cell), "files.same_file")
+   return same_cell[0]
+end
+
+-- An exclusive lock on the file at path, held until released (lock:release()) or collected, or
+-- until the process ends; nil and the message (naming the holder's host and pid) while another
+-- process holds it.
+function files.lock(path)
+   local out = ffi.new("lw_file_lock*[1]")
+   if lib.lw_file_lock_new(path, out) ~= 0 then return nil, C.last_error() end
+   local handle = ffi.gc(out[0], lib.lw_file_lock_free)
+   return { release = function()
+      if handle ~= nil then lib.lw_file_lock_free(ffi.gc(handle, nil)) end
+      handle = nil
+   end }
+end
 
 -- Creates dir and its missing parents (an existing directory is fine).
 function files.make_dir(dir) C.check(lib.lw_dir_make(dir), "files.make_dir") end

@@ -1,7 +1,8 @@
 -- flags.lua: command-line flags for bin/lwopt and recipes. A flag list is data:
 -- { { "dp", "int", 1, "data-parallel size", min = 1, max = 65536 }, { "json", "bool", false,
 -- "print JSON" }, ... } with kinds int, size (an element count, suffixes K, M, G = 10^3, 10^6,
--- 10^9), number, string, bool, or a list of allowed strings; min and max bound numbers (ints and
+-- 10^9), number, string, bool, or a list of allowed strings; min and max bound numbers, above
+-- bounds them from below excluding the bound itself (a learning rate: above = 0; ints and
 -- sizes are always within +-2^53, where every integer is exact); `bare` is the value a flag
 -- takes when it is given without one (last, or followed by another flag): { "model-step",
 -- { "a", "b" }, nil, "...", bare = "a" } reads "--model-step" as "--model-step a".
@@ -49,8 +50,12 @@ local function format_number(x)
    return tostring(x)
 end
 
--- The bounds of a flag as words: "between 1 and 3", ">= 0", "<= 8".
+-- The bounds of a flag as words: "between 1 and 3", ">= 0", "> 0", "<= 8".
 local function bounds_text(f)
+   if f.above then
+      return ("> %s"):format(format_number(f.above))
+         .. (f.max and (" and <= " .. format_number(f.max)) or "")
+   end
    if f.min and f.max then
       return ("between %s and %s"):format(format_number(f.min), format_number(f.max))
    end
@@ -58,7 +63,7 @@ local function bounds_text(f)
 end
 
 local function check_range(f, v, text)
-   if (f.min and v < f.min) or (f.max and v > f.max) then
+   if (f.min and v < f.min) or (f.above and v <= f.above) or (f.max and v > f.max) then
       return nil, ("--%s must be %s, got %s"):format(f[1], bounds_text(f), text)
    end
    return v

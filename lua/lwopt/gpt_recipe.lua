@@ -12,6 +12,8 @@ local safetensors = require("lwopt.safetensors")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local recipe_tp = require("lwopt.recipe_tp")
+local recipe_paths = require("lwopt.recipe_paths")
+local recipe_batch = require("lwopt.recipe_batch")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -129,9 +131,14 @@ recipe.flags = {
      .. "staged)" },
    { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
    { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
-   { "accum", "int", 1, "micro-steps per optimizer step", min = 1, max = 1e6 },
+   { "accum", "int", nil, "micro-steps per optimizer step (default 1, or what --global-batch "
+     .. "makes it; a resume keeps the checkpoint's global batch by changing it)", min = 1,
+     max = 1e6 },
+   { "global-batch", "int", nil, "sequences per optimizer step over all ranks (--batch x "
+     .. "--accum x data-parallel ranks, as Megatron's --global-batch-size): sets --accum",
+     min = 1, max = 1e12 },
    { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
-   { "lr", "number", nil, "peak learning rate", min = 0 },
+   { "lr", "number", nil, "peak learning rate", above = 0 },
    { "warmup", "int", nil, "warmup steps", min = 0 },
    { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0 },
    { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)",
@@ -151,7 +158,9 @@ recipe.flags = {
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
    { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
    { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },
-   { "resume", "bool", false, "continue from the latest checkpoint in --ckpt-dir, if any" },
+   { "resume", { "auto", "strict" }, nil, "continue from the checkpoint latest names in "
+     .. "--ckpt-dir, if any; when it is missing or damaged, from the newest whole checkpoint of "
+     .. "the same run (auto, the default), or not at all (strict)", bare = "auto" },
    { "overwrite", "bool", false, "start a new run in a --ckpt-dir that holds checkpoints "
      .. "(replaced step by step as the new run saves; without this flag such a directory is "
      .. "refused)" },
@@ -326,7 +335,6 @@ local function check_flags(v)
       error(("--device-comm %s is for GPU buffers: add --device cuda (or cuda:N)")
          :format(v.device_comm), 0)
    end
-   if v.lr ~= nil and v.lr <= 0 then error(("--lr must be > 0, got %g"):format(v.lr), 0) end
    if not v.ckpt_dir then
       for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then
@@ -339,8 +347,9 @@ local function check_flags(v)
          .. "choose one", 0)
    end
    local preset = recipe.presets[v.preset]
+   v.from_preset = {}
    for _, k in ipairs({ "steps", "batch", "seq", "lr", "warmup", "eval_every" }) do
-      if v[k] == nil then v[k] = preset[k] end
+      if v[k] == nil then v[k], v.from_preset[k] = preset[k], true end
    end
    v.keep = v.keep or 3
    v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
@@ -353,13 +362,12 @@ local function check_flags(v)
    end
 end
 
--- The loss curve's path for a log path.
-local function plot_path(log_path) return log_path:gsub("%.jsonl$", "") .. ".png" end
-
 -- Outputs checked on every rank before the first step (each rank the paths it writes: the
--- checkpoint directory all of them, the log, loss curve and parameters rank 0), and a new run
--- refused in a checkpoint directory that holds another run's checkpoints. Collective.
+-- checkpoint directory all of them, the log, loss curve and parameters rank 0), the checkpoint
+-- directory locked for this job (rank 0 holds the lock, returned; nil without --ckpt-dir), and
+-- a new run refused in a checkpoint directory that holds another run's checkpoints. Collective.
 local function check_outputs(comm, v)
+   local lock
    if v.ckpt_dir then
       local looked, kind = pcall(files.kind, v.ckpt_dir)
       v.ckpt_dir_existed = not looked or kind ~= "missing"
@@ -369,6 +377,17 @@ local function check_outputs(comm, v)
       local function must(good, message) if not good then error(message, 0) end end
       if v.ckpt_dir then
          must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
+         if comm.rank == 0 then
+            local why, busy
+            lock, why, busy = checkpoint.lock(v.ckpt_dir)
+            must(lock, busy and ("--ckpt-dir %s: two jobs saving into one directory would write "
+               .. "over each other's checkpoints: wait for the other one to end, or choose "
+               .. "another directory"):format(why)
+               or ("--ckpt-dir %s cannot be locked: %s"):format(v.ckpt_dir, why))
+            local good
+            good, why = checkpoint.check_dir(v.ckpt_dir)
+            must(good, ("--ckpt-dir %s: %s"):format(v.ckpt_dir, why))
+         end
          if comm.rank == 0 and not v.resume then
             local holds, what = checkpoint.holds(v.ckpt_dir)
             if holds and not v.overwrite then
@@ -381,12 +400,13 @@ local function check_outputs(comm, v)
       if comm.rank == 0 then
          if v.log then
             must(files.check_writable(v.log, "--log"))
-            must(files.check_writable(plot_path(v.log), "the loss curve next to --log"))
+            must(files.check_writable(recipe_paths.plot(v.log), "the loss curve next to --log"))
          end
          if v.save_params then must(files.check_writable(v.save_params, "--save-params")) end
       end
    end)
    comm:agree(ok, err)
+   return lock
 end
 
 -- Bytes per rank, printed as a table at the end of a run.
@@ -407,25 +427,48 @@ end
 -- returns the PNG's path, or nil and why not. Non-finite losses (null in the log) are gaps in
 -- the curve.
 local function plot(log_path, unit)
-   local png = plot_path(log_path)
-   local dat = png:gsub("%.png$", "") .. ".dat"
+   local png, dat = recipe_paths.plot(log_path), recipe_paths.plot_data(log_path)
    local f, err = io.open(dat, "w")
    if f == nil then return nil, err end
+   local written, why = true, nil
    for line in io.lines(log_path) do
       local step = line:match('"step":(%d+)')
       local loss = line:match('"loss":([%d%.eE%-]+)') or "NaN"
       local val = line:match('"val_loss":([%d%.eE%-]+)') or "NaN"
-      if step then f:write(step, " ", loss, " ", val, "\n") end
+      if step and written then written, why = f:write(step, " ", loss, " ", val, "\n") end
    end
-   f:close()
+   -- buffered: a full disk may show only when the last of it is flushed
+   local closed, close_why = f:close()
+   if not (written and closed) then
+      os.remove(dat)
+      return nil, ("cannot write %s (%s)"):format(dat, tostring(why or close_why))
+   end
    local script = ("set terminal pngcairo size 800,480; set output '%s'; set xlabel 'step'; "
       .. "set ylabel 'loss (nats/%s)'; set grid; set key top right; "
       .. "plot '%s' using 1:2 with lines title 'train', '' using 1:3 with linespoints pt 7 "
       .. "title 'validation'"):format(png, unit, dat)
-   local ok = os.execute("gnuplot -e \"" .. script .. "\" 2>/dev/null")
+   local pipe = io.popen("gnuplot -e \"" .. script .. "\" 2>&1; echo \"status $?\"")
+   local said = pipe:read("*a")
+   pipe:close()
    os.remove(dat)
-   if ok == 0 or ok == true then return png end
-   return nil, "gnuplot failed (is gnuplot installed?)"
+   local status = tonumber(said:match("status (%d+)%s*$"))
+   if status == 127 then return nil, "gnuplot failed (is gnuplot installed?)" end
+   said = said:gsub("status %d+%s*$", ""):gsub("%s+$", ""):match("[^\n]*$")
+   if status ~= 0 then return nil, "gnuplot failed: " .. said end
+   -- gnuplot does not notice a full disk: a whole PNG ends with its IEND chunk
+   local drawn = io.open(png, "rb")
+   local tail = ""
+   if drawn then
+      drawn:seek("end", -math.min(12, drawn:seek("end")))
+      tail = drawn:read("*a") or ""
+      drawn:close()
+   end
+   if tail ~= "\0\0\0\0IEND\174\66\96\130" then
+      os.remove(png) -- a cut-off picture is no loss curve
+      return nil, ("gnuplot could not write the whole of %s (is the disk full?)%s"):format(png,
+         said ~= "" and " (" .. said .. ")" or "")
+   end
+   return png
 end
 
 -- Sampling at temperature 0.8 over the model's next-byte distribution, among the bytes that
@@ -526,7 +569,8 @@ local function settings(v, comm, data)
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
-            ranks = comm.size, n_expert = v.n_expert, shared_expert = v.shared_expert,
+            ranks = comm.size, global_batch = recipe_batch.global(v, comm.size / v.tp),
+            n_expert = v.n_expert, shared_expert = v.shared_expert,
             topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
             muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
             mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
@@ -545,19 +589,22 @@ local BREAKING = {
 local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false }
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Settings a resumed run may change; the difference is printed.
-local NOTED = { "batch", "accum", "seed", "lr", "warmup", "steps", "zero", "shard", "mode",
-   "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
+local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "warmup", "steps", "zero", "shard",
+   "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
    "split_qkv" }
 
 local function flag_value(key, value)
-   if key == "ranks" then return ("%s ranks"):format(tostring(value)) end
+   if key == "ranks" then
+      return ("%s rank%s"):format(tostring(value), value == 1 and "" or "s")
+   end
    return ("--%s %s"):format(key:gsub("_", "-"), type(value) == "number"
       and ("%.10g"):format(value) or tostring(value))
 end
 
 -- Compares the checkpoint's recorded settings with this run's: refuses the breaking
--- differences, returns the others as one line (or nil).
-local function compare_settings(saved, now, path)
+-- differences, returns the others as one line (or nil), leaving out the keys in `said` (told
+-- on a line of their own).
+local function compare_settings(saved, now, path, said)
    for _, b in ipairs(BREAKING) do
       local key, flag = b[1], b[2]
       local was = saved[key]
@@ -579,7 +626,7 @@ local function compare_settings(saved, now, path)
    end
    local changed = {}
    for _, key in ipairs(NOTED) do
-      if saved[key] ~= nil and saved[key] ~= now[key] then
+      if saved[key] ~= nil and saved[key] ~= now[key] and not (said and said[key]) then
          changed[#changed + 1] = ("%s (was %s)"):format(flag_value(key, now[key]),
             key == "ranks" and tostring(saved[key]) or
             flag_value(key, saved[key]):gsub("^%-%-%S+ ", ""))
@@ -589,20 +636,37 @@ local function compare_settings(saved, now, path)
       ", ")) or nil
 end
 
+-- This run's settings (the checkpoints' extra) with --accum at accum.
+local function with_accum(run, v, accum)
+   local dp = (run.dp_comm or run.comm).size
+   return setmetatable({ accum = accum, global_batch = v.batch * accum * dp },
+      { __index = run.checkpoint.extra })
+end
+
+-- Resuming the checkpoint at path (saved: its settings): the --accum that keeps its global batch
+-- (recipe_batch.keep: raises when none can) and the line that says so, or nil.
+local function kept_accum(run, v, saved, path)
+   return recipe_batch.keep(saved, v, (run.dp_comm or run.comm).size, path)
+end
+
 -- With --resume: finds the checkpoint (rank 0 looks, every rank loads), refuses one made for
--- another model, says what was resumed or why nothing was, and sets the run's lineage.
--- Collective.
+-- another model or whose global batch cannot be kept, keeps it, says what was resumed or why
+-- nothing was, and sets the run's lineage. Collective.
 local function resume(run, v, say)
    local comm, ck = run.comm, run.checkpoint
    local found, why
    local ok, err = pcall(function()
       if comm.rank ~= 0 then return end
-      found, why = checkpoint.find(v.ckpt_dir)
+      found, why = checkpoint.find(v.ckpt_dir, { strict = v.resume == "strict" })
       if not v.ckpt_dir_existed then
          why = v.ckpt_dir .. " did not exist (it was created for this run's checkpoints)"
       end
-      if found then found.changes = compare_settings(found.manifest.extra or {}, ck.extra,
-         found.path) end
+      if found then
+         local saved = found.manifest.extra or {}
+         local accum, line = kept_accum(run, v, saved, found.path)
+         found.changes = compare_settings(saved, with_accum(run, v, accum), found.path,
+            line and { accum = true })
+      end
    end)
    comm:agree(ok, err)
    local path = comm:broadcast_string(found and found.path or "", 0)
@@ -613,13 +677,37 @@ local function resume(run, v, say)
    if found and found.note then say("resume: " .. found.note) end
    local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt, ep = run.ep, tp = run.tp,
       comm = run.comm })
+   -- every rank takes the same --accum from the same manifest
+   local accum, batch_line = kept_accum(run, v, m.extra or {}, path)
+   local now = with_accum(run, v, accum)
+   v.accum, run.accum, ck.extra.accum, ck.extra.global_batch = accum, accum, accum,
+      now.global_batch
    run.start_step = m.step + 1
    ck.resumed_from = path
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
       m.ranks == 1 and "" or "s"))
+   if batch_line then say("resume: " .. batch_line) end
    if found and found.changes then say("resume: " .. found.changes) end
    return true
+end
+
+-- What a run stopped by a failed output (train.run's ended.stopped) says: why, and where its
+-- training state is (the checkpoint saved at that step, else the last this run saved).
+local function stopped_text(run, v, stopped)
+   local unsaved = stopped.save_error and ("the checkpoint of step %d could not be saved: %s")
+      :format(stopped.step, stopped.save_error)
+   local lines = { ("stopped after step %d: %s"):format(stopped.step, stopped.why or unsaved) }
+   if stopped.why and unsaved then lines[#lines + 1] = unsaved end
+   local ck = run.checkpoint
+   local last = stopped.checkpoint or (ck and (ck.last_saved or ck.resumed_from))
+   if last then
+      lines[#lines + 1] = ("the training state is in %s: resume from it with --resume once the "
+         .. "outputs can be written"):format(last)
+   elseif ck then
+      lines[#lines + 1] = "no checkpoint of this run could be saved"
+   end
+   return table.concat(lines, "\n")
 end
 
 -- The end of a run: memory per rank, the final validation loss, the loss curve, the
@@ -637,6 +725,7 @@ local function finish(run, v, records, ended, say)
    local memory = train.memory_by_rank(run) -- collective
    if not v.quiet then say(memory_table(memory)) end
    local final = records[#records]
+   if ended.stopped then say(stopped_text(run, v, ended.stopped), io.stderr) end
    if ended.diverged then
       say(("stopped: %d steps in a row (from step %d) had non-finite gradients, so the loss "
          .. "diverged and no update was made; lower --lr (now %g) or --warmup, or raise "
@@ -661,19 +750,25 @@ local function finish(run, v, records, ended, say)
          attempt("--save-params", function()
             -- beside it first, then renamed: a kill mid-write leaves the previous file whole
             local tmp = v.save_params .. ".tmp"
-            safetensors.write(tmp, tensors)
+            local written, why = pcall(safetensors.write, tmp, tensors)
+            if not written then
+               os.remove(tmp) -- what a full disk let through is no use to anyone
+               error(why, 0)
+            end
             files.rename(tmp, v.save_params)
             say("parameters: " .. v.save_params)
          end)
       end
    end
-   -- at ZeRO-3 (and over a TP group) a forward pass is collective: every rank samples (the same
-   -- text), rank 0 prints
-   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or v.zero == 3 or v.tp > 1) then
+   -- at ZeRO-3, over a TP group and under expert parallelism (the experts' all-to-all) a
+   -- forward pass is collective: every rank samples (the same text), rank 0 prints
+   local collective = v.zero == 3 or v.tp > 1 or v.ep > 1
+   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or collective) then
       attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
-   local status = ended.diverged and recipe.EXIT_DIVERGED or (#problems > 0 and 1 or 0)
+   local status = ended.diverged and recipe.EXIT_DIVERGED
+      or ((#problems > 0 or ended.stopped) and 1 or 0)
    return comm:allreduce({ status }, "max")[1]
 end
 
@@ -687,16 +782,31 @@ local function parse_flags(argv, script)
       lw.comm.fail(positional .. " (--help lists the flags)", recipe.EXIT_USAGE)
    end
    if v.help then
-      print(usage(script))
+      -- under mpirun every rank parses the same flags: the launcher's rank 0 alone prints
+      if lw.comm.launched() == 0 then print(usage(script)) end
       return nil
    end
    return v
 end
 
--- The world communicator with --timeout, and say(text [, stream]): a line on rank 0.
+-- A schedule whose warmup outlasts the run never reaches its peak learning rate: said on
+-- stderr, even with --quiet, since every step of the run trains slower than the flags suggest.
+local function warn_schedule(v, say)
+   if v.warmup <= v.steps then return end
+   local function given(k, value)
+      return ("--%s %s%s"):format(k, value, v.from_preset[k] and (" (--preset %s's)"):format(
+         v.preset) or "")
+   end
+   local last = train.schedule(v.steps, v.steps, v.warmup, 0.1) * v.lr
+   say(("warning: %s is longer than the run (%s): the learning rate stops at %.3g, short of its "
+      .. "peak %g (lower --warmup or raise --steps)"):format(given("warmup", v.warmup),
+      given("steps", v.steps), last, v.lr), io.stderr)
+end
+
+-- The world communicator with --timeout (which bounds MPI's start-up too), and say(text [,
+-- stream]): a line on rank 0.
 local function start_comm(v)
-   local comm = lw.comm.init()
-   if v.timeout then comm:set_timeout(v.timeout) end
+   local comm = lw.comm.init(v.timeout)
    local function say(text, stream)
       if comm.rank ~= 0 then return end
       stream = stream or io.stdout
@@ -759,7 +869,8 @@ local function build_run(v, comm, data, rules)
       return lw.nn.GPT.new(c1):parameters()
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
-   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = tg and every,
+   -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
+   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every,
       comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
       lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
@@ -778,6 +889,17 @@ local function setup_checkpoints(run, v, data, say)
    if not (v.resume and resume(run, v, say)) or run.checkpoint.run_id == nil then
       run.checkpoint.run_id = checkpoint.new_run_id(run.comm)
    end
+end
+
+-- No output may write over an input or another output: rank 0 compares their real paths (the
+-- inputs include the checkpoint resumed), every rank agrees. Collective.
+local function check_paths(run, v, data)
+   local ok, err = pcall(function()
+      if run.comm.rank ~= 0 then return end
+      local why = recipe_paths.check(v, data, run.checkpoint and run.checkpoint.resumed_from)
+      if why then error(why, 0) end
+   end)
+   run.comm:agree(ok, err)
 end
 
 -- Where the data comes from: "path (N bytes)", or for token shards "pattern (2 shards, N
@@ -849,13 +971,18 @@ function recipe.main(argv, rules, script)
    local comm, say = start_comm(v)
    local bad = lw.ep.check(v.ep, comm.size, v.n_expert) or recipe_tp.check_world(v, comm.size)
    if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
-   check_outputs(comm, v)
+   bad = recipe_batch.plan(v, comm.size / v.tp)
+   if bad then lw.comm.fail(bad, recipe.EXIT_USAGE) end
+   local lock = check_outputs(comm, v)
    local data, path = load_data(v, script)
    local run = build_run(v, comm, data, rules)
    setup_checkpoints(run, v, data, say)
+   check_paths(run, v, data)
    announce(run, v, data, path, say)
+   warn_schedule(v, say)
    local records, ended = train_steps(run, v, say)
    local status = finish(run, v, records, ended, say)
+   if lock then lock.release() end
    if status ~= 0 then lw.comm.exit(status) end
    return records
 end

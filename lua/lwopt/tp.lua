@@ -31,8 +31,8 @@ function tp.check(t, world, dims)
    dims = dims or {}
    if not is_count(t) then return ("tp (%s) must be a positive integer"):format(tostring(t)) end
    if world and world % t ~= 0 then
-      return ("tp %d does not divide the %d ranks (the world splits into TP groups of tp "
-         .. "consecutive ranks)"):format(t, world)
+      return ("tp %d does not divide the %d rank%s (the world splits into TP groups of tp "
+         .. "consecutive ranks)"):format(t, world, world == 1 and "" or "s")
    end
    if t == 1 then return nil end
    if (dims.ep or 1) > 1 then

@@ -5,6 +5,7 @@
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
+local step_log = require("lwopt.step_log")
 
 local lib = C.lib
 local train = {}
@@ -169,9 +170,7 @@ local function open_run(run)
                   ended = { diverged = false, skips_in_a_row = 0 },
                   tokens_per_step = b * t * (run.accum or 1) * data_comm(run).size }
    if run.log and comm.rank == 0 then
-      local log, err = io.open(run.log, loop.first > 1 and "a" or "w") -- a resumed run appends
-      if log == nil then error("train: cannot write the log: " .. tostring(err), 0) end
-      loop.log = log
+      loop.log = step_log.open(run.log, loop.first > 1) -- a resumed run appends
    end
    loop.t_start = lib.lw_now()
    loop.last = math.min(run.steps, run.stop_after or run.steps)
@@ -302,14 +301,24 @@ local function evaluate_if_due(run, loop, rec)
    end
 end
 
--- The record kept, written to the log (rank 0) and shown on the progress line.
+-- The record kept, written to the log (rank 0; loop.log_failed: why it could not be) and shown
+-- on the progress line.
 local function report(run, loop, rec)
    loop.records[#loop.records + 1] = rec
-   if loop.log then
-      loop.log:write(json.encode(json.object(rec)), "\n")
-      loop.log:flush()
-   end
+   if loop.log then loop.log_failed = loop.log:write(rec) end
    progress(run, rec, loop.t_start, loop.first)
+end
+
+-- With a log, whether rank 0 could not write the step's record, known to every rank (one
+-- all-reduce), so that all of them stop at the same step: ended.stopped says why (rank 0's
+-- words; the others know only that it failed).
+local function stop_if_log_failed(run, loop, step)
+   if not run.log then return end
+   run.comm:set_label("whether the log took the step's record")
+   if run.comm:allreduce({ loop.log_failed and 1 or 0 }, "max")[1] > 0 then
+      loop.ended.stopped = { step = step, why = "--log: " .. (loop.log_failed
+         or "rank 0 could not write the log") }
+   end
 end
 
 -- Counts steps skipped in a row for non-finite gradients, and says so.
@@ -323,17 +332,28 @@ local function count_skip(run, ended, rec, update)
    end
 end
 
--- A checkpoint every ckpt.every steps and at the last one, unless the update was skipped
--- (collective).
+-- A checkpoint every ckpt.every steps, at the last one, and at a step where the run stops for
+-- a failed output, unless the update was skipped (collective). A save that fails (a full disk)
+-- stops the run at this step instead of ending it: ended.stopped.save_error says why, and the
+-- checkpoints saved before are left as they were; ended.stopped.checkpoint is the one saved at
+-- the step the run stops.
 local function checkpoint_if_due(run, loop, step, update)
-   local ckpt = run.checkpoint
+   local ckpt, stopped = run.checkpoint, loop.ended.stopped
    if ckpt and ckpt.dir and not update.skipped and ((ckpt.every or 0) > 0
-      and step % ckpt.every == 0 or step == loop.last) then
+      and step % ckpt.every == 0 or step == loop.last or stopped) then
       run.comm:set_phase(("step %d, checkpoint save"):format(step))
-      require("lwopt.checkpoint").save(ckpt.dir, { ddp = run.ddp, opt = run.opt, step = step,
-         keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
+      local ok, saved = pcall(require("lwopt.checkpoint").save, ckpt.dir, { ddp = run.ddp,
+         opt = run.opt, step = step, keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
          protect = ckpt.resumed_from and { ckpt.resumed_from } or nil, ep = run.ep, tp = run.tp,
          comm = run.comm })
+      if not ok then
+         stopped = stopped or { step = step }
+         stopped.save_error = tostring(saved)
+         loop.ended.stopped = stopped
+      else
+         ckpt.last_saved = saved
+         if stopped then stopped.checkpoint = saved end
+      end
    end
 end
 
@@ -362,10 +382,13 @@ end
 -- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
 -- first step to run), stop_after (last step to run; the schedule still spans `steps`),
 -- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:
--- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from }, on_step_end (a hook,
--- above) }. Returns the step records and how the run ended: { diverged = bool, skips_in_a_row
--- = n, first_skip = step }. A step whose update was skipped is not checkpointed: its
--- parameters may already be the cause.
+-- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from; last_saved is set to
+-- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records and how the
+-- run ended: { diverged = bool, skips_in_a_row = n, first_skip = step, stopped = nil | { step,
+-- why (the log could not be written), save_error (a checkpoint could not be saved), checkpoint
+-- (the one saved at that step) } }: a failed output stops the run after its step, checkpointed
+-- when it can be. A step whose update was skipped is not checkpointed: its parameters may
+-- already be the cause.
 function train.run(run)
    local loop = open_run(run)
    for step = loop.first, loop.last do
@@ -374,9 +397,10 @@ function train.run(run)
       evaluate_if_due(run, loop, rec)
       report(run, loop, rec)
       count_skip(run, loop.ended, rec, update)
+      stop_if_log_failed(run, loop, step)
       checkpoint_if_due(run, loop, step, update)
       notify_step_end(run, step)
-      if diverged(run, loop.ended) then break end
+      if loop.ended.stopped or diverged(run, loop.ended) then break end
    end
    return close_run(run, loop)
 end

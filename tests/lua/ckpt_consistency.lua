@@ -5,7 +5,9 @@
 -- uninterrupted run's losses within 1e-5. Also: a job killed between checkpoints resumes and
 -- ends bit-identical, and a save killed at each point of the protocol leaves the previous
 -- checkpoint loadable with `latest` on it (the faults injected by tests/lua/with_faults.lua);
--- a mixture of experts saved at ep 2 resumes at ep 1 and back (issue 16).
+-- resumed at another rank count without --accum the global batch is kept; a damaged newest
+-- checkpoint, or another run's checkpoints with latest gone, do not stop the run from ending
+-- as if never stopped; a mixture of experts saved at ep 2 resumes at ep 1 and back.
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -182,6 +184,65 @@ for _, point in ipairs({ "optim", "model", "manifest", "rename" }) do
       "after a kill at '" .. point .. "' the run resumes from step 3")
    sh("rm -rf " .. dir)
 end
+-- The recipe without recipe()'s --accum: launched on np ranks, its output to the file out.
+local function plain(np, args, out)
+   local launcher = np > 1
+      and ("mpirun --oversubscribe -np %d -x OPENBLAS_NUM_THREADS=1 "):format(np) or ""
+   return sh("timeout 300 " .. launcher .. "luajit recipes/gpt_small.lua --preset tiny --steps 6 "
+      .. "--batch 2 --sample 0 --quiet " .. args .. " > " .. (out or "/dev/null") .. " 2>&1")
+end
+
+-- resumed at another rank count without --accum, the run keeps the checkpoint's global batch:
+-- --accum changes (said in one line) and the losses are the uninterrupted run's
+do
+   local dir, log, out = tmp .. "-ckbatch", tmp .. "-runbatch.jsonl", tmp .. "-batch.out"
+   assert(plain(2, "--accum 3 --ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))
+   expect(plain(1, "--ckpt-dir " .. dir .. " --resume --log " .. log, out), "2 -> 1 rank resumes")
+   local said = slurp(out) or ""
+   expect(said:find("resume: --accum 6 (was 3) keeps the checkpoint's global batch of 12 "
+      .. "sequences at 1 rank\nresume: settings changed since the checkpoint: 1 rank (was 2)\n", 1,
+      true), "2 -> 1 rank: the --accum that keeps the global batch is said in one line: " .. said)
+   local got, want = losses(log), reference[2].losses
+   local worst = 0
+   for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
+   expect(#got == 6 and worst < 1e-5, ("2 -> 1 rank without --accum: the global batch kept, "
+      .. "losses within 1e-5 (max diff %g)"):format(worst))
+   sh("rm -rf " .. dir)
+   os.remove(log)
+   os.remove(out)
+end
+
+-- a damaged newest checkpoint (one rank's optimizer file truncated) is passed over for the
+-- newest whole one of the run, which ends bit-identical to the uninterrupted run; with latest
+-- gone and another run's later checkpoints in the directory, the run of the newest manifest
+-- is continued, not the other one
+do
+   local dir, out, params = tmp .. "-ckdamaged", tmp .. "-damaged.out", tmp .. "-damaged.st"
+   assert(recipe(2, "--ckpt-dir " .. dir .. " --ckpt-every 1 --stop-after 4"))
+   sh("truncate -s 100 " .. dir .. "/step-000000004/optim-r00001.safetensors")
+   expect(recipe(2, "--ckpt-dir " .. dir .. " --resume --save-params " .. params, nil, out),
+      "a run whose newest checkpoint is damaged resumes")
+   expect((slurp(out) or ""):find("which is damaged (checkpoint.load: " .. dir
+      .. "/step-000000004/optim-r00001.safetensors has 100 bytes", 1, true)
+      and (slurp(out) or ""):find("; using step-000000003, the newest whole checkpoint of its "
+      .. "run", 1, true), "the damaged checkpoint is named, and the one taken instead")
+   expect(slurp(params) == reference[2].params, "and ends bit-identical to the uninterrupted run")
+   sh("rm -rf " .. dir)
+   assert(recipe(2, "--ckpt-dir " .. dir .. " --ckpt-every 1 --seed 7"))
+   assert(recipe(2, "--ckpt-dir " .. dir .. " --ckpt-every 1 --stop-after 3 --overwrite"))
+   os.remove(dir .. "/latest")
+   expect(recipe(2, "--ckpt-dir " .. dir .. " --resume --save-params " .. params, nil, out),
+      "without latest, the run resumes beside another run's checkpoints")
+   expect((slurp(out) or ""):find("using step-000000003, the newest whole checkpoint of the run "
+      .. "of the newest manifest", 1, true) and (slurp(out) or ""):find("passed over, another "
+      .. "run's: step-000000004, step-000000005, step-000000006 of run", 1, true),
+      "it continues its own run and names the other's checkpoints: " .. (slurp(out) or ""))
+   expect(slurp(params) == reference[2].params, "and ends bit-identical to its uninterrupted run")
+   sh("rm -rf " .. dir)
+   os.remove(out)
+   os.remove(params)
+end
+
 -- expert parallelism: a mixture of experts saved at ep 2 (2 ranks) resumes at ep 1 (1 rank) and
 -- back at ep 2 with ZeRO-3, each expert's weights and state found by its global name, within
 -- 1e-5 of the uninterrupted run; the saved model holds every expert, whichever rank trained it

@@ -4,7 +4,8 @@
 # naming the rank, the collective, what it was for and how long it waited, and lw.comm.run ends
 # the job, within seconds. Cases: a bucket's reduce-scatter in the step, a labelled blocking
 # all-reduce, a labelled all-to-all, and a barrier after the timeout (the communicator stays
-# broken: it fails at once).
+# broken: it fails at once). Then the main job with a rank stopped in training, and with a rank
+# stopped before MPI's start-up (the start-up watchdog).
 # Usage: watchdog.sh SOURCE_DIR MPIEXEC
 set -uo pipefail
 src=$1
@@ -81,4 +82,20 @@ if [ -z "$victim" ]; then echo "watchdog.sh stopped: rank 1 was never found"; fa
 else
     expect stopped "$watchdog for the (all-gather|reduce-scatter|all-reduce|barrier)( of [^(]*)? \(collective #[0-9]+ on this communicator.*during step [0-9]+"
 fi
+# A rank stopped before MPI starts (a host that hangs at launch): the other waits in
+# MPI_Init_thread, which no collective's watchdog can poll; the start-up watchdog (--timeout 2)
+# ends the job naming the call, and the launcher ends the stopped rank.
+start=$SECONDS
+args="--preset tiny --steps 2 --sample 0 --quiet --timeout 2 --data $src/data/kjv.txt"
+# shellcheck disable=SC2016,SC2086 # $0 and $@ are the inner shell's; args split on purpose
+out=$(timeout 120 "$mpiexec" -np 2 -x OPENBLAS_NUM_THREADS=1 sh -c \
+    'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -STOP $$; fi; exec luajit "$0" "$@"' \
+    "$src/recipes/gpt_small.lua" $args 2>&1)
+status=$?
+seconds=$((SECONDS - start))
+expect startup "\[rank 0\] comm: start-up watchdog: rank 0 of 2 waited 2 s in MPI_Init_thread" \
+    "another rank has stopped or failed to start \(timeout 2 s; --timeout or LWOPT_TIMEOUT"
+for p in $(pgrep -f "gpt_small.lua $args" || true); do
+    echo "watchdog.sh startup: the stopped rank (pid $p) was left behind"; kill -9 "$p"; failed=1
+done
 exit "$failed"

@@ -12,6 +12,12 @@ double lwi_now(void) {
 
 double lw_now(void) { return lwi_now(); }
 
+double lw_wall_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 size_t lwi_dtype_size(lw_dtype dtype) {
     switch (dtype) {
     case LW_DTYPE_F32: return 4;

@@ -61,14 +61,15 @@ static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_c
     if (lw_comm_size(comm) != l->opts.dp)
         return lwi_fail(LW_ERR_INVALID,
                         "buffers: the layout is for dp %d but the communicator "
-                        "has %d ranks",
-                        l->opts.dp, lw_comm_size(comm));
+                        "has %d rank%s",
+                        l->opts.dp, lw_comm_size(comm), lw_comm_size(comm) == 1 ? "" : "s");
     for (int32_t b = 0; b < l->n_buffers; b++)
         if (l->buffers[b].expert && lw_comm_size(expert_comm) != l->opts.expert_dp)
             return lwi_fail(LW_ERR_INVALID,
                             "buffers: the layout's expert_dp is %d but the expert "
-                            "communicator has %d ranks (pass one of that size)",
-                            l->opts.expert_dp, lw_comm_size(expert_comm));
+                            "communicator has %d rank%s (pass one of that size)",
+                            l->opts.expert_dp, lw_comm_size(expert_comm),
+                            lw_comm_size(expert_comm) == 1 ? "" : "s");
     for (int32_t i = 0; i < l->n_params; i++) {
         const lwi_param *p = &l->params[i];
         if (p->dtype != LW_DTYPE_F32 || p->grad_dtype != LW_DTYPE_F32)

@@ -148,9 +148,17 @@ extern bool lwi_comm_timed_out;
 /* LW_ERR_TIMEOUT with the original message if a collective on c timed out; LW_OK otherwise. */
 lw_status lwi_comm_check_broken(const lw_comm *c);
 
-/* The worlds of the backends (world.c chooses one): one rank (self.c); MPI (mpi.c). */
-lw_status lwi_comm_self_world(lw_comm **out);
-lw_status lwi_comm_mpi_world(lw_comm **out);
+/* The worlds of the backends (world.c chooses one): one rank (self.c); MPI (mpi.c), whose
+ * start-up the timeout (seconds, 0: none) bounds, as it then bounds the world's collectives. */
+lw_status lwi_comm_self_world(double timeout, lw_comm **out);
+lw_status lwi_comm_mpi_world(double timeout, lw_comm **out);
+
+/* guard.c: a deadline of `seconds` (0: none, *out NULL) around an MPI call, named in `what`,
+ * that blocks until every rank arrives and cannot be polled; past it the process ends with one
+ * line naming this rank, the call and the timeout. End it when the call returns. */
+typedef struct lwi_guard lwi_guard;
+lw_status lwi_guard_begin(double seconds, const char *what, lwi_guard **out);
+void lwi_guard_end(lwi_guard *g);
 
 /* The calls a device library's communicator (NCCL's, src/cuda/nccl.c) makes on the core's
  * communicators, lent with the device table's comm_new (device.c). */

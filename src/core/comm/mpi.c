@@ -14,6 +14,7 @@
 static int live_comms;     /* MPI communicators alive */
 static bool we_initialised; /* MPI_Init came from here, so MPI_Finalize is ours too */
 static bool poll_yields;    /* the watchdog's polls give the core up (see mpi_yields) */
+static double end_timeout;  /* bounds MPI_Finalize: the world's timeout when MPI started */
 
 lw_status lwi_mpi_fail(int code, const char *what) {
     char text[MPI_MAX_ERROR_STRING];
@@ -38,8 +39,17 @@ static bool may_finalize(void) {
     return we_initialised && !finalized && !lwi_comm_timed_out;
 }
 
+/* MPI_Finalize waits for every rank: under the start-up watchdog's deadline (guard.c). */
+static void finalize(void) {
+    lwi_guard *g = NULL;
+    lwi_guard_begin(end_timeout, "MPI_Finalize (the end of the job, which waits for every rank)",
+                    &g);
+    MPI_Finalize();
+    lwi_guard_end(g);
+}
+
 static void finalize_at_exit(void) {
-    if (may_finalize()) MPI_Finalize();
+    if (may_finalize()) finalize();
 }
 
 static MPI_Datatype mpi_type(lw_dtype dtype) {
@@ -115,15 +125,23 @@ static lw_status wrap(MPI_Comm mc, lw_comm **out) {
     return LW_OK;
 }
 
-lw_status lwi_comm_mpi_world(lw_comm **out) {
+lw_status lwi_comm_mpi_world(double timeout, lw_comm **out) {
     int initialised = 0, finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return lwi_fail(LW_ERR_STATE, "comm: MPI was already finalised");
     MPI_Initialized(&initialised);
+    lwi_guard *g = NULL;
     if (!initialised) {
+        /* a rank stopped before it gets here leaves the others in MPI_Init_thread for good */
+        lw_status st = lwi_guard_begin(timeout, "MPI_Init_thread (MPI's start-up, which waits "
+                                       "for every rank of the job)", &g);
+        if (st != LW_OK) return st;
         int provided = 0;
-        MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init");
+        const int code = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        lwi_guard_end(g);
+        if (code != MPI_SUCCESS) return lwi_mpi_fail(code, "MPI_Init");
         we_initialised = true;
+        end_timeout = timeout;
         atexit(finalize_at_exit);
         lwi_blas_share_cores(local_ranks());
     }
@@ -133,13 +151,24 @@ lw_status lwi_comm_mpi_world(lw_comm **out) {
     const bool over_cores = flagged || local_ranks() > sysconf(_SC_NPROCESSORS_ONLN);
     poll_yields = over_cores && !mpi_yields(flagged);
     MPI_Comm world;
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+    lw_status st = lwi_guard_begin(timeout, "MPI_Comm_dup (the world's communicator, made by "
+                                   "every rank together)", &g);
+    if (st != LW_OK) return st;
+    const int code = MPI_Comm_dup(MPI_COMM_WORLD, &world);
+    lwi_guard_end(g);
+    if (code != MPI_SUCCESS) return lwi_mpi_fail(code, "MPI_Comm_dup");
     return wrap(world, out);
 }
 
 static lw_status mpi_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
     MPI_Comm part;
-    MPI_CHECK(MPI_Comm_split(*handle_of(c), color, key, &part), "MPI_Comm_split");
+    lwi_guard *g = NULL;
+    lw_status st = lwi_guard_begin(c->timeout, "MPI_Comm_split (a communicator made by every "
+                                   "rank of its parent together)", &g);
+    if (st != LW_OK) return st;
+    const int code = MPI_Comm_split(*handle_of(c), color, key, &part);
+    lwi_guard_end(g);
+    if (code != MPI_SUCCESS) return lwi_mpi_fail(code, "MPI_Comm_split");
     return wrap(part, out);
 }
 
@@ -334,7 +363,7 @@ static void mpi_free(lw_comm *c) {
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(handle_of(c));
     free(c->impl);
-    if (--live_comms == 0 && may_finalize()) MPI_Finalize();
+    if (--live_comms == 0 && may_finalize()) finalize();
 }
 
 const lwi_comm_backend lwi_comm_mpi_backend = {

@@ -3,12 +3,13 @@
  * process. The only place that reads the launcher's environment. */
 #include "comm/comm.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct world_backend {
     const char *name;
-    lw_status (*world)(lw_comm **out);
+    lw_status (*world)(double timeout, lw_comm **out);
 } world_backend;
 
 static const world_backend backends[] = {
@@ -54,27 +55,36 @@ int32_t lw_comm_local_rank(void) {
     return env_int(local_vars, &r) ? r : -1;
 }
 
-static lw_status named_world(const char *name, lw_comm **out) {
+static lw_status named_world(const char *name, double timeout, lw_comm **out) {
     for (int32_t i = 0; i < N_BACKENDS; i++)
-        if (strcmp(backends[i].name, name) == 0) return backends[i].world(out);
+        if (strcmp(backends[i].name, name) == 0) return backends[i].world(timeout, out);
     return lwi_fail(LW_ERR_INVALID, "comm: LWOPT_COMM is '%s' (self or mpi)", name);
 }
 
-/* Every new world takes LWOPT_TIMEOUT, read before MPI starts: a typo fails fast. */
-static lw_status with_timeout(const char *name, lw_comm **out) {
+/* A new world with the timeout given, or (seconds < 0) LWOPT_TIMEOUT's, read before MPI starts:
+ * a typo fails fast, and the timeout bounds the start-up too. */
+static lw_status with_timeout(const char *name, double seconds, lw_comm **out) {
     if (out == NULL) return lwi_fail(LW_ERR_INVALID, "comm: out pointer is NULL");
     *out = NULL;
-    double timeout;
-    lw_status st = lwi_comm_env_timeout(&timeout);
-    if (st == LW_OK) st = named_world(name, out);
+    double timeout = seconds;
+    lw_status st = LW_OK;
+    if (seconds < 0) st = lwi_comm_env_timeout(&timeout);
+    else if (isnan(seconds) || isinf(seconds))
+        st = lwi_fail(LW_ERR_INVALID,
+                      "comm: timeout must be a finite number of seconds >= 0 (0 turns the "
+                      "watchdog off), got %g",
+                      seconds);
+    if (st == LW_OK) st = named_world(name, timeout, out);
     if (st == LW_OK) (*out)->timeout = timeout;
     return st;
 }
 
-lw_status lw_comm_init(lw_comm **out) {
+lw_status lw_comm_init_timeout(double seconds, lw_comm **out) {
     const char *choice = getenv("LWOPT_COMM");
-    if (choice != NULL && choice[0] != '\0') return with_timeout(choice, out);
-    return with_timeout(lw_comm_launched(NULL, NULL) ? "mpi" : "self", out);
+    if (choice != NULL && choice[0] != '\0') return with_timeout(choice, seconds, out);
+    return with_timeout(lw_comm_launched(NULL, NULL) ? "mpi" : "self", seconds, out);
 }
 
-lw_status lw_comm_self(lw_comm **out) { return with_timeout("self", out); }
+lw_status lw_comm_init(lw_comm **out) { return lw_comm_init_timeout(-1, out); }
+
+lw_status lw_comm_self(lw_comm **out) { return with_timeout("self", -1, out); }

@@ -1,5 +1,6 @@
 /* files.c: the durable-file primitives checkpoints are built from: write-and-fsync with a
- * checksum, a file's CRC32C, directory fsync (so renames survive a crash) and mkdir -p. */
+ * checksum, a file's CRC32C, directory fsync (so renames survive a crash) and mkdir -p; and
+ * truncation, which takes a half-written record off the end of a log. */
 #include "base/base.h"
 
 #include <errno.h>
@@ -124,5 +125,14 @@ lw_status lw_path_rename(const char *from, const char *to) {
     if (rename(from, to) != 0)
         return lwi_fail(LW_ERR_IO, "files: cannot rename %s to %s: %s", from, to,
                         strerror(errno));
+    return LW_OK;
+}
+
+lw_status lw_file_truncate(const char *path, int64_t bytes) {
+    if (path == NULL || bytes < 0)
+        return lwi_fail(LW_ERR_INVALID, "files: bad arguments to truncate");
+    if (truncate(path, (off_t)bytes) != 0)
+        return lwi_fail(LW_ERR_IO, "files: cannot truncate %s to %lld bytes: %s", path,
+                        (long long)bytes, strerror(errno));
     return LW_OK;
 }

@@ -1,0 +1,100 @@
+-- recipe_paths.lua: the files a run of recipes/gpt_small.lua reads and writes (beside
+-- gpt_recipe.lua), compared by real path before step 1, so that no output (--log, the loss
+-- curve beside it, --save-params, the checkpoints in --ckpt-dir) writes over an input (--data's
+-- and --val-data's files, the checkpoint resumed) or over another output: symbolic links, hard
+-- links and other spellings of a path are seen through.
+local files = require("lwopt.files")
+local checkpoint = require("lwopt.checkpoint")
+
+local paths = {}
+
+-- The loss curve's path for a log path.
+function paths.plot(log) return (log:gsub("%.jsonl$", "")) .. ".png" end
+
+-- The table of points gnuplot reads while it draws the loss curve, beside it.
+function paths.plot_data(log) return (paths.plot(log):gsub("%.png$", "")) .. ".dat" end
+
+-- The files the run writes: { { what, path } } (--log and what goes beside it, --save-params
+-- and the temporary file it is written to first).
+function paths.outputs(v)
+   local out = {}
+   if v.log then
+      out[#out + 1] = { what = "--log", path = v.log }
+      out[#out + 1] = { what = "the loss curve next to --log", path = paths.plot(v.log) }
+      out[#out + 1] = { what = "the loss curve's table next to --log",
+                        path = paths.plot_data(v.log) }
+   end
+   if v.save_params then
+      out[#out + 1] = { what = "--save-params", path = v.save_params }
+      out[#out + 1] = { what = "the temporary file of --save-params",
+                        path = v.save_params .. ".tmp" }
+   end
+   return out
+end
+
+-- The files the run reads: { { what, path } } (a text file, or the training and validation
+-- shards of token data).
+function paths.inputs(data, v)
+   if data.kind ~= "tokens" then return { { what = "--data", path = data.path } } end
+   local out = {}
+   for _, p in ipairs(data.train.paths) do out[#out + 1] = { what = "--data", path = p } end
+   for _, p in ipairs(data.val and data.val.paths or {}) do
+      out[#out + 1] = { what = v.val_data and "--val-data" or "a validation shard", path = p }
+   end
+   return out
+end
+
+local function with_real(list)
+   for _, entry in ipairs(list) do entry.real = files.real_path(entry.path) end
+   return list
+end
+
+local function same(a, b) return a.real == b.real or files.same_file(a.path, b.path) end
+
+-- The part of path below dir ("a/b" for dir/a/b), or nil when it is not below dir.
+local function below(path, dir)
+   if path:sub(1, #dir + 1) == dir .. "/" then return path:sub(#dir + 2) end
+   return nil
+end
+
+-- nil when no output of the run writes over one of its inputs or another output; else one line
+-- naming both paths. data: lw.data's or lw.tokens's dataset; resumed: the checkpoint directory
+-- the run resumed from, or nil.
+function paths.check(v, data, resumed)
+   local outputs, inputs = with_real(paths.outputs(v)), with_real(paths.inputs(data, v))
+   for i, o in ipairs(outputs) do
+      for _, other in ipairs(inputs) do
+         if same(o, other) then
+            return ("%s '%s' is the same file as %s '%s': writing it would destroy the run's "
+               .. "input; choose another path"):format(o.what, o.path, other.what, other.path)
+         end
+      end
+      for j = 1, i - 1 do
+         if same(o, outputs[j]) then
+            return ("%s '%s' is the same file as %s '%s': one output would destroy the other; "
+               .. "choose another path"):format(o.what, o.path, outputs[j].what, outputs[j].path)
+         end
+      end
+      if resumed and below(o.real, files.real_path(resumed)) then
+         return ("%s '%s' is inside the checkpoint being resumed, '%s': writing it would "
+            .. "destroy the run's input; choose another path"):format(o.what, o.path, resumed)
+      end
+   end
+   if v.ckpt_dir then
+      local dir = files.real_path(v.ckpt_dir)
+      for _, list in ipairs({ inputs, outputs }) do
+         for _, entry in ipairs(list) do
+            local rest = below(entry.real, dir)
+            if rest and checkpoint.writes_name(rest:match("^[^/]*")) then
+               return ("%s '%s' is where --ckpt-dir '%s' keeps its checkpoints (latest, "
+                  .. "step-N): writing them would destroy %s; choose another path"):format(
+                  entry.what, entry.path, v.ckpt_dir,
+                  list == inputs and "the run's input" or entry.what)
+            end
+         end
+      end
+   end
+   return nil
+end
+
+return paths

@@ -1,0 +1,45 @@
+-- step_log.lua: the JSON-lines log lw.train writes (--log): a new file, or for a resumed run
+-- the old one appended to. Each record is one unbuffered write, checked; when it fails (a full
+-- disk, a file-size limit) the file is cut back to its last whole record, so that readers and
+-- a resumed run that appends find whole lines only, and the failure is returned, naming the
+-- file and the reason.
+local json = require("lwopt.json")
+local files = require("lwopt.files")
+
+local step_log = {}
+
+local StepLog = {}
+StepLog.__index = StepLog
+
+-- Opens the log at path (append: keep what is there and write after it). Errors name the path.
+function step_log.open(path, append)
+   local file, err = io.open(path, append and "ab" or "wb")
+   if file == nil then error("train: cannot write the log: " .. tostring(err), 0) end
+   -- unbuffered: a record reaches the file (or fails) when written, never later at close
+   file:setvbuf("no")
+   local bytes = append and file:seek("end") or 0
+   return setmetatable({ path = path, file = file, bytes = bytes }, StepLog)
+end
+
+-- Appends rec as one line. Returns nil, or why it could not be written; after a failure the log
+-- takes no more records (each returns the same reason).
+function StepLog:write(rec)
+   if self.failed then return self.failed end
+   local line = json.encode(json.object(rec)) .. "\n"
+   local ok, err = self.file:write(line)
+   if ok then
+      self.bytes = self.bytes + #line
+      return nil
+   end
+   local cut = pcall(files.truncate, self.path, self.bytes)
+   self.failed = ("cannot write the record of step %d to %s (%s)%s"):format(rec.step, self.path,
+      tostring(err), cut and "; the records before it are whole" or "")
+   return self.failed
+end
+
+function StepLog:close()
+   if self.file then self.file:close() end
+   self.file = nil
+end
+
+return step_log
