@@ -16,13 +16,6 @@ static bool we_initialised; /* MPI_Init came from here, so MPI_Finalize is ours 
 static bool poll_yields;    /* the watchdog's polls give the core up (see mpi_yields) */
 static double end_timeout;  /* bounds MPI_Finalize: the world's timeout when MPI started */
 
-lw_status lwi_mpi_fail(int code, const char *what) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(code, text, &len);
-    return lwi_fail(LW_ERR_IO, "comm: %s failed: %.*s", what, len, text);
-}
-
 #define MPI_CHECK(call, what)                                                                  \
     do {                                                                                       \
         int mpi_code = (call);                                                                 \

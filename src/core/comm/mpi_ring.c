@@ -13,6 +13,14 @@
 
 #include <stdlib.h>
 
+/* Here rather than in mpi.c, which calls the ring: the two files form a chain, mpi.c above. */
+lw_status lwi_mpi_fail(int code, const char *what) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    return lwi_fail(LW_ERR_IO, "comm: %s failed: %.*s", what, len, text);
+}
+
 /* a mod p for a > -p */
 static int wrap_rank(int a, int p) { return (a % p + p) % p; }
 

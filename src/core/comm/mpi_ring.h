@@ -38,7 +38,7 @@ lw_status lwi_mpi_ring_wait(lwi_mpi_ring *g);
  * write into them) keeps them. */
 void lwi_mpi_ring_release(lwi_mpi_ring *g);
 
-/* mpi.c: an MPI error code as lwopt's error, naming the call. */
+/* An MPI error code as lwopt's error, naming the call (the ring's and mpi.c's). */
 lw_status lwi_mpi_fail(int code, const char *what);
 
 #endif
