@@ -5,7 +5,7 @@
  * sharding) against the same steps on the CPU. Exit 77 (skipped) when CUDA is not available; a
  * GPU that is there and gives a wrong answer, or a CUDA library that is broken, fails. */
 #include "cuda_util.h"
-#include "layout_util.h"
+#include "optim_util.h"
 
 /* ---- the device, memory, streams and events ------------------------------------------------ */
 
@@ -461,16 +461,16 @@ static void make_specs(void) {
     specs[13] = mat(names[13], 10, 32, false);
 }
 
-static int64_t numel_of(const lw_param_spec *s) {
-    int64_t n = 1;
-    for (int d = 0; d < s->ndim; d++)
-        n *= s->shape[d];
-    return n;
-}
-
-static float init_value(int p, int64_t i) { return 0.1f * (float)sin(0.7 * p + 0.37 * (double)i); }
-static float grad_value(int p, int64_t i, int step) {
-    return i % 13 == 5 ? 0.0f : (float)cos(0.3 * p + 0.11 * (double)i + step) + 0.01f * (float)p;
+/* The initial weights (step -1), then each step's gradients, about 1 in 13 elements zero. */
+static void fill(void *ctx, int p, int step, float *host, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) {
+        if (step < 0)
+            host[i] = smooth_init(p, i);
+        else
+            host[i] =
+                i % 13 == 5 ? 0.0f : (float)cos(0.3 * p + 0.11 * (double)i + step) + 0.01f * p;
+    }
 }
 
 typedef struct run_options {
@@ -491,10 +491,7 @@ typedef struct run_result {
     bool ok;
 } run_result;
 
-/* Copies n floats between host memory and the buffers' device (a plain copy on the CPU). */
-static void to_dev(lw_device *d, float *dst, const float *src, int64_t n) {
-    CHECK_OK(lw_device_copy(lw_device_stream(d), dst, src, 4 * n, LW_COPY_HOST_TO_DEVICE));
-}
+/* n floats of the buffers' device d back into host memory, after its work. */
 static void to_host(lw_device *d, float *dst, const float *src, int64_t n) {
     CHECK_OK(lw_stream_synchronize(lw_device_stream(d)));
     CHECK_OK(lw_device_copy(lw_device_stream(d), dst, src, 4 * n, LW_COPY_DEVICE_TO_HOST));
@@ -504,82 +501,36 @@ static void to_host(lw_device *d, float *dst, const float *src, int64_t n) {
  * read the way modules reach them (acquire, view, release). */
 static void run_steps(lw_device *d, lw_comm *comm, const run_options *ro, run_result *out) {
     memset(out, 0, sizeof *out);
-    lw_layout_options lo = lw_layout_defaults();
-    lo.bucket_size = ro->bucket_size;
-    lo.algorithm = ro->muon;
-    lw_layout *l = NULL;
-    lw_buffers *bs = NULL;
-    lw_optimizer *opt = NULL;
-    CHECK_OK(lw_layout_new(specs, N_PARAMS, &lo, &l));
     lw_buffers_options bo = lw_buffers_defaults();
     bo.device = d;
     bo.zero = ro->zero;
     bo.overlap_grad = bo.overlap_param = ro->overlap;
-    if (l != NULL) CHECK_OK(lw_buffers_new(l, comm, NULL, &bo, &bs));
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.muon.precision = LW_NS_FP32;
     oo.clip = 5.0f;
-    if (bs != NULL) CHECK_OK(lw_optimizer_new(bs, &oo, &opt));
-    if (opt == NULL) goto done;
-    for (int p = 0; p < N_PARAMS; p++)
-        CHECK_OK(lw_optimizer_set_group(opt, p, specs[p].muon ? 0 : 1));
-    CHECK_OK(lw_optimizer_set_hparams(opt, 0, 0.02f, 0.1f));
-    CHECK_OK(lw_optimizer_set_hparams(opt, 1, 0.01f, 0.05f));
-    for (int p = 0; p < N_PARAMS; p++) {
-        const int64_t n = numel_of(&specs[p]);
-        float *h = malloc(4 * (size_t)n), *w = NULL;
-        int32_t grp = 0;
-        for (int64_t i = 0; i < n; i++)
-            h[i] = init_value(p, i);
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &w));
-        if (w != NULL) to_dev(d, w, h, n);
-        CHECK_OK(lw_buffers_param_group(bs, p, &grp));
-        CHECK_OK(lw_buffers_commit(bs, grp));
-        CHECK_OK(lw_buffers_release(bs, p));
-        free(h);
+    rig r;
+    lw_layout *l = make_layout(specs, N_PARAMS, 1, ro->bucket_size, ro->muon, LW_ALGORITHM_DISTOPT);
+    if (!rig_new(&r, l, specs, N_PARAMS, comm, &bo, &oo)) {
+        rig_free(&r);
+        return;
     }
-    CHECK_OK(lw_buffers_start_param_sync(bs));
+    const float lr[2] = {0.02f, 0.01f}, wd[2] = {0.1f, 0.05f};
+    rig_groups(&r, lr, wd);
+    rig_write_params(&r, fill, NULL);
+    lw_step_result res[STEPS];
+    rig_steps(&r, STEPS, fill, NULL, res);
     for (int step = 0; step < STEPS; step++) {
-        CHECK_OK(lw_buffers_zero_grad(bs));
-        for (int p = 0; p < N_PARAMS; p++) {
-            CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, false));
-            CHECK_OK(lw_buffers_release(bs, p));
-        }
-        for (int p = N_PARAMS - 1; p >= 0; p--) { /* backprop order */
-            const int64_t n = numel_of(&specs[p]);
-            float *h = malloc(4 * (size_t)n), *g = NULL;
-            for (int64_t i = 0; i < n; i++)
-                h[i] = grad_value(p, i, step);
-            CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_BACKWARD, false));
-            CHECK_OK(lw_buffers_grad(bs, p, &g));
-            if (g != NULL) to_dev(d, g, h, n);
-            CHECK_OK(lw_buffers_release(bs, p));
-            CHECK_OK(lw_buffers_grad_ready(bs, p));
-            free(h);
-        }
-        CHECK_OK(lw_buffers_end_backward(bs));
-        lw_step_result r;
-        memset(&r, 0, sizeof r);
-        CHECK_OK(lw_optimizer_step(opt, &r));
-        CHECK(!r.skipped);
-        out->norms[step] = r.grad_norm;
-        out->zeros[step] = r.zeros;
+        CHECK(!res[step].skipped);
+        out->norms[step] = res[step].grad_norm;
+        out->zeros[step] = res[step].zeros;
     }
-    CHECK_OK(lw_buffers_finish_param_sync(bs, -1));
-    for (int p = 0; p < N_PARAMS; p++) {
-        const int64_t n = numel_of(&specs[p]);
-        float *w = NULL;
-        out->params[p] = calloc((size_t)n, 4);
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &w));
-        if (w != NULL) to_host(d, out->params[p], w, n);
-        CHECK_OK(lw_buffers_release(bs, p));
-    }
-    out->n_state = lw_optimizer_state_count(opt);
+    for (int p = 0; p < N_PARAMS; p++)
+        out->params[p] = calloc((size_t)spec_numel(&specs[p]), 4);
+    rig_read_params(&r, out->params);
+    out->n_state = lw_optimizer_state_count(r.opt);
     for (int32_t k = 0; k < out->n_state && k < 2 * N_PARAMS; k++) {
         lw_state_entry e;
-        CHECK_OK(lw_optimizer_state(opt, k, &e));
+        CHECK_OK(lw_optimizer_state(r.opt, k, &e));
         out->state_count[k] = e.count;
         out->state_m[k] = calloc((size_t)e.count + 1, 4);
         to_host(d, out->state_m[k], e.m, e.count);
@@ -589,10 +540,7 @@ static void run_steps(lw_device *d, lw_comm *comm, const run_options *ro, run_re
         }
     }
     out->ok = true;
-done:
-    lw_optimizer_free(opt);
-    lw_buffers_free(bs);
-    lw_layout_free(l);
+    rig_free(&r);
 }
 
 static void free_result(run_result *r) {
@@ -608,9 +556,9 @@ static void free_result(run_result *r) {
  * order of its sums, 1e-5 relative; the element-wise kernels in a few ulps). */
 static void test_optimizer_on_gpu(void) {
     make_specs();
-    lw_comm *self = NULL, *dc = NULL;
+    lw_comm *self = NULL;
     CHECK_OK(lw_comm_self(&self));
-    CHECK_OK(lw_comm_device_new(self, gpu, &dc));
+    lw_comm *dc = comm_on(gpu, self);
     if (dc == NULL) {
         lw_comm_free(self);
         return;
@@ -639,7 +587,7 @@ static void test_optimizer_on_gpu(void) {
                 CHECK(cpu.zeros[s] > 0);
             }
             for (int p = 0; p < N_PARAMS; p++)
-                for (int64_t i = 0; i < numel_of(&specs[p]); i++)
+                for (int64_t i = 0; i < spec_numel(&specs[p]); i++)
                     worst = fmax(worst, fabs((double)dev.params[p][i] - cpu.params[p][i]));
             CHECK_EQ(dev.n_state, cpu.n_state);
             for (int32_t e = 0; e < cpu.n_state && e < dev.n_state && e < 2 * N_PARAMS; e++) {
@@ -653,7 +601,7 @@ static void test_optimizer_on_gpu(void) {
                 CHECK((cpu.state_v[e] == NULL) == (dev.state_v[e] == NULL));
             }
             /* the parameters moved, so agreeing says something */
-            CHECK(fabs(cpu.params[1][0] - init_value(1, 0)) > 1e-4);
+            CHECK(fabs(cpu.params[1][0] - smooth_init(1, 0)) > 1e-4);
         }
         CHECK(worst <= 1e-5);
         CHECK(worst_state <= 1e-5);

@@ -5,7 +5,7 @@
  * the optimizer on GPU buffers against the CPU's. Exit 77 (skipped) when CUDA is not available. */
 #include "cuda_util.h"
 #include "device/device.h"
-#include "layout_util.h"
+#include "optim_util.h"
 
 static lw_device *cpu;
 
@@ -66,74 +66,38 @@ static void test_ns_halves(void) {
         }
 }
 
+/* The seeded random values in turn (cuda_util.h), whatever is asked for. */
+static void random_fill(void *ctx, int p, int step, float *host, int64_t n) {
+    (void)ctx, (void)p, (void)step;
+    for (int64_t i = 0; i < n; i++)
+        host[i] = frand();
+}
+
 /* One step of the optimizer on a grouped-query QKV weight (2 groups of 8 + 4 + 4 rows, split)
  * and a plain matrix, on device d's buffers; [out] out: both after it, one after the other. */
 static void optimizer_step(lw_device *d, float *out) {
     lw_param_spec s[2] = {mat("qkv", 32, 24, true), mat("w", 16, 24, true)};
     s[0].qkv_groups = 2, s[0].qkv_rows[0] = 8, s[0].qkv_rows[1] = 4, s[0].qkv_rows[2] = 4;
-    lw_stream *st = lw_device_stream(d);
-    lw_comm *self = NULL, *dc = NULL;
+    lw_comm *self = NULL;
     CHECK_OK(lw_comm_self(&self));
-    dc = self;
-    if (d != cpu) CHECK_OK(lw_comm_device_new(self, d, &dc));
-    lw_layout *l = make_layout(s, 2, 1, INT64_MAX, LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT);
+    lw_comm *dc = comm_on(d, self);
     lw_buffers_options bo = lw_buffers_defaults();
     bo.device = d;
-    lw_buffers *bs = NULL;
-    lw_optimizer *opt = NULL;
-    if (l != NULL && dc != NULL) CHECK_OK(lw_buffers_new(l, dc, NULL, &bo, &bs));
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.muon.precision = LW_NS_FP32;
-    if (bs != NULL) CHECK_OK(lw_optimizer_new(bs, &oo, &opt));
-    if (opt == NULL) goto done;
-    CHECK_OK(lw_optimizer_set_hparams(opt, 0, 0.02f, 0.0f));
-    seed = 7;
-    for (int p = 0; p < 2; p++) {
-        const int64_t n = s[p].shape[0] * 24;
-        float *h = host_random(n), *w = NULL;
-        int32_t grp = 0;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &w));
-        if (w != NULL) CHECK_OK(lw_device_copy(st, w, h, 4 * n, LW_COPY_HOST_TO_DEVICE));
-        CHECK_OK(lw_buffers_param_group(bs, p, &grp));
-        CHECK_OK(lw_buffers_commit(bs, grp));
-        CHECK_OK(lw_buffers_release(bs, p));
-        free(h);
+    rig r = {0};
+    lw_layout *l = NULL;
+    if (dc != NULL) l = make_layout(s, 2, 1, INT64_MAX, LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT);
+    if (dc != NULL && rig_new(&r, l, s, 2, dc, &bo, &oo)) {
+        CHECK_OK(lw_optimizer_set_hparams(r.opt, 0, 0.02f, 0.0f));
+        seed = 7;
+        rig_write_params(&r, random_fill, NULL);
+        lw_step_result res;
+        rig_steps(&r, 1, random_fill, NULL, &res);
+        float *const w[2] = {out, out + 32 * 24};
+        rig_read_params(&r, w);
     }
-    CHECK_OK(lw_buffers_start_param_sync(bs));
-    CHECK_OK(lw_buffers_zero_grad(bs));
-    for (int p = 0; p < 2; p++) {
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, false));
-        CHECK_OK(lw_buffers_release(bs, p));
-    }
-    for (int p = 1; p >= 0; p--) {
-        const int64_t n = s[p].shape[0] * 24;
-        float *h = host_random(n), *g = NULL;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_BACKWARD, false));
-        CHECK_OK(lw_buffers_grad(bs, p, &g));
-        if (g != NULL) CHECK_OK(lw_device_copy(st, g, h, 4 * n, LW_COPY_HOST_TO_DEVICE));
-        CHECK_OK(lw_buffers_release(bs, p));
-        CHECK_OK(lw_buffers_grad_ready(bs, p));
-        free(h);
-    }
-    CHECK_OK(lw_buffers_end_backward(bs));
-    lw_step_result r;
-    CHECK_OK(lw_optimizer_step(opt, &r));
-    CHECK_OK(lw_buffers_finish_param_sync(bs, -1));
-    for (int p = 0, at = 0; p < 2; at += (int)s[p].shape[0] * 24, p++) {
-        float *w = NULL;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &w));
-        CHECK_OK(lw_stream_synchronize(st));
-        if (w != NULL)
-            CHECK_OK(lw_device_copy(st, out + at, w, 4 * s[p].shape[0] * 24,
-                                    LW_COPY_DEVICE_TO_HOST));
-        CHECK_OK(lw_buffers_release(bs, p));
-    }
-done:
-    lw_optimizer_free(opt);
-    lw_buffers_free(bs);
-    lw_layout_free(l);
+    rig_free(&r);
     if (dc != self) lw_comm_free(dc);
     lw_comm_free(self);
 }

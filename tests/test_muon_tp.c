@@ -8,7 +8,7 @@
  * the full shape's, the QKV split equals a split by hand (one group and a grouped-query shape),
  * split_qkv off is the optimizer of before bit for bit (t = 1), the gradient norm and zero count
  * take each TP shard once and each replicated tensor once, and bad metadata is refused. */
-#include "layout_util.h"
+#include "optim_util.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -205,74 +205,40 @@ static void local_specs(lw_param_spec *s) {
     }
 }
 
+/* TP rank *ctx's shard of the full tensors: the initial weights (step -1) or a step's gradient. */
+static void shard_fill(void *ctx, int p, int step, float *host, int64_t n) {
+    const int r = *(const int *)ctx;
+    float *all = full_array(p, step);
+    for (int64_t i = 0; i < n; i++)
+        host[i] = all[full_index(&P[p], r, i / local_cols(&P[p]), i % local_cols(&P[p]))];
+    free(all);
+}
+
 /* STEPS steps of the optimizer on this rank's shards (every DP rank feeds the same gradient);
  * [out] w: the local parameters after them, norm and zeros: the first step's. */
 static void run(lw_comm *tp, lw_comm *dp, const config *cfg, float **w, double *norm,
                 int64_t *zeros) {
-    const int r = tp ? lw_comm_rank(tp) : 0;
+    int r = tp ? lw_comm_rank(tp) : 0;
     lw_param_spec s[NP];
     local_specs(s);
-    lw_layout *l = make_layout(s, NP, lw_comm_size(dp), 600, cfg->algorithm,
-                               LW_ALGORITHM_DISTOPT);
-    lw_buffers *bs = NULL;
-    lw_optimizer *opt = NULL;
-    if (l != NULL) CHECK_OK(lw_buffers_new(l, dp, NULL, NULL, &bs));
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.muon.tp_mode = cfg->mode;
     oo.muon.split_qkv = cfg->split;
     oo.muon.scale = cfg->scale;
     oo.tp_comm = tp;
-    if (bs != NULL) CHECK_OK(lw_optimizer_new(bs, &oo, &opt));
     for (int p = 0; p < NP; p++)
         w[p] = calloc((size_t)local_numel(&P[p]), sizeof(float));
-    if (opt == NULL) goto done;
-    CHECK_OK(lw_optimizer_set_hparams(opt, 0, LR, WD));
-    for (int p = 0; p < NP; p++) {
-        float *data = NULL, *all = full_array(p, -1);
-        int32_t grp;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &data));
-        for (int64_t i = 0; data && i < local_numel(&P[p]); i++)
-            data[i] = all[full_index(&P[p], r, i / local_cols(&P[p]), i % local_cols(&P[p]))];
-        CHECK_OK(lw_buffers_param_group(bs, p, &grp));
-        CHECK_OK(lw_buffers_commit(bs, grp));
-        CHECK_OK(lw_buffers_release(bs, p));
-        free(all);
+    rig rg;
+    lw_layout *l = make_layout(s, NP, lw_comm_size(dp), 600, cfg->algorithm, LW_ALGORITHM_DISTOPT);
+    if (rig_new(&rg, l, s, NP, dp, NULL, &oo)) {
+        CHECK_OK(lw_optimizer_set_hparams(rg.opt, 0, LR, WD));
+        rig_write_params(&rg, shard_fill, &r);
+        lw_step_result res[STEPS];
+        rig_steps(&rg, STEPS, shard_fill, &r, res);
+        *norm = res[0].grad_norm, *zeros = res[0].zeros;
+        rig_read_params(&rg, w);
     }
-    CHECK_OK(lw_buffers_start_param_sync(bs));
-    for (int step = 0; step < STEPS; step++) {
-        CHECK_OK(lw_buffers_zero_grad(bs));
-        for (int p = 0; p < NP; p++) {
-            CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, false));
-            CHECK_OK(lw_buffers_release(bs, p));
-        }
-        for (int p = NP - 1; p >= 0; p--) {
-            float *g = NULL, *all = full_array(p, step);
-            CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_BACKWARD, false));
-            CHECK_OK(lw_buffers_grad(bs, p, &g));
-            for (int64_t i = 0; g && i < local_numel(&P[p]); i++)
-                g[i] = all[full_index(&P[p], r, i / local_cols(&P[p]), i % local_cols(&P[p]))];
-            CHECK_OK(lw_buffers_release(bs, p));
-            CHECK_OK(lw_buffers_grad_ready(bs, p));
-            free(all);
-        }
-        CHECK_OK(lw_buffers_end_backward(bs));
-        lw_step_result res;
-        CHECK_OK(lw_optimizer_step(opt, &res));
-        if (step == 0) *norm = res.grad_norm, *zeros = res.zeros;
-    }
-    CHECK_OK(lw_buffers_finish_param_sync(bs, -1));
-    for (int p = 0; p < NP; p++) {
-        float *data = NULL;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &data));
-        if (data) memcpy(w[p], data, sizeof(float) * (size_t)local_numel(&P[p]));
-        CHECK_OK(lw_buffers_release(bs, p));
-    }
-done:
-    lw_optimizer_free(opt);
-    lw_buffers_free(bs);
-    lw_layout_free(l);
+    rig_free(&rg);
 }
 
 /* Largest difference of a shard from b's (b: full == true, the full model's, sliced here),

@@ -5,7 +5,7 @@
  * without buckets and overlap, at ZeRO-1, 2 and 3, row-sharded, and for the legacy and
  * replicated modes. Parameters and gradients are reached the way modules reach them: acquire,
  * view, release. */
-#include "layout_util.h"
+#include "optim_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -30,14 +30,11 @@ static void make_specs(void) {
     specs[10] = mat("l2.o", 16, 48, true);
 }
 
-static int64_t numel_of(const lw_param_spec *s) {
-    int64_t n = 1;
-    for (int d = 0; d < s->ndim; d++)
-        n *= s->shape[d];
-    return n;
+static void init_fill(void *ctx, int p, int step, float *host, int64_t n) {
+    (void)ctx, (void)step;
+    for (int64_t i = 0; i < n; i++)
+        host[i] = smooth_init(p, i);
 }
-
-static float init_value(int p, int64_t i) { return 0.1f * (float)sin(0.7 * p + 0.37 * (double)i); }
 
 /* rank r's gradient; the average over ranks is base(p, i, step) */
 static float grad_value(int p, int64_t i, int step, int rank, int size) {
@@ -72,18 +69,18 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
     lw_adamw_options ao = lw_adamw_defaults();
     float *state[N_SPECS], *g[N_SPECS];
     for (int p = 0; p < n; p++) {
-        int64_t k = numel_of(&sp[p]);
+        int64_t k = spec_numel(&sp[p]);
         w[p] = malloc(sizeof(float) * (size_t)k);
         g[p] = malloc(sizeof(float) * (size_t)k);
         state[p] = calloc((size_t)(2 * k), sizeof(float));
         for (int64_t i = 0; i < k; i++)
-            w[p][i] = init_value(p, i);
+            w[p][i] = smooth_init(p, i);
     }
     int64_t t = 0;
     for (int step = 0; step < STEPS; step++) {
         double sq = 0;
         for (int p = 0; p < n; p++)
-            for (int64_t i = 0; i < numel_of(&sp[p]); i++) {
+            for (int64_t i = 0; i < spec_numel(&sp[p]); i++) {
                 double s = 0;
                 for (int r = 0; r < size; r++)
                     s += grad_value(p, i, step, r, size);
@@ -104,7 +101,7 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
                                         sp[p].shape[1], LR[grp], WD[grp], scale));
             else
                 CHECK_OK(lw_adamw_update(NULL, &ao, w[p], g[p], state[p],
-                                         state[p] + numel_of(&sp[p]), numel_of(&sp[p]), t,
+                                         state[p] + spec_numel(&sp[p]), spec_numel(&sp[p]), t,
                                          LR[grp], WD[grp], scale));
         }
     }
@@ -118,7 +115,7 @@ static bool identical_across_ranks(lw_comm *c, lw_buffers *bs, const lw_param_sp
     int64_t differs = 0;
     for (int p = 0; p < n; p++) {
         float *data = NULL;
-        const int64_t k = numel_of(&sp[p]);
+        const int64_t k = spec_numel(&sp[p]);
         CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
         CHECK_OK(lw_buffers_param(bs, p, &data));
         if (data == NULL) return false;
@@ -145,7 +142,7 @@ static void backward(lw_buffers *bs, const lw_param_spec *sp, int n, const varia
         CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_BACKWARD, false));
         CHECK_OK(lw_buffers_grad(bs, p, &g));
         if (g == NULL) return;
-        for (int64_t i = 0; i < numel_of(&sp[p]); i++)
+        for (int64_t i = 0; i < spec_numel(&sp[p]); i++)
             g[i] += grad_value(p, i, step, rank, size) / (float)micros;
         if (step == v->nan_step && p == 3 && rank == size - 1 && micro == 0) g[5] = v->bad;
         CHECK_OK(lw_buffers_release(bs, p));
@@ -157,85 +154,58 @@ static void backward(lw_buffers *bs, const lw_param_spec *sp, int n, const varia
 static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const variant *v) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     int before = check_failures;
-    lw_layout_options lo = lw_layout_defaults();
-    lo.dp = lo.expert_dp = size;
-    lo.bucket_size = v->bucket_size;
-    lo.algorithm = v->muon;
-    lo.adamw_algorithm = v->adamw;
-    lw_layout *l = NULL;
-    lw_buffers *bs = NULL;
-    lw_optimizer *opt = NULL;
-    CHECK_OK(lw_layout_new(sp, n, &lo, &l));
     lw_buffers_options bo = lw_buffers_defaults();
     bo.overlap_grad = bo.overlap_param = v->overlap;
     bo.zero = v->zero ? v->zero : 1;
-    CHECK_OK(lw_buffers_new(l, c, NULL, &bo, &bs));
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.clip = v->clip;
-    CHECK_OK(lw_optimizer_new(bs, &oo, &opt));
-    if (opt == NULL) goto done;
-    for (int p = 0; p < n; p++)
-        CHECK_OK(lw_optimizer_set_group(opt, p, sp[p].muon ? 0 : 1));
-    for (int grp = 0; grp < 2; grp++)
-        CHECK_OK(lw_optimizer_set_hparams(opt, grp, LR[grp], WD[grp]));
-
-    for (int p = 0; p < n; p++) {
-        float *w = NULL;
-        int32_t grp;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &w));
-        if (w == NULL) goto done;
-        for (int64_t i = 0; i < numel_of(&sp[p]); i++)
-            w[i] = init_value(p, i);
-        CHECK_OK(lw_buffers_param_group(bs, p, &grp));
-        CHECK_OK(lw_buffers_commit(bs, grp));
-        CHECK_OK(lw_buffers_release(bs, p));
+    rig r;
+    if (!rig_new(&r, make_layout(sp, n, size, v->bucket_size, v->muon, v->adamw), sp, n, c, &bo,
+                 &oo)) {
+        rig_free(&r);
+        return;
     }
-    CHECK_OK(lw_buffers_start_param_sync(bs)); /* ZeRO-3: what was gathered is dropped */
+    lw_buffers *bs = r.buffers;
+    rig_groups(&r, LR, WD);
+    rig_write_params(&r, init_fill, NULL);
     /* everything this rank updates, summed over ranks, covers every element once */
     int64_t owned = 0, total = 0;
     for (int p = 0; p < n; p++) {
         int64_t start, count;
         CHECK_OK(lw_buffers_owned(bs, p, &start, &count));
         owned += count;
-        total += numel_of(&sp[p]);
+        total += spec_numel(&sp[p]);
     }
     CHECK_OK(lw_comm_allreduce(c, &owned, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
     CHECK_EQ(owned, v->muon == LW_ALGORITHM_DEFAULT ? total * size : total);
 
-    float *ref[N_SPECS];
+    float *ref[N_SPECS], *w[N_SPECS];
     double norms[STEPS];
     reference(sp, n, v, size, ref, norms);
     for (int step = 0; step < STEPS; step++) {
         CHECK_OK(lw_buffers_zero_grad(bs));
         for (int micro = 0; micro < (v->micro ? v->micro : 1); micro++) {
-            /* forward: each module acquires its parameters in turn */
-            for (int p = 0; p < n; p++) {
-                CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, false));
-                CHECK_OK(lw_buffers_release(bs, p));
-            }
+            rig_forward(&r);
             backward(bs, sp, n, v, step, micro, rank, size);
         }
-        lw_step_result r;
-        CHECK_OK(lw_optimizer_step(opt, &r));
+        lw_step_result res;
+        CHECK_OK(lw_optimizer_step(r.opt, &res));
         if (isfinite(norms[step])) {
-            CHECK(fabs(r.grad_norm - norms[step]) <= 1e-5 * norms[step]);
-            CHECK(!r.skipped);
+            CHECK(fabs(res.grad_norm - norms[step]) <= 1e-5 * norms[step]);
+            CHECK(!res.skipped);
         } else {
-            CHECK(r.skipped);
-            CHECK(!isfinite(r.grad_norm));
+            CHECK(res.skipped);
+            CHECK(!isfinite(res.grad_norm));
         }
     }
-    CHECK_OK(lw_buffers_finish_param_sync(bs, -1));
+    for (int p = 0; p < n; p++)
+        w[p] = calloc((size_t)spec_numel(&sp[p]), sizeof(float));
+    rig_read_params(&r, w);
     double worst = 0;
     for (int p = 0; p < n; p++) {
-        float *w = NULL;
-        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
-        CHECK_OK(lw_buffers_param(bs, p, &w));
-        for (int64_t i = 0; w != NULL && i < numel_of(&sp[p]); i++)
-            worst = fmax(worst, fabs((double)w[i] - ref[p][i]));
-        CHECK_OK(lw_buffers_release(bs, p));
-        free(ref[p]);
+        for (int64_t i = 0; i < spec_numel(&sp[p]); i++)
+            worst = fmax(worst, fabs((double)w[p][i] - ref[p][i]));
+        free(ref[p]), free(w[p]);
     }
     CHECK(worst <= 1e-5);
     CHECK(identical_across_ranks(c, bs, sp, n));
@@ -249,10 +219,7 @@ static void run_variant(lw_comm *c, const lw_param_spec *sp, int n, const varian
     if (check_failures != before)
         fprintf(stderr, "rank %d: variant %s, zero %d, failed (max diff %g)\n", rank, v->name,
                 v->zero, worst);
-done:
-    lw_optimizer_free(opt);
-    lw_buffers_free(bs);
-    lw_layout_free(l);
+    rig_free(&r);
 }
 
 static void test_errors(lw_comm *c) {
