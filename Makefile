@@ -36,9 +36,9 @@ data/kjv.txt: | deps
 test: build build-asan data
 	@scripts/test.sh $(BUILD) $(ASAN_BUILD)
 
-# The GPU tests (ctest label gpu: tests/test_cuda.c, tests/gpu/): build-gpu with the CUDA
-# library required (LWOPT_CUDA=ON). Without a GPU they skip; on a GPU machine use
-# scripts/gpu-run.sh, which also runs the GPU benchmarks.
+# The GPU tests (ctest label gpu: tests/test_kernels.c, tests/test_cuda*.c, tests/gpu/):
+# build-gpu with the CUDA library required (LWOPT_CUDA=ON). Without a GPU they skip; on a GPU
+# machine use scripts/gpu-run.sh, which also runs the GPU benchmarks.
 test-gpu: deps
 	@if [ ! -f $(GPU_BUILD)/CMakeCache.txt ] || [ -n "$(CUDA_ARCHITECTURES)" ]; then \
 		cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DLWOPT_CUDA=ON \

@@ -50,6 +50,12 @@ static inline bool close_to(const char *what, const char *shape, const float *go
     return worst <= tol;
 }
 
+/* The scale the maxima and target logits of n rows of a vocabulary shard's statistics (below)
+ * are judged at: the largest finite of each, added. */
+static inline double partial_stats_scale(const float *ref, int64_t n) {
+    return fmax(largest_finite(ref, n) + largest_finite(ref + 2 * n, n), 1e-30);
+}
+
 /* A vocabulary shard's softmax statistics (lw_cross_entropy_partial_forward: n row maxima, n
  * sums of exponentials, n target logits) against a reference computed elsewhere: the maxima and
  * target logits are logits, compared at the scale of the largest finite one (1e-5 of it); the
@@ -57,7 +63,7 @@ static inline bool close_to(const char *what, const char *shape, const float *go
  * both sides, which must compare as equal. */
 static inline bool partial_stats_close(const char *shape, const float *got, const float *ref,
                                        int64_t n) {
-    const double big = fmax(largest_finite(ref, n) + largest_finite(ref + 2 * n, n), 1e-30);
+    const double big = partial_stats_scale(ref, n);
     bool ok = close_to("partial head: max", shape, got, ref, n, 1e-5, big);
     ok = close_to("partial head: sums", shape, got + n, ref + n, n, 1e-5, 1e-30) && ok;
     return close_to("partial head: target logit", shape, got + 2 * n, ref + 2 * n, n, 1e-5, big) &&

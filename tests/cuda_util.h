@@ -1,6 +1,7 @@
 /* cuda_util.h: what the GPU tests share: the GPU and its default stream, seeded random inputs,
  * copies to and from device memory, error measures between a GPU result and the CPU's, and the
- * start that skips (exit 77) when CUDA is not available. */
+ * start that skips (exit 77) when CUDA is not available (tests/test_kernels.c, which runs every
+ * device the build has, opens it without skipping). */
 #ifndef LW_TEST_CUDA_UTIL_H
 #define LW_TEST_CUDA_UTIL_H
 
@@ -17,6 +18,12 @@ static uint64_t seed = 20240601;
 static inline float frand(void) { /* uniform in [-1, 1) */
     seed = seed * 6364136223846793005u + 1442695040888963407u;
     return (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* uniform in [0, bound) */
+static inline int32_t rand_below(int64_t bound) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    return (int32_t)((seed >> 33) % (uint64_t)bound);
 }
 
 static inline float *host_random(int64_t n) {
@@ -68,19 +75,23 @@ static inline double rel_frobenius(const float *a, const float *b, int64_t n) {
     return sqrt(d) / fmax(sqrt(s), 1e-30);
 }
 
-/* Opens "cuda" into gpu and gs: 0, or the exit status: 77 (skipped) when CUDA is not available,
- * 1 when a GPU is there but fails to open (a broken CUDA library is a failure, not a skip). */
-static inline int cuda_open(const char *test) {
-    if (lw_device_get("cuda", &gpu) != LW_OK) {
-        if (strstr(lw_last_error(), "CUDA is not available") != NULL) {
-            printf("%s: skipped: %s\n", test, lw_last_error());
-            return 77;
-        }
-        fprintf(stderr, "%s: lw_device_get(\"cuda\") failed: %s\n", test, lw_last_error());
-        return 1;
-    }
+/* Opens "cuda" into gpu and gs, saying nothing: 0; 77 when CUDA is not available (lw_last_error
+ * says why); 1 when a GPU is there but fails to open (a broken CUDA library is a failure, not a
+ * skip). */
+static inline int cuda_try_open(void) {
+    if (lw_device_get("cuda", &gpu) != LW_OK)
+        return strstr(lw_last_error(), "CUDA is not available") != NULL ? 77 : 1;
     gs = lw_device_stream(gpu);
     return 0;
+}
+
+/* cuda_try_open for a test that needs the GPU: 0, or the exit status, said on stdout (skipped)
+ * or stderr (failed). */
+static inline int cuda_open(const char *test) {
+    const int st = cuda_try_open();
+    if (st == 77) printf("%s: skipped: %s\n", test, lw_last_error());
+    if (st == 1) fprintf(stderr, "%s: lw_device_get(\"cuda\") failed: %s\n", test, lw_last_error());
+    return st;
 }
 
 #endif

@@ -2,7 +2,8 @@
  * table's members (device.h), the dispatchers with their checks (kernels.c), the CPU's and the
  * CUDA library's declarations (cpu/cpu.h, src/cuda/cuda.h) and their tables, and the test
  * harness's list of what to check (tests/test_kernels.c). Adding a kernel is a line here, its
- * CPU file and its CUDA file; a device that lacks one fails by name when it is called.
+ * lw.h declaration (a public one), its CPU file, its CUDA file and its harness case; a device
+ * that lacks one fails by name when it is called.
  *
  * X-macros rather than a generated header: the lists are C the compiler reads as it is (no
  * generator in the build, nothing to keep in sync with a template), and a missing piece (a CPU
