@@ -46,7 +46,10 @@ lw_status lw_file_lock_new(const char *path, lw_file_lock **out) {
     char line[320];
     const int n = snprintf(line, sizeof line, "host %s, pid %ld\n", host, (long)getpid());
     /* the holder's line is for messages only: a failure to write it leaves the lock held */
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)n, 0) != n) (void)ftruncate(fd, 0);
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)n, 0) != n) {
+        const int cleared = ftruncate(fd, 0); /* a torn line helps nobody; nothing else to do */
+        (void)cleared;
+    }
     lw_file_lock *lock = malloc(sizeof *lock);
     if (lock == NULL) {
         close(fd);
