@@ -75,11 +75,11 @@ static lw_status choose(lw_comm *parent, lw_device *device, lw_device_comm asked
                         "must be alike on all)", rank, lw_device_comm_name(asked), other,
                         lw_device_comm_name((lw_device_comm)other_asks));
     char shared[160] = "";
-    if (a >= 0)
-        snprintf(shared, sizeof shared, "ranks %d and %d share one GPU%s%s%s%s%s", a, b,
-                 rank == a || rank == b ? " (" : "", rank == a || rank == b ? device->name : "",
-                 rank == a || rank == b ? ", " : "", rank == a || rank == b ? id : "",
-                 rank == a || rank == b ? ")" : "");
+    if (a >= 0 && (rank == a || rank == b)) /* one of the two: it can name the GPU */
+        snprintf(shared, sizeof shared, "ranks %d and %d share one GPU (%s, %s)", a, b,
+                 device->name, id);
+    else if (a >= 0)
+        snprintf(shared, sizeof shared, "ranks %d and %d share one GPU", a, b);
     if (asked == LW_DEVICE_COMM_STAGED) {
         *kind = LW_DEVICE_COMM_STAGED;
         snprintf(about, cap, "staged: asked for; device buffers are copied through host memory "

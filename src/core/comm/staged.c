@@ -163,15 +163,14 @@ static lw_status started(lw_comm *c, const stage *g, lw_status st, void *to, con
 }
 
 /* Before a collective on host memory: the ordering stream's work has run (as a host-memory
- * backend waits for it); the request, if any, is complete with the parent's blocking call. */
+ * backend waits for it); the request, if any, is complete with the parent's blocking call, so
+ * nothing of an earlier collective on it is left to land. */
 static lw_status host_side(lw_comm *c, lw_request *req) {
     lw_stream *order = NULL;
     lw_status st = ordering_stream(c, req, &order);
     if (st == LW_OK) st = lw_stream_synchronize(order);
-    if (st == LW_OK && req != NULL) {
-        stage g;
-        st = stage_for(c, req, 0, &g);
-    }
+    if (st == LW_OK && req != NULL && req->handle != NULL)
+        ((staged_handle *)req->handle)->pending = false;
     if (st == LW_OK) pass_names(c, req);
     return st;
 }
