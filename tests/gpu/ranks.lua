@@ -39,12 +39,7 @@ local function recipe(np, args, device)
    -- without gnuplot the loss curve fails after the run's work; the losses are what counts
    if not ok and text:find("failed: loss curve: gnuplot failed", 1, true) then ok = true end
    if not ok then io.stderr:write(cmd, " failed:\n", text, "\n") end
-   local losses = {}
-   for line in (tally.slurp(name .. ".jsonl") or ""):gmatch("[^\n]+") do
-      local loss = line:match('"loss":([%d%.eE%-]+)')
-      if loss then losses[#losses + 1] = tonumber(loss) end
-   end
-   return ok, losses, text
+   return ok, tally.losses(name .. ".jsonl"), text
 end
 
 -- Every step's loss of `got` within TOLERANCE of `want`'s (steps from `first`).

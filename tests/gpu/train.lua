@@ -31,19 +31,6 @@ local function recipe(args, name)
    return ok, text
 end
 
--- The per-step training losses of a JSON log, as written (%.17g: exact floats).
-local function losses(log)
-   local out = {}
-   local f = io.open(log)
-   if f == nil then return out end
-   f:close()
-   for line in io.lines(log) do
-      local loss = line:match('"loss":([%d%.eE%-]+)')
-      if loss then out[#out + 1] = tonumber(loss) end
-   end
-   return out
-end
-
 local STEPS = 20
 local function train(device, overlap, matmul)
    matmul = matmul or "fp32"
@@ -53,7 +40,7 @@ local function train(device, overlap, matmul)
       .. "--muon-precision fp32 --device %s --overlap %s --matmul %s --log %s"):format(STEPS,
       device, overlap, matmul, log), name)
    expect(ok == gnuplot, name .. " ran")
-   return losses(log)
+   return tally.losses(log)
 end
 
 local cpu = train("cpu", "on")

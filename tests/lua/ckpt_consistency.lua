@@ -33,11 +33,7 @@ end
 -- Whether path (a shell glob) names something.
 local function exists(path) return sh("ls -d " .. path .. " > /dev/null 2>&1") end
 
-local function losses(log)
-   local out = {}
-   for line in io.lines(log) do out[#out + 1] = tonumber(line:match('"loss":([%d%.eE%-]+)')) end
-   return out
-end
+local losses = tally.losses
 
 local slurp = tally.slurp
 

@@ -1,6 +1,6 @@
 -- tally.lua: pass/fail bookkeeping for the Lua test drivers in tests/lua and tests/, which end
--- with the plain "N passed, M failed" line, and the two shell helpers they share. Load with
--- dofile("tests/lua/tally.lua").
+-- with the plain "N passed, M failed" line, and the helpers they share (the shell, a file's
+-- bytes, a log's losses). Load with dofile("tests/lua/tally.lua").
 local tally = { passed = 0, failed = 0 }
 
 function tally.expect(ok, what)
@@ -22,6 +22,17 @@ end
 function tally.sh(cmd)
    local ok = os.execute(cmd)
    return ok == 0 or ok == true
+end
+
+-- The per-step training losses of a recipe's JSON log, as written (%.17g: exact floats); none
+-- when the log cannot be read.
+function tally.losses(log)
+   local out = {}
+   for line in (tally.slurp(log) or ""):gmatch("[^\n]+") do
+      local loss = line:match('"loss":([%d%.eE%-]+)')
+      if loss then out[#out + 1] = tonumber(loss) end
+   end
+   return out
 end
 
 -- A file's bytes, or nil when it cannot be read.
