@@ -1,4 +1,4 @@
--- ddp.lua: lw.ddp.new, the flat parameter and gradient buffers of a layout (src/core/buffers.c)
+-- ddp.lua: lw.ddp.new, the flat parameter and gradient buffers of a layout (src/core/buffers/)
 -- on a communicator: tensor views by name, and the gradient / parameter syncs that training
 -- calls from its hooks. The mode picks the layout: layerwise (shard-aligned Muon buffers,
 -- element-wise AdamW), legacy (unpadded, ping-pong owners), replicated (plain data parallel).

@@ -1,6 +1,8 @@
-/* buffers.h: the data of lw_buffers, shared by buffers.c (arrays, views, the ZeRO-1
- * syncs) and sharded.c (ZeRO-2/3: group blocks, their budget, gathers and partial
- * reductions). Not public API. */
+/* buffers.h: the data of lw_buffers, shared by its files: buffers.c (the object: arrays, views,
+ * owned ranges, memory), groups.c (the bucket groups and their shards), sync.c (the gradient and
+ * parameter syncs), residency.c (the three ways of holding a group between uses, chosen once
+ * from the ZeRO level) and sharded.c (ZeRO-2/3's group blocks: their pool, budget, gathers and
+ * partial reductions). Not public API. */
 #ifndef LW_BUFFERS_H
 #define LW_BUFFERS_H
 
@@ -80,12 +82,40 @@ typedef struct lwi_param_info {
     bool ready;
 } lwi_param_info;
 
+/* How a rank holds a group's parameters and gradients between uses: what differs between the
+ * ZeRO levels, chosen once by lw_buffers_new (residency.c), so that the syncs and views have no
+ * branch on the level. */
+typedef struct lwi_residency {
+    bool sharded_params; /* the parameter arrays hold this rank's shards (ZeRO-3), else whole */
+    bool sharded_grads;  /* the gradient arrays hold this rank's shards (ZeRO-2/3), else whole */
+    int32_t blocks;      /* group blocks a held group may need: 0, 1 (its gradient) or 2 (and its
+                            gathered parameters); the pool's budget is two such groups */
+    /* Where the whole parameter / gradient of param is while readable (LW_ERR_STATE if not). */
+    lw_status (*param)(lw_buffers *bs, int32_t param, float **data);
+    lw_status (*grad)(lw_buffers *bs, int32_t param, float **data);
+    /* lw_buffers_acquire once the arguments are checked. */
+    lw_status (*acquire)(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
+    /* Starts group's gradient sync (averaging included). */
+    lw_status (*start_grad)(lw_buffers *bs, int32_t group);
+    /* After every group's sync was waited for: completes what is left (ZeRO-2/3: adds the
+     * reduced shards into the gradient shards). */
+    lw_status (*finish_grads)(lw_buffers *bs);
+    /* End of a micro-step's backward (lw_buffers_end_backward). */
+    lw_status (*end_backward)(lw_buffers *bs);
+    /* lw_buffers_start_param_sync and lw_buffers_finish_param_sync (group checked, -1: all). */
+    lw_status (*start_params)(lw_buffers *bs);
+    lw_status (*finish_params)(lw_buffers *bs, int32_t group);
+    /* lw_buffers_commit (group checked). */
+    lw_status (*commit)(lw_buffers *bs, int32_t group);
+} lwi_residency;
+
 struct lw_buffers {
     const lw_layout *layout;
     lw_comm *comm;
     lw_device *device; /* [borrowed] where the arrays and blocks live */
     lw_stream *stream; /* [borrowed] its default stream: syncs, averaging, copies */
     lw_buffers_options o;
+    const lwi_residency *residency; /* [borrowed] static: the ZeRO level's */
     int32_t n_buffers;
     lwi_buf *buffers; /* [owned] */
     int32_t n_params;
@@ -112,12 +142,50 @@ struct lw_buffers {
     int64_t flushes;
 };
 
+/* n zeroed floats of the buffers' device (NULL when that fails: callers say what for). */
+static inline float *lwi_alloc_zeroed(lw_buffers *bs, int64_t n) {
+    void *p = NULL;
+    return lw_device_alloc(bs->device, (int64_t)sizeof(float) * n, &p) == LW_OK ? p : NULL;
+}
+
+/* LW_OK for a parameter index of bs, else the error naming it. */
+static inline lw_status lwi_check_param(const lw_buffers *bs, int32_t param) {
+    if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
+    if (param < 0 || param >= bs->n_params)
+        return lwi_fail(LW_ERR_RANGE, "buffers: parameter index %d out of range [0, %d)", param,
+                        bs->n_params);
+    return LW_OK;
+}
+
+/* groups.c: one group per bucket, in forward order, with this rank's shards; the backward
+ * order. */
+lw_status lwi_groups_make(lw_buffers *bs);
+/* Elements of this rank's shards of every bucket of buffer b (numel / dp for equal shards). */
+lw_status lwi_shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t *len);
+
+/* sync.c: the syncs of whole arrays (every ZeRO level's parameters below ZeRO-3, ZeRO-1's
+ * gradients) and legacy's gather. */
+lw_status lwi_legacy_prepare(lw_buffers *bs, int32_t buffer);
+lw_status lwi_whole_start_grad(lw_buffers *bs, int32_t group);
+lw_status lwi_whole_start_params(lw_buffers *bs);
+lw_status lwi_whole_finish_params(lw_buffers *bs, int32_t group);
+/* ZeRO-2/3's end of a micro-step's backward: starts every gradient sync not started yet. */
+lw_status lwi_sharded_end_backward(lw_buffers *bs);
+
+/* residency.c: the residency of a ZeRO level (1, 2 or 3). */
+const lwi_residency *lwi_residency_for(int32_t zero);
+
 /* sharded.c */
 lw_status lwi_sharded_init(lw_buffers *bs);
 void lwi_sharded_free(lw_buffers *bs);
-/* lw_buffers_acquire's residency part, once the parameters' sync is done below ZeRO-3: pins the
- * group, gathers it at ZeRO-3, gives it whole-gradient storage in backward at ZeRO-2/3. */
-lw_status lwi_sharded_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
+/* Pins param's group and marks it used. */
+void lwi_sharded_pin(lw_buffers *bs, int32_t group);
+/* In backward, whole-gradient storage for group (a zeroed block) unless held (ZeRO-2/3). */
+lw_status lwi_sharded_hold_grad(lw_buffers *bs, int32_t group);
+/* ZeRO-3's acquire: moves the pass, gathers the group unless held, pins it, holds its gradient
+ * in backward and prefetches the pass's next group. */
+lw_status lwi_sharded_acquire_gathered(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
+/* Starts the reduce-scatter of group's gradient block. */
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t group);
 /* Waits for every reduce-scatter in flight and adds each into this rank's gradient shards. */
 lw_status lwi_sharded_finish_grads(lw_buffers *bs);
@@ -126,8 +194,12 @@ lw_status lwi_sharded_wait_gathers(lw_buffers *bs);
 lw_status lwi_sharded_wait_gather(lwi_group *g);
 /* Drops every gathered group (an error while one is acquired). */
 lw_status lwi_sharded_drop_params(lw_buffers *bs);
+/* Starts gathering group's parameters if there is room (nothing for -1 or a held group). */
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t group);
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t group);
+/* The whole parameter / gradient of param in its group's block. */
+lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data);
+lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data);
 /* Offset of element x (of a bucket of group g) in this rank's shard array; x must lie in this
  * rank's shard of the bucket. */
 static inline int64_t lwi_shard_offset(const lwi_group *g, int64_t x) {

@@ -6,8 +6,7 @@
  * and the reduce-scatter's shard): to make room (make_room), spare blocks are freed, idle
  * gathered groups the pass needs only later evicted, reductions in flight finished, idle groups
  * the pass is inside evicted, and last an idle group's partial gradient reduced early (sums are
- * linear, so reducing in parts gives the same shard). ZeRO-1 acquires come through here too and
- * only wait for their group's parameter sync. Every decision depends only on the sequence of calls,
+ * linear, so reducing in parts gives the same shard). Every decision depends only on the sequence of calls,
  * never on timing, so all ranks issue the same collectives in the same order. */
 #include "buffers/buffers.h"
 
@@ -51,7 +50,7 @@ lw_status lwi_sharded_init(lw_buffers *bs) {
         if (block_bytes(&bs->buffers[b]) > bs->largest_block)
             bs->largest_block = block_bytes(&bs->buffers[b]);
     /* two groups: each with its gradient, and at ZeRO-3 its gathered parameters too */
-    bs->budget = 2 * (bs->o.zero == 3 ? 2 : 1) * bs->largest_block;
+    bs->budget = 2 * (int64_t)bs->residency->blocks * bs->largest_block;
     bs->pass = LW_PASS_FORWARD;
     bs->cursor = -1;
     return LW_OK;
@@ -122,10 +121,7 @@ static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
     return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, g->gblock.req);
 }
 
-lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t gi) {
-    bs->groups[gi].grad_started = true;
-    return start_reduce(bs, gi);
-}
+lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t gi) { return start_reduce(bs, gi); }
 
 lw_status lwi_sharded_finish_grads(lw_buffers *bs) {
     lw_status first = LW_OK;
@@ -292,7 +288,7 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
 }
 
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
-    if (bs->o.zero != 3 || gi < 0 || gi >= bs->n_groups || bs->groups[gi].pblock.data != NULL)
+    if (gi < 0 || gi >= bs->n_groups || bs->groups[gi].pblock.data != NULL)
         return LW_OK;
     return start_gather(bs, gi, true);
 }
@@ -354,37 +350,43 @@ static int32_t next_in_pass(const lw_buffers *bs, int32_t gi, lw_pass pass) {
     return -1;
 }
 
-lw_status lwi_sharded_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
+void lwi_sharded_pin(lw_buffers *bs, int32_t gi) {
+    bs->groups[gi].pins++;
+    bs->groups[gi].used = ++bs->tick;
+}
+
+lw_status lwi_sharded_hold_grad(lw_buffers *bs, int32_t gi) {
+    lwi_group *g = &bs->groups[gi];
+    lw_status st = LW_OK;
+    if (g->gblock.data != NULL && g->reducing) st = complete_reduce(bs, gi);
+    if (st == LW_OK && g->gblock.data == NULL) {
+        st = take_block(bs, gi, &g->gblock, false, false);
+        if (st == LW_OK)
+            st = lw_device_set(bs->stream, g->gblock.data, 0, (int64_t)sizeof(float) * g->count);
+    }
+    return st;
+}
+
+lw_status lwi_sharded_acquire_gathered(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
     const int32_t gi = bs->params[param].group;
     lwi_group *g = &bs->groups[gi];
     lw_status st = LW_OK;
-    if (bs->o.zero == 3) {
-        if (!reuse) {
-            if (pass != bs->pass) {
-                bs->pass = pass;
-                bs->cursor = pass == LW_PASS_FORWARD ? -1 : bs->n_params;
-            }
-            if (pass == LW_PASS_FORWARD ? param > bs->cursor : param < bs->cursor) {
-                bs->cursor = param;
-                st = drop_behind(bs);
-            }
+    if (!reuse) {
+        if (pass != bs->pass) {
+            bs->pass = pass;
+            bs->cursor = pass == LW_PASS_FORWARD ? -1 : bs->n_params;
         }
-        if (st == LW_OK && g->pblock.data == NULL) st = start_gather(bs, gi, false);
-        if (st == LW_OK) st = lwi_sharded_wait_gather(g);
+        if (pass == LW_PASS_FORWARD ? param > bs->cursor : param < bs->cursor) {
+            bs->cursor = param;
+            st = drop_behind(bs);
+        }
     }
+    if (st == LW_OK && g->pblock.data == NULL) st = start_gather(bs, gi, false);
+    if (st == LW_OK) st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
-    g->pins++;
-    g->used = ++bs->tick;
-    if (pass == LW_PASS_BACKWARD && bs->o.zero >= 2) {
-        if (g->gblock.data != NULL && g->reducing) st = complete_reduce(bs, gi);
-        if (st == LW_OK && g->gblock.data == NULL) {
-            st = take_block(bs, gi, &g->gblock, false, false);
-            if (st == LW_OK)
-                st = lw_device_set(bs->stream, g->gblock.data, 0,
-                                   (int64_t)sizeof(float) * g->count);
-        }
-    }
-    if (st == LW_OK && bs->o.zero == 3 && bs->o.overlap_param && !reuse)
+    lwi_sharded_pin(bs, gi);
+    if (pass == LW_PASS_BACKWARD) st = lwi_sharded_hold_grad(bs, gi);
+    if (st == LW_OK && bs->o.overlap_param && !reuse)
         st = lwi_sharded_prefetch(bs, next_in_pass(bs, gi, pass));
     if (st != LW_OK) g->pins--;
     return st;
@@ -402,4 +404,31 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
     if (st != LW_OK) return st;
     return lw_device_copy(bs->stream, b->param + g->shard_base, shard_in_block(g, g->pblock.data),
                           (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
+}
+
+lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
+    const lwi_param_info *p = &bs->params[param];
+    lwi_group *g = &bs->groups[p->group];
+    if (g->pblock.data == NULL)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: '%s' is not gathered: at ZeRO-3 a rank holds only "
+                        "its shard; acquire the parameter first",
+                        bs->layout->params[param].name);
+    lw_status st = lwi_sharded_wait_gather(g);
+    if (st != LW_OK) return st;
+    *data = g->pblock.data + (p->start - g->start);
+    return LW_OK;
+}
+
+lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data) {
+    const lwi_param_info *p = &bs->params[param];
+    const lwi_group *g = &bs->groups[p->group];
+    if (g->gblock.data == NULL || g->reducing)
+        return lwi_fail(LW_ERR_STATE,
+                        "buffers: the whole gradient of '%s' is not held: at ZeRO-%d "
+                        "it is there only between acquire for backward and its reduce-scatter "
+                        "(read the owned part with lw_buffers_owned_grad)",
+                        bs->layout->params[param].name, bs->o.zero);
+    *data = g->gblock.data + (p->start - g->start);
+    return LW_OK;
 }
