@@ -179,7 +179,8 @@ describe("recipes/gpt_small.lua", function()
             .. "--progress lines --log " .. log .. " " .. args)
          assert.equal(0, status)
          assert.matches("final validation loss", out, 1, true)
-         assert.matches("memory per rank %(MiB%): rank  params  grads  optimizer  activations  peak\n"
+         assert.matches("memory per rank %(MiB%): rank  params  master  grads  optimizer  "
+            .. "activations  peak\n"
             .. "     0 +%d+%.%d+", out)
          local first = io.lines(log)()
          assert.matches('"memory_mb":{', first, 1, true)

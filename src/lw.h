@@ -588,10 +588,10 @@ lw_status lw_comm_allgather_segments(lw_comm *comm, void *bucket, const int64_t 
 lw_status lw_comm_alltoallv(lw_comm *comm, const void *send, const int64_t *send_counts,
                             void *recv, const int64_t *recv_counts, lw_dtype dtype,
                             lw_request *req);
-/* Variable-size all-gather: rank r contributes counts[r] floats; recv holds them in rank order.
- * send_count must equal counts[rank]. Blocking. */
-lw_status lw_comm_allgatherv(lw_comm *comm, const float *send, int64_t send_count, float *recv,
-                             const int64_t *counts);
+/* Variable-size all-gather: rank r contributes counts[r] elements of dtype (F32, BF16 or F16,
+ * moved as bits); recv holds them in rank order. send_count must equal counts[rank]. Blocking. */
+lw_status lw_comm_allgatherv(lw_comm *comm, const void *send, int64_t send_count, void *recv,
+                             const int64_t *counts, lw_dtype dtype);
 /* Ends every rank of the job (MPI_Abort); returns only on the self backend. */
 lw_status lw_comm_abort(lw_comm *comm, int32_t code);
 lw_status lw_comm_counter_get(const lw_comm *comm, lw_comm_op op, lw_comm_counter *out);
@@ -650,6 +650,25 @@ lw_status lw_vec_scale(lw_stream *stream, float *x, int64_t n, float alpha);
 lw_status lw_vec_add(lw_stream *stream, float *y, const float *a, const float *b, int64_t n);
 /* y += alpha * x */
 lw_status lw_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, int64_t n);
+
+/* bf16 (bfloat16: fp32's sign, 8 exponent bits and top 7 mantissa bits) is stored as its 16 bits,
+ * uint16_t: the raw bits of one value, nothing else, in the host's byte order. The two
+ * conversions serve bf16 parameters with fp32 master weights: the optimizer updates the fp32
+ * copy and writes it back rounded, the model widens a layer's bf16 parameters into fp32 work
+ * memory. y and x are n elements each, in the stream's device memory, and must not overlap;
+ * n <= 0 does nothing. Every device gives the same bits. */
+/* y[i] = x[i] rounded to bf16, to nearest, ties to even (IEEE 754 roundTiesToEven): subnormals
+ * rounded as any other value (bf16 has fp32's exponent range: no flush to zero), signed zeros
+ * and infinities kept. A finite magnitude of 3.3961775e38 (0x7F7F8000) or more, the midpoint
+ * between the largest finite bf16 (3.3895314e38, 0x7F7F) and 2^128, rounds to an infinity of its
+ * sign, as IEEE overflow does (the midpoint itself is a tie, and inf the even side). A NaN stays
+ * a NaN, never an infinity: y keeps its sign and the top 7 bits of its mantissa, the first of
+ * them (the quiet bit, 0x0040) set: 0x7FC00000 gives 0x7FC0, 0x7F800001 (signalling) 0x7FC0,
+ * 0xFFFFFFFF 0xFFFF. */
+lw_status lw_vec_to_bf16(lw_stream *stream, uint16_t *y, const float *x, int64_t n);
+/* y[i] = the bf16 x[i] as fp32, exactly: its bits shifted into fp32's top half (a NaN keeps its
+ * sign and payload, signalling or quiet). */
+lw_status lw_vec_from_bf16(lw_stream *stream, float *y, const uint16_t *x, int64_t n);
 
 /* ---- Muon ---------------------------------------------------------------------------------- */
 
@@ -827,14 +846,18 @@ lw_device *lw_buffers_device(const lw_buffers *buffers);
  * of range. [borrowed] */
 lw_comm *lw_buffers_buffer_comm(const lw_buffers *buffers, int32_t buffer);
 int32_t lw_buffers_zero(const lw_buffers *buffers);
-/* Views of a whole parameter / gradient. [out] *data borrowed, numel elements. ZeRO-3
- * parameters and ZeRO-2/3 gradients are only there while their group is held (acquired, or
- * not yet reused); otherwise LW_ERR_STATE. */
+/* The dtype the parameter arrays hold (the layout's params', all alike): F32, or BF16 (with the
+ * optimizer's fp32 master copy of what this rank owns). Gradients are F32. */
+lw_dtype lw_buffers_param_dtype(const lw_buffers *buffers);
+/* Views of a whole parameter / gradient, fp32, as the model reads and writes them. [out] *data
+ * borrowed, numel elements. ZeRO-3 parameters, bf16 parameters (the view is an fp32 block
+ * widened from them) and ZeRO-2/3 gradients are only there while their group is held
+ * (acquired, or not yet reused); otherwise LW_ERR_STATE. */
 lw_status lw_buffers_param(lw_buffers *buffers, int32_t param, float **data);
 lw_status lw_buffers_grad(lw_buffers *buffers, int32_t param, float **data);
-/* Whole arrays of one buffer (numel of lw_buffer_info); LW_ERR_STATE where only shards are
- * kept (params at ZeRO-3, gradients at ZeRO-2/3). */
-lw_status lw_buffers_param_array(lw_buffers *buffers, int32_t buffer, float **data);
+/* Whole arrays of one buffer (numel of lw_buffer_info; parameters in the param dtype);
+ * LW_ERR_STATE where only shards are kept (params at ZeRO-3, gradients at ZeRO-2/3). */
+lw_status lw_buffers_param_array(lw_buffers *buffers, int32_t buffer, void **data);
 lw_status lw_buffers_grad_array(lw_buffers *buffers, int32_t buffer, float **data);
 /* Zeroes every gradient (after any sync in flight). */
 lw_status lw_buffers_zero_grad(lw_buffers *buffers);
@@ -871,10 +894,15 @@ typedef enum lw_pass {
  * (a tied weight read again), which neither advances the pass nor frees groups behind it. */
 lw_status lw_buffers_acquire(lw_buffers *buffers, int32_t param, lw_pass pass, bool reuse);
 lw_status lw_buffers_release(lw_buffers *buffers, int32_t param);
-/* ZeRO-3: after writing into the acquired views of group's params (initialisation, loading a
- * checkpoint), copies this rank's shard of them back into its parameter shard; every rank must
- * have written the same values. A no-op below ZeRO-3, where the views are the storage. */
+/* After writing into the acquired views of group's params (initialisation, loading a
+ * checkpoint): ZeRO-3 copies this rank's shard of them back into its parameter shard (every rank
+ * must have written the same values); bf16 parameters are rounded back into the array (nearest
+ * even). A no-op for fp32 parameters below ZeRO-3, where the views are the storage. The
+ * optimizer widens its master copies from them before its next step (lw_buffers_commits). */
 lw_status lw_buffers_commit(lw_buffers *buffers, int32_t group);
+/* How many commits there have been: the optimizer widens its master copies again when this
+ * changed since it last set them. */
+int64_t lw_buffers_commits(const lw_buffers *buffers);
 /* Drives progress of nonblocking syncs in flight. */
 lw_status lw_buffers_progress(lw_buffers *buffers);
 /* The elements of param this rank updates: [start, start + count) of the param (count 0 when
@@ -882,9 +910,10 @@ lw_status lw_buffers_progress(lw_buffers *buffers);
  * buffers. */
 lw_status lw_buffers_owned(const lw_buffers *buffers, int32_t param, int64_t *start,
                            int64_t *count);
-/* Where those elements are held (params: after the parameter sync; gradients: after the
- * gradient sync), at every ZeRO level; NULL when count is 0. [out] borrowed. */
-lw_status lw_buffers_owned_param(lw_buffers *buffers, int32_t param, float **data);
+/* Where those elements are held (params: after the parameter sync, in the param dtype;
+ * gradients: after the gradient sync), at every ZeRO level; NULL when count is 0. [out]
+ * borrowed. */
+lw_status lw_buffers_owned_param(lw_buffers *buffers, int32_t param, void **data);
 lw_status lw_buffers_owned_grad(lw_buffers *buffers, int32_t param, float **data);
 
 /* Bytes held on this rank for parameters and gradients. */
@@ -959,18 +988,29 @@ lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out);
 
 /* The optimizer state this rank holds, for checkpoints: one entry per parameter it updates.
  * Muon: the momentum of the whole matrix (count = numel, v NULL). AdamW: m and v of elements
- * [start, start + count) of the parameter. The arrays are [borrowed] and writable, so a
- * checkpoint loads state by writing into them. */
+ * [start, start + count) of the parameter. With bf16 parameters each entry has the fp32 master
+ * copy of those elements too. The arrays are [borrowed] and writable, so a checkpoint loads
+ * state by writing into them. */
 typedef struct lw_state_entry {
     int32_t param;
     bool muon;
     int64_t start;
     int64_t count;
-    float *m; /* Muon momentum, or AdamW first moment */
-    float *v; /* AdamW second moment; NULL for Muon */
+    float *m;      /* Muon momentum, or AdamW first moment */
+    float *v;      /* AdamW second moment; NULL for Muon */
+    float *master; /* fp32 master weights (bf16 parameters); NULL for fp32 parameters */
 } lw_state_entry;
 
 int32_t lw_optimizer_state_count(const lw_optimizer *opt);
+/* bf16 parameters: sets every fp32 master copy from the owned bf16 parameters (widened exactly).
+ * lw_optimizer_new does it, and a step does it first when parameters were committed since
+ * (lw_buffers_commits: initialisation, a broadcast, a checkpoint's parameters). A no-op for fp32
+ * parameters. */
+lw_status lw_optimizer_reload_master(lw_optimizer *opt);
+/* bf16 parameters: the master copies were written through lw_optimizer_state (a checkpoint's
+ * exact fp32 weights) after the parameters were: keep them, rather than widen the parameters
+ * committed before now into them at the next step. */
+lw_status lw_optimizer_keep_master(lw_optimizer *opt);
 lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry *out);
 /* Updates applied and steps skipped so far (AdamW's bias correction uses the updates). */
 lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips);

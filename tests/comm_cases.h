@@ -351,11 +351,12 @@ static void case_allgatherv(const mem_kind *m, lw_comm *c) {
     const int64_t total = gatherv_counts(size, 1, counts);
     float *h = values_in(rank, counts[rank], 0, counts[rank], 0.0f);
     float *send = mem_upload(m, h, 4 * counts[rank]), *recv = mem_alloc(m, 4 * (total + 1));
-    CHECK_OK(lw_comm_allgatherv(c, send, counts[rank], recv, counts));
+    CHECK_OK(lw_comm_allgatherv(c, send, counts[rank], recv, counts, LW_DTYPE_F32));
     float *back = malloc(4 * (size_t)(total + 1));
     mem_get(m, back, recv, 4 * total);
     CHECK_EQ(gatherv_wrong(back, counts, size), 0);
-    CHECK_FAILS(lw_comm_allgatherv(c, send, counts[rank] + 1, recv, counts), LW_ERR_INVALID,
+    CHECK_FAILS(lw_comm_allgatherv(c, send, counts[rank] + 1, recv, counts, LW_DTYPE_F32),
+                LW_ERR_INVALID,
                 "all-gather-v sends");
     mem_free(m, send), mem_free(m, recv);
     free(counts), free(h), free(back);

@@ -143,6 +143,27 @@ static inline void rig_read_params(rig *r, float *const *out) {
     }
 }
 
+/* Compares rank 0's parameters with this rank's, byte for byte. */
+static inline bool identical_across_ranks(lw_comm *c, lw_buffers *bs, const lw_param_spec *sp,
+                                          int n) {
+    int64_t differs = 0;
+    for (int p = 0; p < n; p++) {
+        float *data = NULL;
+        const int64_t k = spec_numel(&sp[p]);
+        CHECK_OK(lw_buffers_acquire(bs, p, LW_PASS_FORWARD, true));
+        CHECK_OK(lw_buffers_param(bs, p, &data));
+        if (data == NULL) return false;
+        float *root = malloc(sizeof(float) * (size_t)k);
+        memcpy(root, data, sizeof(float) * (size_t)k);
+        CHECK_OK(lw_comm_broadcast(c, root, (int64_t)sizeof(float) * k, 0));
+        differs += memcmp(root, data, sizeof(float) * (size_t)k) != 0;
+        free(root);
+        CHECK_OK(lw_buffers_release(bs, p));
+    }
+    CHECK_OK(lw_comm_allreduce(c, &differs, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
+    return differs == 0;
+}
+
 /* The communicator a rig on device d takes at one rank: self itself for the CPU, else a device
  * communicator over self ([owned] by the caller; NULL when that failed, counted). */
 static inline lw_comm *comm_on(lw_device *d, lw_comm *self) {

@@ -95,7 +95,8 @@ static void test_allgatherv_after_stream(const mem_kind *m, lw_comm *c) {
     lw_stream *s = mem_stream_new(m);
     CHECK_OK(lw_device_copy(s, sendbuf, staged, 4 * big, LW_COPY_DEVICE_TO_DEVICE));
     CHECK_OK(lw_comm_set_stream(c, s));
-    CHECK_OK(lw_comm_allgatherv(c, sendbuf + big - counts[rank], counts[rank], recv, counts));
+    CHECK_OK(lw_comm_allgatherv(c, sendbuf + big - counts[rank], counts[rank], recv, counts,
+                                LW_DTYPE_F32));
     CHECK_OK(lw_comm_set_stream(c, NULL));
     mem_get(m, h, recv, 4 * total);
     CHECK_EQ(gatherv_wrong(h, counts, size), 0);

@@ -19,6 +19,7 @@
  * public calls, or named where they are tested. A GPU's own limits and refusals close the file.
  * Without a GPU the CPU still runs, so the test never skips, unless LWOPT_TEST_REQUIRE=cuda asks
  * for one (test_kernels_gpu, label gpu): then no CUDA is exit 77. */
+#include "bf16_reference.h"
 #include "cuda_util.h"
 #include "device/kernel_list.h"
 
@@ -94,14 +95,16 @@ static measure differing(measure m, double by) {
     return m;
 }
 
-typedef enum { F32, I32, F64 } elem_type;
+/* BF16: bf16 values as their bits (lw_vec_to_bf16), compared as the 16-bit integers they are. */
+typedef enum { F32, I32, F64, BF16 } elem_type;
 
-static size_t elem_size(elem_type t) { return t == F64 ? 8 : 4; }
+static size_t elem_size(elem_type t) { return t == F64 ? 8 : t == BF16 ? 2 : 4; }
 
 static double elem(elem_type t, const void *p, int64_t i) {
-    return t == F32   ? ((const float *)p)[i]
-           : t == I32 ? ((const int32_t *)p)[i]
-                      : ((const double *)p)[i];
+    return t == F32    ? ((const float *)p)[i]
+           : t == I32  ? ((const int32_t *)p)[i]
+           : t == BF16 ? ((const uint16_t *)p)[i]
+                       : ((const double *)p)[i];
 }
 
 static double largest(elem_type t, const void *p, int64_t n) {
@@ -205,6 +208,9 @@ typedef void (*run_fn)(run *r, const void *args);
 
 /* Every word of a guard: a NaN that no kernel computes (a double guard reads as a NaN too). */
 static const uint32_t GUARD_WORD = 0x7fa5a5a5u;
+/* What a BF16 output starts as: a signalling NaN, which lw_vec_to_bf16 never writes (its NaN are
+ * quiet), so that an element left unwritten shows (cpu_checks). */
+static const uint16_t BF16_UNWRITTEN = 0x7fa5u;
 
 static void call(run *r, lw_status st) {
     if (st != LW_OK && r->st == LW_OK) {
@@ -231,8 +237,9 @@ static void *place(run *r, const char *what, role kind, elem_type type, int64_t 
         memset(b->start, kind == ACCUMULATED ? 0 : 0x7f, data);
     else
         for (int64_t i = 0; i < n; i++)
-            type == F32 ? (void)(((float *)b->start)[i] = NAN)
-                        : (void)(((double *)b->start)[i] = NAN);
+            type == F32    ? (void)(((float *)b->start)[i] = NAN)
+            : type == BF16 ? (void)(((uint16_t *)b->start)[i] = BF16_UNWRITTEN)
+                           : (void)(((double *)b->start)[i] = NAN);
     char *host = malloc((size_t)bytes);
     for (int64_t i = 0; i < GUARD_BYTES / 4; i++) {
         memcpy(host + 4 * i, &GUARD_WORD, 4);
@@ -263,6 +270,14 @@ static float *output(run *r, const char *what, int64_t n, measure how) {
 }
 static int32_t *output_ids(run *r, const char *what, int64_t n) {
     int32_t *p = place(r, what, WRITTEN, I32, n, NULL);
+    r->b[r->nb - 1].how = bits();
+    return p;
+}
+static const uint16_t *input_bf16(run *r, const uint16_t *host, int64_t n) {
+    return place(r, "an input", INPUT, BF16, n, host);
+}
+static uint16_t *output_bf16(run *r, const char *what, int64_t n) {
+    uint16_t *p = place(r, what, WRITTEN, BF16, n, NULL);
     r->b[r->nb - 1].how = bits();
     return p;
 }
@@ -477,6 +492,13 @@ static void cpu_checks(const kernel_case *k, const run *ref, const run *zeroed) 
             else
                 passed();
             free(sum), free(got);
+        }
+        if (b->type == BF16 && b->role == WRITTEN) {
+            int64_t unwritten = 0;
+            for (int64_t j = 0; j < b->n; j++)
+                unwritten += ((const uint16_t *)b->got)[j] == BF16_UNWRITTEN;
+            if (unwritten > 0)
+                failed(k, ref, "%s: %lld elements not written", b->what, (long long)unwritten);
         }
         if (ref->nan_fed || b->type != F32 || b->role == INPUT || b->role == SCRATCH) continue;
         int64_t nans = 0;
@@ -781,6 +803,107 @@ static void elementwise_cases(const char *kernel, run_fn fn, after_fn after) {
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
         vec_free(&a);
+    }
+}
+
+/* ---- bf16 conversions ------------------------------------------------------------------------ *
+ * lw_vec_to_bf16 and lw_vec_from_bf16 are integer operations on the values' bits on every device:
+ * bit for bit, a NaN's sign and payload too. Each device's results are also checked against
+ * bf16_reference.h (the rounding found in double arithmetic, the widening from the fields'
+ * values); test_bf16 checks the CPU's at length (every NaN, every neighbouring pair). */
+
+typedef struct {
+    char shape[64];
+    int64_t n;
+    float *x;    /* vec_to_bf16's input: the edges first, then random bit patterns and values */
+    uint16_t *b; /* vec_from_bf16's: every bf16 in order when n is 65536, else random bits */
+} bf16_args;
+
+/* fp32 values at the edges of the rounding: zeros and infinities; ties at 1 either way, and the
+ * floats beside one; fp32 subnormals, ties between bf16 subnormals, the largest subnormal's tie
+ * into the smallest normal; the largest finite bf16, the float below the midpoint past it, the
+ * midpoint (inf), FLT_MAX; NaN, signalling with the payload in the dropped half alone (which
+ * must not become inf), of either sign, full payloads (no carry into the sign). */
+static const uint32_t bf16_edges[] = {
+    0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x3F808000u, 0x3F818000u,
+    0xBF808000u, 0x3F807FFFu, 0x3F808001u, 0x00000001u, 0x80000001u, 0x00008000u,
+    0x00018000u, 0x007F8000u, 0x007FFFFFu, 0x00800000u, 0x7F7F0000u, 0x7F7F7FFFu,
+    0x7F7F8000u, 0xFF7F8000u, 0x7F7FFFFFu, 0x7F800001u, 0xFF800001u, 0x7F810000u,
+    0x7FC00000u, 0xFFC00000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FBF8000u};
+enum { N_BF16_EDGES = sizeof bf16_edges / sizeof bf16_edges[0] };
+
+static uint32_t random_u32(void) {
+    return (uint32_t)rand_below(1 << 16) << 16 | (uint32_t)rand_below(1 << 16);
+}
+
+static bf16_args bf16_new(const char *kernel, int64_t n) {
+    const bool to = strcmp(kernel, "vec_to_bf16") == 0;
+    bf16_args a = {.n = n};
+    a.x = cpu_array(n);
+    a.b = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = random_u32();
+        /* a half random bit patterns (NaN, inf and subnormals among them), a quarter exact ties,
+         * a quarter values of a model's scale */
+        a.x[i] = i < N_BF16_EDGES ? f32_of_bits(bf16_edges[i])
+                 : i % 4 < 2      ? f32_of_bits(u)
+                 : i % 4 == 2     ? f32_of_bits((u & 0xFFFF0000u) | 0x8000u)
+                                  : frand();
+        a.b[i] = n == 65536 ? (uint16_t)i : (uint16_t)u;
+    }
+    snprintf(a.shape, sizeof a.shape, "n %lld%s", (long long)n,
+             to && n >= N_BF16_EDGES ? ", edge values first"
+             : !to && n == 65536     ? ", every bf16"
+                                     : "");
+    return a;
+}
+
+static void run_to_bf16(run *r, const void *p) {
+    const bf16_args *a = p;
+    const float *x = input(r, a->x, a->n);
+    uint16_t *y = output_bf16(r, "y", a->n);
+    r->nan_fed = any_nan(a->x, a->n);
+    call(r, lw_vec_to_bf16(r->s, y, x, a->n));
+}
+
+static void after_to_bf16(const kernel_case *k, const run *r) {
+    const bf16_args *a = k->args;
+    const uint16_t *y = got_of(r, "y");
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < a->n; i++)
+        wrong += y[i] != bf16_reference(a->x[i]);
+    expect(k, r, wrong == 0,
+           "each element is x rounded to nearest even (a NaN quiet, its sign and payload kept)");
+}
+
+static void run_from_bf16(run *r, const void *p) {
+    const bf16_args *a = p;
+    const uint16_t *x = input_bf16(r, a->b, a->n);
+    float *y = output(r, "y", a->n, bits());
+    for (int64_t i = 0; i < a->n; i++)
+        r->nan_fed = r->nan_fed || isnan(bf16_reference_value(a->b[i]));
+    call(r, lw_vec_from_bf16(r->s, y, x, a->n));
+}
+
+static void after_from_bf16(const kernel_case *k, const run *r) {
+    const bf16_args *a = k->args;
+    const float *y = f32_of(r, "y");
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < a->n; i++) {
+        const double want = bf16_reference_value(a->b[i]);
+        wrong += f32_bits(y[i]) != (uint32_t)a->b[i] << 16 || /* a NaN's payload kept */
+                 !(isnan(want) || (double)y[i] == want);
+    }
+    expect(k, r, wrong == 0, "each element is the bf16's value, exactly");
+}
+
+static void bf16_cases(const char *kernel, run_fn fn, after_fn after) {
+    const int64_t sizes[] = {0, 1, 7, 65536, (1 << 20) + 3};
+    for (int s = 0; s < 5; s++) {
+        bf16_args a = bf16_new(kernel, sizes[s]);
+        check(&(kernel_case){
+            .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
+        free(a.x), free(a.b);
     }
 }
 
@@ -2105,6 +2228,8 @@ static const entry case_cross_entropy_partial_forward = {head_cases, run_partial
 static const entry case_cross_entropy_combine = {head_cases, run_combine, NULL};
 static const entry case_cross_entropy_partial_backward = {head_cases, run_partial_backward,
                                                           after_partial_backward};
+static const entry case_vec_to_bf16 = {bf16_cases, run_to_bf16, after_to_bf16};
+static const entry case_vec_from_bf16 = {bf16_cases, run_from_bf16, after_from_bf16};
 
 static const entry core_muon_momentum = {momentum_cases, run_muon_momentum, NULL};
 static const entry core_newton_schulz = {newton_schulz_cases, run_newton_schulz,

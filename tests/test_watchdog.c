@@ -150,7 +150,7 @@ static void test_collectives(lw_comm *c) {
         for (int r = 0; r < size; r++)
             counts[r] = r + 1;
         float *all = calloc((size_t)(size * (size + 1) / 2), sizeof(float));
-        CHECK_OK(lw_comm_allgatherv(c, b, lw_comm_rank(c) + 1, all, counts));
+        CHECK_OK(lw_comm_allgatherv(c, b, lw_comm_rank(c) + 1, all, counts, LW_DTYPE_F32));
         CHECK(all[0] == (float)size);
         /* the variable-count forms, blocking (a plain wait with the watchdog off) and not */
         const int64_t mine = lw_comm_rank(c) * (int64_t)(lw_comm_rank(c) + 1) / 2;

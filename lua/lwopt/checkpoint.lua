@@ -236,7 +236,7 @@ local function write_manifest(job)
    local layout = ddp.layout
    local manifest = json.object({
       format = checkpoint.FORMAT, version = checkpoint.VERSION, step = s.step,
-      ranks = comm.size, mode = ddp.mode,
+      ranks = comm.size, mode = ddp.mode, param_dtype = ddp.param_dtype,
       layout = json.object({ algorithm = layout.algorithm, adamw_layout = layout.adamw_layout,
          bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
          expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
@@ -462,37 +462,58 @@ end
 
 -- Writes the checked parameters into ddp (a TP shard: its slice of the full tensor; g:
 -- lw.tp.groups): collective at ZeRO-3, so it runs only once every rank has agreed that its
--- checks passed.
-local function write_params(st, ddp, g)
+-- checks passed. masters (name -> float*, or nil): the fp32 values to write instead of the
+-- file's (a bf16 checkpoint's master weights, for an fp32 run).
+local function write_params(st, ddp, g, masters)
    for _, spec in ipairs(ddp.specs) do
-      local view = safetensors.find(st, spec.name)
+      local data = masters and masters[spec.name] or safetensors.find(st, spec.name).data
       ddp:with_param(spec.name, function(target)
          if spec.tp and g then
-            tp.from_model(ffi.cast("const float *", view.data), spec, g.size, g.rank, target.data)
+            tp.from_model(ffi.cast("const float *", data), spec, g.size, g.rank, target.data)
          else
-            ffi.copy(target.data, view.data, 4 * target.numel)
+            ffi.copy(target.data, data, 4 * target.numel)
          end
       end)
    end
+end
+
+-- How the checkpoint's parameters become this run's, in one line, when their dtypes differ
+-- (nil when they do not); with_state: the optimizer state is loaded too.
+local function conversion(m, ddp, with_state)
+   local was, now = m.param_dtype or "f32", ddp.param_dtype
+   if was == now then return nil end
+   if now == "f32" then
+      return "bf16 parameters -> fp32: the checkpoint's fp32 master weights become the parameters"
+   end
+   return "fp32 parameters -> bf16: rounded to nearest even" .. (with_state
+      and "; the checkpoint's fp32 parameters become the master weights" or "")
 end
 
 -- checkpoint.load(path, { ddp, opt = nil | optimizer, weights_only = false, ep, tp, comm }):
 -- collective. Restores parameters and (unless weights_only or no opt) the optimizer state,
 -- resharding to this run's ranks, layout, expert-parallel groups (ep: lw.ep.groups, when the
 -- run has them; each rank loads its own experts by global name) and tensor-parallel groups (tp:
--- lw.tp.groups, with comm the world's communicator; each rank its shards). Returns the manifest
--- (step, extra).
+-- lw.tp.groups, with comm the world's communicator; each rank its shards), and parameter dtype
+-- (bf16 parameters with fp32 master weights, or fp32: the exact fp32 weights are kept across the
+-- change). Returns the manifest (step, extra; conversion: the line that says how the parameters'
+-- dtype changed, or nil).
 function checkpoint.load(path, s)
    local comm = s.comm or s.ddp.comm
-   local m, st
+   local m, st, masters
+   local with_state = s.opt ~= nil and not s.weights_only
    local ok, err = protect(function()
       m = checkpoint.read_manifest(path)
       st = check_params(path, s.ddp, m, s.ep)
-      if s.opt and not s.weights_only then state.load(path, s.ddp, s.opt, m, s.tp) end
+      if with_state then state.load(path, s.ddp, s.opt, m, s.tp, st) end
+      -- an fp32 run reads a bf16 checkpoint's exact weights: its master weights
+      if s.ddp.param_dtype == "f32" then masters = state.master_params(path, m) end
    end)
    comm:agree(ok, err)
-   write_params(st, s.ddp, s.tp)
+   write_params(st, s.ddp, s.tp, masters)
    s.ddp:broadcast_params(0) -- the same on every rank, byte for byte
+   -- the master weights loaded above stay: not widened from the parameters just written
+   if with_state then C.check(lib.lw_optimizer_keep_master(s.opt._c), "checkpoint.load") end
+   m.conversion = conversion(m, s.ddp, with_state)
    return m
 end
 

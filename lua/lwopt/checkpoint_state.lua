@@ -1,8 +1,9 @@
 -- checkpoint_state.lua: a rank's optimizer state in a checkpoint (lw.checkpoint's format, see
--- checkpoint.lua): written as tensors "m/<param>", "v/<param>" of the element ranges this rank
--- holds, each range's metadata "muon|adamw START COUNT" (with " tp T R" under tensor
--- parallelism); loaded by every rank for the ranges it holds now, whatever ranks, layout, ZeRO
--- level, expert-parallel or TP size saved them (resharding).
+-- checkpoint.lua): written as tensors "m/<param>", "v/<param>" (and with bf16 parameters
+-- "w/<param>": the fp32 master weights) of the element ranges this rank holds, each range's
+-- metadata "muon|adamw START COUNT" (with " tp T R" under tensor parallelism); loaded by every
+-- rank for the ranges it holds now, whatever ranks, layout, ZeRO level, expert-parallel or TP
+-- size, parameter dtype saved them (resharding).
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local safetensors = require("lwopt.safetensors")
@@ -32,6 +33,10 @@ function state.tensors(ddp, opt, g)
       if entry.v ~= nil then
          tensors[#tensors + 1] = { name = "v/" .. name, data = ddp:host_floats(entry.v, count),
                                    count = count }
+      end
+      if entry.master ~= nil then
+         tensors[#tensors + 1] = { name = "w/" .. name,
+                                   data = ddp:host_floats(entry.master, count), count = count }
       end
       metadata[#metadata + 1] = { name, ("%s %d %d%s"):format(entry.muon and "muon" or "adamw",
          tonumber(entry.start), count, where) }
@@ -67,21 +72,32 @@ local function saved_ranges(opened, name, split, take)
    end
 end
 
+-- The parts of a saved state: "m" (Muon momentum, AdamW m), "v" (AdamW), "w" (master weights).
+local function parts_of(kind, master)
+   local parts = { "m" }
+   if kind == "adamw" then parts[#parts + 1] = "v" end
+   if master then parts[#parts + 1] = "w" end
+   return parts
+end
+
 -- The state of one parameter in the tp 1 model's coordinates (p: its manifest entry, with
 -- tp = { dim, blocks, rows } when it was saved TP-sharded), assembled from every saved range:
--- { m, v (float*, AdamW only), seen (uint8*: elements some range held) }.
-local function assemble_full(path, opened, p, kind)
+-- { <part> = float* for each of parts, seen (uint8*: elements some range held) }.
+local function assemble_full(path, opened, p, kind, parts)
    local n = tp.numel(p.shape)
-   local full = { m = ffi.new("float[?]", n), seen = ffi.new("uint8_t[?]", n) }
-   if kind == "adamw" then full.v = ffi.new("float[?]", n) end
+   local full = { seen = ffi.new("uint8_t[?]", n) }
+   for _, part in ipairs(parts) do full[part] = ffi.new("float[?]", n) end
    saved_ranges(opened, p.name, p.tp ~= nil, function(st, saved_kind, s0, c0, t, r)
       if saved_kind ~= kind then
          fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", p.name, saved_kind,
             path, kind)
       end
-      local mv, vv = safetensors.find(st, "m/" .. p.name), safetensors.find(st, "v/" .. p.name)
-      if mv == nil or (kind == "adamw" and vv == nil) then
-         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, p.name)
+      local views = {}
+      for _, part in ipairs(parts) do
+         views[part] = safetensors.find(st, part .. "/" .. p.name)
+         if views[part] == nil then
+            fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, p.name)
+         end
       end
       -- each run of the saved shard that lies in [s0, s0 + c0), to its place (padding dropped)
       local function put(l, f, len)
@@ -89,9 +105,9 @@ local function assemble_full(path, opened, p, kind)
          b = math.min(b, a + (n - (f + a - l)))
          if b <= a then return end
          local at = f + a - l
-         ffi.copy(full.m + at, ffi.cast("const float *", mv.data) + (a - s0), 4 * (b - a))
-         if full.v then
-            ffi.copy(full.v + at, ffi.cast("const float *", vv.data) + (a - s0), 4 * (b - a))
+         for _, part in ipairs(parts) do
+            ffi.copy(full[part] + at, ffi.cast("const float *", views[part].data) + (a - s0),
+               4 * (b - a))
          end
          ffi.fill(full.seen + at, b - a, 1)
       end
@@ -106,14 +122,24 @@ local function assemble_full(path, opened, p, kind)
    return full
 end
 
+-- The host arrays a state entry loads into, by part: m, v (AdamW), w (the master weights, when
+-- loaded from the checkpoint's).
+local function targets_of(entry, parts)
+   local device = { m = entry.m, v = entry.v, w = entry.master }
+   local out = {}
+   for _, part in ipairs(parts) do out[part] = device[part] end
+   return out
+end
+
 -- Loads one state entry of a parameter sharded over TP now or when saved (spec: this rank's, g:
 -- lw.tp.groups or nil; p: the manifest's entry): its range of this rank's shard, cut out of the
 -- tp 1 tensor's state; elements of the vocabulary's padding start at 0.
-local function load_resharded(path, opened, ddp, entry, spec, g, p, kind)
-   local full = assemble_full(path, opened, p, kind)
+local function load_resharded(path, opened, ddp, entry, spec, g, p, kind, parts)
+   local full = assemble_full(path, opened, p, kind, parts)
    local start, count = tonumber(entry.start), tonumber(entry.count)
    local n = tp.numel(p.shape)
-   local m, v = ffi.new("float[?]", count), kind == "adamw" and ffi.new("float[?]", count) or nil
+   local host = {}
+   for _, part in ipairs(parts) do host[part] = ffi.new("float[?]", count) end
    local covered = 0
    local function take(l, f, len)
       local a, b = math.max(l, start), math.min(l + len, start + count)
@@ -122,8 +148,7 @@ local function load_resharded(path, opened, ddp, entry, spec, g, p, kind)
          if at >= n then -- padding: no state to load
             covered = covered + 1
          elseif full.seen[at] == 1 then
-            m[i - start] = full.m[at]
-            if v then v[i - start] = full.v[at] end
+            for _, part in ipairs(parts) do host[part][i - start] = full[part][at] end
             covered = covered + 1
          end
       end
@@ -134,14 +159,14 @@ local function load_resharded(path, opened, ddp, entry, spec, g, p, kind)
       fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
          path, covered, count, spec.name)
    end
-   ddp:from_host(entry.m, m, count)
-   if v then ddp:from_host(entry.v, v, count) end
+   for part, target in pairs(targets_of(entry, parts)) do ddp:from_host(target, host[part], count) end
 end
 
 -- Loads one state entry of a parameter that no TP split touches: the saved ranges it
 -- intersects, copied straight.
-local function load_direct(path, opened, ddp, entry, name, kind)
+local function load_direct(path, opened, ddp, entry, name, kind, parts)
    local start, count = tonumber(entry.start), tonumber(entry.count)
+   local targets = targets_of(entry, parts)
    local covered = 0
    saved_ranges(opened, name, false, function(st, saved_kind, s0, c0)
       if saved_kind ~= kind then
@@ -150,13 +175,12 @@ local function load_direct(path, opened, ddp, entry, name, kind)
       end
       local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
       if hi <= lo then return end
-      local mv, vv = safetensors.find(st, "m/" .. name), safetensors.find(st, "v/" .. name)
-      if mv == nil or (kind == "adamw" and vv == nil) then
-         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
-      end
-      ddp:from_host(entry.m + (lo - start), ffi.cast("const float *", mv.data) + (lo - s0), hi - lo)
-      if kind == "adamw" then
-         ddp:from_host(entry.v + (lo - start), ffi.cast("const float *", vv.data) + (lo - s0),
+      for part, target in pairs(targets) do
+         local view = safetensors.find(st, part .. "/" .. name)
+         if view == nil then
+            fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
+         end
+         ddp:from_host(target + (lo - start), ffi.cast("const float *", view.data) + (lo - s0),
             hi - lo)
       end
       covered = covered + (hi - lo)
@@ -167,10 +191,49 @@ local function load_direct(path, opened, ddp, entry, name, kind)
    end
 end
 
+-- The master weights of a state entry from the checkpoint's fp32 parameters (st: its open
+-- model.safetensors), for a bf16 run resuming an fp32 one: exact, where widening the rounded
+-- parameters would not be.
+local function masters_from_params(ddp, entry, spec, st, g)
+   local view = safetensors.find(st, spec.name)
+   local src = ffi.cast("const float *", view.data)
+   if spec.tp and g then
+      local shard = ffi.new("float[?]", tp.numel(spec.shape))
+      tp.from_model(src, spec, g.size, g.rank, shard)
+      src = shard
+   end
+   ddp:from_host(entry.master, src + tonumber(entry.start), tonumber(entry.count))
+end
+
+-- The fp32 parameters a bf16 checkpoint's master weights hold, assembled over every saved rank
+-- (name -> float* in the tp 1 model's shape), for a run that reads them as its parameters; nil
+-- when the checkpoint has no master weights (fp32 parameters).
+function state.master_params(path, m)
+   if m.param_dtype ~= "bf16" then return nil end
+   local opened = {}
+   for r = 0, m.ranks - 1 do
+      opened[r + 1] = safetensors.open(path .. "/" .. state.file_name(r), "checkpoint.load")
+   end
+   local out = {}
+   for _, p in ipairs(m.params) do
+      local full = assemble_full(path, opened, p, p.optimizer, { "w" })
+      for i = 0, tp.numel(p.shape) - 1 do
+         if full.seen[i] ~= 1 then
+            fail("checkpoint.load", "%s holds no master weight for element %d of '%s'", path, i,
+               p.name)
+         end
+      end
+      out[p.name] = full.w
+   end
+   return out
+end
+
 -- Loads this rank's optimizer state: Muon momentum of each matrix it owns now, and AdamW m, v of
 -- its element ranges, intersected with the ranges every saved rank held (resharding); a tensor
--- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state.
-function state.load(path, ddp, opt, m, g)
+-- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state. With
+-- bf16 parameters now, the master weights too: the checkpoint's, or its fp32 parameters (st:
+-- its open model.safetensors) when it has none.
+function state.load(path, ddp, opt, m, g, st)
    local where = "checkpoint.load"
    local opened = {}
    for r = 0, m.ranks - 1 do
@@ -184,11 +247,14 @@ function state.load(path, ddp, opt, m, g)
       local spec = ddp.specs[entry.param + 1]
       local kind = entry.muon and "muon" or "adamw"
       local p = by_name[spec.name]
+      local saved_master = entry.master ~= nil and m.param_dtype == "bf16"
+      local parts = parts_of(kind, saved_master)
       if p.tp or (spec.tp and g) then
-         load_resharded(path, opened, ddp, entry, spec, g, p, kind)
+         load_resharded(path, opened, ddp, entry, spec, g, p, kind, parts)
       else
-         load_direct(path, opened, ddp, entry, spec.name, kind)
+         load_direct(path, opened, ddp, entry, spec.name, kind, parts)
       end
+      if entry.master ~= nil and not saved_master then masters_from_params(ddp, entry, spec, st, g) end
    end
    C.check(lib.lw_optimizer_set_counters(opt._c, m.optimizer.updates, m.optimizer.skips), where)
 end

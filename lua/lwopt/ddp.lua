@@ -23,7 +23,32 @@ local known = {
    mode = true, algorithm = true, adamw_layout = true, bucket_size = true, high_busbw = true,
    expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
    overlap_param = true, layout = true, zero = true, shard = true, device = true, matmul = true,
+   param_dtype = true, grad_dtype = true,
 }
+
+-- The dtype words lw.ddp.new takes, as the layout names them.
+local DTYPES = { fp32 = "f32", f32 = "f32", bf16 = "bf16" }
+
+-- specs with every parameter's dtype (param_dtype) and gradient dtype (grad_dtype) set when the
+-- options name them (nil keeps each spec's own, f32 by default).
+local function with_dtypes(specs, o)
+   local param, grad = o.param_dtype, o.grad_dtype
+   for field, word in pairs({ param_dtype = param, grad_dtype = grad }) do
+      if word ~= nil and DTYPES[word] == nil then
+         fail("%s must be 'bf16' or 'fp32', got '%s'", field, tostring(word))
+      end
+   end
+   if param == nil and grad == nil then return specs end
+   local out = {}
+   for i, s in ipairs(specs) do
+      local copy = {}
+      for k, v in pairs(s) do copy[k] = v end
+      if param ~= nil then copy.dtype = DTYPES[param] end
+      if grad ~= nil then copy.grad_dtype = DTYPES[grad] end
+      out[i] = copy
+   end
+   return out
+end
 
 local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
 
@@ -89,6 +114,10 @@ local function for_device(c, device)
 end
 
 -- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
+-- opts.param_dtype ("bf16" | "fp32"; nil: each spec's dtype, fp32 by default) is what the
+-- parameter arrays hold and the all-gathers move: with bf16 the model reads each group's
+-- parameters widened to fp32 (acquire), and the optimizer keeps the fp32 master copy of what
+-- this rank owns. opts.grad_dtype ("fp32") is the gradients'.
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
 -- overlap_param, layout (a layout computed before, instead of the layout options), zero
@@ -121,7 +150,10 @@ function ddp.new(specs, comm, opts)
       if matmul == nil then fail("matmul: %s", bad) end
       C.check(lib.lw_device_set_matmul(device, matmul), WHERE)
    end
-   local routed = route.fill(specs, WHERE)
+   if o.layout ~= nil and (o.param_dtype ~= nil or o.grad_dtype ~= nil) then
+      fail("param_dtype and grad_dtype are the layout's when a layout is given")
+   end
+   local routed = with_dtypes(route.fill(specs, WHERE), o)
    local layout = o.layout or layout_for(routed, comm, o, runtime)
    local overlap = o.overlap ~= false
    local bo = lib.lw_buffers_defaults()
@@ -146,6 +178,7 @@ function ddp.new(specs, comm, opts)
       device_expert_comm = device_expert_comm ~= o.expert_comm and device_expert_comm or nil },
       DDP)
    self._c = ffi.gc(out[0], lib.lw_buffers_free)
+   self.param_dtype = C.name("dtype", lib.lw_buffers_param_dtype(self._c))
    self._index = {}
    for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
    return self
@@ -347,13 +380,14 @@ function DDP:write_param(name, src)
 end
 
 -- Every parameter as { name, shape, data = float* } on rank `root` (default 0), for writing
--- them out; other ranks get an empty list. Below ZeRO-3 the data are the views; at ZeRO-3
--- copies, gathered one at a time with every rank taking part (root then holds the whole model).
+-- them out; other ranks get an empty list. fp32 parameters below ZeRO-3 on the CPU: the views;
+-- else copies (of the fp32 views of bf16 parameters), gathered one at a time with every rank
+-- taking part at ZeRO-3 (root then holds the whole model).
 function DDP:params_on(root)
    root = root or 0
    local out = {}
    for _, spec in ipairs(self.specs) do
-      if self.zero < 3 and self.host then
+      if self.zero < 3 and self.host and self.param_dtype == "f32" then
          if self.comm.rank == root then
             out[#out + 1] = { name = spec.name, shape = spec.shape, data = self:param(spec.name).data }
          end

@@ -98,6 +98,12 @@ recipe.flags = {
      .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, weights and "
      .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
      .. "computes fp32 whatever is asked" },
+   { "param-dtype", { "bf16", "fp32" }, nil, "what the parameter buffers hold and the all-gathers "
+     .. "move: bf16 (the optimizer keeps fp32 master weights of what each rank updates; the model "
+     .. "reads each layer's weights widened to fp32) or fp32 (default: bf16 on a GPU, fp32 on "
+     .. "the CPU)" },
+   { "grad-dtype", { "fp32", "bf16" }, "fp32", "what the gradient buffers hold and the "
+     .. "reduce-scatters move" },
    { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "
      .. "the preset's; none but --preset moe's 8; 0: a dense MLP, also with --preset moe)",
      min = 0, max = 65536 },
@@ -335,6 +341,8 @@ local function check_flags(v)
       error(("--device-comm %s is for GPU buffers: add --device cuda (or cuda:N)")
          :format(v.device_comm), 0)
    end
+   -- bf16 parameters where the model's GEMMs run on tensor cores; on the CPU fp32 (bench/)
+   v.param_dtype = v.param_dtype or (v.device == "cpu" and "fp32" or "bf16")
    if not v.ckpt_dir then
       for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then
@@ -413,12 +421,12 @@ end
 -- On a GPU a last column: the GPU's memory in use as its driver counts it.
 local function memory_table(by_rank)
    local gpu = by_rank.gpu
-   local lines = { "memory per rank (MiB): rank  params  grads  optimizer  activations  peak"
-      .. (gpu and "  gpu in use" or "") }
+   local lines = { "memory per rank (MiB): rank  params  master  grads  optimizer  activations"
+      .. "  peak" .. (gpu and "  gpu in use" or "") }
    for r = 1, #by_rank.params do
-      lines[#lines + 1] = ("  %4d %8.2f %6.2f %10.2f %12.2f %6.2f"):format(r - 1,
-         by_rank.params[r], by_rank.grads[r], by_rank.optimizer[r], by_rank.activations[r],
-         by_rank.peak[r]) .. (gpu and ("  %10.2f"):format(gpu[r]) or "")
+      lines[#lines + 1] = ("  %4d %8.2f %7.2f %6.2f %10.2f %12.2f %6.2f"):format(r - 1,
+         by_rank.params[r], by_rank.master[r], by_rank.grads[r], by_rank.optimizer[r],
+         by_rank.activations[r], by_rank.peak[r]) .. (gpu and ("  %10.2f"):format(gpu[r]) or "")
    end
    return table.concat(lines, "\n")
 end
@@ -688,6 +696,7 @@ local function resume(run, v, say)
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
       m.ranks == 1 and "" or "s"))
    if batch_line then say("resume: " .. batch_line) end
+   if m.conversion then say("resume: " .. m.conversion) end
    if found and found.changes then say("resume: " .. found.changes) end
    return true
 end
@@ -858,7 +867,8 @@ local function build_run(v, comm, data, rules)
       expert_comm = g and g.expert_comm,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
       bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
-      device = v.device, matmul = v.matmul })
+      device = v.device, matmul = v.matmul, param_dtype = v.param_dtype,
+      grad_dtype = v.grad_dtype })
    local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
       adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm,
       muon = { precision = v.muon_precision, tp_mode = v.muon_tp_mode,

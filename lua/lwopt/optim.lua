@@ -227,16 +227,19 @@ function Optimizer:set_group(i, lr, weight_decay)
 end
 
 -- Bytes of optimizer state this rank holds (Muon momentum, AdamW moments).
+-- Bytes of optimizer state this rank holds (Muon momentum, AdamW m and v), and of its fp32
+-- master weights (bf16 parameters; 0 for fp32), as two numbers.
 function Optimizer:state_bytes()
    if self._state_bytes == nil then
-      local entry, total = ffi.new("lw_state_entry"), 0
+      local entry, total, master = ffi.new("lw_state_entry"), 0, 0
       for k = 0, lib.lw_optimizer_state_count(self._c) - 1 do
          C.check(lib.lw_optimizer_state(self._c, k, entry), "optimizer:state_bytes")
          total = total + 4 * tonumber(entry.count) * (entry.muon and 1 or 2)
+         if entry.master ~= nil then master = master + 4 * tonumber(entry.count) end
       end
-      self._state_bytes = total
+      self._state_bytes, self._master_bytes = total, master
    end
-   return self._state_bytes
+   return self._state_bytes, self._master_bytes
 end
 
 local result = ffi.new("lw_step_result")

@@ -77,16 +77,18 @@ end
 
 local info_cell = ffi.new("lw_device_info")
 
--- Bytes this rank holds: parameters and gradients (lw.ddp), optimizer state, activations; the
--- peak adds the buffers' peak to the other two (which only grow). On a GPU also `gpu`: the
+-- Bytes this rank holds: parameters and gradients (lw.ddp), fp32 master weights (bf16
+-- parameters), optimizer state, activations; the peak adds the buffers' peak to the others
+-- (which only grow). On a GPU also `gpu`: the
 -- bytes in use on it as its driver counts them (everything: cuBLAS and NCCL workspaces, the
 -- CUDA context, other processes), the figure to compare with nvidia-smi and other trainers.
 function train.memory(run)
    local m = run.ddp:memory()
-   local optimizer = run.opt:state_bytes()
+   local optimizer, master = run.opt:state_bytes()
    local activations = require("lwopt.nn").activation_bytes()
    local out = { params = m.params, grads = m.grads, cached = m.cached, optimizer = optimizer,
-                 activations = activations, peak = m.peak + optimizer + activations,
+                 master = master, activations = activations,
+                 peak = m.peak + optimizer + master + activations,
                  params_grads_peak = m.peak, budget = m.budget }
    if not run.ddp.host then
       C.check(lib.lw_device_get_info(run.ddp.device, info_cell), "lw.train")
@@ -114,8 +116,8 @@ local function by_rank(comm, mine, keys, scale)
 end
 
 -- Every rank's figures (MiB), gathered with one all-reduce: { params = { r0, r1, .. }, .. }.
-local MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak" }
-local GPU_MEMORY_KEYS = { "params", "grads", "optimizer", "activations", "peak", "gpu" }
+local MEMORY_KEYS = { "params", "master", "grads", "optimizer", "activations", "peak" }
+local GPU_MEMORY_KEYS = { "params", "master", "grads", "optimizer", "activations", "peak", "gpu" }
 function train.memory_by_rank(run)
    local mine = train.memory(run)
    return by_rank(run.comm, mine, mine.gpu and GPU_MEMORY_KEYS or MEMORY_KEYS, 2 ^ -20)

@@ -47,10 +47,13 @@ cudaError_t lwc_ns_normalize(cudaStream_t stream, const float *u, int64_t batch,
                              float eps, float *partials, int32_t partials_per_matrix,
                              float *x_f32, void *x_bf16);
 
-/* bf16.cu: the conversions between fp32 and bf16 (the library's only ones) */
-/* y_bf16[n] = x rounded to bf16, nearest even (the model's bf16 GEMM operands). */
+/* bf16.cu: the conversions between fp32 and bf16 (the library's only ones, apart from
+ * lwc_ns_normalize's rounding) */
+/* y_bf16[n] = x rounded to bf16, nearest even, bit for bit as the CPU rounds, NaN included (lw.h,
+ * lw_vec_to_bf16): lw_vec_to_bf16 itself, and the model's bf16 GEMM operands. */
 cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16, int64_t n);
-/* y[n] = bf16 x, converted to fp32 exactly (Newton-Schulz's orthogonalised result). */
+/* y[n] = bf16 x, converted to fp32 exactly (lw_vec_from_bf16, Newton-Schulz's orthogonalised
+ * result). */
 cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n);
 
 /* adamw.cu */

@@ -1,5 +1,6 @@
 /* vec.c: the table's vector entries on a GPU (kernels in vec.cu): the norm statistics, the finite
- * check (its flag copied back, the stream waited for), scale, add and axpy. */
+ * check (its flag copied back, the stream waited for), scale, add and axpy; and the conversions
+ * between fp32 and bf16 (kernels in bf16.cu, which the library's bf16 GEMMs share). */
 #include "cuda/cuda.h"
 
 /* The flag of the finite check: the last 8 bytes of the stream's scratch, after the partials. */
@@ -37,4 +38,16 @@ lw_status lwc_vec_add(lw_stream *s, float *y, const float *a, const float *b, in
 lw_status lwc_vec_axpy(lw_stream *s, float *y, float alpha, const float *x, int64_t n) {
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     return lwc_launched(s, lwc_axpy(lwc_cuda_stream(s), y, alpha, x, n), "the axpy kernel");
+}
+
+lw_status lwc_vec_to_bf16(lw_stream *s, uint16_t *y, const float *x, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_f32_to_bf16(lwc_cuda_stream(s), x, y, n),
+                        "the fp32 to bf16 conversion");
+}
+
+lw_status lwc_vec_from_bf16(lw_stream *s, float *y, const uint16_t *x, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_bf16_to_f32(lwc_cuda_stream(s), x, y, n),
+                        "the bf16 to fp32 conversion");
 }

@@ -11,48 +11,10 @@
 -- its numbers. Each run also checks
 -- that its ranks hold bit-identical parameters. Prints "N passed, M failed".
 -- Usage: bin/lwopt run tests/lua/train_consistency.lua (from the repo root; needs data/kjv.txt)
-local ffi = require("ffi")
-
-local tmp = os.tmpname()
-os.remove(tmp)
 local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
-
-local function run(name, np, args)
-   local out = tmp .. "-" .. name
-   local launcher = np > 1 and ("mpirun --oversubscribe -np " .. np .. " -x OPENBLAS_NUM_THREADS=1 ")
-      or ""
-   local cmd = launcher .. "bin/lwopt run tests/lua/train_run.lua --out " .. out .. " " .. args
-   local ok = os.execute(cmd)
-   if ok ~= 0 and ok ~= true then error("failed: " .. cmd) end
-   local losses = {}
-   for line in io.lines(out .. ".losses") do losses[#losses + 1] = tonumber(line) end
-   local f = assert(io.open(out .. ".params", "rb"))
-   local params = f:read("*a")
-   f:close()
-   local memory = {}
-   for line in io.lines(out .. ".memory") do
-      local k, n = line:match("^(%a+) (%d+)$")
-      memory[k] = tonumber(n)
-   end
-   for _, ext in ipairs({ ".losses", ".params", ".memory" }) do os.remove(out .. ext) end
-   return { losses = losses, params = params, memory = memory }
-end
-
-local function max_loss_diff(a, b)
-   local m = 0
-   for i = 1, #a.losses do m = math.max(m, math.abs(a.losses[i] - b.losses[i])) end
-   return m
-end
-
-local function max_param_diff(a, b)
-   local n = #a.params / 4
-   local x = ffi.cast("const float *", a.params)
-   local y = ffi.cast("const float *", b.params)
-   local m = 0
-   for i = 0, n - 1 do m = math.max(m, math.abs(x[i] - y[i])) end
-   return m
-end
+local runs = dofile("tests/lua/train_runs.lua")
+local run, max_loss_diff, max_param_diff = runs.run, runs.max_loss_diff, runs.max_param_diff
 
 local dp1 = run("dp1", 1, "--batch 2 --accum 6")
 local dp2 = run("dp2", 2, "--batch 2 --accum 3")

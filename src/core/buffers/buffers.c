@@ -63,12 +63,23 @@ static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_c
                             l->opts.expert_dp, lw_comm_size(expert_comm),
                             lw_comm_size(expert_comm) == 1 ? "" : "s");
     for (int32_t i = 0; i < l->n_params; i++) {
-        const lwi_param *p = &l->params[i];
-        if (p->dtype != LW_DTYPE_F32 || p->grad_dtype != LW_DTYPE_F32)
+        const lwi_param *p = &l->params[i], *first = &l->params[0];
+        if (p->dtype != LW_DTYPE_F32 && p->dtype != LW_DTYPE_BF16)
             return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "buffers: '%s' is not f32; host buffers hold "
-                            "f32 parameters and gradients",
-                            p->name);
+                            "buffers: '%s' has %s parameters; buffers hold f32 or bf16 "
+                            "parameters",
+                            p->name, lw_dtype_name(p->dtype));
+        if (p->dtype != first->dtype)
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "buffers: '%s' has %s parameters but '%s' %s; every parameter of "
+                            "one set of buffers has the same dtype",
+                            p->name, lw_dtype_name(p->dtype), first->name,
+                            lw_dtype_name(first->dtype));
+        if (p->grad_dtype != LW_DTYPE_F32)
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "buffers: '%s' has %s gradients; buffers hold f32 gradients (bf16 "
+                            "gradient reduction is not built yet)",
+                            p->name, lw_dtype_name(p->grad_dtype));
     }
     return LW_OK;
 }
@@ -105,7 +116,9 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
     bs->layout = layout;
     bs->comm = comm;
     bs->o = o;
-    bs->residency = lwi_residency_for(o.zero);
+    bs->residency = lwi_residency_for(o.zero, layout->n_params ? layout->params[0].dtype
+                                                               : LW_DTYPE_F32);
+    bs->param_size = (int64_t)lwi_dtype_size(bs->residency->param_dtype);
     bs->device = device;
     bs->stream = lw_device_stream(bs->device);
     bs->n_params = layout->n_params;
@@ -127,14 +140,15 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         if ((st = lwi_shards_length(layout, b, buf->rank, &buf->shards_len)) != LW_OK) goto fail;
         buf->param_len = bs->residency->sharded_params ? buf->shards_len : lb->numel;
         buf->grad_len = bs->residency->sharded_grads ? buf->shards_len : lb->numel;
-        buf->param = lwi_alloc_zeroed(bs, buf->param_len);
-        buf->grad = lwi_alloc_zeroed(bs, buf->grad_len);
-        bs->array_bytes += (int64_t)sizeof(float) * (buf->param_len + buf->grad_len);
+        const int64_t bytes = bs->param_size * buf->param_len + 4 * buf->grad_len;
+        buf->param = lwi_alloc_zeroed(bs, bs->param_size * buf->param_len);
+        buf->grad = lwi_alloc_zeroed(bs, (int64_t)sizeof(float) * buf->grad_len);
+        bs->array_bytes += bytes;
         if (buf->param == NULL || buf->grad == NULL) {
             st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d: its parameters "
                           "and gradients need %.2f GiB of %s on this rank (%lld elements)", b + 1,
-                          4.0 * (double)(buf->param_len + buf->grad_len) / (1 << 30),
-                          lw_device_name(bs->device), (long long)lb->numel);
+                          (double)bytes / (1 << 30), lw_device_name(bs->device),
+                          (long long)lb->numel);
             goto fail;
         }
         if (buf->kind == SYNC_LEGACY && (st = lwi_legacy_prepare(bs, b)) != LW_OK) goto fail;
@@ -181,6 +195,10 @@ lw_comm *lw_buffers_buffer_comm(const lw_buffers *bs, int32_t b) {
 }
 int32_t lw_buffers_num_groups(const lw_buffers *bs) { return bs ? bs->n_groups : 0; }
 int32_t lw_buffers_zero(const lw_buffers *bs) { return bs ? bs->o.zero : 0; }
+int64_t lw_buffers_commits(const lw_buffers *bs) { return bs ? bs->commits : 0; }
+lw_dtype lw_buffers_param_dtype(const lw_buffers *bs) {
+    return bs ? bs->residency->param_dtype : LW_DTYPE_F32;
+}
 
 lw_status lw_buffers_param(lw_buffers *bs, int32_t param, float **data) {
     lw_status st = lwi_check_param(bs, param);
@@ -200,7 +218,7 @@ static lw_status check_buffer(const lw_buffers *bs, int32_t b) {
     return LW_OK;
 }
 
-lw_status lw_buffers_param_array(lw_buffers *bs, int32_t b, float **data) {
+lw_status lw_buffers_param_array(lw_buffers *bs, int32_t b, void **data) {
     lw_status st = check_buffer(bs, b);
     if (st == LW_OK && bs->residency->sharded_params)
         return lwi_fail(LW_ERR_STATE,
@@ -253,28 +271,32 @@ lw_status lw_buffers_owned(const lw_buffers *bs, int32_t param, int64_t *start, 
     return LW_OK;
 }
 
-/* The owned elements of param in an array that is whole (sharded = false) or this rank's
- * shards (sharded = true). */
-static lw_status owned_in(lw_buffers *bs, int32_t param, bool sharded, bool grads, float **data) {
+/* The owned elements of param in an array of `size`-byte elements that is whole (sharded =
+ * false) or this rank's shards (sharded = true). */
+static lw_status owned_in(lw_buffers *bs, int32_t param, bool sharded, bool grads, void **data) {
     int64_t start, count;
     lw_status st = lw_buffers_owned(bs, param, &start, &count);
     if (st != LW_OK) return st;
     const param_info *p = &bs->params[param];
     buffer *b = &bs->buffers[p->buffer];
-    float *array = grads ? b->grad : b->param;
+    char *array = grads ? (char *)b->grad : (char *)b->param;
+    const int64_t size = grads ? (int64_t)sizeof(float) : bs->param_size;
     *data = NULL;
     if (count == 0) return LW_OK;
     const int64_t x = p->start + start;
-    *data = array + (sharded ? lwi_shard_offset(&bs->groups[p->group], x) : x);
+    *data = array + size * (sharded ? lwi_shard_offset(&bs->groups[p->group], x) : x);
     return LW_OK;
 }
 
-lw_status lw_buffers_owned_param(lw_buffers *bs, int32_t param, float **data) {
+lw_status lw_buffers_owned_param(lw_buffers *bs, int32_t param, void **data) {
     return owned_in(bs, param, bs && bs->residency->sharded_params, false, data);
 }
 
 lw_status lw_buffers_owned_grad(lw_buffers *bs, int32_t param, float **data) {
-    return owned_in(bs, param, bs && bs->residency->sharded_grads, true, data);
+    void *at = NULL;
+    lw_status st = owned_in(bs, param, bs && bs->residency->sharded_grads, true, &at);
+    if (st == LW_OK) *data = at;
+    return st;
 }
 
 lw_status lw_buffers_acquire(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
@@ -300,6 +322,7 @@ lw_status lw_buffers_commit(lw_buffers *bs, int32_t gi) {
     if (bs == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL buffers");
     if (gi < 0 || gi >= bs->n_groups)
         return lwi_fail(LW_ERR_RANGE, "buffers: group %d out of range [0, %d)", gi, bs->n_groups);
+    bs->commits++;
     return bs->residency->commit(bs, gi);
 }
 
@@ -307,7 +330,7 @@ lw_status lw_buffers_memory_get(const lw_buffers *bs, lw_buffers_memory *out) {
     if (bs == NULL || out == NULL) return lwi_fail(LW_ERR_INVALID, "buffers: NULL argument");
     memset(out, 0, sizeof *out);
     for (int32_t b = 0; b < bs->n_buffers; b++) {
-        out->params += (int64_t)sizeof(float) * bs->buffers[b].param_len;
+        out->params += bs->param_size * bs->buffers[b].param_len;
         out->grads += (int64_t)sizeof(float) * bs->buffers[b].grad_len;
     }
     out->arrays = bs->array_bytes;

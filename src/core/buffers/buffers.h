@@ -18,12 +18,14 @@ typedef enum sync_kind {
 /* A whole-group array from a buffer's pool (ZeRO-2/3): a gathered group's parameters or a
  * group's gradient while backward writes it and its reduce-scatter runs. */
 typedef struct lwi_block {
-    float *data;     /* [owned, device memory] the buffer's largest group */
+    float *data;     /* [owned, device memory] the buffer's largest group, fp32 (the model's view);
+                        bf16 parameters at ZeRO-3: then the group's bf16 as gathered */
     lw_request *req; /* [owned] its gather or reduce-scatter (the scratch shard lives here) */
 } lwi_block;
 
 typedef struct lwi_buf {
-    float *param; /* [owned] param_len: ZeRO-1/2 numel; ZeRO-3 this rank's shards */
+    void *param;  /* [owned] param_len of the param dtype: ZeRO-1/2 numel; ZeRO-3 this rank's
+                     shards */
     float *grad;  /* [owned] grad_len: ZeRO-1 numel; ZeRO-2/3 this rank's shards */
     int64_t numel;
     int64_t shards_len; /* this rank's shards of every bucket: numel / dp when they are equal */
@@ -36,8 +38,8 @@ typedef struct lwi_buf {
     /* legacy: params in (owner, definition) order and per-rank element counts */
     int32_t *by_owner; /* [owned] */
     int64_t *counts;   /* [owned] dp entries */
-    float *pack;       /* [owned] this rank's owned params, packed */
-    float *gathered;   /* [owned] every rank's, in rank order */
+    void *pack;        /* [owned] this rank's owned params, packed (param dtype) */
+    void *gathered;    /* [owned] every rank's, in rank order */
     /* ZeRO-2/3 */
     int64_t block_numel; /* its largest group */
     int64_t block_shard; /* the largest shard of a group on any rank (a reduce-scatter's result) */
@@ -86,10 +88,14 @@ typedef struct lwi_param_info {
  * ZeRO levels, chosen once by lw_buffers_new (residency.c), so that the syncs and views have no
  * branch on the level. */
 typedef struct lwi_residency {
+    lw_dtype param_dtype; /* of the parameter arrays: F32 (the views are them, or gathered as
+                             they are) or BF16 (the views are fp32 blocks, widened from them) */
     bool sharded_params; /* the parameter arrays hold this rank's shards (ZeRO-3), else whole */
     bool sharded_grads;  /* the gradient arrays hold this rank's shards (ZeRO-2/3), else whole */
-    int32_t blocks;      /* group blocks a held group may need: 0, 1 (its gradient) or 2 (and its
-                            gathered parameters); the pool's budget is two such groups */
+    int32_t blocks;      /* group blocks a held group may need: 0, 1 (its gradient, or its
+                            parameters' fp32 view) or 2 (both); the pool's budget is two such
+                            groups */
+    const char *held_as; /* where a group's parameters are readable, for messages */
     /* Where the whole parameter / gradient of param is while readable (LW_ERR_STATE if not). */
     lw_status (*param)(lw_buffers *bs, int32_t param, float **data);
     lw_status (*grad)(lw_buffers *bs, int32_t param, float **data);
@@ -115,7 +121,8 @@ struct lw_buffers {
     lw_device *device; /* [borrowed] where the arrays and blocks live */
     lw_stream *stream; /* [borrowed] its default stream: syncs, averaging, copies */
     lw_buffers_options o;
-    const lwi_residency *residency; /* [borrowed] static: the ZeRO level's */
+    const lwi_residency *residency; /* [borrowed] static: the ZeRO level's and param dtype's */
+    int64_t param_size;             /* bytes of a parameter element (param dtype) */
     int32_t n_buffers;
     lwi_buf *buffers; /* [owned] */
     int32_t n_params;
@@ -140,12 +147,13 @@ struct lw_buffers {
     int64_t over_budget;
     int64_t gathers;
     int64_t flushes;
+    int64_t commits; /* lw_buffers_commit calls: parameters written other than by the optimizer */
 };
 
-/* n zeroed floats of the buffers' device (NULL when that fails: callers say what for). */
-static inline float *lwi_alloc_zeroed(lw_buffers *bs, int64_t n) {
+/* n zeroed bytes of the buffers' device (NULL when that fails: callers say what for). */
+static inline void *lwi_alloc_zeroed(lw_buffers *bs, int64_t bytes) {
     void *p = NULL;
-    return lw_device_alloc(bs->device, (int64_t)sizeof(float) * n, &p) == LW_OK ? p : NULL;
+    return lw_device_alloc(bs->device, bytes, &p) == LW_OK ? p : NULL;
 }
 
 /* LW_OK for a parameter index of bs, else the error naming it. */
@@ -172,8 +180,9 @@ lw_status lwi_whole_finish_params(lw_buffers *bs, int32_t group);
 /* ZeRO-2/3's end of a micro-step's backward: starts every gradient sync not started yet. */
 lw_status lwi_sharded_end_backward(lw_buffers *bs);
 
-/* residency.c: the residency of a ZeRO level (1, 2 or 3). */
-const lwi_residency *lwi_residency_for(int32_t zero);
+/* residency.c: the residency of a ZeRO level (1, 2 or 3) and parameter dtype (F32, BF16);
+ * NULL for another dtype. */
+const lwi_residency *lwi_residency_for(int32_t zero, lw_dtype param_dtype);
 
 /* sharded.c */
 lw_status lwi_sharded_init(lw_buffers *bs);
@@ -182,24 +191,32 @@ void lwi_sharded_free(lw_buffers *bs);
 void lwi_sharded_pin(lw_buffers *bs, int32_t group);
 /* In backward, whole-gradient storage for group (a zeroed block) unless held (ZeRO-2/3). */
 lw_status lwi_sharded_hold_grad(lw_buffers *bs, int32_t group);
-/* ZeRO-3's acquire: moves the pass, gathers the group unless held, pins it, holds its gradient
- * in backward and prefetches the pass's next group. */
-lw_status lwi_sharded_acquire_gathered(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
+/* The acquire of parameters read from a block: moves the pass, gathers (ZeRO-3) or widens (bf16
+ * arrays) the group unless held, pins it, holds its gradient in backward (ZeRO-2/3) and at
+ * ZeRO-3 prefetches the pass's next group. */
+lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
 /* Starts the reduce-scatter of group's gradient block. */
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t group);
 /* Waits for every reduce-scatter in flight and adds each into this rank's gradient shards. */
 lw_status lwi_sharded_finish_grads(lw_buffers *bs);
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs);
-/* Waits for group g's gather if it is in flight. */
-lw_status lwi_sharded_wait_gather(lwi_group *g);
+/* Waits for group g's gather if it is in flight (and widens it from bf16). */
+lw_status lwi_sharded_wait_gather(lw_buffers *bs, lwi_group *g);
 /* Drops every gathered group (an error while one is acquired). */
 lw_status lwi_sharded_drop_params(lw_buffers *bs);
 /* Starts gathering group's parameters if there is room (nothing for -1 or a held group). */
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t group);
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t group);
+/* bf16 arrays: drops every group's fp32 view (the arrays are about to change), then syncs. */
+lw_status lwi_sharded_start_whole_params(lw_buffers *bs);
 /* The whole parameter / gradient of param in its group's block. */
 lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data);
 lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data);
+/* Parameter element i of an array of the param dtype. */
+static inline void *lwi_param_at(const lw_buffers *bs, void *array, int64_t i) {
+    return (char *)array + i * bs->param_size;
+}
+
 /* Offset of element x (of a bucket of group g) in this rank's shard array; x must lie in this
  * rank's shard of the bucket. */
 static inline int64_t lwi_shard_offset(const lwi_group *g, int64_t x) {

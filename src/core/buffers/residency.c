@@ -1,5 +1,5 @@
-/* residency.c: the three ways a rank holds a bucket group between uses, one per ZeRO level,
- * chosen once when the buffers are made:
+/* residency.c: the ways a rank holds a bucket group between uses, one per ZeRO level and
+ * parameter dtype, chosen once when the buffers are made:
  *   replicated (ZeRO-1)       parameters and gradients whole in the arrays; the model reads and
  *                             writes them in place; gradients all-reduced or reduce-scattered
  *                             there, parameters all-gathered there.
@@ -8,13 +8,17 @@
  *                             rank's gradient shard.
  *   sharded parameters (3)    gradients as ZeRO-2; parameters only as this rank's shard, a
  *                             group gathered into a block when acquired (or prefetched).
+ * With bf16 parameters the arrays (whole or shards), the all-gathers and the commits are bf16,
+ * and the model reads a group's parameters from an fp32 block: widened from the array when
+ * acquired below ZeRO-3, gathered in bf16 and widened at ZeRO-3. The optimizer keeps the fp32
+ * master copy of what it owns (optim/optimizer.c).
  * Legacy and replicated buffers exist at ZeRO-1 only (lw_runtime_check); how their syncs differ
  * is per buffer (sync.c). The blocks are sharded.c's. */
 #include "buffers/buffers.h"
 
 static lw_status whole_param(lw_buffers *bs, int32_t param, float **data) {
     const lwi_param_info *p = &bs->params[param];
-    *data = bs->buffers[p->buffer].param + p->start;
+    *data = (float *)bs->buffers[p->buffer].param + p->start; /* fp32: the array is the view */
     return LW_OK;
 }
 
@@ -65,51 +69,49 @@ static lw_status wait_gathers(lw_buffers *bs, int32_t group) {
     return lwi_sharded_wait_gathers(bs);
 }
 
-static const lwi_residency replicated = {
-    .sharded_params = false,
-    .sharded_grads = false,
-    .blocks = 0,
-    .param = whole_param,
-    .grad = whole_grad,
-    .acquire = acquire_whole,
-    .start_grad = lwi_whole_start_grad,
-    .finish_grads = nothing_left,
-    .end_backward = nothing_left,
-    .start_params = lwi_whole_start_params,
-    .finish_params = lwi_whole_finish_params,
-    .commit = views_are_storage,
+#define WHOLE "held whole"
+#define WIDENED "widened to fp32: its buffer keeps bf16 parameters, widened per group when acquired"
+#define GATHERED "gathered: at ZeRO-3 a rank holds only its shard"
+
+static const lwi_residency residencies[3][2] = {
+    { /* ZeRO-1: replicated parameters and gradients */
+     {.param_dtype = LW_DTYPE_F32, .blocks = 0, .held_as = WHOLE, .param = whole_param,
+      .grad = whole_grad, .acquire = acquire_whole, .start_grad = lwi_whole_start_grad,
+      .finish_grads = nothing_left, .end_backward = nothing_left,
+      .start_params = lwi_whole_start_params, .finish_params = lwi_whole_finish_params,
+      .commit = views_are_storage},
+     {.param_dtype = LW_DTYPE_BF16, .blocks = 1, .held_as = WIDENED, .param = lwi_sharded_param,
+      .grad = whole_grad, .acquire = lwi_sharded_acquire_view,
+      .start_grad = lwi_whole_start_grad, .finish_grads = nothing_left,
+      .end_backward = nothing_left, .start_params = lwi_sharded_start_whole_params,
+      .finish_params = lwi_whole_finish_params, .commit = lwi_sharded_commit}},
+    { /* ZeRO-2: sharded gradients */
+     {.param_dtype = LW_DTYPE_F32, .sharded_grads = true, .blocks = 1, .held_as = WHOLE,
+      .param = whole_param, .grad = lwi_sharded_grad, .acquire = acquire_whole_params,
+      .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
+      .end_backward = lwi_sharded_end_backward, .start_params = lwi_whole_start_params,
+      .finish_params = lwi_whole_finish_params, .commit = views_are_storage},
+     {.param_dtype = LW_DTYPE_BF16, .sharded_grads = true, .blocks = 2, .held_as = WIDENED,
+      .param = lwi_sharded_param, .grad = lwi_sharded_grad, .acquire = lwi_sharded_acquire_view,
+      .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
+      .end_backward = lwi_sharded_end_backward, .start_params = lwi_sharded_start_whole_params,
+      .finish_params = lwi_whole_finish_params, .commit = lwi_sharded_commit}},
+    { /* ZeRO-3: sharded parameters and gradients */
+     {.param_dtype = LW_DTYPE_F32, .sharded_params = true, .sharded_grads = true, .blocks = 2,
+      .held_as = GATHERED, .param = lwi_sharded_param, .grad = lwi_sharded_grad,
+      .acquire = lwi_sharded_acquire_view, .start_grad = lwi_sharded_start_grad,
+      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
+      .start_params = regather, .finish_params = wait_gathers, .commit = lwi_sharded_commit},
+     {.param_dtype = LW_DTYPE_BF16, .sharded_params = true, .sharded_grads = true, .blocks = 2,
+      .held_as = GATHERED, .param = lwi_sharded_param, .grad = lwi_sharded_grad,
+      .acquire = lwi_sharded_acquire_view, .start_grad = lwi_sharded_start_grad,
+      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
+      .start_params = regather, .finish_params = wait_gathers, .commit = lwi_sharded_commit}},
 };
 
-static const lwi_residency sharded_grads = {
-    .sharded_params = false,
-    .sharded_grads = true,
-    .blocks = 1,
-    .param = whole_param,
-    .grad = lwi_sharded_grad,
-    .acquire = acquire_whole_params,
-    .start_grad = lwi_sharded_start_grad,
-    .finish_grads = lwi_sharded_finish_grads,
-    .end_backward = lwi_sharded_end_backward,
-    .start_params = lwi_whole_start_params,
-    .finish_params = lwi_whole_finish_params,
-    .commit = views_are_storage,
-};
-
-static const lwi_residency sharded_params = {
-    .sharded_params = true,
-    .sharded_grads = true,
-    .blocks = 2,
-    .param = lwi_sharded_param,
-    .grad = lwi_sharded_grad,
-    .acquire = lwi_sharded_acquire_gathered,
-    .start_grad = lwi_sharded_start_grad,
-    .finish_grads = lwi_sharded_finish_grads,
-    .end_backward = lwi_sharded_end_backward,
-    .start_params = regather,
-    .finish_params = wait_gathers,
-    .commit = lwi_sharded_commit,
-};
-
-const lwi_residency *lwi_residency_for(int32_t zero) {
-    return zero == 3 ? &sharded_params : zero == 2 ? &sharded_grads : &replicated;
+const lwi_residency *lwi_residency_for(int32_t zero, lw_dtype param_dtype) {
+    if (zero < 1 || zero > 3) return NULL;
+    if (param_dtype == LW_DTYPE_F32) return &residencies[zero - 1][0];
+    if (param_dtype == LW_DTYPE_BF16) return &residencies[zero - 1][1];
+    return NULL;
 }

@@ -1,20 +1,39 @@
-/* sharded.c: ZeRO-2 and ZeRO-3 for lw_buffers. Outside a bucket group's moments of use a
- * rank keeps only its shard of the group's gradients (ZeRO-2) and parameters (ZeRO-3). Whole
- * groups live in blocks from a per-buffer pool: a gathered group's parameters, or a group's
+/* sharded.c: the group blocks of lw_buffers. Outside a bucket group's moments of use a rank
+ * keeps only its shard of the group's gradients (ZeRO-2) and parameters (ZeRO-3), and bf16
+ * parameters only as bf16. Whole groups live in blocks from a per-buffer pool: a group's
+ * parameters as the model reads them (fp32: gathered at ZeRO-3, widened from bf16), or a group's
  * gradient from the first write in backward until its reduce-scatter has been added into the
  * shard. The blocks held stay within a budget of the two largest groups (parameters, gradients
  * and the reduce-scatter's shard): to make room (make_room), spare blocks are freed, idle
  * gathered groups the pass needs only later evicted, reductions in flight finished, idle groups
  * the pass is inside evicted, and last an idle group's partial gradient reduced early (sums are
- * linear, so reducing in parts gives the same shard). Every decision depends only on the sequence of calls,
- * never on timing, so all ranks issue the same collectives in the same order. */
+ * linear, so reducing in parts gives the same shard). Every decision depends only on the
+ * sequence of calls, never on timing, so all ranks issue the same collectives in the same order.
+ * A ZeRO-3 block of bf16 parameters holds the fp32 view and, after it, the gathered bf16 group
+ * (the wire): a gather lands beside the view it widens into, and every block of a buffer has
+ * one size, so parameter and gradient blocks share the pool. */
 #include "buffers/buffers.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t block_bytes(const lwi_buf *b) {
-    return (int64_t)sizeof(float) * (b->block_numel + b->block_shard);
+/* Bytes a block's data holds: the fp32 group, and at ZeRO-3 a group of a narrower param dtype
+ * after it (what the all-gather moves). */
+static int64_t block_data_bytes(const lw_buffers *bs, const lwi_buf *b) {
+    const bool wire = bs->residency->sharded_params && bs->param_size != (int64_t)sizeof(float);
+    return ((int64_t)sizeof(float) + (wire ? bs->param_size : 0)) * b->block_numel;
+}
+
+/* A block's bytes as the budget counts them: its data and the reduce-scatter's shard (the
+ * request's scratch on backends that cannot reduce in place). */
+static int64_t block_bytes(const lw_buffers *bs, const lwi_buf *b) {
+    return block_data_bytes(bs, b) + (int64_t)sizeof(float) * b->block_shard;
+}
+
+/* Where a group's parameters arrive in a block: the block itself for fp32, after the fp32 view
+ * for a narrower dtype. */
+static void *wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
+    return bs->param_size == (int64_t)sizeof(float) ? (void *)data : (void *)(data + b->block_numel);
 }
 
 static int64_t held_blocks(const lw_buffers *bs) {
@@ -47,8 +66,8 @@ lw_status lwi_sharded_init(lw_buffers *bs) {
         }
     }
     for (int32_t b = 0; b < bs->n_buffers; b++)
-        if (block_bytes(&bs->buffers[b]) > bs->largest_block)
-            bs->largest_block = block_bytes(&bs->buffers[b]);
+        if (block_bytes(bs, &bs->buffers[b]) > bs->largest_block)
+            bs->largest_block = block_bytes(bs, &bs->buffers[b]);
     /* two groups: each with its gradient, and at ZeRO-3 its gathered parameters too */
     bs->budget = 2 * (int64_t)bs->residency->blocks * bs->largest_block;
     bs->pass = LW_PASS_FORWARD;
@@ -82,7 +101,7 @@ static lw_status give_back(lw_buffers *bs, lwi_block *k, int32_t buffer, bool pa
     b->spare[b->n_spare++] = *k;
     k->data = NULL;
     k->req = NULL;
-    const int64_t bytes = block_bytes(b);
+    const int64_t bytes = block_bytes(bs, b);
     if (param)
         bs->param_block_bytes -= bytes;
     else
@@ -135,15 +154,18 @@ lw_status lwi_sharded_finish_grads(lw_buffers *bs) {
     return first;
 }
 
-lw_status lwi_sharded_wait_gather(lwi_group *g) {
+lw_status lwi_sharded_wait_gather(lw_buffers *bs, lwi_group *g) {
     if (!g->gathering) return LW_OK;
     g->gathering = false;
-    return lw_request_wait(g->pblock.req);
+    lw_status st = lw_request_wait(g->pblock.req);
+    if (st != LW_OK || bs->param_size == (int64_t)sizeof(float)) return st;
+    const lwi_buf *b = &bs->buffers[g->buffer];
+    return lw_vec_from_bf16(bs->stream, g->pblock.data, wire_of(bs, b, g->pblock.data), g->count);
 }
 
 static lw_status evict_params(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
-    lw_status st = lwi_sharded_wait_gather(g);
+    lw_status st = lwi_sharded_wait_gather(bs, g);
     if (st != LW_OK) return st;
     return give_back(bs, &g->pblock, g->buffer, true);
 }
@@ -201,7 +223,7 @@ static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *fr
         lwi_buf *buf = &bs->buffers[b];
         if (buf->n_spare > 0) {
             free_block(bs, &buf->spare[--buf->n_spare]);
-            bs->cached_bytes -= block_bytes(buf);
+            bs->cached_bytes -= block_bytes(bs, buf);
             return LW_OK;
         }
     }
@@ -228,7 +250,7 @@ static lw_status make_room(lw_buffers *bs, int32_t keep, bool prefetch, bool *fr
  * Beyond the budget a prefetch gets none (data NULL); anything else is counted over budget. */
 static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool param, bool prefetch) {
     lwi_buf *b = &bs->buffers[bs->groups[gi].buffer];
-    const int64_t bytes = block_bytes(b);
+    const int64_t bytes = block_bytes(bs, b);
     out->data = NULL;
     while (b->n_spare == 0 && held_blocks(bs) + bytes > bs->budget) {
         bool freed;
@@ -245,7 +267,7 @@ static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool par
             bs->over_budget++;
         }
         void *data = NULL;
-        if (lw_device_alloc(bs->device, (int64_t)sizeof(float) * b->block_numel, &data) != LW_OK)
+        if (lw_device_alloc(bs->device, block_data_bytes(bs, b), &data) != LW_OK)
             return lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for a group block of %lld "
                             "elements on %s", (long long)b->block_numel,
                             lw_device_name(bs->device));
@@ -268,23 +290,37 @@ static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool par
 }
 
 /* Starts gathering group gi's parameters: this rank's shard into place, then an in-place
- * all-gather. A prefetch may find no room and start nothing. */
+ * all-gather in the param dtype (widened when waited for). A prefetch may find no room and start
+ * nothing. */
 static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lwi_group *g = &bs->groups[gi];
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
     if (st != LW_OK || g->pblock.data == NULL) return st;
-    st = lw_device_copy(bs->stream, shard_in_block(g, g->pblock.data), b->param + g->shard_base,
-                        (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
+    void *wire = wire_of(bs, b, g->pblock.data);
+    st = lw_device_copy(bs->stream, lwi_param_at(bs, wire, g->shard_start - g->start),
+                        lwi_param_at(bs, b->param, g->shard_base), bs->param_size * g->shard_count,
+                        LW_COPY_DEVICE_TO_DEVICE);
     if (st != LW_OK) return st;
     g->gathering = true;
     g->used = ++bs->tick;
     bs->gathers++;
     lw_request_set_label(g->pblock.req, g->label);
+    const lw_dtype dtype = bs->residency->param_dtype;
     if (g->counts != NULL)
-        return lw_comm_allgather_segments(b->comm, g->pblock.data, g->counts, LW_DTYPE_F32,
-                                          g->pblock.req);
-    return lw_comm_allgather(b->comm, g->pblock.data, g->count, LW_DTYPE_F32, g->pblock.req);
+        return lw_comm_allgather_segments(b->comm, wire, g->counts, dtype, g->pblock.req);
+    return lw_comm_allgather(b->comm, wire, g->count, dtype, g->pblock.req);
+}
+
+/* bf16 arrays below ZeRO-3: group gi's parameters widened into a block, the model's view. */
+static lw_status widen(lw_buffers *bs, int32_t gi) {
+    lwi_group *g = &bs->groups[gi];
+    lwi_buf *b = &bs->buffers[g->buffer];
+    lw_status st = take_block(bs, gi, &g->pblock, true, false);
+    if (st != LW_OK) return st;
+    g->used = ++bs->tick;
+    return lw_vec_from_bf16(bs->stream, g->pblock.data, lwi_param_at(bs, b->param, g->start),
+                            g->count);
 }
 
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
@@ -296,7 +332,7 @@ lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs) {
     lw_status first = LW_OK;
     for (int32_t gi = 0; gi < bs->n_groups; gi++) {
-        lw_status st = lwi_sharded_wait_gather(&bs->groups[gi]);
+        lw_status st = lwi_sharded_wait_gather(bs, &bs->groups[gi]);
         if (first == LW_OK) first = st;
     }
     return first;
@@ -367,11 +403,13 @@ lw_status lwi_sharded_hold_grad(lw_buffers *bs, int32_t gi) {
     return st;
 }
 
-lw_status lwi_sharded_acquire_gathered(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
+lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse) {
     const int32_t gi = bs->params[param].group;
     lwi_group *g = &bs->groups[gi];
-    lw_status st = LW_OK;
-    if (!reuse) {
+    const lwi_residency *r = bs->residency;
+    /* below ZeRO-3 the arrays hold the parameters once the group's sync is done */
+    lw_status st = r->sharded_params ? LW_OK : lwi_whole_finish_params(bs, gi);
+    if (st == LW_OK && !reuse) {
         if (pass != bs->pass) {
             bs->pass = pass;
             bs->cursor = pass == LW_PASS_FORWARD ? -1 : bs->n_params;
@@ -381,15 +419,21 @@ lw_status lwi_sharded_acquire_gathered(lw_buffers *bs, int32_t param, lw_pass pa
             st = drop_behind(bs);
         }
     }
-    if (st == LW_OK && g->pblock.data == NULL) st = start_gather(bs, gi, false);
-    if (st == LW_OK) st = lwi_sharded_wait_gather(g);
+    if (st == LW_OK && g->pblock.data == NULL)
+        st = r->sharded_params ? start_gather(bs, gi, false) : widen(bs, gi);
+    if (st == LW_OK) st = lwi_sharded_wait_gather(bs, g);
     if (st != LW_OK) return st;
     lwi_sharded_pin(bs, gi);
-    if (pass == LW_PASS_BACKWARD) st = lwi_sharded_hold_grad(bs, gi);
-    if (st == LW_OK && bs->o.overlap_param && !reuse)
+    if (pass == LW_PASS_BACKWARD && r->sharded_grads) st = lwi_sharded_hold_grad(bs, gi);
+    if (st == LW_OK && r->sharded_params && bs->o.overlap_param && !reuse)
         st = lwi_sharded_prefetch(bs, next_in_pass(bs, gi, pass));
     if (st != LW_OK) g->pins--;
     return st;
+}
+
+lw_status lwi_sharded_start_whole_params(lw_buffers *bs) {
+    lw_status st = lwi_sharded_drop_params(bs);
+    return st != LW_OK ? st : lwi_whole_start_params(bs);
 }
 
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
@@ -398,12 +442,24 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
     if (g->pblock.data == NULL)
         return lwi_fail(LW_ERR_STATE,
                         "buffers: commit of group %d, whose parameters are not "
-                        "gathered (acquire one of its parameters first)",
-                        gi);
-    lw_status st = lwi_sharded_wait_gather(g);
+                        "%s (acquire one of its parameters first)",
+                        gi, bs->residency->held_as);
+    lw_status st = lwi_sharded_wait_gather(bs, g);
     if (st != LW_OK) return st;
-    return lw_device_copy(bs->stream, b->param + g->shard_base, shard_in_block(g, g->pblock.data),
-                          (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
+    const bool shard = bs->residency->sharded_params;
+    if (bs->param_size == (int64_t)sizeof(float)) /* ZeRO-3: this rank's shard of the view */
+        return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
+                              shard_in_block(g, g->pblock.data),
+                              (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
+    /* bf16: the whole view rounded (into the array below ZeRO-3, the block's wire at ZeRO-3) and
+     * widened back, so what the model reads next is what is stored on every rank */
+    void *bits = shard ? wire_of(bs, b, g->pblock.data) : lwi_param_at(bs, b->param, g->start);
+    st = lw_vec_to_bf16(bs->stream, bits, g->pblock.data, g->count);
+    if (st == LW_OK) st = lw_vec_from_bf16(bs->stream, g->pblock.data, bits, g->count);
+    if (st != LW_OK || !shard) return st;
+    return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
+                          lwi_param_at(bs, bits, g->shard_start - g->start),
+                          bs->param_size * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
 }
 
 lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
@@ -411,10 +467,9 @@ lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
     lwi_group *g = &bs->groups[p->group];
     if (g->pblock.data == NULL)
         return lwi_fail(LW_ERR_STATE,
-                        "buffers: '%s' is not gathered: at ZeRO-3 a rank holds only "
-                        "its shard; acquire the parameter first",
-                        bs->layout->params[param].name);
-    lw_status st = lwi_sharded_wait_gather(g);
+                        "buffers: '%s' is not %s; acquire the parameter first",
+                        bs->layout->params[param].name, bs->residency->held_as);
+    lw_status st = lwi_sharded_wait_gather(bs, g);
     if (st != LW_OK) return st;
     *data = g->pblock.data + (p->start - g->start);
     return LW_OK;

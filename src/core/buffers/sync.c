@@ -30,8 +30,8 @@ lw_status lwi_legacy_prepare(lw_buffers *bs, int32_t bi) {
             b->by_owner[k++] = lb->params[j];
             b->counts[r] += p->numel;
         }
-    b->pack = lwi_alloc_zeroed(bs, b->counts[lw_comm_rank(b->comm)]);
-    b->gathered = lwi_alloc_zeroed(bs, b->numel);
+    b->pack = lwi_alloc_zeroed(bs, bs->param_size * b->counts[lw_comm_rank(b->comm)]);
+    b->gathered = lwi_alloc_zeroed(bs, bs->param_size * b->numel);
     return b->pack && b->gathered ? LW_OK : lwi_fail(LW_ERR_NOMEM, "buffers: out of memory");
 }
 
@@ -169,9 +169,10 @@ static lw_status start_param(lw_buffers *bs, int32_t gi) {
     g->param_started = true;
     if (b->kind != SYNC_SHARDED) return LW_OK;
     if (g->counts != NULL)
-        return lw_comm_allgather_segments(b->comm, b->param + g->start, g->counts, LW_DTYPE_F32,
-                                          g->req);
-    return lw_comm_allgather(b->comm, b->param + g->start, g->count, LW_DTYPE_F32, g->req);
+        return lw_comm_allgather_segments(b->comm, lwi_param_at(bs, b->param, g->start),
+                                          g->counts, bs->residency->param_dtype, g->req);
+    return lw_comm_allgather(b->comm, lwi_param_at(bs, b->param, g->start), g->count,
+                             bs->residency->param_dtype, g->req);
 }
 
 /* Legacy: each rank packs the params it owns, all ranks gather, everyone unpacks. */
@@ -184,21 +185,24 @@ static lw_status gather_legacy(lw_buffers *bs, int32_t bi) {
     for (int32_t k = 0; k < n; k++) {
         const lwi_param *p = &l->params[b->by_owner[k]];
         if (p->owner != rank) continue;
-        lw_status st = lw_device_copy(bs->stream, b->pack + at, b->param + p->start,
-                                      (int64_t)sizeof(float) * p->numel, LW_COPY_DEVICE_TO_DEVICE);
+        lw_status st = lw_device_copy(bs->stream, lwi_param_at(bs, b->pack, at),
+                                      lwi_param_at(bs, b->param, p->start),
+                                      bs->param_size * p->numel, LW_COPY_DEVICE_TO_DEVICE);
         if (st != LW_OK) return st;
         at += p->numel;
     }
     char label[48];
     snprintf(label, sizeof label, "the parameters of buffer %d", bi + 1);
     lw_comm_set_label(b->comm, label);
-    lw_status st = lw_comm_allgatherv(b->comm, b->pack, at, b->gathered, b->counts);
+    lw_status st = lw_comm_allgatherv(b->comm, b->pack, at, b->gathered, b->counts,
+                                      bs->residency->param_dtype);
     if (st != LW_OK) return st;
     at = 0;
     for (int32_t k = 0; k < n; k++) {
         const lwi_param *p = &l->params[b->by_owner[k]];
-        st = lw_device_copy(bs->stream, b->param + p->start, b->gathered + at,
-                            (int64_t)sizeof(float) * p->numel, LW_COPY_DEVICE_TO_DEVICE);
+        st = lw_device_copy(bs->stream, lwi_param_at(bs, b->param, p->start),
+                            lwi_param_at(bs, b->gathered, at), bs->param_size * p->numel,
+                            LW_COPY_DEVICE_TO_DEVICE);
         if (st != LW_OK) return st;
         at += p->numel;
     }

@@ -394,8 +394,8 @@ lw_status lw_comm_allgather_segments(lw_comm *c, void *bucket, const int64_t *co
     return lw_request_wait(r);
 }
 
-lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, float *recv,
-                             const int64_t *counts) {
+lw_status lw_comm_allgatherv(lw_comm *c, const void *send, int64_t send_count, void *recv,
+                             const int64_t *counts, lw_dtype dtype) {
     int64_t total = 0;
     lw_status st = check_comm(c);
     if (st != LW_OK || (st = sum_counts(c, counts, "all-gather-v", "", &total)) != LW_OK)
@@ -403,20 +403,24 @@ lw_status lw_comm_allgatherv(lw_comm *c, const float *send, int64_t send_count, 
     if (send_count != counts[c->rank])
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v sends %lld but counts[%d] is %lld",
                         (long long)send_count, c->rank, (long long)counts[c->rank]);
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v of dtype %d (f32, bf16 or f16)",
+                        (int)dtype);
+    const int64_t size = (int64_t)lwi_dtype_size(dtype);
     if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
     if ((st = claim(c, c->blocking)) != LW_OK) return st;
     double t = lwi_now();
-    stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * 4);
+    stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * size);
     if (alone(c)) { /* one rank: its own contribution is the result */
         if (send_count > 0 && send != recv)
-            memmove(recv, send, sizeof(float) * (size_t)send_count);
+            memmove(recv, send, (size_t)(size * send_count));
     } else {
         lw_request *r = blocking_request(c);
         st = complete_blocking(
-            c, r, c->backend->allgatherv(c, send, send_count, recv, counts, LW_DTYPE_F32, r), t);
+            c, r, c->backend->allgatherv(c, send, send_count, recv, counts, dtype, r), t);
     }
-    count(c, LW_COMM_ALLGATHERV, (double)(total - send_count) * 4.0, t);
+    count(c, LW_COMM_ALLGATHERV, (double)((total - send_count) * size), t);
     return st;
 }
 

@@ -127,7 +127,11 @@
        const int32_t *targets, const float *lse, int64_t n, int64_t c, int64_t v, int64_t first,   \
        int64_t vocab, float loss_scale),                                                           \
       (s, dh, dw, scratch, h, w, targets, lse, n, c, v, first, vocab, loss_scale),                 \
-      lwi_check_range("cross-entropy partial backward", first, v, vocab))
+      lwi_check_range("cross-entropy partial backward", first, v, vocab))                         \
+    X(vec_to_bf16, (lw_stream * s, uint16_t *y, const float *x, int64_t n), (s, y, x, n),          \
+      lwi_work_if(n > 0))                                                                          \
+    X(vec_from_bf16, (lw_stream * s, float *y, const uint16_t *x, int64_t n), (s, y, x, n),        \
+      lwi_work_if(n > 0))
 
 /* The kernels the core calls with its own structures (the optimizers): dispatched by
  * lwi_run_<name> (device.h), with no public function of their own.

@@ -86,6 +86,15 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             "(%.2f GiB on %s)", p->name, 4.0 * (double)floats / (1 << 30),
                             lw_device_name(opt->device));
         o->state = state;
+        if (lw_buffers_param_dtype(opt->buffers) != LW_DTYPE_F32) {
+            void *master = NULL;
+            if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * count, &master) != LW_OK)
+                return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for the fp32 master "
+                                "weights of '%s' (%.2f GiB on %s)", p->name,
+                                4.0 * (double)count / (1 << 30), lw_device_name(opt->device));
+            o->master = master;
+            opt->has_master = true;
+        }
         if (o->sliced && p->numel > opt->orthogonal_numel) opt->orthogonal_numel = p->numel;
     }
     /* every rank takes part in each bucket's gather, owning a slice of it or not */
@@ -151,6 +160,7 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     }
     if ((st = collect_owned(opt)) != LW_OK) goto fail;
     if ((st = lwi_optimizer_make_batches(opt)) != LW_OK) goto fail;
+    if ((st = lw_optimizer_reload_master(opt)) != LW_OK) goto fail;
     *out = opt;
     return LW_OK;
 fail:
@@ -160,8 +170,10 @@ fail:
 
 void lw_optimizer_free(lw_optimizer *opt) {
     if (opt == NULL) return;
-    for (int32_t k = 0; k < opt->n_owned; k++)
+    for (int32_t k = 0; k < opt->n_owned; k++) {
         lw_device_free(opt->device, opt->owned[k].state);
+        lw_device_free(opt->device, opt->owned[k].master);
+    }
     free(opt->owned);
     free(opt->group);
     free(opt->lr);
@@ -249,6 +261,40 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
     return st;
 }
 
+lw_status lw_optimizer_reload_master(lw_optimizer *opt) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    lw_status st = LW_OK;
+    for (int32_t k = 0; st == LW_OK && k < opt->n_owned; k++) {
+        const lwi_owned *o = &opt->owned[k];
+        void *w = NULL;
+        if (o->master == NULL) continue;
+        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_vec_from_bf16(opt->stream, o->master, w, o->count);
+    }
+    if (st == LW_OK) opt->master_commits = lw_buffers_commits(opt->buffers);
+    return st;
+}
+
+lw_status lw_optimizer_keep_master(lw_optimizer *opt) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    opt->master_commits = lw_buffers_commits(opt->buffers);
+    return LW_OK;
+}
+
+/* Rounds every master copy (nearest even) into the owned elements of the bf16 arrays, which the
+ * parameter sync then gathers. */
+static lw_status store_master(lw_optimizer *opt) {
+    lw_status st = LW_OK;
+    for (int32_t k = 0; st == LW_OK && k < opt->n_owned; k++) {
+        const lwi_owned *o = &opt->owned[k];
+        void *w = NULL;
+        if (o->master == NULL) continue;
+        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lw_vec_to_bf16(opt->stream, w, o->master, o->count);
+    }
+    return st;
+}
+
 /* Every AdamW element this rank owns, in one multi-tensor call. */
 static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
     int32_t count = 0;
@@ -257,7 +303,7 @@ static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
         if (o->muon) continue;
         lwi_adamw_tensor *x = &opt->adamw[count++];
         float *w, *g;
-        lw_status st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        lw_status st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st != LW_OK) return st;
         const int32_t grp = opt->group[o->param];
@@ -271,7 +317,8 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
     double t0 = lwi_now();
     lw_status st = update_adamw(opt, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
-    return st == LW_OK ? lwi_optimizer_muon(opt, grad_scale, r) : st;
+    if (st == LW_OK) st = lwi_optimizer_muon(opt, grad_scale, r);
+    return st == LW_OK ? store_master(opt) : st;
 }
 
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
@@ -282,6 +329,9 @@ lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
     double t = lwi_now();
     /* parameters must all be here before they are updated */
     lw_status st = lw_buffers_finish_param_sync(opt->buffers, -1);
+    /* parameters written since the master copies were set (initialisation, a load) win */
+    if (st == LW_OK && opt->has_master && lw_buffers_commits(opt->buffers) != opt->master_commits)
+        st = lw_optimizer_reload_master(opt);
     if (st == LW_OK) st = lw_buffers_finish_grad_sync(opt->buffers);
     r.seconds_grad_sync = lwi_now() - t;
     if (st != LW_OK) return st;
@@ -326,6 +376,7 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
     out->count = o->count;
     out->m = o->state;
     out->v = o->muon ? NULL : o->state + o->count;
+    out->master = o->master;
     return LW_OK;
 }
 

@@ -12,6 +12,8 @@ typedef struct lwi_owned {
     int64_t count;
     bool muon;
     float *state; /* [owned, device memory] Muon: momentum (count); AdamW: m then v (2 * count) */
+    float *master; /* [owned, device memory] count: the fp32 master copy of the owned elements
+                      when the buffers hold bf16 parameters (NULL for fp32: the array is it) */
     bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
     bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
                      whole matrix orthogonalised from the bucket's gathered update */
@@ -49,6 +51,8 @@ struct lw_optimizer {
     float *wd; /* [owned] per group */
     int64_t step;
     int64_t skips;
+    bool has_master;        /* bf16 parameters: owned entries have fp32 master copies */
+    int64_t master_commits; /* lw_buffers_commits when the master copies were last set */
     float *gathered;   /* [owned, device memory] row-sharded Muon: a bucket's assembled update */
     float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
     int64_t gathered_numel;
@@ -61,6 +65,15 @@ struct lw_optimizer {
     lw_comm *tp_comm;       /* [borrowed] NULL: no TP (or t = 1) */
     float *tp_update;       /* [owned, device memory] a whole tp matrix's update */
 };
+
+/* The fp32 weights the update of owned entry o reads and writes: its master copy, or the owned
+ * elements of an fp32 array. */
+static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned *o, float **w) {
+    void *at = o->master;
+    lw_status st = at != NULL ? LW_OK : lw_buffers_owned_param(opt->buffers, o->param, &at);
+    *w = at;
+    return st;
+}
 
 /* optimizer_muon.c */
 /* Groups the owned whole Muon matrices (not row-sharded, not TP) into batches. */

@@ -99,7 +99,7 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         const lwi_param *p = &l->params[o->param];
         if (!o->sliced || p->buffer != b || p->bucket != k) continue;
         float *w, *g;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         const int32_t grp = opt->group[o->param];
         if (st == LW_OK)
@@ -123,14 +123,14 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
             st = lwi_muon_tp_update(opt->tp, opt->muon, opt->stream, p,
                                     u + (p->start - bk->start), opt->orthogonal,
                                     &r->seconds_muon_comm);
-            if (st == LW_OK) st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+            if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
             if (st == LW_OK)
                 st = lw_vec_axpy(opt->stream, w, -lr, opt->orthogonal + o->start, o->count);
             continue;
         }
         st = lw_muon_orthogonalize(opt->muon, opt->stream, u + (p->start - bk->start),
                                    opt->orthogonal, p->shape[0], p->numel / p->shape[0]);
-        if (st == LW_OK) st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
             st = lw_muon_apply(opt->muon, opt->stream, w, opt->orthogonal + o->start, o->count,
                                p->shape[0], p->numel / p->shape[0], lr);
@@ -148,7 +148,7 @@ static lw_status update_muon_batch(lw_optimizer *opt, const lwi_muon_batch *b, f
         lwi_owned *o = &opt->owned[opt->batch_members[b->first + i]];
         const int32_t grp = opt->group[o->param];
         float *w, *g;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st == LW_OK)
             st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state, u + i * n, n,
@@ -159,7 +159,7 @@ static lw_status update_muon_batch(lw_optimizer *opt, const lwi_muon_batch *b, f
     for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
         lwi_owned *o = &opt->owned[opt->batch_members[b->first + i]];
         float *w;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+        st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
             st = lw_muon_apply(opt->muon, opt->stream, w, u + i * n, n, b->rows, b->cols,
                                opt->lr[opt->group[o->param]]);
@@ -174,7 +174,7 @@ static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scal
     const lwi_param *p = &opt->layout->params[o->param];
     const int32_t grp = opt->group[o->param];
     float *w, *g;
-    lw_status st = lw_buffers_owned_param(opt->buffers, o->param, &w);
+    lw_status st = lwi_optimizer_weights(opt, o, &w);
     if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
     if (st == LW_OK)
         st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state, opt->tp_update, o->count,
