@@ -15,7 +15,7 @@ static lw_status run(lw_comm *c, which op, float *data, int64_t n, lw_request *r
     lw_status st = LW_OK;
     if (op == ALLREDUCE) return lw_comm_allreduce(c, data, n, LW_DTYPE_F32, LW_REDUCE_SUM);
     if (op == REDUCE_SCATTER)
-        st = lw_comm_reduce_scatter(c, data, n, req);
+        st = lw_comm_reduce_scatter(c, data, n, LW_DTYPE_F32, req);
     else
         st = lw_comm_allgather(c, data, n, LW_DTYPE_F32, req);
     return st == LW_OK ? lw_request_wait(req) : st;

@@ -529,16 +529,47 @@ lw_status lw_comm_device_new(lw_comm *parent, lw_device *device, lw_comm **out);
 lw_status lw_comm_split(lw_comm *comm, int32_t color, int32_t key, lw_comm **out);
 lw_status lw_comm_barrier(lw_comm *comm);
 lw_status lw_comm_broadcast(lw_comm *comm, void *data, int64_t bytes, int32_t root);
-/* In place over count elements of dtype F32, F64 or I64. */
+/* The sums in bf16 (lw_comm_allreduce's with LW_REDUCE_SUM, lw_comm_allreduce_start,
+ * lw_comm_reduce_scatter, lw_comm_reduce_scatterv with LW_DTYPE_BF16): bf16 on the wire, half
+ * the bytes of f32, and rounded to bf16 (to nearest, ties to even) where a partial sum is
+ * passed on, since it travels as bf16:
+ *   self (one rank; any backend at one rank): the bucket itself, no rounding.
+ *   MPI, reduce-scatter(-v): lwopt's ring; each step widens the running sum that arrived and
+ *     this rank's own part to f32, adds them and rounds the sum to bf16, which is the correctly
+ *     rounded bf16 sum of the two (their f32 sum is exact, or the smaller is so far below half a
+ *     bf16 unit of the larger that f32's rounding cannot change bf16's). Rank k's shard is
+ *     bf16(...bf16(bf16(x[k+1] + x[k+2]) + x[k+3]) ... + x[k]) (indices mod p) over the ranks:
+ *     p - 1 roundings, one (the correctly rounded sum) at 2 ranks, in a fixed order, so results
+ *     repeat run to run.
+ *   MPI, all-reduce: MPI's own algorithm with an operation of lwopt's on pairs of bf16 that
+ *     rounds as a ring step does, once per addition (p - 1 roundings on any rank's result;
+ *     MPI chooses the order).
+ *   staged (device memory through host memory): copied to the host as bf16 and summed by the
+ *     parent (MPI above).
+ *   NCCL (ncclBfloat16): NCCL's algorithms, which pass bf16 partial sums between GPUs, each
+ *     rounded where it is formed: at most p - 1 roundings, in NCCL's order.
+ * So at p ranks an element's result s differs from the exact sum S of the contributions x_r by
+ * |s - S| <= g * sum_r |x_r|, g = (p - 1) u / (1 - (p - 1) u), u = 2^-8 (bf16's unit
+ * roundoff); at 2 ranks s is S rounded to bf16. Widening every contribution to f32 and
+ * rounding once at the end would give |s - S| <= u |S| plus f32's own error, but f32 on the
+ * wire doubles the bytes that bf16 was chosen to halve: the backends round per step instead.
+ * A bucket that needs better keeps its gradients in f32. */
+/* In place over count elements of dtype F32, F64 or I64, or BF16 for LW_REDUCE_SUM (see the
+ * sums in bf16 above). */
 lw_status lw_comm_allreduce(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
                             lw_reduce_op op);
-/* Nonblocking in-place sum of count floats over the ranks, on req (finish with
- * lw_request_wait). */
-lw_status lw_comm_allreduce_start(lw_comm *comm, float *data, int64_t count, lw_request *req);
-/* Sum over ranks of bucket[0..count), count divisible by the size; afterwards this rank's shard
- * bucket[rank * count/size, +count/size) holds the sum (the rest is left as it was). With req,
- * it starts and returns (finish with lw_request_wait); with req NULL it blocks. */
-lw_status lw_comm_reduce_scatter(lw_comm *comm, float *bucket, int64_t count, lw_request *req);
+/* Nonblocking in-place sum of count elements of dtype F32 or BF16 over the ranks, on req
+ * (finish with lw_request_wait). */
+lw_status lw_comm_allreduce_start(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
+                                  lw_request *req);
+/* Sum over ranks of bucket[0..count) (dtype F32 or BF16), count divisible by the size;
+ * afterwards this rank's shard bucket[rank * count/size, +count/size) holds the sum (the rest is
+ * left as it was). With req, it starts and returns (finish with lw_request_wait); with req NULL
+ * it blocks. The sums (this one, lw_comm_reduce_scatterv, lw_comm_allreduce_start) refuse any
+ * other dtype with LW_ERR_INVALID naming the collective and the dtype, before anything starts
+ * (alike on every rank). */
+lw_status lw_comm_reduce_scatter(lw_comm *comm, void *bucket, int64_t count, lw_dtype dtype,
+                                 lw_request *req);
 /* In place: every rank's shard of bucket[0..count) (count divisible by the size) to all ranks.
  * dtype F32, BF16 or F16. With req it starts and returns; with NULL it blocks. */
 lw_status lw_comm_allgather(lw_comm *comm, void *bucket, int64_t count, lw_dtype dtype,
@@ -553,10 +584,11 @@ lw_status lw_comm_allgather(lw_comm *comm, void *bucket, int64_t count, lw_dtype
  * are int). Nonblocking with req, blocking with req NULL, as the equal-count forms; requests,
  * counters (see lw_comm_counter), labels and the watchdog alike. A total of 0 moves nothing on
  * any backend. */
-/* Sum over ranks of bucket[0..total) (floats); afterwards this rank's segment bucket[displ[rank],
- * +counts[rank]) holds the sum, and the rest of the bucket is left as it was. */
-lw_status lw_comm_reduce_scatterv(lw_comm *comm, float *bucket, const int64_t *counts,
-                                  lw_request *req);
+/* Sum over ranks of bucket[0..total) (dtype F32 or BF16); afterwards this rank's segment
+ * bucket[displ[rank], +counts[rank]) holds the sum, and the rest of the bucket is left as it
+ * was. */
+lw_status lw_comm_reduce_scatterv(lw_comm *comm, void *bucket, const int64_t *counts,
+                                  lw_dtype dtype, lw_request *req);
 /* In place: every rank's segment of bucket[0..total) (dtype F32, BF16 or F16) to all ranks;
  * this rank's own segment is what it sends, and is left as it was. */
 lw_status lw_comm_allgather_segments(lw_comm *comm, void *bucket, const int64_t *counts,

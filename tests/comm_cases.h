@@ -4,11 +4,13 @@
  * requests (polled or waited for), behind a stream of the caller's, the variable-count forms
  * over unequal, empty and lopsided segments, several in flight at once, bad arguments refused
  * alike on every rank, the counters, splits and the watchdog's blocking forms; the all-to-all-v's
- * in comm_cases_a2a.h. What only one kind has stays in its program. */
+ * in comm_cases_a2a.h, the sums in bf16 in comm_cases_bf16.h. What only one kind has stays in
+ * its program. */
 #ifndef LW_TEST_COMM_CASES_H
 #define LW_TEST_COMM_CASES_H
 
 #include "comm_cases_a2a.h"
+#include "comm_cases_bf16.h"
 #include "comm_kind.h"
 
 #include <stdlib.h>
@@ -30,13 +32,13 @@ static void case_reduce_scatter_allgather(const mem_kind *m, lw_comm *c) {
         for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
             float *d = mem_upload(m, h, 4 * n);
             if (nonblocking) {
-                CHECK_OK(lw_comm_reduce_scatter(c, d, n, req));
+                CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_F32, req));
                 bool done = false;
                 while (!done)
                     CHECK_OK(lw_request_test(req, &done));
                 CHECK(!lw_request_active(req));
             } else {
-                CHECK_OK(lw_comm_reduce_scatter(c, d, n, NULL));
+                CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_F32, NULL));
             }
             float *back = malloc(4 * (size_t)n);
             mem_get(m, back, d, 4 * n);
@@ -91,7 +93,7 @@ static void case_reduce_scatter_allgather(const mem_kind *m, lw_comm *c) {
     }
     lw_request_free(req);
     if (size > 1)
-        CHECK_FAILS(lw_comm_reduce_scatter(c, x, size * 3 + 1, NULL), LW_ERR_INVALID,
+        CHECK_FAILS(lw_comm_reduce_scatter(c, x, size * 3 + 1, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                     "equal shards");
     mem_free(m, x);
     free(h);
@@ -112,7 +114,7 @@ static void case_reduce_scatterv(const mem_kind *m, lw_comm *c) {
         for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
             float *d = mem_upload(m, h, 4 * (total + 1));
             int64_t *copy = counts_copy(counts, size);
-            CHECK_OK(lw_comm_reduce_scatterv(c, d, copy, nonblocking ? req : NULL));
+            CHECK_OK(lw_comm_reduce_scatterv(c, d, copy, LW_DTYPE_F32, nonblocking ? req : NULL));
             spoil_and_free(copy, size);
             bool done = !nonblocking;
             while (!done)
@@ -128,7 +130,7 @@ static void case_reduce_scatterv(const mem_kind *m, lw_comm *c) {
         free(h);
     }
     segment_counts(4, size, counts);
-    CHECK_OK(lw_comm_reduce_scatterv(c, NULL, counts, NULL));
+    CHECK_OK(lw_comm_reduce_scatterv(c, NULL, counts, LW_DTYPE_F32, NULL));
     lw_request_free(req);
     free(counts);
 }
@@ -206,15 +208,16 @@ static void case_segments_interleaved(const mem_kind *m, lw_comm *c) {
     CHECK_OK(lw_request_new(&re));
     CHECK_OK(lw_request_set_stream(ra, s));
     CHECK_OK(lw_request_set_stream(rg, s));
-    CHECK_OK(lw_comm_reduce_scatterv(c, a, ca, ra));
+    CHECK_OK(lw_comm_reduce_scatterv(c, a, ca, LW_DTYPE_F32, ra));
     CHECK_OK(lw_comm_allgather_segments(c, g, cb, LW_DTYPE_F32, rg));
     int64_t one = 1;
     CHECK_OK(lw_comm_allreduce(c, &one, 1, LW_DTYPE_I64, LW_REDUCE_SUM));
     CHECK_EQ(one, size);
-    CHECK_OK(lw_comm_reduce_scatter(c, e, n, re));
+    CHECK_OK(lw_comm_reduce_scatter(c, e, n, LW_DTYPE_F32, re));
     if (stays_active(m, c)) { /* a second start on a request in flight is refused */
         CHECK(lw_request_active(ra));
-        CHECK_FAILS(lw_comm_reduce_scatterv(c, a, ca, ra), LW_ERR_STATE, "still active");
+        CHECK_FAILS(lw_comm_reduce_scatterv(c, a, ca, LW_DTYPE_F32, ra), LW_ERR_STATE,
+                    "still active");
         CHECK_FAILS(lw_comm_allgather_segments(c, g, cb, LW_DTYPE_F32, rg), LW_ERR_STATE,
                     "still active");
     }
@@ -243,7 +246,7 @@ static void case_segments_errors(const mem_kind *m, lw_comm *c) {
     const int size = lw_comm_size(c);
     int64_t *counts = calloc((size_t)size, sizeof(int64_t));
     float *b = mem_alloc(m, 4 * 8);
-    CHECK_FAILS(lw_comm_reduce_scatterv(c, b, NULL, NULL), LW_ERR_INVALID,
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, b, NULL, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "comm: reduce-scatter-v without counts");
     CHECK_FAILS(lw_comm_allgather_segments(c, b, NULL, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "comm: all-gather-segments without counts");
@@ -252,14 +255,15 @@ static void case_segments_errors(const mem_kind *m, lw_comm *c) {
         counts[size - 1] = bad;
         snprintf(expect, sizeof expect, "reduce-scatter-v count %lld for rank %d", (long long)bad,
                  size - 1);
-        CHECK_FAILS(lw_comm_reduce_scatterv(c, b, counts, NULL), LW_ERR_INVALID, expect);
+        CHECK_FAILS(lw_comm_reduce_scatterv(c, b, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
+                    expect);
         snprintf(expect, sizeof expect, "all-gather-segments count %lld for rank %d",
                  (long long)bad, size - 1);
         CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                     expect);
     }
     counts[size - 1] = 3;
-    CHECK_FAILS(lw_comm_reduce_scatterv(c, NULL, counts, NULL), LW_ERR_INVALID,
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, NULL, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "reduce-scatter-v of 3 elements at");
     CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F64, NULL), LW_ERR_INVALID,
                 "all-gather-segments of dtype 3 (f32, bf16 or f16)");
@@ -273,14 +277,15 @@ static void case_segments_errors(const mem_kind *m, lw_comm *c) {
     counts[0] = (int64_t)1 << 31;
     const char *backend = lw_comm_backend(c);
     if (strcmp(backend, "self") == 0) {
-        CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, NULL));
+        CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, LW_DTYPE_F32, NULL));
         CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_BF16, NULL));
     } else if (strcmp(backend, "nccl") != 0) {
         snprintf(expect, sizeof expect,
                  "reduce-scatter-v of 2147483648 elements exceeds the %s "
                  "backend's limit of 2147483647 elements per collective",
                  backend);
-        CHECK_FAILS(lw_comm_reduce_scatterv(c, b, counts, NULL), LW_ERR_UNSUPPORTED, expect);
+        CHECK_FAILS(lw_comm_reduce_scatterv(c, b, counts, LW_DTYPE_F32, NULL),
+                    LW_ERR_UNSUPPORTED, expect);
         CHECK_FAILS(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_BF16, NULL),
                     LW_ERR_UNSUPPORTED, "all-gather-segments of 2147483648 elements exceeds");
     }
@@ -295,7 +300,8 @@ static void case_segments_errors(const mem_kind *m, lw_comm *c) {
 /* ---- all-reduce, all-gather-v, broadcast, barrier, split ---- */
 
 /* Sums, maxima and minima in f32, f64 (a sum near the smallest normal) and i64 (past 2^32), the
- * nonblocking sum on a request with the kind's stream; bf16 refused. */
+ * nonblocking sum on a request with the kind's stream; f16 refused (bf16's sums:
+ * comm_cases_bf16.h). */
 static void case_allreduce(const mem_kind *m, lw_comm *c) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     void *d = mem_alloc(m, 4 * 5);
@@ -332,14 +338,14 @@ static void case_allreduce(const mem_kind *m, lw_comm *c) {
     for (int k = 0; k < 5; k++)
         g[k] = (float)(rank + k);
     mem_put(m, d, g, sizeof g);
-    CHECK_OK(lw_comm_allreduce_start(c, d, 5, req));
+    CHECK_OK(lw_comm_allreduce_start(c, d, 5, LW_DTYPE_F32, req));
     CHECK_OK(lw_request_wait(req));
     mem_get(m, g, d, sizeof g);
     for (int k = 0; k < 5; k++)
         CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
     lw_request_free(req);
-    CHECK_FAILS(lw_comm_allreduce(c, d, 3, LW_DTYPE_BF16, LW_REDUCE_SUM), LW_ERR_INVALID,
-                "all-reduce of dtype 1");
+    CHECK_FAILS(lw_comm_allreduce(c, d, 3, LW_DTYPE_F16, LW_REDUCE_SUM), LW_ERR_INVALID,
+                "all-reduce of dtype 2");
     mem_free(m, d);
 }
 
@@ -430,7 +436,7 @@ static void case_streams(const mem_kind *m, lw_comm *c) {
     CHECK_OK(lw_request_set_stream(req, lw_device_stream(m->dev)));
     const int64_t n = 4 * (int64_t)size;
     float *h = values_in(rank, n, 0, 0, (float)(rank + 1)), *b = mem_upload(m, h, 4 * n);
-    CHECK_OK(lw_comm_reduce_scatter(c, b, n, req));
+    CHECK_OK(lw_comm_reduce_scatter(c, b, n, LW_DTYPE_F32, req));
     if (stays_active(m, c))
         CHECK_FAILS(lw_request_set_stream(req, s), LW_ERR_STATE, "still active");
     CHECK_OK(lw_request_wait(req));
@@ -476,7 +482,7 @@ static void case_counters(const mem_kind *m, lw_comm *c) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     lw_comm_counters_reset(c);
     float *h = values_in(rank, size * 256, 0, 0, 0.0f), *b = mem_upload(m, h, 4 * size * 256);
-    CHECK_OK(lw_comm_reduce_scatter(c, b, size * 256, NULL));
+    CHECK_OK(lw_comm_reduce_scatter(c, b, size * 256, LW_DTYPE_F32, NULL));
     CHECK_OK(lw_comm_allgather(c, b, size * 256, LW_DTYPE_F32, NULL));
     lw_comm_counter rs, ag;
     CHECK_OK(lw_comm_counter_get(c, LW_COMM_REDUCE_SCATTER, &rs));
@@ -490,7 +496,7 @@ static void case_counters(const mem_kind *m, lw_comm *c) {
     int64_t *counts = calloc((size_t)size, sizeof(int64_t));
     counts[size - 1] = size * 256;
     lw_comm_counters_reset(c);
-    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, NULL));
+    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, LW_DTYPE_F32, NULL));
     CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_F32, NULL));
     CHECK_OK(lw_comm_allgather_segments(c, b, counts, LW_DTYPE_BF16, NULL));
     lw_comm_counter rsv, agv;
@@ -541,6 +547,7 @@ static void comm_cases_run(const mem_kind *m, lw_comm *c) {
     case_streams(m, c);
     case_blocking_forms(m, c);
     case_counters(m, c);
+    comm_cases_bf16_run(m, c);
 }
 
 #endif

@@ -220,8 +220,8 @@ static void case_alltoallv_interleaved(const mem_kind *m, lw_comm *c) {
     CHECK_OK(lw_request_set_stream(ry, s));
     CHECK_OK(lw_request_set_label(rx, "the expert dispatch"));
     CHECK_OK(a2a_start(c, &x, rx));
-    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, rb));
-    CHECK_OK(lw_comm_reduce_scatter(c, e, n, re));
+    CHECK_OK(lw_comm_reduce_scatterv(c, b, counts, LW_DTYPE_F32, rb));
+    CHECK_OK(lw_comm_reduce_scatter(c, e, n, LW_DTYPE_F32, re));
     CHECK_OK(a2a_start(c, &y, ry));
     if (stays_active(m, c)) {
         CHECK(lw_request_active(rx));

@@ -33,8 +33,8 @@ static void test_reduce_scatters_in_flight(lw_comm *c) {
         for (int k = 0; k < FLIGHT; k++) {
             for (int64_t i = 0; i < total[k]; i++)
                 b[k][i] = value(rank, i) * 0.1f + (float)k / 3;
-            CHECK_OK(k % 2 ? lw_comm_reduce_scatterv(c, b[k], counts[k], req[k])
-                           : lw_comm_reduce_scatter(c, b[k], total[k], req[k]));
+            CHECK_OK(k % 2 ? lw_comm_reduce_scatterv(c, b[k], counts[k], LW_DTYPE_F32, req[k])
+                           : lw_comm_reduce_scatter(c, b[k], total[k], LW_DTYPE_F32, req[k]));
         }
         for (int k = 0; k < FLIGHT; k++) {
             bool done = false;

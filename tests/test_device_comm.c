@@ -62,11 +62,11 @@ static void test_host_memory_refused(lw_comm *c) {
     int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
     const int64_t total = segment_counts(0, size, counts);
     float *host = calloc((size_t)(total + 4 * size), sizeof(float));
-    CHECK_FAILS(lw_comm_reduce_scatter(c, host, 4 * size, NULL), LW_ERR_INVALID,
+    CHECK_FAILS(lw_comm_reduce_scatter(c, host, 4 * size, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "reduce-scatter of host memory");
     CHECK_FAILS(lw_comm_allgather(c, host, 4 * size, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "all-gather of host memory");
-    CHECK_FAILS(lw_comm_reduce_scatterv(c, host, counts, NULL), LW_ERR_INVALID,
+    CHECK_FAILS(lw_comm_reduce_scatterv(c, host, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "reduce-scatter-v of host memory");
     CHECK_FAILS(lw_comm_allgather_segments(c, host, counts, LW_DTYPE_F32, NULL), LW_ERR_INVALID,
                 "of host memory");
@@ -106,7 +106,7 @@ static void test_allgatherv_after_stream(const mem_kind *m, lw_comm *c) {
 }
 
 /* All-reduce and broadcast of host memory go through the parent, which counts them; its
- * nonblocking all-reduce is complete when it returns. */
+ * nonblocking all-reduce (f32 and bf16) is complete when it returns. */
 static void test_host_memory_through_parent(lw_comm *parent, lw_comm *c) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c);
     lw_comm_counter before, after;
@@ -120,14 +120,21 @@ static void test_host_memory_through_parent(lw_comm *parent, lw_comm *c) {
     float g[5];
     for (int k = 0; k < 5; k++)
         g[k] = (float)(rank + k);
-    CHECK_OK(lw_comm_allreduce_start(c, g, 5, req));
+    CHECK_OK(lw_comm_allreduce_start(c, g, 5, LW_DTYPE_F32, req));
     bool done = false;
     CHECK_OK(lw_request_test(req, &done));
     CHECK(done);
     for (int k = 0; k < 5; k++)
         CHECK(g[k] == size * (size - 1) / 2.0f + (float)(size * k));
+    /* bf16 too, through the parent's blocking sum: 1, 2, and 1 + 2^-8 over 2 ranks */
+    uint16_t hb[3] = {0x3f80, 0x4000, (uint16_t)(rank == 0 ? 0x3f80 : 0x3b80)};
+    CHECK_OK(lw_comm_allreduce_start(c, hb, 3, LW_DTYPE_BF16, req));
+    CHECK_OK(lw_request_test(req, &done));
+    CHECK(done);
+    CHECK(hb[0] == bf16_bits_of((float)size) && hb[1] == bf16_bits_of(2.0f * size));
+    CHECK(size != 2 || hb[2] == 0x3f80); /* 1 + 2^-8: a tie, to even */
     CHECK_OK(lw_comm_counter_get(parent, LW_COMM_ALLREDUCE, &after));
-    CHECK_EQ(after.calls - before.calls, 2);
+    CHECK_EQ(after.calls - before.calls, 3);
     lw_request_free(req);
     char text[32] = "nothing", expect[32];
     snprintf(expect, sizeof expect, "from %d", size - 1);
@@ -143,15 +150,15 @@ static void test_requests_across(const mem_kind *m, lw_comm *parent, lw_comm *c)
     lw_request *req;
     CHECK_OK(lw_request_new(&req));
     float h[2] = {1.0f, 2.0f};
-    CHECK_OK(lw_comm_allreduce_start(parent, h, 2, req));
+    CHECK_OK(lw_comm_allreduce_start(parent, h, 2, LW_DTYPE_F32, req));
     CHECK_OK(lw_request_wait(req));
     float *d = mem_upload(m, h, sizeof h);
-    CHECK_OK(lw_comm_allreduce_start(c, d, 2, req));
+    CHECK_OK(lw_comm_allreduce_start(c, d, 2, LW_DTYPE_F32, req));
     CHECK_OK(lw_request_wait(req));
     mem_get(m, h, d, sizeof h);
     CHECK(h[0] == (float)(size * size) && h[1] == 2.0f * size * size);
     CHECK_OK(lw_request_set_stream(req, lw_device_stream(lw_device_cpu())));
-    CHECK_OK(lw_comm_allreduce_start(c, d, 2, req));
+    CHECK_OK(lw_comm_allreduce_start(c, d, 2, LW_DTYPE_F32, req));
     CHECK_OK(lw_request_wait(req));
     lw_request_free(req);
     mem_free(m, d);

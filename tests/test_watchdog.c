@@ -139,7 +139,7 @@ static void test_collectives(lw_comm *c) {
         CHECK_OK(lw_request_set_label(req, "buffer 1 bucket 1"));
         for (int i = 0; i < size * 16; i++)
             b[i] = 1.0f;
-        CHECK_OK(lw_comm_reduce_scatter(c, b, size * 16, req));
+        CHECK_OK(lw_comm_reduce_scatter(c, b, size * 16, LW_DTYPE_F32, req));
         bool done = false;
         while (!done)
             CHECK_OK(lw_request_test(req, &done));
@@ -156,7 +156,7 @@ static void test_collectives(lw_comm *c) {
         const int64_t mine = lw_comm_rank(c) * (int64_t)(lw_comm_rank(c) + 1) / 2;
         for (int i = 0; i < size * (size + 1) / 2; i++)
             all[i] = 1.0f;
-        CHECK_OK(lw_comm_reduce_scatterv(c, all, counts, NULL));
+        CHECK_OK(lw_comm_reduce_scatterv(c, all, counts, LW_DTYPE_F32, NULL));
         CHECK(all[mine] == (float)size);
         CHECK_OK(lw_comm_allgather_segments(c, all, counts, LW_DTYPE_F32, req));
         CHECK_OK(lw_request_wait(req));

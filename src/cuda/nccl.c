@@ -258,16 +258,19 @@ static lw_status nccl_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtyp
     return end(c, req);
 }
 
-static lw_status nccl_reduce_scatter(lw_comm *c, const float *send, float *recv, int64_t shard,
-                                     lw_request *req) {
+/* The sums in bf16 (ncclBfloat16, here and in per_root, nccl_allreduce) are NCCL's: bf16
+ * between GPUs, each partial sum rounded to bf16 where NCCL forms it, in the order of the
+ * algorithm NCCL picks (lw.h's bound of p - 1 roundings holds for any of them). */
+static lw_status nccl_reduce_scatter(lw_comm *c, const void *send, void *recv, int64_t shard,
+                                     lw_dtype dtype, lw_request *req) {
     nccl_comm *nc = nc_of(c);
     lw_status st = shard > 0 ? on_device(nc, send, "reduce-scatter") : LW_OK;
     if (st != LW_OK || (st = begin(c, req)) != LW_OK) return st;
     /* in place: recv is this rank's shard of send (comm.c), as NCCL defines it */
-    NCCL_TRY(
-        nc,
-        ncclReduceScatter(send, recv, (size_t)shard, ncclFloat32, ncclSum, nc->nccl, nc->stream),
-        "ncclReduceScatter");
+    NCCL_TRY(nc,
+             ncclReduceScatter(send, recv, (size_t)shard, nccl_type(dtype), ncclSum, nc->nccl,
+                               nc->stream),
+             "ncclReduceScatter");
     return end(c, req);
 }
 
@@ -323,9 +326,9 @@ static lw_status per_root(lw_comm *c, bool reduce, const void *send, void *recv,
     return end(c, req);
 }
 
-static lw_status nccl_reduce_scatterv(lw_comm *c, const float *send, float *recv,
-                                      const int64_t *counts, lw_request *req) {
-    return per_root(c, true, send, recv, counts, LW_DTYPE_F32, req);
+static lw_status nccl_reduce_scatterv(lw_comm *c, const void *send, void *recv,
+                                      const int64_t *counts, lw_dtype dtype, lw_request *req) {
+    return per_root(c, true, send, recv, counts, dtype, req);
 }
 
 static lw_status nccl_allgatherv(lw_comm *c, const void *send, int64_t n, void *recv,

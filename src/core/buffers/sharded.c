@@ -136,8 +136,10 @@ static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
     g->reducing = true;
     lw_request_set_label(g->gblock.req, g->label); /* pooled blocks serve any group */
     if (g->counts != NULL)
-        return lw_comm_reduce_scatterv(b->comm, g->gblock.data, g->counts, g->gblock.req);
-    return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, g->gblock.req);
+        return lw_comm_reduce_scatterv(b->comm, g->gblock.data, g->counts, LW_DTYPE_F32,
+                                       g->gblock.req);
+    return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, LW_DTYPE_F32,
+                                  g->gblock.req);
 }
 
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t gi) { return start_reduce(bs, gi); }

@@ -47,9 +47,11 @@ lw_status lwi_whole_start_grad(lw_buffers *bs, int32_t gi) {
     const int32_t dp = lw_comm_size(b->comm);
     lw_status st = dp > 1 ? lw_vec_scale(bs->stream, bucket, g->count, 1.0f / (float)dp) : LW_OK;
     if (st != LW_OK) return st;
-    if (b->kind != SYNC_SHARDED) return lw_comm_allreduce_start(b->comm, bucket, g->count, g->req);
-    if (g->counts != NULL) return lw_comm_reduce_scatterv(b->comm, bucket, g->counts, g->req);
-    return lw_comm_reduce_scatter(b->comm, bucket, g->count, g->req);
+    if (b->kind != SYNC_SHARDED)
+        return lw_comm_allreduce_start(b->comm, bucket, g->count, LW_DTYPE_F32, g->req);
+    if (g->counts != NULL)
+        return lw_comm_reduce_scatterv(b->comm, bucket, g->counts, LW_DTYPE_F32, g->req);
+    return lw_comm_reduce_scatter(b->comm, bucket, g->count, LW_DTYPE_F32, g->req);
 }
 
 static lw_status start_grad(lw_buffers *bs, int32_t gi) {

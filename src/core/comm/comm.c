@@ -94,7 +94,7 @@ static void stamp(lw_comm *c, lw_request *req, lw_comm_op op, int64_t bytes) {
     c->next_label[0] = '\0';
     memcpy(req->phase, c->phase, sizeof req->phase);
     req->copy_to = NULL;
-    req->copy_count = 0;
+    req->copy_bytes = 0;
 }
 
 /* Marks req in flight on c since `started` (after a successful start). */
@@ -169,14 +169,33 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
     return st;
 }
 
+/* A dtype's name for a message: "unknown" for a value outside lw_dtype. */
+static const char *dtype_word(lw_dtype dtype) {
+    const char *name = lw_dtype_name(dtype);
+    return name != NULL ? name : "unknown";
+}
+
+/* The sums (all-reduce start, reduce-scatter, reduce-scatter-v) take f32 and bf16, what the
+ * gradients are kept in; bf16 rounds as lw.h says of each backend. */
+static lw_status check_sum_dtype(lw_dtype dtype, const char *what) {
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16)
+        return lwi_fail(LW_ERR_INVALID, "comm: %s of dtype %d (%s); it sums f32 or bf16", what,
+                        (int)dtype, dtype_word(dtype));
+    return LW_OK;
+}
+
 lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op) {
     lw_status st = check_comm(c);
     if (st != LW_OK) return st;
-    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_F64 && dtype != LW_DTYPE_I64)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of dtype %d (f32, f64 or i64)",
-                        (int)dtype);
     if (op < LW_REDUCE_SUM || op > LW_REDUCE_MIN)
         return lwi_fail(LW_ERR_INVALID, "comm: unknown reduce op %d", (int)op);
+    if (dtype == LW_DTYPE_BF16 && op != LW_REDUCE_SUM)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of dtype %d (bf16) with op %s; bf16 "
+                        "takes the sum only", (int)dtype, lw_reduce_op_name(op));
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_F64 && dtype != LW_DTYPE_I64 &&
+        dtype != LW_DTYPE_BF16)
+        return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of dtype %d (%s); it takes f32, f64 "
+                        "or i64, and bf16 for a sum", (int)dtype, dtype_word(dtype));
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
@@ -194,21 +213,23 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
     return st;
 }
 
-lw_status lw_comm_allreduce_start(lw_comm *c, float *data, int64_t n, lw_request *req) {
+lw_status lw_comm_allreduce_start(lw_comm *c, void *data, int64_t n, lw_dtype dtype,
+                                  lw_request *req) {
     lw_status st = check_comm(c);
-    if (st != LW_OK) return st;
+    if (st != LW_OK || (st = check_sum_dtype(dtype, "all-reduce")) != LW_OK) return st;
     if (req == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-reduce start without a request");
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
-                        (void *)data);
+                        data);
     if ((st = claim(c, req)) != LW_OK) return st;
     double t = lwi_now();
-    stamp(c, req, LW_COMM_ALLREDUCE, n * 4);
+    const int64_t bytes = n * (int64_t)lwi_dtype_size(dtype);
+    stamp(c, req, LW_COMM_ALLREDUCE, bytes);
     if (!alone(c)) {
-        st = c->backend->allreduce(c, data, n, LW_DTYPE_F32, LW_REDUCE_SUM, req);
+        st = c->backend->allreduce(c, data, n, dtype, LW_REDUCE_SUM, req);
         if (st == LW_OK) activate(c, req, t);
     }
-    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)n * 4.0, t);
+    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)bytes, t);
     return st;
 }
 
@@ -276,68 +297,75 @@ static double ring_bytes(const lw_comm *c, double bytes) {
     return (double)(c->size - 1) / c->size * bytes;
 }
 
-/* Starts the sum over the ranks of bucket on r, this rank's result being bucket[at, at + n):
- * in place on a backend that can, else into r's scratch, copied there on completion (MPI
- * forbids overlapping send and receive buffers). counts: the segments' (reduce-scatter-v);
- * NULL: equal shards of n. */
-static lw_status start_sum(lw_comm *c, lw_request *r, float *bucket, int64_t at, int64_t n,
-                           const int64_t *counts) {
-    float *recv = bucket + at;
+/* Starts the sum over the ranks of bucket (elements of dtype) on r, this rank's result being
+ * bucket[at, at + n): in place on a backend that can, else into r's scratch, copied there on
+ * completion (MPI forbids overlapping send and receive buffers). counts: the segments'
+ * (reduce-scatter-v); NULL: equal shards of n. */
+static lw_status start_sum(lw_comm *c, lw_request *r, void *bucket, int64_t at, int64_t n,
+                           const int64_t *counts, lw_dtype dtype) {
+    const int64_t size = (int64_t)lwi_dtype_size(dtype);
+    void *recv = (char *)bucket + at * size;
     if (!c->backend->in_place_reduce_scatter) {
-        const int64_t need = n > 0 ? n : 1; /* never a NULL result buffer, even for nothing */
+        /* never a NULL result buffer, even for nothing */
+        const int64_t need = n > 0 ? n * size : size;
         if (need > r->scratch_capacity) {
-            float *grown = realloc(r->scratch, sizeof(float) * (size_t)need);
+            void *grown = realloc(r->scratch, (size_t)need);
             if (grown == NULL)
                 return lwi_fail(LW_ERR_NOMEM, "comm: out of memory for a scratch shard of %lld "
-                                "floats", (long long)need);
+                                "bytes", (long long)need);
             r->scratch = grown;
             r->scratch_capacity = need;
         }
         r->copy_to = recv;
-        r->copy_count = n;
+        r->copy_bytes = n * size;
         recv = r->scratch;
     }
-    return counts ? c->backend->reduce_scatterv_start(c, bucket, recv, counts, r)
-                  : c->backend->reduce_scatter_start(c, bucket, recv, n, r);
+    return counts ? c->backend->reduce_scatterv_start(c, bucket, recv, counts, dtype, r)
+                  : c->backend->reduce_scatter_start(c, bucket, recv, n, dtype, r);
 }
 
-lw_status lw_comm_reduce_scatter(lw_comm *c, float *bucket, int64_t n, lw_request *req) {
+lw_status lw_comm_reduce_scatter(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
+                                 lw_request *req) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK) return st;
+    if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK ||
+        (st = check_sum_dtype(dtype, "reduce-scatter")) != LW_OK)
+        return st;
     lw_request *r = req ? req : c->blocking;
     if ((st = claim(c, r)) != LW_OK) return st;
     double t = lwi_now();
-    int64_t shard = n / c->size;
-    stamp(c, r, LW_COMM_REDUCE_SCATTER, n * 4);
+    const int64_t shard = n / c->size, bytes = n * (int64_t)lwi_dtype_size(dtype);
+    stamp(c, r, LW_COMM_REDUCE_SCATTER, bytes);
     if (alone(c)) { /* the sum over one rank is the bucket itself */
         count(c, LW_COMM_REDUCE_SCATTER, 0, t);
         return LW_OK;
     }
-    st = start_sum(c, r, bucket, (int64_t)c->rank * shard, shard, NULL);
+    st = start_sum(c, r, bucket, (int64_t)c->rank * shard, shard, NULL, dtype);
     if (st == LW_OK) activate(c, r, t);
-    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)n * 4.0), t);
+    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)bytes), t);
     if (st != LW_OK || req != NULL) return st;
     return lw_request_wait(r);
 }
 
-lw_status lw_comm_reduce_scatterv(lw_comm *c, float *bucket, const int64_t *counts,
-                                  lw_request *req) {
+lw_status lw_comm_reduce_scatterv(lw_comm *c, void *bucket, const int64_t *counts,
+                                  lw_dtype dtype, lw_request *req) {
     int64_t total = 0;
     lw_status st = check_comm(c);
-    if (st != LW_OK ||
+    if (st != LW_OK || (st = check_sum_dtype(dtype, "reduce-scatter-v")) != LW_OK ||
         (st = check_segments(c, bucket, counts, "reduce-scatter-v", &total)) != LW_OK)
         return st;
     lw_request *r = req ? req : c->blocking;
     if ((st = claim(c, r)) != LW_OK) return st;
     double t = lwi_now();
-    stamp(c, r, LW_COMM_REDUCE_SCATTER, total * 4);
+    const int64_t bytes = total * (int64_t)lwi_dtype_size(dtype);
+    stamp(c, r, LW_COMM_REDUCE_SCATTER, bytes);
     /* over one rank the sum is the bucket itself; an empty bucket has nothing to sum (every
      * rank skips it alike: the counts are the same on all) */
     if (!alone(c) && total > 0) {
-        st = start_sum(c, r, bucket, displacement(counts, c->rank), counts[c->rank], counts);
+        st = start_sum(c, r, bucket, displacement(counts, c->rank), counts[c->rank], counts,
+                       dtype);
         if (st == LW_OK) activate(c, r, t);
     }
-    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)total * 4.0), t);
+    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)bytes), t);
     if (st != LW_OK || req != NULL) return st;
     return lw_request_wait(r);
 }

@@ -7,6 +7,8 @@
 #include "base/base.h"
 #include "device/device.h"
 
+#include <string.h>
+
 #define LWI_COMM_OPS 7 /* lw_comm_op's values */
 #define LWI_LABEL 64   /* bytes of a collective's label, with its NUL */
 #define LWI_PHASE 64   /* bytes of a communicator's phase, with its NUL */
@@ -45,14 +47,17 @@ typedef struct lwi_comm_backend {
                            lw_request *req);
     lw_status (*allreduce)(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
                            lw_reduce_op op, lw_request *req);
-    lw_status (*reduce_scatter_start)(lw_comm *comm, const float *send, float *recv,
-                                      int64_t shard, lw_request *req);
+    /* The sums (reduce_scatter_start, reduce_scatterv_start, and allreduce with
+     * LW_REDUCE_SUM) take dtype F32 or BF16 (comm.c checks); bf16 rounds as lw.h says of each
+     * backend. Counts and shards are elements of dtype. */
+    lw_status (*reduce_scatter_start)(lw_comm *comm, const void *send, void *recv,
+                                      int64_t shard, lw_dtype dtype, lw_request *req);
     lw_status (*allgather_start)(lw_comm *comm, void *bucket, int64_t shard, lw_dtype dtype,
                                  lw_request *req);
     /* Variable-count reduce-scatter: nonblocking only (req never NULL); as reduce_scatter_start,
      * in place or into scratch (see in_place_reduce_scatter). */
-    lw_status (*reduce_scatterv_start)(lw_comm *comm, const float *send, float *recv,
-                                       const int64_t *counts, lw_request *req);
+    lw_status (*reduce_scatterv_start)(lw_comm *comm, const void *send, void *recv,
+                                       const int64_t *counts, lw_dtype dtype, lw_request *req);
     /* Rank r's counts[r] elements of dtype to recv + displ[r] on every rank; send_count =
      * counts[rank]. In place when send is this rank's own segment of recv (send == recv +
      * displ[rank] elements: the all-gather of segments); otherwise send must not overlap recv
@@ -104,10 +109,10 @@ struct lw_request {
     lw_comm *comm;     /* the communicator of the active collective; NULL when idle */
     lw_stream *stream; /* [borrowed] its collectives are ordered after it; NULL: the comm's */
     lw_comm_op op;
-    float *scratch; /* [owned] reduce-scatter result before it is copied into the bucket */
-    int64_t scratch_capacity;
-    float *copy_to; /* reduce-scatter: where the result goes on completion */
-    int64_t copy_count;
+    void *scratch; /* [owned] reduce-scatter result before it is copied into the bucket */
+    int64_t scratch_capacity; /* its bytes */
+    void *copy_to; /* reduce-scatter: where the result goes on completion */
+    int64_t copy_bytes;
     void *handle; /* [owned] backend handle storage (MPI_Request), allocated on first use */
     const lwi_comm_backend *handle_backend; /* the backend whose handle it is (see release) */
     int *ints;    /* [owned] backend integers that live as long as the collective (counts) */
@@ -123,6 +128,32 @@ struct lw_request {
     lw_request *prev_active;
 };
 
+
+/* bf16 (the top half of an f32's bits) to f32: exact. */
+static inline float lwi_bf16_to_f32(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* f32 to bf16, rounded to nearest, ties to even (a NaN stays a NaN, made quiet; past bf16's
+ * largest finite value the sum rounds to infinity as IEEE's rounding does). */
+static inline uint16_t lwi_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* The sum of two bf16 values as bf16: widened to f32, added, rounded once. Their f32 sum is
+ * exact unless their exponents differ by more than 15, and then the smaller is below 2^-14 of
+ * the larger, too little to reach a bf16 rounding boundary: either way the result is the
+ * correctly rounded bf16 sum. The MPI backend's sums in bf16 add with it. */
+static inline uint16_t lwi_bf16_add(uint16_t a, uint16_t b) {
+    return lwi_f32_to_bf16(lwi_bf16_to_f32(a) + lwi_bf16_to_f32(b));
+}
 
 /* A communicator object around a backend (counters zero, blocking request allocated). */
 lw_status lwi_comm_make(const lwi_comm_backend *backend, int32_t rank, int32_t size, void *impl,

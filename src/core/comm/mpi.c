@@ -2,7 +2,9 @@
  * them) with errors returned, not fatal; MPI is initialised on first use and finalised when
  * the last communicator is freed, or at exit. Every collective has a nonblocking form
  * (MPI_I...), so that comm.c can wait for it under the watchdog's deadline; reduce-scatters run
- * here as rings of sends and receives (mpi_ring.c), faster than Open MPI's own. */
+ * here as rings of sends and receives (mpi_ring.c), faster than Open MPI's own. Sums in bf16
+ * (which MPI lacks) move bf16's bits: the ring adds them itself, the all-reduce through an
+ * operation of ours (bf16_sum), both rounding each addition to bf16 (lw.h says why). */
 #include "comm/comm.h"
 #include "comm/mpi_ring.h"
 
@@ -15,6 +17,9 @@ static int live_comms;     /* MPI communicators alive */
 static bool we_initialised; /* MPI_Init came from here, so MPI_Finalize is ours too */
 static bool poll_yields;    /* the watchdog's polls give the core up (see mpi_yields) */
 static double end_timeout;  /* bounds MPI_Finalize: the world's timeout when MPI started */
+/* MPI has no bf16: the all-reduce's sum in bf16 is an operation of ours on MPI_UINT16_T
+ * (bf16_sum), made on first use (MPI_OP_NULL until then) and freed before MPI_Finalize. */
+static MPI_Op bf16_sum_op = MPI_OP_NULL;
 
 #define MPI_CHECK(call, what)                                                                  \
     do {                                                                                       \
@@ -34,6 +39,7 @@ static bool may_finalize(void) {
 
 /* MPI_Finalize waits for every rank: under the start-up watchdog's deadline (guard.c). */
 static void finalize(void) {
+    if (bf16_sum_op != MPI_OP_NULL) MPI_Op_free(&bf16_sum_op); /* sets it to MPI_OP_NULL */
     lwi_guard *g = NULL;
     lwi_guard_begin(end_timeout, "MPI_Finalize (the end of the job, which waits for every rank)",
                     &g);
@@ -50,12 +56,31 @@ static MPI_Datatype mpi_type(lw_dtype dtype) {
     case LW_DTYPE_F32: return MPI_FLOAT;
     case LW_DTYPE_F64: return MPI_DOUBLE;
     case LW_DTYPE_I64: return MPI_INT64_T;
-    default: return MPI_UINT16_T; /* bf16 / f16: moved, never reduced */
+    default: return MPI_UINT16_T; /* bf16 / f16: their bits (bf16 sums: bf16_sum_op) */
     }
 }
 
-static MPI_Op mpi_op(lw_reduce_op op) {
-    return op == LW_REDUCE_MAX ? MPI_MAX : op == LW_REDUCE_MIN ? MPI_MIN : MPI_SUM;
+/* inout[i] = in[i] + inout[i] in bf16, rounded once per pair (lwi_bf16_add): each of MPI's
+ * reduction steps rounds, as the ring's steps do (mpi_ring.c); the order of the steps is MPI's.
+ * Commutative (a + b and b + a round alike), though not associative, as MPI_SUM on floats. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type; /* MPI_UINT16_T, the only type it is used with */
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = lwi_bf16_add(a[i], b[i]);
+}
+
+/* MPI's operation for op over dtype: [out] *out; MPI's own but for the bf16 sum. */
+static lw_status mpi_op(lw_reduce_op op, lw_dtype dtype, MPI_Op *out) {
+    if (dtype == LW_DTYPE_BF16) { /* the sum: comm.c refuses bf16 with max and min */
+        if (bf16_sum_op == MPI_OP_NULL)
+            MPI_CHECK(MPI_Op_create(bf16_sum, 1, &bf16_sum_op), "MPI_Op_create (bf16 sum)");
+        *out = bf16_sum_op;
+        return LW_OK;
+    }
+    *out = op == LW_REDUCE_MAX ? MPI_MAX : op == LW_REDUCE_MIN ? MPI_MIN : MPI_SUM;
+    return LW_OK;
 }
 
 /* A request's handle: MPI's request for a collective MPI runs, or a reduce-scatter's ring. */
@@ -202,28 +227,28 @@ static lw_status mpi_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t ro
 static lw_status mpi_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op,
                                lw_request *req) {
     lw_status st = check_int(n, "all-reduce");
-    if (st != LW_OK) return st;
+    MPI_Op mop = MPI_OP_NULL;
+    if (st != LW_OK || (st = mpi_op(op, dtype, &mop)) != LW_OK) return st;
     if (req == NULL) {
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mpi_op(op),
-                                *handle_of(c)),
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mop, *handle_of(c)),
                   "MPI_Allreduce");
         return LW_OK;
     }
     MPI_Request *h = request_handle(req);
     if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mpi_op(op),
-                             *handle_of(c), h),
-              "MPI_Iallreduce");
+    MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mop, *handle_of(c), h),
+        "MPI_Iallreduce");
     return LW_OK;
 }
 
-static lw_status mpi_reduce_scatter(lw_comm *c, const float *send, float *recv, int64_t shard,
-                                    lw_request *req) {
+static lw_status mpi_reduce_scatter(lw_comm *c, const void *send, void *recv, int64_t shard,
+                                    lw_dtype dtype, lw_request *req) {
     lw_status st = check_int(shard, "reduce-scatter");
     if (st != LW_OK) return st;
     mpi_handle *h = handle(req, true);
     if (h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
-    return lwi_mpi_ring_start(&h->ring, *handle_of(c), send, recv, NULL, shard, req->seq);
+    return lwi_mpi_ring_start(&h->ring, *handle_of(c), send, recv, NULL, shard, dtype, req->seq);
 }
 
 static lw_status mpi_allgather(lw_comm *c, void *bucket, int64_t shard, lw_dtype dtype,
@@ -267,14 +292,14 @@ static lw_status mpi_counts(const lw_comm *c, const int64_t *counts, int *cnt, i
 
 /* The reduce-scatter-v from the bucket into recv, which comm.c makes the request's scratch
  * (copied to this rank's segment on completion). */
-static lw_status mpi_reduce_scatterv(lw_comm *c, const float *send, float *recv,
-                                     const int64_t *counts, lw_request *req) {
+static lw_status mpi_reduce_scatterv(lw_comm *c, const void *send, void *recv,
+                                     const int64_t *counts, lw_dtype dtype, lw_request *req) {
     int *cnt = request_ints(req, c->size);
     mpi_handle *h = handle(req, true);
     if (cnt == NULL || h == NULL) return lwi_fail(LW_ERR_NOMEM, "comm: out of memory");
     lw_status st = mpi_counts(c, counts, cnt, NULL, "reduce-scatter-v");
     if (st != LW_OK) return st;
-    return lwi_mpi_ring_start(&h->ring, *handle_of(c), send, recv, cnt, 0, req->seq);
+    return lwi_mpi_ring_start(&h->ring, *handle_of(c), send, recv, cnt, 0, dtype, req->seq);
 }
 
 static lw_status mpi_allgatherv(lw_comm *c, const void *send, int64_t n, void *recv,

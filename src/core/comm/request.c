@@ -63,8 +63,8 @@ static void abandon(lw_request *r) {
 
 /* The request completed in the backend: finish the reduce-scatter's copy, release it. */
 static void complete(lw_request *r) {
-    if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_count > 0)
-        memcpy(r->copy_to, r->scratch, sizeof(float) * (size_t)r->copy_count);
+    if (r->op == LW_COMM_REDUCE_SCATTER && r->copy_bytes > 0)
+        memcpy(r->copy_to, r->scratch, (size_t)r->copy_bytes);
     release(r);
 }
 

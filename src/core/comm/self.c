@@ -30,18 +30,20 @@ static lw_status self_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtyp
     return LW_OK;
 }
 
-static lw_status self_reduce_scatter(lw_comm *c, const float *send, float *recv, int64_t shard,
-                                     lw_request *req) {
+/* The sum over one rank is its own contribution, in any dtype: nothing is rounded. */
+static lw_status self_reduce_scatter(lw_comm *c, const void *send, void *recv, int64_t shard,
+                                     lw_dtype dtype, lw_request *req) {
     (void)c, (void)req;
-    if (shard > 0 && recv != send) memmove(recv, send, sizeof(float) * (size_t)shard);
+    if (shard > 0 && recv != send) memmove(recv, send, lwi_dtype_size(dtype) * (size_t)shard);
     return LW_OK;
 }
 
 /* One segment, the whole bucket, which is already this rank's sum: in place, nothing moves. */
-static lw_status self_reduce_scatterv(lw_comm *c, const float *send, float *recv,
-                                      const int64_t *counts, lw_request *req) {
+static lw_status self_reduce_scatterv(lw_comm *c, const void *send, void *recv,
+                                      const int64_t *counts, lw_dtype dtype, lw_request *req) {
     (void)c, (void)req;
-    if (counts[0] > 0 && recv != send) memmove(recv, send, sizeof(float) * (size_t)counts[0]);
+    if (counts[0] > 0 && recv != send)
+        memmove(recv, send, lwi_dtype_size(dtype) * (size_t)counts[0]);
     return LW_OK;
 }
 

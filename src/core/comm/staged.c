@@ -227,28 +227,31 @@ static lw_status staged_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dt
         (st = copy_out(c, req, g.host, data, bytes)) != LW_OK)
         return st;
     pass_names(c, req);
-    /* the parent's nonblocking all-reduce is the float sum (the buffers' replicated gradients);
-     * the rest block */
-    if (g.inner != NULL && dtype == LW_DTYPE_F32 && op == LW_REDUCE_SUM)
-        st = lw_comm_allreduce_start(sc->parent, (float *)g.host, n, g.inner);
+    /* the parent's nonblocking all-reduce is the sum in f32 or bf16 (the buffers' replicated
+     * gradients), bf16 summed and rounded by the parent (MPI); the rest block */
+    if (g.inner != NULL && (dtype == LW_DTYPE_F32 || dtype == LW_DTYPE_BF16) &&
+        op == LW_REDUCE_SUM)
+        st = lw_comm_allreduce_start(sc->parent, g.host, n, dtype, g.inner);
     else
         st = lw_comm_allreduce(sc->parent, g.host, n, dtype, op);
     return started(c, &g, st, data, g.host, bytes);
 }
 
-static lw_status staged_reduce_scatter(lw_comm *c, const float *send, float *recv, int64_t shard,
-                                       lw_request *req) {
+/* The sums (reduce-scatter, -v) stage the bucket in its own dtype: bf16 crosses to the host and
+ * back as bf16, and the parent (MPI) sums and rounds it. */
+static lw_status staged_reduce_scatter(lw_comm *c, const void *send, void *recv, int64_t shard,
+                                       lw_dtype dtype, lw_request *req) {
     staged_comm *sc = sc_of(c);
-    const int64_t bytes = 4 * shard * c->size;
+    const int64_t piece = shard * (int64_t)lwi_dtype_size(dtype), bytes = piece * c->size;
     lw_status st = shard > 0 ? on_device(sc, send, "reduce-scatter") : LW_OK;
     stage g;
     if (st != LW_OK || (st = stage_for(c, req, bytes, &g)) != LW_OK ||
         (st = copy_out(c, req, g.host, send, bytes)) != LW_OK)
         return st;
     pass_names(c, req);
-    st = lw_comm_reduce_scatter(sc->parent, (float *)g.host, shard * c->size, g.inner);
+    st = lw_comm_reduce_scatter(sc->parent, g.host, shard * c->size, dtype, g.inner);
     /* in place: the sum lands in this rank's shard of the bucket (recv) */
-    return started(c, &g, st, recv, g.host + 4 * shard * c->rank, 4 * shard);
+    return started(c, &g, st, recv, g.host + piece * c->rank, piece);
 }
 
 static lw_status staged_allgather(lw_comm *c, void *bucket, int64_t shard, lw_dtype dtype,
@@ -272,18 +275,19 @@ static int64_t count_sum(const int64_t *counts, int32_t upto) {
     return at;
 }
 
-static lw_status staged_reduce_scatterv(lw_comm *c, const float *send, float *recv,
-                                        const int64_t *counts, lw_request *req) {
+static lw_status staged_reduce_scatterv(lw_comm *c, const void *send, void *recv,
+                                        const int64_t *counts, lw_dtype dtype, lw_request *req) {
     staged_comm *sc = sc_of(c);
-    const int64_t total = count_sum(counts, c->size), at = count_sum(counts, c->rank);
+    const int64_t size = (int64_t)lwi_dtype_size(dtype), total = count_sum(counts, c->size);
+    const int64_t at = size * count_sum(counts, c->rank);
     lw_status st = total > 0 ? on_device(sc, send, "reduce-scatter-v") : LW_OK;
     stage g;
-    if (st != LW_OK || (st = stage_for(c, req, 4 * total, &g)) != LW_OK ||
-        (st = copy_out(c, req, g.host, send, 4 * total)) != LW_OK)
+    if (st != LW_OK || (st = stage_for(c, req, size * total, &g)) != LW_OK ||
+        (st = copy_out(c, req, g.host, send, size * total)) != LW_OK)
         return st;
     pass_names(c, req);
-    st = lw_comm_reduce_scatterv(sc->parent, (float *)g.host, counts, g.inner);
-    return started(c, &g, st, recv, g.host + 4 * at, 4 * counts[c->rank]);
+    st = lw_comm_reduce_scatterv(sc->parent, g.host, counts, dtype, g.inner);
+    return started(c, &g, st, recv, g.host + at, size * counts[c->rank]);
 }
 
 /* In place (send is this rank's segment of recv, the all-gather of segments) or not (legacy
