@@ -3,8 +3,8 @@
 -- tokens/s, forward / backward / optimizer ms, model TFLOP/s and MFU, and GPU memory, for AdamW
 -- and Muon (bf16 Newton-Schulz) with the model's GEMMs in tf32 and in bf16 (bf16 operands, fp32
 -- sums, fp32 weights and activations: autocast's GEMMs), and AdamW with exact fp32 GEMMs as the
--- baseline; then, for tf32 and bf16, Muon's cost over AdamW against the Newton-Schulz share of
--- the step's FLOPs (goal: at most 1.25x it). The five configurations run interleaved, `repeats`
+-- baseline, on fp32 parameters; the bf16 pair also on bf16 parameters; then, for tf32 and bf16, Muon's cost over AdamW against the Newton-Schulz share of
+-- the step's FLOPs (goal: at most 1.25x it). The seven configurations run interleaved, `repeats`
 -- times, each keeping its best run (highest tokens/s); a run's figures are the mean over steps
 -- 6..N of its JSON log. The table has the columns of bench/peers/torch_gpt2.py, the PyTorch peer
 -- on the same GPU and shapes.
@@ -146,17 +146,25 @@ end
 local NS_SHARE = NS_FLOPS / (MODEL_FLOPS_PER_STEP + NS_FLOPS)
 
 -- AdamW in fp32 is the baseline (exact GEMMs on CUDA cores); Muon's cost is taken per precision
--- against AdamW's in the same one (MUON_COST_MATMULS).
+-- against AdamW's in the same one (MUON_COST_MATMULS). Parameters fp32 (as the runs before bf16
+-- parameters were measured), and Muon and AdamW with bf16 GEMMs also on bf16 parameters with
+-- fp32 master weights (the recipe's default on a GPU).
 local CONFIGS = {
-   { optimizer = "adamw", matmul = "fp32" },
-   { optimizer = "adamw", matmul = "tf32" }, { optimizer = "muon", matmul = "tf32" },
-   { optimizer = "adamw", matmul = "bf16" }, { optimizer = "muon", matmul = "bf16" },
+   { optimizer = "adamw", matmul = "fp32", params = "fp32" },
+   { optimizer = "adamw", matmul = "tf32", params = "fp32" },
+   { optimizer = "muon", matmul = "tf32", params = "fp32" },
+   { optimizer = "adamw", matmul = "bf16", params = "fp32" },
+   { optimizer = "muon", matmul = "bf16", params = "fp32" },
+   { optimizer = "adamw", matmul = "bf16", params = "bf16" },
+   { optimizer = "muon", matmul = "bf16", params = "bf16" },
 }
 local MUON_COST_MATMULS = { "tf32", "bf16" }
 local function label(c)
-   return ("lwopt %s, %s GEMMs"):format(c.optimizer == "muon" and "muon (bf16 NS)" or "adamw",
-      c.matmul)
+   return ("lwopt %s, %s GEMMs%s"):format(c.optimizer == "muon" and "muon (bf16 NS)" or "adamw",
+      c.matmul, c.params == "bf16" and ", bf16 params" or "")
 end
+-- The key a configuration's best run is kept under.
+local function key_of(c) return c.optimizer .. c.matmul .. (c.params == "bf16" and "p16" or "") end
 
 local dir -- the run's temp directory, with the shard, logs and outputs
 
@@ -174,12 +182,13 @@ end
 -- and activations).
 local function run(c, shard, k)
    local json = require("lwopt.json")
-   local name = ("%s-%s-%d"):format(c.optimizer, c.matmul, k)
+   local name = ("%s-%s-%s-%d"):format(c.optimizer, c.matmul, c.params, k)
    local log, out = ("%s/%s.jsonl"):format(dir, name), ("%s/%s.out"):format(dir, name)
    local cmd = ("bin/lwopt run recipes/gpt_small.lua --device cuda --preset gpt2 --data %s "
-      .. "--vocab %d --batch %d --seq %d --optimizer %s --matmul %s%s --steps %d "
-      .. "--eval-every 0 --eval-max 1 --sample 0 --quiet --log %s"):format(shard, VOCAB_DATA, B, T,
-      c.optimizer, c.matmul, c.optimizer == "muon" and " --muon-precision bf16" or "", steps, log)
+      .. "--vocab %d --batch %d --seq %d --optimizer %s --matmul %s%s --param-dtype %s "
+      .. "--steps %d --eval-every 0 --eval-max 1 --sample 0 --quiet --log %s"):format(shard,
+      VOCAB_DATA, B, T, c.optimizer, c.matmul,
+      c.optimizer == "muon" and " --muon-precision bf16" or "", c.params, steps, log)
    local status = sh(cmd .. " > " .. out .. " 2>&1")
    local text = slurp(out)
    if status ~= 0 then
@@ -274,7 +283,7 @@ for k = 1, repeats do
       local r = run(c, shard, k)
       print(("run %d/%d, %s: %.0f tokens/s"):format(k, repeats, label(c), r.tps))
       io.stdout:flush()
-      local key = c.optimizer .. c.matmul
+      local key = key_of(c)
       if best[key] == nil or r.tps > best[key].tps then best[key] = r end
    end
 end
@@ -285,7 +294,7 @@ print("| configuration | tokens/s | step ms | fwd ms | bwd ms | opt ms | model T
    .. "tensors peak MiB | GPU in use MiB |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for _, c in ipairs(CONFIGS) do
-   local r = best[c.optimizer .. c.matmul]
+   local r = best[key_of(c)]
    local tflops = r.tps * FLOPS_PER_TOKEN / 1e12
    print(("| %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |"):format(label(c), r.tps,
       1e3 * TOKENS_PER_STEP / r.tps, r.fwd, r.bwd, r.opt, tflops,

@@ -83,6 +83,41 @@ print(ok, err)
       end
    end)
 
+   it("holds bf16 parameters in half the bytes, read and written as fp32 at every ZeRO level",
+      function()
+      for _, zero in ipairs({ 1, 2, 3 }) do
+         local d = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 5000, zero = zero,
+            param_dtype = "bf16", grad_dtype = "bf16" })
+         assert.equal("bf16", d.param_dtype)
+         assert.equal("bf16", d.grad_dtype)
+         -- a view exists only while its group is held (widened when acquired), as at ZeRO-3
+         assert.has_error(function() d:param("h.1.mlp.fc.weight") end)
+         local f = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 5000, zero = zero })
+         local h = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 5000, zero = zero,
+            param_dtype = "bf16" })
+         assert.equal("f32", f.param_dtype)
+         -- the same fp32 gradients: the difference is half the parameters' bytes
+         local grads = f:memory().grads
+         assert.equal((f:memory().arrays - grads) / 2, h:memory().arrays - grads)
+         -- 1 + 2^-8 lies halfway between two bf16 values: rounded to the even one, 1
+         d:write_param("h.1.mlp.fc.weight", function(i) return i == 1 and 1 + 2 ^ -8 or 0.5 end)
+         local w = d:read_param("h.1.mlp.fc.weight")
+         assert.equal(1, w:at(1))
+         assert.equal(0.5, w:at(2))
+      end
+   end)
+
+   it("names a dtype it does not hold", function()
+      assert.has_error(function()
+         lw.ddp.new(tiny(), lw.comm.self(), { param_dtype = "fp16" })
+      end, "lw.ddp.new: param_dtype must be 'bf16' or 'fp32', got 'fp16'")
+      local mixed = tiny()
+      mixed[1].dtype = "bf16"
+      local ok, err = pcall(lw.ddp.new, mixed, lw.comm.self())
+      assert.is_false(ok)
+      assert.matches("every parameter of one set of buffers has the same dtype", err, 1, true)
+   end)
+
    it("numbers groups in forward order", function()
       local d = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 4000 })
       assert.is_true(d:num_groups() > 2)

@@ -173,7 +173,8 @@ describe("recipes/gpt_small.lua", function()
    end)
 
    it("trains at ZeRO-3, row-sharded too, and reports memory per rank", function()
-      for _, args in ipairs({ "--zero 3", "--zero 3 --shard rows", "--zero 2" }) do
+      for _, args in ipairs({ "--zero 3", "--zero 3 --shard rows", "--zero 2",
+         "--param-dtype bf16 --grad-dtype bf16" }) do
          local log = os.tmpname() .. ".jsonl"
          local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --steps 2 --sample 10 "
             .. "--progress lines --log " .. log .. " " .. args)
@@ -184,6 +185,9 @@ describe("recipes/gpt_small.lua", function()
             .. "     0 +%d+%.%d+", out)
          local first = io.lines(log)()
          assert.matches('"memory_mb":{', first, 1, true)
+         -- fp32 master weights exactly when the parameters are bf16
+         local master = tonumber(first:match('"master":%[([%d%.]+)'))
+         assert.equal(args:find("bf16", 1, true) ~= nil, master > 0)
          assert.matches('"peak":[', first, 1, true)
          os.remove(log)
          os.remove((log:gsub("%.jsonl$", ".png")))

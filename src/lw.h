@@ -879,8 +879,15 @@ lw_device *lw_buffers_device(const lw_buffers *buffers);
 lw_comm *lw_buffers_buffer_comm(const lw_buffers *buffers, int32_t buffer);
 int32_t lw_buffers_zero(const lw_buffers *buffers);
 /* The dtype the parameter arrays hold (the layout's params', all alike): F32, or BF16 (with the
- * optimizer's fp32 master copy of what this rank owns). Gradients are F32. */
+ * optimizer's fp32 master copy of what this rank owns). */
 lw_dtype lw_buffers_param_dtype(const lw_buffers *buffers);
+/* The dtype the gradient sums move (the layout's grad dtype, all alike): F32, or BF16: each
+ * group's averaged fp32 gradient rounded to bf16 once, summed in bf16 over the ranks (rounded at
+ * each step of the sum, see lw_comm_reduce_scatter), the result widened and accumulated in fp32.
+ * The arrays the model writes and the optimizer reads stay fp32 either way: micro-steps and
+ * ZeRO-2/3's partial reductions accumulate in fp32, where bf16 would drop a gradient smaller
+ * than 2^-9 of the sum it is added to. */
+lw_dtype lw_buffers_grad_dtype(const lw_buffers *buffers);
 /* Views of a whole parameter / gradient, fp32, as the model reads and writes them. [out] *data
  * borrowed, numel elements. ZeRO-3 parameters, bf16 parameters (the view is an fp32 block
  * widened from them) and ZeRO-2/3 gradients are only there while their group is held

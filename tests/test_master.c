@@ -6,7 +6,11 @@
  * parameter the reference rounding (nearest even) of the fp32 run's, for every layout, ZeRO
  * level, the row-sharded, legacy and replicated modes, with micro-steps and with parameters
  * written after the optimizer was made (which it must widen into its master copies again). The
- * bf16 arrays and the all-gathers' bytes are half the fp32 ones. */
+ * bf16 arrays and the all-gathers' bytes are half the fp32 ones. With bf16 gradient sums each
+ * owned gradient is the bf16 sum of the ranks' averaged gradients rounded to bf16: exactly at 1
+ * and 2 ranks, within the bound of p - 1 roundings beyond, and the sums move half the bytes.
+ * With LWOPT_TEST_REQUIRE=cuda (ctest test_master_gpu, label gpu) the same on the GPU, one rank,
+ * skipped (exit 77) without one. */
 #include "bf16_reference.h"
 #include "optim_util.h"
 
@@ -14,7 +18,7 @@
 #include <stdlib.h>
 
 enum { N_SPECS = 7, STEPS = 3 };
-static lw_param_spec specs[N_SPECS], specs_bf16[N_SPECS];
+static lw_param_spec specs[N_SPECS], specs_bf16[N_SPECS], specs_grad16[N_SPECS];
 
 static void make_specs(void) {
     specs[0] = mat("emb", 40, 16, false);
@@ -27,6 +31,8 @@ static void make_specs(void) {
     for (int p = 0; p < N_SPECS; p++) {
         specs_bf16[p] = specs[p];
         specs_bf16[p].dtype = LW_DTYPE_BF16;
+        specs_grad16[p] = specs[p];
+        specs_grad16[p].grad_dtype = LW_DTYPE_BF16;
     }
 }
 
@@ -49,6 +55,18 @@ typedef struct variant {
 
 static const float LR[2] = {0.02f, 0.01f}, WD[2] = {0.1f, 0.05f};
 
+/* Where the rigs run: the CPU, or a GPU with LWOPT_TEST_REQUIRE=cuda. */
+static lw_device *device;
+
+/* n floats of the rigs' device memory at src, copied to a new host array (free it). */
+static float *host_copy(const void *src, int64_t n) {
+    float *h = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    lw_stream *s = lw_device_stream(device);
+    CHECK_OK(lw_stream_synchronize(s));
+    CHECK_OK(lw_device_copy(s, h, src, (int64_t)sizeof(float) * n, LW_COPY_DEVICE_TO_HOST));
+    return h;
+}
+
 /* Every master copy of r (bf16) equals the owned elements of fp32 (the fp32 rig) bit for bit. */
 static int64_t masters_differ(rig *bf, rig *fp) {
     int64_t differ = 0;
@@ -59,7 +77,9 @@ static int64_t masters_differ(rig *bf, rig *fp) {
         CHECK_OK(lw_buffers_owned_param(fp->buffers, e.param, &w));
         CHECK(e.master != NULL);
         if (e.master == NULL || w == NULL) return 1;
-        differ += memcmp(e.master, w, sizeof(float) * (size_t)e.count) != 0;
+        float *master = host_copy(e.master, e.count), *fp32 = host_copy(w, e.count);
+        differ += memcmp(master, fp32, sizeof(float) * (size_t)e.count) != 0;
+        free(master), free(fp32);
     }
     return differ;
 }
@@ -69,6 +89,7 @@ static void run_variant(lw_comm *c, const variant *v) {
     const int size = lw_comm_size(c), before = check_failures;
     lw_buffers_options bo = lw_buffers_defaults();
     bo.zero = v->zero;
+    bo.device = device;
     rig fp, bf;
     bool ok = rig_new(&fp, make_layout(specs, N_SPECS, size, v->bucket_size, v->muon, v->adamw),
                       specs, N_SPECS, c, &bo, NULL);
@@ -132,9 +153,80 @@ static void run_variant(lw_comm *c, const variant *v) {
     rig_free(&bf);
 }
 
+/* bf16 rounded as a double (the reference's). */
+static double bf16_round(double x) { return bf16_reference_value(bf16_reference((float)x)); }
+
+/* bf16 gradient sums: after one backward and the gradient sync, every owned gradient element
+ * against the sum of the ranks' averaged gradients each rounded to bf16: exactly that sum
+ * rounded at 1 and 2 ranks (one rounding), within p - 1 roundings' bound beyond. */
+static void run_grad_variant(lw_comm *c, const variant *v) {
+    int rank = lw_comm_rank(c);
+    const int size = lw_comm_size(c), before = check_failures;
+    lw_buffers_options bo = lw_buffers_defaults();
+    bo.zero = v->zero;
+    bo.device = device;
+    rig r;
+    if (!rig_new(&r, make_layout(specs_grad16, N_SPECS, size, v->bucket_size, v->muon, v->adamw),
+                 specs_grad16, N_SPECS, c, &bo, NULL)) {
+        rig_free(&r);
+        return;
+    }
+    CHECK_EQ(lw_buffers_grad_dtype(r.buffers), LW_DTYPE_BF16);
+    rig_write_params(&r, fill, &rank);
+    CHECK_OK(lw_buffers_zero_grad(r.buffers));
+    rig_forward(&r);
+    lw_comm_counters_reset(c);
+    rig_backward(&r, 0, fill, &rank);
+    CHECK_OK(lw_buffers_finish_grad_sync(r.buffers));
+    lw_comm_counter sums[2];
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_REDUCE_SCATTER, &sums[0]));
+    CHECK_OK(lw_comm_counter_get(c, LW_COMM_ALLREDUCE, &sums[1]));
+    int64_t total = 0, bytes = sums[0].bytes + sums[1].bytes, wrong = 0;
+    const double u = ldexp(1.0, -8), gamma = (size - 1) * u / (1 - (size - 1) * u);
+    for (int p = 0; p < N_SPECS; p++) {
+        int64_t start, count;
+        float *g = NULL;
+        CHECK_OK(lw_buffers_owned(r.buffers, p, &start, &count));
+        CHECK_OK(lw_buffers_owned_grad(r.buffers, p, &g));
+        g = count > 0 ? host_copy(g, count) : NULL;
+        total += spec_numel(&specs[p]);
+        float *h = malloc(sizeof(float) * (size_t)spec_numel(&specs[p]));
+        for (int64_t i = start; i < start + count; i++) {
+            double sum = 0, magnitude = 0;
+            for (int k = 0; k < size; k++) {
+                fill(&k, p, 0, h, spec_numel(&specs[p]));
+                const double part = bf16_round(h[i] * (1.0f / (float)size));
+                sum += part, magnitude += fabs(part);
+            }
+            const double got = g[i - start];
+            wrong += size <= 2 ? got != bf16_round(sum) : fabs(got - sum) > gamma * magnitude;
+        }
+        free(h), free(g);
+    }
+    CHECK_EQ(wrong, 0);
+    /* bf16 on the wire: 2 bytes an element of each group's sum (every element once) */
+    if (size > 1 && v->muon != LW_ALGORITHM_ROWS) CHECK(bytes <= 2 * total * 2);
+    if (check_failures != before)
+        fprintf(stderr, "rank %d: bf16 gradients, variant %s, zero %d, failed\n", rank, v->name,
+                v->zero);
+    rig_free(&r);
+}
+
 int main(void) {
-    lw_comm *c = NULL;
-    CHECK_OK(lw_comm_init(&c));
+    lw_comm *world = NULL, *c = NULL;
+    CHECK_OK(lw_comm_init(&world));
+    if (world == NULL) return check_exit("test_master");
+    device = lw_device_cpu();
+    const char *require = getenv("LWOPT_TEST_REQUIRE");
+    if (require != NULL && strcmp(require, "cuda") == 0) {
+        if (lw_device_get("cuda", &device) != LW_OK) {
+            const bool absent = strstr(lw_last_error(), "CUDA is not available") != NULL;
+            printf("test_master: %s: %s\n", absent ? "skipped" : "failed", lw_last_error());
+            lw_comm_free(world);
+            return absent ? 77 : 1;
+        }
+    }
+    c = comm_on(device, world);
     if (c == NULL) return check_exit("test_master");
     make_specs();
     for (int zero = 1; zero <= 3; zero++) {
@@ -145,12 +237,18 @@ int main(void) {
             {"rows", LW_ALGORITHM_ROWS, LW_ALGORITHM_DISTOPT, 1500, zero},
         };
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
-            if (zero == 3 || v[k].muon != LW_ALGORITHM_ROWS) run_variant(c, &v[k]);
+            if (zero == 3 || v[k].muon != LW_ALGORITHM_ROWS) {
+                run_variant(c, &v[k]);
+                run_grad_variant(c, &v[k]);
+            }
     }
     const variant legacy = {"legacy", LW_ALGORITHM_LEGACY, LW_ALGORITHM_LEGACY, 1500, 1};
     const variant replicated = {"replicated", LW_ALGORITHM_DEFAULT, LW_ALGORITHM_DEFAULT, 1500, 1};
     run_variant(c, &legacy);
     run_variant(c, &replicated);
-    lw_comm_free(c);
+    run_grad_variant(c, &legacy);
+    run_grad_variant(c, &replicated);
+    if (c != world) lw_comm_free(c);
+    lw_comm_free(world);
     return check_exit("test_master");
 }

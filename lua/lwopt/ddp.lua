@@ -26,6 +26,8 @@ local known = {
    param_dtype = true, grad_dtype = true,
 }
 
+local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+
 -- The dtype words lw.ddp.new takes, as the layout names them.
 local DTYPES = { fp32 = "f32", f32 = "f32", bf16 = "bf16" }
 
@@ -50,7 +52,6 @@ local function with_dtypes(specs, o)
    return out
 end
 
-local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
 
 -- The runtime choices of opts (mode, zero, shard, algorithm, adamw_layout; lw_runtime_defaults
 -- for those unset) as lw_runtime_options, the words turned into values by the C name functions;
@@ -117,7 +118,9 @@ end
 -- opts.param_dtype ("bf16" | "fp32"; nil: each spec's dtype, fp32 by default) is what the
 -- parameter arrays hold and the all-gathers move: with bf16 the model reads each group's
 -- parameters widened to fp32 (acquire), and the optimizer keeps the fp32 master copy of what
--- this rank owns. opts.grad_dtype ("fp32") is the gradients'.
+-- this rank owns. opts.grad_dtype ("bf16" | "fp32"; nil: each spec's, fp32 by default) is what
+-- the gradient sums move: bf16 rounds each group's averaged fp32 gradient once and sums it in
+-- bf16; what the model writes and the optimizer reads stays fp32 (lw_buffers_grad_dtype).
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
 -- overlap_param, layout (a layout computed before, instead of the layout options), zero
@@ -179,6 +182,7 @@ function ddp.new(specs, comm, opts)
       DDP)
    self._c = ffi.gc(out[0], lib.lw_buffers_free)
    self.param_dtype = C.name("dtype", lib.lw_buffers_param_dtype(self._c))
+   self.grad_dtype = C.name("dtype", lib.lw_buffers_grad_dtype(self._c))
    self._index = {}
    for i, s in ipairs(routed) do self._index[s.name] = i - 1 end
    return self

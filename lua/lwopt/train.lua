@@ -19,7 +19,8 @@ function train.schedule(s, steps, warmup, min_ratio)
    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 end
 
--- Communication so far: { seconds, bytes, alltoall (of them the all-to-alls' bytes: a mixture
+-- Communication so far: { seconds, bytes, by_op (op -> bytes), alltoall (of them the
+-- all-to-alls' bytes: a mixture
 -- of experts' token exchange), tp (of them the TP group's bytes: tensor parallelism's
 -- activations and Muon's TP traffic) }, over the run's communicator; on GPUs the buffers' own
 -- (NCCL) communicators, which carry the gradient and parameter syncs; with expert parallelism
@@ -28,11 +29,12 @@ end
 -- (run.tp, lw.tp.groups) the TP group's (and the device communicators the model and the
 -- optimizer made over it) and the DP group's, which carries the buffers' syncs.
 local function comm_totals(run)
-   local t = { seconds = 0, bytes = 0, alltoall = 0, tp = 0 }
+   local t = { seconds = 0, bytes = 0, alltoall = 0, tp = 0, by_op = {} }
    local function add(comm, is_tp)
       if comm == nil then return end
       for op, c in pairs(comm:counters()) do
          t.seconds, t.bytes = t.seconds + c.seconds, t.bytes + c.bytes
+         t.by_op[op] = (t.by_op[op] or 0) + c.bytes
          if op == "alltoall" then t.alltoall = t.alltoall + c.bytes end
          if is_tp then t.tp = t.tp + c.bytes end
       end
@@ -281,6 +283,12 @@ local function train_step(run, loop, step)
       comm_mb = (after.bytes - before.bytes) / 2 ^ 20,
       tp_mb = run.tp and (after.tp - before.tp) / 2 ^ 20 or nil,
    }
+   -- the bytes of each kind of collective that moved any (all-gather, reduce-scatter, ...)
+   local by_op = json.object()
+   for op, bytes in pairs(after.by_op) do
+      if bytes > (before.by_op[op] or 0) then by_op[op] = (bytes - before.by_op[op]) / 2 ^ 20 end
+   end
+   rec.comm_mb_by_op = by_op
    if experts then
       rec.alltoall_mb = alltoall_mb
       expert_fields(run, rec, experts)

@@ -32,7 +32,8 @@ local function recipe(np, args, device)
       or ""
    local cmd = ("%sbin/lwopt run recipes/gpt_small.lua --data %s --preset tiny --steps %d "
       .. "--warmup 1 --lr 3e-3 --eval-every 0 --eval-max 2 --sample 0 --timeout 120 --matmul fp32 "
-      .. "--muon-precision fp32 --progress lines --device %s --log %s.jsonl %s > %s.out 2>&1")
+      .. "--muon-precision fp32 --param-dtype fp32 --progress lines --device %s --log %s.jsonl %s "
+      .. "> %s.out 2>&1")
       :format(launcher, data, STEPS, device or DEVICE, name, args, name)
    local ok = tally.sh(cmd)
    local text = tally.slurp(name .. ".out") or ""

@@ -128,6 +128,59 @@ for _, case in ipairs({ { 2, "--zero 1", 3, "--zero 3" }, { 2, "--zero 3", 1, "-
    os.remove(log)
 end
 
+-- bf16 parameters with fp32 master weights: a bf16 run resumed continues bit-identically (the
+-- master weights and state saved exactly); across rank counts and ZeRO levels within 1e-4 (the
+-- sums' order flips a few bf16 roundings); a bf16 checkpoint resumed in fp32 and an fp32 one in
+-- bf16 continue within the 0.01 that bf16 keeps of fp32 (dtype_consistency.lua), each saying
+-- its conversion in one line
+do
+   local ref_log, ref_params = tmp .. "-bf16ref.jsonl", tmp .. "-bf16ref.st"
+   assert(recipe(2, "--param-dtype bf16 --log " .. ref_log .. " --save-params " .. ref_params))
+   local bf16 = { losses = losses(ref_log), params = slurp(ref_params) }
+   local function worst_of(got, want)
+      local worst = 0
+      for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
+      return worst
+   end
+   for _, case in ipairs({
+      { "--param-dtype bf16", 2, "--param-dtype bf16", bf16, 0 },
+      { "--param-dtype bf16", 3, "--param-dtype bf16 --zero 3", bf16, 1e-4 },
+      { "--param-dtype fp32", 2, "--param-dtype bf16", reference[2], 0.01,
+        "fp32 parameters -> bf16: rounded to nearest even; the checkpoint's fp32 parameters "
+        .. "become the master weights" },
+      { "--param-dtype bf16", 2, "--param-dtype fp32", bf16, 0.01,
+        "bf16 parameters -> fp32: the checkpoint's fp32 master weights become the parameters" },
+   }) do
+      local from_args, to, to_args, want, bound, line = unpack(case)
+      local dir, log = tmp .. "-ckdtype", tmp .. "-rundtype.jsonl"
+      local out, params = tmp .. "-ckdtype.out", tmp .. "-ckdtype.st"
+      assert(recipe(2, from_args .. " --ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))
+      local ok = recipe(to, to_args .. " --ckpt-dir " .. dir .. " --resume --log " .. log
+         .. " --save-params " .. params, nil, out)
+      local said = slurp(out) or ""
+      local worst = worst_of(losses(log), want.losses)
+      local what = ("%s at dp 2 -> %s at dp %d"):format(from_args, to_args, to)
+      if bound == 0 then
+         expect(ok and worst == 0 and slurp(params) == want.params,
+            ("%s: bit-identical continuation (max loss diff %g)"):format(what, worst))
+      else
+         expect(ok and worst <= bound, ("%s: losses within %g (max diff %g)"):format(what, bound,
+            worst))
+      end
+      if line then
+         expect(said:find("resume: " .. line, 1, true) ~= nil, what .. " says: " .. line)
+      else
+         expect(not said:find("parameters ->", 1, true), what .. " converts nothing")
+      end
+      sh("rm -rf " .. dir)
+      os.remove(log)
+      os.remove(out)
+      os.remove(params)
+   end
+   os.remove(ref_log)
+   os.remove(ref_params)
+end
+
 -- killed during training, between checkpoints: resuming loses only the steps since the last
 -- one, and the run ends bit-identical to the uninterrupted one
 do

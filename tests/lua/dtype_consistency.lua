@@ -6,7 +6,9 @@
 -- agree with ZeRO-1's within 1e-5 over the first 3 steps, as the fp32 runs do (a group's fp32
 -- view must show what is stored, not what was written before rounding; later, the fp32 sums'
 -- different order flips a few roundings, and the runs part by about 5e-5); every run's ranks
--- hold bit-identical parameters (train_run.lua checks). Prints "N passed, M failed".
+-- hold bit-identical parameters (train_run.lua checks). With bf16 gradient sums too (dp 2 and
+-- 3, ZeRO-1 to 3, and legacy) the losses stay within the same 0.01 of fp32's. Prints "N passed,
+-- M failed".
 -- Usage: bin/lwopt run tests/lua/dtype_consistency.lua (from the repo root; needs data/kjv.txt)
 local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
@@ -51,6 +53,20 @@ for np = 1, 3 do
       local bf = run("legacy-bf16-" .. np, np, args .. " --mode legacy --param-dtype bf16")
       local d = max_loss_diff(bf, fp)
       expect(d <= BOUND, ("legacy: bf16 tracks fp32 within %g at dp %d (%g)"):format(BOUND, np, d))
+      local g = run("legacy-grad16-" .. np, np, args .. " --mode legacy --param-dtype bf16 "
+         .. "--grad-dtype bf16")
+      d = max_loss_diff(g, fp)
+      expect(d <= BOUND, ("legacy: bf16 parameters and gradient sums track fp32 within %g at dp "
+         .. "%d (%g)"):format(BOUND, np, d))
+      for zero = 1, 3 do
+         local common = ("%s --zero %d"):format(args, zero)
+         local f = run(("grad-fp32-z%d-dp%d"):format(zero, np), np, common)
+         local b = run(("grad-bf16-z%d-dp%d"):format(zero, np), np, common
+            .. " --param-dtype bf16 --grad-dtype bf16")
+         d = max_loss_diff(b, f)
+         expect(#b.losses == STEPS + 1 and d <= BOUND, ("bf16 parameters and gradient sums track "
+            .. "fp32 within %g at dp %d, ZeRO-%d (%g)"):format(BOUND, np, zero, d))
+      end
    end
 end
 

@@ -6,6 +6,7 @@
 --        [--zero 1|2|3] [--shard aligned|rows] [--layout A] [--bucket N] [--layers L]
 --        [--experts E] (every MLP a mixture of E experts, top-2, a shared expert)
 --        [--param-dtype fp32|bf16] (bf16: fp32 master weights in the optimizer)
+--        [--grad-dtype fp32|bf16] (what the gradient sums move)
 --        [--ep P] (expert parallelism over groups of P ranks, lw.ep.groups; with --ep, of any P,
 --        the parameters are written by name, sorted, every expert gathered to rank 0, and the
 --        expert parameters are compared bit for bit within each expert-DP group only)
@@ -24,7 +25,7 @@ lw.comm.run(function()
       { "shard", "string", "aligned", "" }, { "layout", "string", nil, "" },
       { "bucket", "int", 8192, "" }, { "layers", "int", 2, "" },
       { "experts", "int", 0, "" }, { "ep", "int", 0, "" },
-      { "param-dtype", "string", "fp32", "" },
+      { "param-dtype", "string", "fp32", "" }, { "grad-dtype", "string", "fp32", "" },
    }))
    local comm = lw.comm.init()
    local g = v.ep > 0 and lw.ep.groups(comm, v.ep, v.experts) or nil
@@ -36,7 +37,8 @@ lw.comm.run(function()
    local specs = lw.route(model:parameters(), rules)
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode, bucket_size = v.bucket,
       overlap = v.overlap == "on", zero = v.zero, shard = v.shard, algorithm = v.layout,
-      expert_comm = g and g.expert_comm, param_dtype = v.param_dtype })
+      expert_comm = g and g.expert_comm, param_dtype = v.param_dtype,
+      grad_dtype = v.grad_dtype })
    local opt = lw.optim.new(ddp, { lr = 3e-3, clip = 1.0 })
    -- with --ep, each tensor's values follow from its name (its index differs between ep values)
    local function seed(i, name)

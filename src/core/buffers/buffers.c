@@ -75,11 +75,16 @@ static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_c
                             "one set of buffers has the same dtype",
                             p->name, lw_dtype_name(p->dtype), first->name,
                             lw_dtype_name(first->dtype));
-        if (p->grad_dtype != LW_DTYPE_F32)
+        if (p->grad_dtype != LW_DTYPE_F32 && p->grad_dtype != LW_DTYPE_BF16)
             return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "buffers: '%s' has %s gradients; buffers hold f32 gradients (bf16 "
-                            "gradient reduction is not built yet)",
+                            "buffers: '%s' has %s gradients; buffers sum f32 or bf16 gradients",
                             p->name, lw_dtype_name(p->grad_dtype));
+        if (p->grad_dtype != first->grad_dtype)
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "buffers: '%s' has %s gradients but '%s' %s; every parameter of "
+                            "one set of buffers has the same gradient dtype",
+                            p->name, lw_dtype_name(p->grad_dtype), first->name,
+                            lw_dtype_name(first->grad_dtype));
     }
     return LW_OK;
 }
@@ -119,6 +124,7 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
     bs->residency = lwi_residency_for(o.zero, layout->n_params ? layout->params[0].dtype
                                                                : LW_DTYPE_F32);
     bs->param_size = (int64_t)lwi_dtype_size(bs->residency->param_dtype);
+    bs->grad_dtype = layout->n_params ? layout->params[0].grad_dtype : LW_DTYPE_F32;
     bs->device = device;
     bs->stream = lw_device_stream(bs->device);
     bs->n_params = layout->n_params;
@@ -140,11 +146,16 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         if ((st = lwi_shards_length(layout, b, buf->rank, &buf->shards_len)) != LW_OK) goto fail;
         buf->param_len = bs->residency->sharded_params ? buf->shards_len : lb->numel;
         buf->grad_len = bs->residency->sharded_grads ? buf->shards_len : lb->numel;
-        const int64_t bytes = bs->param_size * buf->param_len + 4 * buf->grad_len;
+        /* below ZeRO-2 bf16 sums need a bf16 copy of the whole gradient to move */
+        const int64_t wire = !bs->residency->sharded_grads && bs->grad_dtype != LW_DTYPE_F32
+                                 ? (int64_t)lwi_dtype_size(bs->grad_dtype) * lb->numel
+                                 : 0;
+        const int64_t bytes = bs->param_size * buf->param_len + 4 * buf->grad_len + wire;
         buf->param = lwi_alloc_zeroed(bs, bs->param_size * buf->param_len);
         buf->grad = lwi_alloc_zeroed(bs, (int64_t)sizeof(float) * buf->grad_len);
+        buf->grad_wire = wire > 0 ? lwi_alloc_zeroed(bs, wire) : NULL;
         bs->array_bytes += bytes;
-        if (buf->param == NULL || buf->grad == NULL) {
+        if (buf->param == NULL || buf->grad == NULL || (wire > 0 && buf->grad_wire == NULL)) {
             st = lwi_fail(LW_ERR_NOMEM, "buffers: out of memory for buffer #%d: its parameters "
                           "and gradients need %.2f GiB of %s on this rank (%lld elements)", b + 1,
                           (double)bytes / (1 << 30), lw_device_name(bs->device),
@@ -175,6 +186,7 @@ void lw_buffers_free(lw_buffers *bs) {
         buffer *buf = &bs->buffers[b];
         lw_device_free(bs->device, buf->param);
         lw_device_free(bs->device, buf->grad);
+        lw_device_free(bs->device, buf->grad_wire);
         free(buf->by_owner);
         free(buf->counts);
         lw_device_free(bs->device, buf->pack);
@@ -199,6 +211,7 @@ int64_t lw_buffers_commits(const lw_buffers *bs) { return bs ? bs->commits : 0; 
 lw_dtype lw_buffers_param_dtype(const lw_buffers *bs) {
     return bs ? bs->residency->param_dtype : LW_DTYPE_F32;
 }
+lw_dtype lw_buffers_grad_dtype(const lw_buffers *bs) { return bs ? bs->grad_dtype : LW_DTYPE_F32; }
 
 lw_status lw_buffers_param(lw_buffers *bs, int32_t param, float **data) {
     lw_status st = lwi_check_param(bs, param);
@@ -332,6 +345,8 @@ lw_status lw_buffers_memory_get(const lw_buffers *bs, lw_buffers_memory *out) {
     for (int32_t b = 0; b < bs->n_buffers; b++) {
         out->params += bs->param_size * bs->buffers[b].param_len;
         out->grads += (int64_t)sizeof(float) * bs->buffers[b].grad_len;
+        if (bs->buffers[b].grad_wire != NULL)
+            out->grads += (int64_t)lwi_dtype_size(bs->grad_dtype) * bs->buffers[b].numel;
     }
     out->arrays = bs->array_bytes;
     out->params += bs->param_block_bytes;

@@ -27,6 +27,7 @@ typedef struct lwi_buf {
     void *param;  /* [owned] param_len of the param dtype: ZeRO-1/2 numel; ZeRO-3 this rank's
                      shards */
     float *grad;  /* [owned] grad_len: ZeRO-1 numel; ZeRO-2/3 this rank's shards */
+    void *grad_wire; /* [owned] ZeRO-1 with bf16 gradients: numel bf16, what the sums move */
     int64_t numel;
     int64_t shards_len; /* this rank's shards of every bucket: numel / dp when they are equal */
     int64_t param_len;
@@ -123,6 +124,8 @@ struct lw_buffers {
     lw_buffers_options o;
     const lwi_residency *residency; /* [borrowed] static: the ZeRO level's and param dtype's */
     int64_t param_size;             /* bytes of a parameter element (param dtype) */
+    lw_dtype grad_dtype;            /* what the gradient sums move: F32, or BF16 (rounded from
+                                       the fp32 gradients, widened back into them) */
     int32_t n_buffers;
     lwi_buf *buffers; /* [owned] */
     int32_t n_params;
@@ -175,6 +178,8 @@ lw_status lwi_shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t
  * gradients) and legacy's gather. */
 lw_status lwi_legacy_prepare(lw_buffers *bs, int32_t buffer);
 lw_status lwi_whole_start_grad(lw_buffers *bs, int32_t group);
+/* ZeRO-1, after every gradient sync was waited for: bf16 sums widened into the fp32 arrays. */
+lw_status lwi_whole_finish_grads(lw_buffers *bs);
 lw_status lwi_whole_start_params(lw_buffers *bs);
 lw_status lwi_whole_finish_params(lw_buffers *bs, int32_t group);
 /* ZeRO-2/3's end of a micro-step's backward: starts every gradient sync not started yet. */

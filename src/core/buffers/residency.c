@@ -77,12 +77,12 @@ static const lwi_residency residencies[3][2] = {
     { /* ZeRO-1: replicated parameters and gradients */
      {.param_dtype = LW_DTYPE_F32, .blocks = 0, .held_as = WHOLE, .param = whole_param,
       .grad = whole_grad, .acquire = acquire_whole, .start_grad = lwi_whole_start_grad,
-      .finish_grads = nothing_left, .end_backward = nothing_left,
+      .finish_grads = lwi_whole_finish_grads, .end_backward = nothing_left,
       .start_params = lwi_whole_start_params, .finish_params = lwi_whole_finish_params,
       .commit = views_are_storage},
      {.param_dtype = LW_DTYPE_BF16, .blocks = 1, .held_as = WIDENED, .param = lwi_sharded_param,
       .grad = whole_grad, .acquire = lwi_sharded_acquire_view,
-      .start_grad = lwi_whole_start_grad, .finish_grads = nothing_left,
+      .start_grad = lwi_whole_start_grad, .finish_grads = lwi_whole_finish_grads,
       .end_backward = nothing_left, .start_params = lwi_sharded_start_whole_params,
       .finish_params = lwi_whole_finish_params, .commit = lwi_sharded_commit}},
     { /* ZeRO-2: sharded gradients */

@@ -17,11 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes a block's data holds: the fp32 group, and at ZeRO-3 a group of a narrower param dtype
- * after it (what the all-gather moves). */
+/* Bytes a block's data holds: the fp32 group, and after it a bf16 group (the wire: what the
+ * all-gather of bf16 parameters at ZeRO-3, or the reduce-scatter of bf16 gradients moves). */
 static int64_t block_data_bytes(const lw_buffers *bs, const lwi_buf *b) {
-    const bool wire = bs->residency->sharded_params && bs->param_size != (int64_t)sizeof(float);
-    return ((int64_t)sizeof(float) + (wire ? bs->param_size : 0)) * b->block_numel;
+    const bool wire = (bs->residency->sharded_params && bs->param_size != (int64_t)sizeof(float)) ||
+                      (bs->residency->sharded_grads && bs->grad_dtype != LW_DTYPE_F32);
+    return ((int64_t)sizeof(float) + (wire ? 2 : 0)) * b->block_numel;
 }
 
 /* A block's bytes as the budget counts them: its data and the reduce-scatter's shard (the
@@ -34,6 +35,11 @@ static int64_t block_bytes(const lw_buffers *bs, const lwi_buf *b) {
  * for a narrower dtype. */
 static void *wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
     return bs->param_size == (int64_t)sizeof(float) ? (void *)data : (void *)(data + b->block_numel);
+}
+
+/* What a group's gradient is summed in: the block itself for fp32, the bf16 after it. */
+static void *grad_wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
+    return bs->grad_dtype == LW_DTYPE_F32 ? (void *)data : (void *)(data + b->block_numel);
 }
 
 static int64_t held_blocks(const lw_buffers *bs) {
@@ -117,8 +123,13 @@ static lw_status complete_reduce(lw_buffers *bs, int32_t gi) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = lw_request_wait(g->gblock.req);
     if (st != LW_OK) return st;
-    float *into = b->grad + g->shard_base;
-    st = lw_vec_add(bs->stream, into, into, shard_in_block(g, g->gblock.data), g->shard_count);
+    float *into = b->grad + g->shard_base, *sum = shard_in_block(g, g->gblock.data);
+    if (bs->grad_dtype != LW_DTYPE_F32) /* the bf16 sum widened, then added in fp32 */
+        st = lw_vec_from_bf16(bs->stream, sum,
+                              (const uint16_t *)grad_wire_of(bs, b, g->gblock.data) +
+                                  (g->shard_start - g->start),
+                              g->shard_count);
+    if (st == LW_OK) st = lw_vec_add(bs->stream, into, into, sum, g->shard_count);
     g->reducing = false;
     if (st != LW_OK) return st;
     return give_back(bs, &g->gblock, g->buffer, false);
@@ -132,14 +143,15 @@ static lw_status start_reduce(lw_buffers *bs, int32_t gi) {
     lw_status st = b->dp > 1 ? lw_vec_scale(bs->stream, g->gblock.data, g->count,
                                             1.0f / (float)b->dp)
                              : LW_OK;
+    void *sum = grad_wire_of(bs, b, g->gblock.data);
+    if (st == LW_OK && sum != g->gblock.data) /* bf16: the averaged gradient rounded once */
+        st = lw_vec_to_bf16(bs->stream, sum, g->gblock.data, g->count);
     if (st != LW_OK) return st;
     g->reducing = true;
     lw_request_set_label(g->gblock.req, g->label); /* pooled blocks serve any group */
     if (g->counts != NULL)
-        return lw_comm_reduce_scatterv(b->comm, g->gblock.data, g->counts, LW_DTYPE_F32,
-                                       g->gblock.req);
-    return lw_comm_reduce_scatter(b->comm, g->gblock.data, g->count, LW_DTYPE_F32,
-                                  g->gblock.req);
+        return lw_comm_reduce_scatterv(b->comm, sum, g->counts, bs->grad_dtype, g->gblock.req);
+    return lw_comm_reduce_scatter(b->comm, sum, g->count, bs->grad_dtype, g->gblock.req);
 }
 
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t gi) { return start_reduce(bs, gi); }

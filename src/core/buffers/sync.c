@@ -47,11 +47,32 @@ lw_status lwi_whole_start_grad(lw_buffers *bs, int32_t gi) {
     const int32_t dp = lw_comm_size(b->comm);
     lw_status st = dp > 1 ? lw_vec_scale(bs->stream, bucket, g->count, 1.0f / (float)dp) : LW_OK;
     if (st != LW_OK) return st;
+    /* bf16: the averaged fp32 gradient rounded once, summed in bf16 (see lwi_whole_finish_grads) */
+    void *sum = bucket;
+    if (b->grad_wire != NULL) {
+        sum = (uint16_t *)b->grad_wire + g->start;
+        if ((st = lw_vec_to_bf16(bs->stream, sum, bucket, g->count)) != LW_OK) return st;
+    }
     if (b->kind != SYNC_SHARDED)
-        return lw_comm_allreduce_start(b->comm, bucket, g->count, LW_DTYPE_F32, g->req);
+        return lw_comm_allreduce_start(b->comm, sum, g->count, bs->grad_dtype, g->req);
     if (g->counts != NULL)
-        return lw_comm_reduce_scatterv(b->comm, bucket, g->counts, LW_DTYPE_F32, g->req);
-    return lw_comm_reduce_scatter(b->comm, bucket, g->count, LW_DTYPE_F32, g->req);
+        return lw_comm_reduce_scatterv(b->comm, sum, g->counts, bs->grad_dtype, g->req);
+    return lw_comm_reduce_scatter(b->comm, sum, g->count, bs->grad_dtype, g->req);
+}
+
+lw_status lwi_whole_finish_grads(lw_buffers *bs) {
+    lw_status st = LW_OK;
+    for (int32_t gi = 0; st == LW_OK && gi < bs->n_groups; gi++) {
+        const group *g = &bs->groups[gi];
+        const buffer *b = &bs->buffers[g->buffer];
+        if (b->grad_wire == NULL) continue;
+        /* what the sum left: this rank's shard (reduce-scatter) or the whole bucket */
+        const bool shard = b->kind == SYNC_SHARDED;
+        const int64_t at = shard ? g->shard_start : g->start;
+        st = lw_vec_from_bf16(bs->stream, b->grad + at, (const uint16_t *)b->grad_wire + at,
+                              shard ? g->shard_count : g->count);
+    }
+    return st;
 }
 
 static lw_status start_grad(lw_buffers *bs, int32_t gi) {
