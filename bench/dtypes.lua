@@ -22,12 +22,7 @@ end
 local tmp = os.tmpname()
 os.remove(tmp)
 
-local function median(xs)
-   table.sort(xs)
-   local n = #xs
-   if n == 0 then return 0 end
-   return n % 2 == 1 and xs[(n + 1) / 2] or (xs[n / 2] + xs[n / 2 + 1]) / 2
-end
+local median = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua").median
 
 local DTYPES = {
    { name = "fp32", args = "--param-dtype fp32" },

@@ -261,16 +261,25 @@ static lw_status global_norm(lw_optimizer *opt, double *norm, int64_t *zeros) {
     return st;
 }
 
-lw_status lw_optimizer_reload_master(lw_optimizer *opt) {
-    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+/* Between every master copy and its owned bf16 parameters: widened from them (to_master), or
+ * rounded to nearest even into them, which the parameter sync then gathers. */
+static lw_status move_master(lw_optimizer *opt, bool to_master) {
     lw_status st = LW_OK;
     for (int32_t k = 0; st == LW_OK && k < opt->n_owned; k++) {
         const lwi_owned *o = &opt->owned[k];
         void *w = NULL;
         if (o->master == NULL) continue;
         st = lw_buffers_owned_param(opt->buffers, o->param, &w);
-        if (st == LW_OK) st = lw_vec_from_bf16(opt->stream, o->master, w, o->count);
+        if (st != LW_OK) break;
+        st = to_master ? lw_vec_from_bf16(opt->stream, o->master, w, o->count)
+                       : lw_vec_to_bf16(opt->stream, w, o->master, o->count);
     }
+    return st;
+}
+
+lw_status lw_optimizer_reload_master(lw_optimizer *opt) {
+    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
+    lw_status st = move_master(opt, true);
     if (st == LW_OK) opt->master_commits = lw_buffers_commits(opt->buffers);
     return st;
 }
@@ -279,20 +288,6 @@ lw_status lw_optimizer_keep_master(lw_optimizer *opt) {
     if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
     opt->master_commits = lw_buffers_commits(opt->buffers);
     return LW_OK;
-}
-
-/* Rounds every master copy (nearest even) into the owned elements of the bf16 arrays, which the
- * parameter sync then gathers. */
-static lw_status store_master(lw_optimizer *opt) {
-    lw_status st = LW_OK;
-    for (int32_t k = 0; st == LW_OK && k < opt->n_owned; k++) {
-        const lwi_owned *o = &opt->owned[k];
-        void *w = NULL;
-        if (o->master == NULL) continue;
-        st = lw_buffers_owned_param(opt->buffers, o->param, &w);
-        if (st == LW_OK) st = lw_vec_to_bf16(opt->stream, w, o->master, o->count);
-    }
-    return st;
 }
 
 /* Every AdamW element this rank owns, in one multi-tensor call. */
@@ -318,7 +313,7 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
     lw_status st = update_adamw(opt, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
     if (st == LW_OK) st = lwi_optimizer_muon(opt, grad_scale, r);
-    return st == LW_OK ? store_master(opt) : st;
+    return st == LW_OK ? move_master(opt, false) : st;
 }
 
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
