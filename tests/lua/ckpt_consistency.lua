@@ -7,7 +7,9 @@
 -- checkpoint loadable with `latest` on it (the faults injected by tests/lua/with_faults.lua);
 -- resumed at another rank count without --accum the global batch is kept; a damaged newest
 -- checkpoint, or another run's checkpoints with latest gone, do not stop the run from ending
--- as if never stopped; a mixture of experts saved at ep 2 resumes at ep 1 and back.
+-- as if never stopped; a mixture of experts saved at ep 2 resumes at ep 1 and back; bf16
+-- parameters resume bit-identically, and across dtypes (fp32 <-> bf16), rank counts, layouts,
+-- ZeRO levels and --tp with their exact fp32 weights.
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -28,6 +30,14 @@ local function recipe(np, args, env, out)
       .. "luajit " .. (env and "tests/lua/with_faults.lua " or "") .. "recipes/gpt_small.lua "
       .. "--preset tiny --steps 6 --batch 2 --accum " .. accum .. " --sample 0 --quiet " .. args
       .. " > " .. (out or "/dev/null") .. " 2>&1")
+end
+
+-- The recipe without recipe()'s --accum: launched on np ranks, its output to the file out.
+local function plain(np, args, out)
+   local launcher = np > 1
+      and ("mpirun --oversubscribe -np %d -x OPENBLAS_NUM_THREADS=1 "):format(np) or ""
+   return sh("timeout 300 " .. launcher .. "luajit recipes/gpt_small.lua --preset tiny --steps 6 "
+      .. "--batch 2 --sample 0 --quiet " .. args .. " > " .. (out or "/dev/null") .. " 2>&1")
 end
 
 -- Whether path (a shell glob) names something.
@@ -150,6 +160,9 @@ do
         .. "become the master weights" },
       { "--param-dtype bf16", 2, "--param-dtype fp32", bf16, 0.01,
         "bf16 parameters -> fp32: the checkpoint's fp32 master weights become the parameters" },
+      -- and another rank count, layout and ZeRO level at once
+      { "--param-dtype bf16", 3, "--param-dtype fp32 --layout packed --zero 2", bf16, 0.01,
+        "bf16 parameters -> fp32: the checkpoint's fp32 master weights become the parameters" },
    }) do
       local from_args, to, to_args, want, bound, line = unpack(case)
       local dir, log = tmp .. "-ckdtype", tmp .. "-rundtype.jsonl"
@@ -179,6 +192,32 @@ do
    end
    os.remove(ref_log)
    os.remove(ref_params)
+end
+
+-- bf16 parameters saved under tensor parallelism (--tp 2: each rank's master weights are its
+-- shards') resumed in fp32 without it, and fp32 back into bf16 at --tp 2
+do
+   local dir, log, ref = tmp .. "-cktpdtype", tmp .. "-tpdtype.jsonl", tmp .. "-tpref.jsonl"
+   local out = tmp .. "-tpdtype.out"
+   assert(plain(2, "--tp 2 --accum 2 --param-dtype bf16 --log " .. ref))
+   for _, case in ipairs({ { "--param-dtype bf16 --tp 2 --accum 2", "--param-dtype fp32",
+      "bf16 parameters -> fp32" }, { "--param-dtype fp32", "--param-dtype bf16 --tp 2",
+      "fp32 parameters -> bf16" } }) do
+      local from, to, line = case[1], case[2], case[3]
+      assert(plain(2, from .. " --ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))
+      local ok = plain(2, to .. " --ckpt-dir " .. dir .. " --resume --log " .. log, out)
+      local got, want = losses(log), losses(ref)
+      local worst = 0
+      for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
+      expect(ok and worst <= 0.02, ("%s -> %s: losses within 0.02 of bf16 at tp 2 (max diff %g)")
+         :format(from, to, worst))
+      expect((slurp(out) or ""):find("resume: " .. line, 1, true) ~= nil, from .. " -> " .. to
+         .. " says: " .. line)
+      sh("rm -rf " .. dir)
+      os.remove(log)
+   end
+   os.remove(ref)
+   os.remove(out)
 end
 
 -- killed during training, between checkpoints: resuming loses only the steps since the last
@@ -232,13 +271,6 @@ for _, point in ipairs({ "optim", "model", "manifest", "rename" }) do
    expect(recipe(2, "--ckpt-dir " .. dir .. " --resume"),
       "after a kill at '" .. point .. "' the run resumes from step 3")
    sh("rm -rf " .. dir)
-end
--- The recipe without recipe()'s --accum: launched on np ranks, its output to the file out.
-local function plain(np, args, out)
-   local launcher = np > 1
-      and ("mpirun --oversubscribe -np %d -x OPENBLAS_NUM_THREADS=1 "):format(np) or ""
-   return sh("timeout 300 " .. launcher .. "luajit recipes/gpt_small.lua --preset tiny --steps 6 "
-      .. "--batch 2 --sample 0 --quiet " .. args .. " > " .. (out or "/dev/null") .. " 2>&1")
 end
 
 -- resumed at another rank count without --accum, the run keeps the checkpoint's global batch:
