@@ -2,7 +2,8 @@
  * parameter dtype, chosen once when the buffers are made:
  *   replicated (ZeRO-1)       parameters and gradients whole in the arrays; the model reads and
  *                             writes them in place; gradients all-reduced or reduce-scattered
- *                             there, parameters all-gathered there.
+ *                             there (bf16 sums: through a bf16 copy of the array), parameters
+ *                             all-gathered there.
  *   sharded gradients (2)     parameters whole; a group's gradient whole only in a block from
  *                             acquire for backward until its reduce-scatter is added into this
  *                             rank's gradient shard.
