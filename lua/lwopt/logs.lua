@@ -20,9 +20,9 @@ end
 -- Reads the log at path: { path, name, configs (each run's configuration record, in file
 -- order), steps (one record per step, the last one logged for it: a resumed run redoes the
 -- steps after its checkpoint; in step order), segments ({ config, steps } for each run that
--- appended to the file, the records before any config in one of their own) }. A config's
--- steps without a "tokens" field (logs written before it existed) get none. Raises naming the
--- file (and the line) when it cannot be read or a line is not a JSON object.
+-- appended to the file, the records before any config in one of their own), segment_of (each
+-- step record's segment) }. Lines that are neither are passed over. Raises naming the file
+-- (and the line) when it cannot be read or a line is not a JSON object.
 function logs.read(path)
    local f, err = io.open(path, "r")
    if f == nil then error(("cannot read %s"):format(err), 0) end
@@ -72,7 +72,8 @@ end
 
 local function median(list)
    if #list == 0 then return nil end
-   local t = { unpack(list) }
+   local t = {}
+   for i, x in ipairs(list) do t[i] = x end -- unpack stops at a few thousand values
    table.sort(t)
    local k = #t
    return k % 2 == 1 and t[(k + 1) / 2] or (t[k / 2] + t[k / 2 + 1]) / 2
