@@ -137,8 +137,8 @@ local function run_lwopt(key, steps)
    local sum, n, recs = { tps = 0 }, 0, {}
    for line in io.lines(log) do
       local r = dkjson.decode(line)
-      recs[#recs + 1] = r
-      if r.step > SKIP then
+      if r.kind ~= "config" then recs[#recs + 1] = r end
+      if r.kind ~= "config" and r.step > SKIP then
          n = n + 1
          for k, x in pairs(r.time_ms) do sum[k] = (sum[k] or 0) + x end
          sum.tps = sum.tps + r.tokens_per_s

@@ -28,7 +28,7 @@ local function run(optimizer, lr)
    local curve = {}
    for line in io.lines(log) do
       local r = dkjson.decode(line)
-      if r.val_loss then curve[#curve + 1] = { r.step, r.val_loss } end
+      if r.kind ~= "config" and r.val_loss then curve[#curve + 1] = { r.step, r.val_loss } end
    end
    os.remove(log)
    os.remove((log:gsub("%.jsonl$", ".png")))

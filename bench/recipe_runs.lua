@@ -25,8 +25,9 @@ function runs.command(opts)
       opts.quiet and " 2>&1" or "")
 end
 
--- Runs the recipe once (runs.command's opts, without log) and returns its log's records, one
--- decoded table per step in order; the log, its loss curve and the temporary name are removed.
+-- Runs the recipe once (runs.command's opts, without log) and returns its log's step records,
+-- one decoded table per step in order (the configuration record left out); the log, its loss
+-- curve and the temporary name are removed.
 -- A failed run is an error naming its command.
 function runs.run(opts)
    local name = os.tmpname()
@@ -37,7 +38,10 @@ function runs.run(opts)
    local ok = os.execute(cmd)
    local records = {}
    if ok == 0 or ok == true then
-      for line in io.lines(o.log) do records[#records + 1] = dkjson.decode(line) end
+      for line in io.lines(o.log) do
+         local rec = dkjson.decode(line)
+         if rec.kind ~= "config" then records[#records + 1] = rec end
+      end
    end
    os.remove(o.log)
    os.remove(name .. ".png")

@@ -179,7 +179,7 @@ local function train(c)
    local parts = { step = {}, fwd = {}, bwd = {}, comm_wait = {}, opt = {}, muon = {} }
    for line in io.lines(log) do
       local r = dkjson.decode(line)
-      if r.step >= FIRST then
+      if r.kind ~= "config" and r.step >= FIRST then
          parts.step[#parts.step + 1] = B * T * c.dp / r.tokens_per_s
          for _, k in ipairs({ "fwd", "bwd", "comm_wait", "opt", "muon" }) do
             parts[k][#parts[k] + 1] = r.time_ms[k] / 1e3

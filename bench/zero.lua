@@ -44,9 +44,11 @@ local function run(preset, dp, zero, optimizer, batch, steps, bucket)
    local tokens = batch * 128 * dp
    local n = 0
    for line in io.lines(log) do
-      n = n + 1
+      -- the configuration record is not a step; the first step (n 1) is left out of the medians
+      local step_line = not line:find('"kind":"config"', 1, true)
+      if step_line then n = n + 1 end
       local function num(key) return tonumber(line:match('"' .. key .. '":([%d%.eE%-]+)')) end
-      if n > 1 then
+      if step_line and n > 1 then
          step[#step + 1] = 1e3 * tokens / num("tokens_per_s")
          fwd[#fwd + 1], bwd[#bwd + 1], opt[#opt + 1] = num("fwd"), num("bwd"), num("opt")
          wait[#wait + 1], muon[#muon + 1] = num("comm_wait"), num("muon")

@@ -1,5 +1,6 @@
 -- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
--- command from the repo root, temporary files, token shards and a safetensors reader.
+-- command from the repo root, temporary files, token shards, a safetensors reader and a
+-- training log's records.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -104,6 +105,18 @@ print(len(header), " ".join(str(d) for d in x.shape), repr(float(x.flat[0])), re
    local shape = {}
    for d in dims:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
    return { entries = tonumber(count), shape = shape, first = tonumber(first), last = tonumber(last) }
+end
+
+-- A training log's records, decoded (lwopt's JSON parser), in file order: its step records
+-- and, apart, its configuration records (kind "config": a run's first line, a resumed run's).
+function helpers.log_records(path)
+   local json = require("lwopt.json")
+   local steps, configs = {}, {}
+   for line in io.lines(path) do
+      local rec = json.decode(line)
+      if rec.kind == "config" then configs[#configs + 1] = rec else steps[#steps + 1] = rec end
+   end
+   return steps, configs
 end
 
 return helpers

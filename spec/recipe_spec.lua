@@ -21,9 +21,21 @@ describe("recipes/gpt_small.lua", function()
       assert.matches("step     6/6  loss %d%.%d+", out)
       assert.matches("final validation loss %d%.%d+ %(%d%.%d+ bits/byte%)", out)
       assert.matches("sample:\nAnd God said", out, 1, true)
-      local lines = 0
-      for _ in io.lines(log) do lines = lines + 1 end
-      assert.equal(6, lines)
+      -- the run's configuration first, then a record per step
+      local steps, configs = helpers.log_records(log)
+      assert.equal("config", lw.json.decode(io.lines(log)()).kind)
+      assert.equal(1, #configs)
+      assert.equal(6, #steps)
+      local c = configs[1]
+      assert.same({ 6, 3, "tiny", 8, 32, "muon" }, { c.flags.steps, c.flags["eval-every"],
+         c.flags.preset, c.flags.batch, c.flags.seq, c.flags.optimizer }) -- preset's and given
+      assert.equal(lw.version, c.lwopt_version)
+      assert.same({ 1, 1 }, { c.ranks, #c.devices })
+      assert.equal("cpu", c.devices[1].device)
+      assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$", c.start_time)
+      assert.is_true(c.start_wall_time <= steps[1].wall_time)
+      assert.equal(c.tokens_per_step * 6, steps[6].tokens)
+      for i, rec in ipairs(steps) do assert.same({ "step", i }, { rec.kind, rec.step }) end
       local png = log:gsub("%.jsonl$", ".png")
       assert.matches("loss curve: " .. png, out, 1, true)
       assert.is_not_nil(io.open(png))
@@ -183,7 +195,9 @@ describe("recipes/gpt_small.lua", function()
          assert.matches("memory per rank %(MiB%): rank  params  master  grads  optimizer  "
             .. "activations  peak\n"
             .. "     0 +%d+%.%d+", out)
-         local first = io.lines(log)()
+         local lines = io.lines(log)
+         lines() -- the configuration record
+         local first = lines()
          assert.matches('"memory_mb":{', first, 1, true)
          -- fp32 master weights exactly when the parameters are bf16
          local master = tonumber(first:match('"master":%[([%d%.]+)'))
@@ -280,8 +294,7 @@ describe("recipes/gpt_small.lua", function()
          assert.is_not_nil(total, out)
          -- per layer: 8 experts of 2 x 128 x 512 weights, 2 of them active per token
          assert.near(tonumber(total) - 4 * 8 * 131072 * 6 / 8 / 1e6, tonumber(active), 0.011)
-         local records = {}
-         for line in io.lines(log) do records[#records + 1] = lw.json.decode(line) end
+         local records = helpers.log_records(log)
          assert.equal(8, #records)
          assert.is_true(records[8].loss < records[1].loss - 0.2,
             ("%g -> %g"):format(records[1].loss, records[8].loss))
@@ -375,8 +388,7 @@ describe("recipes/gpt_small.lua", function()
                .. "--batch 2 --eval-max 1 --sample 0 --quiet --log %s"):format(mpirun, recipe, ep,
                log))
             assert.equal(0, status, out)
-            for line in io.lines(log) do
-               local rec = lw.json.decode(line)
+            for _, rec in ipairs(helpers.log_records(log)) do
                assert.equal(2, #rec.by_rank.muon_ms)
                assert.is_true(rec.by_rank.muon_ms[1] > 0 and rec.by_rank.muon_ms[2] > 0)
                if ep == 1 then
@@ -460,8 +472,11 @@ describe("recipes/gpt_small.lua", function()
          assert.same({ 0, 0 }, { status1, status2 }, out2)
          -- the log counts the TP group's traffic (at dp 1, all of it): the row-parallel layers'
          -- all-reduces of b x t x n_embd floats, 2 a layer forward, 2 backward at least
-         for line in io.lines(log) do
-            local rec = lw.json.decode(line)
+         local steps, configs = helpers.log_records(log)
+         -- both ranks and their devices, the TP split
+         assert.same({ 2, 2, 1 }, { configs[1].ranks, #configs[1].devices, configs[1].dp })
+         assert.same({ 0, 1 }, { configs[1].devices[1].rank, configs[1].devices[2].rank })
+         for _, rec in ipairs(steps) do
             local least = 4 * 4 * (8 * 32 * 64 * 4) / 2 ^ 20
             assert.is_true(rec.tp_mb >= least and rec.comm_mb == rec.tp_mb,
                ("tp_mb %s, comm_mb %s"):format(tostring(rec.tp_mb), tostring(rec.comm_mb)))

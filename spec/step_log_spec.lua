@@ -37,6 +37,10 @@ describe("lwopt.step_log", function()
          why)
       assert.equal(why, log:write({ step = 8, loss = 1 }))
       log:close()
+      log = step_log.open("/dev/full", false)
+      assert.matches("^cannot write the configuration record to /dev/full %(No space left on "
+         .. "device%)", log:write({ kind = "config", host = "h" }))
+      log:close()
    end)
 
    it("refuses a log it cannot open, naming it", function()

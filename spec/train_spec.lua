@@ -36,23 +36,36 @@ local function tiny_run(extra)
 end
 
 describe("lw.train.run", function()
-   it("lowers the loss of a tiny GPT and writes one JSON line per step", function()
+   it("lowers the loss of a tiny GPT and writes its configuration, then one JSON line per step",
+      function()
       local log = os.tmpname()
-      local run, cleanup = tiny_run{ log = log }
+      local run, cleanup = tiny_run{ log = log, log_config = { kind = "config", note = "tiny" } }
+      local wall_clock = require("lwopt.C").lib.lw_wall_clock
+      local before = wall_clock()
       local records = lw.train.run(run)
       assert.equal(40, #records)
       assert.is_true(records[40].loss < records[1].loss - 1.5)
       assert.is_number(records[20].val_loss)
       assert.is_nil(records[19].val_loss)
+      -- tokens through each step (4 x 16 x 2 micro-steps a step), the wall clock at its end
+      assert.same({ "step", 128, 40 * 128 }, { records[1].kind, records[1].tokens,
+         records[40].tokens })
+      local first, last = records[1].wall_time, records[40].wall_time
+      assert.is_true(before <= first and first <= last and last <= wall_clock())
       local lines = 0
       for line in io.lines(log) do
          lines = lines + 1
-         for _, key in ipairs({ '"step":', '"loss":', '"lr":', '"grad_norm":', '"tokens_per_s":',
-            '"time_ms":{"bwd":', '"comm_wait":', '"fwd":', '"opt":' }) do
-            assert.matches(key, line, 1, true)
+         if lines == 1 then
+            assert.equal('{"kind":"config","note":"tiny"}', line)
+         else
+            for _, key in ipairs({ '"kind":"step"', '"step":', '"loss":', '"lr":', '"grad_norm":',
+               '"tokens_per_s":', '"time_ms":{"bwd":', '"comm_wait":', '"fwd":', '"opt":',
+               '"tokens":', '"wall_time":' }) do
+               assert.matches(key, line, 1, true)
+            end
          end
       end
-      assert.equal(40, lines)
+      assert.equal(41, lines)
       os.remove(log)
       cleanup()
    end)

@@ -86,8 +86,9 @@ local function latest_step(dir)
    return text and tonumber(text:match("^step%-(%d+)")) or 0
 end
 
--- The job's log: the last record of each step (a resumed run appends), malformed lines and
--- the last step; from byte `from` on (the records a launch appended), when given.
+-- The job's log: the last record of each step (a resumed run appends, each launch's
+-- configuration record first), malformed lines and the last step; from byte `from` on (the
+-- records a launch appended), when given.
 local function read_log(path, from)
    local by_step, bad, last = {}, {}, 0
    local f = io.open(path, "r")
@@ -97,11 +98,12 @@ local function read_log(path, from)
    for line in f:lines() do
       n = n + 1
       local ok, rec = pcall(json.decode, line)
+      local config = ok and type(rec) == "table" and rec.kind == "config"
       if ok and type(rec) == "table" and type(rec.step) == "number"
          and type(rec.loss) == "number" then
          by_step[rec.step] = rec
          last = math.max(last, rec.step)
-      else
+      elseif not config then -- a launch's configuration record holds no step
          bad[#bad + 1] = ("line %d: %s"):format(n, line:sub(1, 80))
       end
    end
@@ -520,7 +522,8 @@ if not broken then
          "\nchaos: the checkpoint directory ", run.dir, " held before it:\n", job.before, "\n")
    end
    local by_step, bad = read_log(run.log)
-   expect(#bad == 0, "every log line is a JSON step record (" .. (bad[1] or "") .. ")")
+   expect(#bad == 0, "every log line is a JSON step or configuration record ("
+      .. (bad[1] or "") .. ")")
    local missing, differ = {}, {}
    for n = 1, S do
       local a, b = by_step[n], ref.by_step[n]

@@ -1,5 +1,6 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
--- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version.
+-- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version,
+-- and over training logs (lwopt.logs) plot, compare and csv.
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
@@ -15,6 +16,9 @@ commands:
   device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
                       without NAME the CPU and, if there is one, the GPU
   version             library version, path and features
+  plot LOG...         several runs' losses on one chart (--out PNG, --x step|tokens; gnuplot)
+  compare LOG...      each run's final figures in a table (--csv: as CSV)
+  csv LOG [OUT.csv]   a run's step records as CSV, one row per step
   help                this text
 
 examples:
@@ -277,6 +281,12 @@ function cli.main(argv, out, err)
       return run_command(rest, out, err)
    elseif command == "device" then
       return device_command(rest, out, err)
+   elseif command == "plot" then
+      return require("lwopt.logs").command("plot", rest, out, err)
+   elseif command == "compare" then
+      return require("lwopt.logs").command("compare", rest, out, err)
+   elseif command == "csv" then
+      return require("lwopt.logs").command("csv", rest, out, err)
    elseif command == "repl" then
       return require("lwopt.repl").run{ lw = require("lwopt") }
    elseif command == "version" then

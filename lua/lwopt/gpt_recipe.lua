@@ -14,6 +14,8 @@ local checkpoint = require("lwopt.checkpoint")
 local recipe_tp = require("lwopt.recipe_tp")
 local recipe_paths = require("lwopt.recipe_paths")
 local recipe_batch = require("lwopt.recipe_batch")
+local recipe_log = require("lwopt.recipe_log")
+local logs = require("lwopt.logs")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -431,52 +433,14 @@ local function memory_table(by_rank)
    return table.concat(lines, "\n")
 end
 
--- Draws the log's train and validation losses (nats per `unit`: byte, token) with gnuplot;
--- returns the PNG's path, or nil and why not. Non-finite losses (null in the log) are gaps in
--- the curve.
+-- Draws the log's train and validation losses (nats per `unit`: byte, token) with gnuplot
+-- (lwopt.logs, as `lwopt plot` does); returns the PNG's path, or nil and why not. Non-finite
+-- losses (null in the log) are gaps in the curve.
 local function plot(log_path, unit)
-   local png, dat = recipe_paths.plot(log_path), recipe_paths.plot_data(log_path)
-   local f, err = io.open(dat, "w")
-   if f == nil then return nil, err end
-   local written, why = true, nil
-   for line in io.lines(log_path) do
-      local step = line:match('"step":(%d+)')
-      local loss = line:match('"loss":([%d%.eE%-]+)') or "NaN"
-      local val = line:match('"val_loss":([%d%.eE%-]+)') or "NaN"
-      if step and written then written, why = f:write(step, " ", loss, " ", val, "\n") end
-   end
-   -- buffered: a full disk may show only when the last of it is flushed
-   local closed, close_why = f:close()
-   if not (written and closed) then
-      os.remove(dat)
-      return nil, ("cannot write %s (%s)"):format(dat, tostring(why or close_why))
-   end
-   local script = ("set terminal pngcairo size 800,480; set output '%s'; set xlabel 'step'; "
-      .. "set ylabel 'loss (nats/%s)'; set grid; set key top right; "
-      .. "plot '%s' using 1:2 with lines title 'train', '' using 1:3 with linespoints pt 7 "
-      .. "title 'validation'"):format(png, unit, dat)
-   local pipe = io.popen("gnuplot -e \"" .. script .. "\" 2>&1; echo \"status $?\"")
-   local said = pipe:read("*a")
-   pipe:close()
-   os.remove(dat)
-   local status = tonumber(said:match("status (%d+)%s*$"))
-   if status == 127 then return nil, "gnuplot failed (is gnuplot installed?)" end
-   said = said:gsub("status %d+%s*$", ""):gsub("%s+$", ""):match("[^\n]*$")
-   if status ~= 0 then return nil, "gnuplot failed: " .. said end
-   -- gnuplot does not notice a full disk: a whole PNG ends with its IEND chunk
-   local drawn = io.open(png, "rb")
-   local tail = ""
-   if drawn then
-      drawn:seek("end", -math.min(12, drawn:seek("end")))
-      tail = drawn:read("*a") or ""
-      drawn:close()
-   end
-   if tail ~= "\0\0\0\0IEND\174\66\96\130" then
-      os.remove(png) -- a cut-off picture is no loss curve
-      return nil, ("gnuplot could not write the whole of %s (is the disk full?)%s"):format(png,
-         said ~= "" and " (" .. said .. ")" or "")
-   end
-   return png
+   local read, log = pcall(logs.read, log_path)
+   if not read then return nil, log end
+   return logs.plot({ log }, { out = recipe_paths.plot(log_path),
+      data = recipe_paths.plot_data(log_path), unit = unit })
 end
 
 -- Sampling at temperature 0.8 over the model's next-byte distribution, among the bytes that
@@ -691,6 +655,8 @@ local function resume(run, v, say)
    v.accum, run.accum, ck.extra.accum, ck.extra.global_batch = accum, accum, accum,
       now.global_batch
    run.start_step = m.step + 1
+   -- the tokens trained on before, which the log's step records count on from
+   run.tokens_before = type(m.extra) == "table" and tonumber(m.extra.tokens) or nil
    ck.resumed_from = path
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
@@ -975,6 +941,7 @@ end
 -- a run that must report failure after its work (it diverged, an output failed) ends the
 -- process with that status instead (recipe.EXIT_DIVERGED, 1).
 function recipe.main(argv, rules, script)
+   local started = C.lib.lw_wall_clock()
    local v = parse_flags(argv, script)
    if v == nil then return {} end -- --help
    check_flags(v)
@@ -990,6 +957,10 @@ function recipe.main(argv, rules, script)
    check_paths(run, v, data)
    announce(run, v, data, path, say)
    warn_schedule(v, say)
+   if v.log then -- collective
+      run.log_config = recipe_log.config(run, v, data, path, recipe.flags, started,
+         lw.arch.numel(run.full_specs or run.ddp.specs))
+   end
    local records, ended = train_steps(run, v, say)
    local status = finish(run, v, records, ended, say)
    if lock then lock.release() end

@@ -23,9 +23,18 @@ local function encode_string(s)
    end) .. '"'
 end
 
+-- The shortest of %.15g, %.16g and %.17g that reads back as the same double (%.17g always
+-- does), so that a log's 9.32 is written 9.32, not 9.3200000000000003, and every float still
+-- comes back bit for bit; integers below 2^53 as integers, negative zero as -0 (its sign kept).
+-- Not finite: null (JSON has no NaN or infinity).
 local function encode_number(n)
    if n ~= n or n == math.huge or n == -math.huge then return "null" end
+   if n == 0 then return 1 / n < 0 and "-0" or "0" end
    if n == math.floor(n) and math.abs(n) < 2 ^ 53 then return string.format("%d", n) end
+   for _, form in ipairs({ "%.15g", "%.16g" }) do
+      local s = string.format(form, n)
+      if tonumber(s) == n then return s end
+   end
    return string.format("%.17g", n)
 end
 

@@ -1,8 +1,9 @@
 -- step_log.lua: the JSON-lines log lw.train writes (--log): a new file, or for a resumed run
--- the old one appended to. Each record is one unbuffered write, checked; when it fails (a full
--- disk, a file-size limit) the file is cut back to its last whole record, so that readers and
--- a resumed run that appends find whole lines only, and the failure is returned, naming the
--- file and the reason.
+-- the old one appended to; each run's configuration record first (when it has one), then a
+-- record per step. Each record is one unbuffered write, checked; when it fails (a full disk, a
+-- file-size limit) the file is cut back to its last whole record, so that readers and a
+-- resumed run that appends find whole lines only, and the failure is returned, naming the file
+-- and the reason. Readers: lwopt.logs.
 local json = require("lwopt.json")
 local files = require("lwopt.files")
 
@@ -21,8 +22,9 @@ function step_log.open(path, append)
    return setmetatable({ path = path, file = file, bytes = bytes }, StepLog)
 end
 
--- Appends rec as one line. Returns nil, or why it could not be written; after a failure the log
--- takes no more records (each returns the same reason).
+-- Appends rec (a step record, or the run's configuration record: kind "config") as one line.
+-- Returns nil, or why it could not be written; after a failure the log takes no more records
+-- (each returns the same reason).
 function StepLog:write(rec)
    if self.failed then return self.failed end
    local line = json.encode(json.object(rec)) .. "\n"
@@ -32,8 +34,10 @@ function StepLog:write(rec)
       return nil
    end
    local cut = pcall(files.truncate, self.path, self.bytes)
-   self.failed = ("cannot write the record of step %d to %s (%s)%s"):format(rec.step, self.path,
-      tostring(err), cut and "; the records before it are whole" or "")
+   local what = rec.kind == "config" and "the configuration record"
+      or ("the record of step %d"):format(rec.step)
+   self.failed = ("cannot write %s to %s (%s)%s"):format(what, self.path, tostring(err),
+      cut and "; the records before it are whole" or "")
    return self.failed
 end
 

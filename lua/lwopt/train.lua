@@ -173,8 +173,13 @@ local function open_run(run)
    local loop = { first = run.start_step or 1, records = {},
                   ended = { diverged = false, skips_in_a_row = 0 },
                   tokens_per_step = b * t * (run.accum or 1) * data_comm(run).size }
+   -- tokens trained on before the first step: a resumed run's from its checkpoint, else as if
+   -- every earlier step had this run's global batch
+   loop.tokens = run.tokens_before or (loop.first - 1) * loop.tokens_per_step
    if run.log and comm.rank == 0 then
       loop.log = step_log.open(run.log, loop.first > 1) -- a resumed run appends
+      -- a failure here stops the run after its first step, as a step record's would
+      if run.log_config then loop.log_failed = loop.log:write(run.log_config) end
    end
    loop.t_start = lib.lw_now()
    loop.last = math.min(run.steps, run.stop_after or run.steps)
@@ -275,8 +280,10 @@ local function train_step(run, loop, step)
    local comm_wait = after.seconds - before.seconds
    local alltoall_mb = (after.alltoall - before.alltoall) / 2 ^ 20
    local opt_ms = 1e3 * (opt_time - r.time.grad_sync - r.time.param_sync)
+   loop.tokens = loop.tokens + loop.tokens_per_step
    local rec = {
-      step = step, loss = mean_loss, lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
+      kind = "step", step = step, tokens = loop.tokens, loss = mean_loss,
+      lr = lr_scale * run.base_lr, grad_norm = r.grad_norm,
       tokens_per_s = loop.tokens_per_step / wall, skipped = r.skipped or nil,
       time_ms = json.object({ fwd = 1e3 * fwd, bwd = 1e3 * bwd, comm_wait = 1e3 * comm_wait,
          opt = opt_ms, muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
@@ -311,9 +318,11 @@ local function evaluate_if_due(run, loop, rec)
    end
 end
 
--- The record kept, written to the log (rank 0; loop.log_failed: why it could not be) and shown
--- on the progress line.
+-- The record kept, stamped with the wall clock (seconds since the Unix epoch: when the step and
+-- its evaluation ended), written to the log (rank 0; loop.log_failed: why it could not be) and
+-- shown on the progress line.
 local function report(run, loop, rec)
+   rec.wall_time = lib.lw_wall_clock()
    loop.records[#loop.records + 1] = rec
    if loop.log then loop.log_failed = loop.log:write(rec) end
    progress(run, rec, loop.t_start, loop.first)
@@ -352,6 +361,8 @@ local function checkpoint_if_due(run, loop, step, update)
    if ckpt and ckpt.dir and not update.skipped and ((ckpt.every or 0) > 0
       and step % ckpt.every == 0 or step == loop.last or stopped) then
       run.comm:set_phase(("step %d, checkpoint save"):format(step))
+      -- the tokens trained on so far, which a resumed run counts on from (run.tokens_before)
+      if ckpt.extra then ckpt.extra.tokens = loop.tokens end
       local ok, saved = pcall(require("lwopt.checkpoint").save, ckpt.dir, { ddp = run.ddp,
          opt = run.opt, step = step, keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
          protect = ckpt.resumed_from and { ckpt.resumed_from } or nil, ep = run.ep, tp = run.tp,
@@ -389,12 +400,16 @@ end
 -- Runs `steps` optimizer steps. run = { comm, dp_comm (tensor parallelism: the data-parallel
 -- group the batches are split over; default comm), model (bound to ddp with train.hooks), ddp,
 -- opt, data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
--- (path or nil), quiet, progress ("auto" | "redraw" | "lines"), start_step (resume: 1-based
--- first step to run), stop_after (last step to run; the schedule still spans `steps`),
--- max_skips (stop after this many steps in a row skipped for non-finite gradients; 0 or nil:
--- never), checkpoint = { dir, every, keep, extra, run_id, resumed_from; last_saved is set to
--- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records and how the
--- run ended: { diverged = bool, skips_in_a_row = n, first_skip = step, stopped = nil | { step,
+-- (path or nil), log_config (a record written to the log before the first step's: the run's
+-- configuration, kind "config"), tokens_before (tokens trained on before start_step; default
+-- (start_step - 1) x this run's tokens per step), quiet, progress ("auto" | "redraw" |
+-- "lines"), start_step (resume: 1-based first step to run), stop_after (last step to run; the
+-- schedule still spans `steps`), max_skips (stop after this many steps in a row skipped for
+-- non-finite gradients; 0 or nil: never), checkpoint = { dir, every, keep, extra (settings the
+-- manifest keeps, and the tokens trained on so far), run_id, resumed_from; last_saved is set to
+-- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records (kind
+-- "step", with tokens, the tokens trained on through the step, and wall_time) and how the run
+-- ended: { diverged = bool, skips_in_a_row = n, first_skip = step, stopped = nil | { step,
 -- why (the log could not be written), save_error (a checkpoint could not be saved), checkpoint
 -- (the one saved at that step) } }: a failed output stops the run after its step, checkpointed
 -- when it can be. A step whose update was skipped is not checkpointed: its parameters may

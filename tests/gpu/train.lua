@@ -115,11 +115,14 @@ expect(text:find("sample:\n", 1, true) ~= nil, "a sample")
 if gnuplot then
    expect(text:find("loss curve: ", 1, true) ~= nil, "the loss curve")
 else
-   expect(text:find("failed: loss curve: gnuplot failed", 1, true) ~= nil,
+   expect(text:find("failed: loss curve: gnuplot is not installed", 1, true) ~= nil,
       "without gnuplot, the loss curve's failure is said")
 end
 local log_text = tally.slurp(log) or ""
 expect(log_text:find('"memory_mb"', 1, true) ~= nil, "the log has memory per rank")
+expect(log_text:find('"kind":"config"', 1, true) ~= nil, "the log opens with the configuration")
+expect(log_text:find('"devices":[{"device":"' .. (GPU == "cpu" and "cpu" or "cuda:"), 1, true)
+   ~= nil, "the configuration record names the rank's device")
 if GPU ~= "cpu" then
    expect(text:find("gpu in use", 1, true) ~= nil, "the memory table has the GPU's column")
    expect(log_text:find('"gpu":', 1, true) ~= nil, "the log has the GPU's memory")

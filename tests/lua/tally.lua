@@ -24,13 +24,14 @@ function tally.sh(cmd)
    return ok == 0 or ok == true
 end
 
--- The per-step training losses of a recipe's JSON log, as written (%.17g: exact floats); none
--- when the log cannot be read.
+-- The per-step training losses of a recipe's JSON log, as written (the shortest text that reads
+-- back as the same double: exact floats), in the order logged; configuration records (a run's
+-- first line, and a resumed run's) are passed over. None when the log cannot be read.
 function tally.losses(log)
    local out = {}
    for line in (tally.slurp(log) or ""):gmatch("[^\n]+") do
       local loss = line:match('"loss":([%d%.eE%-]+)')
-      if loss then out[#out + 1] = tonumber(loss) end
+      if loss and not line:find('"kind":"config"', 1, true) then out[#out + 1] = tonumber(loss) end
    end
    return out
 end
