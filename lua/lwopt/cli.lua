@@ -1,5 +1,6 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
--- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version.
+-- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version,
+-- export (a checkpoint as Hugging Face GPT-2 or nanoGPT files: lua/lwopt/export.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
@@ -15,6 +16,8 @@ commands:
   device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
                       without NAME the CPU and, if there is one, the GPU
   version             library version, path and features
+  export CKPT --format hf-gpt2|nanogpt OUT_DIR
+                      a trained GPT as Hugging Face GPT-2 or nanoGPT files (lwopt export --help)
   help                this text
 
 examples:
@@ -277,6 +280,8 @@ function cli.main(argv, out, err)
       return run_command(rest, out, err)
    elseif command == "device" then
       return device_command(rest, out, err)
+   elseif command == "export" then
+      return require("lwopt.export").main(rest, out, err)
    elseif command == "repl" then
       return require("lwopt.repl").run{ lw = require("lwopt") }
    elseif command == "version" then
