@@ -83,7 +83,8 @@ function helpers.token_dataset(dir, n, vocab)
 end
 
 -- Reads one tensor of a safetensors file with Debian's python3 and numpy, parsing the header
--- itself (an independent reader). Returns { shape = {...}, first, last } or fails the spec.
+-- itself (an independent reader). Returns { entries (the file's tensors), shape = {...}, first,
+-- last } or fails the spec.
 function helpers.read_safetensors(path, name)
    local script = helpers.tempfile([==[
 import json, struct, sys
@@ -91,6 +92,7 @@ import numpy as np
 raw = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 header = json.loads(raw[8:8 + n])
+header.pop("__metadata__", None)
 t = header[sys.argv[2]]
 assert t["dtype"] == "F32"
 a, b = t["data_offsets"]

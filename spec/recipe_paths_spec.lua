@@ -30,6 +30,17 @@ describe("lwopt.recipe_paths", function()
       assert.same({ "l.jsonl", "l.png", "l.dat", "p.st", "p.st.tmp" }, names)
    end)
 
+   it("counts --init-from's file among the inputs, unless a resumed checkpoint replaces it",
+      function()
+      local w = dir .. "/d/w.safetensors"
+      helpers.sh("touch " .. w)
+      assert.equal(("--save-params '%s/link/w.safetensors' is the same file as --init-from '%s': "
+         .. "writing it would destroy the run's input; choose another path"):format(dir, w),
+         check({ init_from = w, save_params = dir .. "/link/w.safetensors" }))
+      assert.is_nil(check({ init_from = w, save_params = w, ckpt_dir = dir .. "/ck" },
+         dir .. "/ck/step-000000001"))
+   end)
+
    it("passes distinct files, missing ones included", function()
       assert.is_nil(check({ log = dir .. "/new/run.jsonl", save_params = dir .. "/p.st",
          ckpt_dir = dir .. "/ck" }))

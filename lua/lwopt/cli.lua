@@ -1,5 +1,6 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
 -- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version,
+-- export (a checkpoint as Hugging Face GPT-2 or nanoGPT files: lua/lwopt/export.lua),
 -- and over training logs (lwopt.logs) plot, compare and csv.
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
@@ -19,6 +20,8 @@ commands:
   plot LOG...         several runs' losses on one chart (--out PNG, --x step|tokens; gnuplot)
   compare LOG...      each run's final figures in a table (--csv: as CSV)
   csv LOG [OUT.csv]   a run's step records as CSV, one row per step
+  export CKPT --format hf-gpt2|nanogpt OUT_DIR
+                      a trained GPT as Hugging Face GPT-2 or nanoGPT files (lwopt export --help)
   help                this text
 
 examples:
@@ -287,6 +290,8 @@ function cli.main(argv, out, err)
       return require("lwopt.logs").command("compare", rest, out, err)
    elseif command == "csv" then
       return require("lwopt.logs").command("csv", rest, out, err)
+   elseif command == "export" then
+      return require("lwopt.export").main(rest, out, err)
    elseif command == "repl" then
       return require("lwopt.repl").run{ lw = require("lwopt") }
    elseif command == "version" then

@@ -16,6 +16,9 @@ local recipe_paths = require("lwopt.recipe_paths")
 local recipe_batch = require("lwopt.recipe_batch")
 local recipe_log = require("lwopt.recipe_log")
 local logs = require("lwopt.logs")
+local init_from = require("lwopt.init_from")
+local weights = require("lwopt.weights")
+local json = require("lwopt.json")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -163,6 +166,10 @@ recipe.flags = {
      max = 2 ^ 31 - 1 },
    { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
+   { "init-from", "string", nil, "start from the weights in this safetensors file (--save-params, "
+     .. "a checkpoint's model.safetensors, or an `lwopt export` in hf-gpt2 or nanogpt names; F32, "
+     .. "BF16 or F16) instead of the seeded initialisation, with a fresh optimizer; a --resume "
+     .. "that finds a checkpoint takes the checkpoint's weights instead" },
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
    { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
    { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },
@@ -548,6 +555,16 @@ local function settings(v, comm, data)
             mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
 end
 
+-- The model's settings, which --save-params records in its file's metadata (weights.SETTINGS_KEY)
+-- so that `lwopt export` knows its heads and vocabulary without a checkpoint; a resume cannot
+-- change them, so a resumed run writes the same bytes as an uninterrupted one.
+local function model_settings(v)
+   return { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq,
+            data_kind = v.data_kind, vocab = v.vocab, n_expert = v.n_expert,
+            shared_expert = v.shared_expert,
+            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
+end
+
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
 -- checkpoint made with other values cannot continue this run.
 local BREAKING = {
@@ -725,7 +742,8 @@ local function finish(run, v, records, ended, say)
          attempt("--save-params", function()
             -- beside it first, then renamed: a kill mid-write leaves the previous file whole
             local tmp = v.save_params .. ".tmp"
-            local written, why = pcall(safetensors.write, tmp, tensors)
+            local written, why = pcall(safetensors.write, tmp, tensors,
+               { { weights.SETTINGS_KEY, json.encode(model_settings(v)) } })
             if not written then
                os.remove(tmp) -- what a full disk let through is no use to anyone
                error(why, 0)
@@ -878,6 +896,20 @@ local function check_paths(run, v, data)
    run.comm:agree(ok, err)
 end
 
+-- With --init-from: the weights read into the buffers and said in one line, unless the run
+-- resumed a checkpoint, whose weights take precedence (also said). Collective.
+local function apply_init_from(run, v, say)
+   if not v.init_from then return end
+   if run.start_step then
+      say(("--init-from %s not used: the run resumed from %s, which continues it (--init-from "
+         .. "starts a run; a resumed run takes its checkpoint's weights)"):format(v.init_from,
+         run.checkpoint.resumed_from))
+      return
+   end
+   say(init_from.load(v.init_from, { ddp = run.ddp, comm = run.comm, full_specs = run.full_specs,
+      tp = run.tp, cfg = run.model.cfg, vocab = v.vocab }))
+end
+
 -- Where the data comes from: "path (N bytes)", or for token shards "pattern (2 shards, N
 -- tokens; validation: val pattern (1 shard, N tokens)); vocabulary 50257 (50304 rows)".
 local function data_line(data, v, path)
@@ -955,6 +987,7 @@ function recipe.main(argv, rules, script)
    local run = build_run(v, comm, data, rules)
    setup_checkpoints(run, v, data, say)
    check_paths(run, v, data)
+   apply_init_from(run, v, say)
    announce(run, v, data, path, say)
    warn_schedule(v, say)
    if v.log then -- collective

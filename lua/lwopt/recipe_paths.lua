@@ -33,10 +33,16 @@ function paths.outputs(v)
 end
 
 -- The files the run reads: { { what, path } } (a text file, or the training and validation
--- shards of token data).
-function paths.inputs(data, v)
-   if data.kind ~= "tokens" then return { { what = "--data", path = data.path } } end
+-- shards of token data; --init-from's file unless the run resumed a checkpoint instead).
+function paths.inputs(data, v, resumed)
    local out = {}
+   if v.init_from and not resumed then
+      out[#out + 1] = { what = "--init-from", path = v.init_from }
+   end
+   if data.kind ~= "tokens" then
+      out[#out + 1] = { what = "--data", path = data.path }
+      return out
+   end
    for _, p in ipairs(data.train.paths) do out[#out + 1] = { what = "--data", path = p } end
    for _, p in ipairs(data.val and data.val.paths or {}) do
       out[#out + 1] = { what = v.val_data and "--val-data" or "a validation shard", path = p }
@@ -61,7 +67,8 @@ end
 -- naming both paths. data: lw.data's or lw.tokens's dataset; resumed: the checkpoint directory
 -- the run resumed from, or nil.
 function paths.check(v, data, resumed)
-   local outputs, inputs = with_real(paths.outputs(v)), with_real(paths.inputs(data, v))
+   local outputs = with_real(paths.outputs(v))
+   local inputs = with_real(paths.inputs(data, v, resumed ~= nil))
    for i, o in ipairs(outputs) do
       for _, other in ipairs(inputs) do
          if same(o, other) then

@@ -7,15 +7,19 @@ local C = require("lwopt.C")
 local lib = C.lib
 local safetensors = {}
 
--- tensors: list of { name, data = float*, shape = {...} | count = n }; metadata: optional list
--- of { key, value } string pairs. Returns the file's size and CRC32C.
+-- Bytes per element of the dtypes lwopt writes.
+local SIZES = { F32 = 4, BF16 = 2, F16 = 2, I32 = 4 }
+
+-- tensors: list of { name, data = float*, shape = {...} | count = n, dtype = "F32" (default) |
+-- "BF16" | "F16" (data then holds 2-byte elements) | "I32" }; metadata: optional list of
+-- { key, value } string pairs. Returns the file's size and CRC32C.
 function safetensors.write(path, tensors, metadata)
    metadata = metadata or {}
    local views = ffi.new("lw_tensor_view[?]", math.max(#tensors, 1))
    for i, t in ipairs(tensors) do
       local v = views[i - 1]
       v.name = t.name -- the Lua strings stay alive in `tensors` during the call
-      v.dtype = "F32"
+      v.dtype = t.dtype or "F32"
       local shape = t.shape or { t.count }
       v.ndim = #shape
       local numel = 1
@@ -24,7 +28,7 @@ function safetensors.write(path, tensors, metadata)
          numel = numel * size
       end
       v.data = t.data
-      v.bytes = 4 * numel
+      v.bytes = assert(SIZES[t.dtype or "F32"], "safetensors.write: unknown dtype") * numel
    end
    local keys = ffi.new("const char*[?]", math.max(#metadata, 1))
    local values = ffi.new("const char*[?]", math.max(#metadata, 1))
@@ -43,6 +47,23 @@ function safetensors.open(path, where)
    local out = ffi.new("lw_safetensors*[1]")
    C.check(lib.lw_safetensors_open(path, out), where or "safetensors.open")
    return ffi.gc(out[0], lib.lw_safetensors_free)
+end
+
+-- The value of `key` in an open file's __metadata__, or nil.
+function safetensors.metadata(st, key)
+   local value = lib.lw_safetensors_metadata(st, key)
+   if value == nil then return nil end
+   return ffi.string(value)
+end
+
+-- The names of an open file's tensors, in the file's order.
+function safetensors.names(st)
+   local out, view = {}, ffi.new("lw_tensor_view")
+   for i = 0, lib.lw_safetensors_count(st) - 1 do
+      C.check(lib.lw_safetensors_tensor(st, i, view), "safetensors.names")
+      out[#out + 1] = ffi.string(view.name)
+   end
+   return out
 end
 
 -- Tensor `name` of an open file as an lw_tensor_view (data points into the file), or nil.

@@ -1,0 +1,277 @@
+-- export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt OUT_DIR`: a trained dense GPT (a
+-- checkpoint step directory, a --ckpt-dir's newest whole checkpoint, or a model.safetensors /
+-- --save-params file) written as another program's files: OUT_DIR/model.safetensors (fp32,
+-- named and laid out as gpt_names.lua says) and OUT_DIR/config.json. It reads and converts;
+-- it trains nothing and needs no communicator.
+local ffi = require("ffi")
+local json = require("lwopt.json")
+local files = require("lwopt.files")
+local flags = require("lwopt.flags")
+local checkpoint = require("lwopt.checkpoint")
+local safetensors = require("lwopt.safetensors")
+local weights = require("lwopt.weights")
+local names = require("lwopt.gpt_names")
+local arch = require("lwopt.arch")
+
+local export = {}
+
+local WHERE = "export"
+
+local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+
+-- A checkpoint manifest read for export, its messages in export's words.
+local function manifest_of(dir, opts)
+   local ok, m = pcall(checkpoint.read_manifest, dir, opts)
+   if not ok then error((tostring(m):gsub("^checkpoint%.load: ", WHERE .. ": ")), 0) end
+   return m
+end
+
+-- What CKPT names: { file (the model's safetensors), what (for messages), step, extra (the
+-- run's settings, or nil), note (why another checkpoint than `latest`'s was taken) }.
+function export.source(path)
+   local kind = files.kind(path)
+   if kind == "missing" then fail("%s does not exist", path) end
+   if kind == "file" then
+      local dir = files.dirname(path)
+      local src = { file = path, what = path }
+      -- a checkpoint's model.safetensors: its manifest (checked whole) has the settings
+      if path:match("model%.safetensors$") and files.kind(dir .. "/manifest.json") == "file" then
+         local m = manifest_of(dir)
+         src.step, src.extra = m.step, m.extra
+      end
+      return src
+   end
+   if kind ~= "dir" then fail("%s is neither a file nor a directory", path) end
+   if files.kind(path .. "/manifest.json") == "file" then
+      local m = manifest_of(path)
+      return { file = path .. "/model.safetensors", what = path, step = m.step, extra = m.extra }
+   end
+   local ok, found, why = pcall(checkpoint.find, path)
+   if not ok then error((tostring(found):gsub("^checkpoint: ", WHERE .. ": ")), 0) end
+   if found == nil then
+      fail("%s is not a checkpoint (no manifest.json) and holds none (%s)", path, why)
+   end
+   return { file = found.path .. "/model.safetensors", what = found.path, step = found.step,
+            extra = found.manifest.extra, note = found.note }
+end
+
+-- The run's settings a file records in its metadata (--save-params), or nil.
+local function recorded_settings(f)
+   local text = safetensors.metadata(f.st, weights.SETTINGS_KEY)
+   if text == nil then return nil end
+   local ok, t = pcall(json.decode, text)
+   return ok and type(t) == "table" and t or nil
+end
+
+-- The dense GPT a file holds: its shapes give layers, width, rows, sequence, tie, biases and
+-- MLP width; the settings (extra) or the flags (given: n_head, vocab) the heads and the real
+-- vocabulary. Refuses a mixture of experts and tensors that are not lw.arch.gpt's.
+function export.model_config(f, extra, given, what)
+   extra, given = extra or {}, given or {}
+   local wte = f.shapes["wte.weight"]
+   if wte == nil or #wte ~= 2 or f.shapes["wpe.weight"] == nil then
+      fail("%s holds no 'wte.weight' and 'wpe.weight': not an lwopt GPT (its first tensors: %s)",
+         what, table.concat({ unpack(f.order, 1, math.min(3, #f.order)) }, ", "))
+   end
+   if (tonumber(extra.n_expert) or 0) > 0 or f.shapes["h.0.moe.router.weight"] then
+      fail("%s is a mixture of experts%s: only dense GPTs are exported (GPT-2 and nanoGPT have "
+         .. "one MLP per layer)", what, extra.n_expert and (" (%d experts per layer)")
+         :format(extra.n_expert) or "")
+   end
+   local n_layer = 0
+   while f.shapes["h." .. n_layer .. ".ln_1.weight"] do n_layer = n_layer + 1 end
+   local fc = f.shapes["h.0.mlp.fc.weight"]
+   if n_layer == 0 or fc == nil then fail("%s holds no layers 'h.0.*': not an lwopt GPT", what) end
+   local cfg = { n_layer = n_layer, n_embd = wte[2], rows = wte[1],
+      seq_len = f.shapes["wpe.weight"][1], tied = f.shapes["lm_head.weight"] == nil,
+      bias = f.shapes["ln_f.bias"] ~= nil, mlp_hidden = fc[1] }
+   if extra.n_layer and extra.n_layer ~= n_layer then
+      fail("%s has %d layers, but its settings say %s", what, n_layer, tostring(extra.n_layer))
+   end
+   cfg.n_head = given.n_head or extra.n_head
+   if cfg.n_head == nil then
+      fail("%s does not say its number of attention heads (no checkpoint manifest beside it, no "
+         .. "lwopt settings in it): give --n-head N", what)
+   end
+   -- settings without a vocabulary are of a run on bytes (as a resume reads them)
+   cfg.vocab = given.vocab or extra.vocab or (extra.n_layer and 256) or nil
+   if cfg.vocab == nil then
+      fail("%s does not say its vocabulary (it has %d rows, padded): give --vocab N, the "
+         .. "tokenizer's", what, cfg.rows)
+   end
+   if cfg.vocab > cfg.rows then
+      fail("the vocabulary (%d%s) is more than the %d rows of %s's token embedding", cfg.vocab,
+         given.vocab and ", --vocab" or "", cfg.rows, what)
+   end
+   if cfg.n_embd % cfg.n_head ~= 0 then
+      fail("%s's width %d is not a multiple of %d heads", what, cfg.n_embd, cfg.n_head)
+   end
+   local specs = arch.gpt{ n_layer = n_layer, n_embd = cfg.n_embd, n_head = cfg.n_head,
+      vocab = cfg.rows, seq_len = cfg.seq_len, tied = cfg.tied, bias = cfg.bias,
+      mlp_hidden = cfg.mlp_hidden }
+   weights.check(f, specs, WHERE .. ": " .. what, ("an lwopt GPT of %d layers x %d")
+      :format(n_layer, cfg.n_embd))
+   return cfg
+end
+
+-- The config.json of a format for the model cfg (a JSON-ready table).
+function export.config(format, cfg)
+   if format == "nanogpt" then
+      -- nanoGPT's GPTConfig fields: GPT(GPTConfig(**config)) builds the model these tensors fit
+      return { block_size = cfg.seq_len, vocab_size = cfg.rows, n_layer = cfg.n_layer,
+         n_head = cfg.n_head, n_embd = cfg.n_embd, dropout = 0.0, bias = cfg.bias }
+   end
+   local gpt2_tokenizer = cfg.vocab == 50257
+   return {
+      architectures = json.array({ "GPT2LMHeadModel" }), model_type = "gpt2",
+      vocab_size = cfg.vocab, n_positions = cfg.seq_len, n_ctx = cfg.seq_len,
+      n_embd = cfg.n_embd, n_layer = cfg.n_layer, n_head = cfg.n_head,
+      n_inner = cfg.mlp_hidden ~= 4 * cfg.n_embd and cfg.mlp_hidden or json.null,
+      -- lwopt's GELU is the tanh form (lw_gelu_forward), which transformers calls gelu_new
+      activation_function = "gelu_new", layer_norm_epsilon = 1e-5, initializer_range = 0.02,
+      -- lwopt trains without dropout
+      resid_pdrop = 0, embd_pdrop = 0, attn_pdrop = 0, summary_first_dropout = 0,
+      scale_attn_weights = true, scale_attn_by_inverse_layer_idx = false,
+      reorder_and_upcast_attn = false, use_cache = true, tie_word_embeddings = cfg.tied,
+      bos_token_id = gpt2_tokenizer and 50256 or json.null,
+      eos_token_id = gpt2_tokenizer and 50256 or json.null,
+      torch_dtype = "float32",
+   }
+end
+
+local function zeros(n) return ffi.new("float[?]", math.max(n, 1)) end
+
+-- One entry of names.map as a new fp32 array of its shape, from the open file f.
+local function tensor_of(f, e)
+   local n = weights.numel(e.shape)
+   if e.from == nil then return zeros(n) end
+   local src = weights.read(f, e.from)
+   if e.transpose then
+      -- ours [n_out, n_in] -> theirs [n_in, n_out]
+      local n_in, n_out = e.shape[1], e.shape[2]
+      local out = zeros(n)
+      for o = 0, n_out - 1 do
+         local row = src + o * n_in
+         for i = 0, n_in - 1 do out[i * n_out + o] = row[i] end
+      end
+      return out
+   end
+   return src -- the first rows of an unpadded vocabulary are the array's start
+end
+
+-- The tensors of format for the model in file f (config cfg): { name, shape, data }.
+function export.tensors(f, format, cfg)
+   local list, why = names.map(format, cfg)
+   if list == nil then fail("--format %s: %s", format, why) end
+   local out = {}
+   for _, e in ipairs(list) do
+      out[#out + 1] = { name = e.name, shape = e.shape, data = tensor_of(f, e) }
+   end
+   return out, list
+end
+
+-- Writes a file through a temporary one beside it, renamed over it once whole.
+local function write_text(path, text)
+   local tmp = path .. ".tmp"
+   local fh, err = io.open(tmp, "wb")
+   if fh == nil then fail("cannot write %s (%s)", tmp, tostring(err)) end
+   local ok, why = fh:write(text)
+   local closed, close_why = fh:close()
+   if not (ok and closed) then
+      os.remove(tmp)
+      fail("cannot write %s (%s)", tmp, tostring(why or close_why))
+   end
+   files.rename(tmp, path)
+end
+
+-- export.run{ ckpt, format, out_dir, n_head, vocab }: writes out_dir/model.safetensors and
+-- out_dir/config.json. Returns { file, config, tensors (count), values, cfg, src, dropped (the
+-- tied LM head left out: true/false) }.
+function export.run(o)
+   local src = export.source(o.ckpt)
+   local f = weights.open(src.file, WHERE .. ": " .. src.file)
+   local cfg = export.model_config(f, src.extra or recorded_settings(f),
+      { n_head = o.n_head, vocab = o.vocab }, src.what)
+   local out_file = o.out_dir .. "/model.safetensors"
+   local kind = files.kind(o.out_dir)
+   if kind ~= "missing" and kind ~= "dir" then
+      fail("%s exists and is not a directory", o.out_dir)
+   end
+   files.make_dir(o.out_dir)
+   if files.real_path(out_file) == files.real_path(src.file)
+      or files.same_file(out_file, src.file) then
+      fail("%s is the checkpoint's own model.safetensors: writing it would destroy the input; "
+         .. "choose another OUT_DIR", out_file)
+   end
+   local tensors = export.tensors(f, o.format, cfg)
+   local config = export.config(o.format, cfg)
+   local values = 0
+   for _, t in ipairs(tensors) do values = values + weights.numel(t.shape) end
+   local tmp = out_file .. ".tmp"
+   local ok, err = pcall(safetensors.write, tmp, tensors, {
+      { "format", "pt" }, -- what transformers' loader asks of a safetensors file
+      { "lwopt.format", o.format },
+      { "lwopt.source", src.what .. (src.step and (" (step %d)"):format(src.step) or "") },
+      { "config", json.encode(config) },
+   })
+   if not ok then
+      os.remove(tmp)
+      fail("cannot write %s: %s", out_file, tostring(err))
+   end
+   files.rename(tmp, out_file)
+   local config_file = o.out_dir .. "/config.json"
+   write_text(config_file, json.encode(config, "  ") .. "\n")
+   return { file = out_file, config = config_file, tensors = #tensors, values = values, cfg = cfg,
+            src = src, dropped = o.format == "hf-gpt2" and cfg.tied }
+end
+
+local FLAGS = {
+   { "format", names.FORMATS, "hf-gpt2", "the files to write: hf-gpt2 (transformers' "
+     .. "GPT2LMHeadModel: Conv1D weights transposed, zero biases, the real vocabulary) or nanogpt "
+     .. "(nanoGPT's GPT state dict and GPTConfig)" },
+   { "n-head", "int", nil, "attention heads, for a file that does not record them", min = 1 },
+   { "vocab", "int", nil, "the tokenizer's vocabulary, for a file that does not record it "
+     .. "(the rows above it are lwopt's padding, left out of hf-gpt2)", min = 1 },
+   { "help", "bool", false, "this text" },
+}
+
+local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt] OUT_DIR\n"
+   .. "  CKPT: a checkpoint step directory, a --ckpt-dir (its newest whole checkpoint), or a\n"
+   .. "  model.safetensors / --save-params file; writes OUT_DIR/model.safetensors and "
+   .. "OUT_DIR/config.json\n" .. flags.usage(FLAGS)
+
+-- `lwopt export`: returns the exit status (2: usage, 1: an error, both said in one line).
+function export.main(argv, out, err)
+   local v, positional = flags.parse(argv, FLAGS)
+   local function usage_error(msg)
+      err:write("lwopt export: ", msg, " (lwopt export --help lists the flags)\n")
+      return 2
+   end
+   if v == nil then return usage_error(positional) end
+   if v.help then
+      out:write(USAGE, "\n")
+      return 0
+   end
+   if #positional ~= 2 then
+      return usage_error(("needs CKPT and OUT_DIR, got %d argument%s"):format(#positional,
+         #positional == 1 and "" or "s"))
+   end
+   local ok, r = pcall(export.run, { ckpt = positional[1], out_dir = positional[2],
+      format = v.format, n_head = v.n_head, vocab = v.vocab })
+   if not ok then
+      err:write("lwopt ", tostring(r), "\n")
+      return 1
+   end
+   local c = r.cfg
+   if r.src.note then out:write("export: ", r.src.note, "\n") end
+   out:write(("exported %s%s as %s: %s (%d tensors, %.2fM values; vocabulary %d%s%s), %s\n")
+      :format(r.src.what, r.src.step and (" (step %d)"):format(r.src.step) or "", v.format,
+      r.file, r.tensors, r.values / 1e6, v.format == "hf-gpt2" and c.vocab or c.rows,
+      v.format == "hf-gpt2" and c.rows ~= c.vocab and (", padding rows %d-%d left out")
+         :format(c.vocab, c.rows - 1) or "",
+      r.dropped and "; tied LM head left out: transformers ties lm_head to transformer.wte"
+         or "", r.config))
+   return 0
+end
+
+return export
