@@ -1,5 +1,6 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
--- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version.
+-- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version;
+-- after training, sample and eval (cli_sample.lua, cli_eval.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
@@ -15,6 +16,9 @@ commands:
   device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
                       without NAME the CPU and, if there is one, the GPU
   version             library version, path and features
+  sample PATH [flags] text from a trained model (a checkpoint, or a .safetensors file): the
+                      sample its training printed, or another (lwopt sample --help)
+  eval PATH --data D  a trained model's validation loss over D (lwopt eval --help)
   help                this text
 
 examples:
@@ -279,6 +283,10 @@ function cli.main(argv, out, err)
       return device_command(rest, out, err)
    elseif command == "repl" then
       return require("lwopt.repl").run{ lw = require("lwopt") }
+   elseif command == "sample" then
+      return require("lwopt.cli_sample").main(rest, out, err)
+   elseif command == "eval" then
+      return require("lwopt.cli_eval").main(rest, out, err)
    elseif command == "version" then
       local lw = require("lwopt")
       out:write(("lwopt %s\nlibrary %s\ncuda %s\n"):format(lw.version, lw.library,
