@@ -1,6 +1,6 @@
 -- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
--- command from the repo root, temporary files, token shards, a safetensors reader and a
--- training log's records.
+-- command from the repo root, temporary files, token shards, tokenizer files, a safetensors
+-- reader and a training log's records.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -80,6 +80,26 @@ function helpers.token_dataset(dir, n, vocab)
    helpers.token_shard(ids(n, 2), { path = dir .. "/t_train_001.bin", version = 2 })
    helpers.token_shard(ids(math.floor(n / 5), 3), { path = dir .. "/t_val_000.bin" })
    return dir .. "/t_train_*.bin"
+end
+
+-- Writes a tokenizer file as llm.c does (gpt2_tokenizer.bin: 256 uint32 of header: magic
+-- 20240328, version, vocabulary size and, in version 2, the end-of-text id; then per token a
+-- length byte and its bytes) for pieces (a list of strings, token 0 first) and returns its path.
+-- opts: magic, version (2), vocab (the header's; default #pieces), eot (default the last
+-- token), cut (bytes dropped from the end), path (default a new temporary file).
+function helpers.tokenizer_file(pieces, opts)
+   opts = opts or {}
+   local version = opts.version or 2
+   local parts = { le(opts.magic or 20240328, 4), le(version, 4), le(opts.vocab or #pieces, 4),
+      le(opts.eot or #pieces - 1, 4), string.rep("\0", 1024 - 16) }
+   for _, piece in ipairs(pieces) do parts[#parts + 1] = string.char(#piece) .. piece end
+   local text = table.concat(parts)
+   text = text:sub(1, #text - (opts.cut or 0))
+   local path = opts.path or os.tmpname()
+   local f = assert(io.open(path, "wb"))
+   f:write(text)
+   f:close()
+   return path
 end
 
 -- Reads one tensor of a safetensors file with Debian's python3 and numpy, parsing the header

@@ -259,8 +259,9 @@ describe("recipes/gpt_small.lua", function()
          out, status = helpers.sh("luajit " .. recipe .. " --data '" .. pattern .. "' --steps 1 "
             .. "--sample 0 --prompt '1 x'")
          assert.equal(1, status)
-         assert.equal("--prompt: with token shards the prompt is token ids below the vocabulary "
-            .. "(50257), separated by spaces; got 'x'\n", out)
+         assert.equal("--prompt: expected token ids below the vocabulary (50257), separated by "
+            .. "commas or spaces; got 'x' (with token shards --prompt is token ids: text cannot be "
+            .. "encoded into tokens, a tokenizer file holds no BPE merges)\n", out)
       end)
 
       it("names a pattern that matches nothing, and refuses token flags with a text file",

@@ -1,7 +1,8 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
 -- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version,
 -- export (a checkpoint as Hugging Face GPT-2 or nanoGPT files: lua/lwopt/export.lua),
--- and over training logs (lwopt.logs) plot, compare and csv.
+-- over training logs (lwopt.logs) plot, compare and csv; after training, sample and eval
+-- (cli_sample.lua, cli_eval.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
@@ -22,6 +23,9 @@ commands:
   csv LOG [OUT.csv]   a run's step records as CSV, one row per step
   export CKPT --format hf-gpt2|nanogpt OUT_DIR
                       a trained GPT as Hugging Face GPT-2 or nanoGPT files (lwopt export --help)
+  sample PATH [flags] text from a trained model (a checkpoint, or a .safetensors file): the
+                      sample its training printed, or another (lwopt sample --help)
+  eval PATH --data D  a trained model's validation loss over D (lwopt eval --help)
   help                this text
 
 examples:
@@ -294,6 +298,10 @@ function cli.main(argv, out, err)
       return require("lwopt.export").main(rest, out, err)
    elseif command == "repl" then
       return require("lwopt.repl").run{ lw = require("lwopt") }
+   elseif command == "sample" then
+      return require("lwopt.cli_sample").main(rest, out, err)
+   elseif command == "eval" then
+      return require("lwopt.cli_eval").main(rest, out, err)
    elseif command == "version" then
       local lw = require("lwopt")
       out:write(("lwopt %s\nlibrary %s\ncuda %s\n"):format(lw.version, lw.library,

@@ -19,6 +19,8 @@ local logs = require("lwopt.logs")
 local init_from = require("lwopt.init_from")
 local weights = require("lwopt.weights")
 local json = require("lwopt.json")
+local sampling = require("lwopt.sampling")
+local tokenizer = require("lwopt.tokenizer")
 local C = require("lwopt.C")
 
 local recipe = {}
@@ -185,10 +187,16 @@ recipe.flags = {
      .. "gradients (0: never stop)", min = 0 },
    { "timeout", "number", nil, "seconds a collective may wait for the other ranks before the "
      .. "job ends (default: LWOPT_TIMEOUT, else 600; 0: wait forever)", min = 0 },
-   { "sample", "int", 200, "characters (token data: tokens) to generate at the end (0: none)",
-     min = 0, max = 1e6 },
+   { "sample", "int", sampling.COUNT, "characters (token data: tokens) to generate at the end "
+     .. "(0: none)", min = 0, max = 1e6 },
    { "prompt", "string", nil, "prompt for the sample (default 'And God said'; token data: token "
-     .. "ids separated by spaces, default the first 8 validation tokens)" },
+     .. "ids separated by spaces, as --prompt-ids, default the first 8 validation tokens)" },
+   { "prompt-ids", "string", nil, "token data: the sample's prompt as token ids, 1,2,3 (text "
+     .. "cannot be encoded: a tokenizer file has no BPE merges)" },
+   { "tokenizer", "string", nil, "token data: llm.c's gpt2_tokenizer.bin, to print the sample "
+     .. "as text instead of token ids" },
+   { "temperature", "number", sampling.TEMPERATURE, "the sample's temperature", above = 0 },
+   { "top-k", "int", nil, "sample among the k likeliest tokens only (default: all)", min = 1 },
    { "quiet", "bool", false, "no progress lines" },
    { "progress", { "auto", "redraw", "lines" }, "auto",
      "redraw the progress line in place, or a line per step (auto: redraw on a terminal, not "
@@ -265,8 +273,8 @@ local function in_flag_words(message)
 end
 
 -- The data's kind ("bytes": a text file; "tokens": token shards), its vocabulary (v.vocab: every
--- token is below it) and the model's (v.vocab_rows, padded), and the sample's prompt as token ids
--- for token data (v.prompt_ids).
+-- token is below it) and the model's (v.vocab_rows, padded), and for token data the sample's
+-- prompt as token ids (v.prompt_ids) and the tokenizer that decodes it (v.tokenizer_read).
 local function check_data_flags(v, preset)
    v.data_kind = v.data and tokens_mod.is_shards(v.data) and "tokens" or "bytes"
    if v.data_kind == "bytes" then
@@ -278,24 +286,39 @@ local function check_data_flags(v, preset)
          error("--val-data is for token shards (a .bin path or a pattern in --data); a text "
             .. "file's validation split is its last 5%", 0)
       end
+      if v.prompt == "" then
+         error("--prompt: the sample needs a prompt of one byte or more", 0)
+      end
+      for _, name in ipairs({ "prompt_ids", "tokenizer" }) do
+         if v[name] then
+            error(("--%s is for token shards (a .bin path or a pattern in --data); a text file's "
+               .. "sample is its bytes, its prompt --prompt"):format(name:gsub("_", "-")), 0)
+         end
+      end
       v.vocab, v.vocab_rows = 256, 256
       return
    end
    v.vocab_given = v.vocab ~= nil
    v.vocab = v.vocab or preset.vocab
    v.vocab_rows = recipe.vocab_rows(v.vocab)
+   if v.prompt and v.prompt_ids then
+      error("--prompt and --prompt-ids both give the prompt: choose one", 0)
+   end
    if v.prompt then
-      v.prompt_ids = {}
-      for word in v.prompt:gmatch("%S+") do
-         local id = tonumber(word)
-         if id == nil or id ~= math.floor(id) or id < 0 or id >= v.vocab then
-            error(("--prompt: with token shards the prompt is token ids below the vocabulary "
-               .. "(%d), separated by spaces; got '%s'"):format(v.vocab, word), 0)
-         end
-         v.prompt_ids[#v.prompt_ids + 1] = id
+      local ok, ids = pcall(sampling.parse_ids, v.prompt, v.vocab, "--prompt")
+      if not ok then
+         error(ids .. " (with token shards --prompt is token ids: text cannot be encoded into "
+            .. "tokens, a tokenizer file holds no BPE merges)", 0)
       end
-      if #v.prompt_ids == 0 then
-         error(("--prompt: no token ids in '%s'"):format(v.prompt), 0)
+      v.prompt_ids = ids
+   elseif v.prompt_ids then
+      v.prompt_ids = sampling.parse_ids(v.prompt_ids, v.vocab, "--prompt-ids")
+   end
+   if v.tokenizer then
+      v.tokenizer_read = tokenizer.load(v.tokenizer)
+      if v.tokenizer_read.vocab < v.vocab then
+         error(("--tokenizer %s has %d tokens, fewer than the vocabulary (%d): another "
+            .. "tokenizer?"):format(v.tokenizer, v.tokenizer_read.vocab, v.vocab), 0)
       end
    end
 end
@@ -450,93 +473,30 @@ local function plot(log_path, unit)
       data = recipe_paths.plot_data(log_path), unit = unit })
 end
 
--- Sampling at temperature 0.8 over the model's next-byte distribution, among the bytes that
--- occur in the training text (an untrained byte's small probability is noise, not text).
-local function sample(model, data, prompt, chars, seq, seed)
-   local seen = {}
-   for i = 0, data.n_train - 1 do seen[data.bytes[i]] = true end
-   local tokens = ffi.new("int32_t[?]", seq)
-   local out = { prompt }
-   local context = { prompt:byte(1, -1) }
-   local state = seed
-   for _ = 1, chars do
-      local start = math.max(1, #context - seq + 1)
-      local len = #context - start + 1
-      for i = 0, seq - 1 do tokens[i] = i < len and context[start + i] or 0 end
-      model:forward(tokens, nil, 1, seq)
-      local p = model:next_probs(len - 1)
-      local weights, total = {}, 0
-      for v = 0, 255 do
-         local w = seen[v] and p[v] ^ (1 / 0.8) or 0
-         weights[v] = w
-         total = total + w
-      end
-      state = lcg(state)
-      local r, pick = state / 2147483648 * total, 255
-      for v = 0, 255 do
-         r = r - weights[v]
-         if r <= 0 then
-            pick = v
-            break
-         end
-      end
-      context[#context + 1] = pick
-      out[#out + 1] = string.char(pick)
-   end
-   return table.concat(out)
-end
-
--- Sampling at temperature 0.8 over the model's next-token distribution, among the ids below the
--- data's vocabulary (never the padded rows), for token data: the prompt and the sampled tokens
--- as ids (there is no tokenizer to turn them into text).
-local function sample_ids(model, prompt, count, seq, seed, vocab)
-   local tokens = ffi.new("int32_t[?]", seq)
-   local weights = ffi.new("double[?]", vocab)
-   local context = { unpack(prompt) }
-   local state = seed
-   for _ = 1, count do
-      local start = math.max(1, #context - seq + 1)
-      local len = #context - start + 1
-      for i = 0, seq - 1 do tokens[i] = i < len and context[start + i] or 0 end
-      model:forward(tokens, nil, 1, seq)
-      local p = model:next_probs(len - 1)
-      local total = 0
-      for id = 0, vocab - 1 do
-         weights[id] = p[id] ^ (1 / 0.8)
-         total = total + weights[id]
-      end
-      state = lcg(state)
-      local r, pick = state / 2147483648 * total, vocab - 1
-      for id = 0, vocab - 1 do
-         r = r - weights[id]
-         if r <= 0 then
-            pick = id
-            break
-         end
-      end
-      context[#context + 1] = pick
-   end
-   return table.concat(prompt, " ") .. " | " .. table.concat(context, " ", #prompt + 1)
-end
-
--- The sample's heading and text: bytes as text after the prompt, or token ids (the prompt: the
--- --prompt ids or the first 8 validation tokens, then "|", then the sampled ids).
+-- The sample's heading and text (lwopt.sampling, as `lwopt sample` prints from a checkpoint):
+-- bytes as text after the prompt, among the bytes of the training text; token data's ids (the
+-- prompt: --prompt-ids or the first 8 validation tokens), decoded with --tokenizer when given.
 local function sample_text(run, v)
+   local s = { count = v.sample, seq = v.seq, seed = v.seed, vocab = v.vocab,
+               temperature = v.temperature, top_k = v.top_k, tokenizer = v.tokenizer_read }
    if run.data.kind ~= "tokens" then
-      return "sample:\n" .. sample(run.model, run.data, v.prompt or "And God said", v.sample,
-         v.seq, v.seed)
+      s.kind, s.prompt = "bytes", v.prompt or sampling.BYTE_PROMPT
+      s.allowed = sampling.bytes_seen(run.data)
+   else
+      s.kind = "tokens"
+      s.prompt = v.prompt_ids
+      if s.prompt == nil then
+         s.prompt, s.prompt_from = sampling.default_token_prompt(run.data, v.seq)
+      end
    end
-   local prompt = v.prompt_ids or run.data:val_tokens(math.min(8, v.seq))
-   return ("sample (token ids; no tokenizer for token shards; prompt: %s, then '|'):\n"):format(
-      v.prompt_ids and "--prompt" or ("the first %d validation tokens"):format(#prompt))
-      .. sample_ids(run.model, prompt, v.sample, v.seq, v.seed, v.vocab)
+   return sampling.text(run.model, s)
 end
 
 -- What one position of the data is: "byte" or "token".
 local function unit_of(data) return data.kind == "tokens" and "token" or "byte" end
 
 -- The data in a few words: "kjv.txt (4298239 bytes)", "fineweb_train_*.bin (1073741824 tokens)".
-local function data_name(data)
+function recipe.data_name(data)
    return ("%s (%d %s)"):format(data.path:match("([^/]*)$"), data.n, data.kind == "tokens"
       and "tokens" or "bytes")
 end
@@ -547,12 +507,17 @@ local function settings(v, comm, data)
             seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
-            data = data_name(data), data_kind = v.data_kind, vocab = v.vocab,
+            data = recipe.data_name(data), data_kind = v.data_kind, vocab = v.vocab,
             ranks = comm.size, global_batch = recipe_batch.global(v, comm.size / v.tp),
             n_expert = v.n_expert, shared_expert = v.shared_expert,
             topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
             muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
-            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
+            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil,
+            -- what `lwopt eval` and `lwopt sample` repeat: the validation sequences, and the
+            -- bytes the sample draws among
+            eval_max = v.eval_max,
+            bytes_seen = data.kind ~= "tokens" and sampling.bytes_mask(sampling.bytes_seen(data))
+               or nil }
 end
 
 -- The model's settings, which --save-params records in its file's metadata (weights.SETTINGS_KEY)

@@ -1,0 +1,303 @@
+-- trained.lua: a trained GPT for the commands that use one after training (`lwopt sample`,
+-- `lwopt eval`): read from a checkpoint (a step-N directory, or a --ckpt-dir whose `latest`
+-- names one), whose manifest records the recipe's settings, or from a bare .safetensors file of
+-- the model's parameters (--save-params), whose tensors' shapes give the model and flags give
+-- what shapes cannot (the heads, the token vocabulary). The model is built and loaded on every
+-- rank of the job (one without mpirun) on the CPU or a GPU, and the data it was trained on is
+-- opened as the recipe opens it. It does not train or write anything.
+local lw = require("lwopt")
+local flags = require("lwopt.flags")
+local files = require("lwopt.files")
+local checkpoint = require("lwopt.checkpoint")
+local safetensors = require("lwopt.safetensors")
+local sampling = require("lwopt.sampling")
+local gpt_recipe = require("lwopt.gpt_recipe")
+local data_mod = require("lwopt.data")
+local tokens_mod = require("lwopt.tokens")
+local C = require("lwopt.C")
+
+local ffi = require("ffi")
+local lib = C.lib
+
+local trained = {}
+
+-- The settings of a bare file that the recipe's defaults give: its --seed and --batch, the
+-- validation sequences of an evaluation (--eval-max).
+trained.DEFAULTS = { seed = 1337, batch = 8, eval_max = 64, topk = gpt_recipe.MOE_DEFAULTS.topk }
+
+-- The flags of the commands that load a model (lwopt sample, lwopt eval), besides their own.
+trained.flags = {
+   { "device", "string", "cpu", "where the model runs: cpu, cuda (under mpirun each rank's own "
+     .. "GPU) or cuda:N" },
+   { "n-head", "int", nil, "attention heads of a bare .safetensors file (default: those of the "
+     .. "--preset of its layers and width)", min = 1 },
+   { "vocab", "int", nil, "token vocabulary of a bare .safetensors file (default: 256, bytes, for "
+     .. "256 rows; GPT-2's 50257 for 50304)", min = 1, max = 2 ^ 31 - 1 },
+   { "topk", "int", nil, "experts per token of a bare .safetensors file of a mixture of experts "
+     .. "(default 2)", min = 1 },
+}
+
+local function fail(fmt, ...) error(fmt:format(...), 0) end
+
+-- What path names: "checkpoint" and its directory (a --ckpt-dir's: the one `latest` names, or
+-- when that is damaged the newest whole one of its run, with the note that says so), or
+-- "safetensors" and the file.
+local function resolve(path)
+   local kind = files.kind(path)
+   if kind == "missing" then fail("%s does not exist", path) end
+   if kind == "file" then return "safetensors", path end
+   if kind ~= "dir" then
+      fail("%s is neither a checkpoint directory nor a .safetensors file", path)
+   end
+   if files.kind(path .. "/manifest.json") ~= "missing" then return "checkpoint", path end
+   local found, why = checkpoint.find(path, {})
+   if found == nil then
+      fail("%s is not a checkpoint (it has no manifest.json) and holds none (%s)", path, why)
+   end
+   return "checkpoint", found.path, found.note
+end
+
+-- The tensors of an open safetensors file: { { name, shape } ... }.
+local function tensors_of(st)
+   local out, view = {}, ffi.new("lw_tensor_view")
+   for i = 0, lib.lw_safetensors_count(st) - 1 do
+      C.check(lib.lw_safetensors_tensor(st, i, view), "safetensors")
+      local shape = {}
+      for d = 0, view.ndim - 1 do shape[d + 1] = tonumber(view.shape[d]) end
+      out[#out + 1] = { name = ffi.string(view.name), shape = shape }
+   end
+   return out
+end
+
+-- The GPT's sizes that parameters' names and shapes give (lw.nn.GPT's names): layers, width,
+-- vocabulary rows, sequence length, the MLP's or the experts' sizes, whether the LM head is
+-- tied and whether there are biases. params: { { name, shape } ... }; where names them.
+local function shape_config(params, where)
+   local by = {}
+   for _, p in ipairs(params) do by[p.name] = p.shape end
+   local wte, wpe = by["wte.weight"], by["wpe.weight"]
+   if not (wte and wpe and #wte == 2 and #wpe == 2) then
+      fail("%s holds no GPT of lwopt's (no wte.weight and wpe.weight matrices)", where)
+   end
+   local cfg = { n_embd = wte[2], vocab = wte[1], seq_len = wpe[1], n_layer = 0,
+                 tied = by["lm_head.weight"] == nil, bias = by["ln_f.bias"] ~= nil }
+   for name in pairs(by) do
+      local i = tonumber(name:match("^h%.(%d+)%."))
+      if i then cfg.n_layer = math.max(cfg.n_layer, i + 1) end
+   end
+   local router, fc = by["h.0.moe.router.weight"], by["h.0.moe.experts.0.fc.weight"]
+   if router and fc then
+      cfg.n_expert, cfg.expert_hidden = router[1], fc[1]
+      cfg.shared_expert = by["h.0.moe.shared.fc.weight"] ~= nil
+   elseif by["h.0.mlp.fc.weight"] then
+      cfg.mlp_hidden = by["h.0.mlp.fc.weight"][1]
+   end
+   if cfg.n_layer == 0 then fail("%s holds no GPT of lwopt's (no layer h.0)", where) end
+   return cfg
+end
+
+-- A setting the checkpoint records (saved, or nil) or its flag gives (given; the flag's name);
+-- fallback() when neither does. A flag that contradicts the checkpoint is refused.
+local function setting(saved, given, flag, fallback)
+   if saved ~= nil and given ~= nil and saved ~= given then
+      fail("%s %s: the checkpoint's model has %s (the flag is for a bare .safetensors file)", flag,
+         tostring(given), tostring(saved))
+   end
+   if saved ~= nil then return saved end
+   if given ~= nil then return given end
+   return fallback()
+end
+
+-- The preset whose layers and width are cfg's, or nil.
+local function preset_of(cfg)
+   for _, name in ipairs({ "tiny", "small", "wide", "gpt2", "moe" }) do
+      local p = gpt_recipe.presets[name]
+      if p.n_layer == cfg.n_layer and p.n_embd == cfg.n_embd then return name, p end
+   end
+end
+
+-- The model's whole configuration and the run's settings (kind "bytes" | "tokens", vocab, seq,
+-- seed, batch, eval_max, bytes_seen, data), from the parameters' shapes, the checkpoint's
+-- recorded settings (extra; {} for a bare file) and the flags (o), saying what is missing.
+local function configure(params, extra, o, where)
+   local cfg = shape_config(params, where)
+   local recorded = extra.n_layer ~= nil
+   cfg.n_head = setting(extra.n_head, o.n_head, "--n-head", function()
+      local name, p = preset_of(cfg)
+      if p == nil then
+         fail("%s: the number of attention heads is not in the tensors' shapes and no preset has "
+            .. "%d layers x %d: give --n-head", where, cfg.n_layer, cfg.n_embd)
+      end
+      o.note(("%d heads: --preset %s's, which has %d layers x %d (--n-head to change)")
+         :format(p.n_head, name, cfg.n_layer, cfg.n_embd))
+      return p.n_head
+   end)
+   if cfg.n_embd % cfg.n_head ~= 0 then
+      fail("--n-head %d does not divide the width %d", cfg.n_head, cfg.n_embd)
+   end
+   local rows = cfg.vocab
+   local vocab = setting(extra.vocab or (recorded and 256 or nil), o.vocab, "--vocab", function()
+      if rows == 256 then return 256 end
+      if rows == gpt_recipe.vocab_rows(tokens_mod.GPT2_VOCAB) then
+         o.note(("vocabulary %d (GPT-2's), padded to the model's %d rows (--vocab to change)")
+            :format(tokens_mod.GPT2_VOCAB, rows))
+         return tokens_mod.GPT2_VOCAB
+      end
+      fail("%s: the token vocabulary is not in the tensors' shapes (the model has %d rows, the "
+         .. "vocabulary padded to a multiple of %d): give --vocab", where, rows,
+         gpt_recipe.VOCAB_MULTIPLE)
+   end)
+   if gpt_recipe.vocab_rows(vocab) ~= rows then
+      fail("--vocab %d pads to %d rows, but the model has %d", vocab,
+         gpt_recipe.vocab_rows(vocab), rows)
+   end
+   if cfg.n_expert then
+      cfg.topk = setting(extra.topk, o.topk, "--topk", function() return trained.DEFAULTS.topk end)
+      cfg.aux_coef = extra.aux_coef
+   end
+   -- a checkpoint recording no kind of data was trained on bytes (before token data existed)
+   local kind = extra.data_kind or (recorded and "bytes")
+      or (vocab == 256 and "bytes" or "tokens")
+   local settings = { kind = kind, vocab = vocab, seq = cfg.seq_len,
+      seed = extra.seed or trained.DEFAULTS.seed, batch = extra.batch or trained.DEFAULTS.batch,
+      eval_max = extra.eval_max or trained.DEFAULTS.eval_max,
+      bytes_seen = sampling.bytes_of_mask(extra.bytes_seen), data = extra.data }
+   return cfg, settings
+end
+
+-- Copies a bare file's parameters into ddp, each checked against the model's name and shape.
+local function load_file(st, ddp, path)
+   for _, spec in ipairs(ddp.specs) do
+      local view = safetensors.find(st, spec.name)
+      local numel = 1
+      for _, d in ipairs(spec.shape) do numel = numel * d end
+      if view == nil or ffi.string(view.dtype) ~= "F32" or tonumber(view.bytes) ~= 4 * numel then
+         fail("%s: '%s' is missing, not F32, or not of shape {%s}", path, spec.name,
+            table.concat(spec.shape, ", "))
+      end
+      ddp:with_param(spec.name, function(t) ffi.copy(t.data, view.data, 4 * numel) end)
+   end
+   local count = lib.lw_safetensors_count(st)
+   if count ~= #ddp.specs then
+      fail("%s has %d tensors, the model %d: another model?", path, count, #ddp.specs)
+   end
+end
+
+-- trained.open(path, o): the model at path (a checkpoint directory, a --ckpt-dir, or a
+-- .safetensors file) on every rank of comm, ready for forward passes. o: comm (default the
+-- world), device ("cpu" default, "cuda", "cuda:N"), n_head, vocab, topk (what a bare file
+-- cannot say), note (a function taking a line for the user: what was assumed or chosen).
+-- Returns { path (the checkpoint directory or the file), step (nil for a file), model, ddp, cfg,
+-- settings = { kind, vocab, seq, seed, batch, eval_max, bytes_seen (nil unless recorded),
+-- data (the checkpoint's words for its data, or nil) }, param_dtype }. Errors name the path
+-- and what is missing or wrong.
+function trained.open(path, o)
+   o = o or {}
+   o.note = o.note or function() end
+   local comm = o.comm or lw.comm.init()
+   local what, where, note = resolve(path)
+   if note then o.note(note) end
+   local m, st, params
+   if what == "checkpoint" then
+      m = checkpoint.read_manifest(where, { files = false })
+      params = m.params
+   else
+      st = safetensors.open(where, where)
+      params = tensors_of(st)
+   end
+   local cfg, settings = configure(params, m and m.extra or {}, o, where)
+   local model = lw.nn.GPT.new(cfg)
+   -- no optimizer: every parameter in AdamW's buffers, which take any shape; the forward pass
+   -- is the same whatever the routing
+   local specs = lw.route(model:parameters(), { { match = ".", optimizer = "adamw" } })
+   local ddp = lw.ddp.new(specs, comm, { device = o.device or "cpu", overlap = false,
+      param_dtype = m and m.param_dtype or "fp32" })
+   model:bind(ddp)
+   if what == "checkpoint" then
+      checkpoint.load(where, { ddp = ddp, weights_only = true, comm = comm })
+   else
+      load_file(st, ddp, where)
+   end
+   return { path = where, step = m and m.step, model = model, ddp = ddp, cfg = cfg,
+            settings = settings, param_dtype = ddp.param_dtype, comm = comm }
+end
+
+-- The model in words: "GPT 4 layers x 64, 4 heads, sequence 32, bytes" (or "vocabulary 300
+-- (384 rows)"; with experts "8 experts, top-2").
+function trained.describe(t)
+   local c, s = t.cfg, t.settings
+   return ("GPT %d layers x %d, %d heads, sequence %d, %s%s"):format(c.n_layer, c.n_embd,
+      c.n_head, c.seq_len, s.kind == "bytes" and "bytes"
+      or ("vocabulary %d (%d rows)"):format(s.vocab, c.vocab),
+      c.n_expert and (", %d experts, top-%d"):format(c.n_expert, c.topk) or "")
+end
+
+-- The data at path as the recipe opens it for a model of these settings: a text file as bytes
+-- (its last 5% the validation split), or token shards (validation: val, else the shards
+-- llm.c's naming implies, else the last 5%). A path of the other kind than the model was
+-- trained on is refused.
+function trained.open_data(path, settings, val)
+   local shards = tokens_mod.is_shards(path)
+   if shards ~= (settings.kind == "tokens") then
+      fail("--data %s is %s, but the model was trained on %s", path,
+         shards and "token shards" or "a text file (read as bytes)",
+         settings.kind == "tokens" and "token shards (a .bin path or pattern)" or "bytes of a text "
+         .. "file")
+   end
+   if val and not shards then
+      fail("--val-data is for token shards; a text file's validation split is its last 5%%")
+   end
+   if shards then
+      return tokens_mod.open(path, { vocab = settings.vocab, seq_len = settings.seq, val = val,
+         hint = (" (the model's vocabulary is %d)"):format(settings.vocab) })
+   end
+   return data_mod.load(path, { seq_len = settings.seq })
+end
+
+-- Runs a command that loads a model (`lwopt sample`, `lwopt eval`): c = { name, usage, flags (a
+-- flag list), check (nil, or a function(v) giving a usage error's message or nil), work }.
+-- Parses argv against c.flags (a usage error is one line naming the flag, status 2; --help
+-- prints the usage and the flags), takes the one path it needs, and runs work(v, path, job) on
+-- every rank of the job, job = { comm, say = a line on rank 0's out, tell = a line on rank 0's
+-- err, note = the same after "note: " }. Returns the exit status: 0, or 1 after printing the
+-- error ("lwopt NAME: message"); under mpirun an error ends the whole job (lw.comm.fail), so
+-- that no rank waits for another that failed.
+function trained.command(c, argv, out, err)
+   local help = ("lwopt %s --help"):format(c.name)
+   local function usage_error(message)
+      err:write("lwopt: ", message, " (", help, " lists them)\n")
+      return 2
+   end
+   local v, positional = flags.parse(argv, c.flags)
+   if v == nil then return usage_error(positional) end
+   if v.help then
+      out:write(c.usage, "\n", flags.usage(c.flags), "\n")
+      return 0
+   end
+   if #positional == 0 then
+      return usage_error(("%s needs a checkpoint directory or a .safetensors file"):format(c.name))
+   end
+   if #positional > 1 then
+      return usage_error(("unexpected argument '%s'"):format(positional[2]))
+   end
+   local bad = c.check and c.check(v)
+   if bad then return usage_error(bad) end
+   local comm = lw.comm.init()
+   local function on_rank0(stream, prefix)
+      return function(text)
+         if comm.rank ~= 0 then return end
+         stream:write(prefix, text, "\n")
+         stream:flush()
+      end
+   end
+   local context = { comm = comm, say = on_rank0(out, ""), tell = on_rank0(err, ""),
+                     note = on_rank0(err, "note: ") }
+   local ok, why = pcall(c.work, v, positional[1], context)
+   if ok then return 0 end
+   local message = ("lwopt %s: %s"):format(c.name, tostring(why))
+   if comm.size > 1 then lw.comm.fail(message, 1) end
+   err:write(message, "\n")
+   return 1
+end
+
+return trained
