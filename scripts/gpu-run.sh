@@ -15,8 +15,8 @@
 #   machine.txt  the commit, nvidia-smi, the GPU as lwopt sees it
 #   build.log    configure and build
 #   tests.log    the GPU tests, and everything they printed (ctest's LastTest.log)
-#   bench.log    bench_cuda_* and bench/gpt2_gpu.lua
-#   peers.log    the PyTorch peers
+#   bench.log    bench_cuda_* (attention per layer among them) and bench/gpt2_gpu.lua
+#   peers.log    the PyTorch peers (torch_attention.py: SDPA on bench_cuda_attention's shapes)
 #   profile.txt  the profiler's output (CSV)
 # Exits non-zero when there is no GPU, the build fails or a test fails; a benchmark that fails is
 # recorded and the others still run.
@@ -113,9 +113,11 @@ if [ "$bench" = 1 ]; then
     step bench_newton_schulz_tf32 bench.log 45 "$build/bench_cuda_newton_schulz" tf32 --no-batched
     step bench_adamw bench.log 30 "$build/bench_cuda_adamw"
     step bench_optimizer_step bench.log 45 "$build/bench_cuda_optimizer_step"
+    step bench_attention bench.log 60 "$build/bench_cuda_attention"
     step bench_gpt2 bench.log 150 bin/lwopt run bench/gpt2_gpu.lua
     if python3 -c "import torch" 2>/dev/null; then
         step torch_newton_schulz peers.log 90 python3 bench/peers/torch_newton_schulz.py
+        step torch_attention peers.log 60 python3 bench/peers/torch_attention.py
         step torch_gpt2 peers.log 200 python3 bench/peers/torch_gpt2.py
     else
         echo "torch peers: skipped (python3 cannot import torch)" | tee -a "$summary"

@@ -3,8 +3,9 @@
 
 Prints, from OUT/bench.log and OUT/peers.log: tokens/s of each GPT-2 configuration of
 bench/gpt2_gpu.lua and of the PyTorch peer (bench/peers/torch_gpt2.py), lwopt's best against
-torch.compile's with the same optimizer, Muon's cost over AdamW, the memory columns, and Newton-
-Schulz against cuBLAS's GEMM (bench_cuda_newton_schulz's worst ratio); from OUT/profile.txt (Nsight
+torch.compile's with the same optimizer, Muon's cost over AdamW, the memory columns, Newton-
+Schulz against cuBLAS's GEMM (bench_cuda_newton_schulz's worst ratio), and attention per layer
+(bench_cuda_attention against torch_attention.py's SDPA, shape by shape); from OUT/profile.txt (Nsight
 Compute's --csv, or Nsight Systems' cuda_gpu_kern_sum report) each kernel family's share of GPU
 time and the largest kernels. A figure whose log is missing is said to be missing.
 Usage: scripts/gpu_report.py OUT            (the standard library only: runs on any python3)
@@ -104,6 +105,41 @@ def ns_lines(bench):
             for r, g in m]
 
 
+def attention_rows(text):
+    """{(shape, kernels): (fwd ms, fwd+bwd ms)} from the tables of bench_cuda_attention and
+    torch_attention.py (rows "| attention b 8, nh 12, t 1024, hd 64 | kernels | fwd | both |")."""
+    rows = {}
+    for line in (text or "").splitlines():
+        if not line.startswith("| attention "):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and number(cells[2]) is not None and number(cells[3]) is not None:
+            rows[(cells[0][len("attention "):], cells[1])] = (number(cells[2]), number(cells[3]))
+    return rows
+
+
+def attention_lines(bench, peers):
+    ours, torch = attention_rows(bench), attention_rows(peers)
+    if not ours:
+        return ["attention (bench_cuda_attention): no table in bench.log"]
+    out = ["attention per layer, forward + backward ms (bench_cuda_attention, torch_attention.py):"]
+    for (shape, kernels), (fwd, both) in ours.items():
+        if not kernels.startswith("lwopt bf16"):
+            continue
+        text = f"  {shape}: lwopt bf16 {both:.3f} (forward {fwd:.3f})"
+        fp32 = ours.get((shape, "lwopt fp32"))
+        if fp32:
+            text += f", lwopt fp32 {fp32[1]:.3f}"
+        peer = torch.get((shape, "torch sdpa bf16"))
+        if peer:
+            text += (f", torch sdpa {peer[1]:.3f} (forward {peer[0]:.3f}): lwopt / torch "
+                     f"{both / peer[1]:.2f} (goal <= 1.3)")
+        else:
+            text += ", torch sdpa: not in peers.log"
+        out.append(text)
+    return out
+
+
 def profile_rows(text):
     """(kernel name, ns) pairs from Nsight Compute's CSV (one row per kernel launch and metric)
     or Nsight Systems' cuda_gpu_kern_sum CSV (one row per kernel name)."""
@@ -156,6 +192,7 @@ def main(argv):
     out = argv[1]
     bench, peers = read(os.path.join(out, "bench.log")), read(os.path.join(out, "peers.log"))
     lines = ["GPT-2 124M, one GPU:"] + gpt2_lines(bench, peers) + ns_lines(bench)
+    lines += attention_lines(bench, peers)
     lines += profile_lines(read(os.path.join(out, "profile.txt")))
     print("\n".join(lines))
     return 0

@@ -340,6 +340,10 @@ typedef struct kernel_case {
      * more). */
     bool gemm;
     bool large; /* a GPU's size (left_out below says where it is made) */
+    /* The kernel has arithmetic of its own for the bf16 setting (attention on tensor cores),
+     * which shapes of every size reach: on a GPU each precision runs on every shape; on the CPU,
+     * as for GEMMs, TF32 and bf16 give fp32's bits (on the shapes that are not large). */
+    bool tensor_cores;
 } kernel_case;
 
 typedef void (*after_fn)(const kernel_case *k, const run *r);
@@ -513,7 +517,7 @@ static void cpu_checks(const kernel_case *k, const run *ref, const run *zeroed) 
 /* The other device's runs against the CPU's first: `first` (fp32, done), then the others the
  * case takes. */
 static void check_other(const kernel_case *k, const run *ref, run *first) {
-    for (int p = 0; p < (k->gemm && k->large ? 3 : 1); p++) {
+    for (int p = 0; p < ((k->gemm && k->large) || k->tensor_cores ? 3 : 1); p++) {
         run got, again;
         if (p == 0)
             got = *first;
@@ -572,7 +576,7 @@ static void check(const kernel_case *k) {
     cpu_checks(k, &ref, accumulates ? &again : NULL);
     if (accumulates) run_free(&again);
     if (k->after != NULL) k->after(k, &ref);
-    for (int p = 1; p < (k->gemm && !k->large ? 3 : 1); p++) {
+    for (int p = 1; p < ((k->gemm || k->tensor_cores) && !k->large ? 3 : 1); p++) {
         run_on(&again, k, cpu, (lw_matmul)p, false);
         same_runs(k, &ref, &again);
         run_free(&again);
@@ -1291,7 +1295,34 @@ static void gelu_cases(const char *kernel, run_fn fn, after_fn after) {
  * sees it, out and lse, on every device (the CPU makes a NaN score's row NaN; a GPU's online max
  * passes over it, but its exponential is NaN); the backward's NaN are not compared, since a tile
  * that runs past the diagonal multiplies a NaN key by a zero probability on one device and not on
- * another. */
+ * another.
+ * TF32 leaves attention in fp32 (1e-5). bf16, at head dims 64 and 128, runs the GPU's tensor-core
+ * kernels (src/cuda/attention_mma.cu): q, k, v and dout rounded to bf16 as they are staged (2^-8
+ * relative at most, ~2^-9.3 rms, each), P and dS rounded again before their products, sums and
+ * outputs fp32. Propagated: a score, a sum of hd products each off by ~sqrt(2) 2^-9.3 of itself,
+ * moves by ~2.3e-3 scale sqrt(hd) |q k|rms, ~3e-3 at these inputs (q, k, v in [-2, 2)); that is a
+ * relative error of each p, and lse (a log) moves by about as much in a row of few keys and less
+ * in a long one; out = sum p v takes p's, v's and P's roundings, each ~2^-9 to 3e-3 of its terms,
+ * random in sign, so ~4e-3 of the outputs' scale, most at the rows of few keys (of the largest
+ * value: gemm); dqkv likewise from P, dS and dout (dS = P (dP - D) inherits p's and dP's). No
+ * closed bound is tight, so tests/test_mma_layout.c --harness measures it: the kernels' tile
+ * loops emulated on these shapes and inputs against double attention, over their first 2 to 10
+ * heads: out 1.9e-3 to 5.8e-3 (t 1 the least: out is v rounded), lse 1.4e-3 to 6.1e-3 (t 77 at
+ * head dim 128 the most), dqkv 3.0e-3 to 6.1e-3. More heads add a little to a maximum (~15% from
+ * 2 heads' rows to 96's, for tails like these): tolerances 2e-2 for the three (over 3 times the
+ * worst), and out and dqkv must be further from fp32 than 2e-4 (the tensor cores ran: fp32 is
+ * ~1e-6 away). At other head dims bf16 runs the fp32 kernels: 1e-5, as fp32. */
+
+/* out and dqkv, lse: by precision and head dim */
+static bool att_tensor_cores(lw_matmul m, int64_t hd) {
+    return m == LW_MATMUL_BF16 && (hd == 64 || hd == 128);
+}
+static measure att_gemm(lw_matmul m, int64_t hd) {
+    return att_tensor_cores(m, hd) ? differing(gemm(2e-2), 2e-4) : gemm(1e-5);
+}
+static measure att_lse(lw_matmul m, int64_t hd) {
+    return lse_measure(att_tensor_cores(m, hd) ? 2e-2 : 1e-5);
+}
 
 typedef struct {
     char shape[80];
@@ -1304,8 +1335,9 @@ static void run_attention_forward(run *r, const void *p) {
     const att_args *a = p;
     const int64_t no = a->b * a->t * a->c;
     const float *qkv = input(r, a->qkv, 3 * no);
-    float *out = output(r, "out", no, gemm(1e-5));
-    float *lse = output(r, "lse", a->b * a->nh * a->t, lse_measure(1e-5));
+    const int64_t hd = a->c / a->nh;
+    float *out = output(r, "out", no, att_gemm(r->matmul, hd));
+    float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     r->nan_fed = a->nan_row >= 0;
     call(r, lw_attention_forward(r->s, out, lse, work, qkv, a->b, a->t, a->c, a->nh));
@@ -1316,7 +1348,7 @@ static void run_attention_backward(run *r, const void *p) {
     const int64_t no = a->b * a->t * a->c;
     const float *qkv = input(r, a->qkv, 3 * no), *dout = input(r, a->dout, no);
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
-    float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, gemm(1e-5));
+    float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, att_gemm(r->matmul, a->c / a->nh));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     call(r, lw_attention_backward(r->s, dqkv, work, dout, qkv, out, lse, a->b, a->t, a->c, a->nh));
 }
@@ -1349,7 +1381,12 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         {1, 1000, 128, 2, -1},  /* head dim 64, t = 1000 (not a multiple of the tile) */
         {1, 130, 256, 2, -1},   /* head dim 128 */
         {1, 77, 288, 3, -1},    /* head dim 96 */
+        {2, 1, 128, 2, -1},     /* head dim 64, one row */
+        {3, 77, 384, 3, -1},    /* head dim 128, t short of two tiles */
+        {2, 333, 640, 5, -1},   /* head dim 128, five heads, t odd */
         {2, 1024, 768, 12, -1}, /* GPT-2 small's layer */
+        {8, 1024, 768, 12, -1}, /* GPT-2 small's layer at its batch of 8 */
+        {1, 1024, 768, 6, -1},  /* head dim 128 at GPT-2's width and t */
         {0, 8, 32, 2, -1},      /* no batch: nothing to do */
         {1, 70, 32, 2, 9},      /* a NaN key, rows in two tiles */
     };
@@ -1373,8 +1410,13 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         CHECK_OK(lw_attention_forward(NULL, a.out, a.lse, work, a.qkv, a.b, a.t, a.c, a.nh));
         if (have_gpu()) /* the GPU's scratch: D = rowsum(dout * out) alone */
             CHECK_EQ(lw_attention_scratch_floats(gs, a.b, a.t, a.c, a.nh), nl);
-        check(&(kernel_case){
-            .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
+        check(&(kernel_case){.kernel = kernel,
+                             .shape = a.shape,
+                             .fn = fn,
+                             .args = &a,
+                             .after = after,
+                             .large = a.t == 1024,
+                             .tensor_cores = true});
         free(a.qkv), free(a.dout), free(a.d0), free(a.out), free(a.lse), free(work);
     }
     /* heads that do not divide the channels: the dispatcher's error, on every device */

@@ -1,9 +1,11 @@
 /* attention.c: the table's causal attention entries on a GPU: the argument checks the kernels
  * rely on (nh divides c, the head dim, shared memory, grid and index sizes), the backward's
- * scratch, and the launches (kernels in attention.cu). */
+ * scratch, the choice of kernels (attention_mma.cu's on tensor cores under the bf16 matmul
+ * setting, attention.cu's in fp32 otherwise) and the launches. */
 #include "cuda/cuda.h"
 
 #include <limits.h>
+#include <stdint.h>
 
 /* The backward's D = rowsum(dout * out), one float per (batch, head, row). */
 int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {
@@ -43,12 +45,35 @@ static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int6
     return LW_OK;
 }
 
+/* Whether the tensor-core kernels (attention_mma.cu) run: under the bf16 matmul setting (autocast
+ * hands SDPA bf16 operands; lw_device_set_matmul asks for that arithmetic), at a head dim they
+ * are compiled for (64, 128), on a GPU with bf16 mma.sync (compute capability 8.0 on), whose
+ * shared memory holds their tiles, with a grid within int, and with every tensor 16-byte aligned
+ * (they read float4 and write float2). Otherwise the fp32 kernels run, as under fp32 and TF32. */
+static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, int64_t nh,
+                         bool backward, const void *const *tensors, int count) {
+    const lwc_device *d = lwc_dev(s->device);
+    if (s->device->matmul != LW_MATMUL_BF16 || !lwc_flash_mma_serves(c / nh) ||
+        d->prop.major < 8 ||
+        lwc_flash_mma_smem_bytes(c / nh, backward) > d->prop.sharedMemPerBlockOptin ||
+        lwc_flash_mma_blocks(b, t, nh) > INT_MAX)
+        return false;
+    for (int i = 0; i < count; i++)
+        if ((uintptr_t)tensors[i] % 16 != 0) return false;
+    return true;
+}
+
 lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
                                 const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
     (void)scratch; /* the forward needs none */
     lw_status st = check_attention(s, "forward", b, t, c, nh, false);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    const void *tensors[] = {out, qkv};
+    if (tensor_cores(s, b, t, c, nh, false, tensors, 2))
+        return lwc_launched(
+            s, lwc_flash_mma_forward(lwc_cuda_stream(s), out, lse, qkv, b, t, c, nh),
+            "the attention kernel (tensor cores)");
     return lwc_launched(s, lwc_flash_forward(lwc_cuda_stream(s), out, lse, qkv, b, t, c, nh),
                         "the attention kernel");
 }
@@ -59,8 +84,16 @@ lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, cons
     lw_status st = check_attention(s, "backward", b, t, c, nh, true);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s,
-                        lwc_flash_backward(lwc_cuda_stream(s), dqkv, scratch, dout, qkv, out, lse,
-                                           b, t, c, nh),
+    cudaStream_t cs = lwc_cuda_stream(s);
+    /* D = rowsum(dout * out) into the scratch, for either pair of kernels */
+    st = lwc_launched(s, lwc_flash_rowdot(cs, scratch, dout, out, b, t, c, nh),
+                      "the attention backward's row sums");
+    if (st != LW_OK) return st;
+    const void *tensors[] = {dqkv, dout, qkv};
+    if (tensor_cores(s, b, t, c, nh, true, tensors, 3))
+        return lwc_launched(
+            s, lwc_flash_mma_backward(cs, dqkv, scratch, dout, qkv, lse, b, t, c, nh),
+            "the attention backward kernels (tensor cores)");
+    return lwc_launched(s, lwc_flash_backward(cs, dqkv, scratch, dout, qkv, lse, b, t, c, nh),
                         "the attention backward kernels");
 }

@@ -1,10 +1,12 @@
 // attention.cu: causal multi-head self-attention on a GPU in fp32, flash-attention style: no
-// t x t matrix anywhere. The forward runs a block per (batch x head, tile of 64 query rows) over
-// the key tiles up to the diagonal with an online softmax and saves each row's log-sum-exp; the
-// backward recomputes the probabilities from it: D = rowsum(dout * out) first, then a kernel
-// over key tiles for dk and dv and one over query tiles for dq, each output element owned by one
-// thread (no atomics: the backward repeats bit for bit). Head dims up to 128, any value: the
-// kernels are compiled for a largest head dim D of 32, 64 or 128 and the smallest that fits runs.
+// t x t matrix anywhere; the reference path on a GPU (attention_mma.cu's tensor-core kernels run
+// instead under the bf16 matmul setting), whose D = rowsum(dout * out) serves both. The forward
+// runs a block per (batch x head, tile of 64 query rows) over the key tiles up to the diagonal
+// with an online softmax and saves each row's log-sum-exp; the backward recomputes the
+// probabilities from it: D = rowsum(dout * out) first, then a kernel over key tiles for dk and
+// dv and one over query tiles for dq, each output element owned by one thread (no atomics: the
+// backward repeats bit for bit). Head dims up to 128, any value: the kernels are compiled for a
+// largest head dim D of 32, 64 or 128 and the smallest that fits runs.
 //
 // Tiles and threads: 64 query rows x 64 keys per step, 256 threads as 32 (ty) x 8 (tx). Thread
 // (ty, tx) owns rows ty and ty + 32 of a tile and columns tx + 8 j: the 16 scores s[i][j] of rows
@@ -366,7 +368,7 @@ cudaError_t forward(cudaStream_t stream, float *out, float *lse, const float *qk
 }
 
 template <int D>
-cudaError_t backward(cudaStream_t stream, float *dqkv, float *dd, const float *dout,
+cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
                      const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
                      int64_t nh) {
     const size_t bytes = backward_floats<D>() * sizeof(float);
@@ -411,16 +413,20 @@ extern "C" cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float 
     }
 }
 
-extern "C" cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, float *dd,
-                                          const float *dout, const float *qkv, const float *out,
-                                          const float *lse, int64_t b, int64_t t, int64_t c,
-                                          int64_t nh) {
+extern "C" cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout,
+                                        const float *out, int64_t b, int64_t t, int64_t c,
+                                        int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     const int64_t rows = b * nh * t, per_block = THREADS / 32;
     rowdot_kernel<<<(unsigned)((rows + per_block - 1) / per_block), THREADS, 0, stream>>>(
         dd, dout, out, rows, (int)t, (int)c, (int)nh, (int)(c / nh));
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
+                                          const float *dout, const float *qkv, const float *lse,
+                                          int64_t b, int64_t t, int64_t c, int64_t nh) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (head_dim_max(c / nh)) {
     case 32: return backward<32>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
     case 64: return backward<64>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);

@@ -125,10 +125,30 @@ size_t lwc_flash_smem_bytes(int64_t hd, bool backward);
 /* out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c]. */
 cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, const float *qkv,
                               int64_t b, int64_t t, int64_t c, int64_t nh);
-/* dqkv[b, t, 3c] += ...; dd: b * nh * t floats of scratch (rowsum(dout * out)). */
-cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, float *dd, const float *dout,
-                               const float *qkv, const float *out, const float *lse, int64_t b,
+/* dd[b, nh, t] = rowsum(dout * out) over each head's channels, in double rounded once: the
+ * backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch). */
+cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const float *out,
+                             int64_t b, int64_t t, int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += the backward, from dd (lwc_flash_rowdot's, queued before). */
+cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
+                               const float *dout, const float *qkv, const float *lse, int64_t b,
                                int64_t t, int64_t c, int64_t nh);
+
+/* attention_mma.cu: the same contract on tensor cores (mma.sync, bf16 operands rounded from the
+ * fp32 tensors as they are staged, fp32 sums and outputs), head dims 64 and 128; 16-byte aligned
+ * tensors (float4 loads, float2 stores), compute capability 8.0 or later */
+/* Whether the kernels serve head dim hd. */
+bool lwc_flash_mma_serves(int64_t hd);
+/* Dynamic shared memory per block (the larger of the backward's two kernels), 0 for a head dim
+ * they do not serve: the caller checks it against the device's opt-in maximum. */
+size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward);
+/* Blocks of each kernel's one-dimensional grid: the caller keeps it within INT_MAX. */
+int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh);
+cudaError_t lwc_flash_mma_forward(cudaStream_t stream, float *out, float *lse, const float *qkv,
+                                  int64_t b, int64_t t, int64_t c, int64_t nh);
+cudaError_t lwc_flash_mma_backward(cudaStream_t stream, float *dqkv, const float *dd,
+                                   const float *dout, const float *qkv, const float *lse,
+                                   int64_t b, int64_t t, int64_t c, int64_t nh);
 
 /* cross_entropy.cu: the LM head's softmax cross-entropy on a chunk of logits (a target outside
  * [0, v) is ignored) */

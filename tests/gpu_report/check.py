@@ -20,12 +20,21 @@ worst ratio 0.61 (goal >= 0.70)
 | lwopt adamw, bf16 GEMMs | 114003 | 71.9 | 18.0 | 52.4 | 0.7 | 98.0 | 9.9% | 11784 | 13199 |
 | lwopt muon (bf16 NS), bf16 GEMMs | 105481 | 77.7 | 18.0 | 52.3 | 4.1 | 90.7 | 9.2% | 11460 | 13193 |
 bf16 GEMMs: Muon's cost over AdamW 0.081 (adamw / muon tokens/s - 1); ratio 0.45 (goal <= 1.25)
+== bench_attention: build-gpu/bench_cuda_attention (limit 60 s)
+| attention shape | kernels | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |
+|---|---|---|---|---|---|
+| attention b 8, nh 12, t 1024, hd 64 | lwopt bf16 (tensor cores) | 0.100 | 0.400 | 129.0 | 112.7 |
+| attention b 8, nh 12, t 1024, hd 64 | lwopt fp32 | 1.200 | 4.000 | 10.7 | 11.3 |
+| attention b 8, nh 6, t 1024, hd 128 | lwopt bf16 (tensor cores) | 0.090 | 0.360 | 143.2 | 125.3 |
 """
 PEERS = """| configuration | tokens/s | step ms | fwd ms | bwd ms | opt ms | model TFLOP/s | MFU | tensors peak MiB | GPU in use MiB |
 |---|---|---|---|---|---|---|---|---|---|
 | torch eager, adamw (fused) | 358830 | 22.8 | 6.1 | 13.2 | 1.1 | 308.4 | 31.2% | 8308 | 10513 |
 | torch compile, adamw (fused) | 456000 | 17.9 | 4.0 | 11.0 | 1.0 | 392.0 | 39.7% | 5232 | 6157 |
 | torch compile, torch.optim.Muon + fused adamw | 211000 | 38.8 | 4.0 | 11.0 | 20.0 | 181.0 | 18.3% | 4908 | 5875 |
+| attention shape | kernels | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |
+|---|---|---|---|---|---|
+| attention b 8, nh 12, t 1024, hd 64 | torch sdpa bf16 | 0.080 | 0.250 | 161.3 | 180.4 |
 """
 NCU = """==PROF== Connected to process 3965
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
@@ -81,6 +90,11 @@ with tempfile.TemporaryDirectory() as d:
            "Muon against compiled Muon: 105481 / 211000")
     expect("Muon's cost over AdamW 0.081" in out, "Muon's cost line")
     expect("worst ratio 0.61 (goal >= 0.70)" in out, "Newton-Schulz against cuBLAS")
+    expect("b 8, nh 12, t 1024, hd 64: lwopt bf16 0.400 (forward 0.100), lwopt fp32 4.000, torch "
+           "sdpa 0.250 (forward 0.080): lwopt / torch 1.60 (goal <= 1.3)" in out,
+           "attention against SDPA, shape by shape:\n" + out)
+    expect("b 8, nh 6, t 1024, hd 128: lwopt bf16 0.360 (forward 0.090), torch sdpa: not in "
+           "peers.log" in out, "a shape torch did not run is said")
     expect("kernel profile: 5 rows, 1.0 ms of GPU time" in out, "the profile's total:\n" + out)
     expect(share(out, "attention", "70.0"), "attention: dkdv + forward 70%")
     expect(share(out, "cuBLAS GEMMs", "20.0"), "nvjet kernels are cuBLAS GEMMs")
@@ -95,6 +109,8 @@ with tempfile.TemporaryDirectory() as d:
     expect("no table in bench.log" in out and "no table in peers.log" in out,
            "missing logs are said:\n" + out)
     expect("no figures in bench.log" in out, "missing Newton-Schulz figures are said")
+    expect("attention (bench_cuda_attention): no table in bench.log" in out,
+           "missing attention figures are said")
     expect(share(out, "attention", "75.0"), "Nsight Systems' report read:\n" + out)
     expect(share(out, "optimizer (Muon, AdamW, norms)", "25.0"), "AdamW is the optimizer's")
 

@@ -1,0 +1,100 @@
+/* attention.c: lwopt's causal attention per layer on the GPU, forward and forward + backward in
+ * ms, through lw_attention_forward and lw_attention_backward (the backward's D = rowsum(dout *
+ * out) included): under the bf16 matmul setting, the tensor-core kernels (src/cuda/
+ * attention_mma.cu), and at t 1024 under fp32 too, the fp32 kernels (attention.cu), at b 8 and
+ * c 768 as 12 heads of 64 (GPT-2 124M's layer) and 6 heads of 128, t 1024, 2048, 4096. The same
+ * shapes in PyTorch's scaled_dot_product_attention, bf16 and causal: bench/peers/
+ * torch_attention.py; scripts/gpu_report.py puts the two side by side. TFLOP/s count the causal
+ * half of the products: the forward's b nh t^2 hd multiply-adds (half of Q K^T's and of P V's)
+ * at 2 flops each, the backward 2.5 times that, as FlashAttention counts (lwopt's backward
+ * recomputes S and dP in both its passes: 3.5 times the forward's products, not 2.5). Each figure
+ * is the best of the repeats of `calls` calls in a row after a warm-up, the stream synchronised
+ * around them.
+ * Goal: forward + backward within 1.3x of torch SDPA's, <= 0.33 ms at b 8, 12 heads, t 1024,
+ * head dim 64 on an H100.
+ * Usage: bench_cuda_attention [--repeats N] [--calls N] */
+#include "common.h"
+
+typedef struct {
+    int64_t b, t, c, nh;
+} shape;
+
+/* Best ms per call of the forward (backward false) or the forward and backward. */
+static double best_ms(const shape *s, float *out, float *lse, float *scratch, float *dqkv,
+                      const float *qkv, const float *dout, bool backward, int repeats, int calls) {
+    double best = 1e30;
+    for (int r = -1; r < repeats; r++) { /* r = -1: the warm-up */
+        const double t0 = lw_now();
+        for (int i = 0; i < calls; i++) {
+            bench_check(lw_attention_forward(bench_stream, out, lse, scratch, qkv, s->b, s->t,
+                                             s->c, s->nh),
+                        "lw_attention_forward");
+            if (backward)
+                bench_check(lw_attention_backward(bench_stream, dqkv, scratch, dout, qkv, out,
+                                                  lse, s->b, s->t, s->c, s->nh),
+                            "lw_attention_backward");
+        }
+        const double ms = 1e3 * bench_since(bench_stream, t0) / calls;
+        if (r >= 0 && ms < best) best = ms;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int repeats = 5, calls = 10;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) calls = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--repeats N] [--calls N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (repeats < 1) repeats = 1;
+    if (calls < 1) calls = 1;
+    bench_open("bench_cuda_attention");
+    const shape shapes[] = {{8, 1024, 768, 12}, {8, 1024, 768, 6}, {8, 2048, 768, 12},
+                            {8, 2048, 768, 6},  {8, 4096, 768, 12}, {8, 4096, 768, 6}};
+    const int64_t most = 8 * 4096 * 768; /* the largest b t c */
+    float *qkv = bench_random(3 * most, 1.0f, 1), *dout = bench_random(most, 1.0f, 2);
+    float *dqkv = bench_random(3 * most, 0.0f, 3), *out = NULL, *lse = NULL, *scratch = NULL;
+    bench_check(lw_device_alloc(bench_gpu, 4 * most, (void **)&out), "lw_device_alloc");
+    bench_check(lw_device_alloc(bench_gpu, 4 * 8 * 12 * 4096, (void **)&lse), "lw_device_alloc");
+    bench_check(lw_device_alloc(bench_gpu, 4 * 8 * 12 * 4096, (void **)&scratch),
+                "lw_device_alloc");
+    printf("| attention shape | kernels | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n"
+           "|---|---|---|---|---|---|\n");
+    double goal_shape = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape *s = &shapes[i];
+        const int64_t hd = s->c / s->nh;
+        bench_check(lw_attention_scratch_floats(bench_stream, s->b, s->t, s->c, s->nh) <=
+                            8 * 12 * 4096
+                        ? LW_OK
+                        : LW_ERR_RANGE,
+                    "the attention scratch");
+        const double flops = 2.0 * (double)(s->b * s->nh) * (double)(s->t * s->t) * (double)hd;
+        for (int p = 0; p < (s->t == 1024 ? 2 : 1); p++) {
+            const lw_matmul m = p == 0 ? LW_MATMUL_BF16 : LW_MATMUL_FP32;
+            bench_check(lw_device_set_matmul(bench_gpu, m), "lw_device_set_matmul");
+            const int n = p == 0 ? calls : 1; /* the fp32 kernels take ms a call */
+            const double f = best_ms(s, out, lse, scratch, dqkv, qkv, dout, false, repeats, n);
+            const double fb = best_ms(s, out, lse, scratch, dqkv, qkv, dout, true, repeats, n);
+            printf("| attention b %lld, nh %lld, t %lld, hd %lld | lwopt %s | %.3f | %.3f | %.1f | "
+                   "%.1f |\n",
+                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd,
+                   p == 0 ? "bf16 (tensor cores)" : "fp32", f, fb, flops / f / 1e9,
+                   3.5 * flops / fb / 1e9);
+            fflush(stdout);
+            if (p == 0 && i == 0) goal_shape = fb;
+        }
+    }
+    bench_check(lw_device_set_matmul(bench_gpu, LW_MATMUL_FP32), "lw_device_set_matmul");
+    printf("\nb 8, 12 heads, t 1024, head dim 64: forward + backward %.3f ms a layer in bf16 "
+           "(goal <= 0.33 ms: 1.3x torch SDPA's ~0.25 ms on an H100); best of %d x %d calls\n",
+           goal_shape, repeats, calls);
+    lw_device_free(bench_gpu, qkv), lw_device_free(bench_gpu, dout);
+    lw_device_free(bench_gpu, dqkv), lw_device_free(bench_gpu, out);
+    lw_device_free(bench_gpu, lse), lw_device_free(bench_gpu, scratch);
+    return 0;
+}

@@ -1,0 +1,435 @@
+// attention_mma.cu: causal multi-head attention on tensor cores, flash-attention style, for head
+// dims 64 and 128: mma.sync.m16n8k16 with bf16 operands and fp32 accumulators, the running max
+// and sum in fp32, Q, K, V and dO rounded to bf16 as they are staged into shared memory from
+// lw.h's fp32 tensors, fp32 outputs (out, lse, dqkv). The forward saves each row's log-sum-exp;
+// the backward recomputes P from it in two passes that each own what they write (no atomics:
+// it repeats bit for bit): a kernel over key tiles for dK and dV, one over query tiles for dQ,
+// after attention.cu's D = rowsum(dout * out). attention.c runs these under the bf16 matmul
+// setting (the fp32 kernels of attention.cu otherwise: the reference path).
+//
+// Every index (which lane holds which element of a fragment, where it points ldmatrix, the
+// tiles, the steps' causal ranges and masks, shared memory) and every per-lane step of the
+// softmax comes from mma_layout.h, which tests/test_mma_layout.c shares: it runs these three
+// tile loops on the CPU, step for step (the numbered steps below are its), emulating a warp's
+// lanes, mma.sync and ldmatrix, against double-precision attention. The tile sizes and why are
+// in mma_layout.h.
+#include "cuda/kernels.h"
+#include "cuda/mma_layout.h"
+
+namespace {
+
+constexpr int THREADS = LWC_FA_THREADS;
+constexpr float LOG2E = 1.44269504088896341f;
+
+// d (a C tile, 4 floats) += a (A, 4 registers) b (B, 2 registers): one warp's m16n8k16.
+__device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The lane's registers of the 16 x 16 block at (row, col) of a shared bf16 tile, read as `kind`
+// (mma_layout.h: an A operand, or the B operands of two 8-column tiles, from a [n][k] tile or,
+// transposed, a [k][n] one). volatile: the tiles are rewritten between steps, so no two reads of
+// one address may be merged across a __syncthreads.
+template <int D, int KIND>
+__device__ __forceinline__ void load_block(uint32_t *r, const uint16_t *tile, int row, int col,
+                                           int lane) {
+    const uint16_t *p =
+        tile + lwc_fa_at(row + lwc_ldsm_row(lane, KIND), col + lwc_ldsm_col(lane, KIND), D);
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    if (KIND == LWC_LDSM_BT)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+}
+
+// Rows [r0, r0 + ROWS) of one head's [t, D] slice of a tensor (rows `stride` floats apart) into
+// a shared tile, rounded to bf16; rows at or past t are zeros. A fixed count of chunks per thread,
+// unrolled, so that a thread's loads are issued before its first store waits on one.
+template <int D, int ROWS>
+__device__ __forceinline__ void stage(uint16_t *tile, const float *src, int64_t stride, int r0,
+                                      int t) {
+    static_assert(ROWS * D / 4 % THREADS == 0, "whole chunks per thread");
+#pragma unroll
+    for (int i = 0; i < ROWS * D / 4 / THREADS; i++) {
+        const int e = threadIdx.x + i * THREADS;
+        int row, col;
+        lwc_fa_chunk(e, D, &row, &col);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r0 + row < t)
+            v = *reinterpret_cast<const float4 *>(src + (int64_t)(r0 + row) * stride + col);
+        *reinterpret_cast<uint2 *>(tile + lwc_fa_at(row, col, D)) =
+            make_uint2(lwc_mma_pack(v.x, v.y), lwc_mma_pack(v.z, v.w));
+    }
+}
+
+// Over a row's 4 lanes (a quad), for the lane's two rows; xor: every lane ends with the same
+// value, bit for bit (each step combines the same two values in either order).
+__device__ __forceinline__ void quad_max(float *v) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        v[r] = fmaxf(v[r], __shfl_xor_sync(0xffffffffu, v[r], 1));
+        v[r] = fmaxf(v[r], __shfl_xor_sync(0xffffffffu, v[r], 2));
+    }
+}
+__device__ __forceinline__ void quad_sum(float *v) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        v[r] += __shfl_xor_sync(0xffffffffu, v[r], 1);
+        v[r] += __shfl_xor_sync(0xffffffffu, v[r], 2);
+    }
+}
+
+// g[col], g[col + 1] += x, y (a lane's two columns of a row of dqkv; col even, g 8-byte aligned)
+__device__ __forceinline__ void add2(float *g, float x, float y) {
+    float2 *p = reinterpret_cast<float2 *>(g);
+    float2 v = *p;
+    v.x += x;
+    v.y += y;
+    *p = v;
+}
+
+// Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
+// the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
+template <int D>
+__global__ void __launch_bounds__(THREADS)
+    flash_mma_forward_kernel(float *out, float *lse, const float *qkv, int t, int c, int nh,
+                             int tiles, float sc) {
+    constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
+    int bh, tile;
+    lwc_fa_block(blockIdx.x, tiles, LWC_FA_FORWARD, &bh, &tile);
+    const int bi = bh / nh, h = bh - bi * nh, q0 = tile * LWC_FA_BLOCK;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
+    const int64_t c3 = 3 * (int64_t)c;
+    const float *q = qkv + (int64_t)bi * t * c3 + (int64_t)h * D, *k = q + c, *v = q + 2 * c;
+
+    // 1. the block's Q; the warp's 16 rows as A operands, held for every step
+    stage<D, LWC_FA_BLOCK>(qs, q, c3, q0, t);
+    __syncthreads();
+    uint32_t qa[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++)
+        load_block<D, LWC_LDSM_A>(qa[kk], qs, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+    float o[ND][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    const int last = lwc_fa_last_key_step(q0, t);
+    for (int step = 0; step <= last; step++) {
+        const int k0 = step * LWC_FA_STEP;
+        // 2. the step's K and V
+        __syncthreads(); // every warp is done with the last step's
+        stage<D, LWC_FA_STEP>(ks, k, c3, k0, t);
+        stage<D, LWC_FA_STEP>(vs, v, c3, k0, t);
+        __syncthreads();
+        // 3. S = Q K^T, two key tiles per ldmatrix
+        float s[NT][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; jj++) {
+                uint32_t b[4];
+                load_block<D, LWC_LDSM_B>(b, ks, 16 * jj, 16 * kk, lane);
+                mma(s[2 * jj], qa[kk], b[0], b[1]);
+                mma(s[2 * jj + 1], qa[kk], b[2], b[3]);
+            }
+        }
+        // 4. the causal mask (the diagonal's step), the online softmax
+        if (lwc_fa_forward_masked(q0, k0, LWC_FA_STEP))
+            lwc_fa_mask_causal(s, NT, lane, row0, k0);
+        float mx[2], alpha[2];
+        lwc_fa_row_max(s, NT, mx);
+        quad_max(mx);
+        lwc_fa_softmax(s, NT, sc, mx, m, l, alpha);
+        lwc_fa_rescale(o, ND, alpha);
+        // 5. O += P V: P's C tiles as A operands, V's B operands transposed by ldmatrix
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t pa[4];
+            lwc_fa_pack_a(s, kk, pa);
+#pragma unroll
+            for (int jj = 0; jj < ND / 2; jj++) {
+                uint32_t b[4];
+                load_block<D, LWC_LDSM_BT>(b, vs, 16 * kk, 16 * jj, lane);
+                mma(o[2 * jj], pa, b[0], b[1]);
+                mma(o[2 * jj + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+    // 6. the rows' sums over the quad; out = O / l, lse
+    quad_sum(l);
+    lwc_fa_normalise(o, ND, l);
+    float *out_h = out + (int64_t)bi * t * c + (int64_t)h * D;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + lwc_mma_c_row(lane, 2 * r);
+        if (row >= t) continue;
+#pragma unroll
+        for (int j = 0; j < ND; j++)
+            *reinterpret_cast<float2 *>(out_h + (int64_t)row * c + 8 * j +
+                                        lwc_mma_c_col(lane, 0)) =
+                make_float2(o[j][2 * r], o[j][2 * r + 1]);
+        if (lwc_mma_quad(lane) == 0) lse[(int64_t)bh * t + row] = lwc_fa_lse(m[r], l[r]);
+    }
+}
+
+// dK and dV: a block per (batch x head, 64 keys), warp w owning keys 16w .. 16w + 15, over the
+// query steps from the diagonal on. dd: D per (batch x head, row).
+template <int D>
+__global__ void __launch_bounds__(THREADS)
+    flash_mma_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                          const float *dd, int t, int c, int nh, int tiles, float scale,
+                          float sc) {
+    constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
+    uint16_t *os = qs + M * LD;
+    float *ls = reinterpret_cast<float *>(os + M * LD), *ds = ls + M;
+    int bh, tile;
+    lwc_fa_block(blockIdx.x, tiles, LWC_FA_DKDV, &bh, &tile);
+    const int bi = bh / nh, h = bh - bi * nh, k0 = tile * LWC_FA_BLOCK;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row0 = k0 + LWC_FA_WARP_ROWS * warp;
+    const int64_t c3 = 3 * (int64_t)c, head = (int64_t)bi * t * c3 + (int64_t)h * D;
+    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
+    const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
+
+    // 1. the block's K and V
+    stage<D, LWC_FA_BLOCK>(ks, k, c3, k0, t);
+    stage<D, LWC_FA_BLOCK>(vs, v, c3, k0, t);
+    float dk[ND][4] = {}, dv[ND][4] = {};
+
+    const int steps = lwc_fa_tiles(t, M);
+    for (int step = lwc_fa_first_query_step(k0, M); step < steps; step++) {
+        const int q0 = step * M;
+        // 2. the step's Q, dO, lse log2(e) and D (0 past t)
+        __syncthreads();
+        stage<D, M>(qs, q, c3, q0, t);
+        stage<D, M>(os, dout_h, c, q0, t);
+        for (int r = threadIdx.x; r < M; r += THREADS) {
+            ls[r] = q0 + r < t ? lse_h[q0 + r] * LOG2E : 0.0f;
+            ds[r] = q0 + r < t ? dd_h[q0 + r] : 0.0f;
+        }
+        __syncthreads();
+        // 3. S^T = K Q^T and dP^T = V dO^T, the warp's keys as A operands
+        float s[NT][4] = {}, dp[NT][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t ka[4], va[4];
+            load_block<D, LWC_LDSM_A>(ka, ks, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+            load_block<D, LWC_LDSM_A>(va, vs, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; jj++) {
+                uint32_t b[4];
+                load_block<D, LWC_LDSM_B>(b, qs, 16 * jj, 16 * kk, lane);
+                mma(s[2 * jj], ka, b[0], b[1]);
+                mma(s[2 * jj + 1], ka, b[2], b[3]);
+                load_block<D, LWC_LDSM_B>(b, os, 16 * jj, 16 * kk, lane);
+                mma(dp[2 * jj], va, b[0], b[1]);
+                mma(dp[2 * jj + 1], va, b[2], b[3]);
+            }
+        }
+        // 4. P^T and dS^T (masked on the diagonal's steps and past t)
+        lwc_fa_grad_kv(s, dp, NT, lane, ls, ds, row0, q0, t,
+                       lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t), sc);
+        // 5. dV += P^T dO, dK += dS^T Q
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t pa[4], da[4];
+            lwc_fa_pack_a(s, kk, pa);
+            lwc_fa_pack_a(dp, kk, da);
+#pragma unroll
+            for (int jj = 0; jj < ND / 2; jj++) {
+                uint32_t b[4];
+                load_block<D, LWC_LDSM_BT>(b, os, 16 * kk, 16 * jj, lane);
+                mma(dv[2 * jj], pa, b[0], b[1]);
+                mma(dv[2 * jj + 1], pa, b[2], b[3]);
+                load_block<D, LWC_LDSM_BT>(b, qs, 16 * kk, 16 * jj, lane);
+                mma(dk[2 * jj], da, b[0], b[1]);
+                mma(dk[2 * jj + 1], da, b[2], b[3]);
+            }
+        }
+    }
+    // 6. dqkv's k part += scale dK, its v part += dV
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = row0 + lwc_mma_c_row(lane, 2 * r);
+        if (key >= t) continue;
+        float *g = dqkv + head + (int64_t)key * c3 + lwc_mma_c_col(lane, 0);
+#pragma unroll
+        for (int j = 0; j < ND; j++) {
+            add2(g + c + 8 * j, scale * dk[j][2 * r], scale * dk[j][2 * r + 1]);
+            add2(g + 2 * c + 8 * j, dv[j][2 * r], dv[j][2 * r + 1]);
+        }
+    }
+}
+
+// dQ: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over the
+// key steps up to the diagonal.
+template <int D>
+__global__ void __launch_bounds__(THREADS)
+    flash_mma_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                        const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
+    constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
+    uint16_t *vs = ks + LWC_FA_STEP * LD;
+    int bh, tile;
+    lwc_fa_block(blockIdx.x, tiles, LWC_FA_DQ, &bh, &tile);
+    const int bi = bh / nh, h = bh - bi * nh, q0 = tile * LWC_FA_BLOCK;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
+    const int64_t c3 = 3 * (int64_t)c, head = (int64_t)bi * t * c3 + (int64_t)h * D;
+    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
+
+    // 1. the block's Q and dO; the lane's two rows' lse log2(e) and D
+    stage<D, LWC_FA_BLOCK>(qs, q, c3, q0, t);
+    stage<D, LWC_FA_BLOCK>(os, dout_h, c, q0, t);
+    float lr[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + lwc_mma_c_row(lane, 2 * r);
+        lr[r] = row < t ? lse[(int64_t)bh * t + row] * LOG2E : 0.0f;
+        dr[r] = row < t ? dd[(int64_t)bh * t + row] : 0.0f;
+    }
+    float dq[ND][4] = {};
+
+    const int last = lwc_fa_last_key_step(q0, t);
+    for (int step = 0; step <= last; step++) {
+        const int k0 = step * LWC_FA_STEP;
+        // 2. the step's K and V
+        __syncthreads();
+        stage<D, LWC_FA_STEP>(ks, k, c3, k0, t);
+        stage<D, LWC_FA_STEP>(vs, v, c3, k0, t);
+        __syncthreads();
+        // 3. S = Q K^T and dP = dO V^T, the warp's rows as A operands
+        float s[NT][4] = {}, dp[NT][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t qa[4], oa[4];
+            load_block<D, LWC_LDSM_A>(qa, qs, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+            load_block<D, LWC_LDSM_A>(oa, os, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; jj++) {
+                uint32_t b[4];
+                load_block<D, LWC_LDSM_B>(b, ks, 16 * jj, 16 * kk, lane);
+                mma(s[2 * jj], qa, b[0], b[1]);
+                mma(s[2 * jj + 1], qa, b[2], b[3]);
+                load_block<D, LWC_LDSM_B>(b, vs, 16 * jj, 16 * kk, lane);
+                mma(dp[2 * jj], oa, b[0], b[1]);
+                mma(dp[2 * jj + 1], oa, b[2], b[3]);
+            }
+        }
+        // 4. dS = P (dP - D), into s
+        lwc_fa_grad_q(s, dp, NT, lane, lr, dr, row0, k0, t,
+                      lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t), sc);
+        // 5. dQ += dS K
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t da[4];
+            lwc_fa_pack_a(s, kk, da);
+#pragma unroll
+            for (int jj = 0; jj < ND / 2; jj++) {
+                uint32_t b[4];
+                load_block<D, LWC_LDSM_BT>(b, ks, 16 * kk, 16 * jj, lane);
+                mma(dq[2 * jj], da, b[0], b[1]);
+                mma(dq[2 * jj + 1], da, b[2], b[3]);
+            }
+        }
+    }
+    // 6. dqkv's q part += scale dQ
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + lwc_mma_c_row(lane, 2 * r);
+        if (row >= t) continue;
+        float *g = dqkv + head + (int64_t)row * c3 + lwc_mma_c_col(lane, 0);
+#pragma unroll
+        for (int j = 0; j < ND; j++)
+            add2(g + 8 * j, scale * dq[j][2 * r], scale * dq[j][2 * r + 1]);
+    }
+}
+
+// Opts a kernel in to the dynamic shared memory it takes (past 48 KB at head dim 128).
+template <typename K> cudaError_t opt_in(K kernel, size_t bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+template <int D>
+cudaError_t forward(cudaStream_t stream, float *out, float *lse, const float *qkv, int64_t b,
+                    int64_t t, int64_t c, int64_t nh) {
+    const size_t bytes = lwc_fa_smem_bytes(D, LWC_FA_FORWARD);
+    cudaError_t e = opt_in(flash_mma_forward_kernel<D>, bytes);
+    if (e != cudaSuccess) return e;
+    const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
+    const float sc = 1.0f / sqrtf((float)D) * LOG2E;
+    flash_mma_forward_kernel<D><<<(unsigned)(b * nh * tiles), THREADS, bytes, stream>>>(
+        out, lse, qkv, (int)t, (int)c, (int)nh, tiles, sc);
+    return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
+                     const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
+                     int64_t nh) {
+    const size_t kv_bytes = lwc_fa_smem_bytes(D, LWC_FA_DKDV);
+    const size_t q_bytes = lwc_fa_smem_bytes(D, LWC_FA_DQ);
+    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D>, kv_bytes);
+    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D>, q_bytes);
+    if (e != cudaSuccess) return e;
+    const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
+    const float scale = 1.0f / sqrtf((float)D), sc = scale * LOG2E;
+    const unsigned blocks = (unsigned)(b * nh * tiles);
+    flash_mma_dkdv_kernel<D><<<blocks, THREADS, kv_bytes, stream>>>(
+        dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
+    flash_mma_dq_kernel<D><<<blocks, THREADS, q_bytes, stream>>>(
+        dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" bool lwc_flash_mma_serves(int64_t hd) { return hd == 64 || hd == 128; }
+
+extern "C" size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward) {
+    if (!lwc_flash_mma_serves(hd)) return 0;
+    if (!backward) return lwc_fa_smem_bytes((int)hd, LWC_FA_FORWARD);
+    const size_t kv = lwc_fa_smem_bytes((int)hd, LWC_FA_DKDV);
+    const size_t q = lwc_fa_smem_bytes((int)hd, LWC_FA_DQ);
+    return kv > q ? kv : q;
+}
+
+extern "C" int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
+    return b * nh * lwc_fa_tiles(t, LWC_FA_BLOCK);
+}
+
+extern "C" cudaError_t lwc_flash_mma_forward(cudaStream_t stream, float *out, float *lse,
+                                             const float *qkv, int64_t b, int64_t t, int64_t c,
+                                             int64_t nh) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+    switch (c / nh) {
+    case 64: return forward<64>(stream, out, lse, qkv, b, t, c, nh);
+    case 128: return forward<128>(stream, out, lse, qkv, b, t, c, nh);
+    default: return cudaErrorInvalidValue; // the caller checks the head dim first
+    }
+}
+
+extern "C" cudaError_t lwc_flash_mma_backward(cudaStream_t stream, float *dqkv, const float *dd,
+                                              const float *dout, const float *qkv,
+                                              const float *lse, int64_t b, int64_t t, int64_t c,
+                                              int64_t nh) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+    switch (c / nh) {
+    case 64: return backward<64>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
+    case 128: return backward<128>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
+    default: return cudaErrorInvalidValue;
+    }
+}
