@@ -7,8 +7,11 @@ GPU_BUILD ?= build-gpu
 CUDA_ARCHITECTURES ?=
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
+# No "Entering/Leaving directory" lines from the makes that CMake's build runs.
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build build-asan test test-gpu demo layout-demo bench install clean format data
+.PHONY: all deps build build-lib build-asan test test-gpu demo layout-demo bench install clean \
+	format data
 
 all: build
 
@@ -18,6 +21,12 @@ deps:
 build: deps
 	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# What a recipe needs and no more (liblwopt.so and its Lua binding), printing one line, or the
+# whole output when it fails (scripts/build-lib.sh); make build builds the tests and the CUDA
+# library too.
+build-lib: deps
+	@scripts/build-lib.sh $(BUILD) $(JOBS)
 
 # The C library and tests again with AddressSanitizer + UndefinedBehaviorSanitizer.
 build-asan: deps
@@ -46,8 +55,9 @@ test-gpu: deps
 	@cmake --build $(GPU_BUILD) -j $(JOBS)
 	@ctest --test-dir $(GPU_BUILD) -L gpu --output-on-failure
 
-# The main job: gpt_small on 2 ranks, with its log and loss curve in runs/.
-demo: build data
+# The main job: gpt_small on 2 ranks, with its log and loss curve in runs/; it builds only what
+# it runs (build-lib).
+demo: build-lib data
 	@mkdir -p runs
 	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 \
 		-x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --log runs/demo.jsonl

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     build-essential cmake pkg-config
-    luajit libluajit-5.1-dev lua-busted lua-dkjson
+    luajit libluajit-5.1-dev lua-busted lua-dkjson lua-readline
     openmpi-bin libopenmpi-dev
     iproute2
     libopenblas-dev

@@ -76,7 +76,7 @@ describe("lwopt", function()
    it("lists its commands with --help and fails on an unknown one", function()
       local status, out = run({ "--help" })
       assert.equal(0, status)
-      for _, command in ipairs({ "layout", "run FILE", "repl", "version" }) do
+      for _, command in ipairs({ "layout", "run FILE", "train [flags]", "repl", "version" }) do
          assert.matches(command, out, 1, true)
       end
       local bad, _, err = run({ "fly" })
@@ -112,10 +112,49 @@ describe("lwopt", function()
       assert.matches("lw> 2\n", out, 1, true)
    end)
 
-   it("tells its version, library and devices", function()
+   it("tells its version, library and LuaJIT, and why CUDA is off in lwopt device's words",
+      function()
       local status, out = run({ "version" })
       assert.equal(0, status)
-      assert.matches("lwopt %d+%.%d+%.%d+\nlibrary .*liblwopt%.so", out)
-      assert.matches("cuda no", out, 1, true)
+      assert.matches("^lwopt %d+%.%d+%.%d+\nlibrary: .*liblwopt%.so[.%d]*\nluajit: LuaJIT [^\n]+\n"
+         .. "cuda: [^\n]+\n$", out)
+      local d, why = lw.device_info("cuda")
+      if d then
+         assert.matches("\ncuda: on (" .. lw.device_line("cuda") .. ")\n", out, 1, true)
+      else
+         -- "device: CUDA is not available: no usable NVIDIA driver (libcuda.so ...)" reads
+         -- "cuda: off (no usable NVIDIA driver: libcuda.so ...)"
+         local reason = why:gsub("^device: CUDA is not available: ", "")
+         local head = reason:match("^[^(]*"):gsub("%s+$", "")
+         assert.matches("\ncuda: off (" .. head, out, 1, true)
+         assert.is_nil(out:find("((", 1, true))
+      end
+      local bad, _, err = run({ "version", "x" })
+      assert.equal(2, bad)
+      assert.matches("version takes no arguments", err, 1, true)
+   end)
+
+   it("prints one line with --version, as bin/lwopt from anywhere", function()
+      local out, status = helpers.sh("cd /tmp && " .. bin .. " --version")
+      assert.equal(0, status)
+      assert.equal("lwopt " .. lw.version .. "\n", out)
+   end)
+
+   it("trains with recipes/gpt_small.lua and its flags from any directory", function()
+      local out, status = helpers.sh("cd /tmp && " .. bin .. " train --preset tiny --steps 2 "
+         .. "--sample 10 --eval-max 1 --progress lines")
+      assert.equal(0, status, out)
+      assert.matches("^lwopt [^\n]*GPT 4 layers x 64, 4 heads", out)
+      assert.matches(root .. "/bin/../data/kjv.txt (4298239 bytes)", out, 1, true)
+      assert.matches("step     2/2  loss", out, 1, true)
+      assert.matches("sample:\nAnd God said", out, 1, true)
+      -- its usage errors and --help are the recipe's
+      out, status = helpers.sh("cd /tmp && " .. bin .. " train --step 3")
+      assert.equal(2, status)
+      assert.equal("unknown flag --step (did you mean --steps?) (--help lists the flags)\n", out)
+      out, status = helpers.sh(bin .. " train --help")
+      assert.equal(0, status)
+      assert.matches("recipes/gpt_small.lua [flags]\n", out, 1, true)
+      assert.matches("--preset {tiny|small|wide|gpt2|moe}", out, 1, true)
    end)
 end)

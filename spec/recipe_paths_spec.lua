@@ -20,6 +20,19 @@ describe("lwopt.recipe_paths", function()
       return paths.check(v, { kind = "bytes", path = v.data }, resumed)
    end
 
+   it("finds the lwopt tree its modules came from, and the default corpus in it", function()
+      assert.equal(".", paths.tree("@lua/lwopt/recipe_paths.lua"))
+      assert.equal("recipes/..", paths.tree("@recipes/../lua/lwopt/recipe_paths.lua"))
+      assert.equal("/opt/lw/bin/..", paths.tree("@/opt/lw/bin/../lua/lwopt/recipe_paths.lua"))
+      assert.is_nil(paths.tree("@/usr/local/share/lua/5.1/lwopt/recipe_paths.lua"))
+      -- the specs load lua/lwopt/ of this tree: its data/kjv.txt (make data), wherever the
+      -- recipe is; the recipe's own ../data/ when the tree has none is the fallback
+      local root = paths.tree()
+      assert.is_not_nil(root)
+      assert.equal(root .. "/data/kjv.txt", paths.default_data("/elsewhere/r.lua"))
+      assert.equal(root .. "/data/kjv.txt", paths.default_data("r.lua"))
+   end)
+
    it("names the files beside the log and the parameters", function()
       assert.equal("run.png", paths.plot("run.jsonl"))
       assert.equal("run.log.png", paths.plot("run.log"))

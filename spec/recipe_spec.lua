@@ -164,6 +164,65 @@ describe("recipes/gpt_small.lua", function()
       assert.is_nil(out:find("step ", 1, true))
    end)
 
+   it("says at start-up how the routing rules split the parameters between Muon and AdamW",
+      function()
+      local routing = "routing: Muon %d matrices (%.2fM elements), AdamW %d tensors (%.2fM "
+         .. "elements)\n"
+      local tiny = " --preset tiny --steps 1 --sample 0 --eval-max 1"
+      -- tiny: 4 layers of qkv, proj, fc and proj matrices; wte, wpe, 2 gains a layer and ln_f
+      local muon = 4 * (3 * 64 * 64 + 64 * 64 + 2 * 256 * 64)
+      local adamw = 256 * 64 + 32 * 64 + 9 * 64
+      for _, case in ipairs({
+         { "luajit " .. recipe .. tiny, routing:format(16, muon / 1e6, 11, adamw / 1e6) },
+         -- recipes/gpt_routing.lua keeps the attention's output projections on AdamW
+         { "luajit " .. root .. "/recipes/gpt_routing.lua" .. tiny, routing:format(12,
+           (muon - 4 * 64 * 64) / 1e6, 15, (adamw + 4 * 64 * 64) / 1e6) },
+         { "luajit " .. recipe .. tiny .. " --optimizer adamw", routing:format(0, 0, 27,
+           (muon + adamw) / 1e6) },
+      }) do
+         local out, status = helpers.sh("cd /tmp && " .. case[1])
+         assert.equal(0, status, out)
+         assert.matches("^lwopt [^\n]*\n" .. case[2]:gsub("%p", "%%%0"), out)
+      end
+      local gpt_recipe = require("lwopt.gpt_recipe")
+      assert.equal("routing: Muon 1 matrix (0.00M elements), AdamW 2 tensors (1.50M elements)",
+         gpt_recipe.routing_text({ { name = "a", shape = { 2, 3 }, optimizer = "muon" },
+            { name = "b", shape = { 1000, 1000 }, optimizer = "adamw" },
+            { name = "c", shape = { 500000 }, optimizer = "adamw" } }))
+   end)
+
+   it("finds the default corpus of the lwopt tree from a routing recipe copied elsewhere",
+      function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir .. " && cp " .. root
+         .. "/recipes/gpt_routing.lua " .. dir .. "/my_routing.lua")))
+      local args = " --preset tiny --steps 1 --sample 0 --eval-max 1 --progress lines"
+      for _, case in ipairs({
+         -- bin/lwopt run puts the tree's lua/ on the path; so does LUA_PATH for luajit
+         { root .. "/bin/lwopt run " .. dir .. "/my_routing.lua", root .. "/bin/.." },
+         { "LUA_PATH='" .. root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. root
+           .. "/build/lua/?.lua;;' luajit " .. dir .. "/my_routing.lua", root },
+      }) do
+         local out, status = helpers.sh("cd " .. dir .. " && " .. case[1] .. args)
+         assert.equal(0, status, out)
+         assert.matches("; " .. case[2] .. "/data/kjv.txt (4298239 bytes)\n", out, 1, true)
+         assert.matches("routing: Muon 12 matrices", out, 1, true)
+         assert.matches("step     1/1  loss", out, 1, true)
+      end
+      helpers.sh("rm -rf " .. dir)
+   end)
+
+   it("counts the whole model in the routing line at --tp 2 #mpi", function()
+      local args = " --preset tiny --steps 1 --sample 0 --eval-max 1 --timeout 30"
+      local one, status1 = helpers.sh("luajit " .. recipe .. args)
+      local two, status2 = helpers.sh(MPIRUN .. "luajit " .. recipe .. args .. " --tp 2")
+      assert.same({ 0, 0 }, { status1, status2 }, two)
+      local line = one:match("\n(routing: [^\n]*)\n")
+      assert.is_not_nil(line, one)
+      assert.matches("\n" .. line:gsub("%p", "%%%0") .. "\n", two)
+   end)
+
    it("refuses ZeRO and sharding combinations that cannot work, before any work", function()
       for _, case in ipairs({
          { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3, got --zero 1\n" },
@@ -424,6 +483,9 @@ describe("recipes/gpt_small.lua", function()
          end
          assert.is_not_nil(parameters(one), one)
          assert.equal(parameters(one), parameters(two))
+         -- and so does the routing line: every expert, not this rank's share
+         assert.equal(one:match("\n(routing: [^\n]*)\n"), two:match("\n(routing: [^\n]*)\n"))
+         assert.is_not_nil(one:match("\n(routing: [^\n]*)\n"), one)
          local samples = 0
          for _ in two:gmatch("\nsample:\nAnd God said") do samples = samples + 1 end
          assert.equal(1, samples, two)

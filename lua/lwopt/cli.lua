@@ -1,8 +1,8 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
--- lwopt on its path), repl, device (what a device is, or why CUDA cannot be had), version,
--- export (a checkpoint as Hugging Face GPT-2 or nanoGPT files: lua/lwopt/export.lua),
--- over training logs (lwopt.logs) plot, compare and csv; after training, sample and eval
--- (cli_sample.lua, cli_eval.lua).
+-- lwopt on its path), train (recipes/gpt_small.lua), repl, device (what a device is, or why
+-- CUDA cannot be had), version (and --version), export (a checkpoint as Hugging Face GPT-2 or
+-- nanoGPT files: lua/lwopt/export.lua), over training logs (lwopt.logs) plot, compare and
+-- csv; after training, sample and eval (cli_sample.lua, cli_eval.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
@@ -14,10 +14,11 @@ usage: lwopt <command> [args]
 commands:
   layout [flags]      print the layout of a model's parameters (lwopt layout --help)
   run FILE [args]     run a Lua script with lwopt on its path (arg[0] = FILE, arg[1..] = args)
+  train [flags]       train a GPT: recipes/gpt_small.lua with these flags (lwopt train --help)
   repl                interactive LuaJIT session with `lw` loaded
   device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
                       without NAME the CPU and, if there is one, the GPU
-  version             library version, path and features
+  version             version, library, LuaJIT and whether CUDA is on (--version: one line)
   plot LOG...         several runs' losses on one chart (--out PNG, --x step|tokens; gnuplot)
   compare LOG...      each run's final figures in a table (--csv: as CSV)
   csv LOG [OUT.csv]   a run's step records as CSV, one row per step
@@ -31,7 +32,8 @@ commands:
 examples:
   lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost
   lwopt layout --arch gpt --n-layer 48 --n-embd 1600 --n-head 25 --dp 64 --bucket-size 40M \
-      --model-step h100-node --tokens 8192       (and the predicted step; --compare: all layouts)]]
+      --model-step h100-node --tokens 8192       (and the predicted step; --compare: all layouts)
+  lwopt train --preset tiny                     (seconds; mpirun -np 2 lwopt train: 2 ranks)]]
 
 -- The layout command's flags; the dtype and layout choices are the library's (lw.layout), read
 -- when the command runs, so that `lwopt help` works without the library.
@@ -275,6 +277,44 @@ local function device_command(argv, out, err)
    return 0
 end
 
+-- lwopt train [flags]: recipes/gpt_small.lua of the lwopt tree these modules came from, run
+-- with the flags as `luajit recipes/gpt_small.lua [flags]` would (under mpirun too).
+local function train_command(argv, out, err)
+   local tree = require("lwopt.recipe_paths").tree()
+   local recipe = tree and tree .. "/recipes/gpt_small.lua"
+   local f = recipe and io.open(recipe, "r")
+   if f == nil then
+      err:write("lwopt train: recipes/gpt_small.lua is not here (", recipe or "lwopt is installed "
+         .. "without its recipes", "); run it from a checkout of lwopt\n")
+      return 1
+   end
+   f:close()
+   return run_command({ recipe, unpack(argv) }, out, err)
+end
+
+-- lwopt version: what is running and whether CUDA is on, or why it is off, in the words of
+-- `lwopt device`; --version: the first line alone, as one-binary tools print it.
+local function version_command(argv, out, err, short)
+   if #argv > 0 then return usage_error(err, "version takes no arguments", "lwopt help") end
+   local ok, lw = pcall(require, "lwopt")
+   if not ok then
+      err:write(tostring(lw), "\n")
+      return 1
+   end
+   out:write(("lwopt %s\n"):format(lw.version))
+   if short then return 0 end
+   local cuda, why = lw.device_line("cuda")
+   if cuda == nil then
+      -- "device: CUDA is not available: no usable NVIDIA driver (libcuda.so is ...)" reads
+      -- "off (no usable NVIDIA driver: libcuda.so is ...)"
+      why = tostring(why):gsub("^device: ", ""):gsub("^CUDA is not available: ", "")
+         :gsub("^([^(]-) %((.*)%)$", "%1: %2")
+   end
+   out:write(("library: %s\nluajit: %s\ncuda: %s\n"):format(lw.library, jit.version,
+      cuda and "on (" .. cuda .. ")" or "off (" .. why .. ")"))
+   return 0
+end
+
 function cli.main(argv, out, err)
    out, err = out or io.stdout, err or io.stderr
    local command = argv[1]
@@ -302,11 +342,10 @@ function cli.main(argv, out, err)
       return require("lwopt.cli_sample").main(rest, out, err)
    elseif command == "eval" then
       return require("lwopt.cli_eval").main(rest, out, err)
-   elseif command == "version" then
-      local lw = require("lwopt")
-      out:write(("lwopt %s\nlibrary %s\ncuda %s\n"):format(lw.version, lw.library,
-         lw.has_cuda() and "yes" or "no (CPU only)"))
-      return 0
+   elseif command == "train" then
+      return train_command(rest, out, err)
+   elseif command == "version" or command == "--version" then
+      return version_command(rest, out, err, command == "--version")
    end
    return usage_error(err, "unknown command '" .. tostring(command) .. "'", "lwopt help")
 end

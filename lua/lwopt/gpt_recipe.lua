@@ -774,8 +774,8 @@ local function start_comm(v)
    return comm, say
 end
 
--- The corpus: --data (a text file, or token shards with --val-data), or the KJV in data/
--- beside the recipes; returns it and its path.
+-- The corpus: --data (a text file, or token shards with --val-data), or the KJV in data/ of the
+-- lwopt tree (recipe_paths.default_data); returns it and its path.
 local function load_data(v, script)
    if v.data_kind == "tokens" then
       local data = tokens_mod.open(v.data, { vocab = v.vocab, seq_len = v.seq, val = v.val_data,
@@ -783,8 +783,7 @@ local function load_data(v, script)
          v.vocab_given and "" or (", --preset %s's"):format(v.preset)) })
       return data, v.data
    end
-   local here = script:match("^(.*)/[^/]*$") or "."
-   local path = v.data or (here .. "/../data/kjv.txt")
+   local path = v.data or recipe_paths.default_data(script)
    local data = data_mod.load(path, { seq_len = v.seq, hint = v.data == nil and
       ". Prepare the default corpus with `make data` (needs Debian's bible-kjv package)" or "" })
    return data, path
@@ -829,7 +828,7 @@ local function build_run(v, comm, data, rules)
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
    -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
-   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every,
+   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every, rules = rules,
       comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
       lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
@@ -901,6 +900,22 @@ function recipe.parameters_text(specs, v)
       v.topk, v.shared_expert and " (+ a shared expert)" or "", total / 1e6, active / 1e6)
 end
 
+-- How the routing rules split the model's parameters (specs: routed, each with .optimizer):
+-- "routing: Muon 24 matrices (85.00M elements), AdamW 50 tensors (39.10M elements)".
+function recipe.routing_text(specs)
+   local count, numel = { muon = 0, adamw = 0 }, { muon = 0, adamw = 0 }
+   for _, s in ipairs(specs) do
+      count[s.optimizer] = count[s.optimizer] + 1
+      numel[s.optimizer] = numel[s.optimizer] + lw.arch.numel({ s })
+   end
+   local function part(name, key, one, many)
+      return ("%s %d %s (%.2fM elements)"):format(name, count[key],
+         count[key] == 1 and one or many, numel[key] / 1e6)
+   end
+   return ("routing: %s, %s"):format(part("Muon", "muon", "matrix", "matrices"),
+      part("AdamW", "adamw", "tensor", "tensors"))
+end
+
 -- The line that says what this run trains, where and on what.
 local function announce(run, v, data, path, say)
    if v.quiet then return end
@@ -911,6 +926,9 @@ local function announce(run, v, data, path, say)
       v.optimizer, v.mode, v.zero, v.shard == "rows" and " row-sharded" or "",
       recipe_tp.ranks_text(run), v.batch * v.accum * dp.size, v.seq, unit_of(data),
       data_line(data, v, path)))
+   -- the whole model's parameters at any --ep or --tp, routed by the run's rules
+   say(recipe.routing_text(run.full_specs and lw.route(run.full_specs, run.rules)
+      or run.ddp.specs))
    -- the device the buffers live on, as lw_device_get_info describes it
    local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
    say("device: " .. (lw.device_line(name) or name))

@@ -2,11 +2,41 @@
 -- gpt_recipe.lua), compared by real path before step 1, so that no output (--log, the loss
 -- curve beside it, --save-params, the checkpoints in --ckpt-dir) writes over an input (--data's
 -- and --val-data's files, the checkpoint resumed) or over another output: symbolic links, hard
--- links and other spellings of a path are seen through.
+-- links and other spellings of a path are seen through; and where the default corpus is.
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 
 local paths = {}
+
+-- The lwopt tree these modules were loaded from (the folder holding lua/lwopt/, recipes/ and
+-- data/: "." or "recipes/.." or "/opt/lwopt/bin/.."), or nil for modules installed under
+-- share/lua/5.1, which is no tree.
+function paths.tree(source)
+   source = source or debug.getinfo(1, "S").source
+   if source:match("^@lua/lwopt/[^/]+$") then return "." end
+   return source:match("^@(.+)/lua/lwopt/[^/]+$")
+end
+
+local function exists(path)
+   local f = io.open(path, "r")
+   if f then f:close() end
+   return f ~= nil
+end
+
+-- The corpus a recipe trains on without --data: data/kjv.txt of the lwopt tree running it (so
+-- that a recipe copied out of recipes/ finds it too), else data/ beside the recipe's folder
+-- (script: the recipe's path), the first that exists; when neither does, the first of them,
+-- for the message that says to run `make data`.
+function paths.default_data(script)
+   local candidates, tree = {}, paths.tree()
+   if tree then candidates[1] = tree .. "/data/kjv.txt" end
+   local here = (script or ""):match("^(.*)/[^/]*$") or "."
+   candidates[#candidates + 1] = here .. "/../data/kjv.txt"
+   for _, path in ipairs(candidates) do
+      if exists(path) then return path end
+   end
+   return candidates[1]
+end
 
 -- The loss curve's path for a log path.
 function paths.plot(log) return (log:gsub("%.jsonl$", "")) .. ".png" end
