@@ -110,15 +110,76 @@ static void activate(lw_comm *c, lw_request *req, double started) {
 /* MPI counts are int: the blocking forms move larger buffers in pieces. */
 #define CHUNK_BYTES ((int64_t)1 << 30)
 
-/* The request for a blocking form's collective: the comm's own, which is started and waited for
- * under the watchdog; NULL when the watchdog is off, for the backend's blocking call. */
-static lw_request *blocking_request(lw_comm *c) { return c->timeout > 0 ? c->blocking : NULL; }
+/* A collective's arguments for its backend call, which reads the fields it takes. */
+typedef struct coll_args {
+    void *data;   /* the buffer (broadcast, all-reduce) or bucket (the sums, the all-gathers) */
+    int64_t n;    /* of data: bytes (broadcast), elements (all-reduce); this rank's elements */
+    int64_t at;   /* the sums, the all-gather of segments: this rank's part of data, in elements */
+    const void *send; /* all-gather-v, all-to-all-v */
+    int64_t send_count;
+    void *recv;
+    const int64_t *counts;      /* one per rank: the segments, or all-to-all-v's send counts */
+    const int64_t *recv_counts; /* all-to-all-v's */
+    lw_dtype dtype;
+    lw_reduce_op reduce;
+    int32_t root;
+} coll_args;
 
-/* After a blocking form's backend call: waits for the collective if it was started on r. */
-static lw_status complete_blocking(lw_comm *c, lw_request *r, lw_status st, double started) {
-    if (st != LW_OK || r == NULL) return st;
-    activate(c, r, started);
-    return lwi_request_finish(r);
+/* A collective, checked, as run() runs it. */
+typedef struct collective {
+    lw_comm_op op;  /* its counters, and its name in the watchdog's message */
+    int64_t bytes;  /* its payload, as the watchdog's message names it */
+    double counted; /* the bytes its counter adds: what this rank sends */
+    /* starts it on the backend, on r (NULL: the backend's blocking call) */
+    lw_status (*call)(lw_comm *c, const coll_args *a, lw_request *r);
+    coll_args args;
+    bool blocking_call; /* the backend has a blocking call, which the blocking form takes when
+                           the watchdog is off (barrier, broadcast, all-reduce, all-gather-v) */
+    int64_t chunk;      /* the blocking form moves args.n in pieces of chunk units of elem bytes
+                           (args.data advancing), one blocking collective each; 0: one call */
+    int64_t elem;
+    bool empty; /* it moves nothing on any rank (alike on all: the counts are the same): no call */
+    /* one rank on host memory: the copy that is the whole result; nothing without bytes */
+    const void *alone_from;
+    void *alone_to;
+    int64_t alone_bytes;
+} collective;
+
+/* Every collective after its checks: claims req (NULL: the blocking form, on the comm's own
+ * request), numbers and stamps it, starts it on the backend (unless one rank has the result
+ * alone), counts it, and in the blocking form waits for it under the watchdog, before counting
+ * so that the counter's seconds hold the wait. */
+static lw_status run(lw_comm *c, const collective *k, lw_request *req) {
+    lw_request *r = req ? req : c->blocking;
+    lw_status st = claim(c, r);
+    if (st != LW_OK) return st;
+    double t = lwi_now();
+    stamp(c, r, k->op, k->bytes);
+    if (alone(c)) {
+        if (k->alone_bytes > 0 && k->alone_to != k->alone_from)
+            memmove(k->alone_to, k->alone_from, (size_t)k->alone_bytes);
+    } else if (!k->empty) {
+        lw_request *on = req != NULL || !k->blocking_call || c->timeout > 0 ? r : NULL;
+        const int64_t chunk = req == NULL ? k->chunk : 0;
+        coll_args a = k->args;
+        double started = t;
+        int64_t off = 0;
+        do {
+            if (chunk > 0) {
+                a.data = (char *)k->args.data + off * k->elem;
+                a.n = k->args.n - off < chunk ? k->args.n - off : chunk;
+            }
+            st = k->call(c, &a, on);
+            if (st == LW_OK && on != NULL) {
+                activate(c, on, started);
+                if (req == NULL) st = lwi_request_finish(on);
+            }
+            off += chunk;
+            started = lwi_now();
+        } while (st == LW_OK && chunk > 0 && off < k->args.n);
+    }
+    count(c, k->op, k->counted, t);
+    return st;
 }
 
 lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
@@ -135,17 +196,20 @@ lw_status lw_comm_split(lw_comm *c, int32_t color, int32_t key, lw_comm **out) {
     return st;
 }
 
+static lw_status call_barrier(lw_comm *c, const coll_args *a, lw_request *r) {
+    (void)a;
+    return c->backend->barrier(c, r);
+}
+
 lw_status lw_comm_barrier(lw_comm *c) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = claim(c, c->blocking)) != LW_OK) return st;
-    double t = lwi_now();
-    stamp(c, c->blocking, LW_COMM_BARRIER, 0);
-    if (!alone(c)) {
-        lw_request *r = blocking_request(c);
-        st = complete_blocking(c, r, c->backend->barrier(c, r), t);
-    }
-    count(c, LW_COMM_BARRIER, 0, t);
-    return st;
+    if (st != LW_OK) return st;
+    const collective k = {.op = LW_COMM_BARRIER, .call = call_barrier, .blocking_call = true};
+    return run(c, &k, NULL);
+}
+
+static lw_status call_broadcast(lw_comm *c, const coll_args *a, lw_request *r) {
+    return c->backend->broadcast(c, a->data, a->n, a->root, r);
 }
 
 lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root) {
@@ -156,17 +220,12 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
                         data);
     if (root < 0 || root >= c->size)
         return lwi_fail(LW_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
-    if ((st = claim(c, c->blocking)) != LW_OK) return st;
-    double t = lwi_now();
-    stamp(c, c->blocking, LW_COMM_BROADCAST, bytes);
-    for (int64_t off = 0; !alone(c) && st == LW_OK && off < bytes; off += CHUNK_BYTES) {
-        int64_t n = bytes - off < CHUNK_BYTES ? bytes - off : CHUNK_BYTES;
-        lw_request *r = blocking_request(c);
-        st = complete_blocking(c, r, c->backend->broadcast(c, (char *)data + off, n, root, r),
-                               lwi_now());
-    }
-    count(c, LW_COMM_BROADCAST, c->rank == root ? (double)bytes : 0, t);
-    return st;
+    const collective k = {.op = LW_COMM_BROADCAST, .bytes = bytes,
+                          .counted = c->rank == root ? (double)bytes : 0, .call = call_broadcast,
+                          .args = {.data = data, .n = bytes, .root = root},
+                          .blocking_call = true, .chunk = CHUNK_BYTES, .elem = 1,
+                          .empty = bytes == 0};
+    return run(c, &k, NULL);
 }
 
 /* A dtype's name for a message: "unknown" for a value outside lw_dtype. */
@@ -184,6 +243,10 @@ static lw_status check_sum_dtype(lw_dtype dtype, const char *what) {
     return LW_OK;
 }
 
+static lw_status call_allreduce(lw_comm *c, const coll_args *a, lw_request *r) {
+    return c->backend->allreduce(c, a->data, a->n, a->dtype, a->reduce, r);
+}
+
 lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, lw_reduce_op op) {
     lw_status st = check_comm(c);
     if (st != LW_OK) return st;
@@ -199,18 +262,13 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
-    if ((st = claim(c, c->blocking)) != LW_OK) return st;
-    double t = lwi_now();
-    const int64_t size = (int64_t)lwi_dtype_size(dtype), chunk = CHUNK_BYTES / 8;
-    stamp(c, c->blocking, LW_COMM_ALLREDUCE, n * size);
-    for (int64_t off = 0; !alone(c) && st == LW_OK && off < n; off += chunk) {
-        int64_t k = n - off < chunk ? n - off : chunk;
-        lw_request *r = blocking_request(c);
-        st = complete_blocking(
-            c, r, c->backend->allreduce(c, (char *)data + off * size, k, dtype, op, r), lwi_now());
-    }
-    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)(n * size), t);
-    return st;
+    const int64_t size = (int64_t)lwi_dtype_size(dtype);
+    const collective k = {
+        .op = LW_COMM_ALLREDUCE, .bytes = n * size,
+        .counted = 2.0 * (double)(c->size - 1) / c->size * (double)(n * size),
+        .call = call_allreduce, .args = {.data = data, .n = n, .dtype = dtype, .reduce = op},
+        .blocking_call = true, .chunk = CHUNK_BYTES / 8, .elem = size, .empty = n == 0};
+    return run(c, &k, NULL);
 }
 
 lw_status lw_comm_allreduce_start(lw_comm *c, void *data, int64_t n, lw_dtype dtype,
@@ -221,16 +279,12 @@ lw_status lw_comm_allreduce_start(lw_comm *c, void *data, int64_t n, lw_dtype dt
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
-    if ((st = claim(c, req)) != LW_OK) return st;
-    double t = lwi_now();
     const int64_t bytes = n * (int64_t)lwi_dtype_size(dtype);
-    stamp(c, req, LW_COMM_ALLREDUCE, bytes);
-    if (!alone(c)) {
-        st = c->backend->allreduce(c, data, n, dtype, LW_REDUCE_SUM, req);
-        if (st == LW_OK) activate(c, req, t);
-    }
-    count(c, LW_COMM_ALLREDUCE, 2.0 * (double)(c->size - 1) / c->size * (double)bytes, t);
-    return st;
+    const collective k = {
+        .op = LW_COMM_ALLREDUCE, .bytes = bytes,
+        .counted = 2.0 * (double)(c->size - 1) / c->size * (double)bytes, .call = call_allreduce,
+        .args = {.data = data, .n = n, .dtype = dtype, .reduce = LW_REDUCE_SUM}};
+    return run(c, &k, req);
 }
 
 static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, const char *what) {
@@ -324,26 +378,24 @@ static lw_status start_sum(lw_comm *c, lw_request *r, void *bucket, int64_t at, 
                   : c->backend->reduce_scatter_start(c, bucket, recv, n, dtype, r);
 }
 
+/* The sums' backend call (reduce-scatter, reduce-scatter-v), through start_sum. */
+static lw_status call_sum(lw_comm *c, const coll_args *a, lw_request *r) {
+    return start_sum(c, r, a->data, a->at, a->n, a->counts, a->dtype);
+}
+
 lw_status lw_comm_reduce_scatter(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                                  lw_request *req) {
     lw_status st = check_comm(c);
     if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK ||
         (st = check_sum_dtype(dtype, "reduce-scatter")) != LW_OK)
         return st;
-    lw_request *r = req ? req : c->blocking;
-    if ((st = claim(c, r)) != LW_OK) return st;
-    double t = lwi_now();
     const int64_t shard = n / c->size, bytes = n * (int64_t)lwi_dtype_size(dtype);
-    stamp(c, r, LW_COMM_REDUCE_SCATTER, bytes);
-    if (alone(c)) { /* the sum over one rank is the bucket itself */
-        count(c, LW_COMM_REDUCE_SCATTER, 0, t);
-        return LW_OK;
-    }
-    st = start_sum(c, r, bucket, (int64_t)c->rank * shard, shard, NULL, dtype);
-    if (st == LW_OK) activate(c, r, t);
-    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)bytes), t);
-    if (st != LW_OK || req != NULL) return st;
-    return lw_request_wait(r);
+    /* over one rank the sum is the bucket itself */
+    const collective k = {
+        .op = LW_COMM_REDUCE_SCATTER, .bytes = bytes, .counted = ring_bytes(c, (double)bytes),
+        .call = call_sum,
+        .args = {.data = bucket, .at = (int64_t)c->rank * shard, .n = shard, .dtype = dtype}};
+    return run(c, &k, req);
 }
 
 lw_status lw_comm_reduce_scatterv(lw_comm *c, void *bucket, const int64_t *counts,
@@ -353,21 +405,16 @@ lw_status lw_comm_reduce_scatterv(lw_comm *c, void *bucket, const int64_t *count
     if (st != LW_OK || (st = check_sum_dtype(dtype, "reduce-scatter-v")) != LW_OK ||
         (st = check_segments(c, bucket, counts, "reduce-scatter-v", &total)) != LW_OK)
         return st;
-    lw_request *r = req ? req : c->blocking;
-    if ((st = claim(c, r)) != LW_OK) return st;
-    double t = lwi_now();
     const int64_t bytes = total * (int64_t)lwi_dtype_size(dtype);
-    stamp(c, r, LW_COMM_REDUCE_SCATTER, bytes);
     /* over one rank the sum is the bucket itself; an empty bucket has nothing to sum (every
      * rank skips it alike: the counts are the same on all) */
-    if (!alone(c) && total > 0) {
-        st = start_sum(c, r, bucket, displacement(counts, c->rank), counts[c->rank], counts,
-                       dtype);
-        if (st == LW_OK) activate(c, r, t);
-    }
-    count(c, LW_COMM_REDUCE_SCATTER, ring_bytes(c, (double)bytes), t);
-    if (st != LW_OK || req != NULL) return st;
-    return lw_request_wait(r);
+    const collective k = {
+        .op = LW_COMM_REDUCE_SCATTER, .bytes = bytes, .counted = ring_bytes(c, (double)bytes),
+        .call = call_sum,
+        .args = {.data = bucket, .at = displacement(counts, c->rank), .n = counts[c->rank],
+                 .counts = counts, .dtype = dtype},
+        .empty = total == 0};
+    return run(c, &k, req);
 }
 
 static lw_status check_gather_dtype(lw_dtype dtype, const char *what) {
@@ -377,25 +424,28 @@ static lw_status check_gather_dtype(lw_dtype dtype, const char *what) {
     return LW_OK;
 }
 
+static lw_status call_allgather(lw_comm *c, const coll_args *a, lw_request *r) {
+    return c->backend->allgather_start(c, a->data, a->n, a->dtype, r);
+}
+
 lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                             lw_request *req) {
     lw_status st = check_comm(c);
     if (st != LW_OK || (st = check_bucket(c, bucket, n, "all-gather")) != LW_OK ||
         (st = check_gather_dtype(dtype, "all-gather")) != LW_OK)
         return st;
-    lw_request *r = req ? req : c->blocking;
-    if ((st = claim(c, r)) != LW_OK) return st;
-    double t = lwi_now();
-    stamp(c, r, LW_COMM_ALLGATHER, n * (int64_t)lwi_dtype_size(dtype));
-    if (alone(c)) { /* one shard: every rank already has it */
-        count(c, LW_COMM_ALLGATHER, 0, t);
-        return LW_OK;
-    }
-    st = c->backend->allgather_start(c, bucket, n / c->size, dtype, r);
-    if (st == LW_OK) activate(c, r, t);
-    count(c, LW_COMM_ALLGATHER, ring_bytes(c, (double)n * lwi_dtype_size(dtype)), t);
-    if (st != LW_OK || req != NULL) return st;
-    return lw_request_wait(r);
+    /* one shard: every rank already has it */
+    const collective k = {
+        .op = LW_COMM_ALLGATHER, .bytes = n * (int64_t)lwi_dtype_size(dtype),
+        .counted = ring_bytes(c, (double)n * lwi_dtype_size(dtype)), .call = call_allgather,
+        .args = {.data = bucket, .n = n / c->size, .dtype = dtype}};
+    return run(c, &k, req);
+}
+
+/* The all-gather of segments, in place: this rank sends its own segment of the bucket. */
+static lw_status call_segments(lw_comm *c, const coll_args *a, lw_request *r) {
+    const char *mine = (const char *)a->data + a->at * (int64_t)lwi_dtype_size(a->dtype);
+    return c->backend->allgatherv(c, mine, a->n, a->data, a->counts, a->dtype, r);
 }
 
 lw_status lw_comm_allgather_segments(lw_comm *c, void *bucket, const int64_t *counts,
@@ -405,21 +455,19 @@ lw_status lw_comm_allgather_segments(lw_comm *c, void *bucket, const int64_t *co
     if (st != LW_OK || (st = check_gather_dtype(dtype, "all-gather-segments")) != LW_OK ||
         (st = check_segments(c, bucket, counts, "all-gather-segments", &total)) != LW_OK)
         return st;
-    lw_request *r = req ? req : c->blocking;
-    if ((st = claim(c, r)) != LW_OK) return st;
-    double t = lwi_now();
     const int64_t size = (int64_t)lwi_dtype_size(dtype);
-    stamp(c, r, LW_COMM_ALLGATHER, total * size);
     /* one rank has every segment already; an empty bucket has none (alike on every rank) */
-    if (!alone(c) && total > 0) {
-        /* in place: this rank sends its own segment of the bucket */
-        const char *mine = (const char *)bucket + displacement(counts, c->rank) * size;
-        st = c->backend->allgatherv(c, mine, counts[c->rank], bucket, counts, dtype, r);
-        if (st == LW_OK) activate(c, r, t);
-    }
-    count(c, LW_COMM_ALLGATHER, ring_bytes(c, (double)total * (double)size), t);
-    if (st != LW_OK || req != NULL) return st;
-    return lw_request_wait(r);
+    const collective k = {
+        .op = LW_COMM_ALLGATHER, .bytes = total * size,
+        .counted = ring_bytes(c, (double)total * (double)size), .call = call_segments,
+        .args = {.data = bucket, .at = displacement(counts, c->rank), .n = counts[c->rank],
+                 .counts = counts, .dtype = dtype},
+        .empty = total == 0};
+    return run(c, &k, req);
+}
+
+static lw_status call_allgatherv(lw_comm *c, const coll_args *a, lw_request *r) {
+    return c->backend->allgatherv(c, a->send, a->send_count, a->recv, a->counts, a->dtype, r);
 }
 
 lw_status lw_comm_allgatherv(lw_comm *c, const void *send, int64_t send_count, void *recv,
@@ -437,19 +485,15 @@ lw_status lw_comm_allgatherv(lw_comm *c, const void *send, int64_t send_count, v
     const int64_t size = (int64_t)lwi_dtype_size(dtype);
     if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
-    if ((st = claim(c, c->blocking)) != LW_OK) return st;
-    double t = lwi_now();
-    stamp(c, c->blocking, LW_COMM_ALLGATHERV, total * size);
-    if (alone(c)) { /* one rank: its own contribution is the result */
-        if (send_count > 0 && send != recv)
-            memmove(recv, send, (size_t)(size * send_count));
-    } else {
-        lw_request *r = blocking_request(c);
-        st = complete_blocking(
-            c, r, c->backend->allgatherv(c, send, send_count, recv, counts, dtype, r), t);
-    }
-    count(c, LW_COMM_ALLGATHERV, (double)((total - send_count) * size), t);
-    return st;
+    /* one rank: its own contribution is the result */
+    const collective k = {
+        .op = LW_COMM_ALLGATHERV, .bytes = total * size,
+        .counted = (double)((total - send_count) * size), .call = call_allgatherv,
+        .args = {.send = send, .send_count = send_count, .recv = recv, .counts = counts,
+                 .dtype = dtype},
+        .blocking_call = true, .alone_from = send, .alone_to = recv,
+        .alone_bytes = size * send_count};
+    return run(c, &k, NULL);
 }
 
 /* What an all-to-all-v can check on its own rank (the peers' counts it cannot see): the dtype,
@@ -494,6 +538,11 @@ static lw_status check_alltoallv(const lw_comm *c, const void *send, const int64
     return LW_OK;
 }
 
+static lw_status call_alltoallv(lw_comm *c, const coll_args *a, lw_request *r) {
+    return c->backend->alltoallv_start(c, a->send, a->counts, a->recv, a->recv_counts, a->dtype,
+                                       r);
+}
+
 lw_status lw_comm_alltoallv(lw_comm *c, const void *send, const int64_t *send_counts, void *recv,
                             const int64_t *recv_counts, lw_dtype dtype, lw_request *req) {
     int64_t sent = 0, received = 0;
@@ -501,21 +550,16 @@ lw_status lw_comm_alltoallv(lw_comm *c, const void *send, const int64_t *send_co
     if (st != LW_OK || (st = check_alltoallv(c, send, send_counts, recv, recv_counts, dtype, &sent,
                                              &received)) != LW_OK)
         return st;
-    lw_request *r = req ? req : c->blocking;
-    if ((st = claim(c, r)) != LW_OK) return st;
-    double t = lwi_now();
     const int64_t size = (int64_t)lwi_dtype_size(dtype), own = send_counts[c->rank];
-    stamp(c, r, LW_COMM_ALLTOALL, sent * size);
-    if (alone(c)) { /* one rank (host memory): its own part is the whole exchange */
-        if (own > 0) memcpy(recv, send, (size_t)(own * size));
-    } else {
-        /* every rank starts it, even with nothing to move: its peers' counts may not be 0 */
-        st = c->backend->alltoallv_start(c, send, send_counts, recv, recv_counts, dtype, r);
-        if (st == LW_OK) activate(c, r, t);
-    }
-    count(c, LW_COMM_ALLTOALL, (double)(sent - own) * (double)size, t);
-    if (st != LW_OK || req != NULL) return st;
-    return lw_request_wait(r);
+    /* one rank (host memory): its own part is the whole exchange; otherwise every rank starts
+     * it, even with nothing to move: its peers' counts may not be 0 */
+    const collective k = {
+        .op = LW_COMM_ALLTOALL, .bytes = sent * size,
+        .counted = (double)(sent - own) * (double)size, .call = call_alltoallv,
+        .args = {.send = send, .counts = send_counts, .recv = recv, .recv_counts = recv_counts,
+                 .dtype = dtype},
+        .alone_from = send, .alone_to = recv, .alone_bytes = own * size};
+    return run(c, &k, req);
 }
 
 lw_status lw_comm_abort(lw_comm *c, int32_t code) {

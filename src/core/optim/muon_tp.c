@@ -2,7 +2,7 @@
  * QKV weight (REFERENCE.md section 9): the QKV split, the three TP modes over the TP
  * communicator, and the scale of the full shape. Weight decay, momentum and the step itself are
  * the optimizer's (optimizer.c); the arithmetic runs through the device table. */
-#include "optim/optim.h"
+#include "optim/muon_update.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,10 +1,11 @@
 /* optimizer.h: the optimizer object's data, shared by optimizer.c (the object, the gradient
- * norm, AdamW, the step, the state) and optimizer_muon.c (Muon's updates and the TP checks).
- * Not public API. */
+ * norm, AdamW, the step, the state) and optimizer_muon_batches.c (the step's Muon over the
+ * matrices this rank owns, and the TP checks); the buffers only through their public API. Not
+ * public API. */
 #ifndef LW_OPTIMIZER_H
 #define LW_OPTIMIZER_H
 
-#include "optim/optim.h"
+#include "optim/muon_update.h"
 
 typedef struct lwi_owned {
     int32_t param;
@@ -75,7 +76,7 @@ static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned
     return st;
 }
 
-/* optimizer_muon.c */
+/* optimizer_muon_batches.c */
 /* Groups the owned whole Muon matrices (not row-sharded, not TP) into batches. */
 lw_status lwi_optimizer_make_batches(lw_optimizer *opt);
 /* Takes tp as the TP group when its size is above 1, after checking it (collective over it). */

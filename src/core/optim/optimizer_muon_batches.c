@@ -1,7 +1,8 @@
-/* optimizer_muon.c: the Muon half of the optimizer's step (REFERENCE.md sections 5, 6, 8, 9):
- * owned whole matrices in batches of one shape, row-sharded Muon on the element-wise buckets,
- * and the TP shards and split QKV weights through muon_tp.c; and the TP group's checks. The
- * object, the norm, AdamW and the state are optimizer.c's. */
+/* optimizer_muon_batches.c: the Muon half of the optimizer's step (REFERENCE.md sections 5, 6,
+ * 8, 9): owned whole matrices in batches of one shape, row-sharded Muon on the element-wise
+ * buckets, and the TP shards and split QKV weights through muon_tp.c; and the TP group's checks.
+ * The object, the norm, AdamW and the state are optimizer.c's; one matrix's update is
+ * muon_update.c's. */
 #include "optim/optimizer.h"
 
 #include <stdio.h>

@@ -1,8 +1,8 @@
-/* muon.c: the Muon update of one matrix (REFERENCE.md section 6): its options, the
+/* muon_update.c: the Muon update of one matrix (REFERENCE.md section 6): its options, the
  * Newton-Schulz coefficient sets, the scale of the step, and the workspace, over the device
  * table: weight decay and momentum, Newton-Schulz and the step run on the stream's device
  * (device/cpu/muon.c on the CPU). */
-#include "optim/optim.h"
+#include "optim/muon_update.h"
 
 #include <math.h>
 #include <stdlib.h>
