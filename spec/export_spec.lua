@@ -46,7 +46,8 @@ local function tensors_of(path)
       assert.equal("F32", ffi.string(view.dtype))
       local shape = {}
       for d = 0, view.ndim - 1 do shape[d + 1] = tonumber(view.shape[d]) end
-      out[name] = { shape = shape, data = ffi.cast("const float *", view.data) }
+      -- st anchored with each view: data points into it, and its ffi.gc frees it once unreachable
+      out[name] = { shape = shape, data = ffi.cast("const float *", view.data), st = st }
    end
    return out, st
 end

@@ -5,6 +5,26 @@
  * Conventions: calls that can fail return lw_status (0 ok, negative error) and write results
  * through out pointers; lw_last_error() then says "object: what went wrong, with the value".
  * Objects are opaque; option structs are plain data with a lw_<x>_defaults() function.
+ * A C program meets the training API in order (devices, parameter specs, layouts, runtime
+ * choices, communicator, kernels, Muon, AdamW, buffers, optimizer, model kernels); the host
+ * helpers the Lua front end needs (files, JSON, CRC32C, clocks, terminals, safetensors, token
+ * shards) are in lw_host.h, which this header includes at its end.
+ *
+ * Option structs are versioned, as NCCL's ncclConfig_t: lw_layout_options, lw_runtime_options,
+ * lw_muon_options, lw_adamw_options, lw_buffers_options and lw_optimizer_options open with
+ * `size_t size`, sizeof the struct as the caller's lw.h had it, which lw_<x>_defaults() sets;
+ * so start every one from its defaults function and set fields by name (an initialiser or a
+ * zeroed struct leaves size 0). Fields are only ever appended. A call taking the struct refuses
+ * (LW_ERR_INVALID) a size of 0 ("optimizer: lw_optimizer_options.size is 0: start from
+ * lw_optimizer_defaults()"), one larger than the library's (a program built against a newer lw.h
+ * than its liblwopt.so) and any size no lw.h ever had; an older lw.h's smaller size is read with
+ * the fields that lw.h lacked at their defaults. A struct held inside another (lw_muon_options
+ * and lw_adamw_options in lw_optimizer_options) is versioned with it: the outer size fixes the
+ * inner layouts, and each inner size must be the one that outer version holds (keep the ones
+ * lw_optimizer_defaults() set). Structs the library fills (lw_*_info, lw_layout_stats,
+ * lw_step_result, lw_buffers_memory, lw_state_entry) and lw_param_spec, an array of which is
+ * read at its element size, never change layout within one soname: new per-parameter facts or
+ * results come with new calls.
  * Enum values are explicit and only ever appended. Offsets are element offsets, 0-based,
  * half-open [start, stop). Indices of buffers, buckets and params are 0-based.
  */
@@ -44,16 +64,6 @@ const char *lw_version(void);
 bool lw_has_cuda(void);
 /* Seconds on a monotonic clock, for timing. */
 double lw_now(void);
-/* Seconds since the Unix epoch (the wall clock, to the microsecond), for timestamps that other
- * processes compare: which checkpoint was saved last. */
-double lw_wall_clock(void);
-/* Whether file descriptor fd is a terminal (progress lines redraw in place there). */
-bool lw_is_terminal(int32_t fd);
-/* Zeroed, 64-byte-aligned host memory of `bytes` (activations and other scratch the Lua side
- * needs beyond LuaJIT's 2 GiB cdata limit). [out] owned, release with lw_host_free. An
- * allocation that fails says how many bytes were asked for. */
-lw_status lw_host_alloc(int64_t bytes, void **out);
-void lw_host_free(void *p);
 
 /* ---- devices --------------------------------------------------------------------------------
  * Where memory lives and kernels run: "cpu" (host memory, OpenBLAS: the reference of every
@@ -225,6 +235,7 @@ const char *lw_algorithm_name(lw_algorithm algorithm);
 lw_status lw_algorithm_from_name(const char *name, lw_algorithm *out);
 
 typedef struct lw_layout_options {
+    size_t size;                  /* sizeof, set by lw_layout_defaults() (see the top) */
     int32_t dp;                   /* data-parallel size for non-expert buffers, >= 1 */
     int32_t expert_dp;            /* data-parallel size for expert buffers, >= 1 */
     int64_t bucket_size;          /* elements, >= 0; INT64_MAX = one bucket per buffer */
@@ -365,6 +376,7 @@ const char *lw_shard_name(lw_shard shard);
 lw_status lw_shard_from_name(const char *name, lw_shard *out);
 
 typedef struct lw_runtime_options {
+    size_t size;                  /* sizeof, set by lw_runtime_defaults() (see the top) */
     lw_mode mode;
     int32_t zero;                 /* ZeRO level 1, 2 or 3 (lw_buffers_options.zero) */
     lw_shard shard;               /* how Muon matrices are sharded (mode layerwise) */
@@ -770,6 +782,7 @@ const char *lw_muon_tp_mode_name(lw_muon_tp_mode mode);
 lw_status lw_muon_tp_mode_from_name(const char *name, lw_muon_tp_mode *out);
 
 typedef struct lw_muon_options {
+    size_t size;          /* sizeof, set by lw_muon_defaults() (see the top) */
     float momentum;       /* beta in [0, 1) */
     bool nesterov;
     int32_t ns_steps;     /* >= 1 */
@@ -822,6 +835,7 @@ lw_status lw_muon_update(lw_muon *muon, lw_stream *stream, float *w, const float
 /* ---- AdamW --------------------------------------------------------------------------------- */
 
 typedef struct lw_adamw_options {
+    size_t size; /* sizeof, set by lw_adamw_defaults() (see the top) */
     float beta1;
     float beta2;
     float eps;
@@ -856,6 +870,7 @@ lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float
 typedef struct lw_buffers lw_buffers;
 
 typedef struct lw_buffers_options {
+    size_t size;        /* sizeof, set by lw_buffers_defaults() (see the top) */
     bool overlap_grad;  /* start a bucket's gradient sync as soon as it is ready */
     bool overlap_param; /* defer parameter all-gathers to lw_buffers_finish_param_sync; ZeRO-3:
                            prefetch the next group's parameters */
@@ -980,8 +995,9 @@ lw_status lw_buffers_memory_get(const lw_buffers *buffers, lw_buffers_memory *ou
 typedef struct lw_optimizer lw_optimizer;
 
 typedef struct lw_optimizer_options {
-    lw_muon_options muon;
-    lw_adamw_options adamw;
+    size_t size;            /* sizeof, set by lw_optimizer_defaults() (see the top) */
+    lw_muon_options muon;   /* size set too: the one this lw_optimizer_options holds */
+    lw_adamw_options adamw; /* likewise */
     float clip; /* max gradient norm; <= 0: no clipping */
     /* [borrowed, must outlive the optimizer] the tensor-parallel group of this rank (its t
      * ranks hold the shards of the same full tensors, and their buffers were made from equal
@@ -995,6 +1011,7 @@ typedef struct lw_optimizer_options {
     lw_comm *tp_comm;
 } lw_optimizer_options;
 
+/* Muon's and AdamW's defaults (lw_muon_defaults, lw_adamw_defaults), no clipping, no TP. */
 lw_optimizer_options lw_optimizer_defaults(void);
 
 typedef struct lw_step_result {
@@ -1229,180 +1246,13 @@ lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const f
                               const float *src, const float *w, const int32_t *rows, int64_t m,
                               int64_t c);
 
-/* ---- JSON (manifests, safetensors headers) -------------------------------------------------- *
- * A strict, bounded parser: RFC 8259 grammar only (no comments, trailing commas, NaN), UTF-8
- * checked, duplicate object keys refused, nesting at most 64 deep. Nodes are numbered, the root
- * is node 0; strings are unescaped and NUL-terminated. */
-
-typedef struct lw_json lw_json;
-
-typedef enum lw_json_type {
-    LW_JSON_NULL = 0,
-    LW_JSON_FALSE = 1,
-    LW_JSON_TRUE = 2,
-    LW_JSON_NUMBER = 3,
-    LW_JSON_STRING = 4,
-    LW_JSON_ARRAY = 5,
-    LW_JSON_OBJECT = 6
-} lw_json_type;
-
-/* Parses len bytes of text. [out] owned. Errors say what and at which byte. */
-lw_status lw_json_parse(const char *text, int64_t len, lw_json **out);
-void lw_json_free(lw_json *json);
-int32_t lw_json_count(const lw_json *json); /* nodes */
-lw_json_type lw_json_type_of(const lw_json *json, int32_t node);
-/* Elements of an array or members of an object; 0 for other nodes. */
-int32_t lw_json_length(const lw_json *json, int32_t node);
-/* The i-th element (array) or member value (object); -1 when out of range. */
-int32_t lw_json_child(const lw_json *json, int32_t node, int32_t i);
-/* The i-th member name of an object. [borrowed] NULL when out of range. */
-const char *lw_json_key(const lw_json *json, int32_t node, int32_t i);
-/* The value of member `key` of an object; -1 when absent. */
-int32_t lw_json_member(const lw_json *json, int32_t node, const char *key);
-double lw_json_number(const lw_json *json, int32_t node);
-/* [borrowed] the unescaped string (NUL-terminated; *len bytes, may contain NUL) or NULL. */
-const char *lw_json_string(const lw_json *json, int32_t node, int64_t *len);
-
-/* ---- CRC32C (Castagnoli), for checkpoint files ----------------------------------------------- */
-
-/* Continues crc over n bytes; start with 0. */
-uint32_t lw_crc32c(uint32_t crc, const void *data, int64_t n);
-
-/* ---- durable files (checkpoints) ------------------------------------------------------------ */
-
-/* Writes n bytes to path (created or truncated) and fsyncs it; [out] *crc (CRC32C) if not NULL. */
-lw_status lw_file_write(const char *path, const void *data, int64_t n, uint32_t *crc);
-/* Size and CRC32C of a file's contents. */
-lw_status lw_file_checksum(const char *path, int64_t *bytes, uint32_t *crc);
-/* fsync of a directory, so that the names created, renamed or removed in it are durable. */
-lw_status lw_dir_sync(const char *path);
-/* Creates a directory (and its missing parents); an existing directory is fine. */
-lw_status lw_dir_make(const char *path);
-
-typedef enum lw_path_kind {
-    LW_PATH_MISSING = 0,
-    LW_PATH_FILE = 1,
-    LW_PATH_DIR = 2,
-    LW_PATH_OTHER = 3 /* a device, socket, fifo, ... */
-} lw_path_kind;
-
-/* "missing", "file", "dir", "other" (see lw_dtype_name). */
-const char *lw_path_kind_name(lw_path_kind kind);
-lw_status lw_path_kind_from_name(const char *name, lw_path_kind *out);
-
-/* What is at path (symbolic links followed); a missing path is not an error. */
-lw_status lw_path_kind_of(const char *path, lw_path_kind *kind);
-/* Removes a file, or an empty directory. A missing path is an error naming it. */
-lw_status lw_path_remove(const char *path);
-/* Renames a file or directory (rename(2): atomic within a file system; replaces a file or an
- * empty directory at `to`). */
-lw_status lw_path_rename(const char *from, const char *to);
-/* Cuts a file to its first `bytes` bytes (a log's last whole record, after a write failed). */
-lw_status lw_file_truncate(const char *path, int64_t bytes);
-/* [out] out: path made absolute with every symbolic link resolved, as far as it exists; the
- * missing rest is appended as written (what a run would create there). Two paths with equal
- * results name one file. LW_ERR_INVALID when it does not fit in cap bytes. */
-lw_status lw_path_real(const char *path, char *out, int64_t cap);
-/* [out] *same: whether a and b both exist and are one file (one device and inode: also hard
- * links); false when either is missing. */
-lw_status lw_path_same_file(const char *a, const char *b, bool *same);
-
-/* An exclusive lock on a file (flock(2)), held until freed or until the process ends however it
- * ends, so it is never left behind by a crash. The file is created if missing and holds the
- * holder's "host H, pid P". While another process holds it, LW_ERR_STATE with that line in the
- * message ("files: DIR/.lock is locked by another process (host h, pid 12)"). */
-typedef struct lw_file_lock lw_file_lock;
-/* [out] owned. */
-lw_status lw_file_lock_new(const char *path, lw_file_lock **out);
-void lw_file_lock_free(lw_file_lock *lock);
-
-/* The names in a directory (without "." and ".."), sorted bytewise, so every rank and run sees
- * them in one order. */
-typedef struct lw_dir_list lw_dir_list;
-/* [out] owned. Errors name the directory (missing, not a directory, unreadable). */
-lw_status lw_dir_list_new(const char *path, lw_dir_list **out);
-void lw_dir_list_free(lw_dir_list *list);
-int32_t lw_dir_list_count(const lw_dir_list *list);
-/* [borrowed] the i-th name (0-based), NULL when out of range. */
-const char *lw_dir_list_name(const lw_dir_list *list, int32_t i);
-
-/* ---- safetensors ----------------------------------------------------------------------------- *
- * Reading is strict and bounded: header length within the file and at most 100 MB, a JSON object
- * of tensors { dtype, shape, data_offsets } (plus an optional "__metadata__" object of strings)
- * whose byte ranges match dtype x shape and tile the data section exactly. */
-
-typedef struct lw_safetensors lw_safetensors;
-
-/* dtype names: F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL */
-typedef struct lw_tensor_view {
-    const char *name;  /* [borrowed] */
-    const char *dtype; /* [borrowed] */
-    int32_t ndim;      /* 0..8 */
-    int64_t shape[8];
-    const void *data;  /* [borrowed] into the loaded bytes */
-    int64_t bytes;
-} lw_tensor_view;
-
-/* Loads and checks a file. [out] owned. Errors name the file and the problem. */
-lw_status lw_safetensors_open(const char *path, lw_safetensors **out);
-/* The same from bytes in memory (copied), named `what` in errors. */
-lw_status lw_safetensors_parse(const void *bytes, int64_t n, const char *what,
-                               lw_safetensors **out);
-void lw_safetensors_free(lw_safetensors *st);
-int32_t lw_safetensors_count(const lw_safetensors *st);
-lw_status lw_safetensors_tensor(const lw_safetensors *st, int32_t i, lw_tensor_view *out);
-/* Index of tensor `name`; LW_ERR_RANGE if none. */
-lw_status lw_safetensors_find(const lw_safetensors *st, const char *name, int32_t *i);
-/* [borrowed] a "__metadata__" value, or NULL. */
-const char *lw_safetensors_metadata(const lw_safetensors *st, const char *key);
-
-/* Writes n tensors (dtype "F32" etc.; data of shape's size) and metadata pairs (keys[i],
- * values[i]) to path, then fsyncs it. [out] *bytes and *crc (CRC32C of the whole file) when
- * not NULL. */
-lw_status lw_safetensors_write(const char *path, const lw_tensor_view *tensors, int32_t n,
-                               const char *const *keys, const char *const *values,
-                               int32_t n_meta, int64_t *bytes, uint32_t *crc);
-
-/* ---- token shards (the .bin files llm.c and modded-nanogpt write) --------------------------- *
- * A shard is a header of 256 little-endian int32 (magic 20240520, version, token count) and then
- * that many tokens: uint16 (version 1, GPT-2's tokenizer) or uint32 (version 2, llm.c's LLaMA-3
- * variant), little-endian. Every header is checked when the shards are opened; the tokens are
- * mapped read-only (never read whole), so ranks on one node share the page cache. */
-
-typedef struct lw_token_shards lw_token_shards;
-
-typedef struct lw_token_shard_info {
-    const char *path; /* [borrowed] the shards' copy of the path given to open */
-    int32_t version;  /* 1: uint16 tokens; 2: uint32 tokens */
-    int64_t tokens;   /* tokens in this shard */
-    int64_t start;    /* global index of its first token */
-} lw_token_shard_info;
-
-/* Opens n shards (paths[0 .. n-1], concatenated in that order) and checks every header: the
- * file exists and is a regular file, holds the 1024-byte header, the magic and version are
- * known, the file's size is exactly the header's count of tokens, and that count is > 0.
- * [out] owned. Errors name the file and the problem. */
-lw_status lw_token_shards_open(const char *const *paths, int32_t n, lw_token_shards **out);
-/* Unmaps every shard. NULL is a no-op. */
-void lw_token_shards_free(lw_token_shards *shards);
-/* Number of shards. */
-int32_t lw_token_shards_count(const lw_token_shards *shards);
-/* Tokens in all shards together. */
-int64_t lw_token_shards_total(const lw_token_shards *shards);
-/* [out] shard i (0-based); LW_ERR_RANGE out of range. */
-lw_status lw_token_shards_info(const lw_token_shards *shards, int32_t i,
-                               lw_token_shard_info *out);
-/* Copies tokens [pos, pos + len) of the concatenated shards into out (int32_t [len]), across
- * shard boundaries. With vocab > 0 every token must be < vocab (0: any token that fits an
- * int32); otherwise the error names the shard, the token and its position in that shard, and
- * out is partly written. LW_ERR_RANGE when [pos, pos + len) is not within [0, total). */
-lw_status lw_token_shards_read(const lw_token_shards *shards, int64_t pos, int64_t len,
-                               int64_t vocab, int32_t *out);
-
 /* LW_CDEF_END */
 
 #ifdef __cplusplus
 }
 #endif
+
+/* Host helpers for the Lua front end (files, JSON, CRC32C, clocks, terminals, formats). */
+#include "lw_host.h"
 
 #endif /* LW_H */

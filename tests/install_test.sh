@@ -13,9 +13,10 @@ cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DLWOPT_TESTS=OFF \
 cmake --build "$tmp/build" -j 2 >/dev/null
 cmake --install "$tmp/build" >/dev/null
 
-for f in include/lwopt/lw.h share/lua/5.1/lwopt/init.lua share/lua/5.1/lwopt/cdef.lua \
-         share/lua/5.1/lwopt/layout.lua share/lua/5.1/lwopt/nn/init.lua \
-         share/lua/5.1/lwopt/nn/module.lua share/lua/5.1/lwopt/nn/gpt.lua bin/lwopt; do
+for f in include/lwopt/lw.h include/lwopt/lw_host.h share/lua/5.1/lwopt/init.lua \
+         share/lua/5.1/lwopt/cdef.lua share/lua/5.1/lwopt/layout.lua \
+         share/lua/5.1/lwopt/nn/init.lua share/lua/5.1/lwopt/nn/module.lua \
+         share/lua/5.1/lwopt/nn/gpt.lua bin/lwopt; do
     [ -e "$prefix/$f" ] || { echo "install_test: $f not installed"; exit 1; }
 done
 pc=$(dirname "$(find "$prefix" -name lwopt.pc | head -n 1)")
@@ -50,3 +51,11 @@ C
 export PKG_CONFIG_PATH=$pc
 cc -std=c11 -Wall -Werror "$tmp/user.c" $(pkg-config --cflags --libs lwopt) -o "$tmp/user"
 LD_LIBRARY_PATH=$(pkg-config --variable=libdir lwopt) "$tmp/user"
+
+# docs/c_api.md's example, as printed there, against the installed headers
+sed -n '/^```c$/,/^```$/p' "$src/docs/c_api.md" | sed '1d;$d' >"$tmp/example.c"
+diff -u "$src/tests/test_c_example.c" "$tmp/example.c" ||
+    { echo "install_test: docs/c_api.md's example differs from tests/test_c_example.c"; exit 1; }
+cc -std=c11 -Wall -Wextra -Werror "$tmp/example.c" $(pkg-config --cflags --libs lwopt) \
+    -o "$tmp/example"
+LD_LIBRARY_PATH=$(pkg-config --variable=libdir lwopt) "$tmp/example"

@@ -144,7 +144,7 @@ static void run_kernels(float *out, float *lse, float *dqkv, float *y, float *dx
     CHECK_EQ(lw_gelu_backward(NULL, dx, x, x, n), LW_OK);
     /* AdamW on y with dx as the gradient: two steps, moments from zero */
     float *m = nn_alloc(n), *v = nn_alloc(n);
-    const lw_adamw_options o = {0.9f, 0.95f, 1e-8f};
+    const lw_adamw_options o = lw_adamw_defaults(); /* 0.9, 0.95, 1e-8 */
     for (int64_t step = 1; step <= 2; step++)
         CHECK_EQ(lw_adamw_update(NULL, &o, y, dx, m, v, n, step, 1e-2f, 0.1f, 0.5f), LW_OK);
     free(scratch), free(m), free(v);

@@ -13,7 +13,7 @@ typedef lwi_group group;
 typedef lwi_param_info param_info;
 
 lw_buffers_options lw_buffers_defaults(void) {
-    lw_buffers_options o = {true, true, 1, NULL};
+    lw_buffers_options o = {sizeof(lw_buffers_options), true, true, 1, NULL};
     return o;
 }
 
@@ -103,7 +103,10 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         return lwi_fail(LW_ERR_INVALID, "buffers: layout, comm and out must not be NULL");
     *out = NULL;
     if (expert_comm == NULL) expert_comm = comm;
-    const lw_buffers_options o = opts ? *opts : lw_buffers_defaults();
+    const lw_buffers_options d = lw_buffers_defaults();
+    lw_buffers_options o;
+    lw_status st = lwi_options_read("buffers", &lwi_buffers_options_kind, opts, &d, &o);
+    if (st != LW_OK) return st;
     lw_device *device = o.device ? o.device : lw_device_cpu();
     if (!lw_comm_reaches(comm, device) || !lw_comm_reaches(expert_comm, device))
         return lwi_fail(LW_ERR_UNSUPPORTED,
@@ -111,7 +114,7 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
                         "(NCCL, from the CUDA library); the %s backend moves host memory",
                         lw_device_name(device),
                         lw_comm_backend(lw_comm_reaches(comm, device) ? expert_comm : comm));
-    lw_status st = check_same_layout(layout, comm);
+    st = check_same_layout(layout, comm);
     if (st != LW_OK || (st = check_fits(layout, comm, expert_comm)) != LW_OK ||
         (st = check_zero(layout, o.zero)) != LW_OK)
         return st;

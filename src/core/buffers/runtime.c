@@ -5,8 +5,8 @@
 #include "buffers/buffers.h"
 
 lw_runtime_options lw_runtime_defaults(void) {
-    lw_runtime_options o = {LW_MODE_LAYERWISE, 1, LW_SHARD_ALIGNED, LW_ALGORITHM_AUTO,
-                            LW_ALGORITHM_AUTO};
+    lw_runtime_options o = {sizeof(lw_runtime_options), LW_MODE_LAYERWISE, 1, LW_SHARD_ALIGNED,
+                            LW_ALGORITHM_AUTO, LW_ALGORITHM_AUTO};
     return o;
 }
 
@@ -95,9 +95,12 @@ static lw_status check_layout(const lw_layout *l, int32_t zero) {
 
 lw_status lw_runtime_check(const lw_runtime_options *opts, const lw_layout *layout) {
     if (opts == NULL) return lwi_fail(LW_ERR_INVALID, "runtime: NULL options");
-    lw_status st = check_values(opts);
-    if (st == LW_OK) st = check_combination(opts);
-    if (st == LW_OK && layout != NULL) st = check_layout(layout, opts->zero);
+    const lw_runtime_options d = lw_runtime_defaults();
+    lw_runtime_options o;
+    lw_status st = lwi_options_read("runtime", &lwi_runtime_options_kind, opts, &d, &o);
+    if (st == LW_OK) st = check_values(&o);
+    if (st == LW_OK) st = check_combination(&o);
+    if (st == LW_OK && layout != NULL) st = check_layout(layout, o.zero);
     return st;
 }
 
@@ -105,7 +108,11 @@ lw_status lw_runtime_layout(const lw_runtime_options *opts, lw_layout_options *l
     if (layout == NULL) return lwi_fail(LW_ERR_INVALID, "runtime: NULL layout options");
     lw_status st = lw_runtime_check(opts, NULL);
     if (st != LW_OK) return st;
+    /* *layout is written, not read: its size only says it is a struct this library knows */
     const lw_layout_options d = lw_layout_defaults();
+    lw_layout_options checked;
+    st = lwi_options_read("runtime", &lwi_layout_options_kind, layout, &d, &checked);
+    if (st != LW_OK) return st;
     switch (opts->mode) {
     case LW_MODE_LEGACY:
         layout->algorithm = layout->adamw_algorithm = LW_ALGORITHM_LEGACY;

@@ -14,6 +14,7 @@
 lw_layout_options lw_layout_defaults(void) {
     lw_layout_options o;
     memset(&o, 0, sizeof o);
+    o.size = sizeof o;
     o.dp = 1;
     o.expert_dp = 1;
     o.bucket_size = INT64_MAX;
@@ -253,8 +254,11 @@ lw_status lw_layout_new(const lw_param_spec *specs, int32_t n, const lw_layout_o
     *out = NULL;
     if (n < 0) return lwi_fail(LW_ERR_INVALID, "layout: negative parameter count %d", n);
     if (n > 0 && specs == NULL) return lwi_fail(LW_ERR_INVALID, "layout: specs is NULL");
-    lw_layout_options o = opts ? *opts : lw_layout_defaults();
-    lw_status st = check_options(&o);
+    const lw_layout_options d = lw_layout_defaults();
+    lw_layout_options o;
+    lw_status st = lwi_options_read("layout", &lwi_layout_options_kind, opts, &d, &o);
+    if (st != LW_OK) return st;
+    st = check_options(&o);
     if (st != LW_OK) return st;
 
     lw_layout *l = calloc(1, sizeof *l);

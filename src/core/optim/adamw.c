@@ -3,6 +3,6 @@
 #include "base/base.h"
 
 lw_adamw_options lw_adamw_defaults(void) {
-    lw_adamw_options o = {0.9f, 0.95f, 1e-8f};
+    lw_adamw_options o = {sizeof(lw_adamw_options), 0.9f, 0.95f, 1e-8f};
     return o;
 }

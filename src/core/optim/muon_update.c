@@ -36,6 +36,7 @@ static const float CUBIC5[][3] = {{3.3656576f, -3.3420992f, 0.0f},
 lw_muon_options lw_muon_defaults(void) {
     lw_muon_options o;
     memset(&o, 0, sizeof o);
+    o.size = sizeof o;
     o.momentum = 0.95f;
     o.nesterov = true;
     o.ns_steps = 5;
@@ -119,8 +120,11 @@ static const float *coefficients(const lw_muon_options *o, int32_t k) {
 lw_status lw_muon_new(const lw_muon_options *opts, lw_muon **out) {
     if (out == NULL) return lwi_fail(LW_ERR_INVALID, "muon: out pointer is NULL");
     *out = NULL;
-    lw_muon_options o = opts ? *opts : lw_muon_defaults();
-    lw_status st = check_options(&o);
+    const lw_muon_options d = lw_muon_defaults();
+    lw_muon_options o;
+    lw_status st = lwi_options_read("muon", &lwi_muon_options_kind, opts, &d, &o);
+    if (st != LW_OK) return st;
+    st = check_options(&o);
     if (st != LW_OK) return st;
     lw_muon *m = calloc(1, sizeof *m);
     if (m == NULL) return lwi_fail(LW_ERR_NOMEM, "muon: out of memory");

@@ -25,10 +25,26 @@
 lw_optimizer_options lw_optimizer_defaults(void) {
     lw_optimizer_options o;
     memset(&o, 0, sizeof o);
+    o.size = sizeof o;
     o.muon = lw_muon_defaults();
     o.adamw = lw_adamw_defaults();
     o.clip = 0.0f;
     return o;
+}
+
+/* lw_optimizer_options's muon and adamw are versioned with it: their sizes are the ones its
+ * version holds (today's: one version of each), as lw_optimizer_defaults() set them. */
+static lw_status check_nested(const char *field, size_t size, size_t held, const char *defaults) {
+    if (size == held) return LW_OK;
+    if (size == 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "optimizer: lw_optimizer_options.%s.size is 0: start from %s() (or keep "
+                        "the one lw_optimizer_defaults() set)",
+                        field, defaults);
+    return lwi_fail(LW_ERR_INVALID,
+                    "optimizer: lw_optimizer_options.%s.size is %zu, but this "
+                    "lw_optimizer_options holds %zu: keep the one lw_optimizer_defaults() set",
+                    field, size, held);
 }
 
 static lw_status check_adamw(const lw_adamw_options *a) {
@@ -135,8 +151,12 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     if (buffers == NULL || out == NULL)
         return lwi_fail(LW_ERR_INVALID, "optimizer: buffers and out must not be NULL");
     *out = NULL;
-    lw_optimizer_options o = opts ? *opts : lw_optimizer_defaults();
-    lw_status st = check_adamw(&o.adamw);
+    const lw_optimizer_options d = lw_optimizer_defaults();
+    lw_optimizer_options o;
+    lw_status st = lwi_options_read("optimizer", &lwi_optimizer_options_kind, opts, &d, &o);
+    if (st == LW_OK) st = check_nested("muon", o.muon.size, sizeof o.muon, "lw_muon_defaults");
+    if (st == LW_OK) st = check_nested("adamw", o.adamw.size, sizeof o.adamw, "lw_adamw_defaults");
+    if (st == LW_OK) st = check_adamw(&o.adamw);
     if (st != LW_OK) return st;
     if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
     lw_optimizer *opt = calloc(1, sizeof *opt);
