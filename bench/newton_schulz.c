@@ -1,4 +1,4 @@
-/* newton_schulz.c: Newton-Schulz time on one thread for the Muon shapes of issue 3: lwopt's
+/* newton_schulz.c: Newton-Schulz time on one thread for a list of Muon shapes: lwopt's
  * symmetric path (SYRK for X X^T and A A, SYMM for B X) against the same five steps done with
  * full GEMMs, and the GFLOP/s of each counted with full-GEMM FLOPs (4 m^2 n + 2 m^3 per step),
  * next to plain sgemm on an n x n x n product measured in the same run. Best of the repeats.

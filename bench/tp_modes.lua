@@ -1,4 +1,4 @@
--- tp_modes.lua: Muon's tensor-parallel modes (issue 17) at tp 2 on the recipe's small and wide
+-- tp_modes.lua: Muon's tensor-parallel modes at tp 2 on the recipe's small and wide
 -- GPT shapes: per step, the bytes each rank sends over the TP group (the model's all-reduces and
 -- the optimizer's Muon traffic apart) and over the DP group (the buffers' gradient and parameter
 -- syncs), and each rank's Newton-Schulz time (the step's Muon seconds), for duplicated,

@@ -1,4 +1,4 @@
--- zero.lua: ZeRO levels through recipes/gpt_small.lua (issue 7): for each model preset and rank
+-- zero.lua: ZeRO levels through recipes/gpt_small.lua: for each model preset and rank
 -- count, ZeRO 1, 2, 3 and row-sharded ZeRO-3, each with Muon and with AdamW; prints a Markdown
 -- table of tokens/s, the step time and its parts, bytes communicated per step and peak memory
 -- per rank, then the ratios the goals are stated in.

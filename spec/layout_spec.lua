@@ -1,4 +1,4 @@
--- layout_spec.lua: lw.layout.compute and the layout object (DESIGN.md contract). The C tests
+-- layout_spec.lua: lw.layout.compute and the layout object (docs/lua.md). The C tests
 -- hold most hand-worked offsets; these check that Lua sees the same, in the contract's shape.
 local lw = require("lwopt")
 local dkjson = require("dkjson")

@@ -147,7 +147,7 @@ describe("recipes/gpt_small.lua", function()
    end)
 
    it("names the size of activations that do not fit", function()
-      -- (the CPU attention's scratch grows with t, not t^2, since issue 18: a large batch it is)
+      -- (the CPU attention's scratch grows with t, not t^2: a large batch it is)
       local out, status = helpers.sh("luajit " .. recipe
          .. " --preset tiny --seq 100000 --batch 4096 --quiet")
       assert.equal(1, status)

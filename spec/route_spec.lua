@@ -1,4 +1,4 @@
--- route_spec.lua: lw.route with the default rules (REFERENCE.md section 1) and custom lists.
+-- route_spec.lua: lw.route with the default rules (docs/algorithms.md section 1) and custom lists.
 local route = require("lwopt.route")
 local arch = require("lwopt.arch")
 

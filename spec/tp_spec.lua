@@ -1,4 +1,4 @@
--- tp_spec.lua: tensor parallelism on one rank (issue 17): lw.tp's refusals with their numbers,
+-- tp_spec.lua: tensor parallelism on one rank: lw.tp's refusals with their numbers,
 -- its groups on a one-rank world, the shard layout (slices and their reassembly), lw.arch.gpt's
 -- specs at tp above 1 (local shapes, tp and full_shape, the qkv field) and at tp 1 (today's specs
 -- plus the qkv field), and lw.nn.GPT declaring the same. The multi-rank runs, tp 2 and 3 against

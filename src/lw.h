@@ -193,8 +193,8 @@ typedef struct lw_param_spec {
     bool shared_embedding; /* one tensor used as input embedding and LM head: never Muon,
                               isolated in its own bucket */
     bool muon;             /* managed by Muon (routed); false = AdamW */
-    /* Tensor parallelism (REFERENCE.md section 9), appended: a zero-filled tail means a tensor
-     * replicated over TP and no QKV split, as before. tp_blocks >= 1: the tensor is a TP
+    /* Tensor parallelism (docs/algorithms.md section 9), appended: a zero-filled tail means a
+     * tensor replicated over TP and no QKV split, as before. tp_blocks >= 1: the tensor is a TP
      * shard; its shape is the full shape with dimension tp_dim (0-based: 0 for column-parallel
      * {out/t, in}, 1 for row-parallel {out, in/t}) divided by the TP size t; along tp_dim the
      * full tensor is tp_blocks equal consecutive blocks, each split into t equal contiguous
@@ -346,7 +346,7 @@ lw_status lw_layout_check(const lw_layout *layout);
  * lw_buffers_new compares this hash across every rank of its communicator. */
 lw_status lw_layout_hash(const lw_layout *layout, char *hex);
 
-/* Padding rules of REFERENCE.md section 3. */
+/* Padding rules of docs/algorithms.md section 3. */
 int64_t lw_bucket_end_divisor(int32_t dp, bool high_busbw);
 int64_t lw_shard_divisor(int32_t dp, bool high_busbw);
 
@@ -760,7 +760,7 @@ lw_status lw_muon_scale_from_name(const char *name, lw_muon_scale *out);
 const char *lw_ns_precision_name(lw_ns_precision precision);
 lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out);
 
-/* Muon on a TP-sharded matrix (REFERENCE.md section 9; lw_param_spec.tp_blocks), with the
+/* Muon on a TP-sharded matrix (docs/algorithms.md section 9; lw_param_spec.tp_blocks), with the
  * optimizer's TP communicator of size t > 1. The step's scale always comes from the full
  * matrix shape.
  * DUPLICATED: all-gather the update over TP, Newton-Schulz on the whole matrix on every TP
@@ -1146,7 +1146,7 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
                                     const float *lse, int64_t n, int64_t c, int64_t v,
                                     float loss_scale);
 
-/* Tensor parallelism's vocabulary-parallel token embedding and LM head (issue 17): each rank of
+/* Tensor parallelism's vocabulary-parallel token embedding and LM head: each rank of
  * a TP group holds the rows [first, first + rows) of the vocabulary's tables, and a collective
  * over the group between these calls (the caller's: an all-reduce of the embedding's output, an
  * all-gather of the cross-entropy's statistics, an all-reduce of dh) makes the results those of
@@ -1197,7 +1197,7 @@ lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float 
                                             int64_t c, int64_t v, int64_t first, int64_t vocab,
                                             float loss_scale);
 
-/* A mixture of experts (issue 16): n tokens, e experts, each token sent to k of them. The
+/* A mixture of experts: n tokens, e experts, each token sent to k of them. The
  * router and its load-balancing loss below; the token permutation (tokens sorted by expert) is
  * the caller's, built from the experts array, and rows move with the gather and combine
  * kernels after them. Routing sizes are checked (n >= 0, 1 <= k <= e); indices are trusted to

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """reference_compare.py: compares lwopt's layout engine with tests/reference_layout.py, an
-independent implementation written from REFERENCE.md sections 2-4 and docs/layout.md.
+independent implementation written from docs/algorithms.md sections 2-4 and docs/layout.md.
 
 Generates seeded random cases (specs + options), runs lwopt once on all of them through
 tests/reference_driver.lua, and compares every buffer (key, algorithm, dp, numel, buckets) and
 every parameter's placement (buffer, bucket, start, stop, owner) exactly. Fixed regression cases
-from REFERENCE.md's text are checked against the Python implementation and lwopt directly.
+from docs/algorithms.md's rules are checked against the Python implementation and lwopt directly.
 Prints at most 5 mismatches and a last line "reference_compare: N cases, M mismatches"; exits 1
 on any mismatch. Usage: reference_compare.py [--cases N] [--seed S]
 """
@@ -139,7 +139,7 @@ def gen_case(rng):
     return {"opts": opts, "specs": specs}
 
 
-# ---- fixed regression cases from REFERENCE.md's text ---------------------------------------------
+# ---- fixed regression cases from the rules of docs/algorithms.md ---------------------------------
 DIVISORS = [  # (dp, high_busbw, bucket_end_divisor, shard_divisor)
     (1, False, 128, 128), (2, False, 128, 64), (4, False, 128, 64), (8, False, 128, 64),
     (3, False, 384, 128), (8, True, 65536, 8192), (256, False, 256, 64), (6, False, 384, 64),

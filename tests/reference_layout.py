@@ -1,6 +1,6 @@
 """reference_layout.py: an independent implementation of lwopt's parameter layouts, written from
-REFERENCE.md sections 2-4 and the "Readings of REFERENCE.md" in docs/layout.md only (not from
-lwopt's sources), for tests/reference_compare.py. Standard library only; integer arithmetic
+docs/algorithms.md sections 2-4 and the "Readings of the algorithms" in docs/layout.md only (not
+from lwopt's sources), for tests/reference_compare.py. Standard library only; integer arithmetic
 except the two float expressions the text writes (lpt/cost chunk closing, cost cap).
 
 compute(specs, opts) -> {"buffers": [...], "params": {name: placement}} where

@@ -1,5 +1,5 @@
 /* test_layout_aligned.c: the shard-aligned layouts (cost, lpt, size_matching) on small cases
- * whose offsets were worked out by hand from REFERENCE.md section 4. */
+ * whose offsets were worked out by hand from docs/algorithms.md section 4. */
 #include "layout_util.h"
 
 #define NONE    INT64_MAX

@@ -100,7 +100,7 @@ static int check_shards(const lw_layout *l) {
             lw_bucket_info bk;
             CHECK_OK(lw_layout_bucket(l, b, k, &bk));
             if (bi.algorithm != LW_ALGORITHM_PACKED && !unsharded)
-                CHECK_EQ((bk.stop - bk.start) % bi.dp, 0); /* REFERENCE.md section 3 */
+                CHECK_EQ((bk.stop - bk.start) % bi.dp, 0); /* docs/algorithms.md section 3 */
             int64_t at = bk.start, largest = 0;
             for (int32_t r = 0; r < bi.dp; r++) {
                 int64_t start = -1, count = -1;

@@ -1,5 +1,5 @@
 /* test_layout_simple.c: the default, distopt and legacy layouts, grouping into buffers, and
- * input validation, on small cases worked out by hand from REFERENCE.md sections 2-4. */
+ * input validation, on small cases worked out by hand from docs/algorithms.md sections 2-4. */
 #include "layout_util.h"
 
 #define NONE    INT64_MAX
@@ -100,8 +100,8 @@ static void test_default_layout(void) {
     lw_layout_free(l);
 }
 
-/* legacy ping-pong: stable-sort by numel ascending, deal 0..dp-1, dp-1..0, ... (REFERENCE.md
- * section 4: with 4 ranks and 10 params the owners are [[p0,p7,p8],[p1,p6,p9],[p2,p5],[p3,p4]]). */
+/* legacy ping-pong: stable-sort by numel ascending, deal 0..dp-1, dp-1..0, ... (docs/algorithms.md
+ * section 3: with 4 ranks and 10 params the owners are [[p0,p7,p8],[p1,p6,p9],[p2,p5],[p3,p4]]). */
 static void test_legacy_ping_pong(void) {
     static const char *names[] = {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"};
     lw_param_spec s[10];

@@ -1,5 +1,5 @@
 /* test_muon.c: Newton-Schulz against a float64 reference and near the polar factor, the SYRK
- * path against full GEMMs, the transposed case, and the update properties of REFERENCE.md
+ * path against full GEMMs, the transposed case, and the update properties of docs/algorithms.md
  * section 6 (SGD equivalences, weight-decay modes), plus option errors. */
 #include "check.h"
 

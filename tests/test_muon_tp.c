@@ -1,4 +1,4 @@
-/* test_muon_tp.c: Muon under tensor parallelism and the QKV split (REFERENCE.md section 9)
+/* test_muon_tp.c: Muon under tensor parallelism and the QKV split (docs/algorithms.md section 9)
  * through lw_optimizer, at the rank count it is started with (ctest: alone, and under mpirun
  * at 2, 3 and 4 ranks). The world is one TP group of t = size ranks (DP 1); at 4 ranks also a
  * grid of TP 2 inside DP 2 (TP groups of consecutive ranks), with the cost and the rows layouts.

@@ -31,7 +31,7 @@ src/core/optim/muon_update.c and device/cpu/{muon,adamw}.c), not from another tr
   default set, "quintic" (five different (a, b, c), one per step: lw_muon_defaults), or
   --ns-coeffs simple for (3.4445, -4.7750, 2.0315) five times; the cost is the same. The fused
   attn.qkv weight's Q, K and V row blocks are orthogonalised as three 256 x 256 matrices, each
-  with its own scale, as the recipe's --split-qkv on (its default since issue 17);
+  with its own scale, as the recipe's --split-qkv on (its default);
   --split-qkv off orthogonalises the fused weight whole.
   --muon-split: under DDP each rank updates only the matrices it owns (of each shape, every
   world-th), with momentum for those only, then the updated matrices are all-gathered (one
@@ -227,7 +227,7 @@ class Muon:
     def __init__(self, torch, named, coeffs, split=None, split_qkv=True):
         self.torch, self.coeffs, self.split = torch, coeffs, split
         # split_qkv: the fused attention weights' Q, K and V row blocks orthogonalised as three
-        # matrices, each with its own shape's scale (lwopt's default since issue 17, Megatron's)
+        # matrices, each with its own shape's scale (lwopt's default, Megatron's)
         self.qkv = {p for n, p in named if split_qkv and n.endswith("attn.qkv.weight")}
         self.groups = {}  # shape -> [params], in model order
         for _, p in named:

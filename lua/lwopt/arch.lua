@@ -135,7 +135,7 @@ local function add(specs, c, name, shape, role, extra)
 end
 
 -- arch.gpt{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, n_expert, ..., tp, tp_rank }:
--- with tp = t above 1 (a dense model), TP rank tp_rank's shards (issue 17): column-parallel
+-- with tp = t above 1 (a dense model), TP rank tp_rank's shards: column-parallel
 -- weights {out / t, in} (attn.qkv with blocks 3: this rank's heads' Q, K and V; mlp.fc) and their
 -- biases, row-parallel weights {out, in / t} (attn.proj, mlp.proj), the vocabulary-parallel
 -- token table (and untied LM head) {ceil(vocab / t), n_embd} (the vocabulary padded to a multiple

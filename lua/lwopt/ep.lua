@@ -1,9 +1,9 @@
--- ep.lua: expert parallelism's communicators (issue 16). The world of W ranks splits into W/E EP
--- groups of E consecutive ranks (world rank r is in EP group floor(r / E), at EP rank r % E) and
--- E expert-data-parallel groups (the ranks with the same EP rank, r % E, at expert-DP rank
--- floor(r / E)). EP rank j holds experts [j * n/E, (j + 1) * n/E) of every layer; the tokens
--- move between the ranks of one EP group (nn.MoE), the experts' gradients are averaged over one
--- expert-DP group (lw.ddp.new's expert_comm), the dense parameters over the world.
+-- ep.lua: expert parallelism's communicators (docs/algorithms.md section 10). The world of W ranks
+-- splits into W/E EP groups of E consecutive ranks (world rank r is in EP group floor(r / E), at EP
+-- rank r % E) and E expert-data-parallel groups (the ranks with the same EP rank, r % E, at
+-- expert-DP rank floor(r / E)). EP rank j holds experts [j * n/E, (j + 1) * n/E) of every layer;
+-- the tokens move between the ranks of one EP group (nn.MoE), the experts' gradients are averaged
+-- over one expert-DP group (lw.ddp.new's expert_comm), the dense parameters over the world.
 local ep = {}
 
 local function is_count(v) return type(v) == "number" and v == math.floor(v) and v >= 1 end

@@ -1,6 +1,6 @@
 -- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel,
 -- comm, ep, tp, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's
--- version and features; see DESIGN.md.
+-- version and features; see docs/architecture.md and docs/lua.md.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 

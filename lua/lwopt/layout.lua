@@ -246,7 +246,7 @@ local function read(self, specs)
 end
 
 -- lw.layout.compute(specs, opts): the layout of specs (definition order) for the options
--- { dp, expert_dp, bucket_size, algorithm, adamw_layout, high_busbw } (DESIGN.md).
+-- { dp, expert_dp, bucket_size, algorithm, adamw_layout, high_busbw } (docs/layout.md, "Options").
 function layout.compute(specs, opts)
    local o = normalise(opts)
    specs = route.fill(specs, WHERE)
@@ -359,7 +359,7 @@ function Layout:json(indent)
       buffers = json.array(buffers), stats = json.object(stats) }), indent)
 end
 
--- Padding rules of REFERENCE.md section 3.
+-- Padding rules of docs/algorithms.md section 3.
 function layout.bucket_end_divisor(dp, high_busbw)
    return tonumber(lib.lw_bucket_end_divisor(dp, high_busbw or false))
 end

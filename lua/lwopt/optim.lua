@@ -1,5 +1,5 @@
 -- optim.lua: lw.optim.new, the optimizer over lw.ddp buffers (src/core/optimizer.c): Muon on
--- the matrices each rank owns, AdamW on its elements, options named as in REFERENCE.md
+-- the matrices each rank owns, AdamW on its elements, options named as in docs/algorithms.md
 -- sections 6-7. Parameters fall into hyper-parameter groups by (optimizer, lr, weight decay),
 -- taken from the routing rule's opts, the optimizer's options, and the defaults. Under tensor
 -- parallelism (section 9) tp_comm is the rank's TP group and muon.tp_mode / muon.split_qkv say
@@ -136,7 +136,7 @@ local function c_options(o, m, a)
    return c, keep
 end
 
--- AdamW decays matrices, not gains, biases or embeddings (REFERENCE.md section 7).
+-- AdamW decays matrices, not gains, biases or embeddings (docs/algorithms.md section 7).
 local function adamw_decays(spec)
    return #spec.shape == 2 and spec.role ~= "embedding" and not spec.shared_embedding
 end

@@ -5,8 +5,8 @@ local route = {}
 
 local function is_matrix(spec) return #spec.shape == 2 end
 
--- REFERENCE.md section 1: Muon for 2-D weights that are not embeddings or the LM head and were
--- not excluded; a shared embedding is never Muon; AdamW for everything else.
+-- docs/algorithms.md section 1: Muon for 2-D weights that are not embeddings or the LM head and
+-- were not excluded; a shared embedding is never Muon; AdamW for everything else.
 route.default_rules = {
    { name = "excluded from Muon", optimizer = "adamw",
      match = function(s) return s.use_muon == false end },

@@ -307,7 +307,7 @@ end
 -- Newton-Schulz steps per matrix: the library's default (lw_muon_defaults, 5).
 stepmodel.ns_steps = C.lib.lw_muon_defaults().ns_steps
 
--- Full-GEMM FLOPs of Newton-Schulz on a matrix of this shape (REFERENCE.md section 6): per
+-- Full-GEMM FLOPs of Newton-Schulz on a matrix of this shape (docs/algorithms.md section 6): per
 -- step 4 p^2 q + 2 p^3 for p = min, q = max (X X^T, A A and B X). lwopt's CPU path computes the
 -- symmetric products with SYRK / SYMM; the machine's ns_flops is quoted in these full-GEMM FLOPs.
 function stepmodel.ns_flops(shape, steps)
@@ -595,8 +595,8 @@ end
 -- Per rank (1-based: rank r at r + 1, over the largest buffer dp): Newton-Schulz FLOPs and
 -- matrices, and the elements updated element-wise by Muon and by AdamW. A matrix owned whole
 -- is its owner's; Muon on an element-wise (distopt) or row-sharded (rows) buffer, or an
--- unsharded one, orthogonalises every matrix on every rank (REFERENCE.md section 8). A buffer of
--- smaller dp (expert_dp) maps rank r to r mod dp.
+-- unsharded one, orthogonalises every matrix on every rank (docs/algorithms.md section 8). A
+-- buffer of smaller dp (expert_dp) maps rank r to r mod dp.
 local function rank_work(layout, steps)
    local ranks = 1
    for _, b in ipairs(layout.buffers) do ranks = math.max(ranks, b.dp) end

@@ -1,14 +1,14 @@
--- tp.lua: tensor parallelism's process grid and shard layout (issue 17). The world of W ranks
--- splits into W/t TP groups of t consecutive ranks (TP innermost: world rank r is in TP group
--- floor(r / t), at TP rank r % t) and t data-parallel groups (the ranks with the same TP rank,
--- at DP rank floor(r / t)). The TP ranks of a group hold the slices of every layer's matrices
--- (lw.nn's column- and row-parallel linears, the vocabulary-parallel embedding and LM head) and
--- see the same batch; each DP group averages its TP rank's slices and the replicated tensors
--- (lw.ddp.new over dp_comm). A TP-sharded spec carries tp = { dim, blocks, rows } and
--- full_shape: along dimension dim (0-based) the full tensor is `blocks` equal consecutive
--- blocks, each split into t contiguous pieces, and TP rank r holds piece r of every block, in
--- block order; rows, on the vocabulary tables, says how many of the full tensor's rows are the
--- model's (the rest pad the vocabulary to a multiple of t: lw.tp.padded).
+-- tp.lua: tensor parallelism's process grid and shard layout (docs/algorithms.md section 9). The
+-- world of W ranks splits into W/t TP groups of t consecutive ranks (TP innermost: world rank r is
+-- in TP group floor(r / t), at TP rank r % t) and t data-parallel groups (the ranks with the same
+-- TP rank, at DP rank floor(r / t)). The TP ranks of a group hold the slices of every layer's
+-- matrices (lw.nn's column- and row-parallel linears, the vocabulary-parallel embedding and LM
+-- head) and see the same batch; each DP group averages its TP rank's slices and the replicated
+-- tensors (lw.ddp.new over dp_comm). A TP-sharded spec carries tp = { dim, blocks, rows } and
+-- full_shape: along dimension dim (0-based) the full tensor is `blocks` equal consecutive blocks,
+-- each split into t contiguous pieces, and TP rank r holds piece r of every block, in block order;
+-- rows, on the vocabulary tables, says how many of the full tensor's rows are the model's (the rest
+-- pad the vocabulary to a multiple of t: lw.tp.padded).
 -- Not here: the optimizer's TP modes and the TP-aware gradient norm (lw.optim).
 local ffi = require("ffi")
 

@@ -1,7 +1,7 @@
 -- train.lua: the training loop over a model (lw.nn), its buffers (lw.ddp), optimizer (lw.optim)
 -- and data (lw.data): micro-steps with gradient accumulation, hooks that overlap communication
 -- with compute, warmup + cosine learning rate, evaluation split across ranks, a progress line
--- on rank 0 and JSON lines per step (DESIGN.md).
+-- on rank 0 and JSON lines per step (docs/recipes.md, "The log").
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")

@@ -1,4 +1,4 @@
--- tp_consistency.lua: tensor parallelism (issue 17) against tp 1 over the same global batch
+-- tp_consistency.lua: tensor parallelism against tp 1 over the same global batch
 -- (tests/lua/tp_run.lua, a 2-layer GPT of 6 heads x 48 on bytes: the vocabulary of 256 padded
 -- to 258 rows at tp 3). Each run starts from the same full parameters; the first step's loss and
 -- the gradients of every full tensor (gathered by name over the TP group, the padding trimmed),

@@ -1,11 +1,11 @@
--- train_consistency.lua: the training loop's invariants across runs (issue 4, section 9):
+-- train_consistency.lua: the training loop's invariants across runs:
 -- the same global batch (12 sequences) split as dp 1 x accum 6, dp 2 x accum 3 and dp 3 x
 -- accum 2 gives the same losses within 1e-4 over 5 steps; overlap on and off give bit-identical
 -- parameters; layer-wise and replicated agree within 1e-5; ZeRO-2, ZeRO-3 and row-sharded ZeRO-3
--- agree with ZeRO-1 within 1e-5 at dp 1, 2 and 3 for every layout (issue 7), packed (unequal
--- shards, issue 15) with replicated at dp 1-3 and at dp 4 at every ZeRO level; at dp 4 with ZeRO-3
+-- agree with ZeRO-1 within 1e-5 at dp 1, 2 and 3 for every layout, packed (unequal shards)
+-- with replicated at dp 1-3 and at dp 4 at every ZeRO level; at dp 4 with ZeRO-3
 -- the parameters and gradients held stay under a quarter of the model plus the two largest
--- bucket groups; a mixture of experts (issue 16: 8 experts, top-2, expert buffers data-parallel
+-- bucket groups; a mixture of experts (8 experts, top-2, expert buffers data-parallel
 -- over every rank) at dp 2 equals dp 1 within 1e-5, at ZeRO-1 and ZeRO-3; expert parallelism
 -- (ep 2, and ep 2 x expert-DP 2 at ZeRO-1 and 3) equals ep 1 within 1e-5, bad ep refused with
 -- its numbers. Each run also checks
@@ -75,7 +75,7 @@ local moe3 = run("moe-z3-dp2", 2, moe .. " --accum 1 --zero 3")
 expect(max_param_diff(moe3, moe2) < 1e-5, ("mixture of experts: ZeRO-3 and ZeRO-1 within 1e-5 at "
    .. "dp 2 (%g)"):format(max_param_diff(moe3, moe2)))
 
--- expert parallelism (issue 16): ep 2 on 2 ranks and ep 2 x expert-DP 2 on 4 (oversubscribed)
+-- expert parallelism: ep 2 on 2 ranks and ep 2 x expert-DP 2 on 4 (oversubscribed)
 -- against ep 1 on one rank over the same global batch (dropless routing, so the same tokens
 -- reach the same experts): losses and every parameter, compared by name (train_run gathers
 -- every expert to rank 0), within 1e-5; train_run also checks the dense parameters bit for bit

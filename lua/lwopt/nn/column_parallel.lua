@@ -1,5 +1,5 @@
--- nn/column_parallel.lua: ColumnParallelLinear, tensor parallelism's column-parallel linear (issue
--- 17): y_r = x W_r^T + b_r, W_r this TP rank's rows of the weight {out, in} (its output channels),
+-- nn/column_parallel.lua: ColumnParallelLinear, tensor parallelism's column-parallel linear:
+-- y_r = x W_r^T + b_r, W_r this TP rank's rows of the weight {out, in} (its output channels),
 -- b_r its entries of the bias. Forward needs no communication (x is the same on every TP rank);
 -- backward all-reduces the input gradient over the TP group (each rank's is the share of its
 -- channels). The module contract is in nn/module.lua.

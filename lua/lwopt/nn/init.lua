@@ -10,7 +10,7 @@ local base = require("lwopt.nn.module")
 return {
    Module = base.Module,
    Linear = require("lwopt.nn.linear"),
-   -- tensor parallelism's shards (issue 17)
+   -- tensor parallelism's shards (docs/algorithms.md section 9)
    ColumnParallelLinear = require("lwopt.nn.column_parallel"),
    RowParallelLinear = require("lwopt.nn.row_parallel"),
    VocabParallelEmbedding = require("lwopt.nn.vocab_embedding"),

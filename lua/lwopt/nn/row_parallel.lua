@@ -1,4 +1,4 @@
--- nn/row_parallel.lua: RowParallelLinear, tensor parallelism's row-parallel linear (issue 17):
+-- nn/row_parallel.lua: RowParallelLinear, tensor parallelism's row-parallel linear:
 -- y = sum over the TP group of x_r W_r^T, plus b; W_r this TP rank's columns of the weight {out,
 -- in} (its input channels), x_r its part of the input (a column-parallel layer's output). Forward
 -- ends with an all-reduce over the TP group (TP rank 0 adds the bias before it, so it counts

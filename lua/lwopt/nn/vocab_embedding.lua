@@ -1,10 +1,11 @@
 -- nn/vocab_embedding.lua: VocabParallelEmbedding, tensor parallelism's token + position embedding
--- (issue 17): each TP rank holds rows [r * rows, (r + 1) * rows) of the token table (the
--- vocabulary rounded up to a multiple of the group's size; rows past it are padding, never looked
--- up), looks up the tokens it holds (0 for the others) over lw_embedding_range_forward, and the
--- TP group's all-reduce sums the lookups; TP rank 0 adds the position table (replicated) before
--- it. Backward is local: each rank adds to its rows, and every rank to the position table (the
--- output gradient is the same on every rank). The module contract is in nn/module.lua.
+-- (docs/algorithms.md section 9): each TP rank holds rows [r * rows, (r + 1) * rows) of the token
+-- table (the vocabulary rounded up to a multiple of the group's size; rows past it are padding,
+-- never looked up), looks up the tokens it holds (0 for the others) over
+-- lw_embedding_range_forward, and the TP group's all-reduce sums the lookups; TP rank 0 adds the
+-- position table (replicated) before it. Backward is local: each rank adds to its rows, and every
+-- rank to the position table (the output gradient is the same on every rank). The module contract
+-- is in nn/module.lua.
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local tp_mod = require("lwopt.tp")

@@ -1,4 +1,4 @@
-/* aligned.c: the shard-aligned layouts of REFERENCE.md section 4 (size_matching, lpt,
+/* aligned.c: the shard-aligned layouts of docs/algorithms.md section 4 (size_matching, lpt,
  * cost). Every bucket is dp equal shards of S = pad(max shard fill, shard_divisor(dp)); no param
  * crosses a shard and its owner is its shard index. A shared embedding sits alone in shard 0 of
  * its own bucket. Buckets are emitted from a list of (param, shard, offset-in-shard) entries. */

@@ -1,5 +1,6 @@
-/* bucket.c: what every layout algorithm builds with: the padding rules of REFERENCE.md section
- * 3, a parameter's Newton-Schulz cost, and opening, filling and closing a buffer's buckets. */
+/* bucket.c: what every layout algorithm builds with: the padding rules of docs/algorithms.md
+ * section 3, a parameter's Newton-Schulz cost, and opening, filling and closing a buffer's
+ * buckets. */
 #include "layout/layout.h"
 
 #include <string.h>

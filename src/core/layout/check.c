@@ -1,4 +1,4 @@
-/* check.c: the validator. Checks every invariant of REFERENCE.md sections 2-4 on a
+/* check.c: the validator. Checks every invariant of docs/algorithms.md sections 2-4 on a
  * finished layout and names the first violation ("buffer #1 bucket #2: ..."; ordinals count
  * from 1, as the Lua tables do). It reads the layout only; it does not recompute it. */
 #include "layout/layout.h"

@@ -48,9 +48,9 @@ static lw_status check_options(const lw_layout_options *o) {
 
 static bool valid_dtype(lw_dtype d) { return d >= LW_DTYPE_F32 && d <= LW_DTYPE_F16; }
 
-/* The tensor-parallel fields of a spec whose shape is already checked (REFERENCE.md section 9):
- * a TP shard names one of its dimensions, whose local size its blocks divide; a fused QKV
- * weight is 2-D with exactly groups x (q + k + v) rows. */
+/* The tensor-parallel fields of a spec whose shape is already checked (docs/algorithms.md
+ * section 9): a TP shard names one of its dimensions, whose local size its blocks divide; a fused
+ * QKV weight is 2-D with exactly groups x (q + k + v) rows. */
 static lw_status check_tp(const lw_param_spec *s) {
     if (s->tp_blocks < 0)
         return lwi_fail(LW_ERR_INVALID,

@@ -1,4 +1,4 @@
-/* simple.c: the layouts that need no shard alignment (REFERENCE.md section 3):
+/* simple.c: the layouts that need no shard alignment (docs/algorithms.md section 3):
  * default (unpadded, unsharded), legacy (default offsets, whole params dealt to owners
  * ping-pong), distopt (element-wise ZeRO-1 with 64-aligned starts and padded bucket ends) and
  * rows (row-sharded FSDP: each param alone in a bucket whose dp shards are whole rows). */

@@ -1,4 +1,4 @@
-/* adamw.c: AdamW's options (REFERENCE.md section 7); the update itself runs on the device
+/* adamw.c: AdamW's options (docs/algorithms.md section 7); the update itself runs on the device
  * (lw_adamw_update, device/cpu/adamw.c). */
 #include "base/base.h"
 

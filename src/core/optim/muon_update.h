@@ -23,7 +23,7 @@ const lw_muon_options *lwi_muon_options(const lw_muon *m);
 const float *lwi_muon_abc(const lw_muon *m);
 double lwi_muon_scale(const lw_muon *m, int64_t rows, int64_t cols);
 
-/* muon_tp.c: Muon's orthogonalisation of a TP shard or a fused QKV weight (REFERENCE.md
+/* muon_tp.c: Muon's orthogonalisation of a TP shard or a fused QKV weight (docs/algorithms.md
  * section 9), over a TP communicator (NULL: none, t = 1), with its own device workspace. */
 typedef struct lwi_muon_tp lwi_muon_tp;
 /* tp [borrowed]; o: tp_mode and split_qkv are read. [out] owned. */

@@ -1,5 +1,5 @@
-/* optimizer.c: one optimizer step over lw_buffers (REFERENCE.md section 5): finish the gradient
- * sync, the global gradient norm and zero count (one all-reduce over the world), skip on a
+/* optimizer.c: one optimizer step over lw_buffers (docs/algorithms.md section 5): finish the
+ * gradient sync, the global gradient norm and zero count (one all-reduce over the world), skip on a
  * non-finite norm, clip, Muon on the matrices this rank owns and AdamW on the elements it owns,
  * then start the parameter sync. Only owners allocate optimizer state.
  *

@@ -1,5 +1,5 @@
-/* optimizer_muon_batches.c: the Muon half of the optimizer's step (REFERENCE.md sections 5, 6,
- * 8, 9): owned whole matrices in batches of one shape, row-sharded Muon on the element-wise
+/* optimizer_muon_batches.c: the Muon half of the optimizer's step (docs/algorithms.md sections
+ * 5, 6, 8, 9): owned whole matrices in batches of one shape, row-sharded Muon on the element-wise
  * buckets, and the TP shards and split QKV weights through muon_tp.c; and the TP group's checks.
  * The object, the norm, AdamW and the state are optimizer.c's; one matrix's update is
  * muon_update.c's. */

@@ -1,6 +1,6 @@
-/* adamw.c: the AdamW update of contiguous runs of elements on the CPU (REFERENCE.md section 7),
- * with bias correction and decoupled weight decay; a tensor's elements split over the CPU pool's
- * threads (pool.c). */
+/* adamw.c: the AdamW update of contiguous runs of elements on the CPU (docs/algorithms.md
+ * section 7), with bias correction and decoupled weight decay; a tensor's elements split over the
+ * CPU pool's threads (pool.c). */
 #include "device/cpu/cpu.h"
 #include "device/cpu/fast_math.h"
 #include "device/cpu/pool.h"

@@ -1,4 +1,4 @@
-/* muon.c: Muon's kernels on the CPU (REFERENCE.md section 6): the element-wise step (weight
+/* muon.c: Muon's kernels on the CPU (docs/algorithms.md section 6): the element-wise step (weight
  * decay, EMA momentum, Nesterov look-ahead) and Newton-Schulz on OpenBLAS, whole or in the
  * halves of the distributed TP mode (section 9: the Gram product, then the rest of a step).
  * The symmetric products X X^T and A A go through SYRK and B X through SYMM, which do about
