@@ -117,7 +117,7 @@ local function resolved(run, v, data, path)
 end
 
 -- The configuration record (kind "config") of a run of the recipe, for lw.train's log_config:
--- run (gpt_recipe's, built and resumed), v (the flags' values, checked), data and path (the
+-- run (recipe.lua's, built and resumed), v (the flags' values, checked), data and path (the
 -- training data and its path), list (the recipe's flags), started (lw_wall_clock when the run
 -- began), parameters (the whole model's parameter count). Collective (the ranks' devices);
 -- every rank gets the record, only rank 0's lists the devices.
