@@ -19,7 +19,7 @@
 --        part 3; 41 minutes on the 2-core development machine at a load average of 5-7, of
 --        which the throughput and layouts 7 to 12)
 local lw = require("lwopt")
-local recipe = require("lwopt.gpt_recipe")
+local recipe = require("lwopt.app.recipe")
 local runs = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua")
 
 local steps = tonumber(arg[1]) or 30

@@ -16,5 +16,5 @@ local rules = {
 }
 
 lw.comm.run(function(...)
-   require("lwopt.gpt_recipe").main({ ... }, rules, arg[0])
+   require("lwopt.app.recipe").main({ ... }, rules, arg[0])
 end, ...)

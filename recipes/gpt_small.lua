@@ -8,5 +8,5 @@ package.path = table.concat({ dir .. "/../lua/?.lua", dir .. "/../lua/?/init.lua
 
 local lw = require("lwopt")
 lw.comm.run(function(...)
-   require("lwopt.gpt_recipe").main({ ... }, nil, arg[0])
+   require("lwopt.app.recipe").main({ ... }, nil, arg[0])
 end, ...)

@@ -1,6 +1,6 @@
--- cli_spec.lua: the lwopt command (lua/lwopt/cli.lua) in-process, and bin/lwopt as a user
+-- cli_spec.lua: the lwopt command (lua/lwopt/app/cli.lua) in-process, and bin/lwopt as a user
 -- runs it, from another directory.
-local cli = require("lwopt.cli")
+local cli = require("lwopt.app.cli")
 local lw = require("lwopt")
 local helpers = require("helpers")
 

@@ -2,7 +2,7 @@
 -- `lwopt device`, on a machine without a GPU; the GPU side is tests/test_cuda.c and tests/gpu/
 -- (ctest -L gpu), so the specs that need a GPU are pending here and run there.
 local lw = require("lwopt")
-local cli = require("lwopt.cli")
+local cli = require("lwopt.app.cli")
 local helpers = require("helpers")
 
 local function run(argv)

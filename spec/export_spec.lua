@@ -4,7 +4,7 @@
 -- errors, each one line. tests/export/run.sh checks the same with numpy and a forward pass.
 local ffi = require("ffi")
 local lw = require("lwopt")
-local cli = require("lwopt.cli")
+local cli = require("lwopt.app.cli")
 local json = require("lwopt.json")
 local safetensors = require("lwopt.safetensors")
 local helpers = require("helpers")

@@ -4,7 +4,7 @@
 -- records.
 local logs = require("lwopt.logs")
 local json = require("lwopt.json")
-local cli = require("lwopt.cli")
+local cli = require("lwopt.app.cli")
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")

@@ -1,6 +1,6 @@
--- recipe_batch_spec.lua: the recipe's global batch (lua/lwopt/recipe_batch.lua): --global-batch
+-- recipe_batch_spec.lua: the recipe's global batch (lua/lwopt/app/recipe_batch.lua): --global-batch
 -- into --accum, and the --accum a resume takes to keep a checkpoint's global batch.
-local batch = require("lwopt.recipe_batch")
+local batch = require("lwopt.app.recipe_batch")
 
 local function flags(t)
    t.tp = t.tp or 1

@@ -1,7 +1,7 @@
 -- recipe_log_spec.lua: the pieces of the configuration record that opens a recipe's --log
--- (lua/lwopt/recipe_log.lua): the host, lwopt's commit, the start time, the ranks' devices.
+-- (lua/lwopt/app/recipe_log.lua): the host, lwopt's commit, the start time, the ranks' devices.
 -- The whole record, from a run, is checked in recipe_spec.lua.
-local recipe_log = require("lwopt.recipe_log")
+local recipe_log = require("lwopt.app.recipe_log")
 local lw = require("lwopt")
 local helpers = require("helpers")
 
@@ -20,7 +20,7 @@ describe("lwopt.recipe_log", function()
    it("has no commit, and no error, where git is missing", function()
       local out, status = helpers.sh("PATH=/nonexistent /usr/bin/luajit -e \"package.path = "
          .. "'lua/?.lua;lua/?/init.lua;build/lua/?.lua;' .. package.path; "
-         .. "print(require('lwopt.recipe_log').commit())\"")
+         .. "print(require('lwopt.app.recipe_log').commit())\"")
       assert.equal(0, status, out)
       assert.equal("nil\n", out)
    end)

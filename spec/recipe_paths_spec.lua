@@ -1,7 +1,7 @@
 -- recipe_paths_spec.lua: the recipe's outputs against its inputs and each other
--- (lua/lwopt/recipe_paths.lua), by real path: spellings, symbolic links, hard links, files
+-- (lua/lwopt/app/recipe_paths.lua), by real path: spellings, symbolic links, hard links, files
 -- that do not exist yet, the checkpoint directory's own names, the checkpoint resumed.
-local paths = require("lwopt.recipe_paths")
+local paths = require("lwopt.app.recipe_paths")
 local helpers = require("helpers")
 
 describe("lwopt.recipe_paths", function()

@@ -184,7 +184,7 @@ describe("recipes/gpt_small.lua", function()
          assert.equal(0, status, out)
          assert.matches("^lwopt [^\n]*\n" .. case[2]:gsub("%p", "%%%0"), out)
       end
-      local gpt_recipe = require("lwopt.gpt_recipe")
+      local gpt_recipe = require("lwopt.app.recipe")
       assert.equal("routing: Muon 1 matrix (0.00M elements), AdamW 2 tensors (1.50M elements)",
          gpt_recipe.routing_text({ { name = "a", shape = { 2, 3 }, optimizer = "muon" },
             { name = "b", shape = { 1000, 1000 }, optimizer = "adamw" },
@@ -433,7 +433,7 @@ describe("recipes/gpt_small.lua", function()
          assert.equal(0, status, out)
          -- 2 x 128 x 1028 per layer: a router (8 x 128) and 2 of 8 experts of 2 x 128 x 512
          assert.matches("GPT 4 layers x 128, 4 heads, 1.37M parameters;", out, 1, true)
-         local gpt_recipe = require("lwopt.gpt_recipe")
+         local gpt_recipe = require("lwopt.app.recipe")
          local dense = lw.arch.gpt(gpt_recipe.gpt_config("moe", 256, nil, { n_expert = 0 }, 1028))
          assert.same({ 1028, 128 }, dense[4 + 3].shape) -- h.0.mlp.fc, after wte, wpe, ln_1..ln_2
          assert.equal("h.0.mlp.fc.weight", dense[4 + 3].name)
@@ -494,7 +494,7 @@ describe("recipes/gpt_small.lua", function()
       end)
 
       it("has a moe preset: 4 layers x 128, 8 experts, top-2", function()
-         local gpt_recipe = require("lwopt.gpt_recipe")
+         local gpt_recipe = require("lwopt.app.recipe")
          local cfg = gpt_recipe.gpt_config("moe", 256)
          assert.same({ 4, 128, 8, 2, 0.01, false }, { cfg.n_layer, cfg.n_embd, cfg.n_expert,
             cfg.topk, cfg.aux_coef, cfg.shared_expert })
@@ -591,7 +591,7 @@ describe("recipes/gpt_small.lua", function()
    end)
 
    it("has a gpt2 preset: GPT-2 124M with its vocabulary padded to 50304", function()
-      local gpt_recipe = require("lwopt.gpt_recipe")
+      local gpt_recipe = require("lwopt.app.recipe")
       local p = gpt_recipe.presets.gpt2
       assert.same({ 12, 768, 12, 1024, 50257 }, { p.n_layer, p.n_embd, p.n_head, p.seq, p.vocab })
       local cfg = gpt_recipe.gpt_config("gpt2", p.vocab)

@@ -2,7 +2,7 @@
 -- from a file, and bin/lwopt repl on a pseudo-terminal (script(1)) with readline: a line
 -- recalled with Up, the history written as lines are entered and read by the next session, and
 -- a history file that cannot be written leaving the session working.
-local repl_input = require("lwopt.repl_input")
+local repl_input = require("lwopt.app.repl_input")
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")

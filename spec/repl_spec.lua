@@ -1,7 +1,7 @@
 -- repl_spec.lua: the interactive session: values print, input continues over lines, errors do
 -- not end the session, `help` says what there is, `quit` ends it, names complete; bin/lwopt repl
 -- with commands piped in. (spec/repl_input_spec.lua: readline on a terminal, the history file.)
-local repl = require("lwopt.repl")
+local repl = require("lwopt.app.repl")
 local lw = require("lwopt")
 local helpers = require("helpers")
 

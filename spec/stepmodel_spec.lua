@@ -3,7 +3,7 @@
 -- checks of bad input, and the `lwopt layout --model-step / --compare` flags. No timing: every
 -- figure is arithmetic on the inputs.
 local lw = require("lwopt")
-local cli = require("lwopt.cli")
+local cli = require("lwopt.app.cli")
 local helpers = require("helpers")
 
 local function mat(name, rows, cols)

@@ -2,7 +2,7 @@
 """torch_cpu.py: the PyTorch CPU peer of recipes/gpt_small.lua (small preset), for bench/peers.lua.
 
 The same model, data, schedule and optimizers as the recipe, written here from lwopt's sources
-(lua/lwopt/gpt_recipe.lua, train.lua, data.lua, optim.lua, nn/*.lua,
+(lua/lwopt/app/recipe*.lua, train.lua, data.lua, optim.lua, nn/*.lua,
 src/core/optim/muon_update.c and device/cpu/{muon,adamw}.c), not from another trainer:
 - model (lw.nn.GPT with the recipe's config): bytes (vocabulary 256), token + position
   embeddings (128 positions), 6 pre-LN blocks of 256 with 8 heads (x + attn(ln_1(x)), then

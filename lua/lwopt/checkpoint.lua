@@ -30,6 +30,7 @@ local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
 local state = require("lwopt.checkpoint_state")
 local finder = require("lwopt.checkpoint_find")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local checkpoint = {}
@@ -40,7 +41,7 @@ local READS = { [1] = true, [2] = true }
 -- The manifest's own checksum: the CRC32C of its text with this member's value zeroed.
 local SELF_CRC = '"manifest_crc32c": "'
 
-local function fail(where, fmt, ...) error(where .. ": " .. fmt:format(...), 0) end
+local fail = errors.fail
 
 local function step_name(step) return ("step-%09d"):format(step) end
 local optim_name = state.file_name

@@ -8,11 +8,12 @@ local ffi = require("ffi")
 local C = require("lwopt.C")
 local safetensors = require("lwopt.safetensors")
 local tp = require("lwopt.tp")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local state = {}
 
-local function fail(where, fmt, ...) error(where .. ": " .. fmt:format(...), 0) end
+local fail = errors.fail
 
 -- Rank r's optimizer file in a checkpoint directory.
 function state.file_name(rank) return ("optim-r%05d.safetensors"):format(rank) end

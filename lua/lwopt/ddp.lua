@@ -11,6 +11,7 @@ local route = require("lwopt.route")
 local layout_mod = require("lwopt.layout")
 local tensor = require("lwopt.tensor")
 local comm_mod = require("lwopt.comm")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local ddp = {}
@@ -26,7 +27,7 @@ local known = {
    param_dtype = true, grad_dtype = true,
 }
 
-local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+local fail = errors.failer(WHERE)
 
 -- The dtype words lw.ddp.new takes, as the layout names them.
 local DTYPES = { fp32 = "f32", f32 = "f32", bf16 = "bf16" }

@@ -12,12 +12,13 @@ local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
 local arch = require("lwopt.arch")
+local errors = require("lwopt.errors")
 
 local export = {}
 
 local WHERE = "export"
 
-local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+local fail = errors.failer(WHERE)
 
 -- A checkpoint manifest read for export, its messages in export's words.
 local function manifest_of(dir, opts)

@@ -1,6 +1,7 @@
 -- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel,
 -- comm, ep, tp, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's
--- version and features; see docs/architecture.md and docs/lua.md.
+-- version and features; see docs/architecture.md and docs/lua.md. lw.stepmodel (the planner,
+-- lua/lwopt/planner/) is loaded on first use: training never needs it.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 
@@ -8,7 +9,6 @@ local lw = {
    arch = require("lwopt.arch"),
    route = require("lwopt.route"),
    layout = require("lwopt.layout"),
-   stepmodel = require("lwopt.stepmodel"),
    comm = require("lwopt.comm"),
    ep = require("lwopt.ep"),
    tp = require("lwopt.tp"),
@@ -24,6 +24,16 @@ local lw = {
    version = ffi.string(C.lib.lw_version()),
    library = C.path,
 }
+
+-- Modules loaded on first access rather than with lwopt: the planner.
+local LAZY = { stepmodel = "lwopt.planner" }
+setmetatable(lw, { __index = function(t, key)
+   local name = LAZY[key]
+   if name == nil then return nil end
+   local module = require(name)
+   rawset(t, key, module)
+   return module
+end })
 
 -- Whether the CUDA library loads and sees a GPU (lw.device_info("cuda") says why not).
 function lw.has_cuda()

@@ -5,6 +5,7 @@ local ffi = require("ffi")
 local C = require("lwopt.C")
 local route = require("lwopt.route")
 local json = require("lwopt.json")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local layout = {}
@@ -39,9 +40,7 @@ local option_names = {
    high_busbw = true,
 }
 
-local function fail(fmt, ...)
-   error(WHERE .. ": " .. fmt:format(...), 0)
-end
+local fail = errors.failer(WHERE)
 
 local function is_integer(v)
    return type(v) == "number" and v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53

@@ -7,6 +7,7 @@
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local comm_mod = require("lwopt.comm")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local optim = {}
@@ -16,7 +17,7 @@ Optimizer.__index = Optimizer
 
 local WHERE = "lw.optim.new"
 
-local function fail(fmt, ...) error(WHERE .. ": " .. fmt:format(...), 0) end
+local fail = errors.failer(WHERE)
 
 -- The named coefficient sets, from C (lw_ns_coeffs_name) but "custom": a list of {a, b, c}
 -- stands for that one.

@@ -3,6 +3,8 @@
 -- the end-of-text token's id; then per token a length byte and that many bytes) and decodes
 -- token ids into text. It does not encode: the file holds each token's bytes, not GPT-2's BPE
 -- merges, so text cannot be turned back into the ids a GPT-2 model was trained on.
+local errors = require("lwopt.errors")
+
 local tokenizer = {}
 
 tokenizer.MAGIC = 20240328
@@ -13,7 +15,7 @@ tokenizer.GPT2_EOT = 50256
 local Tokenizer = {}
 Tokenizer.__index = Tokenizer
 
-local function fail(path, fmt, ...) error(("tokenizer: %s: " .. fmt):format(path, ...), 0) end
+local function fail(path, fmt, ...) errors.fail("tokenizer: " .. tostring(path), fmt, ...) end
 
 -- The little-endian uint32 at 0-based byte offset `at` of s.
 local function u32(s, at)

@@ -31,6 +31,7 @@ local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
 local MLP = require("lwopt.nn.mlp")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local zero = base.zero
@@ -47,7 +48,7 @@ local function is_count(v) return type(v) == "number" and v == math.floor(v) and
 
 -- The module's settings, defaults filled, or an error naming the value.
 local function settings(c, cfg)
-   local function fail(fmt, ...) error("nn.MoE: " .. fmt:format(...), 0) end
+   local fail = errors.failer("nn.MoE")
    local o = {}
    for k, v in pairs(MoE.DEFAULTS) do o[k] = v end
    local unknown = {}

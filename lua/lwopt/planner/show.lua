@@ -1,7 +1,7 @@
--- stepmodel_show.lua: lw.stepmodel's text: a prediction as a table (stepmodel.table), and
+-- planner/show.lua: lw.stepmodel's text: a prediction as a table (stepmodel.table), and
 -- every whole-matrix algorithm side by side for one model and dp (stepmodel.compare,
--- compare_table; `lwopt layout --compare`). The model itself is in stepmodel.lua.
-local stepmodel = require("lwopt.stepmodel")
+-- compare_table; `lwopt layout --compare`). The model itself is in the other planner modules.
+local stepmodel = require("lwopt.planner")
 
 local show = {}
 

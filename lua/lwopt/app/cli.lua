@@ -39,7 +39,7 @@ examples:
 -- when the command runs, so that `lwopt help` works without the library.
 local function layout_flags()
    local layout = require("lwopt.layout")
-   local stepmodel = require("lwopt.stepmodel")
+   local stepmodel = require("lwopt.planner")
    return {
       { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
       { "n-layer", "int", nil, "layers", min = 1 },
@@ -280,7 +280,7 @@ end
 -- lwopt train [flags]: recipes/gpt_small.lua of the lwopt tree these modules came from, run
 -- with the flags as `luajit recipes/gpt_small.lua [flags]` would (under mpirun too).
 local function train_command(argv, out, err)
-   local tree = require("lwopt.recipe_paths").tree()
+   local tree = require("lwopt.app.recipe_paths").tree()
    local recipe = tree and tree .. "/recipes/gpt_small.lua"
    local f = recipe and io.open(recipe, "r")
    if f == nil then
@@ -337,11 +337,11 @@ function cli.main(argv, out, err)
    elseif command == "export" then
       return require("lwopt.export").main(rest, out, err)
    elseif command == "repl" then
-      return require("lwopt.repl").run{ lw = require("lwopt") }
+      return require("lwopt.app.repl").run{ lw = require("lwopt") }
    elseif command == "sample" then
-      return require("lwopt.cli_sample").main(rest, out, err)
+      return require("lwopt.app.cli_sample").main(rest, out, err)
    elseif command == "eval" then
-      return require("lwopt.cli_eval").main(rest, out, err)
+      return require("lwopt.app.cli_eval").main(rest, out, err)
    elseif command == "train" then
       return train_command(rest, out, err)
    elseif command == "version" or command == "--version" then

@@ -1,12 +1,12 @@
 -- recipe_log.lua: the configuration record that opens the --log of recipes/gpt_small.lua
--- (beside gpt_recipe.lua): every flag's value as the run uses it (presets and defaults filled
+-- (beside recipe.lua): every flag's value as the run uses it (presets and defaults filled
 -- in), lwopt's version and commit, the ranks with each one's host and device, the start time
 -- and the host. The step records that follow are lw.train's; docs/recipes.md describes both.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
 local files = require("lwopt.files")
-local recipe_batch = require("lwopt.recipe_batch")
+local recipe_batch = require("lwopt.app.recipe_batch")
 
 local lib = C.lib
 local recipe_log = {}
@@ -39,13 +39,13 @@ end
 
 local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
--- The directory lwopt's Lua modules were loaded from, two levels up (the source tree in a
--- checkout: lua/lwopt/ -> .), or nil when this file's path is not known.
+-- The directory lwopt's Lua modules were loaded from, two levels up from lwopt/ (the source
+-- tree in a checkout: lua/lwopt/app/ -> .), or nil when this file's path is not known.
 local function source_root()
    local source = debug.getinfo(1, "S").source
    local file = source:match("^@(.*)$")
    if file == nil then return nil end
-   local dir = file:match("^(.*)/lwopt/[^/]*$")
+   local dir = file:match("^(.*)/lwopt/app/[^/]*$")
    if dir == nil then return nil end
    return dir:match("^(.*)/[^/]*$") or "."
 end
@@ -117,7 +117,7 @@ local function resolved(run, v, data, path)
 end
 
 -- The configuration record (kind "config") of a run of the recipe, for lw.train's log_config:
--- run (gpt_recipe's, built and resumed), v (the flags' values, checked), data and path (the
+-- run (recipe.lua's, built and resumed), v (the flags' values, checked), data and path (the
 -- training data and its path), list (the recipe's flags), started (lw_wall_clock when the run
 -- began), parameters (the whole model's parameter count). Collective (the ranks' devices);
 -- every rank gets the record, only rank 0's lists the devices.

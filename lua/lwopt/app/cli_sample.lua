@@ -4,6 +4,7 @@
 -- training run printed. Token ids are printed as ids, or as text with --tokenizer.
 local trained = require("lwopt.trained")
 local sampling = require("lwopt.sampling")
+local errors = require("lwopt.errors")
 
 local cli_sample = {}
 
@@ -39,7 +40,7 @@ local function flag_list()
    return list
 end
 
-local function fail(fmt, ...) error(fmt:format(...), 0) end
+local fail = errors.failer(nil)
 
 -- What the sample draws among and from, for a model of bytes: the prompt text, and the bytes of
 -- the training text (--data's, else the checkpoint's record, else all of them, said).

@@ -1,5 +1,5 @@
 -- recipe_paths.lua: the files a run of recipes/gpt_small.lua reads and writes (beside
--- gpt_recipe.lua), compared by real path before step 1, so that no output (--log, the loss
+-- recipe.lua), compared by real path before step 1, so that no output (--log, the loss
 -- curve beside it, --save-params, the checkpoints in --ckpt-dir) writes over an input (--data's
 -- and --val-data's files, the checkpoint resumed) or over another output: symbolic links, hard
 -- links and other spellings of a path are seen through; and where the default corpus is.
@@ -13,6 +13,8 @@ local paths = {}
 -- share/lua/5.1, which is no tree.
 function paths.tree(source)
    source = source or debug.getinfo(1, "S").source
+   -- this module is in lua/lwopt/app/; a module of lua/lwopt/ itself names the same tree
+   source = source:gsub("(lua/lwopt)/app/([^/]+)$", "%1/%2")
    if source:match("^@lua/lwopt/[^/]+$") then return "." end
    return source:match("^@(.+)/lua/lwopt/[^/]+$")
 end

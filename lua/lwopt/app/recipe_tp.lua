@@ -1,5 +1,5 @@
 -- recipe_tp.lua: tensor parallelism in recipes/gpt_small.lua (--tp), kept beside
--- gpt_recipe.lua: the refusals before any work, the process grid the run is built on, and the
+-- recipe.lua: the refusals before any work, the process grid the run is built on, and the
 -- full tensors --save-params writes. The model's side is lw.nn.GPT{ tp } (lw.tp says how the
 -- shards lie); the optimizer's, lw.optim with the TP group (tp_comm) and --muon-tp-mode.
 local lw = require("lwopt")

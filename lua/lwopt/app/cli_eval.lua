@@ -38,7 +38,7 @@ local function evaluate(v, path, job)
    job.tell(("model: %s%s: %s"):format(t.path, t.step and (", step %d"):format(t.step) or "",
       trained.describe(t)))
    local data = trained.open_data(v.data, s, v.val_data)
-   local name = require("lwopt.gpt_recipe").data_name(data)
+   local name = require("lwopt.app.recipe").data_name(data)
    if s.data and s.data ~= name then
       job.note(("the model was trained on %s; --data is %s"):format(s.data, name))
    end

@@ -3,7 +3,7 @@
 -- next line; errors print a message and the session goes on; `help` says what there is. Lines
 -- come from repl_input.lua: readline with history and Tab completion on a terminal, plain reads
 -- from a pipe or a file.
-local repl_input = require("lwopt.repl_input")
+local repl_input = require("lwopt.app.repl_input")
 
 local repl = {}
 

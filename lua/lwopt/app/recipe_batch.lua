@@ -1,4 +1,4 @@
--- recipe_batch.lua: the global batch of recipes/gpt_small.lua (beside gpt_recipe.lua): the
+-- recipe_batch.lua: the global batch of recipes/gpt_small.lua (beside recipe.lua): the
 -- sequences of one optimizer step over every data-parallel rank, --batch x --accum x the ranks
 -- (/ --tp, whose ranks share their sequences). --global-batch states it, as Megatron's
 -- --global-batch-size does, and --accum follows; a resume at another rank count keeps the

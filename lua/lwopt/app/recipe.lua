@@ -1,0 +1,286 @@
+-- recipe.lua: the body of recipes/gpt_small.lua (and recipes that change its routing): parse
+-- the flags, build the GPT (dense, or a mixture of experts: --n-expert, --preset moe), its
+-- buffers and optimizer, train on a byte-level corpus or on token shards (llm.c's format), then
+-- report the final validation loss, plot the loss curve and print a sample. The presets, flags,
+-- resume and report are recipe_presets.lua, recipe_flags.lua, recipe_resume.lua and
+-- recipe_report.lua; this module runs them in order and gathers their public names.
+local ffi = require("ffi")
+local lw = require("lwopt")
+local train = require("lwopt.train")
+local data_mod = require("lwopt.data")
+local tokens_mod = require("lwopt.tokens")
+local files = require("lwopt.files")
+local checkpoint = require("lwopt.checkpoint")
+local init_from = require("lwopt.init_from")
+local C = require("lwopt.C")
+local recipe_tp = require("lwopt.app.recipe_tp")
+local recipe_paths = require("lwopt.app.recipe_paths")
+local recipe_batch = require("lwopt.app.recipe_batch")
+local recipe_log = require("lwopt.app.recipe_log")
+local recipe_presets = require("lwopt.app.recipe_presets")
+local recipe_flags = require("lwopt.app.recipe_flags")
+local recipe_resume = require("lwopt.app.recipe_resume")
+local recipe_report = require("lwopt.app.recipe_report")
+
+local recipe = {}
+
+-- The public names, as before the recipe was split: presets and the model's configuration,
+-- the flags and exit statuses, the data's name and the texts of the announcement.
+for _, name in ipairs({ "presets", "MOE_DEFAULTS", "VOCAB_MULTIPLE", "vocab_rows",
+   "gpt_config" }) do
+   recipe[name] = recipe_presets[name]
+end
+recipe.flags = recipe_flags.list
+recipe.EXIT_USAGE, recipe.EXIT_DIVERGED = recipe_flags.EXIT_USAGE, recipe_flags.EXIT_DIVERGED
+recipe.data_name = recipe_resume.data_name
+recipe.parameters_text = recipe_report.parameters_text
+recipe.routing_text = recipe_report.routing_text
+
+local check_flags, parse_flags = recipe_flags.check, recipe_flags.parse
+local warn_schedule = recipe_flags.warn_schedule
+local setup_checkpoints = recipe_resume.setup_checkpoints
+local finish, announce = recipe_report.finish, recipe_report.announce
+
+-- The next state of a 31-bit linear congruential generator: seeded, the same on every rank.
+local function lcg(state) return (state * 1103515245 + 12345) % 2147483648 end
+
+-- Seeded parameter initialisation, the same on every rank (GPT-2's: normal(0, 0.02), residual
+-- projections scaled by 1/sqrt(2 n_layer), norm gains 1, biases 0), one parameter at a time in
+-- definition order (collective at ZeRO-3, where each is written into its gathered group). every:
+-- the ep 1 (tp 1) model's parameters with --ep (--tp), whose draws are made in its order, those
+-- of experts held by another EP rank skipped, so every --ep starts from the same values; with
+-- --tp (g: lw.tp.groups's table) a sharded tensor's draws are the whole tp 1 tensor's, of which
+-- this TP rank keeps its shard, so every --tp starts from the same values too.
+local function init_params(model, ddp, seed, n_layer, every, g)
+   local state = seed
+   local function uniform()
+      state = lcg(state)
+      return (state + 0.5) / 2147483648
+   end
+   local function normal() -- Box-Muller
+      return math.sqrt(-2 * math.log(uniform())) * math.cos(2 * math.pi * uniform())
+   end
+   local held = {}
+   for _, spec in ipairs(model:parameters()) do held[spec.name] = spec end
+   for _, spec in ipairs(every or model:parameters()) do
+      local mine = held[spec.name]
+      if mine then
+         ddp:with_param(spec.name, function(p)
+            if spec.role == "norm" then
+               p:fill(1)
+            elseif spec.role == "bias" then
+               p:fill(0)
+            else
+               local std = 0.02
+               if spec.name:match("proj%.weight$") then std = 0.02 / math.sqrt(2 * n_layer) end
+               local into = p.data
+               -- a TP shard: the tp 1 model's tensor drawn, this rank's shard kept
+               if mine.tp then into = ffi.new("float[?]", lw.tp.numel(spec.shape)) end
+               for i = 0, lw.tp.numel(spec.shape) - 1 do into[i] = std * normal() end
+               if mine.tp then lw.tp.from_model(into, mine, g.size, g.rank, p.data) end
+            end
+         end)
+      elseif spec.role ~= "norm" and spec.role ~= "bias" then
+         -- another EP rank's expert: its draws, skipped
+         local numel = 1
+         for _, d in ipairs(spec.shape) do numel = numel * d end
+         for _ = 1, numel do normal() end
+      end
+   end
+end
+
+-- Outputs checked on every rank before the first step (each rank the paths it writes: the
+-- checkpoint directory all of them, the log, loss curve and parameters rank 0), the checkpoint
+-- directory locked for this job (rank 0 holds the lock, returned; nil without --ckpt-dir), and
+-- a new run refused in a checkpoint directory that holds another run's checkpoints. Collective.
+local function check_outputs(comm, v)
+   local lock
+   if v.ckpt_dir then
+      local looked, kind = pcall(files.kind, v.ckpt_dir)
+      v.ckpt_dir_existed = not looked or kind ~= "missing"
+      comm:barrier() -- every rank looks before any creates it
+   end
+   local ok, err = pcall(function()
+      local function must(good, message) if not good then error(message, 0) end end
+      if v.ckpt_dir then
+         must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
+         if comm.rank == 0 then
+            local why, busy
+            lock, why, busy = checkpoint.lock(v.ckpt_dir)
+            must(lock, busy and ("--ckpt-dir %s: two jobs saving into one directory would write "
+               .. "over each other's checkpoints: wait for the other one to end, or choose "
+               .. "another directory"):format(why)
+               or ("--ckpt-dir %s cannot be locked: %s"):format(v.ckpt_dir, why))
+            local good
+            good, why = checkpoint.check_dir(v.ckpt_dir)
+            must(good, ("--ckpt-dir %s: %s"):format(v.ckpt_dir, why))
+         end
+         if comm.rank == 0 and not v.resume then
+            local holds, what = checkpoint.holds(v.ckpt_dir)
+            if holds and not v.overwrite then
+               error(("--ckpt-dir %s already holds checkpoints (%s): add --resume to continue "
+                  .. "from them, --overwrite to start a new run over them, or choose another "
+                  .. "directory"):format(v.ckpt_dir, what), 0)
+            end
+         end
+      end
+      if comm.rank == 0 then
+         if v.log then
+            must(files.check_writable(v.log, "--log"))
+            must(files.check_writable(recipe_paths.plot(v.log), "the loss curve next to --log"))
+         end
+         if v.save_params then must(files.check_writable(v.save_params, "--save-params")) end
+      end
+   end)
+   comm:agree(ok, err)
+   return lock
+end
+
+-- The world communicator with --timeout (which bounds MPI's start-up too), and say(text [,
+-- stream]): a line on rank 0.
+local function start_comm(v)
+   local comm = lw.comm.init(v.timeout)
+   local function say(text, stream)
+      if comm.rank ~= 0 then return end
+      stream = stream or io.stdout
+      stream:write(text, "\n")
+      stream:flush()
+   end
+   return comm, say
+end
+
+-- The corpus: --data (a text file, or token shards with --val-data), or the KJV in data/ of the
+-- lwopt tree (recipe_paths.default_data); returns it and its path.
+local function load_data(v, script)
+   if v.data_kind == "tokens" then
+      local data = tokens_mod.open(v.data, { vocab = v.vocab, seq_len = v.seq, val = v.val_data,
+         hint = (" (the vocabulary is %d%s; --vocab sets it)"):format(v.vocab,
+         v.vocab_given and "" or (", --preset %s's"):format(v.preset)) })
+      return data, v.data
+   end
+   local path = v.data or recipe_paths.default_data(script)
+   local data = data_mod.load(path, { seq_len = v.seq, hint = v.data == nil and
+      ". Prepare the default corpus with `make data` (needs Debian's bible-kjv package)" or "" })
+   return data, path
+end
+
+-- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
+-- the parameters initialised, and the run table train.run takes, the model bound to it.
+local function build_run(v, comm, data, rules)
+   local moe = { n_expert = v.n_expert, topk = v.topk, aux_coef = v.aux_coef,
+      shared_expert = v.shared_expert }
+   -- --ep: EP groups of v.ep consecutive ranks (world rank r: group floor(r / ep), EP rank
+   -- r % ep, holding experts [r % ep * n/ep, +n/ep)), expert-DP groups of the ranks with the same
+   -- EP rank; the model declares its EP rank's experts, lw.ddp.new averages them over the
+   -- expert-DP group
+   -- every device communicator made from here on (buffers, TP, EP) is of this kind
+   lw.comm.set_device_kind(v.device_comm)
+   local g = v.ep > 1 and lw.ep.groups(comm, v.ep, v.n_expert) or nil
+   -- --tp: TP groups of v.tp consecutive ranks hold the shards of every layer and see the same
+   -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
+   local tg = recipe_tp.groups(v, comm)
+   local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
+   cfg.ep, cfg.tp = g or false, tg or false
+   local model = lw.nn.GPT.new(cfg)
+   if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
+   local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
+   -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
+   -- (expert_comm nil is comm), over the expert-DP group with --ep
+   local ddp = lw.ddp.new(specs, tg and tg.dp_comm or comm, { mode = v.mode,
+      expert_comm = g and g.expert_comm,
+      algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
+      bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
+      device = v.device, matmul = v.matmul, param_dtype = v.param_dtype,
+      grad_dtype = v.grad_dtype })
+   local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
+      adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm,
+      muon = { precision = v.muon_precision, tp_mode = v.muon_tp_mode,
+               split_qkv = v.split_qkv == "on" } })
+   -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
+   local every = (g or tg) and (function()
+      local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
+      return lw.nn.GPT.new(c1):parameters()
+   end)() or nil
+   init_params(model, ddp, v.seed, v.n_layer, every, tg)
+   -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
+   local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every, rules = rules,
+      comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
+      batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
+      lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
+      log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
+      max_skips = v.max_skips }
+   model:bind(ddp, train.hooks(run))
+   return run
+end
+
+-- No output may write over an input or another output: rank 0 compares their real paths (the
+-- inputs include the checkpoint resumed), every rank agrees. Collective.
+local function check_paths(run, v, data)
+   local ok, err = pcall(function()
+      if run.comm.rank ~= 0 then return end
+      local why = recipe_paths.check(v, data, run.checkpoint and run.checkpoint.resumed_from)
+      if why then error(why, 0) end
+   end)
+   run.comm:agree(ok, err)
+end
+
+-- With --init-from: the weights read into the buffers and said in one line, unless the run
+-- resumed a checkpoint, whose weights take precedence (also said). Collective.
+local function apply_init_from(run, v, say)
+   if not v.init_from then return end
+   if run.start_step then
+      say(("--init-from %s not used: the run resumed from %s, which continues it (--init-from "
+         .. "starts a run; a resumed run takes its checkpoint's weights)"):format(v.init_from,
+         run.checkpoint.resumed_from))
+      return
+   end
+   say(init_from.load(v.init_from, { ddp = run.ddp, comm = run.comm, full_specs = run.full_specs,
+      tp = run.tp, cfg = run.model.cfg, vocab = v.vocab }))
+end
+
+-- Trains from the first step to run (1, or the one after the checkpoint resumed) to the last
+-- (--steps or --stop-after); a resumed run already past it says so and trains nothing.
+local function train_steps(run, v, say)
+   local first, last = run.start_step or 1, math.min(v.steps, v.stop_after or v.steps)
+   if first > last then
+      say(("nothing to train: the checkpoint is at step %d and the run ends at step %d (%s)")
+         :format(first - 1, last, last == v.steps and "--steps" or "--stop-after"))
+      return {}, { diverged = false }
+   end
+   return train.run(run)
+end
+
+-- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or
+-- all AdamW with --optimizer adamw); script: its path, for messages. Returns the step records;
+-- a run that must report failure after its work (it diverged, an output failed) ends the
+-- process with that status instead (recipe.EXIT_DIVERGED, 1).
+function recipe.main(argv, rules, script)
+   local started = C.lib.lw_wall_clock()
+   local v = parse_flags(argv, script)
+   if v == nil then return {} end -- --help
+   check_flags(v)
+   local comm, say = start_comm(v)
+   local bad = lw.ep.check(v.ep, comm.size, v.n_expert) or recipe_tp.check_world(v, comm.size)
+   if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
+   bad = recipe_batch.plan(v, comm.size / v.tp)
+   if bad then lw.comm.fail(bad, recipe.EXIT_USAGE) end
+   local lock = check_outputs(comm, v)
+   local data, path = load_data(v, script)
+   local run = build_run(v, comm, data, rules)
+   setup_checkpoints(run, v, data, say)
+   check_paths(run, v, data)
+   apply_init_from(run, v, say)
+   announce(run, v, data, path, say)
+   warn_schedule(v, say)
+   if v.log then -- collective
+      run.log_config = recipe_log.config(run, v, data, path, recipe.flags, started,
+         lw.arch.numel(run.full_specs or run.ddp.specs))
+   end
+   local records, ended = train_steps(run, v, say)
+   local status = finish(run, v, records, ended, say)
+   if lock then lock.release() end
+   if status ~= 0 then lw.comm.exit(status) end
+   return records
+end
+
+return recipe

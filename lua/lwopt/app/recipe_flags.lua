@@ -1,0 +1,329 @@
+-- recipe_flags.lua: the recipe's flags: the list (names, choices, defaults, help), the exit
+-- statuses, parsing with --help, and the checks that refuse values and combinations that
+-- cannot work before any work; the schedule warning. Running the recipe is recipe.lua's job.
+local lw = require("lwopt")
+local flags = require("lwopt.flags")
+local train = require("lwopt.train")
+local tokens_mod = require("lwopt.tokens")
+local sampling = require("lwopt.sampling")
+local tokenizer = require("lwopt.tokenizer")
+local C = require("lwopt.C")
+local recipe_tp = require("lwopt.app.recipe_tp")
+local recipe_presets = require("lwopt.app.recipe_presets")
+
+local recipe_flags = {}
+
+-- Choices of the runtime flags, as the C library names them: the modes and shards, and the
+-- whole-matrix layouts of the Muon buffers (shard-aligned, and packed); the defaults are the
+-- library's.
+local lib = C.lib
+local RUNTIME, LAYOUT = lib.lw_runtime_defaults(), lib.lw_layout_defaults()
+local ALIGNED = {}
+for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
+   lib.LW_ALGORITHM_SIZE_MATCHING, lib.LW_ALGORITHM_PACKED }) do
+   ALIGNED[#ALIGNED + 1] = C.name("algorithm", a)
+end
+
+recipe_flags.list = {
+   { "preset", { "tiny", "small", "wide", "gpt2", "moe" }, "small", "model and schedule size "
+     .. "(moe: 4 layers x 128, 8 experts, top-2)" },
+   { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
+   { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
+   { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split" },
+   { "layout", ALIGNED, C.name("algorithm", LAYOUT.algorithm), "layout of the Muon buffers" },
+   { "zero", "int", RUNTIME.zero, "1: shard optimizer state; 2: and gradients; 3: and parameters",
+     min = 1, max = 3 },
+   { "shard", C.names("shard"), C.name("shard", RUNTIME.shard), "aligned: each rank owns whole "
+     .. "matrices; rows: every matrix split by rows (row-sharded FSDP, for comparison; needs "
+     .. "--zero 3)" },
+   { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
+   { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32; "
+     .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, weights and "
+     .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
+     .. "computes fp32 whatever is asked" },
+   { "param-dtype", { "bf16", "fp32" }, nil, "what the parameter buffers hold and the all-gathers "
+     .. "move: bf16 (the optimizer keeps fp32 master weights of what each rank updates; the model "
+     .. "reads each layer's weights widened to fp32) or fp32 (default: bf16 on a GPU, fp32 on "
+     .. "the CPU)" },
+   { "grad-dtype", { "fp32", "bf16" }, "fp32", "what the gradient buffers hold and the "
+     .. "reduce-scatters move" },
+   { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "
+     .. "the preset's; none but --preset moe's 8; 0: a dense MLP, also with --preset moe)",
+     min = 0, max = 65536 },
+   { "topk", "int", nil, "experts each token is routed to (default 2)", min = 1, max = 65536 },
+   { "aux-coef", "number", nil, "weight of the load-balancing loss (default 0.01)", min = 0 },
+   { "shared-expert", "bool", false, "one more dense MLP every token goes through, besides its "
+     .. "experts" },
+   { "mlp-hidden", "int", nil, "hidden size of the dense MLP (default 4 x the model width), "
+     .. "e.g. to match a mixture of experts' active parameters", min = 1, max = 2 ^ 31 - 1 },
+   { "ep", "int", 1, "expert parallelism: groups of EP consecutive ranks share out each layer's "
+     .. "experts (n_expert / EP each) and exchange tokens; EP must divide --n-expert and the "
+     .. "ranks", min = 1, max = 65536 },
+   { "tp", "int", 1, "tensor parallelism: groups of TP consecutive ranks split every layer's "
+     .. "heads, MLP channels and vocabulary (padded to a multiple of TP) and see the same batches; "
+     .. "TP must divide the ranks, the heads and 4 x n_embd; dense models, not with --ep yet",
+     min = 1, max = 65536 },
+   { "muon-tp-mode", C.names("muon_tp_mode"), nil, "how Muon orthogonalises a matrix split over "
+     .. "--tp: duplicated (gathers it, every TP rank runs Newton-Schulz on the whole: as at tp 1), "
+     .. "distributed (all-reduces the Gram matrices: as at tp 1, less memory), blockwise (each "
+     .. "shard alone: no communication, a different optimizer) (default duplicated)" },
+   { "split-qkv", { "on", "off" }, "on", "Muon orthogonalises the fused attention weight's Q, K "
+     .. "and V blocks separately (as Megatron does)" },
+   { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
+     .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
+   { "device", "string", "cpu", "where to train: cpu; cuda (under mpirun, each rank's own GPU, "
+     .. "by its place on its machine); cuda:N (that GPU, for every rank: ranks sharing one GPU "
+     .. "exchange its buffers through host memory)" },
+   { "device-comm", C.names("device_comm"), "auto", "how ranks exchange GPU buffers: nccl (a GPU "
+     .. "per rank), staged (copied through host memory and moved by MPI: ranks sharing a GPU, "
+     .. "a build without NCCL; slower), auto (nccl where every rank has its own GPU, else "
+     .. "staged)" },
+   { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
+   { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
+   { "accum", "int", nil, "micro-steps per optimizer step (default 1, or what --global-batch "
+     .. "makes it; a resume keeps the checkpoint's global batch by changing it)", min = 1,
+     max = 1e6 },
+   { "global-batch", "int", nil, "sequences per optimizer step over all ranks (--batch x "
+     .. "--accum x data-parallel ranks, as Megatron's --global-batch-size): sets --accum",
+     min = 1, max = 1e12 },
+   { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
+   { "lr", "number", nil, "peak learning rate", above = 0 },
+   { "warmup", "int", nil, "warmup steps", min = 0 },
+   { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0 },
+   { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)",
+     min = 1 },
+   { "eval-every", "int", nil, "steps between validation evaluations (0: only at the end)",
+     min = 0 },
+   { "eval-max", "int", 64, "validation sequences per evaluation", min = 1 },
+   { "data", "string", nil, "text file (bytes; default: the KJV corpus in data/), or token "
+     .. "shards: a .bin path or a pattern (data/fineweb10B/fineweb_train_*.bin)" },
+   { "val-data", "string", nil, "validation token shards (default: --data with train -> val in "
+     .. "the file name when that matches files, else the last 5% of --data)" },
+   { "vocab", "int", nil, "token vocabulary of token shards (default: the preset's, 50257: "
+     .. "GPT-2's); the model's is it padded to a multiple of 128. Byte data: 256", min = 1,
+     max = 2 ^ 31 - 1 },
+   { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
+   { "save-params", "string", nil, "write the final parameters as safetensors" },
+   { "init-from", "string", nil, "start from the weights in this safetensors file (--save-params, "
+     .. "a checkpoint's model.safetensors, or an `lwopt export` in hf-gpt2 or nanogpt names; F32, "
+     .. "BF16 or F16) instead of the seeded initialisation, with a fresh optimizer; a --resume "
+     .. "that finds a checkpoint takes the checkpoint's weights instead" },
+   { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
+   { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
+   { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },
+   { "resume", { "auto", "strict" }, nil, "continue from the checkpoint latest names in "
+     .. "--ckpt-dir, if any; when it is missing or damaged, from the newest whole checkpoint of "
+     .. "the same run (auto, the default), or not at all (strict)", bare = "auto" },
+   { "overwrite", "bool", false, "start a new run in a --ckpt-dir that holds checkpoints "
+     .. "(replaced step by step as the new run saves; without this flag such a directory is "
+     .. "refused)" },
+   { "stop-after", "int", nil, "stop after this step (checkpointed with --ckpt-dir); the "
+     .. "schedule still spans --steps", min = 1 },
+   { "max-skips", "int", 10, "stop after this many steps in a row skipped for non-finite "
+     .. "gradients (0: never stop)", min = 0 },
+   { "timeout", "number", nil, "seconds a collective may wait for the other ranks before the "
+     .. "job ends (default: LWOPT_TIMEOUT, else 600; 0: wait forever)", min = 0 },
+   { "sample", "int", sampling.COUNT, "characters (token data: tokens) to generate at the end "
+     .. "(0: none)", min = 0, max = 1e6 },
+   { "prompt", "string", nil, "prompt for the sample (default 'And God said'; token data: token "
+     .. "ids separated by spaces, as --prompt-ids, default the first 8 validation tokens)" },
+   { "prompt-ids", "string", nil, "token data: the sample's prompt as token ids, 1,2,3 (text "
+     .. "cannot be encoded: a tokenizer file has no BPE merges)" },
+   { "tokenizer", "string", nil, "token data: llm.c's gpt2_tokenizer.bin, to print the sample "
+     .. "as text instead of token ids" },
+   { "temperature", "number", sampling.TEMPERATURE, "the sample's temperature", above = 0 },
+   { "top-k", "int", nil, "sample among the k likeliest tokens only (default: all)", min = 1 },
+   { "quiet", "bool", false, "no progress lines" },
+   { "progress", { "auto", "redraw", "lines" }, "auto",
+     "redraw the progress line in place, or a line per step (auto: redraw on a terminal, not "
+     .. "under mpirun, whose ranks always see one)" },
+   { "help", "bool", false, "this text" },
+}
+
+-- Exit statuses besides 0 and 1 (an error): usage errors, and a run stopped by divergence.
+recipe_flags.EXIT_USAGE = 2
+recipe_flags.EXIT_DIVERGED = 3
+
+local function usage(script)
+   return ("usage: [mpirun -np N] luajit %s [flags]\n"):format(script)
+      .. flags.usage(recipe_flags.list)
+end
+
+-- The flag of each runtime choice that lw.ddp.check's messages name ("zero 2", "mode 'legacy'").
+local FLAG_OF = { zero = "zero", mode = "mode", shard = "shard", algorithm = "layout" }
+
+-- lw.ddp.check's message in flag words: "zero 3 ...; mode 'legacy' keeps them whole" reads
+-- "--zero 3 ...; --mode legacy keeps them whole".
+local function in_flag_words(message)
+   message = message:gsub("^runtime: ", ""):gsub("zero (%d+)", "--zero %1")
+   return (message:gsub("(%a+) '([%w_]+)'", function(choice, value)
+      if FLAG_OF[choice] then return ("--%s %s"):format(FLAG_OF[choice], value) end
+   end))
+end
+
+-- The data's kind ("bytes": a text file; "tokens": token shards), its vocabulary (v.vocab: every
+-- token is below it) and the model's (v.vocab_rows, padded), and for token data the sample's
+-- prompt as token ids (v.prompt_ids) and the tokenizer that decodes it (v.tokenizer_read).
+local function check_data_flags(v, preset)
+   v.data_kind = v.data and tokens_mod.is_shards(v.data) and "tokens" or "bytes"
+   if v.data_kind == "bytes" then
+      if v.vocab and v.vocab ~= 256 then
+         error(("--vocab %d: a text file is read as bytes, a vocabulary of 256 (--vocab is for "
+            .. "token shards: a .bin path or a pattern in --data)"):format(v.vocab), 0)
+      end
+      if v.val_data then
+         error("--val-data is for token shards (a .bin path or a pattern in --data); a text "
+            .. "file's validation split is its last 5%", 0)
+      end
+      if v.prompt == "" then
+         error("--prompt: the sample needs a prompt of one byte or more", 0)
+      end
+      for _, name in ipairs({ "prompt_ids", "tokenizer" }) do
+         if v[name] then
+            error(("--%s is for token shards (a .bin path or a pattern in --data); a text file's "
+               .. "sample is its bytes, its prompt --prompt"):format(name:gsub("_", "-")), 0)
+         end
+      end
+      v.vocab, v.vocab_rows = 256, 256
+      return
+   end
+   v.vocab_given = v.vocab ~= nil
+   v.vocab = v.vocab or preset.vocab
+   v.vocab_rows = recipe_presets.vocab_rows(v.vocab)
+   if v.prompt and v.prompt_ids then
+      error("--prompt and --prompt-ids both give the prompt: choose one", 0)
+   end
+   if v.prompt then
+      local ok, ids = pcall(sampling.parse_ids, v.prompt, v.vocab, "--prompt")
+      if not ok then
+         error(ids .. " (with token shards --prompt is token ids: text cannot be encoded into "
+            .. "tokens, a tokenizer file holds no BPE merges)", 0)
+      end
+      v.prompt_ids = ids
+   elseif v.prompt_ids then
+      v.prompt_ids = sampling.parse_ids(v.prompt_ids, v.vocab, "--prompt-ids")
+   end
+   if v.tokenizer then
+      v.tokenizer_read = tokenizer.load(v.tokenizer)
+      if v.tokenizer_read.vocab < v.vocab then
+         error(("--tokenizer %s has %d tokens, fewer than the vocabulary (%d): another "
+            .. "tokenizer?"):format(v.tokenizer, v.tokenizer_read.vocab, v.vocab), 0)
+      end
+   end
+end
+
+-- The experts: --n-expert (or the preset's), --topk, --aux-coef, --shared-expert, refused where
+-- they cannot route (the flags' bounds already refuse --n-expert < 2 and --topk < 1). v gains
+-- n_expert (0: dense) and, with experts, topk and aux_coef.
+local function check_expert_flags(v, preset)
+   v.n_expert = v.n_expert or preset.n_expert or 0
+   if v.n_expert == 1 then
+      error("--n-expert 1: a mixture of experts needs at least 2 (0: a dense MLP)", 0)
+   end
+   if v.n_expert == 0 then
+      for _, name in ipairs({ "topk", "aux_coef", "shared_expert" }) do
+         if v[name] then
+            error(("--%s is for a mixture of experts: add --n-expert (or --preset moe)")
+               :format(name:gsub("_", "-")), 0)
+         end
+      end
+      return
+   end
+   if v.mlp_hidden then
+      error("--mlp-hidden sizes the dense MLP, which a mixture of experts replaces: drop it, or "
+         .. "add --n-expert 0", 0)
+   end
+   v.topk = v.topk or preset.topk or recipe_presets.MOE_DEFAULTS.topk
+   v.aux_coef = v.aux_coef or preset.aux_coef or recipe_presets.MOE_DEFAULTS.aux_coef
+   if v.topk > v.n_expert then
+      error(("--topk %d is more than the %d experts (--n-expert%s): each token goes to topk "
+         .. "distinct experts"):format(v.topk, v.n_expert,
+         v.n_expert == preset.n_expert and (", --preset %s's"):format(v.preset) or ""), 0)
+   end
+end
+
+-- Flag values and combinations that cannot work, refused before any work (every rank sees the
+-- same flags, so every rank refuses alike). v gains the preset's values where a flag is unset.
+local function check_flags(v)
+   -- the same choices main gives lw.ddp.new, checked by the library's rules
+   local ok, why = lw.ddp.check({ mode = v.mode, zero = v.zero, shard = v.shard,
+      algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil })
+   if not ok then error(in_flag_words(why), 0) end
+   if v.device ~= "cpu" and v.device ~= "cuda" and not v.device:match("^cuda:%d+$") then
+      error(("--device must be cpu, cuda or cuda:N (a GPU's number), got '%s'"):format(v.device),
+         0)
+   end
+   if v.device ~= "cpu" and not lw.has_cuda() then
+      local _, why = pcall(lw.ddp.device, v.device)
+      error(("--device %s: "):format(v.device) .. tostring(why):gsub("^lw%.ddp%.new: ", "")
+         .. "; use --device cpu", 0)
+   end
+   if v.device == "cpu" and v.device_comm ~= "auto" then
+      error(("--device-comm %s is for GPU buffers: add --device cuda (or cuda:N)")
+         :format(v.device_comm), 0)
+   end
+   -- bf16 parameters where the model's GEMMs run on tensor cores; on the CPU fp32 (bench/)
+   v.param_dtype = v.param_dtype or (v.device == "cpu" and "fp32" or "bf16")
+   if not v.ckpt_dir then
+      for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
+         if v[name] and v[name] ~= 0 then
+            error(("--%s needs --ckpt-dir"):format(name:gsub("_", "-")), 0)
+         end
+      end
+   end
+   if v.resume and v.overwrite then
+      error("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "
+         .. "choose one", 0)
+   end
+   local preset = recipe_presets.presets[v.preset]
+   v.from_preset = {}
+   for _, k in ipairs({ "steps", "batch", "seq", "lr", "warmup", "eval_every" }) do
+      if v[k] == nil then v[k], v.from_preset[k] = preset[k], true end
+   end
+   v.keep = v.keep or 3
+   v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
+   check_expert_flags(v, preset)
+   check_data_flags(v, preset)
+   recipe_tp.check_flags(v)
+   if v.ep > 1 then
+      local bad = lw.ep.check(v.ep, v.ep, v.n_expert)
+      if bad then error("--" .. bad, 0) end
+   end
+end
+
+-- The flags' values, or nil after printing --help; a usage error ends the job (EXIT_USAGE).
+local function parse_flags(argv, script)
+   local v, positional = flags.parse(argv, recipe_flags.list)
+   if v ~= nil and #positional > 0 then
+      v, positional = nil, ("unexpected argument '%s'"):format(positional[1])
+   end
+   if v == nil then
+      lw.comm.fail(positional .. " (--help lists the flags)", recipe_flags.EXIT_USAGE)
+   end
+   if v.help then
+      -- under mpirun every rank parses the same flags: the launcher's rank 0 alone prints
+      if lw.comm.launched() == 0 then print(usage(script)) end
+      return nil
+   end
+   return v
+end
+
+-- A schedule whose warmup outlasts the run never reaches its peak learning rate: said on
+-- stderr, even with --quiet, since every step of the run trains slower than the flags suggest.
+local function warn_schedule(v, say)
+   if v.warmup <= v.steps then return end
+   local function given(k, value)
+      return ("--%s %s%s"):format(k, value, v.from_preset[k] and (" (--preset %s's)"):format(
+         v.preset) or "")
+   end
+   local last = train.schedule(v.steps, v.steps, v.warmup, 0.1) * v.lr
+   say(("warning: %s is longer than the run (%s): the learning rate stops at %.3g, short of its "
+      .. "peak %g (lower --warmup or raise --steps)"):format(given("warmup", v.warmup),
+      given("steps", v.steps), last, v.lr), io.stderr)
+end
+
+-- For recipe.lua: the checks, parsing and the warning.
+recipe_flags.check, recipe_flags.parse = check_flags, parse_flags
+recipe_flags.warn_schedule = warn_schedule
+
+return recipe_flags

@@ -1,0 +1,219 @@
+-- recipe_report.lua: what the recipe says: the line that announces a run (model, ranks,
+-- data, routing, device), and the end of a run (memory per rank, the final loss, the loss
+-- curve, --save-params, the sample) with the exit status every rank agrees on.
+local ffi = require("ffi")
+local lw = require("lwopt")
+local train = require("lwopt.train")
+local safetensors = require("lwopt.safetensors")
+local files = require("lwopt.files")
+local logs = require("lwopt.logs")
+local weights = require("lwopt.weights")
+local json = require("lwopt.json")
+local sampling = require("lwopt.sampling")
+local C = require("lwopt.C")
+local recipe_tp = require("lwopt.app.recipe_tp")
+local recipe_paths = require("lwopt.app.recipe_paths")
+local recipe_flags = require("lwopt.app.recipe_flags")
+local recipe_resume = require("lwopt.app.recipe_resume")
+
+local recipe_report = {}
+
+local model_settings = recipe_resume.model_settings
+
+-- Bytes per rank, printed as a table at the end of a run.
+-- On a GPU a last column: the GPU's memory in use as its driver counts it.
+local function memory_table(by_rank)
+   local gpu = by_rank.gpu
+   local lines = { "memory per rank (MiB): rank  params  master  grads  optimizer  activations"
+      .. "  peak" .. (gpu and "  gpu in use" or "") }
+   for r = 1, #by_rank.params do
+      lines[#lines + 1] = ("  %4d %8.2f %7.2f %6.2f %10.2f %12.2f %6.2f"):format(r - 1,
+         by_rank.params[r], by_rank.master[r], by_rank.grads[r], by_rank.optimizer[r],
+         by_rank.activations[r], by_rank.peak[r]) .. (gpu and ("  %10.2f"):format(gpu[r]) or "")
+   end
+   return table.concat(lines, "\n")
+end
+
+-- Draws the log's train and validation losses (nats per `unit`: byte, token) with gnuplot
+-- (lwopt.logs, as `lwopt plot` does); returns the PNG's path, or nil and why not. Non-finite
+-- losses (null in the log) are gaps in the curve.
+local function plot(log_path, unit)
+   local read, log = pcall(logs.read, log_path)
+   if not read then return nil, log end
+   return logs.plot({ log }, { out = recipe_paths.plot(log_path),
+      data = recipe_paths.plot_data(log_path), unit = unit })
+end
+
+-- The sample's heading and text (lwopt.sampling, as `lwopt sample` prints from a checkpoint):
+-- bytes as text after the prompt, among the bytes of the training text; token data's ids (the
+-- prompt: --prompt-ids or the first 8 validation tokens), decoded with --tokenizer when given.
+local function sample_text(run, v)
+   local s = { count = v.sample, seq = v.seq, seed = v.seed, vocab = v.vocab,
+               temperature = v.temperature, top_k = v.top_k, tokenizer = v.tokenizer_read }
+   if run.data.kind ~= "tokens" then
+      s.kind, s.prompt = "bytes", v.prompt or sampling.BYTE_PROMPT
+      s.allowed = sampling.bytes_seen(run.data)
+   else
+      s.kind = "tokens"
+      s.prompt = v.prompt_ids
+      if s.prompt == nil then
+         s.prompt, s.prompt_from = sampling.default_token_prompt(run.data, v.seq)
+      end
+   end
+   return sampling.text(run.model, s)
+end
+
+-- What one position of the data is: "byte" or "token".
+local function unit_of(data) return data.kind == "tokens" and "token" or "byte" end
+
+-- What a run stopped by a failed output (train.run's ended.stopped) says: why, and where its
+-- training state is (the checkpoint saved at that step, else the last this run saved).
+local function stopped_text(run, v, stopped)
+   local unsaved = stopped.save_error and ("the checkpoint of step %d could not be saved: %s")
+      :format(stopped.step, stopped.save_error)
+   local lines = { ("stopped after step %d: %s"):format(stopped.step, stopped.why or unsaved) }
+   if stopped.why and unsaved then lines[#lines + 1] = unsaved end
+   local ck = run.checkpoint
+   local last = stopped.checkpoint or (ck and (ck.last_saved or ck.resumed_from))
+   if last then
+      lines[#lines + 1] = ("the training state is in %s: resume from it with --resume once the "
+         .. "outputs can be written"):format(last)
+   elseif ck then
+      lines[#lines + 1] = "no checkpoint of this run could be saved"
+   end
+   return table.concat(lines, "\n")
+end
+
+-- The end of a run: memory per rank, the final validation loss, the loss curve, the
+-- parameters and the sample, each independent of the others (one failing skips none of the
+-- rest, and the parameters are always written when asked). Collective. Returns the exit status
+-- every rank agrees on: 0, 1 when an output failed, EXIT_DIVERGED when the run diverged.
+local function finish(run, v, records, ended, say)
+   local comm, ddp = run.comm, run.ddp
+   local problems = {}
+   local function attempt(what, fn)
+      local ok, err = pcall(fn)
+      if not ok then problems[#problems + 1] = what .. ": " .. tostring(err) end
+   end
+   ddp:finish_param_sync()
+   local memory = train.memory_by_rank(run) -- collective
+   if not v.quiet then say(memory_table(memory)) end
+   local final = records[#records]
+   if ended.stopped then say(stopped_text(run, v, ended.stopped), io.stderr) end
+   if ended.diverged then
+      say(("stopped: %d steps in a row (from step %d) had non-finite gradients, so the loss "
+         .. "diverged and no update was made; lower --lr (now %g) or --warmup, or raise "
+         .. "--max-skips (now %d)"):format(ended.skips_in_a_row, ended.first_skip, v.lr,
+         v.max_skips), io.stderr)
+   elseif final and final.val_loss then
+      say(("final validation loss %.4f (%.3f bits/%s)"):format(final.val_loss,
+         final.val_loss / math.log(2), unit_of(run.data)))
+   end
+   if v.log and comm.rank == 0 and #records > 0 then
+      attempt("loss curve", function()
+         local png, why = plot(v.log, unit_of(run.data))
+         if png == nil then error(why, 0) end
+         say("loss curve: " .. png)
+      end)
+   end
+   if v.save_params then
+      local tensors = ddp:params_on(0) -- collective at ZeRO-3
+      if run.ep then lw.ep.gather_experts(ddp, run.ep, tensors) end -- every expert on rank 0
+      recipe_tp.full_tensors(run, tensors) -- with --tp, the full tensors on rank 0
+      if comm.rank == 0 then
+         attempt("--save-params", function()
+            -- beside it first, then renamed: a kill mid-write leaves the previous file whole
+            local tmp = v.save_params .. ".tmp"
+            local written, why = pcall(safetensors.write, tmp, tensors,
+               { { weights.SETTINGS_KEY, json.encode(model_settings(v)) } })
+            if not written then
+               os.remove(tmp) -- what a full disk let through is no use to anyone
+               error(why, 0)
+            end
+            files.rename(tmp, v.save_params)
+            say("parameters: " .. v.save_params)
+         end)
+      end
+   end
+   -- at ZeRO-3, over a TP group and under expert parallelism (the experts' all-to-all) a
+   -- forward pass is collective: every rank samples (the same text), rank 0 prints
+   local collective = v.zero == 3 or v.tp > 1 or v.ep > 1
+   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or collective) then
+      attempt("sample", function() say(sample_text(run, v)) end)
+   end
+   for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
+   local status = ended.diverged and recipe_flags.EXIT_DIVERGED
+      or ((#problems > 0 or ended.stopped) and 1 or 0)
+   return comm:allreduce({ status }, "max")[1]
+end
+
+-- Where the data comes from: "path (N bytes)", or for token shards "pattern (2 shards, N
+-- tokens; validation: val pattern (1 shard, N tokens)); vocabulary 50257 (50304 rows)".
+local function data_line(data, v, path)
+   if data.kind ~= "tokens" then return ("%s (%d bytes)"):format(path, data.n) end
+   local val = data.val_path and ("%s (%s)"):format(data.val_path, data:describe("val"))
+      or ("the last %d tokens"):format(data.n_val)
+   return ("%s (%s; validation: %s); vocabulary %d (%d rows)"):format(path,
+      data:describe("train"), val, v.vocab, v.vocab_rows)
+end
+
+-- The model's parameters in words: "0.85M parameters", or with experts "8 experts, top-2 (+ a
+-- shared expert), 3.40M parameters, 1.02M active per token" (active: the dense parameters and
+-- topk / n_expert of the experts').
+function recipe_report.parameters_text(specs, v)
+   local total = lw.arch.numel(specs)
+   if (v.n_expert or 0) == 0 then return ("%.2fM parameters"):format(total / 1e6) end
+   local experts = {}
+   for _, s in ipairs(specs) do
+      if s.expert then experts[#experts + 1] = s end
+   end
+   local expert_numel = lw.arch.numel(experts)
+   local active = total - expert_numel + expert_numel * v.topk / v.n_expert
+   return ("%d experts, top-%d%s, %.2fM parameters, %.2fM active per token"):format(v.n_expert,
+      v.topk, v.shared_expert and " (+ a shared expert)" or "", total / 1e6, active / 1e6)
+end
+
+-- How the routing rules split the model's parameters (specs: routed, each with .optimizer):
+-- "routing: Muon 24 matrices (85.00M elements), AdamW 50 tensors (39.10M elements)".
+function recipe_report.routing_text(specs)
+   local count, numel = { muon = 0, adamw = 0 }, { muon = 0, adamw = 0 }
+   for _, s in ipairs(specs) do
+      count[s.optimizer] = count[s.optimizer] + 1
+      numel[s.optimizer] = numel[s.optimizer] + lw.arch.numel({ s })
+   end
+   local function part(name, key, one, many)
+      return ("%s %d %s (%.2fM elements)"):format(name, count[key],
+         count[key] == 1 and one or many, numel[key] / 1e6)
+   end
+   return ("routing: %s, %s"):format(part("Muon", "muon", "matrix", "matrices"),
+      part("AdamW", "adamw", "tensor", "tensors"))
+end
+
+-- The line that says what this run trains, where and on what.
+local function announce(run, v, data, path, say)
+   if v.quiet then return end
+   local dp = run.dp_comm or run.comm
+   say(("lwopt %s: GPT %d layers x %d, %d heads, %s; %s/%s ZeRO-%d%s on %s, global batch %d x "
+      .. "%d %ss; %s"):format(lw.version,
+      v.n_layer, v.n_embd, v.n_head,
+      recipe_report.parameters_text(run.full_specs or run.ddp.specs, v),
+      v.optimizer, v.mode, v.zero, v.shard == "rows" and " row-sharded" or "",
+      recipe_tp.ranks_text(run), v.batch * v.accum * dp.size, v.seq, unit_of(data),
+      data_line(data, v, path)))
+   -- the whole model's parameters at any --ep or --tp, routed by the run's rules
+   say(recipe_report.routing_text(run.full_specs and lw.route(run.full_specs, run.rules)
+      or run.ddp.specs))
+   -- the device the buffers live on, as lw_device_get_info describes it
+   local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
+   say("device: " .. (lw.device_line(name) or name))
+   -- how its buffers move between ranks, and why (ranks sharing one GPU go through the host)
+   local dc = run.ddp.device_comm
+   if dc and dc.about ~= "" then say("collectives: " .. dc.about) end
+   local note = recipe_tp.note(run, v)
+   if note then say(note) end
+end
+
+-- For recipe.lua.
+recipe_report.finish, recipe_report.announce = finish, announce
+
+return recipe_report

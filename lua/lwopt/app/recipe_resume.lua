@@ -1,0 +1,179 @@
+-- recipe_resume.lua: the recipe's checkpoint settings and --resume: what a checkpoint records
+-- for a run (and --save-params for its model), the comparison that refuses a checkpoint of
+-- another model and notes what changed, and loading it. Saving checkpoints is lwopt.train's.
+local checkpoint = require("lwopt.checkpoint")
+local sampling = require("lwopt.sampling")
+local recipe_batch = require("lwopt.app.recipe_batch")
+
+local recipe_resume = {}
+
+-- The data in a few words: "kjv.txt (4298239 bytes)", "fineweb_train_*.bin (1073741824 tokens)".
+function recipe_resume.data_name(data)
+   return ("%s (%d %s)"):format(data.path:match("([^/]*)$"), data.n, data.kind == "tokens"
+      and "tokens" or "bytes")
+end
+
+-- The settings a checkpoint records (manifest extra) for this run's flags.
+local function settings(v, comm, data)
+   return { preset = v.preset, n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
+            seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
+            warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
+            shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
+            data = recipe_resume.data_name(data), data_kind = v.data_kind, vocab = v.vocab,
+            ranks = comm.size, global_batch = recipe_batch.global(v, comm.size / v.tp),
+            n_expert = v.n_expert, shared_expert = v.shared_expert,
+            topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
+            muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
+            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil,
+            -- what `lwopt eval` and `lwopt sample` repeat: the validation sequences, and the
+            -- bytes the sample draws among
+            eval_max = v.eval_max,
+            bytes_seen = data.kind ~= "tokens" and sampling.bytes_mask(sampling.bytes_seen(data))
+               or nil }
+end
+
+-- The model's settings, which --save-params records in its file's metadata (weights.SETTINGS_KEY)
+-- so that `lwopt export` knows its heads and vocabulary without a checkpoint; a resume cannot
+-- change them, so a resumed run writes the same bytes as an uninterrupted one.
+local function model_settings(v)
+   return { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq,
+            data_kind = v.data_kind, vocab = v.vocab, n_expert = v.n_expert,
+            shared_expert = v.shared_expert,
+            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
+end
+
+-- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
+-- checkpoint made with other values cannot continue this run.
+local BREAKING = {
+   { "data_kind", "--data" }, { "vocab", "--vocab" },
+   { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
+   { "seq", "--seq" }, { "optimizer", "--optimizer" }, { "n_expert", "--n-expert" },
+   { "shared_expert", "--shared-expert" }, { "mlp_hidden", "--mlp-hidden" },
+}
+-- What a checkpoint that does not record a setting was trained with (those before token data
+-- were all byte-level).
+local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false }
+local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
+-- Settings a resumed run may change; the difference is printed.
+local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "warmup", "steps", "zero", "shard",
+   "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
+   "split_qkv" }
+
+local function flag_value(key, value)
+   if key == "ranks" then
+      return ("%s rank%s"):format(tostring(value), value == 1 and "" or "s")
+   end
+   return ("--%s %s"):format(key:gsub("_", "-"), type(value) == "number"
+      and ("%.10g"):format(value) or tostring(value))
+end
+
+-- Compares the checkpoint's recorded settings with this run's: refuses the breaking
+-- differences, returns the others as one line (or nil), leaving out the keys in `said` (told
+-- on a line of their own).
+local function compare_settings(saved, now, path, said)
+   for _, b in ipairs(BREAKING) do
+      local key, flag = b[1], b[2]
+      local was = saved[key]
+      if was == nil and saved.n_layer ~= nil then was = BEFORE[key] end
+      if was ~= nil and was ~= now[key] then
+         local what = key == "data_kind"
+            and ("%s as --data, but the checkpoint was trained on %s"):format(KIND_WORDS[now[key]],
+               KIND_WORDS[was] or tostring(was))
+            or flag == "--preset"
+            and ("--preset %s (%d layers x %d, %d heads), but the checkpoint's model is --preset "
+               .. "%s (%s layers x %s, %s heads)"):format(now.preset, now.n_layer, now.n_embd,
+               now.n_head, tostring(saved.preset), tostring(saved.n_layer), tostring(saved.n_embd),
+               tostring(saved.n_head))
+            or ("%s, but the checkpoint was trained with %s"):format(flag_value(key, now[key]),
+               flag_value(key, was))
+         error(("--resume: this run has %s: %s cannot continue it (resume with the checkpoint's "
+            .. "setting, or start a new run in another --ckpt-dir)"):format(what, path), 0)
+      end
+   end
+   local changed = {}
+   for _, key in ipairs(NOTED) do
+      if saved[key] ~= nil and saved[key] ~= now[key] and not (said and said[key]) then
+         changed[#changed + 1] = ("%s (was %s)"):format(flag_value(key, now[key]),
+            key == "ranks" and tostring(saved[key]) or
+            flag_value(key, saved[key]):gsub("^%-%-%S+ ", ""))
+      end
+   end
+   return #changed > 0 and ("settings changed since the checkpoint: " .. table.concat(changed,
+      ", ")) or nil
+end
+
+-- This run's settings (the checkpoints' extra) with --accum at accum.
+local function with_accum(run, v, accum)
+   local dp = (run.dp_comm or run.comm).size
+   return setmetatable({ accum = accum, global_batch = v.batch * accum * dp },
+      { __index = run.checkpoint.extra })
+end
+
+-- Resuming the checkpoint at path (saved: its settings): the --accum that keeps its global batch
+-- (recipe_batch.keep: raises when none can) and the line that says so, or nil.
+local function kept_accum(run, v, saved, path)
+   return recipe_batch.keep(saved, v, (run.dp_comm or run.comm).size, path)
+end
+
+-- With --resume: finds the checkpoint (rank 0 looks, every rank loads), refuses one made for
+-- another model or whose global batch cannot be kept, keeps it, says what was resumed or why
+-- nothing was, and sets the run's lineage. Collective.
+local function resume(run, v, say)
+   local comm, ck = run.comm, run.checkpoint
+   local found, why
+   local ok, err = pcall(function()
+      if comm.rank ~= 0 then return end
+      found, why = checkpoint.find(v.ckpt_dir, { strict = v.resume == "strict" })
+      if not v.ckpt_dir_existed then
+         why = v.ckpt_dir .. " did not exist (it was created for this run's checkpoints)"
+      end
+      if found then
+         local saved = found.manifest.extra or {}
+         local accum, line = kept_accum(run, v, saved, found.path)
+         found.changes = compare_settings(saved, with_accum(run, v, accum), found.path,
+            line and { accum = true })
+      end
+   end)
+   comm:agree(ok, err)
+   local path = comm:broadcast_string(found and found.path or "", 0)
+   if path == "" then
+      say(("nothing to resume: %s; starting at step 1"):format(why))
+      return false
+   end
+   if found and found.note then say("resume: " .. found.note) end
+   local m = checkpoint.load(path, { ddp = run.ddp, opt = run.opt, ep = run.ep, tp = run.tp,
+      comm = run.comm })
+   -- every rank takes the same --accum from the same manifest
+   local accum, batch_line = kept_accum(run, v, m.extra or {}, path)
+   local now = with_accum(run, v, accum)
+   v.accum, run.accum, ck.extra.accum, ck.extra.global_batch = accum, accum, accum,
+      now.global_batch
+   run.start_step = m.step + 1
+   -- the tokens trained on before, which the log's step records count on from
+   run.tokens_before = type(m.extra) == "table" and tonumber(m.extra.tokens) or nil
+   ck.resumed_from = path
+   ck.run_id = type(m.run_id) == "string" and m.run_id or nil
+   say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
+      m.ranks == 1 and "" or "s"))
+   if batch_line then say("resume: " .. batch_line) end
+   if m.conversion then say("resume: " .. m.conversion) end
+   if found and found.changes then say("resume: " .. found.changes) end
+   return true
+end
+
+-- With --ckpt-dir: the run's checkpoint settings, resumed with --resume, and its lineage (the
+-- resumed run's, or a new one). Collective.
+local function setup_checkpoints(run, v, data, say)
+   if not v.ckpt_dir then return end
+   run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
+      extra = settings(v, run.comm, data) }
+   if not (v.resume and resume(run, v, say)) or run.checkpoint.run_id == nil then
+      run.checkpoint.run_id = checkpoint.new_run_id(run.comm)
+   end
+end
+
+-- For recipe.lua and recipe_report.lua.
+recipe_resume.setup_checkpoints = setup_checkpoints
+recipe_resume.model_settings = model_settings
+
+return recipe_resume
