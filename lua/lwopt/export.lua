@@ -147,16 +147,8 @@ local function tensor_of(f, e)
    local n = weights.numel(e.shape)
    if e.from == nil then return zeros(n) end
    local src = weights.read(f, e.from)
-   if e.transpose then
-      -- ours [n_out, n_in] -> theirs [n_in, n_out]
-      local n_in, n_out = e.shape[1], e.shape[2]
-      local out = zeros(n)
-      for o = 0, n_out - 1 do
-         local row = src + o * n_in
-         for i = 0, n_in - 1 do out[i * n_out + o] = row[i] end
-      end
-      return out
-   end
+   -- ours [n_out, n_in] -> theirs [n_in, n_out]
+   if e.transpose then return weights.transpose(src, e.shape[2], e.shape[1]) end
    return src -- the first rows of an unpadded vocabulary are the array's start
 end
 

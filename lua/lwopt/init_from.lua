@@ -54,16 +54,8 @@ local function full_tensor(f, spec, e)
    if e == nil then return weights.read(f, spec.name) end
    local src = weights.read(f, e.name)
    local shape = tp.model_shape(spec)
-   if e.transpose then
-      -- theirs [n_in, n_out] -> ours [n_out, n_in]
-      local n_in, n_out = e.shape[1], e.shape[2]
-      local out = ffi.new("float[?]", n_in * n_out)
-      for i = 0, n_in - 1 do
-         local row = src + i * n_out
-         for o = 0, n_out - 1 do out[o * n_in + i] = row[o] end
-      end
-      return out
-   end
+   -- theirs [n_in, n_out] -> ours [n_out, n_in]
+   if e.transpose then return weights.transpose(src, e.shape[1], e.shape[2]) end
    if e.rows and e.rows < shape[1] then
       local out = ffi.new("float[?]", weights.numel(shape)) -- zero-filled: the padding rows
       ffi.copy(out, src, 4 * weights.numel(e.shape))

@@ -219,15 +219,20 @@ local SUMMARY_FIELDS = { "name", "path", "steps", "tokens", "loss", "val_loss", 
 local SUMMARY_HEADER = { "run", "path", "steps", "tokens", "final_loss", "final_val_loss",
    "tokens_per_s_median", "peak_mb", "gpu_mb", "wall_s" }
 
--- The summaries as CSV: a header, then one run a row.
-function logs.compare_csv(summaries)
+-- Each record's values of keys, in that order: the rows of a CSV.
+local function rows_of(records, keys)
    local rows = {}
-   for i, s in ipairs(summaries) do
+   for i, fields in ipairs(records) do
       local row = {}
-      for j, key in ipairs(SUMMARY_FIELDS) do row[j] = s[key] end
+      for j, k in ipairs(keys) do row[j] = fields[k] end
       rows[i] = row
    end
-   return csv_text(SUMMARY_HEADER, rows)
+   return rows
+end
+
+-- The summaries as CSV: a header, then one run a row.
+function logs.compare_csv(summaries)
+   return csv_text(SUMMARY_HEADER, rows_of(summaries, SUMMARY_FIELDS))
 end
 
 -- The columns that lead, in this order, when a log has them; the others follow by name.
@@ -275,12 +280,7 @@ function logs.csv(log)
    for k in pairs(seen) do rest[#rest + 1] = k end
    table.sort(rest)
    for _, k in ipairs(rest) do header[#header + 1] = k end
-   for i, fields in ipairs(rows) do
-      local row = {}
-      for j, k in ipairs(header) do row[j] = fields[k] end
-      rows[i] = row
-   end
-   return csv_text(header, rows)
+   return csv_text(header, rows_of(rows, header))
 end
 
 -- Text inside a gnuplot single-quoted string: '' for ', control characters dropped.

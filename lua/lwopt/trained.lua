@@ -234,6 +234,16 @@ function trained.describe(t)
       c.n_expert and (", %d experts, top-%d"):format(c.n_expert, c.topk) or "")
 end
 
+-- The commands' opening: trained.open with the flags v (device, n_head, vocab, topk) on the
+-- job's communicator, its notes to the user, and the line that says which model was read.
+function trained.open_for(v, path, job)
+   local t = trained.open(path, { comm = job.comm, device = v.device, n_head = v.n_head,
+      vocab = v.vocab, topk = v.topk, note = job.note })
+   job.tell(("model: %s%s: %s"):format(t.path, t.step and (", step %d"):format(t.step) or "",
+      trained.describe(t)))
+   return t
+end
+
 -- The data at path as the recipe opens it for a model of these settings: a text file as bytes
 -- (its last 5% the validation split), or token shards (validation: val, else the shards
 -- llm.c's naming implies, else the last 5%). A path of the other kind than the model was

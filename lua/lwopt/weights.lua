@@ -17,11 +17,8 @@ weights.SETTINGS_KEY = "lwopt.settings"
 -- The stored dtypes read, each widened to fp32 exactly.
 weights.DTYPES = { F32 = true, BF16 = true, F16 = true }
 
-local function numel(shape)
-   local n = 1
-   for _, d in ipairs(shape) do n = n * d end
-   return n
-end
+-- Elements of a shape (lw.tp's count: one definition for the whole front end).
+local numel = require("lwopt.tp").numel
 weights.numel = numel
 
 local function shape_text(shape) return "{" .. table.concat(shape, ", ") .. "}" end
@@ -151,6 +148,17 @@ function weights.dtype_text(f)
    end
    table.sort(list)
    return table.concat(list, " + ")
+end
+
+-- A new fp32 array [cols, rows] holding src [rows, cols] (row-major) transposed: between
+-- nn.Linear's [out, in] and Conv1D's [in, out] (lwopt export, --init-from).
+function weights.transpose(src, rows, cols)
+   local out = ffi.new("float[?]", math.max(rows * cols, 1))
+   for r = 0, rows - 1 do
+      local row = src + r * cols
+      for c = 0, cols - 1 do out[c * rows + r] = row[c] end
+   end
+   return out
 end
 
 return weights

@@ -32,11 +32,8 @@ local function evaluate(v, path, job)
    local ffi = require("ffi")
    local json = require("lwopt.json")
    local train = require("lwopt.train")
-   local t = trained.open(path, { comm = job.comm, device = v.device, n_head = v.n_head,
-      vocab = v.vocab, topk = v.topk, note = job.note })
+   local t = trained.open_for(v, path, job)
    local s = t.settings
-   job.tell(("model: %s%s: %s"):format(t.path, t.step and (", step %d"):format(t.step) or "",
-      trained.describe(t)))
    local data = trained.open_data(v.data, s, v.val_data)
    local name = require("lwopt.app.recipe").data_name(data)
    if s.data and s.data ~= name then

@@ -93,11 +93,8 @@ local function tokens_sample(v, t, spec)
 end
 
 local function sample(v, path, job)
-   local t = trained.open(path, { comm = job.comm, device = v.device, n_head = v.n_head,
-      vocab = v.vocab, topk = v.topk, note = job.note })
+   local t = trained.open_for(v, path, job)
    local s = t.settings
-   job.tell(("model: %s%s: %s"):format(t.path, t.step and (", step %d"):format(t.step) or "",
-      trained.describe(t)))
    local spec = { kind = s.kind, count = v.tokens, seq = s.seq, seed = v.seed or s.seed,
                   vocab = s.vocab, temperature = v.temperature, top_k = v.top_k }
    if s.kind == "tokens" then tokens_sample(v, t, spec) else bytes_sample(v, t, spec, job.note) end
