@@ -1,7 +1,8 @@
-/* comm.c: the communicator object: argument checks, counters and the blocking forms of the
- * collectives (a start and a wait, so the watchdog sees every wait), over a backend (self.c:
- * one rank; mpi.c: MPI). Requests (testing, waiting, letting go) are in request.c. The watchdog itself is in watchdog.c; which backend serves
- * the world, in world.c. */
+/* comm.c: the communicator object: its collectives, each its argument checks (checks.c) and one
+ * run of the shared skeleton (claim, stamp, the one-rank shortcut, start, count, and for the
+ * blocking forms a start and a wait, so the watchdog sees every wait), over a backend (self.c:
+ * one rank; mpi.c: MPI). Requests (testing, waiting, letting go) are in request.c. The watchdog
+ * itself is in watchdog.c; which backend serves the world, in world.c. */
 #include "comm/comm.h"
 
 #include <stdlib.h>
@@ -228,21 +229,6 @@ lw_status lw_comm_broadcast(lw_comm *c, void *data, int64_t bytes, int32_t root)
     return run(c, &k, NULL);
 }
 
-/* A dtype's name for a message: "unknown" for a value outside lw_dtype. */
-static const char *dtype_word(lw_dtype dtype) {
-    const char *name = lw_dtype_name(dtype);
-    return name != NULL ? name : "unknown";
-}
-
-/* The sums (all-reduce start, reduce-scatter, reduce-scatter-v) take f32 and bf16, what the
- * gradients are kept in; bf16 rounds as lw.h says of each backend. */
-static lw_status check_sum_dtype(lw_dtype dtype, const char *what) {
-    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16)
-        return lwi_fail(LW_ERR_INVALID, "comm: %s of dtype %d (%s); it sums f32 or bf16", what,
-                        (int)dtype, dtype_word(dtype));
-    return LW_OK;
-}
-
 static lw_status call_allreduce(lw_comm *c, const coll_args *a, lw_request *r) {
     return c->backend->allreduce(c, a->data, a->n, a->dtype, a->reduce, r);
 }
@@ -258,7 +244,7 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
     if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_F64 && dtype != LW_DTYPE_I64 &&
         dtype != LW_DTYPE_BF16)
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of dtype %d (%s); it takes f32, f64 "
-                        "or i64, and bf16 for a sum", (int)dtype, dtype_word(dtype));
+                        "or i64, and bf16 for a sum", (int)dtype, lwi_comm_dtype_word(dtype));
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
                         data);
@@ -274,7 +260,7 @@ lw_status lw_comm_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, l
 lw_status lw_comm_allreduce_start(lw_comm *c, void *data, int64_t n, lw_dtype dtype,
                                   lw_request *req) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_sum_dtype(dtype, "all-reduce")) != LW_OK) return st;
+    if (st != LW_OK || (st = lwi_comm_check_sum_dtype(dtype, "all-reduce")) != LW_OK) return st;
     if (req == NULL) return lwi_fail(LW_ERR_INVALID, "comm: all-reduce start without a request");
     if (n < 0 || (n > 0 && data == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-reduce of %lld elements at %p", (long long)n,
@@ -285,55 +271,6 @@ lw_status lw_comm_allreduce_start(lw_comm *c, void *data, int64_t n, lw_dtype dt
         .counted = 2.0 * (double)(c->size - 1) / c->size * (double)bytes, .call = call_allreduce,
         .args = {.data = data, .n = n, .dtype = dtype, .reduce = LW_REDUCE_SUM}};
     return run(c, &k, req);
-}
-
-static lw_status check_bucket(const lw_comm *c, const void *bucket, int64_t n, const char *what) {
-    if (n < 0 || (n > 0 && bucket == NULL))
-        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements at %p", what, (long long)n,
-                        bucket);
-    if (n % c->size != 0)
-        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements does not split into %d equal "
-                        "shards", what, (long long)n, c->size);
-    return LW_OK;
-}
-
-/* Counts of a collective, one per rank: each >= 0, their sum [out] *total small enough that its
- * bytes fit int64 whatever the dtype. which: "" for a collective over segments, "send " or
- * "receive " for all-to-all-v's two sets, as the messages name them. */
-static lw_status sum_counts(const lw_comm *c, const int64_t *counts, const char *what,
-                            const char *which, int64_t *total) {
-    if (counts == NULL)
-        return lwi_fail(LW_ERR_INVALID, "comm: %s without %scounts (one per rank: %d)", what,
-                        which, c->size);
-    int64_t sum = 0;
-    for (int32_t r = 0; r < c->size; r++) {
-        if (counts[r] < 0)
-            return lwi_fail(LW_ERR_INVALID, "comm: %s %scount %lld for rank %d (counts must be "
-                            ">= 0)", what, which, (long long)counts[r], r);
-        if (counts[r] > INT64_MAX / 8 - sum)
-            return lwi_fail(LW_ERR_INVALID, "comm: %s %scounts add up past %lld elements at rank "
-                            "%d (count %lld)", what, which, (long long)(INT64_MAX / 8), r,
-                            (long long)counts[r]);
-        sum += counts[r];
-    }
-    *total = sum;
-    return LW_OK;
-}
-
-/* A bucket of segments, counts[r] elements for rank r in rank order: the counts, the bucket
- * there when they add up to anything, the backend's limit on one collective. */
-static lw_status check_segments(const lw_comm *c, const void *bucket, const int64_t *counts,
-                                const char *what, int64_t *total) {
-    lw_status st = sum_counts(c, counts, what, "", total);
-    if (st != LW_OK) return st;
-    if (*total > 0 && bucket == NULL)
-        return lwi_fail(LW_ERR_INVALID, "comm: %s of %lld elements at %p", what,
-                        (long long)*total, bucket);
-    if (c->backend->max_count > 0 && *total > c->backend->max_count)
-        return lwi_fail(LW_ERR_UNSUPPORTED, "comm: %s of %lld elements exceeds the %s backend's "
-                        "limit of %lld elements per collective; use smaller buckets", what,
-                        (long long)*total, c->backend->name, (long long)c->backend->max_count);
-    return LW_OK;
 }
 
 /* Where rank's segment starts: the sum of counts[0..rank). */
@@ -386,8 +323,8 @@ static lw_status call_sum(lw_comm *c, const coll_args *a, lw_request *r) {
 lw_status lw_comm_reduce_scatter(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                                  lw_request *req) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK ||
-        (st = check_sum_dtype(dtype, "reduce-scatter")) != LW_OK)
+    if (st != LW_OK || (st = lwi_comm_check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK ||
+        (st = lwi_comm_check_sum_dtype(dtype, "reduce-scatter")) != LW_OK)
         return st;
     const int64_t shard = n / c->size, bytes = n * (int64_t)lwi_dtype_size(dtype);
     /* over one rank the sum is the bucket itself */
@@ -402,8 +339,8 @@ lw_status lw_comm_reduce_scatterv(lw_comm *c, void *bucket, const int64_t *count
                                   lw_dtype dtype, lw_request *req) {
     int64_t total = 0;
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_sum_dtype(dtype, "reduce-scatter-v")) != LW_OK ||
-        (st = check_segments(c, bucket, counts, "reduce-scatter-v", &total)) != LW_OK)
+    if (st != LW_OK || (st = lwi_comm_check_sum_dtype(dtype, "reduce-scatter-v")) != LW_OK ||
+        (st = lwi_comm_check_segments(c, bucket, counts, "reduce-scatter-v", &total)) != LW_OK)
         return st;
     const int64_t bytes = total * (int64_t)lwi_dtype_size(dtype);
     /* over one rank the sum is the bucket itself; an empty bucket has nothing to sum (every
@@ -417,13 +354,6 @@ lw_status lw_comm_reduce_scatterv(lw_comm *c, void *bucket, const int64_t *count
     return run(c, &k, req);
 }
 
-static lw_status check_gather_dtype(lw_dtype dtype, const char *what) {
-    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
-        return lwi_fail(LW_ERR_INVALID, "comm: %s of dtype %d (f32, bf16 or f16)", what,
-                        (int)dtype);
-    return LW_OK;
-}
-
 static lw_status call_allgather(lw_comm *c, const coll_args *a, lw_request *r) {
     return c->backend->allgather_start(c, a->data, a->n, a->dtype, r);
 }
@@ -431,8 +361,8 @@ static lw_status call_allgather(lw_comm *c, const coll_args *a, lw_request *r) {
 lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                             lw_request *req) {
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_bucket(c, bucket, n, "all-gather")) != LW_OK ||
-        (st = check_gather_dtype(dtype, "all-gather")) != LW_OK)
+    if (st != LW_OK || (st = lwi_comm_check_bucket(c, bucket, n, "all-gather")) != LW_OK ||
+        (st = lwi_comm_check_gather_dtype(dtype, "all-gather")) != LW_OK)
         return st;
     /* one shard: every rank already has it */
     const collective k = {
@@ -452,8 +382,8 @@ lw_status lw_comm_allgather_segments(lw_comm *c, void *bucket, const int64_t *co
                                      lw_dtype dtype, lw_request *req) {
     int64_t total = 0;
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_gather_dtype(dtype, "all-gather-segments")) != LW_OK ||
-        (st = check_segments(c, bucket, counts, "all-gather-segments", &total)) != LW_OK)
+    if (st != LW_OK || (st = lwi_comm_check_gather_dtype(dtype, "all-gather-segments")) != LW_OK ||
+        (st = lwi_comm_check_segments(c, bucket, counts, "all-gather-segments", &total)) != LW_OK)
         return st;
     const int64_t size = (int64_t)lwi_dtype_size(dtype);
     /* one rank has every segment already; an empty bucket has none (alike on every rank) */
@@ -474,14 +404,12 @@ lw_status lw_comm_allgatherv(lw_comm *c, const void *send, int64_t send_count, v
                              const int64_t *counts, lw_dtype dtype) {
     int64_t total = 0;
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = sum_counts(c, counts, "all-gather-v", "", &total)) != LW_OK)
+    if (st != LW_OK || (st = lwi_comm_sum_counts(c, counts, "all-gather-v", "", &total)) != LW_OK)
         return st;
     if (send_count != counts[c->rank])
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v sends %lld but counts[%d] is %lld",
                         (long long)send_count, c->rank, (long long)counts[c->rank]);
-    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v of dtype %d (f32, bf16 or f16)",
-                        (int)dtype);
+    if ((st = lwi_comm_check_gather_dtype(dtype, "all-gather-v")) != LW_OK) return st;
     const int64_t size = (int64_t)lwi_dtype_size(dtype);
     if ((send_count > 0 && send == NULL) || (total > 0 && recv == NULL))
         return lwi_fail(LW_ERR_INVALID, "comm: all-gather-v with a NULL buffer");
@@ -496,48 +424,6 @@ lw_status lw_comm_allgatherv(lw_comm *c, const void *send, int64_t send_count, v
     return run(c, &k, NULL);
 }
 
-/* What an all-to-all-v can check on its own rank (the peers' counts it cannot see): the dtype,
- * both sets of counts with [out] their totals, the own part alike in both, the buffers there
- * and apart, the backend's limit each way. */
-static lw_status check_alltoallv(const lw_comm *c, const void *send, const int64_t *send_counts,
-                                 const void *recv, const int64_t *recv_counts, lw_dtype dtype,
-                                 int64_t *sent, int64_t *received) {
-    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16 && dtype != LW_DTYPE_F16 &&
-        dtype != LW_DTYPE_I64)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v of dtype %d (f32, bf16, f16 or i64)",
-                        (int)dtype);
-    lw_status st = sum_counts(c, send_counts, "all-to-all-v", "send ", sent);
-    if (st == LW_OK) st = sum_counts(c, recv_counts, "all-to-all-v", "receive ", received);
-    if (st != LW_OK) return st;
-    const int32_t me = c->rank;
-    if (send_counts[me] != recv_counts[me])
-        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v on rank %d: send_counts[%d] is %lld "
-                        "but recv_counts[%d] is %lld (this rank's part to itself: the same in "
-                        "both)", me, me, (long long)send_counts[me], me,
-                        (long long)recv_counts[me]);
-    if (*sent > 0 && send == NULL)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v sends %lld elements from a NULL "
-                        "buffer", (long long)*sent);
-    if (*received > 0 && recv == NULL)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v receives %lld elements into a NULL "
-                        "buffer", (long long)*received);
-    /* as addresses, not pointers: the two are separate objects unless the caller erred */
-    const uintptr_t size = lwi_dtype_size(dtype), s = (uintptr_t)send, r = (uintptr_t)recv;
-    const uintptr_t s_bytes = (uintptr_t)*sent * size, r_bytes = (uintptr_t)*received * size;
-    if (s_bytes > 0 && r_bytes > 0 && s < r + r_bytes && r < s + s_bytes)
-        return lwi_fail(LW_ERR_INVALID, "comm: all-to-all-v send buffer %p (%llu bytes) overlaps "
-                        "its receive buffer %p (%llu bytes): there is no in-place form", send,
-                        (unsigned long long)s_bytes, recv, (unsigned long long)r_bytes);
-    const int64_t most = c->backend->max_count;
-    if (most > 0 && (*sent > most || *received > most))
-        return lwi_fail(LW_ERR_UNSUPPORTED, "comm: all-to-all-v %s %lld elements, past the %s "
-                        "backend's limit of %lld elements per collective each way; exchange "
-                        "them in smaller pieces", *sent > most ? "sends" : "receives",
-                        (long long)(*sent > most ? *sent : *received), c->backend->name,
-                        (long long)most);
-    return LW_OK;
-}
-
 static lw_status call_alltoallv(lw_comm *c, const coll_args *a, lw_request *r) {
     return c->backend->alltoallv_start(c, a->send, a->counts, a->recv, a->recv_counts, a->dtype,
                                        r);
@@ -547,8 +433,8 @@ lw_status lw_comm_alltoallv(lw_comm *c, const void *send, const int64_t *send_co
                             const int64_t *recv_counts, lw_dtype dtype, lw_request *req) {
     int64_t sent = 0, received = 0;
     lw_status st = check_comm(c);
-    if (st != LW_OK || (st = check_alltoallv(c, send, send_counts, recv, recv_counts, dtype, &sent,
-                                             &received)) != LW_OK)
+    if (st != LW_OK || (st = lwi_comm_check_alltoallv(c, send, send_counts, recv, recv_counts,
+                                                      dtype, &sent, &received)) != LW_OK)
         return st;
     const int64_t size = (int64_t)lwi_dtype_size(dtype), own = send_counts[c->rank];
     /* one rank (host memory): its own part is the whole exchange; otherwise every rank starts

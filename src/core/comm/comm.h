@@ -179,6 +179,32 @@ extern bool lwi_comm_timed_out;
 /* LW_ERR_TIMEOUT with the original message if a collective on c timed out; LW_OK otherwise. */
 lw_status lwi_comm_check_broken(const lw_comm *c);
 
+/* checks.c: the collectives' argument checks, each failing with the message that names the
+ * collective (what: "reduce-scatter", ...) and the offending value. */
+/* A dtype's name for a message: "unknown" for a value outside lw_dtype. */
+const char *lwi_comm_dtype_word(lw_dtype dtype);
+/* The sums take f32 or bf16; the all-gathers f32, bf16 or f16 (moved as bits). */
+lw_status lwi_comm_check_sum_dtype(lw_dtype dtype, const char *what);
+lw_status lwi_comm_check_gather_dtype(lw_dtype dtype, const char *what);
+/* A bucket of n >= 0 elements (there when n > 0) in c's size of equal shards. */
+lw_status lwi_comm_check_bucket(const lw_comm *c, const void *bucket, int64_t n,
+                                const char *what);
+/* Counts, one per rank, each >= 0, their sum [out] *total within int64 bytes whatever the
+ * dtype; which: "" for segments, "send " or "receive " for all-to-all-v's two sets. */
+lw_status lwi_comm_sum_counts(const lw_comm *c, const int64_t *counts, const char *what,
+                              const char *which, int64_t *total);
+/* A bucket of segments (counts[r] elements of rank r, in rank order): the counts, the bucket
+ * there when they add up to anything, the backend's limit on one collective. */
+lw_status lwi_comm_check_segments(const lw_comm *c, const void *bucket,
+                                  const int64_t *counts, const char *what, int64_t *total);
+/* What an all-to-all-v can check on its own rank: the dtype, both sets of counts with [out]
+ * their totals, the own part alike in both, the buffers there and apart, the backend's limit
+ * each way. */
+lw_status lwi_comm_check_alltoallv(const lw_comm *c, const void *send,
+                                   const int64_t *send_counts, const void *recv,
+                                   const int64_t *recv_counts, lw_dtype dtype, int64_t *sent,
+                                   int64_t *received);
+
 /* The worlds of the backends (world.c chooses one): one rank (self.c); MPI (mpi.c), whose
  * start-up the timeout (seconds, 0: none) bounds, as it then bounds the world's collectives. */
 lw_status lwi_comm_self_world(double timeout, lw_comm **out);
