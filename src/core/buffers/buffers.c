@@ -234,24 +234,24 @@ static lw_status check_buffer(const lw_buffers *bs, int32_t b) {
     return LW_OK;
 }
 
-lw_status lw_buffers_param_array(lw_buffers *bs, int32_t b, void **data) {
+/* LW_OK when buffer b's whole array of `what` is held, else the error saying only this rank's
+ * shards are kept (sharded). */
+static lw_status whole_array(const lw_buffers *bs, int32_t b, bool sharded, const char *what) {
     lw_status st = check_buffer(bs, b);
-    if (st == LW_OK && bs->residency->sharded_params)
-        return lwi_fail(LW_ERR_STATE,
-                        "buffers: at ZeRO-3 no rank holds buffer #%d's parameters "
-                        "whole",
-                        b + 1);
+    if (st == LW_OK && sharded)
+        return lwi_fail(LW_ERR_STATE, "buffers: at ZeRO-%d no rank holds buffer #%d's %s whole",
+                        bs->o.zero, b + 1, what);
+    return st;
+}
+
+lw_status lw_buffers_param_array(lw_buffers *bs, int32_t b, void **data) {
+    lw_status st = whole_array(bs, b, bs && bs->residency->sharded_params, "parameters");
     if (st == LW_OK) *data = bs->buffers[b].param;
     return st;
 }
 
 lw_status lw_buffers_grad_array(lw_buffers *bs, int32_t b, float **data) {
-    lw_status st = check_buffer(bs, b);
-    if (st == LW_OK && bs->residency->sharded_grads)
-        return lwi_fail(LW_ERR_STATE,
-                        "buffers: at ZeRO-%d no rank holds buffer #%d's gradients "
-                        "whole",
-                        bs->o.zero, b + 1);
+    lw_status st = whole_array(bs, b, bs && bs->residency->sharded_grads, "gradients");
     if (st == LW_OK) *data = bs->buffers[b].grad;
     return st;
 }

@@ -335,13 +335,22 @@ lw_status lw_comm_reduce_scatter(lw_comm *c, void *bucket, int64_t n, lw_dtype d
     return run(c, &k, req);
 }
 
+/* The checks of a collective over segments, in order: the communicator, the dtype (a sum's, or
+ * a gather's), the counts and the bucket; [out] *total the elements. */
+static lw_status check_segmented(lw_comm *c, const void *bucket, const int64_t *counts,
+                                 lw_dtype dtype, bool sum, const char *what, int64_t *total) {
+    lw_status st = check_comm(c);
+    if (st == LW_OK)
+        st = sum ? lwi_comm_check_sum_dtype(dtype, what) : lwi_comm_check_gather_dtype(dtype, what);
+    if (st == LW_OK) st = lwi_comm_check_segments(c, bucket, counts, what, total);
+    return st;
+}
+
 lw_status lw_comm_reduce_scatterv(lw_comm *c, void *bucket, const int64_t *counts,
                                   lw_dtype dtype, lw_request *req) {
     int64_t total = 0;
-    lw_status st = check_comm(c);
-    if (st != LW_OK || (st = lwi_comm_check_sum_dtype(dtype, "reduce-scatter-v")) != LW_OK ||
-        (st = lwi_comm_check_segments(c, bucket, counts, "reduce-scatter-v", &total)) != LW_OK)
-        return st;
+    lw_status st = check_segmented(c, bucket, counts, dtype, true, "reduce-scatter-v", &total);
+    if (st != LW_OK) return st;
     const int64_t bytes = total * (int64_t)lwi_dtype_size(dtype);
     /* over one rank the sum is the bucket itself; an empty bucket has nothing to sum (every
      * rank skips it alike: the counts are the same on all) */
@@ -381,10 +390,8 @@ static lw_status call_segments(lw_comm *c, const coll_args *a, lw_request *r) {
 lw_status lw_comm_allgather_segments(lw_comm *c, void *bucket, const int64_t *counts,
                                      lw_dtype dtype, lw_request *req) {
     int64_t total = 0;
-    lw_status st = check_comm(c);
-    if (st != LW_OK || (st = lwi_comm_check_gather_dtype(dtype, "all-gather-segments")) != LW_OK ||
-        (st = lwi_comm_check_segments(c, bucket, counts, "all-gather-segments", &total)) != LW_OK)
-        return st;
+    lw_status st = check_segmented(c, bucket, counts, dtype, false, "all-gather-segments", &total);
+    if (st != LW_OK) return st;
     const int64_t size = (int64_t)lwi_dtype_size(dtype);
     /* one rank has every segment already; an empty bucket has none (alike on every rank) */
     const collective k = {
