@@ -49,6 +49,23 @@ static lw_status check_same_layout(const lw_layout *l, lw_comm *comm) {
                     (long long)differs, root);
 }
 
+/* Parameter p's dtype of `what` (its parameters, or gradients): f32 or bf16, and the same as
+ * the first parameter's, since one set of buffers holds one of each. */
+static lw_status check_dtype(const lwi_param *p, const lwi_param *first, lw_dtype dtype,
+                             lw_dtype first_dtype, const char *what, const char *verb,
+                             const char *kind) {
+    if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16)
+        return lwi_fail(LW_ERR_UNSUPPORTED, "buffers: '%s' has %s %s; buffers %s f32 or bf16 %s",
+                        p->name, lw_dtype_name(dtype), what, verb, what);
+    if (dtype != first_dtype)
+        return lwi_fail(LW_ERR_UNSUPPORTED,
+                        "buffers: '%s' has %s %s but '%s' %s; every parameter of one set of "
+                        "buffers has the same %sdtype",
+                        p->name, lw_dtype_name(dtype), what, first->name,
+                        lw_dtype_name(first_dtype), kind);
+    return LW_OK;
+}
+
 static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_comm) {
     if (lw_comm_size(comm) != l->opts.dp)
         return lwi_fail(LW_ERR_INVALID,
@@ -64,27 +81,11 @@ static lw_status check_fits(const lw_layout *l, lw_comm *comm, lw_comm *expert_c
                             lw_comm_size(expert_comm) == 1 ? "" : "s");
     for (int32_t i = 0; i < l->n_params; i++) {
         const lwi_param *p = &l->params[i], *first = &l->params[0];
-        if (p->dtype != LW_DTYPE_F32 && p->dtype != LW_DTYPE_BF16)
-            return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "buffers: '%s' has %s parameters; buffers hold f32 or bf16 "
-                            "parameters",
-                            p->name, lw_dtype_name(p->dtype));
-        if (p->dtype != first->dtype)
-            return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "buffers: '%s' has %s parameters but '%s' %s; every parameter of "
-                            "one set of buffers has the same dtype",
-                            p->name, lw_dtype_name(p->dtype), first->name,
-                            lw_dtype_name(first->dtype));
-        if (p->grad_dtype != LW_DTYPE_F32 && p->grad_dtype != LW_DTYPE_BF16)
-            return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "buffers: '%s' has %s gradients; buffers sum f32 or bf16 gradients",
-                            p->name, lw_dtype_name(p->grad_dtype));
-        if (p->grad_dtype != first->grad_dtype)
-            return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "buffers: '%s' has %s gradients but '%s' %s; every parameter of "
-                            "one set of buffers has the same gradient dtype",
-                            p->name, lw_dtype_name(p->grad_dtype), first->name,
-                            lw_dtype_name(first->grad_dtype));
+        lw_status st = check_dtype(p, first, p->dtype, first->dtype, "parameters", "hold", "");
+        if (st == LW_OK)
+            st = check_dtype(p, first, p->grad_dtype, first->grad_dtype, "gradients", "sum",
+                             "gradient ");
+        if (st != LW_OK) return st;
     }
     return LW_OK;
 }

@@ -320,12 +320,21 @@ static lw_status call_sum(lw_comm *c, const coll_args *a, lw_request *r) {
     return start_sum(c, r, a->data, a->at, a->n, a->counts, a->dtype);
 }
 
+/* The checks of a collective over equal shards, in order: the communicator, the bucket, the
+ * dtype (a sum's, or a gather's). */
+static lw_status check_shards(lw_comm *c, const void *bucket, int64_t n, lw_dtype dtype, bool sum,
+                              const char *what) {
+    lw_status st = check_comm(c);
+    if (st == LW_OK) st = lwi_comm_check_bucket(c, bucket, n, what);
+    if (st == LW_OK)
+        st = sum ? lwi_comm_check_sum_dtype(dtype, what) : lwi_comm_check_gather_dtype(dtype, what);
+    return st;
+}
+
 lw_status lw_comm_reduce_scatter(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                                  lw_request *req) {
-    lw_status st = check_comm(c);
-    if (st != LW_OK || (st = lwi_comm_check_bucket(c, bucket, n, "reduce-scatter")) != LW_OK ||
-        (st = lwi_comm_check_sum_dtype(dtype, "reduce-scatter")) != LW_OK)
-        return st;
+    lw_status st = check_shards(c, bucket, n, dtype, true, "reduce-scatter");
+    if (st != LW_OK) return st;
     const int64_t shard = n / c->size, bytes = n * (int64_t)lwi_dtype_size(dtype);
     /* over one rank the sum is the bucket itself */
     const collective k = {
@@ -369,10 +378,8 @@ static lw_status call_allgather(lw_comm *c, const coll_args *a, lw_request *r) {
 
 lw_status lw_comm_allgather(lw_comm *c, void *bucket, int64_t n, lw_dtype dtype,
                             lw_request *req) {
-    lw_status st = check_comm(c);
-    if (st != LW_OK || (st = lwi_comm_check_bucket(c, bucket, n, "all-gather")) != LW_OK ||
-        (st = lwi_comm_check_gather_dtype(dtype, "all-gather")) != LW_OK)
-        return st;
+    lw_status st = check_shards(c, bucket, n, dtype, false, "all-gather");
+    if (st != LW_OK) return st;
     /* one shard: every rank already has it */
     const collective k = {
         .op = LW_COMM_ALLGATHER, .bytes = n * (int64_t)lwi_dtype_size(dtype),
