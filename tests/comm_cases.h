@@ -31,15 +31,8 @@ static void case_reduce_scatter_allgather(const mem_kind *m, lw_comm *c) {
         float *h = values_in(rank, n, 0, n, 0.0f);
         for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
             float *d = mem_upload(m, h, 4 * n);
-            if (nonblocking) {
-                CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_F32, req));
-                bool done = false;
-                while (!done)
-                    CHECK_OK(lw_request_test(req, &done));
-                CHECK(!lw_request_active(req));
-            } else {
-                CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_F32, NULL));
-            }
+            CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_F32, nonblocking ? req : NULL));
+            if (nonblocking) poll_to_end(req);
             float *back = malloc(4 * (size_t)n);
             mem_get(m, back, d, 4 * n);
             int bad = 0;
@@ -116,10 +109,10 @@ static void case_reduce_scatterv(const mem_kind *m, lw_comm *c) {
             int64_t *copy = counts_copy(counts, size);
             CHECK_OK(lw_comm_reduce_scatterv(c, d, copy, LW_DTYPE_F32, nonblocking ? req : NULL));
             spoil_and_free(copy, size);
-            bool done = !nonblocking;
-            while (!done)
-                CHECK_OK(lw_request_test(req, &done));
-            CHECK(!lw_request_active(req));
+            if (nonblocking)
+                poll_to_end(req);
+            else
+                CHECK(!lw_request_active(req));
             float *back = malloc(4 * (size_t)(total + 1));
             mem_get(m, back, d, 4 * (total + 1));
             CHECK_EQ(reduce_scatterv_wrong(back, counts, rank, size), 0);

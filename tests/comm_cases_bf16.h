@@ -137,15 +137,8 @@ static void case_reduce_scatter_bf16(const mem_kind *m, lw_comm *c) {
             h[i] = bf16_contribution(rank, i % shard);
         for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
             void *d = mem_upload(m, h, 2 * n);
-            if (nonblocking) {
-                CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_BF16, req));
-                bool done = false;
-                while (!done)
-                    CHECK_OK(lw_request_test(req, &done));
-                CHECK(!lw_request_active(req));
-            } else {
-                CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_BF16, NULL));
-            }
+            CHECK_OK(lw_comm_reduce_scatter(c, d, n, LW_DTYPE_BF16, nonblocking ? req : NULL));
+            if (nonblocking) poll_to_end(req);
             mem_get(m, back, d, 2 * n);
             CHECK_EQ(bf16_sums_wrong(back + lo, shard, size, &inexact), 0);
             int kept = 0;

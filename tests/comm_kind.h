@@ -31,6 +31,14 @@ static inline bool stays_active(const mem_kind *m, const lw_comm *c) {
     return !m->host || lw_comm_size(c) > 1;
 }
 
+/* Polls req with lw_request_test until its collective completes; then it is no longer active. */
+static inline void poll_to_end(lw_request *req) {
+    bool done = false;
+    while (!done)
+        CHECK_OK(lw_request_test(req, &done));
+    CHECK(!lw_request_active(req));
+}
+
 /* A new stream of the buffers' device (the caller's stream that collectives are ordered after). */
 static inline lw_stream *mem_stream_new(const mem_kind *m) {
     lw_stream *s = NULL;

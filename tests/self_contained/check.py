@@ -27,7 +27,8 @@ PATTERNS = [
     (re.compile(r"\b(?:" + DOCS + r")\b"), "a document outside the repository"),
     (re.compile(r"shared" + r" folder|\.\./shared\b|/work" + r"/", re.I),
      "a path outside the repository"),
-    # "issue 17", "issues 16", "issue #7", and "issue\n-- 17" across a comment's line break
+    # the word with a number after it: singular or plural, with or without "#", and split
+    # across a comment's line break
     (re.compile(r"\bissues?[ \t]*(?:\n[ \t]*(?:--|//|\*|#|;)?[ \t]*)?#?\d+\b", re.I),
      "an issue number (say what it was about)"),
 ]
