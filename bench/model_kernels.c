@@ -100,28 +100,32 @@ int main(int argc, char **argv) {
     printf("| kernel | ms | GFLOP/s |\n|---|---|---|\n");
     total = 0;
     TIME("ln_1 forward", 0, lw_layernorm_forward(NULL, ln, mean, rstd, x, g, NULL, N, C, 1e-5f));
-    TIME("qkv forward", lin * 3 * C, lw_linear_forward(NULL, qkv, ln, wqkv, NULL, N, C, 3 * C));
+    TIME("qkv forward", lin * 3 * C,
+         lw_linear_forward(NULL, qkv, ln, wqkv, LW_DTYPE_F32, NULL, N, C, 3 * C));
     TIME("attention forward", attn, lw_attention_forward(NULL, att, lse, scratch, qkv, B, T, C, NH));
-    TIME("proj forward", lin * C, lw_linear_forward(NULL, y, att, wproj, NULL, N, C, C));
+    TIME("proj forward", lin * C,
+         lw_linear_forward(NULL, y, att, wproj, LW_DTYPE_F32, NULL, N, C, C));
     TIME("residual add", 0, lw_vec_add(NULL, y, x, y, N * C));
     TIME("ln_2 forward", 0, lw_layernorm_forward(NULL, ln, mean, rstd, y, g, NULL, N, C, 1e-5f));
-    TIME("fc forward", lin * H, lw_linear_forward(NULL, h, ln, wfc, NULL, N, C, H));
+    TIME("fc forward", lin * H, lw_linear_forward(NULL, h, ln, wfc, LW_DTYPE_F32, NULL, N, C, H));
     TIME("gelu forward", 0, lw_gelu_forward(NULL, a, h, N * H));
-    TIME("mlp proj forward", lin * H, lw_linear_forward(NULL, y, a, wmp, NULL, N, H, C));
+    TIME("mlp proj forward", lin * H,
+         lw_linear_forward(NULL, y, a, wmp, LW_DTYPE_F32, NULL, N, H, C));
     const double fwd = total;
     total = 0;
     TIME("mlp proj backward", 2 * lin * H,
-         lw_linear_backward(NULL, da, dw, NULL, dout, a, wmp, N, H, C));
+         lw_linear_backward(NULL, da, dw, NULL, dout, a, wmp, LW_DTYPE_F32, N, H, C));
     TIME("gelu backward", 0, lw_gelu_backward(NULL, dh, da, h, N * H));
-    TIME("fc backward", 2 * lin * H, lw_linear_backward(NULL, dx, dw, NULL, dh, ln, wfc, N, C, H));
+    TIME("fc backward", 2 * lin * H,
+         lw_linear_backward(NULL, dx, dw, NULL, dh, ln, wfc, LW_DTYPE_F32, N, C, H));
     TIME("ln_2 backward", 0,
          lw_layernorm_backward(NULL, dx, dg, NULL, dout, y, g, mean, rstd, N, C));
     TIME("proj backward", 2 * lin * C,
-         lw_linear_backward(NULL, dx, dw, NULL, dout, att, wproj, N, C, C));
+         lw_linear_backward(NULL, dx, dw, NULL, dout, att, wproj, LW_DTYPE_F32, N, C, C));
     TIME("attention backward", 2 * attn,
          lw_attention_backward(NULL, dqkv, scratch, dout, qkv, att, lse, B, T, C, NH));
     TIME("qkv backward", 2 * lin * 3 * C,
-         lw_linear_backward(NULL, dx, dw, NULL, dqkv, ln, wqkv, N, C, 3 * C));
+         lw_linear_backward(NULL, dx, dw, NULL, dqkv, ln, wqkv, LW_DTYPE_F32, N, C, 3 * C));
     TIME("ln_1 backward", 0,
          lw_layernorm_backward(NULL, dx, dg, NULL, dout, x, g, mean, rstd, N, C));
     const double bwd = total;

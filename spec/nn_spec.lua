@@ -1,7 +1,8 @@
 -- nn_spec.lua: lw.nn modules: declared parameters equal lw.arch.gpt, a finite-difference check
 -- of every module called through the one contract (nn/module.lua), the order of the hooks
 -- around parameters and gradients, a tiny GPT's loss and gradients against a slow pure-Lua
--- reference, and the mixture of experts (nn.MoE): its router against a hand-computed example,
+-- reference, bf16 weights read as stored against the same run through fp32 views, and the
+-- mixture of experts (nn.MoE): its router against a hand-computed example,
 -- its gradients (the load-balancing loss's included) against finite differences, an expert
 -- without tokens, and a GPT with experts.
 local ffi = require("ffi")
@@ -438,6 +439,71 @@ describe("lw.nn.GPT against a slow reference", function()
          "nn.GPT: token 11 at position 3 is outside [0, 11)")
       assert.has_error(function() model:forward(ffi.new("int32_t[6]"), nil, 1, 6) end,
          "nn.GPT: sequence of 6 exceeds seq_len 5")
+   end)
+end)
+
+describe("lw.nn with bf16 parameters", function()
+   -- The kernels that take a weight's dtype read bf16 parameters as the buffers store them, the
+   -- other parameters through fp32 views: a run so gives the losses and gradients of the same
+   -- run reading every parameter through fp32 views (hooks without acquire_stored), bit for bit.
+   local cfg = { n_layer = 2, n_embd = 8, n_head = 2, vocab = 11, seq_len = 5, bias = true }
+   local b, t = 2, 5
+   local tokens, targets = ffi.new("int32_t[10]"), ffi.new("int32_t[10]")
+   for i = 0, 9 do tokens[i] = (i * 7 + 3) % cfg.vocab; targets[i] = (i * 5 + 1) % cfg.vocab end
+
+   local function run(zero, tied, stored)
+      local c = {}
+      for k, v in pairs(cfg) do c[k] = v end
+      c.tied = tied
+      local model = nn.GPT.new(c)
+      local d = lw.ddp.new(model:parameters(), lw.comm.self(), { bucket_size = 300, zero = zero,
+         param_dtype = "bf16" })
+      local hooks = d:hooks()
+      if not stored then hooks.acquire_stored = nil end
+      model:bind(d, hooks)
+      local seed = 5
+      for _, s in ipairs(model:parameters()) do
+         d:write_param(s.name, function()
+            seed = (seed * 1103515245 + 12345) % 2147483648
+            return (seed / 2147483648 - 0.5) * 0.6 + (s.role == "norm" and 1 or 0)
+         end)
+      end
+      local out = { loss = model:forward(tokens, targets, b, t) }
+      if zero == 1 then -- gradients whole in the arrays
+         d:zero_grad()
+         model:backward(1)
+         for _, s in ipairs(model:parameters()) do out[s.name] = d:grad(s.name):totable() end
+      end
+      return out
+   end
+
+   for _, zero in ipairs({ 1, 2, 3 }) do
+      for _, tied in ipairs({ true, false }) do
+         it(("reads the weights as stored, with the results of fp32 views (ZeRO-%d, %s)")
+            :format(zero, tied and "tied" or "untied"), function()
+            assert.same(run(zero, tied, false), run(zero, tied, true))
+         end)
+      end
+   end
+
+   it("acquires as stored only what a module's kernels read with their dtype", function()
+      local m = nn.GPT.new(cfg)
+      local d = lw.ddp.new(m:parameters(), lw.comm.self(), { zero = 1, param_dtype = "bf16" })
+      local hooks, how = d:hooks(), {}
+      local acquire, acquire_stored = hooks.acquire, hooks.acquire_stored
+      hooks.acquire = function(name, ...) how[name] = "fp32"; return acquire(name, ...) end
+      hooks.acquire_stored = function(name, ...)
+         how[name] = "stored"
+         return acquire_stored(name, ...)
+      end
+      m:bind(d, hooks)
+      m:forward(tokens, targets, b, t)
+      local want = { ["h.0.attn.qkv.weight"] = "stored", ["h.1.mlp.proj.weight"] = "stored",
+         ["wte.weight"] = "stored", ["wpe.weight"] = "stored", ["h.0.ln_1.weight"] = "fp32",
+         ["h.0.attn.qkv.bias"] = "fp32", ["ln_f.weight"] = "fp32" }
+      local got = {}
+      for name in pairs(want) do got[name] = how[name] end
+      assert.same(want, got)
    end)
 end)
 

@@ -909,6 +909,14 @@ lw_dtype lw_buffers_grad_dtype(const lw_buffers *buffers);
  * (acquired, or not yet reused); otherwise LW_ERR_STATE. */
 lw_status lw_buffers_param(lw_buffers *buffers, int32_t param, float **data);
 lw_status lw_buffers_grad(lw_buffers *buffers, int32_t param, float **data);
+/* A whole parameter as the buffers store it, for the model kernels that take a weight's dtype:
+ * [out] *data borrowed, numel elements of [out] *dtype (lw_buffers_param_dtype). fp32: the view
+ * of lw_buffers_param. bf16: the array itself below ZeRO-3, the gathered bf16 group at ZeRO-3;
+ * reading it this way never widens it, which is all the fp32 view costs: bf16 views are widened
+ * per parameter when lw_buffers_param first asks for one after the group was acquired. Readable
+ * while its group is held, as lw_buffers_param's view (else LW_ERR_STATE). */
+lw_status lw_buffers_param_stored(lw_buffers *buffers, int32_t param, const void **data,
+                                  lw_dtype *dtype);
 /* Whole arrays of one buffer (numel of lw_buffer_info; parameters in the param dtype);
  * LW_ERR_STATE where only shards are kept (params at ZeRO-3, gradients at ZeRO-2/3). */
 lw_status lw_buffers_param_array(lw_buffers *buffers, int32_t buffer, void **data);
@@ -1074,21 +1082,29 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
 
 /* ---- model kernels (f32, row-major) ----------------------------------------------------------- *
  * Forward and backward of the GPT building blocks, on raw pointers into the memory of the
- * stream's device (NULL stream: the CPU, whose kernels are the reference); no allocation inside.
- * Shapes: n rows (n = batch * time), c channels. Every backward ACCUMULATES (+=) into its
- * outputs (parameter gradients sum over micro-steps and tied uses, activation gradients over
- * residual branches), so callers zero them first. A NULL optional output is skipped. */
+ * stream's device (NULL stream: the CPU, whose kernels are the reference). Shapes: n rows (n =
+ * batch * time), c channels. Every backward ACCUMULATES (+=) into its outputs (parameter
+ * gradients sum over micro-steps and tied uses, activation gradients over residual branches),
+ * so callers zero them first. A NULL optional output is skipped.
+ * The weight matrices a kernel reads (a linear layer's w, the embedding tables, the LM head's w)
+ * come with their dtype, w_dtype: LW_DTYPE_F32 or LW_DTYPE_BF16, so that bf16 parameters are
+ * read as the buffers store them (lw_buffers_param_stored) rather than through an fp32 copy.
+ * bf16 widens to fp32 exactly, so a bf16 weight gives the results its fp32 widening gives, bit
+ * for bit; bf16 matrix products read it as it is (no rounding step), fp32 ones widen it into
+ * the stream's workspace first (the CPU: into memory it allocates for the call). Gradients and
+ * activations are fp32. */
 
 /* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional). */
-lw_status lw_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,
-                            const float *b, int64_t n, int64_t in, int64_t out);
+lw_status lw_linear_forward(lw_stream *stream, float *y, const float *x, const void *w,
+                            lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out);
 /* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional). */
 lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const float *dy,
-                             const float *x, const float *w, int64_t n, int64_t in, int64_t out);
+                             const float *x, const void *w, lw_dtype w_dtype, int64_t n,
+                             int64_t in, int64_t out);
 
 /* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
-lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const float *wte,
-                               const float *wpe, int64_t b, int64_t t, int64_t c);
+lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
+                               const void *wpe, lw_dtype w_dtype, int64_t b, int64_t t, int64_t c);
 /* dwte[tokens[b, t], :] += dy[b, t, :]; dwpe[t, :] += dy[b, t, :] (dwpe optional). */
 lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c);
@@ -1134,17 +1150,18 @@ lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, 
  * gradient); waits for the stream. */
 int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v);
 lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse, float *scratch,
-                                   const float *h, const float *w, const int32_t *targets,
-                                   int64_t n, int64_t c, int64_t v, double *loss);
+                                   const float *h, const void *w, lw_dtype w_dtype,
+                                   const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                   double *loss);
 /* Backward of loss_scale * (mean loss) after the forward of the same h, w, targets with the same
  * scratch untouched since (when all n rows fit one chunk the forward's probabilities are still
  * there and are reused; otherwise each chunk's logits are recomputed):
  * dlogits = loss_scale * (softmax - onehot) / count, dh[n, c] += dlogits w and
  * dw[v, c] += dlogits^T h (dh optional). */
 lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
-                                    const float *h, const float *w, const int32_t *targets,
-                                    const float *lse, int64_t n, int64_t c, int64_t v,
-                                    float loss_scale);
+                                    const float *h, const void *w, lw_dtype w_dtype,
+                                    const int32_t *targets, const float *lse, int64_t n, int64_t c,
+                                    int64_t v, float loss_scale);
 
 /* Tensor parallelism's vocabulary-parallel token embedding and LM head: each rank of
  * a TP group holds the rows [first, first + rows) of the vocabulary's tables, and a collective
@@ -1158,8 +1175,9 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
  * group's sum adds it once). wte: [rows, c]. With first 0 and rows the vocabulary it is
  * lw_embedding_forward. */
 lw_status lw_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
-                                     const float *wte, const float *wpe, int64_t first,
-                                     int64_t rows, int64_t b, int64_t t, int64_t c);
+                                     const void *wte, const void *wpe, lw_dtype w_dtype,
+                                     int64_t first, int64_t rows, int64_t b, int64_t t,
+                                     int64_t c);
 /* dwte[tokens[b, t] - first, :] += dy[b, t, :] for tokens in [first, first + rows) (the others
  * are another rank's), in the order of lw_embedding_backward; dwpe[t, :] += dy[b, t, :]
  * (optional). */
@@ -1174,9 +1192,9 @@ lw_status lw_embedding_range_backward(lw_stream *stream, float *dwte, float *dwp
  * rank holds it (first <= targets[i] < first + v, targets[i] < vocab), else 0. When all n rows
  * fit one chunk the logits stay in scratch for the backward. */
 lw_status lw_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
-                                           const float *h, const float *w, const int32_t *targets,
-                                           int64_t n, int64_t c, int64_t v, int64_t first,
-                                           int64_t vocab);
+                                           const float *h, const void *w, lw_dtype w_dtype,
+                                           const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                           int64_t first, int64_t vocab);
 /* The group's statistics combined: stats[parts, 3, n], every rank's stats in rank order (an
  * all-gather of the above). lse[n] = log of the sum of exp over the whole vocabulary, losses[n]
  * = lse - the target's logit for targets in [0, vocab) (others: 0, ignored). [out] *loss (host):
@@ -1192,10 +1210,10 @@ lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
  * (count: targets in [0, vocab); padding rows 0), dh[n, c] += dlogits w (this rank's share: the
  * group's sum is the input gradient) and dw[v, c] += dlogits^T h (dh optional). */
 lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
-                                            float *scratch, const float *h, const float *w,
-                                            const int32_t *targets, const float *lse, int64_t n,
-                                            int64_t c, int64_t v, int64_t first, int64_t vocab,
-                                            float loss_scale);
+                                            float *scratch, const float *h, const void *w,
+                                            lw_dtype w_dtype, const int32_t *targets,
+                                            const float *lse, int64_t n, int64_t c, int64_t v,
+                                            int64_t first, int64_t vocab, float loss_scale);
 
 /* A mixture of experts: n tokens, e experts, each token sent to k of them. The
  * router and its load-balancing loss below; the token permutation (tokens sorted by expert) is

@@ -911,6 +911,45 @@ static void bf16_cases(const char *kernel, run_fn fn, after_fn after) {
     }
 }
 
+/* ---- bf16 weights ----------------------------------------------------------------------------- *
+ * The kernels that read weight matrices (linear, the embedding tables, the LM head) take their
+ * dtype, so that bf16 parameters are read as stored. A case with bf16 weights rounds its host
+ * weights to bf16 (the fp32 array then holds the widened values, which the fp64 references and
+ * the other checks read) and keeps their bits; its run calls the kernel on the bits, then again on
+ * the widened fp32 into outputs named "... (fp32 weights)". On the CPU the two agree bit for bit
+ * (a bf16 weight gives what its widening gives); on a GPU both meet the case's tolerance against
+ * the CPU (under bf16 GEMMs the same bf16 operands, perhaps through another of cuBLAS's kernels;
+ * under fp32 and TF32 the weight widened into the workspace). */
+
+/* n weights rounded to bf16 in place (w holds the widened values after); their bits, allocated. */
+static uint16_t *round_weights(float *w, int64_t n) {
+    uint16_t *bits = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) {
+        bits[i] = bf16_reference(w[i]);
+        w[i] = (float)bf16_reference_value(bits[i]);
+    }
+    return bits;
+}
+
+/* A case's weights on the run's device as the kernel reads them: the bf16 bits when it has them,
+ * else the fp32 values; *dtype says which. */
+static const void *input_weights(run *r, const float *w, const uint16_t *bits, int64_t n,
+                                 lw_dtype *dtype) {
+    *dtype = bits != NULL ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+    return bits != NULL ? (const void *)input_bf16(r, bits, n) : (const void *)input(r, w, n);
+}
+
+/* On the CPU, output `what` of the bf16 weights and its "(fp32 weights)" twin, n floats, agree bit
+ * for bit. */
+static void same_as_widened(const kernel_case *k, const run *r, const char *what, int64_t n) {
+    if (!on_cpu(r->device)) return;
+    char twin[64];
+    snprintf(twin, sizeof twin, "%s (fp32 weights)", what);
+    const float *a = f32_of(r, what), *b = f32_of(r, twin);
+    expect(k, r, a != NULL && b != NULL && memcmp(a, b, 4 * (size_t)n) == 0,
+           "bf16 weights give their widening's results, bit for bit");
+}
+
 /* ---- linear ---------------------------------------------------------------------------------- *
  * y, dx and dw are GEMMs on both devices, summed in other orders (cuBLAS's, OpenBLAS's blocked
  * kernels): 1e-5 of the largest value in fp32 (gemm). db: both sum the column in double and round
@@ -937,6 +976,7 @@ typedef struct {
     int64_t n, in, out;
     bool bias, large;
     float *x, *w, *b, *dy, *dx0, *dw0, *db0;
+    uint16_t *w16; /* bf16 weights (w: their widened values), or NULL */
 } linear_args;
 
 static measure linear_gemm(lw_matmul m) {
@@ -947,15 +987,22 @@ static measure linear_gemm(lw_matmul m) {
 
 static void run_linear_forward(run *r, const void *p) {
     const linear_args *a = p;
-    const float *x = input(r, a->x, a->n * a->in), *w = input(r, a->w, a->out * a->in);
+    const float *x = input(r, a->x, a->n * a->in);
+    lw_dtype wt;
+    const void *w = input_weights(r, a->w, a->w16, a->out * a->in, &wt);
     const float *b = a->bias ? input(r, a->b, a->out) : NULL;
     /* y starts as NaN: without a bias the GEMM must not read it (beta 0) */
     float *y = output(r, "y", a->n * a->out, linear_gemm(r->matmul));
-    call(r, lw_linear_forward(r->s, y, x, w, b, a->n, a->in, a->out));
+    call(r, lw_linear_forward(r->s, y, x, w, wt, b, a->n, a->in, a->out));
+    if (a->w16 == NULL) return;
+    float *y32 = output(r, "y (fp32 weights)", a->n * a->out, linear_gemm(r->matmul));
+    call(r, lw_linear_forward(r->s, y32, x, input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n,
+                              a->in, a->out));
 }
 
 static void after_linear_forward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
+    if (a->w16 != NULL) same_as_widened(k, r, "y", a->n * a->out);
     if (!on_cpu(r->device) || a->large) return;
     float *want = cpu_array(a->n * a->out);
     for (int64_t i = 0; i < a->n; i++)
@@ -977,20 +1024,30 @@ static void run_linear_backward(run *r, const void *p) {
     const linear_args *a = p;
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
     const float *dy = input(r, a->dy, a->n * a->out), *x = input(r, a->x, nx);
-    const float *w = input(r, a->w, nw);
+    lw_dtype wt;
+    const void *w = input_weights(r, a->w, a->w16, nw, &wt);
     float *dx = accumulated(r, "dx", a->dx0, nx, linear_gemm(r->matmul));
     float *dw = accumulated(r, "dw", a->dw0, nw, linear_gemm(r->matmul));
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
-    call(r, lw_linear_backward(r->s, dx, dw, db, dy, x, w, a->n, a->in, a->out));
+    call(r, lw_linear_backward(r->s, dx, dw, db, dy, x, w, wt, a->n, a->in, a->out));
     /* under bf16 without dx, w is not rounded: dw from the same rounded operands */
     measure m = linear_gemm(r->matmul);
     m.differ = 0;
     float *alone = accumulated(r, "dw alone", a->dw0, nw, m);
-    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, x, w, a->n, a->in, a->out));
+    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, x, w, wt, a->n, a->in, a->out));
+    if (a->w16 == NULL) return;
+    float *dx32 = accumulated(r, "dx (fp32 weights)", a->dx0, nx, linear_gemm(r->matmul));
+    float *dw32 = accumulated(r, "dw (fp32 weights)", a->dw0, nw, linear_gemm(r->matmul));
+    call(r, lw_linear_backward(r->s, dx32, dw32, NULL, dy, x, input(r, a->w, nw), LW_DTYPE_F32,
+                               a->n, a->in, a->out));
 }
 
 static void after_linear_backward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
+    if (a->w16 != NULL) {
+        same_as_widened(k, r, "dx", a->n * a->in);
+        same_as_widened(k, r, "dw", a->out * a->in);
+    }
     if (r->matmul == LW_MATMUL_FP32)
         expect(k, r,
                memcmp(f32_of(r, "dw alone"), f32_of(r, "dw"), 4 * (size_t)(a->out * a->in)) == 0,
@@ -1000,13 +1057,18 @@ static void after_linear_backward(const kernel_case *k, const run *r) {
 static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, in, out;
-        bool bias;
+        bool bias, bf16_w;
     } shapes[] = {
-        {1, 1, 1, true},         {1, 37, 5, true}, {65, 33, 17, false},
-        {300, 100, 7, true},     {3, 0, 4, true}, /* an empty inner dimension: y = b, dw and dx
-                                                     untouched */
-        {0, 5, 3, true},                          /* no rows: nothing written */
-        {1024, 768, 2304, true},                  /* GPT-2 small's QKV */
+        {1, 1, 1, true, false},
+        {1, 37, 5, true, false},
+        {65, 33, 17, false, false},
+        {300, 100, 7, true, false},
+        {3, 0, 4, true, false},       /* an empty inner dimension: y = b, dw and dx untouched */
+        {0, 5, 3, true, false},       /* no rows: nothing written */
+        {1024, 768, 2304, true, false}, /* GPT-2 small's QKV */
+        {65, 33, 17, false, true},    /* bf16 weights */
+        {1, 1, 1, true, true},
+        {1024, 768, 2304, true, true},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].n == 1024)) continue;
@@ -1015,9 +1077,11 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                          .out = shapes[s].out,
                          .bias = shapes[s].bias,
                          .large = shapes[s].n == 1024};
-        snprintf(a.shape, sizeof a.shape, "n %lld, in %lld, out %lld%s", (long long)a.n,
-                 (long long)a.in, (long long)a.out, a.bias ? ", bias" : "");
+        snprintf(a.shape, sizeof a.shape, "n %lld, in %lld, out %lld%s%s", (long long)a.n,
+                 (long long)a.in, (long long)a.out, a.bias ? ", bias" : "",
+                 shapes[s].bf16_w ? ", bf16 weights" : "");
         a.x = host_random(a.n * a.in), a.w = host_random(a.out * a.in), a.b = host_random(a.out);
+        if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.out * a.in);
         a.dy = host_random(a.n * a.out), a.dx0 = prefill(a.n * a.in);
         a.dw0 = prefill(a.out * a.in), a.db0 = prefill(a.out);
         check(&(kernel_case){.kernel = kernel,
@@ -1028,6 +1092,7 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.large,
                              .gemm = true});
         free(a.x), free(a.w), free(a.b), free(a.dy), free(a.dx0), free(a.dw0), free(a.db0);
+        free(a.w16);
     }
 }
 
@@ -1043,18 +1108,23 @@ typedef struct {
     bool whole, wpe;              /* whole: through lw_embedding_*, the table `rows` long */
     int32_t *tokens;
     float *wte, *pos, *dy, *dwte0, *dwpe0;
+    uint16_t *wte16, *pos16; /* bf16 tables (wte, pos: their widened values), or NULL */
 } embed_args;
 
 static void run_embedding_forward(run *r, const void *p) {
     const embed_args *a = p;
     const int64_t n = a->b * a->t;
     const int32_t *tokens = input_ids(r, a->tokens, n);
-    const float *wte = input(r, a->wte, a->rows * a->c);
-    const float *wpe = a->wpe ? input(r, a->pos, a->t * a->c) : NULL;
-    float *y = output(r, "y", n * a->c, bits());
-    call(r, a->whole ? lw_embedding_forward(r->s, y, tokens, wte, wpe, a->b, a->t, a->c)
-                     : lw_embedding_range_forward(r->s, y, tokens, wte, wpe, a->first, a->rows,
-                                                  a->b, a->t, a->c));
+    for (int widened = 0; widened < 1 + (a->wte16 != NULL); widened++) {
+        lw_dtype wt;
+        const void *wte = input_weights(r, a->wte, widened ? NULL : a->wte16, a->rows * a->c, &wt);
+        const void *wpe =
+            a->wpe ? input_weights(r, a->pos, widened ? NULL : a->pos16, a->t * a->c, &wt) : NULL;
+        float *y = output(r, widened ? "y (fp32 weights)" : "y", n * a->c, bits());
+        call(r, a->whole ? lw_embedding_forward(r->s, y, tokens, wte, wpe, wt, a->b, a->t, a->c)
+                         : lw_embedding_range_forward(r->s, y, tokens, wte, wpe, wt, a->first,
+                                                      a->rows, a->b, a->t, a->c));
+    }
 }
 
 static void run_embedding_backward(run *r, const void *p) {
@@ -1081,6 +1151,7 @@ static void after_embedding(const kernel_case *k, const run *r) {
     const embed_args *a = k->args;
     const bool forward = strcmp(k->kernel, "embedding_range_forward") == 0;
     const int64_t n = a->b * a->t, c = a->c;
+    if (forward && a->wte16 != NULL) same_as_widened(k, r, "y", n * c);
     for (int64_t i = 0; i < n && forward && !a->wpe; i++)
         if (a->tokens[i] < 0) {
             bool zero = true;
@@ -1119,21 +1190,26 @@ static void after_embedding(const kernel_case *k, const run *r) {
 static void embedding_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t b, t, c, vocab, first, rows; /* rows 0: the whole table of `vocab` rows */
-        bool wpe;
+        bool wpe, bf16_w;
     } shapes[] = {
-        {1, 1, 1, 1, 0, 0, true},
-        {4, 64, 100, 50, 0, 0, true},      /* many repeats of each token */
-        {3, 33, 40, 70000, 0, 0, false},   /* ids past 2^16: both passes of the GPU's sort */
-        {2, 1024, 768, 50304, 0, 0, true}, /* GPT-2's */
-        {1, 3, 8, 8, 0, 0, false},         /* a negative id: it lies outside every range */
-        {0, 4, 8, 10, 0, 0, true},         /* no batch: nothing written */
-        {1, 1, 1, 2, 1, 1, true},          /* a rank's rows */
-        {4, 64, 100, 50, 25, 25, true},    /* half the tokens another rank's */
-        {3, 33, 40, 70000, 35000, 35000, false},
-        {2, 1024, 768, 50304, 0, 16768, true}, /* a third of GPT-2's vocabulary */
+        {1, 1, 1, 1, 0, 0, true, false},
+        {4, 64, 100, 50, 0, 0, true, false},      /* many repeats of each token */
+        {3, 33, 40, 70000, 0, 0, false, false},   /* ids past 2^16: both passes of the GPU's sort */
+        {2, 1024, 768, 50304, 0, 0, true, false}, /* GPT-2's */
+        {1, 3, 8, 8, 0, 0, false, false},         /* a negative id: it lies outside every range */
+        {0, 4, 8, 10, 0, 0, true, false},         /* no batch: nothing written */
+        {1, 1, 1, 2, 1, 1, true, false},          /* a rank's rows */
+        {4, 64, 100, 50, 25, 25, true, false},    /* half the tokens another rank's */
+        {3, 33, 40, 70000, 35000, 35000, false, false},
+        {2, 1024, 768, 50304, 0, 16768, true, false}, /* a third of GPT-2's vocabulary */
+        {4, 64, 100, 50, 0, 0, true, true},           /* bf16 tables */
+        {3, 33, 40, 70000, 35000, 35000, false, true},
+        {1, 3, 8, 8, 0, 0, true, true},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].t == 1024)) continue;
+        /* the backward reads no table: bf16 tables are the forward's cases */
+        if (shapes[s].bf16_w && strcmp(kernel, "embedding_range_forward") != 0) continue;
         embed_args a = {.b = shapes[s].b,
                         .t = shapes[s].t,
                         .c = shapes[s].c,
@@ -1149,8 +1225,9 @@ static void embedding_cases(const char *kernel, run_fn fn, after_fn after) {
         else
             snprintf(rows, sizeof rows, "rows [%lld, +%lld) of %lld", (long long)a.first,
                      (long long)a.rows, (long long)vocab);
-        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, %s%s", (long long)a.b,
-                 (long long)a.t, (long long)a.c, rows, a.wpe ? ", wpe" : "");
+        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, %s%s%s", (long long)a.b,
+                 (long long)a.t, (long long)a.c, rows, a.wpe ? ", wpe" : "",
+                 shapes[s].bf16_w ? ", bf16 tables" : "");
         a.tokens = random_ids(n, vocab);
         for (int64_t i = 0; i < n && a.whole && vocab > 65536; i += 3)
             a.tokens[i] = 65535 + (int32_t)(i % 5); /* repeats there */
@@ -1158,9 +1235,14 @@ static void embedding_cases(const char *kernel, run_fn fn, after_fn after) {
         a.wte = host_random(a.rows * a.c), a.pos = host_random(a.t * a.c);
         a.dy = host_random(n * a.c), a.dwte0 = host_random(a.rows * a.c);
         a.dwpe0 = host_random(a.t * a.c);
+        if (shapes[s].bf16_w) {
+            a.wte16 = round_weights(a.wte, a.rows * a.c);
+            a.pos16 = round_weights(a.pos, a.t * a.c);
+        }
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
         free(a.tokens), free(a.wte), free(a.pos), free(a.dy), free(a.dwte0), free(a.dwpe0);
+        free(a.wte16), free(a.pos16);
     }
 }
 
@@ -1471,6 +1553,7 @@ typedef struct {
     bool dh, large;
     float *h, *w, *dh0, *dw0;
     int32_t *targets;
+    uint16_t *w16; /* a bf16 head (w: its widened values), or NULL */
 } ce_args;
 
 static void ce_forward_measures(lw_matmul m, measure *losses, measure *lse, measure *loss) {
@@ -1493,38 +1576,60 @@ static void run_cross_entropy_forward(run *r, const void *p) {
     const ce_args *a = p;
     measure ml, ms, mloss;
     ce_forward_measures(r->matmul, &ml, &ms, &mloss);
-    const float *h = input(r, a->h, a->n * a->c), *w = input(r, a->w, a->v * a->c);
+    const float *h = input(r, a->h, a->n * a->c);
     const int32_t *targets = input_ids(r, a->targets, a->n);
-    float *losses = output(r, "losses", a->n, ml), *lse = output(r, "lse", a->n, ms);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
-    double loss = -1;
-    call(r,
-         lw_cross_entropy_forward(r->s, losses, lse, work, h, w, targets, a->n, a->c, a->v, &loss));
-    result_of(r, "loss", loss, mloss);
+    for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
+        lw_dtype wt;
+        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        float *losses = output(r, widened ? "losses (fp32 weights)" : "losses", a->n, ml);
+        float *lse = output(r, widened ? "lse (fp32 weights)" : "lse", a->n, ms);
+        double loss = -1;
+        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, targets, a->n, a->c,
+                                         a->v, &loss));
+        result_of(r, widened ? "loss (fp32 weights)" : "loss", loss, mloss);
+    }
 }
 
 /* loss_scale n: dlogits = n / count (p - onehot), entries of order 1, not 1 / n */
 static void run_cross_entropy_backward(run *r, const void *p) {
     const ce_args *a = p;
-    const float *h = input(r, a->h, a->n * a->c), *w = input(r, a->w, a->v * a->c);
+    const float *h = input(r, a->h, a->n * a->c);
     const int32_t *targets = input_ids(r, a->targets, a->n);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
     float *losses = scratch(r, a->n), *lse = scratch(r, a->n);
-    float *dh =
-        a->dh ? accumulated(r, "dh", a->dh0, a->n * a->c, ce_grad_measure(r->matmul)) : NULL;
-    float *dw = accumulated(r, "dw", a->dw0, a->v * a->c, ce_grad_measure(r->matmul));
-    double loss = 0;
-    call(r,
-         lw_cross_entropy_forward(r->s, losses, lse, work, h, w, targets, a->n, a->c, a->v, &loss));
-    call(r, lw_cross_entropy_backward(r->s, dh, dw, work, h, w, targets, lse, a->n, a->c, a->v,
-                                      (float)a->n));
+    const measure m = ce_grad_measure(r->matmul);
+    for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
+        lw_dtype wt;
+        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        float *dh =
+            a->dh ? accumulated(r, widened ? "dh (fp32 weights)" : "dh", a->dh0, a->n * a->c, m)
+                  : NULL;
+        float *dw = accumulated(r, widened ? "dw (fp32 weights)" : "dw", a->dw0, a->v * a->c, m);
+        double loss = 0;
+        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, targets, a->n, a->c,
+                                         a->v, &loss));
+        call(r, lw_cross_entropy_backward(r->s, dh, dw, work, h, w, wt, targets, lse, a->n, a->c,
+                                          a->v, (float)a->n));
+    }
 }
 
 /* every target ignored: loss 0, nothing added */
 static void after_cross_entropy(const kernel_case *k, const run *r) {
     const ce_args *a = k->args;
+    const bool forward = strcmp(k->kernel, "cross_entropy_forward") == 0;
+    if (a->w16 != NULL && forward) {
+        same_as_widened(k, r, "losses", a->n);
+        same_as_widened(k, r, "lse", a->n);
+        if (on_cpu(r->device))
+            expect(k, r, result_named(r, "loss") == result_named(r, "loss (fp32 weights)"),
+                   "a bf16 head gives its widening's mean loss, bit for bit");
+    } else if (a->w16 != NULL) {
+        if (a->dh) same_as_widened(k, r, "dh", a->n * a->c);
+        same_as_widened(k, r, "dw", a->v * a->c);
+    }
     if (a->ignore_every != 1) return;
-    if (strcmp(k->kernel, "cross_entropy_forward") == 0) {
+    if (forward) {
         expect(k, r, result_named(r, "loss") == 0.0, "no counted row: loss 0");
         return;
     }
@@ -1538,14 +1643,18 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, c, v;
         int ignore_every;
-        bool dh;
+        bool dh, bf16_w;
     } shapes[] = {
-        {7, 33, 50, 3, true},       /* one chunk: the probabilities are kept */
-        {1, 8, 1, 0, true},         /* one row, one class: loss 0, gradient 0 */
-        {300, 40, 1000, 4, false},  /* dh NULL */
-        {5, 8, 10, 1, true},        /* every target ignored */
-        {0, 8, 10, 0, true},        /* no rows */
-        {3000, 64, 50304, 5, true}, /* three of the GPU's chunks of 1334 rows, the last short */
+        {7, 33, 50, 3, true, false},       /* one chunk: the probabilities are kept */
+        {1, 8, 1, 0, true, false},         /* one row, one class: loss 0, gradient 0 */
+        {300, 40, 1000, 4, false, false},  /* dh NULL */
+        {5, 8, 10, 1, true, false},        /* every target ignored */
+        {0, 8, 10, 0, true, false},        /* no rows */
+        {3000, 64, 50304, 5, true, false}, /* three of the GPU's chunks of 1334 rows, the last
+                                              short */
+        {7, 33, 50, 3, true, true},        /* a bf16 head */
+        {300, 40, 1000, 4, true, true},
+        {3000, 64, 50304, 5, true, true},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].v == 50304)) continue;
@@ -1555,10 +1664,11 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
                      .ignore_every = shapes[s].ignore_every,
                      .dh = shapes[s].dh,
                      .large = shapes[s].v == 50304};
-        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s", (long long)a.n,
+        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s%s", (long long)a.n,
                  (long long)a.c, (long long)a.v, a.ignore_every == 1 ? ", all ignored" : "",
-                 a.dh ? "" : ", no dh");
+                 a.dh ? "" : ", no dh", shapes[s].bf16_w ? ", bf16 head" : "");
         a.h = host_random(a.n * a.c), a.w = scaled_random(a.v * a.c, 0.5f, 0.0f);
+        if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.v * a.c);
         a.targets = random_ids(a.n, a.v);
         for (int64_t i = 0; i < a.n && a.ignore_every > 0; i++)
             if (i % a.ignore_every == a.ignore_every - 1)
@@ -1573,7 +1683,7 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
                              .after = after,
                              .large = a.large,
                              .gemm = true});
-        free(a.h), free(a.w), free(a.targets), free(a.dh0), free(a.dw0);
+        free(a.h), free(a.w), free(a.targets), free(a.dh0), free(a.dw0), free(a.w16);
     }
 }
 
@@ -1622,8 +1732,8 @@ static void run_partial_forward(run *r, const void *p) {
     const int32_t *targets = input_ids(r, a->targets, a->n);
     float *stats = output(r, "stats", 3 * a->n, head_stats_measure(r->matmul));
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
-    call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, targets, a->n, a->c, a->v,
-                                             a->first, a->vocab));
+    call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, LW_DTYPE_F32, targets, a->n,
+                                             a->c, a->v, a->first, a->vocab));
 }
 
 static void run_combine(run *r, const void *p) {
@@ -1646,10 +1756,10 @@ static void run_partial_backward(run *r, const void *p) {
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
     float *dh = accumulated(r, "dh", a->dh0, a->n * a->c, head_grad_measure(r->matmul));
     float *dw = accumulated(r, "dw", a->dw0, a->v * a->c, head_grad_measure(r->matmul));
-    call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, targets, a->n, a->c, a->v,
-                                             a->first, a->vocab));
-    call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, targets, lse, a->n, a->c,
-                                              a->v, a->first, a->vocab, (float)a->n));
+    call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, LW_DTYPE_F32, targets, a->n,
+                                             a->c, a->v, a->first, a->vocab));
+    call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, LW_DTYPE_F32, targets, lse,
+                                              a->n, a->c, a->v, a->first, a->vocab, (float)a->n));
 }
 
 /* The rows of [first, first + v) below vocab: the real ones; the padding's dw is untouched. */
@@ -1698,8 +1808,8 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
         a.stats = cpu_array(6 * n), a.lse = cpu_array(n);
         float *work = cpu_array(lw_cross_entropy_scratch_floats(NULL, n, a.v)),
               *losses = cpu_array(n);
-        CHECK_OK(lw_cross_entropy_partial_forward(NULL, a.stats, work, a.h, a.w, a.targets, n, a.c,
-                                                  a.v, a.first, a.vocab));
+        CHECK_OK(lw_cross_entropy_partial_forward(NULL, a.stats, work, a.h, a.w, LW_DTYPE_F32,
+                                                  a.targets, n, a.c, a.v, a.first, a.vocab));
         for (int64_t i = 0; i < n; i++) {
             a.stats[3 * n + i] = 0.5f * frand();
             a.stats[4 * n + i] = 100.0f + 50.0f * frand();

@@ -9,6 +9,8 @@
  * bf16 arrays and the all-gathers' bytes are half the fp32 ones. With bf16 gradient sums each
  * owned gradient is the bf16 sum of the ranks' averaged gradients rounded to bf16: exactly at 1
  * and 2 ranks, within the bound of p - 1 roundings beyond, and the sums move half the bytes.
+ * The parameters as stored (lw_buffers_param_stored, which the model kernels that take a
+ * weight's dtype read) are those bf16 roundings, read before any view widens them.
  * With LWOPT_TEST_REQUIRE=cuda (ctest test_master_gpu, label gpu) the same on the GPU, one rank,
  * skipped (exit 77) without one. */
 #include "bf16_reference.h"
@@ -84,6 +86,37 @@ static int64_t masters_differ(rig *bf, rig *fp) {
     return differ;
 }
 
+/* Parameters as stored (lw_buffers_param_stored), read before any fp32 view of them since the
+ * last sync: the bf16 rig's are the reference rounding of fp32's (want: the fp32 rig's values),
+ * bit for bit; the fp32 rig's are its views, dtype f32. Returns the elements that differ. */
+static int64_t stored_differ(rig *bf, rig *fp, float *const *want) {
+    lw_stream *s = lw_device_stream(device);
+    int64_t wrong = 0;
+    CHECK_OK(lw_buffers_finish_param_sync(bf->buffers, -1));
+    for (int p = 0; p < N_SPECS; p++) {
+        const int64_t n = spec_numel(&specs[p]);
+        const void *bits = NULL, *data = NULL;
+        float *view = NULL;
+        lw_dtype dtype = LW_DTYPE_F64;
+        CHECK_OK(lw_buffers_acquire(bf->buffers, p, LW_PASS_FORWARD, true));
+        CHECK_OK(lw_buffers_param_stored(bf->buffers, p, &bits, &dtype));
+        CHECK_EQ(dtype, LW_DTYPE_BF16);
+        uint16_t *got = malloc(sizeof(uint16_t) * (size_t)n);
+        CHECK_OK(lw_stream_synchronize(s));
+        CHECK_OK(lw_device_copy(s, got, bits, 2 * n, LW_COPY_DEVICE_TO_HOST));
+        for (int64_t i = 0; i < n; i++)
+            wrong += got[i] != bf16_reference(want[p][i]);
+        free(got);
+        CHECK_OK(lw_buffers_release(bf->buffers, p));
+        CHECK_OK(lw_buffers_acquire(fp->buffers, p, LW_PASS_FORWARD, true));
+        CHECK_OK(lw_buffers_param_stored(fp->buffers, p, &data, &dtype));
+        CHECK_OK(lw_buffers_param(fp->buffers, p, &view));
+        CHECK(dtype == LW_DTYPE_F32 && data == (const void *)view);
+        CHECK_OK(lw_buffers_release(fp->buffers, p));
+    }
+    return wrong;
+}
+
 static void run_variant(lw_comm *c, const variant *v) {
     int rank = lw_comm_rank(c);
     const int size = lw_comm_size(c), before = check_failures;
@@ -129,6 +162,7 @@ static void run_variant(lw_comm *c, const variant *v) {
         wb[p] = calloc((size_t)spec_numel(&specs[p]), sizeof(float));
     }
     rig_read_params(&fp, wf);
+    CHECK_EQ(stored_differ(&bf, &fp, wf), 0);
     rig_read_params(&bf, wb);
     int64_t wrong = 0;
     for (int p = 0; p < N_SPECS; p++) {

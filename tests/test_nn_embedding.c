@@ -21,7 +21,8 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *x = p;
-    CHECK_OK(lw_embedding_forward(NULL, x->y, x->tokens, x->wte, x->wpe, x->b, x->t, x->c));
+    CHECK_OK(lw_embedding_forward(NULL, x->y, x->tokens, x->wte, x->wpe, LW_DTYPE_F32, x->b, x->t,
+                                  x->c));
     return nn_dot(x->y, x->r, x->b * x->t * x->c);
 }
 
@@ -59,7 +60,7 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
 
     /* (a) forward: a float sum of two floats is correctly rounded, and so is the double sum
      * rounded to float (53 >= 2 * 24 + 2 bits), so the two agree exactly */
-    CHECK_OK(lw_embedding_forward(NULL, x.y, x.tokens, x.wte, x.wpe, b, t, c));
+    CHECK_OK(lw_embedding_forward(NULL, x.y, x.tokens, x.wte, x.wpe, LW_DTYPE_F32, b, t, c));
     check_tol("forward", b, t, c, forward_error(&x, x.wpe), 0.0);
 
     /* (b) L is linear in wte and wpe: no truncation error in the central differences, only
@@ -88,7 +89,7 @@ static void test_shape(int64_t b, int64_t t, int64_t c, int64_t vocab) {
     check_tol("accumulate dwpe", b, t, c, nn_accumulate_error(ape, ppe, dwpe, t * c), 1e-6);
 
     /* (d) no position table: y is the token rows; no position gradient: dwte unchanged */
-    CHECK_OK(lw_embedding_forward(NULL, x.y, x.tokens, x.wte, NULL, b, t, c));
+    CHECK_OK(lw_embedding_forward(NULL, x.y, x.tokens, x.wte, NULL, LW_DTYPE_F32, b, t, c));
     check_tol("forward, no wpe", b, t, c, forward_error(&x, NULL), 0.0);
     float *dwte2 = nn_alloc(vocab * c);
     CHECK_OK(lw_embedding_backward(NULL, dwte2, NULL, x.r, x.tokens, b, t, c));
@@ -106,7 +107,7 @@ static void test_negative_id(void) {
     float wte[3 * 4], wpe[3 * 4], y[3 * 4], dy[3 * 4], dwte[3 * 4] = {0}, dwpe[3 * 4] = {0};
     for (int i = 0; i < 12; i++)
         wte[i] = 1.0f + (float)i, wpe[i] = 0.5f * (float)i, dy[i] = 0.25f * (float)i;
-    CHECK_OK(lw_embedding_forward(NULL, y, tokens, wte, wpe, 1, 3, 4));
+    CHECK_OK(lw_embedding_forward(NULL, y, tokens, wte, wpe, LW_DTYPE_F32, 1, 3, 4));
     CHECK_OK(lw_embedding_backward(NULL, dwte, dwpe, dy, tokens, 1, 3, 4));
     bool ok = true;
     for (int i = 0; i < 4; i++) {

@@ -38,7 +38,7 @@ static void embedding_case(int64_t b, int64_t t, int64_t c, int64_t vocab, int64
         tokens[i] = (int32_t)(k < vocab ? k : vocab - 1);
     }
     float *y = nn_alloc(n * c), *dwte = nn_alloc(padded * c), *dwpe = nn_alloc(t * c);
-    CHECK_OK(lw_embedding_forward(NULL, y, tokens, wte, wpe, b, t, c));
+    CHECK_OK(lw_embedding_forward(NULL, y, tokens, wte, wpe, LW_DTYPE_F32, b, t, c));
     CHECK_OK(lw_embedding_backward(NULL, dwte, dwpe, dy, tokens, b, t, c));
 
     float *sum = nn_alloc(n * c), *part = nn_alloc(n * c);
@@ -49,7 +49,8 @@ static void embedding_case(int64_t b, int64_t t, int64_t c, int64_t vocab, int64
     for (int64_t p = 0; p < parts; p++) {
         /* rank p adds the position rows when it is rank 0 */
         CHECK_OK(lw_embedding_range_forward(NULL, part, tokens, wte + p * rows * c,
-                                            p == 0 ? wpe : NULL, p * rows, rows, b, t, c));
+                                            p == 0 ? wpe : NULL, LW_DTYPE_F32, p * rows, rows, b, t,
+                                            c));
         for (int64_t i = 0; i < n * c; i++)
             sum[i] = p == 0 ? part[i] : sum[i] + part[i];
         memset(got, 0, sizeof(float) * (size_t)(rows * c));
@@ -87,15 +88,16 @@ static void embedding_case(int64_t b, int64_t t, int64_t c, int64_t vocab, int64
 static void test_embedding_outside(void) {
     int32_t tokens[3] = {5, -1, 2};
     float wte[2 * 2] = {1, 2, 3, 4}, wpe[3 * 2] = {10, 20, 30, 40, 50, 60}, y[6], dw[4] = {0};
-    CHECK_OK(lw_embedding_range_forward(NULL, y, tokens, wte, NULL, 2, 2, 1, 3, 2));
+    CHECK_OK(lw_embedding_range_forward(NULL, y, tokens, wte, NULL, LW_DTYPE_F32, 2, 2, 1, 3, 2));
     CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0 && y[3] == 0 && y[4] == 1 && y[5] == 2);
-    CHECK_OK(lw_embedding_range_forward(NULL, y, tokens, wte, wpe, 2, 2, 1, 3, 2));
+    CHECK_OK(lw_embedding_range_forward(NULL, y, tokens, wte, wpe, LW_DTYPE_F32, 2, 2, 1, 3, 2));
     CHECK(y[0] == 10 && y[3] == 40 && y[4] == 51 && y[5] == 62);
     float dy[6] = {1, 1, 1, 1, 1, 1};
     CHECK_OK(lw_embedding_range_backward(NULL, dw, NULL, dy, tokens, 2, 2, 1, 3, 2));
     CHECK(dw[0] == 1 && dw[1] == 1 && dw[2] == 0 && dw[3] == 0);
-    CHECK_FAILS(lw_embedding_range_forward(NULL, y, tokens, wte, NULL, -1, 2, 1, 3, 2),
-                LW_ERR_INVALID, "[-1, +2)");
+    CHECK_FAILS(
+        lw_embedding_range_forward(NULL, y, tokens, wte, NULL, LW_DTYPE_F32, -1, 2, 1, 3, 2),
+        LW_ERR_INVALID, "[-1, +2)");
 }
 
 /* ---- cross-entropy -------------------------------------------------------------------------- */
@@ -143,9 +145,9 @@ static void tp_free(tp_case *k) {
 /* every rank's statistics into its slot (the all-gather), then the combination */
 static double tp_forward(tp_case *k) {
     for (int64_t p = 0; p < k->parts; p++)
-        CHECK_OK(lw_cross_entropy_partial_forward(NULL, k->stats + p * 3 * k->n, k->scratch[p],
-                                                  k->h, k->w + p * k->rows * k->c, k->tg, k->n,
-                                                  k->c, k->rows, p * k->rows, k->vocab));
+        CHECK_OK(lw_cross_entropy_partial_forward(
+            NULL, k->stats + p * 3 * k->n, k->scratch[p], k->h, k->w + p * k->rows * k->c,
+            LW_DTYPE_F32, k->tg, k->n, k->c, k->rows, p * k->rows, k->vocab));
     double loss = NAN;
     CHECK_OK(lw_cross_entropy_combine(NULL, k->losses, k->lse, k->stats, k->parts, k->tg, k->n,
                                       k->vocab, &loss));
@@ -159,7 +161,7 @@ static void tp_backward(tp_case *k, float *dh, float *dw, float scale) {
         memset(part, 0, sizeof(float) * (size_t)(k->n * k->c));
         CHECK_OK(lw_cross_entropy_partial_backward(
             NULL, part, dw + p * k->rows * k->c, k->scratch[p], k->h, k->w + p * k->rows * k->c,
-            k->tg, k->lse, k->n, k->c, k->rows, p * k->rows, k->vocab, scale));
+            LW_DTYPE_F32, k->tg, k->lse, k->n, k->c, k->rows, p * k->rows, k->vocab, scale));
         for (int64_t i = 0; i < k->n * k->c; i++)
             dh[i] += part[i];
     }
@@ -191,10 +193,10 @@ static void cross_entropy_case(int64_t n, int64_t c, int64_t vocab, int64_t part
     float *scratch = nn_alloc(lw_cross_entropy_scratch_floats(NULL, n, vocab));
     double ref = NAN;
     const float scale = 2.5f;
-    CHECK_OK(
-        lw_cross_entropy_forward(NULL, losses, lse, scratch, k.h, k.w, k.tg, n, c, vocab, &ref));
-    CHECK_OK(
-        lw_cross_entropy_backward(NULL, dh, dw, scratch, k.h, k.w, k.tg, lse, n, c, vocab, scale));
+    CHECK_OK(lw_cross_entropy_forward(NULL, losses, lse, scratch, k.h, k.w, LW_DTYPE_F32, k.tg, n,
+                                      c, vocab, &ref));
+    CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, scratch, k.h, k.w, LW_DTYPE_F32, k.tg, lse, n,
+                                       c, vocab, scale));
     const double mean = tp_forward(&k);
     float *tdh = nn_alloc(n * c), *tdw = nn_alloc(padded * c);
     tp_backward(&k, tdh, tdw, scale);
@@ -278,8 +280,10 @@ static void test_padding_shard_compares(void) {
     nn_fill(h, n * c, 1.0f);
     nn_fill(w, v * c, 1.0f);
     int32_t tg[6] = {0, 3, 7, -1, 8, 5};
-    CHECK_OK(lw_cross_entropy_partial_forward(NULL, a, scratch, h, w, tg, n, c, v, first, vocab));
-    CHECK_OK(lw_cross_entropy_partial_forward(NULL, b, scratch, h, w, tg, n, c, v, first, vocab));
+    CHECK_OK(lw_cross_entropy_partial_forward(NULL, a, scratch, h, w, LW_DTYPE_F32, tg, n, c, v,
+                                              first, vocab));
+    CHECK_OK(lw_cross_entropy_partial_forward(NULL, b, scratch, h, w, LW_DTYPE_F32, tg, n, c, v,
+                                              first, vocab));
     bool padding = true;
     for (int64_t i = 0; i < n; i++)
         padding &= isinf(a[i]) && a[i] < 0 && a[n + i] == 0.0f && a[2 * n + i] == 0.0f;

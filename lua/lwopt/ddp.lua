@@ -117,8 +117,9 @@ end
 
 -- lw.ddp.new(specs, comm, opts): buffers for specs on comm (default: the world).
 -- opts.param_dtype ("bf16" | "fp32"; nil: each spec's dtype, fp32 by default) is what the
--- parameter arrays hold and the all-gathers move: with bf16 the model reads each group's
--- parameters widened to fp32 (acquire), and the optimizer keeps the fp32 master copy of what
+-- parameter arrays hold and the all-gathers move: with bf16 the model reads its weight matrices
+-- as stored (acquire_stored) and the other parameters widened to fp32 (acquire), and the
+-- optimizer keeps the fp32 master copy of what
 -- this rank owns. opts.grad_dtype ("bf16" | "fp32"; nil: each spec's, fp32 by default) is what
 -- the gradient sums move: bf16 rounds each group's averaged fp32 gradient once and sums it in
 -- bf16; what the model writes and the optimizer reads stays fp32 (lw_buffers_grad_dtype).
@@ -294,6 +295,24 @@ function DDP:acquire(name, pass, reuse)
    return w, float_out[0]
 end
 
+local stored_out, dtype_out = ffi.new("const void*[1]"), ffi.new("lw_dtype[1]")
+
+-- acquire for the model kernels that take a weight's dtype (a linear layer's weight, the
+-- embedding tables, the LM head): the parameter as the buffers store it, its gradient (backward;
+-- else nil) and its dtype (lw_dtype), valid until ddp:release(name). bf16 parameters are then
+-- read as they are, never widened into an fp32 view.
+function DDP:acquire_stored(name, pass, reuse)
+   local i = self:index(name)
+   local p = passes[pass or "forward"]
+   if p == nil then error("ddp:acquire_stored: pass must be 'forward' or 'backward'", 2) end
+   C.check(lib.lw_buffers_acquire(self._c, i, p, reuse == true), "ddp:acquire_stored")
+   C.check(lib.lw_buffers_param_stored(self._c, i, stored_out, dtype_out), "ddp:acquire_stored")
+   local w, dtype = stored_out[0], dtype_out[0]
+   if p == lib.LW_PASS_FORWARD then return w, nil, dtype end
+   C.check(lib.lw_buffers_grad(self._c, i, float_out), "ddp:acquire_stored")
+   return w, float_out[0], dtype
+end
+
 function DDP:release(name)
    C.check(lib.lw_buffers_release(self._c, self:index(name)), "ddp:release")
 end
@@ -306,6 +325,9 @@ function DDP:end_backward() C.check(lib.lw_buffers_end_backward(self._c), "ddp:e
 function DDP:hooks()
    return {
       acquire = function(name, pass, reuse) return self:acquire(name, pass, reuse) end,
+      acquire_stored = function(name, pass, reuse)
+         return self:acquire_stored(name, pass, reuse)
+      end,
       release = function(name) self:release(name) end,
       ready = function() end,
    }

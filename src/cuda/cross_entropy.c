@@ -3,13 +3,14 @@
  * into the scratch, each row's log-sum-exp and loss (cross_entropy.cu), and in the backward the
  * softmax's gradient formed in place and two GEMMs (beta 1) into dh and dw. When all rows fit one
  * chunk the forward leaves the probabilities in the scratch and the backward reuses them;
- * otherwise it recomputes each chunk's logits. The mean loss is summed on the host in double,
- * as on the CPU; the backward's count of counted targets is taken on the device (no wait).
- * Under bf16 GEMMs the head's weight w (v x c, 50304 x 768 for GPT-2: every chunk reads all of
- * it) and h are rounded to bf16 once per call, not once per chunk, and each chunk's dlogits once
- * for its two GEMMs, each into its own region of the stream's workspace. At the end the same
- * head split over tensor parallelism's vocabulary ranks: statistics per rank, their combination,
- * and the local backward. */
+ * otherwise it recomputes each chunk's logits. The mean loss is summed on the host in double, as
+ * on the CPU; the backward's count of counted targets is taken on the device (no wait). Under bf16
+ * GEMMs the head's weight w (v x c, 50304 x 768 for GPT-2: every chunk reads all of it; read as it
+ * is when it is bf16) and h are rounded to bf16 once per call, not once per chunk, and each
+ * chunk's dlogits once for its two GEMMs, each into its own region of the stream's workspace;
+ * under fp32 or TF32 GEMMs a bf16 w is widened once per call likewise. At the end the same head
+ * split over tensor parallelism's vocabulary ranks: statistics per rank, their combination, and
+ * the local backward. */
 #include "cuda/cuda.h"
 
 /* Logits held at once: 64 Mi floats (256 MiB), 1334 rows at GPT-2's 50304 tokens. The size
@@ -26,27 +27,34 @@ int64_t lwc_cross_entropy_scratch_floats(int64_t n, int64_t v) {
     return n > 0 && v > 0 ? chunk_rows(n, v) * v : 0;
 }
 
-/* The GEMMs' operands for a call: w and h as given (fp32), or, under bf16, rounded into the
- * first two of the stream's workspace regions; with `dl`, a third region for a chunk's dlogits
- * (bf16 only: rounded there a chunk at a time). h is needed by the forward's logits and the
- * backward's dw; w by the logits and dh. */
+/* The GEMMs' operands for a call, in the product's type: under bf16, h rounded into the second
+ * of the stream's workspace regions, w as it is when bf16 or rounded into the first, and with
+ * `dl` a third region for a chunk's dlogits (rounded there a chunk at a time); otherwise h as it
+ * is and w as it is when fp32 or widened into the first region. h is needed by the forward's
+ * logits and the backward's dw; w by the logits and dh. */
 typedef struct ce_operands {
     lwc_operand w, h;
     void *dl; /* bf16: chunk * v values; NULL: the GEMMs read the fp32 scratch */
 } ce_operands;
 
-static lw_status operands(lw_stream *s, ce_operands *o, const float *h, const float *w, int64_t n,
-                          int64_t c, int64_t v, bool need_w, int64_t dl_elements) {
-    o->w = lwc_f32(w), o->h = lwc_f32(h), o->dl = NULL;
-    if (s->device->matmul != LW_MATMUL_BF16 || c <= 0) return LW_OK;
-    const int64_t elements[3] = {need_w ? v * c : 0, n * c, dl_elements};
+static lw_status operands(lw_stream *s, ce_operands *o, const float *h, const void *w,
+                          lw_dtype w_dtype, int64_t n, int64_t c, int64_t v, bool need_w,
+                          int64_t dl_elements) {
+    o->w = lwc_weights(w, w_dtype), o->h = lwc_f32(h), o->dl = NULL;
+    if (c <= 0) return LW_OK;
+    const bool bf16 = s->device->matmul == LW_MATMUL_BF16;
+    const bool convert_w = need_w && o->w.bf16 != bf16;
+    if (!bf16 && !convert_w) return LW_OK;
+    const int64_t bytes[3] = {convert_w ? (bf16 ? 2 : 4) * v * c : 0, bf16 ? 2 * n * c : 0,
+                              bf16 ? 2 * dl_elements : 0};
     void *r[3];
-    lw_status st = lwc_bf16_regions(s, 3, elements, r);
-    if (st == LW_OK && need_w) st = lwc_to_bf16(s, r[0], w, elements[0]);
-    if (st == LW_OK) st = lwc_to_bf16(s, r[1], h, elements[1]);
+    lw_status st = lwc_regions(s, 3, bytes, r);
+    if (st == LW_OK && convert_w)
+        st = bf16 ? lwc_to_bf16(s, r[0], w, v * c) : lwc_widen(s, r[0], w, v * c);
+    if (st == LW_OK && bf16) st = lwc_to_bf16(s, r[1], h, n * c);
     if (st != LW_OK) return st;
-    o->w = lwc_bf16(r[0]), o->h = lwc_bf16(r[1]);
-    o->dl = dl_elements > 0 ? r[2] : NULL;
+    if (convert_w) o->w = (lwc_operand){r[0], bf16};
+    if (bf16) o->h = lwc_bf16(r[1]), o->dl = dl_elements > 0 ? r[2] : NULL;
     return LW_OK;
 }
 
@@ -95,15 +103,16 @@ static lw_status mean_loss(lw_stream *s, const float *losses, const int32_t *tar
 }
 
 lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
-                                    const float *h, const float *w, const int32_t *targets,
-                                    int64_t n, int64_t c, int64_t v, double *loss) {
+                                    const float *h, const void *w, lw_dtype w_dtype,
+                                    const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                    double *loss) {
     *loss = 0.0;
     if (n <= 0 || v <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     const int64_t chunk = chunk_rows(n, v);
     ce_operands o;
-    lw_status st = operands(s, &o, h, w, n, c, v, true, 0);
+    lw_status st = operands(s, &o, h, w, w_dtype, n, c, v, true, 0);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         st = logits(s, scratch, &o, r0, rows, c, v);
@@ -145,9 +154,9 @@ static lw_status head_grads(lw_stream *s, const ce_operands *o, float *scratch, 
 }
 
 lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
-                                     const float *h, const float *w, const int32_t *targets,
-                                     const float *lse, int64_t n, int64_t c, int64_t v,
-                                     float loss_scale) {
+                                     const float *h, const void *w, lw_dtype w_dtype,
+                                     const int32_t *targets, const float *lse, int64_t n,
+                                     int64_t c, int64_t v, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -160,7 +169,8 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
     const bool recompute = chunk < n;
     /* w serves the recomputed logits and dh: without either it is not rounded */
     ce_operands o;
-    if (st == LW_OK) st = operands(s, &o, h, w, n, c, v, recompute || dh != NULL, chunk * v);
+    if (st == LW_OK)
+        st = operands(s, &o, h, w, w_dtype, n, c, v, recompute || dh != NULL, chunk * v);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (recompute) st = logits(s, scratch, &o, r0, rows, c, v);
@@ -183,7 +193,7 @@ static int64_t real_rows(int64_t first, int64_t v, int64_t vocab) {
 }
 
 lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *scratch,
-                                            const float *h, const float *w,
+                                            const float *h, const void *w, lw_dtype w_dtype,
                                             const int32_t *targets, int64_t n, int64_t c,
                                             int64_t v, int64_t first, int64_t vocab) {
     if (n <= 0 || v <= 0) return LW_OK;
@@ -194,7 +204,7 @@ lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *s
         return lwc_launched(s, lwc_ce_partial_rows(cs, scratch, n, v, 0, targets, first, stats, n, 0),
                             "the cross-entropy statistics kernel");
     ce_operands o;
-    lw_status st = operands(s, &o, h, w, n, c, v, true, 0);
+    lw_status st = operands(s, &o, h, w, w_dtype, n, c, v, true, 0);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         st = logits(s, scratch, &o, r0, rows, c, v);
@@ -221,7 +231,7 @@ lw_status lwc_cross_entropy_combine(lw_stream *s, float *losses, float *lse, con
 }
 
 lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw, float *scratch,
-                                             const float *h, const float *w,
+                                             const float *h, const void *w, lw_dtype w_dtype,
                                              const int32_t *targets, const float *lse, int64_t n,
                                              int64_t c, int64_t v, int64_t first, int64_t vocab,
                                              float loss_scale) {
@@ -234,7 +244,8 @@ lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw,
     const int64_t chunk = chunk_rows(n, v), real = real_rows(first, v, vocab);
     const bool recompute = chunk < n;
     ce_operands o;
-    if (st == LW_OK) st = operands(s, &o, h, w, n, c, v, recompute || dh != NULL, chunk * v);
+    if (st == LW_OK)
+        st = operands(s, &o, h, w, w_dtype, n, c, v, recompute || dh != NULL, chunk * v);
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (recompute) st = logits(s, scratch, &o, r0, rows, c, v);

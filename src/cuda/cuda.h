@@ -68,35 +68,43 @@ LWI_KERNELS(LWC_DECLARATION)
 #undef LWC_DECLARATION
 
 /* gemm.c: the model's GEMMs on cuBLAS (the linear layer's, the LM head's).
- * A GEMM operand: device memory of fp32 values, or of bf16 values already rounded (lwc_to_bf16
- * into lwc_bf16_regions) by a caller that uses the operand in several GEMMs and rounds it once. */
+ * A GEMM operand: device memory of fp32 values, or of bf16 values (bf16 weights as the buffers
+ * store them, or an operand a caller rounds once for several GEMMs: lwc_to_bf16 into
+ * lwc_regions). */
 typedef struct lwc_operand {
     const void *p;
     bool bf16;
 } lwc_operand;
 static inline lwc_operand lwc_f32(const float *p) { return (lwc_operand){p, false}; }
 static inline lwc_operand lwc_bf16(const void *p) { return (lwc_operand){p, true}; }
+/* A model kernel's weights of w_dtype (fp32 or bf16, checked by the dispatcher). */
+static inline lwc_operand lwc_weights(const void *w, lw_dtype w_dtype) {
+    return (lwc_operand){w, w_dtype == LW_DTYPE_BF16};
+}
 /* The operand `elements` values further on (a later row block). */
 static inline lwc_operand lwc_operand_at(lwc_operand o, int64_t elements) {
     return (lwc_operand){(const char *)o.p + (o.bf16 ? 2 : 4) * elements, o.bf16};
 }
 /* One GEMM on the stream, column-major as cuBLAS: C = alpha op(A) op(B) + beta C, C fp32 (beta 1
- * accumulates into it); `what` names it in errors. Two fp32 operands run in the device's matmul
- * precision: exact CUBLAS_COMPUTE_32F, TF32 tensor cores, or bf16, for which both are first
- * rounded into two regions of the stream's workspace (a caller that holds regions of its own
- * passes bf16 operands instead). Two bf16 operands run as bf16 whatever the setting: A and B
- * CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F (tensor cores, fp32 sums). One of each: refused. */
+ * accumulates into it); `what` names it in errors. It runs in the device's matmul precision:
+ * exact CUBLAS_COMPUTE_32F, TF32 tensor cores, or bf16 (A and B CUDA_R_16BF, C CUDA_R_32F,
+ * CUBLAS_COMPUTE_32F: tensor cores, fp32 sums). An operand not of the product's type is first
+ * converted into a region of the stream's workspace: fp32 rounded for bf16 products, bf16 (a
+ * weight as stored) widened for the others. Two bf16 operands run as bf16 whatever the setting
+ * (a caller that rounds an operand once for several GEMMs passes it so). */
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                    float beta, float *c, int64_t ldc, const char *what);
-/* Regions of the stream's device workspace for `count` (at most 4) bf16 arrays of elements[i]
- * values, taken in one request so that no region overlaps another, each 256-byte aligned. They
- * serve the work enqueued on the stream until its workspace is next requested (lwc_workspace, or
- * lwc_gemm of fp32 operands under bf16); a request that grows it waits for that work first. */
-#define LWC_BF16_REGIONS_MAX 4
-lw_status lwc_bf16_regions(lw_stream *s, int32_t count, const int64_t *elements, void **out);
+/* Regions of the stream's device workspace for `count` (at most 4) arrays of bytes[i] bytes,
+ * taken in one request so that no region overlaps another, each 256-byte aligned. They serve the
+ * work enqueued on the stream until its workspace is next requested (lwc_workspace, or lwc_gemm
+ * of an operand it converts); a request that grows it waits for that work first. */
+#define LWC_REGIONS_MAX 4
+lw_status lwc_regions(lw_stream *s, int32_t count, const int64_t *bytes, void **out);
 /* dst[n] (bf16, device) = src[n] rounded to nearest even, on the stream. */
 lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n);
+/* dst[n] (fp32, device) = src[n] (bf16) widened, exactly, on the stream. */
+lw_status lwc_widen(lw_stream *s, float *dst, const void *src, int64_t n);
 
 /* buckets.c: for the scatter-adds of embedding.c and gather.c */
 /* rows[n] (device int32, each >= 0) bucketed by value on the host, for scatter-adds that add in

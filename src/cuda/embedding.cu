@@ -14,19 +14,31 @@ int blocks_for(int64_t n) {
     return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
 }
 
+// Value i of a table of fp32 values, or of bf16 values (their bits; widened, exactly).
+__device__ __forceinline__ float weight_at(const float *table, int64_t i) { return table[i]; }
+__device__ __forceinline__ float weight_at(const uint16_t *table, int64_t i) {
+    return __uint_as_float(static_cast<unsigned>(table[i]) << 16);
+}
+
 // The rows [first, first + rows) of the table (a rank's under tensor parallelism, or every row a
 // token id can name): tokens outside it look up 0; the position row is added where wpe is given.
-__global__ void embed_range_kernel(float *y, const int32_t *tokens, const float *wte,
-                                   const float *wpe, int64_t first, int64_t rows, int64_t t,
-                                   int64_t c, int64_t total) {
+// W: the tables' element type (float, or uint16_t for bf16).
+template <typename W>
+__global__ void embed_range_kernel(float *y, const int32_t *tokens, const W *wte, const W *wpe,
+                                   int64_t first, int64_t rows, int64_t t, int64_t c,
+                                   int64_t total) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / c, ch = i - row * c; // row = bi * t + ti
         const int64_t k = (int64_t)tokens[row] - first;
         const bool here = k >= 0 && k < rows;
-        const float tok = here ? wte[k * c + ch] : 0.0f;
-        if (wpe == nullptr) y[i] = tok;
-        else y[i] = here ? __fadd_rn(tok, wpe[(row % t) * c + ch]) : wpe[(row % t) * c + ch];
+        const float tok = here ? weight_at(wte, k * c + ch) : 0.0f;
+        if (wpe == nullptr) {
+            y[i] = tok;
+        } else {
+            const float pos = weight_at(wpe, (row % t) * c + ch);
+            y[i] = here ? __fadd_rn(tok, pos) : pos;
+        }
     }
 }
 
@@ -60,12 +72,19 @@ __global__ void embed_dwpe_kernel(float *dwpe, const float *dy, int64_t b, int64
 } // namespace
 
 extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
-                                       const float *wte, const float *wpe, int64_t first,
-                                       int64_t rows, int64_t b, int64_t t, int64_t c) {
+                                       const void *wte, const void *wpe, bool bf16,
+                                       int64_t first, int64_t rows, int64_t b, int64_t t,
+                                       int64_t c) {
     const int64_t total = b * t * c;
-    if (total > 0)
-        embed_range_kernel<<<blocks_for(total), THREADS, 0, stream>>>(y, tokens, wte, wpe, first,
-                                                                      rows, t, c, total);
+    if (total <= 0) return cudaSuccess;
+    if (bf16)
+        embed_range_kernel<<<blocks_for(total), THREADS, 0, stream>>>(
+            y, tokens, static_cast<const uint16_t *>(wte), static_cast<const uint16_t *>(wpe),
+            first, rows, t, c, total);
+    else
+        embed_range_kernel<<<blocks_for(total), THREADS, 0, stream>>>(
+            y, tokens, static_cast<const float *>(wte), static_cast<const float *>(wpe), first,
+            rows, t, c, total);
     return cudaGetLastError();
 }
 

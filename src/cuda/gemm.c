@@ -1,8 +1,9 @@
 /* gemm.c: the model's GEMM helper on cuBLAS, lwc_gemm (one GEMM with an fp32 C in the device's
- * matmul precision: exact fp32, TF32, or bf16 operands rounded into the stream's workspace), and
- * the bf16 workspace regions for callers that round an operand once for several GEMMs
- * (lwc_bf16_regions, lwc_to_bf16). Apart from linear.c because the linear layer and the LM head
- * (cross_entropy.c) both call it; Newton-Schulz's GEMMs are muon.c's and muon_tp.c's own. */
+ * matmul precision: exact fp32, TF32, or bf16 operands, each operand not already of the
+ * product's type converted into the stream's workspace), and the workspace regions for callers
+ * that convert an operand once for several GEMMs (lwc_regions, lwc_to_bf16, lwc_widen). Apart
+ * from linear.c because the linear layer and the LM head (cross_entropy.c) both call it;
+ * Newton-Schulz's GEMMs are muon.c's and muon_tp.c's own. */
 #include "cuda/cuda.h"
 
 #include <limits.h>
@@ -16,14 +17,14 @@ static int64_t span(bool trans, int64_t rows, int64_t cols, int64_t ld) {
     return r > 0 && c > 0 ? ld * (c - 1) + r : 0;
 }
 
-lw_status lwc_bf16_regions(lw_stream *s, int32_t count, const int64_t *elements, void **out) {
-    if (count < 0 || count > LWC_BF16_REGIONS_MAX)
-        return lwc_host->fail(LW_ERR_INVALID, "%s: %d bf16 workspace regions (at most %d)",
-                              s->device->name, (int)count, LWC_BF16_REGIONS_MAX);
-    int64_t offset[LWC_BF16_REGIONS_MAX], total = 0;
+lw_status lwc_regions(lw_stream *s, int32_t count, const int64_t *bytes, void **out) {
+    if (count < 0 || count > LWC_REGIONS_MAX)
+        return lwc_host->fail(LW_ERR_INVALID, "%s: %d workspace regions (at most %d)",
+                              s->device->name, (int)count, LWC_REGIONS_MAX);
+    int64_t offset[LWC_REGIONS_MAX], total = 0;
     for (int32_t i = 0; i < count; i++) {
         offset[i] = total;
-        total += (2 * elements[i] + 255) / 256 * 256; /* cudaMalloc's base is 256-byte aligned */
+        total += (bytes[i] + 255) / 256 * 256; /* cudaMalloc's base is 256-byte aligned */
     }
     void *base = NULL;
     lw_status st = lwc_workspace(s, total, &base);
@@ -38,6 +39,18 @@ lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n) {
                         "rounding a GEMM operand to bf16");
 }
 
+lw_status lwc_widen(lw_stream *s, float *dst, const void *src, int64_t n) {
+    return lwc_launched(s, lwc_bf16_to_f32(lwc_cuda_stream(s), src, dst, n),
+                        "widening a bf16 GEMM operand");
+}
+
+/* The operand o (n values from its start) converted into region r, to bf16 or to fp32. */
+static lw_status convert(lw_stream *s, lwc_operand *o, void *r, int64_t n, bool to_bf16) {
+    const lw_status st = to_bf16 ? lwc_to_bf16(s, r, o->p, n) : lwc_widen(s, r, o->p, n);
+    *o = (lwc_operand){r, to_bf16};
+    return st;
+}
+
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                    float beta, float *c, int64_t ldc, const char *what) {
@@ -47,20 +60,22 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
         return lwc_host->fail(LW_ERR_RANGE,
                               "%s: %s: a GEMM of %lld x %lld x %lld is past cuBLAS's int sizes",
                               s->device->name, what, (long long)m, (long long)n, (long long)k);
-    if (a.bf16 != b.bf16)
-        return lwc_host->fail(LW_ERR_INVALID, "%s: %s: one fp32 and one bf16 operand",
-                              s->device->name, what);
     const lw_matmul mode = s->device->matmul;
-    if (!a.bf16 && mode == LW_MATMUL_BF16) {
-        /* Both rounded, each into its own region: the GEMM reads them together. */
-        const int64_t elements[2] = {span(trans_a, m, k, lda), span(trans_b, k, n, ldb)};
+    /* The product's operand type: bf16 under bf16 products, and for two bf16 operands (a
+     * caller's, converted once for several GEMMs); fp32 otherwise. An operand of the other type
+     * is converted into its own region (the GEMM reads both together): an fp32 one rounded, a
+     * bf16 one (a bf16 weight under fp32 or TF32 products) widened, which is exact. */
+    const bool bf16 = mode == LW_MATMUL_BF16 || (a.bf16 && b.bf16);
+    if (a.bf16 != bf16 || b.bf16 != bf16) {
+        const int64_t size = bf16 ? 2 : 4;
+        const int64_t elements[2] = {a.bf16 != bf16 ? span(trans_a, m, k, lda) : 0,
+                                     b.bf16 != bf16 ? span(trans_b, k, n, ldb) : 0};
+        const int64_t bytes[2] = {size * elements[0], size * elements[1]};
         void *r[2];
-        lw_status st = lwc_bf16_regions(s, 2, elements, r);
-        if (st == LW_OK) st = lwc_to_bf16(s, r[0], a.p, elements[0]);
-        if (st == LW_OK) st = lwc_to_bf16(s, r[1], b.p, elements[1]);
+        lw_status st = lwc_regions(s, 2, bytes, r);
+        if (st == LW_OK && elements[0] > 0) st = convert(s, &a, r[0], elements[0], bf16);
+        if (st == LW_OK && elements[1] > 0) st = convert(s, &b, r[1], elements[1], bf16);
         if (st != LW_OK) return st;
-        a = lwc_bf16(r[0]);
-        b = lwc_bf16(r[1]);
     }
     cublasHandle_t blas = lwc_dev(s->device)->blas;
     cublasStatus_t e = cublasSetStream(blas, lwc_cuda_stream(s));

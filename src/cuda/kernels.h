@@ -87,8 +87,8 @@ cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, con
 /* y[b, t, c] = wte[tokens - first] + wpe[t] for the rows [first, first + rows) of the token
  * table (wpe may be NULL); other tokens look up 0 (plus wpe when given). */
 cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
-                            const float *wte, const float *wpe, int64_t first, int64_t rows,
-                            int64_t b, int64_t t, int64_t c);
+                            const void *wte, const void *wpe, bool bf16, int64_t first,
+                            int64_t rows, int64_t b, int64_t t, int64_t c);
 /* Channels per block of the by-row scatter-adds (lwc_embed_dwte, lwc_combine_rows): their grids
  * are (segments, c / LWC_ROW_TILE rounded up), so c is at most 65535 tiles. */
 #define LWC_ROW_TILE 128

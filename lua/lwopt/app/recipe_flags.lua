@@ -42,9 +42,9 @@ recipe_flags.list = {
      .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
      .. "computes fp32 whatever is asked" },
    { "param-dtype", { "bf16", "fp32" }, nil, "what the parameter buffers hold and the all-gathers "
-     .. "move: bf16 (the optimizer keeps fp32 master weights of what each rank updates; the model "
-     .. "reads each layer's weights widened to fp32) or fp32 (default: bf16 on a GPU, fp32 on "
-     .. "the CPU)" },
+     .. "move: bf16 (the optimizer keeps fp32 master weights of what each rank updates; the "
+     .. "model's matrix kernels read the bf16 weights as stored) or fp32 (default: bf16 on a GPU, "
+     .. "fp32 on the CPU)" },
    { "grad-dtype", { "fp32", "bf16" }, "fp32", "what the gradient buffers hold and the "
      .. "reduce-scatters move" },
    { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "

@@ -13,6 +13,7 @@ local check, zero = base.check, base.zero
 
 local ColumnParallelLinear = base.class(base.Module)
 ColumnParallelLinear.shape_args = { "n" }
+ColumnParallelLinear.stored_reads = Linear.stored_reads
 
 -- ColumnParallelLinear(prefix, in, out, bias, tp, blocks, weight_extra): tp is lw.tp.groups's
 -- table (size t, rank r; comm for the all-reduce); the full weight {out, in} is `blocks` (default

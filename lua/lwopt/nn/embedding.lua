@@ -8,6 +8,8 @@ local lib = C.lib
 
 local Embedding = base.class(base.Module)
 Embedding.shape_args = { "b", "t" }
+-- both tables are read with their dtype
+Embedding.stored_reads = { ["wte.weight"] = true, ["wpe.weight"] = true }
 
 -- Embedding(vocab, c, seq_len, shared): wte {vocab, c} (the LM head too when shared) and
 -- wpe {seq_len, c}, named as in GPT-2.
@@ -25,7 +27,7 @@ end
 local function forward(self, tokens, b, t)
    local y = self:buffer("y", b * t * self.c)
    check(lib.lw_embedding_forward(self.stream, y, tokens, self.w["wte.weight"],
-      self.w["wpe.weight"], b, t, self.c))
+      self.w["wpe.weight"], self.dtype["wte.weight"], b, t, self.c))
    return y
 end
 

@@ -85,6 +85,8 @@ function GPT.new(cfg)
    end
    -- the LM head's weight, by short name in the module that owns it
    self.head_name = o.tied and "wte.weight" or "lm_head.weight"
+   -- the LM head's kernels take its dtype (tied: the embedding's table, read so there too)
+   self.stored_reads = { ["lm_head.weight"] = true }
    return self
 end
 
@@ -111,31 +113,33 @@ local loss_cell = ffi.new("double[1]")
 
 local function head_forward(owner, self, n, tg)
    local o, c = self.cfg, self.cfg.n_embd
-   local head = owner.w[self.head_name]
+   local name = self.head_name
    check(lib.lw_cross_entropy_forward(self.stream, self.losses, self.lse, self.logits, self.h,
-      head, tg, n, c, o.vocab, loss_cell))
+      owner.w[name], owner.dtype[name], tg, n, c, o.vocab, loss_cell))
    return loss_cell[0]
 end
 
 local function head_backward(owner, self, dh, loss_scale)
    local o, c = self.cfg, self.cfg.n_embd
    local n = self.b * self.t
-   local head_w, head_g = owner.w[self.head_name], owner.g[self.head_name]
-   check(lib.lw_cross_entropy_backward(self.stream, dh, head_g, self.logits, self.h, head_w,
-      self.targets, self.lse, n, c, o.vocab, loss_scale or 1))
+   local name = self.head_name
+   check(lib.lw_cross_entropy_backward(self.stream, dh, owner.g[name], self.logits, self.h,
+      owner.w[name], owner.dtype[name], self.targets, self.lse, n, c, o.vocab, loss_scale or 1))
 end
 
 -- The vocabulary-parallel head (tp): this rank's softmax statistics into its slot of the
 -- group's [t, 3, n], and its rows' backward (its share of dh).
 local function head_forward_tp(owner, self, n, tg)
+   local name = self.head_name
    check(lib.lw_cross_entropy_partial_forward(self.stream, self.stats + self.tp.rank * 3 * n,
-      self.logits, self.h, owner.w[self.head_name], tg, n, self.cfg.n_embd, self.head_rows,
-      self.head_first, self.cfg.vocab))
+      self.logits, self.h, owner.w[name], owner.dtype[name], tg, n, self.cfg.n_embd,
+      self.head_rows, self.head_first, self.cfg.vocab))
 end
 
 local function head_backward_tp(owner, self, dh, loss_scale)
-   check(lib.lw_cross_entropy_partial_backward(self.stream, dh, owner.g[self.head_name],
-      self.logits, self.h, owner.w[self.head_name], self.targets, self.lse, self.b * self.t,
+   local name = self.head_name
+   check(lib.lw_cross_entropy_partial_backward(self.stream, dh, owner.g[name], self.logits,
+      self.h, owner.w[name], owner.dtype[name], self.targets, self.lse, self.b * self.t,
       self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab, loss_scale or 1))
 end
 
@@ -238,7 +242,7 @@ end
 local function row_logits(owner, self, row, dev)
    local c, rows = self.cfg.n_embd, self.head_rows
    check(lib.lw_linear_forward(self.stream, dev + (self.tp and self.tp.rank or 0) * rows,
-      self.h + row * c, owner.w[self.head_name], nil, 1, c, rows))
+      self.h + row * c, owner.w[self.head_name], owner.dtype[self.head_name], nil, 1, c, rows))
 end
 
 -- Next-token probabilities at row `row` (0-based) of the last forward: a host float* [vocab],

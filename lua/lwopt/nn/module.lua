@@ -36,6 +36,8 @@ local C = require("lwopt.C")
 local lib = C.lib
 local base = {}
 
+local F32 = lib.LW_DTYPE_F32
+
 local activation_bytes = 0
 
 local out_cell = ffi.new("void*[1]")
@@ -99,9 +101,15 @@ function Module:init(prefix)
    self.entries = {} -- specs and child modules, in definition order
    self.own = {} -- own specs, in definition order
    self.ready_order = {} -- own full names, in the order backward reports their gradients
-   self.w, self.g = {}, {} -- short name -> float* (within with_params)
+   -- short name -> float* (within with_params; a stored read: the stored data), its gradient,
+   -- and for stored reads the data's lw_dtype (an fp32 read: LW_DTYPE_F32)
+   self.w, self.g, self.dtype = {}, {}, {}
    return self
 end
+
+-- The parameters (short names) a class's kernels read with their dtype (Class.stored_reads =
+-- { weight = true }): acquired as stored, so bf16 parameters are never widened to fp32 views.
+Module.stored_reads = {}
 
 -- Declares a parameter `prefix .. name`; returns its spec. Its gradient is reported after the
 -- ones declared before it, unless the module sets another ready_order.
@@ -139,6 +147,9 @@ end
 -- hooks.acquire(name, pass, reuse) -> data, grad before a module reads parameter `name`
 -- ("forward" | "backward"; grad only in backward), hooks.release(name) when it is done with it,
 -- hooks.ready(name) when its gradient is complete. nil: ddp:hooks() (no gradient reports).
+-- hooks.acquire_stored(name, pass, reuse) -> data, grad, dtype (optional): the parameter as
+-- stored, for the parameters a module's class names in stored_reads (those its kernels read with
+-- their dtype); without it those are acquired as fp32 too.
 -- ddp nil (hooks given): the module runs on the CPU.
 function Module:bind(ddp, hooks)
    self.hooks = hooks or ddp:hooks()
@@ -159,9 +170,15 @@ end
 -- Makes the module's own parameters (and in backward their gradients) reachable through
 -- self.w / self.g until release. reuse: a use out of the pass's order (a tied weight).
 function Module:acquire(pass, reuse)
-   local h, w, g = self.hooks, self.w, self.g
+   local h, w, g, dtype, stored = self.hooks, self.w, self.g, self.dtype, self.stored_reads
    for _, spec in ipairs(self.own) do
-      w[spec.short], g[spec.short] = h.acquire(spec.name, pass, reuse)
+      local short = spec.short
+      if stored[short] and h.acquire_stored then
+         w[short], g[short], dtype[short] = h.acquire_stored(spec.name, pass, reuse)
+      else
+         w[short], g[short] = h.acquire(spec.name, pass, reuse)
+         dtype[short] = F32
+      end
    end
 end
 

@@ -15,6 +15,8 @@ local check = base.check
 
 local VocabParallelEmbedding = base.class(base.Module)
 VocabParallelEmbedding.shape_args = { "b", "t" }
+-- both tables are read with their dtype
+VocabParallelEmbedding.stored_reads = { ["wte.weight"] = true, ["wpe.weight"] = true }
 
 -- VocabParallelEmbedding(vocab, c, seq_len, shared, tp): wte {rows, c}, rows = ceil(vocab / t),
 -- with tp = { dim = 0, blocks = 1, rows = vocab } and full_shape {t * rows, c} (shared: the LM
@@ -34,7 +36,8 @@ end
 local function forward(self, tokens, b, t)
    local y = self:buffer("y", b * t * self.c)
    check(lib.lw_embedding_range_forward(self.stream, y, tokens, self.w["wte.weight"],
-      self.tp.rank == 0 and self.w["wpe.weight"] or nil, self.first, self.rows, b, t, self.c))
+      self.tp.rank == 0 and self.w["wpe.weight"] or nil, self.dtype["wte.weight"], self.first,
+      self.rows, b, t, self.c))
    return y
 end
 

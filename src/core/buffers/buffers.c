@@ -222,6 +222,16 @@ lw_status lw_buffers_param(lw_buffers *bs, int32_t param, float **data) {
     return st != LW_OK ? st : bs->residency->param(bs, param, data);
 }
 
+lw_status lw_buffers_param_stored(lw_buffers *bs, int32_t param, const void **data,
+                                  lw_dtype *dtype) {
+    lw_status st = lwi_check_param(bs, param);
+    if (st != LW_OK) return st;
+    if (data == NULL || dtype == NULL)
+        return lwi_fail(LW_ERR_INVALID, "buffers: param_stored: NULL output");
+    *dtype = bs->residency->param_dtype;
+    return bs->residency->stored(bs, param, data);
+}
+
 lw_status lw_buffers_grad(lw_buffers *bs, int32_t param, float **data) {
     lw_status st = lwi_check_param(bs, param);
     return st != LW_OK ? st : bs->residency->grad(bs, param, data);

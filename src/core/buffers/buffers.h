@@ -83,6 +83,7 @@ typedef struct lwi_param_info {
     int64_t start;
     int64_t numel;
     bool ready;
+    bool widened; /* bf16 parameters: its fp32 view in the group's block is current */
 } lwi_param_info;
 
 /* How a rank holds a group's parameters and gradients between uses: what differs between the
@@ -100,6 +101,8 @@ typedef struct lwi_residency {
     /* Where the whole parameter / gradient of param is while readable (LW_ERR_STATE if not). */
     lw_status (*param)(lw_buffers *bs, int32_t param, float **data);
     lw_status (*grad)(lw_buffers *bs, int32_t param, float **data);
+    /* Where the whole parameter is as stored (param_dtype), while readable. */
+    lw_status (*stored)(lw_buffers *bs, int32_t param, const void **data);
     /* lw_buffers_acquire once the arguments are checked. */
     lw_status (*acquire)(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
     /* Starts group's gradient sync (averaging included). */
@@ -196,17 +199,17 @@ void lwi_sharded_free(lw_buffers *bs);
 void lwi_sharded_pin(lw_buffers *bs, int32_t group);
 /* In backward, whole-gradient storage for group (a zeroed block) unless held (ZeRO-2/3). */
 lw_status lwi_sharded_hold_grad(lw_buffers *bs, int32_t group);
-/* The acquire of parameters read from a block: moves the pass, gathers (ZeRO-3) or widens (bf16
- * arrays) the group unless held, pins it, holds its gradient in backward (ZeRO-2/3) and at
- * ZeRO-3 prefetches the pass's next group. */
+/* The acquire of parameters read from a block: moves the pass, gathers (ZeRO-3) or takes a block
+ * for the fp32 views (bf16 arrays) of the group unless held, pins it, holds its gradient in
+ * backward (ZeRO-2/3) and at ZeRO-3 prefetches the pass's next group. */
 lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
 /* Starts the reduce-scatter of group's gradient block. */
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t group);
 /* Waits for every reduce-scatter in flight and adds each into this rank's gradient shards. */
 lw_status lwi_sharded_finish_grads(lw_buffers *bs);
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs);
-/* Waits for group g's gather if it is in flight (and widens it from bf16). */
-lw_status lwi_sharded_wait_gather(lw_buffers *bs, lwi_group *g);
+/* Waits for group g's gather if it is in flight. */
+lw_status lwi_sharded_wait_gather(lwi_group *g);
 /* Drops every gathered group (an error while one is acquired). */
 lw_status lwi_sharded_drop_params(lw_buffers *bs);
 /* Starts gathering group's parameters if there is room (nothing for -1 or a held group). */
@@ -214,8 +217,12 @@ lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t group);
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t group);
 /* bf16 arrays: drops every group's fp32 view (the arrays are about to change), then syncs. */
 lw_status lwi_sharded_start_whole_params(lw_buffers *bs);
-/* The whole parameter / gradient of param in its group's block. */
+/* The whole parameter / gradient of param in its group's block (a bf16 parameter's view widened
+ * on the first request since the block was filled). */
 lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data);
+/* The whole parameter of a held group as stored: the array below ZeRO-3, the gathered group at
+ * ZeRO-3 (the block itself for fp32, its bf16 wire for bf16). */
+lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data);
 lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data);
 /* Parameter element i of an array of the param dtype. */
 static inline void *lwi_param_at(const lw_buffers *bs, void *array, int64_t i) {

@@ -9,10 +9,11 @@
  *                             rank's gradient shard.
  *   sharded parameters (3)    gradients as ZeRO-2; parameters only as this rank's shard, a
  *                             group gathered into a block when acquired (or prefetched).
- * With bf16 parameters the arrays (whole or shards), the all-gathers and the commits are bf16,
- * and the model reads a group's parameters from an fp32 block: widened from the array when
- * acquired below ZeRO-3, gathered in bf16 and widened at ZeRO-3. The optimizer keeps the fp32
- * master copy of what it owns (optim/optimizer.c).
+ * With bf16 parameters the arrays (whole or shards), the all-gathers and the commits are bf16;
+ * the model kernels that take a weight's dtype read them as stored (the array below ZeRO-3, the
+ * group gathered in bf16 at ZeRO-3), and the others read fp32 views in a block, widened a
+ * parameter at a time on the first request. The optimizer keeps the fp32 master copy of what it
+ * owns (optim/optimizer.c).
  * Legacy and replicated buffers exist at ZeRO-1 only (lw_runtime_check); how their syncs differ
  * is per buffer (sync.c). The blocks are sharded.c's. */
 #include "buffers/buffers.h"
@@ -20,6 +21,12 @@
 static lw_status whole_param(lw_buffers *bs, int32_t param, float **data) {
     const lwi_param_info *p = &bs->params[param];
     *data = (float *)bs->buffers[p->buffer].param + p->start; /* fp32: the array is the view */
+    return LW_OK;
+}
+
+static lw_status whole_stored(lw_buffers *bs, int32_t param, const void **data) {
+    const lwi_param_info *p = &bs->params[param];
+    *data = (const float *)bs->buffers[p->buffer].param + p->start;
     return LW_OK;
 }
 
@@ -71,43 +78,47 @@ static lw_status wait_gathers(lw_buffers *bs, int32_t group) {
 }
 
 #define WHOLE "held whole"
-#define WIDENED "widened to fp32: its buffer keeps bf16 parameters, widened per group when acquired"
+#define WIDENED "held as fp32 views: its buffer keeps bf16 parameters, widened when acquired"
 #define GATHERED "gathered: at ZeRO-3 a rank holds only its shard"
 
 static const lwi_residency residencies[3][2] = {
     { /* ZeRO-1: replicated parameters and gradients */
      {.param_dtype = LW_DTYPE_F32, .blocks = 0, .held_as = WHOLE, .param = whole_param,
-      .grad = whole_grad, .acquire = acquire_whole, .start_grad = lwi_whole_start_grad,
-      .finish_grads = lwi_whole_finish_grads, .end_backward = nothing_left,
-      .start_params = lwi_whole_start_params, .finish_params = lwi_whole_finish_params,
-      .commit = views_are_storage},
+      .stored = whole_stored, .grad = whole_grad, .acquire = acquire_whole,
+      .start_grad = lwi_whole_start_grad, .finish_grads = lwi_whole_finish_grads,
+      .end_backward = nothing_left, .start_params = lwi_whole_start_params,
+      .finish_params = lwi_whole_finish_params, .commit = views_are_storage},
      {.param_dtype = LW_DTYPE_BF16, .blocks = 1, .held_as = WIDENED, .param = lwi_sharded_param,
-      .grad = whole_grad, .acquire = lwi_sharded_acquire_view,
+      .stored = lwi_sharded_stored, .grad = whole_grad, .acquire = lwi_sharded_acquire_view,
       .start_grad = lwi_whole_start_grad, .finish_grads = lwi_whole_finish_grads,
       .end_backward = nothing_left, .start_params = lwi_sharded_start_whole_params,
       .finish_params = lwi_whole_finish_params, .commit = lwi_sharded_commit}},
     { /* ZeRO-2: sharded gradients */
      {.param_dtype = LW_DTYPE_F32, .sharded_grads = true, .blocks = 1, .held_as = WHOLE,
-      .param = whole_param, .grad = lwi_sharded_grad, .acquire = acquire_whole_params,
-      .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
-      .end_backward = lwi_sharded_end_backward, .start_params = lwi_whole_start_params,
-      .finish_params = lwi_whole_finish_params, .commit = views_are_storage},
+      .param = whole_param, .stored = whole_stored, .grad = lwi_sharded_grad,
+      .acquire = acquire_whole_params, .start_grad = lwi_sharded_start_grad,
+      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
+      .start_params = lwi_whole_start_params, .finish_params = lwi_whole_finish_params,
+      .commit = views_are_storage},
      {.param_dtype = LW_DTYPE_BF16, .sharded_grads = true, .blocks = 2, .held_as = WIDENED,
-      .param = lwi_sharded_param, .grad = lwi_sharded_grad, .acquire = lwi_sharded_acquire_view,
-      .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
-      .end_backward = lwi_sharded_end_backward, .start_params = lwi_sharded_start_whole_params,
-      .finish_params = lwi_whole_finish_params, .commit = lwi_sharded_commit}},
+      .param = lwi_sharded_param, .stored = lwi_sharded_stored, .grad = lwi_sharded_grad,
+      .acquire = lwi_sharded_acquire_view, .start_grad = lwi_sharded_start_grad,
+      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
+      .start_params = lwi_sharded_start_whole_params, .finish_params = lwi_whole_finish_params,
+      .commit = lwi_sharded_commit}},
     { /* ZeRO-3: sharded parameters and gradients */
      {.param_dtype = LW_DTYPE_F32, .sharded_params = true, .sharded_grads = true, .blocks = 2,
-      .held_as = GATHERED, .param = lwi_sharded_param, .grad = lwi_sharded_grad,
-      .acquire = lwi_sharded_acquire_view, .start_grad = lwi_sharded_start_grad,
-      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
-      .start_params = regather, .finish_params = wait_gathers, .commit = lwi_sharded_commit},
+      .held_as = GATHERED, .param = lwi_sharded_param, .stored = lwi_sharded_stored,
+      .grad = lwi_sharded_grad, .acquire = lwi_sharded_acquire_view,
+      .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
+      .end_backward = lwi_sharded_end_backward, .start_params = regather,
+      .finish_params = wait_gathers, .commit = lwi_sharded_commit},
      {.param_dtype = LW_DTYPE_BF16, .sharded_params = true, .sharded_grads = true, .blocks = 2,
-      .held_as = GATHERED, .param = lwi_sharded_param, .grad = lwi_sharded_grad,
-      .acquire = lwi_sharded_acquire_view, .start_grad = lwi_sharded_start_grad,
-      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
-      .start_params = regather, .finish_params = wait_gathers, .commit = lwi_sharded_commit}},
+      .held_as = GATHERED, .param = lwi_sharded_param, .stored = lwi_sharded_stored,
+      .grad = lwi_sharded_grad, .acquire = lwi_sharded_acquire_view,
+      .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
+      .end_backward = lwi_sharded_end_backward, .start_params = regather,
+      .finish_params = wait_gathers, .commit = lwi_sharded_commit}},
 };
 
 const lwi_residency *lwi_residency_for(int32_t zero, lw_dtype param_dtype) {

@@ -11,7 +11,9 @@
  * sequence of calls, never on timing, so all ranks issue the same collectives in the same order.
  * A ZeRO-3 block of bf16 parameters holds the fp32 view and, after it, the gathered bf16 group
  * (the wire): a gather lands beside the view it widens into, and every block of a buffer has
- * one size, so parameter and gradient blocks share the pool. */
+ * one size, so parameter and gradient blocks share the pool. bf16 views are widened a parameter
+ * at a time, when lw_buffers_param first asks for one: the model kernels that take a weight's
+ * dtype read the bf16 as stored, and those parameters are never widened. */
 #include "buffers/buffers.h"
 
 #include <stdlib.h>
@@ -168,18 +170,22 @@ lw_status lwi_sharded_finish_grads(lw_buffers *bs) {
     return first;
 }
 
-lw_status lwi_sharded_wait_gather(lw_buffers *bs, lwi_group *g) {
+lw_status lwi_sharded_wait_gather(lwi_group *g) {
     if (!g->gathering) return LW_OK;
     g->gathering = false;
-    lw_status st = lw_request_wait(g->pblock.req);
-    if (st != LW_OK || bs->param_size == (int64_t)sizeof(float)) return st;
-    const lwi_buf *b = &bs->buffers[g->buffer];
-    return lw_vec_from_bf16(bs->stream, g->pblock.data, wire_of(bs, b, g->pblock.data), g->count);
+    return lw_request_wait(g->pblock.req);
+}
+
+/* Group gi's block was just filled (or is about to be): none of its parameters' fp32 views is
+ * current yet. Its parameters lie between its first and last definition index. */
+static void views_stale(lw_buffers *bs, int32_t gi) {
+    for (int32_t p = bs->groups[gi].first; p <= bs->groups[gi].last; p++)
+        if (bs->params[p].group == gi) bs->params[p].widened = false;
 }
 
 static lw_status evict_params(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
-    lw_status st = lwi_sharded_wait_gather(bs, g);
+    lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     return give_back(bs, &g->pblock, g->buffer, true);
 }
@@ -311,6 +317,7 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
     if (st != LW_OK || g->pblock.data == NULL) return st;
+    views_stale(bs, gi);
     void *wire = wire_of(bs, b, g->pblock.data);
     st = lw_device_copy(bs->stream, lwi_param_at(bs, wire, g->shard_start - g->start),
                         lwi_param_at(bs, b->param, g->shard_base), bs->param_size * g->shard_count,
@@ -326,15 +333,15 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     return lw_comm_allgather(b->comm, wire, g->count, dtype, g->pblock.req);
 }
 
-/* bf16 arrays below ZeRO-3: group gi's parameters widened into a block, the model's view. */
-static lw_status widen(lw_buffers *bs, int32_t gi) {
+/* bf16 arrays below ZeRO-3: a block for group gi's fp32 views, widened into per parameter when
+ * asked for (lwi_sharded_param). */
+static lw_status take_views(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
-    lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = take_block(bs, gi, &g->pblock, true, false);
     if (st != LW_OK) return st;
+    views_stale(bs, gi);
     g->used = ++bs->tick;
-    return lw_vec_from_bf16(bs->stream, g->pblock.data, lwi_param_at(bs, b->param, g->start),
-                            g->count);
+    return LW_OK;
 }
 
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
@@ -346,7 +353,7 @@ lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t gi) {
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs) {
     lw_status first = LW_OK;
     for (int32_t gi = 0; gi < bs->n_groups; gi++) {
-        lw_status st = lwi_sharded_wait_gather(bs, &bs->groups[gi]);
+        lw_status st = lwi_sharded_wait_gather(&bs->groups[gi]);
         if (first == LW_OK) first = st;
     }
     return first;
@@ -434,8 +441,8 @@ lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, 
         }
     }
     if (st == LW_OK && g->pblock.data == NULL)
-        st = r->sharded_params ? start_gather(bs, gi, false) : widen(bs, gi);
-    if (st == LW_OK) st = lwi_sharded_wait_gather(bs, g);
+        st = r->sharded_params ? start_gather(bs, gi, false) : take_views(bs, gi);
+    if (st == LW_OK) st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     lwi_sharded_pin(bs, gi);
     if (pass == LW_PASS_BACKWARD && r->sharded_grads) st = lwi_sharded_hold_grad(bs, gi);
@@ -450,6 +457,16 @@ lw_status lwi_sharded_start_whole_params(lw_buffers *bs) {
     return st != LW_OK ? st : lwi_whole_start_params(bs);
 }
 
+/* Where param's bf16 values are: in the array below ZeRO-3, in its group's gathered wire at
+ * ZeRO-3 (group held). */
+static void *bf16_of(lw_buffers *bs, int32_t param) {
+    const lwi_param_info *p = &bs->params[param];
+    const lwi_group *g = &bs->groups[p->group];
+    lwi_buf *b = &bs->buffers[p->buffer];
+    if (!bs->residency->sharded_params) return lwi_param_at(bs, b->param, p->start);
+    return lwi_param_at(bs, wire_of(bs, b, g->pblock.data), p->start - g->start);
+}
+
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     lwi_buf *b = &bs->buffers[g->buffer];
@@ -458,35 +475,66 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
                         "buffers: commit of group %d, whose parameters are not "
                         "%s (acquire one of its parameters first)",
                         gi, bs->residency->held_as);
-    lw_status st = lwi_sharded_wait_gather(bs, g);
+    lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     const bool shard = bs->residency->sharded_params;
     if (bs->param_size == (int64_t)sizeof(float)) /* ZeRO-3: this rank's shard of the view */
         return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
                               shard_in_block(g, g->pblock.data),
                               (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
-    /* bf16: the whole view rounded (into the array below ZeRO-3, the block's wire at ZeRO-3) and
-     * widened back, so what the model reads next is what is stored on every rank */
-    void *bits = shard ? wire_of(bs, b, g->pblock.data) : lwi_param_at(bs, b->param, g->start);
-    st = lw_vec_to_bf16(bs->stream, bits, g->pblock.data, g->count);
-    if (st == LW_OK) st = lw_vec_from_bf16(bs->stream, g->pblock.data, bits, g->count);
+    /* bf16: each view that was widened (only those can have been written) rounded into its bf16
+     * (the array below ZeRO-3, the block's wire at ZeRO-3) and widened back, so what the model
+     * reads next is what is stored on every rank */
+    for (int32_t i = g->first; i <= g->last && st == LW_OK; i++) {
+        const lwi_param_info *p = &bs->params[i];
+        if (p->group != gi || !p->widened) continue;
+        float *view = g->pblock.data + (p->start - g->start);
+        st = lw_vec_to_bf16(bs->stream, bf16_of(bs, i), view, p->numel);
+        if (st == LW_OK) st = lw_vec_from_bf16(bs->stream, view, bf16_of(bs, i), p->numel);
+    }
     if (st != LW_OK || !shard) return st;
     return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
-                          lwi_param_at(bs, bits, g->shard_start - g->start),
+                          lwi_param_at(bs, wire_of(bs, b, g->pblock.data),
+                                       g->shard_start - g->start),
                           bs->param_size * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
 }
 
-lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
-    const lwi_param_info *p = &bs->params[param];
-    lwi_group *g = &bs->groups[p->group];
+/* LW_OK when param's group holds its parameters (then waited for), else the error naming it. */
+static lw_status held(lw_buffers *bs, int32_t param) {
+    lwi_group *g = &bs->groups[bs->params[param].group];
     if (g->pblock.data == NULL)
         return lwi_fail(LW_ERR_STATE,
                         "buffers: '%s' is not %s; acquire the parameter first",
                         bs->layout->params[param].name, bs->residency->held_as);
-    lw_status st = lwi_sharded_wait_gather(bs, g);
+    return lwi_sharded_wait_gather(g);
+}
+
+lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
+    lw_status st = held(bs, param);
     if (st != LW_OK) return st;
-    *data = g->pblock.data + (p->start - g->start);
+    lwi_param_info *p = &bs->params[param];
+    const lwi_group *g = &bs->groups[p->group];
+    float *view = g->pblock.data + (p->start - g->start);
+    if (bs->param_size != (int64_t)sizeof(float) && !p->widened) {
+        st = lw_vec_from_bf16(bs->stream, view, bf16_of(bs, param), p->numel);
+        if (st != LW_OK) return st;
+        p->widened = true;
+    }
+    *data = view;
     return LW_OK;
+}
+
+lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data) {
+    lw_status st = held(bs, param);
+    if (st != LW_OK) return st;
+    if (bs->param_size != (int64_t)sizeof(float)) {
+        *data = bf16_of(bs, param);
+        return LW_OK;
+    }
+    float *view = NULL; /* ZeRO-3 fp32: the gathered block is the view */
+    st = lwi_sharded_param(bs, param, &view);
+    *data = view;
+    return st;
 }
 
 lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data) {

@@ -32,13 +32,14 @@
     X(vec_axpy, (lw_stream * s, float *y, float alpha, const float *x, int64_t n),                 \
       (s, y, alpha, x, n), LW_OK)                                                                  \
     X(linear_forward,                                                                              \
-      (lw_stream * s, float *y, const float *x, const float *w, const float *b, int64_t n,         \
-       int64_t in, int64_t out),                                                                   \
-      (s, y, x, w, b, n, in, out), LW_OK)                                                          \
+      (lw_stream * s, float *y, const float *x, const void *w, lw_dtype w_dtype, const float *b,   \
+       int64_t n, int64_t in, int64_t out),                                                        \
+      (s, y, x, w, w_dtype, b, n, in, out), lwi_check_weights("linear forward", w_dtype))          \
     X(linear_backward,                                                                             \
       (lw_stream * s, float *dx, float *dw, float *db, const float *dy, const float *x,            \
-       const float *w, int64_t n, int64_t in, int64_t out),                                        \
-      (s, dx, dw, db, dy, x, w, n, in, out), LW_OK)                                                \
+       const void *w, lw_dtype w_dtype, int64_t n, int64_t in, int64_t out),                       \
+      (s, dx, dw, db, dy, x, w, w_dtype, n, in, out),                                              \
+      lwi_check_weights("linear backward", w_dtype))                                               \
     X(layernorm_forward,                                                                           \
       (lw_stream * s, float *y, float *mean, float *rstd, const float *x, const float *g,          \
        const float *beta, int64_t n, int64_t c, float eps),                                        \
@@ -60,14 +61,16 @@
       (s, dqkv, scratch, dout, qkv, out, lse, b, t, c, nh),                                        \
       lwi_check_heads("attention backward", b, t, c, nh))                                          \
     X(cross_entropy_forward,                                                                       \
-      (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const float *w,   \
-       const int32_t *targets, int64_t n, int64_t c, int64_t v, double *loss),                     \
-      (s, losses, lse, scratch, h, w, targets, n, c, v, loss), LW_OK)                              \
+      (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const void *w,    \
+       lw_dtype w_dtype, const int32_t *targets, int64_t n, int64_t c, int64_t v, double *loss),   \
+      (s, losses, lse, scratch, h, w, w_dtype, targets, n, c, v, loss),                            \
+      lwi_check_weights("cross-entropy forward", w_dtype))                                         \
     X(cross_entropy_backward,                                                                      \
-      (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const float *w,        \
-       const int32_t *targets, const float *lse, int64_t n, int64_t c, int64_t v,                  \
-       float loss_scale),                                                                          \
-      (s, dh, dw, scratch, h, w, targets, lse, n, c, v, loss_scale), LW_OK)                        \
+      (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const void *w,         \
+       lw_dtype w_dtype, const int32_t *targets, const float *lse, int64_t n, int64_t c,           \
+       int64_t v, float loss_scale),                                                               \
+      (s, dh, dw, scratch, h, w, w_dtype, targets, lse, n, c, v, loss_scale),                      \
+      lwi_check_weights("cross-entropy backward", w_dtype))                                        \
     X(moe_router_forward,                                                                          \
       (lw_stream * s, int32_t *experts, float *weights, float *probs, const float *logits,         \
        int64_t n, int64_t e, int64_t k),                                                           \
@@ -103,31 +106,32 @@
        const int32_t *rows, int64_t m, int64_t c),                                                 \
       (s, dsrc, dw, dy, src, w, rows, m, c), lwi_work_if(m > 0 && c > 0))                          \
     X(embedding_range_forward,                                                                     \
-      (lw_stream * s, float *y, const int32_t *tokens, const float *wte, const float *wpe,         \
-       int64_t first, int64_t rows, int64_t b, int64_t t, int64_t c),                              \
-      (s, y, tokens, wte, wpe, first, rows, b, t, c),                                              \
-      lwi_check_range("embedding range forward", first, rows, 1))                                  \
+      (lw_stream * s, float *y, const int32_t *tokens, const void *wte, const void *wpe,           \
+       lw_dtype w_dtype, int64_t first, int64_t rows, int64_t b, int64_t t, int64_t c),            \
+      (s, y, tokens, wte, wpe, w_dtype, first, rows, b, t, c),                                     \
+      lwi_check_weight_range("embedding range forward", w_dtype, first, rows, 1))                  \
     X(embedding_range_backward,                                                                    \
       (lw_stream * s, float *dwte, float *dwpe, const float *dy, const int32_t *tokens,            \
        int64_t first, int64_t rows, int64_t b, int64_t t, int64_t c),                              \
       (s, dwte, dwpe, dy, tokens, first, rows, b, t, c),                                           \
       lwi_check_range("embedding range backward", first, rows, 1))                                 \
     X(cross_entropy_partial_forward,                                                               \
-      (lw_stream * s, float *stats, float *scratch, const float *h, const float *w,                \
-       const int32_t *targets, int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab),     \
-      (s, stats, scratch, h, w, targets, n, c, v, first, vocab),                                   \
-      lwi_check_range("cross-entropy partial forward", first, v, vocab))                           \
+      (lw_stream * s, float *stats, float *scratch, const float *h, const void *w,                 \
+       lw_dtype w_dtype, const int32_t *targets, int64_t n, int64_t c, int64_t v, int64_t first,   \
+       int64_t vocab),                                                                             \
+      (s, stats, scratch, h, w, w_dtype, targets, n, c, v, first, vocab),                          \
+      lwi_check_weight_range("cross-entropy partial forward", w_dtype, first, v, vocab))           \
     X(cross_entropy_combine,                                                                       \
       (lw_stream * s, float *losses, float *lse, const float *stats, int64_t parts,                \
        const int32_t *targets, int64_t n, int64_t vocab, double *loss),                            \
       (s, losses, lse, stats, parts, targets, n, vocab, loss),                                     \
       lwi_check_parts("cross-entropy combine", parts, vocab))                                      \
     X(cross_entropy_partial_backward,                                                              \
-      (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const float *w,        \
-       const int32_t *targets, const float *lse, int64_t n, int64_t c, int64_t v, int64_t first,   \
-       int64_t vocab, float loss_scale),                                                           \
-      (s, dh, dw, scratch, h, w, targets, lse, n, c, v, first, vocab, loss_scale),                 \
-      lwi_check_range("cross-entropy partial backward", first, v, vocab))                         \
+      (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const void *w,         \
+       lw_dtype w_dtype, const int32_t *targets, const float *lse, int64_t n, int64_t c,           \
+       int64_t v, int64_t first, int64_t vocab, float loss_scale),                                 \
+      (s, dh, dw, scratch, h, w, w_dtype, targets, lse, n, c, v, first, vocab, loss_scale),        \
+      lwi_check_weight_range("cross-entropy partial backward", w_dtype, first, v, vocab))         \
     X(vec_to_bf16, (lw_stream * s, uint16_t *y, const float *x, int64_t n), (s, y, x, n),          \
       lwi_work_if(n > 0))                                                                          \
     X(vec_from_bf16, (lw_stream * s, float *y, const uint16_t *x, int64_t n), (s, y, x, n),        \

@@ -48,9 +48,9 @@ lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float
 /* The whole vocabulary is the range of every row a token id can name (ids are int32). */
 #define ALL_ROWS ((int64_t)INT32_MAX + 1)
 
-lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const float *wte,
-                               const float *wpe, int64_t b, int64_t t, int64_t c) {
-    return lw_embedding_range_forward(stream, y, tokens, wte, wpe, 0, ALL_ROWS, b, t, c);
+lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
+                               const void *wpe, lw_dtype w_dtype, int64_t b, int64_t t, int64_t c) {
+    return lw_embedding_range_forward(stream, y, tokens, wte, wpe, w_dtype, 0, ALL_ROWS, b, t, c);
 }
 
 lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
@@ -86,6 +86,18 @@ lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t
         return lwi_fail(LW_ERR_INVALID, "%s: the vocabulary (%lld) must be >= 1", what,
                         (long long)vocab);
     return LW_OK;
+}
+
+lw_status lwi_check_weights(const char *what, lw_dtype w_dtype) {
+    if (w_dtype == LW_DTYPE_F32 || w_dtype == LW_DTYPE_BF16) return LW_OK;
+    return lwi_fail(LW_ERR_INVALID, "%s: weights of dtype %s: fp32 or bf16 only", what,
+                    lw_dtype_name(w_dtype));
+}
+
+lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,
+                                 int64_t vocab) {
+    const lw_status st = lwi_check_weights(what, w_dtype);
+    return st != LW_OK ? st : lwi_check_range(what, first, rows, vocab);
 }
 
 lw_status lwi_check_parts(const char *what, int64_t parts, int64_t vocab) {

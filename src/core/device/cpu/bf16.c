@@ -1,11 +1,13 @@
 /* bf16.c: the conversions between fp32 and bf16 on the CPU (lw_vec_to_bf16, lw_vec_from_bf16):
- * bf16 parameters with fp32 master weights. Integer arithmetic on the values' bits, branch-free
- * so that the loops vectorise; memory-bound, so a long vector is split over the pool's threads
- * as AdamW's update is. */
+ * bf16 parameters with fp32 master weights, and the model kernels' bf16 weights widened for
+ * OpenBLAS (which has no bf16 operands with fp32 products). Integer arithmetic on the values'
+ * bits, branch-free so that the loops vectorise; memory-bound, so a long vector is split over the
+ * pool's threads as AdamW's update is. */
 #include "device/cpu/cpu.h"
 #include "device/cpu/fast_math.h"
 #include "device/cpu/pool.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* elements per part of the pool at least (memory-bound: smaller parts gain nothing) */
@@ -69,5 +71,19 @@ lw_status lwi_cpu_vec_from_bf16(lw_stream *stream, float *y, const uint16_t *x, 
     (void)stream;
     bf16_job j = {y, x};
     lwi_cpu_parallel(n, GRAIN, from_bf16_range, &j);
+    return LW_OK;
+}
+
+lw_status lwi_cpu_weights_f32(const void *w, lw_dtype w_dtype, int64_t n, const float **out,
+                              float **owned) {
+    *owned = NULL;
+    *out = w;
+    if (w_dtype == LW_DTYPE_F32 || w == NULL || n <= 0) return LW_OK;
+    *owned = malloc(sizeof(float) * (size_t)n);
+    if (*owned == NULL)
+        return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory widening %lld bf16 weights",
+                        (long long)n);
+    lwi_cpu_vec_from_bf16(NULL, *owned, w, n);
+    *out = *owned;
     return LW_OK;
 }

@@ -9,6 +9,11 @@
 /* Sum of squares in double (four partial sums): the norms of the gradient and of Muon's update. */
 double lwi_cpu_sum_squares(const float *x, int64_t n);
 
+/* A model kernel's weights w (n values of w_dtype) as fp32: *out = w itself for fp32, else w
+ * widened into new memory that *owned holds (the caller frees it; NULL when nothing was made). */
+lw_status lwi_cpu_weights_f32(const void *w, lw_dtype w_dtype, int64_t n, const float **out,
+                              float **owned);
+
 /* Every kernel of the list (kernel_list.h), lwi_cpu_<name>, one family per file: vec.c, muon.c
  * (Newton-Schulz and Muon's step, its TP halves), adamw.c, linear.c, embedding.c (the
  * vocabulary-range form, which serves the whole vocabulary too), layernorm.c, gelu.c,

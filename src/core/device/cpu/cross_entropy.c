@@ -4,11 +4,13 @@
  * all rows fit one chunk (small vocabularies) the forward leaves the probabilities in the scratch
  * and the backward reuses them; otherwise it recomputes each chunk's logits. A target outside
  * [0, v) is ignored (loss 0, no gradient). Below, the same head split over tensor parallelism's
- * vocabulary ranks (lw_cross_entropy_partial_forward, _combine, _partial_backward). */
+ * vocabulary ranks (lw_cross_entropy_partial_forward, _combine, _partial_backward). A bf16 head
+ * is widened once per call (exactly) by the entry points at the end, not once per chunk. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 
 /* Logits held at once: 16 Mi floats (64 MiB), whole batches at byte vocabularies, a few hundred
  * rows at GPT-2's. */
@@ -36,11 +38,9 @@ static void logits(float *out, const float *h, const float *w, int64_t rows, int
     }
 }
 
-lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
-                                        float *scratch, const float *h, const float *w,
-                                        const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                                        double *loss) {
-    (void)stream;
+static lw_status forward(float *losses, float *lse, float *scratch, const float *h,
+                         const float *w, const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                         double *loss) {
     if (n <= 0 || v <= 0) {
         *loss = 0.0;
         return LW_OK;
@@ -82,11 +82,9 @@ lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float 
     return LW_OK;
 }
 
-lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
-                                         const float *h, const float *w, const int32_t *targets,
-                                         const float *lse, int64_t n, int64_t c, int64_t v,
-                                         float loss_scale) {
-    (void)stream;
+static lw_status backward(float *dh, float *dw, float *scratch, const float *h, const float *w,
+                          const int32_t *targets, const float *lse, int64_t n, int64_t c,
+                          int64_t v, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++)
@@ -142,11 +140,9 @@ static inline bool held(int32_t target, int64_t first, int64_t real) {
     return (int64_t)target >= first && (int64_t)target - first < real;
 }
 
-lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
-                                                const float *h, const float *w,
-                                                const int32_t *targets, int64_t n, int64_t c,
-                                                int64_t v, int64_t first, int64_t vocab) {
-    (void)stream;
+static lw_status partial_forward(float *stats, float *scratch, const float *h, const float *w,
+                                 const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                 int64_t first, int64_t vocab) {
     if (n <= 0) return LW_OK;
     float *mx = stats, *sums = stats + n, *tl = stats + 2 * n;
     const int64_t real = real_rows(first, v, vocab);
@@ -211,12 +207,10 @@ lw_status lwi_cpu_cross_entropy_combine(lw_stream *stream, float *losses, float 
     return LW_OK;
 }
 
-lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
-                                                 float *scratch, const float *h, const float *w,
-                                                 const int32_t *targets, const float *lse,
-                                                 int64_t n, int64_t c, int64_t v, int64_t first,
-                                                 int64_t vocab, float loss_scale) {
-    (void)stream;
+static lw_status partial_backward(float *dh, float *dw, float *scratch, const float *h,
+                                  const float *w, const int32_t *targets, const float *lse,
+                                  int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                  float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++)
@@ -251,4 +245,70 @@ lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, f
                     scratch, (int)v, h + r0 * c, (int)c, 1.0f, dw, (int)c);
     }
     return LW_OK;
+}
+
+/* ---- the entry points: the head's weights as fp32 (bf16 widened once for the call) ---------- */
+
+/* The head as fp32 for one call: the caller's weights, or bf16 ones widened into `owned`. */
+typedef struct {
+    const float *w;
+    float *owned;
+} head_f32;
+
+static lw_status head_open(head_f32 *hd, const void *w, lw_dtype w_dtype, int64_t v, int64_t c) {
+    return lwi_cpu_weights_f32(w, w_dtype, v > 0 && c > 0 ? v * c : 0, &hd->w, &hd->owned);
+}
+
+/* Frees what head_open made; passes the call's status on. */
+static lw_status head_close(head_f32 *hd, lw_status st) {
+    free(hd->owned);
+    return st;
+}
+
+lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
+                                        float *scratch, const float *h, const void *w,
+                                        lw_dtype w_dtype, const int32_t *targets, int64_t n,
+                                        int64_t c, int64_t v, double *loss) {
+    (void)stream;
+    head_f32 hd;
+    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    if (st == LW_OK) st = forward(losses, lse, scratch, h, hd.w, targets, n, c, v, loss);
+    return head_close(&hd, st);
+}
+
+lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
+                                         const float *h, const void *w, lw_dtype w_dtype,
+                                         const int32_t *targets, const float *lse, int64_t n,
+                                         int64_t c, int64_t v, float loss_scale) {
+    (void)stream;
+    head_f32 hd;
+    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    if (st == LW_OK) st = backward(dh, dw, scratch, h, hd.w, targets, lse, n, c, v, loss_scale);
+    return head_close(&hd, st);
+}
+
+lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
+                                                const float *h, const void *w, lw_dtype w_dtype,
+                                                const int32_t *targets, int64_t n, int64_t c,
+                                                int64_t v, int64_t first, int64_t vocab) {
+    (void)stream;
+    head_f32 hd;
+    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    if (st == LW_OK) st = partial_forward(stats, scratch, h, hd.w, targets, n, c, v, first, vocab);
+    return head_close(&hd, st);
+}
+
+lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
+                                                 float *scratch, const float *h, const void *w,
+                                                 lw_dtype w_dtype, const int32_t *targets,
+                                                 const float *lse, int64_t n, int64_t c,
+                                                 int64_t v, int64_t first, int64_t vocab,
+                                                 float loss_scale) {
+    (void)stream;
+    head_f32 hd;
+    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    if (st == LW_OK)
+        st = partial_backward(dh, dw, scratch, h, hd.w, targets, lse, n, c, v, first, vocab,
+                              loss_scale);
+    return head_close(&hd, st);
 }

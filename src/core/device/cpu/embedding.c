@@ -13,25 +13,35 @@ static inline bool in_range(int32_t tok, int64_t first, int64_t rows) {
     return (int64_t)tok >= first && (int64_t)tok - first < rows;
 }
 
+/* Value i of a table of fp32 or bf16 (widened: exact). */
+static inline float weight_at(const void *table, bool bf16, int64_t i) {
+    if (!bf16) return ((const float *)table)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)table)[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 lw_status lwi_cpu_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
-                                          const float *wte, const float *wpe, int64_t first,
-                                          int64_t rows, int64_t b, int64_t t, int64_t c) {
+                                          const void *wte, const void *wpe, lw_dtype w_dtype,
+                                          int64_t first, int64_t rows, int64_t b, int64_t t,
+                                          int64_t c) {
     (void)stream;
     if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
+    const bool bf16 = w_dtype == LW_DTYPE_BF16;
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t ti = 0; ti < t; ti++) {
             float *out = y + (bi * t + ti) * c;
             const int32_t k = tokens[bi * t + ti];
-            const float *tok = in_range(k, first, rows) ? wte + ((int64_t)k - first) * c : NULL;
-            const float *pos = wpe != NULL ? wpe + ti * c : NULL;
-            /* the rank holding the token adds the same two floats as one rank holding them all */
-            if (tok != NULL && pos != NULL)
-                for (int64_t i = 0; i < c; i++)
-                    out[i] = tok[i] + pos[i];
-            else if (tok != NULL || pos != NULL)
-                memcpy(out, tok != NULL ? tok : pos, sizeof(float) * (size_t)c);
-            else
-                memset(out, 0, sizeof(float) * (size_t)c);
+            const bool tok = in_range(k, first, rows), pos = wpe != NULL;
+            const int64_t at_tok = ((int64_t)k - first) * c, at_pos = ti * c;
+            /* the rank holding the token adds the same two floats as one rank holding them all;
+             * a lone row is copied as it is (0 + x would turn -0 into +0) */
+            for (int64_t i = 0; i < c; i++) {
+                const float x = tok ? weight_at(wte, bf16, at_tok + i) : 0.0f;
+                out[i] = !pos ? x : tok ? x + weight_at(wpe, bf16, at_pos + i)
+                                        : weight_at(wpe, bf16, at_pos + i);
+            }
         }
     return LW_OK;
 }

@@ -1,16 +1,20 @@
 /* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward, with
  * the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it
- * transposed without a copy). No allocation; no checks beyond empty shapes. */
+ * transposed without a copy). bf16 weights are widened into memory of the call's own (exact,
+ * so the results are those of their fp32 widening); fp32 ones are read in place. No checks
+ * beyond empty shapes. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Columns summed per pass of the bias gradient: the double accumulators stay in L1. */
 #define DB_BLOCK 256
 
-lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, const float *w,
-                                 const float *b, int64_t n, int64_t in, int64_t out) {
+lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, const void *w,
+                                 lw_dtype w_dtype, const float *b, int64_t n, int64_t in,
+                                 int64_t out) {
     (void)stream;
     if (n <= 0 || out <= 0) return LW_OK;
     /* Seeding y with the bias and letting the GEMM add onto it (beta = 1) saves a second sweep
@@ -22,21 +26,32 @@ lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, co
         if (b == NULL) memset(y, 0, sizeof(float) * (size_t)(n * out));
         return LW_OK;
     }
+    const float *wf;
+    float *owned;
+    const lw_status st = lwi_cpu_weights_f32(w, w_dtype, out * in, &wf, &owned);
+    if (st != LW_OK) return st;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, x,
-                (int)in, w, (int)in, b != NULL ? 1.0f : 0.0f, y, (int)out);
+                (int)in, wf, (int)in, b != NULL ? 1.0f : 0.0f, y, (int)out);
+    free(owned);
     return LW_OK;
 }
 
 lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
-                                  const float *dy, const float *x, const float *w, int64_t n,
-                                  int64_t in, int64_t out) {
+                                  const float *dy, const float *x, const void *w,
+                                  lw_dtype w_dtype, int64_t n, int64_t in, int64_t out) {
     (void)stream;
     if (n <= 0 || out <= 0) return LW_OK;
     if (in > 0) {
         /* dx[n, in] += dy[n, out] w[out, in] */
-        if (dx != NULL)
+        if (dx != NULL) {
+            const float *wf;
+            float *owned;
+            const lw_status st = lwi_cpu_weights_f32(w, w_dtype, out * in, &wf, &owned);
+            if (st != LW_OK) return st;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out, 1.0f,
-                        dy, (int)out, w, (int)in, 1.0f, dx, (int)in);
+                        dy, (int)out, wf, (int)in, 1.0f, dx, (int)in);
+            free(owned);
+        }
         /* dw[out, in] += dy^T x: dy read transposed, no copy */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f, dy,
                     (int)out, x, (int)in, 1.0f, dw, (int)in);
