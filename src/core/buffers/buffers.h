@@ -1,8 +1,8 @@
 /* buffers.h: the data of lw_buffers, shared by its files: buffers.c (the object: arrays, views,
  * owned ranges, memory), groups.c (the bucket groups and their shards), sync.c (the gradient and
- * parameter syncs), residency.c (the three ways of holding a group between uses, chosen once
- * from the ZeRO level) and sharded.c (ZeRO-2/3's group blocks: their pool, budget, gathers and
- * partial reductions). Not public API. */
+ * parameter syncs), residency.c (the ways of holding a group between uses, chosen once from the
+ * ZeRO level and parameter dtype), sharded.c (the group blocks: their pool, budget, gathers and
+ * partial reductions) and views.c (what is read and written in a held group). Not public API. */
 #ifndef LW_BUFFERS_H
 #define LW_BUFFERS_H
 
@@ -192,7 +192,8 @@ lw_status lwi_sharded_end_backward(lw_buffers *bs);
  * NULL for another dtype. */
 const lwi_residency *lwi_residency_for(int32_t zero, lw_dtype param_dtype);
 
-/* sharded.c */
+/* sharded.c: the blocks held (pool, budget, gathers, reductions); views.c: what is read and
+ * written in them (param, stored, grad, commit). */
 lw_status lwi_sharded_init(lw_buffers *bs);
 void lwi_sharded_free(lw_buffers *bs);
 /* Pins param's group and marks it used. */
@@ -224,6 +225,19 @@ lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data);
  * ZeRO-3 (the block itself for fp32, its bf16 wire for bf16). */
 lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data);
 lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data);
+/* sharded.c: group gi's block was just filled (or is about to be): none of its parameters' fp32
+ * views is current yet (its parameters lie between its first and last definition index). */
+void lwi_views_stale(lw_buffers *bs, int32_t group);
+/* Where a group's parameters arrive in block `data` of buffer b: the block itself for fp32,
+ * after the fp32 view for a narrower dtype (the wire). */
+static inline void *lwi_wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
+    return bs->param_size == (int64_t)sizeof(float) ? (void *)data
+                                                    : (void *)(data + b->block_numel);
+}
+/* Group g's shard inside its whole-group block (a gathered or reduced bucket). */
+static inline float *lwi_shard_in_block(const lwi_group *g, float *block) {
+    return block + (g->shard_start - g->start);
+}
 /* Parameter element i of an array of the param dtype. */
 static inline void *lwi_param_at(const lw_buffers *bs, void *array, int64_t i) {
     return (char *)array + i * bs->param_size;

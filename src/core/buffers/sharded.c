@@ -33,11 +33,6 @@ static int64_t block_bytes(const lw_buffers *bs, const lwi_buf *b) {
     return block_data_bytes(bs, b) + (int64_t)sizeof(float) * b->block_shard;
 }
 
-/* Where a group's parameters arrive in a block: the block itself for fp32, after the fp32 view
- * for a narrower dtype. */
-static void *wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
-    return bs->param_size == (int64_t)sizeof(float) ? (void *)data : (void *)(data + b->block_numel);
-}
 
 /* What a group's gradient is summed in: the block itself for fp32, the bf16 after it. */
 static void *grad_wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
@@ -48,10 +43,6 @@ static int64_t held_blocks(const lw_buffers *bs) {
     return bs->param_block_bytes + bs->grad_block_bytes + bs->cached_bytes;
 }
 
-/* Group g's shard inside its whole-group block (a gathered or reduced bucket). */
-static float *shard_in_block(const lwi_group *g, float *block) {
-    return block + (g->shard_start - g->start);
-}
 
 static void free_block(lw_buffers *bs, lwi_block *k) {
     lw_request_free(k->req);
@@ -125,7 +116,7 @@ static lw_status complete_reduce(lw_buffers *bs, int32_t gi) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = lw_request_wait(g->gblock.req);
     if (st != LW_OK) return st;
-    float *into = b->grad + g->shard_base, *sum = shard_in_block(g, g->gblock.data);
+    float *into = b->grad + g->shard_base, *sum = lwi_shard_in_block(g, g->gblock.data);
     if (bs->grad_dtype != LW_DTYPE_F32) /* the bf16 sum widened, then added in fp32 */
         st = lw_vec_from_bf16(bs->stream, sum,
                               (const uint16_t *)grad_wire_of(bs, b, g->gblock.data) +
@@ -176,9 +167,7 @@ lw_status lwi_sharded_wait_gather(lwi_group *g) {
     return lw_request_wait(g->pblock.req);
 }
 
-/* Group gi's block was just filled (or is about to be): none of its parameters' fp32 views is
- * current yet. Its parameters lie between its first and last definition index. */
-static void views_stale(lw_buffers *bs, int32_t gi) {
+void lwi_views_stale(lw_buffers *bs, int32_t gi) {
     for (int32_t p = bs->groups[gi].first; p <= bs->groups[gi].last; p++)
         if (bs->params[p].group == gi) bs->params[p].widened = false;
 }
@@ -317,8 +306,8 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
     if (st != LW_OK || g->pblock.data == NULL) return st;
-    views_stale(bs, gi);
-    void *wire = wire_of(bs, b, g->pblock.data);
+    lwi_views_stale(bs, gi);
+    void *wire = lwi_wire_of(bs, b, g->pblock.data);
     st = lw_device_copy(bs->stream, lwi_param_at(bs, wire, g->shard_start - g->start),
                         lwi_param_at(bs, b->param, g->shard_base), bs->param_size * g->shard_count,
                         LW_COPY_DEVICE_TO_DEVICE);
@@ -339,7 +328,7 @@ static lw_status take_views(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     lw_status st = take_block(bs, gi, &g->pblock, true, false);
     if (st != LW_OK) return st;
-    views_stale(bs, gi);
+    lwi_views_stale(bs, gi);
     g->used = ++bs->tick;
     return LW_OK;
 }
@@ -455,97 +444,4 @@ lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, 
 lw_status lwi_sharded_start_whole_params(lw_buffers *bs) {
     lw_status st = lwi_sharded_drop_params(bs);
     return st != LW_OK ? st : lwi_whole_start_params(bs);
-}
-
-/* Where param's bf16 values are: in the array below ZeRO-3, in its group's gathered wire at
- * ZeRO-3 (group held). */
-static void *bf16_of(lw_buffers *bs, int32_t param) {
-    const lwi_param_info *p = &bs->params[param];
-    const lwi_group *g = &bs->groups[p->group];
-    lwi_buf *b = &bs->buffers[p->buffer];
-    if (!bs->residency->sharded_params) return lwi_param_at(bs, b->param, p->start);
-    return lwi_param_at(bs, wire_of(bs, b, g->pblock.data), p->start - g->start);
-}
-
-lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
-    lwi_group *g = &bs->groups[gi];
-    lwi_buf *b = &bs->buffers[g->buffer];
-    if (g->pblock.data == NULL)
-        return lwi_fail(LW_ERR_STATE,
-                        "buffers: commit of group %d, whose parameters are not "
-                        "%s (acquire one of its parameters first)",
-                        gi, bs->residency->held_as);
-    lw_status st = lwi_sharded_wait_gather(g);
-    if (st != LW_OK) return st;
-    const bool shard = bs->residency->sharded_params;
-    if (bs->param_size == (int64_t)sizeof(float)) /* ZeRO-3: this rank's shard of the view */
-        return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
-                              shard_in_block(g, g->pblock.data),
-                              (int64_t)sizeof(float) * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
-    /* bf16: each view that was widened (only those can have been written) rounded into its bf16
-     * (the array below ZeRO-3, the block's wire at ZeRO-3) and widened back, so what the model
-     * reads next is what is stored on every rank */
-    for (int32_t i = g->first; i <= g->last && st == LW_OK; i++) {
-        const lwi_param_info *p = &bs->params[i];
-        if (p->group != gi || !p->widened) continue;
-        float *view = g->pblock.data + (p->start - g->start);
-        st = lw_vec_to_bf16(bs->stream, bf16_of(bs, i), view, p->numel);
-        if (st == LW_OK) st = lw_vec_from_bf16(bs->stream, view, bf16_of(bs, i), p->numel);
-    }
-    if (st != LW_OK || !shard) return st;
-    return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
-                          lwi_param_at(bs, wire_of(bs, b, g->pblock.data),
-                                       g->shard_start - g->start),
-                          bs->param_size * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
-}
-
-/* LW_OK when param's group holds its parameters (then waited for), else the error naming it. */
-static lw_status held(lw_buffers *bs, int32_t param) {
-    lwi_group *g = &bs->groups[bs->params[param].group];
-    if (g->pblock.data == NULL)
-        return lwi_fail(LW_ERR_STATE,
-                        "buffers: '%s' is not %s; acquire the parameter first",
-                        bs->layout->params[param].name, bs->residency->held_as);
-    return lwi_sharded_wait_gather(g);
-}
-
-lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
-    lw_status st = held(bs, param);
-    if (st != LW_OK) return st;
-    lwi_param_info *p = &bs->params[param];
-    const lwi_group *g = &bs->groups[p->group];
-    float *view = g->pblock.data + (p->start - g->start);
-    if (bs->param_size != (int64_t)sizeof(float) && !p->widened) {
-        st = lw_vec_from_bf16(bs->stream, view, bf16_of(bs, param), p->numel);
-        if (st != LW_OK) return st;
-        p->widened = true;
-    }
-    *data = view;
-    return LW_OK;
-}
-
-lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data) {
-    lw_status st = held(bs, param);
-    if (st != LW_OK) return st;
-    if (bs->param_size != (int64_t)sizeof(float)) {
-        *data = bf16_of(bs, param);
-        return LW_OK;
-    }
-    float *view = NULL; /* ZeRO-3 fp32: the gathered block is the view */
-    st = lwi_sharded_param(bs, param, &view);
-    *data = view;
-    return st;
-}
-
-lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data) {
-    const lwi_param_info *p = &bs->params[param];
-    const lwi_group *g = &bs->groups[p->group];
-    if (g->gblock.data == NULL || g->reducing)
-        return lwi_fail(LW_ERR_STATE,
-                        "buffers: the whole gradient of '%s' is not held: at ZeRO-%d "
-                        "it is there only between acquire for backward and its reduce-scatter "
-                        "(read the owned part with lw_buffers_owned_grad)",
-                        bs->layout->params[param].name, bs->o.zero);
-    *data = g->gblock.data + (p->start - g->start);
-    return LW_OK;
 }
