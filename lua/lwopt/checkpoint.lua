@@ -14,9 +14,10 @@
 -- parallelism (s.tp: lw.tp.groups) they hold the tp 1 model's full tensors, and each rank's
 -- optimizer file the state of its shards, with the TP size and rank it was saved at ("... tp T
 -- R"), the manifest saying how each tensor was split: a checkpoint loads at another TP size too.
--- Saving writes DIR/step-N.tmp/, fsyncs every file and the directory, renames it to
--- DIR/step-N/, then replaces DIR/latest atomically: a crash at any moment leaves the previous
--- checkpoint whole and `latest` pointing at it. All ranks agree that a save succeeded.
+-- Saving (checkpoint_save.lua) writes DIR/step-N.tmp/, fsyncs every file and the directory,
+-- renames it to DIR/step-N/, then replaces DIR/latest atomically: a crash at any moment leaves
+-- the previous checkpoint whole and `latest` pointing at it. All ranks agree that a save
+-- succeeded.
 -- Pruning (keep K) removes only checkpoints of the same run (lineage: run_id, kept across
 -- resumes) with a valid manifest, older than the K newest at or before the step just written;
 -- never the one just written, the one `latest` names, nor the ones the caller protects (the
@@ -26,11 +27,11 @@ local C = require("lwopt.C")
 local json = require("lwopt.json")
 local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
-local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
 local state = require("lwopt.checkpoint_state")
 local finder = require("lwopt.checkpoint_find")
 local errors = require("lwopt.errors")
+local saver = require("lwopt.checkpoint_save")
 
 local lib = C.lib
 local checkpoint = {}
@@ -43,9 +44,6 @@ local SELF_CRC = '"manifest_crc32c": "'
 
 local fail = errors.fail
 
-local function step_name(step) return ("step-%09d"):format(step) end
-local optim_name = state.file_name
-
 -- Hook point: nil, or a function(point, s) that checkpoint.save calls at each point of the
 -- protocol, with save's own arguments s, for every save; s.on_point, when set, is called
 -- first, for that save only. The points, in order (checkpoint.POINTS): "optim" (every rank,
@@ -57,18 +55,11 @@ local optim_name = state.file_name
 checkpoint.on_point = nil
 checkpoint.POINTS = { "optim", "model", "manifest", "rename" }
 
-local function reached(job, point)
-   if job.s.on_point then job.s.on_point(point, job.s) end
-   if checkpoint.on_point then checkpoint.on_point(point, job.s) end
-end
-
 -- Runs fn(...); returns true, or false and its error as a string (for comm:agree).
 local function protect(fn, ...)
    local ok, err = pcall(fn, ...)
    return ok, (not ok) and tostring(err) or nil
 end
-
-local function shape_of(spec) return json.array(spec.shape) end
 
 local function crc_of(text) return ("%08x"):format(lib.lw_crc32c(0, text, #text)) end
 
@@ -122,165 +113,10 @@ local function latest_name(dir)
    return name
 end
 
--- Removes, after a save of `step` into dir: checkpoints of run_id older than the keep newest at
--- or before step (never those named in protect), and the step-N.tmp directories of interrupted
--- saves before step. Checkpoints of other runs, without a run_id (version 1), or after step (a
--- future abandoned by rolling back) stay.
-local function prune(dir, step, keep, run_id, protect)
-   local mine = {}
-   for _, c in ipairs(checkpoint.list(dir)) do
-      if run_id ~= nil and c.manifest.run_id == run_id and c.step <= step then
-         mine[#mine + 1] = c
-      end
-   end
-   for i = #mine - keep, 1, -1 do
-      if not protect[mine[i].name] then files.remove_tree(mine[i].path) end
-   end
-   for _, name in ipairs(files.list(dir)) do
-      local n = name:match("^step%-(%d+)%.tmp$")
-      if n and tonumber(n) < step then files.remove_tree(dir .. "/" .. name) end
-   end
-end
-
 -- A new lineage id for a run that starts from scratch (the same on every rank: rank 0's).
 function checkpoint.new_run_id(comm)
    local id = ("%08x%06x"):format(os.time() % 2 ^ 32, math.floor(lib.lw_now() * 1e6) % 2 ^ 24)
    return comm:broadcast_string(id, 0)
-end
-
--- One save's state: its arguments, where it writes, and the files' sizes and checksums (each
--- rank fills its own slot, rank 0 the model's).
-local function new_save(dir, s)
-   local comm = s.comm or s.ddp.comm
-   local final = dir .. "/" .. step_name(s.step)
-   local job = { dir = dir, s = s, ddp = s.ddp, opt = s.opt, comm = comm, final = final,
-                 tmp = final .. ".tmp", sizes = {}, crcs = {}, model_bytes = 0, model_crc = 0 }
-   for r = 1, comm.size do job.sizes[r], job.crcs[r] = 0, 0 end
-   return job
-end
-
--- Runs work(job) on every rank; every rank then agrees whether it succeeded everywhere (a
--- collective), and raises the failing rank's error when not.
-local function agreed(job, work) job.comm:agree(protect(work, job)) end
-
--- Rank 0: DIR, and an empty DIR/step-N.tmp/ (an interrupted save of the same step removed).
-local function prepare_dir(job)
-   if job.comm.rank ~= 0 then return end
-   files.make_dir(job.dir)
-   files.remove_tree(job.tmp)
-   files.make_dir(job.tmp)
-end
-
--- The model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part; under
--- expert parallelism with the other EP ranks' experts; under tensor parallelism the full
--- tensors, gathered over the TP group).
-local function gather_model(job)
-   job.params = job.ddp:params_on(0)
-   if job.s.ep then ep.gather_experts(job.ddp, job.s.ep, job.params) end
-   if job.s.tp then tp.gather_full(job.ddp, job.s.tp, job.params) end
-end
-
--- This rank's optimizer state: step-N.tmp/optim-rNNNNN.safetensors.
-local function write_optimizer_state(job)
-   local rank = job.comm.rank
-   local tensors, metadata = state.tensors(job.ddp, job.opt, job.s.tp)
-   job.sizes[rank + 1], job.crcs[rank + 1] =
-      safetensors.write(job.tmp .. "/" .. optim_name(rank), tensors, metadata)
-   reached(job, "optim")
-end
-
--- Rank 0: step-N.tmp/model.safetensors.
-local function write_model(job)
-   if job.comm.rank ~= 0 then return end
-   job.model_bytes, job.model_crc = safetensors.write(job.tmp .. "/model.safetensors", job.params,
-      { { "format", checkpoint.FORMAT }, { "step", tostring(job.s.step) } })
-   reached(job, "model")
-end
-
-local function write_data(job)
-   write_optimizer_state(job)
-   write_model(job)
-end
-
--- Every rank's size and checksum in one all-reduce: each rank filled only its own slots.
-local function share_sums(job)
-   local comm, sizes, crcs = job.comm, job.sizes, job.crcs
-   local both = {}
-   for r = 1, comm.size do both[r], both[comm.size + r] = sizes[r], crcs[r] end
-   both = comm:allreduce(both)
-   for r = 1, comm.size do sizes[r], crcs[r] = both[r], both[comm.size + r] end
-end
-
--- Rank 0: step-N.tmp/manifest.json, sealed with its own checksum.
-local function write_manifest(job)
-   local where = "checkpoint.save"
-   local s, ddp, opt, comm = job.s, job.ddp, job.opt, job.comm
-   local file_list = json.array({ json.object({ name = "model.safetensors",
-      bytes = job.model_bytes, crc32c = ("%08x"):format(job.model_crc) }) })
-   for r = 1, comm.size do
-      file_list[#file_list + 1] = json.object({ name = optim_name(r - 1), bytes = job.sizes[r],
-         crc32c = ("%08x"):format(job.crcs[r]) })
-   end
-   -- the parameters written (rank 0's list: under expert parallelism every EP rank's experts)
-   local spec_of = {}
-   for _, spec in ipairs(ddp.specs) do spec_of[spec.name] = spec end
-   local params = json.array()
-   for _, t in ipairs(job.params) do
-      local spec = spec_of[t.name] or t
-      local split = s.tp and spec.tp and json.object({ dim = spec.tp.dim,
-         blocks = spec.tp.blocks or 1, rows = spec.tp.rows })
-      params[#params + 1] = json.object({ name = t.name, shape = shape_of(t),
-         optimizer = spec.optimizer, expert = spec.expert or nil, tp = split })
-   end
-   local step, skips = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
-   C.check(lib.lw_optimizer_counters(opt._c, step, skips), where)
-   local layout = ddp.layout
-   local manifest = json.object({
-      format = checkpoint.FORMAT, version = checkpoint.VERSION, step = s.step,
-      ranks = comm.size, mode = ddp.mode, param_dtype = ddp.param_dtype,
-      layout = json.object({ algorithm = layout.algorithm, adamw_layout = layout.adamw_layout,
-         bucket_size = layout.bucket_size or json.null, hash = layout:hash(), dp = layout.dp,
-         expert_dp = layout.expert_dp, zero = ddp.zero, shard = ddp.shard }),
-      optimizer = json.object({ updates = tonumber(step[0]), skips = tonumber(skips[0]) }),
-      ep = s.ep and s.ep.size or 1, tp = s.tp and s.tp.size or 1,
-      extra = json.object(s.extra or {}), params = params, files = file_list,
-      run_id = s.run_id or json.null, saved_at = lib.lw_wall_clock(),
-      manifest_crc32c = "00000000",
-   })
-   local text = seal(json.encode(manifest, "  ") .. "\n")
-   C.check(lib.lw_file_write(job.tmp .. "/manifest.json", text, #text, nil), where)
-   reached(job, "manifest")
-end
-
--- Rank 0: step-N.tmp made durable and renamed to step-N, then `latest` replaced atomically.
-local function publish(job)
-   local where = "checkpoint.save"
-   local dir = job.dir
-   C.check(lib.lw_dir_sync(job.tmp), where)
-   files.remove_tree(job.final)
-   files.rename(job.tmp, job.final)
-   reached(job, "rename")
-   C.check(lib.lw_dir_sync(dir), where)
-   local latest = step_name(job.s.step) .. "\n"
-   C.check(lib.lw_file_write(dir .. "/latest.tmp", latest, #latest, nil), where)
-   files.rename(dir .. "/latest.tmp", dir .. "/latest")
-   C.check(lib.lw_dir_sync(dir), where)
-end
-
--- Rank 0: older checkpoints of the run beyond keep, never the new one nor those protected.
-local function prune_old(job)
-   local s = job.s
-   local protect = { [step_name(s.step)] = true }
-   for _, p in ipairs(s.protect or {}) do protect[p:match("([^/]+)/*$")] = true end
-   prune(job.dir, s.step, s.keep or 3, s.run_id, protect)
-end
-
--- Rank 0: the manifest, then the checkpoint made visible, then pruning.
-local function commit(job)
-   if job.comm.rank ~= 0 then return end
-   write_manifest(job)
-   publish(job)
-   prune_old(job)
 end
 
 -- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... }, run_id, protect = { path
@@ -291,22 +127,7 @@ end
 -- the world's communicator (ddp's is then the DP group's), when it has them. Returns the
 -- checkpoint's directory; a failure is raised on every rank alike, its step-N.tmp removed.
 function checkpoint.save(dir, s)
-   local job = new_save(dir, s)
-   local ok, err = pcall(function()
-      agreed(job, prepare_dir)
-      s.ddp:finish_param_sync()
-      agreed(job, gather_model)
-      agreed(job, write_data)
-      share_sums(job)
-      agreed(job, commit)
-   end)
-   if not ok then
-      -- what a failed save wrote only takes space (on a full disk, the space the next save or
-      -- the log needs); the checkpoints before it and `latest` are as they were
-      if job.comm.rank == 0 then pcall(files.remove_tree, job.tmp) end
-      error(err, 0)
-   end
-   return job.final
+   return saver.save(dir, s, { module = checkpoint, seal = seal, protect = protect })
 end
 
 -- The checkpoint directory `latest` names in dir; nil when there is none.

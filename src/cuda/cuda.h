@@ -2,9 +2,9 @@
  * events; a file per op family with the table's entries, as device/cpu/ has: vec.c, adamw.c,
  * muon.c, muon_tp.c, linear.c, embedding.c, layernorm.c, gelu.c, attention.c, cross_entropy.c,
  * moe.c, gather.c; gemm.c: the GEMM helper; buckets.c: the scatter-adds' row buckets; nccl.c: the
- * NCCL communicator). The library fills the core's device table (core/device/device.h) and
- * reports errors through the host's fail function: it cannot link the core's internal symbols.
- * Not public API. */
+ * NCCL communicator, its collectives in nccl_collectives.c, what the two share in nccl_comm.h).
+ * The library fills the core's device table (core/device/device.h) and reports errors through
+ * the host's fail function: it cannot link the core's internal symbols. Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
 

@@ -1,6 +1,6 @@
 /* comm.h: the communicator's data and the backend interface shared by comm.c and the
- * backends (self.c, mpi.c; nccl.c in the CUDA library, which reads these structs too: they are
- * part of its contract, see device/device.h). Not public API. */
+ * backends (self.c, mpi.c; nccl.c and nccl_collectives.c in the CUDA library, which reads these
+ * structs too: they are part of its contract, see device/device.h). Not public API. */
 #ifndef LW_COMM_H
 #define LW_COMM_H
 
@@ -217,8 +217,8 @@ typedef struct lwi_guard lwi_guard;
 lw_status lwi_guard_begin(double seconds, const char *what, lwi_guard **out);
 void lwi_guard_end(lwi_guard *g);
 
-/* The calls a device library's communicator (NCCL's, src/cuda/nccl.c) makes on the core's
- * communicators, lent with the device table's comm_new (device.c). */
+/* The calls a device library's communicator (NCCL's, src/cuda/nccl.c and nccl_collectives.c)
+ * makes on the core's communicators, lent with the device table's comm_new (device.c). */
 typedef struct lwi_comm_calls {
     /* lwi_comm_make: a communicator object around the library's backend */
     lw_status (*make)(const lwi_comm_backend *backend, int32_t rank, int32_t size, void *impl,

@@ -1,0 +1,137 @@
+-- logs_plot.lua: the loss chart of lw.logs.plot (`lwopt plot`, and the loss curve a recipe
+-- draws at its end): the runs' points written as gnuplot's table, a gnuplot script over it, and
+-- the PNG checked whole. Apart from logs.lua, which reads the logs and makes the tables, because
+-- this is the one part that drives an outside program. tokens_of (from logs.plot) is logs.lua's:
+-- the tokens through a step record.
+local json = require("lwopt.json")
+
+local plotter = {}
+
+-- A record's field as a number, as logs.lua reads them: nil when absent, null or not a number.
+local function number(x) return type(x) == "number" and x or nil end
+
+-- Text inside a gnuplot single-quoted string: '' for ', control characters dropped.
+local function gp_quote(s)
+   return "'" .. tostring(s):gsub("%c", ""):gsub("'", "''") .. "'"
+end
+
+-- The unit of the losses (nats per byte or token) when every run's configuration says the same.
+local function common_unit(list)
+   local unit
+   for _, log in ipairs(list) do
+      local c = log.configs[1]
+      local u = c and type(c.unit) == "string" and c.unit or nil
+      if u == nil or (unit and u ~= unit) then return nil end
+      unit = u
+   end
+   return unit
+end
+
+-- Writes gnuplot's table of points for the runs: per run a block of (x, training loss) and,
+-- when it has any, one of (x, validation loss), blocks apart by two blank lines (gnuplot's
+-- `index`). A non-finite training loss is NaN: a gap in the line. Returns the plot clauses,
+-- dat being the table's path.
+local function write_points(f, dat, list, x, tokens_of)
+   local clauses, index = {}, 0
+   local function block(lines)
+      if index > 0 then f:write("\n\n") end
+      f:write(table.concat(lines, "\n"), "\n")
+      index = index + 1
+      return index - 1
+   end
+   for i, log in ipairs(list) do
+      local train, val = {}, {}
+      for _, rec in ipairs(log.steps) do
+         local at = rec.step
+         if x == "tokens" then at = tokens_of(log, rec) end
+         if at == nil then
+            error(("%s has no token counts (it was written before logs had them): plot it "
+               .. "with --x step"):format(log.path), 0)
+         end
+         local loss = number(rec.loss)
+         train[#train + 1] = ("%s %s"):format(json.encode(at), loss and json.encode(loss) or "NaN")
+         if number(rec.val_loss) then
+            val[#val + 1] = ("%s %s"):format(json.encode(at), json.encode(rec.val_loss))
+         end
+      end
+      -- one run: "train" and "validation"; several: each named
+      local prefix = #list == 1 and "" or log.name .. " "
+      clauses[#clauses + 1] = ("%s index %d using 1:2 with lines lw 1.5 lc %d title %s")
+         :format(gp_quote(dat), block(train), i, gp_quote(prefix .. "train"))
+      if #val > 0 then
+         clauses[#clauses + 1] = ("%s index %d using 1:2 with linespoints pt 7 ps 0.7 dt 2 lc %d "
+            .. "title %s"):format(gp_quote(dat), block(val), i, gp_quote(prefix .. "validation"))
+      end
+   end
+   return clauses
+end
+
+-- Whether the file at path ends as a whole PNG does (its IEND chunk): gnuplot does not notice a
+-- full disk.
+local function whole_png(path)
+   local f = io.open(path, "rb")
+   if f == nil then return false end
+   f:seek("end", -math.min(12, f:seek("end")))
+   local tail = f:read("*a") or ""
+   f:close()
+   return tail == "\0\0\0\0IEND\174\66\96\130"
+end
+
+-- logs.plot(list, opts) (logs.lua says what opts holds).
+function plotter.plot(list, opts, tokens_of)
+   local out, x = opts.out, opts.x or "step"
+   local dat = opts.data or ((out:gsub("%.png$", "")) .. ".dat")
+   for _, log in ipairs(list) do
+      if #log.steps == 0 then return nil, log.path .. " has no step records" end
+   end
+   local f, err = io.open(dat, "w")
+   if f == nil then return nil, err end
+   local ok, clauses = pcall(write_points, f, dat, list, x, tokens_of)
+   -- buffered: a full disk may show only when the last of it is flushed
+   local closed, close_why = f:close()
+   if not ok then
+      os.remove(dat)
+      return nil, clauses
+   end
+   if not closed then
+      os.remove(dat)
+      return nil, ("cannot write %s (%s)"):format(dat, tostring(close_why))
+   end
+   local names = {}
+   for i, log in ipairs(list) do names[i] = log.name end
+   local unit = opts.unit or common_unit(list)
+   local script = table.concat({
+      "set terminal pngcairo noenhanced size 800,480",
+      "set output " .. gp_quote(out),
+      "set title " .. gp_quote("loss: " .. table.concat(names, ", ")),
+      "set xlabel " .. gp_quote(x == "tokens" and "tokens" or "step"),
+      x == "tokens" and "set format x '%.1s%c'" or "",
+      "set ylabel " .. gp_quote(unit and ("loss (nats/%s)"):format(unit) or "loss (nats)"),
+      "set grid", "set key top right",
+      "plot " .. table.concat(clauses, ", "),
+   }, "\n") .. "\n"
+   local gp = os.tmpname()
+   local g = assert(io.open(gp, "w"))
+   g:write(script)
+   g:close()
+   local pipe = io.popen("gnuplot '" .. gp .. "' 2>&1; echo \"status $?\"")
+   local said = pipe:read("*a")
+   pipe:close()
+   os.remove(gp)
+   if not opts.keep_data then os.remove(dat) end
+   local status = tonumber(said:match("status (%d+)%s*$"))
+   if status == 127 then
+      return nil, "gnuplot is not installed (on Debian: apt-get install gnuplot-nox, which "
+         .. "scripts/deps.sh installs)"
+   end
+   said = said:gsub("status %d+%s*$", ""):gsub("%s+$", ""):match("[^\n]*$")
+   if status ~= 0 then return nil, "gnuplot failed: " .. said end
+   if not whole_png(out) then
+      os.remove(out) -- a cut-off picture is no chart
+      return nil, ("gnuplot could not write the whole of %s (is the disk full?)%s"):format(out,
+         said ~= "" and " (" .. said .. ")" or "")
+   end
+   return out
+end
+
+return plotter
