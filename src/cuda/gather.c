@@ -2,8 +2,7 @@
  * dispatch and combine): the gather; its backward and the weighted combine, scatter-adds by
  * destination row over buckets built on the host (buckets.c), so that a row listed several times
  * sums in the order of the list, as on the CPU, without atomics; and the combine's backward.
- * Kernels in gather.cu, but the gather's backward is the embedding's scatter-add (embedding.cu's
- * lwc_embed_dwte). */
+ * Kernels in gather.cu (lwc_rows_add, the scatter-add, is also the embedding's backward). */
 #include "cuda/cuda.h"
 
 lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
@@ -32,9 +31,10 @@ lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const 
     lwc_buckets bk;
     lw_status st = by_row(s, "gather backward", rows, m, c, &bk);
     if (st != LW_OK) return st;
-    /* the embedding's scatter-add is this one: dx[row[s]] += dout[perm[q]] in order */
+    /* dx[row[s]] += dout[perm[q]] in order: the scatter-add, unweighted */
     return lwc_launched(
-        s, lwc_embed_dwte(lwc_cuda_stream(s), dx, dout, bk.perm, bk.start, bk.row, bk.segments, c),
+        s, lwc_rows_add(lwc_cuda_stream(s), dx, dout, NULL, bk.perm, bk.start, bk.row, bk.segments,
+                        c),
         "the gather backward kernel");
 }
 
@@ -46,7 +46,7 @@ lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const fl
     if (st != LW_OK) return st;
     return lwc_launched(
         s,
-        lwc_combine_rows(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
+        lwc_rows_add(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
         "the combine kernel");
 }
 
