@@ -11,8 +11,11 @@ local data = {}
 -- The largest file data.load reads whole (LuaJIT strings stop just below 2 GiB).
 data.MAX_BYTES = 0x7fffff00
 
+-- The class of data.load's datasets; lw.tokens' datasets share its split arithmetic (offset,
+-- val_count), which reads only n_train and n_val.
 local Dataset = {}
 Dataset.__index = Dataset
+data.Dataset = Dataset
 
 -- Loads a text file as bytes. Errors name the file and say how to get the default corpus.
 function data.load(path, opts)

@@ -109,10 +109,9 @@ local function read_sequence(self, s, at, t, tokens_row, targets_row)
    ffi.copy(targets_row, self.scratch + 1, 4 * t)
 end
 
--- Start offset in the training split of sequence k of step `step` (as lw.data's).
-function Dataset:offset(seed, step, k, t)
-   return data.offset(self.n_train, seed, step, k, t)
-end
+-- Start offset in the training split of sequence k of step `step`, and the validation set's
+-- count of sequences (at most `max`): lw.data's, over n_train and n_val.
+Dataset.offset, Dataset.val_count = data.Dataset.offset, data.Dataset.val_count
 
 -- Fills tokens and targets (int32_t* [b * t]) with the micro-batch of this rank: sequences
 -- k = micro * ranks * b + rank * b + i of the step's global batch.
@@ -121,12 +120,6 @@ function Dataset:train_batch(tokens_out, targets, seed, step, micro, rank, ranks
       local at = self:offset(seed, step, data.sequence(micro, rank, ranks, b, i), t)
       read_sequence(self, self.train, at, t, tokens_out + i * t, targets + i * t)
    end
-end
-
--- The validation set: consecutive non-overlapping sequences from the start of the split, at
--- most `max` of them. Returns their count.
-function Dataset:val_count(t, max)
-   return math.min(max or math.huge, math.floor((self.n_val - 1) / t))
 end
 
 -- Fills a batch of validation sequences first .. first + b - 1 (missing ones get targets -1).

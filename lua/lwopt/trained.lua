@@ -11,7 +11,7 @@ local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local safetensors = require("lwopt.safetensors")
 local sampling = require("lwopt.sampling")
-local recipe_presets = require("lwopt.app.recipe_presets")
+local presets = require("lwopt.presets")
 local data_mod = require("lwopt.data")
 local tokens_mod = require("lwopt.tokens")
 local C = require("lwopt.C")
@@ -25,7 +25,7 @@ local trained = {}
 -- The settings of a bare file that the recipe's defaults give: its --seed and --batch, the
 -- validation sequences of an evaluation (--eval-max).
 trained.DEFAULTS = { seed = 1337, batch = 8, eval_max = 64,
-   topk = recipe_presets.MOE_DEFAULTS.topk }
+   topk = presets.MOE_DEFAULTS.topk }
 
 -- The flags of the commands that load a model (lwopt sample, lwopt eval), besides their own.
 trained.flags = {
@@ -113,7 +113,7 @@ end
 -- The preset whose layers and width are cfg's, or nil.
 local function preset_of(cfg)
    for _, name in ipairs({ "tiny", "small", "wide", "gpt2", "moe" }) do
-      local p = recipe_presets.presets[name]
+      local p = presets.presets[name]
       if p.n_layer == cfg.n_layer and p.n_embd == cfg.n_embd then return name, p end
    end
 end
@@ -140,18 +140,18 @@ local function configure(params, extra, o, where)
    local rows = cfg.vocab
    local vocab = setting(extra.vocab or (recorded and 256 or nil), o.vocab, "--vocab", function()
       if rows == 256 then return 256 end
-      if rows == recipe_presets.vocab_rows(tokens_mod.GPT2_VOCAB) then
+      if rows == presets.vocab_rows(tokens_mod.GPT2_VOCAB) then
          o.note(("vocabulary %d (GPT-2's), padded to the model's %d rows (--vocab to change)")
             :format(tokens_mod.GPT2_VOCAB, rows))
          return tokens_mod.GPT2_VOCAB
       end
       fail("%s: the token vocabulary is not in the tensors' shapes (the model has %d rows, the "
          .. "vocabulary padded to a multiple of %d): give --vocab", where, rows,
-         recipe_presets.VOCAB_MULTIPLE)
+         presets.VOCAB_MULTIPLE)
    end)
-   if recipe_presets.vocab_rows(vocab) ~= rows then
+   if presets.vocab_rows(vocab) ~= rows then
       fail("--vocab %d pads to %d rows, but the model has %d", vocab,
-         recipe_presets.vocab_rows(vocab), rows)
+         presets.vocab_rows(vocab), rows)
    end
    if cfg.n_expert then
       cfg.topk = setting(extra.topk, o.topk, "--topk", function() return trained.DEFAULTS.topk end)

@@ -33,6 +33,7 @@ lw_status lwc_embedding_range_backward(lw_stream *s, float *dwte, float *dwpe, c
         cudaError_t e = lwc_embed_dwpe(cs, dwpe, dy, b, t, c);
         if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
     }
-    return lwc_launched(s, lwc_embed_dwte(cs, dwte, dy, bk.perm, bk.start, bk.row, bk.segments, c),
-                        "the token embedding's gradient");
+    return lwc_launched(
+        s, lwc_rows_add(cs, dwte, dy, NULL, bk.perm, bk.start, bk.row, bk.segments, c),
+        "the token embedding's gradient");
 }

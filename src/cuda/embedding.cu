@@ -1,8 +1,7 @@
 // embedding.cu: token plus position embedding on a GPU: the gather of a range of the token
-// table's rows (every row for the whole table) and the backward's fixed-order sums: the token table's gradient by row
-// over buckets built on the host (buckets.c), which is also the gather's backward (gather.c), and
-// the position table's over the batch in order. Additions rounded as the CPU's (__fadd_rn); no
-// atomics, so the backward repeats bit for bit and equals the CPU's.
+// table's rows (every row for the whole table) and the position table's gradient, summed over the
+// batch in order (the token table's is gather.cu's scatter-add by row). Additions rounded as the
+// CPU's (__fadd_rn); no atomics, so the backward repeats bit for bit and equals the CPU's.
 #include "cuda/kernels.h"
 
 namespace {
@@ -42,21 +41,6 @@ __global__ void embed_range_kernel(float *y, const int32_t *tokens, const W *wte
     }
 }
 
-// grid (segments, channel tiles): segment s holds the positions perm[start[s] .. start[s + 1])
-// of token seg_token[s], in increasing order (batch-major, then time: the CPU's order); each
-// thread adds them one after another into its channel of the token's row.
-__global__ void embed_dwte_kernel(float *dwte, const float *dy, const int32_t *perm,
-                                  const int32_t *start, const int32_t *seg_token, int64_t c) {
-    const int64_t ch = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    const int32_t s = (int32_t)blockIdx.x;
-    float *row = dwte + (int64_t)seg_token[s] * c + ch;
-    float acc = *row;
-    for (int32_t k = start[s]; k < start[s + 1]; k++)
-        acc = __fadd_rn(acc, dy[(int64_t)perm[k] * c + ch]);
-    *row = acc;
-}
-
 // dwpe[ti, ch] += dy[bi, ti, ch] for bi = 0, 1, ... in order (the CPU's order).
 __global__ void embed_dwpe_kernel(float *dwpe, const float *dy, int64_t b, int64_t t, int64_t c) {
     const int64_t tc = t * c;
@@ -88,18 +72,9 @@ extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int3
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const float *dy,
-                                      const int32_t *perm, const int32_t *start,
-                                      const int32_t *seg_token, int64_t segments, int64_t c) {
-    if (segments <= 0 || c <= 0) return cudaSuccess;
-    // LWC_ROW_TILE channels per block: four warps, each row read 512 bytes at a time
-    const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
-    embed_dwte_kernel<<<grid, LWC_ROW_TILE, 0, stream>>>(dwte, dy, perm, start, seg_token, c);
-    return cudaGetLastError();
-}
-
 extern "C" cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b,
                                       int64_t t, int64_t c) {
-    if (b > 0 && t * c > 0) embed_dwpe_kernel<<<blocks_for(t * c), THREADS, 0, stream>>>(dwpe, dy, b, t, c);
+    if (b > 0 && t * c > 0)
+        embed_dwpe_kernel<<<blocks_for(t * c), THREADS, 0, stream>>>(dwpe, dy, b, t, c);
     return cudaGetLastError();
 }

@@ -2,8 +2,7 @@
  * dispatch and combine): the gather; its backward and the weighted combine, scatter-adds by
  * destination row over buckets built on the host (buckets.c), so that a row listed several times
  * sums in the order of the list, as on the CPU, without atomics; and the combine's backward.
- * Kernels in gather.cu, but the gather's backward is the embedding's scatter-add (embedding.cu's
- * lwc_embed_dwte). */
+ * Kernels in gather.cu (lwc_rows_add, the scatter-add, is also the embedding's backward). */
 #include "cuda/cuda.h"
 
 lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
@@ -14,41 +13,40 @@ lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int
                         "the gather kernel");
 }
 
-/* The by-row kernels' grid has c / LWC_ROW_TILE channel tiles in y (at most 65535). */
-static lw_status check_columns(lw_stream *s, const char *what, int64_t c) {
+/* What a by-row scatter-add over rows[0, m) needs before its launch: the grid's c / LWC_ROW_TILE
+ * channel tiles in y (at most 65535), the device, and the positions bucketed by destination row
+ * (buckets.c) into *bk; `what` names the kernel in errors. */
+static lw_status by_row(lw_stream *s, const char *what, const int32_t *rows, int64_t m, int64_t c,
+                        lwc_buckets *bk) {
     if (c > (int64_t)65535 * LWC_ROW_TILE)
         return lwc_host->fail(LW_ERR_RANGE, "%s: %s: c = %lld columns, at most %lld",
                               s->device->name, what, (long long)c, (long long)65535 * LWC_ROW_TILE);
-    return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_buckets_by_row(s, rows, m, what, "row", bk);
 }
 
 lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
                               int64_t m, int64_t c) {
     if (m <= 0 || c <= 0) return LW_OK;
-    lw_status st = check_columns(s, "gather backward", c);
-    if (st != LW_OK) return st;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     lwc_buckets bk;
-    st = lwc_buckets_by_row(s, rows, m, "gather backward", "row", &bk);
+    lw_status st = by_row(s, "gather backward", rows, m, c, &bk);
     if (st != LW_OK) return st;
-    /* the embedding's scatter-add is this one: dx[row[s]] += dout[perm[q]] in order */
+    /* dx[row[s]] += dout[perm[q]] in order: the scatter-add, unweighted */
     return lwc_launched(
-        s, lwc_embed_dwte(lwc_cuda_stream(s), dx, dout, bk.perm, bk.start, bk.row, bk.segments, c),
+        s, lwc_rows_add(lwc_cuda_stream(s), dx, dout, NULL, bk.perm, bk.start, bk.row, bk.segments,
+                        c),
         "the gather backward kernel");
 }
 
 lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const float *w,
                               const int32_t *rows, int64_t m, int64_t c) {
     if (m <= 0 || c <= 0) return LW_OK;
-    lw_status st = check_columns(s, "combine forward", c);
-    if (st != LW_OK) return st;
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     lwc_buckets bk;
-    st = lwc_buckets_by_row(s, rows, m, "combine forward", "row", &bk);
+    lw_status st = by_row(s, "combine forward", rows, m, c, &bk);
     if (st != LW_OK) return st;
     return lwc_launched(
         s,
-        lwc_combine_rows(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
+        lwc_rows_add(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
         "the combine kernel");
 }
 

@@ -1,8 +1,8 @@
 // gather.cu: rows moved by an index list on a GPU (a mixture of experts' dispatch and combine):
-// the gather, the weighted combine's scatter-add by destination row over buckets built on the
-// host (buckets.c), a row's sources added in the list's order as on the CPU, and the combine's
-// backward (dsrc element-wise, dw a warp per row in double). No atomics. The gather's backward is
-// the embedding's scatter-add (embedding.cu).
+// the gather; the scatter-add by destination row over buckets built on the host (buckets.c), a
+// row's sources added in the list's order as on the CPU, which is the weighted combine, the
+// gather's backward and the embedding's token gradient (embedding.c); and the combine's backward
+// (dsrc element-wise, dw a warp per row in double). No atomics.
 #include "cuda/kernels.h"
 
 namespace {
@@ -24,10 +24,11 @@ __global__ void gather_kernel(float *out, const float *x, const int32_t *rows, i
 }
 
 // grid (segments, channel tiles): segment s lists the sources perm[start[s] .. start[s + 1]) of
-// destination row row[s] in increasing order (the CPU's order); each thread adds their weighted
-// values one after another into its channel of the row.
-__global__ void combine_rows_kernel(float *y, const float *src, const float *w, const int32_t *perm,
-                                    const int32_t *start, const int32_t *row, int64_t c) {
+// destination row row[s] in increasing order (the CPU's order); each thread adds their values,
+// times w[source] where WEIGHTED, one after another into its channel of the row.
+template <bool WEIGHTED>
+__global__ void rows_add_kernel(float *y, const float *src, const float *w, const int32_t *perm,
+                                const int32_t *start, const int32_t *row, int64_t c) {
     const int64_t ch = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
     if (ch >= c) return;
     const int32_t s = (int32_t)blockIdx.x;
@@ -35,7 +36,8 @@ __global__ void combine_rows_kernel(float *y, const float *src, const float *w, 
     float acc = *d;
     for (int32_t q = start[s]; q < start[s + 1]; q++) {
         const int32_t i = perm[q];
-        acc = __fadd_rn(acc, __fmul_rn(w[i], src[(int64_t)i * c + ch]));
+        const float v = src[(int64_t)i * c + ch];
+        acc = __fadd_rn(acc, WEIGHTED ? __fmul_rn(w[i], v) : v);
     }
     *d = acc;
 }
@@ -86,12 +88,16 @@ extern "C" cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const fl
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_combine_rows(cudaStream_t stream, float *y, const float *src,
-                                        const float *w, const int32_t *perm, const int32_t *start,
-                                        const int32_t *row, int64_t segments, int64_t c) {
+extern "C" cudaError_t lwc_rows_add(cudaStream_t stream, float *y, const float *src,
+                                    const float *w, const int32_t *perm, const int32_t *start,
+                                    const int32_t *row, int64_t segments, int64_t c) {
     if (segments <= 0 || c <= 0) return cudaSuccess;
+    // LWC_ROW_TILE channels per block: four warps, each row read 512 bytes at a time
     const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
-    combine_rows_kernel<<<grid, LWC_ROW_TILE, 0, stream>>>(y, src, w, perm, start, row, c);
+    if (w != nullptr)
+        rows_add_kernel<true><<<grid, LWC_ROW_TILE, 0, stream>>>(y, src, w, perm, start, row, c);
+    else
+        rows_add_kernel<false><<<grid, LWC_ROW_TILE, 0, stream>>>(y, src, w, perm, start, row, c);
     return cudaGetLastError();
 }
 

@@ -89,15 +89,6 @@ cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, con
 cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
                             const void *wte, const void *wpe, bool bf16, int64_t first,
                             int64_t rows, int64_t b, int64_t t, int64_t c);
-/* Channels per block of the by-row scatter-adds (lwc_embed_dwte, lwc_combine_rows): their grids
- * are (segments, c / LWC_ROW_TILE rounded up), so c is at most 65535 tiles. */
-#define LWC_ROW_TILE 128
-/* dwte[seg_token[s]] += dy[perm[k]] for k in [start[s], start[s + 1]) in order, for each of the
- * `segments` segments (device int32 arrays: the positions bucketed by token on the host; also
- * the gather's backward, rows for tokens). */
-cudaError_t lwc_embed_dwte(cudaStream_t stream, float *dwte, const float *dy, const int32_t *perm,
-                           const int32_t *start, const int32_t *seg_token, int64_t segments,
-                           int64_t c);
 /* dwpe[t, c] += dy[bi, t, c] for bi = 0 .. b - 1 in order. */
 cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b, int64_t t,
                            int64_t c);
@@ -212,11 +203,17 @@ cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, const long long
 /* out[m, c] = x[rows[i], :] row by row. */
 cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x, const int32_t *rows,
                             int64_t m, int64_t c);
-/* y[row[s]] += w[perm[q]] * src[perm[q]] for q in [start[s], start[s + 1]) in order, for each of
- * the `segments` segments (lwc_buckets_by_row's device arrays): the combine's scatter-add. */
-cudaError_t lwc_combine_rows(cudaStream_t stream, float *y, const float *src, const float *w,
-                             const int32_t *perm, const int32_t *start, const int32_t *row,
-                             int64_t segments, int64_t c);
+/* Channels per block of the by-row scatter-add (lwc_rows_add): its grid is (segments,
+ * c / LWC_ROW_TILE rounded up), so c is at most 65535 tiles. */
+#define LWC_ROW_TILE 128
+/* y[row[s]] += w[perm[q]] * src[perm[q]] (src[perm[q]] where w is NULL) for q in [start[s],
+ * start[s + 1]) in order, for each of the `segments` segments (device int32 arrays: the positions
+ * bucketed by destination row on the host, lwc_buckets_by_row's or lwc_buckets_in's): the
+ * combine's scatter-add, and unweighted the gather's backward and the embedding's token
+ * gradient. */
+cudaError_t lwc_rows_add(cudaStream_t stream, float *y, const float *src, const float *w,
+                         const int32_t *perm, const int32_t *start, const int32_t *row,
+                         int64_t segments, int64_t c);
 /* dsrc[m, c] += w[i] dy[rows[i]] (dsrc may be NULL); dw[m] += dot(src[i], dy[rows[i]]) in double
  * (a warp per row; dw may be NULL). */
 cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw, const float *dy,

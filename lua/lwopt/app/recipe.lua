@@ -1,9 +1,9 @@
 -- recipe.lua: the body of recipes/gpt_small.lua (and recipes that change its routing): parse
 -- the flags, build the GPT (dense, or a mixture of experts: --n-expert, --preset moe), its
 -- buffers and optimizer, train on a byte-level corpus or on token shards (llm.c's format), then
--- report the final validation loss, plot the loss curve and print a sample. The presets, flags,
--- resume and report are recipe_presets.lua, recipe_flags.lua, recipe_resume.lua and
--- recipe_report.lua; this module runs them in order and gathers their public names.
+-- report the final validation loss, plot the loss curve and print a sample. The presets are
+-- the library's (presets.lua); flags, resume and report are recipe_flags.lua, recipe_resume.lua
+-- and recipe_report.lua; this module runs them in order and gathers their public names.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local train = require("lwopt.train")
@@ -17,7 +17,7 @@ local recipe_tp = require("lwopt.app.recipe_tp")
 local recipe_paths = require("lwopt.app.recipe_paths")
 local recipe_batch = require("lwopt.app.recipe_batch")
 local recipe_log = require("lwopt.app.recipe_log")
-local recipe_presets = require("lwopt.app.recipe_presets")
+local presets = require("lwopt.presets")
 local recipe_flags = require("lwopt.app.recipe_flags")
 local recipe_resume = require("lwopt.app.recipe_resume")
 local recipe_report = require("lwopt.app.recipe_report")
@@ -28,7 +28,7 @@ local recipe = {}
 -- the flags and exit statuses, the data's name and the texts of the announcement.
 for _, name in ipairs({ "presets", "MOE_DEFAULTS", "VOCAB_MULTIPLE", "vocab_rows",
    "gpt_config" }) do
-   recipe[name] = recipe_presets[name]
+   recipe[name] = presets[name]
 end
 recipe.flags = recipe_flags.list
 recipe.EXIT_USAGE, recipe.EXIT_DIVERGED = recipe_flags.EXIT_USAGE, recipe_flags.EXIT_DIVERGED

@@ -9,7 +9,7 @@ local sampling = require("lwopt.sampling")
 local tokenizer = require("lwopt.tokenizer")
 local C = require("lwopt.C")
 local recipe_tp = require("lwopt.app.recipe_tp")
-local recipe_presets = require("lwopt.app.recipe_presets")
+local presets = require("lwopt.presets")
 
 local recipe_flags = {}
 
@@ -189,7 +189,7 @@ local function check_data_flags(v, preset)
    end
    v.vocab_given = v.vocab ~= nil
    v.vocab = v.vocab or preset.vocab
-   v.vocab_rows = recipe_presets.vocab_rows(v.vocab)
+   v.vocab_rows = presets.vocab_rows(v.vocab)
    if v.prompt and v.prompt_ids then
       error("--prompt and --prompt-ids both give the prompt: choose one", 0)
    end
@@ -233,8 +233,8 @@ local function check_expert_flags(v, preset)
       error("--mlp-hidden sizes the dense MLP, which a mixture of experts replaces: drop it, or "
          .. "add --n-expert 0", 0)
    end
-   v.topk = v.topk or preset.topk or recipe_presets.MOE_DEFAULTS.topk
-   v.aux_coef = v.aux_coef or preset.aux_coef or recipe_presets.MOE_DEFAULTS.aux_coef
+   v.topk = v.topk or preset.topk or presets.MOE_DEFAULTS.topk
+   v.aux_coef = v.aux_coef or preset.aux_coef or presets.MOE_DEFAULTS.aux_coef
    if v.topk > v.n_expert then
       error(("--topk %d is more than the %d experts (--n-expert%s): each token goes to topk "
          .. "distinct experts"):format(v.topk, v.n_expert,
@@ -275,7 +275,7 @@ local function check_flags(v)
       error("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "
          .. "choose one", 0)
    end
-   local preset = recipe_presets.presets[v.preset]
+   local preset = presets.presets[v.preset]
    v.from_preset = {}
    for _, k in ipairs({ "steps", "batch", "seq", "lr", "warmup", "eval_every" }) do
       if v[k] == nil then v[k], v.from_preset[k] = preset[k], true end

@@ -7,52 +7,57 @@ local machines = {}
 
 local fail = errors.failer("lw.stepmodel")
 
+-- An 8-GPU node as NCCL runs it: m gives the description, the rates a device achieves
+-- (model_flops, ns_flops, mem_bandwidth) and the bus bandwidths of the two tiers
+-- (intra_bandwidth over NVLink, inter_bandwidth over the network). Latencies are NCCL's own
+-- cost model (src/graph/tuning.cc, Ring / Simple protocol): 3.4 us per step over NVLink, 9.6 us
+-- over the network, 8.4 us per collective. Variable-count collectives run as NCCL would run
+-- them: grouped broadcasts / reduces, each a chunked pipeline, so only link load counts
+-- (docs/layout.md).
+local function nccl_node(m)
+   return {
+      description = m.description,
+      model_flops = m.model_flops, ns_flops = m.ns_flops, mem_bandwidth = m.mem_bandwidth,
+      devices_per_node = 8,
+      intra = { bandwidth = m.intra_bandwidth, latency = 3.4e-6 },
+      inter = { bandwidth = m.inter_bandwidth, latency = 9.6e-6 },
+      overhead = 8.4e-6,
+      variable = "pipelined",
+   }
+end
+
 -- Machines. Rates are what a device achieves, not its peak. A tier's `bandwidth` is a bus
 -- bandwidth in nccl-tests' sense: the bytes per second each rank sends in a ring reduce-scatter
 -- or all-gather (busbw = algbw * (p - 1) / p), so a ring over p ranks moving S bytes takes
 -- (p - 1) / p * S / bandwidth; `latency` is the cost of one ring step.
 machines.presets = {
-   ["h100-node"] = {
+   ["h100-node"] = nccl_node{
       description = "8 x H100 SXM per node, NVLink 4, one 400 Gb/s InfiniBand NIC per GPU",
       -- The model's forward + backward in bf16: 400 TFLOP/s per GPU, what Llama 3's
       -- pretraining reached on 16K H100s (38-43% MFU of the 989 TFLOP/s dense bf16 peak; "The
       -- Llama 3 Herd of Models", 2024, table 4). Whole models stay below their GEMMs' rate.
-      model_flops = 400e12,
       -- Newton-Schulz: large bf16 GEMMs, about 700 of the 989 TFLOP/s peak (H100 SXM
       -- datasheet; cuBLAS reaches 70-75% of peak on large square products).
-      ns_flops = 700e12,
+      model_flops = 400e12, ns_flops = 700e12,
       -- HBM3: 3.35 TB/s (datasheet); streaming element-wise kernels reach about 90% of it.
       mem_bandwidth = 3.0e12,
-      devices_per_node = 8,
       -- NVLink 4: 900 GB/s both ways, 450 GB/s per direction per GPU; NCCL's ring
-      -- reduce-scatter and all-gather reach about 80% of that as bus bandwidth on 8 H100s.
-      -- Latencies are NCCL's own cost model (src/graph/tuning.cc, Ring / Simple protocol):
-      -- 3.4 us per step over NVLink, 9.6 us over the network, 8.4 us per collective.
-      intra = { bandwidth = 360e9, latency = 3.4e-6 },
-      -- one 400 Gb/s (50 GB/s) NDR NIC per GPU, about 90% achieved
-      inter = { bandwidth = 45e9, latency = 9.6e-6 },
-      overhead = 8.4e-6,
-      -- variable-count collectives as NCCL would run them: grouped broadcasts / reduces, each
-      -- a chunked pipeline, so only link load counts (docs/layout.md)
-      variable = "pipelined",
+      -- reduce-scatter and all-gather reach about 80% of that as bus bandwidth on 8 H100s. The
+      -- network: one 400 Gb/s (50 GB/s) NDR NIC per GPU, about 90% achieved.
+      intra_bandwidth = 360e9, inter_bandwidth = 45e9,
    },
-   ["a100-node"] = {
+   ["a100-node"] = nccl_node{
       description = "8 x A100 SXM 80GB per node, NVLink 3, one 200 Gb/s InfiniBand NIC per GPU",
       -- 150 TFLOP/s per GPU of the 312 bf16 peak: Megatron-LM reached 138-163 on A100s
-      -- (Narayanan et al., SC21, 44-52% of peak).
-      model_flops = 150e12,
-      -- large bf16 GEMMs at about 80% of the 312 TFLOP/s peak
-      ns_flops = 250e12,
+      -- (Narayanan et al., SC21, 44-52% of peak); Newton-Schulz's large bf16 GEMMs at about
+      -- 80% of the 312 TFLOP/s peak.
+      model_flops = 150e12, ns_flops = 250e12,
       -- HBM2e: 2.04 TB/s (A100 80GB SXM datasheet), about 90% reached
       mem_bandwidth = 1.8e12,
-      devices_per_node = 8,
       -- NVLink 3: 600 GB/s both ways, 300 GB/s per direction; NCCL's own model caps a ring
-      -- on sm_80 at 235 GB/s bus bandwidth (src/graph/tuning.cc)
-      intra = { bandwidth = 230e9, latency = 3.4e-6 },
-      -- DGX A100: one 200 Gb/s (25 GB/s) HDR NIC per GPU, about 90% achieved
-      inter = { bandwidth = 22e9, latency = 9.6e-6 },
-      overhead = 8.4e-6,
-      variable = "pipelined",
+      -- on sm_80 at 235 GB/s bus bandwidth (src/graph/tuning.cc). The network, as in a DGX
+      -- A100: one 200 Gb/s (25 GB/s) HDR NIC per GPU, about 90% achieved.
+      intra_bandwidth = 230e9, inter_bandwidth = 22e9,
    },
    -- The 2-core development machine (bench/README.md, "Step-time model"): one BLAS thread per
    -- rank; MPI over shared memory. Rebuild it from figures measured now with

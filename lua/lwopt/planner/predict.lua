@@ -95,6 +95,19 @@ local function run_on(link, at, seconds)
    return start, link.free
 end
 
+-- A group's all-gather issued at time `at`: its start and stop on the link (both `at` for a
+-- group without one, unsharded).
+local function gather_on(link, at, g)
+   if g.ag then return run_on(link, at, g.ag.time) end
+   return at, at
+end
+
+-- Compute at time t waits for a gather that stops at `stop`: the new t and waited.
+local function wait_for(t, waited, stop)
+   if stop > t then return stop, waited + stop - t end
+   return t, waited
+end
+
 -- Forward: lw_buffers starts the all-gather of group 1 when the optimizer step ends (time 0);
 -- the pre-hook of a group's first use waits for its gather (and any before it) and starts the
 -- next group's. Returns the forward's end (compute plus waits) and sets each group's ag_start,
@@ -104,11 +117,7 @@ local function forward_pass(groups, param_group, uses, seconds, total_weight)
    local issued, done = 0, 0
    local function issue(k)
       local g = groups[k]
-      if g.ag then
-         g.ag_start, g.ag_stop = run_on(link, t, g.ag.time)
-      else
-         g.ag_start, g.ag_stop = t, t
-      end
+      g.ag_start, g.ag_stop = gather_on(link, t, g)
       issued = k
    end
    if #groups > 0 then issue(1) end
@@ -117,10 +126,7 @@ local function forward_pass(groups, param_group, uses, seconds, total_weight)
       if k > done then
          for j = done + 1, k do
             if j > issued then issue(j) end
-            if groups[j].ag_stop > t then
-               waited = waited + groups[j].ag_stop - t
-               t = groups[j].ag_stop
-            end
+            t, waited = wait_for(t, waited, groups[j].ag_stop)
          end
          done = k
          if issued == k and k < #groups then issue(k + 1) end -- prefetch
@@ -161,11 +167,7 @@ local function backward_pass(groups, param_group, uses, seconds, total_weight, z
    for _, g in ipairs(groups) do g.ready_count = 0 end
    local function gather(k)
       local g = groups[k]
-      if g.ag then
-         g.ag3_start, g.ag3_stop = run_on(link, t, g.ag.time)
-      else
-         g.ag3_start, g.ag3_stop = t, t
-      end
+      g.ag3_start, g.ag3_stop = gather_on(link, t, g)
    end
    for n = #uses, 1, -1 do
       local u = uses[n]
@@ -174,10 +176,7 @@ local function backward_pass(groups, param_group, uses, seconds, total_weight, z
          started[k] = true
          if not held[k] then
             if groups[k].ag3_stop == nil then gather(k) end
-            if groups[k].ag3_stop > t then
-               waited = waited + groups[k].ag3_stop - t
-               t = groups[k].ag3_stop
-            end
+            t, waited = wait_for(t, waited, groups[k].ag3_stop)
          end
          local nk = order[position[k] + 1]
          if nk and not held[nk] and groups[nk].ag3_stop == nil then gather(nk) end

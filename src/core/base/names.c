@@ -39,20 +39,23 @@ static lw_status value_of(names e, const char *name, bool has_out, int32_t *valu
     return lwi_fail(LW_ERR_INVALID, "unknown %s '%.200s' (one of %s)", e.what, name, list);
 }
 
+/* lw_<prefix>_name and lw_<prefix>_from_name of the enum `type`, whose names are `table` and
+ * whose values a message calls `what`. */
+#define NAME_FUNCTIONS(prefix, type, what, table)                                                  \
+    static const names prefix##_enum = NAMES(what, table);                                         \
+    const char *lw_##prefix##_name(type value) { return name_of(prefix##_enum, (int32_t)value); } \
+    lw_status lw_##prefix##_from_name(const char *name, type *out) {                               \
+        int32_t v = 0;                                                                             \
+        lw_status st = value_of(prefix##_enum, name, out != NULL, &v);                             \
+        if (st == LW_OK) *out = (type)v;                                                           \
+        return st;                                                                                 \
+    }
+
 static const char *const dtype_names[] = {
     [LW_DTYPE_F32] = "f32", [LW_DTYPE_BF16] = "bf16", [LW_DTYPE_F16] = "f16",
     [LW_DTYPE_F64] = "f64", [LW_DTYPE_I64] = "i64",
 };
-static const names DTYPE = NAMES("dtype", dtype_names);
-
-const char *lw_dtype_name(lw_dtype dtype) { return name_of(DTYPE, (int32_t)dtype); }
-
-lw_status lw_dtype_from_name(const char *name, lw_dtype *out) {
-    int32_t v = 0;
-    lw_status st = value_of(DTYPE, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_dtype)v;
-    return st;
-}
+NAME_FUNCTIONS(dtype, lw_dtype, "dtype", dtype_names)
 
 static const char *const algorithm_names[] = {
     [LW_ALGORITHM_COST] = "cost",
@@ -64,132 +67,54 @@ static const char *const algorithm_names[] = {
     [LW_ALGORITHM_ROWS] = "rows",
     [LW_ALGORITHM_PACKED] = "packed",
 };
-static const names ALGORITHM = NAMES("algorithm", algorithm_names);
-
-const char *lw_algorithm_name(lw_algorithm algorithm) {
-    return name_of(ALGORITHM, (int32_t)algorithm);
-}
-
-lw_status lw_algorithm_from_name(const char *name, lw_algorithm *out) {
-    int32_t v = 0;
-    lw_status st = value_of(ALGORITHM, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_algorithm)v;
-    return st;
-}
+NAME_FUNCTIONS(algorithm, lw_algorithm, "algorithm", algorithm_names)
 
 static const char *const mode_names[] = {
     [LW_MODE_LAYERWISE] = "layerwise",
     [LW_MODE_LEGACY] = "legacy",
     [LW_MODE_REPLICATED] = "replicated",
 };
-static const names MODE = NAMES("mode", mode_names);
-
-const char *lw_mode_name(lw_mode mode) { return name_of(MODE, (int32_t)mode); }
-
-lw_status lw_mode_from_name(const char *name, lw_mode *out) {
-    int32_t v = 0;
-    lw_status st = value_of(MODE, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_mode)v;
-    return st;
-}
+NAME_FUNCTIONS(mode, lw_mode, "mode", mode_names)
 
 static const char *const shard_names[] = {
     [LW_SHARD_ALIGNED] = "aligned",
     [LW_SHARD_ROWS] = "rows",
 };
-static const names SHARD = NAMES("shard", shard_names);
-
-const char *lw_shard_name(lw_shard shard) { return name_of(SHARD, (int32_t)shard); }
-
-lw_status lw_shard_from_name(const char *name, lw_shard *out) {
-    int32_t v = 0;
-    lw_status st = value_of(SHARD, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_shard)v;
-    return st;
-}
+NAME_FUNCTIONS(shard, lw_shard, "shard", shard_names)
 
 static const char *const reduce_op_names[] = {
     [LW_REDUCE_SUM] = "sum",
     [LW_REDUCE_MAX] = "max",
     [LW_REDUCE_MIN] = "min",
 };
-static const names REDUCE_OP = NAMES("reduce op", reduce_op_names);
-
-const char *lw_reduce_op_name(lw_reduce_op op) { return name_of(REDUCE_OP, (int32_t)op); }
-
-lw_status lw_reduce_op_from_name(const char *name, lw_reduce_op *out) {
-    int32_t v = 0;
-    lw_status st = value_of(REDUCE_OP, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_reduce_op)v;
-    return st;
-}
+NAME_FUNCTIONS(reduce_op, lw_reduce_op, "reduce op", reduce_op_names)
 
 static const char *const ns_coeffs_names[] = {
     [LW_NS_SIMPLE] = "simple", [LW_NS_QUINTIC] = "quintic", [LW_NS_POLAR_EXPRESS] = "polar_express",
     [LW_NS_CUBIC5] = "cubic5", [LW_NS_CUSTOM] = "custom",   [LW_NS_IDENTITY] = "identity",
 };
-static const names NS_COEFFS = NAMES("coefficient set", ns_coeffs_names);
-
-const char *lw_ns_coeffs_name(lw_ns_coeffs coeffs) { return name_of(NS_COEFFS, (int32_t)coeffs); }
-
-lw_status lw_ns_coeffs_from_name(const char *name, lw_ns_coeffs *out) {
-    int32_t v = 0;
-    lw_status st = value_of(NS_COEFFS, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_ns_coeffs)v;
-    return st;
-}
+NAME_FUNCTIONS(ns_coeffs, lw_ns_coeffs, "coefficient set", ns_coeffs_names)
 
 static const char *const ns_precision_names[] = {
     [LW_NS_BF16] = "bf16",
     [LW_NS_TF32] = "tf32",
     [LW_NS_FP32] = "fp32",
 };
-static const names NS_PRECISION = NAMES("Newton-Schulz precision", ns_precision_names);
-
-const char *lw_ns_precision_name(lw_ns_precision precision) {
-    return name_of(NS_PRECISION, (int32_t)precision);
-}
-
-lw_status lw_ns_precision_from_name(const char *name, lw_ns_precision *out) {
-    int32_t v = 0;
-    lw_status st = value_of(NS_PRECISION, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_ns_precision)v;
-    return st;
-}
+NAME_FUNCTIONS(ns_precision, lw_ns_precision, "Newton-Schulz precision", ns_precision_names)
 
 static const char *const matmul_names[] = {
     [LW_MATMUL_FP32] = "fp32",
     [LW_MATMUL_TF32] = "tf32",
     [LW_MATMUL_BF16] = "bf16",
 };
-static const names MATMUL = NAMES("matmul precision", matmul_names);
-
-const char *lw_matmul_name(lw_matmul matmul) { return name_of(MATMUL, (int32_t)matmul); }
-
-lw_status lw_matmul_from_name(const char *name, lw_matmul *out) {
-    int32_t v = 0;
-    lw_status st = value_of(MATMUL, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_matmul)v;
-    return st;
-}
+NAME_FUNCTIONS(matmul, lw_matmul, "matmul precision", matmul_names)
 
 static const char *const weight_decay_names[] = {
     [LW_WD_DECOUPLED] = "decoupled",
     [LW_WD_INDEPENDENT] = "independent",
     [LW_WD_L2] = "l2",
 };
-static const names WEIGHT_DECAY = NAMES("weight decay mode", weight_decay_names);
-
-const char *lw_weight_decay_name(lw_weight_decay mode) {
-    return name_of(WEIGHT_DECAY, (int32_t)mode);
-}
-
-lw_status lw_weight_decay_from_name(const char *name, lw_weight_decay *out) {
-    int32_t v = 0;
-    lw_status st = value_of(WEIGHT_DECAY, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_weight_decay)v;
-    return st;
-}
+NAME_FUNCTIONS(weight_decay, lw_weight_decay, "weight decay mode", weight_decay_names)
 
 static const char *const muon_scale_names[] = {
     [LW_MUON_SCALE_SPECTRAL] = "spectral",
@@ -197,52 +122,21 @@ static const char *const muon_scale_names[] = {
     [LW_MUON_SCALE_SHAPE_SCALING] = "shape_scaling",
     [LW_MUON_SCALE_MOONLIGHT] = "moonlight",
 };
-static const names MUON_SCALE = NAMES("Muon scale", muon_scale_names);
-
-const char *lw_muon_scale_name(lw_muon_scale scale) { return name_of(MUON_SCALE, (int32_t)scale); }
-
-lw_status lw_muon_scale_from_name(const char *name, lw_muon_scale *out) {
-    int32_t v = 0;
-    lw_status st = value_of(MUON_SCALE, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_muon_scale)v;
-    return st;
-}
+NAME_FUNCTIONS(muon_scale, lw_muon_scale, "Muon scale", muon_scale_names)
 
 static const char *const muon_tp_mode_names[] = {
     [LW_MUON_TP_DUPLICATED] = "duplicated",
     [LW_MUON_TP_DISTRIBUTED] = "distributed",
     [LW_MUON_TP_BLOCKWISE] = "blockwise",
 };
-static const names MUON_TP_MODE = NAMES("Muon TP mode", muon_tp_mode_names);
-
-const char *lw_muon_tp_mode_name(lw_muon_tp_mode mode) {
-    return name_of(MUON_TP_MODE, (int32_t)mode);
-}
-
-lw_status lw_muon_tp_mode_from_name(const char *name, lw_muon_tp_mode *out) {
-    int32_t v = 0;
-    lw_status st = value_of(MUON_TP_MODE, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_muon_tp_mode)v;
-    return st;
-}
+NAME_FUNCTIONS(muon_tp_mode, lw_muon_tp_mode, "Muon TP mode", muon_tp_mode_names)
 
 static const char *const device_comm_names[] = {
     [LW_DEVICE_COMM_AUTO] = "auto",
     [LW_DEVICE_COMM_NCCL] = "nccl",
     [LW_DEVICE_COMM_STAGED] = "staged",
 };
-static const names DEVICE_COMM = NAMES("device communicator", device_comm_names);
-
-const char *lw_device_comm_name(lw_device_comm kind) {
-    return name_of(DEVICE_COMM, (int32_t)kind);
-}
-
-lw_status lw_device_comm_from_name(const char *name, lw_device_comm *out) {
-    int32_t v = 0;
-    lw_status st = value_of(DEVICE_COMM, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_device_comm)v;
-    return st;
-}
+NAME_FUNCTIONS(device_comm, lw_device_comm, "device communicator", device_comm_names)
 
 static const char *const path_kind_names[] = {
     [LW_PATH_MISSING] = "missing",
@@ -250,13 +144,4 @@ static const char *const path_kind_names[] = {
     [LW_PATH_DIR] = "dir",
     [LW_PATH_OTHER] = "other",
 };
-static const names PATH_KIND = NAMES("path kind", path_kind_names);
-
-const char *lw_path_kind_name(lw_path_kind kind) { return name_of(PATH_KIND, (int32_t)kind); }
-
-lw_status lw_path_kind_from_name(const char *name, lw_path_kind *out) {
-    int32_t v = 0;
-    lw_status st = value_of(PATH_KIND, name, out != NULL, &v);
-    if (st == LW_OK) *out = (lw_path_kind)v;
-    return st;
-}
+NAME_FUNCTIONS(path_kind, lw_path_kind, "path kind", path_kind_names)

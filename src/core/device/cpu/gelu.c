@@ -12,85 +12,78 @@
  * denormals, and x^3 cannot overflow into inf * 0 = NaN. Clamps are selects (which vectorise);
  * NaN passes through them, so a NaN input still gives NaN. */
 #define X_MAX 9.0f
-/* elements clamped per pass; two stack arrays of it stay in L1 */
+/* elements clamped per pass; three stack arrays of it stay in L1 */
 #define BLOCK 256
 /* elements per part of the pool at least: below that a thread's wake-up costs more than it saves */
 #define GRAIN 16384
 
-/* Clamps x[0, m) into lo = max(x, -X_MAX) and vc = min(lo, X_MAX). A pass of its own: fused
- * with the arithmetic, GCC (without -fno-trapping-math) precomputes the constant-clamped path
- * into a branch, and the loop no longer vectorises. */
-LWI_ROW_HELPER void clamp_block(float *lo, float *vc, const float *x, int64_t m) {
+/* Clamps x[0, m) into lo = max(x, -X_MAX) and vc = min(lo, X_MAX), then sets e = exp(-2u), u =
+ * sqrt(2/pi) (vc + c vc^3), what forward and backward both start from. The clamp is a pass of
+ * its own: fused with the arithmetic, GCC (without -fno-trapping-math) precomputes the
+ * constant-clamped path into a branch, and the loop no longer vectorises. */
+LWI_ROW_HELPER void exp_block(float *lo, float *vc, float *e, const float *x, int64_t m) {
     for (int64_t i = 0; i < m; i++) {
         float l = x[i] < -X_MAX ? -X_MAX : x[i];
         lo[i] = l;
         vc[i] = l > X_MAX ? X_MAX : l;
     }
+    for (int64_t i = 0; i < m; i++) {
+        float v = vc[i];
+        e[i] = lwi_exp_fast(-2.0f * SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+    }
 }
 
-/* The kernels' arguments, for the pool's parts (each takes a range of elements). */
+/* y[0, m) = 0.5 x (1 + tanh u) = x / (1 + exp(-2u)); lo, not vc, keeps y = x above X_MAX */
+LWI_ROW_HELPER void forward_block(float *y, const float *lo, const float *e, int64_t m) {
+    for (int64_t i = 0; i < m; i++) y[i] = lo[i] / (1.0f + e[i]);
+}
+
+/* dx[0, m) += dy * GELU'(x) */
+LWI_ROW_HELPER void backward_block(float *dx, const float *dy, const float *vc, const float *e,
+                                   int64_t m) {
+    for (int64_t i = 0; i < m; i++) {
+        float v = vc[i];
+        float s = 1.0f / (1.0f + e[i]);
+        /* d/dx [x s(2u)] = s + 2 x u' s (1 - s), the tanh form's 0.5 (1 + tanh u) +
+         * 0.5 x u' sech^2 u; 1 - s is taken as e s, which does not cancel where s -> 1 */
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
+        dx[i] += dy[i] * (s + 2.0f * v * du * (e[i] * s * s));
+    }
+}
+
+/* The kernels' arguments, for the pool's parts (each takes a range of elements); dy is NULL for
+ * the forward. */
 typedef struct {
     float *out;
     const float *x, *dy;
 } gelu_job;
 
 LWI_SIMD_CLONES
-static void forward_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
+static void gelu_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     (void)part;
     const gelu_job *j = ctx;
-    const float *x = j->x + begin;
-    float *y = j->out + begin;
-    const int64_t n = end - begin;
-    float lo[BLOCK], vc[BLOCK];
-    for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {
-        int64_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
-        clamp_block(lo, vc, x + i0, m);
-        float *yb = y + i0;
-        for (int64_t i = 0; i < m; i++) {
-            float v = vc[i];
-            float e = lwi_exp_fast(-2.0f * SQRT_2_OVER_PI * (v + GELU_C * v * v * v)); /* exp(-2u) */
-            /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)); lo, not vc, keeps y = x above X_MAX */
-            yb[i] = lo[i] / (1.0f + e);
-        }
+    float lo[BLOCK], vc[BLOCK], e[BLOCK];
+    for (int64_t i0 = begin; i0 < end; i0 += BLOCK) {
+        int64_t m = end - i0 < BLOCK ? end - i0 : BLOCK;
+        exp_block(lo, vc, e, j->x + i0, m);
+        if (j->dy == NULL)
+            forward_block(j->out + i0, lo, e, m);
+        else
+            backward_block(j->out + i0, j->dy + i0, vc, e, m);
     }
 }
 
 lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n) {
     (void)stream;
     gelu_job j = {y, x, NULL};
-    lwi_cpu_parallel(n, GRAIN, forward_range, &j);
+    lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
-}
-
-LWI_SIMD_CLONES
-static void backward_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
-    (void)part;
-    const gelu_job *j = ctx;
-    const float *x = j->x + begin, *dy = j->dy + begin;
-    float *dx = j->out + begin;
-    const int64_t n = end - begin;
-    float lo[BLOCK], vc[BLOCK];
-    for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {
-        int64_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
-        clamp_block(lo, vc, x + i0, m);
-        float *dxb = dx + i0;
-        const float *dyb = dy + i0;
-        for (int64_t i = 0; i < m; i++) {
-            float v = vc[i];
-            float e = lwi_exp_fast(-2.0f * SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
-            float s = 1.0f / (1.0f + e);
-            /* d/dx [x s(2u)] = s + 2 x u' s (1 - s), the tanh form's 0.5 (1 + tanh u) +
-             * 0.5 x u' sech^2 u; 1 - s is taken as e s, which does not cancel where s -> 1 */
-            float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
-            dxb[i] += dyb[i] * (s + 2.0f * v * du * (e * s * s));
-        }
-    }
 }
 
 lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
                                 int64_t n) {
     (void)stream;
     gelu_job j = {dx, x, dy};
-    lwi_cpu_parallel(n, GRAIN, backward_range, &j);
+    lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
 }

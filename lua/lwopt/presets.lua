@@ -1,0 +1,61 @@
+-- presets.lua: the models of the recipe and of the commands that load what it trained: the
+-- presets (model and schedule sizes), the defaults of a mixture of experts, the padded
+-- vocabulary and the GPT configuration they make. No flags and no training here (the
+-- application's recipe_flags.lua and recipe.lua).
+local tokens_mod = require("lwopt.tokens")
+
+local presets = {}
+
+-- Model and schedule sizes. vocab is the token vocabulary of token shards (GPT-2's tokenizer
+-- for all: the shards llm.c and modded-nanogpt prepare); byte data always has 256.
+presets.presets = {
+   tiny = { n_layer = 4, n_embd = 64, n_head = 4, seq = 32, batch = 8, steps = 50, lr = 3e-3,
+            warmup = 10, eval_every = 25, vocab = tokens_mod.GPT2_VOCAB },
+   small = { n_layer = 6, n_embd = 256, n_head = 8, seq = 128, batch = 8, steps = 500, lr = 3e-3,
+             warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB },
+   -- small, 4x wider: for measuring sharding where matrices dominate
+   wide = { n_layer = 6, n_embd = 1024, n_head = 16, seq = 128, batch = 8, steps = 500, lr = 1e-3,
+            warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB },
+   -- GPT-2 124M (nanoGPT's and llm.c's): 18865 steps of 524288 tokens are llm.c's 10B-token
+   -- FineWeb run (a global batch of 64 sequences of 1024: --batch 8 x --accum 8 / ranks)
+   gpt2 = { n_layer = 12, n_embd = 768, n_head = 12, seq = 1024, batch = 8, steps = 18865,
+            lr = 6e-4, warmup = 700, eval_every = 250, vocab = tokens_mod.GPT2_VOCAB },
+   -- a small mixture of experts: every MLP replaced by 8 experts (4c hidden each), top-2
+   moe = { n_layer = 4, n_embd = 128, n_head = 4, seq = 128, batch = 8, steps = 300, lr = 3e-3,
+           warmup = 30, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB, n_expert = 8 },
+}
+
+-- What a mixture of experts takes when its flags are not given (the preset's, else these).
+presets.MOE_DEFAULTS = { topk = 2, aux_coef = 0.01 }
+
+-- The model's vocabulary (its embedding's and LM head's rows) is the token vocabulary padded up
+-- to a multiple of this (GPT-2's 50257: 50304, as nanoGPT's), for matrix shapes that suit the
+-- GPU. The padded ids never occur as targets, so they only learn a probability near zero; the
+-- loss is the same as without them.
+presets.VOCAB_MULTIPLE = 128
+
+-- The model's vocabulary for a token vocabulary: padded up to a multiple of VOCAB_MULTIPLE.
+function presets.vocab_rows(vocab)
+   return math.ceil(vocab / presets.VOCAB_MULTIPLE) * presets.VOCAB_MULTIPLE
+end
+
+-- The GPT's configuration (lw.nn.GPT, lw.arch.gpt) for a preset, a token vocabulary (token data:
+-- the preset's or --vocab; bytes: 256), a sequence length (default the preset's) and the
+-- experts (moe: { n_expert, topk, aux_coef, shared_expert }; default the preset's, none for a
+-- dense preset; n_expert 0: dense) and the dense MLP's hidden size (default 4 n_embd).
+function presets.gpt_config(preset, vocab, seq, moe, mlp_hidden)
+   local p = presets.presets[preset]
+   local cfg = { n_layer = p.n_layer, n_embd = p.n_embd, n_head = p.n_head,
+                 vocab = presets.vocab_rows(vocab), seq_len = seq or p.seq, tied = true,
+                 mlp_hidden = mlp_hidden }
+   moe = moe or (p.n_expert and { n_expert = p.n_expert })
+   if moe and (moe.n_expert or 0) > 0 then
+      cfg.n_expert = moe.n_expert
+      cfg.topk = moe.topk or p.topk or presets.MOE_DEFAULTS.topk
+      cfg.aux_coef = moe.aux_coef or p.aux_coef or presets.MOE_DEFAULTS.aux_coef
+      cfg.shared_expert = moe.shared_expert or false
+   end
+   return cfg
+end
+
+return presets
