@@ -82,13 +82,30 @@ static lw_status forward(float *losses, float *lse, float *scratch, const float 
     return LW_OK;
 }
 
+/* Rows whose target is counted (in [0, vocab)). */
+static int64_t counted_rows(const int32_t *targets, int64_t n, int64_t vocab) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        count += counted(targets[i], vocab);
+    return count;
+}
+
+/* A chunk's share of the head's gradients from its dlogits in scratch [rows, v] (rows r0.. of
+ * the batch): dh[rows, c] += dl w (when dh is wanted), dw[v, c] += dl^T h. */
+static void head_grads(float *dh, float *dw, const float *scratch, const float *h, const float *w,
+                       int64_t r0, int64_t rows, int64_t c, int64_t v) {
+    if (dh != NULL)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)c, (int)v, 1.0f,
+                    scratch, (int)v, w, (int)c, 1.0f, dh + r0 * c, (int)c);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)v, (int)c, (int)rows, 1.0f, scratch,
+                (int)v, h + r0 * c, (int)c, 1.0f, dw, (int)c);
+}
+
 static lw_status backward(float *dh, float *dw, float *scratch, const float *h, const float *w,
                           const int32_t *targets, const float *lse, int64_t n, int64_t c,
                           int64_t v, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++)
-        count += counted(targets[i], v);
+    const int64_t count = counted_rows(targets, n, v);
     /* No counted row means the loss is the constant 0: nothing to add. */
     if (count == 0) return LW_OK;
     const float s = loss_scale / (float)count;
@@ -115,11 +132,7 @@ static lw_status backward(float *dh, float *dw, float *scratch, const float *h, 
                     row[j] = 0.0f;
             }
         }
-        if (dh != NULL)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)c, (int)v, 1.0f,
-                        scratch, (int)v, w, (int)c, 1.0f, dh + r0 * c, (int)c);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)v, (int)c, (int)rows, 1.0f,
-                    scratch, (int)v, h + r0 * c, (int)c, 1.0f, dw, (int)c);
+        head_grads(dh, dw, scratch, h, w, r0, rows, c, v);
     }
     return LW_OK;
 }
@@ -212,9 +225,7 @@ static lw_status partial_backward(float *dh, float *dw, float *scratch, const fl
                                   int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab,
                                   float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++)
-        count += counted(targets[i], vocab);
+    const int64_t count = counted_rows(targets, n, vocab);
     if (count == 0) return LW_OK;
     const float s = loss_scale / (float)count;
     const int64_t real = real_rows(first, v, vocab);
@@ -238,11 +249,7 @@ static lw_status partial_backward(float *dh, float *dw, float *scratch, const fl
                 row[j] = 0.0f;
             if (held(tg, first, real)) row[tg - first] -= s;
         }
-        if (dh != NULL)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)c, (int)v, 1.0f,
-                        scratch, (int)v, w, (int)c, 1.0f, dh + r0 * c, (int)c);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)v, (int)c, (int)rows, 1.0f,
-                    scratch, (int)v, h + r0 * c, (int)c, 1.0f, dw, (int)c);
+        head_grads(dh, dw, scratch, h, w, r0, rows, c, v);
     }
     return LW_OK;
 }
