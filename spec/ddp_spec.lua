@@ -90,7 +90,7 @@ print(ok, err)
             param_dtype = "bf16", grad_dtype = "bf16" })
          assert.equal("bf16", d.param_dtype)
          assert.equal("bf16", d.grad_dtype)
-         -- a view exists only while its group is held (widened when acquired), as at ZeRO-3
+         -- a view exists only while its group is held (acquired), as at ZeRO-3
          assert.has_error(function() d:param("h.1.mlp.fc.weight") end)
          local f = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 5000, zero = zero })
          local h = lw.ddp.new(tiny(), lw.comm.self(), { bucket_size = 5000, zero = zero,

@@ -451,11 +451,13 @@ describe("lw.nn with bf16 parameters", function()
    local tokens, targets = ffi.new("int32_t[10]"), ffi.new("int32_t[10]")
    for i = 0, 9 do tokens[i] = (i * 7 + 3) % cfg.vocab; targets[i] = (i * 5 + 1) % cfg.vocab end
 
-   local function run(zero, tied, stored)
+   local function run(zero, tied, stored, moe)
       local c = {}
       for k, v in pairs(cfg) do c[k] = v end
       c.tied = tied
+      for k, v in pairs(moe or {}) do c[k] = v end
       local model = nn.GPT.new(c)
+      assert.equal(moe ~= nil, model.blocks[1].moe ~= nil)
       local d = lw.ddp.new(model:parameters(), lw.comm.self(), { bucket_size = 300, zero = zero,
          param_dtype = "bf16" })
       local hooks = d:hooks()
@@ -469,6 +471,11 @@ describe("lw.nn with bf16 parameters", function()
          end)
       end
       local out = { loss = model:forward(tokens, targets, b, t) }
+      -- written between forwards: committed views (a weight read as stored, a norm as fp32)
+      for _, name in ipairs({ "h.0.attn.qkv.weight", "h.1.ln_1.weight" }) do
+         d:write_param(name, function(i) return 0.01 * (i % 17) - 0.05 end)
+      end
+      out.again = model:forward(tokens, targets, b, t)
       if zero == 1 then -- gradients whole in the arrays
          d:zero_grad()
          model:backward(1)
@@ -485,6 +492,11 @@ describe("lw.nn with bf16 parameters", function()
          end)
       end
    end
+
+   it("reads a mixture of experts' weights as stored, with the results of fp32 views", function()
+      local moe = { n_expert = 3, topk = 2, shared_expert = true }
+      assert.same(run(1, true, false, moe), run(1, true, true, moe))
+   end)
 
    it("acquires as stored only what a module's kernels read with their dtype", function()
       local m = nn.GPT.new(cfg)

@@ -111,11 +111,12 @@ lw_status lw_device_copy(lw_stream *stream, void *dst, const void *src, int64_t 
 
 /* The model kernels' matrix products on a device (linear layers, the LM head): exact fp32, the
  * default; TF32 tensor cores (fp32 storage and accumulation, products of 10-bit mantissas); or
- * bf16 tensor cores, as autocast runs matmuls: each GEMM rounds its two fp32 operands to bf16
- * (nearest even, 8-bit significands) into a per-stream workspace and sums their products in
- * fp32 into fp32 outputs (gradients still accumulate in fp32). Weights, activations and
- * gradients stay fp32 in memory under every setting. On a GPU only: the CPU computes fp32
- * whichever is set. */
+ * bf16 tensor cores, as autocast runs matmuls: each GEMM rounds its fp32 operands to bf16
+ * (nearest even, 8-bit significands) into a per-stream workspace, reads bf16 weights as they
+ * are, and sums the products in fp32 into fp32 outputs (gradients still accumulate in fp32).
+ * Activations and gradients stay fp32 in memory under every setting; weights are as the
+ * parameters are stored (fp32, or bf16: widened into the workspace for fp32 and TF32 products).
+ * On a GPU only: the CPU computes fp32 whichever is set. */
 typedef enum lw_matmul {
     LW_MATMUL_FP32 = 0,
     LW_MATMUL_TF32 = 1,
@@ -698,8 +699,8 @@ lw_status lw_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, 
 /* bf16 (bfloat16: fp32's sign, 8 exponent bits and top 7 mantissa bits) is stored as its 16 bits,
  * uint16_t: the raw bits of one value, nothing else, in the host's byte order. The two
  * conversions serve bf16 parameters with fp32 master weights: the optimizer updates the fp32
- * copy and writes it back rounded, the model widens a layer's bf16 parameters into fp32 work
- * memory. y and x are n elements each, in the stream's device memory, and must not overlap;
+ * copy and writes it back rounded, and the buffers widen a bf16 parameter into an fp32 view for
+ * the kernels that read fp32 (norms, biases). y and x are n elements each, in the stream's device memory, and must not overlap;
  * n <= 0 does nothing. Every device gives the same bits. */
 /* y[i] = x[i] rounded to bf16, to nearest, ties to even (IEEE 754 roundTiesToEven): subnormals
  * rounded as any other value (bf16 has fp32's exponent range: no flush to zero), signed zeros
@@ -1080,7 +1081,7 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
 lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips);
 lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips);
 
-/* ---- model kernels (f32, row-major) ----------------------------------------------------------- *
+/* ---- model kernels (fp32 activations, row-major) ---------------------------------------------- *
  * Forward and backward of the GPT building blocks, on raw pointers into the memory of the
  * stream's device (NULL stream: the CPU, whose kernels are the reference). Shapes: n rows (n =
  * batch * time), c channels. Every backward ACCUMULATES (+=) into its outputs (parameter
@@ -1091,8 +1092,9 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * read as the buffers store them (lw_buffers_param_stored) rather than through an fp32 copy.
  * bf16 widens to fp32 exactly, so a bf16 weight gives the results its fp32 widening gives, bit
  * for bit; bf16 matrix products read it as it is (no rounding step), fp32 ones widen it into
- * the stream's workspace first (the CPU: into memory it allocates for the call). Gradients and
- * activations are fp32. */
+ * the stream's workspace first (the CPU: into memory it allocates for the call). A kernel with
+ * two tables (the embedding's wte and wpe) takes one w_dtype for both. Gradients and activations
+ * are fp32. */
 
 /* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional). */
 lw_status lw_linear_forward(lw_stream *stream, float *y, const float *x, const void *w,

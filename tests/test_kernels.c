@@ -1653,7 +1653,7 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
         {3000, 64, 50304, 5, true, false}, /* three of the GPU's chunks of 1334 rows, the last
                                               short */
         {7, 33, 50, 3, true, true},        /* a bf16 head */
-        {300, 40, 1000, 4, true, true},
+        {300, 40, 1000, 4, false, true}, /* no dh: w is read by the logits alone */
         {3000, 64, 50304, 5, true, true},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -1713,6 +1713,7 @@ typedef struct {
     bool large;
     float *h, *w, *stats, *lse, *dh0, *dw0; /* stats: [2, 3, n], this rank's and a peer's */
     int32_t *targets;
+    uint16_t *w16; /* this rank's rows of a bf16 head (w: their widened values), or NULL */
 } head_args;
 
 static measure head_stats_measure(lw_matmul m) {
@@ -1728,12 +1729,22 @@ static measure head_grad_measure(lw_matmul m) {
 
 static void run_partial_forward(run *r, const void *p) {
     const head_args *a = p;
-    const float *h = input(r, a->h, a->n * a->c), *w = input(r, a->w, a->v * a->c);
+    const float *h = input(r, a->h, a->n * a->c);
     const int32_t *targets = input_ids(r, a->targets, a->n);
-    float *stats = output(r, "stats", 3 * a->n, head_stats_measure(r->matmul));
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
-    call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, LW_DTYPE_F32, targets, a->n,
-                                             a->c, a->v, a->first, a->vocab));
+    for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
+        lw_dtype wt;
+        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        float *stats = output(r, widened ? "stats (fp32 weights)" : "stats", 3 * a->n,
+                              head_stats_measure(r->matmul));
+        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
+                                                 a->v, a->first, a->vocab));
+    }
+}
+
+static void after_partial_forward(const kernel_case *k, const run *r) {
+    const head_args *a = k->args;
+    if (a->w16 != NULL) same_as_widened(k, r, "stats", 3 * a->n);
 }
 
 static void run_combine(run *r, const void *p) {
@@ -1749,17 +1760,22 @@ static void run_combine(run *r, const void *p) {
 
 static void run_partial_backward(run *r, const void *p) {
     const head_args *a = p;
-    const float *h = input(r, a->h, a->n * a->c), *w = input(r, a->w, a->v * a->c);
+    const float *h = input(r, a->h, a->n * a->c);
     const int32_t *targets = input_ids(r, a->targets, a->n);
     const float *lse = input(r, a->lse, a->n);
     float *stats = scratch(r, 3 * a->n);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
-    float *dh = accumulated(r, "dh", a->dh0, a->n * a->c, head_grad_measure(r->matmul));
-    float *dw = accumulated(r, "dw", a->dw0, a->v * a->c, head_grad_measure(r->matmul));
-    call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, LW_DTYPE_F32, targets, a->n,
-                                             a->c, a->v, a->first, a->vocab));
-    call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, LW_DTYPE_F32, targets, lse,
-                                              a->n, a->c, a->v, a->first, a->vocab, (float)a->n));
+    const measure m = head_grad_measure(r->matmul);
+    for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
+        lw_dtype wt;
+        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        float *dh = accumulated(r, widened ? "dh (fp32 weights)" : "dh", a->dh0, a->n * a->c, m);
+        float *dw = accumulated(r, widened ? "dw (fp32 weights)" : "dw", a->dw0, a->v * a->c, m);
+        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
+                                                 a->v, a->first, a->vocab));
+        call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, targets, lse, a->n,
+                                                  a->c, a->v, a->first, a->vocab, (float)a->n));
+    }
 }
 
 /* The rows of [first, first + v) below vocab: the real ones; the padding's dw is untouched. */
@@ -1772,20 +1788,30 @@ static void after_partial_backward(const kernel_case *k, const run *r) {
            memcmp(f32_of(r, "dw") + real * a->c, a->dw0 + real * a->c,
                   4 * (size_t)((a->v - real) * a->c)) == 0,
            "the padding's dw is untouched");
+    if (a->w16 != NULL) {
+        same_as_widened(k, r, "dh", a->n * a->c);
+        same_as_widened(k, r, "dw", a->v * a->c);
+    }
 }
 
 static void head_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, c, v, first, vocab;
+        bool bf16_w;
     } shapes[] = {
-        {7, 33, 25, 25, 50},             /* one chunk: the logits are kept */
-        {7, 33, 26, 26, 50},             /* the last rank: 24 real rows, 2 of padding */
-        {5, 8, 4, 8, 8},                 /* only padding here */
-        {0, 8, 4, 0, 8},                 /* no rows */
-        {3000, 64, 25152, 25152, 50257}, /* two of the GPU's chunks of 2668 rows; 47 of padding */
+        {7, 33, 25, 25, 50, false},             /* one chunk: the logits are kept */
+        {7, 33, 26, 26, 50, false},             /* the last rank: 24 real rows, 2 of padding */
+        {5, 8, 4, 8, 8, false},                 /* only padding here */
+        {0, 8, 4, 0, 8, false},                 /* no rows */
+        {3000, 64, 25152, 25152, 50257, false}, /* two of the GPU's chunks of 2668 rows; 47 of
+                                                   padding */
+        {7, 33, 26, 26, 50, true},              /* a bf16 head */
+        {3000, 64, 25152, 25152, 50257, true},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].v == 25152)) continue;
+        /* the combination reads no head: bf16 heads are the forward's and backward's cases */
+        if (shapes[s].bf16_w && fn == run_combine) continue;
         head_args a = {.n = shapes[s].n,
                        .c = shapes[s].c,
                        .v = shapes[s].v,
@@ -1793,10 +1819,11 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
                        .vocab = shapes[s].vocab,
                        .large = shapes[s].v == 25152};
         const int64_t n = a.n;
-        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld",
+        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld%s",
                  (long long)n, (long long)a.c, (long long)a.first, (long long)a.v,
-                 (long long)a.vocab);
+                 (long long)a.vocab, shapes[s].bf16_w ? ", bf16 head" : "");
         a.h = host_random(n * a.c), a.w = scaled_random(a.v * a.c, 0.5f, 0.0f);
+        if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.v * a.c);
         a.targets = random_ids(n, a.vocab);
         for (int64_t i = 0; i < n; i++) {
             if (i % 5 == 4) a.targets[i] = i % 2 ? -1 : (int32_t)a.vocab; /* ignored */
@@ -1829,6 +1856,7 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.large,
                              .gemm = fn != run_combine});
         free(a.h), free(a.w), free(a.targets), free(a.stats), free(a.lse), free(work), free(losses);
+        free(a.w16);
         free(a.dh0), free(a.dw0);
     }
 }
@@ -2376,7 +2404,8 @@ static const entry case_embedding_range_forward = {embedding_cases, run_embeddin
                                                    after_embedding};
 static const entry case_embedding_range_backward = {embedding_cases, run_embedding_backward,
                                                     after_embedding};
-static const entry case_cross_entropy_partial_forward = {head_cases, run_partial_forward, NULL};
+static const entry case_cross_entropy_partial_forward = {head_cases, run_partial_forward,
+                                                         after_partial_forward};
 static const entry case_cross_entropy_combine = {head_cases, run_combine, NULL};
 static const entry case_cross_entropy_partial_backward = {head_cases, run_partial_backward,
                                                           after_partial_backward};

@@ -93,6 +93,13 @@ static int64_t stored_differ(rig *bf, rig *fp, float *const *want) {
     lw_stream *s = lw_device_stream(device);
     int64_t wrong = 0;
     CHECK_OK(lw_buffers_finish_param_sync(bf->buffers, -1));
+    const void *none = NULL;
+    lw_dtype none_dtype;
+    CHECK_FAILS(lw_buffers_param_stored(bf->buffers, 0, NULL, &none_dtype), LW_ERR_INVALID,
+                "NULL output");
+    if (lw_buffers_zero(bf->buffers) < 3) /* the sync dropped every group's block */
+        CHECK_FAILS(lw_buffers_param_stored(bf->buffers, 1, &none, &none_dtype), LW_ERR_STATE,
+                    "acquire the parameter first");
     for (int p = 0; p < N_SPECS; p++) {
         const int64_t n = spec_numel(&specs[p]);
         const void *bits = NULL, *data = NULL;

@@ -123,7 +123,24 @@ static void test_empty(void) {
     CHECK(db[0] == 3 && dx[0] == 5 && dw[0] == 5);
 }
 
+/* Weights of a dtype the kernels do not read are refused by name, an unknown one by number,
+ * before anything is written. */
+static void test_weight_dtypes(void) {
+    float y[2] = {9, 9}, x[1] = {1}, w[2] = {1, 1}, dx[1] = {5}, dw[2] = {5, 5}, dy[2] = {1, 1};
+    CHECK_FAILS(lw_linear_forward(NULL, y, x, w, LW_DTYPE_F16, NULL, 1, 1, 2), LW_ERR_INVALID,
+                "linear forward: weights of dtype f16: fp32 or bf16 only");
+    CHECK_FAILS(lw_linear_backward(NULL, dx, dw, NULL, dy, x, w, (lw_dtype)7, 1, 1, 2),
+                LW_ERR_INVALID, "linear backward: unknown weight dtype 7");
+    CHECK(y[0] == 9 && dx[0] == 5 && dw[0] == 5);
+    /* bf16 weights: 1.5 and -2 are exact in bf16 (0x3FC0, 0xC000) */
+    const uint16_t w16[2] = {0x3FC0, 0xC000};
+    x[0] = 2;
+    CHECK_OK(lw_linear_forward(NULL, y, x, w16, LW_DTYPE_BF16, NULL, 1, 1, 2));
+    CHECK(y[0] == 3 && y[1] == -4);
+}
+
 int main(void) {
+    test_weight_dtypes();
     test_shape(5, 9, 11);
     test_shape(7, 13, 6);
     test_shape(1, 1, 1);

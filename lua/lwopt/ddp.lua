@@ -119,10 +119,10 @@ end
 -- opts.param_dtype ("bf16" | "fp32"; nil: each spec's dtype, fp32 by default) is what the
 -- parameter arrays hold and the all-gathers move: with bf16 the model reads its weight matrices
 -- as stored (acquire_stored) and the other parameters widened to fp32 (acquire), and the
--- optimizer keeps the fp32 master copy of what
--- this rank owns. opts.grad_dtype ("bf16" | "fp32"; nil: each spec's, fp32 by default) is what
--- the gradient sums move: bf16 rounds each group's averaged fp32 gradient once and sums it in
--- bf16; what the model writes and the optimizer reads stays fp32 (lw_buffers_grad_dtype).
+-- optimizer keeps the fp32 master copy of what this rank owns. opts.grad_dtype ("bf16" |
+-- "fp32"; nil: each spec's, fp32 by default) is what the gradient sums move: bf16 rounds each
+-- group's averaged fp32 gradient once and sums it in bf16; what the model writes and the
+-- optimizer reads stays fp32 (lw_buffers_grad_dtype).
 -- opts: mode ("layerwise" | "legacy" | "replicated"), algorithm, adamw_layout, bucket_size,
 -- high_busbw, expert_dp, expert_comm, overlap (both overlaps; default true), overlap_grad,
 -- overlap_param, layout (a layout computed before, instead of the layout options), zero

@@ -1,7 +1,7 @@
 // bf16.cu: the library's conversions between fp32 and bf16 (round to nearest even), element by
 // element: the public vec_to_bf16 and vec_from_bf16 (vec.c), fp32 operands to bf16 for the
-// model's bf16 GEMMs (gemm.c, for linear.c and cross_entropy.c), and Newton-Schulz's bf16 result
-// back to fp32 (muon.c). Newton-Schulz's start scales and rounds in one pass of its own
+// model's bf16 GEMMs and bf16 weights to fp32 for the others (gemm.c, for linear.c and
+// cross_entropy.c), and Newton-Schulz's bf16 result back to fp32 (muon.c). Newton-Schulz's start scales and rounds in one pass of its own
 // (muon.cu). Several families use them, so they are a file of their own.
 #include "cuda/kernels.h"
 

@@ -53,7 +53,7 @@ cudaError_t lwc_ns_normalize(cudaStream_t stream, const float *u, int64_t batch,
  * lw_vec_to_bf16): lw_vec_to_bf16 itself, and the model's bf16 GEMM operands. */
 cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16, int64_t n);
 /* y[n] = bf16 x, converted to fp32 exactly (lw_vec_from_bf16, Newton-Schulz's orthogonalised
- * result). */
+ * result, bf16 weights widened for fp32 and TF32 GEMMs: lwc_widen). */
 cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n);
 
 /* adamw.cu */

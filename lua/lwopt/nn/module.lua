@@ -149,7 +149,8 @@ end
 -- hooks.ready(name) when its gradient is complete. nil: ddp:hooks() (no gradient reports).
 -- hooks.acquire_stored(name, pass, reuse) -> data, grad, dtype (optional): the parameter as
 -- stored, for the parameters a module's class names in stored_reads (those its kernels read with
--- their dtype); without it those are acquired as fp32 too.
+-- their dtype); without it those are acquired as fp32 too. Hooks that wrap acquire (to log or
+-- reorder) must wrap acquire_stored alike: the weight matrices come through it.
 -- ddp nil (hooks given): the module runs on the CPU.
 function Module:bind(ddp, hooks)
    self.hooks = hooks or ddp:hooks()

@@ -78,7 +78,7 @@ static lw_status wait_gathers(lw_buffers *bs, int32_t group) {
 }
 
 #define WHOLE "held whole"
-#define WIDENED "held as fp32 views: its buffer keeps bf16 parameters, widened when acquired"
+#define WIDENED "held: bf16 parameters are readable (fp32 views, or as stored) while acquired"
 #define GATHERED "gathered: at ZeRO-3 a rank holds only its shard"
 
 static const lwi_residency residencies[3][2] = {

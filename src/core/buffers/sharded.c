@@ -299,8 +299,8 @@ static lw_status take_block(lw_buffers *bs, int32_t gi, lwi_block *out, bool par
 }
 
 /* Starts gathering group gi's parameters: this rank's shard into place, then an in-place
- * all-gather in the param dtype (widened when waited for). A prefetch may find no room and start
- * nothing. */
+ * all-gather in the param dtype (bf16: into the block's wire, each view widened from it when
+ * first asked for). A prefetch may find no room and start nothing. */
 static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lwi_group *g = &bs->groups[gi];
     lwi_buf *b = &bs->buffers[g->buffer];

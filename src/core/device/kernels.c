@@ -90,8 +90,11 @@ lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t
 
 lw_status lwi_check_weights(const char *what, lw_dtype w_dtype) {
     if (w_dtype == LW_DTYPE_F32 || w_dtype == LW_DTYPE_BF16) return LW_OK;
-    return lwi_fail(LW_ERR_INVALID, "%s: weights of dtype %s: fp32 or bf16 only", what,
-                    lw_dtype_name(w_dtype));
+    const char *name = lw_dtype_name(w_dtype);
+    if (name == NULL)
+        return lwi_fail(LW_ERR_INVALID, "%s: unknown weight dtype %d: fp32 or bf16 only", what,
+                        (int)w_dtype);
+    return lwi_fail(LW_ERR_INVALID, "%s: weights of dtype %s: fp32 or bf16 only", what, name);
 }
 
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,

@@ -262,8 +262,10 @@ typedef struct {
     float *owned;
 } head_f32;
 
-static lw_status head_open(head_f32 *hd, const void *w, lw_dtype w_dtype, int64_t v, int64_t c) {
-    return lwi_cpu_weights_f32(w, w_dtype, v > 0 && c > 0 ? v * c : 0, &hd->w, &hd->owned);
+static lw_status head_open(head_f32 *hd, const void *w, lw_dtype w_dtype, int64_t n, int64_t v,
+                           int64_t c) {
+    const int64_t numel = n > 0 && v > 0 && c > 0 ? v * c : 0; /* no rows: nothing reads w */
+    return lwi_cpu_weights_f32(w, w_dtype, numel, &hd->w, &hd->owned);
 }
 
 /* Frees what head_open made; passes the call's status on. */
@@ -278,7 +280,7 @@ lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float 
                                         int64_t c, int64_t v, double *loss) {
     (void)stream;
     head_f32 hd;
-    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK) st = forward(losses, lse, scratch, h, hd.w, targets, n, c, v, loss);
     return head_close(&hd, st);
 }
@@ -289,7 +291,7 @@ lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw
                                          int64_t c, int64_t v, float loss_scale) {
     (void)stream;
     head_f32 hd;
-    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK) st = backward(dh, dw, scratch, h, hd.w, targets, lse, n, c, v, loss_scale);
     return head_close(&hd, st);
 }
@@ -300,7 +302,7 @@ lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats,
                                                 int64_t v, int64_t first, int64_t vocab) {
     (void)stream;
     head_f32 hd;
-    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK) st = partial_forward(stats, scratch, h, hd.w, targets, n, c, v, first, vocab);
     return head_close(&hd, st);
 }
@@ -313,7 +315,7 @@ lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, f
                                                  float loss_scale) {
     (void)stream;
     head_f32 hd;
-    lw_status st = head_open(&hd, w, w_dtype, v, c);
+    lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK)
         st = partial_backward(dh, dw, scratch, h, hd.w, targets, lse, n, c, v, first, vocab,
                               loss_scale);
