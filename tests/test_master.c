@@ -10,7 +10,8 @@
  * owned gradient is the bf16 sum of the ranks' averaged gradients rounded to bf16: exactly at 1
  * and 2 ranks, within the bound of p - 1 roundings beyond, and the sums move half the bytes.
  * The parameters as stored (lw_buffers_param_stored, which the model kernels that take a
- * weight's dtype read) are those bf16 roundings, read before any view widens them.
+ * weight's dtype read) are those bf16 roundings, read before any view widens them, and below
+ * ZeRO-3 reading them so takes no block of fp32 views.
  * With LWOPT_TEST_REQUIRE=cuda (ctest test_master_gpu, label gpu) the same on the GPU, one rank,
  * skipped (exit 77) without one. */
 #include "bf16_reference.h"
@@ -100,6 +101,8 @@ static int64_t stored_differ(rig *bf, rig *fp, float *const *want) {
     if (lw_buffers_zero(bf->buffers) < 3) /* the sync dropped every group's block */
         CHECK_FAILS(lw_buffers_param_stored(bf->buffers, 1, &none, &none_dtype), LW_ERR_STATE,
                     "acquire the parameter first");
+    lw_buffers_memory before, now;
+    CHECK_OK(lw_buffers_memory_get(bf->buffers, &before));
     for (int p = 0; p < N_SPECS; p++) {
         const int64_t n = spec_numel(&specs[p]);
         const void *bits = NULL, *data = NULL;
@@ -108,6 +111,9 @@ static int64_t stored_differ(rig *bf, rig *fp, float *const *want) {
         CHECK_OK(lw_buffers_acquire(bf->buffers, p, LW_PASS_FORWARD, true));
         CHECK_OK(lw_buffers_param_stored(bf->buffers, p, &bits, &dtype));
         CHECK_EQ(dtype, LW_DTYPE_BF16);
+        CHECK_OK(lw_buffers_memory_get(bf->buffers, &now));
+        if (lw_buffers_zero(bf->buffers) < 3) /* read as stored: no block of fp32 views taken */
+            CHECK_EQ(now.params, before.params);
         uint16_t *got = malloc(sizeof(uint16_t) * (size_t)n);
         CHECK_OK(lw_stream_synchronize(s));
         CHECK_OK(lw_device_copy(s, got, bits, 2 * n, LW_COPY_DEVICE_TO_HOST));

@@ -200,9 +200,9 @@ void lwi_sharded_free(lw_buffers *bs);
 void lwi_sharded_pin(lw_buffers *bs, int32_t group);
 /* In backward, whole-gradient storage for group (a zeroed block) unless held (ZeRO-2/3). */
 lw_status lwi_sharded_hold_grad(lw_buffers *bs, int32_t group);
-/* The acquire of parameters read from a block: moves the pass, gathers (ZeRO-3) or takes a block
- * for the fp32 views (bf16 arrays) of the group unless held, pins it, holds its gradient in
- * backward (ZeRO-2/3) and at ZeRO-3 prefetches the pass's next group. */
+/* The acquire of parameters read from a block: moves the pass, gathers the group unless held
+ * (ZeRO-3; below it, bf16 arrays take a block of views only when a view is asked for), pins it,
+ * holds its gradient in backward (ZeRO-2/3) and at ZeRO-3 prefetches the pass's next group. */
 lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, bool reuse);
 /* Starts the reduce-scatter of group's gradient block. */
 lw_status lwi_sharded_start_grad(lw_buffers *bs, int32_t group);
@@ -211,6 +211,9 @@ lw_status lwi_sharded_finish_grads(lw_buffers *bs);
 lw_status lwi_sharded_wait_gathers(lw_buffers *bs);
 /* Waits for group g's gather if it is in flight. */
 lw_status lwi_sharded_wait_gather(lwi_group *g);
+/* bf16 arrays below ZeRO-3: a block for group's fp32 views (none of them widened yet), taken when
+ * the first of them is asked for. */
+lw_status lwi_sharded_take_views(lw_buffers *bs, int32_t group);
 /* Drops every gathered group (an error while one is acquired). */
 lw_status lwi_sharded_drop_params(lw_buffers *bs);
 /* Starts gathering group's parameters if there is room (nothing for -1 or a held group). */

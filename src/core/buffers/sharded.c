@@ -322,9 +322,7 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     return lw_comm_allgather(b->comm, wire, g->count, dtype, g->pblock.req);
 }
 
-/* bf16 arrays below ZeRO-3: a block for group gi's fp32 views, widened into per parameter when
- * asked for (lwi_sharded_param). */
-static lw_status take_views(lw_buffers *bs, int32_t gi) {
+lw_status lwi_sharded_take_views(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     lw_status st = take_block(bs, gi, &g->pblock, true, false);
     if (st != LW_OK) return st;
@@ -429,8 +427,10 @@ lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, 
             st = drop_behind(bs);
         }
     }
-    if (st == LW_OK && g->pblock.data == NULL)
-        st = r->sharded_params ? start_gather(bs, gi, false) : take_views(bs, gi);
+    /* below ZeRO-3 the bf16 arrays are read as stored, or through views whose block is taken on
+     * the first request (lwi_sharded_param): a group read only as stored takes none */
+    if (st == LW_OK && g->pblock.data == NULL && r->sharded_params)
+        st = start_gather(bs, gi, false);
     if (st == LW_OK) st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
     lwi_sharded_pin(bs, gi);

@@ -19,6 +19,9 @@ static void *bf16_of(lw_buffers *bs, int32_t param) {
 lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     lwi_buf *b = &bs->buffers[g->buffer];
+    const bool shard = bs->residency->sharded_params;
+    if (g->pblock.data == NULL && !shard && g->pins > 0)
+        return LW_OK; /* acquired, no view made: nothing was written */
     if (g->pblock.data == NULL)
         return lwi_fail(LW_ERR_STATE,
                         "buffers: commit of group %d, whose parameters are not "
@@ -26,7 +29,6 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
                         gi, bs->residency->held_as);
     lw_status st = lwi_sharded_wait_gather(g);
     if (st != LW_OK) return st;
-    const bool shard = bs->residency->sharded_params;
     if (bs->param_size == (int64_t)sizeof(float)) /* ZeRO-3: this rank's shard of the view */
         return lw_device_copy(bs->stream, lwi_param_at(bs, b->param, g->shard_base),
                               lwi_shard_in_block(g, g->pblock.data),
@@ -48,10 +50,13 @@ lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
                           bs->param_size * g->shard_count, LW_COPY_DEVICE_TO_DEVICE);
 }
 
-/* LW_OK when param's group holds its parameters (then waited for), else the error naming it. */
+/* LW_OK when param's group holds its parameters (then waited for), else the error naming it: at
+ * ZeRO-3 a gathered block; below, the bf16 arrays are current once acquired, so an acquired
+ * group, or one whose block of views is still held. */
 static lw_status held(lw_buffers *bs, int32_t param) {
     lwi_group *g = &bs->groups[bs->params[param].group];
-    if (g->pblock.data == NULL)
+    const bool whole = !bs->residency->sharded_params;
+    if (g->pblock.data == NULL && !(whole && g->pins > 0))
         return lwi_fail(LW_ERR_STATE,
                         "buffers: '%s' is not %s; acquire the parameter first",
                         bs->layout->params[param].name, bs->residency->held_as);
@@ -63,6 +68,8 @@ lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
     if (st != LW_OK) return st;
     lwi_param_info *p = &bs->params[param];
     const lwi_group *g = &bs->groups[p->group];
+    if (g->pblock.data == NULL) st = lwi_sharded_take_views(bs, p->group); /* the first view */
+    if (st != LW_OK) return st;
     float *view = g->pblock.data + (p->start - g->start);
     if (bs->param_size != (int64_t)sizeof(float) && !p->widened) {
         st = lw_vec_from_bf16(bs->stream, view, bf16_of(bs, param), p->numel);
