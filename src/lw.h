@@ -1119,6 +1119,20 @@ lw_status lw_layernorm_forward(lw_stream *stream, float *y, float *mean, float *
 lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
                                 const float *dy, const float *x, const float *g, const float *mean,
                                 const float *rstd, int64_t n, int64_t c);
+/* The residual add fused with the layer norm after it, one pass instead of two: sum = a + b (the
+ * residual stream, kept), y = layer norm of sum as lw_layernorm_forward, mean and rstd saved;
+ * the results of lw_vec_add then lw_layernorm_forward, bit for bit. */
+lw_status lw_add_layernorm_forward(lw_stream *stream, float *sum, float *y, float *mean,
+                                   float *rstd, const float *a, const float *b, const float *g,
+                                   const float *beta, int64_t n, int64_t c, float eps);
+/* The backward of a layer norm whose input x also flows on along the residual stream: dx +=
+ * dres (the stream's gradient), then dx += the layer norm's input gradient from dy, with dg and
+ * dbeta as lw_layernorm_backward; the results of lw_vec_add then lw_layernorm_backward, bit for
+ * bit. */
+lw_status lw_add_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
+                                    const float *dres, const float *dy, const float *x,
+                                    const float *g, const float *mean, const float *rstd,
+                                    int64_t n, int64_t c);
 
 /* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 lw_status lw_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n);

@@ -1253,13 +1253,17 @@ static void embedding_cases(const char *kernel, run_fn fn, after_fn after) {
  * 1e-6 and 1e-5 (dx subtracts two row means, which can cancel). dg and dbeta: the CPU adds the
  * rows into them in float, one after another (error growing with n), the GPU sums each column in
  * double first: 1e-4 up to n = 4096. The backward takes the CPU's mean and rstd on every device,
- * so that it alone is compared. */
+ * so that it alone is compared. The norm fused with the residual add (add_layernorm_*) runs on
+ * the same cases, beside the two kernels it replaces on the same device: the same results, bit
+ * for bit, on every device (the sum is one rounded addition either way, and the norm's
+ * arithmetic the same). */
 
 typedef struct {
     char shape[64];
     int64_t n, c;
     bool beta;
     float *x, *g, *b, *mean, *rstd, *dy, *dx0, *dg0, *db0;
+    float *r, *dres; /* the fused kernels' other row of the sum, and the stream's gradient */
 } ln_args;
 
 static const float LN_EPS = 1e-5f;
@@ -1286,6 +1290,72 @@ static void run_layernorm_backward(run *r, const void *p) {
     call(r, lw_layernorm_backward(r->s, dx, dg, db, dy, x, g, mean, rstd, a->n, a->c));
 }
 
+/* The fused forward, then on the same device lw_vec_add and lw_layernorm_forward into the
+ * outputs named "... (separate)". */
+static void run_add_layernorm_forward(run *r, const void *p) {
+    const ln_args *a = p;
+    const int64_t nc = a->n * a->c;
+    const float *x = input(r, a->x, nc), *res = input(r, a->r, nc), *g = input(r, a->g, a->c);
+    const float *b = a->beta ? input(r, a->b, a->c) : NULL;
+    for (int separate = 0; separate < 2; separate++) {
+        float *sum = output(r, separate ? "sum (separate)" : "sum", nc, bits());
+        float *y = output(r, separate ? "y (separate)" : "y", nc, scaled(1e-5));
+        float *mean = output(r, separate ? "mean (separate)" : "mean", a->n, scaled(1e-6));
+        float *rstd = output(r, separate ? "rstd (separate)" : "rstd", a->n, scaled(1e-6));
+        if (!separate) {
+            call(r, lw_add_layernorm_forward(r->s, sum, y, mean, rstd, x, res, g, b, a->n, a->c,
+                                             LN_EPS));
+        } else {
+            call(r, lw_vec_add(r->s, sum, x, res, nc));
+            call(r, lw_layernorm_forward(r->s, y, mean, rstd, sum, g, b, a->n, a->c, LN_EPS));
+        }
+    }
+}
+
+/* The fused backward, then on the same device lw_vec_add and lw_layernorm_backward. */
+static void run_add_layernorm_backward(run *r, const void *p) {
+    const ln_args *a = p;
+    const int64_t nc = a->n * a->c;
+    const float *dy = input(r, a->dy, nc), *x = input(r, a->x, nc), *g = input(r, a->g, a->c);
+    const float *dres = input(r, a->dres, nc);
+    const float *mean = input(r, a->mean, a->n), *rstd = input(r, a->rstd, a->n);
+    for (int separate = 0; separate < 2; separate++) {
+        float *dx = accumulated(r, separate ? "dx (separate)" : "dx", a->dx0, nc, scaled(1e-5));
+        float *dg = accumulated(r, separate ? "dg (separate)" : "dg", a->dg0, a->c, scaled(1e-4));
+        float *db = a->beta ? accumulated(r, separate ? "dbeta (separate)" : "dbeta", a->db0,
+                                          a->c, scaled(1e-4))
+                            : NULL;
+        if (!separate) {
+            call(r, lw_add_layernorm_backward(r->s, dx, dg, db, dres, dy, x, g, mean, rstd, a->n,
+                                              a->c));
+        } else {
+            call(r, lw_vec_add(r->s, dx, dx, dres, nc));
+            call(r, lw_layernorm_backward(r->s, dx, dg, db, dy, x, g, mean, rstd, a->n, a->c));
+        }
+    }
+}
+
+/* The fused kernels' outputs are their separate kernels', bit for bit, on every device. */
+static void after_add_layernorm(const kernel_case *k, const run *r) {
+    const ln_args *a = k->args;
+    const bool forward = strcmp(k->kernel, "add_layernorm_forward") == 0;
+    const char *names[] = {forward ? "sum" : "dx", forward ? "y" : "dg",
+                           forward ? "mean" : (a->beta ? "dbeta" : NULL), forward ? "rstd" : NULL};
+    const int64_t sizes[] = {a->n * a->c, forward ? a->n * a->c : a->c, forward ? a->n : a->c,
+                             a->n};
+    for (int i = 0; i < 4; i++) {
+        if (names[i] == NULL) continue;
+        char twin[48];
+        snprintf(twin, sizeof twin, "%s (separate)", names[i]);
+        const float *fused = f32_of(r, names[i]), *separate = f32_of(r, twin);
+        expect(k, r,
+               fused != NULL && separate != NULL &&
+                   memcmp(fused, separate, 4 * (size_t)sizes[i]) == 0,
+               forward ? "the fused forward is lw_vec_add then lw_layernorm_forward, bit for bit"
+                       : "the fused backward is lw_vec_add then lw_layernorm_backward, bit for bit");
+    }
+}
+
 static void layernorm_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, c;
@@ -1307,10 +1377,11 @@ static void layernorm_cases(const char *kernel, run_fn fn, after_fn after) {
         CHECK_OK(lw_layernorm_forward(NULL, y, a.mean, a.rstd, a.x, a.g, a.beta ? a.b : NULL, a.n,
                                       a.c, LN_EPS));
         a.dy = host_random(nc), a.dx0 = prefill(nc), a.dg0 = prefill(a.c), a.db0 = prefill(a.c);
+        a.r = host_random(nc), a.dres = host_random(nc);
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
         free(a.x), free(a.g), free(a.b), free(a.mean), free(a.rstd), free(y), free(a.dy);
-        free(a.dx0), free(a.dg0), free(a.db0);
+        free(a.dx0), free(a.dg0), free(a.db0), free(a.r), free(a.dres);
     }
 }
 
@@ -2383,6 +2454,10 @@ static const entry case_linear_backward = {linear_cases, run_linear_backward,
                                            after_linear_backward};
 static const entry case_layernorm_forward = {layernorm_cases, run_layernorm_forward, NULL};
 static const entry case_layernorm_backward = {layernorm_cases, run_layernorm_backward, NULL};
+static const entry case_add_layernorm_forward = {layernorm_cases, run_add_layernorm_forward,
+                                                 after_add_layernorm};
+static const entry case_add_layernorm_backward = {layernorm_cases, run_add_layernorm_backward,
+                                                  after_add_layernorm};
 static const entry case_gelu_forward = {gelu_cases, run_gelu_forward, after_gelu};
 static const entry case_gelu_backward = {gelu_cases, run_gelu_backward, after_gelu};
 static const entry case_attention_forward = {attention_cases, run_attention_forward,

@@ -94,12 +94,16 @@ cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, in
                            int64_t c);
 
 /* layernorm.cu */
-/* Layer norm forward (one warp per row; mean and variance in double). */
-cudaError_t lwc_ln_forward(cudaStream_t stream, float *y, float *mean, float *rstd, const float *x,
-                           const float *g, const float *beta, int64_t n, int64_t c, float eps);
-/* dx[n, c] += layer norm's input gradient (dg and dbeta: lwc_colsum_xhat, lwc_colsum). */
-cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dy, const float *x,
-                      const float *g, const float *mean, const float *rstd, int64_t n, int64_t c);
+/* Layer norm forward (one warp per row; mean and variance in double) of x, or with b (not
+ * NULL) of x + b, which is written to sum (the residual add fused before the norm). */
+cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, float *y, float *mean, float *rstd,
+                           const float *x, const float *b, const float *g, const float *beta,
+                           int64_t n, int64_t c, float eps);
+/* dx[n, c] += dres (optional: NULL adds nothing), then += layer norm's input gradient (dg and
+ * dbeta: lwc_colsum_xhat, lwc_colsum). */
+cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const float *dy,
+                      const float *x, const float *g, const float *mean, const float *rstd,
+                      int64_t n, int64_t c);
 
 /* gelu.cu */
 /* GELU (tanh form) and dx += dy gelu'(x), the CPU's formulas operation for operation. */

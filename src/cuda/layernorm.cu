@@ -1,7 +1,9 @@
 // layernorm.cu: layer normalisation on a GPU, a warp per row: the forward (mean and the two-pass
 // variance in double, as the CPU takes them) and the backward's input gradient; its gain and shift
-// gradients are column sums (colsum.cu). Products and sums rounded as the CPU rounds them
-// (__fmul_rn / __fadd_rn: no FMA contraction). No atomics.
+// gradients are column sums (colsum.cu). Both optionally fused with the residual add around the
+// norm: the forward's input the sum of two rows (written out as the residual stream), the
+// backward's dx first added the stream's gradient. Products and sums rounded as the CPU rounds
+// them (__fmul_rn / __fadd_rn: no FMA contraction). No atomics.
 #include "cuda/kernels.h"
 
 namespace {
@@ -16,21 +18,32 @@ __device__ double warp_sum(double v) {
     return v; // the same in every lane
 }
 
-__global__ void ln_forward_kernel(float *y, float *mean, float *rstd, const float *x,
-                                  const float *g, const float *beta, int64_t n, int64_t c,
-                                  float eps) {
+// Element i of a row's input: x itself, or (ADD) the sum of two rows, rounded as the CPU adds.
+template <bool ADD>
+__device__ __forceinline__ float row_in(const float *xr, const float *br, int64_t i) {
+    return ADD ? __fadd_rn(xr[i], br[i]) : xr[i];
+}
+
+// ADD: the input is x + b, written to sum (the residual stream) as it is first read.
+template <bool ADD>
+__global__ void ln_forward_kernel(float *sum, float *y, float *mean, float *rstd, const float *x,
+                                  const float *b, const float *g, const float *beta, int64_t n,
+                                  int64_t c, float eps) {
     const int lane = threadIdx.x & 31;
     const int64_t r = blockIdx.x * (int64_t)LN_ROWS + (threadIdx.x >> 5);
     if (r >= n) return; // a whole warp leaves together: the shuffles below see full warps
-    const float *xr = x + r * c;
+    const float *xr = x + r * c, *br = ADD ? b + r * c : nullptr;
     double s = 0.0;
-    for (int64_t i = lane; i < c; i += 32)
-        s += (double)xr[i];
+    for (int64_t i = lane; i < c; i += 32) {
+        const float v = row_in<ADD>(xr, br, i);
+        if (ADD) sum[r * c + i] = v;
+        s += (double)v;
+    }
     const double m = warp_sum(s) / (double)c;
     // the two-pass variance in double, as the CPU takes it
     double q = 0.0;
     for (int64_t i = lane; i < c; i += 32) {
-        const double d = (double)xr[i] - m;
+        const double d = (double)row_in<ADD>(xr, br, i) - m;
         q += d * d;
     }
     const double var = warp_sum(q) / (double)c;
@@ -41,14 +54,15 @@ __global__ void ln_forward_kernel(float *y, float *mean, float *rstd, const floa
     }
     float *yr = y + r * c;
     for (int64_t i = lane; i < c; i += 32) {
-        const float v = __fmul_rn(__fmul_rn(__fsub_rn(xr[i], mf), sf), g[i]);
+        const float v = __fmul_rn(__fmul_rn(__fsub_rn(row_in<ADD>(xr, br, i), mf), sf), g[i]);
         yr[i] = beta != nullptr ? __fadd_rn(v, beta[i]) : v;
     }
 }
 
-// dx only: dg and dbeta are column sums (colsum.cu).
-__global__ void ln_dx_kernel(float *dx, const float *dy, const float *x, const float *g,
-                             const float *mean, const float *rstd, int64_t n, int64_t c) {
+// dx only: dg and dbeta are column sums (colsum.cu). dres (optional): added into dx first.
+__global__ void ln_dx_kernel(float *dx, const float *dres, const float *dy, const float *x,
+                             const float *g, const float *mean, const float *rstd, int64_t n,
+                             int64_t c) {
     const int lane = threadIdx.x & 31;
     const int64_t r = blockIdx.x * (int64_t)LN_ROWS + (threadIdx.x >> 5);
     if (r >= n) return;
@@ -67,26 +81,32 @@ __global__ void ln_dx_kernel(float *dx, const float *dy, const float *x, const f
     for (int64_t i = lane; i < c; i += 32) {
         const float xh = __fmul_rn(__fsub_rn(xr[i], mf), sf);
         const float inner = __fsub_rn(__fsub_rn(__fmul_rn(dyr[i], g[i]), m1), __fmul_rn(xh, m2));
-        dxr[i] = __fadd_rn(dxr[i], __fmul_rn(sf, inner));
+        const float base = dres != nullptr ? __fadd_rn(dxr[i], dres[r * c + i]) : dxr[i];
+        dxr[i] = __fadd_rn(base, __fmul_rn(sf, inner));
     }
 }
 
 } // namespace
 
-extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *y, float *mean, float *rstd,
-                                      const float *x, const float *g, const float *beta, int64_t n,
-                                      int64_t c, float eps) {
-    if (n > 0 && c > 0)
-        ln_forward_kernel<<<(unsigned)((n + LN_ROWS - 1) / LN_ROWS), THREADS, 0, stream>>>(
-            y, mean, rstd, x, g, beta, n, c, eps);
+extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, float *y, float *mean,
+                                      float *rstd, const float *x, const float *b, const float *g,
+                                      const float *beta, int64_t n, int64_t c, float eps) {
+    if (n <= 0 || c <= 0) return cudaSuccess;
+    const unsigned blocks = (unsigned)((n + LN_ROWS - 1) / LN_ROWS);
+    if (b != nullptr)
+        ln_forward_kernel<true>
+            <<<blocks, THREADS, 0, stream>>>(sum, y, mean, rstd, x, b, g, beta, n, c, eps);
+    else
+        ln_forward_kernel<false>
+            <<<blocks, THREADS, 0, stream>>>(sum, y, mean, rstd, x, b, g, beta, n, c, eps);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dy, const float *x,
-                                 const float *g, const float *mean, const float *rstd, int64_t n,
-                                 int64_t c) {
+extern "C" cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const float *dy,
+                                 const float *x, const float *g, const float *mean,
+                                 const float *rstd, int64_t n, int64_t c) {
     if (n > 0 && c > 0)
         ln_dx_kernel<<<(unsigned)((n + LN_ROWS - 1) / LN_ROWS), THREADS, 0, stream>>>(
-            dx, dy, x, g, mean, rstd, n, c);
+            dx, dres, dy, x, g, mean, rstd, n, c);
     return cudaGetLastError();
 }

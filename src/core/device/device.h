@@ -11,7 +11,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 10 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+#define LWI_DEVICE_ABI 11 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
                             the mixture-of-experts kernels (router, aux loss, gather, combine);
                             6: tensor parallelism: the vocabulary-range embedding,
                             the partial cross-entropy, copy_2d and Muon's distributed
@@ -23,7 +23,11 @@
                             9: the conversions between fp32 and bf16 (vec_to_bf16,
                             vec_from_bf16), after the other public kernels;
                             10: the sums' dtype (backend reduce_scatter_start and
-                            reduce_scatterv_start take one, lw_request's scratch in bytes) */
+                            reduce_scatterv_start take one, lw_request's scratch in bytes);
+                            11: the weights' dtype in the kernels that read weight matrices
+                            (linear, embedding, the LM head), and the residual add fused
+                            with a layer norm (add_layernorm_forward, _backward), after the
+                            other public kernels */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {

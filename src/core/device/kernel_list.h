@@ -135,7 +135,16 @@
     X(vec_to_bf16, (lw_stream * s, uint16_t *y, const float *x, int64_t n), (s, y, x, n),          \
       lwi_work_if(n > 0))                                                                          \
     X(vec_from_bf16, (lw_stream * s, float *y, const uint16_t *x, int64_t n), (s, y, x, n),        \
-      lwi_work_if(n > 0))
+      lwi_work_if(n > 0))                                                                          \
+    X(add_layernorm_forward,                                                                       \
+      (lw_stream * s, float *sum, float *y, float *mean, float *rstd, const float *a,              \
+       const float *b, const float *g, const float *beta, int64_t n, int64_t c, float eps),        \
+      (s, sum, y, mean, rstd, a, b, g, beta, n, c, eps), lwi_work_if(n > 0 && c > 0))              \
+    X(add_layernorm_backward,                                                                      \
+      (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dres, const float *dy,      \
+       const float *x, const float *g, const float *mean, const float *rstd, int64_t n,            \
+       int64_t c),                                                                                 \
+      (s, dx, dg, dbeta, dres, dy, x, g, mean, rstd, n, c), lwi_work_if(n > 0 && c > 0))
 
 /* The kernels the core calls with its own structures (the optimizers): dispatched by
  * lwi_run_<name> (device.h), with no public function of their own.
