@@ -181,6 +181,30 @@ describe("lw.nn's module contract", function()
       assert.equal(nn.Module, getmetatable(nn.Linear).__index)
    end)
 
+   it("holds a backward's intermediate gradients once per kind of module, not once per layer",
+      function()
+      -- what a backward adds to the activations held, once the kinds' buffers exist: the same
+      -- for 3 layers as for 4
+      local function backward_bytes(layers)
+         local m = nn.GPT.new{ n_layer = layers, n_embd = 16, n_head = 2, vocab = 11,
+            seq_len = 7, bias = true }
+         bind(m)
+         local tokens = ffi.new("int32_t[14]")
+         for i = 0, 13 do tokens[i] = (i * 5 + 2) % 11 end
+         collectgarbage("collect")
+         collectgarbage("stop")
+         m:forward(tokens, tokens, 2, 7)
+         local after_forward = nn.activation_bytes()
+         m:backward(1)
+         local added = nn.activation_bytes() - after_forward
+         collectgarbage("restart")
+         return added
+      end
+      backward_bytes(2) -- the kinds' buffers made (unless earlier models made them)
+      local three, four = backward_bytes(3), backward_bytes(4)
+      assert.equal(three, four) -- the model's own input gradients alone
+   end)
+
    it("counts only the activation buffers it holds: one outgrown again and again is replaced a "
       .. "few times and the old ones freed", function()
       local m = nn.Linear.new("grow.", 4, 4, false)

@@ -57,7 +57,7 @@ end
 
 function Attention:backward(x, dout, dx, b, t)
    local n, c = b * t, self.c
-   local dy, dqkv = self:buffer("dy", n * c), self:buffer("dqkv", n * 3 * c)
+   local dy, dqkv = self:transient("dy", n * c), self:transient("dqkv", n * 3 * c)
    zero(dy, n * c, self.stream)
    self.proj:backward(self.y, dout, dy, n)
    zero(dqkv, n * 3 * c, self.stream)

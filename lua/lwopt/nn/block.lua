@@ -57,8 +57,8 @@ end
 -- own.
 function Block:backward(x, dout, dx, b, t)
    local n, c = b * t, self.c
-   local dm, dmid = self:buffer("dm", n * c), self:buffer("dmid", n * c)
-   local da = self:buffer("da", n * c)
+   local dm, dmid = self:transient("dm", n * c), self:transient("dmid", n * c)
+   local da = self:transient("da", n * c)
    zero(dm, n * c, self.stream)
    self.ffn:backward(self.m_in, dout, dm, n)
    zero(dmid, n * c, self.stream)

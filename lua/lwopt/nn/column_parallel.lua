@@ -47,7 +47,7 @@ function ColumnParallelLinear:forward(x, n) return self:with_params("forward", L
 function ColumnParallelLinear:backward(x, dy, dx, n)
    local dxp = nil
    if dx ~= nil then
-      dxp = self:buffer("dx share", n * self.n_in)
+      dxp = self:transient("dx share", n * self.n_in)
       zero(dxp, n * self.n_in, self.stream)
    end
    self:with_params("backward", Linear.run_backward, x, dy, dxp, n)

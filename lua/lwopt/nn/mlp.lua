@@ -46,7 +46,7 @@ end
 
 function MLP:backward(x, dout, dx, n)
    local w = self.hidden
-   local da, dh = self:buffer("da", n * w), self:buffer("dh", n * w)
+   local da, dh = self:transient("da", n * w), self:transient("dh", n * w)
    zero(da, n * w, self.stream)
    self.proj:backward(self.a, dout, da, n)
    zero(dh, n * w, self.stream)

@@ -231,6 +231,28 @@ function Module:workspace(n, what)
    return ws.data
 end
 
+-- Buffers that live only within one call of a module (a backward's intermediate gradients),
+-- shared by every module of the same class on the same device: modules of one class run one
+-- after another, never one inside another, so a model of L layers holds one set of them rather
+-- than L. Never for what a later call reads (what a forward keeps for its backward).
+local transients = {} -- by the device's address, then the class, then the key
+
+function Module:transient(key, n)
+   local dev = self.device and tonumber(ffi.cast("uintptr_t", self.device)) or 0
+   local classes = transients[dev] or {}
+   transients[dev] = classes
+   local class = getmetatable(self)
+   local slots = classes[class] or {}
+   classes[class] = slots
+   local b = slots[key]
+   if b == nil or b.n < n then
+      b = grown(b, n, ("'%s' (one buffer every module of its kind shares)"):format(key),
+         self.device)
+      slots[key] = b
+   end
+   return b.data
+end
+
 -- Host memory that lives as long as the module, per key: at least n elements of ctype
 -- ("float", "int32_t", "int64_t"), grown on demand; the staging arrays of copies to and from
 -- the device (token uploads, routing permutations, all-to-all counts, sampled logits).
