@@ -205,6 +205,33 @@ describe("lw.nn's module contract", function()
       assert.equal(three, four) -- the model's own input gradients alone
    end)
 
+   it("recomputes GELU's output in backward when asked: the same loss and gradients, one "
+      .. "[n, hidden] activation less a layer", function()
+      local function run(recompute)
+         local m = nn.GPT.new{ n_layer = 3, n_embd = 16, n_head = 2, vocab = 11, seq_len = 7,
+            bias = true, recompute_gelu = recompute }
+         local d = bind(m)
+         local tokens = ffi.new("int32_t[14]")
+         for i = 0, 13 do tokens[i] = (i * 3 + 1) % 11 end
+         collectgarbage("collect")
+         collectgarbage("stop")
+         local before = nn.activation_bytes()
+         local out = { loss = m:forward(tokens, tokens, 2, 7) }
+         local held = nn.activation_bytes() - before
+         collectgarbage("restart")
+         d:zero_grad()
+         m:backward(1)
+         for _, s in ipairs(m:parameters()) do out[s.name] = d:grad(s.name):totable() end
+         return out, held
+      end
+      local kept, held_kept = run(false)
+      local again, held_again = run(true)
+      assert.same(kept, again)
+      -- 3 layers of 14 rows x 64 hidden floats not held (one transient for all, maybe made
+      -- before)
+      assert.is_true(held_kept - held_again >= 2 * 14 * 64 * 4, held_kept .. " " .. held_again)
+   end)
+
    it("counts only the activation buffers it holds: one outgrown again and again is replaced a "
       .. "few times and the old ones freed", function()
       local m = nn.Linear.new("grow.", 4, 4, false)

@@ -38,9 +38,12 @@ recipe_flags.list = {
      .. "--zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
    { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32; "
-     .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, weights and "
-     .. "activations fp32 in memory (autocast-like: activations are not stored in bf16). The CPU "
-     .. "computes fp32 whatever is asked" },
+     .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, activations "
+     .. "fp32 in memory (autocast-like: activations are not stored in bf16; weights as the "
+     .. "parameters are stored). The CPU computes fp32 whatever is asked" },
+   { "recompute-gelu", { "on", "off" }, nil, "compute the MLPs' GELU output again in backward "
+     .. "instead of keeping it: one [tokens, 4 x channels] activation less per layer, one more "
+     .. "element-wise pass (default: on on a GPU, off on the CPU)" },
    { "param-dtype", { "bf16", "fp32" }, nil, "what the parameter buffers hold and the all-gathers "
      .. "move: bf16 (the optimizer keeps fp32 master weights of what each rank updates; the "
      .. "model's matrix kernels read the bf16 weights as stored) or fp32 (default: bf16 on a GPU, "
@@ -264,6 +267,8 @@ local function check_flags(v)
    end
    -- bf16 parameters where the model's GEMMs run on tensor cores; on the CPU fp32 (bench/)
    v.param_dtype = v.param_dtype or (v.device == "cpu" and "fp32" or "bf16")
+   -- GPU memory is the scarcer; on the CPU the pass costs more than the memory is worth
+   v.recompute_gelu = v.recompute_gelu or (v.device == "cpu" and "off" or "on")
    if not v.ckpt_dir then
       for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then

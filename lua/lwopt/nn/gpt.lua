@@ -21,8 +21,9 @@ local check = base.check
 
 local GPT = base.class(base.Module)
 
-local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false, n_expert = 0,
-   topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false, ep = false, tp = false }
+local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false,
+   recompute_gelu = false, n_expert = 0, topk = 2, aux_coef = 0.01, shared_expert = false,
+   router_muon = false, ep = false, tp = false }
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
@@ -32,9 +33,11 @@ local function moe_config(o)
             ep = o.ep }
 end
 
--- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, mlp_hidden, n_expert, topk,
--- expert_hidden, aux_coef, shared_expert, router_muon, ep }: the same parameters, names and order
--- as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size, default 4 n_embd)
+-- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, mlp_hidden, recompute_gelu,
+-- n_expert, topk, expert_hidden, aux_coef, shared_expert, router_muon, ep }: the same parameters,
+-- names and order as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size, default 4 n_embd;
+-- recompute_gelu: the dense MLPs compute GELU's output again in backward rather than keep it,
+-- MLP:set_recompute_gelu)
 -- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
 -- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
 -- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
@@ -76,6 +79,9 @@ function GPT.new(cfg)
    for i = 0, o.n_layer - 1 do
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
          moe_config(o), self.tp, o.mlp_hidden))
+   end
+   for _, block in ipairs(self.blocks) do
+      if block.mlp then block.mlp:set_recompute_gelu(o.recompute_gelu) end
    end
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
    if not o.tied then

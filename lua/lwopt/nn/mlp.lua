@@ -37,6 +37,14 @@ function MLP.new(prefix, c, bias, hidden, extra, tp)
    return self
 end
 
+-- Keeps GELU's output (hidden channels a row) for the backward, or, with recompute set,
+-- computes it again there from fc's output (one element-wise pass) and keeps only that: the
+-- same results, without one [n, hidden] activation per layer. Set before the first forward.
+function MLP:set_recompute_gelu(on)
+   self.recompute_gelu = on
+   self.gelu.transient_output = on
+end
+
 -- x: float* [n, c] -> float* [n, c]
 function MLP:forward(x, n)
    self.h = self.fc:forward(x, n)
@@ -46,6 +54,7 @@ end
 
 function MLP:backward(x, dout, dx, n)
    local w = self.hidden
+   if self.recompute_gelu then self.a = self.gelu:forward(self.h, n) end
    local da, dh = self:transient("da", n * w), self:transient("dh", n * w)
    zero(da, n * w, self.stream)
    self.proj:backward(self.a, dout, da, n)
