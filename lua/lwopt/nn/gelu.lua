@@ -17,8 +17,7 @@ function GELU:with_width(w) self.width = w return self end
 -- every GELU shares (Module:transient), valid until the next GELU's forward: for a caller that
 -- reads it at once and recomputes it for its backward (MLP's recompute_gelu).
 function GELU:forward(x, n)
-   local y = self.transient_output and self:transient("y", n * self.width)
-      or self:buffer("y", n * self.width)
+   local y = self:output("y", n * self.width)
    check(lib.lw_gelu_forward(self.stream, y, x, n * self.width))
    return y
 end

@@ -30,7 +30,7 @@ function Linear.new(prefix, n_in, n_out, bias, extra)
 end
 
 local function forward(self, x, n)
-   local y = self:buffer("y", n * self.n_out)
+   local y = self:output("y", n * self.n_out)
    check(lib.lw_linear_forward(self.stream, y, x, self.w.weight, self.dtype.weight,
       self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
    return y

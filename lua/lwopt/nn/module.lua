@@ -253,6 +253,14 @@ function Module:transient(key, n)
    return b.data
 end
 
+-- A forward's output buffer: the module's own, or with transient_output set (by a parent that
+-- reads the output at once and never in its backward: the projections back to the residual
+-- stream) a transient one. Modules given rows of their owner's buffers keep those.
+function Module:output(key, n)
+   if self.transient_output and self.rows_window == nil then return self:transient(key, n) end
+   return self:buffer(key, n)
+end
+
 -- Host memory that lives as long as the module, per key: at least n elements of ctype
 -- ("float", "int32_t", "int64_t"), grown on demand; the staging arrays of copies to and from
 -- the device (token uploads, routing permutations, all-to-all counts, sampled logits).

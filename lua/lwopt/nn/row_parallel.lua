@@ -34,7 +34,7 @@ function RowParallelLinear.new(prefix, n_in, n_out, bias, tp)
 end
 
 local function forward(self, x, n)
-   local y = self:buffer("y", n * self.n_out)
+   local y = self:output("y", n * self.n_out)
    local b = self.has_bias and self.tp.rank == 0 and self.w.bias or nil
    check(lib.lw_linear_forward(self.stream, y, x, self.w.weight, self.dtype.weight, b, n,
       self.n_in, self.n_out))
