@@ -14,10 +14,11 @@ int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh
 }
 
 /* What these kernels need of the shapes (the dispatcher checked that there is work and that nh
- * divides c): a head dim they are compiled for, shared memory the device can give a block, and
- * grid and index sizes within int. */
+ * divides c): a head dim they are compiled for, shared memory the device can give a block (the
+ * fp32 kernels' when they are the ones to run: the tensor-core kernels' smaller tiles were
+ * checked by tensor_cores), and grid and index sizes within int. */
 static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
-                                 int64_t nh, bool backward) {
+                                 int64_t nh, bool backward, bool mma) {
     const char *name = s->device->name;
     const int64_t hd = c / nh, limit = lwc_flash_head_dim_limit();
     if (hd > limit)
@@ -28,7 +29,7 @@ static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int6
                               (long long)limit);
     const size_t smem = lwc_flash_smem_bytes(hd, backward);
     const size_t most = lwc_dev(s->device)->prop.sharedMemPerBlockOptin;
-    if (smem > most)
+    if (!mma && smem > most)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
                               "%s: attention %s: head dim %lld needs %zu bytes of shared memory "
                               "per block, the GPU gives at most %zu",
@@ -66,11 +67,12 @@ static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, in
 lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
                                 const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
     (void)scratch; /* the forward needs none */
-    lw_status st = check_attention(s, "forward", b, t, c, nh, false);
+    const void *tensors[] = {out, qkv};
+    const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
+    lw_status st = check_attention(s, "forward", b, t, c, nh, false, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    const void *tensors[] = {out, qkv};
-    if (tensor_cores(s, b, t, c, nh, false, tensors, 2))
+    if (mma)
         return lwc_launched(
             s, lwc_flash_mma_forward(lwc_cuda_stream(s), out, lse, qkv, b, t, c, nh),
             "the attention kernel (tensor cores)");
@@ -81,7 +83,9 @@ lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scr
 lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int64_t b,
                                  int64_t t, int64_t c, int64_t nh) {
-    lw_status st = check_attention(s, "backward", b, t, c, nh, true);
+    const void *tensors[] = {dqkv, dout, qkv};
+    const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
+    lw_status st = check_attention(s, "backward", b, t, c, nh, true, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -89,8 +93,7 @@ lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, cons
     st = lwc_launched(s, lwc_flash_rowdot(cs, scratch, dout, out, b, t, c, nh),
                       "the attention backward's row sums");
     if (st != LW_OK) return st;
-    const void *tensors[] = {dqkv, dout, qkv};
-    if (tensor_cores(s, b, t, c, nh, true, tensors, 3))
+    if (mma)
         return lwc_launched(
             s, lwc_flash_mma_backward(cs, dqkv, scratch, dout, qkv, lse, b, t, c, nh),
             "the attention backward kernels (tensor cores)");

@@ -19,6 +19,11 @@
 namespace {
 
 constexpr int THREADS = LWC_FA_THREADS;
+// Blocks an SM should hold at once, which caps the registers a thread may use: at head dim 64
+// the forward and dQ kernels fit 168 registers (three blocks of 128 threads in an SM's 64 Ki)
+// with no spill (ptxas -v, sm_80 and sm_90); dK/dV would spill there, and at 128 each needs
+// about 255 (two blocks) whatever is asked.
+template <int D> constexpr int MIN_BLOCKS = D == 64 ? 3 : 2;
 constexpr float LOG2E = 1.44269504088896341f;
 
 // d (a C tile, 4 floats) += a (A, 4 registers) b (B, 2 registers): one warp's m16n8k16.
@@ -98,7 +103,7 @@ __device__ __forceinline__ void add2(float *g, float x, float y) {
 // Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
 template <int D>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     flash_mma_forward_kernel(float *out, float *lse, const float *qkv, int t, int c, int nh,
                              int tiles, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
@@ -275,7 +280,7 @@ __global__ void __launch_bounds__(THREADS)
 // dQ: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over the
 // key steps up to the diagonal.
 template <int D>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     flash_mma_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
                         const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;

@@ -116,8 +116,10 @@ LWC_MMA_FN uint32_t lwc_mma_pack(float lo, float hi) {
  *     256 bytes per mma) below the SM's 128 bytes per clock at the tensor cores' rate; 64 rows also
  *     give GPT-2 (b 8 x 12 heads, t 1024) 1536 blocks, over 11 per SM of an H100.
  *   - 64 columns per step: the scores of a warp's 16 rows are 8 C tiles, 32 registers a lane;
- *     the forward holds them, the output (hd / 2 registers) and Q (hd / 4) within 255 registers
- *     at hd 128 (~160), and the dq kernel S, dP and dQ (~170).
+ *     the forward holds them, the output (hd / 2 registers) and Q (hd / 4), and the dq kernel
+ *     S, dP and dQ, within 255 registers: ptxas gives 255 for both at hd 128 (two blocks an SM)
+ *     and 168 at hd 64 (three, with no spill: attention_mma.cu's MIN_BLOCKS); dk/dv 240 and
+ *     177-188.
  *   - the dk/dv kernel holds dK and dV (hd registers together: 128 at hd 128) besides P^T and
  *     dP^T, so at hd 128 it steps over 32 queries (32 registers for both) instead of 64 (64).
  * Shared tiles are bf16, row-major, rows hd + 8 elements apart: 144 or 272 bytes, 4 banks past a
