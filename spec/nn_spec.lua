@@ -22,6 +22,28 @@ local function bind(module)
    return d
 end
 
+-- A GPT of cfg (defaults: 3 layers of 16, 2 heads, vocabulary 11, 7 positions, biases) bound as
+-- bind binds it, one forward and backward over fixed tokens: { loss =, [parameter] = its
+-- gradient as a table }, and the activation bytes the forward added.
+local function forward_backward(cfg)
+   local c = { n_layer = 3, n_embd = 16, n_head = 2, vocab = 11, seq_len = 7, bias = true }
+   for k, v in pairs(cfg) do c[k] = v end
+   local m = nn.GPT.new(c)
+   local d = bind(m)
+   local tokens = ffi.new("int32_t[14]")
+   for i = 0, 13 do tokens[i] = (i * 3 + 1) % 11 end
+   collectgarbage("collect")
+   collectgarbage("stop")
+   local before = nn.activation_bytes()
+   local out = { loss = m:forward(tokens, tokens, 2, 7) }
+   local held = nn.activation_bytes() - before
+   collectgarbage("restart")
+   d:zero_grad()
+   m:backward(1)
+   for _, s in ipairs(m:parameters()) do out[s.name] = d:grad(s.name):totable() end
+   return out, held
+end
+
 local function randoms(n, seed)
    local p = ffi.new("float[?]", n)
    for i = 0, n - 1 do
@@ -207,25 +229,8 @@ describe("lw.nn's module contract", function()
 
    it("recomputes GELU's output in backward when asked: the same loss and gradients, one "
       .. "[n, hidden] activation less a layer", function()
-      local function run(recompute)
-         local m = nn.GPT.new{ n_layer = 3, n_embd = 16, n_head = 2, vocab = 11, seq_len = 7,
-            bias = true, recompute_gelu = recompute }
-         local d = bind(m)
-         local tokens = ffi.new("int32_t[14]")
-         for i = 0, 13 do tokens[i] = (i * 3 + 1) % 11 end
-         collectgarbage("collect")
-         collectgarbage("stop")
-         local before = nn.activation_bytes()
-         local out = { loss = m:forward(tokens, tokens, 2, 7) }
-         local held = nn.activation_bytes() - before
-         collectgarbage("restart")
-         d:zero_grad()
-         m:backward(1)
-         for _, s in ipairs(m:parameters()) do out[s.name] = d:grad(s.name):totable() end
-         return out, held
-      end
-      local kept, held_kept = run(false)
-      local again, held_again = run(true)
+      local kept, held_kept = forward_backward{ recompute_gelu = false }
+      local again, held_again = forward_backward{ recompute_gelu = true }
       assert.same(kept, again)
       -- 3 layers of 14 rows x 64 hidden floats not held (one transient for all, maybe made
       -- before)
@@ -567,6 +572,45 @@ describe("lw.nn with bf16 parameters", function()
       local got = {}
       for name in pairs(want) do got[name] = how[name] end
       assert.same(want, got)
+   end)
+end)
+
+describe("lw.nn with bf16 activations", function()
+   -- The layer norms' and GELU's outputs kept in bf16 (rounded to nearest even) and read so by
+   -- the linear layers: a loss within rounding of fp32's, gradients close, and those
+   -- activations in half the bytes.
+   local function run(activations, cfg)
+      local c = { n_layer = 2, activations = activations }
+      for k, v in pairs(cfg) do c[k] = v end
+      return forward_backward(c)
+   end
+
+   for _, extra in ipairs({ {}, { recompute_gelu = true }, { n_expert = 3 } }) do
+      local what = extra.recompute_gelu and "GELU recomputed" or extra.n_expert and "experts"
+         or "dense"
+      it("stays within bf16's rounding of the fp32 run (" .. what .. ")", function()
+         local fp32, held32 = run("fp32", extra)
+         local bf16, held16 = run("bf16", extra)
+         assert.is_true(math.abs(bf16.loss - fp32.loss) < 1e-2, bf16.loss .. " " .. fp32.loss)
+         assert.is_true(bf16.loss ~= fp32.loss) -- the rounding happened
+         for name, g in pairs(fp32) do
+            if name ~= "loss" then
+               local worst, scale = 0, 1e-3
+               for i = 1, #g do
+                  worst = math.max(worst, math.abs(bf16[name][i] - g[i]))
+                  scale = math.max(scale, math.abs(g[i]))
+               end
+               assert.is_true(worst <= 0.05 * scale, name .. " " .. worst .. " of " .. scale)
+            end
+         end
+         assert.is_true(held16 < held32, held16 .. " " .. held32)
+      end)
+   end
+
+   it("names a dtype it does not keep", function()
+      assert.has_error(function() nn.GPT.new{ n_layer = 1, n_embd = 8, n_head = 2, vocab = 5,
+         seq_len = 4, activations = "fp16" } end,
+         "nn.GPT: activations must be 'fp32' or 'bf16', got 'fp16'")
    end)
 end)
 

@@ -1093,16 +1093,21 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * bf16 widens to fp32 exactly, so a bf16 weight gives the results its fp32 widening gives, bit
  * for bit; bf16 matrix products read it as it is (no rounding step), fp32 ones widen it into
  * the stream's workspace first (the CPU: into memory it allocates for the call). A kernel with
- * two tables (the embedding's wte and wpe) takes one w_dtype for both. Gradients and activations
- * are fp32. */
+ * two tables (the embedding's wte and wpe) takes one w_dtype for both.
+ * The activations that only feed matrix products come in either dtype too: a linear layer's
+ * input x (x_dtype), the layer norm's and GELU's outputs y (y_dtype: computed in fp32 and
+ * rounded to nearest even, the bits lw_vec_to_bf16 gives). bf16 ones halve their memory and
+ * spare the bf16 GEMMs a rounding pass; read by fp32 products they are widened like weights.
+ * Everything else (the residual stream, gradients, statistics) is fp32. */
 
-/* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional). */
-lw_status lw_linear_forward(lw_stream *stream, float *y, const float *x, const void *w,
-                            lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out);
+/* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype. */
+lw_status lw_linear_forward(lw_stream *stream, float *y, const void *x, lw_dtype x_dtype,
+                            const void *w, lw_dtype w_dtype, const float *b, int64_t n, int64_t in,
+                            int64_t out);
 /* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional). */
 lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const float *dy,
-                             const float *x, const void *w, lw_dtype w_dtype, int64_t n,
-                             int64_t in, int64_t out);
+                             const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                             int64_t n, int64_t in, int64_t out);
 
 /* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
 lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
@@ -1111,10 +1116,11 @@ lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *token
 lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
                                 const int32_t *tokens, int64_t b, int64_t t, int64_t c);
 
-/* y = (x - mean) * rstd * g + beta per row (beta optional); saves mean[n], rstd[n]. */
-lw_status lw_layernorm_forward(lw_stream *stream, float *y, float *mean, float *rstd,
-                               const float *x, const float *g, const float *beta, int64_t n,
-                               int64_t c, float eps);
+/* y = (x - mean) * rstd * g + beta per row (beta optional), y of y_dtype; saves mean[n],
+ * rstd[n]. */
+lw_status lw_layernorm_forward(lw_stream *stream, void *y, lw_dtype y_dtype, float *mean,
+                               float *rstd, const float *x, const float *g, const float *beta,
+                               int64_t n, int64_t c, float eps);
 /* dx[n, c] += ...; dg[c] += ...; dbeta[c] += ... (dbeta optional). */
 lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
                                 const float *dy, const float *x, const float *g, const float *mean,
@@ -1122,9 +1128,10 @@ lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *
 /* The residual add fused with the layer norm after it, one pass instead of two: sum = a + b (the
  * residual stream, kept), y = layer norm of sum as lw_layernorm_forward, mean and rstd saved;
  * the results of lw_vec_add then lw_layernorm_forward, bit for bit. */
-lw_status lw_add_layernorm_forward(lw_stream *stream, float *sum, float *y, float *mean,
-                                   float *rstd, const float *a, const float *b, const float *g,
-                                   const float *beta, int64_t n, int64_t c, float eps);
+lw_status lw_add_layernorm_forward(lw_stream *stream, float *sum, void *y, lw_dtype y_dtype,
+                                   float *mean, float *rstd, const float *a, const float *b,
+                                   const float *g, const float *beta, int64_t n, int64_t c,
+                                   float eps);
 /* The backward of a layer norm whose input x also flows on along the residual stream: dx +=
  * dres (the stream's gradient), then dx += the layer norm's input gradient from dy, with dg and
  * dbeta as lw_layernorm_backward; the results of lw_vec_add then lw_layernorm_backward, bit for
@@ -1134,8 +1141,8 @@ lw_status lw_add_layernorm_backward(lw_stream *stream, float *dx, float *dg, flo
                                     const float *g, const float *mean, const float *rstd,
                                     int64_t n, int64_t c);
 
-/* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-lw_status lw_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n);
+/* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), y of y_dtype. */
+lw_status lw_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const float *x, int64_t n);
 /* dx += dy * gelu'(x) */
 lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
                            int64_t n);

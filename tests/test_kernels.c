@@ -916,7 +916,7 @@ static void bf16_cases(const char *kernel, run_fn fn, after_fn after) {
  * dtype, so that bf16 parameters are read as stored. A case with bf16 weights rounds its host
  * weights to bf16 (the fp32 array then holds the widened values, which the fp64 references and
  * the other checks read) and keeps their bits; its run calls the kernel on the bits, then again on
- * the widened fp32 into outputs named "... (fp32 weights)". On the CPU the two agree bit for bit
+ * the widened fp32 into outputs named "... (widened)". On the CPU the two agree bit for bit
  * (a bf16 weight gives what its widening gives); on a GPU both meet the case's tolerance against
  * the CPU (under bf16 GEMMs the same bf16 operands, perhaps through another of cuBLAS's kernels;
  * under fp32 and TF32 the weight widened into the workspace). */
@@ -944,10 +944,29 @@ static const void *input_weights(run *r, const float *w, const uint16_t *bits, i
 static void same_as_widened(const kernel_case *k, const run *r, const char *what, int64_t n) {
     if (!on_cpu(r->device)) return;
     char twin[64];
-    snprintf(twin, sizeof twin, "%s (fp32 weights)", what);
+    snprintf(twin, sizeof twin, "%s (widened)", what);
     const float *a = f32_of(r, what), *b = f32_of(r, twin);
     expect(k, r, a != NULL && b != NULL && memcmp(a, b, 4 * (size_t)n) == 0,
            "bf16 weights give their widening's results, bit for bit");
+}
+
+/* The bf16 outputs (y_dtype bf16: the layer norm's, GELU's) are the same kernel's fp32 output
+ * rounded to nearest even: checked on each device against its own fp32 output, bit for bit
+ * (after_bf16_output). Against the CPU they are compared on their bit patterns within a few bf16
+ * steps: where a device's fp32 value is an ulp from the CPU's (the layer norm, 1e-5), its
+ * rounding may land a step away. */
+static measure bf16_steps(void) { return relative(2e-4, 1.0); }
+
+/* Output `what` (bf16 bits, "<what> bf16") is output `what` (fp32) rounded, n values. */
+static void after_bf16_output(const kernel_case *k, const run *r, const char *what, int64_t n) {
+    char name[48];
+    snprintf(name, sizeof name, "%s bf16", what);
+    const float *y = f32_of(r, what);
+    const uint16_t *y16 = got_of(r, name);
+    int64_t wrong = y == NULL || y16 == NULL;
+    for (int64_t i = 0; i < n && !wrong; i++)
+        wrong += y16[i] != bf16_reference(y[i]);
+    expect(k, r, wrong == 0, "the bf16 output is the fp32 output rounded to nearest even");
 }
 
 /* ---- linear ---------------------------------------------------------------------------------- *
@@ -977,6 +996,7 @@ typedef struct {
     bool bias, large;
     float *x, *w, *b, *dy, *dx0, *dw0, *db0;
     uint16_t *w16; /* bf16 weights (w: their widened values), or NULL */
+    uint16_t *x16; /* a bf16 input (x: its widened values), or NULL */
 } linear_args;
 
 static measure linear_gemm(lw_matmul m) {
@@ -987,22 +1007,23 @@ static measure linear_gemm(lw_matmul m) {
 
 static void run_linear_forward(run *r, const void *p) {
     const linear_args *a = p;
-    const float *x = input(r, a->x, a->n * a->in);
-    lw_dtype wt;
+    lw_dtype wt, xt;
+    const void *x = input_weights(r, a->x, a->x16, a->n * a->in, &xt);
     const void *w = input_weights(r, a->w, a->w16, a->out * a->in, &wt);
     const float *b = a->bias ? input(r, a->b, a->out) : NULL;
     /* y starts as NaN: without a bias the GEMM must not read it (beta 0) */
     float *y = output(r, "y", a->n * a->out, linear_gemm(r->matmul));
-    call(r, lw_linear_forward(r->s, y, x, w, wt, b, a->n, a->in, a->out));
-    if (a->w16 == NULL) return;
-    float *y32 = output(r, "y (fp32 weights)", a->n * a->out, linear_gemm(r->matmul));
-    call(r, lw_linear_forward(r->s, y32, x, input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n,
-                              a->in, a->out));
+    call(r, lw_linear_forward(r->s, y, x, xt, w, wt, b, a->n, a->in, a->out));
+    if (a->w16 == NULL && a->x16 == NULL) return;
+    float *y32 = output(r, "y (widened)", a->n * a->out, linear_gemm(r->matmul));
+    call(r, lw_linear_forward(r->s, y32, input(r, a->x, a->n * a->in), LW_DTYPE_F32,
+                              input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n, a->in,
+                              a->out));
 }
 
 static void after_linear_forward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
-    if (a->w16 != NULL) same_as_widened(k, r, "y", a->n * a->out);
+    if (a->w16 != NULL || a->x16 != NULL) same_as_widened(k, r, "y", a->n * a->out);
     if (!on_cpu(r->device) || a->large) return;
     float *want = cpu_array(a->n * a->out);
     for (int64_t i = 0; i < a->n; i++)
@@ -1023,28 +1044,29 @@ static void after_linear_forward(const kernel_case *k, const run *r) {
 static void run_linear_backward(run *r, const void *p) {
     const linear_args *a = p;
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
-    const float *dy = input(r, a->dy, a->n * a->out), *x = input(r, a->x, nx);
-    lw_dtype wt;
+    const float *dy = input(r, a->dy, a->n * a->out);
+    lw_dtype wt, xt;
+    const void *x = input_weights(r, a->x, a->x16, nx, &xt);
     const void *w = input_weights(r, a->w, a->w16, nw, &wt);
     float *dx = accumulated(r, "dx", a->dx0, nx, linear_gemm(r->matmul));
     float *dw = accumulated(r, "dw", a->dw0, nw, linear_gemm(r->matmul));
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
-    call(r, lw_linear_backward(r->s, dx, dw, db, dy, x, w, wt, a->n, a->in, a->out));
+    call(r, lw_linear_backward(r->s, dx, dw, db, dy, x, xt, w, wt, a->n, a->in, a->out));
     /* under bf16 without dx, w is not rounded: dw from the same rounded operands */
     measure m = linear_gemm(r->matmul);
     m.differ = 0;
     float *alone = accumulated(r, "dw alone", a->dw0, nw, m);
-    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, x, w, wt, a->n, a->in, a->out));
-    if (a->w16 == NULL) return;
-    float *dx32 = accumulated(r, "dx (fp32 weights)", a->dx0, nx, linear_gemm(r->matmul));
-    float *dw32 = accumulated(r, "dw (fp32 weights)", a->dw0, nw, linear_gemm(r->matmul));
-    call(r, lw_linear_backward(r->s, dx32, dw32, NULL, dy, x, input(r, a->w, nw), LW_DTYPE_F32,
-                               a->n, a->in, a->out));
+    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, x, xt, w, wt, a->n, a->in, a->out));
+    if (a->w16 == NULL && a->x16 == NULL) return;
+    float *dx32 = accumulated(r, "dx (widened)", a->dx0, nx, linear_gemm(r->matmul));
+    float *dw32 = accumulated(r, "dw (widened)", a->dw0, nw, linear_gemm(r->matmul));
+    call(r, lw_linear_backward(r->s, dx32, dw32, NULL, dy, input(r, a->x, nx), LW_DTYPE_F32,
+                               input(r, a->w, nw), LW_DTYPE_F32, a->n, a->in, a->out));
 }
 
 static void after_linear_backward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
-    if (a->w16 != NULL) {
+    if (a->w16 != NULL || a->x16 != NULL) {
         same_as_widened(k, r, "dx", a->n * a->in);
         same_as_widened(k, r, "dw", a->out * a->in);
     }
@@ -1057,18 +1079,18 @@ static void after_linear_backward(const kernel_case *k, const run *r) {
 static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, in, out;
-        bool bias, bf16_w;
+        bool bias, bf16_w, bf16_x;
     } shapes[] = {
-        {1, 1, 1, true, false},
-        {1, 37, 5, true, false},
-        {65, 33, 17, false, false},
-        {300, 100, 7, true, false},
-        {3, 0, 4, true, false},       /* an empty inner dimension: y = b, dw and dx untouched */
-        {0, 5, 3, true, false},       /* no rows: nothing written */
-        {1024, 768, 2304, true, false}, /* GPT-2 small's QKV */
-        {65, 33, 17, false, true},    /* bf16 weights */
-        {1, 1, 1, true, true},
-        {1024, 768, 2304, true, true},
+        {1, 1, 1, true, false, false},         {1, 37, 5, true, false, false},
+        {65, 33, 17, false, false, false},     {300, 100, 7, true, false, false},
+        {3, 0, 4, true, false, false}, /* an empty inner dimension: y = b, dw and dx untouched */
+        {0, 5, 3, true, false, false}, /* no rows: nothing written */
+        {1024, 768, 2304, true, false, false}, /* GPT-2 small's QKV */
+        {65, 33, 17, false, true, false},      /* bf16 weights */
+        {1, 1, 1, true, true, false},          {1024, 768, 2304, true, true, false},
+        {65, 33, 17, true, false, true},  /* a bf16 input */
+        {300, 100, 7, false, true, true}, /* both */
+        {1024, 768, 2304, true, true, true},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].n == 1024)) continue;
@@ -1077,11 +1099,12 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                          .out = shapes[s].out,
                          .bias = shapes[s].bias,
                          .large = shapes[s].n == 1024};
-        snprintf(a.shape, sizeof a.shape, "n %lld, in %lld, out %lld%s%s", (long long)a.n,
+        snprintf(a.shape, sizeof a.shape, "n %lld, in %lld, out %lld%s%s%s", (long long)a.n,
                  (long long)a.in, (long long)a.out, a.bias ? ", bias" : "",
-                 shapes[s].bf16_w ? ", bf16 weights" : "");
+                 shapes[s].bf16_w ? ", bf16 weights" : "", shapes[s].bf16_x ? ", bf16 input" : "");
         a.x = host_random(a.n * a.in), a.w = host_random(a.out * a.in), a.b = host_random(a.out);
         if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.out * a.in);
+        if (shapes[s].bf16_x) a.x16 = round_weights(a.x, a.n * a.in);
         a.dy = host_random(a.n * a.out), a.dx0 = prefill(a.n * a.in);
         a.dw0 = prefill(a.out * a.in), a.db0 = prefill(a.out);
         check(&(kernel_case){.kernel = kernel,
@@ -1092,7 +1115,7 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.large,
                              .gemm = true});
         free(a.x), free(a.w), free(a.b), free(a.dy), free(a.dx0), free(a.dw0), free(a.db0);
-        free(a.w16);
+        free(a.w16), free(a.x16);
     }
 }
 
@@ -1120,7 +1143,7 @@ static void run_embedding_forward(run *r, const void *p) {
         const void *wte = input_weights(r, a->wte, widened ? NULL : a->wte16, a->rows * a->c, &wt);
         const void *wpe =
             a->wpe ? input_weights(r, a->pos, widened ? NULL : a->pos16, a->t * a->c, &wt) : NULL;
-        float *y = output(r, widened ? "y (fp32 weights)" : "y", n * a->c, bits());
+        float *y = output(r, widened ? "y (widened)" : "y", n * a->c, bits());
         call(r, a->whole ? lw_embedding_forward(r->s, y, tokens, wte, wpe, wt, a->b, a->t, a->c)
                          : lw_embedding_range_forward(r->s, y, tokens, wte, wpe, wt, a->first,
                                                       a->rows, a->b, a->t, a->c));
@@ -1276,7 +1299,17 @@ static void run_layernorm_forward(run *r, const void *p) {
     float *y = output(r, "y", nc, scaled(1e-5));
     float *mean = output(r, "mean", a->n, scaled(1e-6));
     float *rstd = output(r, "rstd", a->n, scaled(1e-6));
-    call(r, lw_layernorm_forward(r->s, y, mean, rstd, x, g, b, a->n, a->c, LN_EPS));
+    call(r, lw_layernorm_forward(r->s, y, LW_DTYPE_F32, mean, rstd, x, g, b, a->n, a->c, LN_EPS));
+    /* the same in bf16 (its statistics again, into scratch) */
+    uint16_t *y16 = output_bf16(r, "y bf16", nc);
+    r->b[r->nb - 1].how = bf16_steps();
+    call(r, lw_layernorm_forward(r->s, y16, LW_DTYPE_BF16, scratch(r, a->n), scratch(r, a->n), x,
+                                 g, b, a->n, a->c, LN_EPS));
+}
+
+static void after_layernorm_forward(const kernel_case *k, const run *r) {
+    const ln_args *a = k->args;
+    after_bf16_output(k, r, "y", a->n * a->c);
 }
 
 static void run_layernorm_backward(run *r, const void *p) {
@@ -1303,11 +1336,17 @@ static void run_add_layernorm_forward(run *r, const void *p) {
         float *mean = output(r, separate ? "mean (separate)" : "mean", a->n, scaled(1e-6));
         float *rstd = output(r, separate ? "rstd (separate)" : "rstd", a->n, scaled(1e-6));
         if (!separate) {
-            call(r, lw_add_layernorm_forward(r->s, sum, y, mean, rstd, x, res, g, b, a->n, a->c,
-                                             LN_EPS));
+            call(r, lw_add_layernorm_forward(r->s, sum, y, LW_DTYPE_F32, mean, rstd, x, res, g, b,
+                                             a->n, a->c, LN_EPS));
+            uint16_t *y16 = output_bf16(r, "y bf16", nc);
+            r->b[r->nb - 1].how = bf16_steps();
+            call(r, lw_add_layernorm_forward(r->s, scratch(r, nc), y16, LW_DTYPE_BF16,
+                                             scratch(r, a->n), scratch(r, a->n), x, res, g, b,
+                                             a->n, a->c, LN_EPS));
         } else {
             call(r, lw_vec_add(r->s, sum, x, res, nc));
-            call(r, lw_layernorm_forward(r->s, y, mean, rstd, sum, g, b, a->n, a->c, LN_EPS));
+            call(r, lw_layernorm_forward(r->s, y, LW_DTYPE_F32, mean, rstd, sum, g, b, a->n, a->c,
+                                         LN_EPS));
         }
     }
 }
@@ -1339,6 +1378,7 @@ static void run_add_layernorm_backward(run *r, const void *p) {
 static void after_add_layernorm(const kernel_case *k, const run *r) {
     const ln_args *a = k->args;
     const bool forward = strcmp(k->kernel, "add_layernorm_forward") == 0;
+    if (forward) after_bf16_output(k, r, "y", a->n * a->c);
     const char *names[] = {forward ? "sum" : "dx", forward ? "y" : "dg",
                            forward ? "mean" : (a->beta ? "dbeta" : NULL), forward ? "rstd" : NULL};
     const int64_t sizes[] = {a->n * a->c, forward ? a->n * a->c : a->c, forward ? a->n : a->c,
@@ -1374,8 +1414,8 @@ static void layernorm_cases(const char *kernel, run_fn fn, after_fn after) {
         a.g = scaled_random(a.c, 0.5f, 1.0f), a.b = host_random(a.c);
         a.mean = cpu_array(a.n), a.rstd = cpu_array(a.n);
         float *y = cpu_array(nc);
-        CHECK_OK(lw_layernorm_forward(NULL, y, a.mean, a.rstd, a.x, a.g, a.beta ? a.b : NULL, a.n,
-                                      a.c, LN_EPS));
+        CHECK_OK(lw_layernorm_forward(NULL, y, LW_DTYPE_F32, a.mean, a.rstd, a.x, a.g,
+                                      a.beta ? a.b : NULL, a.n, a.c, LN_EPS));
         a.dy = host_random(nc), a.dx0 = prefill(nc), a.dg0 = prefill(a.c), a.db0 = prefill(a.c);
         a.r = host_random(nc), a.dres = host_random(nc);
         check(&(kernel_case){
@@ -1407,7 +1447,9 @@ static void run_gelu_forward(run *r, const void *p) {
     const float *x = input(r, a->x, a->n);
     float *y = output(r, "y", a->n, bits());
     r->nan_fed = any_nan(a->x, a->n);
-    call(r, lw_gelu_forward(r->s, y, x, a->n));
+    call(r, lw_gelu_forward(r->s, y, LW_DTYPE_F32, x, a->n));
+    uint16_t *y16 = output_bf16(r, "y bf16", a->n); /* exact on every device, as y */
+    call(r, lw_gelu_forward(r->s, y16, LW_DTYPE_BF16, x, a->n));
 }
 
 static void run_gelu_backward(run *r, const void *p) {
@@ -1421,6 +1463,7 @@ static void run_gelu_backward(run *r, const void *p) {
 static void after_gelu(const kernel_case *k, const run *r) {
     const gelu_args *a = k->args;
     const float *y = f32_of(r, "y");
+    if (strcmp(k->kernel, "gelu_forward") == 0) after_bf16_output(k, r, "y", a->n);
     if (y != NULL && a->n > N_GELU_SPECIALS)
         expect(k, r, isnan(y[GELU_NAN_AT]) && y[0] == 0.0f, "gelu(NaN) is NaN, gelu(0) is 0");
 }
@@ -1653,12 +1696,12 @@ static void run_cross_entropy_forward(run *r, const void *p) {
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
         const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
-        float *losses = output(r, widened ? "losses (fp32 weights)" : "losses", a->n, ml);
-        float *lse = output(r, widened ? "lse (fp32 weights)" : "lse", a->n, ms);
+        float *losses = output(r, widened ? "losses (widened)" : "losses", a->n, ml);
+        float *lse = output(r, widened ? "lse (widened)" : "lse", a->n, ms);
         double loss = -1;
         call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, targets, a->n, a->c,
                                          a->v, &loss));
-        result_of(r, widened ? "loss (fp32 weights)" : "loss", loss, mloss);
+        result_of(r, widened ? "loss (widened)" : "loss", loss, mloss);
     }
 }
 
@@ -1674,9 +1717,9 @@ static void run_cross_entropy_backward(run *r, const void *p) {
         lw_dtype wt;
         const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *dh =
-            a->dh ? accumulated(r, widened ? "dh (fp32 weights)" : "dh", a->dh0, a->n * a->c, m)
+            a->dh ? accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m)
                   : NULL;
-        float *dw = accumulated(r, widened ? "dw (fp32 weights)" : "dw", a->dw0, a->v * a->c, m);
+        float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
         double loss = 0;
         call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, targets, a->n, a->c,
                                          a->v, &loss));
@@ -1693,7 +1736,7 @@ static void after_cross_entropy(const kernel_case *k, const run *r) {
         same_as_widened(k, r, "losses", a->n);
         same_as_widened(k, r, "lse", a->n);
         if (on_cpu(r->device))
-            expect(k, r, result_named(r, "loss") == result_named(r, "loss (fp32 weights)"),
+            expect(k, r, result_named(r, "loss") == result_named(r, "loss (widened)"),
                    "a bf16 head gives its widening's mean loss, bit for bit");
     } else if (a->w16 != NULL) {
         if (a->dh) same_as_widened(k, r, "dh", a->n * a->c);
@@ -1806,7 +1849,7 @@ static void run_partial_forward(run *r, const void *p) {
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
         const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
-        float *stats = output(r, widened ? "stats (fp32 weights)" : "stats", 3 * a->n,
+        float *stats = output(r, widened ? "stats (widened)" : "stats", 3 * a->n,
                               head_stats_measure(r->matmul));
         call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
                                                  a->v, a->first, a->vocab));
@@ -1840,8 +1883,8 @@ static void run_partial_backward(run *r, const void *p) {
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
         const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
-        float *dh = accumulated(r, widened ? "dh (fp32 weights)" : "dh", a->dh0, a->n * a->c, m);
-        float *dw = accumulated(r, widened ? "dw (fp32 weights)" : "dw", a->dw0, a->v * a->c, m);
+        float *dh = accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m);
+        float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
         call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
                                                  a->v, a->first, a->vocab));
         call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, targets, lse, a->n,
@@ -2452,7 +2495,8 @@ static const entry case_vec_axpy = {elementwise_cases, run_axpy, after_elementwi
 static const entry case_linear_forward = {linear_cases, run_linear_forward, after_linear_forward};
 static const entry case_linear_backward = {linear_cases, run_linear_backward,
                                            after_linear_backward};
-static const entry case_layernorm_forward = {layernorm_cases, run_layernorm_forward, NULL};
+static const entry case_layernorm_forward = {layernorm_cases, run_layernorm_forward,
+                                             after_layernorm_forward};
 static const entry case_layernorm_backward = {layernorm_cases, run_layernorm_backward, NULL};
 static const entry case_add_layernorm_forward = {layernorm_cases, run_add_layernorm_forward,
                                                  after_add_layernorm};

@@ -29,7 +29,7 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *k = p;
-    CHECK_OK(lw_gelu_forward(NULL, k->y, k->x, k->n));
+    CHECK_OK(lw_gelu_forward(NULL, k->y, LW_DTYPE_F32, k->x, k->n));
     return nn_dot(k->y, k->r, k->n);
 }
 
@@ -51,7 +51,7 @@ static void test_shape(int64_t n, float scale) {
     nn_fill(k.r, n, 1.0f);
 
     /* (a) forward; the exp-based evaluation is within a few ulps (measured <= 7.4e-7) */
-    CHECK_OK(lw_gelu_forward(NULL, k.y, k.x, n));
+    CHECK_OK(lw_gelu_forward(NULL, k.y, LW_DTYPE_F32, k.x, n));
     for (int64_t i = 0; i < n; i++)
         ref[i] = gelu_ref(k.x[i]);
     check_tol("forward", n, rel_error(k.y, ref, n), 1e-5);
@@ -95,7 +95,7 @@ static void test_tails(void) {
     float y[10], dx[10] = {0}, dy[10];
     for (int i = 0; i < n; i++)
         dy[i] = 1.0f;
-    CHECK_OK(lw_gelu_forward(NULL, y, x, n));
+    CHECK_OK(lw_gelu_forward(NULL, y, LW_DTYPE_F32, x, n));
     CHECK_OK(lw_gelu_backward(NULL, dx, dy, x, n));
     for (int i = 0; i < 4; i++)
         CHECK(y[i] == x[i] && dx[i] == 1.0f);
@@ -104,7 +104,7 @@ static void test_tails(void) {
         CHECK(fabsf(y[i]) < 1e-27f && fabsf(dx[i]) < 1e-25f);
     CHECK(isnan(y[9]) && isnan(dx[9]));
     float keep[1] = {42.0f};
-    CHECK_OK(lw_gelu_forward(NULL, keep, x, 0));
+    CHECK_OK(lw_gelu_forward(NULL, keep, LW_DTYPE_F32, x, 0));
     CHECK_OK(lw_gelu_backward(NULL, keep, dy, x, 0));
     CHECK(keep[0] == 42.0f);
 }

@@ -22,8 +22,8 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *k = p;
-    CHECK_OK(lw_layernorm_forward(NULL, k->y, k->mean, k->rstd, k->x, k->g, k->beta, k->n, k->c,
-                                  LN_EPS));
+    CHECK_OK(lw_layernorm_forward(NULL, k->y, LW_DTYPE_F32, k->mean, k->rstd, k->x, k->g, k->beta,
+                                  k->n, k->c, LN_EPS));
     return nn_dot(k->y, k->r, k->n * k->c);
 }
 
@@ -64,7 +64,8 @@ static void test_shape(int64_t n, int64_t c) {
     /* (a) forward. float32 rounding of x - mean, of the saved mean and of the products gives a
      * few ulps of |y| (measured < 1e-6); 1e-5 is the stated bound. */
     double ey, es;
-    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, LW_DTYPE_F32, k.mean, k.rstd, k.x, k.g, k.beta, n, c,
+                                  LN_EPS));
     forward_errors(&k, k.beta, &ey, &es);
     check_tol("forward y", n, c, ey, 1e-5);
     check_tol("forward mean, rstd", n, c, es, 1e-6);
@@ -83,7 +84,8 @@ static void test_shape(int64_t n, int64_t c) {
 
     /* (c) accumulate into random contents; dg and dbeta then sum rows in another order than
      * into zeros, hence a rounding-level tolerance */
-    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, LW_DTYPE_F32, k.mean, k.rstd, k.x, k.g, k.beta, n, c,
+                                  LN_EPS));
     float *pdx = nn_alloc(n * c), *pdg = nn_alloc(c), *pdb = nn_alloc(c);
     float *adx = nn_alloc(n * c), *adg = nn_alloc(c), *adb = nn_alloc(c);
     nn_fill(pdx, n * c, 1.0f);
@@ -98,7 +100,8 @@ static void test_shape(int64_t n, int64_t c) {
     check_tol("accumulate dbeta", n, c, nn_accumulate_error(adb, pdb, db, c), 1e-6);
 
     /* (d) no beta: y = xhat g; no dbeta: dx and dg the same bits */
-    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, NULL, n, c, LN_EPS));
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, LW_DTYPE_F32, k.mean, k.rstd, k.x, k.g, NULL, n, c,
+                                  LN_EPS));
     forward_errors(&k, NULL, &ey, &es);
     check_tol("forward y, no beta", n, c, ey, 1e-5);
     float *dx2 = nn_alloc(n * c), *dg2 = nn_alloc(c);
@@ -112,7 +115,8 @@ static void test_shape(int64_t n, int64_t c) {
      * ~4e-5 on 5-channel rows whose std happens to be ~0.03 (measured 3.2e-5). Hence 1e-4. */
     for (int64_t i = 0; i < n * c; i++)
         k.x[i] = 10.0f + nn_rand(0.1f);
-    CHECK_OK(lw_layernorm_forward(NULL, k.y, k.mean, k.rstd, k.x, k.g, k.beta, n, c, LN_EPS));
+    CHECK_OK(lw_layernorm_forward(NULL, k.y, LW_DTYPE_F32, k.mean, k.rstd, k.x, k.g, k.beta, n, c,
+                                  LN_EPS));
     forward_errors(&k, k.beta, &ey, &es);
     check_tol("forward y, shifted rows", n, c, ey, 1e-4);
     check_tol("forward mean, rstd, shifted rows", n, c, es, 1e-4);

@@ -1,8 +1,11 @@
 // bf16.cu: the library's conversions between fp32 and bf16 (round to nearest even), element by
 // element: the public vec_to_bf16 and vec_from_bf16 (vec.c), fp32 operands to bf16 for the
 // model's bf16 GEMMs and bf16 weights to fp32 for the others (gemm.c, for linear.c and
-// cross_entropy.c), and Newton-Schulz's bf16 result back to fp32 (muon.c). Newton-Schulz's start scales and rounds in one pass of its own
-// (muon.cu). Several families use them, so they are a file of their own.
+// cross_entropy.c), and Newton-Schulz's bf16 result back to fp32 (muon.c). Newton-Schulz's start
+// scales and rounds in one pass of its own (muon.cu). Several families use them, so they are a
+// file of their own; the rounding itself is bf16_bits.h's, which the kernels with bf16 outputs
+// share.
+#include "cuda/bf16_bits.h"
 #include "cuda/kernels.h"
 
 namespace {
@@ -14,25 +17,10 @@ int blocks_for(int64_t n) {
     return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
 }
 
-// The bf16 nearest to x, ties to even, on its bits as the CPU rounds (core/device/cpu/bf16.c),
-// so that every device gives the same bits, NaN included: __float2bfloat16_rn agrees on every
-// other value but promises a NaN no more than being a NaN (its emulation for older GPUs makes
-// each one 0x7FFF), where lw.h keeps a NaN's sign and top payload bits and sets its quiet bit.
-// Adding 0x7FFF plus the lowest kept bit carries into the top half exactly when the dropped half
-// is past the midpoint, or at it with the kept half odd; the carry runs into the exponent where
-// it must (subnormal to normal, past the largest finite to infinity). A NaN would carry into an
-// infinity, so it keeps its own top half, quieted.
-__device__ __forceinline__ unsigned short round_to_bf16(float x) {
-    const unsigned int u = __float_as_uint(x);
-    const unsigned int rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const unsigned int quieted = (u >> 16) | 0x0040u;
-    return (unsigned short)((u & 0x7FFFFFFFu) > 0x7F800000u ? quieted : rounded);
-}
-
 __global__ void f32_to_bf16_kernel(const float *x, unsigned short *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = round_to_bf16(x[i]);
+        y[i] = lwc_round_bf16(x[i]);
 }
 
 // Exact: the bits shifted into fp32's top half, as the CPU widens. Not __bfloat162float, which on

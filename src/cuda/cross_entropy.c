@@ -40,7 +40,7 @@ typedef struct ce_operands {
 static lw_status operands(lw_stream *s, ce_operands *o, const float *h, const void *w,
                           lw_dtype w_dtype, int64_t n, int64_t c, int64_t v, bool need_w,
                           int64_t dl_elements) {
-    o->w = lwc_weights(w, w_dtype), o->h = lwc_f32(h), o->dl = NULL;
+    o->w = lwc_typed(w, w_dtype), o->h = lwc_f32(h), o->dl = NULL;
     if (c <= 0) return LW_OK;
     const bool bf16 = s->device->matmul == LW_MATMUL_BF16;
     const bool convert_w = need_w && o->w.bf16 != bf16;

@@ -77,9 +77,9 @@ typedef struct lwc_operand {
 } lwc_operand;
 static inline lwc_operand lwc_f32(const float *p) { return (lwc_operand){p, false}; }
 static inline lwc_operand lwc_bf16(const void *p) { return (lwc_operand){p, true}; }
-/* A model kernel's weights of w_dtype (fp32 or bf16, checked by the dispatcher). */
-static inline lwc_operand lwc_weights(const void *w, lw_dtype w_dtype) {
-    return (lwc_operand){w, w_dtype == LW_DTYPE_BF16};
+/* A model kernel's weights or inputs of a dtype (fp32 or bf16, checked by the dispatcher). */
+static inline lwc_operand lwc_typed(const void *p, lw_dtype dtype) {
+    return (lwc_operand){p, dtype == LW_DTYPE_BF16};
 }
 /* The operand `elements` values further on (a later row block). */
 static inline lwc_operand lwc_operand_at(lwc_operand o, int64_t elements) {

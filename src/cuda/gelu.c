@@ -2,10 +2,11 @@
  * gelu.cu). */
 #include "cuda/cuda.h"
 
-lw_status lwc_gelu_forward(lw_stream *s, float *y, const float *x, int64_t n) {
+lw_status lwc_gelu_forward(lw_stream *s, void *y, lw_dtype y_dtype, const float *x, int64_t n) {
     if (n <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s, lwc_gelu(lwc_cuda_stream(s), y, x, n), "the GELU kernel");
+    return lwc_launched(s, lwc_gelu(lwc_cuda_stream(s), y, y_dtype == LW_DTYPE_BF16, x, n),
+                        "the GELU kernel");
 }
 
 lw_status lwc_gelu_backward(lw_stream *s, float *dx, const float *dy, const float *x, int64_t n) {

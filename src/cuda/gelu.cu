@@ -1,6 +1,7 @@
 // gelu.cu: GELU (tanh form) and its accumulating backward on a GPU, the CPU's formulas, polynomial
 // exp and roundings operation for operation (device/cpu/gelu.c: __fmul_rn / __fadd_rn /
 // __fdiv_rn, no FMA contraction), so that both agree bit for bit.
+#include "cuda/bf16_bits.h"
 #include "cuda/kernels.h"
 
 namespace {
@@ -45,11 +46,12 @@ __device__ float gelu_exp(float v) {
 __device__ float clamp_lo(float x) { return x < -X_MAX ? -X_MAX : x; }
 __device__ float clamp_hi(float l) { return l > X_MAX ? X_MAX : l; }
 
-__global__ void gelu_kernel(float *y, const float *x, int64_t n) {
+// Y: float, or unsigned short for bf16 (the fp32 result rounded, as the CPU rounds it).
+template <typename Y> __global__ void gelu_kernel(Y *y, const float *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float lo = clamp_lo(x[i]), v = clamp_hi(lo);
-        y[i] = __fdiv_rn(lo, __fadd_rn(1.0f, gelu_exp(v)));
+        lwc_store(y, i, __fdiv_rn(lo, __fadd_rn(1.0f, gelu_exp(v))));
     }
 }
 
@@ -69,8 +71,13 @@ __global__ void gelu_grad_kernel(float *dx, const float *dy, const float *x, int
 
 } // namespace
 
-extern "C" cudaError_t lwc_gelu(cudaStream_t stream, float *y, const float *x, int64_t n) {
-    if (n > 0) gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(y, x, n);
+extern "C" cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool bf16, const float *x,
+                                int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    if (bf16)
+        gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(static_cast<unsigned short *>(y), x, n);
+    else
+        gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(static_cast<float *>(y), x, n);
     return cudaGetLastError();
 }
 

@@ -96,9 +96,9 @@ cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, in
 /* layernorm.cu */
 /* Layer norm forward (one warp per row; mean and variance in double) of x, or with b (not
  * NULL) of x + b, which is written to sum (the residual add fused before the norm). */
-cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, float *y, float *mean, float *rstd,
-                           const float *x, const float *b, const float *g, const float *beta,
-                           int64_t n, int64_t c, float eps);
+cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, void *y, bool y_bf16, float *mean,
+                           float *rstd, const float *x, const float *b, const float *g,
+                           const float *beta, int64_t n, int64_t c, float eps);
 /* dx[n, c] += dres (optional: NULL adds nothing), then += layer norm's input gradient (dg and
  * dbeta: lwc_colsum_xhat, lwc_colsum). */
 cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const float *dy,
@@ -107,7 +107,7 @@ cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const f
 
 /* gelu.cu */
 /* GELU (tanh form) and dx += dy gelu'(x), the CPU's formulas operation for operation. */
-cudaError_t lwc_gelu(cudaStream_t stream, float *y, const float *x, int64_t n);
+cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool bf16, const float *x, int64_t n);
 cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const float *x,
                           int64_t n);
 

@@ -4,21 +4,24 @@
  * same kernels with the sum's second row, or the stream's gradient, given). */
 #include "cuda/cuda.h"
 
-lw_status lwc_layernorm_forward(lw_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                const float *g, const float *beta, int64_t n, int64_t c,
-                                float eps) {
-    return lwc_add_layernorm_forward(s, NULL, y, mean, rstd, x, NULL, g, beta, n, c, eps);
+lw_status lwc_layernorm_forward(lw_stream *s, void *y, lw_dtype y_dtype, float *mean,
+                                float *rstd, const float *x, const float *g, const float *beta,
+                                int64_t n, int64_t c, float eps) {
+    return lwc_add_layernorm_forward(s, NULL, y, y_dtype, mean, rstd, x, NULL, g, beta, n, c,
+                                     eps);
 }
 
 /* b NULL: the plain norm of a (sum unused). */
-lw_status lwc_add_layernorm_forward(lw_stream *s, float *sum, float *y, float *mean, float *rstd,
-                                    const float *a, const float *b, const float *g,
-                                    const float *beta, int64_t n, int64_t c, float eps) {
+lw_status lwc_add_layernorm_forward(lw_stream *s, float *sum, void *y, lw_dtype y_dtype,
+                                    float *mean, float *rstd, const float *a, const float *b,
+                                    const float *g, const float *beta, int64_t n, int64_t c,
+                                    float eps) {
     if (n <= 0 || c <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(
-        s, lwc_ln_forward(lwc_cuda_stream(s), sum, y, mean, rstd, a, b, g, beta, n, c, eps),
-        "the layer norm kernel");
+    return lwc_launched(s,
+                        lwc_ln_forward(lwc_cuda_stream(s), sum, y, y_dtype == LW_DTYPE_BF16, mean,
+                                       rstd, a, b, g, beta, n, c, eps),
+                        "the layer norm kernel");
 }
 
 lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,

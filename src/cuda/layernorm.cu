@@ -4,6 +4,7 @@
 // norm: the forward's input the sum of two rows (written out as the residual stream), the
 // backward's dx first added the stream's gradient. Products and sums rounded as the CPU rounds
 // them (__fmul_rn / __fadd_rn: no FMA contraction). No atomics.
+#include "cuda/bf16_bits.h"
 #include "cuda/kernels.h"
 
 namespace {
@@ -24,9 +25,10 @@ __device__ __forceinline__ float row_in(const float *xr, const float *br, int64_
     return ADD ? __fadd_rn(xr[i], br[i]) : xr[i];
 }
 
-// ADD: the input is x + b, written to sum (the residual stream) as it is first read.
-template <bool ADD>
-__global__ void ln_forward_kernel(float *sum, float *y, float *mean, float *rstd, const float *x,
+// ADD: the input is x + b, written to sum (the residual stream) as it is first read. Y: float,
+// or unsigned short for bf16 (the fp32 value rounded, as the CPU rounds it).
+template <bool ADD, typename Y>
+__global__ void ln_forward_kernel(float *sum, Y *y, float *mean, float *rstd, const float *x,
                                   const float *b, const float *g, const float *beta, int64_t n,
                                   int64_t c, float eps) {
     const int lane = threadIdx.x & 31;
@@ -52,10 +54,10 @@ __global__ void ln_forward_kernel(float *sum, float *y, float *mean, float *rstd
         mean[r] = mf;
         rstd[r] = sf;
     }
-    float *yr = y + r * c;
+    Y *yr = y + r * c;
     for (int64_t i = lane; i < c; i += 32) {
         const float v = __fmul_rn(__fmul_rn(__fsub_rn(row_in<ADD>(xr, br, i), mf), sf), g[i]);
-        yr[i] = beta != nullptr ? __fadd_rn(v, beta[i]) : v;
+        lwc_store(yr, i, beta != nullptr ? __fadd_rn(v, beta[i]) : v);
     }
 }
 
@@ -88,17 +90,34 @@ __global__ void ln_dx_kernel(float *dx, const float *dres, const float *dy, cons
 
 } // namespace
 
-extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, float *y, float *mean,
-                                      float *rstd, const float *x, const float *b, const float *g,
-                                      const float *beta, int64_t n, int64_t c, float eps) {
-    if (n <= 0 || c <= 0) return cudaSuccess;
+namespace {
+
+template <typename Y>
+void ln_forward_launch(cudaStream_t stream, float *sum, Y *y, float *mean, float *rstd,
+                       const float *x, const float *b, const float *g, const float *beta,
+                       int64_t n, int64_t c, float eps) {
     const unsigned blocks = (unsigned)((n + LN_ROWS - 1) / LN_ROWS);
     if (b != nullptr)
-        ln_forward_kernel<true>
+        ln_forward_kernel<true, Y>
             <<<blocks, THREADS, 0, stream>>>(sum, y, mean, rstd, x, b, g, beta, n, c, eps);
     else
-        ln_forward_kernel<false>
+        ln_forward_kernel<false, Y>
             <<<blocks, THREADS, 0, stream>>>(sum, y, mean, rstd, x, b, g, beta, n, c, eps);
+}
+
+} // namespace
+
+extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, void *y, bool y_bf16,
+                                      float *mean, float *rstd, const float *x, const float *b,
+                                      const float *g, const float *beta, int64_t n, int64_t c,
+                                      float eps) {
+    if (n <= 0 || c <= 0) return cudaSuccess;
+    if (y_bf16)
+        ln_forward_launch(stream, sum, static_cast<unsigned short *>(y), mean, rstd, x, b, g, beta,
+                          n, c, eps);
+    else
+        ln_forward_launch(stream, sum, static_cast<float *>(y), mean, rstd, x, b, g, beta, n, c,
+                          eps);
     return cudaGetLastError();
 }
 

@@ -8,15 +8,16 @@
  * transpose ([k, r], leading dimension k), so every row-major product is taken as its transpose
  * (C^T = B^T A^T) with no copies; each call below writes out its translation.
  *
- * bf16: activations and gradients are fp32 in memory, so each GEMM reads bf16 copies rounded
- * into the stream's workspace just before it, and an operand that feeds two GEMMs (dy in the
- * backward) is rounded once; bf16 weights (the buffers' bf16 parameters) are read as they are.
- * Under fp32 or TF32 products a bf16 weight is widened instead (lwc_gemm). */
+ * bf16: an fp32 operand (the gradients, an fp32 input or weight) is read through a bf16 copy
+ * rounded into the stream's workspace just before the GEMM, and one that feeds two GEMMs (dy in
+ * the backward) is rounded once; bf16 weights (the buffers' bf16 parameters) and bf16 inputs
+ * (the activations a model keeps in bf16) are read as they are. Under fp32 or TF32 products a
+ * bf16 operand is widened instead (lwc_gemm). */
 #include "cuda/cuda.h"
 
-lw_status lwc_linear_forward(lw_stream *s, float *y, const float *x, const void *w,
-                             lw_dtype w_dtype, const float *b, int64_t n, int64_t in,
-                             int64_t out) {
+lw_status lwc_linear_forward(lw_stream *s, float *y, const void *x, lw_dtype x_dtype,
+                             const void *w, lw_dtype w_dtype, const float *b, int64_t n,
+                             int64_t in, int64_t out) {
     if (n <= 0 || out <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -34,31 +35,35 @@ lw_status lwc_linear_forward(lw_stream *s, float *y, const float *x, const void 
     /* y[n, out] = x[n, in] w[out, in]^T. Column-major: y is Y^T [out, n] (ld out), w is W^T
      * [in, out] (ld in), x is X^T [in, n] (ld in); Y^T = W X^T = op_T(w) op_N(x):
      * m = out, n = n, k = in. lwc_gemm converts what the product's type needs. */
-    return lwc_gemm(s, true, false, out, n, in, 1.0f, lwc_weights(w, w_dtype), in, lwc_f32(x), in,
+    return lwc_gemm(s, true, false, out, n, in, 1.0f, lwc_typed(w, w_dtype), in,
+                    lwc_typed(x, x_dtype), in,
                     b != NULL ? 1.0f : 0.0f, y, out, "the linear layer's GEMM");
 }
 
 lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
-                              const float *x, const void *w, lw_dtype w_dtype, int64_t n,
-                              int64_t in, int64_t out) {
+                              const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                              int64_t n, int64_t in, int64_t out) {
     if (n <= 0 || out <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     lw_status st = LW_OK;
     if (in > 0) {
-        lwc_operand ody = lwc_f32(dy), ow = lwc_weights(w, w_dtype), ox = lwc_f32(x);
+        lwc_operand ody = lwc_f32(dy), ow = lwc_typed(w, w_dtype);
+        lwc_operand ox = lwc_typed(x, x_dtype);
         if (s->device->matmul == LW_MATMUL_BF16) {
-            /* dy, an fp32 w (only for dx) and x rounded once each, into three regions: both
-             * GEMMs read dy. The column sum below asks for the workspace again only after both
-             * GEMMs are queued, and the stream runs them first. */
-            const bool round_w = dx != NULL && !ow.bf16;
-            const int64_t bytes[3] = {2 * n * out, round_w ? 2 * out * in : 0, 2 * n * in};
+            /* dy, an fp32 w (only for dx) and an fp32 x rounded once each, into three regions:
+             * both GEMMs read dy. The column sum below asks for the workspace again only after
+             * both GEMMs are queued, and the stream runs them first. */
+            const bool round_w = dx != NULL && !ow.bf16, round_x = !ox.bf16;
+            const int64_t bytes[3] = {2 * n * out, round_w ? 2 * out * in : 0,
+                                      round_x ? 2 * n * in : 0};
             void *r[3];
             st = lwc_regions(s, 3, bytes, r);
             if (st == LW_OK) st = lwc_to_bf16(s, r[0], dy, n * out);
             if (st == LW_OK && round_w) st = lwc_to_bf16(s, r[1], w, out * in);
-            if (st == LW_OK) st = lwc_to_bf16(s, r[2], x, n * in);
-            ody = lwc_bf16(r[0]), ox = lwc_bf16(r[2]);
+            if (st == LW_OK && round_x) st = lwc_to_bf16(s, r[2], x, n * in);
+            ody = lwc_bf16(r[0]);
             if (round_w) ow = lwc_bf16(r[1]);
+            if (round_x) ox = lwc_bf16(r[2]);
         }
         /* dx[n, in] += dy[n, out] w[out, in]. Column-major: dX^T [in, n] (ld in) = W^T [in, out]
          * (w as stored, ld in) dY^T [out, n] (dy as stored, ld out): op_N(w) op_N(dy),

@@ -181,7 +181,7 @@ local function build_run(v, comm, data, rules)
    local tg = recipe_tp.groups(v, comm)
    local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
    cfg.ep, cfg.tp = g or false, tg or false
-   cfg.recompute_gelu = v.recompute_gelu == "on"
+   cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter

@@ -38,9 +38,13 @@ recipe_flags.list = {
      .. "--zero 3)" },
    { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
    { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32; "
-     .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, activations "
-     .. "fp32 in memory (autocast-like: activations are not stored in bf16; weights as the "
-     .. "parameters are stored). The CPU computes fp32 whatever is asked" },
+     .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, as autocast "
+     .. "(weights as the parameters are stored, activations as --activations says). The CPU "
+     .. "computes fp32 whatever is asked" },
+   { "activations", { "fp32", "bf16" }, nil, "what the activations that only feed matrix "
+     .. "products are kept in: the layer norms' and GELU's outputs, which the linear layers read "
+     .. "(bf16 halves their memory and spares the bf16 GEMMs their rounding; the residual stream "
+     .. "and the gradients stay fp32) (default: bf16 with --matmul bf16 on a GPU, else fp32)" },
    { "recompute-gelu", { "on", "off" }, nil, "compute the MLPs' GELU output again in backward "
      .. "instead of keeping it: one [tokens, 4 x channels] activation less per layer, one more "
      .. "element-wise pass (default: on on a GPU, off on the CPU)" },
@@ -269,6 +273,9 @@ local function check_flags(v)
    v.param_dtype = v.param_dtype or (v.device == "cpu" and "fp32" or "bf16")
    -- GPU memory is the scarcer; on the CPU the pass costs more than the memory is worth
    v.recompute_gelu = v.recompute_gelu or (v.device == "cpu" and "off" or "on")
+   -- as autocast keeps them where the matrix products run in bf16
+   v.activations = v.activations or ((v.device ~= "cpu" and v.matmul == "bf16") and "bf16"
+      or "fp32")
    if not v.ckpt_dir then
       for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then

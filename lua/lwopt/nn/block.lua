@@ -39,6 +39,18 @@ function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden)
    return self
 end
 
+-- The activations that only feed matrix products in `dtype` (lw_dtype: fp32, the default, or
+-- bf16): the layer norms' outputs, which the attention's QKV and the MLP's fc read, and GELU's,
+-- which the MLP's proj reads; the residual stream, the attention's output and every gradient
+-- stay fp32. A mixture of experts keeps ln_2's output fp32 (its router and gathers read fp32).
+function Block:set_activations(dtype)
+   self.ln_1.y_dtype, self.attn.qkv.x_dtype = dtype, dtype
+   if self.mlp then
+      self.ln_2.y_dtype = dtype
+      self.mlp:set_activations(dtype, dtype)
+   end
+end
+
 -- x: float* [b*t, c] -> float* [b*t, c]. The residual add after the attention is fused with
 -- ln_2 (one pass over the rows instead of two; the same results).
 function Block:forward(x, b, t)

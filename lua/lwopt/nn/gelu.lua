@@ -8,6 +8,8 @@ local lib = C.lib
 
 local GELU = base.class(base.Module)
 GELU.shape_args = { "n" }
+-- the output's dtype (lw_dtype): bf16 where it only feeds a matrix product (MLP:set_activations)
+GELU.y_dtype = lib.LW_DTYPE_F32
 
 -- GELU(width): rows of `width` elements.
 function GELU.new(width) return setmetatable({}, GELU):init(""):with_width(width) end
@@ -17,8 +19,8 @@ function GELU:with_width(w) self.width = w return self end
 -- every GELU shares (Module:transient), valid until the next GELU's forward: for a caller that
 -- reads it at once and recomputes it for its backward (MLP's recompute_gelu).
 function GELU:forward(x, n)
-   local y = self:output("y", n * self.width)
-   check(lib.lw_gelu_forward(self.stream, y, x, n * self.width))
+   local y = self:output("y", base.floats_for(n * self.width, self.y_dtype))
+   check(lib.lw_gelu_forward(self.stream, y, self.y_dtype, x, n * self.width))
    return y
 end
 

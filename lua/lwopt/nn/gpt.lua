@@ -22,7 +22,7 @@ local check = base.check
 local GPT = base.class(base.Module)
 
 local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false,
-   recompute_gelu = false, n_expert = 0, topk = 2, aux_coef = 0.01, shared_expert = false,
+   recompute_gelu = false, activations = "fp32", n_expert = 0, topk = 2, aux_coef = 0.01, shared_expert = false,
    router_muon = false, ep = false, tp = false }
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
@@ -34,10 +34,11 @@ local function moe_config(o)
 end
 
 -- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, mlp_hidden, recompute_gelu,
--- n_expert, topk, expert_hidden, aux_coef, shared_expert, router_muon, ep }: the same parameters,
--- names and order as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size, default 4 n_embd;
--- recompute_gelu: the dense MLPs compute GELU's output again in backward rather than keep it,
--- MLP:set_recompute_gelu)
+-- activations, n_expert, topk, expert_hidden, aux_coef, shared_expert, router_muon, ep }: the
+-- same parameters, names and order as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size,
+-- default 4 n_embd; recompute_gelu: the dense MLPs compute GELU's output again in backward
+-- rather than keep it, MLP:set_recompute_gelu; activations "fp32" (default) or "bf16": the
+-- activations that only feed matrix products kept in bf16, Block:set_activations)
 -- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
 -- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
 -- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
@@ -80,8 +81,14 @@ function GPT.new(cfg)
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
          moe_config(o), self.tp, o.mlp_hidden))
    end
+   local activations = ({ fp32 = lib.LW_DTYPE_F32, bf16 = lib.LW_DTYPE_BF16 })[o.activations]
+   if activations == nil then
+      error(("nn.GPT: activations must be 'fp32' or 'bf16', got '%s'")
+         :format(tostring(o.activations)), 0)
+   end
    for _, block in ipairs(self.blocks) do
       if block.mlp then block.mlp:set_recompute_gelu(o.recompute_gelu) end
+      block:set_activations(activations)
    end
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
    if not o.tied then
@@ -248,7 +255,8 @@ end
 local function row_logits(owner, self, row, dev)
    local c, rows = self.cfg.n_embd, self.head_rows
    check(lib.lw_linear_forward(self.stream, dev + (self.tp and self.tp.rank or 0) * rows,
-      self.h + row * c, owner.w[self.head_name], owner.dtype[self.head_name], nil, 1, c, rows))
+      self.h + row * c, lib.LW_DTYPE_F32, owner.w[self.head_name], owner.dtype[self.head_name],
+      nil, 1, c, rows))
 end
 
 -- Next-token probabilities at row `row` (0-based) of the last forward: a host float* [vocab],

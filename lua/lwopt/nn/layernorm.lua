@@ -9,6 +9,8 @@ local lib = C.lib
 
 local LayerNorm = base.class(base.Module)
 LayerNorm.shape_args = { "n" }
+-- the output's dtype (lw_dtype): bf16 where it only feeds matrix products (Block:set_activations)
+LayerNorm.y_dtype = lib.LW_DTYPE_F32
 
 -- LayerNorm(prefix, c, bias): weight {c} (the gain), bias {c}.
 function LayerNorm.new(prefix, c, bias)
@@ -20,10 +22,10 @@ function LayerNorm.new(prefix, c, bias)
 end
 
 local function forward(self, x, n)
-   local y = self:buffer("y", n * self.c)
+   local y = self:buffer("y", base.floats_for(n * self.c, self.y_dtype))
    self.mean, self.rstd = self:buffer("mean", n), self:buffer("rstd", n)
-   check(lib.lw_layernorm_forward(self.stream, y, self.mean, self.rstd, x, self.w.weight,
-      self.has_bias and self.w.bias or nil, n, self.c, 1e-5))
+   check(lib.lw_layernorm_forward(self.stream, y, self.y_dtype, self.mean, self.rstd, x,
+      self.w.weight, self.has_bias and self.w.bias or nil, n, self.c, 1e-5))
    return y
 end
 
@@ -34,11 +36,11 @@ end
 
 -- (with_params passes one result on: the sum stays in self.sum)
 local function forward_add(self, a, b, n)
-   local y = self:buffer("y", n * self.c)
+   local y = self:buffer("y", base.floats_for(n * self.c, self.y_dtype))
    self.sum = self:buffer("sum", n * self.c)
    self.mean, self.rstd = self:buffer("mean", n), self:buffer("rstd", n)
-   check(lib.lw_add_layernorm_forward(self.stream, self.sum, y, self.mean, self.rstd, a, b,
-      self.w.weight, self.has_bias and self.w.bias or nil, n, self.c, 1e-5))
+   check(lib.lw_add_layernorm_forward(self.stream, self.sum, y, self.y_dtype, self.mean, self.rstd,
+      a, b, self.w.weight, self.has_bias and self.w.bias or nil, n, self.c, 1e-5))
    return y
 end
 

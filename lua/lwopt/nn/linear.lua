@@ -9,6 +9,9 @@ local lib = C.lib
 local Linear = base.class(base.Module)
 Linear.shape_args = { "n" }
 Linear.stored_reads = { weight = true } -- the kernels take the weight's dtype
+-- the input's dtype (lw_dtype): fp32, or bf16 where the module feeding it writes bf16 (a parent
+-- sets it on the instance: Block:set_activations)
+Linear.x_dtype = lib.LW_DTYPE_F32
 
 -- Linear(prefix, in, out, bias, extra): weight {out, in}, bias {out}. extra (optional): the
 -- weight's role (extra.role, default "matrix"), fields of the weight's spec alone (extra.weight:
@@ -31,15 +34,15 @@ end
 
 local function forward(self, x, n)
    local y = self:output("y", n * self.n_out)
-   check(lib.lw_linear_forward(self.stream, y, x, self.w.weight, self.dtype.weight,
+   check(lib.lw_linear_forward(self.stream, y, x, self.x_dtype, self.w.weight, self.dtype.weight,
       self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
    return y
 end
 
 local function backward(self, x, dy, dx, n)
    check(lib.lw_linear_backward(self.stream, dx, self.g.weight,
-      self.has_bias and self.g.bias or nil, dy, x, self.w.weight, self.dtype.weight, n, self.n_in,
-      self.n_out))
+      self.has_bias and self.g.bias or nil, dy, x, self.x_dtype, self.w.weight, self.dtype.weight,
+      n, self.n_in, self.n_out))
 end
 
 -- x: float* [n, in] -> float* [n, out]

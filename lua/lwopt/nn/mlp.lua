@@ -47,6 +47,12 @@ function MLP:set_recompute_gelu(on)
    self.gelu.transient_output = on
 end
 
+-- GELU's output, which only feeds proj, in `dtype` (lw_dtype: fp32, or bf16, which proj then
+-- reads as it is); x itself in x_dtype (what fc reads).
+function MLP:set_activations(dtype, x_dtype)
+   self.gelu.y_dtype, self.proj.x_dtype, self.fc.x_dtype = dtype, dtype, x_dtype
+end
+
 -- x: float* [n, c] -> float* [n, c]
 function MLP:forward(x, n)
    self.h = self.fc:forward(x, n)

@@ -74,6 +74,12 @@ end
 -- until they are collected).
 function base.activation_bytes() return activation_bytes end
 
+-- Floats of buffer that hold n activations of dtype (lw_dtype): n for fp32, half (rounded up)
+-- for bf16, which the kernels write as 16-bit values.
+function base.floats_for(n, dtype)
+   return dtype == lib.LW_DTYPE_BF16 and math.ceil(n / 2) or n
+end
+
 -- Raises the error of a failed kernel call (status st); nothing to do on success, the hot path.
 function base.check(st)
    if st ~= 0 then C.check(st, "lw.nn") end

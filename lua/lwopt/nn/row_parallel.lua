@@ -15,6 +15,7 @@ local check = base.check
 local RowParallelLinear = base.class(base.Module)
 RowParallelLinear.shape_args = { "n" }
 RowParallelLinear.stored_reads = Linear.stored_reads
+RowParallelLinear.x_dtype = Linear.x_dtype
 
 -- RowParallelLinear(prefix, in, out, bias, tp): tp is lw.tp.groups's table (size t, rank r);
 -- weight {out, in / t} with tp = { dim = 1, blocks = 1 } and full_shape {out, in}; bias {out},
@@ -36,8 +37,8 @@ end
 local function forward(self, x, n)
    local y = self:output("y", n * self.n_out)
    local b = self.has_bias and self.tp.rank == 0 and self.w.bias or nil
-   check(lib.lw_linear_forward(self.stream, y, x, self.w.weight, self.dtype.weight, b, n,
-      self.n_in, self.n_out))
+   check(lib.lw_linear_forward(self.stream, y, x, self.x_dtype, self.w.weight, self.dtype.weight, b,
+      n, self.n_in, self.n_out))
    return y
 end
 

@@ -173,8 +173,11 @@ lw_status lwi_check_routing(const char *what, int64_t n, int64_t e, int64_t k);
 /* A vocabulary range of a tensor-parallel call: rows [first, first + rows) >= 0, and (the
  * cross-entropy) a vocabulary of at least 1. */
 lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t vocab);
-/* A weight dtype the model kernels read: fp32 or bf16. */
+/* A weight dtype the model kernels read, an activation dtype they read or write, a linear
+ * layer's input and weight dtypes: fp32 or bf16. */
 lw_status lwi_check_weights(const char *what, lw_dtype w_dtype);
+lw_status lwi_check_activations(const char *what, lw_dtype dtype);
+lw_status lwi_check_linear(const char *what, lw_dtype x_dtype, lw_dtype w_dtype);
 /* Both of the above: the weights' dtype, then the range. */
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,
                                  int64_t vocab);

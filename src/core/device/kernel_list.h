@@ -32,23 +32,26 @@
     X(vec_axpy, (lw_stream * s, float *y, float alpha, const float *x, int64_t n),                 \
       (s, y, alpha, x, n), LW_OK)                                                                  \
     X(linear_forward,                                                                              \
-      (lw_stream * s, float *y, const float *x, const void *w, lw_dtype w_dtype, const float *b,   \
-       int64_t n, int64_t in, int64_t out),                                                        \
-      (s, y, x, w, w_dtype, b, n, in, out), lwi_check_weights("linear forward", w_dtype))          \
+      (lw_stream * s, float *y, const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,  \
+       const float *b, int64_t n, int64_t in, int64_t out),                                        \
+      (s, y, x, x_dtype, w, w_dtype, b, n, in, out),                                               \
+      lwi_check_linear("linear forward", x_dtype, w_dtype))                                        \
     X(linear_backward,                                                                             \
-      (lw_stream * s, float *dx, float *dw, float *db, const float *dy, const float *x,            \
-       const void *w, lw_dtype w_dtype, int64_t n, int64_t in, int64_t out),                       \
-      (s, dx, dw, db, dy, x, w, w_dtype, n, in, out),                                              \
-      lwi_check_weights("linear backward", w_dtype))                                               \
+      (lw_stream * s, float *dx, float *dw, float *db, const float *dy, const void *x,             \
+       lw_dtype x_dtype, const void *w, lw_dtype w_dtype, int64_t n, int64_t in, int64_t out),     \
+      (s, dx, dw, db, dy, x, x_dtype, w, w_dtype, n, in, out),                                     \
+      lwi_check_linear("linear backward", x_dtype, w_dtype))                                       \
     X(layernorm_forward,                                                                           \
-      (lw_stream * s, float *y, float *mean, float *rstd, const float *x, const float *g,          \
-       const float *beta, int64_t n, int64_t c, float eps),                                        \
-      (s, y, mean, rstd, x, g, beta, n, c, eps), LW_OK)                                            \
+      (lw_stream * s, void *y, lw_dtype y_dtype, float *mean, float *rstd, const float *x,         \
+       const float *g, const float *beta, int64_t n, int64_t c, float eps),                        \
+      (s, y, y_dtype, mean, rstd, x, g, beta, n, c, eps),                                          \
+      lwi_check_activations("layer norm forward", y_dtype))                                        \
     X(layernorm_backward,                                                                          \
       (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dy, const float *x,         \
        const float *g, const float *mean, const float *rstd, int64_t n, int64_t c),                \
       (s, dx, dg, dbeta, dy, x, g, mean, rstd, n, c), LW_OK)                                       \
-    X(gelu_forward, (lw_stream * s, float *y, const float *x, int64_t n), (s, y, x, n), LW_OK)     \
+    X(gelu_forward, (lw_stream * s, void *y, lw_dtype y_dtype, const float *x, int64_t n),          \
+      (s, y, y_dtype, x, n), lwi_check_activations("gelu forward", y_dtype))                      \
     X(gelu_backward, (lw_stream * s, float *dx, const float *dy, const float *x, int64_t n),       \
       (s, dx, dy, x, n), LW_OK)                                                                    \
     X(attention_forward,                                                                           \
@@ -137,9 +140,11 @@
     X(vec_from_bf16, (lw_stream * s, float *y, const uint16_t *x, int64_t n), (s, y, x, n),        \
       lwi_work_if(n > 0))                                                                          \
     X(add_layernorm_forward,                                                                       \
-      (lw_stream * s, float *sum, float *y, float *mean, float *rstd, const float *a,              \
-       const float *b, const float *g, const float *beta, int64_t n, int64_t c, float eps),        \
-      (s, sum, y, mean, rstd, a, b, g, beta, n, c, eps), lwi_work_if(n > 0 && c > 0))              \
+      (lw_stream * s, float *sum, void *y, lw_dtype y_dtype, float *mean, float *rstd,             \
+       const float *a, const float *b, const float *g, const float *beta, int64_t n, int64_t c,    \
+       float eps),                                                                                 \
+      (s, sum, y, y_dtype, mean, rstd, a, b, g, beta, n, c, eps),                                  \
+      lwi_check_activations("add layer norm forward", y_dtype))                                    \
     X(add_layernorm_backward,                                                                      \
       (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dres, const float *dy,      \
        const float *x, const float *g, const float *mean, const float *rstd, int64_t n,            \

@@ -88,13 +88,27 @@ lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t
     return LW_OK;
 }
 
-lw_status lwi_check_weights(const char *what, lw_dtype w_dtype) {
-    if (w_dtype == LW_DTYPE_F32 || w_dtype == LW_DTYPE_BF16) return LW_OK;
-    const char *name = lw_dtype_name(w_dtype);
+/* LW_OK for fp32 or bf16, else the error naming `what` and the tensor's role. */
+static lw_status check_dtype(const char *what, const char *role, lw_dtype dtype) {
+    if (dtype == LW_DTYPE_F32 || dtype == LW_DTYPE_BF16) return LW_OK;
+    const char *name = lw_dtype_name(dtype);
     if (name == NULL)
-        return lwi_fail(LW_ERR_INVALID, "%s: unknown weight dtype %d: fp32 or bf16 only", what,
-                        (int)w_dtype);
-    return lwi_fail(LW_ERR_INVALID, "%s: weights of dtype %s: fp32 or bf16 only", what, name);
+        return lwi_fail(LW_ERR_INVALID, "%s: unknown %s dtype %d: fp32 or bf16 only", what, role,
+                        (int)dtype);
+    return lwi_fail(LW_ERR_INVALID, "%s: %s of dtype %s: fp32 or bf16 only", what, role, name);
+}
+
+lw_status lwi_check_weights(const char *what, lw_dtype w_dtype) {
+    return check_dtype(what, "weight", w_dtype);
+}
+
+lw_status lwi_check_activations(const char *what, lw_dtype dtype) {
+    return check_dtype(what, "activation", dtype);
+}
+
+lw_status lwi_check_linear(const char *what, lw_dtype x_dtype, lw_dtype w_dtype) {
+    const lw_status st = check_dtype(what, "input", x_dtype);
+    return st != LW_OK ? st : check_dtype(what, "weight", w_dtype);
 }
 
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,

@@ -74,16 +74,21 @@ lw_status lwi_cpu_vec_from_bf16(lw_stream *stream, float *y, const uint16_t *x, 
     return LW_OK;
 }
 
-lw_status lwi_cpu_weights_f32(const void *w, lw_dtype w_dtype, int64_t n, const float **out,
-                              float **owned) {
+lw_status lwi_cpu_as_f32(const void *x, lw_dtype dtype, int64_t n, const float **out,
+                         float **owned) {
     *owned = NULL;
-    *out = w;
-    if (w_dtype == LW_DTYPE_F32 || w == NULL || n <= 0) return LW_OK;
+    *out = x;
+    if (dtype == LW_DTYPE_F32 || x == NULL || n <= 0) return LW_OK;
     *owned = malloc(sizeof(float) * (size_t)n);
     if (*owned == NULL)
-        return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory widening %lld bf16 weights",
+        return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory widening %lld bf16 values",
                         (long long)n);
-    lwi_cpu_vec_from_bf16(NULL, *owned, w, n);
+    lwi_cpu_vec_from_bf16(NULL, *owned, x, n);
     *out = *owned;
     return LW_OK;
+}
+
+void lwi_cpu_round_bf16(uint16_t *y, const float *x, int64_t n) {
+    bf16_job j = {y, x};
+    to_bf16_range(&j, 0, n, 0);
 }

@@ -9,10 +9,14 @@
 /* Sum of squares in double (four partial sums): the norms of the gradient and of Muon's update. */
 double lwi_cpu_sum_squares(const float *x, int64_t n);
 
-/* A model kernel's weights w (n values of w_dtype) as fp32: *out = w itself for fp32, else w
- * widened into new memory that *owned holds (the caller frees it; NULL when nothing was made). */
-lw_status lwi_cpu_weights_f32(const void *w, lw_dtype w_dtype, int64_t n, const float **out,
-                              float **owned);
+/* A model kernel's weights or activations x (n values of dtype) as fp32: *out = x itself for
+ * fp32, else x widened into new memory that *owned holds (the caller frees it; NULL when nothing
+ * was made). */
+lw_status lwi_cpu_as_f32(const void *x, lw_dtype dtype, int64_t n, const float **out,
+                         float **owned);
+/* y[n] = x[n] rounded to bf16 (nearest even, lw_vec_to_bf16's bits), on the calling thread: a
+ * kernel's row or block of bf16 output. */
+void lwi_cpu_round_bf16(uint16_t *y, const float *x, int64_t n);
 
 /* Every kernel of the list (kernel_list.h), lwi_cpu_<name>, one family per file: vec.c, muon.c
  * (Newton-Schulz and Muon's step, its TP halves), adamw.c, linear.c, embedding.c (the

@@ -265,7 +265,7 @@ typedef struct {
 static lw_status head_open(head_f32 *hd, const void *w, lw_dtype w_dtype, int64_t n, int64_t v,
                            int64_t c) {
     const int64_t numel = n > 0 && v > 0 && c > 0 ? v * c : 0; /* no rows: nothing reads w */
-    return lwi_cpu_weights_f32(w, w_dtype, numel, &hd->w, &hd->owned);
+    return lwi_cpu_as_f32(w, w_dtype, numel, &hd->w, &hd->owned);
 }
 
 /* Frees what head_open made; passes the call's status on. */

@@ -55,6 +55,7 @@ LWI_ROW_HELPER void backward_block(float *dx, const float *dy, const float *vc, 
  * the forward. */
 typedef struct {
     float *out;
+    uint16_t *out16; /* the forward's output in bf16 instead of out, or NULL */
     const float *x, *dy;
 } gelu_job;
 
@@ -66,16 +67,22 @@ static void gelu_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     for (int64_t i0 = begin; i0 < end; i0 += BLOCK) {
         int64_t m = end - i0 < BLOCK ? end - i0 : BLOCK;
         exp_block(lo, vc, e, j->x + i0, m);
-        if (j->dy == NULL)
+        if (j->dy == NULL && j->out16 != NULL) { /* computed in fp32, then rounded */
+            float y[BLOCK];
+            forward_block(y, lo, e, m);
+            lwi_cpu_round_bf16(j->out16 + i0, y, m);
+        } else if (j->dy == NULL) {
             forward_block(j->out + i0, lo, e, m);
-        else
+        } else
             backward_block(j->out + i0, j->dy + i0, vc, e, m);
     }
 }
 
-lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int64_t n) {
+lw_status lwi_cpu_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const float *x,
+                               int64_t n) {
     (void)stream;
-    gelu_job j = {y, x, NULL};
+    const bool bf16 = y_dtype == LW_DTYPE_BF16;
+    gelu_job j = {bf16 ? NULL : y, bf16 ? y : NULL, x, NULL};
     lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
 }
@@ -83,7 +90,7 @@ lw_status lwi_cpu_gelu_forward(lw_stream *stream, float *y, const float *x, int6
 lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
                                 int64_t n) {
     (void)stream;
-    gelu_job j = {dx, x, dy};
+    gelu_job j = {dx, NULL, x, dy};
     lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
 }

@@ -8,6 +8,7 @@
 #include "device/cpu/fast_math.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* sum_i (x[i] - m)^2 in double: the two-pass variance, which unlike E[x^2] - E[x]^2 does not
  * cancel when the mean is large against the spread. */
@@ -47,32 +48,47 @@ LWI_ROW_HELPER void forward_row(float *yr, float *mean, float *rstd, const float
             yr[i] = (xr[i] - mf) * sf * g[i];
 }
 
+/* The forward over n rows of a, or (b given) of sum = a + b, written row by row and normalised
+ * while in cache; y in fp32, or computed in fp32 a row at a time and rounded to bf16. */
 LWI_SIMD_CLONES
-lw_status lwi_cpu_layernorm_forward(lw_stream *stream, float *y, float *mean, float *rstd,
-                                    const float *x, const float *g, const float *beta, int64_t n,
-                                    int64_t c, float eps) {
-    (void)stream;
+static lw_status forward_rows(float *sum, void *y, lw_dtype y_dtype, float *mean, float *rstd,
+                              const float *a, const float *b, const float *g, const float *beta,
+                              int64_t n, int64_t c, float eps) {
     if (n <= 0 || c <= 0) return LW_OK;
-    for (int64_t r = 0; r < n; r++)
-        forward_row(y + r * c, mean + r, rstd + r, x + r * c, g, beta, c, eps);
+    float *row = NULL;
+    if (y_dtype == LW_DTYPE_BF16 && (row = malloc(sizeof(float) * (size_t)c)) == NULL)
+        return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory for a layer norm row of %lld",
+                        (long long)c);
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = a + r * c;
+        if (b != NULL) {
+            float *sr = sum + r * c;
+            const float *br = b + r * c;
+            for (int64_t i = 0; i < c; i++)
+                sr[i] = xr[i] + br[i];
+            xr = sr;
+        }
+        float *yr = row != NULL ? row : (float *)y + r * c;
+        forward_row(yr, mean + r, rstd + r, xr, g, beta, c, eps);
+        if (row != NULL) lwi_cpu_round_bf16((uint16_t *)y + r * c, row, c);
+    }
+    free(row);
     return LW_OK;
 }
 
-/* The sum row by row, each normalised while it is in cache. */
-LWI_SIMD_CLONES
-lw_status lwi_cpu_add_layernorm_forward(lw_stream *stream, float *sum, float *y, float *mean,
-                                        float *rstd, const float *a, const float *b,
+lw_status lwi_cpu_layernorm_forward(lw_stream *stream, void *y, lw_dtype y_dtype, float *mean,
+                                    float *rstd, const float *x, const float *g, const float *beta,
+                                    int64_t n, int64_t c, float eps) {
+    (void)stream;
+    return forward_rows(NULL, y, y_dtype, mean, rstd, x, NULL, g, beta, n, c, eps);
+}
+
+lw_status lwi_cpu_add_layernorm_forward(lw_stream *stream, float *sum, void *y, lw_dtype y_dtype,
+                                        float *mean, float *rstd, const float *a, const float *b,
                                         const float *g, const float *beta, int64_t n, int64_t c,
                                         float eps) {
     (void)stream;
-    for (int64_t r = 0; r < n; r++) {
-        float *sr = sum + r * c;
-        const float *ar = a + r * c, *br = b + r * c;
-        for (int64_t i = 0; i < c; i++)
-            sr[i] = ar[i] + br[i];
-        forward_row(y + r * c, mean + r, rstd + r, sr, g, beta, c, eps);
-    }
-    return LW_OK;
+    return forward_rows(sum, y, y_dtype, mean, rstd, a, b, g, beta, n, c, eps);
 }
 
 /* One row of the backward: dx += dres (when given), then += the input gradient; dg and dbeta
@@ -128,6 +144,7 @@ lw_status lwi_cpu_add_layernorm_backward(lw_stream *stream, float *dx, float *dg
                                          const float *g, const float *mean, const float *rstd,
                                          int64_t n, int64_t c) {
     (void)stream;
+    if (n <= 0 || c <= 0) return LW_OK;
     for (int64_t r = 0; r < n; r++)
         backward_row(dx + r * c, dg, dbeta, dres + r * c, dy + r * c, x + r * c, g, mean[r],
                      rstd[r], c);

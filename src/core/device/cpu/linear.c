@@ -1,8 +1,8 @@
 /* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward, with
  * the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it
- * transposed without a copy). bf16 weights are widened into memory of the call's own (exact,
- * so the results are those of their fp32 widening); fp32 ones are read in place. No checks
- * beyond empty shapes. */
+ * transposed without a copy). bf16 weights and inputs are widened into memory of the call's own
+ * (exact, so the results are those of their fp32 widening); fp32 ones are read in place. No
+ * checks beyond empty shapes. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -12,9 +12,9 @@
 /* Columns summed per pass of the bias gradient: the double accumulators stay in L1. */
 #define DB_BLOCK 256
 
-lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, const void *w,
-                                 lw_dtype w_dtype, const float *b, int64_t n, int64_t in,
-                                 int64_t out) {
+lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const void *x, lw_dtype x_dtype,
+                                 const void *w, lw_dtype w_dtype, const float *b, int64_t n,
+                                 int64_t in, int64_t out) {
     (void)stream;
     if (n <= 0 || out <= 0) return LW_OK;
     /* Seeding y with the bias and letting the GEMM add onto it (beta = 1) saves a second sweep
@@ -26,19 +26,21 @@ lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const float *x, co
         if (b == NULL) memset(y, 0, sizeof(float) * (size_t)(n * out));
         return LW_OK;
     }
-    const float *wf;
-    float *owned;
-    const lw_status st = lwi_cpu_weights_f32(w, w_dtype, out * in, &wf, &owned);
-    if (st != LW_OK) return st;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, x,
-                (int)in, wf, (int)in, b != NULL ? 1.0f : 0.0f, y, (int)out);
-    free(owned);
-    return LW_OK;
+    const float *wf, *xf;
+    float *owned, *owned_x = NULL;
+    lw_status st = lwi_cpu_as_f32(w, w_dtype, out * in, &wf, &owned);
+    if (st == LW_OK) st = lwi_cpu_as_f32(x, x_dtype, n * in, &xf, &owned_x);
+    if (st == LW_OK)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, xf,
+                    (int)in, wf, (int)in, b != NULL ? 1.0f : 0.0f, y, (int)out);
+    free(owned), free(owned_x);
+    return st;
 }
 
 lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
-                                  const float *dy, const float *x, const void *w,
-                                  lw_dtype w_dtype, int64_t n, int64_t in, int64_t out) {
+                                  const float *dy, const void *x, lw_dtype x_dtype,
+                                  const void *w, lw_dtype w_dtype, int64_t n, int64_t in,
+                                  int64_t out) {
     (void)stream;
     if (n <= 0 || out <= 0) return LW_OK;
     if (in > 0) {
@@ -46,15 +48,20 @@ lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float
         if (dx != NULL) {
             const float *wf;
             float *owned;
-            const lw_status st = lwi_cpu_weights_f32(w, w_dtype, out * in, &wf, &owned);
+            const lw_status st = lwi_cpu_as_f32(w, w_dtype, out * in, &wf, &owned);
             if (st != LW_OK) return st;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out, 1.0f,
                         dy, (int)out, wf, (int)in, 1.0f, dx, (int)in);
             free(owned);
         }
         /* dw[out, in] += dy^T x: dy read transposed, no copy */
+        const float *xf;
+        float *owned_x;
+        const lw_status st = lwi_cpu_as_f32(x, x_dtype, n * in, &xf, &owned_x);
+        if (st != LW_OK) return st;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f, dy,
-                    (int)out, x, (int)in, 1.0f, dw, (int)in);
+                    (int)out, xf, (int)in, 1.0f, dw, (int)in);
+        free(owned_x);
     }
     if (db == NULL) return LW_OK;
     /* Column sums over n rows (n = batch * time, thousands): summed in double so the bias
