@@ -25,9 +25,11 @@
                             10: the sums' dtype (backend reduce_scatter_start and
                             reduce_scatterv_start take one, lw_request's scratch in bytes);
                             11: the weights' dtype in the kernels that read weight matrices
-                            (linear, embedding, the LM head), and the residual add fused
-                            with a layer norm (add_layernorm_forward, _backward), after the
-                            other public kernels */
+                            (linear, embedding, the LM head), the activations' dtype of the
+                            linear layer's input and the layer norm's and GELU's outputs,
+                            and the residual add fused with a layer norm
+                            (add_layernorm_forward, _backward), after the other public
+                            kernels */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
