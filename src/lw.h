@@ -1126,8 +1126,8 @@ lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *
                                 const float *dy, const float *x, const float *g, const float *mean,
                                 const float *rstd, int64_t n, int64_t c);
 /* The residual add fused with the layer norm after it, one pass instead of two: sum = a + b (the
- * residual stream, kept), y = layer norm of sum as lw_layernorm_forward, mean and rstd saved;
- * the results of lw_vec_add then lw_layernorm_forward, bit for bit. */
+ * residual stream, kept; it may be a or b), y = layer norm of sum as lw_layernorm_forward, mean
+ * and rstd saved; the results of lw_vec_add then lw_layernorm_forward, bit for bit. */
 lw_status lw_add_layernorm_forward(lw_stream *stream, float *sum, void *y, lw_dtype y_dtype,
                                    float *mean, float *rstd, const float *a, const float *b,
                                    const float *g, const float *beta, int64_t n, int64_t c,

@@ -1011,11 +1011,15 @@ static void run_linear_forward(run *r, const void *p) {
     const void *x = input_weights(r, a->x, a->x16, a->n * a->in, &xt);
     const void *w = input_weights(r, a->w, a->w16, a->out * a->in, &wt);
     const float *b = a->bias ? input(r, a->b, a->out) : NULL;
+    /* with both operands bf16 nothing is rounded: the lower precisions need not differ from
+     * fp32's (only the sums' order does) */
+    measure m = linear_gemm(r->matmul);
+    if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
     /* y starts as NaN: without a bias the GEMM must not read it (beta 0) */
-    float *y = output(r, "y", a->n * a->out, linear_gemm(r->matmul));
+    float *y = output(r, "y", a->n * a->out, m);
     call(r, lw_linear_forward(r->s, y, x, xt, w, wt, b, a->n, a->in, a->out));
     if (a->w16 == NULL && a->x16 == NULL) return;
-    float *y32 = output(r, "y (widened)", a->n * a->out, linear_gemm(r->matmul));
+    float *y32 = output(r, "y (widened)", a->n * a->out, m);
     call(r, lw_linear_forward(r->s, y32, input(r, a->x, a->n * a->in), LW_DTYPE_F32,
                               input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n, a->in,
                               a->out));
@@ -1343,6 +1347,12 @@ static void run_add_layernorm_forward(run *r, const void *p) {
             call(r, lw_add_layernorm_forward(r->s, scratch(r, nc), y16, LW_DTYPE_BF16,
                                              scratch(r, a->n), scratch(r, a->n), x, res, g, b,
                                              a->n, a->c, LN_EPS));
+            /* the sum in place of a (lw.h allows it): a copy of x becomes the sum */
+            float *in_place = updated(r, "sum in place", a->x, nc, bits());
+            float *y_in = output(r, "y in place", nc, scaled(1e-5));
+            call(r, lw_add_layernorm_forward(r->s, in_place, y_in, LW_DTYPE_F32, scratch(r, a->n),
+                                             scratch(r, a->n), in_place, res, g, b, a->n, a->c,
+                                             LN_EPS));
         } else {
             call(r, lw_vec_add(r->s, sum, x, res, nc));
             call(r, lw_layernorm_forward(r->s, y, LW_DTYPE_F32, mean, rstd, sum, g, b, a->n, a->c,
@@ -1378,7 +1388,16 @@ static void run_add_layernorm_backward(run *r, const void *p) {
 static void after_add_layernorm(const kernel_case *k, const run *r) {
     const ln_args *a = k->args;
     const bool forward = strcmp(k->kernel, "add_layernorm_forward") == 0;
-    if (forward) after_bf16_output(k, r, "y", a->n * a->c);
+    if (forward) {
+        after_bf16_output(k, r, "y", a->n * a->c);
+        const float *sum = f32_of(r, "sum"), *in_place = f32_of(r, "sum in place");
+        const float *y = f32_of(r, "y"), *y_in = f32_of(r, "y in place");
+        const size_t bytes = 4 * (size_t)(a->n * a->c);
+        expect(k, r,
+               sum && in_place && y && y_in && memcmp(sum, in_place, bytes) == 0 &&
+                   memcmp(y, y_in, bytes) == 0,
+               "the sum written over a gives what a sum apart gives, bit for bit");
+    }
     const char *names[] = {forward ? "sum" : "dx", forward ? "y" : "dg",
                            forward ? "mean" : (a->beta ? "dbeta" : NULL), forward ? "rstd" : NULL};
     const int64_t sizes[] = {a->n * a->c, forward ? a->n * a->c : a->c, forward ? a->n : a->c,

@@ -90,8 +90,8 @@ static inline lwc_operand lwc_operand_at(lwc_operand o, int64_t elements) {
  * exact CUBLAS_COMPUTE_32F, TF32 tensor cores, or bf16 (A and B CUDA_R_16BF, C CUDA_R_32F,
  * CUBLAS_COMPUTE_32F: tensor cores, fp32 sums). An operand not of the product's type is first
  * converted into a region of the stream's workspace: fp32 rounded for bf16 products, bf16 (a
- * weight as stored) widened for the others. Two bf16 operands run as bf16 whatever the setting
- * (a caller that rounds an operand once for several GEMMs passes it so). */
+ * weight or an input as stored) widened for the others; a caller that rounds an operand once
+ * for several bf16 GEMMs passes it as bf16. */
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                    float beta, float *c, int64_t ldc, const char *what);

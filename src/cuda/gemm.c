@@ -61,11 +61,11 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
                               "%s: %s: a GEMM of %lld x %lld x %lld is past cuBLAS's int sizes",
                               s->device->name, what, (long long)m, (long long)n, (long long)k);
     const lw_matmul mode = s->device->matmul;
-    /* The product's operand type: bf16 under bf16 products, and for two bf16 operands (a
-     * caller's, converted once for several GEMMs); fp32 otherwise. An operand of the other type
-     * is converted into its own region (the GEMM reads both together): an fp32 one rounded, a
-     * bf16 one (a bf16 weight under fp32 or TF32 products) widened, which is exact. */
-    const bool bf16 = mode == LW_MATMUL_BF16 || (a.bf16 && b.bf16);
+    /* The product's operand type: bf16 under bf16 products, fp32 under the others. An operand of
+     * the other type is converted into its own region (the GEMM reads both together): an fp32
+     * one rounded, a bf16 one (a weight or an input as stored) widened, which is exact, so an
+     * fp32 or TF32 product of bf16 values is the product of their fp32 widenings. */
+    const bool bf16 = mode == LW_MATMUL_BF16;
     if (a.bf16 != bf16 || b.bf16 != bf16) {
         const int64_t size = bf16 ? 2 : 4;
         const int64_t elements[2] = {a.bf16 != bf16 ? span(trans_a, m, k, lda) : 0,

@@ -25,8 +25,9 @@ __device__ __forceinline__ float row_in(const float *xr, const float *br, int64_
     return ADD ? __fadd_rn(xr[i], br[i]) : xr[i];
 }
 
-// ADD: the input is x + b, written to sum (the residual stream) as it is first read. Y: float,
-// or unsigned short for bf16 (the fp32 value rounded, as the CPU rounds it).
+// ADD: the input is x + b, written to sum (the residual stream) as it is first read and read
+// back from there after (each lane its own elements: no barrier), so sum may be x or b. Y:
+// float, or unsigned short for bf16 (the fp32 value rounded, as the CPU rounds it).
 template <bool ADD, typename Y>
 __global__ void ln_forward_kernel(float *sum, Y *y, float *mean, float *rstd, const float *x,
                                   const float *b, const float *g, const float *beta, int64_t n,
@@ -34,18 +35,19 @@ __global__ void ln_forward_kernel(float *sum, Y *y, float *mean, float *rstd, co
     const int lane = threadIdx.x & 31;
     const int64_t r = blockIdx.x * (int64_t)LN_ROWS + (threadIdx.x >> 5);
     if (r >= n) return; // a whole warp leaves together: the shuffles below see full warps
-    const float *xr = x + r * c, *br = ADD ? b + r * c : nullptr;
+    const float *br = ADD ? b + r * c : nullptr;
     double s = 0.0;
     for (int64_t i = lane; i < c; i += 32) {
-        const float v = row_in<ADD>(xr, br, i);
+        const float v = row_in<ADD>(x + r * c, br, i);
         if (ADD) sum[r * c + i] = v;
         s += (double)v;
     }
+    const float *xr = ADD ? sum + r * c : x + r * c; // the row as normalised
     const double m = warp_sum(s) / (double)c;
     // the two-pass variance in double, as the CPU takes it
     double q = 0.0;
     for (int64_t i = lane; i < c; i += 32) {
-        const double d = (double)row_in<ADD>(xr, br, i) - m;
+        const double d = (double)xr[i] - m;
         q += d * d;
     }
     const double var = warp_sum(q) / (double)c;
@@ -56,7 +58,7 @@ __global__ void ln_forward_kernel(float *sum, Y *y, float *mean, float *rstd, co
     }
     Y *yr = y + r * c;
     for (int64_t i = lane; i < c; i += 32) {
-        const float v = __fmul_rn(__fmul_rn(__fsub_rn(row_in<ADD>(xr, br, i), mf), sf), g[i]);
+        const float v = __fmul_rn(__fmul_rn(__fsub_rn(xr[i], mf), sf), g[i]);
         lwc_store(yr, i, beta != nullptr ? __fadd_rn(v, beta[i]) : v);
     }
 }

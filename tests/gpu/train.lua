@@ -3,8 +3,9 @@
 -- the GPU (fp32 model kernels) give losses within 1e-4 of each other at every step; on the GPU,
 -- overlap on and off give the same losses bit for bit (its kernels are deterministic and one
 -- rank's syncs move nothing). The same 20 steps with bf16 GEMMs (--matmul bf16) stay within
--- 0.05 of the CPU's losses and fall as they do, and with bf16 parameters too (fp32 master
--- weights). Then a short run with everything a user sees on
+-- 0.05 of the CPU's losses and fall as they do, with bf16 activations next to fp32 ones (the
+-- same bf16 operands: within 1e-3, the bits when cuBLAS picks the same kernels), and with bf16
+-- parameters too (fp32 master weights). Then a short run with everything a user sees on
 -- the GPU: progress lines, the JSON log with the GPU's memory, a checkpoint and its resume, the
 -- loss curve and a sample. Its corpus is made here (tests/lua/corpus.lua): nothing outside the
 -- tree is needed. Exit 77 (skipped) when CUDA is not available.
@@ -33,14 +34,17 @@ local function recipe(args, name)
 end
 
 local STEPS = 20
--- params: the parameters' dtype (fp32 unless said: the GPU's default is bf16)
-local function train(device, overlap, matmul, params)
-   matmul, params = matmul or "fp32", params or "fp32"
+-- params, activations: the parameters' and activations' dtypes (fp32 unless said: with bf16
+-- GEMMs the GPU's defaults are bf16)
+local function train(device, overlap, matmul, params, activations)
+   matmul, params, activations = matmul or "fp32", params or "fp32", activations or "fp32"
    local name = device:gsub(":", "") .. "-overlap-" .. overlap .. "-" .. matmul .. "-" .. params
+      .. "-" .. activations
    local log = dir .. "/" .. name .. ".jsonl"
    local ok = recipe(("--preset small --steps %d --eval-every 0 --eval-max 4 --sample 0 --quiet "
-      .. "--muon-precision fp32 --device %s --overlap %s --matmul %s --param-dtype %s --log %s")
-      :format(STEPS, device, overlap, matmul, params, log), name)
+      .. "--muon-precision fp32 --device %s --overlap %s --matmul %s --param-dtype %s "
+      .. "--activations %s --log %s"):format(STEPS, device, overlap, matmul, params, activations,
+      log), name)
    expect(ok == gnuplot, name .. " ran")
    return tally.losses(log)
 end
@@ -62,8 +66,8 @@ expect(worst <= 1e-4, ("%s tracks the CPU within 1e-4 (max diff %g)"):format(GPU
 expect(same, GPU .. ": overlap on and off give the same losses bit for bit")
 expect(#cpu > 1 and cpu[#cpu] < cpu[1] - 0.3, "the loss falls (the run trains)")
 
--- bf16 GEMMs (autocast's arithmetic: operands rounded to 8 significant bits, fp32 sums and fp32
--- weights and activations): each GEMM is ~2e-3 of its outputs' scale from fp32
+-- bf16 GEMMs (autocast's arithmetic: operands rounded to 8 significant bits, fp32 sums; here
+-- fp32 weights and activations): each GEMM is ~2e-3 of its outputs' scale from fp32
 -- (tests/test_kernels.c), so a step's loss moves by a few 1e-3 at once, and the difference
 -- in the gradients compounds over 20 updates: a few 1e-2 between autocast and fp32 on losses of
 -- ~2.6 to ~5.6 is typical of such runs. 0.05 allows that and still fails a bf16 path that is
@@ -81,6 +85,22 @@ expect(worst_bf16 <= 0.05, ("%s with bf16 GEMMs tracks the CPU within 0.05 (max 
    :format(GPU, worst_bf16))
 expect(#gpu_bf16 > 1 and gpu_bf16[#gpu_bf16] < gpu_bf16[1] - 0.3,
    "the loss falls with bf16 GEMMs as on the CPU")
+
+-- bf16 activations (the layer norms' and GELU's outputs kept in bf16, the default with bf16
+-- GEMMs on a GPU): rounded as the GEMMs round their fp32 operands, so the GEMMs read the same
+-- bf16 values; only cuBLAS's choice of kernel for another address could change a sum's order.
+-- On the CPU (fp32 GEMMs) they are a rounding of their own: within 1e-3 there too.
+local gpu_act = train(GPU, "on", "bf16", "fp32", "bf16")
+local worst_act, same_act = 0, #gpu_act == #gpu_bf16
+for i = 1, math.min(#gpu_act, #gpu_bf16) do
+   local d = math.abs(gpu_act[i] - gpu_bf16[i])
+   if not (d <= worst_act) then worst_act = d end
+   same_act = same_act and gpu_act[i] == gpu_bf16[i]
+end
+print(("losses with bf16 GEMMs and activations: max |bf16 - fp32 activations| over %d steps %.2e"
+   .. "%s"):format(#gpu_act, worst_act, same_act and " (the same bits)" or ""))
+expect(#gpu_act == STEPS and worst_act <= 1e-3, ("%s: bf16 activations track fp32 ones within "
+   .. "1e-3 with bf16 GEMMs (max diff %g)"):format(GPU, worst_act))
 
 -- bf16 parameters with fp32 master weights on top (the GPU's default): the weights the forward
 -- reads are rounded to bf16 (2^-9 relative); against the same run on fp32 parameters that moves

@@ -34,8 +34,6 @@ function Attention.new(prefix, c, n_head, bias, tp)
       self.qkv = self:add(Linear.new(prefix .. "qkv.", c, 3 * c, bias, { weight = qkv }))
       self.proj = self:add(Linear.new(prefix .. "proj.", c, c, bias))
    end
-   -- its output goes straight into the residual stream and no backward reads it
-   self.proj.transient_output = true
    return self
 end
 

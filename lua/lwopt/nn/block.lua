@@ -35,7 +35,11 @@ function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden)
    else
       self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias, mlp_hidden, nil, tp))
       self.ffn = self.mlp
+      self.mlp.proj.transient_output = true
    end
+   -- the projections' outputs go straight into the residual stream here (forward consumes them
+   -- at once) and no backward reads them: buffers shared by every layer (Module:output)
+   self.attn.proj.transient_output = true
    return self
 end
 

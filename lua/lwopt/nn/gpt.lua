@@ -22,8 +22,8 @@ local check = base.check
 local GPT = base.class(base.Module)
 
 local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false,
-   recompute_gelu = false, activations = "fp32", n_expert = 0, topk = 2, aux_coef = 0.01, shared_expert = false,
-   router_muon = false, ep = false, tp = false }
+   recompute_gelu = false, activations = "fp32", n_expert = 0, topk = 2, aux_coef = 0.01,
+   shared_expert = false, router_muon = false, ep = false, tp = false }
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
@@ -38,7 +38,8 @@ end
 -- same parameters, names and order as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size,
 -- default 4 n_embd; recompute_gelu: the dense MLPs compute GELU's output again in backward
 -- rather than keep it, MLP:set_recompute_gelu; activations "fp32" (default) or "bf16": the
--- activations that only feed matrix products kept in bf16, Block:set_activations)
+-- activations that only feed matrix products kept in bf16, Block:set_activations; neither
+-- changes the parameters)
 -- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
 -- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
 -- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk

@@ -34,8 +34,6 @@ function MLP.new(prefix, c, bias, hidden, extra, tp)
    else
       self.proj = self:add(Linear.new(prefix .. "proj.", hidden, c, bias, extra))
    end
-   -- its output goes straight into the residual stream and no backward reads it
-   self.proj.transient_output = true
    return self
 end
 
