@@ -103,7 +103,8 @@ int main(int argc, char **argv) {
          lw_layernorm_forward(NULL, ln, LW_DTYPE_F32, mean, rstd, x, g, NULL, N, C, 1e-5f));
     TIME("qkv forward", lin * 3 * C,
          lw_linear_forward(NULL, qkv, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, NULL, N, C, 3 * C));
-    TIME("attention forward", attn, lw_attention_forward(NULL, att, lse, scratch, qkv, B, T, C, NH));
+    TIME("attention forward", attn,
+         lw_attention_forward(NULL, att, LW_DTYPE_F32, lse, scratch, qkv, B, T, C, NH));
     TIME("proj forward", lin * C,
          lw_linear_forward(NULL, y, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, NULL, N, C, C));
     TIME("residual add", 0, lw_vec_add(NULL, y, x, y, N * C));
@@ -126,8 +127,9 @@ int main(int argc, char **argv) {
     TIME("proj backward", 2 * lin * C,
          lw_linear_backward(NULL, dx, dw, NULL, dout, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, N, C,
                             C));
-    TIME("attention backward", 2 * attn,
-         lw_attention_backward(NULL, dqkv, scratch, dout, qkv, att, lse, B, T, C, NH));
+    TIME(
+        "attention backward", 2 * attn,
+        lw_attention_backward(NULL, dqkv, scratch, dout, qkv, att, LW_DTYPE_F32, lse, B, T, C, NH));
     TIME("qkv backward", 2 * lin * 3 * C,
          lw_linear_backward(NULL, dx, dw, NULL, dqkv, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, N, C,
                             3 * C));

@@ -1095,8 +1095,8 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * the stream's workspace first (the CPU: into memory it allocates for the call). A kernel with
  * two tables (the embedding's wte and wpe) takes one w_dtype for both.
  * The activations that only feed matrix products come in either dtype too: a linear layer's
- * input x (x_dtype), the layer norm's and GELU's outputs y (y_dtype: computed in fp32 and
- * rounded to nearest even, the bits lw_vec_to_bf16 gives). bf16 ones halve their memory and
+ * input x (x_dtype), the layer norm's, GELU's and the attention's outputs (y_dtype, out_dtype:
+ * computed in fp32 and rounded to nearest even, the bits lw_vec_to_bf16 gives). bf16 ones halve their memory and
  * spare the bf16 GEMMs a rounding pass; read by fp32 products they are widened like weights.
  * Everything else (the residual stream, gradients, statistics) is fp32. */
 
@@ -1158,12 +1158,14 @@ lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const 
  * square at all). */
 int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
                                     int64_t nh);
-lw_status lw_attention_forward(lw_stream *stream, float *out, float *lse, float *scratch,
-                               const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
-/* dqkv[b, t, 3c] += ..., from the forward's qkv, out and lse. */
+/* out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32. */
+lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
+                               float *scratch, const float *qkv, int64_t b, int64_t t, int64_t c,
+                               int64_t nh);
+/* dqkv[b, t, 3c] += ..., from the forward's qkv, out (of out_dtype) and lse. */
 lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *out, const float *lse, int64_t b,
-                                int64_t t, int64_t c, int64_t nh);
+                                const float *qkv, const void *out, lw_dtype out_dtype,
+                                const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh);
 
 /* The LM head fused with softmax cross-entropy, in chunks of rows: logits = h[n, c] w[v, c]^T
  * are formed a chunk at a time in scratch (at least lw_cross_entropy_scratch_floats(stream, n,

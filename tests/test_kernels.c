@@ -95,15 +95,18 @@ static measure differing(measure m, double by) {
     return m;
 }
 
-/* BF16: bf16 values as their bits (lw_vec_to_bf16), compared as the 16-bit integers they are. */
-typedef enum { F32, I32, F64, BF16 } elem_type;
+/* BF16: bf16 values as their bits (lw_vec_to_bf16), compared as the 16-bit integers they are.
+ * BF16V: a model kernel's bf16 output, compared by its values (widened), as fp32 outputs are. */
+typedef enum { F32, I32, F64, BF16, BF16V } elem_type;
 
-static size_t elem_size(elem_type t) { return t == F64 ? 8 : t == BF16 ? 2 : 4; }
+static bool bf16_type(elem_type t) { return t == BF16 || t == BF16V; }
+static size_t elem_size(elem_type t) { return t == F64 ? 8 : bf16_type(t) ? 2 : 4; }
 
 static double elem(elem_type t, const void *p, int64_t i) {
     return t == F32    ? ((const float *)p)[i]
            : t == I32  ? ((const int32_t *)p)[i]
            : t == BF16 ? ((const uint16_t *)p)[i]
+           : t == BF16V ? bf16_reference_value(((const uint16_t *)p)[i])
                        : ((const double *)p)[i];
 }
 
@@ -238,7 +241,7 @@ static void *place(run *r, const char *what, role kind, elem_type type, int64_t 
     else
         for (int64_t i = 0; i < n; i++)
             type == F32    ? (void)(((float *)b->start)[i] = NAN)
-            : type == BF16 ? (void)(((uint16_t *)b->start)[i] = BF16_UNWRITTEN)
+            : bf16_type(type) ? (void)(((uint16_t *)b->start)[i] = BF16_UNWRITTEN)
                            : (void)(((double *)b->start)[i] = NAN);
     char *host = malloc((size_t)bytes);
     for (int64_t i = 0; i < GUARD_BYTES / 4; i++) {
@@ -279,6 +282,12 @@ static const uint16_t *input_bf16(run *r, const uint16_t *host, int64_t n) {
 static uint16_t *output_bf16(run *r, const char *what, int64_t n) {
     uint16_t *p = place(r, what, WRITTEN, BF16, n, NULL);
     r->b[r->nb - 1].how = bits();
+    return p;
+}
+/* A model kernel's bf16 output, compared with the CPU's by its values, as `how` says. */
+static uint16_t *output_bf16_values(run *r, const char *what, int64_t n, measure how) {
+    uint16_t *p = place(r, what, WRITTEN, BF16V, n, NULL);
+    r->b[r->nb - 1].how = how;
     return p;
 }
 static float *updated(run *r, const char *what, const float *start, int64_t n, measure how) {
@@ -497,7 +506,7 @@ static void cpu_checks(const kernel_case *k, const run *ref, const run *zeroed) 
                 passed();
             free(sum), free(got);
         }
-        if (b->type == BF16 && b->role == WRITTEN) {
+        if (bf16_type(b->type) && b->role == WRITTEN) {
             int64_t unwritten = 0;
             for (int64_t j = 0; j < b->n; j++)
                 unwritten += ((const uint16_t *)b->got)[j] == BF16_UNWRITTEN;
@@ -950,12 +959,16 @@ static void same_as_widened(const kernel_case *k, const run *r, const char *what
            "bf16 weights give their widening's results, bit for bit");
 }
 
-/* The bf16 outputs (y_dtype bf16: the layer norm's, GELU's) are the same kernel's fp32 output
- * rounded to nearest even: checked on each device against its own fp32 output, bit for bit
- * (after_bf16_output). Against the CPU they are compared on their bit patterns within a few bf16
- * steps: where a device's fp32 value is an ulp from the CPU's (the layer norm, 1e-5), its
- * rounding may land a step away. */
-static measure bf16_steps(void) { return relative(2e-4, 1.0); }
+/* The bf16 outputs (y_dtype or out_dtype bf16: the layer norm's, GELU's, the attention's) are
+ * the same kernel's fp32 output rounded to nearest even: checked on each device against its own
+ * fp32 output, bit for bit (after_bf16_output). Against the CPU they are compared by value with
+ * the fp32 output's measure widened by a bf16 step (2^-8 of each value: where a device's fp32
+ * value is an ulp from the CPU's, its rounding may land a step away). */
+static measure bf16_step(measure m) {
+    if (m.kind == RELATIVE) m.tol += 1.0 / 256;
+    m.differ = 0;
+    return m;
+}
 
 /* Output `what` (bf16 bits, "<what> bf16") is output `what` (fp32) rounded, n values. */
 static void after_bf16_output(const kernel_case *k, const run *r, const char *what, int64_t n) {
@@ -1305,8 +1318,7 @@ static void run_layernorm_forward(run *r, const void *p) {
     float *rstd = output(r, "rstd", a->n, scaled(1e-6));
     call(r, lw_layernorm_forward(r->s, y, LW_DTYPE_F32, mean, rstd, x, g, b, a->n, a->c, LN_EPS));
     /* the same in bf16 (its statistics again, into scratch) */
-    uint16_t *y16 = output_bf16(r, "y bf16", nc);
-    r->b[r->nb - 1].how = bf16_steps();
+    uint16_t *y16 = output_bf16_values(r, "y bf16", nc, bf16_step(scaled(1e-5)));
     call(r, lw_layernorm_forward(r->s, y16, LW_DTYPE_BF16, scratch(r, a->n), scratch(r, a->n), x,
                                  g, b, a->n, a->c, LN_EPS));
 }
@@ -1342,8 +1354,7 @@ static void run_add_layernorm_forward(run *r, const void *p) {
         if (!separate) {
             call(r, lw_add_layernorm_forward(r->s, sum, y, LW_DTYPE_F32, mean, rstd, x, res, g, b,
                                              a->n, a->c, LN_EPS));
-            uint16_t *y16 = output_bf16(r, "y bf16", nc);
-            r->b[r->nb - 1].how = bf16_steps();
+            uint16_t *y16 = output_bf16_values(r, "y bf16", nc, bf16_step(scaled(1e-5)));
             call(r, lw_add_layernorm_forward(r->s, scratch(r, nc), y16, LW_DTYPE_BF16,
                                              scratch(r, a->n), scratch(r, a->n), x, res, g, b,
                                              a->n, a->c, LN_EPS));
@@ -1467,7 +1478,7 @@ static void run_gelu_forward(run *r, const void *p) {
     float *y = output(r, "y", a->n, bits());
     r->nan_fed = any_nan(a->x, a->n);
     call(r, lw_gelu_forward(r->s, y, LW_DTYPE_F32, x, a->n));
-    uint16_t *y16 = output_bf16(r, "y bf16", a->n); /* exact on every device, as y */
+    uint16_t *y16 = output_bf16_values(r, "y bf16", a->n, bits()); /* exact everywhere, as y */
     call(r, lw_gelu_forward(r->s, y16, LW_DTYPE_BF16, x, a->n));
 }
 
@@ -1544,6 +1555,8 @@ typedef struct {
     int64_t b, t, c, nh;
     int64_t nan_row; /* >= 0: channel 3 of that row's key is NaN (head 0) */
     float *qkv, *dout, *d0, *out, *lse;
+    uint16_t *out16; /* out rounded to bf16 (the backward's bf16 out) */
+    float *out_w;    /* and widened again */
 } att_args;
 
 static void run_attention_forward(run *r, const void *p) {
@@ -1555,7 +1568,10 @@ static void run_attention_forward(run *r, const void *p) {
     float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     r->nan_fed = a->nan_row >= 0;
-    call(r, lw_attention_forward(r->s, out, lse, work, qkv, a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, work, qkv, a->b, a->t, a->c, a->nh));
+    uint16_t *out16 = output_bf16_values(r, "out bf16", no, bf16_step(att_gemm(r->matmul, hd)));
+    call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, scratch(r, a->b * a->nh * a->t), work,
+                                 qkv, a->b, a->t, a->c, a->nh));
 }
 
 static void run_attention_backward(run *r, const void *p) {
@@ -1565,13 +1581,29 @@ static void run_attention_backward(run *r, const void *p) {
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
     float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, att_gemm(r->matmul, a->c / a->nh));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
-    call(r, lw_attention_backward(r->s, dqkv, work, dout, qkv, out, lse, a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_backward(r->s, dqkv, work, dout, qkv, out, LW_DTYPE_F32, lse, a->b, a->t,
+                                  a->c, a->nh));
+    /* out in bf16 (the CPU's, rounded), and the same run on its widening */
+    const measure m = att_gemm(r->matmul, a->c / a->nh);
+    float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
+    call(r, lw_attention_backward(r->s, d16, work, dout, qkv, input_bf16(r, a->out16, no),
+                                  LW_DTYPE_BF16, lse, a->b, a->t, a->c, a->nh));
+    float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, 3 * no, m);
+    call(r, lw_attention_backward(r->s, dw, work, dout, qkv, input(r, a->out_w, no), LW_DTYPE_F32,
+                                  lse, a->b, a->t, a->c, a->nh));
+}
+
+/* A bf16 out gives the results its widening gives, bit for bit on the CPU. */
+static void after_attention_backward(const kernel_case *k, const run *r) {
+    const att_args *a = k->args;
+    same_as_widened(k, r, "dqkv bf16 out", 3 * a->b * a->t * a->c);
 }
 
 /* With a NaN key at row j of head 0: that head's rows from j on are NaN in out and lse, the rows
  * before it and the other heads finite. */
 static void after_attention(const kernel_case *k, const run *r) {
     const att_args *a = k->args;
+    after_bf16_output(k, r, "out", a->b * a->t * a->c);
     if (a->nan_row < 0) return;
     const float *out = f32_of(r, "out"), *lse = f32_of(r, "lse");
     const int64_t hd = a->c / a->nh;
@@ -1622,7 +1654,14 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         if (a.nan_row >= 0) a.qkv[a.nan_row * 3 * a.c + a.c + 3] = NAN;
         a.out = cpu_array(no), a.lse = cpu_array(nl);
         float *work = cpu_array(lw_attention_scratch_floats(NULL, a.b, a.t, a.c, a.nh));
-        CHECK_OK(lw_attention_forward(NULL, a.out, a.lse, work, a.qkv, a.b, a.t, a.c, a.nh));
+        CHECK_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, work, a.qkv, a.b, a.t, a.c,
+                                      a.nh));
+        a.out16 = malloc(sizeof(uint16_t) * (size_t)(no > 0 ? no : 1));
+        a.out_w = cpu_array(no);
+        for (int64_t i = 0; i < no; i++) {
+            a.out16[i] = bf16_reference(a.out[i]);
+            a.out_w[i] = (float)bf16_reference_value(a.out16[i]);
+        }
         if (have_gpu()) /* the GPU's scratch: D = rowsum(dout * out) alone */
             CHECK_EQ(lw_attention_scratch_floats(gs, a.b, a.t, a.c, a.nh), nl);
         check(&(kernel_case){.kernel = kernel,
@@ -1633,14 +1672,16 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.t == 1024,
                              .tensor_cores = true});
         free(a.qkv), free(a.dout), free(a.d0), free(a.out), free(a.lse), free(work);
+        free(a.out16), free(a.out_w);
     }
     /* heads that do not divide the channels: the dispatcher's error, on every device */
     for (int d = 0; d < (have_other ? 2 : 1); d++) {
         lw_stream *s = d == 0 ? NULL : gs;
         float x = 0;
-        CHECK_FAILS(forward ? lw_attention_forward(s, &x, &x, &x, &x, 1, 4, 100, 3)
-                            : lw_attention_backward(s, &x, &x, &x, &x, &x, &x, 1, 4, 100, 3),
-                    LW_ERR_INVALID, "must divide by the heads nh = 3");
+        CHECK_FAILS(
+            forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, 1, 4, 100, 3)
+                    : lw_attention_backward(s, &x, &x, &x, &x, &x, LW_DTYPE_F32, &x, 1, 4, 100, 3),
+            LW_ERR_INVALID, "must divide by the heads nh = 3");
     }
 }
 
@@ -2481,10 +2522,10 @@ static void cuda_contract(void) {
     CHECK_OK(lw_device_alloc(gpu, 4 * 4 * 512, (void **)&o));
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&l));
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&sc));
-    CHECK_FAILS(lw_attention_forward(gs, o, l, sc, q, 1, 4, 512, 2), LW_ERR_UNSUPPORTED,
-                "head dim 256");
-    CHECK_FAILS(lw_attention_backward(gs, q, sc, o, q, o, l, 1, 4, 512, 2), LW_ERR_UNSUPPORTED,
-                "head dim 256");
+    CHECK_FAILS(lw_attention_forward(gs, o, LW_DTYPE_F32, l, sc, q, 1, 4, 512, 2),
+                LW_ERR_UNSUPPORTED, "head dim 256");
+    CHECK_FAILS(lw_attention_backward(gs, q, sc, o, q, o, LW_DTYPE_F32, l, 1, 4, 512, 2),
+                LW_ERR_UNSUPPORTED, "head dim 256");
     const int32_t bad[3] = {1, -4, 2};
     int32_t *rows = NULL;
     CHECK_OK(lw_device_alloc(gpu, sizeof bad, (void **)&rows));
@@ -2525,7 +2566,8 @@ static const entry case_gelu_forward = {gelu_cases, run_gelu_forward, after_gelu
 static const entry case_gelu_backward = {gelu_cases, run_gelu_backward, after_gelu};
 static const entry case_attention_forward = {attention_cases, run_attention_forward,
                                              after_attention};
-static const entry case_attention_backward = {attention_cases, run_attention_backward, NULL};
+static const entry case_attention_backward = {attention_cases, run_attention_backward,
+                                              after_attention_backward};
 static const entry case_cross_entropy_forward = {cross_entropy_cases, run_cross_entropy_forward,
                                                  after_cross_entropy};
 static const entry case_cross_entropy_backward = {cross_entropy_cases, run_cross_entropy_backward,

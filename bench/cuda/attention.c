@@ -26,12 +26,12 @@ static double best_ms(const shape *s, float *out, float *lse, float *scratch, fl
     for (int r = -1; r < repeats; r++) { /* r = -1: the warm-up */
         const double t0 = lw_now();
         for (int i = 0; i < calls; i++) {
-            bench_check(lw_attention_forward(bench_stream, out, lse, scratch, qkv, s->b, s->t,
-                                             s->c, s->nh),
+            bench_check(lw_attention_forward(bench_stream, out, LW_DTYPE_F32, lse, scratch, qkv,
+                                             s->b, s->t, s->c, s->nh),
                         "lw_attention_forward");
             if (backward)
                 bench_check(lw_attention_backward(bench_stream, dqkv, scratch, dout, qkv, out,
-                                                  lse, s->b, s->t, s->c, s->nh),
+                                                  LW_DTYPE_F32, lse, s->b, s->t, s->c, s->nh),
                             "lw_attention_backward");
         }
         const double ms = 1e3 * bench_since(bench_stream, t0) / calls;

@@ -1,7 +1,8 @@
 /* attention.c: the table's causal attention entries on a GPU: the argument checks the kernels
  * rely on (nh divides c, the head dim, shared memory, grid and index sizes), the backward's
  * scratch, the choice of kernels (attention_mma.cu's on tensor cores under the bf16 matmul
- * setting, attention.cu's in fp32 otherwise) and the launches. */
+ * setting, attention.cu's in fp32 otherwise), the launches, and a bf16 output's rounding (and
+ * widening for the backward) through the stream's workspace. */
 #include "cuda/cuda.h"
 
 #include <limits.h>
@@ -64,33 +65,51 @@ static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, in
     return true;
 }
 
-lw_status lwc_attention_forward(lw_stream *s, float *out, float *lse, float *scratch,
-                                const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
+/* A bf16 output: the kernels write fp32 into the stream's workspace (256-byte aligned, so the
+ * tensor-core kernels' 16-byte alignment holds), then it is rounded into out. */
+lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, float *lse,
+                                float *scratch, const float *qkv, int64_t b, int64_t t, int64_t c,
+                                int64_t nh) {
     (void)scratch; /* the forward needs none */
-    const void *tensors[] = {out, qkv};
-    const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
+    const bool bf16 = out_dtype == LW_DTYPE_BF16;
+    const void *tensors[] = {qkv, out};
+    const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, bf16 ? 1 : 2);
     lw_status st = check_attention(s, "forward", b, t, c, nh, false, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    void *out32 = out;
+    if (bf16 && (st = lwc_workspace(s, (int64_t)sizeof(float) * b * t * c, &out32)) != LW_OK)
+        return st;
     if (mma)
-        return lwc_launched(
-            s, lwc_flash_mma_forward(lwc_cuda_stream(s), out, lse, qkv, b, t, c, nh),
+        st = lwc_launched(
+            s, lwc_flash_mma_forward(lwc_cuda_stream(s), out32, lse, qkv, b, t, c, nh),
             "the attention kernel (tensor cores)");
-    return lwc_launched(s, lwc_flash_forward(lwc_cuda_stream(s), out, lse, qkv, b, t, c, nh),
-                        "the attention kernel");
+    else
+        st = lwc_launched(s, lwc_flash_forward(lwc_cuda_stream(s), out32, lse, qkv, b, t, c, nh),
+                          "the attention kernel");
+    return st == LW_OK && bf16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
 }
 
+/* A bf16 out is widened into the stream's workspace for the row sums (nothing else reads it). */
 lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
-                                 const float *qkv, const float *out, const float *lse, int64_t b,
-                                 int64_t t, int64_t c, int64_t nh) {
+                                 const float *qkv, const void *out, lw_dtype out_dtype,
+                                 const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh) {
     const void *tensors[] = {dqkv, dout, qkv};
     const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
     lw_status st = check_attention(s, "backward", b, t, c, nh, true, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
+    const void *out32 = out;
+    if (out_dtype == LW_DTYPE_BF16) {
+        void *w = NULL;
+        st = lwc_workspace(s, (int64_t)sizeof(float) * b * t * c, &w);
+        if (st == LW_OK) st = lwc_widen(s, w, out, b * t * c);
+        if (st != LW_OK) return st;
+        out32 = w;
+    }
     /* D = rowsum(dout * out) into the scratch, for either pair of kernels */
-    st = lwc_launched(s, lwc_flash_rowdot(cs, scratch, dout, out, b, t, c, nh),
+    st = lwc_launched(s, lwc_flash_rowdot(cs, scratch, dout, out32, b, t, c, nh),
                       "the attention backward's row sums");
     if (st != LW_OK) return st;
     if (mma)

@@ -86,10 +86,11 @@ expect(worst_bf16 <= 0.05, ("%s with bf16 GEMMs tracks the CPU within 0.05 (max 
 expect(#gpu_bf16 > 1 and gpu_bf16[#gpu_bf16] < gpu_bf16[1] - 0.3,
    "the loss falls with bf16 GEMMs as on the CPU")
 
--- bf16 activations (the layer norms' and GELU's outputs kept in bf16, the default with bf16
--- GEMMs on a GPU): rounded as the GEMMs round their fp32 operands, so the GEMMs read the same
--- bf16 values; only cuBLAS's choice of kernel for another address could change a sum's order.
--- On the CPU (fp32 GEMMs) they are a rounding of their own: within 1e-3 there too.
+-- bf16 activations (the layer norms', the attention's and GELU's outputs kept in bf16, the
+-- default with bf16 GEMMs on a GPU): rounded as the GEMMs round their fp32 operands, so the
+-- GEMMs read the same bf16 values; the attention's backward reads its rounded output too (D =
+-- rowsum(dout out)), a rounding of its own, as on the CPU (fp32 GEMMs) all of them are: within
+-- 1e-3.
 local gpu_act = train(GPU, "on", "bf16", "fp32", "bf16")
 local worst_act, same_act = 0, #gpu_act == #gpu_bf16
 for i = 1, math.min(#gpu_act, #gpu_bf16) do

@@ -42,9 +42,10 @@ recipe_flags.list = {
      .. "(weights as the parameters are stored, activations as --activations says). The CPU "
      .. "computes fp32 whatever is asked" },
    { "activations", { "fp32", "bf16" }, nil, "what the activations that only feed matrix "
-     .. "products are kept in: the layer norms' and GELU's outputs, which the linear layers read "
-     .. "(bf16 halves their memory and spares the bf16 GEMMs their rounding; the residual stream "
-     .. "and the gradients stay fp32) (default: bf16 with --matmul bf16 on a GPU, else fp32)" },
+     .. "products are kept in: the layer norms', the attention's and GELU's outputs, which the "
+     .. "linear layers read (bf16 halves their memory and spares the bf16 GEMMs their rounding; "
+     .. "the residual stream and the gradients stay fp32) (default: bf16 with --matmul bf16 on a "
+     .. "GPU, else fp32)" },
    { "recompute-gelu", { "on", "off" }, nil, "compute the MLPs' GELU output again in backward "
      .. "instead of keeping it: one [tokens, 4 x channels] activation less per layer, one more "
      .. "element-wise pass (default: on on a GPU, off on the CPU)" },

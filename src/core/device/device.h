@@ -180,6 +180,9 @@ lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t
 lw_status lwi_check_weights(const char *what, lw_dtype w_dtype);
 lw_status lwi_check_activations(const char *what, lw_dtype dtype);
 lw_status lwi_check_linear(const char *what, lw_dtype x_dtype, lw_dtype w_dtype);
+/* The attention's output dtype (fp32 or bf16), then lwi_check_heads. */
+lw_status lwi_check_attention(const char *what, lw_dtype out_dtype, int64_t b, int64_t t,
+                              int64_t c, int64_t nh);
 /* Both of the above: the weights' dtype, then the range. */
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,
                                  int64_t vocab);

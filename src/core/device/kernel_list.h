@@ -50,19 +50,21 @@
       (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dy, const float *x,         \
        const float *g, const float *mean, const float *rstd, int64_t n, int64_t c),                \
       (s, dx, dg, dbeta, dy, x, g, mean, rstd, n, c), LW_OK)                                       \
-    X(gelu_forward, (lw_stream * s, void *y, lw_dtype y_dtype, const float *x, int64_t n),          \
-      (s, y, y_dtype, x, n), lwi_check_activations("gelu forward", y_dtype))                      \
+    X(gelu_forward, (lw_stream * s, void *y, lw_dtype y_dtype, const float *x, int64_t n),        \
+      (s, y, y_dtype, x, n), lwi_check_activations("gelu forward", y_dtype))                       \
     X(gelu_backward, (lw_stream * s, float *dx, const float *dy, const float *x, int64_t n),       \
       (s, dx, dy, x, n), LW_OK)                                                                    \
     X(attention_forward,                                                                           \
-      (lw_stream * s, float *out, float *lse, float *scratch, const float *qkv, int64_t b,         \
-       int64_t t, int64_t c, int64_t nh),                                                          \
-      (s, out, lse, scratch, qkv, b, t, c, nh), lwi_check_heads("attention forward", b, t, c, nh)) \
+      (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *scratch, const float *qkv, \
+       int64_t b, int64_t t, int64_t c, int64_t nh),                                               \
+      (s, out, out_dtype, lse, scratch, qkv, b, t, c, nh),                                         \
+      lwi_check_attention("attention forward", out_dtype, b, t, c, nh))                            \
     X(attention_backward,                                                                          \
       (lw_stream * s, float *dqkv, float *scratch, const float *dout, const float *qkv,            \
-       const float *out, const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh),           \
-      (s, dqkv, scratch, dout, qkv, out, lse, b, t, c, nh),                                        \
-      lwi_check_heads("attention backward", b, t, c, nh))                                          \
+       const void *out, lw_dtype out_dtype, const float *lse, int64_t b, int64_t t, int64_t c,     \
+       int64_t nh),                                                                                \
+      (s, dqkv, scratch, dout, qkv, out, out_dtype, lse, b, t, c, nh),                             \
+      lwi_check_attention("attention backward", out_dtype, b, t, c, nh))                           \
     X(cross_entropy_forward,                                                                       \
       (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const void *w,    \
        lw_dtype w_dtype, const int32_t *targets, int64_t n, int64_t c, int64_t v, double *loss),   \

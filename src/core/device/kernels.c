@@ -106,6 +106,12 @@ lw_status lwi_check_activations(const char *what, lw_dtype dtype) {
     return check_dtype(what, "activation", dtype);
 }
 
+lw_status lwi_check_attention(const char *what, lw_dtype out_dtype, int64_t b, int64_t t,
+                              int64_t c, int64_t nh) {
+    const lw_status st = check_dtype(what, "output", out_dtype);
+    return st != LW_OK ? st : lwi_check_heads(what, b, t, c, nh);
+}
+
 lw_status lwi_check_linear(const char *what, lw_dtype x_dtype, lw_dtype w_dtype) {
     const lw_status st = check_dtype(what, "input", x_dtype);
     return st != LW_OK ? st : check_dtype(what, "weight", w_dtype);
