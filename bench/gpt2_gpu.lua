@@ -1,5 +1,6 @@
 -- bench/gpt2_gpu.lua: GPT-2 124M (12 layers x 768, 12 heads, sequence 1024, vocabulary 50257
--- padded to 50304, batch 8) on one GPU through recipes/gpt_small.lua --preset gpt2 --device cuda:
+-- padded to 50304, batch 8; or --preset gpt2-medium, GPT-2 350M, and --batch N) on one GPU
+-- through recipes/gpt_small.lua --preset gpt2 --device cuda:
 -- tokens/s, forward / backward / optimizer ms, model TFLOP/s and MFU, and GPU memory, for AdamW
 -- and Muon (bf16 Newton-Schulz) with the model's GEMMs in tf32 and in bf16 (bf16 operands, fp32
 -- sums, fp32 weights and activations: autocast's GEMMs), and AdamW with exact fp32 GEMMs as the
@@ -8,7 +9,9 @@
 -- times, each keeping its best run (highest tokens/s); a run's figures are the mean over steps
 -- 6..N of its JSON log. The table has the columns of bench/peers/torch_gpt2.py, the PyTorch peer
 -- on the same GPU and shapes.
--- Usage: bin/lwopt run bench/gpt2_gpu.lua [steps] [repeats]   (from the repo root; 30 2)
+-- Usage: bin/lwopt run bench/gpt2_gpu.lua [steps] [repeats] [--preset gpt2|gpt2-medium]
+--        [--batch N] [--quick]   (from the repo root; 30 2 gpt2 8; --quick: only the bf16
+--        parameter pair, the recipe's GPU default, and Muon's cost at bf16)
 --        bin/lwopt run bench/gpt2_gpu.lua --write-shard PATH   (only the token shard the runs
 --        train on, for a profiler to run the recipe on: scripts/gpu-run.sh)
 -- Exit 77 (skipped) when `bin/lwopt device cuda` finds no usable GPU; 1 when a run fails.
@@ -18,23 +21,52 @@ local arch = require("lwopt.arch")
 local route = require("lwopt.route")
 
 local SCRIPT = "bench/gpt2_gpu.lua"
--- Positional argument i as a positive integer, default when absent; a usage error ends the
--- script with exit 2.
-local function count(i, what, default)
-   if arg[i] == nil then return default end
-   local v = tonumber(arg[i])
-   if v == nil or v < 1 or v ~= math.floor(v) then
-      io.stderr:write(("%s: %s must be a positive integer, got '%s'\nusage: bin/lwopt run %s "
-         .. "[steps] [repeats]\n"):format(SCRIPT, what, tostring(arg[i]), SCRIPT))
-      os.exit(2)
-   end
-   return v
+local USAGE = ("usage: bin/lwopt run %s [steps] [repeats] [--preset gpt2|gpt2-medium] "
+   .. "[--batch N] [--quick]\n"):format(SCRIPT)
+-- A usage error ends the script with exit 2.
+local function usage_error(text)
+   io.stderr:write(("%s: %s\n%s"):format(SCRIPT, text, USAGE))
+   os.exit(2)
 end
-local shard_only = arg[1] == "--write-shard" and arg[2]
-local steps, repeats = 30, 2
-if not shard_only then steps, repeats = count(1, "steps", 30), count(2, "repeats", 2) end
-
-local L, C, H, T, B = 12, 768, 12, 1024, 8 -- GPT-2 124M, the recipe's --preset gpt2
+-- v as a positive integer, or the usage error naming what it is.
+local function count(v, what)
+   local n = tonumber(v)
+   if n == nil or n < 1 or n ~= math.floor(n) then
+      usage_error(("%s must be a positive integer, got '%s'"):format(what, tostring(v)))
+   end
+   return n
+end
+-- The arguments: up to two positional counts, then options (--write-shard PATH alone writes the
+-- token shard the runs train on, for a profiler: scripts/gpu-run.sh).
+local opts, positional, shard_only = { preset = "gpt2", batch = 8, quick = false }, {}, nil
+do
+   local i = 1
+   while arg[i] ~= nil do
+      local a = arg[i]
+      if a == "--write-shard" or a == "--preset" or a == "--batch" then
+         if arg[i + 1] == nil then usage_error(a .. " needs a value") end
+         if a == "--write-shard" then shard_only = arg[i + 1]
+         elseif a == "--preset" then opts.preset = arg[i + 1]
+         else opts.batch = count(arg[i + 1], "--batch") end
+         i = i + 2
+      elseif a == "--quick" then
+         opts.quick, i = true, i + 1
+      elseif a:sub(1, 2) == "--" then
+         usage_error(("unknown option '%s'"):format(a))
+      else
+         positional[#positional + 1], i = a, i + 1
+      end
+   end
+end
+if #positional > 2 then usage_error("at most two counts, steps and repeats") end
+local steps = positional[1] and count(positional[1], "steps") or 30
+local repeats = positional[2] and count(positional[2], "repeats") or 2
+local MODELS = { gpt2 = "GPT-2 124M", ["gpt2-medium"] = "GPT-2 350M" }
+if MODELS[opts.preset] == nil then
+   usage_error(("--preset must be gpt2 or gpt2-medium, got '%s'"):format(opts.preset))
+end
+local preset = require("lwopt.presets").presets[opts.preset]
+local L, C, H, T, B = preset.n_layer, preset.n_embd, preset.n_head, preset.seq, opts.batch
 local VOCAB_DATA, VOCAB = 50257, 50304     -- the tokenizer's, and the model's padded table
 local TOKENS_PER_STEP = B * T
 -- Steps left out of the means: the first ones allocate, plan GEMMs and warm the clocks.
@@ -146,7 +178,7 @@ end
 local NS_SHARE = NS_FLOPS / (MODEL_FLOPS_PER_STEP + NS_FLOPS)
 
 -- AdamW in fp32 is the baseline (exact GEMMs on CUDA cores); Muon's cost is taken per precision
--- against AdamW's in the same one (MUON_COST_MATMULS). Parameters fp32 (as the runs before bf16
+-- against AdamW's in the same one (MUON_COST_PAIRS). Parameters fp32 (as the runs before bf16
 -- parameters were measured), and Muon and AdamW with bf16 GEMMs also on bf16 parameters with
 -- fp32 master weights (the recipe's default on a GPU).
 local CONFIGS = {
@@ -158,10 +190,22 @@ local CONFIGS = {
    { optimizer = "adamw", matmul = "bf16", params = "bf16" },
    { optimizer = "muon", matmul = "bf16", params = "bf16" },
 }
-local MUON_COST_MATMULS = { "tf32", "bf16" }
+-- --quick: the GPU default's pair alone (a run at another batch or model size)
+if opts.quick then
+   CONFIGS = { CONFIGS[6], CONFIGS[7] }
+end
+-- Muon's cost over AdamW, per pair of configurations in the run: the GEMMs' precision and the
+-- parameters' dtype of each pair
+local MUON_COST_PAIRS = opts.quick and { { "bf16", "bf16" } }
+   or { { "tf32", "fp32" }, { "bf16", "fp32" } }
+-- (a model or batch other than GPT-2 124M at batch 8 is named in the label, so that a report
+-- reading several runs' tables keeps them apart)
+local SHAPE = (opts.preset ~= "gpt2" or B ~= 8)
+   and ("(%s, batch %d) "):format(MODELS[opts.preset], B) or ""
 local function label(c)
-   return ("lwopt %s, %s GEMMs%s"):format(c.optimizer == "muon" and "muon (bf16 NS)" or "adamw",
-      c.matmul, c.params == "bf16" and ", bf16 params" or "")
+   return ("lwopt %s%s, %s GEMMs%s"):format(SHAPE,
+      c.optimizer == "muon" and "muon (bf16 NS)" or "adamw", c.matmul,
+      c.params == "bf16" and ", bf16 params" or "")
 end
 -- The key a configuration's best run is kept under.
 local function key_of(c) return c.optimizer .. c.matmul .. (c.params == "bf16" and "p16" or "") end
@@ -184,10 +228,10 @@ local function run(c, shard, k)
    local json = require("lwopt.json")
    local name = ("%s-%s-%s-%d"):format(c.optimizer, c.matmul, c.params, k)
    local log, out = ("%s/%s.jsonl"):format(dir, name), ("%s/%s.out"):format(dir, name)
-   local cmd = ("bin/lwopt run recipes/gpt_small.lua --device cuda --preset gpt2 --data %s "
+   local cmd = ("bin/lwopt run recipes/gpt_small.lua --device cuda --preset %s --data %s "
       .. "--vocab %d --batch %d --seq %d --optimizer %s --matmul %s%s --param-dtype %s "
-      .. "--steps %d --eval-every 0 --eval-max 1 --sample 0 --quiet --log %s"):format(shard,
-      VOCAB_DATA, B, T, c.optimizer, c.matmul,
+      .. "--steps %d --eval-every 0 --eval-max 1 --sample 0 --quiet --log %s"):format(opts.preset,
+      shard, VOCAB_DATA, B, T, c.optimizer, c.matmul,
       c.optimizer == "muon" and " --muon-precision bf16" or "", c.params, steps, log)
    local status = sh(cmd .. " > " .. out .. " 2>&1")
    local text = slurp(out)
@@ -270,8 +314,8 @@ local shard = dir .. "/tokens.bin"
 write_shard(shard, 2 ^ 22, 20240520)
 
 io.write((device_text:gsub("%s+$", "")), "\n\n")
-print(("GPT-2 124M: %d parameters (tied embedding once, position table included), batch %d x "
-   .. "%d = %d tokens per step"):format(N, B, T, TOKENS_PER_STEP))
+print(("%s: %d parameters (tied embedding once, position table included), batch %d x "
+   .. "%d = %d tokens per step"):format(MODELS[opts.preset], N, B, T, TOKENS_PER_STEP))
 print(("model FLOPs per token 6 N + 12 L H Q T = %.4f GFLOP; per step %.3f TFLOP")
    :format(FLOPS_PER_TOKEN / 1e9, MODEL_FLOPS_PER_STEP / 1e12))
 print(("Newton-Schulz per step (%d Muon matrices, 5 steps, full GEMMs) %.3f TFLOP: %.1f%% of "
@@ -310,10 +354,13 @@ print("\n(model TFLOP/s and MFU over the whole step, optimizer included; tensors
    .. "driver's, max over the run; on a GPU, opt ms is the host's time in the step, whose "
    .. "queued tail the next step's forward waits for)\n")
 
-for _, matmul in ipairs(MUON_COST_MATMULS) do
-   local a, m = best["adamw" .. matmul], best["muon" .. matmul]
+for _, pair in ipairs(MUON_COST_PAIRS) do
+   local matmul, params = pair[1], pair[2]
+   local a = best[key_of({ optimizer = "adamw", matmul = matmul, params = params })]
+   local m = best[key_of({ optimizer = "muon", matmul = matmul, params = params })]
    local cost = a.tps / m.tps - 1
-   print(("%s GEMMs: Muon's cost over AdamW %.3f (adamw / muon tokens/s - 1; opt ms %.1f against "
-      .. "%.1f, Muon's part %.1f); Newton-Schulz share of the step's FLOPs %.3f; ratio %.2f "
-      .. "(goal <= 1.25)"):format(matmul, cost, m.opt, a.opt, m.muon, NS_SHARE, cost / NS_SHARE))
+   print(("%s GEMMs, %s params: Muon's cost over AdamW %.3f (adamw / muon tokens/s - 1; opt ms "
+      .. "%.1f against %.1f, Muon's part %.1f); Newton-Schulz share of the step's FLOPs %.3f; "
+      .. "ratio %.2f (goal <= 1.25)"):format(matmul, params, cost, m.opt, a.opt, m.muon, NS_SHARE,
+      cost / NS_SHARE))
 end

@@ -15,7 +15,8 @@
 #   machine.txt  the commit, nvidia-smi, the GPU as lwopt sees it
 #   build.log    configure and build
 #   tests.log    the GPU tests, and everything they printed (ctest's LastTest.log)
-#   bench.log    bench_cuda_* (attention per layer among them) and bench/gpt2_gpu.lua
+#   bench.log    bench_cuda_* (attention per layer among them) and bench/gpt2_gpu.lua (then,
+#                budget left, its quick runs at batch 16 and on GPT-2 350M)
 #   peers.log    the PyTorch peers (torch_attention.py: SDPA on bench_cuda_attention's shapes)
 #   profile.txt  the profiler's output (CSV)
 # Exits non-zero when there is no GPU, the build fails or a test fails; a benchmark that fails is
@@ -145,6 +146,10 @@ if [ "$bench" = 1 ]; then
             --metrics gpu__time_duration.sum "${profiled[@]}"
     fi
     rm -rf "$(dirname "$shard")"
+    # what is left of the budget: the GPU default's pair at batch 16 and on GPT-2 350M
+    step bench_gpt2_b16 bench.log 120 bin/lwopt run bench/gpt2_gpu.lua 20 1 --batch 16 --quick
+    step bench_gpt2_350m bench.log 150 bin/lwopt run bench/gpt2_gpu.lua 20 1 \
+        --preset gpt2-medium --quick
 fi
 
 {

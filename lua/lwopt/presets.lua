@@ -20,6 +20,10 @@ presets.presets = {
    -- FineWeb run (a global batch of 64 sequences of 1024: --batch 8 x --accum 8 / ranks)
    gpt2 = { n_layer = 12, n_embd = 768, n_head = 12, seq = 1024, batch = 8, steps = 18865,
             lr = 6e-4, warmup = 700, eval_every = 250, vocab = tokens_mod.GPT2_VOCAB },
+   -- GPT-2 350M (GPT-2 medium): 24 layers x 1024, 16 heads, on gpt2's schedule
+   ["gpt2-medium"] = { n_layer = 24, n_embd = 1024, n_head = 16, seq = 1024, batch = 8,
+                       steps = 18865, lr = 3e-4, warmup = 700, eval_every = 250,
+                       vocab = tokens_mod.GPT2_VOCAB },
    -- a small mixture of experts: every MLP replaced by 8 experts (4c hidden each), top-2
    moe = { n_layer = 4, n_embd = 128, n_head = 4, seq = 128, batch = 8, steps = 300, lr = 3e-3,
            warmup = 30, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB, n_expert = 8 },

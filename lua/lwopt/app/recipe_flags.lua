@@ -25,8 +25,8 @@ for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
 end
 
 recipe_flags.list = {
-   { "preset", { "tiny", "small", "wide", "gpt2", "moe" }, "small", "model and schedule size "
-     .. "(moe: 4 layers x 128, 8 experts, top-2)" },
+   { "preset", { "tiny", "small", "wide", "gpt2", "gpt2-medium", "moe" }, "small",
+     "model and schedule size (moe: 4 layers x 128, 8 experts, top-2)" },
    { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
    { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split" },
