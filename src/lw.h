@@ -700,8 +700,8 @@ lw_status lw_vec_axpy(lw_stream *stream, float *y, float alpha, const float *x, 
  * uint16_t: the raw bits of one value, nothing else, in the host's byte order. The two
  * conversions serve bf16 parameters with fp32 master weights: the optimizer updates the fp32
  * copy and writes it back rounded, and the buffers widen a bf16 parameter into an fp32 view for
- * the kernels that read fp32 (norms, biases). y and x are n elements each, in the stream's device memory, and must not overlap;
- * n <= 0 does nothing. Every device gives the same bits. */
+ * the kernels that read fp32 (norms, biases). y and x are n elements each, in the stream's
+ * device memory, and must not overlap; n <= 0 does nothing. Every device gives the same bits. */
 /* y[i] = x[i] rounded to bf16, to nearest, ties to even (IEEE 754 roundTiesToEven): subnormals
  * rounded as any other value (bf16 has fp32's exponent range: no flush to zero), signed zeros
  * and infinities kept. A finite magnitude of 3.3961775e38 (0x7F7F8000) or more, the midpoint
@@ -1096,8 +1096,9 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * two tables (the embedding's wte and wpe) takes one w_dtype for both.
  * The activations that only feed matrix products come in either dtype too: a linear layer's
  * input x (x_dtype), the layer norm's, GELU's and the attention's outputs (y_dtype, out_dtype:
- * computed in fp32 and rounded to nearest even, the bits lw_vec_to_bf16 gives). bf16 ones halve their memory and
- * spare the bf16 GEMMs a rounding pass; read by fp32 products they are widened like weights.
+ * computed in fp32 and rounded to nearest even, the bits lw_vec_to_bf16 gives). bf16 ones halve
+ * their memory and spare the bf16 GEMMs a rounding pass; read by fp32 products they are widened
+ * like weights.
  * Everything else (the residual stream, gradients, statistics) is fp32. */
 
 /* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype. */

@@ -1421,8 +1421,8 @@ static void after_add_layernorm(const kernel_case *k, const run *r) {
         expect(k, r,
                fused != NULL && separate != NULL &&
                    memcmp(fused, separate, 4 * (size_t)sizes[i]) == 0,
-               forward ? "the fused forward is lw_vec_add then lw_layernorm_forward, bit for bit"
-                       : "the fused backward is lw_vec_add then lw_layernorm_backward, bit for bit");
+               forward ? "the fused forward is the two kernels it replaces, bit for bit"
+                       : "the fused backward is the two kernels it replaces, bit for bit");
     }
 }
 
