@@ -16,7 +16,7 @@
 #   build.log    configure and build
 #   tests.log    the GPU tests, and everything they printed (ctest's LastTest.log)
 #   bench.log    bench_cuda_* (attention per layer among them) and bench/gpt2_gpu.lua (then,
-#                budget left, its quick runs at batch 16 and on GPT-2 350M)
+#                budget left, its quick runs at batch 16 and on GPT-2 350M, bench/bf16_band.lua)
 #   peers.log    the PyTorch peers (torch_attention.py: SDPA on bench_cuda_attention's shapes)
 #   profile.txt  the profiler's output (CSV)
 # Exits non-zero when there is no GPU, the build fails or a test fails; a benchmark that fails is
@@ -146,10 +146,12 @@ if [ "$bench" = 1 ]; then
             --metrics gpu__time_duration.sum "${profiled[@]}"
     fi
     rm -rf "$(dirname "$shard")"
-    # what is left of the budget: the GPU default's pair at batch 16 and on GPT-2 350M
+    # what is left of the budget: the GPU default's pair at batch 16 and on GPT-2 350M, and the
+    # bf16 run's loss curve against the fp32 run's over 200 steps
     step bench_gpt2_b16 bench.log 120 bin/lwopt run bench/gpt2_gpu.lua 20 1 --batch 16 --quick
     step bench_gpt2_350m bench.log 150 bin/lwopt run bench/gpt2_gpu.lua 20 1 \
         --preset gpt2-medium --quick
+    step bf16_band bench.log 120 bin/lwopt run bench/bf16_band.lua --device cuda
 fi
 
 {
