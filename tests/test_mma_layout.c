@@ -185,6 +185,41 @@ static const float LOG2E = 1.44269504088896341f;
 
 enum { MAX_ND = 16, MAX_NT = 8, MAX_KD = 8 }; /* hd 128: 16 C tiles of output, 8 k steps */
 
+/* The kernel's score_pair on every lane: s = X Y^T and dp = W Z^T (lane-major, MAX_NT tiles a
+ * lane), X and W warp w's rows of two tiles, Y and Z the step's nt columns of two tiles. */
+static void emu_score_pair(float (*s)[4], float (*dp)[4], const uint16_t *x, const uint16_t *w,
+                           const uint16_t *y, const uint16_t *z, int warp, int nt, int hd) {
+    for (int kk = 0; kk < hd / 16; kk++) {
+        uint32_t xa[32][4], wa[32][4], b[32][4];
+        emu_load_block(xa, x, LWC_FA_WARP_ROWS * warp, 16 * kk, LWC_LDSM_A, hd);
+        emu_load_block(wa, w, LWC_FA_WARP_ROWS * warp, 16 * kk, LWC_LDSM_A, hd);
+        for (int jj = 0; jj < nt / 2; jj++) {
+            emu_load_block(b, y, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
+            emu_mma(s, MAX_NT, 2 * jj, xa, 1, b, 0);
+            emu_mma(s, MAX_NT, 2 * jj + 1, xa, 1, b, 1);
+            emu_load_block(b, z, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
+            emu_mma(dp, MAX_NT, 2 * jj, wa, 1, b, 0);
+            emu_mma(dp, MAX_NT, 2 * jj + 1, wa, 1, b, 1);
+        }
+    }
+}
+
+/* The kernel's accumulate on every lane: acc (lane-major, MAX_ND tiles a lane) += P T, P the
+ * lanes' nt C tiles of p (lane-major, MAX_NT a lane), T the step's tile read transposed. */
+static void emu_accumulate(float (*acc)[4], float (*p)[MAX_NT][4], const uint16_t *tile, int nt,
+                           int hd) {
+    for (int kk = 0; kk < nt / 2; kk++) {
+        uint32_t pa[32][4], b[32][4];
+        for (int ln = 0; ln < 32; ln++)
+            emu_pack(p[ln], kk, pa[ln]);
+        for (int jj = 0; jj < hd / 16; jj++) {
+            emu_load_block(b, tile, 16 * kk, 16 * jj, LWC_LDSM_BT, hd);
+            emu_mma(acc, MAX_ND, 2 * jj, pa, 1, b, 0);
+            emu_mma(acc, MAX_ND, 2 * jj + 1, pa, 1, b, 1);
+        }
+    }
+}
+
 /* One shared memory of `bytes`, as the kernel's (tiles placed at the kernel's offsets). */
 static uint16_t *smem_of(int hd, int kernel) {
     return calloc(lwc_fa_smem_bytes(hd, kernel), 1);
@@ -252,17 +287,7 @@ static void emulate_forward(float *out, float *lse, const float *qkv, int64_t b,
                     lwc_fa_rescale(o[w][ln], ND, alpha);
                 }
                 /* 5. */
-                for (int kk = 0; kk < NT / 2; kk++) {
-                    uint32_t pa[32][4];
-                    for (int ln = 0; ln < 32; ln++)
-                        emu_pack(s[ln], kk, pa[ln]);
-                    for (int jj = 0; jj < ND / 2; jj++) {
-                        uint32_t bv[32][4];
-                        emu_load_block(bv, vs, 16 * kk, 16 * jj, LWC_LDSM_BT, hd);
-                        emu_mma(&o[w][0][0], MAX_ND, 2 * jj, pa, 1, bv, 0);
-                        emu_mma(&o[w][0][0], MAX_ND, 2 * jj + 1, pa, 1, bv, 1);
-                    }
-                }
+                emu_accumulate(&o[w][0][0], s, vs, NT, hd);
             }
         }
         /* 6. */
@@ -291,7 +316,7 @@ static void emulate_forward(float *out, float *lse, const float *qkv, int64_t b,
 static void emulate_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
                              int64_t heads) {
-    const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, ND = hd / 8, KD = hd / 16;
+    const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, ND = hd / 8;
     const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float scale = 1.0f / sqrtf((float)hd), sc = scale * LOG2E;
     const int64_t c3 = 3 * c;
@@ -341,39 +366,14 @@ static void emulate_backward(float *dqkv, const float *dout, const float *qkv, c
                     /* 3. */
                     float s[32][MAX_NT][4], dp[32][MAX_NT][4];
                     memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
-                    for (int kk = 0; kk < KD; kk++) {
-                        uint32_t ka[32][4], va[32][4], bq[32][4];
-                        emu_load_block(ka, ks, LWC_FA_WARP_ROWS * w, 16 * kk, LWC_LDSM_A, hd);
-                        emu_load_block(va, vs, LWC_FA_WARP_ROWS * w, 16 * kk, LWC_LDSM_A, hd);
-                        for (int jj = 0; jj < NT / 2; jj++) {
-                            emu_load_block(bq, qs, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
-                            emu_mma(&s[0][0], MAX_NT, 2 * jj, ka, 1, bq, 0);
-                            emu_mma(&s[0][0], MAX_NT, 2 * jj + 1, ka, 1, bq, 1);
-                            emu_load_block(bq, os, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
-                            emu_mma(&dp[0][0], MAX_NT, 2 * jj, va, 1, bq, 0);
-                            emu_mma(&dp[0][0], MAX_NT, 2 * jj + 1, va, 1, bq, 1);
-                        }
-                    }
+                    emu_score_pair(&s[0][0], &dp[0][0], ks, vs, qs, os, w, NT, hd);
                     /* 4. */
                     const bool masked = lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t);
                     for (int ln = 0; ln < 32; ln++)
                         lwc_fa_grad_kv(s[ln], dp[ln], NT, ln, ls, ds, row0, q0, t, masked, sc);
                     /* 5. */
-                    for (int kk = 0; kk < NT / 2; kk++) {
-                        uint32_t pa[32][4], da[32][4], bo[32][4];
-                        for (int ln = 0; ln < 32; ln++) {
-                            emu_pack(s[ln], kk, pa[ln]);
-                            emu_pack(dp[ln], kk, da[ln]);
-                        }
-                        for (int jj = 0; jj < ND / 2; jj++) {
-                            emu_load_block(bo, os, 16 * kk, 16 * jj, LWC_LDSM_BT, hd);
-                            emu_mma(&acc_b[w][0][0], MAX_ND, 2 * jj, pa, 1, bo, 0);
-                            emu_mma(&acc_b[w][0][0], MAX_ND, 2 * jj + 1, pa, 1, bo, 1);
-                            emu_load_block(bo, qs, 16 * kk, 16 * jj, LWC_LDSM_BT, hd);
-                            emu_mma(&acc_a[w][0][0], MAX_ND, 2 * jj, da, 1, bo, 0);
-                            emu_mma(&acc_a[w][0][0], MAX_ND, 2 * jj + 1, da, 1, bo, 1);
-                        }
-                    }
+                    emu_accumulate(&acc_b[w][0][0], s, os, NT, hd); /* dv */
+                    emu_accumulate(&acc_a[w][0][0], dp, qs, NT, hd); /* dk */
                 }
             }
             /* 6. */
@@ -429,35 +429,14 @@ static void emulate_backward(float *dqkv, const float *dout, const float *qkv, c
                     /* 3. */
                     float s[32][MAX_NT][4], dp[32][MAX_NT][4];
                     memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
-                    for (int kk = 0; kk < KD; kk++) {
-                        uint32_t qa[32][4], oa[32][4], bk[32][4];
-                        emu_load_block(qa, qs, LWC_FA_WARP_ROWS * w, 16 * kk, LWC_LDSM_A, hd);
-                        emu_load_block(oa, os, LWC_FA_WARP_ROWS * w, 16 * kk, LWC_LDSM_A, hd);
-                        for (int jj = 0; jj < NT / 2; jj++) {
-                            emu_load_block(bk, ks, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
-                            emu_mma(&s[0][0], MAX_NT, 2 * jj, qa, 1, bk, 0);
-                            emu_mma(&s[0][0], MAX_NT, 2 * jj + 1, qa, 1, bk, 1);
-                            emu_load_block(bk, vs, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
-                            emu_mma(&dp[0][0], MAX_NT, 2 * jj, oa, 1, bk, 0);
-                            emu_mma(&dp[0][0], MAX_NT, 2 * jj + 1, oa, 1, bk, 1);
-                        }
-                    }
+                    emu_score_pair(&s[0][0], &dp[0][0], qs, os, ks, vs, w, NT, hd);
                     /* 4. */
                     const bool masked = lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t);
                     for (int ln = 0; ln < 32; ln++)
                         lwc_fa_grad_q(s[ln], dp[ln], NT, ln, lr[w][ln], dr[w][ln], row0, k0, t,
                                       masked, sc);
                     /* 5. */
-                    for (int kk = 0; kk < NT / 2; kk++) {
-                        uint32_t da[32][4], bk[32][4];
-                        for (int ln = 0; ln < 32; ln++)
-                            emu_pack(s[ln], kk, da[ln]);
-                        for (int jj = 0; jj < ND / 2; jj++) {
-                            emu_load_block(bk, ks, 16 * kk, 16 * jj, LWC_LDSM_BT, hd);
-                            emu_mma(&acc_a[w][0][0], MAX_ND, 2 * jj, da, 1, bk, 0);
-                            emu_mma(&acc_a[w][0][0], MAX_ND, 2 * jj + 1, da, 1, bk, 1);
-                        }
-                    }
+                    emu_accumulate(&acc_a[w][0][0], s, ks, NT, hd); /* dq */
                 }
             }
             /* 6. */

@@ -91,6 +91,51 @@ __device__ __forceinline__ void quad_sum(float *v) {
     }
 }
 
+// Two score tiles at once, as both backward kernels take them: s = X Y^T and dp = W Z^T over the
+// head dim, X and W the warp's 16 rows of two [rows][D] tiles (A operands), Y and Z the step's NT
+// columns of two [n][D] tiles (B operands, two 8-column tiles per ldmatrix).
+template <int D, int NT>
+__device__ __forceinline__ void score_pair(float (*s)[4], float (*dp)[4], const uint16_t *x,
+                                           const uint16_t *w, const uint16_t *y,
+                                           const uint16_t *z, int warp, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t xa[4], wa[4];
+        load_block<D, LWC_LDSM_A>(xa, x, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+        load_block<D, LWC_LDSM_A>(wa, w, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
+#pragma unroll
+        for (int jj = 0; jj < NT / 2; jj++) {
+            uint32_t b[4];
+            load_block<D, LWC_LDSM_B>(b, y, 16 * jj, 16 * kk, lane);
+            mma(s[2 * jj], xa, b[0], b[1]);
+            mma(s[2 * jj + 1], xa, b[2], b[3]);
+            load_block<D, LWC_LDSM_B>(b, z, 16 * jj, 16 * kk, lane);
+            mma(dp[2 * jj], wa, b[0], b[1]);
+            mma(dp[2 * jj + 1], wa, b[2], b[3]);
+        }
+    }
+}
+
+// acc (D / 8 C tiles) += P T: P the warp's NT C tiles, packed in pairs as A operands, T the
+// step's [NT * 8][D] tile read transposed by ldmatrix as B operands (O += P V, dV += P^T dO,
+// dK += dS^T Q, dQ += dS K).
+template <int D, int NT>
+__device__ __forceinline__ void accumulate(float (*acc)[4], float (*p)[4], const uint16_t *tile,
+                                           int lane) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        uint32_t pa[4];
+        lwc_fa_pack_a(p, kk, pa);
+#pragma unroll
+        for (int jj = 0; jj < D / 16; jj++) {
+            uint32_t b[4];
+            load_block<D, LWC_LDSM_BT>(b, tile, 16 * kk, 16 * jj, lane);
+            mma(acc[2 * jj], pa, b[0], b[1]);
+            mma(acc[2 * jj + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
 // g[col], g[col + 1] += x, y (a lane's two columns of a row of dqkv; col even, g 8-byte aligned)
 __device__ __forceinline__ void add2(float *g, float x, float y) {
     float2 *p = reinterpret_cast<float2 *>(g);
@@ -155,18 +200,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         lwc_fa_softmax(s, NT, sc, mx, m, l, alpha);
         lwc_fa_rescale(o, ND, alpha);
         // 5. O += P V: P's C tiles as A operands, V's B operands transposed by ldmatrix
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t pa[4];
-            lwc_fa_pack_a(s, kk, pa);
-#pragma unroll
-            for (int jj = 0; jj < ND / 2; jj++) {
-                uint32_t b[4];
-                load_block<D, LWC_LDSM_BT>(b, vs, 16 * kk, 16 * jj, lane);
-                mma(o[2 * jj], pa, b[0], b[1]);
-                mma(o[2 * jj + 1], pa, b[2], b[3]);
-            }
-        }
+        accumulate<D, NT>(o, s, vs, lane);
     }
     // 6. the rows' sums over the quad; out = O / l, lse
     quad_sum(l);
@@ -192,7 +226,7 @@ __global__ void __launch_bounds__(THREADS)
     flash_mma_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
                           const float *dd, int t, int c, int nh, int tiles, float scale,
                           float sc) {
-    constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
+    constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
     uint16_t *os = qs + M * LD;
@@ -226,42 +260,13 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads();
         // 3. S^T = K Q^T and dP^T = V dO^T, the warp's keys as A operands
         float s[NT][4] = {}, dp[NT][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t ka[4], va[4];
-            load_block<D, LWC_LDSM_A>(ka, ks, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
-            load_block<D, LWC_LDSM_A>(va, vs, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
-#pragma unroll
-            for (int jj = 0; jj < NT / 2; jj++) {
-                uint32_t b[4];
-                load_block<D, LWC_LDSM_B>(b, qs, 16 * jj, 16 * kk, lane);
-                mma(s[2 * jj], ka, b[0], b[1]);
-                mma(s[2 * jj + 1], ka, b[2], b[3]);
-                load_block<D, LWC_LDSM_B>(b, os, 16 * jj, 16 * kk, lane);
-                mma(dp[2 * jj], va, b[0], b[1]);
-                mma(dp[2 * jj + 1], va, b[2], b[3]);
-            }
-        }
+        score_pair<D, NT>(s, dp, ks, vs, qs, os, warp, lane);
         // 4. P^T and dS^T (masked on the diagonal's steps and past t)
         lwc_fa_grad_kv(s, dp, NT, lane, ls, ds, row0, q0, t,
                        lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t), sc);
         // 5. dV += P^T dO, dK += dS^T Q
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t pa[4], da[4];
-            lwc_fa_pack_a(s, kk, pa);
-            lwc_fa_pack_a(dp, kk, da);
-#pragma unroll
-            for (int jj = 0; jj < ND / 2; jj++) {
-                uint32_t b[4];
-                load_block<D, LWC_LDSM_BT>(b, os, 16 * kk, 16 * jj, lane);
-                mma(dv[2 * jj], pa, b[0], b[1]);
-                mma(dv[2 * jj + 1], pa, b[2], b[3]);
-                load_block<D, LWC_LDSM_BT>(b, qs, 16 * kk, 16 * jj, lane);
-                mma(dk[2 * jj], da, b[0], b[1]);
-                mma(dk[2 * jj + 1], da, b[2], b[3]);
-            }
-        }
+        accumulate<D, NT>(dv, s, os, lane);
+        accumulate<D, NT>(dk, dp, qs, lane);
     }
     // 6. dqkv's k part += scale dK, its v part += dV
 #pragma unroll
@@ -283,7 +288,7 @@ template <int D>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     flash_mma_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
                         const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
-    constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
+    constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
     uint16_t *vs = ks + LWC_FA_STEP * LD;
@@ -318,38 +323,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         __syncthreads();
         // 3. S = Q K^T and dP = dO V^T, the warp's rows as A operands
         float s[NT][4] = {}, dp[NT][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t qa[4], oa[4];
-            load_block<D, LWC_LDSM_A>(qa, qs, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
-            load_block<D, LWC_LDSM_A>(oa, os, LWC_FA_WARP_ROWS * warp, 16 * kk, lane);
-#pragma unroll
-            for (int jj = 0; jj < NT / 2; jj++) {
-                uint32_t b[4];
-                load_block<D, LWC_LDSM_B>(b, ks, 16 * jj, 16 * kk, lane);
-                mma(s[2 * jj], qa, b[0], b[1]);
-                mma(s[2 * jj + 1], qa, b[2], b[3]);
-                load_block<D, LWC_LDSM_B>(b, vs, 16 * jj, 16 * kk, lane);
-                mma(dp[2 * jj], oa, b[0], b[1]);
-                mma(dp[2 * jj + 1], oa, b[2], b[3]);
-            }
-        }
+        score_pair<D, NT>(s, dp, qs, os, ks, vs, warp, lane);
         // 4. dS = P (dP - D), into s
         lwc_fa_grad_q(s, dp, NT, lane, lr, dr, row0, k0, t,
                       lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t), sc);
         // 5. dQ += dS K
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t da[4];
-            lwc_fa_pack_a(s, kk, da);
-#pragma unroll
-            for (int jj = 0; jj < ND / 2; jj++) {
-                uint32_t b[4];
-                load_block<D, LWC_LDSM_BT>(b, ks, 16 * kk, 16 * jj, lane);
-                mma(dq[2 * jj], da, b[0], b[1]);
-                mma(dq[2 * jj + 1], da, b[2], b[3]);
-            }
-        }
+        accumulate<D, NT>(dq, s, ks, lane);
     }
     // 6. dqkv's q part += scale dQ
 #pragma unroll
