@@ -13,23 +13,11 @@ Usage: python3 bench/peers/torch_attention.py [--repeats N] [--calls N]
 """
 import argparse
 import sys
-import time
+
+from gpu_peer import best_of, gpu_torch
 
 SHAPES = [(8, 1024, 768, 12), (8, 1024, 768, 6), (8, 2048, 768, 12), (8, 2048, 768, 6),
           (8, 4096, 768, 12), (8, 4096, 768, 6)]
-
-
-def best_of(torch, fn, repeats, calls):
-    fn()  # warm-up: the allocator, the backend's choice, clocks
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
 
 
 def main():
@@ -37,15 +25,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=10)
     args = parser.parse_args()
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        print("torch_attention.py: skipped: python3 cannot import torch")
+    torch = gpu_torch("torch_attention.py")
+    if torch is None:
         return 77
-    if not torch.cuda.is_available():
-        print("torch_attention.py: skipped: torch sees no GPU")
-        return 77
+    import torch.nn.functional as F
     torch.manual_seed(0)
     dev = torch.device("cuda")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda}"

@@ -31,6 +31,8 @@ import math
 import sys
 import time
 
+from gpu_peer import gpu_torch
+
 L, C, H, T, B = 12, 768, 12, 1024, 8  # GPT-2 124M, bench/gpt2_gpu.lua's shapes
 VOCAB_DATA, VOCAB = 50257, 50304
 TOKENS_PER_STEP = B * T
@@ -217,13 +219,8 @@ def main():
     args = parser.parse_args()
     if args.warmup < 1 or args.steps <= args.warmup:
         parser.error("need 1 <= --warmup < --steps")
-    try:
-        import torch
-    except ImportError:
-        print("torch_gpt2.py: skipped: python3 cannot import torch")
-        return 77
-    if not torch.cuda.is_available():
-        print("torch_gpt2.py: skipped: torch sees no GPU")
+    torch = gpu_torch("torch_gpt2.py")
+    if torch is None:
         return 77
     # as nanoGPT: fp32 GEMMs outside autocast may use tf32 tensor cores
     torch.set_float32_matmul_precision("high")

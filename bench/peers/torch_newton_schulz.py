@@ -12,7 +12,8 @@ Usage: python3 bench/peers/torch_newton_schulz.py [--repeats N] [--batch B]
 """
 import argparse
 import sys
-import time
+
+from gpu_peer import best_of, gpu_torch
 
 SHAPES = [
     ("GPT-2 124M", 768, 768), ("GPT-2 124M", 768, 2304), ("GPT-2 124M", 768, 3072),
@@ -45,19 +46,6 @@ def newton_schulz(torch, g, eps=1e-7):
     return x
 
 
-def best_of(torch, fn, repeats, calls):
-    fn(), fn()  # warm-up: allocator, cuBLAS heuristics, clocks
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
-
-
 def row(model, rows, cols, batch, impl, ms, tflops, gemm):
     print(f"| {model} | {rows}x{cols} | {batch} | {impl} | bf16 | {ms:.3f} | {tflops:.1f} | "
           f"{gemm:.1f} | {tflops / gemm:.2f} |", flush=True)
@@ -68,13 +56,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch", type=int, default=4)
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("torch_newton_schulz.py: skipped: python3 cannot import torch")
-        return 77
-    if not torch.cuda.is_available():
-        print("torch_newton_schulz.py: skipped: torch sees no GPU")
+    torch = gpu_torch("torch_newton_schulz.py")
+    if torch is None:
         return 77
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -89,15 +72,15 @@ def main():
     for model, rows, cols in SHAPES:
         p, q = min(rows, cols), max(rows, cols)
         a = torch.randn(p, q, device=dev, dtype=torch.bfloat16)
-        t = best_of(torch, lambda: a @ a.mT, args.repeats, 10)
+        t = best_of(torch, lambda: a @ a.mT, args.repeats, 10, warmups=2)
         gemm = 2.0 * p * p * q / t / 1e12
         gemms[(rows, cols)] = gemm
         g = torch.randn(rows, cols, device=dev)
-        t = best_of(torch, lambda: newton_schulz(torch, g), args.repeats, 3)
+        t = best_of(torch, lambda: newton_schulz(torch, g), args.repeats, 3, warmups=2)
         row(model, rows, cols, 1, "torch reference", 1e3 * t, ns_flops(rows, cols) / t / 1e12,
             gemm)
         gb = torch.randn(args.batch, rows, cols, device=dev)
-        t = best_of(torch, lambda: newton_schulz(torch, gb), args.repeats, 1)
+        t = best_of(torch, lambda: newton_schulz(torch, gb), args.repeats, 1, warmups=2)
         row(model, rows, cols, args.batch, "torch reference", 1e3 * t,
             args.batch * ns_flops(rows, cols) / t / 1e12, gemm)
         del a, g, gb
@@ -114,7 +97,7 @@ def main():
         for w in params:
             w.grad = torch.randn_like(w)
         opt = muon_cls(params, lr=0.02)
-        t = best_of(torch, opt.step, args.repeats, 1)
+        t = best_of(torch, opt.step, args.repeats, 1, warmups=2)
         row(model, rows, cols, args.batch, "torch.optim.Muon", 1e3 * t,
             args.batch * ns_flops(rows, cols) / t / 1e12, gemms[(rows, cols)])
         del params, opt
