@@ -14,14 +14,7 @@ local MPIRUN = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeou
 
 -- Runs the command from /tmp; its stdout, stderr and status.
 local function lwopt(args, launcher)
-   local err = os.tmpname()
-   local out, status = helpers.sh("cd /tmp && " .. (launcher or "") .. bin .. " " .. args .. " 2> "
-      .. err)
-   local f = assert(io.open(err))
-   local text = f:read("*a")
-   f:close()
-   os.remove(err)
-   return out, text, status
+   return helpers.sh_apart("cd /tmp && " .. (launcher or "") .. bin .. " " .. args)
 end
 
 -- The validation loss of the last record of a JSON-lines log.

@@ -18,15 +18,7 @@ local function sample_of(out)
 end
 
 -- Runs the command from /tmp (a user elsewhere); its stdout, stderr and status.
-local function lwopt(args)
-   local err = os.tmpname()
-   local out, status = helpers.sh("cd /tmp && " .. bin .. " " .. args .. " 2> " .. err)
-   local f = assert(io.open(err))
-   local text = f:read("*a")
-   f:close()
-   os.remove(err)
-   return out, text, status
-end
+local function lwopt(args) return helpers.sh_apart("cd /tmp && " .. bin .. " " .. args) end
 
 local function new_dir()
    local dir = os.tmpname()

@@ -26,6 +26,17 @@ function helpers.sh(command)
    return out:gsub("__status=%d+%s*$", ""), status
 end
 
+-- Runs a shell command with its stderr kept apart; returns its stdout, stderr and exit status.
+function helpers.sh_apart(command)
+   local err = os.tmpname()
+   local out, status = helpers.sh(command .. " 2> " .. err)
+   local f = assert(io.open(err))
+   local text = f:read("*a")
+   f:close()
+   os.remove(err)
+   return out, text, status
+end
+
 -- A temporary file holding text; returns its path.
 function helpers.tempfile(text)
    local path = os.tmpname()
