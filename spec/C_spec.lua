@@ -1,5 +1,5 @@
--- C_spec.lua: the FFI binding: generated declarations, errors raised with the C message, and a
--- clear message when the library cannot be found.
+-- C_spec.lua: the FFI binding: generated declarations, errors raised with the C message, a
+-- clear message when the library cannot be found, and the library kept loaded for its cdata.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 local helpers = require("helpers")
@@ -62,5 +62,31 @@ describe("lwopt.C", function()
       assert.not_equal(0, status)
       assert.matches("cannot load the library '/nonexistent/liblwopt.so'", out, 1, true)
       assert.matches("point LWOPT_LIB at liblwopt.so", out, 1, true)
+   end)
+
+   it("keeps the library loaded when its modules are dropped, for the finalizers of its cdata",
+      function()
+      -- parsed JSON documents are freed by lw_json_free when collected; with every lwopt module
+      -- dropped (as a host reloading modules does) one collection takes the library's namespace
+      -- and the documents together, and an unloaded library crashed the finalizers
+      local script = helpers.tempfile([[
+package.path = "lua/?.lua;lua/?/init.lua;build/lua/?.lua;" .. package.path
+collectgarbage("stop")
+do
+   local json = require("lwopt.json")
+   for i = 1, 200 do json.decode('{"a": [1, 2, 3], "b": "x"}') end
+end
+for name in pairs(package.loaded) do
+   if name:match("^lwopt") then package.loaded[name] = nil end
+end
+collectgarbage("restart")
+collectgarbage()
+collectgarbage()
+print("survived")
+]])
+      local out, status = helpers.sh("luajit " .. script)
+      os.remove(script)
+      assert.equal(0, status, out)
+      assert.equal("survived\n", out)
    end)
 end)

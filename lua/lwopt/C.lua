@@ -27,6 +27,13 @@ if not loaded then
       .. "); build it with make, or point LWOPT_LIB at liblwopt.so", 0)
 end
 
+-- The library stays loaded for the life of the process, whatever becomes of this module: the
+-- finalizers of cdata it made (buffers, parsed JSON) call into it, and a collection that took the
+-- library's namespace and such cdata in one cycle could unload it first and run them into
+-- unmapped code. A host that drops and reloads modules (busted's insulation between spec files
+-- did) would otherwise let that happen.
+debug.getregistry()["lwopt.C: " .. path] = lib
+
 local C = { lib = lib, path = path }
 
 -- The last C error message.
