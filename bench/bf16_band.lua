@@ -9,7 +9,6 @@
 -- Usage: bin/lwopt run bench/bf16_band.lua [--device cpu|cuda] [--steps N] [--preset NAME]
 --        (from the repo root; cpu, 200, small)
 local flags = require("lwopt.flags")
-local json = require("lwopt.json")
 local runs = dofile("bench/recipe_runs.lua")
 
 local v = assert(flags.parse(arg, {
@@ -45,26 +44,13 @@ local function losses(records)
    return out, val
 end
 
--- One run's step records. Its exit status is not asked: at the end the recipe draws the loss
--- curve with gnuplot, which a GPU machine may lack (exit 1 after the training); the log says
--- whether every step ran.
-local function run(args)
-   local log = os.tmpname()
-   local cmd = runs.command({ ranks = 1, threads = 2, args = args, log = log, quiet = true })
-   os.execute(cmd)
-   local records = {}
-   for line in io.lines(log) do
-      local rec = json.decode(line)
-      if rec.kind == "step" then records[#records + 1] = rec end
-   end
-   os.remove(log)
-   os.remove(log .. ".png")
-   return records, cmd
-end
-
 local result = {}
 for _, c in ipairs(configs) do
-   local records, cmd = run(common .. " " .. c.args)
+   -- the exit status is not asked: at the end the recipe draws the loss curve with gnuplot,
+   -- which a GPU machine may lack (exit 1 after the training); the records say whether every
+   -- step ran
+   local records, cmd = runs.run({ ranks = 1, threads = 2, args = common .. " " .. c.args,
+      quiet = true, any_status = true })
    local l, val = losses(records)
    if #l ~= v.steps then
       io.stderr:write(("%s: %d step records, %d expected: %s\n"):format(c.name, #l, v.steps, cmd))

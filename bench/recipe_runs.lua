@@ -28,7 +28,9 @@ end
 -- Runs the recipe once (runs.command's opts, without log) and returns its log's step records,
 -- one decoded table per step in order (the configuration record left out); the log, its loss
 -- curve and the temporary name are removed.
--- A failed run is an error naming its command.
+-- A failed run is an error naming its command; with opts.any_status its exit status is not
+-- asked (a run that trained but could not draw its loss curve, on a machine without gnuplot,
+-- exits 1): the caller counts the records.
 function runs.run(opts)
    local name = os.tmpname()
    local o = {}
@@ -36,18 +38,21 @@ function runs.run(opts)
    o.log = name .. ".jsonl"
    local cmd = runs.command(o)
    local ok = os.execute(cmd)
+   ok = ok == 0 or ok == true or opts.any_status
    local records = {}
-   if ok == 0 or ok == true then
-      for line in io.lines(o.log) do
+   local log = ok and io.open(o.log) -- none when a run ended before its first record
+   if log then
+      for line in log:lines() do
          local rec = dkjson.decode(line)
          if rec.kind ~= "config" then records[#records + 1] = rec end
       end
+      log:close()
    end
    os.remove(o.log)
    os.remove(name .. ".png")
    os.remove(name)
-   assert(ok == 0 or ok == true, "failed: " .. cmd)
-   return records
+   assert(ok, "failed: " .. cmd)
+   return records, cmd
 end
 
 -- A record's value at a path: "tokens_per_s", "time_ms.fwd", "by_rank.muon_ms.2" (a list's

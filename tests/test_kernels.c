@@ -940,9 +940,9 @@ static uint16_t *round_weights(float *w, int64_t n) {
     return bits;
 }
 
-/* A case's weights on the run's device as the kernel reads them: the bf16 bits when it has them,
- * else the fp32 values; *dtype says which. */
-static const void *input_weights(run *r, const float *w, const uint16_t *bits, int64_t n,
+/* A case's weights (or bf16 input) on the run's device as the kernel reads them: the bf16 bits
+ * when it has them, else the fp32 values; *dtype says which. */
+static const void *input_typed(run *r, const float *w, const uint16_t *bits, int64_t n,
                                  lw_dtype *dtype) {
     *dtype = bits != NULL ? LW_DTYPE_BF16 : LW_DTYPE_F32;
     return bits != NULL ? (const void *)input_bf16(r, bits, n) : (const void *)input(r, w, n);
@@ -1021,8 +1021,8 @@ static measure linear_gemm(lw_matmul m) {
 static void run_linear_forward(run *r, const void *p) {
     const linear_args *a = p;
     lw_dtype wt, xt;
-    const void *x = input_weights(r, a->x, a->x16, a->n * a->in, &xt);
-    const void *w = input_weights(r, a->w, a->w16, a->out * a->in, &wt);
+    const void *x = input_typed(r, a->x, a->x16, a->n * a->in, &xt);
+    const void *w = input_typed(r, a->w, a->w16, a->out * a->in, &wt);
     const float *b = a->bias ? input(r, a->b, a->out) : NULL;
     /* with both operands bf16 nothing is rounded: the lower precisions need not differ from
      * fp32's (only the sums' order does) */
@@ -1063,8 +1063,8 @@ static void run_linear_backward(run *r, const void *p) {
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
     const float *dy = input(r, a->dy, a->n * a->out);
     lw_dtype wt, xt;
-    const void *x = input_weights(r, a->x, a->x16, nx, &xt);
-    const void *w = input_weights(r, a->w, a->w16, nw, &wt);
+    const void *x = input_typed(r, a->x, a->x16, nx, &xt);
+    const void *w = input_typed(r, a->w, a->w16, nw, &wt);
     float *dx = accumulated(r, "dx", a->dx0, nx, linear_gemm(r->matmul));
     float *dw = accumulated(r, "dw", a->dw0, nw, linear_gemm(r->matmul));
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
@@ -1157,9 +1157,9 @@ static void run_embedding_forward(run *r, const void *p) {
     const int32_t *tokens = input_ids(r, a->tokens, n);
     for (int widened = 0; widened < 1 + (a->wte16 != NULL); widened++) {
         lw_dtype wt;
-        const void *wte = input_weights(r, a->wte, widened ? NULL : a->wte16, a->rows * a->c, &wt);
+        const void *wte = input_typed(r, a->wte, widened ? NULL : a->wte16, a->rows * a->c, &wt);
         const void *wpe =
-            a->wpe ? input_weights(r, a->pos, widened ? NULL : a->pos16, a->t * a->c, &wt) : NULL;
+            a->wpe ? input_typed(r, a->pos, widened ? NULL : a->pos16, a->t * a->c, &wt) : NULL;
         float *y = output(r, widened ? "y (widened)" : "y", n * a->c, bits());
         call(r, a->whole ? lw_embedding_forward(r->s, y, tokens, wte, wpe, wt, a->b, a->t, a->c)
                          : lw_embedding_range_forward(r->s, y, tokens, wte, wpe, wt, a->first,
@@ -1755,7 +1755,7 @@ static void run_cross_entropy_forward(run *r, const void *p) {
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
-        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *losses = output(r, widened ? "losses (widened)" : "losses", a->n, ml);
         float *lse = output(r, widened ? "lse (widened)" : "lse", a->n, ms);
         double loss = -1;
@@ -1775,7 +1775,7 @@ static void run_cross_entropy_backward(run *r, const void *p) {
     const measure m = ce_grad_measure(r->matmul);
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
-        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *dh =
             a->dh ? accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m)
                   : NULL;
@@ -1908,7 +1908,7 @@ static void run_partial_forward(run *r, const void *p) {
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
-        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *stats = output(r, widened ? "stats (widened)" : "stats", 3 * a->n,
                               head_stats_measure(r->matmul));
         call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
@@ -1942,7 +1942,7 @@ static void run_partial_backward(run *r, const void *p) {
     const measure m = head_grad_measure(r->matmul);
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
-        const void *w = input_weights(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
+        const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *dh = accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m);
         float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
         call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
