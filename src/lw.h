@@ -1081,7 +1081,7 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
 lw_status lw_optimizer_counters(const lw_optimizer *opt, int64_t *step, int64_t *skips);
 lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t skips);
 
-/* ---- model kernels (fp32 activations, row-major) ---------------------------------------------- *
+/* ---- model kernels (row-major; fp32 where no dtype is given) ---------------------------------- *
  * Forward and backward of the GPT building blocks, on raw pointers into the memory of the
  * stream's device (NULL stream: the CPU, whose kernels are the reference). Shapes: n rows (n =
  * batch * time), c channels. Every backward ACCUMULATES (+=) into its outputs (parameter
@@ -1094,17 +1094,19 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * for bit; bf16 matrix products read it as it is (no rounding step), fp32 ones widen it into
  * the stream's workspace first (the CPU: into memory it allocates for the call). A kernel with
  * two tables (the embedding's wte and wpe) takes one w_dtype for both.
- * The activations that only feed matrix products come in either dtype too: a linear layer's
- * input x (x_dtype), the layer norm's, GELU's and the attention's outputs (y_dtype, out_dtype:
- * computed in fp32 and rounded to nearest even, the bits lw_vec_to_bf16 gives). bf16 ones halve
- * their memory and spare the bf16 GEMMs a rounding pass; read by fp32 products they are widened
- * like weights.
+ * The activations that only feed matrix products, the attention or GELU come in either dtype
+ * too: a linear layer's input x (x_dtype) and output y (y_dtype), GELU's input, the attention's
+ * qkv, and the layer norm's, GELU's and the attention's outputs (y_dtype, out_dtype). A bf16
+ * output is computed in fp32 and rounded to nearest even (the bits lw_vec_to_bf16 gives); a bf16
+ * input is read as its exact fp32 widening. bf16 ones halve their memory and spare the bf16 GEMMs
+ * a rounding pass; read by fp32 products they are widened like weights.
  * Everything else (the residual stream, gradients, statistics) is fp32. */
 
-/* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype. */
-lw_status lw_linear_forward(lw_stream *stream, float *y, const void *x, lw_dtype x_dtype,
-                            const void *w, lw_dtype w_dtype, const float *b, int64_t n, int64_t in,
-                            int64_t out);
+/* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype, y of y_dtype (bf16:
+ * the fp32 result, bias included, rounded). */
+lw_status lw_linear_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                            lw_dtype x_dtype, const void *w, lw_dtype w_dtype, const float *b,
+                            int64_t n, int64_t in, int64_t out);
 /* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional). */
 lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const float *dy,
                              const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
@@ -1142,11 +1144,13 @@ lw_status lw_add_layernorm_backward(lw_stream *stream, float *dx, float *dg, flo
                                     const float *g, const float *mean, const float *rstd,
                                     int64_t n, int64_t c);
 
-/* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), y of y_dtype. */
-lw_status lw_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const float *x, int64_t n);
-/* dx += dy * gelu'(x) */
-lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
-                           int64_t n);
+/* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), y of y_dtype, x of
+ * x_dtype. */
+lw_status lw_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                          lw_dtype x_dtype, int64_t n);
+/* dx += dy * gelu'(x), x of x_dtype */
+lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const void *x,
+                           lw_dtype x_dtype, int64_t n);
 
 /* Causal multi-head self-attention, memory-efficient: no t x t matrix per head is kept between
  * forward and backward (the backward recomputes the probabilities from q, k and the saved
@@ -1159,14 +1163,15 @@ lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const 
  * square at all). */
 int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
                                     int64_t nh);
-/* out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32. */
+/* qkv of qkv_dtype; out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32. */
 lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
-                               float *scratch, const float *qkv, int64_t b, int64_t t, int64_t c,
-                               int64_t nh);
-/* dqkv[b, t, 3c] += ..., from the forward's qkv, out (of out_dtype) and lse. */
+                               float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
+                               int64_t t, int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype) and lse. */
 lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const void *out, lw_dtype out_dtype,
-                                const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh);
+                                const void *qkv, lw_dtype qkv_dtype, const void *out,
+                                lw_dtype out_dtype, const float *lse, int64_t b, int64_t t,
+                                int64_t c, int64_t nh);
 
 /* The LM head fused with softmax cross-entropy, in chunks of rows: logits = h[n, c] w[v, c]^T
  * are formed a chunk at a time in scratch (at least lw_cross_entropy_scratch_floats(stream, n,

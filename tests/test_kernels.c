@@ -948,24 +948,29 @@ static const void *input_typed(run *r, const float *w, const uint16_t *bits, int
     return bits != NULL ? (const void *)input_bf16(r, bits, n) : (const void *)input(r, w, n);
 }
 
-/* On the CPU, output `what` of the bf16 weights and its "(fp32 weights)" twin, n floats, agree bit
- * for bit. */
-static void same_as_widened(const kernel_case *k, const run *r, const char *what, int64_t n) {
-    if (!on_cpu(r->device)) return;
+/* Output `what` of the bf16 weights (or input) and its "(widened)" twin, n floats, agree bit for
+ * bit, on the run's device. */
+static void widening_exact(const kernel_case *k, const run *r, const char *what, int64_t n) {
     char twin[64];
     snprintf(twin, sizeof twin, "%s (widened)", what);
     const float *a = f32_of(r, what), *b = f32_of(r, twin);
     expect(k, r, a != NULL && b != NULL && memcmp(a, b, 4 * (size_t)n) == 0,
-           "bf16 weights give their widening's results, bit for bit");
+           "bf16 values give their widening's results, bit for bit");
+}
+/* The same on the CPU alone (a GPU may run another of cuBLAS's kernels on each). */
+static void same_as_widened(const kernel_case *k, const run *r, const char *what, int64_t n) {
+    if (on_cpu(r->device)) widening_exact(k, r, what, n);
 }
 
-/* The bf16 outputs (y_dtype or out_dtype bf16: the layer norm's, GELU's, the attention's) are
- * the same kernel's fp32 output rounded to nearest even: checked on each device against its own
- * fp32 output, bit for bit (after_bf16_output). Against the CPU they are compared by value with
- * the fp32 output's measure widened by a bf16 step (2^-8 of each value: where a device's fp32
- * value is an ulp from the CPU's, its rounding may land a step away). */
+/* The bf16 outputs (y_dtype or out_dtype bf16: the layer norm's, GELU's, the attention's, the
+ * linear layer's) are the same kernel's fp32 output rounded to nearest even: checked on each
+ * device against its own fp32 output, bit for bit (after_bf16_output; the linear layer's on the
+ * CPU, a GPU's bf16 GEMM output may come from another of cuBLAS's kernels). Against the CPU
+ * they are compared by value with the fp32 output's measure widened by a bf16 step: where a
+ * device's fp32 value is an ulp from the CPU's, its rounding may land a step away, and a step is
+ * 2^-7 of a value at the bottom of its binade (2^-8 at the top). */
 static measure bf16_step(measure m) {
-    if (m.kind == RELATIVE) m.tol += 1.0 / 256;
+    if (m.kind == RELATIVE) m.tol += 1.0 / 128;
     m.differ = 0;
     return m;
 }
@@ -1030,10 +1035,13 @@ static void run_linear_forward(run *r, const void *p) {
     if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
     /* y starts as NaN: without a bias the GEMM must not read it (beta 0) */
     float *y = output(r, "y", a->n * a->out, m);
-    call(r, lw_linear_forward(r->s, y, x, xt, w, wt, b, a->n, a->in, a->out));
+    call(r, lw_linear_forward(r->s, y, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in, a->out));
+    /* the same in bf16: the fp32 result, bias included, rounded once */
+    uint16_t *y16 = output_bf16_values(r, "y bf16", a->n * a->out, bf16_step(m));
+    call(r, lw_linear_forward(r->s, y16, LW_DTYPE_BF16, x, xt, w, wt, b, a->n, a->in, a->out));
     if (a->w16 == NULL && a->x16 == NULL) return;
     float *y32 = output(r, "y (widened)", a->n * a->out, m);
-    call(r, lw_linear_forward(r->s, y32, input(r, a->x, a->n * a->in), LW_DTYPE_F32,
+    call(r, lw_linear_forward(r->s, y32, LW_DTYPE_F32, input(r, a->x, a->n * a->in), LW_DTYPE_F32,
                               input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n, a->in,
                               a->out));
 }
@@ -1041,7 +1049,9 @@ static void run_linear_forward(run *r, const void *p) {
 static void after_linear_forward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
     if (a->w16 != NULL || a->x16 != NULL) same_as_widened(k, r, "y", a->n * a->out);
-    if (!on_cpu(r->device) || a->large) return;
+    if (!on_cpu(r->device)) return;
+    after_bf16_output(k, r, "y", a->n * a->out);
+    if (a->large) return;
     float *want = cpu_array(a->n * a->out);
     for (int64_t i = 0; i < a->n; i++)
         for (int64_t o = 0; o < a->out; o++) {
@@ -1465,6 +1475,8 @@ typedef struct {
     char shape[32];
     int64_t n;
     float *x, *dy, *dx0;
+    uint16_t *x16; /* x rounded to bf16 (the input an MLP's bf16 fc output gives) */
+    float *xw;     /* and widened again */
 } gelu_args;
 
 static const float gelu_specials[] = {0.0f,  -0.0f,  9.0f,     -9.0f,     9.0001f, -9.0001f,
@@ -1477,9 +1489,15 @@ static void run_gelu_forward(run *r, const void *p) {
     const float *x = input(r, a->x, a->n);
     float *y = output(r, "y", a->n, bits());
     r->nan_fed = any_nan(a->x, a->n);
-    call(r, lw_gelu_forward(r->s, y, LW_DTYPE_F32, x, a->n));
+    call(r, lw_gelu_forward(r->s, y, LW_DTYPE_F32, x, LW_DTYPE_F32, a->n));
     uint16_t *y16 = output_bf16_values(r, "y bf16", a->n, bits()); /* exact everywhere, as y */
-    call(r, lw_gelu_forward(r->s, y16, LW_DTYPE_BF16, x, a->n));
+    call(r, lw_gelu_forward(r->s, y16, LW_DTYPE_BF16, x, LW_DTYPE_F32, a->n));
+    /* a bf16 x, and its widening */
+    float *yx = output(r, "y of bf16 x", a->n, bits());
+    call(r, lw_gelu_forward(r->s, yx, LW_DTYPE_F32, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16,
+                            a->n));
+    float *yw = output(r, "y of bf16 x (widened)", a->n, bits());
+    call(r, lw_gelu_forward(r->s, yw, LW_DTYPE_F32, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
 }
 
 static void run_gelu_backward(run *r, const void *p) {
@@ -1487,13 +1505,19 @@ static void run_gelu_backward(run *r, const void *p) {
     const float *dy = input(r, a->dy, a->n), *x = input(r, a->x, a->n);
     float *dx = accumulated(r, "dx", a->dx0, a->n, bits());
     r->nan_fed = any_nan(a->x, a->n);
-    call(r, lw_gelu_backward(r->s, dx, dy, x, a->n));
+    call(r, lw_gelu_backward(r->s, dx, dy, x, LW_DTYPE_F32, a->n));
+    float *dxx = accumulated(r, "dx of bf16 x", a->dx0, a->n, bits());
+    call(r, lw_gelu_backward(r->s, dxx, dy, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16, a->n));
+    float *dxw = accumulated(r, "dx of bf16 x (widened)", a->dx0, a->n, bits());
+    call(r, lw_gelu_backward(r->s, dxw, dy, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
 }
 
 static void after_gelu(const kernel_case *k, const run *r) {
     const gelu_args *a = k->args;
     const float *y = f32_of(r, "y");
-    if (strcmp(k->kernel, "gelu_forward") == 0) after_bf16_output(k, r, "y", a->n);
+    const bool forward = strcmp(k->kernel, "gelu_forward") == 0;
+    if (forward) after_bf16_output(k, r, "y", a->n);
+    widening_exact(k, r, forward ? "y of bf16 x" : "dx of bf16 x", a->n);
     if (y != NULL && a->n > N_GELU_SPECIALS)
         expect(k, r, isnan(y[GELU_NAN_AT]) && y[0] == 0.0f, "gelu(NaN) is NaN, gelu(0) is 0");
 }
@@ -1505,9 +1529,12 @@ static void gelu_cases(const char *kernel, run_fn fn, after_fn after) {
         snprintf(a.shape, sizeof a.shape, "n %lld", (long long)a.n);
         a.x = scaled_random(a.n, 12.0f, 0.0f), a.dy = host_random(a.n), a.dx0 = host_random(a.n);
         if (a.n > N_GELU_SPECIALS) memcpy(a.x, gelu_specials, sizeof gelu_specials);
+        a.xw = cpu_array(a.n);
+        memcpy(a.xw, a.x, sizeof(float) * (size_t)a.n);
+        a.x16 = round_weights(a.xw, a.n);
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
-        free(a.x), free(a.dy), free(a.dx0);
+        free(a.x), free(a.dy), free(a.dx0), free(a.x16), free(a.xw);
     }
 }
 
@@ -1557,6 +1584,8 @@ typedef struct {
     float *qkv, *dout, *d0, *out, *lse;
     uint16_t *out16; /* out rounded to bf16 (the backward's bf16 out) */
     float *out_w;    /* and widened again */
+    uint16_t *qkv16; /* qkv rounded to bf16 (a bf16 QKV GEMM's output) */
+    float *qkv_w;    /* and widened again */
 } att_args;
 
 static void run_attention_forward(run *r, const void *p) {
@@ -1568,10 +1597,25 @@ static void run_attention_forward(run *r, const void *p) {
     float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     r->nan_fed = a->nan_row >= 0;
-    call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, work, qkv, a->b, a->t, a->c, a->nh));
-    uint16_t *out16 = output_bf16_values(r, "out bf16", no, bf16_step(att_gemm(r->matmul, hd)));
-    call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, scratch(r, a->b * a->nh * a->t), work,
-                                 qkv, a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, work, qkv, LW_DTYPE_F32, a->b, a->t,
+                                 a->c, a->nh));
+    const measure m16 = bf16_step(att_gemm(r->matmul, hd));
+    float *lse_again = scratch(r, a->b * a->nh * a->t);
+    uint16_t *out16 = output_bf16_values(r, "out bf16", no, m16);
+    call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, lse_again, work, qkv, LW_DTYPE_F32,
+                                 a->b, a->t, a->c, a->nh));
+    /* a bf16 qkv, its widening, and both in bf16 (the model's pair) */
+    const void *q16 = input_bf16(r, a->qkv16, 3 * no);
+    float *oq = output(r, "out of bf16 qkv", no, att_gemm(r->matmul, hd));
+    call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, work, q16, LW_DTYPE_BF16, a->b,
+                                 a->t, a->c, a->nh));
+    float *ow = output(r, "out of bf16 qkv (widened)", no, att_gemm(r->matmul, hd));
+    call(r, lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, work,
+                                 input(r, a->qkv_w, 3 * no), LW_DTYPE_F32, a->b, a->t, a->c,
+                                 a->nh));
+    uint16_t *o16 = output_bf16_values(r, "out of bf16 qkv bf16", no, m16);
+    call(r, lw_attention_forward(r->s, o16, LW_DTYPE_BF16, lse_again, work, q16, LW_DTYPE_BF16,
+                                 a->b, a->t, a->c, a->nh));
 }
 
 static void run_attention_backward(run *r, const void *p) {
@@ -1581,29 +1625,45 @@ static void run_attention_backward(run *r, const void *p) {
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
     float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, att_gemm(r->matmul, a->c / a->nh));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
-    call(r, lw_attention_backward(r->s, dqkv, work, dout, qkv, out, LW_DTYPE_F32, lse, a->b, a->t,
-                                  a->c, a->nh));
+    call(r, lw_attention_backward(r->s, dqkv, work, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32, lse,
+                                  a->b, a->t, a->c, a->nh));
     /* out in bf16 (the CPU's, rounded), and the same run on its widening */
     const measure m = att_gemm(r->matmul, a->c / a->nh);
     float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, d16, work, dout, qkv, input_bf16(r, a->out16, no),
-                                  LW_DTYPE_BF16, lse, a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_backward(r->s, d16, work, dout, qkv, LW_DTYPE_F32,
+                                  input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c,
+                                  a->nh));
     float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, dw, work, dout, qkv, input(r, a->out_w, no), LW_DTYPE_F32,
-                                  lse, a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_backward(r->s, dw, work, dout, qkv, LW_DTYPE_F32, input(r, a->out_w, no),
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+    /* a bf16 qkv (with the bf16 out), and its widening */
+    float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, m);
+    call(r, lw_attention_backward(r->s, dq, work, dout, input_bf16(r, a->qkv16, 3 * no),
+                                  LW_DTYPE_BF16, input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse,
+                                  a->b, a->t, a->c, a->nh));
+    float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, m);
+    call(r, lw_attention_backward(r->s, dqw, work, dout, input(r, a->qkv_w, 3 * no), LW_DTYPE_F32,
+                                  input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c,
+                                  a->nh));
 }
 
-/* A bf16 out gives the results its widening gives, bit for bit on the CPU. */
+/* A bf16 out gives the results its widening gives, bit for bit on the CPU; a bf16 qkv on every
+ * device (the tensor-core kernels stage its bits as they stage its widening's, rounded; the
+ * others read its widening). */
 static void after_attention_backward(const kernel_case *k, const run *r) {
     const att_args *a = k->args;
     same_as_widened(k, r, "dqkv bf16 out", 3 * a->b * a->t * a->c);
+    widening_exact(k, r, "dqkv of bf16 qkv", 3 * a->b * a->t * a->c);
 }
 
 /* With a NaN key at row j of head 0: that head's rows from j on are NaN in out and lse, the rows
  * before it and the other heads finite. */
 static void after_attention(const kernel_case *k, const run *r) {
     const att_args *a = k->args;
-    after_bf16_output(k, r, "out", a->b * a->t * a->c);
+    const int64_t no = a->b * a->t * a->c;
+    after_bf16_output(k, r, "out", no);
+    after_bf16_output(k, r, "out of bf16 qkv", no);
+    widening_exact(k, r, "out of bf16 qkv", no);
     if (a->nan_row < 0) return;
     const float *out = f32_of(r, "out"), *lse = f32_of(r, "lse");
     const int64_t hd = a->c / a->nh;
@@ -1654,14 +1714,17 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         if (a.nan_row >= 0) a.qkv[a.nan_row * 3 * a.c + a.c + 3] = NAN;
         a.out = cpu_array(no), a.lse = cpu_array(nl);
         float *work = cpu_array(lw_attention_scratch_floats(NULL, a.b, a.t, a.c, a.nh));
-        CHECK_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, work, a.qkv, a.b, a.t, a.c,
-                                      a.nh));
+        CHECK_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, work, a.qkv, LW_DTYPE_F32,
+                                      a.b, a.t, a.c, a.nh));
         a.out16 = malloc(sizeof(uint16_t) * (size_t)(no > 0 ? no : 1));
         a.out_w = cpu_array(no);
         for (int64_t i = 0; i < no; i++) {
             a.out16[i] = bf16_reference(a.out[i]);
             a.out_w[i] = (float)bf16_reference_value(a.out16[i]);
         }
+        a.qkv_w = cpu_array(3 * no);
+        memcpy(a.qkv_w, a.qkv, sizeof(float) * (size_t)(3 * no));
+        a.qkv16 = round_weights(a.qkv_w, 3 * no);
         if (have_gpu()) /* the GPU's scratch: D = rowsum(dout * out) alone */
             CHECK_EQ(lw_attention_scratch_floats(gs, a.b, a.t, a.c, a.nh), nl);
         check(&(kernel_case){.kernel = kernel,
@@ -1672,15 +1735,17 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.t == 1024,
                              .tensor_cores = true});
         free(a.qkv), free(a.dout), free(a.d0), free(a.out), free(a.lse), free(work);
-        free(a.out16), free(a.out_w);
+        free(a.out16), free(a.out_w), free(a.qkv16), free(a.qkv_w);
     }
     /* heads that do not divide the channels: the dispatcher's error, on every device */
     for (int d = 0; d < (have_other ? 2 : 1); d++) {
         lw_stream *s = d == 0 ? NULL : gs;
         float x = 0;
         CHECK_FAILS(
-            forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, 1, 4, 100, 3)
-                    : lw_attention_backward(s, &x, &x, &x, &x, &x, LW_DTYPE_F32, &x, 1, 4, 100, 3),
+            forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, 1, 4,
+                                           100, 3)
+                    : lw_attention_backward(s, &x, &x, &x, &x, LW_DTYPE_F32, &x, LW_DTYPE_F32, &x, 1,
+                                            4, 100, 3),
             LW_ERR_INVALID, "must divide by the heads nh = 3");
     }
 }
@@ -2522,9 +2587,10 @@ static void cuda_contract(void) {
     CHECK_OK(lw_device_alloc(gpu, 4 * 4 * 512, (void **)&o));
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&l));
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&sc));
-    CHECK_FAILS(lw_attention_forward(gs, o, LW_DTYPE_F32, l, sc, q, 1, 4, 512, 2),
+    CHECK_FAILS(lw_attention_forward(gs, o, LW_DTYPE_F32, l, sc, q, LW_DTYPE_F32, 1, 4, 512, 2),
                 LW_ERR_UNSUPPORTED, "head dim 256");
-    CHECK_FAILS(lw_attention_backward(gs, q, sc, o, q, o, LW_DTYPE_F32, l, 1, 4, 512, 2),
+    CHECK_FAILS(lw_attention_backward(gs, q, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32, l, 1, 4, 512,
+                                      2),
                 LW_ERR_UNSUPPORTED, "head dim 256");
     const int32_t bad[3] = {1, -4, 2};
     int32_t *rows = NULL;

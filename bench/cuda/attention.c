@@ -1,8 +1,9 @@
 /* attention.c: lwopt's causal attention per layer on the GPU, forward and forward + backward in
  * ms, through lw_attention_forward and lw_attention_backward (the backward's D = rowsum(dout *
  * out) included): under the bf16 matmul setting, the tensor-core kernels (src/cuda/
- * attention_mma.cu), and at t 1024 under fp32 too, the fp32 kernels (attention.cu), at b 8 and
- * c 768 as 12 heads of 64 (GPT-2 124M's layer) and 6 heads of 128, t 1024, 2048, 4096. The same
+ * attention_mma.cu) on a bf16 qkv and out, and at t 1024 under fp32 too, the fp32 kernels
+ * (attention.cu) on fp32 tensors, at b 8 and c 768 as 12 heads of 64 (GPT-2 124M's layer) and 6
+ * heads of 128, t 1024, 2048, 4096. The same
  * shapes in PyTorch's scaled_dot_product_attention, bf16 and causal: bench/peers/
  * torch_attention.py; scripts/gpu_report.py puts the two side by side. TFLOP/s count the causal
  * half of the products: the forward's b nh t^2 hd multiply-adds (half of Q K^T's and of P V's)
@@ -20,18 +21,19 @@ typedef struct {
 } shape;
 
 /* Best ms per call of the forward (backward false) or the forward and backward. */
-static double best_ms(const shape *s, float *out, float *lse, float *scratch, float *dqkv,
-                      const float *qkv, const float *dout, bool backward, int repeats, int calls) {
+static double best_ms(const shape *s, void *out, float *lse, float *scratch, float *dqkv,
+                      const void *qkv, lw_dtype dtype, const float *dout, bool backward,
+                      int repeats, int calls) {
     double best = 1e30;
     for (int r = -1; r < repeats; r++) { /* r = -1: the warm-up */
         const double t0 = lw_now();
         for (int i = 0; i < calls; i++) {
-            bench_check(lw_attention_forward(bench_stream, out, LW_DTYPE_F32, lse, scratch, qkv,
+            bench_check(lw_attention_forward(bench_stream, out, dtype, lse, scratch, qkv, dtype,
                                              s->b, s->t, s->c, s->nh),
                         "lw_attention_forward");
             if (backward)
-                bench_check(lw_attention_backward(bench_stream, dqkv, scratch, dout, qkv, out,
-                                                  LW_DTYPE_F32, lse, s->b, s->t, s->c, s->nh),
+                bench_check(lw_attention_backward(bench_stream, dqkv, scratch, dout, qkv, dtype,
+                                                  out, dtype, lse, s->b, s->t, s->c, s->nh),
                             "lw_attention_backward");
         }
         const double ms = 1e3 * bench_since(bench_stream, t0) / calls;
@@ -58,6 +60,9 @@ int main(int argc, char **argv) {
     const int64_t most = 8 * 4096 * 768; /* the largest b t c */
     float *qkv = bench_random(3 * most, 1.0f, 1), *dout = bench_random(most, 1.0f, 2);
     float *dqkv = bench_random(3 * most, 0.0f, 3), *out = NULL, *lse = NULL, *scratch = NULL;
+    uint16_t *qkv16 = NULL; /* the model's bf16 qkv (a bf16 GEMM's output) */
+    bench_check(lw_device_alloc(bench_gpu, 2 * 3 * most, (void **)&qkv16), "lw_device_alloc");
+    bench_check(lw_vec_to_bf16(bench_stream, qkv16, qkv, 3 * most), "lw_vec_to_bf16");
     bench_check(lw_device_alloc(bench_gpu, 4 * most, (void **)&out), "lw_device_alloc");
     bench_check(lw_device_alloc(bench_gpu, 4 * 8 * 12 * 4096, (void **)&lse), "lw_device_alloc");
     bench_check(lw_device_alloc(bench_gpu, 4 * 8 * 12 * 4096, (void **)&scratch),
@@ -78,8 +83,11 @@ int main(int argc, char **argv) {
             const lw_matmul m = p == 0 ? LW_MATMUL_BF16 : LW_MATMUL_FP32;
             bench_check(lw_device_set_matmul(bench_gpu, m), "lw_device_set_matmul");
             const int n = p == 0 ? calls : 1; /* the fp32 kernels take ms a call */
-            const double f = best_ms(s, out, lse, scratch, dqkv, qkv, dout, false, repeats, n);
-            const double fb = best_ms(s, out, lse, scratch, dqkv, qkv, dout, true, repeats, n);
+            /* bf16: qkv and out in bf16, as the model keeps them (and SDPA is given) */
+            const void *q = p == 0 ? (const void *)qkv16 : (const void *)qkv;
+            const lw_dtype dt = p == 0 ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+            const double f = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, false, repeats, n);
+            const double fb = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, true, repeats, n);
             printf("| attention b %lld, nh %lld, t %lld, hd %lld | lwopt %s | %.3f | %.3f | %.1f | "
                    "%.1f |\n",
                    (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd,
@@ -96,5 +104,6 @@ int main(int argc, char **argv) {
     lw_device_free(bench_gpu, qkv), lw_device_free(bench_gpu, dout);
     lw_device_free(bench_gpu, dqkv), lw_device_free(bench_gpu, out);
     lw_device_free(bench_gpu, lse), lw_device_free(bench_gpu, scratch);
+    lw_device_free(bench_gpu, qkv16);
     return 0;
 }

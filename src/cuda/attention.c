@@ -1,8 +1,8 @@
 /* attention.c: the table's causal attention entries on a GPU: the argument checks the kernels
  * rely on (nh divides c, the head dim, shared memory, grid and index sizes), the backward's
  * scratch, the choice of kernels (attention_mma.cu's on tensor cores under the bf16 matmul
- * setting, attention.cu's in fp32 otherwise), the launches, and a bf16 output's rounding (and
- * widening for the backward) through the stream's workspace. */
+ * setting, attention.cu's in fp32 otherwise), the launches, and for the fp32 kernels a bf16
+ * qkv's widening and a bf16 output's rounding through the stream's workspace. */
 #include "cuda/cuda.h"
 
 #include <limits.h>
@@ -65,57 +65,64 @@ static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, in
     return true;
 }
 
-/* A bf16 output: the kernels write fp32 into the stream's workspace (256-byte aligned, so the
- * tensor-core kernels' 16-byte alignment holds), then it is rounded into out. */
+/* The tensor-core kernels read a bf16 qkv and write a bf16 out as they are. The fp32 kernels
+ * read a bf16 qkv widened into the stream's workspace, and write a bf16 out's fp32 values there
+ * (256-byte aligned regions), rounded into out after. */
 lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, float *lse,
-                                float *scratch, const float *qkv, int64_t b, int64_t t, int64_t c,
-                                int64_t nh) {
+                                float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
+                                int64_t t, int64_t c, int64_t nh) {
     (void)scratch; /* the forward needs none */
-    const bool bf16 = out_dtype == LW_DTYPE_BF16;
+    const bool out16 = out_dtype == LW_DTYPE_BF16, qkv16 = qkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {qkv, out};
-    const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, bf16 ? 1 : 2);
+    const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
     lw_status st = check_attention(s, "forward", b, t, c, nh, false, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    void *out32 = out;
-    if (bf16 && (st = lwc_workspace(s, (int64_t)sizeof(float) * b * t * c, &out32)) != LW_OK)
-        return st;
+    cudaStream_t cs = lwc_cuda_stream(s);
     if (mma)
-        st = lwc_launched(
-            s, lwc_flash_mma_forward(lwc_cuda_stream(s), out32, lse, qkv, b, t, c, nh),
+        return lwc_launched(
+            s, lwc_flash_mma_forward(cs, out, out16, lse, qkv, qkv16, b, t, c, nh),
             "the attention kernel (tensor cores)");
-    else
-        st = lwc_launched(s, lwc_flash_forward(lwc_cuda_stream(s), out32, lse, qkv, b, t, c, nh),
-                          "the attention kernel");
-    return st == LW_OK && bf16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
+    const int64_t bytes[2] = {out16 ? 4 * b * t * c : 0, qkv16 ? 4 * b * t * 3 * c : 0};
+    void *r[2];
+    if ((st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
+    const float *qkv32 = qkv16 ? r[1] : qkv;
+    float *out32 = out16 ? r[0] : out;
+    if (qkv16 && (st = lwc_widen(s, r[1], qkv, b * t * 3 * c)) != LW_OK) return st;
+    st = lwc_launched(s, lwc_flash_forward(cs, out32, lse, qkv32, b, t, c, nh),
+                      "the attention kernel");
+    return st == LW_OK && out16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
 }
 
-/* A bf16 out is widened into the stream's workspace for the row sums (nothing else reads it). */
 lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
-                                 const float *qkv, const void *out, lw_dtype out_dtype,
-                                 const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh) {
+                                 const void *qkv, lw_dtype qkv_dtype, const void *out,
+                                 lw_dtype out_dtype, const float *lse, int64_t b, int64_t t,
+                                 int64_t c, int64_t nh) {
+    const bool qkv16 = qkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {dqkv, dout, qkv};
     const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
     lw_status st = check_attention(s, "backward", b, t, c, nh, true, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
-    const void *out32 = out;
-    if (out_dtype == LW_DTYPE_BF16) {
-        void *w = NULL;
-        st = lwc_workspace(s, (int64_t)sizeof(float) * b * t * c, &w);
-        if (st == LW_OK) st = lwc_widen(s, w, out, b * t * c);
-        if (st != LW_OK) return st;
-        out32 = w;
-    }
     /* D = rowsum(dout * out) into the scratch, for either pair of kernels */
-    st = lwc_launched(s, lwc_flash_rowdot(cs, scratch, dout, out32, b, t, c, nh),
+    st = lwc_launched(s,
+                      lwc_flash_rowdot(cs, scratch, dout, out, out_dtype == LW_DTYPE_BF16, b, t,
+                                       c, nh),
                       "the attention backward's row sums");
     if (st != LW_OK) return st;
     if (mma)
         return lwc_launched(
-            s, lwc_flash_mma_backward(cs, dqkv, scratch, dout, qkv, lse, b, t, c, nh),
+            s, lwc_flash_mma_backward(cs, dqkv, scratch, dout, qkv, qkv16, lse, b, t, c, nh),
             "the attention backward kernels (tensor cores)");
-    return lwc_launched(s, lwc_flash_backward(cs, dqkv, scratch, dout, qkv, lse, b, t, c, nh),
+    const float *qkv32 = qkv;
+    if (qkv16) {
+        void *w = NULL;
+        st = lwc_workspace(s, (int64_t)sizeof(float) * b * t * 3 * c, &w);
+        if (st == LW_OK) st = lwc_widen(s, w, qkv, b * t * 3 * c);
+        if (st != LW_OK) return st;
+        qkv32 = w;
+    }
+    return lwc_launched(s, lwc_flash_backward(cs, dqkv, scratch, dout, qkv32, lse, b, t, c, nh),
                         "the attention backward kernels");
 }

@@ -15,6 +15,7 @@
 // xor-shuffles within those lanes. Shared tiles keep rows D + 1 floats apart (odd: the 4 rows a
 // warp reads at once, and the 8 rows read across tx, fall in different banks); the score tile's
 // rows are 72 apart, so that the warp's (ty, tx) writes and its row reads are conflict free.
+#include "cuda/bf16_bits.h"
 #include "cuda/kernels.h"
 
 #include <math.h>
@@ -183,7 +184,9 @@ __global__ void __launch_bounds__(THREADS)
 
 // dd[bh, i] = dout_i . out_i over the head's hd channels (in double, as the CPU): one warp per
 // row, rows = b * nh * t.
-__global__ void rowdot_kernel(float *dd, const float *dout, const float *out, int64_t rows, int t,
+// O: float, or unsigned short for a bf16 out (widened exactly).
+template <typename O>
+__global__ void rowdot_kernel(float *dd, const float *dout, const O *out, int64_t rows, int t,
                               int c, int nh, int hd) {
     const int lane = threadIdx.x & 31;
     const int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + (threadIdx.x >> 5);
@@ -192,7 +195,7 @@ __global__ void rowdot_kernel(float *dd, const float *dout, const float *out, in
     const int64_t off = (bi * t + i) * c + h * hd;
     double s = 0.0;
     for (int d = lane; d < hd; d += 32)
-        s += (double)dout[off + d] * out[off + d];
+        s += (double)dout[off + d] * lwc_load(out, off + d);
     for (int o = 16; o > 0; o >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) dd[r] = (float)s;
@@ -414,12 +417,18 @@ extern "C" cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float 
 }
 
 extern "C" cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout,
-                                        const float *out, int64_t b, int64_t t, int64_t c,
-                                        int64_t nh) {
+                                        const void *out, bool out_bf16, int64_t b, int64_t t,
+                                        int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     const int64_t rows = b * nh * t, per_block = THREADS / 32;
-    rowdot_kernel<<<(unsigned)((rows + per_block - 1) / per_block), THREADS, 0, stream>>>(
-        dd, dout, out, rows, (int)t, (int)c, (int)nh, (int)(c / nh));
+    const unsigned blocks = (unsigned)((rows + per_block - 1) / per_block);
+    if (out_bf16)
+        rowdot_kernel<<<blocks, THREADS, 0, stream>>>(dd, dout,
+                                                      static_cast<const unsigned short *>(out),
+                                                      rows, (int)t, (int)c, (int)nh, (int)(c / nh));
+    else
+        rowdot_kernel<<<blocks, THREADS, 0, stream>>>(dd, dout, static_cast<const float *>(out),
+                                                      rows, (int)t, (int)c, (int)nh, (int)(c / nh));
     return cudaGetLastError();
 }
 

@@ -1,9 +1,10 @@
 // attention_mma.cu: causal multi-head attention on tensor cores, flash-attention style, for head
 // dims 64 and 128: mma.sync.m16n8k16 with bf16 operands and fp32 accumulators, the running max
 // and sum in fp32, Q, K, V and dO rounded to bf16 as they are staged into shared memory from
-// lw.h's fp32 tensors, fp32 outputs (out, lse, dqkv). The forward saves each row's log-sum-exp;
-// the backward recomputes P from it in two passes that each own what they write (no atomics:
-// it repeats bit for bit): a kernel over key tiles for dK and dV, one over query tiles for dQ,
+// fp32 tensors (a bf16 qkv copied as it is), out fp32 or rounded to bf16, lse and dqkv fp32. The
+// forward saves each row's log-sum-exp; the backward recomputes P from it in two passes that
+// each own what they write (no atomics: it repeats bit for bit): a kernel over key tiles for dK
+// and dV, one over query tiles for dQ,
 // after attention.cu's D = rowsum(dout * out). attention.c runs these under the bf16 matmul
 // setting (the fp32 kernels of attention.cu otherwise: the reference path).
 //
@@ -13,6 +14,7 @@
 // tile loops on the CPU, step for step (the numbered steps below are its), emulating a warp's
 // lanes, mma.sync and ldmatrix, against double-precision attention. The tile sizes and why are
 // in mma_layout.h.
+#include "cuda/bf16_bits.h"
 #include "cuda/kernels.h"
 #include "cuda/mma_layout.h"
 
@@ -54,24 +56,40 @@ __device__ __forceinline__ void load_block(uint32_t *r, const uint16_t *tile, in
                      : "r"(a));
 }
 
-// Rows [r0, r0 + ROWS) of one head's [t, D] slice of a tensor (rows `stride` floats apart) into
-// a shared tile, rounded to bf16; rows at or past t are zeros. A fixed count of chunks per thread,
-// unrolled, so that a thread's loads are issued before its first store waits on one.
-template <int D, int ROWS>
-__device__ __forceinline__ void stage(uint16_t *tile, const float *src, int64_t stride, int r0,
-                                      int t) {
+// Rows [r0, r0 + ROWS) of one head's [t, D] slice of a tensor (rows `stride` values apart) into
+// a shared tile in bf16: fp32 values rounded, bf16 ones (T uint16_t) copied; rows at or past t
+// are zeros. A fixed count of 4-value chunks per thread, unrolled, so that a thread's loads are
+// issued before its first store waits on one.
+__device__ __forceinline__ uint2 chunk_bf16(const float *p) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    return make_uint2(lwc_mma_pack(v.x, v.y), lwc_mma_pack(v.z, v.w));
+}
+__device__ __forceinline__ uint2 chunk_bf16(const uint16_t *p) {
+    return *reinterpret_cast<const uint2 *>(p);
+}
+
+template <int D, int ROWS, typename T>
+__device__ __forceinline__ void stage(uint16_t *tile, const T *src, int64_t stride, int r0, int t) {
     static_assert(ROWS * D / 4 % THREADS == 0, "whole chunks per thread");
 #pragma unroll
     for (int i = 0; i < ROWS * D / 4 / THREADS; i++) {
         const int e = threadIdx.x + i * THREADS;
         int row, col;
         lwc_fa_chunk(e, D, &row, &col);
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r0 + row < t)
-            v = *reinterpret_cast<const float4 *>(src + (int64_t)(r0 + row) * stride + col);
-        *reinterpret_cast<uint2 *>(tile + lwc_fa_at(row, col, D)) =
-            make_uint2(lwc_mma_pack(v.x, v.y), lwc_mma_pack(v.z, v.w));
+        uint2 v = make_uint2(0u, 0u);
+        if (r0 + row < t) v = chunk_bf16(src + (int64_t)(r0 + row) * stride + col);
+        *reinterpret_cast<uint2 *>(tile + lwc_fa_at(row, col, D)) = v;
     }
+}
+
+// A lane's two adjacent outputs of a row (col even): float2, or two bf16 rounded as the CPU
+// rounds (bf16_bits.h) in one 4-byte store.
+__device__ __forceinline__ void store2(float *p, float x, float y) {
+    *reinterpret_cast<float2 *>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ void store2(uint16_t *p, float x, float y) {
+    *reinterpret_cast<uint32_t *>(p) =
+        (uint32_t)lwc_round_bf16(x) | (uint32_t)lwc_round_bf16(y) << 16;
 }
 
 // Over a row's 4 lanes (a quad), for the lane's two rows; xor: every lane ends with the same
@@ -147,10 +165,10 @@ __device__ __forceinline__ void add2(float *g, float x, float y) {
 
 // Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
-template <int D>
+template <int D, typename QKV, typename O>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
-    flash_mma_forward_kernel(float *out, float *lse, const float *qkv, int t, int c, int nh,
-                             int tiles, float sc) {
+    flash_mma_forward_kernel(O *out, float *lse, const QKV *qkv, int t, int c, int nh, int tiles,
+                             float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
@@ -160,7 +178,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
     const int64_t c3 = 3 * (int64_t)c;
-    const float *q = qkv + (int64_t)bi * t * c3 + (int64_t)h * D, *k = q + c, *v = q + 2 * c;
+    const QKV *q = qkv + (int64_t)bi * t * c3 + (int64_t)h * D, *k = q + c, *v = q + 2 * c;
 
     // 1. the block's Q; the warp's 16 rows as A operands, held for every step
     stage<D, LWC_FA_BLOCK>(qs, q, c3, q0, t);
@@ -205,25 +223,24 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     // 6. the rows' sums over the quad; out = O / l, lse
     quad_sum(l);
     lwc_fa_normalise(o, ND, l);
-    float *out_h = out + (int64_t)bi * t * c + (int64_t)h * D;
+    O *out_h = out + (int64_t)bi * t * c + (int64_t)h * D;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row0 + lwc_mma_c_row(lane, 2 * r);
         if (row >= t) continue;
 #pragma unroll
         for (int j = 0; j < ND; j++)
-            *reinterpret_cast<float2 *>(out_h + (int64_t)row * c + 8 * j +
-                                        lwc_mma_c_col(lane, 0)) =
-                make_float2(o[j][2 * r], o[j][2 * r + 1]);
+            store2(out_h + (int64_t)row * c + 8 * j + lwc_mma_c_col(lane, 0), o[j][2 * r],
+                   o[j][2 * r + 1]);
         if (lwc_mma_quad(lane) == 0) lse[(int64_t)bh * t + row] = lwc_fa_lse(m[r], l[r]);
     }
 }
 
 // dK and dV: a block per (batch x head, 64 keys), warp w owning keys 16w .. 16w + 15, over the
 // query steps from the diagonal on. dd: D per (batch x head, row).
-template <int D>
+template <int D, typename QKV>
 __global__ void __launch_bounds__(THREADS)
-    flash_mma_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    flash_mma_dkdv_kernel(float *dqkv, const float *dout, const QKV *qkv, const float *lse,
                           const float *dd, int t, int c, int nh, int tiles, float scale,
                           float sc) {
     constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, LD = D + LWC_FA_PAD;
@@ -237,7 +254,7 @@ __global__ void __launch_bounds__(THREADS)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = k0 + LWC_FA_WARP_ROWS * warp;
     const int64_t c3 = 3 * (int64_t)c, head = (int64_t)bi * t * c3 + (int64_t)h * D;
-    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+    const QKV *q = qkv + head, *k = q + c, *v = q + 2 * c;
     const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
     const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
 
@@ -284,9 +301,9 @@ __global__ void __launch_bounds__(THREADS)
 
 // dQ: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over the
 // key steps up to the diagonal.
-template <int D>
+template <int D, typename QKV>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
-    flash_mma_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    flash_mma_dq_kernel(float *dqkv, const float *dout, const QKV *qkv, const float *lse,
                         const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
@@ -298,7 +315,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
     const int64_t c3 = 3 * (int64_t)c, head = (int64_t)bi * t * c3 + (int64_t)h * D;
-    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+    const QKV *q = qkv + head, *k = q + c, *v = q + 2 * c;
     const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
 
     // 1. the block's Q and dO; the lane's two rows' lse log2(e) and D
@@ -347,36 +364,65 @@ template <typename K> cudaError_t opt_in(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <int D>
-cudaError_t forward(cudaStream_t stream, float *out, float *lse, const float *qkv, int64_t b,
-                    int64_t t, int64_t c, int64_t nh) {
+template <int D, typename QKV, typename O>
+cudaError_t forward(cudaStream_t stream, O *out, float *lse, const QKV *qkv, int64_t b, int64_t t,
+                    int64_t c, int64_t nh) {
     const size_t bytes = lwc_fa_smem_bytes(D, LWC_FA_FORWARD);
-    cudaError_t e = opt_in(flash_mma_forward_kernel<D>, bytes);
+    cudaError_t e = opt_in(flash_mma_forward_kernel<D, QKV, O>, bytes);
     if (e != cudaSuccess) return e;
     const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float sc = 1.0f / sqrtf((float)D) * LOG2E;
-    flash_mma_forward_kernel<D><<<(unsigned)(b * nh * tiles), THREADS, bytes, stream>>>(
+    flash_mma_forward_kernel<D, QKV, O><<<(unsigned)(b * nh * tiles), THREADS, bytes, stream>>>(
         out, lse, qkv, (int)t, (int)c, (int)nh, tiles, sc);
     return cudaGetLastError();
 }
 
-template <int D>
+template <int D, typename QKV>
 cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
-                     const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
+                     const QKV *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
                      int64_t nh) {
     const size_t kv_bytes = lwc_fa_smem_bytes(D, LWC_FA_DKDV);
     const size_t q_bytes = lwc_fa_smem_bytes(D, LWC_FA_DQ);
-    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D>, kv_bytes);
-    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D>, q_bytes);
+    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D, QKV>, kv_bytes);
+    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D, QKV>, q_bytes);
     if (e != cudaSuccess) return e;
     const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float scale = 1.0f / sqrtf((float)D), sc = scale * LOG2E;
     const unsigned blocks = (unsigned)(b * nh * tiles);
-    flash_mma_dkdv_kernel<D><<<blocks, THREADS, kv_bytes, stream>>>(
+    flash_mma_dkdv_kernel<D, QKV><<<blocks, THREADS, kv_bytes, stream>>>(
         dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
-    flash_mma_dq_kernel<D><<<blocks, THREADS, q_bytes, stream>>>(
+    flash_mma_dq_kernel<D, QKV><<<blocks, THREADS, q_bytes, stream>>>(
         dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
     return cudaGetLastError();
+}
+
+// The head dim's kernels for qkv of either type (bf16 as uint16_t).
+template <int D, typename O>
+cudaError_t forward_for(cudaStream_t stream, O *out, float *lse, const void *qkv, bool qkv_bf16,
+                        int64_t b, int64_t t, int64_t c, int64_t nh) {
+    if (qkv_bf16)
+        return forward<D>(stream, out, lse, static_cast<const uint16_t *>(qkv), b, t, c, nh);
+    return forward<D>(stream, out, lse, static_cast<const float *>(qkv), b, t, c, nh);
+}
+
+template <int D>
+cudaError_t forward_typed(cudaStream_t stream, void *out, bool out_bf16, float *lse,
+                          const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
+                          int64_t nh) {
+    if (out_bf16)
+        return forward_for<D>(stream, static_cast<uint16_t *>(out), lse, qkv, qkv_bf16, b, t, c,
+                              nh);
+    return forward_for<D>(stream, static_cast<float *>(out), lse, qkv, qkv_bf16, b, t, c, nh);
+}
+
+template <int D>
+cudaError_t backward_typed(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
+                           const void *qkv, bool qkv_bf16, const float *lse, int64_t b, int64_t t,
+                           int64_t c, int64_t nh) {
+    if (qkv_bf16)
+        return backward<D>(stream, dqkv, dd, dout, static_cast<const uint16_t *>(qkv), lse, b, t,
+                           c, nh);
+    return backward<D>(stream, dqkv, dd, dout, static_cast<const float *>(qkv), lse, b, t, c, nh);
 }
 
 } // namespace
@@ -395,25 +441,25 @@ extern "C" int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
     return b * nh * lwc_fa_tiles(t, LWC_FA_BLOCK);
 }
 
-extern "C" cudaError_t lwc_flash_mma_forward(cudaStream_t stream, float *out, float *lse,
-                                             const float *qkv, int64_t b, int64_t t, int64_t c,
-                                             int64_t nh) {
+extern "C" cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16,
+                                             float *lse, const void *qkv, bool qkv_bf16, int64_t b,
+                                             int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
-    case 64: return forward<64>(stream, out, lse, qkv, b, t, c, nh);
-    case 128: return forward<128>(stream, out, lse, qkv, b, t, c, nh);
+    case 64: return forward_typed<64>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
+    case 128: return forward_typed<128>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
     default: return cudaErrorInvalidValue; // the caller checks the head dim first
     }
 }
 
 extern "C" cudaError_t lwc_flash_mma_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                                              const float *dout, const float *qkv,
+                                              const float *dout, const void *qkv, bool qkv_bf16,
                                               const float *lse, int64_t b, int64_t t, int64_t c,
                                               int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
-    case 64: return backward<64>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    case 128: return backward<128>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
+    case 64: return backward_typed<64>(stream, dqkv, dd, dout, qkv, qkv_bf16, lse, b, t, c, nh);
+    case 128: return backward_typed<128>(stream, dqkv, dd, dout, qkv, qkv_bf16, lse, b, t, c, nh);
     default: return cudaErrorInvalidValue;
     }
 }

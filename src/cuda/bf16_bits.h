@@ -1,6 +1,7 @@
 /* bf16_bits.h: rounding to bf16 on a GPU, for the .cu files that write bf16 (the conversions,
- * the layer norm's and GELU's bf16 outputs): one definition, so that every kernel gives the bits
- * the CPU's rounding gives (core/device/cpu/bf16.c), NaN included. CUDA only. */
+ * the layer norm's, GELU's and the attention's bf16 outputs): one definition, so that every
+ * kernel gives the bits the CPU's rounding gives (core/device/cpu/bf16.c), NaN included; and
+ * the exact widening of the kernels that read bf16 inputs. CUDA only. */
 #ifndef LWC_BF16_BITS_H
 #define LWC_BF16_BITS_H
 
@@ -23,6 +24,12 @@ __device__ __forceinline__ unsigned short lwc_round_bf16(float x) {
 __device__ __forceinline__ void lwc_store(float *y, long long i, float v) { y[i] = v; }
 __device__ __forceinline__ void lwc_store(unsigned short *y, long long i, float v) {
     y[i] = lwc_round_bf16(v);
+}
+
+/* Value i of an input of fp32 or (unsigned short) bf16 bits, as fp32: a bf16 widened exactly. */
+__device__ __forceinline__ float lwc_load(const float *x, long long i) { return x[i]; }
+__device__ __forceinline__ float lwc_load(const unsigned short *x, long long i) {
+    return __uint_as_float((unsigned int)x[i] << 16);
 }
 
 #endif

@@ -1,8 +1,9 @@
 /* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
  * events; a file per op family with the table's entries, as device/cpu/ has: vec.c, adamw.c,
  * muon.c, muon_tp.c, linear.c, embedding.c, layernorm.c, gelu.c, attention.c, cross_entropy.c,
- * moe.c, gather.c; gemm.c: the GEMM helper; buckets.c: the scatter-adds' row buckets; nccl.c: the
- * NCCL communicator, its collectives in nccl_collectives.c, what the two share in nccl_comm.h).
+ * moe.c, gather.c; gemm.c: the GEMM helper, gemm_lt.c its bf16 outputs; buckets.c: the
+ * scatter-adds' row buckets; nccl.c: the NCCL communicator, its collectives in
+ * nccl_collectives.c, what the two share in nccl_comm.h).
  * The library fills the core's device table (core/device/device.h) and reports errors through
  * the host's fail function: it cannot link the core's internal symbols. Not public API. */
 #ifndef LW_CUDA_H
@@ -12,6 +13,7 @@
 #include "cuda/kernels.h"
 #include "device/device.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -19,6 +21,7 @@
 typedef struct lwc_device {
     int32_t index;         /* the CUDA ordinal */
     cublasHandle_t blas;   /* set to the caller's stream before each call */
+    cublasLtHandle_t lt;   /* cuBLASLt's: the GEMMs with epilogues (gemm_lt.c) */
     struct cudaDeviceProp prop;
 } lwc_device;
 
@@ -95,6 +98,25 @@ static inline lwc_operand lwc_operand_at(lwc_operand o, int64_t elements) {
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                    float beta, float *c, int64_t ldc, const char *what);
+/* lwc_gemm's two halves. prepare: a and b converted to the product's type (in place of the
+ * operands given) in regions of one workspace request that also holds `extra` bytes for the
+ * caller (*extra_out, 256-byte aligned; nothing requests the workspace again before the GEMM,
+ * so none of it moves). ex: the GEMM on operands of the product's type, into an fp32 C or (c_bf16)
+ * a bf16 one, the fp32 result rounded. */
+lw_status lwc_gemm_prepare(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, lwc_operand *a, int64_t lda, lwc_operand *b, int64_t ldb,
+                           int64_t extra, void **extra_out, const char *what);
+lw_status lwc_gemm_ex(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
+                      float beta, void *c, bool c_bf16, int64_t ldc, const char *what);
+
+/* gemm_lt.c: C[m, n] (bf16, column-major, ld m) = op(A) op(B) + bias[m] (bias optional, fp32,
+ * one per row of C), the fp32 result rounded to bf16 once: on cuBLASLt with the bias in its
+ * epilogue under bf16 products where it offers an algorithm, else through an fp32 copy in the
+ * workspace (the bias seeded, the GEMM added, then rounded). */
+lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                            int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
+                            const float *bias, void *c, const char *what);
 /* Regions of the stream's device workspace for `count` (at most 4) arrays of bytes[i] bytes,
  * taken in one request so that no region overlaps another, each 256-byte aligned. They serve the
  * work enqueued on the stream until its workspace is next requested (lwc_workspace, or lwc_gemm

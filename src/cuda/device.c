@@ -317,6 +317,12 @@ lw_status lwopt_device_open(const lwi_device_host *host, int32_t index, const lw
         free(c);
         return lwc_fail_blas(NULL, b, "cublasCreate");
     }
+    b = cublasLtCreate(&c->lt);
+    if (b != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(c->blas);
+        free(c);
+        return lwc_fail_blas(NULL, b, "cublasLtCreate");
+    }
     *ops = &cuda_ops;
     *impl = c;
     return LW_OK;

@@ -46,20 +46,22 @@ __device__ float gelu_exp(float v) {
 __device__ float clamp_lo(float x) { return x < -X_MAX ? -X_MAX : x; }
 __device__ float clamp_hi(float l) { return l > X_MAX ? X_MAX : l; }
 
-// Y: float, or unsigned short for bf16 (the fp32 result rounded, as the CPU rounds it).
-template <typename Y> __global__ void gelu_kernel(Y *y, const float *x, int64_t n) {
+// Y, X: float, or unsigned short for bf16 (a bf16 y is the fp32 result rounded, as the CPU
+// rounds it; a bf16 x is widened exactly).
+template <typename Y, typename X> __global__ void gelu_kernel(Y *y, const X *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float lo = clamp_lo(x[i]), v = clamp_hi(lo);
+        const float lo = clamp_lo(lwc_load(x, i)), v = clamp_hi(lo);
         lwc_store(y, i, __fdiv_rn(lo, __fadd_rn(1.0f, gelu_exp(v))));
     }
 }
 
-__global__ void gelu_grad_kernel(float *dx, const float *dy, const float *x, int64_t n) {
+template <typename X>
+__global__ void gelu_grad_kernel(float *dx, const float *dy, const X *x, int64_t n) {
     constexpr float C3 = 3.0f * GELU_C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float v = clamp_hi(clamp_lo(x[i]));
+        const float v = clamp_hi(clamp_lo(lwc_load(x, i)));
         const float e = gelu_exp(v);
         const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
         const float du = __fmul_rn(SQRT_2_OVER_PI, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(C3, v), v)));
@@ -69,20 +71,35 @@ __global__ void gelu_grad_kernel(float *dx, const float *dy, const float *x, int
     }
 }
 
+template <typename Y>
+void launch_forward(cudaStream_t stream, Y *y, const void *x, bool x_bf16, int64_t n) {
+    if (x_bf16)
+        gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
+            y, static_cast<const unsigned short *>(x), n);
+    else
+        gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(y, static_cast<const float *>(x), n);
+}
+
 } // namespace
 
-extern "C" cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool bf16, const float *x,
-                                int64_t n) {
+extern "C" cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool y_bf16, const void *x,
+                                bool x_bf16, int64_t n) {
     if (n <= 0) return cudaSuccess;
-    if (bf16)
-        gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(static_cast<unsigned short *>(y), x, n);
+    if (y_bf16)
+        launch_forward(stream, static_cast<unsigned short *>(y), x, x_bf16, n);
     else
-        gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(static_cast<float *>(y), x, n);
+        launch_forward(stream, static_cast<float *>(y), x, x_bf16, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const float *x,
-                                     int64_t n) {
-    if (n > 0) gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(dx, dy, x, n);
+extern "C" cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const void *x,
+                                     bool x_bf16, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    if (x_bf16)
+        gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
+            dx, dy, static_cast<const unsigned short *>(x), n);
+    else
+        gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(dx, dy, static_cast<const float *>(x),
+                                                                n);
     return cudaGetLastError();
 }

@@ -107,9 +107,10 @@ cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const f
 
 /* gelu.cu */
 /* GELU (tanh form) and dx += dy gelu'(x), the CPU's formulas operation for operation. */
-cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool bf16, const float *x, int64_t n);
-cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const float *x,
-                          int64_t n);
+cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool y_bf16, const void *x, bool x_bf16,
+                     int64_t n);
+cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const void *x,
+                          bool x_bf16, int64_t n);
 
 /* attention.cu: causal attention, flash-attention style (lw.h's contract) */
 /* The largest head dim (c / nh) the kernels serve. */
@@ -122,16 +123,17 @@ cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, const
                               int64_t b, int64_t t, int64_t c, int64_t nh);
 /* dd[b, nh, t] = rowsum(dout * out) over each head's channels, in double rounded once: the
  * backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch). */
-cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const float *out,
-                             int64_t b, int64_t t, int64_t c, int64_t nh);
+cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
+                             bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh);
 /* dqkv[b, t, 3c] += the backward, from dd (lwc_flash_rowdot's, queued before). */
 cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
                                const float *dout, const float *qkv, const float *lse, int64_t b,
                                int64_t t, int64_t c, int64_t nh);
 
-/* attention_mma.cu: the same contract on tensor cores (mma.sync, bf16 operands rounded from the
- * fp32 tensors as they are staged, fp32 sums and outputs), head dims 64 and 128; 16-byte aligned
- * tensors (float4 loads, float2 stores), compute capability 8.0 or later */
+/* attention_mma.cu: the same contract on tensor cores (mma.sync, bf16 operands rounded from an
+ * fp32 qkv as they are staged or read from a bf16 one as they are, fp32 sums, an fp32 or bf16
+ * out), head dims 64 and 128; 16-byte aligned tensors (float4 loads, float2 stores), compute
+ * capability 8.0 or later */
 /* Whether the kernels serve head dim hd. */
 bool lwc_flash_mma_serves(int64_t hd);
 /* Dynamic shared memory per block (the larger of the backward's two kernels), 0 for a head dim
@@ -139,11 +141,12 @@ bool lwc_flash_mma_serves(int64_t hd);
 size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward);
 /* Blocks of each kernel's one-dimensional grid: the caller keeps it within INT_MAX. */
 int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh);
-cudaError_t lwc_flash_mma_forward(cudaStream_t stream, float *out, float *lse, const float *qkv,
-                                  int64_t b, int64_t t, int64_t c, int64_t nh);
+cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
+                                  const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
+                                  int64_t nh);
 cudaError_t lwc_flash_mma_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                                   const float *dout, const float *qkv, const float *lse,
-                                   int64_t b, int64_t t, int64_t c, int64_t nh);
+                                   const float *dout, const void *qkv, bool qkv_bf16,
+                                   const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh);
 
 /* cross_entropy.cu: the LM head's softmax cross-entropy on a chunk of logits (a target outside
  * [0, v) is ignored) */

@@ -12,32 +12,43 @@
  * rounded into the stream's workspace just before the GEMM, and one that feeds two GEMMs (dy in
  * the backward) is rounded once; bf16 weights (the buffers' bf16 parameters) and bf16 inputs
  * (the activations a model keeps in bf16) are read as they are. Under fp32 or TF32 products a
- * bf16 operand is widened instead (lwc_gemm). */
+ * bf16 operand is widened instead (lwc_gemm). A bf16 output comes from gemm_lt.c (cuBLASLt with
+ * the bias in its epilogue under bf16 products). */
 #include "cuda/cuda.h"
 
-lw_status lwc_linear_forward(lw_stream *s, float *y, const void *x, lw_dtype x_dtype,
-                             const void *w, lw_dtype w_dtype, const float *b, int64_t n,
-                             int64_t in, int64_t out) {
+lw_status lwc_linear_forward(lw_stream *s, void *y, lw_dtype y_dtype, const void *x,
+                             lw_dtype x_dtype, const void *w, lw_dtype w_dtype, const float *b,
+                             int64_t n, int64_t in, int64_t out) {
     if (n <= 0 || out <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
-    /* Seeding y with the bias and letting the GEMM add onto it (beta = 1), as the CPU does; without
-     * a bias, beta = 0 never reads y. */
-    if (b != NULL) {
-        cudaError_t e = lwc_rows_fill(cs, y, b, n, out);
-        if (e != cudaSuccess) return lwc_fail(s->device, e, "the linear layer's bias");
-    }
-    if (in <= 0) /* an empty inner dimension: the product is 0 (cuBLAS rejects lda = 0) */
-        return b != NULL ? LW_OK
-                         : lwc_launched(s, cudaMemsetAsync(y, 0, sizeof(float) * (size_t)(n * out),
-                                                           cs),
-                                        "cudaMemsetAsync");
     /* y[n, out] = x[n, in] w[out, in]^T. Column-major: y is Y^T [out, n] (ld out), w is W^T
      * [in, out] (ld in), x is X^T [in, n] (ld in); Y^T = W X^T = op_T(w) op_N(x):
-     * m = out, n = n, k = in. lwc_gemm converts what the product's type needs. */
+     * m = out, n = n, k = in. The GEMM helpers convert what the product's type needs. */
+    if (y_dtype == LW_DTYPE_BF16 && in > 0)
+        return lwc_gemm_bf16_out(s, true, false, out, n, in, lwc_typed(w, w_dtype), in,
+                                 lwc_typed(x, x_dtype), in, b, y, "the linear layer's GEMM");
+    /* An fp32 y is seeded with the bias and the GEMM adds onto it (beta = 1), as the CPU does;
+     * without a bias, beta = 0 never reads y. */
+    float *y32 = y;
+    if (y_dtype == LW_DTYPE_BF16) { /* an empty inner dimension: y is the bias, rounded */
+        void *w32 = NULL;
+        lw_status st = lwc_workspace(s, (int64_t)sizeof(float) * n * out, &w32);
+        if (st != LW_OK) return st;
+        y32 = w32;
+    }
+    if (b != NULL) {
+        cudaError_t e = lwc_rows_fill(cs, y32, b, n, out);
+        if (e != cudaSuccess) return lwc_fail(s->device, e, "the linear layer's bias");
+    } else if (in <= 0) { /* the product is 0 (cuBLAS rejects lda = 0) */
+        lw_status st = lwc_launched(
+            s, cudaMemsetAsync(y32, 0, sizeof(float) * (size_t)(n * out), cs), "cudaMemsetAsync");
+        if (st != LW_OK) return st;
+    }
+    if (in <= 0) return y32 == y ? LW_OK : lwc_to_bf16(s, y, y32, n * out);
     return lwc_gemm(s, true, false, out, n, in, 1.0f, lwc_typed(w, w_dtype), in,
-                    lwc_typed(x, x_dtype), in,
-                    b != NULL ? 1.0f : 0.0f, y, out, "the linear layer's GEMM");
+                    lwc_typed(x, x_dtype), in, b != NULL ? 1.0f : 0.0f, y32, out,
+                    "the linear layer's GEMM");
 }
 
 lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,

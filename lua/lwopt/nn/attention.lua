@@ -20,10 +20,11 @@ Attention.shape_args = { "b", "t" }
 -- reads as it is (Attention:set_activations)
 Attention.out_dtype = lib.LW_DTYPE_F32
 
--- The attention's output (proj's input) in dtype (lw_dtype), and the input x, which qkv reads,
--- in x_dtype.
+-- qkv's output (the attention's input) and the attention's output (proj's input) in dtype
+-- (lw_dtype), and the input x, which qkv reads, in x_dtype.
 function Attention:set_activations(dtype, x_dtype)
-   self.out_dtype, self.proj.x_dtype, self.qkv.x_dtype = dtype, dtype, x_dtype
+   self.qkv.y_dtype, self.out_dtype = dtype, dtype
+   self.proj.x_dtype, self.qkv.x_dtype = dtype, x_dtype
 end
 
 -- CausalSelfAttention(prefix, c, n_head, bias, tp): qkv {3c, c} and proj {c, c} Linears, or with
@@ -54,7 +55,7 @@ function Attention:forward(x, b, t)
    self.lse = self:buffer("lse", b * self.n_head * t)
    self.y = self:buffer("y", base.floats_for(n * self.c, self.out_dtype))
    check(lib.lw_attention_forward(self.stream, self.y, self.out_dtype, self.lse,
-      self:scratch(b, t), self.qkv_out, b, t, self.c, self.n_head))
+      self:scratch(b, t), self.qkv_out, self.qkv.y_dtype, b, t, self.c, self.n_head))
    return self.proj:forward(self.y, n)
 end
 
@@ -71,7 +72,7 @@ function Attention:backward(x, dout, dx, b, t)
    self.proj:backward(self.y, dout, dy, n)
    zero(dqkv, n * 3 * c, self.stream)
    check(lib.lw_attention_backward(self.stream, dqkv, self:scratch(b, t), dy, self.qkv_out,
-      self.y, self.out_dtype, self.lse, b, t, c, self.n_head))
+      self.qkv.y_dtype, self.y, self.out_dtype, self.lse, b, t, c, self.n_head))
    self.qkv:backward(x, dqkv, dx, n)
 end
 

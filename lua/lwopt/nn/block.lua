@@ -43,11 +43,12 @@ function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden)
    return self
 end
 
--- The activations that only feed matrix products in `dtype` (lw_dtype: fp32, the default, or
--- bf16): the layer norms' outputs, which the attention's QKV and the MLP's fc read, the
--- attention's output, which its proj reads, and GELU's, which the MLP's proj reads; the residual
--- stream, the projections' outputs and every gradient stay fp32. A mixture of experts keeps
--- ln_2's output fp32 (its router and gathers read fp32).
+-- The activations that only feed matrix products, the attention or GELU in `dtype` (lw_dtype:
+-- fp32, the default, or bf16): the layer norms' outputs, which the attention's QKV and the MLP's
+-- fc read, QKV's output, which the attention reads, the attention's, which its proj reads, fc's,
+-- which GELU reads, and GELU's, which the MLP's proj reads; the residual stream, the
+-- projections' outputs and every gradient stay fp32. A mixture of experts keeps ln_2's output
+-- fp32 (its router and gathers read fp32).
 function Block:set_activations(dtype)
    self.ln_1.y_dtype = dtype
    self.attn:set_activations(dtype, dtype)

@@ -14,7 +14,7 @@ local check, zero = base.check, base.zero
 local ColumnParallelLinear = base.class(base.Module)
 ColumnParallelLinear.shape_args = { "n" }
 ColumnParallelLinear.stored_reads = Linear.stored_reads
-ColumnParallelLinear.x_dtype = Linear.x_dtype
+ColumnParallelLinear.x_dtype, ColumnParallelLinear.y_dtype = Linear.x_dtype, Linear.y_dtype
 
 -- ColumnParallelLinear(prefix, in, out, bias, tp, blocks, weight_extra): tp is lw.tp.groups's
 -- table (size t, rank r; comm for the all-reduce); the full weight {out, in} is `blocks` (default

@@ -8,8 +8,9 @@ local lib = C.lib
 
 local GELU = base.class(base.Module)
 GELU.shape_args = { "n" }
--- the output's dtype (lw_dtype): bf16 where it only feeds a matrix product (MLP:set_activations)
-GELU.y_dtype = lib.LW_DTYPE_F32
+-- the output's dtype (lw_dtype): bf16 where it only feeds a matrix product (MLP:set_activations),
+-- and the input's: bf16 where fc writes bf16
+GELU.y_dtype, GELU.x_dtype = lib.LW_DTYPE_F32, lib.LW_DTYPE_F32
 
 -- GELU(width): rows of `width` elements.
 function GELU.new(width) return setmetatable({}, GELU):init(""):with_width(width) end
@@ -20,12 +21,12 @@ function GELU:with_width(w) self.width = w return self end
 -- reads it at once and recomputes it for its backward (MLP's recompute_gelu).
 function GELU:forward(x, n)
    local y = self:output("y", base.floats_for(n * self.width, self.y_dtype))
-   check(lib.lw_gelu_forward(self.stream, y, self.y_dtype, x, n * self.width))
+   check(lib.lw_gelu_forward(self.stream, y, self.y_dtype, x, self.x_dtype, n * self.width))
    return y
 end
 
 function GELU:backward(x, dy, dx, n)
-   check(lib.lw_gelu_backward(self.stream, dx, dy, x, n * self.width))
+   check(lib.lw_gelu_backward(self.stream, dx, dy, x, self.x_dtype, n * self.width))
 end
 
 return GELU

@@ -256,7 +256,7 @@ end
 local function row_logits(owner, self, row, dev)
    local c, rows = self.cfg.n_embd, self.head_rows
    check(lib.lw_linear_forward(self.stream, dev + (self.tp and self.tp.rank or 0) * rows,
-      self.h + row * c, lib.LW_DTYPE_F32, owner.w[self.head_name], owner.dtype[self.head_name],
+      lib.LW_DTYPE_F32, self.h + row * c, lib.LW_DTYPE_F32, owner.w[self.head_name], owner.dtype[self.head_name],
       nil, 1, c, rows))
 end
 

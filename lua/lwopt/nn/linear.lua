@@ -12,6 +12,8 @@ Linear.stored_reads = { weight = true } -- the kernels take the weight's dtype
 -- the input's dtype (lw_dtype): fp32, or bf16 where the module feeding it writes bf16 (a parent
 -- sets it on the instance: Block:set_activations)
 Linear.x_dtype = lib.LW_DTYPE_F32
+-- the output's dtype: fp32, or bf16 where it only feeds the attention or GELU (set likewise)
+Linear.y_dtype = lib.LW_DTYPE_F32
 
 -- Linear(prefix, in, out, bias, extra): weight {out, in}, bias {out}. extra (optional): the
 -- weight's role (extra.role, default "matrix"), fields of the weight's spec alone (extra.weight:
@@ -33,9 +35,9 @@ function Linear.new(prefix, n_in, n_out, bias, extra)
 end
 
 local function forward(self, x, n)
-   local y = self:output("y", n * self.n_out)
-   check(lib.lw_linear_forward(self.stream, y, x, self.x_dtype, self.w.weight, self.dtype.weight,
-      self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
+   local y = self:output("y", base.floats_for(n * self.n_out, self.y_dtype))
+   check(lib.lw_linear_forward(self.stream, y, self.y_dtype, x, self.x_dtype, self.w.weight,
+      self.dtype.weight, self.has_bias and self.w.bias or nil, n, self.n_in, self.n_out))
    return y
 end
 
@@ -45,7 +47,7 @@ local function backward(self, x, dy, dx, n)
       n, self.n_in, self.n_out))
 end
 
--- x: float* [n, in] -> float* [n, out]
+-- x: [n, in] (x_dtype) -> [n, out] (y_dtype)
 function Linear:forward(x, n) return self:with_params("forward", forward, x, n) end
 
 -- Accumulates into dx (float* [n, in], may be nil) and the parameter gradients.

@@ -45,9 +45,10 @@ function MLP:set_recompute_gelu(on)
    self.gelu.transient_output = on
 end
 
--- GELU's output, which only feeds proj, in `dtype` (lw_dtype: fp32, or bf16, which proj then
--- reads as it is); x itself in x_dtype (what fc reads).
+-- fc's output, which only feeds GELU, and GELU's, which only feeds proj, in `dtype` (lw_dtype:
+-- fp32, or bf16, which GELU and proj then read as it is); x itself in x_dtype (what fc reads).
 function MLP:set_activations(dtype, x_dtype)
+   self.fc.y_dtype, self.gelu.x_dtype = dtype, dtype
    self.gelu.y_dtype, self.proj.x_dtype, self.fc.x_dtype = dtype, dtype, x_dtype
 end
 

@@ -37,8 +37,8 @@ end
 local function forward(self, x, n)
    local y = self:output("y", n * self.n_out)
    local b = self.has_bias and self.tp.rank == 0 and self.w.bias or nil
-   check(lib.lw_linear_forward(self.stream, y, x, self.x_dtype, self.w.weight, self.dtype.weight, b,
-      n, self.n_in, self.n_out))
+   check(lib.lw_linear_forward(self.stream, y, lib.LW_DTYPE_F32, x, self.x_dtype, self.w.weight,
+      self.dtype.weight, b, n, self.n_in, self.n_out))
    return y
 end
 

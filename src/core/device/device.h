@@ -11,7 +11,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 11 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+#define LWI_DEVICE_ABI 12 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
                             the mixture-of-experts kernels (router, aux loss, gather, combine);
                             6: tensor parallelism: the vocabulary-range embedding,
                             the partial cross-entropy, copy_2d and Muon's distributed
@@ -27,7 +27,9 @@
                             11: the weights' dtype in the kernels that read weight matrices
                             (linear, embedding, the LM head), the activations' dtype of the
                             linear layer's input and the layer norm's and GELU's outputs,
-                            and the residual add fused with a layer norm
+                            and the residual add fused with a layer norm;
+                            12: the linear layer's output dtype, GELU's input dtype and the
+                            attention's qkv dtype
                             (add_layernorm_forward, _backward), after the other public
                             kernels */
 
@@ -176,13 +178,15 @@ lw_status lwi_check_routing(const char *what, int64_t n, int64_t e, int64_t k);
  * cross-entropy) a vocabulary of at least 1. */
 lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t vocab);
 /* A weight dtype the model kernels read, an activation dtype they read or write, a linear
- * layer's input and weight dtypes: fp32 or bf16. */
+ * layer's output, input and weight dtypes, GELU's output and input dtypes: fp32 or bf16. */
 lw_status lwi_check_weights(const char *what, lw_dtype w_dtype);
 lw_status lwi_check_activations(const char *what, lw_dtype dtype);
-lw_status lwi_check_linear(const char *what, lw_dtype x_dtype, lw_dtype w_dtype);
-/* The attention's output dtype (fp32 or bf16), then lwi_check_heads. */
-lw_status lwi_check_attention(const char *what, lw_dtype out_dtype, int64_t b, int64_t t,
-                              int64_t c, int64_t nh);
+lw_status lwi_check_linear(const char *what, lw_dtype y_dtype, lw_dtype x_dtype,
+                           lw_dtype w_dtype);
+lw_status lwi_check_gelu(const char *what, lw_dtype y_dtype, lw_dtype x_dtype);
+/* The attention's qkv and output dtypes (fp32 or bf16), then lwi_check_heads. */
+lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype, int64_t b,
+                              int64_t t, int64_t c, int64_t nh);
 /* Both of the above: the weights' dtype, then the range. */
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,
                                  int64_t vocab);

@@ -32,15 +32,15 @@
     X(vec_axpy, (lw_stream * s, float *y, float alpha, const float *x, int64_t n),                 \
       (s, y, alpha, x, n), LW_OK)                                                                  \
     X(linear_forward,                                                                              \
-      (lw_stream * s, float *y, const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,  \
-       const float *b, int64_t n, int64_t in, int64_t out),                                        \
-      (s, y, x, x_dtype, w, w_dtype, b, n, in, out),                                               \
-      lwi_check_linear("linear forward", x_dtype, w_dtype))                                        \
+      (lw_stream * s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype, const void *w,   \
+       lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out),                      \
+      (s, y, y_dtype, x, x_dtype, w, w_dtype, b, n, in, out),                                      \
+      lwi_check_linear("linear forward", y_dtype, x_dtype, w_dtype))                               \
     X(linear_backward,                                                                             \
       (lw_stream * s, float *dx, float *dw, float *db, const float *dy, const void *x,             \
        lw_dtype x_dtype, const void *w, lw_dtype w_dtype, int64_t n, int64_t in, int64_t out),     \
       (s, dx, dw, db, dy, x, x_dtype, w, w_dtype, n, in, out),                                     \
-      lwi_check_linear("linear backward", x_dtype, w_dtype))                                       \
+      lwi_check_linear("linear backward", LW_DTYPE_F32, x_dtype, w_dtype))                         \
     X(layernorm_forward,                                                                           \
       (lw_stream * s, void *y, lw_dtype y_dtype, float *mean, float *rstd, const float *x,         \
        const float *g, const float *beta, int64_t n, int64_t c, float eps),                        \
@@ -50,21 +50,23 @@
       (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dy, const float *x,         \
        const float *g, const float *mean, const float *rstd, int64_t n, int64_t c),                \
       (s, dx, dg, dbeta, dy, x, g, mean, rstd, n, c), LW_OK)                                       \
-    X(gelu_forward, (lw_stream * s, void *y, lw_dtype y_dtype, const float *x, int64_t n),        \
-      (s, y, y_dtype, x, n), lwi_check_activations("gelu forward", y_dtype))                       \
-    X(gelu_backward, (lw_stream * s, float *dx, const float *dy, const float *x, int64_t n),       \
-      (s, dx, dy, x, n), LW_OK)                                                                    \
+    X(gelu_forward,                                                                                \
+      (lw_stream * s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype, int64_t n),      \
+      (s, y, y_dtype, x, x_dtype, n), lwi_check_gelu("gelu forward", y_dtype, x_dtype))            \
+    X(gelu_backward,                                                                               \
+      (lw_stream * s, float *dx, const float *dy, const void *x, lw_dtype x_dtype, int64_t n),     \
+      (s, dx, dy, x, x_dtype, n), lwi_check_gelu("gelu backward", LW_DTYPE_F32, x_dtype))          \
     X(attention_forward,                                                                           \
-      (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *scratch, const float *qkv, \
-       int64_t b, int64_t t, int64_t c, int64_t nh),                                               \
-      (s, out, out_dtype, lse, scratch, qkv, b, t, c, nh),                                         \
-      lwi_check_attention("attention forward", out_dtype, b, t, c, nh))                            \
+      (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *scratch, const void *qkv,  \
+       lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh),                           \
+      (s, out, out_dtype, lse, scratch, qkv, qkv_dtype, b, t, c, nh),                              \
+      lwi_check_attention("attention forward", qkv_dtype, out_dtype, b, t, c, nh))                 \
     X(attention_backward,                                                                          \
-      (lw_stream * s, float *dqkv, float *scratch, const float *dout, const float *qkv,            \
-       const void *out, lw_dtype out_dtype, const float *lse, int64_t b, int64_t t, int64_t c,     \
-       int64_t nh),                                                                                \
-      (s, dqkv, scratch, dout, qkv, out, out_dtype, lse, b, t, c, nh),                             \
-      lwi_check_attention("attention backward", out_dtype, b, t, c, nh))                           \
+      (lw_stream * s, float *dqkv, float *scratch, const float *dout, const void *qkv,             \
+       lw_dtype qkv_dtype, const void *out, lw_dtype out_dtype, const float *lse, int64_t b,       \
+       int64_t t, int64_t c, int64_t nh),                                                          \
+      (s, dqkv, scratch, dout, qkv, qkv_dtype, out, out_dtype, lse, b, t, c, nh),                  \
+      lwi_check_attention("attention backward", qkv_dtype, out_dtype, b, t, c, nh))                \
     X(cross_entropy_forward,                                                                       \
       (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const void *w,    \
        lw_dtype w_dtype, const int32_t *targets, int64_t n, int64_t c, int64_t v, double *loss),   \

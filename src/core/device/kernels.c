@@ -106,14 +106,22 @@ lw_status lwi_check_activations(const char *what, lw_dtype dtype) {
     return check_dtype(what, "activation", dtype);
 }
 
-lw_status lwi_check_attention(const char *what, lw_dtype out_dtype, int64_t b, int64_t t,
-                              int64_t c, int64_t nh) {
-    const lw_status st = check_dtype(what, "output", out_dtype);
+lw_status lwi_check_gelu(const char *what, lw_dtype y_dtype, lw_dtype x_dtype) {
+    const lw_status st = check_dtype(what, "output", y_dtype);
+    return st != LW_OK ? st : check_dtype(what, "input", x_dtype);
+}
+
+lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype, int64_t b,
+                              int64_t t, int64_t c, int64_t nh) {
+    lw_status st = check_dtype(what, "qkv", qkv_dtype);
+    if (st == LW_OK) st = check_dtype(what, "output", out_dtype);
     return st != LW_OK ? st : lwi_check_heads(what, b, t, c, nh);
 }
 
-lw_status lwi_check_linear(const char *what, lw_dtype x_dtype, lw_dtype w_dtype) {
-    const lw_status st = check_dtype(what, "input", x_dtype);
+lw_status lwi_check_linear(const char *what, lw_dtype y_dtype, lw_dtype x_dtype,
+                           lw_dtype w_dtype) {
+    lw_status st = check_dtype(what, "output", y_dtype);
+    if (st == LW_OK) st = check_dtype(what, "input", x_dtype);
     return st != LW_OK ? st : check_dtype(what, "weight", w_dtype);
 }
 

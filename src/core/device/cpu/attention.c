@@ -333,23 +333,31 @@ static void forward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) {
     }
 }
 
-/* A bf16 output is computed in fp32 into memory of the call's own, then rounded. */
+/* A bf16 qkv is widened into memory of the call's own; a bf16 output is computed in fp32 into
+ * such memory, then rounded. */
 lw_status lwi_cpu_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
-                                    float *scratch, const float *qkv, int64_t b, int64_t t,
-                                    int64_t c, int64_t nh) {
+                                    float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
+                                    int64_t t, int64_t c, int64_t nh) {
     (void)stream;
     /* the dispatcher checked the shapes: some work, heads dividing the channels */
+    const float *qkv32;
+    float *owned;
+    lw_status st = lwi_cpu_as_f32(qkv, qkv_dtype, b * t * 3 * c, &qkv32, &owned);
+    if (st != LW_OK) return st;
     float *out32 = out;
     if (out_dtype == LW_DTYPE_BF16 &&
-        (out32 = malloc(sizeof(float) * (size_t)(b * t * c))) == NULL)
+        (out32 = malloc(sizeof(float) * (size_t)(b * t * c))) == NULL) {
+        free(owned);
         return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory for the attention's fp32 output");
-    att_job j = {.out = out32, .lse = lse, .scratch = scratch, .qkv = qkv, .t = t, .c = c,
+    }
+    att_job j = {.out = out32, .lse = lse, .scratch = scratch, .qkv = qkv32, .t = t, .c = c,
                  .nh = nh, .hd = c / nh, .scale = 1.0f / sqrtf((float)(c / nh))};
     lwi_cpu_parallel(b * nh, 1, forward_heads, &j);
     if (out32 != out) {
         lwi_cpu_vec_to_bf16(NULL, out, out32, b * t * c);
         free(out32);
     }
+    free(owned);
     return LW_OK;
 }
 
@@ -420,19 +428,21 @@ static void backward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) 
 }
 
 lw_status lwi_cpu_attention_backward(lw_stream *stream, float *dqkv, float *scratch,
-                                     const float *dout, const float *qkv, const void *out,
-                                     lw_dtype out_dtype, const float *lse, int64_t b, int64_t t,
-                                     int64_t c, int64_t nh) {
+                                     const float *dout, const void *qkv, lw_dtype qkv_dtype,
+                                     const void *out, lw_dtype out_dtype, const float *lse,
+                                     int64_t b, int64_t t, int64_t c, int64_t nh) {
     (void)stream;
     /* the dispatcher checked the shapes: some work, heads dividing the channels */
-    const float *out32;
-    float *owned;
-    const lw_status st = lwi_cpu_as_f32(out, out_dtype, b * t * c, &out32, &owned);
-    if (st != LW_OK) return st;
-    att_job j = {.dqkv = dqkv, .scratch = scratch, .qkv = qkv, .dout = dout, .saved_out = out32,
-                 .saved_lse = lse, .t = t, .c = c, .nh = nh, .hd = c / nh,
-                 .scale = 1.0f / sqrtf((float)(c / nh))};
-    lwi_cpu_parallel(b * nh, 1, backward_heads, &j);
-    free(owned);
-    return LW_OK;
+    const float *out32, *qkv32;
+    float *owned, *owned_qkv = NULL;
+    lw_status st = lwi_cpu_as_f32(out, out_dtype, b * t * c, &out32, &owned);
+    if (st == LW_OK) st = lwi_cpu_as_f32(qkv, qkv_dtype, b * t * 3 * c, &qkv32, &owned_qkv);
+    if (st == LW_OK) {
+        att_job j = {.dqkv = dqkv, .scratch = scratch, .qkv = qkv32, .dout = dout,
+                     .saved_out = out32, .saved_lse = lse, .t = t, .c = c, .nh = nh,
+                     .hd = c / nh, .scale = 1.0f / sqrtf((float)(c / nh))};
+        lwi_cpu_parallel(b * nh, 1, backward_heads, &j);
+    }
+    free(owned), free(owned_qkv);
+    return st;
 }

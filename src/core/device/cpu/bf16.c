@@ -92,3 +92,8 @@ void lwi_cpu_round_bf16(uint16_t *y, const float *x, int64_t n) {
     bf16_job j = {y, x};
     to_bf16_range(&j, 0, n, 0);
 }
+
+void lwi_cpu_widen_bf16(float *y, const uint16_t *x, int64_t n) {
+    bf16_job j = {y, x};
+    from_bf16_range(&j, 0, n, 0);
+}

@@ -17,6 +17,8 @@ lw_status lwi_cpu_as_f32(const void *x, lw_dtype dtype, int64_t n, const float *
 /* y[n] = x[n] rounded to bf16 (nearest even, lw_vec_to_bf16's bits), on the calling thread: a
  * kernel's row or block of bf16 output. */
 void lwi_cpu_round_bf16(uint16_t *y, const float *x, int64_t n);
+/* y[n] = x[n] (bf16) widened, exactly, on the calling thread: a kernel's block of bf16 input. */
+void lwi_cpu_widen_bf16(float *y, const uint16_t *x, int64_t n);
 
 /* Every kernel of the list (kernel_list.h), lwi_cpu_<name>, one family per file: vec.c, muon.c
  * (Newton-Schulz and Muon's step, its TP halves), adamw.c, linear.c, embedding.c (the

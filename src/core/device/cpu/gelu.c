@@ -57,6 +57,7 @@ typedef struct {
     float *out;
     uint16_t *out16; /* the forward's output in bf16 instead of out, or NULL */
     const float *x, *dy;
+    const uint16_t *x16; /* the input in bf16 instead of x, or NULL */
 } gelu_job;
 
 LWI_SIMD_CLONES
@@ -66,7 +67,9 @@ static void gelu_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     float lo[BLOCK], vc[BLOCK], e[BLOCK];
     for (int64_t i0 = begin; i0 < end; i0 += BLOCK) {
         int64_t m = end - i0 < BLOCK ? end - i0 : BLOCK;
-        exp_block(lo, vc, e, j->x + i0, m);
+        float xb[BLOCK];
+        if (j->x16 != NULL) lwi_cpu_widen_bf16(xb, j->x16 + i0, m);
+        exp_block(lo, vc, e, j->x16 != NULL ? xb : j->x + i0, m);
         if (j->dy == NULL && j->out16 != NULL) { /* computed in fp32, then rounded */
             float y[BLOCK];
             forward_block(y, lo, e, m);
@@ -78,19 +81,20 @@ static void gelu_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     }
 }
 
-lw_status lwi_cpu_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const float *x,
-                               int64_t n) {
+lw_status lwi_cpu_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                               lw_dtype x_dtype, int64_t n) {
     (void)stream;
-    const bool bf16 = y_dtype == LW_DTYPE_BF16;
-    gelu_job j = {bf16 ? NULL : y, bf16 ? y : NULL, x, NULL};
+    const bool bf16 = y_dtype == LW_DTYPE_BF16, x16 = x_dtype == LW_DTYPE_BF16;
+    gelu_job j = {bf16 ? NULL : y, bf16 ? y : NULL, x16 ? NULL : x, NULL, x16 ? x : NULL};
     lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
 }
 
-lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const float *x,
-                                int64_t n) {
+lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const void *x,
+                                lw_dtype x_dtype, int64_t n) {
     (void)stream;
-    gelu_job j = {dx, NULL, x, dy};
+    const bool x16 = x_dtype == LW_DTYPE_BF16;
+    gelu_job j = {dx, NULL, x16 ? NULL : x, dy, x16 ? x : NULL};
     lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
 }

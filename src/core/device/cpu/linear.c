@@ -1,8 +1,8 @@
 /* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward, with
  * the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it
  * transposed without a copy). bf16 weights and inputs are widened into memory of the call's own
- * (exact, so the results are those of their fp32 widening); fp32 ones are read in place. No
- * checks beyond empty shapes. */
+ * (exact, so the results are those of their fp32 widening); fp32 ones are read in place. A bf16
+ * output is the fp32 result rounded. No checks beyond empty shapes. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -12,11 +12,9 @@
 /* Columns summed per pass of the bias gradient: the double accumulators stay in L1. */
 #define DB_BLOCK 256
 
-lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const void *x, lw_dtype x_dtype,
-                                 const void *w, lw_dtype w_dtype, const float *b, int64_t n,
-                                 int64_t in, int64_t out) {
-    (void)stream;
-    if (n <= 0 || out <= 0) return LW_OK;
+/* y in fp32 (the forward's result before a bf16 output's rounding). */
+static lw_status forward_f32(float *y, const void *x, lw_dtype x_dtype, const void *w,
+                             lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out) {
     /* Seeding y with the bias and letting the GEMM add onto it (beta = 1) saves a second sweep
      * over y; without a bias, beta = 0 means y's old contents are never read. */
     if (b != NULL)
@@ -34,6 +32,21 @@ lw_status lwi_cpu_linear_forward(lw_stream *stream, float *y, const void *x, lw_
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, xf,
                     (int)in, wf, (int)in, b != NULL ? 1.0f : 0.0f, y, (int)out);
     free(owned), free(owned_x);
+    return st;
+}
+
+lw_status lwi_cpu_linear_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                                 lw_dtype x_dtype, const void *w, lw_dtype w_dtype, const float *b,
+                                 int64_t n, int64_t in, int64_t out) {
+    if (n <= 0 || out <= 0) return LW_OK;
+    if (y_dtype != LW_DTYPE_BF16) return forward_f32(y, x, x_dtype, w, w_dtype, b, n, in, out);
+    float *y32 = malloc(sizeof(float) * (size_t)(n * out));
+    if (y32 == NULL)
+        return lwi_fail(LW_ERR_NOMEM, "cpu: linear forward: out of memory for %lld x %lld floats",
+                        (long long)n, (long long)out);
+    lw_status st = forward_f32(y32, x, x_dtype, w, w_dtype, b, n, in, out);
+    if (st == LW_OK) st = lwi_cpu_vec_to_bf16(stream, y, y32, n * out);
+    free(y32);
     return st;
 }
 
