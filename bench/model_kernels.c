@@ -102,37 +102,41 @@ int main(int argc, char **argv) {
     TIME("ln_1 forward", 0,
          lw_layernorm_forward(NULL, ln, LW_DTYPE_F32, mean, rstd, x, g, NULL, N, C, 1e-5f));
     TIME("qkv forward", lin * 3 * C,
-         lw_linear_forward(NULL, qkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, NULL, N, C, 3 * C));
+         lw_linear_forward(NULL, qkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, NULL, N,
+                           C, 3 * C));
     TIME("attention forward", attn,
-         lw_attention_forward(NULL, att, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, B, T, C, NH));
+         lw_attention_forward(NULL, att, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, B, T, C,
+                              NH));
     TIME("proj forward", lin * C,
-         lw_linear_forward(NULL, y, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, NULL, N, C, C));
+         lw_linear_forward(NULL, y, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, NULL, N,
+                           C, C));
     TIME("residual add", 0, lw_vec_add(NULL, y, x, y, N * C));
     TIME("ln_2 forward", 0,
          lw_layernorm_forward(NULL, ln, LW_DTYPE_F32, mean, rstd, y, g, NULL, N, C, 1e-5f));
     TIME("fc forward", lin * H,
-         lw_linear_forward(NULL, h, LW_DTYPE_F32, ln, LW_DTYPE_F32, wfc, LW_DTYPE_F32, NULL, N, C, H));
+         lw_linear_forward(NULL, h, LW_DTYPE_F32, ln, LW_DTYPE_F32, wfc, LW_DTYPE_F32, NULL, N, C,
+                           H));
     TIME("gelu forward", 0, lw_gelu_forward(NULL, a, LW_DTYPE_F32, h, LW_DTYPE_F32, N * H));
     TIME("mlp proj forward", lin * H,
-         lw_linear_forward(NULL, y, LW_DTYPE_F32, a, LW_DTYPE_F32, wmp, LW_DTYPE_F32, NULL, N, H, C));
+         lw_linear_forward(NULL, y, LW_DTYPE_F32, a, LW_DTYPE_F32, wmp, LW_DTYPE_F32, NULL, N, H,
+                           C));
     const double fwd = total;
     total = 0;
     TIME("mlp proj backward", 2 * lin * H,
-         lw_linear_backward(NULL, da, dw, NULL, dout, a, LW_DTYPE_F32, wmp, LW_DTYPE_F32, N, H, C));
-    TIME("gelu backward", 0, lw_gelu_backward(NULL, dh, da, h, LW_DTYPE_F32, N * H));
+         lw_linear_backward(NULL, da, dw, NULL, dout, LW_DTYPE_F32, a, LW_DTYPE_F32, wmp, LW_DTYPE_F32, N, H, C));
+    TIME("gelu backward", 0, lw_gelu_backward(NULL, dh, LW_DTYPE_F32, da, h, LW_DTYPE_F32, N * H));
     TIME("fc backward", 2 * lin * H,
-         lw_linear_backward(NULL, dx, dw, NULL, dh, ln, LW_DTYPE_F32, wfc, LW_DTYPE_F32, N, C, H));
+         lw_linear_backward(NULL, dx, dw, NULL, dh, LW_DTYPE_F32, ln, LW_DTYPE_F32, wfc, LW_DTYPE_F32, N, C, H));
     TIME("ln_2 backward", 0,
          lw_layernorm_backward(NULL, dx, dg, NULL, dout, y, g, mean, rstd, N, C));
     TIME("proj backward", 2 * lin * C,
-         lw_linear_backward(NULL, dx, dw, NULL, dout, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, N, C,
+         lw_linear_backward(NULL, dx, dw, NULL, dout, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, N, C,
                             C));
-    TIME(
-        "attention backward", 2 * attn,
-        lw_attention_backward(NULL, dqkv, scratch, dout, qkv, LW_DTYPE_F32, att, LW_DTYPE_F32, lse, B,
-                              T, C, NH));
+    TIME("attention backward", 2 * attn,
+         lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, att, LW_DTYPE_F32, lse,
+                               B, T, C, NH));
     TIME("qkv backward", 2 * lin * 3 * C,
-         lw_linear_backward(NULL, dx, dw, NULL, dqkv, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, N, C,
+         lw_linear_backward(NULL, dx, dw, NULL, dqkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, N, C,
                             3 * C));
     TIME("ln_1 backward", 0,
          lw_layernorm_backward(NULL, dx, dg, NULL, dout, x, g, mean, rstd, N, C));

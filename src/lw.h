@@ -1099,7 +1099,9 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * qkv, and the layer norm's, GELU's and the attention's outputs (y_dtype, out_dtype). A bf16
  * output is computed in fp32 and rounded to nearest even (the bits lw_vec_to_bf16 gives); a bf16
  * input is read as its exact fp32 widening. bf16 ones halve their memory and spare the bf16 GEMMs
- * a rounding pass; read by fp32 products they are widened like weights.
+ * a rounding pass; read by fp32 products they are widened like weights. The gradients of the
+ * bf16 outputs that feed the attention and GELU may be bf16 too (the attention's dqkv, GELU's
+ * dx, which the linear layer's backward reads as dy): accumulated in fp32 and rounded.
  * Everything else (the residual stream, gradients, statistics) is fp32. */
 
 /* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype, y of y_dtype (bf16:
@@ -1107,10 +1109,11 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
 lw_status lw_linear_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
                             lw_dtype x_dtype, const void *w, lw_dtype w_dtype, const float *b,
                             int64_t n, int64_t in, int64_t out);
-/* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional). */
-lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const float *dy,
-                             const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
-                             int64_t n, int64_t in, int64_t out);
+/* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional); dy
+ * of dy_dtype. */
+lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const void *dy,
+                             lw_dtype dy_dtype, const void *x, lw_dtype x_dtype, const void *w,
+                             lw_dtype w_dtype, int64_t n, int64_t in, int64_t out);
 
 /* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
 lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
@@ -1148,9 +1151,9 @@ lw_status lw_add_layernorm_backward(lw_stream *stream, float *dx, float *dg, flo
  * x_dtype. */
 lw_status lw_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
                           lw_dtype x_dtype, int64_t n);
-/* dx += dy * gelu'(x), x of x_dtype */
-lw_status lw_gelu_backward(lw_stream *stream, float *dx, const float *dy, const void *x,
-                           lw_dtype x_dtype, int64_t n);
+/* dx += dy * gelu'(x), x of x_dtype, dx of dx_dtype (bf16: the fp32 sum rounded) */
+lw_status lw_gelu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
+                           const void *x, lw_dtype x_dtype, int64_t n);
 
 /* Causal multi-head self-attention, memory-efficient: no t x t matrix per head is kept between
  * forward and backward (the backward recomputes the probabilities from q, k and the saved
@@ -1167,23 +1170,27 @@ int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int
 lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
                                float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
                                int64_t t, int64_t c, int64_t nh);
-/* dqkv[b, t, 3c] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype) and lse. */
-lw_status lw_attention_backward(lw_stream *stream, float *dqkv, float *scratch, const float *dout,
-                                const void *qkv, lw_dtype qkv_dtype, const void *out,
-                                lw_dtype out_dtype, const float *lse, int64_t b, int64_t t,
-                                int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype) and lse;
+ * dqkv of dqkv_dtype (bf16: the fp32 sum rounded). */
+lw_status lw_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
+                                const float *dout, const void *qkv, lw_dtype qkv_dtype,
+                                const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
+                                int64_t t, int64_t c, int64_t nh);
 
 /* The LM head fused with softmax cross-entropy, in chunks of rows: logits = h[n, c] w[v, c]^T
  * are formed a chunk at a time in scratch (at least lw_cross_entropy_scratch_floats(stream, n,
  * v) floats; never n x v at once unless that fits the device's chunk), giving losses[n] =
  * -log softmax(logits)[target] and lse[n], each row's log-sum-exp. [out] *loss (host): the
  * mean loss over rows whose target is in [0, v) (other targets are ignored: loss 0, no
- * gradient); waits for the stream. */
+ * gradient); waits for the stream. logits_dtype: the logits held in fp32, or in bf16 (each the
+ * fp32 sum rounded, as autocast's matmul gives them; the statistics and the loss still taken in
+ * fp32 and double from those values, and the backward's dlogits rounded to bf16 before its two
+ * GEMMs); the backward takes the forward's. */
 int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v);
 lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse, float *scratch,
                                    const float *h, const void *w, lw_dtype w_dtype,
-                                   const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                                   double *loss);
+                                   lw_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                   int64_t c, int64_t v, double *loss);
 /* Backward of loss_scale * (mean loss) after the forward of the same h, w, targets with the same
  * scratch untouched since (when all n rows fit one chunk the forward's probabilities are still
  * there and are reused; otherwise each chunk's logits are recomputed):
@@ -1191,8 +1198,8 @@ lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
  * dw[v, c] += dlogits^T h (dh optional). */
 lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                     const float *h, const void *w, lw_dtype w_dtype,
-                                    const int32_t *targets, const float *lse, int64_t n, int64_t c,
-                                    int64_t v, float loss_scale);
+                                    lw_dtype logits_dtype, const int32_t *targets, const float *lse,
+                                    int64_t n, int64_t c, int64_t v, float loss_scale);
 
 /* Tensor parallelism's vocabulary-parallel token embedding and LM head: each rank of
  * a TP group holds the rows [first, first + rows) of the vocabulary's tables, and a collective
@@ -1224,8 +1231,8 @@ lw_status lw_embedding_range_backward(lw_stream *stream, float *dwte, float *dwp
  * fit one chunk the logits stay in scratch for the backward. */
 lw_status lw_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
                                            const float *h, const void *w, lw_dtype w_dtype,
-                                           const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                                           int64_t first, int64_t vocab);
+                                           lw_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                           int64_t c, int64_t v, int64_t first, int64_t vocab);
 /* The group's statistics combined: stats[parts, 3, n], every rank's stats in rank order (an
  * all-gather of the above). lse[n] = log of the sum of exp over the whole vocabulary, losses[n]
  * = lse - the target's logit for targets in [0, vocab) (others: 0, ignored). [out] *loss (host):
@@ -1240,9 +1247,9 @@ lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
  * logits are reused; several: recomputed): dlogits = loss_scale * (softmax - onehot) / count
  * (count: targets in [0, vocab); padding rows 0), dh[n, c] += dlogits w (this rank's share: the
  * group's sum is the input gradient) and dw[v, c] += dlogits^T h (dh optional). */
-lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
-                                            float *scratch, const float *h, const void *w,
-                                            lw_dtype w_dtype, const int32_t *targets,
+lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
+                                            const float *h, const void *w, lw_dtype w_dtype,
+                                            lw_dtype logits_dtype, const int32_t *targets,
                                             const float *lse, int64_t n, int64_t c, int64_t v,
                                             int64_t first, int64_t vocab, float loss_scale);
 

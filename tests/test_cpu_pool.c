@@ -138,13 +138,14 @@ static void run_kernels(float *out, float *lse, float *dqkv, float *y, float *dx
     float *scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, c, nh));
     memset(dqkv, 0, sizeof(float) * (size_t)(b * t * 3 * c));
     memset(dx, 0, sizeof(float) * (size_t)n);
-    CHECK_EQ(lw_attention_forward(NULL, out, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, b, t, c, nh), LW_OK);
     CHECK_EQ(
-        lw_attention_backward(NULL, dqkv, scratch, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32, lse,
-                              b, t, c, nh),
+        lw_attention_forward(NULL, out, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, b, t, c, nh),
         LW_OK);
+    CHECK_EQ(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32,
+                                   lse, b, t, c, nh),
+             LW_OK);
     CHECK_EQ(lw_gelu_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, n), LW_OK);
-    CHECK_EQ(lw_gelu_backward(NULL, dx, x, x, LW_DTYPE_F32, n), LW_OK);
+    CHECK_EQ(lw_gelu_backward(NULL, dx, LW_DTYPE_F32, x, x, LW_DTYPE_F32, n), LW_OK);
     /* AdamW on y with dx as the gradient: two steps, moments from zero */
     float *m = nn_alloc(n), *v = nn_alloc(n);
     const lw_adamw_options o = lw_adamw_defaults(); /* 0.9, 0.95, 1e-8 */

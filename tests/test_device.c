@@ -30,7 +30,8 @@ static void test_cpu_device(void) {
     /* the CPU computes fp32 whatever is set: 1 + 2^-12 would round to 1 in bf16 (8 bits) */
     const float x1 = 1.0f + 0x1p-12f, w1 = 3.0f;
     float y1 = 0.0f;
-    CHECK_OK(lw_linear_forward(NULL, &y1, LW_DTYPE_F32, &x1, LW_DTYPE_F32, &w1, LW_DTYPE_F32, NULL, 1, 1, 1));
+    CHECK_OK(lw_linear_forward(NULL, &y1, LW_DTYPE_F32, &x1, LW_DTYPE_F32, &w1, LW_DTYPE_F32, NULL,
+                               1, 1, 1));
     CHECK(y1 == x1 * w1 && y1 != 3.0f);
     CHECK_OK(lw_device_set_matmul(cpu, LW_MATMUL_FP32));
     CHECK_EQ(lw_device_matmul(cpu), LW_MATMUL_FP32);

@@ -295,6 +295,13 @@ static float *updated(run *r, const char *what, const float *start, int64_t n, m
     r->b[r->nb - 1].how = how;
     return p;
 }
+/* A bf16 output gradient accumulated from `start` (bits), compared by value as `how` says. */
+static uint16_t *accumulated_bf16(run *r, const char *what, const uint16_t *start, int64_t n,
+                                  measure how) {
+    uint16_t *p = place(r, what, ACCUMULATED, BF16V, n, start);
+    r->b[r->nb - 1].how = how;
+    return p;
+}
 static float *accumulated(run *r, const char *what, const float *start, int64_t n, measure how) {
     float *p = place(r, what, ACCUMULATED, F32, n, start);
     r->b[r->nb - 1].how = how;
@@ -497,7 +504,12 @@ static void cpu_checks(const kernel_case *k, const run *ref, const run *zeroed) 
             }
             const double worst =
                 worst_relative(F64, got, sum, b->n, fmax(largest(F64, got, b->n), 1e-300));
-            if (!(worst <= (b->type == F64 ? 1e-12 : 1e-5)))
+            /* a bf16 gradient is rounded once at the end: the sum of two roundings (the start's
+             * and the run's from zeros) is up to two bf16 half-steps from it (2^-8 of the largest
+             * value); whether it accumulated at all its case checks bit for bit against the
+             * fp32 run from the same start (after_bf16_output) */
+            const double tol = b->type == F64 ? 1e-12 : b->type == BF16V ? 1.0 / 128 : 1e-5;
+            if (!(worst <= tol))
                 failed(k, ref,
                        "%s does not accumulate: it is %.3g of its largest value from "
                        "its start plus the run from zeros",
@@ -1015,6 +1027,7 @@ typedef struct {
     float *x, *w, *b, *dy, *dx0, *dw0, *db0;
     uint16_t *w16; /* bf16 weights (w: their widened values), or NULL */
     uint16_t *x16; /* a bf16 input (x: its widened values), or NULL */
+    uint16_t *dy16; /* a bf16 output gradient (dy: its widened values), or NULL */
 } linear_args;
 
 static measure linear_gemm(lw_matmul m) {
@@ -1041,9 +1054,9 @@ static void run_linear_forward(run *r, const void *p) {
     call(r, lw_linear_forward(r->s, y16, LW_DTYPE_BF16, x, xt, w, wt, b, a->n, a->in, a->out));
     if (a->w16 == NULL && a->x16 == NULL) return;
     float *y32 = output(r, "y (widened)", a->n * a->out, m);
-    call(r, lw_linear_forward(r->s, y32, LW_DTYPE_F32, input(r, a->x, a->n * a->in), LW_DTYPE_F32,
-                              input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n, a->in,
-                              a->out));
+    call(r,
+         lw_linear_forward(r->s, y32, LW_DTYPE_F32, input(r, a->x, a->n * a->in), LW_DTYPE_F32,
+                           input(r, a->w, a->out * a->in), LW_DTYPE_F32, b, a->n, a->in, a->out));
 }
 
 static void after_linear_forward(const kernel_case *k, const run *r) {
@@ -1071,31 +1084,35 @@ static void after_linear_forward(const kernel_case *k, const run *r) {
 static void run_linear_backward(run *r, const void *p) {
     const linear_args *a = p;
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
-    const float *dy = input(r, a->dy, a->n * a->out);
-    lw_dtype wt, xt;
+    lw_dtype wt, xt, dyt;
+    const void *dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &dyt);
     const void *x = input_typed(r, a->x, a->x16, nx, &xt);
     const void *w = input_typed(r, a->w, a->w16, nw, &wt);
     float *dx = accumulated(r, "dx", a->dx0, nx, linear_gemm(r->matmul));
     float *dw = accumulated(r, "dw", a->dw0, nw, linear_gemm(r->matmul));
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
-    call(r, lw_linear_backward(r->s, dx, dw, db, dy, x, xt, w, wt, a->n, a->in, a->out));
+    call(r, lw_linear_backward(r->s, dx, dw, db, dy, dyt, x, xt, w, wt, a->n, a->in, a->out));
     /* under bf16 without dx, w is not rounded: dw from the same rounded operands */
     measure m = linear_gemm(r->matmul);
     m.differ = 0;
     float *alone = accumulated(r, "dw alone", a->dw0, nw, m);
-    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, x, xt, w, wt, a->n, a->in, a->out));
-    if (a->w16 == NULL && a->x16 == NULL) return;
+    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, dyt, x, xt, w, wt, a->n, a->in, a->out));
+    if (a->w16 == NULL && a->x16 == NULL && a->dy16 == NULL) return;
     float *dx32 = accumulated(r, "dx (widened)", a->dx0, nx, linear_gemm(r->matmul));
     float *dw32 = accumulated(r, "dw (widened)", a->dw0, nw, linear_gemm(r->matmul));
-    call(r, lw_linear_backward(r->s, dx32, dw32, NULL, dy, input(r, a->x, nx), LW_DTYPE_F32,
-                               input(r, a->w, nw), LW_DTYPE_F32, a->n, a->in, a->out));
+    float *db32 = accumulated(r, "db (widened)", a->db0, a->out, scaled(1e-6));
+    call(r, lw_linear_backward(r->s, dx32, dw32, db32, input(r, a->dy, a->n * a->out), LW_DTYPE_F32,
+                               input(r, a->x, nx), LW_DTYPE_F32, input(r, a->w, nw), LW_DTYPE_F32,
+                               a->n, a->in, a->out));
 }
 
 static void after_linear_backward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
-    if (a->w16 != NULL || a->x16 != NULL) {
+    if (a->w16 != NULL || a->x16 != NULL || a->dy16 != NULL) {
         same_as_widened(k, r, "dx", a->n * a->in);
         same_as_widened(k, r, "dw", a->out * a->in);
+        /* the column sums read a bf16 dy widened, on every device */
+        widening_exact(k, r, "db", a->out);
     }
     if (r->matmul == LW_MATMUL_FP32)
         expect(k, r,
@@ -1106,18 +1123,24 @@ static void after_linear_backward(const kernel_case *k, const run *r) {
 static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, in, out;
-        bool bias, bf16_w, bf16_x;
+        bool bias, bf16_w, bf16_x, bf16_dy;
     } shapes[] = {
-        {1, 1, 1, true, false, false},         {1, 37, 5, true, false, false},
-        {65, 33, 17, false, false, false},     {300, 100, 7, true, false, false},
-        {3, 0, 4, true, false, false}, /* an empty inner dimension: y = b, dw and dx untouched */
-        {0, 5, 3, true, false, false}, /* no rows: nothing written */
-        {1024, 768, 2304, true, false, false}, /* GPT-2 small's QKV */
-        {65, 33, 17, false, true, false},      /* bf16 weights */
-        {1, 1, 1, true, true, false},          {1024, 768, 2304, true, true, false},
-        {65, 33, 17, true, false, true},  /* a bf16 input */
-        {300, 100, 7, false, true, true}, /* both */
-        {1024, 768, 2304, true, true, true},
+        {1, 1, 1, true, false, false, false},
+        {1, 37, 5, true, false, false, false},
+        {65, 33, 17, false, false, false, false},
+        {300, 100, 7, true, false, false, false},
+        {3, 0, 4, true, false, false, false}, /* an empty inner dimension: y = b, dw and dx
+                                                 untouched */
+        {0, 5, 3, true, false, false, false}, /* no rows: nothing written */
+        {1024, 768, 2304, true, false, false, false}, /* GPT-2 small's QKV */
+        {65, 33, 17, false, true, false, false},      /* bf16 weights */
+        {1, 1, 1, true, true, false, false},
+        {1024, 768, 2304, true, true, false, false},
+        {65, 33, 17, true, false, true, false},  /* a bf16 input */
+        {300, 100, 7, false, true, true, false}, /* both */
+        {1024, 768, 2304, true, true, true, false},
+        {65, 33, 17, true, false, false, true},     /* a bf16 output gradient */
+        {1024, 768, 2304, true, true, true, true}, /* all three: the model's QKV and fc */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].n == 1024)) continue;
@@ -1126,13 +1149,15 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                          .out = shapes[s].out,
                          .bias = shapes[s].bias,
                          .large = shapes[s].n == 1024};
-        snprintf(a.shape, sizeof a.shape, "n %lld, in %lld, out %lld%s%s%s", (long long)a.n,
+        snprintf(a.shape, sizeof a.shape, "n %lld, in %lld, out %lld%s%s%s%s", (long long)a.n,
                  (long long)a.in, (long long)a.out, a.bias ? ", bias" : "",
-                 shapes[s].bf16_w ? ", bf16 weights" : "", shapes[s].bf16_x ? ", bf16 input" : "");
+                 shapes[s].bf16_w ? ", bf16 weights" : "", shapes[s].bf16_x ? ", bf16 input" : "",
+                 shapes[s].bf16_dy ? ", bf16 dy" : "");
         a.x = host_random(a.n * a.in), a.w = host_random(a.out * a.in), a.b = host_random(a.out);
         if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.out * a.in);
         if (shapes[s].bf16_x) a.x16 = round_weights(a.x, a.n * a.in);
         a.dy = host_random(a.n * a.out), a.dx0 = prefill(a.n * a.in);
+        if (shapes[s].bf16_dy) a.dy16 = round_weights(a.dy, a.n * a.out);
         a.dw0 = prefill(a.out * a.in), a.db0 = prefill(a.out);
         check(&(kernel_case){.kernel = kernel,
                              .shape = a.shape,
@@ -1142,7 +1167,7 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.large,
                              .gemm = true});
         free(a.x), free(a.w), free(a.b), free(a.dy), free(a.dx0), free(a.dw0), free(a.db0);
-        free(a.w16), free(a.x16);
+        free(a.w16), free(a.x16), free(a.dy16);
     }
 }
 
@@ -1477,6 +1502,8 @@ typedef struct {
     float *x, *dy, *dx0;
     uint16_t *x16; /* x rounded to bf16 (the input an MLP's bf16 fc output gives) */
     float *xw;     /* and widened again */
+    uint16_t *dx0_16; /* dx0 rounded to bf16 (a bf16 dx's start), */
+    float *dx0_w;     /* and widened again */
 } gelu_args;
 
 static const float gelu_specials[] = {0.0f,  -0.0f,  9.0f,     -9.0f,     9.0001f, -9.0001f,
@@ -1494,8 +1521,8 @@ static void run_gelu_forward(run *r, const void *p) {
     call(r, lw_gelu_forward(r->s, y16, LW_DTYPE_BF16, x, LW_DTYPE_F32, a->n));
     /* a bf16 x, and its widening */
     float *yx = output(r, "y of bf16 x", a->n, bits());
-    call(r, lw_gelu_forward(r->s, yx, LW_DTYPE_F32, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16,
-                            a->n));
+    call(r,
+         lw_gelu_forward(r->s, yx, LW_DTYPE_F32, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16, a->n));
     float *yw = output(r, "y of bf16 x (widened)", a->n, bits());
     call(r, lw_gelu_forward(r->s, yw, LW_DTYPE_F32, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
 }
@@ -1505,11 +1532,16 @@ static void run_gelu_backward(run *r, const void *p) {
     const float *dy = input(r, a->dy, a->n), *x = input(r, a->x, a->n);
     float *dx = accumulated(r, "dx", a->dx0, a->n, bits());
     r->nan_fed = any_nan(a->x, a->n);
-    call(r, lw_gelu_backward(r->s, dx, dy, x, LW_DTYPE_F32, a->n));
+    call(r, lw_gelu_backward(r->s, dx, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, a->n));
     float *dxx = accumulated(r, "dx of bf16 x", a->dx0, a->n, bits());
-    call(r, lw_gelu_backward(r->s, dxx, dy, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16, a->n));
+    call(r, lw_gelu_backward(r->s, dxx, LW_DTYPE_F32, dy, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16, a->n));
     float *dxw = accumulated(r, "dx of bf16 x (widened)", a->dx0, a->n, bits());
-    call(r, lw_gelu_backward(r->s, dxw, dy, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
+    call(r, lw_gelu_backward(r->s, dxw, LW_DTYPE_F32, dy, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
+    /* a bf16 dx: accumulated in fp32, rounded; against the fp32 run from its widened start */
+    float *dxs = accumulated(r, "dx from a bf16 start", a->dx0_w, a->n, bits());
+    call(r, lw_gelu_backward(r->s, dxs, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, a->n));
+    uint16_t *dx16 = accumulated_bf16(r, "dx from a bf16 start bf16", a->dx0_16, a->n, bits());
+    call(r, lw_gelu_backward(r->s, dx16, LW_DTYPE_BF16, dy, x, LW_DTYPE_F32, a->n));
 }
 
 static void after_gelu(const kernel_case *k, const run *r) {
@@ -1517,6 +1549,7 @@ static void after_gelu(const kernel_case *k, const run *r) {
     const float *y = f32_of(r, "y");
     const bool forward = strcmp(k->kernel, "gelu_forward") == 0;
     if (forward) after_bf16_output(k, r, "y", a->n);
+    else after_bf16_output(k, r, "dx from a bf16 start", a->n);
     widening_exact(k, r, forward ? "y of bf16 x" : "dx of bf16 x", a->n);
     if (y != NULL && a->n > N_GELU_SPECIALS)
         expect(k, r, isnan(y[GELU_NAN_AT]) && y[0] == 0.0f, "gelu(NaN) is NaN, gelu(0) is 0");
@@ -1532,9 +1565,12 @@ static void gelu_cases(const char *kernel, run_fn fn, after_fn after) {
         a.xw = cpu_array(a.n);
         memcpy(a.xw, a.x, sizeof(float) * (size_t)a.n);
         a.x16 = round_weights(a.xw, a.n);
+        a.dx0_w = cpu_array(a.n);
+        memcpy(a.dx0_w, a.dx0, sizeof(float) * (size_t)a.n);
+        a.dx0_16 = round_weights(a.dx0_w, a.n);
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
-        free(a.x), free(a.dy), free(a.dx0), free(a.x16), free(a.xw);
+        free(a.x), free(a.dy), free(a.dx0), free(a.x16), free(a.xw), free(a.dx0_16), free(a.dx0_w);
     }
 }
 
@@ -1586,6 +1622,8 @@ typedef struct {
     float *out_w;    /* and widened again */
     uint16_t *qkv16; /* qkv rounded to bf16 (a bf16 QKV GEMM's output) */
     float *qkv_w;    /* and widened again */
+    uint16_t *d0_16; /* d0 rounded to bf16 (a bf16 dqkv's start), */
+    float *d0_w;     /* and widened again */
 } att_args;
 
 static void run_attention_forward(run *r, const void *p) {
@@ -1610,9 +1648,9 @@ static void run_attention_forward(run *r, const void *p) {
     call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, work, q16, LW_DTYPE_BF16, a->b,
                                  a->t, a->c, a->nh));
     float *ow = output(r, "out of bf16 qkv (widened)", no, att_gemm(r->matmul, hd));
-    call(r, lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, work,
-                                 input(r, a->qkv_w, 3 * no), LW_DTYPE_F32, a->b, a->t, a->c,
-                                 a->nh));
+    call(r,
+         lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, work, input(r, a->qkv_w, 3 * no),
+                              LW_DTYPE_F32, a->b, a->t, a->c, a->nh));
     uint16_t *o16 = output_bf16_values(r, "out of bf16 qkv bf16", no, m16);
     call(r, lw_attention_forward(r->s, o16, LW_DTYPE_BF16, lse_again, work, q16, LW_DTYPE_BF16,
                                  a->b, a->t, a->c, a->nh));
@@ -1625,26 +1663,34 @@ static void run_attention_backward(run *r, const void *p) {
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
     float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, att_gemm(r->matmul, a->c / a->nh));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
-    call(r, lw_attention_backward(r->s, dqkv, work, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32, lse,
+    call(r, lw_attention_backward(r->s, dqkv, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32, lse,
                                   a->b, a->t, a->c, a->nh));
     /* out in bf16 (the CPU's, rounded), and the same run on its widening */
     const measure m = att_gemm(r->matmul, a->c / a->nh);
     float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, d16, work, dout, qkv, LW_DTYPE_F32,
+    call(r, lw_attention_backward(r->s, d16, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
                                   input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c,
                                   a->nh));
     float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, dw, work, dout, qkv, LW_DTYPE_F32, input(r, a->out_w, no),
+    call(r, lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, input(r, a->out_w, no),
                                   LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
     /* a bf16 qkv (with the bf16 out), and its widening */
     float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, dq, work, dout, input_bf16(r, a->qkv16, 3 * no),
+    call(r, lw_attention_backward(r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, 3 * no),
                                   LW_DTYPE_BF16, input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse,
                                   a->b, a->t, a->c, a->nh));
     float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, dqw, work, dout, input(r, a->qkv_w, 3 * no), LW_DTYPE_F32,
-                                  input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c,
-                                  a->nh));
+    call(r, lw_attention_backward(r->s, dqw, LW_DTYPE_F32, work, dout, input(r, a->qkv_w, 3 * no),
+                                  LW_DTYPE_F32, input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b,
+                                  a->t, a->c, a->nh));
+    /* a bf16 dqkv: accumulated in fp32, rounded; against the fp32 run from its widened start */
+    float *ds = accumulated(r, "dqkv from a bf16 start", a->d0_w, 3 * no, m);
+    call(r, lw_attention_backward(r->s, ds, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+    uint16_t *ds16 =
+        accumulated_bf16(r, "dqkv from a bf16 start bf16", a->d0_16, 3 * no, bf16_step(m));
+    call(r, lw_attention_backward(r->s, ds16, LW_DTYPE_BF16, work, dout, qkv, LW_DTYPE_F32, out,
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
 }
 
 /* A bf16 out gives the results its widening gives, bit for bit on the CPU; a bf16 qkv on every
@@ -1654,6 +1700,7 @@ static void after_attention_backward(const kernel_case *k, const run *r) {
     const att_args *a = k->args;
     same_as_widened(k, r, "dqkv bf16 out", 3 * a->b * a->t * a->c);
     widening_exact(k, r, "dqkv of bf16 qkv", 3 * a->b * a->t * a->c);
+    after_bf16_output(k, r, "dqkv from a bf16 start", 3 * a->b * a->t * a->c);
 }
 
 /* With a NaN key at row j of head 0: that head's rows from j on are NaN in out and lse, the rows
@@ -1725,6 +1772,9 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         a.qkv_w = cpu_array(3 * no);
         memcpy(a.qkv_w, a.qkv, sizeof(float) * (size_t)(3 * no));
         a.qkv16 = round_weights(a.qkv_w, 3 * no);
+        a.d0_w = cpu_array(3 * no);
+        memcpy(a.d0_w, a.d0, sizeof(float) * (size_t)(3 * no));
+        a.d0_16 = round_weights(a.d0_w, 3 * no);
         if (have_gpu()) /* the GPU's scratch: D = rowsum(dout * out) alone */
             CHECK_EQ(lw_attention_scratch_floats(gs, a.b, a.t, a.c, a.nh), nl);
         check(&(kernel_case){.kernel = kernel,
@@ -1735,18 +1785,17 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.t == 1024,
                              .tensor_cores = true});
         free(a.qkv), free(a.dout), free(a.d0), free(a.out), free(a.lse), free(work);
-        free(a.out16), free(a.out_w), free(a.qkv16), free(a.qkv_w);
+        free(a.out16), free(a.out_w), free(a.qkv16), free(a.qkv_w), free(a.d0_16), free(a.d0_w);
     }
     /* heads that do not divide the channels: the dispatcher's error, on every device */
     for (int d = 0; d < (have_other ? 2 : 1); d++) {
         lw_stream *s = d == 0 ? NULL : gs;
         float x = 0;
-        CHECK_FAILS(
-            forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, 1, 4,
-                                           100, 3)
-                    : lw_attention_backward(s, &x, &x, &x, &x, LW_DTYPE_F32, &x, LW_DTYPE_F32, &x, 1,
-                                            4, 100, 3),
-            LW_ERR_INVALID, "must divide by the heads nh = 3");
+        CHECK_FAILS(forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, 1,
+                                                   4, 100, 3)
+                            : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, &x,
+                                                    LW_DTYPE_F32, &x, 1, 4, 100, 3),
+                    LW_ERR_INVALID, "must divide by the heads nh = 3");
     }
 }
 
@@ -1792,8 +1841,19 @@ typedef struct {
     bool dh, large;
     float *h, *w, *dh0, *dw0;
     int32_t *targets;
-    uint16_t *w16; /* a bf16 head (w: its widened values), or NULL */
+    uint16_t *w16;    /* a bf16 head (w: its widened values), or NULL */
+    bool bf16_logits; /* the logits (and dlogits) in bf16 */
 } ce_args;
+
+/* bf16 logits: the CPU rounds its fp32 logits, a GPU its own (fp32 or bf16-product) sums, so a
+ * logit may land a bf16 step (2^-8 of itself) from the CPU's under any product: bf16 products'
+ * budget covers it (a loss moves by its target logit's step, ~1e-2 at these logits; lse and the
+ * mean by far less; dlogits are rounded to bf16 under bf16 products already), without asking
+ * that the results differ. */
+static lw_matmul ce_budget(lw_matmul m, bool bf16_logits) {
+    return bf16_logits ? LW_MATMUL_BF16 : m;
+}
+static measure any_difference(measure m) { return differing(m, 0); }
 
 static void ce_forward_measures(lw_matmul m, measure *losses, measure *lse, measure *loss) {
     if (m == LW_MATMUL_FP32)
@@ -1813,8 +1873,10 @@ static measure ce_grad_measure(lw_matmul m) {
 
 static void run_cross_entropy_forward(run *r, const void *p) {
     const ce_args *a = p;
+    const lw_dtype lt = a->bf16_logits ? LW_DTYPE_BF16 : LW_DTYPE_F32;
     measure ml, ms, mloss;
-    ce_forward_measures(r->matmul, &ml, &ms, &mloss);
+    ce_forward_measures(ce_budget(r->matmul, a->bf16_logits), &ml, &ms, &mloss);
+    if (a->bf16_logits) ml = any_difference(ml);
     const float *h = input(r, a->h, a->n * a->c);
     const int32_t *targets = input_ids(r, a->targets, a->n);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
@@ -1824,10 +1886,18 @@ static void run_cross_entropy_forward(run *r, const void *p) {
         float *losses = output(r, widened ? "losses (widened)" : "losses", a->n, ml);
         float *lse = output(r, widened ? "lse (widened)" : "lse", a->n, ms);
         double loss = -1;
-        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, targets, a->n, a->c,
+        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, lt, targets, a->n, a->c,
                                          a->v, &loss));
         result_of(r, widened ? "loss (widened)" : "loss", loss, mloss);
     }
+    if (!a->bf16_logits) return;
+    /* the same head with fp32 logits, for the CPU's check that the rounding happened */
+    ce_forward_measures(r->matmul, &ml, &ms, &mloss);
+    float *losses32 = output(r, "losses (fp32 logits)", a->n, ml);
+    double loss = -1;
+    call(r, lw_cross_entropy_forward(r->s, losses32, scratch(r, a->n), work, h,
+                                     input(r, a->w, a->v * a->c), LW_DTYPE_F32, LW_DTYPE_F32,
+                                     targets, a->n, a->c, a->v, &loss));
 }
 
 /* loss_scale n: dlogits = n / count (p - onehot), entries of order 1, not 1 / n */
@@ -1837,7 +1907,9 @@ static void run_cross_entropy_backward(run *r, const void *p) {
     const int32_t *targets = input_ids(r, a->targets, a->n);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
     float *losses = scratch(r, a->n), *lse = scratch(r, a->n);
-    const measure m = ce_grad_measure(r->matmul);
+    const lw_dtype lt = a->bf16_logits ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+    measure m = ce_grad_measure(ce_budget(r->matmul, a->bf16_logits));
+    if (a->bf16_logits) m = any_difference(m);
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
         const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
@@ -1846,10 +1918,10 @@ static void run_cross_entropy_backward(run *r, const void *p) {
                   : NULL;
         float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
         double loss = 0;
-        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, targets, a->n, a->c,
+        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, lt, targets, a->n, a->c,
                                          a->v, &loss));
-        call(r, lw_cross_entropy_backward(r->s, dh, dw, work, h, w, wt, targets, lse, a->n, a->c,
-                                          a->v, (float)a->n));
+        call(r, lw_cross_entropy_backward(r->s, dh, dw, work, h, w, wt, lt, targets, lse, a->n,
+                                          a->c, a->v, (float)a->n));
     }
 }
 
@@ -1867,6 +1939,14 @@ static void after_cross_entropy(const kernel_case *k, const run *r) {
         if (a->dh) same_as_widened(k, r, "dh", a->n * a->c);
         same_as_widened(k, r, "dw", a->v * a->c);
     }
+    if (forward && a->bf16_logits && on_cpu(r->device) && a->ignore_every != 1) {
+        /* bf16 logits round: some loss moves, none by more than a few of its logits' steps */
+        const float *l16 = f32_of(r, "losses"), *l32 = f32_of(r, "losses (fp32 logits)");
+        double most = 0;
+        for (int64_t i = 0; i < a->n; i++)
+            most = fmax(most, fabs((double)l16[i] - l32[i]));
+        expect(k, r, most > 0 && most < 3e-2, "bf16 logits: the losses within rounding of fp32's");
+    }
     if (a->ignore_every != 1) return;
     if (forward) {
         expect(k, r, result_named(r, "loss") == 0.0, "no counted row: loss 0");
@@ -1882,18 +1962,22 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, c, v;
         int ignore_every;
-        bool dh, bf16_w;
+        bool dh, bf16_w, bf16_logits;
     } shapes[] = {
-        {7, 33, 50, 3, true, false},       /* one chunk: the probabilities are kept */
-        {1, 8, 1, 0, true, false},         /* one row, one class: loss 0, gradient 0 */
-        {300, 40, 1000, 4, false, false},  /* dh NULL */
-        {5, 8, 10, 1, true, false},        /* every target ignored */
-        {0, 8, 10, 0, true, false},        /* no rows */
-        {3000, 64, 50304, 5, true, false}, /* three of the GPU's chunks of 1334 rows, the last
-                                              short */
-        {7, 33, 50, 3, true, true},        /* a bf16 head */
-        {300, 40, 1000, 4, false, true}, /* no dh: w is read by the logits alone */
-        {3000, 64, 50304, 5, true, true},
+        {7, 33, 50, 3, true, false, false},       /* one chunk: the probabilities are kept */
+        {1, 8, 1, 0, true, false, false},         /* one row, one class: loss 0, gradient 0 */
+        {300, 40, 1000, 4, false, false, false},  /* dh NULL */
+        {5, 8, 10, 1, true, false, false},        /* every target ignored */
+        {0, 8, 10, 0, true, false, false},        /* no rows */
+        {3000, 64, 50304, 5, true, false, false}, /* three of the GPU's chunks of 1334 rows, the
+                                                     last short */
+        {7, 33, 50, 3, true, true, false},        /* a bf16 head */
+        {300, 40, 1000, 4, false, true, false},   /* no dh: w is read by the logits alone */
+        {3000, 64, 50304, 5, true, true, false},
+        {7, 33, 50, 3, true, false, true},        /* bf16 logits: one chunk, the logits kept */
+        {300, 40, 1000, 4, false, true, true},    /* with a bf16 head, no dh */
+        {5, 8, 10, 1, true, false, true},         /* every target ignored */
+        {3000, 64, 50304, 5, true, false, true},  /* two of the GPU's bf16 chunks of 2668 rows */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].v == 50304)) continue;
@@ -1902,10 +1986,12 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
                      .v = shapes[s].v,
                      .ignore_every = shapes[s].ignore_every,
                      .dh = shapes[s].dh,
-                     .large = shapes[s].v == 50304};
-        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s%s", (long long)a.n,
+                     .large = shapes[s].v == 50304,
+                     .bf16_logits = shapes[s].bf16_logits};
+        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s%s%s", (long long)a.n,
                  (long long)a.c, (long long)a.v, a.ignore_every == 1 ? ", all ignored" : "",
-                 a.dh ? "" : ", no dh", shapes[s].bf16_w ? ", bf16 head" : "");
+                 a.dh ? "" : ", no dh", shapes[s].bf16_w ? ", bf16 head" : "",
+                 a.bf16_logits ? ", bf16 logits" : "");
         a.h = host_random(a.n * a.c), a.w = scaled_random(a.v * a.c, 0.5f, 0.0f);
         if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.v * a.c);
         a.targets = random_ids(a.n, a.v);
@@ -1952,7 +2038,8 @@ typedef struct {
     bool large;
     float *h, *w, *stats, *lse, *dh0, *dw0; /* stats: [2, 3, n], this rank's and a peer's */
     int32_t *targets;
-    uint16_t *w16; /* this rank's rows of a bf16 head (w: their widened values), or NULL */
+    uint16_t *w16;    /* this rank's rows of a bf16 head (w: their widened values), or NULL */
+    bool bf16_logits; /* the logits (and dlogits) in bf16: bf16 products' budget, as above */
 } head_args;
 
 static measure head_stats_measure(lw_matmul m) {
@@ -1971,13 +2058,15 @@ static void run_partial_forward(run *r, const void *p) {
     const float *h = input(r, a->h, a->n * a->c);
     const int32_t *targets = input_ids(r, a->targets, a->n);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
+    const lw_dtype lt = a->bf16_logits ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+    measure m = head_stats_measure(ce_budget(r->matmul, a->bf16_logits));
+    if (a->bf16_logits) m = any_difference(m);
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
         const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
-        float *stats = output(r, widened ? "stats (widened)" : "stats", 3 * a->n,
-                              head_stats_measure(r->matmul));
-        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
-                                                 a->v, a->first, a->vocab));
+        float *stats = output(r, widened ? "stats (widened)" : "stats", 3 * a->n, m);
+        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, targets, a->n,
+                                                 a->c, a->v, a->first, a->vocab));
     }
 }
 
@@ -2004,16 +2093,19 @@ static void run_partial_backward(run *r, const void *p) {
     const float *lse = input(r, a->lse, a->n);
     float *stats = scratch(r, 3 * a->n);
     float *work = scratch(r, lw_cross_entropy_scratch_floats(r->s, a->n, a->v));
-    const measure m = head_grad_measure(r->matmul);
+    const lw_dtype lt = a->bf16_logits ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+    measure m = head_grad_measure(ce_budget(r->matmul, a->bf16_logits));
+    if (a->bf16_logits) m = any_difference(m);
     for (int widened = 0; widened < 1 + (a->w16 != NULL); widened++) {
         lw_dtype wt;
         const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *dh = accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m);
         float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
-        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, targets, a->n, a->c,
-                                                 a->v, a->first, a->vocab));
-        call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, targets, lse, a->n,
-                                                  a->c, a->v, a->first, a->vocab, (float)a->n));
+        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, targets, a->n,
+                                                 a->c, a->v, a->first, a->vocab));
+        call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, lt, targets, lse,
+                                                  a->n, a->c, a->v, a->first, a->vocab,
+                                                  (float)a->n));
     }
 }
 
@@ -2036,31 +2128,37 @@ static void after_partial_backward(const kernel_case *k, const run *r) {
 static void head_cases(const char *kernel, run_fn fn, after_fn after) {
     const struct {
         int64_t n, c, v, first, vocab;
-        bool bf16_w;
+        bool bf16_w, bf16_logits;
     } shapes[] = {
-        {7, 33, 25, 25, 50, false},             /* one chunk: the logits are kept */
-        {7, 33, 26, 26, 50, false},             /* the last rank: 24 real rows, 2 of padding */
-        {5, 8, 4, 8, 8, false},                 /* only padding here */
-        {0, 8, 4, 0, 8, false},                 /* no rows */
-        {3000, 64, 25152, 25152, 50257, false}, /* two of the GPU's chunks of 2668 rows; 47 of
-                                                   padding */
-        {7, 33, 26, 26, 50, true},              /* a bf16 head */
-        {3000, 64, 25152, 25152, 50257, true},
+        {7, 33, 25, 25, 50, false, false},             /* one chunk: the logits are kept */
+        {7, 33, 26, 26, 50, false, false},             /* the last rank: 24 real rows, 2 of
+                                                          padding */
+        {5, 8, 4, 8, 8, false, false},                 /* only padding here */
+        {0, 8, 4, 0, 8, false, false},                 /* no rows */
+        {3000, 64, 25152, 25152, 50257, false, false}, /* two of the GPU's chunks of 2668 rows;
+                                                          47 of padding */
+        {7, 33, 26, 26, 50, true, false},              /* a bf16 head */
+        {3000, 64, 25152, 25152, 50257, true, false},
+        {7, 33, 26, 26, 50, false, true},              /* bf16 logits */
+        {3000, 64, 25152, 25152, 50257, false, true},  /* one of the GPU's bf16 chunks */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].v == 25152)) continue;
-        /* the combination reads no head: bf16 heads are the forward's and backward's cases */
-        if (shapes[s].bf16_w && fn == run_combine) continue;
+        /* the combination reads no head: bf16 heads and logits are the forward's and
+         * backward's cases */
+        if ((shapes[s].bf16_w || shapes[s].bf16_logits) && fn == run_combine) continue;
         head_args a = {.n = shapes[s].n,
                        .c = shapes[s].c,
                        .v = shapes[s].v,
                        .first = shapes[s].first,
                        .vocab = shapes[s].vocab,
-                       .large = shapes[s].v == 25152};
+                       .large = shapes[s].v == 25152,
+                       .bf16_logits = shapes[s].bf16_logits};
         const int64_t n = a.n;
-        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld%s",
+        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld%s%s",
                  (long long)n, (long long)a.c, (long long)a.first, (long long)a.v,
-                 (long long)a.vocab, shapes[s].bf16_w ? ", bf16 head" : "");
+                 (long long)a.vocab, shapes[s].bf16_w ? ", bf16 head" : "",
+                 a.bf16_logits ? ", bf16 logits" : "");
         a.h = host_random(n * a.c), a.w = scaled_random(a.v * a.c, 0.5f, 0.0f);
         if (shapes[s].bf16_w) a.w16 = round_weights(a.w, a.v * a.c);
         a.targets = random_ids(n, a.vocab);
@@ -2075,7 +2173,8 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
         float *work = cpu_array(lw_cross_entropy_scratch_floats(NULL, n, a.v)),
               *losses = cpu_array(n);
         CHECK_OK(lw_cross_entropy_partial_forward(NULL, a.stats, work, a.h, a.w, LW_DTYPE_F32,
-                                                  a.targets, n, a.c, a.v, a.first, a.vocab));
+                                                  LW_DTYPE_F32, a.targets, n, a.c, a.v, a.first,
+                                                  a.vocab));
         for (int64_t i = 0; i < n; i++) {
             a.stats[3 * n + i] = 0.5f * frand();
             a.stats[4 * n + i] = 100.0f + 50.0f * frand();
@@ -2589,9 +2688,9 @@ static void cuda_contract(void) {
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&sc));
     CHECK_FAILS(lw_attention_forward(gs, o, LW_DTYPE_F32, l, sc, q, LW_DTYPE_F32, 1, 4, 512, 2),
                 LW_ERR_UNSUPPORTED, "head dim 256");
-    CHECK_FAILS(lw_attention_backward(gs, q, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32, l, 1, 4, 512,
-                                      2),
-                LW_ERR_UNSUPPORTED, "head dim 256");
+    CHECK_FAILS(
+        lw_attention_backward(gs, q, LW_DTYPE_F32, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32, l, 1, 4, 512, 2),
+        LW_ERR_UNSUPPORTED, "head dim 256");
     const int32_t bad[3] = {1, -4, 2};
     int32_t *rows = NULL;
     CHECK_OK(lw_device_alloc(gpu, sizeof bad, (void **)&rows));

@@ -44,13 +44,13 @@ static void case_free(ce_case *k) {
 static double forward(ce_case *k) {
     double loss = NAN;
     CHECK_OK(lw_cross_entropy_forward(NULL, k->losses, k->lse, k->scratch, k->h, k->w, LW_DTYPE_F32,
-                                      k->tg, k->n, k->c, k->v, &loss));
+                                      LW_DTYPE_F32, k->tg, k->n, k->c, k->v, &loss));
     return loss;
 }
 
 static void backward(ce_case *k, float *dh, float *dw, float scale) {
-    CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->scratch, k->h, k->w, LW_DTYPE_F32, k->tg,
-                                       k->lse, k->n, k->c, k->v, scale));
+    CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->scratch, k->h, k->w, LW_DTYPE_F32,
+                                       LW_DTYPE_F32, k->tg, k->lse, k->n, k->c, k->v, scale));
 }
 
 static double logit(const ce_case *k, int64_t i, int64_t j) {

@@ -60,7 +60,7 @@ static void test_shape(int64_t n, float scale) {
      * has truncation error ~ eps^2 / 6 ~ 2e-5, and float32 rounding of y over 2 eps adds ~3e-6
      * |y|. Measured <= 2e-5; 1e-3 keeps a 50x margin. Dropping the sech^2 term or a factor of
      * it is off by O(0.1). Also against the float64 derivative, to 1e-5 mixed. */
-    CHECK_OK(lw_gelu_backward(NULL, dx, k.r, k.x, LW_DTYPE_F32, n));
+    CHECK_OK(lw_gelu_backward(NULL, dx, LW_DTYPE_F32, k.r, k.x, LW_DTYPE_F32, n));
     check_tol("fd dx", n, nn_fd_worst(k.x, dx, n, loss, &k, 1e-2f, 1000), 1e-3);
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
@@ -73,12 +73,12 @@ static void test_shape(int64_t n, float scale) {
     float *pre = nn_alloc(n), *acc = nn_alloc(n);
     nn_fill(pre, n, 1.0f);
     memcpy(acc, pre, sizeof(float) * (size_t)n);
-    CHECK_OK(lw_gelu_backward(NULL, acc, k.r, k.x, LW_DTYPE_F32, n));
+    CHECK_OK(lw_gelu_backward(NULL, acc, LW_DTYPE_F32, k.r, k.x, LW_DTYPE_F32, n));
     int exact = 1;
     for (int64_t i = 0; i < n; i++)
         exact &= acc[i] == pre[i] + dx[i];
     CHECK(exact);
-    CHECK_OK(lw_gelu_backward(NULL, acc, k.r, k.x, LW_DTYPE_F32, n));
+    CHECK_OK(lw_gelu_backward(NULL, acc, LW_DTYPE_F32, k.r, k.x, LW_DTYPE_F32, n));
     exact = 1;
     for (int64_t i = 0; i < n; i++)
         exact &= acc[i] == (pre[i] + dx[i]) + dx[i];
@@ -96,7 +96,7 @@ static void test_tails(void) {
     for (int i = 0; i < n; i++)
         dy[i] = 1.0f;
     CHECK_OK(lw_gelu_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, n));
-    CHECK_OK(lw_gelu_backward(NULL, dx, dy, x, LW_DTYPE_F32, n));
+    CHECK_OK(lw_gelu_backward(NULL, dx, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, n));
     for (int i = 0; i < 4; i++)
         CHECK(y[i] == x[i] && dx[i] == 1.0f);
     CHECK(y[4] == INFINITY && dx[4] == 1.0f);
@@ -105,7 +105,7 @@ static void test_tails(void) {
     CHECK(isnan(y[9]) && isnan(dx[9]));
     float keep[1] = {42.0f};
     CHECK_OK(lw_gelu_forward(NULL, keep, LW_DTYPE_F32, x, LW_DTYPE_F32, 0));
-    CHECK_OK(lw_gelu_backward(NULL, keep, dy, x, LW_DTYPE_F32, 0));
+    CHECK_OK(lw_gelu_backward(NULL, keep, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, 0));
     CHECK(keep[0] == 42.0f);
 }
 

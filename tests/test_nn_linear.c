@@ -23,8 +23,8 @@ typedef struct {
 
 static double loss(void *p) {
     ctx_t *c = p;
-    CHECK_OK(lw_linear_forward(NULL, c->y, LW_DTYPE_F32, c->x, LW_DTYPE_F32, c->w, LW_DTYPE_F32, c->b, c->n,
-                               c->in, c->out));
+    CHECK_OK(lw_linear_forward(NULL, c->y, LW_DTYPE_F32, c->x, LW_DTYPE_F32, c->w, LW_DTYPE_F32,
+                               c->b, c->n, c->in, c->out));
     return nn_dot(c->y, c->r, c->n * c->out);
 }
 
@@ -63,10 +63,12 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
     nn_fill(c.r, n * out, 1.0f);
 
     /* (a) forward, with and without bias */
-    CHECK_OK(lw_linear_forward(NULL, c.y, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, c.b, n, in, out));
+    CHECK_OK(lw_linear_forward(NULL, c.y, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, c.b,
+                               n, in, out));
     check_tol("forward", n, in, out, forward_error(c.y, c.x, c.w, c.b, n, in, out), 1e-5);
     nn_fill(c.y, n * out, 100.0f); /* without a bias y's old contents must not leak in */
-    CHECK_OK(lw_linear_forward(NULL, c.y, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, NULL, n, in, out));
+    CHECK_OK(lw_linear_forward(NULL, c.y, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, NULL,
+                               n, in, out));
     check_tol("forward, no bias", n, in, out, forward_error(c.y, c.x, c.w, NULL, n, in, out), 1e-5);
 
     /* (b) gradients of L = sum y r against central differences. L is linear in each of x, w,
@@ -75,7 +77,7 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
      * 2 eps: measured 2e-5 on the small shapes, 1.4e-4 at out = 131 with eps = 1e-2. 3e-3 keeps
      * a 20x margin, and a wrong gradient (an entry missed, transposed or doubled) is off by
      * O(1). */
-    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, c.r, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n, in,
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n, in,
                                 out));
     const float eps = 1e-2f;
     const double tol = 3e-3;
@@ -92,7 +94,7 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
     memcpy(adx, pdx, sizeof(float) * (size_t)(n * in));
     memcpy(adw, pdw, sizeof(float) * (size_t)(out * in));
     memcpy(adb, pdb, sizeof(float) * (size_t)out);
-    CHECK_OK(lw_linear_backward(NULL, adx, adw, adb, c.r, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n,
+    CHECK_OK(lw_linear_backward(NULL, adx, adw, adb, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n,
                                 in, out));
     check_tol("accumulate dx", n, in, out, nn_accumulate_error(adx, pdx, dx, n * in), 1e-6);
     check_tol("accumulate dw", n, in, out, nn_accumulate_error(adw, pdw, dw, out * in), 1e-6);
@@ -100,7 +102,7 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
 
     /* (d) dx and db NULL: dw alone, the same bits as with all three */
     float *dw2 = nn_alloc(out * in);
-    CHECK_OK(lw_linear_backward(NULL, NULL, dw2, NULL, c.r, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n,
+    CHECK_OK(lw_linear_backward(NULL, NULL, dw2, NULL, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n,
                                 in, out));
     CHECK(memcmp(dw2, dw, sizeof(float) * (size_t)(out * in)) == 0);
 
@@ -114,16 +116,20 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
 static void test_empty(void) {
     float y[6] = {9, 9, 9, 9, 9, 9}, b[3] = {1, 2, 3}, dy[6] = {1, 1, 1, 2, 2, 2}, db[3] = {0};
     float x[1] = {7}, w[1] = {7}, dx[1] = {5}, dw[1] = {5};
-    CHECK_OK(lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, b, 0, 1, 3));
-    CHECK_OK(lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, b, 2, 1, 0));
+    CHECK_OK(
+        lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, b, 0, 1, 3));
+    CHECK_OK(
+        lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, b, 2, 1, 0));
     CHECK(y[0] == 9 && y[5] == 9);
-    CHECK_OK(lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, b, 2, 0, 3));
+    CHECK_OK(
+        lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, b, 2, 0, 3));
     CHECK(y[0] == 1 && y[2] == 3 && y[3] == 1 && y[5] == 3);
-    CHECK_OK(lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, NULL, 2, 0, 3));
+    CHECK_OK(
+        lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, NULL, 2, 0, 3));
     CHECK(y[0] == 0 && y[5] == 0);
-    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, x, LW_DTYPE_F32, w, LW_DTYPE_F32, 2, 0, 3));
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, 2, 0, 3));
     CHECK(db[0] == 3 && db[1] == 3 && db[2] == 3 && dx[0] == 5 && dw[0] == 5);
-    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, x, LW_DTYPE_F32, w, LW_DTYPE_F32, 0, 1, 3));
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, 0, 1, 3));
     CHECK(db[0] == 3 && dx[0] == 5 && dw[0] == 5);
 }
 
@@ -138,14 +144,14 @@ static void test_weight_dtypes(void) {
         lw_linear_forward(NULL, y, LW_DTYPE_F16, x, LW_DTYPE_F32, w, LW_DTYPE_F32, NULL, 1, 1, 2),
         LW_ERR_INVALID, "linear forward: output of dtype f16: fp32 or bf16 only");
     CHECK_FAILS(
-        lw_linear_backward(NULL, dx, dw, NULL, dy, x, LW_DTYPE_F32, w, (lw_dtype)7, 1, 1, 2),
+        lw_linear_backward(NULL, dx, dw, NULL, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w, (lw_dtype)7, 1, 1, 2),
         LW_ERR_INVALID, "linear backward: unknown weight dtype 7");
     CHECK(y[0] == 9 && dx[0] == 5 && dw[0] == 5);
     /* bf16 weights: 1.5 and -2 are exact in bf16 (0x3FC0, 0xC000) */
     const uint16_t w16[2] = {0x3FC0, 0xC000};
     x[0] = 2;
-    CHECK_OK(
-        lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w16, LW_DTYPE_BF16, NULL, 1, 1, 2));
+    CHECK_OK(lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w16, LW_DTYPE_BF16, NULL, 1,
+                               1, 2));
     CHECK(y[0] == 3 && y[1] == -4);
     /* a bf16 output: the fp32 result, bias included, rounded. y0 = 2 * 1.5 + 1 + 2^-8 = 4 + 2^-8,
      * under half of bf16's step in [4, 8) (2^-5): 4 (0x4080); y1 = 2 * -2 + 1 + 2^-8 = -3 + 2^-8,
@@ -153,8 +159,8 @@ static void test_weight_dtypes(void) {
     uint16_t y16[2] = {0, 0};
     const float b[2] = {1.0f + 0x1p-8f, 1.0f + 0x1p-8f};
     x[0] = 2;
-    CHECK_OK(lw_linear_forward(NULL, y16, LW_DTYPE_BF16, x, LW_DTYPE_F32, w16, LW_DTYPE_BF16, b, 1, 1,
-                               2));
+    CHECK_OK(lw_linear_forward(NULL, y16, LW_DTYPE_BF16, x, LW_DTYPE_F32, w16, LW_DTYPE_BF16, b, 1,
+                               1, 2));
     CHECK(y16[0] == 0x4080 && y16[1] == 0xC040);
 }
 

@@ -1,7 +1,7 @@
 /* attention.c: lwopt's causal attention per layer on the GPU, forward and forward + backward in
  * ms, through lw_attention_forward and lw_attention_backward (the backward's D = rowsum(dout *
  * out) included): under the bf16 matmul setting, the tensor-core kernels (src/cuda/
- * attention_mma.cu) on a bf16 qkv and out, and at t 1024 under fp32 too, the fp32 kernels
+ * attention_mma.cu) on a bf16 qkv, out and dqkv, and at t 1024 under fp32 too, the fp32 kernels
  * (attention.cu) on fp32 tensors, at b 8 and c 768 as 12 heads of 64 (GPT-2 124M's layer) and 6
  * heads of 128, t 1024, 2048, 4096. The same
  * shapes in PyTorch's scaled_dot_product_attention, bf16 and causal: bench/peers/
@@ -32,7 +32,7 @@ static double best_ms(const shape *s, void *out, float *lse, float *scratch, flo
                                              s->b, s->t, s->c, s->nh),
                         "lw_attention_forward");
             if (backward)
-                bench_check(lw_attention_backward(bench_stream, dqkv, scratch, dout, qkv, dtype,
+                bench_check(lw_attention_backward(bench_stream, dqkv, dtype, scratch, dout, qkv, dtype,
                                                   out, dtype, lse, s->b, s->t, s->c, s->nh),
                             "lw_attention_backward");
         }

@@ -2,7 +2,7 @@
  * rely on (nh divides c, the head dim, shared memory, grid and index sizes), the backward's
  * scratch, the choice of kernels (attention_mma.cu's on tensor cores under the bf16 matmul
  * setting, attention.cu's in fp32 otherwise), the launches, and for the fp32 kernels a bf16
- * qkv's widening and a bf16 output's rounding through the stream's workspace. */
+ * qkv's widening and a bf16 output's and dqkv's rounding through the stream's workspace. */
 #include "cuda/cuda.h"
 
 #include <limits.h>
@@ -80,12 +80,11 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     if (mma)
-        return lwc_launched(
-            s, lwc_flash_mma_forward(cs, out, out16, lse, qkv, qkv16, b, t, c, nh),
-            "the attention kernel (tensor cores)");
+        return lwc_launched(s, lwc_flash_mma_forward(cs, out, out16, lse, qkv, qkv16, b, t, c, nh),
+                            "the attention kernel (tensor cores)");
     const int64_t bytes[2] = {out16 ? 4 * b * t * c : 0, qkv16 ? 4 * b * t * 3 * c : 0};
-    void *r[2];
-    if ((st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
+    void *r[2] = {NULL, NULL};
+    if ((out16 || qkv16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
     const float *qkv32 = qkv16 ? r[1] : qkv;
     float *out32 = out16 ? r[0] : out;
     if (qkv16 && (st = lwc_widen(s, r[1], qkv, b * t * 3 * c)) != LW_OK) return st;
@@ -94,11 +93,13 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     return st == LW_OK && out16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
 }
 
-lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, const float *dout,
-                                 const void *qkv, lw_dtype qkv_dtype, const void *out,
-                                 lw_dtype out_dtype, const float *lse, int64_t b, int64_t t,
-                                 int64_t c, int64_t nh) {
-    const bool qkv16 = qkv_dtype == LW_DTYPE_BF16;
+/* The fp32 kernels take a bf16 qkv widened into the stream's workspace and accumulate a bf16
+ * dqkv there (widened first, rounded back after). */
+lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
+                                 const float *dout, const void *qkv, lw_dtype qkv_dtype,
+                                 const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
+                                 int64_t t, int64_t c, int64_t nh) {
+    const bool qkv16 = qkv_dtype == LW_DTYPE_BF16, d16 = dqkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {dqkv, dout, qkv};
     const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
     lw_status st = check_attention(s, "backward", b, t, c, nh, true, mma);
@@ -112,17 +113,20 @@ lw_status lwc_attention_backward(lw_stream *s, float *dqkv, float *scratch, cons
                       "the attention backward's row sums");
     if (st != LW_OK) return st;
     if (mma)
-        return lwc_launched(
-            s, lwc_flash_mma_backward(cs, dqkv, scratch, dout, qkv, qkv16, lse, b, t, c, nh),
-            "the attention backward kernels (tensor cores)");
-    const float *qkv32 = qkv;
-    if (qkv16) {
-        void *w = NULL;
-        st = lwc_workspace(s, (int64_t)sizeof(float) * b * t * 3 * c, &w);
-        if (st == LW_OK) st = lwc_widen(s, w, qkv, b * t * 3 * c);
-        if (st != LW_OK) return st;
-        qkv32 = w;
-    }
-    return lwc_launched(s, lwc_flash_backward(cs, dqkv, scratch, dout, qkv32, lse, b, t, c, nh),
-                        "the attention backward kernels");
+        return lwc_launched(s,
+                            lwc_flash_mma_backward(cs, dqkv, d16, scratch, dout, qkv, qkv16, lse,
+                                                   b, t, c, nh),
+                            "the attention backward kernels (tensor cores)");
+    const int64_t nq = b * t * 3 * c;
+    const int64_t bytes[2] = {qkv16 ? 4 * nq : 0, d16 ? 4 * nq : 0};
+    void *r[2] = {NULL, NULL};
+    if ((qkv16 || d16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
+    if (qkv16 && (st = lwc_widen(s, r[0], qkv, nq)) != LW_OK) return st;
+    if (d16 && (st = lwc_widen(s, r[1], dqkv, nq)) != LW_OK) return st;
+    float *d32 = d16 ? r[1] : dqkv;
+    st = lwc_launched(s,
+                      lwc_flash_backward(cs, d32, scratch, dout, qkv16 ? r[0] : qkv, lse, b, t, c,
+                                         nh),
+                      "the attention backward kernels");
+    return st == LW_OK && d16 ? lwc_to_bf16(s, dqkv, d32, nq) : st;
 }

@@ -1,7 +1,7 @@
 // attention_mma.cu: causal multi-head attention on tensor cores, flash-attention style, for head
 // dims 64 and 128: mma.sync.m16n8k16 with bf16 operands and fp32 accumulators, the running max
 // and sum in fp32, Q, K, V and dO rounded to bf16 as they are staged into shared memory from
-// fp32 tensors (a bf16 qkv copied as it is), out fp32 or rounded to bf16, lse and dqkv fp32. The
+// fp32 tensors (a bf16 qkv copied as it is), out and dqkv fp32 or rounded to bf16, lse fp32. The
 // forward saves each row's log-sum-exp; the backward recomputes P from it in two passes that
 // each own what they write (no atomics: it repeats bit for bit): a kernel over key tiles for dK
 // and dV, one over query tiles for dQ,
@@ -88,8 +88,8 @@ __device__ __forceinline__ void store2(float *p, float x, float y) {
     *reinterpret_cast<float2 *>(p) = make_float2(x, y);
 }
 __device__ __forceinline__ void store2(uint16_t *p, float x, float y) {
-    *reinterpret_cast<uint32_t *>(p) =
-        (uint32_t)lwc_round_bf16(x) | (uint32_t)lwc_round_bf16(y) << 16;
+    const uint32_t lo = lwc_round_bf16(x), hi = lwc_round_bf16(y);
+    *reinterpret_cast<uint32_t *>(p) = lo | hi << 16;
 }
 
 // Over a row's 4 lanes (a quad), for the lane's two rows; xor: every lane ends with the same
@@ -154,13 +154,21 @@ __device__ __forceinline__ void accumulate(float (*acc)[4], float (*p)[4], const
     }
 }
 
-// g[col], g[col + 1] += x, y (a lane's two columns of a row of dqkv; col even, g 8-byte aligned)
+// g[col], g[col + 1] += x, y (a lane's two columns of a row of dqkv; col even, g 8-byte aligned
+// for fp32, 4-byte for bf16: the pair widened, added in fp32, rounded back)
 __device__ __forceinline__ void add2(float *g, float x, float y) {
     float2 *p = reinterpret_cast<float2 *>(g);
     float2 v = *p;
     v.x += x;
     v.y += y;
     *p = v;
+}
+__device__ __forceinline__ void add2(uint16_t *g, float x, float y) {
+    uint32_t *p = reinterpret_cast<uint32_t *>(g);
+    const uint32_t v = *p;
+    const uint32_t lo = lwc_round_bf16(__uint_as_float(v << 16) + x);
+    const uint32_t hi = lwc_round_bf16(__uint_as_float(v & 0xFFFF0000u) + y);
+    *p = lo | hi << 16;
 }
 
 // Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
@@ -238,11 +246,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
 
 // dK and dV: a block per (batch x head, 64 keys), warp w owning keys 16w .. 16w + 15, over the
 // query steps from the diagonal on. dd: D per (batch x head, row).
-template <int D, typename QKV>
+template <int D, typename QKV, typename DQ>
 __global__ void __launch_bounds__(THREADS)
-    flash_mma_dkdv_kernel(float *dqkv, const float *dout, const QKV *qkv, const float *lse,
-                          const float *dd, int t, int c, int nh, int tiles, float scale,
-                          float sc) {
+    flash_mma_dkdv_kernel(DQ *dqkv, const float *dout, const QKV *qkv, const float *lse,
+                          const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
     constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
@@ -290,7 +297,7 @@ __global__ void __launch_bounds__(THREADS)
     for (int r = 0; r < 2; r++) {
         const int key = row0 + lwc_mma_c_row(lane, 2 * r);
         if (key >= t) continue;
-        float *g = dqkv + head + (int64_t)key * c3 + lwc_mma_c_col(lane, 0);
+        DQ *g = dqkv + head + (int64_t)key * c3 + lwc_mma_c_col(lane, 0);
 #pragma unroll
         for (int j = 0; j < ND; j++) {
             add2(g + c + 8 * j, scale * dk[j][2 * r], scale * dk[j][2 * r + 1]);
@@ -301,9 +308,9 @@ __global__ void __launch_bounds__(THREADS)
 
 // dQ: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over the
 // key steps up to the diagonal.
-template <int D, typename QKV>
+template <int D, typename QKV, typename DQ>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
-    flash_mma_dq_kernel(float *dqkv, const float *dout, const QKV *qkv, const float *lse,
+    flash_mma_dq_kernel(DQ *dqkv, const float *dout, const QKV *qkv, const float *lse,
                         const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
@@ -352,7 +359,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     for (int r = 0; r < 2; r++) {
         const int row = row0 + lwc_mma_c_row(lane, 2 * r);
         if (row >= t) continue;
-        float *g = dqkv + head + (int64_t)row * c3 + lwc_mma_c_col(lane, 0);
+        DQ *g = dqkv + head + (int64_t)row * c3 + lwc_mma_c_col(lane, 0);
 #pragma unroll
         for (int j = 0; j < ND; j++)
             add2(g + 8 * j, scale * dq[j][2 * r], scale * dq[j][2 * r + 1]);
@@ -377,21 +384,21 @@ cudaError_t forward(cudaStream_t stream, O *out, float *lse, const QKV *qkv, int
     return cudaGetLastError();
 }
 
-template <int D, typename QKV>
-cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
+template <int D, typename QKV, typename DQ>
+cudaError_t backward(cudaStream_t stream, DQ *dqkv, const float *dd, const float *dout,
                      const QKV *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
                      int64_t nh) {
     const size_t kv_bytes = lwc_fa_smem_bytes(D, LWC_FA_DKDV);
     const size_t q_bytes = lwc_fa_smem_bytes(D, LWC_FA_DQ);
-    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D, QKV>, kv_bytes);
-    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D, QKV>, q_bytes);
+    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D, QKV, DQ>, kv_bytes);
+    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D, QKV, DQ>, q_bytes);
     if (e != cudaSuccess) return e;
     const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float scale = 1.0f / sqrtf((float)D), sc = scale * LOG2E;
     const unsigned blocks = (unsigned)(b * nh * tiles);
-    flash_mma_dkdv_kernel<D, QKV><<<blocks, THREADS, kv_bytes, stream>>>(
+    flash_mma_dkdv_kernel<D, QKV, DQ><<<blocks, THREADS, kv_bytes, stream>>>(
         dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
-    flash_mma_dq_kernel<D, QKV><<<blocks, THREADS, q_bytes, stream>>>(
+    flash_mma_dq_kernel<D, QKV, DQ><<<blocks, THREADS, q_bytes, stream>>>(
         dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
     return cudaGetLastError();
 }
@@ -415,14 +422,25 @@ cudaError_t forward_typed(cudaStream_t stream, void *out, bool out_bf16, float *
     return forward_for<D>(stream, static_cast<float *>(out), lse, qkv, qkv_bf16, b, t, c, nh);
 }
 
-template <int D>
-cudaError_t backward_typed(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
-                           const void *qkv, bool qkv_bf16, const float *lse, int64_t b, int64_t t,
-                           int64_t c, int64_t nh) {
+template <int D, typename DQ>
+cudaError_t backward_for(cudaStream_t stream, DQ *dqkv, const float *dd, const float *dout,
+                         const void *qkv, bool qkv_bf16, const float *lse, int64_t b, int64_t t,
+                         int64_t c, int64_t nh) {
     if (qkv_bf16)
-        return backward<D>(stream, dqkv, dd, dout, static_cast<const uint16_t *>(qkv), lse, b, t,
-                           c, nh);
+        return backward<D>(stream, dqkv, dd, dout, static_cast<const uint16_t *>(qkv), lse, b, t, c,
+                           nh);
     return backward<D>(stream, dqkv, dd, dout, static_cast<const float *>(qkv), lse, b, t, c, nh);
+}
+
+template <int D>
+cudaError_t backward_typed(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
+                           const float *dout, const void *qkv, bool qkv_bf16, const float *lse,
+                           int64_t b, int64_t t, int64_t c, int64_t nh) {
+    if (dqkv_bf16)
+        return backward_for<D>(stream, static_cast<uint16_t *>(dqkv), dd, dout, qkv, qkv_bf16,
+                               lse, b, t, c, nh);
+    return backward_for<D>(stream, static_cast<float *>(dqkv), dd, dout, qkv, qkv_bf16, lse, b,
+                           t, c, nh);
 }
 
 } // namespace
@@ -446,20 +464,26 @@ extern "C" cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, boo
                                              int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
-    case 64: return forward_typed<64>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
-    case 128: return forward_typed<128>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
+    case 64:
+        return forward_typed<64>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
+    case 128:
+        return forward_typed<128>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
     default: return cudaErrorInvalidValue; // the caller checks the head dim first
     }
 }
 
-extern "C" cudaError_t lwc_flash_mma_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                                              const float *dout, const void *qkv, bool qkv_bf16,
-                                              const float *lse, int64_t b, int64_t t, int64_t c,
-                                              int64_t nh) {
+extern "C" cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
+                                              const float *dd, const float *dout, const void *qkv,
+                                              bool qkv_bf16, const float *lse, int64_t b,
+                                              int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
-    case 64: return backward_typed<64>(stream, dqkv, dd, dout, qkv, qkv_bf16, lse, b, t, c, nh);
-    case 128: return backward_typed<128>(stream, dqkv, dd, dout, qkv, qkv_bf16, lse, b, t, c, nh);
+    case 64:
+        return backward_typed<64>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, t, c,
+                                  nh);
+    case 128:
+        return backward_typed<128>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, t,
+                                   c, nh);
     default: return cudaErrorInvalidValue;
     }
 }

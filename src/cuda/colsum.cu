@@ -4,6 +4,7 @@
 // their own; the gain's summand dy * xhat (lwc_colsum_xhat) is formed here, inside the template
 // that sums it. Products rounded as the CPU rounds them (__fmul_rn: no FMA contraction), each
 // column added to its output once, as the CPU adds it. No atomics.
+#include "cuda/bf16_bits.h"
 #include "cuda/kernels.h"
 
 namespace {
@@ -42,6 +43,13 @@ colsum_plan plan_colsum(int64_t n, int64_t cols) {
 struct plain_value {
     const float *dy;
     __device__ float operator()(int64_t r, int64_t j, int64_t cols) const { return dy[r * cols + j]; }
+};
+// dy in bf16 (a bf16 output gradient), widened exactly
+struct bf16_value {
+    const uint16_t *dy;
+    __device__ float operator()(int64_t r, int64_t j, int64_t cols) const {
+        return lwc_load(dy, r * cols + j);
+    }
 };
 
 struct xhat_value {
@@ -101,9 +109,11 @@ extern "C" int64_t lwc_colsum_doubles(int64_t n, int64_t cols) {
     return plan_colsum(n, cols).chunks * cols;
 }
 
-extern "C" cudaError_t lwc_colsum(cudaStream_t stream, float *out, const float *dy, int64_t n,
-                                  int64_t cols, double *work) {
-    return colsum(stream, out, plain_value{dy}, n, cols, work);
+extern "C" cudaError_t lwc_colsum(cudaStream_t stream, float *out, const void *dy, bool bf16,
+                                  int64_t n, int64_t cols, double *work) {
+    if (bf16)
+        return colsum(stream, out, bf16_value{static_cast<const uint16_t *>(dy)}, n, cols, work);
+    return colsum(stream, out, plain_value{static_cast<const float *>(dy)}, n, cols, work);
 }
 
 extern "C" cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy,

@@ -22,6 +22,7 @@ typedef struct lwc_device {
     int32_t index;         /* the CUDA ordinal */
     cublasHandle_t blas;   /* set to the caller's stream before each call */
     cublasLtHandle_t lt;   /* cuBLASLt's: the GEMMs with epilogues (gemm_lt.c) */
+    struct lwc_lt_choices *lt_choices; /* gemm_lt.c's algorithm per shape, made on first use */
     struct cudaDeviceProp prop;
 } lwc_device;
 
@@ -101,8 +102,8 @@ lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t 
 /* lwc_gemm's two halves. prepare: a and b converted to the product's type (in place of the
  * operands given) in regions of one workspace request that also holds `extra` bytes for the
  * caller (*extra_out, 256-byte aligned; nothing requests the workspace again before the GEMM,
- * so none of it moves). ex: the GEMM on operands of the product's type, into an fp32 C or (c_bf16)
- * a bf16 one, the fp32 result rounded. */
+ * so none of it moves). ex: the GEMM on operands of the product's type, into an fp32 C or (c_bf16,
+ * bf16 operands only: cublasGemmEx's combination) a bf16 one, the fp32 sums rounded. */
 lw_status lwc_gemm_prepare(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, lwc_operand *a, int64_t lda, lwc_operand *b, int64_t ldb,
                            int64_t extra, void **extra_out, const char *what);

@@ -56,8 +56,9 @@ template <typename Y, typename X> __global__ void gelu_kernel(Y *y, const X *x, 
     }
 }
 
-template <typename X>
-__global__ void gelu_grad_kernel(float *dx, const float *dy, const X *x, int64_t n) {
+// DX: float, or unsigned short for a bf16 dx (accumulated in fp32, then rounded).
+template <typename DX, typename X>
+__global__ void gelu_grad_kernel(DX *dx, const float *dy, const X *x, int64_t n) {
     constexpr float C3 = 3.0f * GELU_C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -67,7 +68,7 @@ __global__ void gelu_grad_kernel(float *dx, const float *dy, const X *x, int64_t
         const float du = __fmul_rn(SQRT_2_OVER_PI, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(C3, v), v)));
         // s + 2 v du (e s s), grouped as the CPU's ((2 v) du) ((e s) s)
         const float tail = __fmul_rn(__fmul_rn(__fmul_rn(2.0f, v), du), __fmul_rn(__fmul_rn(e, s), s));
-        dx[i] = __fadd_rn(dx[i], __fmul_rn(dy[i], __fadd_rn(s, tail)));
+        lwc_store(dx, i, __fadd_rn(lwc_load(dx, i), __fmul_rn(dy[i], __fadd_rn(s, tail))));
     }
 }
 
@@ -78,6 +79,17 @@ void launch_forward(cudaStream_t stream, Y *y, const void *x, bool x_bf16, int64
             y, static_cast<const unsigned short *>(x), n);
     else
         gelu_kernel<<<blocks_for(n), THREADS, 0, stream>>>(y, static_cast<const float *>(x), n);
+}
+
+template <typename DX>
+void launch_backward(cudaStream_t stream, DX *dx, const float *dy, const void *x, bool x_bf16,
+                     int64_t n) {
+    if (x_bf16)
+        gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
+            dx, dy, static_cast<const unsigned short *>(x), n);
+    else
+        gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(dx, dy,
+                                                                static_cast<const float *>(x), n);
 }
 
 } // namespace
@@ -92,14 +104,12 @@ extern "C" cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool y_bf16, const
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const void *x,
-                                     bool x_bf16, int64_t n) {
+extern "C" cudaError_t lwc_gelu_grad(cudaStream_t stream, void *dx, bool dx_bf16, const float *dy,
+                                     const void *x, bool x_bf16, int64_t n) {
     if (n <= 0) return cudaSuccess;
-    if (x_bf16)
-        gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
-            dx, dy, static_cast<const unsigned short *>(x), n);
+    if (dx_bf16)
+        launch_backward(stream, static_cast<unsigned short *>(dx), dy, x, x_bf16, n);
     else
-        gelu_grad_kernel<<<blocks_for(n), THREADS, 0, stream>>>(dx, dy, static_cast<const float *>(x),
-                                                                n);
+        launch_backward(stream, static_cast<float *>(dx), dy, x, x_bf16, n);
     return cudaGetLastError();
 }

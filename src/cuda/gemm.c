@@ -74,7 +74,7 @@ lw_status lwc_gemm_prepare(lw_stream *s, bool trans_a, bool trans_b, int64_t m, 
     lw_status st = lwc_regions(s, 3, bytes, r);
     if (st == LW_OK && elements[0] > 0) st = convert(s, a, r[0], elements[0], bf16);
     if (st == LW_OK && elements[1] > 0) st = convert(s, b, r[1], elements[1], bf16);
-    if (extra_out != NULL) *extra_out = r[2];
+    if (st == LW_OK && extra_out != NULL) *extra_out = r[2];
     return st;
 }
 
@@ -84,6 +84,9 @@ lw_status lwc_gemm_ex(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64
     if (!fits_int(ldc))
         return lwc_host->fail(LW_ERR_RANGE, "%s: %s: a GEMM's ldc %lld is past cuBLAS's int sizes",
                               s->device->name, what, (long long)ldc);
+    if (c_bf16 && !(a.bf16 && b.bf16)) /* not among cublasGemmEx's combinations */
+        return lwc_host->fail(LW_ERR_UNSUPPORTED, "%s: %s: a bf16 C needs bf16 operands",
+                              s->device->name, what);
     cublasHandle_t blas = lwc_dev(s->device)->blas;
     cublasStatus_t e = cublasSetStream(blas, lwc_cuda_stream(s));
     if (e != CUBLAS_STATUS_SUCCESS) return lwc_fail_blas(s->device, e, "cublasSetStream");
@@ -103,8 +106,8 @@ lw_status lwc_gemm_ex(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64
 }
 
 lw_status lwc_gemm(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                   float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
-                   float beta, float *c, int64_t ldc, const char *what) {
+                   float alpha, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb, float beta,
+                   float *c, int64_t ldc, const char *what) {
     if (m == 0 || n == 0) return LW_OK;
     lw_status st = lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb, 0, NULL, what);
     if (st != LW_OK) return st;

@@ -9,17 +9,24 @@
  * products, the GEMM writes fp32 into the stream's workspace seeded with the bias and one pass
  * rounds it (lwc_gemm's arithmetic, then lwc_to_bf16).
  *
- * The plan (descriptors, heuristic) is made per call: a few microseconds of host time against a
- * GEMM of milliseconds, and the host runs ahead of the GPU. */
+ * The heuristic's choice is remembered per device and shape (a few shapes a model: its search
+ * costs tens of microseconds of host time); the descriptors are made per call (host work only).
+ * A shape cuBLASLt declines, at the heuristic or when its algorithm is run, takes the fp32 pass
+ * from then on; LWOPT_GEMM_REPORT=1 prints each shape's choice on stderr. */
 #include "cuda/cuda.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* cuBLASLt's workspace (its split-K kernels use one): 32 MiB, what NVIDIA advises for Hopper. */
-#define LT_WORK_BYTES ((int64_t)32 << 20)
+/* The most workspace cuBLASLt may ask for (its split-K kernels use some): 32 MiB, what NVIDIA
+ * advises for Hopper; a call takes only what its algorithm needs. */
+#define LT_WORK_MAX ((uint64_t)32 << 20)
 /* A region of the workspace starts 256-byte aligned (lwc_regions). */
 #define REGION_ALIGN 256
+/* Shapes whose choice is remembered per device (a model has a few: QKV and fc, forward). */
+#define LT_CHOICES 32
 
 /* The largest power of two up to 256 that divides the address: cuBLASLt picks kernels by it. */
 static uint32_t alignment(const void *p) {
@@ -29,15 +36,28 @@ static uint32_t alignment(const void *p) {
     return a;
 }
 
+/* A shape's choice: cuBLASLt's algorithm with the bias in its epilogue (fused), or the fp32 pass
+ * (cuBLASLt declined it). key: m, n, k, lda, ldb, the transposes, the operands' and C's
+ * alignments, whether there is a bias. */
+typedef struct lt_choice {
+    int64_t key[11];
+    bool fused;
+    cublasLtMatmulAlgo_t algo;
+    size_t work; /* the workspace bytes the algorithm takes */
+} lt_choice;
+
+struct lwc_lt_choices {
+    lt_choice c[LT_CHOICES];
+    int32_t used, next; /* filled, then replaced round-robin */
+};
+
+/* One call's descriptors: the operation and the layouts of A, B and C (= D). */
 typedef struct lt_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulHeuristicResult_t found;
 } lt_plan;
 
 static void plan_free(lt_plan *p) {
-    if (p->pref != NULL) cublasLtMatmulPreferenceDestroy(p->pref);
     if (p->c != NULL) cublasLtMatrixLayoutDestroy(p->c);
     if (p->b != NULL) cublasLtMatrixLayoutDestroy(p->b);
     if (p->a != NULL) cublasLtMatrixLayoutDestroy(p->a);
@@ -49,35 +69,25 @@ static cublasStatus_t set_op(lt_plan *p, cublasLtMatmulDescAttributes_t what, co
     return cublasLtMatmulDescSetAttribute(p->op, what, v, size);
 }
 
-static cublasStatus_t set_pref(lt_plan *p, cublasLtMatmulPreferenceAttributes_t what, uint32_t v) {
-    return cublasLtMatmulPreferenceSetAttribute(p->pref, what, &v, sizeof v);
-}
-
-/* The plan of C = op(A) op(B) (+ bias) with bf16 A, B and C, fp32 sums, or false where cuBLASLt
- * declines it (an attribute it does not take, no algorithm). align_a, align_b: the operands'
- * alignment as they will be read (a converted one lies at a region's start); has_bias: the bias,
- * copied to a region's start, is set on the plan before it runs. */
-static bool plan_for(lw_stream *s, lt_plan *p, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                     int64_t k, int64_t lda, int64_t ldb, uint32_t align_a, uint32_t align_b,
-                     bool has_bias, const void *c) {
+/* C = op(A) op(B) (+ bias) with bf16 A, B and C, fp32 sums and scale; bias: the fp32 bias's
+ * pointer, or NULL. CUBLAS_STATUS_SUCCESS, or why cuBLASLt refused a descriptor. */
+static cublasStatus_t describe(lt_plan *p, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                               int64_t k, int64_t lda, int64_t ldb, const void *bias) {
     memset(p, 0, sizeof *p);
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t e = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (e == CUBLAS_STATUS_SUCCESS) e = set_op(p, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
     if (e == CUBLAS_STATUS_SUCCESS) e = set_op(p, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
-    if (has_bias) {
+    if (bias != NULL) {
         const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
         const int32_t bias_type = CUDA_R_32F;
-        /* The heuristic reads the bias pointer's alignment only; the real one, at a region's
-         * start, replaces this stand-in of the same alignment before the GEMM runs. */
-        const void *stand_in = (const void *)(uintptr_t)REGION_ALIGN;
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
         if (e == CUBLAS_STATUS_SUCCESS)
-            e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &stand_in, sizeof stand_in);
+            e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     }
     /* the layouts as stored: a transposed operand is stored k x m (or n x k) */
     if (e == CUBLAS_STATUS_SUCCESS)
@@ -88,36 +98,75 @@ static bool plan_for(lw_stream *s, lt_plan *p, bool trans_a, bool trans_b, int64
                                        (uint64_t)(trans_b ? k : n), ldb);
     if (e == CUBLAS_STATUS_SUCCESS)
         e = cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, (uint64_t)m, (uint64_t)n, m);
-    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulPreferenceCreate(&p->pref);
-    if (e == CUBLAS_STATUS_SUCCESS) {
-        const uint64_t bytes = (uint64_t)LT_WORK_BYTES;
-        e = cublasLtMatmulPreferenceSetAttribute(
-            p->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof bytes);
-    }
+    return e;
+}
+
+/* cuBLASLt's heuristic for the described GEMM, its operands and C aligned as given: whether it
+ * offers an algorithm (*out filled then). */
+static bool heuristic(lw_stream *s, lt_plan *p, const uint32_t align[3], lt_choice *out) {
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t e = cublasLtMatmulPreferenceCreate(&pref);
+    const uint64_t most = LT_WORK_MAX;
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t value[4] = {align[0], align[1], align[2], align[2]};
     if (e == CUBLAS_STATUS_SUCCESS)
-        e = set_pref(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
-    if (e == CUBLAS_STATUS_SUCCESS)
-        e = set_pref(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
-    if (e == CUBLAS_STATUS_SUCCESS)
-        e = set_pref(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(c));
-    if (e == CUBLAS_STATUS_SUCCESS)
-        e = set_pref(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(c));
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &most, sizeof most);
+    for (int i = 0; i < 4 && e == CUBLAS_STATUS_SUCCESS; i++)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &value[i], sizeof value[i]);
+    cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     if (e == CUBLAS_STATUS_SUCCESS)
         e = cublasLtMatmulAlgoGetHeuristic(lwc_dev(s->device)->lt, p->op, p->a, p->b, p->c, p->c,
-                                           p->pref, 1, &p->found, &found);
-    return e == CUBLAS_STATUS_SUCCESS && found > 0;
+                                           pref, 1, &result, &found);
+    if (pref != NULL) cublasLtMatmulPreferenceDestroy(pref);
+    if (e != CUBLAS_STATUS_SUCCESS || found < 1) return false;
+    out->algo = result.algo;
+    out->work = result.workspaceSize;
+    return true;
 }
 
-/* The bias copied to the start of `extra` (one 256-aligned region), then the planned GEMM with
- * the rest of it as cuBLASLt's workspace. */
-static lw_status run_plan(lw_stream *s, lt_plan *p, const void *a, const void *b,
-                          const float *bias, int64_t m, void *c, void *extra, int64_t bias_bytes,
-                          const char *what) {
+/* LWOPT_GEMM_REPORT set: a line on stderr for each shape's choice, to see which path runs. */
+static void report(const lw_stream *s, const lt_choice *c, const char *why) {
+    const char *env = getenv("LWOPT_GEMM_REPORT");
+    if (env == NULL || env[0] == '\0' || strcmp(env, "0") == 0) return;
+    fprintf(stderr, "lwopt %s: bf16-output GEMM %lld x %lld x %lld%s: %s\n", s->device->name,
+            (long long)c->key[0], (long long)c->key[1], (long long)c->key[2],
+            c->key[10] ? " with a bias" : "", why);
+}
+
+/* The device's choice for this key: remembered, or made now (descriptors described in p). */
+static lt_choice *choice_for(lw_stream *s, lt_plan *p, const int64_t key[11],
+                             const uint32_t align[3]) {
+    lwc_device *d = lwc_dev(s->device);
+    if (d->lt_choices == NULL && (d->lt_choices = calloc(1, sizeof *d->lt_choices)) == NULL)
+        return NULL; /* out of host memory: the fp32 pass, which needs none */
+    struct lwc_lt_choices *all = d->lt_choices;
+    for (int32_t i = 0; i < all->used; i++)
+        if (memcmp(all->c[i].key, key, sizeof all->c[i].key) == 0) return &all->c[i];
+    lt_choice *c = &all->c[all->used < LT_CHOICES ? all->used++ : all->next++ % LT_CHOICES];
+    memcpy(c->key, key, sizeof c->key);
+    c->fused = heuristic(s, p, align, c);
+    report(s, c,
+           c->fused ? "cuBLASLt, the bias in its epilogue"
+                    : "cuBLASLt offers no algorithm: an fp32 pass, rounded after");
+    return c;
+}
+
+/* The bias copied to the start of `extra` (one 256-aligned region: cuBLASLt reads it in
+ * vectors), then the chosen algorithm with the rest of `extra` as its workspace. *declined: the
+ * GEMM did not run because cuBLASLt refused the call (not a failure: the caller takes the fp32
+ * pass). */
+static lw_status run_fused(lw_stream *s, lt_plan *p, const lt_choice *c, const void *a,
+                           const void *b, const float *bias, int64_t m, void *out, void *extra,
+                           int64_t bias_bytes, bool *declined, const char *what) {
     cudaStream_t cs = lwc_cuda_stream(s);
+    *declined = false;
     if (bias != NULL) {
-        cudaError_t ce = cudaMemcpyAsync(extra, bias, sizeof(float) * (size_t)m,
-                                         cudaMemcpyDeviceToDevice, cs);
+        cudaError_t ce =
+            cudaMemcpyAsync(extra, bias, sizeof(float) * (size_t)m, cudaMemcpyDeviceToDevice, cs);
         if (ce != cudaSuccess) return lwc_fail(s->device, ce, "copying a GEMM's bias");
         const void *copied = extra;
         cublasStatus_t e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &copied, sizeof copied);
@@ -125,35 +174,67 @@ static lw_status run_plan(lw_stream *s, lt_plan *p, const void *a, const void *b
     }
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t e = cublasLtMatmul(lwc_dev(s->device)->lt, p->op, &alpha, a, p->a, b, p->b,
-                                      &beta, c, p->c, c, p->c, &p->found.algo,
-                                      (char *)extra + bias_bytes, (size_t)LT_WORK_BYTES, cs);
+                                      &beta, out, p->c, out, p->c, &c->algo,
+                                      c->work > 0 ? (char *)extra + bias_bytes : NULL, c->work, cs);
+    if (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_INVALID_VALUE) {
+        *declined = true;
+        return LW_OK;
+    }
     return e == CUBLAS_STATUS_SUCCESS ? LW_OK : lwc_fail_blas(s->device, e, what);
+}
+
+/* Under bf16 products: the GEMM on cuBLASLt where it takes it; *ran says whether it did. */
+static lw_status try_fused(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
+                           const float *bias, void *out, bool *ran, const char *what) {
+    *ran = false;
+    /* an operand converted by lwc_gemm_prepare lies at a region's start; the bias likewise, so
+     * the descriptors are made with a stand-in of that alignment, replaced before the GEMM runs
+     * (the heuristic reads a pointer's alignment only) */
+    const uint32_t align[3] = {a.bf16 ? alignment(a.p) : REGION_ALIGN,
+                               b.bf16 ? alignment(b.p) : REGION_ALIGN, alignment(out)};
+    const int64_t key[11] = {m,       n,        k,        lda,      ldb,         trans_a,
+                             trans_b, align[0], align[1], align[2], bias != NULL};
+    const void *stand_in = bias != NULL ? (const void *)(uintptr_t)REGION_ALIGN : NULL;
+    lt_plan p;
+    lw_status st = LW_OK;
+    lt_choice *c = NULL;
+    if (describe(&p, trans_a, trans_b, m, n, k, lda, ldb, stand_in) == CUBLAS_STATUS_SUCCESS)
+        c = choice_for(s, &p, key, align);
+    if (c != NULL && c->fused) {
+        const int64_t bias_bytes =
+            bias != NULL ? (4 * m + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN : 0;
+        void *extra = NULL;
+        st = lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb,
+                              bias_bytes + (int64_t)c->work, &extra, what);
+        bool declined = false;
+        if (st == LW_OK)
+            st = run_fused(s, &p, c, a.p, b.p, bias, m, out, extra, bias_bytes, &declined, what);
+        if (declined) {
+            c->fused = false;
+            report(s, c, "cuBLASLt refused its algorithm: an fp32 pass, rounded after");
+        }
+        *ran = st == LW_OK && !declined;
+    }
+    plan_free(&p);
+    return st;
 }
 
 lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                             int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                             const float *bias, void *c, const char *what) {
     if (m <= 0 || n <= 0 || k <= 0) return LW_OK; /* the caller handles an empty k */
-    lw_status st = LW_OK;
     if (s->device->matmul == LW_MATMUL_BF16) {
-        lt_plan p;
-        const bool planned = plan_for(s, &p, trans_a, trans_b, m, n, k, lda, ldb,
-                                      a.bf16 ? alignment(a.p) : REGION_ALIGN,
-                                      b.bf16 ? alignment(b.p) : REGION_ALIGN, bias != NULL, c);
-        if (planned) {
-            const int64_t bias_bytes =
-                bias != NULL ? (4 * m + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN : 0;
-            void *extra = NULL;
-            st = lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb,
-                                  bias_bytes + LT_WORK_BYTES, &extra, what);
-            if (st == LW_OK) st = run_plan(s, &p, a.p, b.p, bias, m, c, extra, bias_bytes, what);
-        }
-        plan_free(&p);
-        if (planned) return st;
+        bool ran = false;
+        const lw_status st =
+            try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, &ran, what);
+        if (st != LW_OK || ran) return st;
     }
-    /* fp32 into the workspace (the bias seeded, the product added), then rounded */
+    /* fp32 into the workspace (the bias seeded, the product added), then rounded; nothing holds
+     * a region of the workspace here, so it may move */
     void *y32 = NULL;
-    st = lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb, 4 * m * n, &y32, what);
+    lw_status st =
+        lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb, 4 * m * n, &y32, what);
     if (st == LW_OK && bias != NULL)
         st = lwc_launched(s, lwc_rows_fill(lwc_cuda_stream(s), y32, bias, n, m), "a GEMM's bias");
     if (st == LW_OK)

@@ -74,10 +74,10 @@ cudaError_t lwc_rows_fill(cudaStream_t stream, float *y, const float *b, int64_t
 /* colsum.cu: deterministic column sums (linear.c's bias gradient, layernorm.c's gain and shift) */
 /* Doubles of workspace that lwc_colsum and lwc_colsum_xhat need for (n, cols). */
 int64_t lwc_colsum_doubles(int64_t n, int64_t cols);
-/* out[cols] += column sums of dy[n, cols], summed in double in an order fixed by (n, cols):
- * block partials over chunks of rows into `work`, then the chunks in order. */
-cudaError_t lwc_colsum(cudaStream_t stream, float *out, const float *dy, int64_t n, int64_t cols,
-                       double *work);
+/* out[cols] += column sums of dy[n, cols] (fp32, or bf16 widened), summed in double in an order
+ * fixed by (n, cols): block partials over chunks of rows into `work`, then the chunks in order. */
+cudaError_t lwc_colsum(cudaStream_t stream, float *out, const void *dy, bool bf16, int64_t n,
+                       int64_t cols, double *work);
 /* dg[c] += column sums of dy * (x - mean[row]) * rstd[row] (layer norm's gain gradient). */
 cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, const float *x,
                             const float *mean, const float *rstd, int64_t n, int64_t c,
@@ -109,8 +109,8 @@ cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const f
 /* GELU (tanh form) and dx += dy gelu'(x), the CPU's formulas operation for operation. */
 cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool y_bf16, const void *x, bool x_bf16,
                      int64_t n);
-cudaError_t lwc_gelu_grad(cudaStream_t stream, float *dx, const float *dy, const void *x,
-                          bool x_bf16, int64_t n);
+cudaError_t lwc_gelu_grad(cudaStream_t stream, void *dx, bool dx_bf16, const float *dy,
+                          const void *x, bool x_bf16, int64_t n);
 
 /* attention.cu: causal attention, flash-attention style (lw.h's contract) */
 /* The largest head dim (c / nh) the kernels serve. */
@@ -144,21 +144,24 @@ int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh);
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
                                   const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
                                   int64_t nh);
-cudaError_t lwc_flash_mma_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                                   const float *dout, const void *qkv, bool qkv_bf16,
-                                   const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh);
+cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
+                                   const float *dd, const float *dout, const void *qkv,
+                                   bool qkv_bf16, const float *lse, int64_t b, int64_t t, int64_t c,
+                                   int64_t nh);
 
-/* cross_entropy.cu: the LM head's softmax cross-entropy on a chunk of logits (a target outside
- * [0, v) is ignored) */
-/* Per row of logits[rows, v]: lse[rows], losses[rows]; keep: the rows become probabilities. */
-cudaError_t lwc_ce_rows(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
+/* cross_entropy.cu: the LM head's softmax cross-entropy on a chunk of logits, fp32 or (bf16)
+ * bf16 ones (a target outside [0, v) is ignored) */
+/* Per row of logits[rows, v]: lse[rows], losses[rows]; keep (fp32 logits only): the rows become
+ * probabilities. */
+cudaError_t lwc_ce_rows(cudaStream_t stream, void *logits, bool bf16, int64_t rows, int64_t v,
                         const int32_t *targets, float *losses, float *lse, bool keep);
 /* *count (device) = the number of targets[n] in [0, v). */
 cudaError_t lwc_ce_count(cudaStream_t stream, const int32_t *targets, int64_t n, int64_t v,
                          int32_t *count);
 /* logits[rows, v] = loss_scale / *count * (p - onehot(target)) in place, p = exp(logit - lse)
- * (recompute) or the rows themselves (kept probabilities); ignored rows 0. */
-cudaError_t lwc_ce_dlogits(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
+ * (recompute, and always for bf16 logits) or the rows themselves (kept probabilities); ignored
+ * rows 0; bf16 ones rounded. */
+cudaError_t lwc_ce_dlogits(cudaStream_t stream, void *logits, bool bf16, int64_t rows, int64_t v,
                            const int32_t *targets, const float *lse, bool recompute,
                            float loss_scale, const int32_t *count);
 
@@ -167,8 +170,8 @@ cudaError_t lwc_ce_dlogits(cudaStream_t stream, float *logits, int64_t rows, int
  * 0), stats[n + i] = the sum of exp(logit - max) in double, rounded once, stats[2n + i] = the
  * logit of the target when first <= target < first + real, else 0 (stats: [3, n], the chunk's
  * rows written at its offset r0). */
-cudaError_t lwc_ce_partial_rows(cudaStream_t stream, const float *logits, int64_t rows, int64_t v,
-                                int64_t real, const int32_t *targets, int64_t first,
+cudaError_t lwc_ce_partial_rows(cudaStream_t stream, const void *logits, bool bf16, int64_t rows,
+                                int64_t v, int64_t real, const int32_t *targets, int64_t first,
                                 float *stats, int64_t n, int64_t r0);
 /* Per row (a thread each): the parts' stats[parts, 3, n] combined in part order: lse[n] and
  * losses[n] (targets outside [0, vocab): 0). */
@@ -177,8 +180,8 @@ cudaError_t lwc_ce_combine(cudaStream_t stream, float *losses, float *lse, const
 /* logits[rows, v] (raw logits) = loss_scale / *count * (exp(logit - lse) - onehot(target - first))
  * in place over the first `real` columns, 0 in the padding and in rows whose target is outside
  * [0, vocab). */
-cudaError_t lwc_ce_partial_dlogits(cudaStream_t stream, float *logits, int64_t rows, int64_t v,
-                                   int64_t real, const int32_t *targets, int64_t first,
+cudaError_t lwc_ce_partial_dlogits(cudaStream_t stream, void *logits, bool bf16, int64_t rows,
+                                   int64_t v, int64_t real, const int32_t *targets, int64_t first,
                                    int64_t vocab, const float *lse, float loss_scale,
                                    const int32_t *count);
 

@@ -45,6 +45,6 @@ lw_status lwc_add_layernorm_backward(lw_stream *s, float *dx, float *dg, float *
      * are read, in stream order */
     cudaError_t e = lwc_ln_dx(cs, dx, dres, dy, x, g, mean, rstd, n, c);
     if (e == cudaSuccess) e = lwc_colsum_xhat(cs, dg, dy, x, mean, rstd, n, c, work);
-    if (e == cudaSuccess && dbeta != NULL) e = lwc_colsum(cs, dbeta, dy, n, c, work);
+    if (e == cudaSuccess && dbeta != NULL) e = lwc_colsum(cs, dbeta, dy, false, n, c, work);
     return lwc_launched(s, e, "the layer norm backward kernels");
 }

@@ -13,7 +13,8 @@
  * the backward) is rounded once; bf16 weights (the buffers' bf16 parameters) and bf16 inputs
  * (the activations a model keeps in bf16) are read as they are. Under fp32 or TF32 products a
  * bf16 operand is widened instead (lwc_gemm). A bf16 output comes from gemm_lt.c (cuBLASLt with
- * the bias in its epilogue under bf16 products). */
+ * the bias in its epilogue under bf16 products); a bf16 output gradient dy (what the attention's
+ * and GELU's backwards write for the layers that feed them) is read as it is, like a bf16 input. */
 #include "cuda/cuda.h"
 
 lw_status lwc_linear_forward(lw_stream *s, void *y, lw_dtype y_dtype, const void *x,
@@ -51,28 +52,28 @@ lw_status lwc_linear_forward(lw_stream *s, void *y, lw_dtype y_dtype, const void
                     "the linear layer's GEMM");
 }
 
-lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const float *dy,
-                              const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
-                              int64_t n, int64_t in, int64_t out) {
+lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const void *dy,
+                              lw_dtype dy_dtype, const void *x, lw_dtype x_dtype, const void *w,
+                              lw_dtype w_dtype, int64_t n, int64_t in, int64_t out) {
     if (n <= 0 || out <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     lw_status st = LW_OK;
     if (in > 0) {
-        lwc_operand ody = lwc_f32(dy), ow = lwc_typed(w, w_dtype);
+        lwc_operand ody = lwc_typed(dy, dy_dtype), ow = lwc_typed(w, w_dtype);
         lwc_operand ox = lwc_typed(x, x_dtype);
         if (s->device->matmul == LW_MATMUL_BF16) {
-            /* dy, an fp32 w (only for dx) and an fp32 x rounded once each, into three regions:
-             * both GEMMs read dy. The column sum below asks for the workspace again only after
-             * both GEMMs are queued, and the stream runs them first. */
-            const bool round_w = dx != NULL && !ow.bf16, round_x = !ox.bf16;
-            const int64_t bytes[3] = {2 * n * out, round_w ? 2 * out * in : 0,
+            /* an fp32 dy, an fp32 w (only for dx) and an fp32 x rounded once each, into three
+             * regions: both GEMMs read dy. The column sum below asks for the workspace again only
+             * after both GEMMs are queued, and the stream runs them first. */
+            const bool round_dy = !ody.bf16, round_w = dx != NULL && !ow.bf16, round_x = !ox.bf16;
+            const int64_t bytes[3] = {round_dy ? 2 * n * out : 0, round_w ? 2 * out * in : 0,
                                       round_x ? 2 * n * in : 0};
             void *r[3];
-            st = lwc_regions(s, 3, bytes, r);
-            if (st == LW_OK) st = lwc_to_bf16(s, r[0], dy, n * out);
+            if (round_dy || round_w || round_x) st = lwc_regions(s, 3, bytes, r);
+            if (st == LW_OK && round_dy) st = lwc_to_bf16(s, r[0], dy, n * out);
             if (st == LW_OK && round_w) st = lwc_to_bf16(s, r[1], w, out * in);
             if (st == LW_OK && round_x) st = lwc_to_bf16(s, r[2], x, n * in);
-            ody = lwc_bf16(r[0]);
+            if (round_dy) ody = lwc_bf16(r[0]);
             if (round_w) ow = lwc_bf16(r[1]);
             if (round_x) ox = lwc_bf16(r[2]);
         }
@@ -93,6 +94,8 @@ lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, con
     void *work = NULL;
     st = lwc_workspace(s, (int64_t)sizeof(double) * lwc_colsum_doubles(n, out), &work);
     if (st != LW_OK) return st;
-    return lwc_launched(s, lwc_colsum(lwc_cuda_stream(s), db, dy, n, out, work),
+    return lwc_launched(s,
+                        lwc_colsum(lwc_cuda_stream(s), db, dy, dy_dtype == LW_DTYPE_BF16, n, out,
+                                   work),
                         "the linear layer's bias gradient");
 }

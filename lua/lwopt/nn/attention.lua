@@ -67,12 +67,15 @@ end
 
 function Attention:backward(x, dout, dx, b, t)
    local n, c = b * t, self.c
-   local dy, dqkv = self:transient("dy", n * c), self:transient("dqkv", n * 3 * c)
+   -- qkv's output gradient in qkv's output dtype: written so here, read so by qkv's backward
+   local qkv_dtype = self.qkv.y_dtype
+   local dqkv_floats = base.floats_for(n * 3 * c, qkv_dtype)
+   local dy, dqkv = self:transient("dy", n * c), self:transient("dqkv", dqkv_floats)
    zero(dy, n * c, self.stream)
    self.proj:backward(self.y, dout, dy, n)
-   zero(dqkv, n * 3 * c, self.stream)
-   check(lib.lw_attention_backward(self.stream, dqkv, self:scratch(b, t), dy, self.qkv_out,
-      self.qkv.y_dtype, self.y, self.out_dtype, self.lse, b, t, c, self.n_head))
+   zero(dqkv, dqkv_floats, self.stream)
+   check(lib.lw_attention_backward(self.stream, dqkv, qkv_dtype, self:scratch(b, t), dy,
+      self.qkv_out, qkv_dtype, self.y, self.out_dtype, self.lse, b, t, c, self.n_head))
    self.qkv:backward(x, dqkv, dx, n)
 end
 

@@ -26,7 +26,7 @@ function GELU:forward(x, n)
 end
 
 function GELU:backward(x, dy, dx, n)
-   check(lib.lw_gelu_backward(self.stream, dx, dy, x, self.x_dtype, n * self.width))
+   check(lib.lw_gelu_backward(self.stream, dx, self.x_dtype, dy, x, self.x_dtype, n * self.width))
 end
 
 return GELU

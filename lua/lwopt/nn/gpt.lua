@@ -38,7 +38,8 @@ end
 -- same parameters, names and order as lw.arch.gpt (mlp_hidden: the dense MLP's hidden size,
 -- default 4 n_embd; recompute_gelu: the dense MLPs compute GELU's output again in backward
 -- rather than keep it, MLP:set_recompute_gelu; activations "fp32" (default) or "bf16": the
--- activations that only feed matrix products kept in bf16, Block:set_activations; neither
+-- activations that only feed matrix products, the attention or GELU kept in bf16,
+-- Block:set_activations, and the LM head's logits in bf16 (its statistics still fp32); neither
 -- changes the parameters)
 -- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
 -- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
@@ -91,6 +92,7 @@ function GPT.new(cfg)
       if block.mlp then block.mlp:set_recompute_gelu(o.recompute_gelu) end
       block:set_activations(activations)
    end
+   self.logits_dtype = activations
    self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
    if not o.tied then
       self:declare("lm_head.weight", { self.head_rows, c }, "output", self.tp and
@@ -129,7 +131,7 @@ local function head_forward(owner, self, n, tg)
    local o, c = self.cfg, self.cfg.n_embd
    local name = self.head_name
    check(lib.lw_cross_entropy_forward(self.stream, self.losses, self.lse, self.logits, self.h,
-      owner.w[name], owner.dtype[name], tg, n, c, o.vocab, loss_cell))
+      owner.w[name], owner.dtype[name], self.logits_dtype, tg, n, c, o.vocab, loss_cell))
    return loss_cell[0]
 end
 
@@ -138,7 +140,8 @@ local function head_backward(owner, self, dh, loss_scale)
    local n = self.b * self.t
    local name = self.head_name
    check(lib.lw_cross_entropy_backward(self.stream, dh, owner.g[name], self.logits, self.h,
-      owner.w[name], owner.dtype[name], self.targets, self.lse, n, c, o.vocab, loss_scale or 1))
+      owner.w[name], owner.dtype[name], self.logits_dtype, self.targets, self.lse, n, c, o.vocab,
+      loss_scale or 1))
 end
 
 -- The vocabulary-parallel head (tp): this rank's softmax statistics into its slot of the
@@ -146,15 +149,16 @@ end
 local function head_forward_tp(owner, self, n, tg)
    local name = self.head_name
    check(lib.lw_cross_entropy_partial_forward(self.stream, self.stats + self.tp.rank * 3 * n,
-      self.logits, self.h, owner.w[name], owner.dtype[name], tg, n, self.cfg.n_embd,
-      self.head_rows, self.head_first, self.cfg.vocab))
+      self.logits, self.h, owner.w[name], owner.dtype[name], self.logits_dtype, tg, n,
+      self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab))
 end
 
 local function head_backward_tp(owner, self, dh, loss_scale)
    local name = self.head_name
    check(lib.lw_cross_entropy_partial_backward(self.stream, dh, owner.g[name], self.logits,
-      self.h, owner.w[name], owner.dtype[name], self.targets, self.lse, self.b * self.t,
-      self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab, loss_scale or 1))
+      self.h, owner.w[name], owner.dtype[name], self.logits_dtype, self.targets, self.lse,
+      self.b * self.t, self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab,
+      loss_scale or 1))
 end
 
 -- int32_t* of n tokens where the model's kernels read them: the host array itself on the CPU,

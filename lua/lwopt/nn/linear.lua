@@ -12,7 +12,8 @@ Linear.stored_reads = { weight = true } -- the kernels take the weight's dtype
 -- the input's dtype (lw_dtype): fp32, or bf16 where the module feeding it writes bf16 (a parent
 -- sets it on the instance: Block:set_activations)
 Linear.x_dtype = lib.LW_DTYPE_F32
--- the output's dtype: fp32, or bf16 where it only feeds the attention or GELU (set likewise)
+-- the output's dtype: fp32, or bf16 where it only feeds the attention or GELU (set likewise);
+-- the output's gradient comes in it too (their backwards write it so)
 Linear.y_dtype = lib.LW_DTYPE_F32
 
 -- Linear(prefix, in, out, bias, extra): weight {out, in}, bias {out}. extra (optional): the
@@ -43,14 +44,15 @@ end
 
 local function backward(self, x, dy, dx, n)
    check(lib.lw_linear_backward(self.stream, dx, self.g.weight,
-      self.has_bias and self.g.bias or nil, dy, x, self.x_dtype, self.w.weight, self.dtype.weight,
-      n, self.n_in, self.n_out))
+      self.has_bias and self.g.bias or nil, dy, self.y_dtype, x, self.x_dtype, self.w.weight,
+      self.dtype.weight, n, self.n_in, self.n_out))
 end
 
 -- x: [n, in] (x_dtype) -> [n, out] (y_dtype)
 function Linear:forward(x, n) return self:with_params("forward", forward, x, n) end
 
--- Accumulates into dx (float* [n, in], may be nil) and the parameter gradients.
+-- Accumulates into dx (float* [n, in], may be nil) and the parameter gradients; dy [n, out] in
+-- y_dtype.
 function Linear:backward(x, dy, dx, n) self:with_params("backward", backward, x, dy, dx, n) end
 
 -- The kernels over self's fields (w, g, n_in, n_out, has_bias, stream), for modules that run a

@@ -62,10 +62,12 @@ end
 function MLP:backward(x, dout, dx, n)
    local w = self.hidden
    if self.recompute_gelu then self.a = self.gelu:forward(self.h, n) end
-   local da, dh = self:transient("da", n * w), self:transient("dh", n * w)
+   -- fc's output gradient in fc's output dtype: GELU writes it so, fc's backward reads it so
+   local dh_floats = base.floats_for(n * w, self.fc.y_dtype)
+   local da, dh = self:transient("da", n * w), self:transient("dh", dh_floats)
    zero(da, n * w, self.stream)
    self.proj:backward(self.a, dout, da, n)
-   zero(dh, n * w, self.stream)
+   zero(dh, dh_floats, self.stream)
    self.gelu:backward(self.h, da, dh, n)
    self.fc:backward(x, dh, dx, n)
 end

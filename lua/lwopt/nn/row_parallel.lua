@@ -16,6 +16,8 @@ local RowParallelLinear = base.class(base.Module)
 RowParallelLinear.shape_args = { "n" }
 RowParallelLinear.stored_reads = Linear.stored_reads
 RowParallelLinear.x_dtype = Linear.x_dtype
+-- the output is all-reduced over the TP group in fp32, and so is its gradient
+RowParallelLinear.y_dtype = lib.LW_DTYPE_F32
 
 -- RowParallelLinear(prefix, in, out, bias, tp): tp is lw.tp.groups's table (size t, rank r);
 -- weight {out, in / t} with tp = { dim = 1, blocks = 1 } and full_shape {out, in}; bias {out},
@@ -37,7 +39,7 @@ end
 local function forward(self, x, n)
    local y = self:output("y", n * self.n_out)
    local b = self.has_bias and self.tp.rank == 0 and self.w.bias or nil
-   check(lib.lw_linear_forward(self.stream, y, lib.LW_DTYPE_F32, x, self.x_dtype, self.w.weight,
+   check(lib.lw_linear_forward(self.stream, y, self.y_dtype, x, self.x_dtype, self.w.weight,
       self.dtype.weight, b, n, self.n_in, self.n_out))
    return y
 end

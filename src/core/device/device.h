@@ -27,11 +27,13 @@
                             11: the weights' dtype in the kernels that read weight matrices
                             (linear, embedding, the LM head), the activations' dtype of the
                             linear layer's input and the layer norm's and GELU's outputs,
-                            and the residual add fused with a layer norm;
-                            12: the linear layer's output dtype, GELU's input dtype and the
-                            attention's qkv dtype
+                            and the residual add fused with a layer norm
                             (add_layernorm_forward, _backward), after the other public
-                            kernels */
+                            kernels;
+                            12: the linear layer's output dtype, GELU's input dtype, the
+                            attention's qkv dtype and the LM head's logits dtype, and the
+                            gradients' dtypes of those bf16 activations (linear_backward's
+                            dy, gelu_backward's dx, attention_backward's dqkv) */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -178,15 +180,20 @@ lw_status lwi_check_routing(const char *what, int64_t n, int64_t e, int64_t k);
  * cross-entropy) a vocabulary of at least 1. */
 lw_status lwi_check_range(const char *what, int64_t first, int64_t rows, int64_t vocab);
 /* A weight dtype the model kernels read, an activation dtype they read or write, a linear
- * layer's output, input and weight dtypes, GELU's output and input dtypes: fp32 or bf16. */
+ * layer's and GELU's dtypes (the output's or its gradient's, named by `role`; the input's; the
+ * weight's): fp32 or bf16. */
 lw_status lwi_check_weights(const char *what, lw_dtype w_dtype);
 lw_status lwi_check_activations(const char *what, lw_dtype dtype);
-lw_status lwi_check_linear(const char *what, lw_dtype y_dtype, lw_dtype x_dtype,
+lw_status lwi_check_linear(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype,
                            lw_dtype w_dtype);
-lw_status lwi_check_gelu(const char *what, lw_dtype y_dtype, lw_dtype x_dtype);
-/* The attention's qkv and output dtypes (fp32 or bf16), then lwi_check_heads. */
-lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype, int64_t b,
-                              int64_t t, int64_t c, int64_t nh);
+lw_status lwi_check_gelu(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype);
+/* The attention's qkv, output and qkv gradient dtypes (fp32 or bf16), then lwi_check_heads. */
+lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype,
+                              lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh);
+/* The LM head's weight and logits dtypes (fp32 or bf16), and with the range. */
+lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype);
+lw_status lwi_check_head_range(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype,
+                               int64_t first, int64_t rows, int64_t vocab);
 /* Both of the above: the weights' dtype, then the range. */
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,
                                  int64_t vocab);

@@ -35,12 +35,13 @@
       (lw_stream * s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype, const void *w,   \
        lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out),                      \
       (s, y, y_dtype, x, x_dtype, w, w_dtype, b, n, in, out),                                      \
-      lwi_check_linear("linear forward", y_dtype, x_dtype, w_dtype))                               \
+      lwi_check_linear("linear forward", "output", y_dtype, x_dtype, w_dtype))                     \
     X(linear_backward,                                                                             \
-      (lw_stream * s, float *dx, float *dw, float *db, const float *dy, const void *x,             \
-       lw_dtype x_dtype, const void *w, lw_dtype w_dtype, int64_t n, int64_t in, int64_t out),     \
-      (s, dx, dw, db, dy, x, x_dtype, w, w_dtype, n, in, out),                                     \
-      lwi_check_linear("linear backward", LW_DTYPE_F32, x_dtype, w_dtype))                         \
+      (lw_stream * s, float *dx, float *dw, float *db, const void *dy, lw_dtype dy_dtype,          \
+       const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype, int64_t n, int64_t in,    \
+       int64_t out),                                                                               \
+      (s, dx, dw, db, dy, dy_dtype, x, x_dtype, w, w_dtype, n, in, out),                           \
+      lwi_check_linear("linear backward", "output gradient", dy_dtype, x_dtype, w_dtype))          \
     X(layernorm_forward,                                                                           \
       (lw_stream * s, void *y, lw_dtype y_dtype, float *mean, float *rstd, const float *x,         \
        const float *g, const float *beta, int64_t n, int64_t c, float eps),                        \
@@ -52,32 +53,35 @@
       (s, dx, dg, dbeta, dy, x, g, mean, rstd, n, c), LW_OK)                                       \
     X(gelu_forward,                                                                                \
       (lw_stream * s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype, int64_t n),      \
-      (s, y, y_dtype, x, x_dtype, n), lwi_check_gelu("gelu forward", y_dtype, x_dtype))            \
+      (s, y, y_dtype, x, x_dtype, n), lwi_check_gelu("gelu forward", "output", y_dtype, x_dtype))  \
     X(gelu_backward,                                                                               \
-      (lw_stream * s, float *dx, const float *dy, const void *x, lw_dtype x_dtype, int64_t n),     \
-      (s, dx, dy, x, x_dtype, n), lwi_check_gelu("gelu backward", LW_DTYPE_F32, x_dtype))          \
+      (lw_stream * s, void *dx, lw_dtype dx_dtype, const float *dy, const void *x,                 \
+       lw_dtype x_dtype, int64_t n),                                                               \
+      (s, dx, dx_dtype, dy, x, x_dtype, n),                                                        \
+      lwi_check_gelu("gelu backward", "input gradient", dx_dtype, x_dtype))                        \
     X(attention_forward,                                                                           \
       (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *scratch, const void *qkv,  \
        lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh),                           \
       (s, out, out_dtype, lse, scratch, qkv, qkv_dtype, b, t, c, nh),                              \
-      lwi_check_attention("attention forward", qkv_dtype, out_dtype, b, t, c, nh))                 \
+      lwi_check_attention("attention forward", qkv_dtype, out_dtype, LW_DTYPE_F32, b, t, c, nh))   \
     X(attention_backward,                                                                          \
-      (lw_stream * s, float *dqkv, float *scratch, const float *dout, const void *qkv,             \
-       lw_dtype qkv_dtype, const void *out, lw_dtype out_dtype, const float *lse, int64_t b,       \
-       int64_t t, int64_t c, int64_t nh),                                                          \
-      (s, dqkv, scratch, dout, qkv, qkv_dtype, out, out_dtype, lse, b, t, c, nh),                  \
-      lwi_check_attention("attention backward", qkv_dtype, out_dtype, b, t, c, nh))                \
+      (lw_stream * s, void *dqkv, lw_dtype dqkv_dtype, float *scratch, const float *dout,          \
+       const void *qkv, lw_dtype qkv_dtype, const void *out, lw_dtype out_dtype, const float *lse, \
+       int64_t b, int64_t t, int64_t c, int64_t nh),                                               \
+      (s, dqkv, dqkv_dtype, scratch, dout, qkv, qkv_dtype, out, out_dtype, lse, b, t, c, nh),      \
+      lwi_check_attention("attention backward", qkv_dtype, out_dtype, dqkv_dtype, b, t, c, nh))    \
     X(cross_entropy_forward,                                                                       \
       (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const void *w,    \
-       lw_dtype w_dtype, const int32_t *targets, int64_t n, int64_t c, int64_t v, double *loss),   \
-      (s, losses, lse, scratch, h, w, w_dtype, targets, n, c, v, loss),                            \
-      lwi_check_weights("cross-entropy forward", w_dtype))                                         \
+       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, int64_t n, int64_t c,      \
+       int64_t v, double *loss),                                                                   \
+      (s, losses, lse, scratch, h, w, w_dtype, logits_dtype, targets, n, c, v, loss),              \
+      lwi_check_head("cross-entropy forward", w_dtype, logits_dtype))                              \
     X(cross_entropy_backward,                                                                      \
       (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const void *w,         \
-       lw_dtype w_dtype, const int32_t *targets, const float *lse, int64_t n, int64_t c,           \
-       int64_t v, float loss_scale),                                                               \
-      (s, dh, dw, scratch, h, w, w_dtype, targets, lse, n, c, v, loss_scale),                      \
-      lwi_check_weights("cross-entropy backward", w_dtype))                                        \
+       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, const float *lse,          \
+       int64_t n, int64_t c, int64_t v, float loss_scale),                                         \
+      (s, dh, dw, scratch, h, w, w_dtype, logits_dtype, targets, lse, n, c, v, loss_scale),        \
+      lwi_check_head("cross-entropy backward", w_dtype, logits_dtype))                             \
     X(moe_router_forward,                                                                          \
       (lw_stream * s, int32_t *experts, float *weights, float *probs, const float *logits,         \
        int64_t n, int64_t e, int64_t k),                                                           \
@@ -124,10 +128,11 @@
       lwi_check_range("embedding range backward", first, rows, 1))                                 \
     X(cross_entropy_partial_forward,                                                               \
       (lw_stream * s, float *stats, float *scratch, const float *h, const void *w,                 \
-       lw_dtype w_dtype, const int32_t *targets, int64_t n, int64_t c, int64_t v, int64_t first,   \
-       int64_t vocab),                                                                             \
-      (s, stats, scratch, h, w, w_dtype, targets, n, c, v, first, vocab),                          \
-      lwi_check_weight_range("cross-entropy partial forward", w_dtype, first, v, vocab))           \
+       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, int64_t n, int64_t c,      \
+       int64_t v, int64_t first, int64_t vocab),                                                   \
+      (s, stats, scratch, h, w, w_dtype, logits_dtype, targets, n, c, v, first, vocab),            \
+      lwi_check_head_range("cross-entropy partial forward", w_dtype, logits_dtype, first, v,       \
+                           vocab))                                                                 \
     X(cross_entropy_combine,                                                                       \
       (lw_stream * s, float *losses, float *lse, const float *stats, int64_t parts,                \
        const int32_t *targets, int64_t n, int64_t vocab, double *loss),                            \
@@ -135,10 +140,12 @@
       lwi_check_parts("cross-entropy combine", parts, vocab))                                      \
     X(cross_entropy_partial_backward,                                                              \
       (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const void *w,         \
-       lw_dtype w_dtype, const int32_t *targets, const float *lse, int64_t n, int64_t c,           \
-       int64_t v, int64_t first, int64_t vocab, float loss_scale),                                 \
-      (s, dh, dw, scratch, h, w, w_dtype, targets, lse, n, c, v, first, vocab, loss_scale),        \
-      lwi_check_weight_range("cross-entropy partial backward", w_dtype, first, v, vocab))         \
+       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, const float *lse,          \
+       int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab, float loss_scale),           \
+      (s, dh, dw, scratch, h, w, w_dtype, logits_dtype, targets, lse, n, c, v, first, vocab,       \
+       loss_scale),                                                                                \
+      lwi_check_head_range("cross-entropy partial backward", w_dtype, logits_dtype, first, v,      \
+                           vocab))                                                                 \
     X(vec_to_bf16, (lw_stream * s, uint16_t *y, const float *x, int64_t n), (s, y, x, n),          \
       lwi_work_if(n > 0))                                                                          \
     X(vec_from_bf16, (lw_stream * s, float *y, const uint16_t *x, int64_t n), (s, y, x, n),        \

@@ -106,23 +106,35 @@ lw_status lwi_check_activations(const char *what, lw_dtype dtype) {
     return check_dtype(what, "activation", dtype);
 }
 
-lw_status lwi_check_gelu(const char *what, lw_dtype y_dtype, lw_dtype x_dtype) {
-    const lw_status st = check_dtype(what, "output", y_dtype);
+lw_status lwi_check_gelu(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype) {
+    const lw_status st = check_dtype(what, role, dtype);
     return st != LW_OK ? st : check_dtype(what, "input", x_dtype);
 }
 
-lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype, int64_t b,
-                              int64_t t, int64_t c, int64_t nh) {
+lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype,
+                              lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh) {
     lw_status st = check_dtype(what, "qkv", qkv_dtype);
     if (st == LW_OK) st = check_dtype(what, "output", out_dtype);
+    if (st == LW_OK) st = check_dtype(what, "qkv gradient", dqkv_dtype);
     return st != LW_OK ? st : lwi_check_heads(what, b, t, c, nh);
 }
 
-lw_status lwi_check_linear(const char *what, lw_dtype y_dtype, lw_dtype x_dtype,
+lw_status lwi_check_linear(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype,
                            lw_dtype w_dtype) {
-    lw_status st = check_dtype(what, "output", y_dtype);
+    lw_status st = check_dtype(what, role, dtype);
     if (st == LW_OK) st = check_dtype(what, "input", x_dtype);
     return st != LW_OK ? st : check_dtype(what, "weight", w_dtype);
+}
+
+lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype) {
+    const lw_status st = check_dtype(what, "weight", w_dtype);
+    return st != LW_OK ? st : check_dtype(what, "logits", logits_dtype);
+}
+
+lw_status lwi_check_head_range(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype,
+                               int64_t first, int64_t rows, int64_t vocab) {
+    const lw_status st = lwi_check_head(what, w_dtype, logits_dtype);
+    return st != LW_OK ? st : lwi_check_range(what, first, rows, vocab);
 }
 
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,

@@ -350,8 +350,15 @@ lw_status lwi_cpu_attention_forward(lw_stream *stream, void *out, lw_dtype out_d
         free(owned);
         return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory for the attention's fp32 output");
     }
-    att_job j = {.out = out32, .lse = lse, .scratch = scratch, .qkv = qkv32, .t = t, .c = c,
-                 .nh = nh, .hd = c / nh, .scale = 1.0f / sqrtf((float)(c / nh))};
+    att_job j = {.out = out32,
+                 .lse = lse,
+                 .scratch = scratch,
+                 .qkv = qkv32,
+                 .t = t,
+                 .c = c,
+                 .nh = nh,
+                 .hd = c / nh,
+                 .scale = 1.0f / sqrtf((float)(c / nh))};
     lwi_cpu_parallel(b * nh, 1, forward_heads, &j);
     if (out32 != out) {
         lwi_cpu_vec_to_bf16(NULL, out, out32, b * t * c);
@@ -427,22 +434,27 @@ static void backward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) 
     }
 }
 
-lw_status lwi_cpu_attention_backward(lw_stream *stream, float *dqkv, float *scratch,
-                                     const float *dout, const void *qkv, lw_dtype qkv_dtype,
-                                     const void *out, lw_dtype out_dtype, const float *lse,
-                                     int64_t b, int64_t t, int64_t c, int64_t nh) {
+/* A bf16 dqkv is widened into memory of the call's own, accumulated there, then rounded back. */
+lw_status lwi_cpu_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqkv_dtype,
+                                     float *scratch, const float *dout, const void *qkv,
+                                     lw_dtype qkv_dtype, const void *out, lw_dtype out_dtype,
+                                     const float *lse, int64_t b, int64_t t, int64_t c,
+                                     int64_t nh) {
     (void)stream;
     /* the dispatcher checked the shapes: some work, heads dividing the channels */
-    const float *out32, *qkv32;
-    float *owned, *owned_qkv = NULL;
+    const int64_t nq = b * t * 3 * c;
+    const float *out32, *qkv32, *dqkv_in;
+    float *owned, *owned_qkv = NULL, *owned_d = NULL;
     lw_status st = lwi_cpu_as_f32(out, out_dtype, b * t * c, &out32, &owned);
-    if (st == LW_OK) st = lwi_cpu_as_f32(qkv, qkv_dtype, b * t * 3 * c, &qkv32, &owned_qkv);
+    if (st == LW_OK) st = lwi_cpu_as_f32(qkv, qkv_dtype, nq, &qkv32, &owned_qkv);
+    if (st == LW_OK) st = lwi_cpu_as_f32(dqkv, dqkv_dtype, nq, &dqkv_in, &owned_d);
     if (st == LW_OK) {
-        att_job j = {.dqkv = dqkv, .scratch = scratch, .qkv = qkv32, .dout = dout,
-                     .saved_out = out32, .saved_lse = lse, .t = t, .c = c, .nh = nh,
-                     .hd = c / nh, .scale = 1.0f / sqrtf((float)(c / nh))};
+        att_job j = {.dqkv = owned_d != NULL ? owned_d : dqkv, .scratch = scratch, .qkv = qkv32,
+                     .dout = dout, .saved_out = out32, .saved_lse = lse, .t = t, .c = c,
+                     .nh = nh, .hd = c / nh, .scale = 1.0f / sqrtf((float)(c / nh))};
         lwi_cpu_parallel(b * nh, 1, backward_heads, &j);
+        if (owned_d != NULL) lwi_cpu_vec_to_bf16(NULL, dqkv, owned_d, nq);
     }
-    free(owned), free(owned_qkv);
+    free(owned), free(owned_qkv), free(owned_d);
     return st;
 }

@@ -5,7 +5,9 @@
  * and the backward reuses them; otherwise it recomputes each chunk's logits. A target outside
  * [0, v) is ignored (loss 0, no gradient). Below, the same head split over tensor parallelism's
  * vocabulary ranks (lw_cross_entropy_partial_forward, _combine, _partial_backward). A bf16 head
- * is widened once per call (exactly) by the entry points at the end, not once per chunk. */
+ * is widened once per call (exactly) by the entry points at the end, not once per chunk. bf16
+ * logits are held as the fp32 values of their bf16 rounding (the scratch stays fp32 here): each
+ * logit rounded after its GEMM, each row of dlogits after it is formed. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -26,20 +28,31 @@ static int64_t chunk_rows(int64_t n, int64_t v) {
 
 int64_t lwi_cpu_cross_entropy_scratch_floats(int64_t n, int64_t v) { return chunk_rows(n, v) * v; }
 
-/* logits[rows, v] = h[rows, c] w[v, c]^T */
-static void logits(float *out, const float *h, const float *w, int64_t rows, int64_t c,
-                   int64_t v) {
+/* x[n] replaced by the values of its bf16 rounding (nearest even): what bf16 logits hold. */
+static void as_bf16(float *x, int64_t n) {
+    uint16_t bits[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        lwi_cpu_round_bf16(bits, x + i0, m);
+        lwi_cpu_widen_bf16(x + i0, bits, m);
+    }
+}
+
+/* logits[rows, v] = h[rows, c] w[v, c]^T, rounded to bf16 values with bf16 */
+static void logits(float *out, const float *h, const float *w, int64_t rows, int64_t c, int64_t v,
+                   bool bf16) {
     if (c > 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)v, (int)c, 1.0f, h,
                     (int)c, w, (int)c, 0.0f, out, (int)v);
+        if (bf16) as_bf16(out, rows * v);
     } else {
         for (int64_t i = 0; i < rows * v; i++)
             out[i] = 0.0f;
     }
 }
 
-static lw_status forward(float *losses, float *lse, float *scratch, const float *h,
-                         const float *w, const int32_t *targets, int64_t n, int64_t c, int64_t v,
+static lw_status forward(float *losses, float *lse, float *scratch, const float *h, const float *w,
+                         bool bf16, const int32_t *targets, int64_t n, int64_t c, int64_t v,
                          double *loss) {
     if (n <= 0 || v <= 0) {
         *loss = 0.0;
@@ -50,7 +63,7 @@ static lw_status forward(float *losses, float *lse, float *scratch, const float 
     int64_t count = 0;
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        logits(scratch, h + r0 * c, w, rows, c, v);
+        logits(scratch, h + r0 * c, w, rows, c, v, bf16);
         for (int64_t i = 0; i < rows; i++) {
             float *row = scratch + i * v;
             float m = row[0];
@@ -102,7 +115,7 @@ static void head_grads(float *dh, float *dw, const float *scratch, const float *
 }
 
 static lw_status backward(float *dh, float *dw, float *scratch, const float *h, const float *w,
-                          const int32_t *targets, const float *lse, int64_t n, int64_t c,
+                          bool bf16, const int32_t *targets, const float *lse, int64_t n, int64_t c,
                           int64_t v, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     const int64_t count = counted_rows(targets, n, v);
@@ -113,7 +126,7 @@ static lw_status backward(float *dh, float *dw, float *scratch, const float *h, 
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (chunk < n) {
-            logits(scratch, h + r0 * c, w, rows, c, v);
+            logits(scratch, h + r0 * c, w, rows, c, v, bf16);
             for (int64_t i = 0; i < rows; i++) {
                 float *row = scratch + i * v;
                 for (int64_t j = 0; j < v; j++)
@@ -127,6 +140,7 @@ static lw_status backward(float *dh, float *dw, float *scratch, const float *h, 
                 for (int64_t j = 0; j < v; j++)
                     row[j] *= s;
                 row[tg] -= s;
+                if (bf16) as_bf16(row, v);
             } else {
                 for (int64_t j = 0; j < v; j++)
                     row[j] = 0.0f;
@@ -154,7 +168,7 @@ static inline bool held(int32_t target, int64_t first, int64_t real) {
 }
 
 static lw_status partial_forward(float *stats, float *scratch, const float *h, const float *w,
-                                 const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                 bool bf16, const int32_t *targets, int64_t n, int64_t c, int64_t v,
                                  int64_t first, int64_t vocab) {
     if (n <= 0) return LW_OK;
     float *mx = stats, *sums = stats + n, *tl = stats + 2 * n;
@@ -167,7 +181,7 @@ static lw_status partial_forward(float *stats, float *scratch, const float *h, c
     const int64_t chunk = chunk_rows(n, v);
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        logits(scratch, h + r0 * c, w, rows, c, v);
+        logits(scratch, h + r0 * c, w, rows, c, v, bf16);
         for (int64_t i = 0; i < rows; i++) {
             const float *row = scratch + i * v;
             float m = row[0];
@@ -221,9 +235,9 @@ lw_status lwi_cpu_cross_entropy_combine(lw_stream *stream, float *losses, float 
 }
 
 static lw_status partial_backward(float *dh, float *dw, float *scratch, const float *h,
-                                  const float *w, const int32_t *targets, const float *lse,
-                                  int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab,
-                                  float loss_scale) {
+                                  const float *w, bool bf16, const int32_t *targets,
+                                  const float *lse, int64_t n, int64_t c, int64_t v, int64_t first,
+                                  int64_t vocab, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     const int64_t count = counted_rows(targets, n, vocab);
     if (count == 0) return LW_OK;
@@ -232,7 +246,7 @@ static lw_status partial_backward(float *dh, float *dw, float *scratch, const fl
     const int64_t chunk = chunk_rows(n, v);
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        if (chunk < n) logits(scratch, h + r0 * c, w, rows, c, v);
+        if (chunk < n) logits(scratch, h + r0 * c, w, rows, c, v, bf16);
         for (int64_t i = 0; i < rows; i++) {
             float *row = scratch + i * v;
             const int32_t tg = targets[r0 + i];
@@ -248,6 +262,7 @@ static lw_status partial_backward(float *dh, float *dw, float *scratch, const fl
             for (int64_t j = real; j < v; j++)
                 row[j] = 0.0f;
             if (held(tg, first, real)) row[tg - first] -= s;
+            if (bf16) as_bf16(row, real);
         }
         head_grads(dh, dw, scratch, h, w, r0, rows, c, v);
     }
@@ -276,48 +291,57 @@ static lw_status head_close(head_f32 *hd, lw_status st) {
 
 lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
                                         float *scratch, const float *h, const void *w,
-                                        lw_dtype w_dtype, const int32_t *targets, int64_t n,
-                                        int64_t c, int64_t v, double *loss) {
+                                        lw_dtype w_dtype, lw_dtype logits_dtype,
+                                        const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                        double *loss) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
-    if (st == LW_OK) st = forward(losses, lse, scratch, h, hd.w, targets, n, c, v, loss);
+    if (st == LW_OK)
+        st = forward(losses, lse, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, n, c, v,
+                     loss);
     return head_close(&hd, st);
 }
 
 lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                          const float *h, const void *w, lw_dtype w_dtype,
-                                         const int32_t *targets, const float *lse, int64_t n,
-                                         int64_t c, int64_t v, float loss_scale) {
+                                         lw_dtype logits_dtype, const int32_t *targets,
+                                         const float *lse, int64_t n, int64_t c, int64_t v,
+                                         float loss_scale) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
-    if (st == LW_OK) st = backward(dh, dw, scratch, h, hd.w, targets, lse, n, c, v, loss_scale);
+    if (st == LW_OK)
+        st = backward(dh, dw, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, lse, n, c,
+                      v, loss_scale);
     return head_close(&hd, st);
 }
 
 lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
                                                 const float *h, const void *w, lw_dtype w_dtype,
-                                                const int32_t *targets, int64_t n, int64_t c,
-                                                int64_t v, int64_t first, int64_t vocab) {
+                                                lw_dtype logits_dtype, const int32_t *targets,
+                                                int64_t n, int64_t c, int64_t v, int64_t first,
+                                                int64_t vocab) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
-    if (st == LW_OK) st = partial_forward(stats, scratch, h, hd.w, targets, n, c, v, first, vocab);
+    if (st == LW_OK)
+        st = partial_forward(stats, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, n, c,
+                             v, first, vocab);
     return head_close(&hd, st);
 }
 
 lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
                                                  float *scratch, const float *h, const void *w,
-                                                 lw_dtype w_dtype, const int32_t *targets,
-                                                 const float *lse, int64_t n, int64_t c,
-                                                 int64_t v, int64_t first, int64_t vocab,
-                                                 float loss_scale) {
+                                                 lw_dtype w_dtype, lw_dtype logits_dtype,
+                                                 const int32_t *targets, const float *lse,
+                                                 int64_t n, int64_t c, int64_t v, int64_t first,
+                                                 int64_t vocab, float loss_scale) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK)
-        st = partial_backward(dh, dw, scratch, h, hd.w, targets, lse, n, c, v, first, vocab,
-                              loss_scale);
+        st = partial_backward(dh, dw, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, lse,
+                              n, c, v, first, vocab, loss_scale);
     return head_close(&hd, st);
 }

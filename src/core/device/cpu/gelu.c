@@ -55,7 +55,7 @@ LWI_ROW_HELPER void backward_block(float *dx, const float *dy, const float *vc, 
  * the forward. */
 typedef struct {
     float *out;
-    uint16_t *out16; /* the forward's output in bf16 instead of out, or NULL */
+    uint16_t *out16; /* the forward's output (the backward's dx) in bf16 instead of out, or NULL */
     const float *x, *dy;
     const uint16_t *x16; /* the input in bf16 instead of x, or NULL */
 } gelu_job;
@@ -76,6 +76,11 @@ static void gelu_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
             lwi_cpu_round_bf16(j->out16 + i0, y, m);
         } else if (j->dy == NULL) {
             forward_block(j->out + i0, lo, e, m);
+        } else if (j->out16 != NULL) { /* accumulated in fp32, then rounded */
+            float dx[BLOCK];
+            lwi_cpu_widen_bf16(dx, j->out16 + i0, m);
+            backward_block(dx, j->dy + i0, vc, e, m);
+            lwi_cpu_round_bf16(j->out16 + i0, dx, m);
         } else
             backward_block(j->out + i0, j->dy + i0, vc, e, m);
     }
@@ -90,11 +95,11 @@ lw_status lwi_cpu_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, con
     return LW_OK;
 }
 
-lw_status lwi_cpu_gelu_backward(lw_stream *stream, float *dx, const float *dy, const void *x,
-                                lw_dtype x_dtype, int64_t n) {
+lw_status lwi_cpu_gelu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
+                                const void *x, lw_dtype x_dtype, int64_t n) {
     (void)stream;
-    const bool x16 = x_dtype == LW_DTYPE_BF16;
-    gelu_job j = {dx, NULL, x16 ? NULL : x, dy, x16 ? x : NULL};
+    const bool x16 = x_dtype == LW_DTYPE_BF16, dx16 = dx_dtype == LW_DTYPE_BF16;
+    gelu_job j = {dx16 ? NULL : dx, dx16 ? dx : NULL, x16 ? NULL : x, dy, x16 ? x : NULL};
     lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
     return LW_OK;
 }

@@ -1,8 +1,8 @@
 /* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward, with
  * the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it
- * transposed without a copy). bf16 weights and inputs are widened into memory of the call's own
- * (exact, so the results are those of their fp32 widening); fp32 ones are read in place. A bf16
- * output is the fp32 result rounded. No checks beyond empty shapes. */
+ * transposed without a copy). bf16 weights, inputs and output gradients are widened into memory
+ * of the call's own (exact, so the results are those of their fp32 widening); fp32 ones are read
+ * in place. A bf16 output is the fp32 result rounded. No checks beyond empty shapes. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -50,12 +50,10 @@ lw_status lwi_cpu_linear_forward(lw_stream *stream, void *y, lw_dtype y_dtype, c
     return st;
 }
 
-lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
-                                  const float *dy, const void *x, lw_dtype x_dtype,
-                                  const void *w, lw_dtype w_dtype, int64_t n, int64_t in,
-                                  int64_t out) {
-    (void)stream;
-    if (n <= 0 || out <= 0) return LW_OK;
+/* The backward on an fp32 dy. */
+static lw_status backward_f32(float *dx, float *dw, float *db, const float *dy, const void *x,
+                              lw_dtype x_dtype, const void *w, lw_dtype w_dtype, int64_t n,
+                              int64_t in, int64_t out) {
     if (in > 0) {
         /* dx[n, in] += dy[n, out] w[out, in] */
         if (dx != NULL) {
@@ -93,4 +91,18 @@ lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float
             db[j0 + j] += (float)acc[j];
     }
     return LW_OK;
+}
+
+lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
+                                  const void *dy, lw_dtype dy_dtype, const void *x,
+                                  lw_dtype x_dtype, const void *w, lw_dtype w_dtype, int64_t n,
+                                  int64_t in, int64_t out) {
+    (void)stream;
+    if (n <= 0 || out <= 0) return LW_OK;
+    const float *dyf;
+    float *owned;
+    lw_status st = lwi_cpu_as_f32(dy, dy_dtype, n * out, &dyf, &owned);
+    if (st == LW_OK) st = backward_f32(dx, dw, db, dyf, x, x_dtype, w, w_dtype, n, in, out);
+    free(owned);
+    return st;
 }
