@@ -115,7 +115,8 @@ if [ "$bench" = 1 ]; then
     step bench_adamw bench.log 30 "$build/bench_cuda_adamw"
     step bench_optimizer_step bench.log 45 "$build/bench_cuda_optimizer_step"
     step bench_attention bench.log 60 "$build/bench_cuda_attention"
-    step bench_gpt2 bench.log 150 bin/lwopt run bench/gpt2_gpu.lua
+    # LWOPT_GEMM_REPORT: which path each bf16-output GEMM shape takes (cuBLASLt's epilogue or not)
+    step bench_gpt2 bench.log 150 env LWOPT_GEMM_REPORT=1 bin/lwopt run bench/gpt2_gpu.lua
     if python3 -c "import torch" 2>/dev/null; then
         step torch_newton_schulz peers.log 90 python3 bench/peers/torch_newton_schulz.py
         step torch_attention peers.log 60 python3 bench/peers/torch_attention.py

@@ -1115,6 +1115,15 @@ lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db,
                              lw_dtype dy_dtype, const void *x, lw_dtype x_dtype, const void *w,
                              lw_dtype w_dtype, int64_t n, int64_t in, int64_t out);
 
+/* A linear layer and the GELU after it in one call (an MLP's first half): pre[n, out] = x w^T + b
+ * and y = GELU of pre (tanh form), both of dtype: the results of lw_linear_forward into pre then
+ * lw_gelu_forward of pre, bit for bit (a bf16 pre is rounded first and GELU takes its rounding),
+ * except on a GPU under bf16 products, where cuBLASLt's GELU epilogue writes both from the fp32
+ * sums in one pass (its GELU of the unrounded pre: within bf16's rounding of the two calls'). */
+lw_status lw_linear_gelu_forward(lw_stream *stream, void *y, void *pre, lw_dtype dtype,
+                                 const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                                 const float *b, int64_t n, int64_t in, int64_t out);
+
 /* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
 lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
                                const void *wpe, lw_dtype w_dtype, int64_t b, int64_t t, int64_t c);
@@ -1192,8 +1201,8 @@ lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
                                    lw_dtype logits_dtype, const int32_t *targets, int64_t n,
                                    int64_t c, int64_t v, double *loss);
 /* Backward of loss_scale * (mean loss) after the forward of the same h, w, targets with the same
- * scratch untouched since (when all n rows fit one chunk the forward's probabilities are still
- * there and are reused; otherwise each chunk's logits are recomputed):
+ * scratch untouched since (when all n rows fit one chunk the forward's probabilities, or its bf16
+ * logits, are still there and are reused; otherwise each chunk's logits are recomputed):
  * dlogits = loss_scale * (softmax - onehot) / count, dh[n, c] += dlogits w and
  * dw[v, c] += dlogits^T h (dh optional). */
 lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,

@@ -1080,6 +1080,56 @@ static void after_linear_forward(const kernel_case *k, const run *r) {
     free(want);
 }
 
+/* The linear layer with GELU after it, in fp32 and in bf16, and the two kernels one after the
+ * other on the same device: on the CPU the same results bit for bit, and on a GPU too but for
+ * its bf16 outputs under bf16 products (cuBLASLt's GELU epilogue takes GELU of the unrounded sum,
+ * with its own tanh: within the bf16 step the measure allows against the CPU). */
+static void run_linear_gelu_forward(run *r, const void *p) {
+    const linear_args *a = p;
+    lw_dtype wt, xt;
+    const void *x = input_typed(r, a->x, a->x16, a->n * a->in, &xt);
+    const void *w = input_typed(r, a->w, a->w16, a->out * a->in, &wt);
+    const float *b = a->bias ? input(r, a->b, a->out) : NULL;
+    const int64_t ny = a->n * a->out;
+    measure m = linear_gemm(r->matmul);
+    if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
+    float *pre = output(r, "pre", ny, m), *y = output(r, "y", ny, m);
+    call(r, lw_linear_gelu_forward(r->s, y, pre, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in,
+                                   a->out));
+    uint16_t *pre16 = output_bf16_values(r, "pre bf16", ny, bf16_step(m));
+    uint16_t *y16 = output_bf16_values(r, "y bf16", ny, bf16_step(m));
+    call(r, lw_linear_gelu_forward(r->s, y16, pre16, LW_DTYPE_BF16, x, xt, w, wt, b, a->n, a->in,
+                                   a->out));
+    float *pre2 = output(r, "pre (two kernels)", ny, m), *y2 = output(r, "y (two kernels)", ny, m);
+    call(r, lw_linear_forward(r->s, pre2, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in, a->out));
+    call(r, lw_gelu_forward(r->s, y2, LW_DTYPE_F32, pre2, LW_DTYPE_F32, ny));
+    uint16_t *pre16b = output_bf16_values(r, "pre bf16 (two kernels)", ny, bf16_step(m));
+    uint16_t *y16b = output_bf16_values(r, "y bf16 (two kernels)", ny, bf16_step(m));
+    call(r, lw_linear_forward(r->s, pre16b, LW_DTYPE_BF16, x, xt, w, wt, b, a->n, a->in, a->out));
+    call(r, lw_gelu_forward(r->s, y16b, LW_DTYPE_BF16, pre16b, LW_DTYPE_BF16, ny));
+}
+
+/* Outputs `what` and "<what> (two kernels)", n values of `size` bytes, agree bit for bit. */
+static void same_as_two_kernels(const kernel_case *k, const run *r, const char *what, int64_t n,
+                                size_t size) {
+    char twin[64];
+    snprintf(twin, sizeof twin, "%s (two kernels)", what);
+    const void *a = got_of(r, what), *b = got_of(r, twin);
+    expect(k, r, a != NULL && b != NULL && memcmp(a, b, size * (size_t)n) == 0,
+           "the linear layer with GELU gives the two kernels' results, bit for bit");
+}
+
+static void after_linear_gelu(const kernel_case *k, const run *r) {
+    const linear_args *a = k->args;
+    const int64_t ny = a->n * a->out;
+    same_as_two_kernels(k, r, "pre", ny, 4);
+    same_as_two_kernels(k, r, "y", ny, 4);
+    if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16) {
+        same_as_two_kernels(k, r, "pre bf16", ny, 2);
+        same_as_two_kernels(k, r, "y bf16", ny, 2);
+    }
+}
+
 /* the whole backward; then dx and db NULL: dw alone, the same GEMM */
 static void run_linear_backward(run *r, const void *p) {
     const linear_args *a = p;
@@ -2718,6 +2768,8 @@ static const entry case_vec_scale = {elementwise_cases, run_scale, after_element
 static const entry case_vec_add = {elementwise_cases, run_add, after_elementwise};
 static const entry case_vec_axpy = {elementwise_cases, run_axpy, after_elementwise};
 static const entry case_linear_forward = {linear_cases, run_linear_forward, after_linear_forward};
+static const entry case_linear_gelu_forward = {linear_cases, run_linear_gelu_forward,
+                                               after_linear_gelu};
 static const entry case_linear_backward = {linear_cases, run_linear_backward,
                                            after_linear_backward};
 static const entry case_layernorm_forward = {layernorm_cases, run_layernorm_forward,

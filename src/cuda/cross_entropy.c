@@ -9,10 +9,11 @@
  * is when it is bf16) and h are rounded to bf16 once per call, not once per chunk, and each
  * chunk's dlogits once for its two GEMMs, each into its own region of the stream's workspace;
  * under fp32 or TF32 GEMMs a bf16 w is widened once per call likewise. bf16 logits (autocast's:
- * the GEMM's fp32 sums rounded) halve every pass over the chunk and fit twice the rows in the
- * scratch: under bf16 GEMMs cuBLAS writes them in bf16 and the backward's dlogits are formed in
- * bf16 in place, read by its GEMMs as they are; under fp32 or TF32 GEMMs (the reference pairing)
- * the logits pass through an fp32 region of the workspace and the dlogits are widened into it.
+ * the GEMM's fp32 sums rounded) halve every pass over the chunk: under bf16 GEMMs cuBLAS writes
+ * them in bf16, twice the rows a chunk in the same scratch, and the backward's dlogits are formed
+ * in bf16 in place, read by its GEMMs as they are; under fp32 or TF32 GEMMs (the reference
+ * pairing) the logits pass through an fp32 region of a chunk's size and the dlogits are widened
+ * into it.
  * At the end the same head split over tensor parallelism's vocabulary ranks: statistics per
  * rank, their combination, and the local backward. */
 #include "cuda/cuda.h"
@@ -21,11 +22,23 @@
  * depends on (n, v) alone (the table's scratch entry has no device). */
 #define CE_CHUNK_FLOATS (INT64_C(1) << 26)
 
-/* Rows per chunk: bf16 logits take twice fp32's in the same scratch. */
-static int64_t chunk_rows(int64_t n, int64_t v, bool bf16) {
+/* Rows per chunk: bf16 logits under bf16 products take twice fp32's in the same scratch (under
+ * fp32 or TF32 products they pass through an fp32 region of a chunk's size: fp32's rows). */
+static int64_t chunk_rows(int64_t n, int64_t v, bool doubled) {
     int64_t rows = v > 0 ? CE_CHUNK_FLOATS / v : n;
-    rows = (rows < 1 ? 1 : rows) * (bf16 ? 2 : 1);
+    rows = (rows < 1 ? 1 : rows) * (doubled ? 2 : 1);
     return rows < n ? rows : n;
+}
+
+/* The chunk rows of a call with logits of logits_dtype on the stream's device. */
+static int64_t call_rows(const lw_stream *s, int64_t n, int64_t v, lw_dtype logits_dtype) {
+    return chunk_rows(n, v,
+                      logits_dtype == LW_DTYPE_BF16 && s->device->matmul == LW_MATMUL_BF16);
+}
+
+/* Values of the staging region a forward needs: bf16 logits under fp32 or TF32 products. */
+static int64_t forward_staging(const lw_stream *s, int64_t chunk, int64_t v, lw_dtype dtype) {
+    return dtype == LW_DTYPE_BF16 && s->device->matmul != LW_MATMUL_BF16 ? chunk * v : 0;
 }
 
 int64_t lwc_cross_entropy_scratch_floats(int64_t n, int64_t v) {
@@ -129,9 +142,10 @@ lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, flo
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     const bool bf16 = logits_dtype == LW_DTYPE_BF16;
-    const int64_t chunk = chunk_rows(n, v, bf16);
+    const int64_t chunk = call_rows(s, n, v, logits_dtype);
     ce_operands o;
-    lw_status st = operands(s, &o, h, w, w_dtype, logits_dtype, n, c, v, true, chunk * v);
+    lw_status st = operands(s, &o, h, w, w_dtype, logits_dtype, n, c, v, true,
+                            forward_staging(s, chunk, v, logits_dtype));
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         st = logits(s, scratch, &o, r0, rows, c, v);
@@ -187,7 +201,7 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
     lw_status st = lwc_launched(s, lwc_ce_count(cs, targets, n, v, count),
                                 "the cross-entropy count kernel");
     const bool bf16 = logits_dtype == LW_DTYPE_BF16;
-    const int64_t chunk = chunk_rows(n, v, bf16);
+    const int64_t chunk = call_rows(s, n, v, logits_dtype);
     const bool recompute = chunk < n;
     /* w serves the recomputed logits and dh: without either it is not rounded */
     ce_operands o;
@@ -224,13 +238,14 @@ lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *s
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     const bool bf16 = logits_dtype == LW_DTYPE_BF16;
-    const int64_t chunk = chunk_rows(n, v, bf16), real = real_rows(first, v, vocab);
+    const int64_t chunk = call_rows(s, n, v, logits_dtype), real = real_rows(first, v, vocab);
     if (real == 0) /* all padding: no logits needed, the kernel writes -inf, 0, 0 */
         return lwc_launched(
             s, lwc_ce_partial_rows(cs, scratch, bf16, n, v, 0, targets, first, stats, n, 0),
             "the cross-entropy statistics kernel");
     ce_operands o;
-    lw_status st = operands(s, &o, h, w, w_dtype, logits_dtype, n, c, v, true, chunk * v);
+    lw_status st = operands(s, &o, h, w, w_dtype, logits_dtype, n, c, v, true,
+                            forward_staging(s, chunk, v, logits_dtype));
     for (int64_t r0 = 0; r0 < n && st == LW_OK; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         st = logits(s, scratch, &o, r0, rows, c, v);
@@ -268,7 +283,7 @@ lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw,
     lw_status st = lwc_launched(s, lwc_ce_count(cs, targets, n, vocab, count),
                                 "the cross-entropy count kernel");
     const bool bf16 = logits_dtype == LW_DTYPE_BF16;
-    const int64_t chunk = chunk_rows(n, v, bf16), real = real_rows(first, v, vocab);
+    const int64_t chunk = call_rows(s, n, v, logits_dtype), real = real_rows(first, v, vocab);
     const bool recompute = chunk < n;
     ce_operands o;
     if (st == LW_OK)

@@ -118,6 +118,14 @@ lw_status lwc_gemm_ex(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64
 lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                             int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                             const float *bias, void *c, const char *what);
+/* The same with GELU after it, in one cuBLASLt pass under bf16 products: pre[m, n] (bf16, ld m) =
+ * op(A) op(B) + bias rounded, y (bf16, ld m) = GELU of the unrounded sum rounded. *ran: false
+ * where it did not run (other products, or cuBLASLt declines the shape): the caller then runs
+ * the two kernels. */
+lw_status lwc_gemm_gelu_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                 int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
+                                 const float *bias, void *y, void *pre, bool *ran,
+                                 const char *what);
 /* Regions of the stream's device workspace for `count` (at most 4) arrays of bytes[i] bytes,
  * taken in one request so that no region overlaps another, each 256-byte aligned. They serve the
  * work enqueued on the stream until its workspace is next requested (lwc_workspace, or lwc_gemm

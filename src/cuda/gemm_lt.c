@@ -12,7 +12,11 @@
  * The heuristic's choice is remembered per device and shape (a few shapes a model: its search
  * costs tens of microseconds of host time); the descriptors are made per call (host work only).
  * A shape cuBLASLt declines, at the heuristic or when its algorithm is run, takes the fp32 pass
- * from then on; LWOPT_GEMM_REPORT=1 prints each shape's choice on stderr. */
+ * from then on; LWOPT_GEMM_REPORT=1 prints each shape's choice on stderr.
+ *
+ * The same with GELU after the bias (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: an MLP's fc and its
+ * activation in one pass), GELU's input written beside its output; where cuBLASLt declines it
+ * the caller runs the two kernels. */
 #include "cuda/cuda.h"
 
 #include <stdint.h>
@@ -36,11 +40,12 @@ static uint32_t alignment(const void *p) {
     return a;
 }
 
-/* A shape's choice: cuBLASLt's algorithm with the bias in its epilogue (fused), or the fp32 pass
- * (cuBLASLt declined it). key: m, n, k, lda, ldb, the transposes, the operands' and C's
- * alignments, whether there is a bias. */
+/* A shape's choice: cuBLASLt's algorithm with its epilogue (fused), or the caller's other path
+ * (cuBLASLt declined it). key: m, n, k, lda, ldb, the transposes, the operands', C's and GELU's
+ * input's alignments, whether there is a bias, whether GELU follows. */
+#define LT_KEY 13
 typedef struct lt_choice {
-    int64_t key[11];
+    int64_t key[LT_KEY];
     bool fused;
     cublasLtMatmulAlgo_t algo;
     size_t work; /* the workspace bytes the algorithm takes */
@@ -70,24 +75,34 @@ static cublasStatus_t set_op(lt_plan *p, cublasLtMatmulDescAttributes_t what, co
 }
 
 /* C = op(A) op(B) (+ bias) with bf16 A, B and C, fp32 sums and scale; bias: the fp32 bias's
- * pointer, or NULL. CUBLAS_STATUS_SUCCESS, or why cuBLASLt refused a descriptor. */
+ * pointer, or NULL; pre: NULL, or where GELU's input goes (bf16, ld m), C then being GELU of it
+ * (the GELU epilogue). CUBLAS_STATUS_SUCCESS, or why cuBLASLt refused a descriptor. */
 static cublasStatus_t describe(lt_plan *p, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                               int64_t k, int64_t lda, int64_t ldb, const void *bias) {
+                               int64_t k, int64_t lda, int64_t ldb, const void *bias, void *pre) {
     memset(p, 0, sizeof *p);
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t e = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (e == CUBLAS_STATUS_SUCCESS) e = set_op(p, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
     if (e == CUBLAS_STATUS_SUCCESS) e = set_op(p, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
+    cublasLtEpilogue_t epilogue = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (pre != NULL)
+        epilogue = bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     if (bias != NULL) {
-        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
         const int32_t bias_type = CUDA_R_32F;
-        if (e == CUBLAS_STATUS_SUCCESS)
-            e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    }
+    if (pre != NULL) { /* GELU's input, laid out as C is; its type defaults to C's, bf16 */
+        const int64_t ld = m;
+        if (e == CUBLAS_STATUS_SUCCESS)
+            e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
+        if (e == CUBLAS_STATUS_SUCCESS)
+            e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
     /* the layouts as stored: a transposed operand is stored k x m (or n x k) */
     if (e == CUBLAS_STATUS_SUCCESS)
@@ -132,13 +147,13 @@ static bool heuristic(lw_stream *s, lt_plan *p, const uint32_t align[3], lt_choi
 static void report(const lw_stream *s, const lt_choice *c, const char *why) {
     const char *env = getenv("LWOPT_GEMM_REPORT");
     if (env == NULL || env[0] == '\0' || strcmp(env, "0") == 0) return;
-    fprintf(stderr, "lwopt %s: bf16-output GEMM %lld x %lld x %lld%s: %s\n", s->device->name,
+    fprintf(stderr, "lwopt %s: bf16-output GEMM %lld x %lld x %lld%s%s: %s\n", s->device->name,
             (long long)c->key[0], (long long)c->key[1], (long long)c->key[2],
-            c->key[10] ? " with a bias" : "", why);
+            c->key[11] ? " with a bias" : "", c->key[12] ? " and GELU" : "", why);
 }
 
 /* The device's choice for this key: remembered, or made now (descriptors described in p). */
-static lt_choice *choice_for(lw_stream *s, lt_plan *p, const int64_t key[11],
+static lt_choice *choice_for(lw_stream *s, lt_plan *p, const int64_t key[LT_KEY],
                              const uint32_t align[3]) {
     lwc_device *d = lwc_dev(s->device);
     if (d->lt_choices == NULL && (d->lt_choices = calloc(1, sizeof *d->lt_choices)) == NULL)
@@ -146,12 +161,18 @@ static lt_choice *choice_for(lw_stream *s, lt_plan *p, const int64_t key[11],
     struct lwc_lt_choices *all = d->lt_choices;
     for (int32_t i = 0; i < all->used; i++)
         if (memcmp(all->c[i].key, key, sizeof all->c[i].key) == 0) return &all->c[i];
-    lt_choice *c = &all->c[all->used < LT_CHOICES ? all->used++ : all->next++ % LT_CHOICES];
+    lt_choice *c;
+    if (all->used < LT_CHOICES) {
+        c = &all->c[all->used++];
+    } else {
+        c = &all->c[all->next];
+        all->next = (all->next + 1) % LT_CHOICES;
+    }
     memcpy(c->key, key, sizeof c->key);
     c->fused = heuristic(s, p, align, c);
     report(s, c,
-           c->fused ? "cuBLASLt, the bias in its epilogue"
-                    : "cuBLASLt offers no algorithm: an fp32 pass, rounded after");
+           c->fused ? "cuBLASLt, with its epilogue"
+                    : "cuBLASLt offers no algorithm: the separate passes");
     return c;
 }
 
@@ -183,23 +204,37 @@ static lw_status run_fused(lw_stream *s, lt_plan *p, const lt_choice *c, const v
     return e == CUBLAS_STATUS_SUCCESS ? LW_OK : lwc_fail_blas(s->device, e, what);
 }
 
-/* Under bf16 products: the GEMM on cuBLASLt where it takes it; *ran says whether it did. */
+/* Under bf16 products: the GEMM on cuBLASLt where it takes it (with GELU after it when pre is
+ * given); *ran says whether it did. */
 static lw_status try_fused(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
-                           const float *bias, void *out, bool *ran, const char *what) {
+                           const float *bias, void *out, void *pre, bool *ran, const char *what) {
     *ran = false;
+    /* GELU's input takes a leading dimension that divides by 8 */
+    if (pre != NULL && m % 8 != 0) return LW_OK;
     /* an operand converted by lwc_gemm_prepare lies at a region's start; the bias likewise, so
      * the descriptors are made with a stand-in of that alignment, replaced before the GEMM runs
      * (the heuristic reads a pointer's alignment only) */
     const uint32_t align[3] = {a.bf16 ? alignment(a.p) : REGION_ALIGN,
                                b.bf16 ? alignment(b.p) : REGION_ALIGN, alignment(out)};
-    const int64_t key[11] = {m,       n,        k,        lda,      ldb,         trans_a,
-                             trans_b, align[0], align[1], align[2], bias != NULL};
+    const int64_t key[LT_KEY] = {m,
+                                 n,
+                                 k,
+                                 lda,
+                                 ldb,
+                                 trans_a,
+                                 trans_b,
+                                 align[0],
+                                 align[1],
+                                 align[2],
+                                 pre != NULL ? alignment(pre) : 0,
+                                 bias != NULL,
+                                 pre != NULL};
     const void *stand_in = bias != NULL ? (const void *)(uintptr_t)REGION_ALIGN : NULL;
     lt_plan p;
     lw_status st = LW_OK;
     lt_choice *c = NULL;
-    if (describe(&p, trans_a, trans_b, m, n, k, lda, ldb, stand_in) == CUBLAS_STATUS_SUCCESS)
+    if (describe(&p, trans_a, trans_b, m, n, k, lda, ldb, stand_in, pre) == CUBLAS_STATUS_SUCCESS)
         c = choice_for(s, &p, key, align);
     if (c != NULL && c->fused) {
         const int64_t bias_bytes =
@@ -212,7 +247,7 @@ static lw_status try_fused(lw_stream *s, bool trans_a, bool trans_b, int64_t m, 
             st = run_fused(s, &p, c, a.p, b.p, bias, m, out, extra, bias_bytes, &declined, what);
         if (declined) {
             c->fused = false;
-            report(s, c, "cuBLASLt refused its algorithm: an fp32 pass, rounded after");
+            report(s, c, "cuBLASLt refused its algorithm: the separate passes");
         }
         *ran = st == LW_OK && !declined;
     }
@@ -227,7 +262,7 @@ lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m,
     if (s->device->matmul == LW_MATMUL_BF16) {
         bool ran = false;
         const lw_status st =
-            try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, &ran, what);
+            try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, NULL, &ran, what);
         if (st != LW_OK || ran) return st;
     }
     /* fp32 into the workspace (the bias seeded, the product added), then rounded; nothing holds
@@ -241,4 +276,13 @@ lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m,
         st = lwc_gemm_ex(s, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb,
                          bias != NULL ? 1.0f : 0.0f, y32, false, m, what);
     return st == LW_OK ? lwc_to_bf16(s, c, y32, m * n) : st;
+}
+
+lw_status lwc_gemm_gelu_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                 int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
+                                 const float *bias, void *y, void *pre, bool *ran,
+                                 const char *what) {
+    *ran = false;
+    if (m <= 0 || n <= 0 || k <= 0 || s->device->matmul != LW_MATMUL_BF16) return LW_OK;
+    return try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, y, pre, ran, what);
 }

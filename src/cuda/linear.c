@@ -13,8 +13,9 @@
  * the backward) is rounded once; bf16 weights (the buffers' bf16 parameters) and bf16 inputs
  * (the activations a model keeps in bf16) are read as they are. Under fp32 or TF32 products a
  * bf16 operand is widened instead (lwc_gemm). A bf16 output comes from gemm_lt.c (cuBLASLt with
- * the bias in its epilogue under bf16 products); a bf16 output gradient dy (what the attention's
- * and GELU's backwards write for the layers that feed them) is read as it is, like a bf16 input. */
+ * the bias in its epilogue under bf16 products; with GELU after it, cuBLASLt's GELU epilogue); a
+ * bf16 output gradient dy (what the attention's and GELU's backwards write for the layers that
+ * feed them) is read as it is, like a bf16 input. */
 #include "cuda/cuda.h"
 
 lw_status lwc_linear_forward(lw_stream *s, void *y, lw_dtype y_dtype, const void *x,
@@ -50,6 +51,25 @@ lw_status lwc_linear_forward(lw_stream *s, void *y, lw_dtype y_dtype, const void
     return lwc_gemm(s, true, false, out, n, in, 1.0f, lwc_typed(w, w_dtype), in,
                     lwc_typed(x, x_dtype), in, b != NULL ? 1.0f : 0.0f, y32, out,
                     "the linear layer's GEMM");
+}
+
+/* The forward and GELU: cuBLASLt's GELU epilogue under bf16 products with bf16 outputs, else the
+ * two entries one after the other (the CPU's results). */
+lw_status lwc_linear_gelu_forward(lw_stream *s, void *y, void *pre, lw_dtype dtype, const void *x,
+                                  lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                                  const float *b, int64_t n, int64_t in, int64_t out) {
+    if (n <= 0 || out <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    lw_status st = LW_OK;
+    if (dtype == LW_DTYPE_BF16 && in > 0) {
+        bool ran = false;
+        st = lwc_gemm_gelu_bf16_out(s, true, false, out, n, in, lwc_typed(w, w_dtype), in,
+                                    lwc_typed(x, x_dtype), in, b, y, pre, &ran,
+                                    "the linear layer's GEMM with GELU");
+        if (st != LW_OK || ran) return st;
+    }
+    st = lwc_linear_forward(s, pre, dtype, x, x_dtype, w, w_dtype, b, n, in, out);
+    return st == LW_OK ? lwc_gelu_forward(s, y, dtype, pre, dtype, n * out) : st;
 }
 
 lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, const void *dy,

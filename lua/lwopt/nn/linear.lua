@@ -42,6 +42,16 @@ local function forward(self, x, n)
    return y
 end
 
+-- The forward and GELU after it (lw_linear_gelu_forward): y, this layer's output, is GELU's
+-- input; `a` receives GELU's output (the caller's buffer, y_dtype too).
+local function forward_gelu(self, x, n, a)
+   local y = self:output("y", base.floats_for(n * self.n_out, self.y_dtype))
+   check(lib.lw_linear_gelu_forward(self.stream, a, y, self.y_dtype, x, self.x_dtype,
+      self.w.weight, self.dtype.weight, self.has_bias and self.w.bias or nil, n, self.n_in,
+      self.n_out))
+   return y
+end
+
 local function backward(self, x, dy, dx, n)
    check(lib.lw_linear_backward(self.stream, dx, self.g.weight,
       self.has_bias and self.g.bias or nil, dy, self.y_dtype, x, self.x_dtype, self.w.weight,
@@ -57,7 +67,8 @@ function Linear:backward(x, dy, dx, n) self:with_params("backward", backward, x,
 
 -- The kernels over self's fields (w, g, n_in, n_out, has_bias, stream), for modules that run a
 -- linear layer on their own parameters (the tensor-parallel ones): run_forward(self, x, n) ->
--- y; run_backward(self, x, dy, dx, n).
-Linear.run_forward, Linear.run_backward = forward, backward
+-- y; run_backward(self, x, dy, dx, n); run_forward_gelu(self, x, n, a) -> y, GELU's output in a
+-- (for an MLP, with self:with_params).
+Linear.run_forward, Linear.run_backward, Linear.run_forward_gelu = forward, backward, forward_gelu
 
 return Linear

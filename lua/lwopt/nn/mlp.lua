@@ -52,10 +52,18 @@ function MLP:set_activations(dtype, x_dtype)
    self.gelu.y_dtype, self.proj.x_dtype, self.fc.x_dtype = dtype, dtype, x_dtype
 end
 
--- x: float* [n, c] -> float* [n, c]
+-- x: float* [n, c] -> float* [n, c]. fc and GELU in one call (lw_linear_gelu_forward: one GEMM
+-- pass on a GPU under bf16 products) where GELU's input and output share fc's output dtype, as
+-- set_activations sets them; GELU's output goes where GELU:forward puts it (recompute reuses it).
 function MLP:forward(x, n)
-   self.h = self.fc:forward(x, n)
-   self.a = self.gelu:forward(self.h, n)
+   local dtype = self.fc.y_dtype
+   if self.gelu.x_dtype == dtype and self.gelu.y_dtype == dtype then
+      self.a = self.gelu:output("y", base.floats_for(n * self.hidden, dtype))
+      self.h = self.fc:with_params("forward", Linear.run_forward_gelu, x, n, self.a)
+   else
+      self.h = self.fc:forward(x, n)
+      self.a = self.gelu:forward(self.h, n)
+   end
    return self.proj:forward(self.a, n)
 end
 

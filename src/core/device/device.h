@@ -11,7 +11,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 12 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
+#define LWI_DEVICE_ABI 13 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
                             the mixture-of-experts kernels (router, aux loss, gather, combine);
                             6: tensor parallelism: the vocabulary-range embedding,
                             the partial cross-entropy, copy_2d and Muon's distributed
@@ -30,10 +30,11 @@
                             and the residual add fused with a layer norm
                             (add_layernorm_forward, _backward), after the other public
                             kernels;
-                            12: the linear layer's output dtype, GELU's input dtype, the
-                            attention's qkv dtype and the LM head's logits dtype, and the
-                            gradients' dtypes of those bf16 activations (linear_backward's
-                            dy, gelu_backward's dx, attention_backward's dqkv) */
+                            12: the linear layer's output dtype, GELU's input dtype and the
+                            attention's qkv dtype;
+                            13: the LM head's logits dtype, the gradients' dtypes of the
+                            bf16 activations (linear_backward's dy, gelu_backward's dx,
+                            attention_backward's dqkv), linear_gelu_forward */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {

@@ -42,6 +42,11 @@
        int64_t out),                                                                               \
       (s, dx, dw, db, dy, dy_dtype, x, x_dtype, w, w_dtype, n, in, out),                           \
       lwi_check_linear("linear backward", "output gradient", dy_dtype, x_dtype, w_dtype))          \
+    X(linear_gelu_forward,                                                                         \
+      (lw_stream * s, void *y, void *pre, lw_dtype dtype, const void *x, lw_dtype x_dtype,         \
+       const void *w, lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out),       \
+      (s, y, pre, dtype, x, x_dtype, w, w_dtype, b, n, in, out),                                   \
+      lwi_check_linear("linear gelu forward", "output", dtype, x_dtype, w_dtype))                  \
     X(layernorm_forward,                                                                           \
       (lw_stream * s, void *y, lw_dtype y_dtype, float *mean, float *rstd, const float *x,         \
        const float *g, const float *beta, int64_t n, int64_t c, float eps),                        \

@@ -1,8 +1,9 @@
-/* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward, with
- * the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it
- * transposed without a copy). bf16 weights, inputs and output gradients are widened into memory
- * of the call's own (exact, so the results are those of their fp32 widening); fp32 ones are read
- * in place. A bf16 output is the fp32 result rounded. No checks beyond empty shapes. */
+/* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward (and the
+ * forward with the GELU after it: the two kernels, one after the other), with the GEMMs on
+ * OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it transposed without a
+ * copy). bf16 weights, inputs and output gradients are widened into memory of the call's own
+ * (exact, so the results are those of their fp32 widening); fp32 ones are read in place. A bf16
+ * output is the fp32 result rounded. No checks beyond empty shapes. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -104,5 +105,15 @@ lw_status lwi_cpu_linear_backward(lw_stream *stream, float *dx, float *dw, float
     lw_status st = lwi_cpu_as_f32(dy, dy_dtype, n * out, &dyf, &owned);
     if (st == LW_OK) st = backward_f32(dx, dw, db, dyf, x, x_dtype, w, w_dtype, n, in, out);
     free(owned);
+    return st;
+}
+
+lw_status lwi_cpu_linear_gelu_forward(lw_stream *stream, void *y, void *pre, lw_dtype dtype,
+                                      const void *x, lw_dtype x_dtype, const void *w,
+                                      lw_dtype w_dtype, const float *b, int64_t n, int64_t in,
+                                      int64_t out) {
+    lw_status st = lwi_cpu_linear_forward(stream, pre, dtype, x, x_dtype, w, w_dtype, b, n, in, out);
+    if (st == LW_OK && n > 0 && out > 0)
+        st = lwi_cpu_gelu_forward(stream, y, dtype, pre, dtype, n * out);
     return st;
 }
