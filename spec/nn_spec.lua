@@ -621,6 +621,30 @@ describe("lw.nn with bf16 activations", function()
       end)
    end
 
+   -- fc with GELU and proj's backward with GELU's are one call each (lw_linear_gelu_forward,
+   -- _backward) where the dtypes agree: on the CPU the two kernels' results, bit for bit
+   for _, activations in ipairs({ "fp32", "bf16" }) do
+      it("runs fc and GELU as one call with the two calls' results (" .. activations .. ")",
+         function()
+         local MLP = require("lwopt.nn.mlp")
+         local fused = MLP.fused
+         local one, held_one = run(activations, {})
+         MLP.fused = function() return false end
+         local ok, two, held_two = pcall(run, activations, {})
+         MLP.fused = fused
+         assert(ok, two)
+         for name, g in pairs(one) do
+            if name == "loss" then
+               assert.are.equal(two.loss, g)
+            else
+               for i = 1, #g do assert.are.equal(two[name][i], g[i], name) end
+            end
+         end
+         -- the fused backward needs no fp32 buffer for proj's input gradient
+         assert.is_true(held_one <= held_two)
+      end)
+   end
+
    it("names a dtype it does not keep", function()
       assert.has_error(function() nn.GPT.new{ n_layer = 1, n_embd = 8, n_head = 2, vocab = 5,
          seq_len = 4, activations = "fp16" } end,

@@ -1124,6 +1124,18 @@ lw_status lw_linear_gelu_forward(lw_stream *stream, void *y, void *pre, lw_dtype
                                  const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
                                  const float *b, int64_t n, int64_t in, int64_t out);
 
+/* The backward of a linear layer whose input is GELU's output, x = GELU(pre) (an MLP's second
+ * half), with GELU's backward: dw[out, in] += dy^T x and db[out] += column sums of dy (db
+ * optional) as lw_linear_backward, and dpre[n, in] = (dy w) GELU'(pre), pre and dpre of dtype,
+ * WRITTEN, not accumulated (the one backward that overwrites: a GPU forms it in its GEMM's
+ * epilogue). The results of lw_linear_backward into a zeroed dx, then lw_gelu_backward of it into
+ * a zeroed dpre, bit for bit, except on a GPU under bf16 products with bf16 dpre (cuBLASLt's DGELU
+ * epilogue on the fp32 product, with its own GELU': within bf16's rounding). */
+lw_status lw_linear_gelu_backward(lw_stream *stream, void *dpre, lw_dtype dtype, float *dw,
+                                  float *db, const void *dy, lw_dtype dy_dtype, const void *x,
+                                  lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                                  const void *pre, int64_t n, int64_t in, int64_t out);
+
 /* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional). Tokens must be in [0, vocab). */
 lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
                                const void *wpe, lw_dtype w_dtype, int64_t b, int64_t t, int64_t c);

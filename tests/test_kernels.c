@@ -1028,6 +1028,8 @@ typedef struct {
     uint16_t *w16; /* bf16 weights (w: their widened values), or NULL */
     uint16_t *x16; /* a bf16 input (x: its widened values), or NULL */
     uint16_t *dy16; /* a bf16 output gradient (dy: its widened values), or NULL */
+    float *pre;     /* GELU's input before the layer (linear_gelu_backward), */
+    uint16_t *pre16; /* and rounded to bf16 */
 } linear_args;
 
 static measure linear_gemm(lw_matmul m) {
@@ -1130,6 +1132,44 @@ static void after_linear_gelu(const kernel_case *k, const run *r) {
     }
 }
 
+/* The backward with GELU's before it, into an fp32 and a bf16 dpre, and the two kernels one
+ * after the other (the linear backward into a zeroed dx, then GELU's into a zeroed dpre): the
+ * same bit for bit but for a GPU's bf16 dpre under bf16 products (cuBLASLt's DGELU epilogue). */
+static void run_linear_gelu_backward(run *r, const void *p) {
+    const linear_args *a = p;
+    const int64_t nx = a->n * a->in, nw = a->out * a->in;
+    lw_dtype wt, xt, dyt;
+    const void *dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &dyt);
+    const void *x = input_typed(r, a->x, a->x16, nx, &xt);
+    const void *w = input_typed(r, a->w, a->w16, nw, &wt);
+    const float *pre = input(r, a->pre, nx);
+    const uint16_t *pre16 = input_bf16(r, a->pre16, nx);
+    const measure m = linear_gemm(r->matmul);
+    float *dw = accumulated(r, "dw", a->dw0, nw, m);
+    float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
+    float *dpre = output(r, "dpre", nx, m);
+    call(r, lw_linear_gelu_backward(r->s, dpre, LW_DTYPE_F32, dw, db, dy, dyt, x, xt, w, wt, pre,
+                                    a->n, a->in, a->out));
+    uint16_t *dpre16 = output_bf16_values(r, "dpre bf16", nx, bf16_step(m));
+    call(r, lw_linear_gelu_backward(r->s, dpre16, LW_DTYPE_BF16, scratch(r, nw), NULL, dy, dyt, x,
+                                    xt, w, wt, pre16, a->n, a->in, a->out));
+    float *dx = accumulated(r, "dx (two kernels)", NULL, nx, m);
+    call(r, lw_linear_backward(r->s, dx, scratch(r, nw), NULL, dy, dyt, x, xt, w, wt, a->n, a->in,
+                               a->out));
+    float *dpre2 = accumulated(r, "dpre (two kernels)", NULL, nx, m);
+    call(r, lw_gelu_backward(r->s, dpre2, LW_DTYPE_F32, dx, pre, LW_DTYPE_F32, nx));
+    uint16_t *dpre16b = accumulated_bf16(r, "dpre bf16 (two kernels)", NULL, nx, bf16_step(m));
+    call(r, lw_gelu_backward(r->s, dpre16b, LW_DTYPE_BF16, dx, pre16, LW_DTYPE_BF16, nx));
+}
+
+static void after_linear_gelu_backward(const kernel_case *k, const run *r) {
+    const linear_args *a = k->args;
+    const int64_t nx = a->n * a->in;
+    same_as_two_kernels(k, r, "dpre", nx, 4);
+    if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16)
+        same_as_two_kernels(k, r, "dpre bf16", nx, 2);
+}
+
 /* the whole backward; then dx and db NULL: dw alone, the same GEMM */
 static void run_linear_backward(run *r, const void *p) {
     const linear_args *a = p;
@@ -1208,6 +1248,10 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
         if (shapes[s].bf16_x) a.x16 = round_weights(a.x, a.n * a.in);
         a.dy = host_random(a.n * a.out), a.dx0 = prefill(a.n * a.in);
         if (shapes[s].bf16_dy) a.dy16 = round_weights(a.dy, a.n * a.out);
+        a.pre = scaled_random(a.n * a.in, 4.0f, 0.0f);
+        a.pre16 = malloc(sizeof(uint16_t) * (size_t)(a.n * a.in > 0 ? a.n * a.in : 1));
+        for (int64_t i = 0; i < a.n * a.in; i++)
+            a.pre16[i] = bf16_reference(a.pre[i]);
         a.dw0 = prefill(a.out * a.in), a.db0 = prefill(a.out);
         check(&(kernel_case){.kernel = kernel,
                              .shape = a.shape,
@@ -1217,7 +1261,7 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.large,
                              .gemm = true});
         free(a.x), free(a.w), free(a.b), free(a.dy), free(a.dx0), free(a.dw0), free(a.db0);
-        free(a.w16), free(a.x16), free(a.dy16);
+        free(a.w16), free(a.x16), free(a.dy16), free(a.pre), free(a.pre16);
     }
 }
 
@@ -2770,6 +2814,8 @@ static const entry case_vec_axpy = {elementwise_cases, run_axpy, after_elementwi
 static const entry case_linear_forward = {linear_cases, run_linear_forward, after_linear_forward};
 static const entry case_linear_gelu_forward = {linear_cases, run_linear_gelu_forward,
                                                after_linear_gelu};
+static const entry case_linear_gelu_backward = {linear_cases, run_linear_gelu_backward,
+                                                after_linear_gelu_backward};
 static const entry case_linear_backward = {linear_cases, run_linear_backward,
                                            after_linear_backward};
 static const entry case_layernorm_forward = {layernorm_cases, run_layernorm_forward,

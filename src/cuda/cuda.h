@@ -126,6 +126,12 @@ lw_status lwc_gemm_gelu_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64
                                  int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                                  const float *bias, void *y, void *pre, bool *ran,
                                  const char *what);
+/* And with GELU's gradient after it: d[m, n] (bf16, ld m) = op(A) op(B) times GELU' of pre (bf16,
+ * ld m), rounded; *ran as above. */
+lw_status lwc_gemm_dgelu_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                  int64_t k, lwc_operand a, int64_t lda, lwc_operand b,
+                                  int64_t ldb, void *d, const void *pre, bool *ran,
+                                  const char *what);
 /* Regions of the stream's device workspace for `count` (at most 4) arrays of bytes[i] bytes,
  * taken in one request so that no region overlaps another, each 256-byte aligned. They serve the
  * work enqueued on the stream until its workspace is next requested (lwc_workspace, or lwc_gemm

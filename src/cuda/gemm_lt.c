@@ -15,8 +15,9 @@
  * from then on; LWOPT_GEMM_REPORT=1 prints each shape's choice on stderr.
  *
  * The same with GELU after the bias (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: an MLP's fc and its
- * activation in one pass), GELU's input written beside its output; where cuBLASLt declines it
- * the caller runs the two kernels. */
+ * activation in one pass), GELU's input written beside its output; and with GELU's gradient
+ * (CUBLASLT_EPILOGUE_DGELU: the input gradient of the MLP's proj times GELU' of fc's output, read
+ * beside). Where cuBLASLt declines either, the caller runs the separate kernels. */
 #include "cuda/cuda.h"
 
 #include <stdint.h>
@@ -40,9 +41,14 @@ static uint32_t alignment(const void *p) {
     return a;
 }
 
+/* What follows the product in the epilogue: the bias alone (or nothing), the bias and GELU
+ * (GELU's input written beside), or GELU's gradient (GELU's input read beside). */
+typedef enum { LT_PLAIN, LT_GELU, LT_DGELU } lt_kind;
+static const char *const lt_kind_names[] = {"", " and GELU", " and GELU's gradient"};
+
 /* A shape's choice: cuBLASLt's algorithm with its epilogue (fused), or the caller's other path
  * (cuBLASLt declined it). key: m, n, k, lda, ldb, the transposes, the operands', C's and GELU's
- * input's alignments, whether there is a bias, whether GELU follows. */
+ * input's alignments, whether there is a bias, the epilogue's kind. */
 #define LT_KEY 13
 typedef struct lt_choice {
     int64_t key[LT_KEY];
@@ -75,10 +81,12 @@ static cublasStatus_t set_op(lt_plan *p, cublasLtMatmulDescAttributes_t what, co
 }
 
 /* C = op(A) op(B) (+ bias) with bf16 A, B and C, fp32 sums and scale; bias: the fp32 bias's
- * pointer, or NULL; pre: NULL, or where GELU's input goes (bf16, ld m), C then being GELU of it
- * (the GELU epilogue). CUBLAS_STATUS_SUCCESS, or why cuBLASLt refused a descriptor. */
+ * pointer, or NULL; pre: GELU's input (bf16, ld m), where LT_GELU writes it (C then GELU of it)
+ * and LT_DGELU reads it (C then the product times GELU' of it); NULL for LT_PLAIN.
+ * CUBLAS_STATUS_SUCCESS, or why cuBLASLt refused a descriptor. */
 static cublasStatus_t describe(lt_plan *p, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                               int64_t k, int64_t lda, int64_t ldb, const void *bias, void *pre) {
+                               int64_t k, int64_t lda, int64_t ldb, const void *bias,
+                               const void *pre, lt_kind kind) {
     memset(p, 0, sizeof *p);
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -86,8 +94,9 @@ static cublasStatus_t describe(lt_plan *p, bool trans_a, bool trans_b, int64_t m
     if (e == CUBLAS_STATUS_SUCCESS) e = set_op(p, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
     if (e == CUBLAS_STATUS_SUCCESS) e = set_op(p, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
     cublasLtEpilogue_t epilogue = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    if (pre != NULL)
+    if (kind == LT_GELU)
         epilogue = bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (kind == LT_DGELU) epilogue = CUBLASLT_EPILOGUE_DGELU; /* no bias here */
     if (e == CUBLAS_STATUS_SUCCESS)
         e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     if (bias != NULL) {
@@ -97,7 +106,7 @@ static cublasStatus_t describe(lt_plan *p, bool trans_a, bool trans_b, int64_t m
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     }
-    if (pre != NULL) { /* GELU's input, laid out as C is; its type defaults to C's, bf16 */
+    if (kind != LT_PLAIN) { /* GELU's input, laid out as C is; its type defaults to C's, bf16 */
         const int64_t ld = m;
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
@@ -149,7 +158,7 @@ static void report(const lw_stream *s, const lt_choice *c, const char *why) {
     if (env == NULL || env[0] == '\0' || strcmp(env, "0") == 0) return;
     fprintf(stderr, "lwopt %s: bf16-output GEMM %lld x %lld x %lld%s%s: %s\n", s->device->name,
             (long long)c->key[0], (long long)c->key[1], (long long)c->key[2],
-            c->key[11] ? " with a bias" : "", c->key[12] ? " and GELU" : "", why);
+            c->key[11] ? " with a bias" : "", lt_kind_names[c->key[12]], why);
 }
 
 /* The device's choice for this key: remembered, or made now (descriptors described in p). */
@@ -204,14 +213,15 @@ static lw_status run_fused(lw_stream *s, lt_plan *p, const lt_choice *c, const v
     return e == CUBLAS_STATUS_SUCCESS ? LW_OK : lwc_fail_blas(s->device, e, what);
 }
 
-/* Under bf16 products: the GEMM on cuBLASLt where it takes it (with GELU after it when pre is
- * given); *ran says whether it did. */
+/* Under bf16 products: the GEMM on cuBLASLt with the epilogue `kind` where it takes it; *ran
+ * says whether it did. */
 static lw_status try_fused(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
-                           const float *bias, void *out, void *pre, bool *ran, const char *what) {
+                           const float *bias, void *out, const void *pre, lt_kind kind, bool *ran,
+                           const char *what) {
     *ran = false;
     /* GELU's input takes a leading dimension that divides by 8 */
-    if (pre != NULL && m % 8 != 0) return LW_OK;
+    if (kind != LT_PLAIN && m % 8 != 0) return LW_OK;
     /* an operand converted by lwc_gemm_prepare lies at a region's start; the bias likewise, so
      * the descriptors are made with a stand-in of that alignment, replaced before the GEMM runs
      * (the heuristic reads a pointer's alignment only) */
@@ -227,14 +237,15 @@ static lw_status try_fused(lw_stream *s, bool trans_a, bool trans_b, int64_t m, 
                                  align[0],
                                  align[1],
                                  align[2],
-                                 pre != NULL ? alignment(pre) : 0,
+                                 kind != LT_PLAIN ? alignment(pre) : 0,
                                  bias != NULL,
-                                 pre != NULL};
+                                 kind};
     const void *stand_in = bias != NULL ? (const void *)(uintptr_t)REGION_ALIGN : NULL;
     lt_plan p;
     lw_status st = LW_OK;
     lt_choice *c = NULL;
-    if (describe(&p, trans_a, trans_b, m, n, k, lda, ldb, stand_in, pre) == CUBLAS_STATUS_SUCCESS)
+    if (describe(&p, trans_a, trans_b, m, n, k, lda, ldb, stand_in, pre, kind) ==
+        CUBLAS_STATUS_SUCCESS)
         c = choice_for(s, &p, key, align);
     if (c != NULL && c->fused) {
         const int64_t bias_bytes =
@@ -261,8 +272,8 @@ lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m,
     if (m <= 0 || n <= 0 || k <= 0) return LW_OK; /* the caller handles an empty k */
     if (s->device->matmul == LW_MATMUL_BF16) {
         bool ran = false;
-        const lw_status st =
-            try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, NULL, &ran, what);
+        const lw_status st = try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, NULL,
+                                       LT_PLAIN, &ran, what);
         if (st != LW_OK || ran) return st;
     }
     /* fp32 into the workspace (the bias seeded, the product added), then rounded; nothing holds
@@ -284,5 +295,15 @@ lw_status lwc_gemm_gelu_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64
                                  const char *what) {
     *ran = false;
     if (m <= 0 || n <= 0 || k <= 0 || s->device->matmul != LW_MATMUL_BF16) return LW_OK;
-    return try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, y, pre, ran, what);
+    return try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, y, pre, LT_GELU, ran,
+                     what);
+}
+
+lw_status lwc_gemm_dgelu_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                  int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
+                                  void *d, const void *pre, bool *ran, const char *what) {
+    *ran = false;
+    if (m <= 0 || n <= 0 || k <= 0 || s->device->matmul != LW_MATMUL_BF16) return LW_OK;
+    return try_fused(s, trans_a, trans_b, m, n, k, a, lda, b, ldb, NULL, d, pre, LT_DGELU, ran,
+                     what);
 }

@@ -119,3 +119,42 @@ lw_status lwc_linear_backward(lw_stream *s, float *dx, float *dw, float *db, con
                                    work),
                         "the linear layer's bias gradient");
 }
+
+/* dw and db as the linear backward gives them; dpre by cuBLASLt's DGELU epilogue under bf16
+ * products with a bf16 dpre, else as the two kernels give it: dx = 0 + dy w into an fp32 region
+ * of the workspace (with the operands' conversions, in one request), then dpre = 0 + dx GELU'. */
+lw_status lwc_linear_gelu_backward(lw_stream *s, void *dpre, lw_dtype dtype, float *dw, float *db,
+                                   const void *dy, lw_dtype dy_dtype, const void *x,
+                                   lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                                   const void *pre, int64_t n, int64_t in, int64_t out) {
+    if (n <= 0 || out <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    lw_status st =
+        lwc_linear_backward(s, NULL, dw, db, dy, dy_dtype, x, x_dtype, w, w_dtype, n, in, out);
+    if (st != LW_OK || in <= 0) return st;
+    const char *what = "the linear layer's input gradient with GELU's";
+    const bool bf16 = dtype == LW_DTYPE_BF16;
+    /* dpre: column-major dPre^T [in, n] (ld in) = W^T [in, out] (w as stored, ld in) dY^T [out,
+     * n] (dy as stored, ld out): op_N(w) op_N(dy), m = in, n = n, k = out */
+    lwc_operand a = lwc_typed(w, w_dtype), b = lwc_typed(dy, dy_dtype);
+    if (bf16) {
+        bool ran = false;
+        st = lwc_gemm_dgelu_bf16_out(s, false, false, in, n, out, a, in, b, out, dpre, pre, &ran,
+                                     what);
+        if (st != LW_OK || ran) return st;
+    }
+    cudaStream_t cs = lwc_cuda_stream(s);
+    void *dx = NULL;
+    st = lwc_gemm_prepare(s, false, false, in, n, out, &a, in, &b, out, 4 * n * in, &dx, what);
+    if (st == LW_OK)
+        st = lwc_launched(s, cudaMemsetAsync(dx, 0, 4 * (size_t)(n * in), cs), "cudaMemsetAsync");
+    if (st == LW_OK)
+        st = lwc_gemm_ex(s, false, false, in, n, out, 1.0f, a, in, b, out, 1.0f, dx, false, in, what);
+    if (st == LW_OK)
+        st = lwc_launched(s, cudaMemsetAsync(dpre, 0, (bf16 ? 2 : 4) * (size_t)(n * in), cs),
+                          "cudaMemsetAsync");
+    if (st == LW_OK)
+        st = lwc_launched(s, lwc_gelu_grad(cs, dpre, bf16, dx, pre, bf16, n * in),
+                          "the GELU backward kernel");
+    return st;
+}

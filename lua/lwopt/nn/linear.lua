@@ -58,6 +58,14 @@ local function backward(self, x, dy, dx, n)
       self.dtype.weight, n, self.n_in, self.n_out))
 end
 
+-- The backward with GELU's before it (lw_linear_gelu_backward): x = GELU(pre) is this layer's
+-- input; dpre (GELU's input gradient, x_dtype as pre) is written, not accumulated.
+local function backward_gelu(self, x, dy, dpre, n, pre)
+   check(lib.lw_linear_gelu_backward(self.stream, dpre, self.x_dtype, self.g.weight,
+      self.has_bias and self.g.bias or nil, dy, self.y_dtype, x, self.x_dtype, self.w.weight,
+      self.dtype.weight, pre, n, self.n_in, self.n_out))
+end
+
 -- x: [n, in] (x_dtype) -> [n, out] (y_dtype)
 function Linear:forward(x, n) return self:with_params("forward", forward, x, n) end
 
@@ -67,8 +75,9 @@ function Linear:backward(x, dy, dx, n) self:with_params("backward", backward, x,
 
 -- The kernels over self's fields (w, g, n_in, n_out, has_bias, stream), for modules that run a
 -- linear layer on their own parameters (the tensor-parallel ones): run_forward(self, x, n) ->
--- y; run_backward(self, x, dy, dx, n); run_forward_gelu(self, x, n, a) -> y, GELU's output in a
--- (for an MLP, with self:with_params).
-Linear.run_forward, Linear.run_backward, Linear.run_forward_gelu = forward, backward, forward_gelu
+-- y; run_backward(self, x, dy, dx, n); for an MLP, with self:with_params: run_forward_gelu(self,
+-- x, n, a) -> y, GELU's output in a; run_backward_gelu(self, x, dy, dpre, n, pre).
+Linear.run_forward, Linear.run_backward = forward, backward
+Linear.run_forward_gelu, Linear.run_backward_gelu = forward_gelu, backward_gelu
 
 return Linear

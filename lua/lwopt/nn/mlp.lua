@@ -52,12 +52,19 @@ function MLP:set_activations(dtype, x_dtype)
    self.gelu.y_dtype, self.proj.x_dtype, self.fc.x_dtype = dtype, dtype, x_dtype
 end
 
--- x: float* [n, c] -> float* [n, c]. fc and GELU in one call (lw_linear_gelu_forward: one GEMM
--- pass on a GPU under bf16 products) where GELU's input and output share fc's output dtype, as
--- set_activations sets them; GELU's output goes where GELU:forward puts it (recompute reuses it).
+-- Whether GELU's input and output and proj's input share fc's output dtype, as set_activations
+-- sets them: fc and GELU then run as one call (lw_linear_gelu_forward: one GEMM pass on a GPU
+-- under bf16 products), and so do proj's and GELU's backwards (lw_linear_gelu_backward).
+function MLP:fused()
+   local dtype = self.fc.y_dtype
+   return self.gelu.x_dtype == dtype and self.gelu.y_dtype == dtype and self.proj.x_dtype == dtype
+end
+
+-- x: float* [n, c] -> float* [n, c]. GELU's output goes where GELU:forward puts it (recompute
+-- reuses it).
 function MLP:forward(x, n)
    local dtype = self.fc.y_dtype
-   if self.gelu.x_dtype == dtype and self.gelu.y_dtype == dtype then
+   if self:fused() then
       self.a = self.gelu:output("y", base.floats_for(n * self.hidden, dtype))
       self.h = self.fc:with_params("forward", Linear.run_forward_gelu, x, n, self.a)
    else
@@ -72,11 +79,16 @@ function MLP:backward(x, dout, dx, n)
    if self.recompute_gelu then self.a = self.gelu:forward(self.h, n) end
    -- fc's output gradient in fc's output dtype: GELU writes it so, fc's backward reads it so
    local dh_floats = base.floats_for(n * w, self.fc.y_dtype)
-   local da, dh = self:transient("da", n * w), self:transient("dh", dh_floats)
-   zero(da, n * w, self.stream)
-   self.proj:backward(self.a, dout, da, n)
-   zero(dh, dh_floats, self.stream)
-   self.gelu:backward(self.h, da, dh, n)
+   local dh = self:transient("dh", dh_floats)
+   if self:fused() then -- dh written, not accumulated: no zeroing
+      self.proj:with_params("backward", Linear.run_backward_gelu, self.a, dout, dh, n, self.h)
+   else
+      local da = self:transient("da", n * w)
+      zero(da, n * w, self.stream)
+      self.proj:backward(self.a, dout, da, n)
+      zero(dh, dh_floats, self.stream)
+      self.gelu:backward(self.h, da, dh, n)
+   end
    self.fc:backward(x, dh, dx, n)
 end
 

@@ -34,7 +34,7 @@
                             attention's qkv dtype;
                             13: the LM head's logits dtype, the gradients' dtypes of the
                             bf16 activations (linear_backward's dy, gelu_backward's dx,
-                            attention_backward's dqkv), linear_gelu_forward */
+                            attention_backward's dqkv), linear_gelu_forward and _backward */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -188,6 +188,9 @@ lw_status lwi_check_activations(const char *what, lw_dtype dtype);
 lw_status lwi_check_linear(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype,
                            lw_dtype w_dtype);
 lw_status lwi_check_gelu(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype);
+/* The linear layer after GELU's backward: dy's dtype, then GELU's input's, x's and w's. */
+lw_status lwi_check_linear_gelu(const char *what, lw_dtype dtype, lw_dtype dy_dtype,
+                                lw_dtype x_dtype, lw_dtype w_dtype);
 /* The attention's qkv, output and qkv gradient dtypes (fp32 or bf16), then lwi_check_heads. */
 lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype,
                               lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh);

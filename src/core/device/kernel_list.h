@@ -47,6 +47,12 @@
        const void *w, lw_dtype w_dtype, const float *b, int64_t n, int64_t in, int64_t out),       \
       (s, y, pre, dtype, x, x_dtype, w, w_dtype, b, n, in, out),                                   \
       lwi_check_linear("linear gelu forward", "output", dtype, x_dtype, w_dtype))                  \
+    X(linear_gelu_backward,                                                                        \
+      (lw_stream * s, void *dpre, lw_dtype dtype, float *dw, float *db, const void *dy,            \
+       lw_dtype dy_dtype, const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,        \
+       const void *pre, int64_t n, int64_t in, int64_t out),                                       \
+      (s, dpre, dtype, dw, db, dy, dy_dtype, x, x_dtype, w, w_dtype, pre, n, in, out),             \
+      lwi_check_linear_gelu("linear gelu backward", dtype, dy_dtype, x_dtype, w_dtype))            \
     X(layernorm_forward,                                                                           \
       (lw_stream * s, void *y, lw_dtype y_dtype, float *mean, float *rstd, const float *x,         \
        const float *g, const float *beta, int64_t n, int64_t c, float eps),                        \

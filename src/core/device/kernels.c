@@ -126,6 +126,12 @@ lw_status lwi_check_linear(const char *what, const char *role, lw_dtype dtype, l
     return st != LW_OK ? st : check_dtype(what, "weight", w_dtype);
 }
 
+lw_status lwi_check_linear_gelu(const char *what, lw_dtype dtype, lw_dtype dy_dtype,
+                                lw_dtype x_dtype, lw_dtype w_dtype) {
+    const lw_status st = check_dtype(what, "output gradient", dy_dtype);
+    return st != LW_OK ? st : lwi_check_linear(what, "GELU input", dtype, x_dtype, w_dtype);
+}
+
 lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype) {
     const lw_status st = check_dtype(what, "weight", w_dtype);
     return st != LW_OK ? st : check_dtype(what, "logits", logits_dtype);

@@ -1,9 +1,10 @@
 /* linear.c: the fully connected layer y = x w^T + b, forward and accumulating backward (and the
- * forward with the GELU after it: the two kernels, one after the other), with the GEMMs on
- * OpenBLAS (row-major; w is [out, in] as in torch, so the forward reads it transposed without a
- * copy). bf16 weights, inputs and output gradients are widened into memory of the call's own
- * (exact, so the results are those of their fp32 widening); fp32 ones are read in place. A bf16
- * output is the fp32 result rounded. No checks beyond empty shapes. */
+ * forward with the GELU after it, and the backward with the GELU before it: the two kernels, one
+ * after the other), with the GEMMs on OpenBLAS (row-major; w is [out, in] as in torch, so the
+ * forward reads it transposed without a copy). bf16 weights, inputs and output gradients are
+ * widened into memory of the call's own (exact, so the results are those of their fp32
+ * widening); fp32 ones are read in place. A bf16 output is the fp32 result rounded. No checks
+ * beyond empty shapes. */
 #include "device/cpu/cpu.h"
 
 #include <cblas.h>
@@ -115,5 +116,26 @@ lw_status lwi_cpu_linear_gelu_forward(lw_stream *stream, void *y, void *pre, lw_
     lw_status st = lwi_cpu_linear_forward(stream, pre, dtype, x, x_dtype, w, w_dtype, b, n, in, out);
     if (st == LW_OK && n > 0 && out > 0)
         st = lwi_cpu_gelu_forward(stream, y, dtype, pre, dtype, n * out);
+    return st;
+}
+
+lw_status lwi_cpu_linear_gelu_backward(lw_stream *stream, void *dpre, lw_dtype dtype, float *dw,
+                                       float *db, const void *dy, lw_dtype dy_dtype,
+                                       const void *x, lw_dtype x_dtype, const void *w,
+                                       lw_dtype w_dtype, const void *pre, int64_t n, int64_t in,
+                                       int64_t out) {
+    if (n <= 0 || out <= 0) return LW_OK;
+    float *dx = in > 0 ? calloc((size_t)(n * in), sizeof(float)) : NULL;
+    if (in > 0 && dx == NULL)
+        return lwi_fail(LW_ERR_NOMEM, "cpu: linear gelu backward: out of memory for %lld x %lld "
+                                      "floats",
+                        (long long)n, (long long)in);
+    lw_status st = lwi_cpu_linear_backward(stream, dx, dw, db, dy, dy_dtype, x, x_dtype, w, w_dtype,
+                                           n, in, out);
+    if (st == LW_OK && in > 0) {
+        memset(dpre, 0, (size_t)(n * in) * (dtype == LW_DTYPE_BF16 ? 2 : 4));
+        st = lwi_cpu_gelu_backward(stream, dpre, dtype, dx, pre, dtype, n * in);
+    }
+    free(dx);
     return st;
 }
