@@ -98,8 +98,9 @@ fi
 
 if [ "$tests" = 1 ]; then
     # four at a time: the GPU has room, and the multi-rank ones wait on MPI more than on it
-    step tests tests.log 300 ctest --test-dir "$build" -L gpu -j 4 --timeout 280 \
-        --output-on-failure || status=1
+    # LWOPT_GEMM_REPORT: the path each bf16-output GEMM shape takes, in the tests' output
+    step tests tests.log 300 env LWOPT_GEMM_REPORT=1 ctest --test-dir "$build" -L gpu -j 4 \
+        --timeout 280 --output-on-failure || status=1
     # what the passing tests printed too (tolerances measured, losses compared)
     cat "$build/Testing/Temporary/LastTest.log" >>"$out/tests.log" 2>/dev/null
     # a skipped GPU test on a GPU machine is a failure of this run

@@ -1121,12 +1121,14 @@ static void same_as_two_kernels(const kernel_case *k, const run *r, const char *
            "the linear layer with GELU gives the two kernels' results, bit for bit");
 }
 
+/* cuBLASLt's GELU epilogues take a leading dimension (the GEMM's m) that divides by 8: other
+ * shapes run the two kernels on every device. */
 static void after_linear_gelu(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
     const int64_t ny = a->n * a->out;
     same_as_two_kernels(k, r, "pre", ny, 4);
     same_as_two_kernels(k, r, "y", ny, 4);
-    if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16) {
+    if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16 || a->out % 8 != 0) {
         same_as_two_kernels(k, r, "pre bf16", ny, 2);
         same_as_two_kernels(k, r, "y bf16", ny, 2);
     }
@@ -1166,7 +1168,7 @@ static void after_linear_gelu_backward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
     const int64_t nx = a->n * a->in;
     same_as_two_kernels(k, r, "dpre", nx, 4);
-    if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16)
+    if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16 || a->in % 8 != 0)
         same_as_two_kernels(k, r, "dpre bf16", nx, 2);
 }
 
@@ -1231,6 +1233,9 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
         {1024, 768, 2304, true, true, true, false},
         {65, 33, 17, true, false, false, true},     /* a bf16 output gradient */
         {1024, 768, 2304, true, true, true, true}, /* all three: the model's QKV and fc */
+        {64, 32, 48, false, true, true, true},    /* no bias, in and out multiples of 8: the
+                                                     GPU's GELU epilogues without a bias */
+        {3, 4, 0, true, false, false, false},     /* no outputs: dpre is written as zeros */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].n == 1024)) continue;

@@ -127,13 +127,17 @@ lw_status lwc_linear_gelu_backward(lw_stream *s, void *dpre, lw_dtype dtype, flo
                                    const void *dy, lw_dtype dy_dtype, const void *x,
                                    lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
                                    const void *pre, int64_t n, int64_t in, int64_t out) {
-    if (n <= 0 || out <= 0) return LW_OK;
+    if (n <= 0 || (in <= 0 && out <= 0)) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    const bool bf16 = dtype == LW_DTYPE_BF16;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    if (out <= 0) /* an empty product: dpre is 0 (it is written, not accumulated) */
+        return lwc_launched(s, cudaMemsetAsync(dpre, 0, (bf16 ? 2 : 4) * (size_t)(n * in), cs),
+                            "cudaMemsetAsync");
     lw_status st =
         lwc_linear_backward(s, NULL, dw, db, dy, dy_dtype, x, x_dtype, w, w_dtype, n, in, out);
     if (st != LW_OK || in <= 0) return st;
     const char *what = "the linear layer's input gradient with GELU's";
-    const bool bf16 = dtype == LW_DTYPE_BF16;
     /* dpre: column-major dPre^T [in, n] (ld in) = W^T [in, out] (w as stored, ld in) dY^T [out,
      * n] (dy as stored, ld out): op_N(w) op_N(dy), m = in, n = n, k = out */
     lwc_operand a = lwc_typed(w, w_dtype), b = lwc_typed(dy, dy_dtype);
@@ -143,7 +147,6 @@ lw_status lwc_linear_gelu_backward(lw_stream *s, void *dpre, lw_dtype dtype, flo
                                      what);
         if (st != LW_OK || ran) return st;
     }
-    cudaStream_t cs = lwc_cuda_stream(s);
     void *dx = NULL;
     st = lwc_gemm_prepare(s, false, false, in, n, out, &a, in, &b, out, 4 * n * in, &dx, what);
     if (st == LW_OK)

@@ -53,8 +53,10 @@ function MLP:set_activations(dtype, x_dtype)
 end
 
 -- Whether GELU's input and output and proj's input share fc's output dtype, as set_activations
--- sets them: fc and GELU then run as one call (lw_linear_gelu_forward: one GEMM pass on a GPU
--- under bf16 products), and so do proj's and GELU's backwards (lw_linear_gelu_backward).
+-- sets them: proj's and GELU's backwards then run as one call (lw_linear_gelu_backward), and
+-- fc and GELU too (lw_linear_gelu_forward: one GEMM pass on a GPU under bf16 products) unless
+-- GELU is recomputed, whose recomputation must give what the forward gave (a GPU's GELU epilogue
+-- takes GELU of the unrounded sum, the GELU kernel of the rounded one).
 function MLP:fused()
    local dtype = self.fc.y_dtype
    return self.gelu.x_dtype == dtype and self.gelu.y_dtype == dtype and self.proj.x_dtype == dtype
@@ -64,7 +66,7 @@ end
 -- reuses it).
 function MLP:forward(x, n)
    local dtype = self.fc.y_dtype
-   if self:fused() then
+   if self:fused() and not self.recompute_gelu then
       self.a = self.gelu:output("y", base.floats_for(n * self.hidden, dtype))
       self.h = self.fc:with_params("forward", Linear.run_forward_gelu, x, n, self.a)
    else

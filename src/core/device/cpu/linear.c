@@ -124,7 +124,11 @@ lw_status lwi_cpu_linear_gelu_backward(lw_stream *stream, void *dpre, lw_dtype d
                                        const void *x, lw_dtype x_dtype, const void *w,
                                        lw_dtype w_dtype, const void *pre, int64_t n, int64_t in,
                                        int64_t out) {
-    if (n <= 0 || out <= 0) return LW_OK;
+    if (n <= 0 || (in <= 0 && out <= 0)) return LW_OK;
+    if (out <= 0) { /* an empty product: dpre is 0 (it is written, not accumulated) */
+        memset(dpre, 0, (size_t)(n * in) * (dtype == LW_DTYPE_BF16 ? 2 : 4));
+        return LW_OK;
+    }
     float *dx = in > 0 ? calloc((size_t)(n * in), sizeof(float)) : NULL;
     if (in > 0 && dx == NULL)
         return lwi_fail(LW_ERR_NOMEM, "cpu: linear gelu backward: out of memory for %lld x %lld "
