@@ -1137,13 +1137,27 @@ static void after_linear_gelu(const kernel_case *k, const run *r) {
 /* The backward with GELU's before it, into an fp32 and a bf16 dpre, and the two kernels one
  * after the other (the linear backward into a zeroed dx, then GELU's into a zeroed dpre): the
  * same bit for bit but for a GPU's bf16 dpre under bf16 products (cuBLASLt's DGELU epilogue). */
+/* A linear case's backward inputs on the run's device, each as the kernel reads it (bf16 bits
+ * where the case has them), with their dtypes. */
+typedef struct {
+    const void *dy, *x, *w;
+    lw_dtype dyt, xt, wt;
+} linear_inputs;
+
+static linear_inputs backward_inputs(run *r, const linear_args *a) {
+    linear_inputs in;
+    in.dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &in.dyt);
+    in.x = input_typed(r, a->x, a->x16, a->n * a->in, &in.xt);
+    in.w = input_typed(r, a->w, a->w16, a->out * a->in, &in.wt);
+    return in;
+}
+
 static void run_linear_gelu_backward(run *r, const void *p) {
     const linear_args *a = p;
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
-    lw_dtype wt, xt, dyt;
-    const void *dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &dyt);
-    const void *x = input_typed(r, a->x, a->x16, nx, &xt);
-    const void *w = input_typed(r, a->w, a->w16, nw, &wt);
+    const linear_inputs in = backward_inputs(r, a);
+    const void *dy = in.dy, *x = in.x, *w = in.w;
+    const lw_dtype dyt = in.dyt, xt = in.xt, wt = in.wt;
     const float *pre = input(r, a->pre, nx);
     const uint16_t *pre16 = input_bf16(r, a->pre16, nx);
     const measure m = linear_gemm(r->matmul);
@@ -1176,10 +1190,9 @@ static void after_linear_gelu_backward(const kernel_case *k, const run *r) {
 static void run_linear_backward(run *r, const void *p) {
     const linear_args *a = p;
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
-    lw_dtype wt, xt, dyt;
-    const void *dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &dyt);
-    const void *x = input_typed(r, a->x, a->x16, nx, &xt);
-    const void *w = input_typed(r, a->w, a->w16, nw, &wt);
+    const linear_inputs in = backward_inputs(r, a);
+    const void *dy = in.dy, *x = in.x, *w = in.w;
+    const lw_dtype dyt = in.dyt, xt = in.xt, wt = in.wt;
     float *dx = accumulated(r, "dx", a->dx0, nx, linear_gemm(r->matmul));
     float *dw = accumulated(r, "dw", a->dw0, nw, linear_gemm(r->matmul));
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
