@@ -2,13 +2,15 @@
 -- padded to 50304, batch 8; or --preset gpt2-medium, GPT-2 350M, and --batch N) on one GPU
 -- through recipes/gpt_small.lua --preset gpt2 --device cuda:
 -- tokens/s, forward / backward / optimizer ms, model TFLOP/s and MFU, and GPU memory, for AdamW
--- and Muon (bf16 Newton-Schulz) with the model's GEMMs in tf32 and in bf16 (bf16 operands, fp32
--- sums, fp32 weights and activations: autocast's GEMMs), and AdamW with exact fp32 GEMMs as the
--- baseline, on fp32 parameters; the bf16 pair also on bf16 parameters; then, for tf32 and bf16, Muon's cost over AdamW against the Newton-Schulz share of
--- the step's FLOPs (goal: at most 1.25x it). The seven configurations run interleaved, `repeats`
--- times, each keeping its best run (highest tokens/s); a run's figures are the mean over steps
--- 6..N of its JSON log. The table has the columns of bench/peers/torch_gpt2.py, the PyTorch peer
--- on the same GPU and shapes.
+-- and Muon (bf16 Newton-Schulz) with the model's GEMMs in tf32 (fp32 activations) and in bf16
+-- (bf16 operands with fp32 sums, and the recipe's GPU default of bf16 activations: the GEMMs'
+-- inputs and the outputs that feed the attention and GELU, their gradients and the logits; the
+-- residual stream fp32), and AdamW with exact fp32 GEMMs as the baseline, on fp32 parameters;
+-- the bf16 pair also on bf16 parameters; then, for tf32 and bf16, Muon's cost over AdamW against
+-- the Newton-Schulz share of the step's FLOPs (goal: at most 1.25x it). The seven configurations
+-- run interleaved, `repeats` times, each keeping its best run (highest tokens/s); a run's figures
+-- are the mean over steps 6..N of its JSON log. The table has the columns of
+-- bench/peers/torch_gpt2.py, the PyTorch peer on the same GPU and shapes.
 -- Usage: bin/lwopt run bench/gpt2_gpu.lua [steps] [repeats] [--preset gpt2|gpt2-medium]
 --        [--batch N] [--quick]   (from the repo root; 30 2 gpt2 8; --quick: only the bf16
 --        parameter pair, the recipe's GPU default, and Muon's cost at bf16)
