@@ -249,7 +249,20 @@ static void test_nan_key_propagates(void) {
     case_free(&k);
 }
 
+/* A qkv gradient of a dtype the kernels do not write, named, before anything is written. */
+static void test_dtypes(void) {
+    att_case k = case_new(1, 4, 12, 3);
+    nn_fill(k.dqkv, 4 * 36, 1.0f);
+    const float first = k.dqkv[0];
+    CHECK_FAILS(lw_attention_backward(NULL, k.dqkv, LW_DTYPE_F16, k.scratch, k.r, k.qkv,
+                                      LW_DTYPE_F32, k.out, LW_DTYPE_F32, k.lse, 1, 4, 12, 3),
+                LW_ERR_INVALID, "attention backward: qkv gradient of dtype f16: fp32 or bf16 only");
+    CHECK(k.dqkv[0] == first);
+    case_free(&k);
+}
+
 int main(void) {
+    test_dtypes();
     test_heads_must_divide_channels();
     test_nan_key_propagates();
     test_forward_matches_reference(2, 5, 12, 3);

@@ -276,7 +276,19 @@ static void test_large_logits(void) {
     case_free(&k);
 }
 
+/* Logits of a dtype the head does not hold, named, before anything is written. */
+static void test_dtypes(void) {
+    float h[2] = {1, 2}, w[4] = {1, 0, 0, 1}, losses[1] = {7}, lse[1] = {7}, scratch[2];
+    const int32_t tg[1] = {1};
+    double loss = -1;
+    CHECK_FAILS(lw_cross_entropy_forward(NULL, losses, lse, scratch, h, w, LW_DTYPE_F32,
+                                         LW_DTYPE_F16, tg, 1, 2, 2, &loss),
+                LW_ERR_INVALID, "cross-entropy forward: logits of dtype f16: fp32 or bf16 only");
+    CHECK(losses[0] == 7 && lse[0] == 7);
+}
+
 int main(void) {
+    test_dtypes();
     test_matches_reference(7, 9, 11);
     test_matches_reference(13, 24, 300);
     /* GPT-2's padded vocabulary: several chunks of rows, the backward recomputing each one */

@@ -109,7 +109,18 @@ static void test_tails(void) {
     CHECK(keep[0] == 42.0f);
 }
 
+/* A dtype the kernels do not take, named with its role, before anything is written. */
+static void test_dtypes(void) {
+    float x[2] = {1, 2}, y[2] = {9, 9}, dy[2] = {1, 1};
+    CHECK_FAILS(lw_gelu_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F16, 2), LW_ERR_INVALID,
+                "gelu forward: input of dtype f16: fp32 or bf16 only");
+    CHECK_FAILS(lw_gelu_backward(NULL, y, LW_DTYPE_F16, dy, x, LW_DTYPE_F32, 2), LW_ERR_INVALID,
+                "gelu backward: input gradient of dtype f16: fp32 or bf16 only");
+    CHECK(y[0] == 9 && y[1] == 9);
+}
+
 int main(void) {
+    test_dtypes();
     test_shape(7, 3.0f);
     test_shape(13, 5.0f);
     /* past the 256-element clamp block, with a tail, and wide enough to reach the

@@ -162,6 +162,19 @@ static void test_weight_dtypes(void) {
     CHECK_OK(lw_linear_forward(NULL, y16, LW_DTYPE_BF16, x, LW_DTYPE_F32, w16, LW_DTYPE_BF16, b, 1,
                                1, 2));
     CHECK(y16[0] == 0x4080 && y16[1] == 0xC040);
+    /* the linear layer with GELU, forward and backward: each dtype named by its role */
+    float pre[2] = {9, 9};
+    CHECK_FAILS(lw_linear_gelu_forward(NULL, y, pre, LW_DTYPE_F16, x, LW_DTYPE_F32, w,
+                                       LW_DTYPE_F32, NULL, 1, 1, 2),
+                LW_ERR_INVALID, "linear gelu forward: output of dtype f16: fp32 or bf16 only");
+    CHECK_FAILS(lw_linear_gelu_backward(NULL, pre, LW_DTYPE_F32, dw, NULL, dy, LW_DTYPE_F16, x,
+                                        LW_DTYPE_F32, w, LW_DTYPE_F32, pre, 1, 2, 1),
+                LW_ERR_INVALID,
+                "linear gelu backward: output gradient of dtype f16: fp32 or bf16 only");
+    CHECK_FAILS(lw_linear_gelu_backward(NULL, pre, (lw_dtype)7, dw, NULL, dy, LW_DTYPE_F32, x,
+                                        LW_DTYPE_F32, w, LW_DTYPE_F32, pre, 1, 2, 1),
+                LW_ERR_INVALID, "linear gelu backward: unknown GELU input dtype 7");
+    CHECK(pre[0] == 9 && pre[1] == 9);
 }
 
 int main(void) {
