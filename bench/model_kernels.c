@@ -123,21 +123,23 @@ int main(int argc, char **argv) {
     const double fwd = total;
     total = 0;
     TIME("mlp proj backward", 2 * lin * H,
-         lw_linear_backward(NULL, da, dw, NULL, dout, LW_DTYPE_F32, a, LW_DTYPE_F32, wmp, LW_DTYPE_F32, N, H, C));
+         lw_linear_backward(NULL, da, dw, NULL, dout, LW_DTYPE_F32, a, LW_DTYPE_F32, wmp,
+                            LW_DTYPE_F32, N, H, C));
     TIME("gelu backward", 0, lw_gelu_backward(NULL, dh, LW_DTYPE_F32, da, h, LW_DTYPE_F32, N * H));
     TIME("fc backward", 2 * lin * H,
-         lw_linear_backward(NULL, dx, dw, NULL, dh, LW_DTYPE_F32, ln, LW_DTYPE_F32, wfc, LW_DTYPE_F32, N, C, H));
+         lw_linear_backward(NULL, dx, dw, NULL, dh, LW_DTYPE_F32, ln, LW_DTYPE_F32, wfc,
+                            LW_DTYPE_F32, N, C, H));
     TIME("ln_2 backward", 0,
          lw_layernorm_backward(NULL, dx, dg, NULL, dout, y, g, mean, rstd, N, C));
     TIME("proj backward", 2 * lin * C,
-         lw_linear_backward(NULL, dx, dw, NULL, dout, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, N, C,
-                            C));
+         lw_linear_backward(NULL, dx, dw, NULL, dout, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj,
+                            LW_DTYPE_F32, N, C, C));
     TIME("attention backward", 2 * attn,
-         lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, att, LW_DTYPE_F32, lse,
-                               B, T, C, NH));
+         lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, att,
+                               LW_DTYPE_F32, lse, B, T, C, NH));
     TIME("qkv backward", 2 * lin * 3 * C,
-         lw_linear_backward(NULL, dx, dw, NULL, dqkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, N, C,
-                            3 * C));
+         lw_linear_backward(NULL, dx, dw, NULL, dqkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv,
+                            LW_DTYPE_F32, N, C, 3 * C));
     TIME("ln_1 backward", 0,
          lw_layernorm_backward(NULL, dx, dg, NULL, dout, x, g, mean, rstd, N, C));
     const double bwd = total;

@@ -141,8 +141,8 @@ static void run_kernels(float *out, float *lse, float *dqkv, float *y, float *dx
     CHECK_EQ(
         lw_attention_forward(NULL, out, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, b, t, c, nh),
         LW_OK);
-    CHECK_EQ(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32,
-                                   lse, b, t, c, nh),
+    CHECK_EQ(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, out,
+                                   LW_DTYPE_F32, lse, b, t, c, nh),
              LW_OK);
     CHECK_EQ(lw_gelu_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, n), LW_OK);
     CHECK_EQ(lw_gelu_backward(NULL, dx, LW_DTYPE_F32, x, x, LW_DTYPE_F32, n), LW_OK);

@@ -1027,8 +1027,8 @@ typedef struct {
     float *x, *w, *b, *dy, *dx0, *dw0, *db0;
     uint16_t *w16; /* bf16 weights (w: their widened values), or NULL */
     uint16_t *x16; /* a bf16 input (x: its widened values), or NULL */
-    uint16_t *dy16; /* a bf16 output gradient (dy: its widened values), or NULL */
-    float *pre;     /* GELU's input before the layer (linear_gelu_backward), */
+    uint16_t *dy16;  /* a bf16 output gradient (dy: its widened values), or NULL */
+    float *pre;      /* GELU's input before the layer (linear_gelu_backward), */
     uint16_t *pre16; /* and rounded to bf16 */
 } linear_args;
 
@@ -1096,8 +1096,8 @@ static void run_linear_gelu_forward(run *r, const void *p) {
     measure m = linear_gemm(r->matmul);
     if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
     float *pre = output(r, "pre", ny, m), *y = output(r, "y", ny, m);
-    call(r, lw_linear_gelu_forward(r->s, y, pre, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in,
-                                   a->out));
+    call(r,
+         lw_linear_gelu_forward(r->s, y, pre, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in, a->out));
     uint16_t *pre16 = output_bf16_values(r, "pre bf16", ny, bf16_step(m));
     uint16_t *y16 = output_bf16_values(r, "y bf16", ny, bf16_step(m));
     call(r, lw_linear_gelu_forward(r->s, y16, pre16, LW_DTYPE_BF16, x, xt, w, wt, b, a->n, a->in,
@@ -1201,7 +1201,8 @@ static void run_linear_backward(run *r, const void *p) {
     measure m = linear_gemm(r->matmul);
     m.differ = 0;
     float *alone = accumulated(r, "dw alone", a->dw0, nw, m);
-    call(r, lw_linear_backward(r->s, NULL, alone, NULL, dy, dyt, x, xt, w, wt, a->n, a->in, a->out));
+    call(r,
+         lw_linear_backward(r->s, NULL, alone, NULL, dy, dyt, x, xt, w, wt, a->n, a->in, a->out));
     if (a->w16 == NULL && a->x16 == NULL && a->dy16 == NULL) return;
     float *dx32 = accumulated(r, "dx (widened)", a->dx0, nx, linear_gemm(r->matmul));
     float *dw32 = accumulated(r, "dw (widened)", a->dw0, nw, linear_gemm(r->matmul));
@@ -1234,9 +1235,9 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
         {1, 37, 5, true, false, false, false},
         {65, 33, 17, false, false, false, false},
         {300, 100, 7, true, false, false, false},
-        {3, 0, 4, true, false, false, false}, /* an empty inner dimension: y = b, dw and dx
-                                                 untouched */
-        {0, 5, 3, true, false, false, false}, /* no rows: nothing written */
+        {3, 0, 4, true, false, false, false},         /* an empty inner dimension: y = b, dw and dx
+                                                         untouched */
+        {0, 5, 3, true, false, false, false},         /* no rows: nothing written */
         {1024, 768, 2304, true, false, false, false}, /* GPT-2 small's QKV */
         {65, 33, 17, false, true, false, false},      /* bf16 weights */
         {1, 1, 1, true, true, false, false},
@@ -1244,11 +1245,11 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
         {65, 33, 17, true, false, true, false},  /* a bf16 input */
         {300, 100, 7, false, true, true, false}, /* both */
         {1024, 768, 2304, true, true, true, false},
-        {65, 33, 17, true, false, false, true},     /* a bf16 output gradient */
+        {65, 33, 17, true, false, false, true},    /* a bf16 output gradient */
         {1024, 768, 2304, true, true, true, true}, /* all three: the model's QKV and fc */
-        {64, 32, 48, false, true, true, true},    /* no bias, in and out multiples of 8: the
-                                                     GPU's GELU epilogues without a bias */
-        {3, 4, 0, true, false, false, false},     /* no outputs: dpre is written as zeros */
+        {64, 32, 48, false, true, true, true},     /* no bias, in and out multiples of 8: the
+                                                      GPU's GELU epilogues without a bias */
+        {3, 4, 0, true, false, false, false},      /* no outputs: dpre is written as zeros */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].n == 1024)) continue;
@@ -1612,8 +1613,8 @@ typedef struct {
     char shape[32];
     int64_t n;
     float *x, *dy, *dx0;
-    uint16_t *x16; /* x rounded to bf16 (the input an MLP's bf16 fc output gives) */
-    float *xw;     /* and widened again */
+    uint16_t *x16;    /* x rounded to bf16 (the input an MLP's bf16 fc output gives) */
+    float *xw;        /* and widened again */
     uint16_t *dx0_16; /* dx0 rounded to bf16 (a bf16 dx's start), */
     float *dx0_w;     /* and widened again */
 } gelu_args;
@@ -1646,9 +1647,11 @@ static void run_gelu_backward(run *r, const void *p) {
     r->nan_fed = any_nan(a->x, a->n);
     call(r, lw_gelu_backward(r->s, dx, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, a->n));
     float *dxx = accumulated(r, "dx of bf16 x", a->dx0, a->n, bits());
-    call(r, lw_gelu_backward(r->s, dxx, LW_DTYPE_F32, dy, input_bf16(r, a->x16, a->n), LW_DTYPE_BF16, a->n));
+    call(r, lw_gelu_backward(r->s, dxx, LW_DTYPE_F32, dy, input_bf16(r, a->x16, a->n),
+                             LW_DTYPE_BF16, a->n));
     float *dxw = accumulated(r, "dx of bf16 x (widened)", a->dx0, a->n, bits());
-    call(r, lw_gelu_backward(r->s, dxw, LW_DTYPE_F32, dy, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
+    call(r,
+         lw_gelu_backward(r->s, dxw, LW_DTYPE_F32, dy, input(r, a->xw, a->n), LW_DTYPE_F32, a->n));
     /* a bf16 dx: accumulated in fp32, rounded; against the fp32 run from its widened start */
     float *dxs = accumulated(r, "dx from a bf16 start", a->dx0_w, a->n, bits());
     call(r, lw_gelu_backward(r->s, dxs, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, a->n));
@@ -1660,8 +1663,10 @@ static void after_gelu(const kernel_case *k, const run *r) {
     const gelu_args *a = k->args;
     const float *y = f32_of(r, "y");
     const bool forward = strcmp(k->kernel, "gelu_forward") == 0;
-    if (forward) after_bf16_output(k, r, "y", a->n);
-    else after_bf16_output(k, r, "dx from a bf16 start", a->n);
+    if (forward)
+        after_bf16_output(k, r, "y", a->n);
+    else
+        after_bf16_output(k, r, "dx from a bf16 start", a->n);
     widening_exact(k, r, forward ? "y of bf16 x" : "dx of bf16 x", a->n);
     if (y != NULL && a->n > N_GELU_SPECIALS)
         expect(k, r, isnan(y[GELU_NAN_AT]) && y[0] == 0.0f, "gelu(NaN) is NaN, gelu(0) is 0");
@@ -1775,8 +1780,8 @@ static void run_attention_backward(run *r, const void *p) {
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
     float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, att_gemm(r->matmul, a->c / a->nh));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
-    call(r, lw_attention_backward(r->s, dqkv, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out, LW_DTYPE_F32, lse,
-                                  a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_backward(r->s, dqkv, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
     /* out in bf16 (the CPU's, rounded), and the same run on its widening */
     const measure m = att_gemm(r->matmul, a->c / a->nh);
     float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
@@ -1784,13 +1789,14 @@ static void run_attention_backward(run *r, const void *p) {
                                   input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c,
                                   a->nh));
     float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, input(r, a->out_w, no),
-                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+    call(r,
+         lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
+                               input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
     /* a bf16 qkv (with the bf16 out), and its widening */
     float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, m);
-    call(r, lw_attention_backward(r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, 3 * no),
-                                  LW_DTYPE_BF16, input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse,
-                                  a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_backward(
+                r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, 3 * no), LW_DTYPE_BF16,
+                input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c, a->nh));
     float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, m);
     call(r, lw_attention_backward(r->s, dqw, LW_DTYPE_F32, work, dout, input(r, a->qkv_w, 3 * no),
                                   LW_DTYPE_F32, input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b,
@@ -1905,8 +1911,8 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         float x = 0;
         CHECK_FAILS(forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, 1,
                                                    4, 100, 3)
-                            : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, &x,
-                                                    LW_DTYPE_F32, &x, 1, 4, 100, 3),
+                            : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32,
+                                                    &x, LW_DTYPE_F32, &x, 1, 4, 100, 3),
                     LW_ERR_INVALID, "must divide by the heads nh = 3");
     }
 }
@@ -2086,10 +2092,10 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
         {7, 33, 50, 3, true, true, false},        /* a bf16 head */
         {300, 40, 1000, 4, false, true, false},   /* no dh: w is read by the logits alone */
         {3000, 64, 50304, 5, true, true, false},
-        {7, 33, 50, 3, true, false, true},        /* bf16 logits: one chunk, the logits kept */
-        {300, 40, 1000, 4, false, true, true},    /* with a bf16 head, no dh */
-        {5, 8, 10, 1, true, false, true},         /* every target ignored */
-        {3000, 64, 50304, 5, true, false, true},  /* two of the GPU's bf16 chunks of 2668 rows */
+        {7, 33, 50, 3, true, false, true},       /* bf16 logits: one chunk, the logits kept */
+        {300, 40, 1000, 4, false, true, true},   /* with a bf16 head, no dh */
+        {5, 8, 10, 1, true, false, true},        /* every target ignored */
+        {3000, 64, 50304, 5, true, false, true}, /* two of the GPU's bf16 chunks of 2668 rows */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].v == 50304)) continue;
@@ -2215,9 +2221,9 @@ static void run_partial_backward(run *r, const void *p) {
         float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
         call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, targets, a->n,
                                                  a->c, a->v, a->first, a->vocab));
-        call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, lt, targets, lse,
-                                                  a->n, a->c, a->v, a->first, a->vocab,
-                                                  (float)a->n));
+        call(r,
+             lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, lt, targets, lse, a->n,
+                                               a->c, a->v, a->first, a->vocab, (float)a->n));
     }
 }
 
@@ -2251,8 +2257,8 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
                                                           47 of padding */
         {7, 33, 26, 26, 50, true, false},              /* a bf16 head */
         {3000, 64, 25152, 25152, 50257, true, false},
-        {7, 33, 26, 26, 50, false, true},              /* bf16 logits */
-        {3000, 64, 25152, 25152, 50257, false, true},  /* one of the GPU's bf16 chunks */
+        {7, 33, 26, 26, 50, false, true},             /* bf16 logits */
+        {3000, 64, 25152, 25152, 50257, false, true}, /* one of the GPU's bf16 chunks */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (left_out(shapes[s].v == 25152)) continue;
@@ -2800,9 +2806,9 @@ static void cuda_contract(void) {
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&sc));
     CHECK_FAILS(lw_attention_forward(gs, o, LW_DTYPE_F32, l, sc, q, LW_DTYPE_F32, 1, 4, 512, 2),
                 LW_ERR_UNSUPPORTED, "head dim 256");
-    CHECK_FAILS(
-        lw_attention_backward(gs, q, LW_DTYPE_F32, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32, l, 1, 4, 512, 2),
-        LW_ERR_UNSUPPORTED, "head dim 256");
+    CHECK_FAILS(lw_attention_backward(gs, q, LW_DTYPE_F32, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32,
+                                      l, 1, 4, 512, 2),
+                LW_ERR_UNSUPPORTED, "head dim 256");
     const int32_t bad[3] = {1, -4, 2};
     int32_t *rows = NULL;
     CHECK_OK(lw_device_alloc(gpu, sizeof bad, (void **)&rows));

@@ -38,8 +38,8 @@ static void forward(att_case *k) {
 }
 
 static void backward_into(att_case *k, float *dqkv, const float *dout) {
-    CHECK_OK(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, k->scratch, dout, k->qkv, LW_DTYPE_F32, k->out,
-                                   LW_DTYPE_F32, k->lse, k->b, k->t, k->c, k->nh));
+    CHECK_OK(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, k->scratch, dout, k->qkv, LW_DTYPE_F32,
+                                   k->out, LW_DTYPE_F32, k->lse, k->b, k->t, k->c, k->nh));
 }
 
 /* Explicit per-head loops in double, the causal mask as a loop bound: the outputs and each row's
@@ -217,8 +217,8 @@ static void test_heads_must_divide_channels(void) {
                                   1, 4, 10, 3),
              LW_ERR_INVALID);
     CHECK(strstr(lw_last_error(), "c = 10") != NULL && strstr(lw_last_error(), "nh = 3") != NULL);
-    CHECK_EQ(lw_attention_backward(NULL, k.dqkv, LW_DTYPE_F32, k.scratch, k.r, k.qkv, LW_DTYPE_F32, k.out,
-                                   LW_DTYPE_F32, k.lse, 1, 4, 10, 3),
+    CHECK_EQ(lw_attention_backward(NULL, k.dqkv, LW_DTYPE_F32, k.scratch, k.r, k.qkv, LW_DTYPE_F32,
+                                   k.out, LW_DTYPE_F32, k.lse, 1, 4, 10, 3),
              LW_ERR_INVALID);
     CHECK_EQ(k.out[0], first);
     case_free(&k);

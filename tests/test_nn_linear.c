@@ -77,8 +77,8 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
      * 2 eps: measured 2e-5 on the small shapes, 1.4e-4 at out = 131 with eps = 1e-2. 3e-3 keeps
      * a 20x margin, and a wrong gradient (an entry missed, transposed or doubled) is off by
      * O(1). */
-    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n, in,
-                                out));
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w,
+                                LW_DTYPE_F32, n, in, out));
     const float eps = 1e-2f;
     const double tol = 3e-3;
     check_tol("fd dx", n, in, out, nn_fd_worst(c.x, dx, n * in, loss, &c, eps, 300), tol);
@@ -94,16 +94,16 @@ static void test_shape(int64_t n, int64_t in, int64_t out) {
     memcpy(adx, pdx, sizeof(float) * (size_t)(n * in));
     memcpy(adw, pdw, sizeof(float) * (size_t)(out * in));
     memcpy(adb, pdb, sizeof(float) * (size_t)out);
-    CHECK_OK(lw_linear_backward(NULL, adx, adw, adb, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n,
-                                in, out));
+    CHECK_OK(lw_linear_backward(NULL, adx, adw, adb, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w,
+                                LW_DTYPE_F32, n, in, out));
     check_tol("accumulate dx", n, in, out, nn_accumulate_error(adx, pdx, dx, n * in), 1e-6);
     check_tol("accumulate dw", n, in, out, nn_accumulate_error(adw, pdw, dw, out * in), 1e-6);
     check_tol("accumulate db", n, in, out, nn_accumulate_error(adb, pdb, db, out), 1e-6);
 
     /* (d) dx and db NULL: dw alone, the same bits as with all three */
     float *dw2 = nn_alloc(out * in);
-    CHECK_OK(lw_linear_backward(NULL, NULL, dw2, NULL, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w, LW_DTYPE_F32, n,
-                                in, out));
+    CHECK_OK(lw_linear_backward(NULL, NULL, dw2, NULL, c.r, LW_DTYPE_F32, c.x, LW_DTYPE_F32, c.w,
+                                LW_DTYPE_F32, n, in, out));
     CHECK(memcmp(dw2, dw, sizeof(float) * (size_t)(out * in)) == 0);
 
     free(c.y), free(c.x), free(c.w), free(c.b), free(c.r);
@@ -127,9 +127,11 @@ static void test_empty(void) {
     CHECK_OK(
         lw_linear_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, NULL, 2, 0, 3));
     CHECK(y[0] == 0 && y[5] == 0);
-    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, 2, 0, 3));
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w,
+                                LW_DTYPE_F32, 2, 0, 3));
     CHECK(db[0] == 3 && db[1] == 3 && db[2] == 3 && dx[0] == 5 && dw[0] == 5);
-    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w, LW_DTYPE_F32, 0, 1, 3));
+    CHECK_OK(lw_linear_backward(NULL, dx, dw, db, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w,
+                                LW_DTYPE_F32, 0, 1, 3));
     CHECK(db[0] == 3 && dx[0] == 5 && dw[0] == 5);
 }
 
@@ -143,9 +145,9 @@ static void test_weight_dtypes(void) {
     CHECK_FAILS(
         lw_linear_forward(NULL, y, LW_DTYPE_F16, x, LW_DTYPE_F32, w, LW_DTYPE_F32, NULL, 1, 1, 2),
         LW_ERR_INVALID, "linear forward: output of dtype f16: fp32 or bf16 only");
-    CHECK_FAILS(
-        lw_linear_backward(NULL, dx, dw, NULL, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w, (lw_dtype)7, 1, 1, 2),
-        LW_ERR_INVALID, "linear backward: unknown weight dtype 7");
+    CHECK_FAILS(lw_linear_backward(NULL, dx, dw, NULL, dy, LW_DTYPE_F32, x, LW_DTYPE_F32, w,
+                                   (lw_dtype)7, 1, 1, 2),
+                LW_ERR_INVALID, "linear backward: unknown weight dtype 7");
     CHECK(y[0] == 9 && dx[0] == 5 && dw[0] == 5);
     /* bf16 weights: 1.5 and -2 are exact in bf16 (0x3FC0, 0xC000) */
     const uint16_t w16[2] = {0x3FC0, 0xC000};
@@ -164,8 +166,8 @@ static void test_weight_dtypes(void) {
     CHECK(y16[0] == 0x4080 && y16[1] == 0xC040);
     /* the linear layer with GELU, forward and backward: each dtype named by its role */
     float pre[2] = {9, 9};
-    CHECK_FAILS(lw_linear_gelu_forward(NULL, y, pre, LW_DTYPE_F16, x, LW_DTYPE_F32, w,
-                                       LW_DTYPE_F32, NULL, 1, 1, 2),
+    CHECK_FAILS(lw_linear_gelu_forward(NULL, y, pre, LW_DTYPE_F16, x, LW_DTYPE_F32, w, LW_DTYPE_F32,
+                                       NULL, 1, 1, 2),
                 LW_ERR_INVALID, "linear gelu forward: output of dtype f16: fp32 or bf16 only");
     CHECK_FAILS(lw_linear_gelu_backward(NULL, pre, LW_DTYPE_F32, dw, NULL, dy, LW_DTYPE_F16, x,
                                         LW_DTYPE_F32, w, LW_DTYPE_F32, pre, 1, 2, 1),

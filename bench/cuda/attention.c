@@ -32,8 +32,8 @@ static double best_ms(const shape *s, void *out, float *lse, float *scratch, flo
                                              s->b, s->t, s->c, s->nh),
                         "lw_attention_forward");
             if (backward)
-                bench_check(lw_attention_backward(bench_stream, dqkv, dtype, scratch, dout, qkv, dtype,
-                                                  out, dtype, lse, s->b, s->t, s->c, s->nh),
+                bench_check(lw_attention_backward(bench_stream, dqkv, dtype, scratch, dout, qkv,
+                                                  dtype, out, dtype, lse, s->b, s->t, s->c, s->nh),
                             "lw_attention_backward");
         }
         const double ms = 1e3 * bench_since(bench_stream, t0) / calls;
