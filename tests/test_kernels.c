@@ -1038,16 +1038,46 @@ static measure linear_gemm(lw_matmul m) {
                                  : differing(gemm(1e-2), 5e-4);
 }
 
-static void run_linear_forward(run *r, const void *p) {
-    const linear_args *a = p;
-    lw_dtype wt, xt;
-    const void *x = input_typed(r, a->x, a->x16, a->n * a->in, &xt);
-    const void *w = input_typed(r, a->w, a->w16, a->out * a->in, &wt);
-    const float *b = a->bias ? input(r, a->b, a->out) : NULL;
-    /* with both operands bf16 nothing is rounded: the lower precisions need not differ from
-     * fp32's (only the sums' order does) */
+/* A linear case's inputs on the run's device, each as the kernel reads it (bf16 bits where the
+ * case has them), with their dtypes: the forward's x, w and b (NULL without a bias), the
+ * backward's dy, x and w. */
+typedef struct {
+    const void *dy, *x, *w;
+    const float *b;
+    lw_dtype dyt, xt, wt;
+} linear_inputs;
+
+static linear_inputs forward_inputs(run *r, const linear_args *a) {
+    linear_inputs in = {0};
+    in.x = input_typed(r, a->x, a->x16, a->n * a->in, &in.xt);
+    in.w = input_typed(r, a->w, a->w16, a->out * a->in, &in.wt);
+    in.b = a->bias ? input(r, a->b, a->out) : NULL;
+    return in;
+}
+
+static linear_inputs backward_inputs(run *r, const linear_args *a) {
+    linear_inputs in = {0};
+    in.dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &in.dyt);
+    in.x = input_typed(r, a->x, a->x16, a->n * a->in, &in.xt);
+    in.w = input_typed(r, a->w, a->w16, a->out * a->in, &in.wt);
+    return in;
+}
+
+/* The forward's measure: with both operands bf16 nothing is rounded, so the lower precisions
+ * need not differ from fp32's (only the sums' order does). */
+static measure forward_measure(const run *r, const linear_args *a) {
     measure m = linear_gemm(r->matmul);
     if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
+    return m;
+}
+
+static void run_linear_forward(run *r, const void *p) {
+    const linear_args *a = p;
+    const linear_inputs in = forward_inputs(r, a);
+    const void *x = in.x, *w = in.w;
+    const float *b = in.b;
+    const lw_dtype xt = in.xt, wt = in.wt;
+    const measure m = forward_measure(r, a);
     /* y starts as NaN: without a bias the GEMM must not read it (beta 0) */
     float *y = output(r, "y", a->n * a->out, m);
     call(r, lw_linear_forward(r->s, y, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in, a->out));
@@ -1088,13 +1118,12 @@ static void after_linear_forward(const kernel_case *k, const run *r) {
  * with its own tanh: within the bf16 step the measure allows against the CPU). */
 static void run_linear_gelu_forward(run *r, const void *p) {
     const linear_args *a = p;
-    lw_dtype wt, xt;
-    const void *x = input_typed(r, a->x, a->x16, a->n * a->in, &xt);
-    const void *w = input_typed(r, a->w, a->w16, a->out * a->in, &wt);
-    const float *b = a->bias ? input(r, a->b, a->out) : NULL;
+    const linear_inputs in = forward_inputs(r, a);
+    const void *x = in.x, *w = in.w;
+    const float *b = in.b;
+    const lw_dtype xt = in.xt, wt = in.wt;
     const int64_t ny = a->n * a->out;
-    measure m = linear_gemm(r->matmul);
-    if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
+    const measure m = forward_measure(r, a);
     float *pre = output(r, "pre", ny, m), *y = output(r, "y", ny, m);
     call(r,
          lw_linear_gelu_forward(r->s, y, pre, LW_DTYPE_F32, x, xt, w, wt, b, a->n, a->in, a->out));
@@ -1137,21 +1166,6 @@ static void after_linear_gelu(const kernel_case *k, const run *r) {
 /* The backward with GELU's before it, into an fp32 and a bf16 dpre, and the two kernels one
  * after the other (the linear backward into a zeroed dx, then GELU's into a zeroed dpre): the
  * same bit for bit but for a GPU's bf16 dpre under bf16 products (cuBLASLt's DGELU epilogue). */
-/* A linear case's backward inputs on the run's device, each as the kernel reads it (bf16 bits
- * where the case has them), with their dtypes. */
-typedef struct {
-    const void *dy, *x, *w;
-    lw_dtype dyt, xt, wt;
-} linear_inputs;
-
-static linear_inputs backward_inputs(run *r, const linear_args *a) {
-    linear_inputs in;
-    in.dy = input_typed(r, a->dy, a->dy16, a->n * a->out, &in.dyt);
-    in.x = input_typed(r, a->x, a->x16, a->n * a->in, &in.xt);
-    in.w = input_typed(r, a->w, a->w16, a->out * a->in, &in.wt);
-    return in;
-}
-
 static void run_linear_gelu_backward(run *r, const void *p) {
     const linear_args *a = p;
     const int64_t nx = a->n * a->in, nw = a->out * a->in;
