@@ -360,6 +360,10 @@ typedef struct kernel_case {
      * which shapes of every size reach: on a GPU each precision runs on every shape; on the CPU,
      * as for GEMMs, TF32 and bf16 give fp32's bits (on the shapes that are not large). */
     bool tensor_cores;
+    /* A GEMM shape that is not large but that cuBLASLt's epilogues take (gemm_lt.c: every
+     * dimension a multiple of 16): on a GPU each precision runs on it too, so that under bf16
+     * products every epilogue runs, those of shapes no large case has among them. */
+    bool epilogues;
 } kernel_case;
 
 typedef void (*after_fn)(const kernel_case *k, const run *r);
@@ -538,7 +542,7 @@ static void cpu_checks(const kernel_case *k, const run *ref, const run *zeroed) 
 /* The other device's runs against the CPU's first: `first` (fp32, done), then the others the
  * case takes. */
 static void check_other(const kernel_case *k, const run *ref, run *first) {
-    for (int p = 0; p < ((k->gemm && k->large) || k->tensor_cores ? 3 : 1); p++) {
+    for (int p = 0; p < ((k->gemm && (k->large || k->epilogues)) || k->tensor_cores ? 3 : 1); p++) {
         run got, again;
         if (p == 0)
             got = *first;
@@ -932,6 +936,27 @@ static void bf16_cases(const char *kernel, run_fn fn, after_fn after) {
     }
 }
 
+/* Whether a GEMM under precision m rounds an operand of these n values that fp32 products read
+ * as it is: a value bf16 (8 significant bits) or TF32 (11) cannot hold. bf16 values, a bf16
+ * operand's or its widening's, are read exactly by both. A lower precision can be required to
+ * differ from fp32 (differing) only where it rounds something: else the sums' order is all
+ * that differs. */
+static bool rounded_by(lw_matmul m, const float *v, int64_t n) {
+    const uint32_t lost = m == LW_MATMUL_BF16 ? 0xffffu : m == LW_MATMUL_TF32 ? 0x1fffu : 0;
+    for (int64_t i = 0; i < n && lost != 0; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], sizeof bits);
+        if ((bits & lost) != 0 && isfinite(v[i])) return true;
+    }
+    return false;
+}
+
+/* m, no longer required to differ from fp32 where nothing is rounded */
+static measure differing_if(measure m, bool rounded) {
+    if (!rounded) m.differ = 0;
+    return m;
+}
+
 /* ---- bf16 weights ----------------------------------------------------------------------------- *
  * The kernels that read weight matrices (linear, the embedding tables, the LM head) take their
  * dtype, so that bf16 parameters are read as stored. A case with bf16 weights rounds its host
@@ -1017,8 +1042,15 @@ static void after_bf16_output(const kernel_case *k, const run *r, const char *wh
  * Simulated (the same shapes and input distribution, operands rounded to bf16, products summed
  * exactly): 2.0e-3 for y (k 768), 2.0e-3 for dx (k 2304), 2.1e-3 for dw (k 1024). Tolerance 1e-2
  * of the largest value, and further from fp32 than 5e-4 of it, where fp32 is ~1e-6 away and TF32
- * ~2.5e-4 in the same simulation. Those two precisions run on the large shape only, whose k the
- * simulations cover. */
+ * ~2.5e-4 in the same simulation. Those two precisions run on the large shapes, whose k the
+ * simulations cover, and on the bias-less shape of cuBLASLt's epilogues, whose operands are all
+ * bf16 (nothing rounded: the sums' order alone, as fp32).
+ * A GEMM is required to differ from fp32 only where the precision rounds one of its operands (y:
+ * x and w; dx: dy and w; dw: dy and x; rounded_by): a bf16 operand, or an fp32 one of bf16 values
+ * (a "(widened)" twin), is read as fp32 reads it, by bf16 and TF32 products alike.
+ * A bf16 output under bf16 products adds the bias rounded to bf16 (gemm_lt.c: cuBLASLt takes it
+ * in D's type): at most 2^-9 of |b| < 1, against outputs of ~9 rms, within the bf16 step that
+ * bf16_step allows. */
 
 typedef struct {
     char shape[96];
@@ -1063,12 +1095,72 @@ static linear_inputs backward_inputs(run *r, const linear_args *a) {
     return in;
 }
 
-/* The forward's measure: with both operands bf16 nothing is rounded, so the lower precisions
- * need not differ from fp32's (only the sums' order does). */
+/* The measure of a GEMM's output of `count` elements from operands a (na values) and b (nb): it
+ * must differ from fp32 where it has elements and the precision rounds an operand (none is
+ * rounded where the inner dimension is empty: both are). */
+static measure gemm_output(lw_matmul m, int64_t count, const float *a, int64_t na, const float *b,
+                           int64_t nb) {
+    return differing_if(linear_gemm(m),
+                        count > 0 && (rounded_by(m, a, na) || rounded_by(m, b, nb)));
+}
+/* The forward's y reads x and w, dx reads dy and w, dw reads dy and x. */
 static measure forward_measure(const run *r, const linear_args *a) {
-    measure m = linear_gemm(r->matmul);
-    if (a->w16 != NULL && a->x16 != NULL) m.differ = 0;
-    return m;
+    return gemm_output(r->matmul, a->n * a->out, a->x, a->n * a->in, a->w, a->out * a->in);
+}
+static measure dx_measure(const run *r, const linear_args *a) {
+    return gemm_output(r->matmul, a->n * a->in, a->dy, a->n * a->out, a->w, a->out * a->in);
+}
+static measure dw_measure(const run *r, const linear_args *a) {
+    return gemm_output(r->matmul, a->out * a->in, a->dy, a->n * a->out, a->x, a->n * a->in);
+}
+
+/* cuBLASLt's epilogues against the separate passes, on one device: the same operands (and under
+ * bf16 products the same bf16 bias), so only the sums' order (1e-5 of the largest value, gemm's),
+ * the roundings and cuBLASLt's GELU can differ.
+ * - The bias (epilogue_measure), per element, relative to the value or 1% of the largest: a bf16
+ *   output against the fp32 one (the bias epilogue against the bias rows and the GEMM) is half a
+ *   step off (2^-8 of a value at the bottom of its binade), plus the bias's rounding (2^-9 |b| <
+ *   2^-9, against a largest value of ~48: 4e-3) and the sums' order (1e-3): 9e-3; two bf16
+ *   outputs (GELU's input from its epilogue and from the bias epilogue) a step apart at most
+ *   (2^-7) where their sums straddle a rounding point: 8e-3. Tolerance 1.5e-2, where a bias left
+ *   out, or added by column, is off by up to 1 of the values near 0.
+ * - GELU's output (gelu_epilogue_measure) adds GELU of its input's rounding on the separate path
+ *   (at most 1.3 times that rounding relative to y for x > 0, 5e-3; |GELU'(x) x| <= 0.2 absolute
+ *   for x < 0) and cuBLASLt's own GELU (the tanh form, as PyTorch's fused path takes it: a
+ *   hardware tanh is ~2^-11 relative, up to 1e-3 in y where it nears -1; the erf form would be
+ *   4.7e-4 away). Relative to the value or 0.25 (GELU's values near 0): 8e-3 + 5e-3 + 4e-3 +
+ *   1e-3 = 1.8e-2; 3e-2, where another activation, or a bias left out, is off by 0.1 to 1 there.
+ * - GELU's gradient (dgelu_epilogue_measure), dy w GELU'(pre): its product is up to ~80 where
+ *   GELU'(pre) crosses 0, so an error of cuBLASLt's GELU' (~1e-3, as its GELU's) is judged against
+ *   the largest value: a step (2^-7) and 1e-3 of it, 2e-2, where GELU' of another input, or none,
+ *   is off by O(1) of it. */
+static measure epilogue_measure(void) { return scaled(1.5e-2); }
+static measure gelu_epilogue_measure(void) {
+    return (measure){.kind = RELATIVE, .tol = 3e-2, .floor = 0.25, .scale = 1e-2};
+}
+static measure dgelu_epilogue_measure(void) { return gemm(2e-2); }
+
+/* Output `what` (of type wt) against `twin` (of type tt) of the same run, n values, within m:
+ * another path to the same values on the same device. Printed on a device other than the CPU, as
+ * compare_one prints, that a GPU run records how close its epilogues came. */
+static void near_twin(const kernel_case *k, const run *r, const char *what, elem_type wt,
+                      const char *twin, elem_type tt, int64_t n, measure m) {
+    const void *g = got_of(r, what), *t = got_of(r, twin);
+    double *gd = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    double *td = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n && g != NULL && t != NULL; i++)
+        gd[i] = elem(wt, g, i), td[i] = elem(tt, t, i);
+    double unused = 0;
+    const double worst = g != NULL && t != NULL ? distance(&m, F64, gd, td, n, &unused) : NAN;
+    if (!on_cpu(r->device))
+        printf("  %s %s (%s) %s: %s against %s %.2e <= %.1e\n", lw_device_name(r->device),
+               k->kernel, k->shape, lw_matmul_name(r->matmul), what, twin, worst, m.tol);
+    if (worst <= m.tol)
+        passed();
+    else
+        failed(k, r, "%s: %.3g from %s (another path to it), tolerance %.2g", what, worst, twin,
+               m.tol);
+    free(gd), free(td);
 }
 
 static void run_linear_forward(run *r, const void *p) {
@@ -1094,6 +1186,10 @@ static void run_linear_forward(run *r, const void *p) {
 static void after_linear_forward(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
     if (a->w16 != NULL || a->x16 != NULL) same_as_widened(k, r, "y", a->n * a->out);
+    /* y bf16 is y rounded: bit for bit on the CPU (after_bf16_output, below); on a GPU under bf16
+     * products, cuBLASLt's bias epilogue (its default one without a bias) against the bias rows
+     * and the GEMM, where it offers an algorithm */
+    near_twin(k, r, "y bf16", BF16V, "y", F32, a->n * a->out, epilogue_measure());
     if (!on_cpu(r->device)) return;
     after_bf16_output(k, r, "y", a->n * a->out);
     if (a->large) return;
@@ -1151,7 +1247,8 @@ static void same_as_two_kernels(const kernel_case *k, const run *r, const char *
 }
 
 /* cuBLASLt's GELU epilogues take a leading dimension (the GEMM's m) that divides by 8: other
- * shapes run the two kernels on every device. */
+ * shapes run the two kernels on every device. Where the epilogue may run, its outputs against the
+ * two kernels' within the tolerances derived above epilogue_measure. */
 static void after_linear_gelu(const kernel_case *k, const run *r) {
     const linear_args *a = k->args;
     const int64_t ny = a->n * a->out;
@@ -1160,6 +1257,10 @@ static void after_linear_gelu(const kernel_case *k, const run *r) {
     if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16 || a->out % 8 != 0) {
         same_as_two_kernels(k, r, "pre bf16", ny, 2);
         same_as_two_kernels(k, r, "y bf16", ny, 2);
+    } else {
+        near_twin(k, r, "pre bf16", BF16V, "pre bf16 (two kernels)", BF16V, ny, epilogue_measure());
+        near_twin(k, r, "y bf16", BF16V, "y bf16 (two kernels)", BF16V, ny,
+                  gelu_epilogue_measure());
     }
 }
 
@@ -1174,8 +1275,8 @@ static void run_linear_gelu_backward(run *r, const void *p) {
     const lw_dtype dyt = in.dyt, xt = in.xt, wt = in.wt;
     const float *pre = input(r, a->pre, nx);
     const uint16_t *pre16 = input_bf16(r, a->pre16, nx);
-    const measure m = linear_gemm(r->matmul);
-    float *dw = accumulated(r, "dw", a->dw0, nw, m);
+    const measure m = dx_measure(r, a); /* dpre is dx's GEMM's, times GELU' */
+    float *dw = accumulated(r, "dw", a->dw0, nw, dw_measure(r, a));
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
     float *dpre = output(r, "dpre", nx, m);
     call(r, lw_linear_gelu_backward(r->s, dpre, LW_DTYPE_F32, dw, db, dy, dyt, x, xt, w, wt, pre,
@@ -1198,6 +1299,9 @@ static void after_linear_gelu_backward(const kernel_case *k, const run *r) {
     same_as_two_kernels(k, r, "dpre", nx, 4);
     if (on_cpu(r->device) || r->matmul != LW_MATMUL_BF16 || a->in % 8 != 0)
         same_as_two_kernels(k, r, "dpre bf16", nx, 2);
+    else
+        near_twin(k, r, "dpre bf16", BF16V, "dpre bf16 (two kernels)", BF16V, nx,
+                  dgelu_epilogue_measure());
 }
 
 /* the whole backward; then dx and db NULL: dw alone, the same GEMM */
@@ -1207,19 +1311,18 @@ static void run_linear_backward(run *r, const void *p) {
     const linear_inputs in = backward_inputs(r, a);
     const void *dy = in.dy, *x = in.x, *w = in.w;
     const lw_dtype dyt = in.dyt, xt = in.xt, wt = in.wt;
-    float *dx = accumulated(r, "dx", a->dx0, nx, linear_gemm(r->matmul));
-    float *dw = accumulated(r, "dw", a->dw0, nw, linear_gemm(r->matmul));
+    const measure mx = dx_measure(r, a), mw = dw_measure(r, a);
+    float *dx = accumulated(r, "dx", a->dx0, nx, mx);
+    float *dw = accumulated(r, "dw", a->dw0, nw, mw);
     float *db = accumulated(r, "db", a->db0, a->out, scaled(1e-6));
     call(r, lw_linear_backward(r->s, dx, dw, db, dy, dyt, x, xt, w, wt, a->n, a->in, a->out));
     /* under bf16 without dx, w is not rounded: dw from the same rounded operands */
-    measure m = linear_gemm(r->matmul);
-    m.differ = 0;
-    float *alone = accumulated(r, "dw alone", a->dw0, nw, m);
+    float *alone = accumulated(r, "dw alone", a->dw0, nw, mw);
     call(r,
          lw_linear_backward(r->s, NULL, alone, NULL, dy, dyt, x, xt, w, wt, a->n, a->in, a->out));
     if (a->w16 == NULL && a->x16 == NULL && a->dy16 == NULL) return;
-    float *dx32 = accumulated(r, "dx (widened)", a->dx0, nx, linear_gemm(r->matmul));
-    float *dw32 = accumulated(r, "dw (widened)", a->dw0, nw, linear_gemm(r->matmul));
+    float *dx32 = accumulated(r, "dx (widened)", a->dx0, nx, mx);
+    float *dw32 = accumulated(r, "dw (widened)", a->dw0, nw, mw);
     float *db32 = accumulated(r, "db (widened)", a->db0, a->out, scaled(1e-6));
     call(r, lw_linear_backward(r->s, dx32, dw32, db32, input(r, a->dy, a->n * a->out), LW_DTYPE_F32,
                                input(r, a->x, nx), LW_DTYPE_F32, input(r, a->w, nw), LW_DTYPE_F32,
@@ -1286,13 +1389,17 @@ static void linear_cases(const char *kernel, run_fn fn, after_fn after) {
         for (int64_t i = 0; i < a.n * a.in; i++)
             a.pre16[i] = bf16_reference(a.pre[i]);
         a.dw0 = prefill(a.out * a.in), a.db0 = prefill(a.out);
+        /* every dimension a multiple of 16: cuBLASLt's epilogues take the shape on a GPU */
+        const bool epilogues =
+            a.n > 0 && a.in > 0 && a.out > 0 && a.n % 16 == 0 && a.in % 16 == 0 && a.out % 16 == 0;
         check(&(kernel_case){.kernel = kernel,
                              .shape = a.shape,
                              .fn = fn,
                              .args = &a,
                              .after = after,
                              .large = a.large,
-                             .gemm = true});
+                             .gemm = true,
+                             .epilogues = epilogues && !a.large});
         free(a.x), free(a.w), free(a.b), free(a.dy), free(a.dx0), free(a.dw0), free(a.db0);
         free(a.w16), free(a.x16), free(a.dy16), free(a.pre), free(a.pre16);
     }
@@ -1731,7 +1838,10 @@ static void gelu_cases(const char *kernel, run_fn fn, after_fn after) {
  * head dim 128 the most), dqkv 3.0e-3 to 6.1e-3. More heads add a little to a maximum (~15% from
  * 2 heads' rows to 96's, for tails like these): tolerances 2e-2 for the three (over 3 times the
  * worst), and out and dqkv must be further from fp32 than 2e-4 (the tensor cores ran: fp32 is
- * ~1e-6 away). At other head dims bf16 runs the fp32 kernels: 1e-5, as fp32. */
+ * ~1e-6 away) where the tensor cores round something: q, k, v or dout not already bf16 values,
+ * or P, below 1 in a row of more than one key. At t = 1 each row's one probability is 1 and the
+ * out of a bf16 qkv is its v, unrounded: equal to fp32's to ~1e-7. At other head dims bf16 runs
+ * the fp32 kernels: 1e-5, as fp32. */
 
 /* out and dqkv, lse: by precision and head dim */
 static bool att_tensor_cores(lw_matmul m, int64_t hd) {
@@ -1757,28 +1867,37 @@ typedef struct {
     float *d0_w;     /* and widened again */
 } att_args;
 
+/* out, or dqkv from dout (NULL: the forward), of the values qkv: required to differ from fp32
+ * where the tensor cores round one of them, or P (t > 1) */
+static measure att_measure(const run *r, const att_args *a, const float *qkv, const float *dout) {
+    const int64_t no = a->b * a->t * a->c;
+    return differing_if(att_gemm(r->matmul, a->c / a->nh),
+                        no > 0 && (a->t > 1 || rounded_by(LW_MATMUL_BF16, qkv, 3 * no) ||
+                                   (dout != NULL && rounded_by(LW_MATMUL_BF16, dout, no))));
+}
+
 static void run_attention_forward(run *r, const void *p) {
     const att_args *a = p;
     const int64_t no = a->b * a->t * a->c;
     const float *qkv = input(r, a->qkv, 3 * no);
     const int64_t hd = a->c / a->nh;
-    float *out = output(r, "out", no, att_gemm(r->matmul, hd));
+    float *out = output(r, "out", no, att_measure(r, a, a->qkv, NULL));
     float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     r->nan_fed = a->nan_row >= 0;
     call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, work, qkv, LW_DTYPE_F32, a->b, a->t,
                                  a->c, a->nh));
-    const measure m16 = bf16_step(att_gemm(r->matmul, hd));
+    const measure m16 = bf16_step(att_gemm(r->matmul, hd)), mq = att_measure(r, a, a->qkv_w, NULL);
     float *lse_again = scratch(r, a->b * a->nh * a->t);
     uint16_t *out16 = output_bf16_values(r, "out bf16", no, m16);
     call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, lse_again, work, qkv, LW_DTYPE_F32,
                                  a->b, a->t, a->c, a->nh));
     /* a bf16 qkv, its widening, and both in bf16 (the model's pair) */
     const void *q16 = input_bf16(r, a->qkv16, 3 * no);
-    float *oq = output(r, "out of bf16 qkv", no, att_gemm(r->matmul, hd));
+    float *oq = output(r, "out of bf16 qkv", no, mq);
     call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, work, q16, LW_DTYPE_BF16, a->b,
                                  a->t, a->c, a->nh));
-    float *ow = output(r, "out of bf16 qkv (widened)", no, att_gemm(r->matmul, hd));
+    float *ow = output(r, "out of bf16 qkv (widened)", no, mq);
     call(r,
          lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, work, input(r, a->qkv_w, 3 * no),
                               LW_DTYPE_F32, a->b, a->t, a->c, a->nh));
@@ -1792,12 +1911,12 @@ static void run_attention_backward(run *r, const void *p) {
     const int64_t no = a->b * a->t * a->c;
     const float *qkv = input(r, a->qkv, 3 * no), *dout = input(r, a->dout, no);
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
-    float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, att_gemm(r->matmul, a->c / a->nh));
+    const measure m = att_measure(r, a, a->qkv, a->dout), mq = att_measure(r, a, a->qkv_w, a->dout);
+    float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, m);
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     call(r, lw_attention_backward(r->s, dqkv, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
                                   LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
     /* out in bf16 (the CPU's, rounded), and the same run on its widening */
-    const measure m = att_gemm(r->matmul, a->c / a->nh);
     float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
     call(r, lw_attention_backward(r->s, d16, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
                                   input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c,
@@ -1807,11 +1926,11 @@ static void run_attention_backward(run *r, const void *p) {
          lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
                                input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
     /* a bf16 qkv (with the bf16 out), and its widening */
-    float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, m);
+    float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, mq);
     call(r, lw_attention_backward(
                 r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, 3 * no), LW_DTYPE_BF16,
                 input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c, a->nh));
-    float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, m);
+    float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, mq);
     call(r, lw_attention_backward(r->s, dqw, LW_DTYPE_F32, work, dout, input(r, a->qkv_w, 3 * no),
                                   LW_DTYPE_F32, input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b,
                                   a->t, a->c, a->nh));

@@ -114,7 +114,8 @@ lw_status lwc_gemm_ex(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64
 /* gemm_lt.c: C[m, n] (bf16, column-major, ld m) = op(A) op(B) + bias[m] (bias optional, fp32,
  * one per row of C), the fp32 result rounded to bf16 once: on cuBLASLt with the bias in its
  * epilogue under bf16 products where it offers an algorithm, else through an fp32 copy in the
- * workspace (the bias seeded, the GEMM added, then rounded). */
+ * workspace (the bias seeded, the GEMM added, then rounded). Under bf16 products the bias is
+ * rounded to bf16 first on either path (cuBLASLt takes it in D's type). */
 lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                             int64_t k, lwc_operand a, int64_t lda, lwc_operand b, int64_t ldb,
                             const float *bias, void *c, const char *what);

@@ -2,12 +2,18 @@
  * attention or GELU), the bias added before the one rounding, as the CPU does (the bias seeded,
  * the product added in fp32, rounded once).
  *
- * Under bf16 products they run on cuBLASLt with the bias in the epilogue (CUBLASLT_EPILOGUE_BIAS
- * with an fp32 bias: the fp32 sum plus the bias, rounded as it is stored), one pass writing 2
- * bytes an element and no kernel of its own, wherever cuBLASLt's heuristic offers an algorithm
- * for the shapes, the operands' alignment and that bias type. Otherwise, and under fp32 or TF32
- * products, the GEMM writes fp32 into the stream's workspace seeded with the bias and one pass
- * rounds it (lwc_gemm's arithmetic, then lwc_to_bf16).
+ * Under bf16 products they run on cuBLASLt with the bias in the epilogue (CUBLASLT_EPILOGUE_BIAS:
+ * the fp32 sum plus the bias, rounded as it is stored), one pass writing 2 bytes an element and
+ * no kernel of its own, wherever cuBLASLt's heuristic offers an algorithm for the shapes and the
+ * operands' alignment. Otherwise, and under fp32 or TF32 products, the GEMM writes fp32 into the
+ * stream's workspace seeded with the bias and one pass rounds it (lwc_gemm's arithmetic, then
+ * lwc_to_bf16).
+ *
+ * The bias under bf16 products is rounded to bf16 once per call, on either path, as the operands
+ * are (autocast rounds a linear layer's bias too): cuBLASLt takes the epilogue's bias in D's
+ * type, bf16 here, and documents another type for IMMA and fp8 kernels only. Which path runs then
+ * changes only the sums' order. Under fp32 and TF32 products the bias is added as it is, and so
+ * on the CPU, which computes fp32 whatever is set.
  *
  * The heuristic's choice is remembered per device and shape (a few shapes a model: its search
  * costs tens of microseconds of host time); the descriptors are made per call (host work only).
@@ -32,6 +38,11 @@
 #define REGION_ALIGN 256
 /* Shapes whose choice is remembered per device (a model has a few: QKV and fc, forward). */
 #define LT_CHOICES 32
+
+/* bytes rounded up to a whole number of regions' alignments */
+static int64_t aligned(int64_t bytes) {
+    return (bytes + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
+}
 
 /* The largest power of two up to 256 that divides the address: cuBLASLt picks kernels by it. */
 static uint32_t alignment(const void *p) {
@@ -80,7 +91,7 @@ static cublasStatus_t set_op(lt_plan *p, cublasLtMatmulDescAttributes_t what, co
     return cublasLtMatmulDescSetAttribute(p->op, what, v, size);
 }
 
-/* C = op(A) op(B) (+ bias) with bf16 A, B and C, fp32 sums and scale; bias: the fp32 bias's
+/* C = op(A) op(B) (+ bias) with bf16 A, B and C, fp32 sums and scale; bias: the bf16 bias's
  * pointer, or NULL; pre: GELU's input (bf16, ld m), where LT_GELU writes it (C then GELU of it)
  * and LT_DGELU reads it (C then the product times GELU' of it); NULL for LT_PLAIN.
  * CUBLAS_STATUS_SUCCESS, or why cuBLASLt refused a descriptor. */
@@ -100,7 +111,10 @@ static cublasStatus_t describe(lt_plan *p, bool trans_a, bool trans_b, int64_t m
     if (e == CUBLAS_STATUS_SUCCESS)
         e = set_op(p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     if (bias != NULL) {
-        const int32_t bias_type = CUDA_R_32F;
+        /* bf16, D's type: cuBLASLt's header documents a bias of another type for IMMA and fp8
+         * kernels alone, so an fp32 one may find no algorithm (every biased GEMM on the fp32
+         * pass). Set, though it is the default, to say so. */
+        const int32_t bias_type = CUDA_R_16BF;
         if (e == CUBLAS_STATUS_SUCCESS)
             e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
         if (e == CUBLAS_STATUS_SUCCESS)
@@ -185,21 +199,20 @@ static lt_choice *choice_for(lw_stream *s, lt_plan *p, const int64_t key[LT_KEY]
     return c;
 }
 
-/* The bias copied to the start of `extra` (one 256-aligned region: cuBLASLt reads it in
- * vectors), then the chosen algorithm with the rest of `extra` as its workspace. *declined: the
- * GEMM did not run because cuBLASLt refused the call (not a failure: the caller takes the fp32
- * pass). */
+/* The bias rounded to bf16 into the start of `extra` (one 256-aligned region: cuBLASLt reads it
+ * in vectors), then the chosen algorithm with the rest of `extra` as its workspace. *declined:
+ * the GEMM did not run because cuBLASLt refused the call (not a failure: the caller takes the
+ * fp32 pass). */
 static lw_status run_fused(lw_stream *s, lt_plan *p, const lt_choice *c, const void *a,
                            const void *b, const float *bias, int64_t m, void *out, void *extra,
                            int64_t bias_bytes, bool *declined, const char *what) {
     cudaStream_t cs = lwc_cuda_stream(s);
     *declined = false;
     if (bias != NULL) {
-        cudaError_t ce =
-            cudaMemcpyAsync(extra, bias, sizeof(float) * (size_t)m, cudaMemcpyDeviceToDevice, cs);
-        if (ce != cudaSuccess) return lwc_fail(s->device, ce, "copying a GEMM's bias");
-        const void *copied = extra;
-        cublasStatus_t e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &copied, sizeof copied);
+        const lw_status st = lwc_to_bf16(s, extra, bias, m);
+        if (st != LW_OK) return st;
+        const void *rounded = extra;
+        cublasStatus_t e = set_op(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &rounded, sizeof rounded);
         if (e != CUBLAS_STATUS_SUCCESS) return lwc_fail_blas(s->device, e, what);
     }
     const float alpha = 1.0f, beta = 0.0f;
@@ -248,8 +261,7 @@ static lw_status try_fused(lw_stream *s, bool trans_a, bool trans_b, int64_t m, 
         CUBLAS_STATUS_SUCCESS)
         c = choice_for(s, &p, key, align);
     if (c != NULL && c->fused) {
-        const int64_t bias_bytes =
-            bias != NULL ? (4 * m + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN : 0;
+        const int64_t bias_bytes = bias != NULL ? aligned(2 * m) : 0;
         void *extra = NULL;
         st = lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb,
                               bias_bytes + (int64_t)c->work, &extra, what);
@@ -277,12 +289,23 @@ lw_status lwc_gemm_bf16_out(lw_stream *s, bool trans_a, bool trans_b, int64_t m,
         if (st != LW_OK || ran) return st;
     }
     /* fp32 into the workspace (the bias seeded, the product added), then rounded; nothing holds
-     * a region of the workspace here, so it may move */
+     * a region of the workspace here, so it may move. Under bf16 products the bias seeded is its
+     * bf16 rounding widened (after the product's region), what cuBLASLt's epilogue adds. */
+    const bool round_bias = bias != NULL && s->device->matmul == LW_MATMUL_BF16;
+    const int64_t y_bytes = aligned(4 * m * n), b32_bytes = aligned(4 * m);
     void *y32 = NULL;
-    lw_status st =
-        lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb, 4 * m * n, &y32, what);
+    lw_status st = lwc_gemm_prepare(s, trans_a, trans_b, m, n, k, &a, lda, &b, ldb,
+                                    y_bytes + (round_bias ? b32_bytes + 2 * m : 0), &y32, what);
+    const float *seed = bias;
+    if (st == LW_OK && round_bias) {
+        float *b32 = (float *)((char *)y32 + y_bytes);
+        void *b16 = (char *)b32 + b32_bytes;
+        st = lwc_to_bf16(s, b16, bias, m);
+        if (st == LW_OK) st = lwc_widen(s, b32, b16, m);
+        seed = b32;
+    }
     if (st == LW_OK && bias != NULL)
-        st = lwc_launched(s, lwc_rows_fill(lwc_cuda_stream(s), y32, bias, n, m), "a GEMM's bias");
+        st = lwc_launched(s, lwc_rows_fill(lwc_cuda_stream(s), y32, seed, n, m), "a GEMM's bias");
     if (st == LW_OK)
         st = lwc_gemm_ex(s, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb,
                          bias != NULL ? 1.0f : 0.0f, y32, false, m, what);
