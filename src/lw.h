@@ -1105,7 +1105,8 @@ lw_status lw_optimizer_set_counters(lw_optimizer *opt, int64_t step, int64_t ski
  * Everything else (the residual stream, gradients, statistics) is fp32. */
 
 /* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype, y of y_dtype (bf16:
- * the fp32 result, bias included, rounded). */
+ * the fp32 result, bias included, rounded; on a GPU under bf16 products the bias is rounded to
+ * bf16 too before it is added, as the operands are). */
 lw_status lw_linear_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
                             lw_dtype x_dtype, const void *w, lw_dtype w_dtype, const float *b,
                             int64_t n, int64_t in, int64_t out);
