@@ -29,6 +29,28 @@ bool lw_is_terminal(int32_t fd);
 lw_status lw_host_alloc(int64_t bytes, void **out);
 void lw_host_free(void *p);
 
+/* ---- stop requests (preemption) and the file-size limit -------------------------------------- */
+
+/* Makes SIGTERM, SIGUSR1 and SIGINT requests to stop, which a training loop reads at its next
+ * step boundary (lw_stop_requested), instead of ending the process mid-step: a preempted job
+ * saves a checkpoint and exits. A SIGINT after a request ends the process at once (status 130)
+ * with one line. grace_seconds > 0: a process still running that long after the first request
+ * ends with late_status (0..255) and a line saying so; 0: no deadline. Again: new grace and
+ * status, the handlers as they are. */
+lw_status lw_stop_watch(double grace_seconds, int32_t late_status);
+/* Puts back the handlers lw_stop_watch replaced and forgets any request and its deadline: the
+ * signals end the process again as they did (outside the training loop there is no step's end
+ * to wait for; an ending job must die when mpirun kills it). */
+void lw_stop_unwatch(void);
+/* The signal number of the first stop request since the watch began or was reset (SIGTERM 15,
+ * SIGUSR1 10, SIGINT 2 on Linux), 0 when none. */
+int32_t lw_stop_requested(void);
+/* Forgets the request and its deadline (for a caller that handled it and goes on). */
+void lw_stop_reset(void);
+/* Ignores SIGXFSZ for the process: a write past the file-size limit (ulimit -f) then fails with
+ * EFBIG, reported like a full disk, instead of killing the process mid-write. */
+void lw_file_size_limit_as_error(void);
+
 /* ---- JSON (manifests, safetensors headers) -------------------------------------------------- *
  * A strict, bounded parser: RFC 8259 grammar only (no comments, trailing commas, NaN), UTF-8
  * checked, duplicate object keys refused, nesting at most 64 deep. Nodes are numbered, the root
@@ -70,30 +92,49 @@ uint32_t lw_crc32c(uint32_t crc, const void *data, int64_t n);
 
 /* ---- durable files (checkpoints) ------------------------------------------------------------ */
 
-/* Writes n bytes to path (created or truncated) and fsyncs it; [out] *crc (CRC32C) if not NULL. */
+/* Writes n bytes to a new file at path and fsyncs it; [out] *crc (CRC32C) if not NULL. What was
+ * at path (a file, a symbolic link) is replaced, never written through: its name is unlinked and
+ * created anew, exclusively. A directory there is an error. */
 lw_status lw_file_write(const char *path, const void *data, int64_t n, uint32_t *crc);
-/* Size and CRC32C of a file's contents. */
+/* Size and CRC32C of a regular file's contents (a checkpoint's files): a symbolic link, FIFO,
+ * device or directory at path is refused without reading or waiting. */
 lw_status lw_file_checksum(const char *path, int64_t *bytes, uint32_t *crc);
+/* The whole contents of a regular file of at most max_bytes bytes (with follow false, refusing a
+ * symbolic link at path): never waits on a FIFO nor reads a device forever. [out] *data owned
+ * (release with lw_file_read_free), NUL-terminated after its *n bytes. */
+lw_status lw_file_read(const char *path, int64_t max_bytes, bool follow, void **data,
+                       int64_t *n);
+void lw_file_read_free(void *data);
 /* fsync of a directory, so that the names created, renamed or removed in it are durable. */
 lw_status lw_dir_sync(const char *path);
-/* Creates a directory (and its missing parents); an existing directory is fine. */
+/* Creates a directory and its missing parents (an existing directory is fine); when it fails it
+ * removes the directories it created, and a path longer than the system takes is refused before
+ * anything is created. */
 lw_status lw_dir_make(const char *path);
+/* Creates one new directory; anything already at path (a directory or a link too) is an error. */
+lw_status lw_dir_make_new(const char *path);
 
 typedef enum lw_path_kind {
     LW_PATH_MISSING = 0,
     LW_PATH_FILE = 1,
     LW_PATH_DIR = 2,
-    LW_PATH_OTHER = 3 /* a device, socket, fifo, ... */
+    LW_PATH_OTHER = 3, /* a device, socket, fifo, ... */
+    LW_PATH_LINK = 4   /* a symbolic link (lw_path_entry_kind only) */
 } lw_path_kind;
 
-/* "missing", "file", "dir", "other" (see lw_dtype_name). */
+/* "missing", "file", "dir", "other", "link" (see lw_dtype_name). */
 const char *lw_path_kind_name(lw_path_kind kind);
 lw_status lw_path_kind_from_name(const char *name, lw_path_kind *out);
 
 /* What is at path (symbolic links followed); a missing path is not an error. */
 lw_status lw_path_kind_of(const char *path, lw_path_kind *kind);
+/* What the directory entry at path is, a symbolic link not followed (LW_PATH_LINK). */
+lw_status lw_path_entry_kind(const char *path, lw_path_kind *kind);
 /* Removes a file, or an empty directory. A missing path is an error naming it. */
 lw_status lw_path_remove(const char *path);
+/* Removes path and everything below it, never following a symbolic link: a link (at path or
+ * anywhere below) is removed itself, its target untouched. A missing path is fine. */
+lw_status lw_path_remove_tree(const char *path);
 /* Renames a file or directory (rename(2): atomic within a file system; replaces a file or an
  * empty directory at `to`). */
 lw_status lw_path_rename(const char *from, const char *to);

@@ -34,7 +34,7 @@ static void test_every_name(void) {
     NAMES_OF(lw_muon_tp_mode_name, buf);
     CHECK(strcmp(buf, "duplicated distributed blockwise") == 0);
     NAMES_OF(lw_path_kind_name, buf);
-    CHECK(strcmp(buf, "missing file dir other") == 0);
+    CHECK(strcmp(buf, "missing file dir other link") == 0);
 }
 
 static void test_names_match_the_enums(void) {

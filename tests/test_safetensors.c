@@ -67,6 +67,35 @@ static void test_round_trip(void) {
     lw_safetensors_free(st);
 }
 
+/* Every name found at its own index among many, written in an order that is not the names'
+ * (find searches a sorted index), and names beside them, before them and after them not found. */
+static void test_find_many(void) {
+    enum { N = 1000 };
+    static char names[N][16];
+    static lw_tensor_view t[N];
+    float one = 1;
+    for (int k = 0; k < N; k++) {
+        snprintf(names[k], sizeof names[k], "t.%d", (k * 617) % N); /* 617 is prime to N */
+        t[k] = (lw_tensor_view){names[k], "F32", 1, {1}, &one, sizeof one};
+    }
+    CHECK_OK(lw_safetensors_write(path, t, N, NULL, NULL, 0, NULL, NULL));
+    lw_safetensors *st = NULL;
+    CHECK_OK(lw_safetensors_open(path, &st));
+    for (int k = 0; k < N; k++) {
+        int32_t i = -1;
+        CHECK_OK(lw_safetensors_find(st, names[k], &i));
+        CHECK_EQ(i, k); /* the header keeps the order written */
+        lw_tensor_view v;
+        CHECK_OK(lw_safetensors_tensor(st, i, &v));
+        CHECK(strcmp(v.name, names[k]) == 0);
+    }
+    int32_t i;
+    const char *absent[] = {"", "a", "t.", "t.1000", "t.5x", "u"};
+    for (size_t k = 0; k < sizeof absent / sizeof absent[0]; k++)
+        CHECK_FAILS(lw_safetensors_find(st, absent[k], &i), LW_ERR_RANGE, "no tensor named");
+    lw_safetensors_free(st);
+}
+
 /* Parses `header` + data bytes (size n_data of pattern) and expects a failure with message. */
 static void rejects(const char *header, int64_t n_data, const char *message) {
     size_t h = strlen(header);
@@ -128,6 +157,7 @@ int main(void) {
     snprintf(path, sizeof path, "/tmp/lwopt-test-%d.safetensors", (int)getpid());
     test_crc32c();
     test_round_trip();
+    test_find_many();
     test_corruption();
     unlink(path);
     return check_exit("test_safetensors");

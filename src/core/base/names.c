@@ -143,5 +143,6 @@ static const char *const path_kind_names[] = {
     [LW_PATH_FILE] = "file",
     [LW_PATH_DIR] = "dir",
     [LW_PATH_OTHER] = "other",
+    [LW_PATH_LINK] = "link",
 };
 NAME_FUNCTIONS(path_kind, lw_path_kind, "path kind", path_kind_names)

@@ -1,7 +1,8 @@
 /* file_lock.c: an exclusive lock on a file for the life of a process (flock), so that two jobs
  * never write into one checkpoint directory at once. The kernel drops the lock when its holder
  * ends, however it ends (kill -9 included), so a lock is never left stale; the file keeps the
- * holder's host and pid, for the message the next job gets while it is held. */
+ * holder's host and pid, for the message the next job gets while it is held. A symbolic link
+ * or anything but a regular file at its name is refused, never written through. */
 #define _DEFAULT_SOURCE /* flock, gethostname */
 #include "base/base.h"
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct lw_file_lock {
@@ -28,8 +30,19 @@ static void read_holder(int fd, char *text, size_t cap) {
 lw_status lw_file_lock_new(const char *path, lw_file_lock **out) {
     if (path == NULL || out == NULL) return lwi_fail(LW_ERR_INVALID, "files: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* never through a link (its target would be written) nor into a FIFO or device; a lock
+     * file is never replaced either: another job may hold its lock on this very file */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0 && errno == ELOOP)
+        return lwi_fail(LW_ERR_IO, "files: %s is a symbolic link, not a lock file lwopt made: "
+                        "remove it", path);
     if (fd < 0) return lwi_fail(LW_ERR_IO, "files: cannot open %s: %s", path, strerror(errno));
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        close(fd);
+        return lwi_fail(LW_ERR_IO, "files: %s is not a regular file, not a lock file lwopt made: "
+                        "remove it", path);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int err = errno;
         char holder[256];

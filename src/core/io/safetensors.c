@@ -1,7 +1,10 @@
 /* safetensors.c: reading and writing safetensors files (an 8-byte little-endian header length,
  * a JSON header, then the tensor bytes). Reading is strict and bounded, so a truncated, flipped
- * or hostile file gives an error naming the file and the problem, never a read out of bounds. */
-#include "base/base.h"
+ * or hostile file gives an error naming the file and the problem, never a read out of bounds;
+ * only a regular file is read (never a FIFO or device). Writing creates a new file at its name,
+ * never writing through a link or another name of the file that was there. */
+#define _DEFAULT_SOURCE /* fdopen */
+#include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +33,7 @@ struct lw_safetensors {
     const unsigned char *data; /* the data section */
     int32_t n;
     entry *entries;        /* [owned] in header order */
+    const entry **by_name; /* [owned] [n] the entries sorted by name, for find's search */
     int32_t n_meta;
     char **meta_keys;      /* [owned] */
     char **meta_values;    /* [owned] */
@@ -52,6 +56,7 @@ void lw_safetensors_free(lw_safetensors *st) {
     for (int32_t i = 0; i < st->n; i++) free(st->entries[i].name);
     for (int32_t i = 0; i < st->n_meta; i++) free(st->meta_keys[i]), free(st->meta_values[i]);
     free(st->entries);
+    free((void *)st->by_name);
     free(st->meta_keys);
     free(st->meta_values);
     free(st->bytes);
@@ -164,6 +169,22 @@ static lw_status check_tiling(lw_safetensors *s, int64_t data_size) {
     return st;
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const entry *const *)a)->name, (*(const entry *const *)b)->name);
+}
+
+/* The name index that lets find search in log n: a file of many tensors, each looked up by
+ * name, would take time quadratic in their number with a linear search. The header's names are
+ * distinct (the JSON parser refuses duplicate members). */
+static lw_status index_names(lw_safetensors *s) {
+    s->by_name = malloc(sizeof(entry *) * (size_t)(s->n ? s->n : 1));
+    if (s->by_name == NULL) return lwi_fail(LW_ERR_NOMEM, "safetensors: out of memory");
+    for (int32_t i = 0; i < s->n; i++)
+        s->by_name[i] = &s->entries[i];
+    qsort(s->by_name, (size_t)s->n, sizeof(entry *), by_name);
+    return LW_OK;
+}
+
 static uint64_t le64(const unsigned char *b) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
@@ -220,6 +241,7 @@ static lw_status parse_owned(unsigned char *bytes, int64_t n, const char *what,
         }
     }
     if (st == LW_OK) st = check_tiling(s, data_size);
+    if (st == LW_OK) st = index_names(s);
     if (st != LW_OK) goto fail;
     lw_json_free(j);
     *out = s;
@@ -246,12 +268,18 @@ lw_status lw_safetensors_open(const char *path, lw_safetensors **out) {
     if (out == NULL || path == NULL)
         return lwi_fail(LW_ERR_INVALID, "safetensors: path and out must not be NULL");
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return lwi_fail(LW_ERR_IO, "safetensors: cannot open %s: %s", path, strerror(errno));
+    /* a FIFO or device at path is refused before anything waits on it */
+    const int fd = lwi_open_regular("safetensors", path, true);
+    if (fd < 0) return LW_ERR_IO;
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return lwi_fail(LW_ERR_IO, "safetensors: cannot open %s: %s", path, strerror(errno));
+    }
     struct stat info;
-    if (fstat(fileno(f), &info) != 0 || !S_ISREG(info.st_mode)) {
+    if (fstat(fd, &info) != 0) {
         fclose(f);
-        return lwi_fail(LW_ERR_IO, "safetensors: %s is not a regular file", path);
+        return lwi_fail(LW_ERR_IO, "safetensors: cannot look at %s: %s", path, strerror(errno));
     }
     int64_t n = (int64_t)info.st_size;
     unsigned char *bytes = malloc((size_t)(n ? n : 1));
@@ -290,11 +318,19 @@ lw_status lw_safetensors_tensor(const lw_safetensors *s, int32_t i, lw_tensor_vi
 lw_status lw_safetensors_find(const lw_safetensors *s, const char *name, int32_t *i) {
     if (s == NULL || name == NULL || i == NULL)
         return lwi_fail(LW_ERR_INVALID, "safetensors: NULL argument");
-    for (int32_t k = 0; k < s->n; k++)
-        if (strcmp(s->entries[k].name, name) == 0) {
-            *i = k;
+    int32_t lo = 0, hi = s->n; /* the name, if there, is at by_name[lo, hi) */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(s->by_name[mid]->name, name);
+        if (c == 0) {
+            *i = (int32_t)(s->by_name[mid] - s->entries);
             return LW_OK;
         }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return lwi_fail(LW_ERR_RANGE, "safetensors: %s has no tensor named '%s'", s->what, name);
 }
 
@@ -417,10 +453,10 @@ lw_status lw_safetensors_write(const char *path, const lw_tensor_view *tensors, 
         free(h.s);
         return lwi_fail(LW_ERR_NOMEM, "safetensors: out of memory");
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = lwi_create_new("safetensors", path);
     if (fd < 0) {
         free(h.s);
-        return lwi_fail(LW_ERR_IO, "safetensors: cannot create %s: %s", path, strerror(errno));
+        return LW_ERR_IO;
     }
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
