@@ -6,7 +6,12 @@ local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = table.concat({ dir .. "/../lua/?.lua", dir .. "/../lua/?/init.lua",
    dir .. "/../build/lua/?.lua", package.path }, ";")
 
-local lw = require("lwopt")
+-- before the library is built, one line that says how to build it, not a traceback
+local found, lw = pcall(require, "lwopt")
+if not found then
+   io.stderr:write(tostring(lw), "\n")
+   os.exit(1)
+end
 lw.comm.run(function(...)
    require("lwopt.app.recipe").main({ ... }, nil, arg[0])
 end, ...)

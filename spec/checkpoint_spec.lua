@@ -37,6 +37,33 @@ local function edit_manifest(path, edit)
    return text
 end
 
+-- Rewrites a checkpoint's manifest through edit(m) on its decoded table, sealed again with its
+-- own checksum the way lwopt seals it: a manifest anyone could have written.
+local function reseal(path, edit)
+   local json = require("lwopt.json")
+   local f = assert(io.open(path .. "/manifest.json"))
+   local m = json.decode(f:read("*a"))
+   f:close()
+   edit(m)
+   m.manifest_crc32c = "00000000"
+   local text = json.encode(m, "  ") .. "\n"
+   local crc = ("%08x"):format(require("lwopt.C").lib.lw_crc32c(0, text, #text))
+   text = text:gsub('"manifest_crc32c": "00000000"', '"manifest_crc32c": "' .. crc .. '"')
+   f = assert(io.open(path .. "/manifest.json", "w"))
+   f:write(text)
+   f:close()
+end
+
+-- Runs lua (a chunk with lw loaded) in a process of its own, bounded by `timeout`: what would
+-- hang a load (a FIFO, a device) fails the test instead of hanging the suite. Its output.
+local function bounded(lua)
+   local script = helpers.tempfile("package.path = 'lua/?.lua;lua/?/init.lua;build/lua/?.lua;' "
+      .. ".. package.path\nlocal lw = require('lwopt')\n" .. lua)
+   local out, status = helpers.sh("timeout 60 luajit " .. script)
+   os.remove(script)
+   return out, status
+end
+
 local function snapshot(ddp)
    local out = {}
    for _, s in ipairs(ddp.specs) do out[s.name] = ddp:param(s.name):totable() end
@@ -352,6 +379,134 @@ describe("lw.checkpoint", function()
          f:write('{"format": "lwopt-checkpoint", ')
          f:close()
          fails("manifest.json: json.decode: json:")
+      end)
+   end)
+
+   describe("in a directory that others write too", function()
+      local model, ddp, opt, victim
+      before_each(function()
+         model, ddp, opt = setup()
+         victim = os.tmpname()
+         os.remove(victim)
+         helpers.sh(("mkdir -p %s && echo keep > %s/precious.txt"):format(victim, victim))
+      end)
+      after_each(function() os.execute("rm -rf " .. victim) end)
+      local function untouched()
+         assert.equal("keep\n", helpers.sh("cat " .. victim .. "/precious.txt"))
+      end
+      local function save(s, keep)
+         return lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = s, keep = keep or 1,
+            run_id = "mine" })
+      end
+
+      it("never removes or writes what a symbolic link there points to", function()
+         save(1)
+         -- links planted where saves and pruning work: an older interrupted save, the step
+         -- about to be saved, inside a checkpoint that pruning removes, and latest.tmp
+         local plant = ("ln -s %s %s/step-000000000.tmp && ln -s %s %s/step-000000002.tmp && "
+            .. "ln -s %s %s/step-000000001/inside && ln -s %s/precious.txt %s/latest.tmp")
+            :format(victim, dir, victim, dir, victim, dir, victim, dir)
+         assert.equal(0, select(2, helpers.sh(plant)))
+         save(2)
+         untouched()
+         assert.equal("latest\nstep-000000002\n", helpers.sh("ls " .. dir))
+         -- a link named as a checkpoint is not one of lwopt's: neither listed nor pruned
+         helpers.sh(("ln -s %s %s/step-000000000"):format(victim, dir))
+         save(3)
+         untouched()
+         assert.equal("latest\nstep-000000000\nstep-000000003\n", helpers.sh("ls " .. dir))
+      end)
+
+      it("refuses a lock file that is a symbolic link, writing nothing through it", function()
+         helpers.sh(("mkdir -p %s && ln -s %s/precious.txt %s/.lwopt-lock"):format(dir, victim,
+            dir))
+         local lock, why = lw.checkpoint.lock(dir)
+         assert.is_nil(lock)
+         assert.matches("is a symbolic link, not a lock file lwopt made: remove it", why, 1, true)
+         untouched()
+      end)
+
+      it("reads only plain names inside the checkpoint, and regular files only", function()
+         local path = save(1)
+         helpers.sh("cp " .. path .. "/model.safetensors " .. dir .. "/outside.safetensors")
+         for _, name in ipairs({ "../outside.safetensors", dir .. "/outside.safetensors", ".." }) do
+            reseal(path, function(m) m.files[1].name = name end)
+            local ok, err = pcall(lw.checkpoint.read_manifest, path)
+            assert.is_false(ok)
+            assert.matches(("manifest.json names a file '%s', which is not a plain name inside "
+               .. "the checkpoint"):format(name), err, 1, true)
+         end
+         reseal(path, function(m) m.files[1].name = "model.safetensors" end)
+         assert.is_table(lw.checkpoint.read_manifest(path))
+         -- a FIFO (no writer: opening it would wait forever) and a link to /dev/zero (read
+         -- forever) in a checkpoint file's place, a FIFO in the manifest's
+         local model_file = path .. "/model.safetensors"
+         local read = ("print(select(2, pcall(lw.checkpoint.read_manifest, '%s')))"):format(path)
+         helpers.sh("rm " .. model_file .. " && mkfifo " .. model_file)
+         local out, status = bounded(read)
+         assert.equal(0, status, out)
+         assert.matches("model.safetensors: missing or unreadable (" .. model_file
+            .. " is not a regular file (a FIFO))", out, 1, true)
+         helpers.sh("rm " .. model_file .. " && ln -s /dev/zero " .. model_file)
+         out, status = bounded(read)
+         assert.equal(0, status, out)
+         assert.matches(model_file .. " is a symbolic link, not a file lwopt wrote", out, 1, true)
+         helpers.sh("rm " .. path .. "/manifest.json && mkfifo " .. path .. "/manifest.json")
+         out, status = bounded(read)
+         assert.equal(0, status, out)
+         assert.matches("manifest.json is not a regular file (a FIFO)", out, 1, true)
+      end)
+
+      it("passes over a latest that is a link to a device, without reading it", function()
+         local path = save(1)
+         helpers.sh("rm " .. dir .. "/latest && ln -s /dev/zero " .. dir .. "/latest")
+         local out, status = bounded(("local c = lw.checkpoint.find('%s'); print(c.path, c.note)")
+            :format(dir))
+         assert.equal(0, status, out)
+         assert.matches(path .. "\t" .. dir .. "/latest is a symbolic link, not a file lwopt "
+            .. "wrote; using step-000000001, the newest whole checkpoint", out, 1, true)
+      end)
+
+      it("refuses an optimizer tensor shorter than the range its file records", function()
+         step(model, ddp, opt)
+         local path = save(1)
+         local safetensors = require("lwopt.safetensors")
+         local ffi = require("ffi")
+         -- the first AdamW state tensor cut short, its range's metadata kept, the file's size
+         -- and checksum in the manifest made to match: everything a checksum can say is fine
+         local file = path .. "/optim-r00000.safetensors"
+         local st = safetensors.open(file)
+         local tensors, metadata, cut = {}, {}, nil
+         for _, name in ipairs(safetensors.names(st)) do
+            local view = safetensors.find(st, name)
+            local count = tonumber(view.bytes) / 4
+            if cut == nil and name:match("^v/") then
+               cut, count = name, count - 3
+            end
+            local data = ffi.new("float[?]", count)
+            ffi.copy(data, view.data, 4 * count)
+            tensors[#tensors + 1] = { name = name, data = data, count = count }
+         end
+         for _, s in ipairs(ddp.specs) do
+            local meta = require("lwopt.C").lib.lw_safetensors_metadata(st, s.name)
+            if meta ~= nil then metadata[#metadata + 1] = { s.name, ffi.string(meta) } end
+         end
+         st = nil
+         collectgarbage()
+         local bytes, crc = safetensors.write(file, tensors, metadata)
+         reseal(path, function(m)
+            for _, f in ipairs(m.files) do
+               if f.name == "optim-r00000.safetensors" then
+                  f.bytes, f.crc32c = bytes, ("%08x"):format(crc)
+               end
+            end
+         end)
+         local _, ddp2, opt2 = setup()
+         local ok, err = pcall(lw.checkpoint.load, path, { ddp = ddp2, opt = opt2 })
+         assert.is_false(ok)
+         assert.matches(("optim%%-r00000%%.safetensors: '%s' holds %%d+ values, but its range says "
+            .. "%%d+ F32 values: damaged or written by something else"):format(
+            cut:gsub("%p", "%%%0")), err)
       end)
    end)
 end)

@@ -157,4 +157,30 @@ describe("lwopt", function()
       assert.matches("recipes/gpt_small.lua [flags]\n", out, 1, true)
       assert.matches("--preset {tiny|small|wide|gpt2|gpt2-medium|moe}", out, 1, true)
    end)
+
+   it("says in one line, before the library is built, that it must be built first", function()
+      -- a copy of the tree's scripts and modules without build/: as a fresh clone is
+      local tree = os.tmpname()
+      os.remove(tree)
+      assert.equal(0, select(2, helpers.sh(("mkdir -p %s && cp -r %s/bin %s/lua %s/recipes %s")
+         :format(tree, root, root, root, tree))))
+      local lwopt = "cd /tmp && LUA_PATH= " .. tree .. "/bin/lwopt "
+      local built = "lwopt: the library is not built yet (no lwopt/cdef.lua, the binding its "
+         .. "build generates): run `make build-lib` in the lwopt tree (or cmake -S . -B build && "
+         .. "cmake --build build)\n"
+      for _, command in ipairs({ "eval --help", "sample --help", "train --help", "export --help",
+         "layout --help", "version", "device", "repl", "eval ck --data x" }) do
+         local out, err, status = helpers.sh_apart(lwopt .. command .. " < /dev/null")
+         assert.same({ "", built, 1 }, { out, err, status }, command)
+      end
+      local out, err, status = helpers.sh_apart("cd /tmp && luajit " .. tree
+         .. "/recipes/gpt_small.lua --help")
+      assert.same({ "", built, 1 }, { out, err, status })
+      -- what needs no library still works: help, and the log readers
+      out, status = helpers.sh(lwopt .. "help")
+      assert.same({ 0, "usage: lwopt <command>" }, { status, out:match("^usage: lwopt <command>") })
+      out, status = helpers.sh(lwopt .. "csv --help")
+      assert.same({ 0, "usage: lwopt csv" }, { status, out:match("^usage: lwopt csv") })
+      helpers.sh("rm -rf " .. tree)
+   end)
 end)

@@ -15,27 +15,44 @@ local function run(argv)
    return status, out.text(), err.text()
 end
 
-local function slurp(path)
-   local f = assert(io.open(path, "rb"))
-   local text = f:read("*a")
-   f:close()
-   return text
-end
-
 -- A checkpoint in dir of a GPT of 2 layers x 16, 2 heads, 32 rows of which `vocab` (default 20)
--- are the real vocabulary, every value different; o: tied (default true), bias.
+-- are the real vocabulary, every value different; o: tied (default true), bias, n_head, scale
+-- (of every value, default 1).
 local function make_checkpoint(dir, o)
    o = o or {}
-   local model = lw.nn.GPT.new{ n_layer = 2, n_embd = 16, n_head = 2, vocab = 32, seq_len = 8,
-      tied = o.tied ~= false, bias = o.bias or false }
+   local n_head = o.n_head or 2
+   local model = lw.nn.GPT.new{ n_layer = 2, n_embd = 16, n_head = n_head, vocab = 32,
+      seq_len = 8, tied = o.tied ~= false, bias = o.bias or false }
    local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
    local opt = lw.optim.new(ddp, { lr = 1e-2 })
    for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return math.sin(1.3 * i + 0.07 * k) end)
+      ddp:param(s.name):copy(function(k) return (o.scale or 1) * math.sin(1.3 * i + 0.07 * k) end)
    end
    return lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = 1, extra = { n_layer = 2,
-      n_embd = 16, n_head = 2, vocab = o.vocab or 20, seq = 8, data_kind = "tokens" } })
+      n_embd = 16, n_head = n_head, vocab = o.vocab or 20, seq = 8, data_kind = "tokens" } })
 end
+
+-- What an export directory holds: name -> contents, every entry (a symbolic link as "-> target").
+local function snapshot(dir)
+   local out = {}
+   for _, name in ipairs(helpers.lines_of("ls -A " .. dir)) do
+      local target = helpers.lines_of("readlink " .. dir .. "/" .. name)[1]
+      out[name] = target and ("-> " .. target) or helpers.slurp(dir .. "/" .. name)
+   end
+   return out
+end
+
+-- The heads that out's config.json says, and those its model.safetensors records (the config
+-- it was written with): one export's files agree.
+local function heads_of(out)
+   local st = safetensors.open(out .. "/model.safetensors")
+   return json.decode(helpers.slurp(out .. "/config.json")).n_head,
+      json.decode(safetensors.metadata(st, "config")).n_head
+end
+
+-- The names in dir (an export's parent: the staging directory beside OUT_DIR is there only
+-- while an export runs).
+local function beside(dir) return helpers.lines_of("ls -A " .. dir) end
 
 -- The tensors of a safetensors file: name -> { shape, data (float*) }, and the open file.
 local function tensors_of(path)
@@ -115,7 +132,7 @@ describe("lwopt export", function()
       local count, zeros = compare(ckpt, dir .. "/hf", "hf-gpt2", 20)
       assert.equal(2 + 2 * 12 + 2, count)
       assert.equal(2 * 6 + 1, zeros)
-      local config = json.decode(slurp(dir .. "/hf/config.json"))
+      local config = json.decode(helpers.slurp(dir .. "/hf/config.json"))
       assert.same({ "GPT2LMHeadModel" }, { unpack(config.architectures) })
       for k, v in pairs({ model_type = "gpt2", vocab_size = 20, n_positions = 8, n_embd = 16,
          n_layer = 2, n_head = 2, activation_function = "gelu_new", layer_norm_epsilon = 1e-5,
@@ -133,7 +150,7 @@ describe("lwopt export", function()
       local count, zeros = compare(ckpt, dir .. "/hf", "hf-gpt2", 20)
       assert.equal(2 + 2 * 12 + 2 + 1, count)
       assert.equal(0, zeros)
-      assert.is_false(json.decode(slurp(dir .. "/hf/config.json")).tie_word_embeddings)
+      assert.is_false(json.decode(helpers.slurp(dir .. "/hf/config.json")).tie_word_embeddings)
    end)
 
    it("writes nanogpt: nn.Linear weights as they are, the padded vocabulary, lm_head tied",
@@ -144,7 +161,7 @@ describe("lwopt export", function()
       local count, zeros = compare(ckpt, dir .. "/ng", "nanogpt", 20)
       assert.equal(2 + 2 * 6 + 1 + 1, count) -- no biases; lm_head a copy of wte
       assert.equal(0, zeros)
-      local config = json.decode(slurp(dir .. "/ng/config.json"))
+      local config = json.decode(helpers.slurp(dir .. "/ng/config.json"))
       assert.same({ block_size = 8, vocab_size = 32, n_layer = 2, n_head = 2, n_embd = 16,
          dropout = 0, bias = false }, config)
       status, _, err = run({ "export", make_checkpoint(dir .. "/untied", { tied = false }),
@@ -222,6 +239,136 @@ describe("lwopt export", function()
       assert.equal(1, status)
       assert.equal("lwopt export: " .. moe .. " is a mixture of experts (2 experts per layer): "
          .. "only dense GPTs are exported (GPT-2 and nanoGPT have one MLP per layer)\n", err)
+   end)
+
+   it("replaces a previous export whole, keeping OUT_DIR's other files", function()
+      local two = make_checkpoint(dir .. "/two")
+      local four = make_checkpoint(dir .. "/four", { n_head = 4, scale = 0.5 })
+      local out = dir .. "/out/hf"
+      assert.equal(0, (run({ "export", two, out })))
+      assert.same({ 2, 2 }, { heads_of(out) })
+      -- a user's files beside the export: a tokenizer file and a link to it
+      local f = assert(io.open(out .. "/tokenizer.json", "wb"))
+      f:write("{\"model\": {}}\n")
+      f:close()
+      os.execute("ln -s tokenizer.json " .. out .. "/vocab.json")
+      local status, said, err = run({ "export", four, out .. "/" })
+      assert.equal(0, status, err)
+      assert.matches("as hf-gpt2: " .. out .. "/model.safetensors (", said, 1, true)
+      assert.same({ 4, 4 }, { heads_of(out) })
+      assert.equal(28, (compare(four, out, "hf-gpt2", 20)))
+      assert.equal("{\"model\": {}}\n", helpers.slurp(out .. "/tokenizer.json"))
+      assert.equal("-> tokenizer.json", snapshot(out)["vocab.json"])
+      assert.same({ "hf" }, beside(dir .. "/out"))
+   end)
+
+   it("leaves OUT_DIR as it was when the export fails or is killed before it is whole",
+      function()
+      local two = make_checkpoint(dir .. "/two")
+      local four = make_checkpoint(dir .. "/four", { n_head = 4, scale = 0.5 })
+      local out = dir .. "/out/hf"
+      assert.equal(0, (run({ "export", two, out })))
+      os.execute("echo tokens > " .. out .. "/tokenizer.json")
+      local before = snapshot(out)
+      -- config.json cannot be made after model.safetensors was written (a full disk, say)
+      local encode = json.encode
+      json.encode = function(value, indent)
+         if indent then error("no space left on device", 0) end
+         return encode(value)
+      end
+      local ok, status, _, err = pcall(run, { "export", four, out })
+      json.encode = encode
+      assert.is_true(ok, status)
+      assert.same(before, snapshot(out))
+      assert.equal(1, status)
+      assert.equal("lwopt export: no space left on device\n", err)
+      assert.same({ "hf" }, beside(dir .. "/out"))
+      -- killed at the same moment: a process that ends there, without a word
+      local said, code = helpers.sh(("luajit -e \"package.path = 'lua/?.lua;lua/?/init.lua;"
+         .. "build/lua/?.lua;' .. package.path; local json = require('lwopt.json'); "
+         .. "local encode = json.encode; json.encode = function(v, indent) "
+         .. "if indent then os.exit(137) end return encode(v) end; "
+         .. "os.exit(require('lwopt.app.cli').main({ 'export', '%s', '%s' }))\""):format(four,
+         out))
+      assert.equal(137, code, said)
+      assert.same(before, snapshot(out))
+      assert.same({ 2, 2 }, { heads_of(out) })
+      -- the next export clears what the killed one left beside OUT_DIR
+      assert.equal(0, (run({ "export", four, out })))
+      assert.same({ 4, 4 }, { heads_of(out) })
+      assert.equal("tokens\n", helpers.slurp(out .. "/tokenizer.json"))
+      assert.same({ "hf" }, beside(dir .. "/out"))
+   end)
+
+   it("says each failure in one line of its own words, the paths and reasons kept", function()
+      local ckpt = make_checkpoint(dir .. "/ck")
+      local step = ckpt:match("[^/]+$")
+      local function sh(command) assert.equal(0, select(2, helpers.sh(command)), command) end
+      sh(("echo hi > %s/afile && mkfifo %s/fifo && ln -s loop %s/loop"):format(dir, dir, dir))
+      -- unreadable checkpoints: a manifest that is not JSON, a model file cut short or missing
+      sh(("mkdir %s/bad && echo garbage > %s/bad/manifest.json"):format(dir, dir))
+      sh(("cp -r %s/ck %s/cut && truncate -s 1000 %s/cut/%s/model.safetensors"):format(dir, dir,
+         dir, step))
+      sh(("cp -r %s/ck %s/gone && rm %s/gone/%s/model.safetensors"):format(dir, dir, dir, step))
+      -- an OUT_DIR holding a directory, and one holding a FIFO
+      sh(("mkdir -p %s/o1/config.json %s/o2 && mkfifo %s/o2/pipe"):format(dir, dir, dir))
+      local cut = ("%s/cut/%s/model.safetensors"):format(dir, step)
+      local gone = ("%s/gone/%s/model.safetensors"):format(dir, step)
+      local bytes = helpers.lines_of("stat -c %s " .. ckpt .. "/model.safetensors")[1]
+      local cases = {
+         { { dir .. "/afile", dir .. "/o" }, dir .. "/afile: not a readable safetensors file (3 "
+           .. "bytes is too short for a header)" },
+         { { dir .. "/fifo", dir .. "/o" }, dir .. "/fifo is neither a file nor a directory" },
+         { { dir .. "/loop", dir .. "/o" }, "cannot look at " .. dir .. "/loop: Too many levels "
+           .. "of symbolic links" },
+         { { dir .. "/bad", dir .. "/o" }, dir .. "/bad/manifest.json is not valid JSON "
+           .. "(unexpected character at byte 0)" },
+         { { dir .. "/cut/" .. step, dir .. "/o" }, cut .. " has 1000 bytes, the manifest says "
+           .. bytes .. " (truncated?)" },
+         { { dir .. "/gone/" .. step, dir .. "/o" }, gone .. ": missing or unreadable (cannot "
+           .. "open " .. gone .. ": No such file or directory)" },
+         { { ckpt, dir .. "/afile" }, dir .. "/afile exists and is not a directory" },
+         { { ckpt, dir .. "/afile/o" }, dir .. "/afile/o cannot be created: " .. dir
+           .. "/afile exists and is not a directory" },
+         { { ckpt, dir .. "/loop" }, "cannot look at " .. dir .. "/loop: Too many levels of "
+           .. "symbolic links" },
+         { { ckpt, dir .. "/o1" }, dir .. "/o1 holds the directory 'config.json': it is replaced "
+           .. "whole and only its files are carried over; move 'config.json' out or choose "
+           .. "another directory" },
+         { { ckpt, dir .. "/o2" }, dir .. "/o2 holds 'pipe', which is not a regular file: it is "
+           .. "replaced whole and only its files are carried over; move 'pipe' out or choose "
+           .. "another directory" },
+         { { ckpt, dir .. "/ck" }, dir .. "/ck holds the directory '" .. step .. "': it is "
+           .. "replaced whole and only its files are carried over; move '" .. step .. "' out "
+           .. "or choose another directory" },
+      }
+      -- a directory no one may create anything in (root included): /proc's top
+      if select(2, helpers.sh("test -d /proc/self")) == 0 then
+         cases[#cases + 1] = { { ckpt, "/proc/lwopt-export" }, "/proc/lwopt-export cannot be "
+            .. "written: cannot create directory /proc/.lwopt-export.lwopt-staging: No such file "
+            .. "or directory (its new files are written beside it first)" }
+      end
+      for _, case in ipairs(cases) do
+         local status, _, err = run({ "export", unpack(case[1]) })
+         assert.equal(1, status, err)
+         assert.equal("lwopt export: " .. case[2] .. "\n", err)
+      end
+      -- nothing was written anywhere
+      assert.same({ "afile", "bad", "ck", "cut", "fifo", "gone", "loop", "o1", "o2" },
+         beside(dir))
+      assert.same({ "config.json" }, beside(dir .. "/o1"))
+   end)
+
+   it("refuses a file of 200,000 tensors in one line, in time linear in their number", function()
+      -- a quadratic reader (each name looked up by a linear search) takes minutes here, a
+      -- linear one about a second: 60 s tells them apart on any machine that runs the specs
+      os.execute("mkdir -p " .. dir)
+      local file = helpers.many_tensors(dir .. "/many.safetensors", 200000)
+      local out, status = helpers.sh(("timeout -k 5 60 bin/lwopt export %s %s/o"):format(file,
+         dir))
+      assert.equal(1, status, out)
+      assert.equal("lwopt export: " .. file .. " holds no 'wte.weight' and 'wpe.weight': not an "
+         .. "lwopt GPT (its first tensors: t.1, t.2, t.3)\n", out)
    end)
 
    it("is listed by lwopt help and explains itself with --help", function()

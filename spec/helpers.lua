@@ -1,6 +1,6 @@
 -- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
 -- command from the repo root, temporary files, token shards, tokenizer files, a safetensors
--- reader and a training log's records.
+-- reader and writer of many tensors, and a training log's records.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -35,6 +35,23 @@ function helpers.sh_apart(command)
    f:close()
    os.remove(err)
    return out, text, status
+end
+
+-- The whole contents of the file at path; nil when it cannot be opened.
+function helpers.slurp(path)
+   local f = io.open(path, "rb")
+   if f == nil then return nil end
+   local text = f:read("*a")
+   f:close()
+   return text
+end
+
+-- The lines a shell command prints, as a list.
+function helpers.lines_of(command)
+   local pipe, list = io.popen(command), {}
+   for line in pipe:lines() do list[#list + 1] = line end
+   pipe:close()
+   return list
 end
 
 -- A temporary file holding text; returns its path.
@@ -138,6 +155,16 @@ print(len(header), " ".join(str(d) for d in x.shape), repr(float(x.flat[0])), re
    local shape = {}
    for d in dims:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
    return { entries = tonumber(count), shape = shape, first = tonumber(first), last = tonumber(last) }
+end
+
+-- Writes a safetensors file of n tensors of one F32 value each, named t.1 ... t.n: a file with
+-- more tensors than any model, for the readers' cost in their number. Returns path.
+function helpers.many_tensors(path, n)
+   local ffi = require("ffi")
+   local one, list = ffi.new("float[1]", 1), {}
+   for i = 1, n do list[i] = { name = "t." .. i, count = 1, data = one } end
+   require("lwopt.safetensors").write(path, list)
+   return path
 end
 
 -- A training log's records, decoded (lwopt's JSON parser), in file order: its step records

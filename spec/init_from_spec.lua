@@ -163,6 +163,18 @@ describe("--init-from", function()
       assert.is_not_nil(model)
    end)
 
+   it("refuses a file of 200,000 tensors in one line, in time linear in their number", function()
+      -- a quadratic reader (each name looked up by a linear search) takes minutes here, a
+      -- linear one about a second: 60 s tells them apart on any machine that runs the specs
+      -- (-k 5: the recipe takes timeout's SIGTERM for a request to stop at a step's end)
+      local file = helpers.many_tensors(dir .. "/many.safetensors", 200000)
+      local out, status = helpers.sh("timeout -k 5 60 luajit recipes/gpt_small.lua --preset tiny "
+         .. "--steps 1 --sample 0 --quiet --init-from " .. file)
+      assert.equal(1, status, out)
+      assert.matches("--init-from " .. file .. ": no tensor 'wte.weight' (26 more missing; the "
+         .. "file has 200000 tensors, the model 27 by lwopt's names)\n", out, 1, true)
+   end)
+
    it("is said by the recipe, and gives way to a checkpoint that --resume finds", function()
       local recipe = "luajit recipes/gpt_small.lua --preset tiny --sample 0 --quiet "
       local a = dir .. "/a.safetensors"

@@ -66,9 +66,15 @@ describe("lwopt.recipe_paths", function()
             .. "destroy the run's input; choose another path"):format(out, corpus),
             check({ save_params = out }))
       end
-      assert.matches("^the loss curve's table next to %-%-log '" .. dir:gsub("%p", "%%%0")
-         .. "/d/corpus%.dat' is the same file as %-%-data", check({ data = dir .. "/d/corpus.dat",
+      assert.matches("^the loss curve's table '" .. dir:gsub("%p", "%%%0") .. "/d/corpus%.dat' "
+         .. "%(beside %-%-log '" .. dir:gsub("%p", "%%%0") .. "/d/corpus%.jsonl'%) is the same "
+         .. "file as %-%-data", check({ data = dir .. "/d/corpus.dat",
          log = dir .. "/d/corpus.jsonl" }) or "")
+      -- the loss curve over the data: the PNG named as the curve's, --log as --log's
+      assert.equal(("the loss curve '%s/d/corpus.png' (beside --log '%s/d/corpus.jsonl') is the "
+         .. "same file as --data '%s/d/corpus.png': writing it would destroy the run's input; "
+         .. "choose another path"):format(dir, dir, dir),
+         check({ data = dir .. "/d/corpus.png", log = dir .. "/d/corpus.jsonl" }))
    end)
 
    it("finds two outputs on one path, even where nothing is yet", function()

@@ -235,6 +235,20 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       end
    end)
 
+   it("refuses a path longer than the system takes, with the reason, creating nothing",
+      function()
+      local long = dir .. ("/" .. ("d"):rep(200)):rep(25)
+      for _, flag in ipairs({ "--ckpt-dir " .. long, "--log " .. long .. "/log.jsonl" }) do
+         local out, status = run("--steps 2 " .. flag)
+         assert.equal(1, status, out)
+         -- the reason, at the end of the line, whichever call met the path first
+         assert.is_truthy(out:match(": the path has %d+ characters, more than this system takes "
+            .. "%(%d+%)\n$") or out:match(": File name too long%)?\n$"), out)
+         assert.equal(1, select(2, out:gsub("\n", ""))) -- one line
+         assert.is_false(exists(dir))
+      end
+   end)
+
    it("refuses an output that is an input or another output, by real path, before step 1",
       function()
       helpers.sh("mkdir -p " .. dir .. "/data && head -c 100000 " .. root .. "/data/kjv.txt > "
@@ -262,7 +276,8 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
            .. "output would destroy the other; choose another path" },
          { "--data " .. corpus .. " --log " .. dir .. "/data/corpus.jsonl --save-params " .. dir
            .. "/data/corpus.png", "--save-params '" .. dir .. "/data/corpus.png' is the same "
-           .. "file as the loss curve next to --log '" .. dir .. "/data/corpus.png'" },
+           .. "file as the loss curve '" .. dir .. "/data/corpus.png' (beside --log '" .. dir
+           .. "/data/corpus.jsonl')" },
          { "--data " .. corpus .. " --ckpt-dir " .. dir .. "/ck --log " .. dir .. "/ck/latest",
            "--log '" .. dir .. "/ck/latest' is where --ckpt-dir '" .. dir .. "/ck' keeps its "
            .. "checkpoints (latest, step-N): writing them would destroy --log; choose another "
@@ -347,9 +362,9 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
 
    it("stops cleanly at an output it cannot write, naming the file and the reason, leaving "
       .. "whole records and no temporary file", function()
-      -- a file-size limit (EFBIG, signal ignored) fails writes as a full disk does, unmounted
+      -- a file-size limit fails writes as a full disk does (lwopt ignores SIGXFSZ: EFBIG)
       local log = dir .. ".jsonl"
-      local out, status = helpers.sh("cd /tmp && trap '' XFSZ && ulimit -f 16 && " .. recipe
+      local out, status = helpers.sh("cd /tmp && ulimit -f 16 && " .. recipe
          .. "--steps 200 --log " .. log .. " --save-params " .. file .. " --ckpt-dir " .. dir
          .. " --ckpt-every 100")
       assert.equal(1, status, out)
@@ -399,6 +414,20 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       out, status = run(("--steps %d --resume --ckpt-dir %s"):format(step + 1, dir))
       assert.equal(0, status, out)
       assert.matches(("resumed from %s: step %d"):format(saved, step), out, 1, true)
+      -- with room again, the resumed run writes the record the full disk refused, first: the
+      -- log has every step once (the checkpoint carried the record)
+      helpers.sh("rm -rf " .. dir)
+      out = on_tmpfs("64k", recipe .. "--steps 500 --log " .. full .. "/l.jsonl --ckpt-dir "
+         .. dir .. "; mount -o remount,size=4m " .. full .. "; N=$(sed s/step-0*// " .. dir
+         .. "/latest); " .. recipe .. "--steps 500 --resume --stop-after $((N + 2)) --log "
+         .. full .. "/l.jsonl --ckpt-dir " .. dir .. " && cp " .. full .. "/l.jsonl " .. dir
+         .. "/l.jsonl")
+      assert.matches("status 0\n", out, 1, true)
+      local records = helpers.log_records(dir .. "/l.jsonl")
+      step = tonumber(latest(dir):match("%d+"))
+      assert.is_true(step > 2, out)
+      for i, rec in ipairs(records) do assert.equal(i, rec.step) end
+      assert.equal(step, #records)
       -- checkpoints on the full disk: the one that does not fit stops the run, the one before
       -- is named, and the half-written one is removed
       out = on_tmpfs("3m", recipe .. "--steps 500 --ckpt-every 5 --ckpt-dir " .. full .. "/ck",
@@ -408,6 +437,62 @@ describe("recipes/gpt_small.lua keeps the user's work", function()
       assert.matches("No space left on device\nthe training state is in " .. full
          .. "/ck/step-000000005: resume from it with --resume", out, 1, true)
       assert.matches("status 1\nlatest\nstep-000000005\n", out, 1, true)
+   end)
+
+   -- Starts the recipe in the background with args, sends `signal` once its log has `lines`
+   -- lines (the configuration record and some steps), and waits: its output and status.
+   local function signalled(signal, args, lines)
+      return helpers.sh(("cd /tmp; %s%s & pid=$!; while [ \"$(cat %s.jsonl 2>/dev/null | wc -l)\" "
+         .. "-lt %d ]; do sleep 0.05; done; kill -%s $pid; wait $pid"):format(recipe, args, dir,
+         lines, signal))
+   end
+
+   it("stops at a step's end on SIGTERM, saves that step and exits 75; resumed, it goes on as if "
+      .. "never stopped, logging every step once", function()
+      local log = dir .. ".jsonl"
+      local args = "--steps 2000 --ckpt-dir " .. dir .. " --log " .. log
+      local out, status = signalled("TERM", args, 6)
+      assert.equal(75, status, out)
+      local step = tonumber(out:match("stopped after step (%d+): asked to stop by SIGTERM %(a "
+         .. "scheduler's request to stop%)\n"))
+      assert.is_not_nil(step, out)
+      local saved = ("%s/step-%09d"):format(dir, step)
+      assert.matches("the training state is in " .. saved .. ": run the same command with "
+         .. "--resume to continue from it\n", out, 1, true)
+      assert.equal(("step-%09d"):format(step), latest(dir))
+      local records = helpers.log_records(log)
+      assert.equal(step, #records)
+      out, status = run(args .. " --resume --stop-after " .. (step + 2))
+      assert.equal(0, status, out)
+      records = helpers.log_records(log)
+      for i, rec in ipairs(records) do assert.equal(i, rec.step) end
+      assert.equal(step + 2, #records)
+      -- the same losses and learning rates as a run that was never stopped
+      local whole = dir .. "-whole.jsonl"
+      out, status = run("--steps 2000 --stop-after " .. (step + 2) .. " --log " .. whole)
+      assert.equal(0, status, out)
+      local expect = helpers.log_records(whole)
+      for i = step + 1, step + 2 do
+         assert.same({ expect[i].loss, expect[i].lr }, { records[i].loss, records[i].lr })
+      end
+   end)
+
+   it("stops at a step's end on Ctrl-C, saves that step and exits 130", function()
+      local out, status = signalled("INT", "--steps 2000 --ckpt-dir " .. dir .. " --log " .. dir
+         .. ".jsonl", 4)
+      assert.equal(130, status, out)
+      local step = tonumber(out:match("stopped after step (%d+): asked to stop by Ctrl%-C "
+         .. "%(SIGINT%)\n"))
+      assert.is_not_nil(step, out)
+      assert.equal(("step-%09d"):format(step), latest(dir))
+      assert.is_nil(out:find("traceback", 1, true), out)
+   end)
+
+   it("without --ckpt-dir, stops on SIGUSR1 at a step's end, saying nothing was saved", function()
+      local out, status = signalled("USR1", "--steps 2000 --log " .. dir .. ".jsonl", 4)
+      assert.equal(75, status, out)
+      assert.matches("asked to stop by SIGUSR1 (a request to stop ahead of a time limit)\n"
+         .. "without --ckpt-dir nothing of this run was saved\n", out, 1, true)
    end)
 
    it("runs the end-of-run steps independently: a failed plot skips nothing", function()

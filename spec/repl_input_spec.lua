@@ -1,7 +1,8 @@
 -- repl_input_spec.lua: where the REPL's lines come from: the history file's place, plain reads
 -- from a file, and bin/lwopt repl on a pseudo-terminal (script(1)) with readline: a line
--- recalled with Up, the history written as lines are entered and read by the next session, and
--- a history file that cannot be written leaving the session working.
+-- recalled with Up, the history written as lines are entered and read by the next session, a
+-- history file that cannot be written leaving the session working, a history path that is no
+-- regular file turning the history off, and a long history cut whole or not at all.
 local repl_input = require("lwopt.app.repl_input")
 local helpers = require("helpers")
 
@@ -29,10 +30,11 @@ local function screen(text)
 end
 
 -- bin/lwopt repl on a pseudo-terminal, typing `keys`; returns what the terminal shows at the end
--- (screen) and the exit status.
-local function on_terminal(keys, env)
-   local out, status = helpers.sh(("cd /tmp && printf '%s' | %s script -qec '%s/bin/lwopt repl' "
-      .. "/dev/null"):format(keys, env, root))
+-- (screen) and the exit status. env: variables (and a command, such as timeout, to run script
+-- under); limits: shell commands run first (ulimit).
+local function on_terminal(keys, env, limits)
+   local out, status = helpers.sh(("cd /tmp && %s printf '%s' | %s script -qec '%s/bin/lwopt repl' "
+      .. "/dev/null"):format(limits or "", keys, env, root))
    return screen(out), status
 end
 
@@ -101,6 +103,72 @@ describe("repl input", function()
          1, true)
       assert.matches("lw> 1+2\n3\n", out, 1, true)
       assert.matches("History: history not saved", out, 1, true)
+      os.remove(file)
+   end)
+
+   it("on a terminal, turns the history off in one line when its path is no regular file",
+      function()
+      local why = terminal_pending()
+      if why then return pending(why) end
+      local dir = os.tmpname()
+      os.remove(dir)
+      assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir .. " && mkfifo " .. dir .. "/fifo")))
+      -- a directory, a device that never ends and a FIFO no one writes: each read would crash,
+      -- spin or wait; timeout ends a session that does
+      for path, line in pairs({ [dir] = dir .. " is a directory",
+         ["/dev/zero"] = "/dev/zero is not a regular file",
+         [dir .. "/fifo"] = dir .. "/fifo is not a regular file" }) do
+         local out, status = on_terminal("1+2\\nhelp\\n\\004", "LWOPT_HISTORY=" .. path
+            .. " timeout 60")
+         assert.equal(0, status, out)
+         assert.matches("\nhistory off: " .. line .. "\n", out, 1, true)
+         assert.matches("lw> 1+2\n3\n", out, 1, true)
+         assert.matches("History: history off: " .. line, out, 1, true)
+      end
+      assert.equal(0, select(2, helpers.sh("rm -rf " .. dir)))
+   end)
+
+   it("on a terminal, cuts a long history to its last lines whole or not at all", function()
+      local why = terminal_pending()
+      if why then return pending(why) end
+      local file = os.tmpname()
+      local lines = {}
+      for i = 1, repl_input.KEEP + 500 do lines[i] = ("print(%d)"):format(i) end
+      local old = table.concat(lines, "\n") .. "\n"
+      local f = assert(io.open(file, "wb"))
+      f:write(old)
+      f:close()
+      -- under a file-size limit far below the history's size (ulimit -f counts 512-byte blocks
+      -- in sh), with SIGXFSZ ignored so that a write past it fails instead of ending the process
+      local out, status = on_terminal("1+2\\n\\004", "LWOPT_HISTORY=" .. file,
+         "trap '' XFSZ; ulimit -f 4;")
+      assert.equal(0, status, out)
+      assert.equal(old, helpers.slurp(file))
+      assert.is_nil(io.open(file .. ".new"))
+      -- the line entered cannot be appended either: said once, and the session goes on
+      assert.matches("lw> 1+2\nhistory not saved from here on: cannot write " .. file
+         .. "\n3\n", out, 1, true)
+      -- without the limit: the last KEEP lines, then the line entered
+      out, status = on_terminal("1+2\\n\\004", "LWOPT_HISTORY=" .. file)
+      assert.equal(0, status, out)
+      assert.equal(table.concat(lines, "\n", 501) .. "\n1+2\n", helpers.slurp(file))
+      assert.is_nil(io.open(file .. ".new"))
+      os.remove(file)
+   end)
+
+   it("reads at most MAX_BYTES of a history file, and only a regular file", function()
+      local file = helpers.tempfile(("x = 1\n"):rep(50))
+      local keep = repl_input.MAX_BYTES
+      repl_input.MAX_BYTES = 100
+      local history, why = repl_input.open_history(file)
+      repl_input.MAX_BYTES = keep
+      assert.is_nil(history)
+      assert.equal("history off: " .. file .. " has 300 bytes, more than the 100 expected", why)
+      history = assert(repl_input.open_history(file))
+      assert.equal(50, #history.lines)
+      history.file:close()
+      assert.same({ nil, "history off: /dev/null is not a regular file" },
+         { repl_input.open_history("/dev/null") })
       os.remove(file)
    end)
 

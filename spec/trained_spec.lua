@@ -10,14 +10,20 @@ local trained = require("lwopt.trained")
 local safetensors = require("lwopt.safetensors")
 
 -- Writes the parameters of lw.nn.GPT(cfg), element i of every tensor (i + 1) / 1000 plus its
--- index among the tensors, to a temporary .safetensors file; returns its path.
-local function model_file(cfg)
+-- index among the tensors, to a temporary .safetensors file; returns its path. o: nil (F32),
+-- { dtype = "BF16" | "F16", bits = a list of 16-bit patterns } to write those patterns in turn
+-- instead, or { dtype = "I32" } to label those F32 bytes I32.
+local function model_file(cfg, o)
    local tensors = {}
+   local half = o and (o.dtype == "BF16" or o.dtype == "F16")
    for k, spec in ipairs(lw.nn.GPT.new(cfg):parameters()) do
       local n = lw.arch.numel({ spec })
-      local data = ffi.new("float[?]", n)
-      for i = 0, n - 1 do data[i] = k + (i % 1000 + 1) / 1000 end
-      tensors[#tensors + 1] = { name = spec.name, shape = spec.shape, data = data }
+      local data = ffi.new(half and "uint16_t[?]" or "float[?]", n)
+      for i = 0, n - 1 do
+         data[i] = half and o.bits[i % #o.bits + 1] or k + (i % 1000 + 1) / 1000
+      end
+      tensors[#tensors + 1] = { name = spec.name, shape = spec.shape, data = data,
+         dtype = o and o.dtype }
    end
    local path = os.tmpname() .. ".safetensors"
    safetensors.write(path, tensors)
@@ -42,8 +48,8 @@ end
 
 describe("lwopt.trained", function()
    local paths = {}
-   local function file(cfg)
-      local path = model_file(cfg)
+   local function file(cfg, o)
+      local path = model_file(cfg, o)
       paths[#paths + 1] = path
       return path
    end
@@ -73,6 +79,31 @@ describe("lwopt.trained", function()
          local tokens = ffi.new("int32_t[32]")
          t.model:forward(tokens, nil, 1, 32)
       end)
+
+   it("reads BF16 and F16 files as --init-from does, widened to fp32 exactly", function()
+      -- bit patterns and their values: 1, -2, 3.140625 in bfloat16; 1, 1/3 rounded, 2^-24,
+      -- 65504 in half
+      local cases = {
+         BF16 = { { 0x3f80, 1 }, { 0xc000, -2 }, { 0x4049, 3.140625 }, { 0x0000, 0 } },
+         F16 = { { 0x3c00, 1 }, { 0x3555, 0.333251953125 }, { 0x0001, 2 ^ -24 },
+                 { 0x7bff, 65504 } },
+      }
+      for dtype, list in pairs(cases) do
+         local bits = {}
+         for i, pair in ipairs(list) do bits[i] = pair[1] end
+         local t = trained.open(file(TINY, { dtype = dtype, bits = bits }), {})
+         for _, spec in ipairs(t.ddp.specs) do
+            local p = t.ddp:read_param(spec.name)
+            for i = 0, lw.arch.numel({ spec }) - 1 do
+               assert.equal(list[i % #list + 1][2], p.data[i], dtype .. " " .. spec.name)
+            end
+         end
+      end
+      -- a dtype that is not a float is refused by name, as --init-from refuses it
+      local path = file(TINY, { dtype = "I32" })
+      assert.equal(path .. ": 'wte.weight' is I32; F32, BF16 and F16 tensors are read",
+         open_error(path, {}))
+   end)
 
    it("takes GPT-2's vocabulary for 50304 rows, and --vocab for other rows", function()
       local notes = {}

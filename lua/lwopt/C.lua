@@ -4,8 +4,9 @@ local ffi = require("ffi")
 
 local found, generated = pcall(require, "lwopt.cdef")
 if not found then
-   error("lwopt: the generated binding lwopt/cdef.lua is missing; build the library first "
-      .. "(make, or cmake -S . -B build && cmake --build build)", 0)
+   error("lwopt: the library is not built yet (no lwopt/cdef.lua, the binding its build "
+      .. "generates): run `make build-lib` in the lwopt tree (or cmake -S . -B build && cmake "
+      .. "--build build)", 0)
 end
 
 ffi.cdef(generated.cdef)
@@ -18,6 +19,16 @@ ffi.cdef(generated.cdef)
 -- is set before liblwopt (and OpenBLAS with it) is; a user's own setting wins.
 ffi.cdef("int setenv(const char *name, const char *value, int overwrite);")
 ffi.C.setenv("OPENBLAS_THREAD_TIMEOUT", "16", 0)
+
+-- The C library's calls that liblwopt does not wrap, for publish.lua's directory replaced
+-- whole: Linux's renameat2 (glibc 2.28 and later; its RENAME_EXCHANGE swaps two names in one
+-- step), hard links, and strerror for their messages. C.libc reaches them.
+ffi.cdef([[
+int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+              unsigned int flags);
+int link(const char *oldpath, const char *newpath);
+char *strerror(int errnum);
+]])
 
 local path = os.getenv("LWOPT_LIB")
 if path == nil or path == "" then path = generated.library end
@@ -34,7 +45,12 @@ end
 -- did) would otherwise let that happen.
 debug.getregistry()["lwopt.C: " .. path] = lib
 
-local C = { lib = lib, path = path }
+-- Every lwopt process takes a write past the file-size limit (ulimit -f) as the full disk it is:
+-- the write fails with EFBIG and is reported, instead of SIGXFSZ killing the process mid-record
+-- (a log line cut, a .tmp left behind, no message).
+lib.lw_file_size_limit_as_error()
+
+local C = { lib = lib, path = path, libc = ffi.C }
 
 -- The last C error message.
 function C.last_error()

@@ -87,7 +87,8 @@ function checkpoint.list(dir)
    if files.kind(dir) ~= "dir" then return out end
    for _, name in ipairs(files.list(dir)) do
       local n = name:match("^step%-(%d+)$")
-      if n and files.kind(dir .. "/" .. name) == "dir" then
+      -- a directory, not a link to one: what lwopt saved, and may prune
+      if n and files.entry_kind(dir .. "/" .. name) == "dir" then
          local ok, m = pcall(checkpoint.read_manifest, dir .. "/" .. name, { files = false })
          if ok then
             out[#out + 1] = { name = name, step = tonumber(n), path = dir .. "/" .. name,
@@ -101,15 +102,18 @@ function checkpoint.list(dir)
    return out
 end
 
--- The name `latest` holds in dir ("step-N"), nil when there is no latest file.
+-- The most `latest` holds: a checkpoint's name and a newline.
+local LATEST_BYTES = 64
+
+-- The name `latest` holds in dir ("step-N"), nil when there is no latest file. Read only as the
+-- small regular file lwopt writes (never a link, a FIFO or a device, which could hang a resume).
 local function latest_name(dir)
-   local f = io.open(dir .. "/latest")
-   if f == nil then return nil end
-   local name = f:read("*l")
-   f:close()
-   if name == nil or not name:match("^step%-%d+$") then
-      error("checkpoint: " .. dir .. "/latest does not name a checkpoint", 0)
-   end
+   local path = dir .. "/latest"
+   if files.entry_kind(path) == "missing" then return nil end
+   local text, why = files.read(path, LATEST_BYTES, { follow = false })
+   if text == nil then error("checkpoint: " .. why, 0) end
+   local name = text:match("^(step%-%d+)\n?$")
+   if name == nil then error("checkpoint: " .. path .. " does not name a checkpoint", 0) end
    return name
 end
 
@@ -203,15 +207,25 @@ function checkpoint.find(dir, opts)
       read_manifest = checkpoint.read_manifest })
 end
 
+-- The largest manifest read: far more than the parameter list of any model needs.
+local MANIFEST_BYTES = 64 * 2 ^ 20
+
+-- Whether a manifest's file name is a plain name inside the checkpoint (no directory part, no
+-- "." or ".."): a manifest may be written by anyone, and never points a read elsewhere.
+local function plain_name(name)
+   return type(name) == "string" and name ~= "" and name ~= "." and name ~= ".."
+      and not name:find("[/%z\\]")
+end
+
 -- Reads and checks manifest.json (and, unless opts.files == false, the files' sizes and
--- checksums).
+-- checksums). Only regular files are read, links refused: a checkpoint's files are lwopt's own.
 function checkpoint.read_manifest(path, opts)
    local where = "checkpoint.load"
-   local f = io.open(path .. "/manifest.json", "rb")
-   if f == nil then fail(where, "%s is not a checkpoint (no manifest.json)", path) end
-   local text = f:read("*a")
-   f:close()
-   if text == nil then fail(where, "%s/manifest.json cannot be read", path) end
+   local file = path .. "/manifest.json"
+   local kind = files.entry_kind(file)
+   if kind == "missing" then fail(where, "%s is not a checkpoint (no manifest.json)", path) end
+   local text, why = files.read(file, MANIFEST_BYTES, { follow = false })
+   if text == nil then fail(where, "%s", why) end
    local ok, m = pcall(json.decode, text)
    if not ok then fail(where, "%s/manifest.json: %s", path, m) end
    if type(m) ~= "table" or m.format ~= checkpoint.FORMAT then
@@ -227,12 +241,20 @@ function checkpoint.read_manifest(path, opts)
    if type(m.files) ~= "table" or type(m.params) ~= "table" or type(m.step) ~= "number" then
       fail(where, "%s/manifest.json lacks files, params or step", path)
    end
+   for _, file in ipairs(m.files) do
+      if type(file) ~= "table" or not plain_name(file.name) then
+         fail(where, "%s/manifest.json names a file %s, which is not a plain name inside the "
+            .. "checkpoint", path, type(file) == "table" and ("'%s'"):format(tostring(file.name))
+            or "entry that is not an object")
+      end
+   end
    if opts and opts.files == false then return m end
    local bytes, crc = ffi.new("int64_t[1]"), ffi.new("uint32_t[1]")
    for _, file in ipairs(m.files) do
-      local full = path .. "/" .. tostring(file.name)
+      local full = path .. "/" .. file.name
       if lib.lw_file_checksum(full, bytes, crc) ~= 0 then
-         fail(where, "%s: missing or unreadable (%s)", full, C.last_error())
+         fail(where, "%s: missing or unreadable (%s)", full,
+            (C.last_error():gsub("^files: ", "")))
       end
       if tonumber(bytes[0]) ~= file.bytes then
          fail(where, "%s has %d bytes, the manifest says %s (truncated?)", full,

@@ -53,7 +53,7 @@ end
 -- Why the checkpoint `latest` names cannot be taken, or nil with that checkpoint when it can.
 local function latest_problem(ck, dir, found)
    local ok, name = pcall(ck.latest_name, dir)
-   if not ok then return name end
+   if not ok then return (tostring(name):gsub("^checkpoint: ", "")) end
    if name == nil then return dir .. "/latest is missing" end
    for _, c in ipairs(found) do
       if c.name == name then

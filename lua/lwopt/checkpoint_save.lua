@@ -65,12 +65,13 @@ end
 -- collective), and raises the failing rank's error when not.
 local function agreed(job, work) job.comm:agree(job.ck.protect(work, job)) end
 
--- Rank 0: DIR, and an empty DIR/step-N.tmp/ (an interrupted save of the same step removed).
+-- Rank 0: DIR, and a new, empty DIR/step-N.tmp/ (an interrupted save of the same step removed,
+-- and a link at its name removed, never followed: the save writes only into a directory it made).
 local function prepare_dir(job)
    if job.comm.rank ~= 0 then return end
    files.make_dir(job.dir)
    files.remove_tree(job.tmp)
-   files.make_dir(job.tmp)
+   files.make_new_dir(job.tmp)
 end
 
 -- The model on rank 0 (at ZeRO-3 gathered parameter by parameter, every rank taking part; under

@@ -55,30 +55,58 @@ local function parse_range(meta)
    return kind, tonumber(s0), tonumber(c0), tonumber(t) or 1, tonumber(r) or 0
 end
 
--- The ranges this rank needs of parameter `name`, in the state saved for it: calls
--- take(st, kind, s0, c0, t, r) for every saved range (of every saved rank's file); ranges a
--- TP rank other than 0 saved of a tensor replicated over TP are the same as TP rank 0's and
--- left out.
-local function saved_ranges(opened, name, split, take)
-   for _, st in ipairs(opened) do
-      local meta = lib.lw_safetensors_metadata(st, name)
-      if meta ~= nil then
-         local kind, s0, c0, t, r = parse_range(ffi.string(meta))
-         if kind == nil then
-            fail("checkpoint.load", "the optimizer state of '%s' has an unreadable range '%s'",
-               name, ffi.string(meta))
-         end
-         if split or r == 0 then take(st, kind, s0, c0, t, r) end
-      end
-   end
-end
-
 -- The parts of a saved state: "m" (Muon momentum, AdamW m), "v" (AdamW), "w" (master weights).
 local function parts_of(kind, master)
    local parts = { "m" }
    if kind == "adamw" then parts[#parts + 1] = "v" end
    if master then parts[#parts + 1] = "w" end
    return parts
+end
+
+-- The tensors of a saved range, by part, each checked to hold exactly the range's count of f32
+-- values: a checksum anyone can recompute bounds nothing, so every read below stays within
+-- what the file holds whatever its manifest and metadata say.
+local function range_views(path, rank, st, name, parts, count)
+   local views = {}
+   for _, part in ipairs(parts) do
+      local key = part .. "/" .. name
+      local view = safetensors.find(st, key)
+      if view == nil then
+         fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
+      end
+      local dtype, bytes = ffi.string(view.dtype), tonumber(view.bytes)
+      if dtype ~= "F32" or bytes ~= 4 * count then
+         fail("checkpoint.load", "%s/%s: '%s' holds %s, but its range says %d F32 values: "
+            .. "damaged or written by something else", path, state.file_name(rank), key,
+            dtype == "F32" and ("%d values"):format(bytes / 4) or (dtype .. " data"), count)
+      end
+      views[part] = ffi.cast("const float *", view.data)
+   end
+   return views
+end
+
+-- The ranges this rank needs of parameter `name` (optimized by `kind` now), in the state saved
+-- for it: calls take(views, s0, c0, t, r) for every saved range (of every saved rank's file),
+-- views the range's tensors by part (range_views); ranges a TP rank other than 0 saved of a
+-- tensor replicated over TP are the same as TP rank 0's and left out.
+local function saved_ranges(path, opened, name, kind, parts, split, take)
+   for rank, st in ipairs(opened) do
+      local meta = lib.lw_safetensors_metadata(st, name)
+      if meta ~= nil then
+         local saved_kind, s0, c0, t, r = parse_range(ffi.string(meta))
+         if saved_kind == nil then
+            fail("checkpoint.load", "the optimizer state of '%s' has an unreadable range '%s'",
+               name, ffi.string(meta))
+         end
+         if saved_kind ~= kind then
+            fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name,
+               saved_kind, path, kind)
+         end
+         if split or r == 0 then
+            take(range_views(path, rank - 1, st, name, parts, c0), s0, c0, t, r)
+         end
+      end
+   end
 end
 
 -- The state of one parameter in the tp 1 model's coordinates (p: its manifest entry, with
@@ -88,18 +116,7 @@ local function assemble_full(path, opened, p, kind, parts)
    local n = tp.numel(p.shape)
    local full = { seen = ffi.new("uint8_t[?]", n) }
    for _, part in ipairs(parts) do full[part] = ffi.new("float[?]", n) end
-   saved_ranges(opened, p.name, p.tp ~= nil, function(st, saved_kind, s0, c0, t, r)
-      if saved_kind ~= kind then
-         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", p.name, saved_kind,
-            path, kind)
-      end
-      local views = {}
-      for _, part in ipairs(parts) do
-         views[part] = safetensors.find(st, part .. "/" .. p.name)
-         if views[part] == nil then
-            fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, p.name)
-         end
-      end
+   saved_ranges(path, opened, p.name, kind, parts, p.tp ~= nil, function(views, s0, c0, t, r)
       -- each run of the saved shard that lies in [s0, s0 + c0), to its place (padding dropped)
       local function put(l, f, len)
          local a, b = math.max(l, s0), math.min(l + len, s0 + c0)
@@ -107,8 +124,7 @@ local function assemble_full(path, opened, p, kind, parts)
          if b <= a then return end
          local at = f + a - l
          for _, part in ipairs(parts) do
-            ffi.copy(full[part] + at, ffi.cast("const float *", views[part].data) + (a - s0),
-               4 * (b - a))
+            ffi.copy(full[part] + at, views[part] + (a - s0), 4 * (b - a))
          end
          ffi.fill(full.seen + at, b - a, 1)
       end
@@ -169,20 +185,11 @@ local function load_direct(path, opened, ddp, entry, name, kind, parts)
    local start, count = tonumber(entry.start), tonumber(entry.count)
    local targets = targets_of(entry, parts)
    local covered = 0
-   saved_ranges(opened, name, false, function(st, saved_kind, s0, c0)
-      if saved_kind ~= kind then
-         fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name, saved_kind,
-            path, kind)
-      end
+   saved_ranges(path, opened, name, kind, parts, false, function(views, s0, c0)
       local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
       if hi <= lo then return end
       for part, target in pairs(targets) do
-         local view = safetensors.find(st, part .. "/" .. name)
-         if view == nil then
-            fail("checkpoint.load", "%s lacks the state tensors of '%s'", path, name)
-         end
-         ddp:from_host(target + (lo - start), ffi.cast("const float *", view.data) + (lo - s0),
-            hi - lo)
+         ddp:from_host(target + (lo - start), views[part] + (lo - s0), hi - lo)
       end
       covered = covered + (hi - lo)
    end)

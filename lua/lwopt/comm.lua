@@ -295,6 +295,9 @@ comm.REPORT_DELAY = 2
 -- the same moment, so the cause prints once.
 function comm.fail(message, status)
    status = status or 1
+   -- a job that ends ends: the signals mpirun sends to end the other ranks are not taken as
+   -- requests to stop at a step's end (lw_stop_watch) any more
+   lib.lw_stop_unwatch()
    local rank, size = comm.launched()
    if world ~= nil then rank, size = world.rank, world.size end
    io.stdout:flush()
@@ -318,6 +321,11 @@ function comm.run(fn, ...)
    if results[1] then return unpack(results, 2, table.maxn(results)) end
    local err = results[2]
    local message = tostring(err)
+   -- Ctrl-C where no stop is watched for (lw_stop_watch): LuaJIT raises "interrupted!" wherever
+   -- the program was; the user asked for it, so one line and the shell's status for SIGINT
+   if message:match("interrupted!$") and os.getenv("LWOPT_TRACEBACK") ~= "1" then
+      comm.fail("interrupted (Ctrl-C)", 130)
+   end
    if not for_user(err) or os.getenv("LWOPT_TRACEBACK") == "1" then
       message = message .. traceback
    end

@@ -1,9 +1,11 @@
 -- export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt OUT_DIR`: a trained dense GPT (a
 -- checkpoint step directory, a --ckpt-dir's newest whole checkpoint, or a model.safetensors /
 -- --save-params file) written as another program's files: OUT_DIR/model.safetensors (fp32,
--- named and laid out as gpt_names.lua says) and OUT_DIR/config.json. It reads and converts;
--- it trains nothing and needs no communicator.
+-- named and laid out as gpt_names.lua says) and OUT_DIR/config.json, both or neither: OUT_DIR is
+-- replaced whole (publish.lua), its other files carried over. It reads and converts; it trains
+-- nothing and needs no communicator.
 local ffi = require("ffi")
+local C = require("lwopt.C")
 local json = require("lwopt.json")
 local files = require("lwopt.files")
 local flags = require("lwopt.flags")
@@ -13,6 +15,7 @@ local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
 local arch = require("lwopt.arch")
 local errors = require("lwopt.errors")
+local publish = require("lwopt.publish")
 
 local export = {}
 
@@ -23,14 +26,19 @@ local fail = errors.failer(WHERE)
 -- A checkpoint manifest read for export, its messages in export's words.
 local function manifest_of(dir, opts)
    local ok, m = pcall(checkpoint.read_manifest, dir, opts)
-   if not ok then error((tostring(m):gsub("^checkpoint%.load: ", WHERE .. ": ")), 0) end
+   if not ok then
+      local message = tostring(m)
+         :gsub("^(.-manifest%.json): json%.decode: json: (.*)$", "%1 is not valid JSON (%2)")
+      fail("%s", errors.plain(message))
+   end
    return m
 end
 
 -- What CKPT names: { file (the model's safetensors), what (for messages), step, extra (the
 -- run's settings, or nil), note (why another checkpoint than `latest`'s was taken) }.
 function export.source(path)
-   local kind = files.kind(path)
+   local ok, kind = pcall(files.kind, path)
+   if not ok then fail("%s", errors.plain(tostring(kind))) end
    if kind == "missing" then fail("%s does not exist", path) end
    if kind == "file" then
       local dir = files.dirname(path)
@@ -48,7 +56,7 @@ function export.source(path)
       return { file = path .. "/model.safetensors", what = path, step = m.step, extra = m.extra }
    end
    local ok, found, why = pcall(checkpoint.find, path)
-   if not ok then error((tostring(found):gsub("^checkpoint: ", WHERE .. ": ")), 0) end
+   if not ok then fail("%s", errors.plain(tostring(found))) end
    if found == nil then
       fail("%s is not a checkpoint (no manifest.json) and holds none (%s)", path, why)
    end
@@ -163,59 +171,44 @@ function export.tensors(f, format, cfg)
    return out, list
 end
 
--- Writes a file through a temporary one beside it, renamed over it once whole.
-local function write_text(path, text)
-   local tmp = path .. ".tmp"
-   local fh, err = io.open(tmp, "wb")
-   if fh == nil then fail("cannot write %s (%s)", tmp, tostring(err)) end
-   local ok, why = fh:write(text)
-   local closed, close_why = fh:close()
-   if not (ok and closed) then
-      os.remove(tmp)
-      fail("cannot write %s (%s)", tmp, tostring(why or close_why))
-   end
-   files.rename(tmp, path)
-end
-
 -- export.run{ ckpt, format, out_dir, n_head, vocab }: writes out_dir/model.safetensors and
--- out_dir/config.json. Returns { file, config, tensors (count), values, cfg, src, dropped (the
--- tied LM head left out: true/false) }.
+-- out_dir/config.json, both or neither (publish.dir: out_dir as it was until both are whole and
+-- durable, then replaced in one step, its other files carried over). Returns { file, config,
+-- tensors (count), values, cfg, src, dropped (the tied LM head left out: true/false) }.
 function export.run(o)
    local src = export.source(o.ckpt)
    local f = weights.open(src.file, WHERE .. ": " .. src.file)
    local cfg = export.model_config(f, src.extra or recorded_settings(f),
       { n_head = o.n_head, vocab = o.vocab }, src.what)
-   local out_file = o.out_dir .. "/model.safetensors"
-   local kind = files.kind(o.out_dir)
-   if kind ~= "missing" and kind ~= "dir" then
-      fail("%s exists and is not a directory", o.out_dir)
-   end
-   files.make_dir(o.out_dir)
-   if files.real_path(out_file) == files.real_path(src.file)
-      or files.same_file(out_file, src.file) then
-      fail("%s is the checkpoint's own model.safetensors: writing it would destroy the input; "
-         .. "choose another OUT_DIR", out_file)
-   end
-   local tensors = export.tensors(f, o.format, cfg)
-   local config = export.config(o.format, cfg)
-   local values = 0
-   for _, t in ipairs(tensors) do values = values + weights.numel(t.shape) end
-   local tmp = out_file .. ".tmp"
-   local ok, err = pcall(safetensors.write, tmp, tensors, {
-      { "format", "pt" }, -- what transformers' loader asks of a safetensors file
-      { "lwopt.format", o.format },
-      { "lwopt.source", src.what .. (src.step and (" (step %d)"):format(src.step) or "") },
-      { "config", json.encode(config) },
-   })
-   if not ok then
-      os.remove(tmp)
-      fail("cannot write %s: %s", out_file, tostring(err))
-   end
-   files.rename(tmp, out_file)
-   local config_file = o.out_dir .. "/config.json"
-   write_text(config_file, json.encode(config, "  ") .. "\n")
-   return { file = out_file, config = config_file, tensors = #tensors, values = values, cfg = cfg,
-            src = src, dropped = o.format == "hf-gpt2" and cfg.tied }
+   local out_dir = o.out_dir:gsub("(.)/+$", "%1") -- "hf/" names hf/config.json, not hf//
+   local out_file = out_dir .. "/model.safetensors"
+   local config_file = out_dir .. "/config.json"
+   local r = { file = out_file, config = config_file, cfg = cfg, src = src,
+               dropped = o.format == "hf-gpt2" and cfg.tied }
+   publish.dir(out_dir, function(stage)
+      if files.real_path(out_file) == files.real_path(src.file)
+         or files.same_file(out_file, src.file) then
+         fail("%s is the checkpoint's own model.safetensors: writing it would destroy the "
+            .. "input; choose another OUT_DIR", out_file)
+      end
+      local tensors = export.tensors(f, o.format, cfg)
+      local config = export.config(o.format, cfg)
+      r.tensors, r.values = #tensors, 0
+      for _, t in ipairs(tensors) do r.values = r.values + weights.numel(t.shape) end
+      local ok, err = pcall(safetensors.write, stage .. "/model.safetensors", tensors, {
+         { "format", "pt" }, -- what transformers' loader asks of a safetensors file
+         { "lwopt.format", o.format },
+         { "lwopt.source", src.what .. (src.step and (" (step %d)"):format(src.step) or "") },
+         { "config", json.encode(config) },
+      })
+      if not ok then fail("cannot write %s: %s", out_file, errors.plain(tostring(err))) end
+      local text = json.encode(config, "  ") .. "\n"
+      -- lw_file_write fsyncs, as the safetensors writer does: both durable before the exchange
+      if C.lib.lw_file_write(stage .. "/config.json", text, #text, nil) ~= 0 then
+         fail("cannot write %s: %s", config_file, errors.plain(C.last_error()))
+      end
+   end)
+   return r
 end
 
 local FLAGS = {
@@ -252,7 +245,8 @@ function export.main(argv, out, err)
    local ok, r = pcall(export.run, { ckpt = positional[1], out_dir = positional[2],
       format = v.format, n_head = v.n_head, vocab = v.vocab })
    if not ok then
-      err:write("lwopt ", tostring(r), "\n")
+      -- one line: export's name once, then the problem without the places it passed through
+      err:write("lwopt export: ", errors.plain((tostring(r):gsub("^" .. WHERE .. ": ", ""))), "\n")
       return 1
    end
    local c = r.cfg

@@ -2,6 +2,8 @@
 -- file_lock.c) for Lua: what is at a path and what it names in the end, sorted directory
 -- listings and wildcard patterns over them, removal, rename and truncation, a write probe, and
 -- a lock held for a run, so that checkpoints and recipes never parse `ls` or guess from io.open.
+-- Removal never follows a symbolic link, and reads of lwopt's own small files (files.read) take
+-- regular files only.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 
@@ -14,6 +16,28 @@ local kind_cell = ffi.new("lw_path_kind[1]")
 function files.kind(path)
    C.check(lib.lw_path_kind_of(path, kind_cell), "files.kind")
    return C.name("path_kind", kind_cell[0])
+end
+
+-- What the directory entry at path is, a symbolic link not followed: files.kind's kinds or
+-- "link".
+function files.entry_kind(path)
+   C.check(lib.lw_path_entry_kind(path, kind_cell), "files.entry_kind")
+   return C.name("path_kind", kind_cell[0])
+end
+
+local read_data, read_bytes = ffi.new("void*[1]"), ffi.new("int64_t[1]")
+
+-- The contents of the regular file at path, at most max_bytes of them; opts.follow = false
+-- refuses a symbolic link at path. Never waits on a FIFO nor reads a device forever: nil and
+-- why (naming the path) for anything but a regular file of that size.
+function files.read(path, max_bytes, opts)
+   local follow = not (opts and opts.follow == false)
+   if lib.lw_file_read(path, max_bytes, follow, read_data, read_bytes) ~= 0 then
+      return nil, (C.last_error():gsub("^files: ", ""))
+   end
+   local text = ffi.string(read_data[0], read_bytes[0])
+   lib.lw_file_read_free(read_data[0])
+   return text
 end
 
 -- The names in dir, sorted bytewise.
@@ -118,17 +142,17 @@ function files.lock(path)
    end }
 end
 
--- Creates dir and its missing parents (an existing directory is fine).
+-- Creates dir and its missing parents (an existing directory is fine); a failure leaves none of
+-- them behind.
 function files.make_dir(dir) C.check(lib.lw_dir_make(dir), "files.make_dir") end
 
--- Removes dir and everything below it; a missing dir is fine.
-function files.remove_tree(dir)
-   local kind = files.kind(dir)
-   if kind == "missing" then return end
-   if kind == "dir" then
-      for _, name in ipairs(files.list(dir)) do files.remove_tree(dir .. "/" .. name) end
-   end
-   files.remove(dir)
+-- Creates the directory dir, which must not exist (nor anything else at its name).
+function files.make_new_dir(dir) C.check(lib.lw_dir_make_new(dir), "files.make_new_dir") end
+
+-- Removes path and everything below it, never following a symbolic link (a link is removed
+-- itself, its target untouched); a missing path is fine.
+function files.remove_tree(path)
+   C.check(lib.lw_path_remove_tree(path), "files.remove_tree")
 end
 
 -- The directory part of a path ("." for a bare name).
@@ -138,9 +162,11 @@ end
 
 -- Checks that a file can be written at path without touching what is there: the directory is
 -- created if missing and a probe file is created and removed in it; an existing path must be a
--- regular file that opens for appending. Returns true, or nil and a message naming the path.
-function files.check_writable(path, what)
-   local function problem(fmt, ...) return nil, ("%s '%s' " .. fmt):format(what, path, ...) end
+-- regular file that opens for appending. Returns true, or nil and a message naming the path
+-- ("what 'path' (of) ...": of, when given, says where the file comes from).
+function files.check_writable(path, what, of)
+   local named = ("%s '%s'%s"):format(what, path, of and (" (" .. of .. ")") or "")
+   local function problem(fmt, ...) return nil, named .. " " .. fmt:format(...) end
    local ok, kind = pcall(files.kind, path)
    if not ok then return problem("cannot be inspected (%s)", kind) end
    if kind == "dir" then return problem("is a directory, not a file") end
@@ -166,10 +192,12 @@ function files.check_writable_dir(dir, what, tag)
    if lib.lw_dir_make(dir) ~= 0 then
       return nil, ("%s '%s' cannot be created: %s"):format(what, dir, C.last_error())
    end
+   -- created anew, never through a link someone left at the probe's name
    local probe = ("%s/.lwopt-probe-%s"):format(dir, tag or "0")
-   local f, err = io.open(probe, "wb")
-   if f == nil then return nil, ("%s '%s' is not writable (%s)"):format(what, dir, err) end
-   f:close()
+   if lib.lw_file_write(probe, nil, 0, nil) ~= 0 then
+      return nil, ("%s '%s' is not writable (%s)"):format(what, dir,
+         C.last_error():gsub("^files: ", ""))
+   end
    os.remove(probe)
    return true
 end

@@ -24,15 +24,21 @@ end
 
 -- Appends rec (a step record, or the run's configuration record: kind "config") as one line.
 -- Returns nil, or why it could not be written; after a failure the log takes no more records
--- (each returns the same reason).
+-- (each returns the same reason). The records it could not take are kept in self.unwritten, in
+-- order, for a checkpoint to carry to the run that resumes it (train.lua), so that the log
+-- misses no step.
 function StepLog:write(rec)
-   if self.failed then return self.failed end
+   if self.failed then
+      self.unwritten[#self.unwritten + 1] = rec
+      return self.failed
+   end
    local line = json.encode(json.object(rec)) .. "\n"
    local ok, err = self.file:write(line)
    if ok then
       self.bytes = self.bytes + #line
       return nil
    end
+   self.unwritten = { rec }
    local cut = pcall(files.truncate, self.path, self.bytes)
    local what = rec.kind == "config" and "the configuration record"
       or ("the record of step %d"):format(rec.step)

@@ -178,8 +178,13 @@ local function open_run(run)
    loop.tokens = run.tokens_before or (loop.first - 1) * loop.tokens_per_step
    if run.log and comm.rank == 0 then
       loop.log = step_log.open(run.log, loop.first > 1) -- a resumed run appends
-      -- a failure here stops the run after its first step, as a step record's would
-      if run.log_config then loop.log_failed = loop.log:write(run.log_config) end
+      -- first the records the run before could not write (its checkpoint carried them), so
+      -- that the log misses no step; a failure here stops the run after its first step, as a
+      -- step record's would
+      for _, rec in ipairs(run.log_unwritten or {}) do
+         loop.log_failed = loop.log_failed or loop.log:write(rec)
+      end
+      if run.log_config then loop.log_failed = loop.log_failed or loop.log:write(run.log_config) end
    end
    loop.t_start = lib.lw_now()
    loop.last = math.min(run.steps, run.stop_after or run.steps)
@@ -328,15 +333,27 @@ local function report(run, loop, rec)
    progress(run, rec, loop.t_start, loop.first)
 end
 
--- With a log, whether rank 0 could not write the step's record, known to every rank (one
--- all-reduce), so that all of them stop at the same step: ended.stopped says why (rank 0's
--- words; the others know only that it failed).
-local function stop_if_log_failed(run, loop, step)
-   if not run.log then return end
-   run.comm:set_label("whether the log took the step's record")
-   if run.comm:allreduce({ loop.log_failed and 1 or 0 }, "max")[1] > 0 then
+-- The names of the signals that ask a run to stop (lw_stop_requested's numbers, Linux's).
+local STOP_SIGNALS = { [2] = "SIGINT", [10] = "SIGUSR1", [15] = "SIGTERM" }
+
+-- Whether the run stops after this step, known to every rank from one all-reduce, so that all of
+-- them stop at the same step: rank 0 could not write the step's record (a log), or a rank was
+-- asked to stop by a signal (lw_stop_requested: preemption, Ctrl-C). ended.stopped says why
+-- (rank 0's words for the log; the others know only that it failed) and, for a signal, which.
+local function stop_if_asked(run, loop, step)
+   local failed, signal = loop.log_failed and 1 or 0, lib.lw_stop_requested()
+   if run.comm.size > 1 then
+      run.comm:set_label("whether the log took the step's record and whether a rank must stop")
+      local both = run.comm:allreduce({ failed, signal }, "max")
+      failed, signal = both[1], both[2]
+   end
+   if failed > 0 then
       loop.ended.stopped = { step = step, why = "--log: " .. (loop.log_failed
          or "rank 0 could not write the log") }
+   end
+   if signal > 0 then
+      loop.ended.stopped = loop.ended.stopped or { step = step }
+      loop.ended.stopped.signal = STOP_SIGNALS[signal] or ("signal %d"):format(signal)
    end
 end
 
@@ -361,8 +378,15 @@ local function checkpoint_if_due(run, loop, step, update)
    if ckpt and ckpt.dir and not update.skipped and ((ckpt.every or 0) > 0
       and step % ckpt.every == 0 or step == loop.last or stopped) then
       run.comm:set_phase(("step %d, checkpoint save"):format(step))
-      -- the tokens trained on so far, which a resumed run counts on from (run.tokens_before)
-      if ckpt.extra then ckpt.extra.tokens = loop.tokens end
+      -- the tokens trained on so far, which a resumed run counts on from (run.tokens_before),
+      -- and the records the log could not take (rank 0 writes the manifest), which the run
+      -- that resumes writes first (run.log_unwritten)
+      if ckpt.extra then
+         ckpt.extra.tokens = loop.tokens
+         local unwritten = loop.log and loop.log.unwritten
+         ckpt.extra.log_unwritten = unwritten and json.object({ path = run.log,
+            records = json.array(unwritten) }) or nil
+      end
       local ok, saved = pcall(require("lwopt.checkpoint").save, ckpt.dir, { ddp = run.ddp,
          opt = run.opt, step = step, keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
          protect = ckpt.resumed_from and { ckpt.resumed_from } or nil, ep = run.ep, tp = run.tp,
@@ -410,9 +434,11 @@ end
 -- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records (kind
 -- "step", with tokens, the tokens trained on through the step, and wall_time) and how the run
 -- ended: { diverged = bool, skips_in_a_row = n, first_skip = step, stopped = nil | { step,
--- why (the log could not be written), save_error (a checkpoint could not be saved), checkpoint
--- (the one saved at that step) } }: a failed output stops the run after its step, checkpointed
--- when it can be. A step whose update was skipped is not checkpointed: its parameters may
+-- why (the log could not be written), signal ("SIGTERM", "SIGUSR1", "SIGINT": a rank was asked
+-- to stop, lw_stop_requested), save_error (a checkpoint could not be saved), checkpoint (the one
+-- saved at that step) } }: a failed output or a request to stop ends the run after its step,
+-- checkpointed when it can be. log_unwritten: records a run before could not write to this log,
+-- written first. A step whose update was skipped is not checkpointed: its parameters may
 -- already be the cause.
 function train.run(run)
    local loop = open_run(run)
@@ -422,7 +448,7 @@ function train.run(run)
       evaluate_if_due(run, loop, rec)
       report(run, loop, rec)
       count_skip(run, loop.ended, rec, update)
-      stop_if_log_failed(run, loop, step)
+      stop_if_asked(run, loop, step)
       checkpoint_if_due(run, loop, step, update)
       notify_step_end(run, step)
       if loop.ended.stopped or diverged(run, loop.ended) then break end

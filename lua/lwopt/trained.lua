@@ -1,24 +1,23 @@
 -- trained.lua: a trained GPT for the commands that use one after training (`lwopt sample`,
 -- `lwopt eval`): read from a checkpoint (a step-N directory, or a --ckpt-dir whose `latest`
 -- names one), whose manifest records the recipe's settings, or from a bare .safetensors file of
--- the model's parameters (--save-params), whose tensors' shapes give the model and flags give
--- what shapes cannot (the heads, the token vocabulary). The model is built and loaded on every
--- rank of the job (one without mpirun) on the CPU or a GPU, and the data it was trained on is
--- opened as the recipe opens it. It does not train or write anything.
+-- the model's parameters (--save-params; F32, BF16 or F16, read by weights.lua as --init-from
+-- reads them), whose tensors' shapes give the model and flags give what shapes cannot (the
+-- heads, the token vocabulary). The model is built and loaded on every rank of the job (one
+-- without mpirun) on the CPU or a GPU, and the data it was trained on is opened as the recipe
+-- opens it. It does not train or write anything.
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
-local safetensors = require("lwopt.safetensors")
+local weights = require("lwopt.weights")
 local sampling = require("lwopt.sampling")
 local presets = require("lwopt.presets")
 local data_mod = require("lwopt.data")
 local tokens_mod = require("lwopt.tokens")
-local C = require("lwopt.C")
 
 local ffi = require("ffi")
 local errors = require("lwopt.errors")
-local lib = C.lib
 
 local trained = {}
 
@@ -59,15 +58,10 @@ local function resolve(path)
    return "checkpoint", found.path, found.note
 end
 
--- The tensors of an open safetensors file: { { name, shape } ... }.
-local function tensors_of(st)
-   local out, view = {}, ffi.new("lw_tensor_view")
-   for i = 0, lib.lw_safetensors_count(st) - 1 do
-      C.check(lib.lw_safetensors_tensor(st, i, view), "safetensors")
-      local shape = {}
-      for d = 0, view.ndim - 1 do shape[d + 1] = tonumber(view.shape[d]) end
-      out[#out + 1] = { name = ffi.string(view.name), shape = shape }
-   end
+-- The tensors of a weights file (weights.open's): { { name, shape } ... }, in the file's order.
+local function tensors_of(f)
+   local out = {}
+   for _, name in ipairs(f.order) do out[#out + 1] = { name = name, shape = f.shapes[name] } end
    return out
 end
 
@@ -167,21 +161,17 @@ local function configure(params, extra, o, where)
    return cfg, settings
 end
 
--- Copies a bare file's parameters into ddp, each checked against the model's name and shape.
-local function load_file(st, ddp, path)
+-- Copies a bare file's parameters into ddp: every name and shape checked against the model's
+-- first, F32, BF16 and F16 widened to fp32 as --init-from and `lwopt export` read them.
+local function load_file(f, ddp, path)
+   local expected = {}
    for _, spec in ipairs(ddp.specs) do
-      local view = safetensors.find(st, spec.name)
-      local numel = 1
-      for _, d in ipairs(spec.shape) do numel = numel * d end
-      if view == nil or ffi.string(view.dtype) ~= "F32" or tonumber(view.bytes) ~= 4 * numel then
-         fail("%s: '%s' is missing, not F32, or not of shape {%s}", path, spec.name,
-            table.concat(spec.shape, ", "))
-      end
-      ddp:with_param(spec.name, function(t) ffi.copy(t.data, view.data, 4 * numel) end)
+      expected[#expected + 1] = { name = spec.name, shape = spec.shape }
    end
-   local count = lib.lw_safetensors_count(st)
-   if count ~= #ddp.specs then
-      fail("%s has %d tensors, the model %d: another model?", path, count, #ddp.specs)
+   weights.check(f, expected, path, "lwopt's names")
+   for _, spec in ipairs(ddp.specs) do
+      local data = weights.read(f, spec.name)
+      ddp:with_param(spec.name, function(t) ffi.copy(t.data, data, 4 * t.numel) end)
    end
 end
 
@@ -199,13 +189,13 @@ function trained.open(path, o)
    local comm = o.comm or lw.comm.init()
    local what, where, note = resolve(path)
    if note then o.note(note) end
-   local m, st, params
+   local m, f, params
    if what == "checkpoint" then
       m = checkpoint.read_manifest(where, { files = false })
       params = m.params
    else
-      st = safetensors.open(where, where)
-      params = tensors_of(st)
+      f = weights.open(where, where)
+      params = tensors_of(f)
    end
    local cfg, settings = configure(params, m and m.extra or {}, o, where)
    local model = lw.nn.GPT.new(cfg)
@@ -218,7 +208,7 @@ function trained.open(path, o)
    if what == "checkpoint" then
       checkpoint.load(where, { ddp = ddp, weights_only = true, comm = comm })
    else
-      load_file(st, ddp, where)
+      load_file(f, ddp, where)
    end
    return { path = where, step = m and m.step, model = model, ddp = ddp, cfg = cfg,
             settings = settings, param_dtype = ddp.param_dtype, comm = comm }

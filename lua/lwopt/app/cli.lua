@@ -233,7 +233,12 @@ local function run_command(argv, _, err)
    local script_arg = { [0] = file }
    for i = 2, #argv do script_arg[i - 1] = argv[i] end
    _G.arg = script_arg
-   local ok, result = xpcall(function() return chunk(unpack(script_arg)) end, debug.traceback)
+   local ok, result = xpcall(function() return chunk(unpack(script_arg)) end, function(e)
+      -- Ctrl-C goes on to bin/lwopt, which says it in one line
+      if tostring(e):match("interrupted!$") then return e end
+      return debug.traceback(e, 2)
+   end)
+   if not ok and tostring(result):match("interrupted!$") then error(result, 0) end
    if not ok then
       err:write(tostring(result), "\n")
       return 1
@@ -315,6 +320,11 @@ local function version_command(argv, out, err, short)
    return 0
 end
 
+-- The commands whose flags and work need the library (its dtypes, layouts, kernels); the log
+-- readers (plot, compare, csv) and `run` (a script of the user's) do not.
+local NEEDS_LIBRARY = { layout = true, device = true, export = true, repl = true, sample = true,
+   eval = true, train = true, version = true, ["--version"] = true }
+
 function cli.main(argv, out, err)
    out, err = out or io.stdout, err or io.stderr
    local command = argv[1]
@@ -322,7 +332,16 @@ function cli.main(argv, out, err)
    if command == nil or command == "help" or command == "--help" or command == "-h" then
       out:write(USAGE, "\n")
       return command == nil and 2 or 0
-   elseif command == "layout" then
+   end
+   -- before the library is built: one line that says so (for --help too), not a traceback
+   if NEEDS_LIBRARY[command] then
+      local loaded, why = pcall(require, "lwopt.C")
+      if not loaded then
+         err:write(tostring(why), "\n")
+         return 1
+      end
+   end
+   if command == "layout" then
       return layout_command(rest, out, err)
    elseif command == "run" then
       return run_command(rest, out, err)

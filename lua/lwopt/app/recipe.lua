@@ -32,6 +32,8 @@ for _, name in ipairs({ "presets", "MOE_DEFAULTS", "VOCAB_MULTIPLE", "vocab_rows
 end
 recipe.flags = recipe_flags.list
 recipe.EXIT_USAGE, recipe.EXIT_DIVERGED = recipe_flags.EXIT_USAGE, recipe_flags.EXIT_DIVERGED
+recipe.EXIT_STOPPED, recipe.EXIT_INTERRUPTED = recipe_flags.EXIT_STOPPED,
+   recipe_flags.EXIT_INTERRUPTED
 recipe.data_name = recipe_resume.data_name
 recipe.parameters_text = recipe_report.parameters_text
 recipe.routing_text = recipe_report.routing_text
@@ -127,7 +129,8 @@ local function check_outputs(comm, v)
       if comm.rank == 0 then
          if v.log then
             must(files.check_writable(v.log, "--log"))
-            must(files.check_writable(recipe_paths.plot(v.log), "the loss curve next to --log"))
+            must(files.check_writable(recipe_paths.plot(v.log), "the loss curve",
+               ("beside --log '%s'"):format(v.log)))
          end
          if v.save_params then must(files.check_writable(v.save_params, "--save-params")) end
       end
@@ -240,7 +243,10 @@ local function apply_init_from(run, v, say)
 end
 
 -- Trains from the first step to run (1, or the one after the checkpoint resumed) to the last
--- (--steps or --stop-after); a resumed run already past it says so and trains nothing.
+-- (--steps or --stop-after); a resumed run already past it says so and trains nothing. While it
+-- trains, SIGTERM, SIGUSR1 and Ctrl-C ask it to stop at a step's end (train.run), which must
+-- come within --timeout; before and after, they end the process as usual (there is no step to
+-- finish, and a failing job must end when mpirun kills it).
 local function train_steps(run, v, say)
    local first, last = run.start_step or 1, math.min(v.steps, v.stop_after or v.steps)
    if first > last then
@@ -248,7 +254,10 @@ local function train_steps(run, v, say)
          :format(first - 1, last, last == v.steps and "--steps" or "--stop-after"))
       return {}, { diverged = false }
    end
-   return train.run(run)
+   C.check(C.lib.lw_stop_watch(run.comm:timeout(), recipe.EXIT_STOPPED), "recipe")
+   local records, ended = train.run(run)
+   C.lib.lw_stop_unwatch()
+   return records, ended
 end
 
 -- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or

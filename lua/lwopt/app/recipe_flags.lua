@@ -130,7 +130,9 @@ recipe_flags.list = {
    { "max-skips", "int", 10, "stop after this many steps in a row skipped for non-finite "
      .. "gradients (0: never stop)", min = 0 },
    { "timeout", "number", nil, "seconds a collective may wait for the other ranks before the "
-     .. "job ends (default: LWOPT_TIMEOUT, else 600; 0: wait forever)", min = 0 },
+     .. "job ends (default: LWOPT_TIMEOUT, else 600; 0: wait forever); also how long a job "
+     .. "asked to stop (SIGTERM, SIGUSR1, Ctrl-C) may take to reach its step's end and save",
+     min = 0 },
    { "sample", "int", sampling.COUNT, "characters (token data: tokens) to generate at the end "
      .. "(0: none)", min = 0, max = 1e6 },
    { "prompt", "string", nil, "prompt for the sample (default 'And God said'; token data: token "
@@ -148,9 +150,13 @@ recipe_flags.list = {
    { "help", "bool", false, "this text" },
 }
 
--- Exit statuses besides 0 and 1 (an error): usage errors, and a run stopped by divergence.
+-- Exit statuses besides 0 and 1 (an error): usage errors, a run stopped by divergence, a run
+-- stopped on a signal at a step boundary (SIGTERM, SIGUSR1: sysexits' EX_TEMPFAIL, "try again",
+-- which a job script can requeue on; SIGINT: 128 + 2, as a shell reports Ctrl-C).
 recipe_flags.EXIT_USAGE = 2
 recipe_flags.EXIT_DIVERGED = 3
+recipe_flags.EXIT_STOPPED = 75
+recipe_flags.EXIT_INTERRUPTED = 130
 
 local function usage(script)
    return ("usage: [mpirun -np N] luajit %s [flags]\n"):format(script)

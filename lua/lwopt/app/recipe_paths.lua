@@ -46,22 +46,30 @@ function paths.plot(log) return (log:gsub("%.jsonl$", "")) .. ".png" end
 -- The table of points gnuplot reads while it draws the loss curve, beside it.
 function paths.plot_data(log) return (paths.plot(log):gsub("%.png$", "")) .. ".dat" end
 
--- The files the run writes: { { what, path } } (--log and what goes beside it, --save-params
--- and the temporary file it is written to first).
+-- The files the run writes: { { what, path, of } } (--log and what goes beside it, --save-params
+-- and the temporary file it is written to first; of: the flag a file comes from, when it is not
+-- the flag's own path).
 function paths.outputs(v)
    local out = {}
    if v.log then
+      local beside = ("beside --log '%s'"):format(v.log)
       out[#out + 1] = { what = "--log", path = v.log }
-      out[#out + 1] = { what = "the loss curve next to --log", path = paths.plot(v.log) }
-      out[#out + 1] = { what = "the loss curve's table next to --log",
-                        path = paths.plot_data(v.log) }
+      out[#out + 1] = { what = "the loss curve", path = paths.plot(v.log), of = beside }
+      out[#out + 1] = { what = "the loss curve's table", path = paths.plot_data(v.log),
+                        of = beside }
    end
    if v.save_params then
       out[#out + 1] = { what = "--save-params", path = v.save_params }
-      out[#out + 1] = { what = "the temporary file of --save-params",
-                        path = v.save_params .. ".tmp" }
+      out[#out + 1] = { what = "the temporary file", path = v.save_params .. ".tmp",
+                        of = ("of --save-params '%s'"):format(v.save_params) }
    end
    return out
+end
+
+-- An entry of outputs or inputs in a message: "--log 'x.jsonl'", "the loss curve 'x.png'
+-- (beside --log 'x.jsonl')".
+local function named(e)
+   return ("%s '%s'%s"):format(e.what, e.path, e.of and (" (" .. e.of .. ")") or "")
 end
 
 -- The files the run reads: { { what, path } } (a text file, or the training and validation
@@ -104,19 +112,19 @@ function paths.check(v, data, resumed)
    for i, o in ipairs(outputs) do
       for _, other in ipairs(inputs) do
          if same(o, other) then
-            return ("%s '%s' is the same file as %s '%s': writing it would destroy the run's "
-               .. "input; choose another path"):format(o.what, o.path, other.what, other.path)
+            return ("%s is the same file as %s: writing it would destroy the run's input; "
+               .. "choose another path"):format(named(o), named(other))
          end
       end
       for j = 1, i - 1 do
          if same(o, outputs[j]) then
-            return ("%s '%s' is the same file as %s '%s': one output would destroy the other; "
-               .. "choose another path"):format(o.what, o.path, outputs[j].what, outputs[j].path)
+            return ("%s is the same file as %s: one output would destroy the other; choose "
+               .. "another path"):format(named(o), named(outputs[j]))
          end
       end
       if resumed and below(o.real, files.real_path(resumed)) then
-         return ("%s '%s' is inside the checkpoint being resumed, '%s': writing it would "
-            .. "destroy the run's input; choose another path"):format(o.what, o.path, resumed)
+         return ("%s is inside the checkpoint being resumed, '%s': writing it would destroy the "
+            .. "run's input; choose another path"):format(named(o), resumed)
       end
    end
    if v.ckpt_dir then
@@ -125,10 +133,9 @@ function paths.check(v, data, resumed)
          for _, entry in ipairs(list) do
             local rest = below(entry.real, dir)
             if rest and checkpoint.writes_name(rest:match("^[^/]*")) then
-               return ("%s '%s' is where --ckpt-dir '%s' keeps its checkpoints (latest, "
-                  .. "step-N): writing them would destroy %s; choose another path"):format(
-                  entry.what, entry.path, v.ckpt_dir,
-                  list == inputs and "the run's input" or entry.what)
+               return ("%s is where --ckpt-dir '%s' keeps its checkpoints (latest, step-N): "
+                  .. "writing them would destroy %s; choose another path"):format(named(entry),
+                  v.ckpt_dir, list == inputs and "the run's input" or entry.what)
             end
          end
       end

@@ -66,22 +66,42 @@ end
 -- What one position of the data is: "byte" or "token".
 local function unit_of(data) return data.kind == "tokens" and "token" or "byte" end
 
--- What a run stopped by a failed output (train.run's ended.stopped) says: why, and where its
--- training state is (the checkpoint saved at that step, else the last this run saved).
+-- Why a run asked to stop by a signal stopped, in a user's words.
+local SIGNAL_WORDS = { SIGTERM = "SIGTERM (a scheduler's request to stop)",
+   SIGUSR1 = "SIGUSR1 (a request to stop ahead of a time limit)", SIGINT = "Ctrl-C (SIGINT)" }
+
+-- What a run stopped by a failed output or a signal (train.run's ended.stopped) says: why, and
+-- where its training state is (the checkpoint saved at that step, else the last this run saved).
 local function stopped_text(run, v, stopped)
    local unsaved = stopped.save_error and ("the checkpoint of step %d could not be saved: %s")
       :format(stopped.step, stopped.save_error)
-   local lines = { ("stopped after step %d: %s"):format(stopped.step, stopped.why or unsaved) }
-   if stopped.why and unsaved then lines[#lines + 1] = unsaved end
+   local signal = stopped.signal and ("asked to stop by %s"):format(SIGNAL_WORDS[stopped.signal]
+      or stopped.signal)
+   local lines = { ("stopped after step %d: %s"):format(stopped.step,
+      stopped.why or signal or unsaved) }
+   if stopped.why and signal then lines[#lines + 1] = signal end
+   if (stopped.why or signal) and unsaved then lines[#lines + 1] = unsaved end
    local ck = run.checkpoint
    local last = stopped.checkpoint or (ck and (ck.last_saved or ck.resumed_from))
    if last then
-      lines[#lines + 1] = ("the training state is in %s: resume from it with --resume once the "
-         .. "outputs can be written"):format(last)
+      lines[#lines + 1] = ("the training state is in %s: %s"):format(last,
+         (stopped.why or unsaved) and "resume from it with --resume once the outputs can be written"
+         or "run the same command with --resume to continue from it")
    elseif ck then
       lines[#lines + 1] = "no checkpoint of this run could be saved"
+   else
+      lines[#lines + 1] = "without --ckpt-dir nothing of this run was saved"
    end
    return table.concat(lines, "\n")
+end
+
+-- The exit status of a run stopped on a signal with its state saved (or with nothing to save):
+-- EXIT_STOPPED, on which a job script requeues, or EXIT_INTERRUPTED after Ctrl-C; nil otherwise.
+local function signal_status(stopped)
+   if stopped == nil or stopped.signal == nil or stopped.why or stopped.save_error then
+      return nil
+   end
+   return stopped.signal == "SIGINT" and recipe_flags.EXIT_INTERRUPTED or recipe_flags.EXIT_STOPPED
 end
 
 -- The end of a run: memory per rank, the final validation loss, the loss curve, the
@@ -116,7 +136,9 @@ local function finish(run, v, records, ended, say)
          say("loss curve: " .. png)
       end)
    end
-   if v.save_params then
+   -- a run asked to stop has no end yet: its parameters and sample come when it finishes
+   local asked_to_stop = ended.stopped and ended.stopped.signal
+   if v.save_params and not asked_to_stop then
       local tensors = ddp:params_on(0) -- collective at ZeRO-3
       if run.ep then lw.ep.gather_experts(ddp, run.ep, tensors) end -- every expert on rank 0
       recipe_tp.full_tensors(run, tensors) -- with --tp, the full tensors on rank 0
@@ -138,11 +160,13 @@ local function finish(run, v, records, ended, say)
    -- at ZeRO-3, over a TP group and under expert parallelism (the experts' all-to-all) a
    -- forward pass is collective: every rank samples (the same text), rank 0 prints
    local collective = v.zero == 3 or v.tp > 1 or v.ep > 1
-   if v.sample > 0 and not ended.diverged and (comm.rank == 0 or collective) then
+   if v.sample > 0 and not ended.diverged and not asked_to_stop
+      and (comm.rank == 0 or collective) then
       attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
    local status = ended.diverged and recipe_flags.EXIT_DIVERGED
+      or (#problems == 0 and signal_status(ended.stopped))
       or ((#problems > 0 or ended.stopped) and 1 or 0)
    return comm:allreduce({ status }, "max")[1]
 end

@@ -2,6 +2,7 @@
 -- for a run (and --save-params for its model), the comparison that refuses a checkpoint of
 -- another model and notes what changed, and loading it. Saving checkpoints is lwopt.train's.
 local checkpoint = require("lwopt.checkpoint")
+local files = require("lwopt.files")
 local sampling = require("lwopt.sampling")
 local recipe_batch = require("lwopt.app.recipe_batch")
 
@@ -115,6 +116,23 @@ local function kept_accum(run, v, saved, path)
    return recipe_batch.keep(saved, v, (run.dp_comm or run.comm).size, path)
 end
 
+-- The step records the checkpoint's run could not write to its log (it stopped at that step
+-- because the log failed), for this run to write first (train.run's log_unwritten) so that the
+-- log misses no step; nil when there are none, or when this run's --log is another file (said).
+local function unwritten_records(m, v, say)
+   local carried = type(m.extra) == "table" and m.extra.log_unwritten
+   if type(carried) ~= "table" or type(carried.records) ~= "table" or #carried.records == 0 then
+      return nil
+   end
+   local path = tostring(carried.path)
+   if v.log and files.same_file(v.log, path) then return carried.records end
+   local n = #carried.records
+   say(("resume: the checkpoint carries %d record%s that %s could not take; --log is %s, so "
+      .. "%s not written"):format(n, n == 1 and "" or "s", path,
+      v.log and "another file" or "not given", n == 1 and "it is" or "they are"))
+   return nil
+end
+
 -- With --resume: finds the checkpoint (rank 0 looks, every rank loads), refuses one made for
 -- another model or whose global batch cannot be kept, keeps it, says what was resumed or why
 -- nothing was, and sets the run's lineage. Collective.
@@ -153,6 +171,7 @@ local function resume(run, v, say)
    run.tokens_before = type(m.extra) == "table" and tonumber(m.extra.tokens) or nil
    ck.resumed_from = path
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil
+   run.log_unwritten = unwritten_records(m, v, say)
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
       m.ranks == 1 and "" or "s"))
    if batch_line then say("resume: " .. batch_line) end

@@ -7,13 +7,25 @@
 -- history file is read and written); GNU readline through LuaJIT's FFI would need a second,
 -- hand-written cdef beside the one lwopt/C.lua generates from lw.h, and rlwrap is another
 -- process and package that wraps the whole session, plain reading included.
--- It never writes the history itself: each line entered is appended to the file at once (so a
--- session that ends by os.exit, Ctrl-C or a crash keeps it), and a file that cannot be written
--- only means no history, said once.
+-- The history file is read here, not by readline: only a regular file, at most MAX_BYTES of it;
+-- cut to its last KEEP lines through a new file renamed over it, so that a write that fails (a
+-- full disk, a file-size limit) leaves the old history whole. Each line entered is appended to
+-- it at once (so a session that ends by os.exit, Ctrl-C or a crash keeps it). A history path
+-- that is a directory, a device or a FIFO, or a file that cannot be read or written, only means
+-- no history, said in one line.
+local ffi = require("ffi")
+local C = require("lwopt.C")
+local files = require("lwopt.files")
+local errors = require("lwopt.errors")
+
 local input = {}
 
 -- History lines kept in the file (older ones are dropped when a session starts).
 input.KEEP = 1000
+
+-- The most of a history file that is read: far more than KEEP lines of typing; a larger file is
+-- not a history this REPL wrote, and is left as it is.
+input.MAX_BYTES = 4 * 1024 * 1024
 
 -- The history file: $LWOPT_HISTORY (empty: none), else $XDG_STATE_HOME/lwopt/history when
 -- XDG_STATE_HOME is set, else ~/.lwopt_history; nil when there is nowhere to keep it. getenv:
@@ -56,28 +68,58 @@ local function make_parents(path, mkdir)
    end
 end
 
--- Keeps the last input.KEEP lines of the history file; a file that cannot be rewritten stays.
-local function trim(path)
-   local f = io.open(path, "r")
-   if f == nil then return end
-   local lines = {}
-   for line in f:lines() do lines[#lines + 1] = line end
-   f:close()
-   if #lines <= input.KEEP then return end
-   local out = io.open(path, "w")
-   if out == nil then return end
-   out:write(table.concat(lines, "\n", #lines - input.KEEP + 1), "\n")
-   out:close()
+-- The contents of the regular file at path (links followed), at most input.MAX_BYTES; nil and
+-- why not.
+local function read_bounded(path)
+   local data, n = ffi.new("void*[1]"), ffi.new("int64_t[1]")
+   if C.lib.lw_file_read(path, input.MAX_BYTES, true, data, n) ~= 0 then
+      return nil, errors.plain(C.last_error())
+   end
+   local text = ffi.string(data[0], n[0])
+   C.lib.lw_file_read_free(data[0])
+   return text
 end
 
--- The history file opened for appending, or nil and why not.
-local function open_history(path, posix_stat)
+-- Replaces the file at path by text: written to a new file beside it, then renamed over it, so
+-- the old file stays whole unless the new one was written whole. Returns true, or false.
+local function replace(path, text)
+   -- a history that is a symbolic link: the file it names is replaced, the link stays
+   local ok, real = pcall(files.real_path, path)
+   if not ok then return false end
+   local new = real .. ".new"
+   if C.lib.lw_file_write(new, text, #text, nil) ~= 0 then
+      C.lib.lw_path_remove(new)
+      return false
+   end
+   return C.lib.lw_path_rename(new, real) == 0
+end
+
+-- The history in the file at path: { lines (its last input.KEEP, oldest first), file (open for
+-- appending), path }, or nil and the line that says why there is none. A missing file is made
+-- (mkdir: a function(dir, mode) creating its missing folders, or nil). A file of more lines
+-- than input.KEEP is cut to its last KEEP (replace: the old one whole if that fails).
+function input.open_history(path, mkdir)
    if path == nil then return nil, "no history file (neither HOME nor LWOPT_HISTORY is set)" end
-   if posix_stat then make_parents(path, posix_stat.mkdir) end
-   trim(path)
+   if mkdir then make_parents(path, mkdir) end
+   local ok, kind = pcall(files.kind, path)
+   if not ok then return nil, "history off: " .. errors.plain(tostring(kind)) end
+   if kind == "dir" then return nil, ("history off: %s is a directory"):format(path) end
+   if kind == "other" then
+      return nil, ("history off: %s is not a regular file"):format(path)
+   end
+   local lines = {}
+   if kind == "file" then
+      local text, why = read_bounded(path)
+      if text == nil then return nil, "history off: " .. why end
+      for line in text:gmatch("[^\n]+") do lines[#lines + 1] = line end
+      if #lines > input.KEEP then
+         lines = { unpack(lines, #lines - input.KEEP + 1) }
+         replace(path, table.concat(lines, "\n") .. "\n")
+      end
+   end
    local f, why = io.open(path, "a")
    if f == nil then return nil, ("history not saved: cannot write %s"):format(why) end
-   return f
+   return { lines = lines, file = f, path = path }
 end
 
 -- Whether stdin is a terminal (lua-posix comes with lua-readline; without it, test(1) says).
@@ -99,11 +141,12 @@ local function readline_reader(o)
          .. "installs it)"
    end
    local _, stat = pcall(require, "posix.sys.stat")
-   local file, why = open_history(o.history, type(stat) == "table" and stat or nil)
-   -- histfile reads the file into readline's list (and drops the package's default one);
-   -- lines are added and saved here, not by the package
-   rl.set_options{ histfile = file and o.history or "", auto_add = false,
-      completion = o.complete ~= nil }
+   local history, why = input.open_history(o.history, type(stat) == "table" and stat.mkdir or nil)
+   -- no histfile: the package would read whatever is there, of any size, and it drops its
+   -- default one; the lines are read, added and saved here
+   rl.set_options{ histfile = "", auto_add = false, completion = o.complete ~= nil }
+   for _, line in ipairs(history and history.lines or {}) do rl.add_history(line) end
+   local file = history and history.file
    if o.complete then
       rl.set_complete_function(function(text, from, to)
          local list = o.complete(text:sub(from, to)) or {}
@@ -116,15 +159,19 @@ local function readline_reader(o)
    return {
       kind = "readline",
       note = why,
-      path = file and o.history,
+      path = history and o.history,
       read = function(_, prompt)
          local line = rl.readline(prompt)
          if line ~= nil and line:match("%S") and line ~= previous then
             rl.add_history(line)
             previous = line
-            if file then
-               file:write(line, "\n")
-               file:flush()
+            -- a line that cannot be appended (a full disk, the file-size limit): said once,
+            -- and no more are tried
+            if file and not (file:write(line, "\n") and file:flush()) then
+               io.stderr:write(("history not saved from here on: cannot write %s\n")
+                  :format(o.history))
+               file:close()
+               file = nil
             end
          end
          return line
