@@ -1,6 +1,6 @@
 -- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
 -- command from the repo root, temporary files, token shards, tokenizer files, a safetensors
--- reader and writer of many tensors, and a training log's records.
+-- reader and writer of many tensors, a training log's records, and small logs to read.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -177,6 +177,54 @@ function helpers.log_records(path)
       if rec.kind == "config" then configs[#configs + 1] = rec else steps[#steps + 1] = rec end
    end
    return steps, configs
+end
+
+-- A training log's configuration record, for the log readers' specs (over: fields changed).
+function helpers.log_config(over)
+   local json = require("lwopt.json")
+   local c = { kind = "config", format = 1, lwopt_version = "0.1.0", commit = json.null,
+      start_time = "2025-01-01T00:00:00.000Z", start_wall_time = 1000, host = "h", ranks = 2,
+      unit = "byte", tokens_per_step = 256, start_step = 1, run_id = json.null,
+      flags = json.object({ steps = 4, preset = "tiny" }) }
+   for k, v in pairs(over or {}) do c[k] = v end
+   return c
+end
+
+-- A step record: step n of a run whose loss falls from `top` by 1/8 a step (exact in binary and
+-- decimal), validation 0.25 above it on even steps, two ranks' memory.
+function helpers.log_step(n, top, over)
+   local json = require("lwopt.json")
+   local r = { kind = "step", step = n, tokens = 256 * n, loss = top - n / 8, lr = 1e-3 * n,
+      grad_norm = 1.5, tokens_per_s = 1000 * n, wall_time = 1000 + n,
+      time_ms = json.object({ fwd = 1.25, bwd = 2.5 }), comm_mb = 0.5,
+      memory_mb = json.object({ peak = json.array({ 10 + n, 20 + n }), params = { 1, 1 } }),
+      by_rank = json.object({ muon_ms = json.array({ 1, 2 }) }) }
+   if n % 2 == 0 then r.val_loss = top - n / 8 + 0.25 end
+   for k, v in pairs(over or {}) do r[k] = v end
+   return r
+end
+
+-- Writes records as a log at path, one JSON object a line; returns path.
+function helpers.write_log(path, records)
+   local json = require("lwopt.json")
+   local f = assert(io.open(path, "w"))
+   for _, rec in ipairs(records) do f:write(json.encode(json.object(rec)), "\n") end
+   f:close()
+   return path
+end
+
+-- Two logs in dir: a.jsonl, 4 steps in one run; b.jsonl, 2 steps, then resumed from step 1
+-- (step 2 redone) to step 6. Returns their paths.
+function helpers.two_logs(dir)
+   local config, step = helpers.log_config, helpers.log_step
+   local a = helpers.write_log(dir .. "/a.jsonl", { config(), step(1, 5), step(2, 5), step(3, 5),
+      step(4, 5) })
+   local b = helpers.write_log(dir .. "/b.jsonl", { config({ run_id = "run-b" }), step(1, 4),
+      step(2, 4, { loss = 9 }), config({ start_wall_time = 2000, start_step = 2,
+      run_id = "run-b" }), step(2, 4, { wall_time = 2002 }), step(3, 4, { wall_time = 2003 }),
+      step(4, 4, { wall_time = 2004 }), step(5, 4, { wall_time = 2005 }),
+      step(6, 4, { wall_time = 2006 }) })
+   return a, b
 end
 
 return helpers

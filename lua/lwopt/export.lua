@@ -1,14 +1,13 @@
--- export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt OUT_DIR`: a trained dense GPT (a
--- checkpoint step directory, a --ckpt-dir's newest whole checkpoint, or a model.safetensors /
--- --save-params file) written as another program's files: OUT_DIR/model.safetensors (fp32,
--- named and laid out as gpt_names.lua says) and OUT_DIR/config.json, both or neither: OUT_DIR is
--- replaced whole (publish.lua), its other files carried over. It reads and converts; it trains
--- nothing and needs no communicator.
+-- export.lua: a trained dense GPT (a checkpoint step directory, a --ckpt-dir's newest whole
+-- checkpoint, or a model.safetensors / --save-params file) written as another program's files:
+-- OUT_DIR/model.safetensors (fp32, named and laid out as gpt_names.lua says) and
+-- OUT_DIR/config.json, both or neither: OUT_DIR is replaced whole (publish.lua), its other files
+-- carried over. It reads and converts; it trains nothing and needs no communicator. The command,
+-- `lwopt export`, is app/cli_export.lua.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
 local files = require("lwopt.files")
-local flags = require("lwopt.flags")
 local checkpoint = require("lwopt.checkpoint")
 local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
@@ -209,56 +208,6 @@ function export.run(o)
       end
    end)
    return r
-end
-
-local FLAGS = {
-   { "format", names.FORMATS, "hf-gpt2", "the files to write: hf-gpt2 (transformers' "
-     .. "GPT2LMHeadModel: Conv1D weights transposed, zero biases, the real vocabulary) or nanogpt "
-     .. "(nanoGPT's GPT state dict and GPTConfig)" },
-   { "n-head", "int", nil, "attention heads, for a file that does not record them", min = 1 },
-   { "vocab", "int", nil, "the tokenizer's vocabulary, for a file that does not record it "
-     .. "(the rows above it are lwopt's padding, left out of hf-gpt2)", min = 1 },
-   { "help", "bool", false, "this text" },
-}
-
-local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt] OUT_DIR\n"
-   .. "  CKPT: a checkpoint step directory, a --ckpt-dir (its newest whole checkpoint), or a\n"
-   .. "  model.safetensors / --save-params file; writes OUT_DIR/model.safetensors and "
-   .. "OUT_DIR/config.json\n" .. flags.usage(FLAGS)
-
--- `lwopt export`: returns the exit status (2: usage, 1: an error, both said in one line).
-function export.main(argv, out, err)
-   local v, positional = flags.parse(argv, FLAGS)
-   local function usage_error(msg)
-      err:write("lwopt export: ", msg, " (lwopt export --help lists the flags)\n")
-      return 2
-   end
-   if v == nil then return usage_error(positional) end
-   if v.help then
-      out:write(USAGE, "\n")
-      return 0
-   end
-   if #positional ~= 2 then
-      return usage_error(("needs CKPT and OUT_DIR, got %d argument%s"):format(#positional,
-         #positional == 1 and "" or "s"))
-   end
-   local ok, r = pcall(export.run, { ckpt = positional[1], out_dir = positional[2],
-      format = v.format, n_head = v.n_head, vocab = v.vocab })
-   if not ok then
-      -- one line: export's name once, then the problem without the places it passed through
-      err:write("lwopt export: ", errors.plain((tostring(r):gsub("^" .. WHERE .. ": ", ""))), "\n")
-      return 1
-   end
-   local c = r.cfg
-   if r.src.note then out:write("export: ", r.src.note, "\n") end
-   out:write(("exported %s%s as %s: %s (%d tensors, %.2fM values; vocabulary %d%s%s), %s\n")
-      :format(r.src.what, r.src.step and (" (step %d)"):format(r.src.step) or "", v.format,
-      r.file, r.tensors, r.values / 1e6, v.format == "hf-gpt2" and c.vocab or c.rows,
-      v.format == "hf-gpt2" and c.rows ~= c.vocab and (", padding rows %d-%d left out")
-         :format(c.vocab, c.rows - 1) or "",
-      r.dropped and "; tied LM head left out: transformers ties lm_head to transformer.wte"
-         or "", r.config))
-   return 0
 end
 
 return export

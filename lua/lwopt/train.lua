@@ -5,7 +5,7 @@
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
-local step_log = require("lwopt.step_log")
+local log_writer = require("lwopt.logs.writer")
 
 local lib = C.lib
 local train = {}
@@ -177,7 +177,7 @@ local function open_run(run)
    -- every earlier step had this run's global batch
    loop.tokens = run.tokens_before or (loop.first - 1) * loop.tokens_per_step
    if run.log and comm.rank == 0 then
-      loop.log = step_log.open(run.log, loop.first > 1) -- a resumed run appends
+      loop.log = log_writer.open(run.log, loop.first > 1) -- a resumed run appends
       -- first the records the run before could not write (its checkpoint carried them), so
       -- that the log misses no step; a failure here stops the run after its first step, as a
       -- step record's would

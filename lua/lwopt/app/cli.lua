@@ -1,8 +1,8 @@
 -- cli.lua: the `lwopt` command: layout (print a layout map or JSON), run (a Lua script with
 -- lwopt on its path), train (recipes/gpt_small.lua), repl, device (what a device is, or why
 -- CUDA cannot be had), version (and --version), export (a checkpoint as Hugging Face GPT-2 or
--- nanoGPT files: lua/lwopt/export.lua), over training logs (lwopt.logs) plot, compare and
--- csv; after training, sample and eval (cli_sample.lua, cli_eval.lua).
+-- nanoGPT files: cli_export.lua), over training logs plot, compare and csv (cli_logs.lua);
+-- after training, sample and eval (cli_sample.lua, cli_eval.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 
@@ -348,13 +348,13 @@ function cli.main(argv, out, err)
    elseif command == "device" then
       return device_command(rest, out, err)
    elseif command == "plot" then
-      return require("lwopt.logs").command("plot", rest, out, err)
+      return require("lwopt.app.cli_logs").main("plot", rest, out, err)
    elseif command == "compare" then
-      return require("lwopt.logs").command("compare", rest, out, err)
+      return require("lwopt.app.cli_logs").main("compare", rest, out, err)
    elseif command == "csv" then
-      return require("lwopt.logs").command("csv", rest, out, err)
+      return require("lwopt.app.cli_logs").main("csv", rest, out, err)
    elseif command == "export" then
-      return require("lwopt.export").main(rest, out, err)
+      return require("lwopt.app.cli_export").main(rest, out, err)
    elseif command == "repl" then
       return require("lwopt.app.repl").run{ lw = require("lwopt") }
    elseif command == "sample" then

@@ -3,6 +3,7 @@
 -- loop's own evaluation (lw.train.evaluate) with the run's sequences per batch and count: for the
 -- data the run trained on it is the final validation loss the run reported.
 local trained = require("lwopt.trained")
+local cli_trained = require("lwopt.app.cli_trained")
 
 local cli_eval = {}
 
@@ -23,7 +24,7 @@ local function flag_list()
         .. trained.DEFAULTS.batch .. " for a bare file)", min = 1, max = 1e6 },
       { "json", "bool", false, "print one JSON object (the loss in full precision)" },
    }
-   for _, f in ipairs(trained.flags) do list[#list + 1] = f end
+   for _, f in ipairs(cli_trained.flags) do list[#list + 1] = f end
    list[#list + 1] = { "help", "bool", false, "this text" }
    return list
 end
@@ -32,7 +33,7 @@ local function evaluate(v, path, job)
    local ffi = require("ffi")
    local json = require("lwopt.json")
    local train = require("lwopt.train")
-   local t = trained.open_for(v, path, job)
+   local t = cli_trained.open(v, path, job)
    local s = t.settings
    local data = trained.open_data(v.data, s, v.val_data)
    local name = require("lwopt.app.recipe").data_name(data)
@@ -58,7 +59,7 @@ end
 
 -- lwopt eval PATH --data DATA [flags]: the exit status.
 function cli_eval.main(argv, out, err)
-   return trained.command({ name = "eval", usage = USAGE, flags = flag_list(), work = evaluate,
+   return cli_trained.main({ name = "eval", usage = USAGE, flags = flag_list(), work = evaluate,
       check = function(v)
          if v.data == nil then
             return "eval needs --data: the text file or token shards whose validation split it "

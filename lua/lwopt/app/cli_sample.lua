@@ -3,6 +3,7 @@
 -- (lwopt.sampling): with the checkpoint's seed and the recipe's defaults it prints the text the
 -- training run printed. Token ids are printed as ids, or as text with --tokenizer.
 local trained = require("lwopt.trained")
+local cli_trained = require("lwopt.app.cli_trained")
 local sampling = require("lwopt.sampling")
 local errors = require("lwopt.errors")
 
@@ -35,7 +36,7 @@ local function flag_list()
         .. "checkpoint does not record them" },
       { "val-data", "string", nil, "validation token shards, as the recipe's --val-data" },
    }
-   for _, f in ipairs(trained.flags) do list[#list + 1] = f end
+   for _, f in ipairs(cli_trained.flags) do list[#list + 1] = f end
    list[#list + 1] = { "help", "bool", false, "this text" }
    return list
 end
@@ -93,7 +94,7 @@ local function tokens_sample(v, t, spec)
 end
 
 local function sample(v, path, job)
-   local t = trained.open_for(v, path, job)
+   local t = cli_trained.open(v, path, job)
    local s = t.settings
    local spec = { kind = s.kind, count = v.tokens, seq = s.seq, seed = v.seed or s.seed,
                   vocab = s.vocab, temperature = v.temperature, top_k = v.top_k }
@@ -105,7 +106,7 @@ end
 
 -- lwopt sample PATH [flags]: the exit status.
 function cli_sample.main(argv, out, err)
-   return trained.command({ name = "sample", usage = USAGE, flags = flag_list(), work = sample,
+   return cli_trained.main({ name = "sample", usage = USAGE, flags = flag_list(), work = sample,
       check = function(v)
          if v.prompt and v.prompt_ids then
             return "--prompt and --prompt-ids both give the prompt: choose one"

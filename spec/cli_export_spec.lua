@@ -1,7 +1,8 @@
--- export_spec.lua: `lwopt export` (lua/lwopt/export.lua): every tensor of an hf-gpt2 and a
--- nanogpt export read back and compared with the checkpoint's, the transposes and the
--- vocabulary's padding undone by a mapping written here; config.json; what CKPT may name; the
--- errors, each one line. tests/export/run.sh checks the same with numpy and a forward pass.
+-- cli_export_spec.lua: `lwopt export` (app/cli_export.lua over lua/lwopt/export.lua): every
+-- tensor of an hf-gpt2 and a nanogpt export read back and compared with the checkpoint's, the
+-- transposes and the vocabulary's padding undone by a mapping written here; config.json; what
+-- CKPT may name; the errors, each one line. tests/export/run.sh checks the same with numpy and a
+-- forward pass.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local cli = require("lwopt.app.cli")

@@ -1,9 +1,9 @@
--- checkpoint.lua: save and load training state, keyed by parameter name (never by rank), so a
+-- checkpoint/init.lua: save and load training state, keyed by parameter name (never by rank), so a
 -- checkpoint loads at another rank count or layout (resharding). A checkpoint is a directory:
 --   model.safetensors         every parameter, f32, consolidated (any safetensors reader)
 --   optim-rNNNNN.safetensors  rank N's optimizer state: tensors "m/<param>", "v/<param>", and
 --                             metadata "<param>" = "muon|adamw <start> <count>" (element range;
---                             checkpoint_state.lua)
+--                             state.lua)
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and
 --                             CRC32C, the run it belongs to, when it was saved, and a CRC32C of
@@ -14,7 +14,7 @@
 -- parallelism (s.tp: lw.tp.groups) they hold the tp 1 model's full tensors, and each rank's
 -- optimizer file the state of its shards, with the TP size and rank it was saved at ("... tp T
 -- R"), the manifest saying how each tensor was split: a checkpoint loads at another TP size too.
--- Saving (checkpoint_save.lua) writes DIR/step-N.tmp/, fsyncs every file and the directory,
+-- Saving (save.lua) writes DIR/step-N.tmp/, fsyncs every file and the directory,
 -- renames it to DIR/step-N/, then replaces DIR/latest atomically: a crash at any moment leaves
 -- the previous checkpoint whole and `latest` pointing at it. All ranks agree that a save
 -- succeeded.
@@ -28,10 +28,10 @@ local json = require("lwopt.json")
 local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
 local tp = require("lwopt.tp")
-local state = require("lwopt.checkpoint_state")
-local finder = require("lwopt.checkpoint_find")
+local state = require("lwopt.checkpoint.state")
+local finder = require("lwopt.checkpoint.find")
 local errors = require("lwopt.errors")
-local saver = require("lwopt.checkpoint_save")
+local saver = require("lwopt.checkpoint.save")
 
 local lib = C.lib
 local checkpoint = {}
@@ -200,7 +200,7 @@ end
 
 -- The checkpoint to resume from in dir: { path, step, manifest, note }, where note says why it
 -- is not the one `latest` names (missing or damaged) and what was passed over: the newest whole
--- checkpoint of the same run (checkpoint_find.lua; opts.strict: none but latest's); nil and the
+-- checkpoint of the same run (find.lua; opts.strict: none but latest's); nil and the
 -- reason when there is none to resume.
 function checkpoint.find(dir, opts)
    return finder.find(dir, opts, { list = checkpoint.list, latest_name = latest_name,

@@ -1,4 +1,4 @@
--- checkpoint_find.lua: which checkpoint a resume takes in a directory (lw.checkpoint.find): the
+-- checkpoint/find.lua: which checkpoint a resume takes in a directory (lw.checkpoint.find): the
 -- one `latest` names when it is whole (its files' sizes and checksums as its manifest says);
 -- otherwise, unless the resume is strict, the newest whole checkpoint of the same run: the run
 -- of `latest`'s checkpoint, or, when `latest` is missing or unreadable, the run of the newest
@@ -72,7 +72,7 @@ end
 
 -- find(dir, { strict }, ck): { path, step, manifest, note } (note: why it is not the one
 -- `latest` names, and what was passed over), or nil and the reason when dir holds nothing to
--- resume. ck: checkpoint.lua's list, latest_name and read_manifest. Raises when `latest`'s
+-- resume. ck: init.lua's list, latest_name and read_manifest. Raises when `latest`'s
 -- checkpoint cannot be taken and strict is set, or when its run has no whole checkpoint left.
 function finder.find(dir, opts, ck)
    local kind = files.kind(dir)

@@ -1,25 +1,25 @@
--- step_log.lua: the JSON-lines log lw.train writes (--log): a new file, or for a resumed run
+-- logs/writer.lua: the JSON-lines log lw.train writes (--log): a new file, or for a resumed run
 -- the old one appended to; each run's configuration record first (when it has one), then a
 -- record per step. Each record is one unbuffered write, checked; when it fails (a full disk, a
 -- file-size limit) the file is cut back to its last whole record, so that readers and a
 -- resumed run that appends find whole lines only, and the failure is returned, naming the file
--- and the reason. Readers: lwopt.logs.
+-- and the reason. Readers: lwopt.logs (init.lua).
 local json = require("lwopt.json")
 local files = require("lwopt.files")
 
-local step_log = {}
+local writer = {}
 
-local StepLog = {}
-StepLog.__index = StepLog
+local Log = {}
+Log.__index = Log
 
 -- Opens the log at path (append: keep what is there and write after it). Errors name the path.
-function step_log.open(path, append)
+function writer.open(path, append)
    local file, err = io.open(path, append and "ab" or "wb")
    if file == nil then error("train: cannot write the log: " .. tostring(err), 0) end
    -- unbuffered: a record reaches the file (or fails) when written, never later at close
    file:setvbuf("no")
    local bytes = append and file:seek("end") or 0
-   return setmetatable({ path = path, file = file, bytes = bytes }, StepLog)
+   return setmetatable({ path = path, file = file, bytes = bytes }, Log)
 end
 
 -- Appends rec (a step record, or the run's configuration record: kind "config") as one line.
@@ -27,7 +27,7 @@ end
 -- (each returns the same reason). The records it could not take are kept in self.unwritten, in
 -- order, for a checkpoint to carry to the run that resumes it (train.lua), so that the log
 -- misses no step.
-function StepLog:write(rec)
+function Log:write(rec)
    if self.failed then
       self.unwritten[#self.unwritten + 1] = rec
       return self.failed
@@ -47,9 +47,9 @@ function StepLog:write(rec)
    return self.failed
 end
 
-function StepLog:close()
+function Log:close()
    if self.file then self.file:close() end
    self.file = nil
 end
 
-return step_log
+return writer

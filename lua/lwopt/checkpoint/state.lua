@@ -1,5 +1,5 @@
--- checkpoint_state.lua: a rank's optimizer state in a checkpoint (lw.checkpoint's format, see
--- checkpoint.lua): written as tensors "m/<param>", "v/<param>" (and with bf16 parameters
+-- checkpoint/state.lua: a rank's optimizer state in a checkpoint (lw.checkpoint's format, see
+-- init.lua): written as tensors "m/<param>", "v/<param>" (and with bf16 parameters
 -- "w/<param>": the fp32 master weights) of the element ranges this rank holds, each range's
 -- metadata "muon|adamw START COUNT" (with " tp T R" under tensor parallelism); loaded by every
 -- rank for the ranges it holds now, whatever ranks, layout, ZeRO level, expert-parallel or TP

@@ -1,10 +1,10 @@
--- logs.lua: reading the JSON-lines logs that training writes (--log; lwopt.step_log) and the
--- commands over them: `lwopt plot` (several runs' losses on one gnuplot chart, drawn by
--- logs_plot.lua; also the loss curve a recipe draws at its end), `lwopt compare` (each run's
--- final figures in a table) and `lwopt csv` (a run's step records as CSV). It never writes a log.
+-- logs/init.lua: reading the JSON-lines logs that training writes (--log; logs/writer.lua):
+-- each run's configuration and step records, a run's final figures, several runs compared in a
+-- table or CSV, a run's steps as CSV, and the loss chart (plot.lua, also the loss curve a recipe
+-- draws at its end). The commands over them (`lwopt plot`, `compare`, `csv`) are
+-- app/cli_logs.lua's. It never writes a log.
 local json = require("lwopt.json")
-local flags = require("lwopt.flags")
-local plotter = require("lwopt.logs_plot")
+local plotter = require("lwopt.logs.plot")
 
 local logs = {}
 
@@ -290,108 +290,7 @@ end
 -- PNG), data (gnuplot's table of points; default beside out, .dat for .png), keep_data (leave
 -- the table there; default removed), unit ("byte" | "token": the y axis's; default the runs'
 -- configuration's). Returns out, or nil and why not (gnuplot missing, failing, or a PNG cut
--- short). The chart is logs_plot.lua's.
+-- short). The chart is plot.lua's.
 function logs.plot(list, opts) return plotter.plot(list, opts, tokens_of) end
-
--- ---- the commands --------------------------------------------------------------------------
-
-local COMMANDS = {
-   plot = {
-      args = "LOG.jsonl [LOG.jsonl ...]",
-      about = "several runs' training and validation losses on one chart (gnuplot)",
-      flags = {
-         { "out", "string", "loss.png", "the chart (PNG); gnuplot's table of points is kept "
-           .. "beside it (.dat)" },
-         { "x", { "step", "tokens" }, "step", "what the losses are drawn against" },
-         { "help", "bool", false, "this text" },
-      },
-   },
-   compare = {
-      args = "LOG.jsonl [LOG.jsonl ...]",
-      about = "each run's final figures in a table: steps, tokens, final training and "
-         .. "validation loss, median tokens/s, peak memory per rank, wall time",
-      flags = {
-         { "csv", "bool", false, "print the table as CSV" },
-         { "help", "bool", false, "this text" },
-      },
-   },
-   csv = {
-      args = "LOG.jsonl [OUT.csv]",
-      about = "one CSV row per step of the step records' flat fields (to OUT.csv, or stdout)",
-      flags = { { "help", "bool", false, "this text" } },
-   },
-}
-
-local function usage_text(name)
-   local c = COMMANDS[name]
-   return ("usage: lwopt %s [flags] %s\n%s\n%s"):format(name, c.args, c.about,
-      flags.usage(c.flags))
-end
-
-local function write_file(path, text)
-   local f, err = io.open(path, "w")
-   if f == nil then error(("cannot write %s"):format(err), 0) end
-   local ok, why = f:write(text)
-   local closed, close_why = f:close()
-   if not (ok and closed) then
-      error(("cannot write %s (%s)"):format(path, tostring(why or close_why)), 0)
-   end
-end
-
-local run_command = {}
-
-function run_command.plot(v, paths, out)
-   local list = logs.read_all(paths)
-   local png, why = logs.plot(list, { out = v.out, x = v.x, keep_data = true })
-   if png == nil then error(why, 0) end
-   out:write(("chart: %s (points: %s)\n"):format(png, (png:gsub("%.png$", "")) .. ".dat"))
-end
-
-function run_command.compare(v, paths, out)
-   local summaries = {}
-   for i, log in ipairs(logs.read_all(paths)) do summaries[i] = logs.summary(log) end
-   if v.csv then
-      out:write(logs.compare_csv(summaries))
-   else
-      out:write(logs.compare_table(summaries), "\n")
-   end
-end
-
-function run_command.csv(_, paths, out)
-   local text = logs.csv(logs.read(paths[1]))
-   if paths[2] then
-      write_file(paths[2], text)
-   else
-      out:write(text)
-   end
-end
-
--- `lwopt NAME argv...` for NAME plot, compare or csv: status 0, 1 (a log that cannot be read, a
--- chart that cannot be drawn: one line on err) or 2 (a usage error).
-function logs.command(name, argv, out, err)
-   local c = COMMANDS[name]
-   local help = ("lwopt %s --help"):format(name)
-   local v, positional = flags.parse(argv, c.flags)
-   if v == nil then
-      err:write("lwopt: ", positional, " (", help, " lists them)\n")
-      return 2
-   end
-   if v.help then
-      out:write(usage_text(name), "\n")
-      return 0
-   end
-   local most_args = name == "csv" and 2 or math.huge
-   if #positional == 0 or #positional > most_args then
-      err:write(("lwopt %s: %s (usage: lwopt %s %s)\n"):format(name, #positional == 0
-         and "no log given" or "at most a log and an output file", name, c.args))
-      return 2
-   end
-   local ok, why = pcall(run_command[name], v, positional, out)
-   if not ok then
-      err:write(("lwopt %s: %s\n"):format(name, tostring(why)))
-      return 1
-   end
-   return 0
-end
 
 return logs

@@ -1,10 +1,10 @@
--- checkpoint_save.lua: how lw.checkpoint.save writes a checkpoint (the format: checkpoint.lua):
+-- checkpoint/save.lua: how lw.checkpoint.save writes a checkpoint (the format: init.lua):
 -- every rank its optimizer file and rank 0 the model into DIR/step-N.tmp/, the ranks agreeing
 -- after each step that it succeeded everywhere; then rank 0 writes the sealed manifest, makes the
 -- directory durable, renames it to DIR/step-N/, replaces `latest` and prunes the run's older
--- checkpoints. Apart from checkpoint.lua, which lists, finds, checks and loads checkpoints: this
+-- checkpoints. Apart from init.lua, which lists, finds, checks and loads checkpoints: this
 -- is the one writer. ck (from checkpoint.save): module (lw.checkpoint: FORMAT, VERSION, list,
--- on_point, read when used), seal and protect (checkpoint.lua's).
+-- on_point, read when used), seal and protect (init.lua's).
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
@@ -12,7 +12,7 @@ local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
 local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
-local state = require("lwopt.checkpoint_state")
+local state = require("lwopt.checkpoint.state")
 
 local lib = C.lib
 local saver = {}
@@ -20,7 +20,7 @@ local saver = {}
 local function step_name(step) return ("step-%09d"):format(step) end
 local optim_name = state.file_name
 
--- The hooks at a point of the protocol (checkpoint.on_point, checkpoint.lua): the save's own,
+-- The hooks at a point of the protocol (checkpoint.on_point, init.lua): the save's own,
 -- then the one for every save.
 local function reached(job, point)
    if job.s.on_point then job.s.on_point(point, job.s) end
@@ -187,7 +187,7 @@ local function commit(job)
    prune_old(job)
 end
 
--- checkpoint.save(dir, s) (checkpoint.lua says what s holds).
+-- checkpoint.save(dir, s) (init.lua says what s holds).
 function saver.save(dir, s, ck)
    local job = new_save(dir, s, ck)
    local ok, err = pcall(function()

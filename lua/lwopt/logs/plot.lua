@@ -1,13 +1,13 @@
--- logs_plot.lua: the loss chart of lw.logs.plot (`lwopt plot`, and the loss curve a recipe
+-- logs/plot.lua: the loss chart of lw.logs.plot (`lwopt plot`, and the loss curve a recipe
 -- draws at its end): the runs' points written as gnuplot's table, a gnuplot script over it, and
--- the PNG checked whole. Apart from logs.lua, which reads the logs and makes the tables, because
--- this is the one part that drives an outside program. tokens_of (from logs.plot) is logs.lua's:
+-- the PNG checked whole. Apart from init.lua, which reads the logs and makes the tables, because
+-- this is the one part that drives an outside program. tokens_of (from logs.plot) is init.lua's:
 -- the tokens through a step record.
 local json = require("lwopt.json")
 
 local plotter = {}
 
--- A record's field as a number, as logs.lua reads them: nil when absent, null or not a number.
+-- A record's field as a number, as init.lua reads them: nil when absent, null or not a number.
 local function number(x) return type(x) == "number" and x or nil end
 
 -- Text inside a gnuplot single-quoted string: '' for ', control characters dropped.
@@ -77,7 +77,7 @@ local function whole_png(path)
    return tail == "\0\0\0\0IEND\174\66\96\130"
 end
 
--- logs.plot(list, opts) (logs.lua says what opts holds).
+-- logs.plot(list, opts) (init.lua says what opts holds).
 function plotter.plot(list, opts, tokens_of)
    local out, x = opts.out, opts.x or "step"
    local dat = opts.data or ((out:gsub("%.png$", "")) .. ".dat")
