@@ -1,12 +1,13 @@
 -- C.lua: the only module that calls ffi.cdef and ffi.load. The declarations are generated at
 -- build time from src/lw.h (lwopt/cdef.lua); C.check turns a failed lw_status into a Lua error.
 local ffi = require("ffi")
+local errors = require("lwopt.errors")
 
 local found, generated = pcall(require, "lwopt.cdef")
 if not found then
-   error("lwopt: the library is not built yet (no lwopt/cdef.lua, the binding its build "
+   errors.fail("lwopt", "the library is not built yet (no lwopt/cdef.lua, the binding its build "
       .. "generates): run `make build-lib` in the lwopt tree (or cmake -S . -B build && cmake "
-      .. "--build build)", 0)
+      .. "--build build)")
 end
 
 ffi.cdef(generated.cdef)
@@ -34,8 +35,8 @@ local path = os.getenv("LWOPT_LIB")
 if path == nil or path == "" then path = generated.library end
 local loaded, lib = pcall(ffi.load, path)
 if not loaded then
-   error("lwopt: cannot load the library '" .. path .. "' (" .. tostring(lib)
-      .. "); build it with make, or point LWOPT_LIB at liblwopt.so", 0)
+   errors.fail("lwopt", "cannot load the library '%s' (%s); build it with make, or point "
+      .. "LWOPT_LIB at liblwopt.so", path, tostring(lib))
 end
 
 -- The library stays loaded for the life of the process, whatever becomes of this module: the
@@ -58,11 +59,10 @@ function C.last_error()
 end
 
 -- Raises the last C error, prefixed with the Lua function it surfaced in (and followed by a
--- hint, when given: what to change), when status fails.
+-- hint, when given: what to change), when status fails: the one place a C status becomes an
+-- error.
 function C.check(status, where, hint)
-   if status ~= 0 then
-      error((where and where .. ": " or "") .. C.last_error() .. (hint or ""), 0)
-   end
+   if status ~= 0 then errors.fail(where, "%s", C.last_error() .. (hint or "")) end
 end
 
 -- Enums by their names in C (src/lw.h: lw_<kind>_name, lw_<kind>_from_name), so that Lua keeps

@@ -3,6 +3,7 @@
 -- GPT-2 also under tensor parallelism: one TP rank's shards, as lw.nn.GPT declares them.
 
 local tp_mod = require("lwopt.tp")
+local errors = require("lwopt.errors")
 
 local arch = {}
 
@@ -144,15 +145,15 @@ end
 -- carries qkv = { groups = 1, rows = { n_embd / t, n_embd / t, n_embd / t } } at every tp.
 function arch.gpt(cfg)
    local c, err = check_config("lw.arch.gpt", cfg, GPT_FIELDS)
-   if not c then error(err, 2) end
+   if not c then errors.misuse(nil, "%s", err) end
    local specs, n = {}, c.n_embd
    local t = c.tp
    if c.tp_rank >= t then
-      error(("lw.arch.gpt: tp_rank (%d) must be below tp (%d)"):format(c.tp_rank, t), 2)
+      errors.misuse("lw.arch.gpt", "tp_rank (%d) must be below tp (%d)", c.tp_rank, t)
    end
    local bad = tp_mod.check(t, nil, { n_head = c.n_head, n_embd = n, hidden = c.mlp_hidden,
       vocab = c.vocab, pad_vocab = true, n_expert = c.n_expert })
-   if bad then error("lw.arch.gpt: " .. bad, 2) end
+   if bad then errors.misuse("lw.arch.gpt", "%s", bad) end
    local function sharded(dim, blocks, full, more)
       local x = { tp = { dim = dim, blocks = blocks }, full_shape = full }
       for k, v in pairs(more or {}) do x[k] = v end
@@ -269,7 +270,7 @@ end
 
 function arch.llama(cfg)
    local c, err = check_config("lw.arch.llama", cfg, LLAMA_FIELDS)
-   if not c then error(err, 2) end
+   if not c then errors.misuse(nil, "%s", err) end
    return llama_like(c, function(specs, p)
       swiglu(specs, c, p .. "mlp.", c.ffn_hidden, "matrix")
    end)
@@ -277,7 +278,7 @@ end
 
 function arch.moe(cfg)
    local c, err = check_config("lw.arch.moe", cfg, MOE_FIELDS)
-   if not c then error(err, 2) end
+   if not c then errors.misuse(nil, "%s", err) end
    -- The router is tiny and its logits feed a softmax/top-k; orthogonalised updates are not
    -- wanted there unless the caller asks for them.
    local router_extra = (not c.router_muon) and { use_muon = false } or nil

@@ -2,6 +2,7 @@
 -- error on any rank end the whole MPI job with "[rank r] message" instead of a hang.
 local ffi = require("ffi")
 local C = require("lwopt.C")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local comm = {}
@@ -57,7 +58,7 @@ local device_kind = "auto"
 
 function comm.set_device_kind(kind)
    local code, why = C.value("device_comm", kind)
-   if code == nil then error("lw.comm.set_device_kind: " .. why, 2) end
+   if code == nil then errors.misuse("lw.comm.set_device_kind", "%s", why) end
    device_kind = kind
 end
 
@@ -68,7 +69,7 @@ end
 function comm.device(parent, device, kind)
    kind = kind or device_kind
    local code, why = C.value("device_comm", kind)
-   if code == nil then error("lw.comm.device: " .. why, 2) end
+   if code == nil then errors.misuse("lw.comm.device", "%s", why) end
    local out = ffi.new("lw_comm*[1]")
    C.check(lib.lw_comm_device_new_kind(parent._c, device, code, out), "lw.comm.device")
    local self = wrap(out[0])
@@ -95,9 +96,9 @@ end
 function Comm:allreduce(values, op, dtype)
    dtype = dtype or "f64"
    local code = C.value("reduce_op", op or "sum")
-   if code == nil then error("comm:allreduce: unknown op '" .. tostring(op) .. "'", 2) end
+   if code == nil then errors.misuse("comm:allreduce", "unknown op '%s'", tostring(op)) end
    if ctypes[dtype] == nil then
-      error("comm:allreduce: unknown dtype '" .. tostring(dtype) .. "'", 2)
+      errors.misuse("comm:allreduce", "unknown dtype '%s'", tostring(dtype))
    end
    local n = #values
    local buf = ffi.new(ctypes[dtype] .. "[?]", math.max(n, 1))
@@ -121,12 +122,12 @@ function Comm:alltoallv(parts, dtype)
    dtype = dtype or "i64"
    local ctype = exchange_ctypes[dtype]
    if ctype == nil then
-      error("comm:alltoallv: unknown dtype '" .. tostring(dtype) .. "' (i64 or f32)", 2)
+      errors.misuse("comm:alltoallv", "unknown dtype '%s' (i64 or f32)", tostring(dtype))
    end
    local n = self.size
    if type(parts) ~= "table" or #parts ~= n then
-      error(("comm:alltoallv: parts must be a list of %d lists (one per rank), got %s"):format(
-         n, type(parts) == "table" and #parts .. " lists" or type(parts)), 2)
+      errors.misuse("comm:alltoallv", "parts must be a list of %d lists (one per rank), got %s",
+         n, type(parts) == "table" and #parts .. " lists" or type(parts))
    end
    local ones, send_counts = ffi.new("int64_t[?]", n), ffi.new("int64_t[?]", n)
    local recv_counts = ffi.new("int64_t[?]", n)
@@ -134,16 +135,16 @@ function Comm:alltoallv(parts, dtype)
    for j = 1, n do
       local part = parts[j]
       if type(part) ~= "table" then
-         error(("comm:alltoallv: parts[%d] (for rank %d) must be a list, got %s"):format(
-            j, j - 1, type(part)), 2)
+         errors.misuse("comm:alltoallv", "parts[%d] (for rank %d) must be a list, got %s", j,
+            j - 1, type(part))
       end
       for i = 1, #part do
          local v = part[i]
          local ok = type(v) == "number"
             and (dtype ~= "i64" or (v == math.floor(v) and math.abs(v) <= 2 ^ 53))
          if not ok then
-            error(("comm:alltoallv: parts[%d][%d] is %s, not %s"):format(j, i, tostring(v),
-               dtype == "i64" and "an integer within 2^53 (dtype i64)" or "a number"), 2)
+            errors.misuse("comm:alltoallv", "parts[%d][%d] is %s, not %s", j, i, tostring(v),
+               dtype == "i64" and "an integer within 2^53 (dtype i64)" or "a number")
          end
       end
       ones[j - 1], send_counts[j - 1] = 1, #part
@@ -206,7 +207,7 @@ function Comm:reset_counters() lib.lw_comm_counters_reset(self._c) end
 -- then ends the job). 0 turns it off; the default is LWOPT_TIMEOUT, else 600.
 function Comm:set_timeout(seconds)
    if type(seconds) ~= "number" then
-      error("comm:set_timeout: seconds must be a number, got " .. type(seconds), 2)
+      errors.misuse("comm:set_timeout", "seconds must be a number, got %s", type(seconds))
    end
    C.check(lib.lw_comm_set_timeout(self._c, seconds), "comm:set_timeout")
 end
@@ -218,7 +219,7 @@ function Comm:timeout() return lib.lw_comm_timeout(self._c) end
 local function text_setter(method, c_setter)
    return function(self, text)
       if text ~= nil and type(text) ~= "string" then
-         error(("comm:%s: text must be a string or nil, got %s"):format(method, type(text)), 2)
+         errors.misuse("comm:" .. method, "text must be a string or nil, got %s", type(text))
       end
       C.check(lib[c_setter](self._c, text), "comm:" .. method)
    end
@@ -249,7 +250,7 @@ end
 -- failed".
 function Comm:agree(ok, message)
    if self.size == 1 then
-      if not ok then error(message, 0) end
+      if not ok then errors.raise(message) end
       return
    end
    local failed = {}
@@ -258,7 +259,8 @@ function Comm:agree(ok, message)
    failed = self:allreduce(failed)
    for r = 1, self.size do
       if failed[r] > 0 then
-         error(with_rank(r - 1, self:broadcast_string(ok and "" or tostring(message), r - 1)), 0)
+         errors.raise(with_rank(r - 1, self:broadcast_string(ok and "" or tostring(message),
+            r - 1)))
       end
    end
 end
@@ -279,9 +281,9 @@ function comm.local_rank()
    return r
 end
 
--- An error message meant for the user: raised with error(msg, 0) or by C.check, so it carries
--- no Lua source position. Anything else (a runtime error, an error() with a level) is internal,
--- and is printed with its traceback.
+-- An error message meant for the user: raised by errors.fail or C.check, so it carries no Lua
+-- source position. Anything else (a runtime error, errors.misuse: a program's wrong argument) is
+-- internal, and is printed with its traceback.
 local function for_user(err)
    return type(err) == "string" and not err:match("^%S+:%d+: ") and not err:match("^%[string ")
 end

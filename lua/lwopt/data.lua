@@ -5,8 +5,11 @@
 -- Token shards (lwopt.tokens) have the same interface and draw in the same order.
 local ffi = require("ffi")
 local bit = require("bit")
+local errors = require("lwopt.errors")
 
 local data = {}
+
+local fail = errors.failer("lw.data")
 
 -- The largest file data.load reads whole (LuaJIT strings stop just below 2 GiB).
 data.MAX_BYTES = 0x7fffff00
@@ -22,28 +25,28 @@ function data.load(path, opts)
    opts = opts or {}
    local f, err = io.open(path, "rb")
    if f == nil then
-      error(("lw.data: cannot read '%s' (%s)%s"):format(path, tostring(err), opts.hint or ""), 0)
+      fail("cannot read '%s' (%s)%s", path, tostring(err), opts.hint or "")
    end
    if require("lwopt.files").kind(path) == "dir" then -- io.open succeeds on a directory
       f:close()
-      error(("lw.data: cannot read '%s': it is a directory, not a text file"):format(path), 0)
+      fail("cannot read '%s': it is a directory, not a text file", path)
    end
    local size = f:seek("end")
    if size and size > data.MAX_BYTES then
       f:close()
-      error(("lw.data: '%s' has %.2f GiB; this loader reads text files of up to 2 GiB (a "
-         .. "LuaJIT string's limit): use a part of it"):format(path, size / 2 ^ 30), 0)
+      fail("'%s' has %.2f GiB; this loader reads text files of up to 2 GiB (a LuaJIT string's "
+         .. "limit): use a part of it", path, size / 2 ^ 30)
    end
    f:seek("set")
    local text = f:read("*a")
    f:close()
-   if text == nil then error(("lw.data: cannot read '%s'"):format(path), 0) end
+   if text == nil then fail("cannot read '%s'", path) end
    local n = #text
    local seq = opts.seq_len or 1
    local n_val = math.floor(n * (opts.val_fraction or 0.05))
    if n - n_val < seq + 2 or n_val < seq + 2 then
-      error(("lw.data: '%s' has %d bytes, too few for sequences of %d with a 5%% validation "
-         .. "split"):format(path, n, seq), 0)
+      fail("'%s' has %d bytes, too few for sequences of %d with a 5%% validation split", path,
+         n, seq)
    end
    local bytes = ffi.new("uint8_t[?]", n)
    ffi.copy(bytes, text, n)

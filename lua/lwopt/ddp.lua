@@ -219,7 +219,7 @@ end
 -- 0-based index of a parameter in the specs.
 function DDP:index(name)
    local i = self._index[name]
-   if i == nil then error("ddp: no parameter named '" .. tostring(name) .. "'", 2) end
+   if i == nil then errors.misuse("ddp", "no parameter named '%s'", tostring(name)) end
    return i
 end
 
@@ -286,7 +286,7 @@ local passes = { forward = lib.LW_PASS_FORWARD, backward = lib.LW_PASS_BACKWARD 
 function DDP:acquire(name, pass, reuse)
    local i = self:index(name)
    local p = passes[pass or "forward"]
-   if p == nil then error("ddp:acquire: pass must be 'forward' or 'backward'", 2) end
+   if p == nil then errors.misuse("ddp:acquire", "pass must be 'forward' or 'backward'") end
    C.check(lib.lw_buffers_acquire(self._c, i, p, reuse == true), "ddp:acquire")
    C.check(lib.lw_buffers_param(self._c, i, float_out), "ddp:acquire")
    local w = float_out[0]
@@ -304,7 +304,9 @@ local stored_out, dtype_out = ffi.new("const void*[1]"), ffi.new("lw_dtype[1]")
 function DDP:acquire_stored(name, pass, reuse)
    local i = self:index(name)
    local p = passes[pass or "forward"]
-   if p == nil then error("ddp:acquire_stored: pass must be 'forward' or 'backward'", 2) end
+   if p == nil then
+      errors.misuse("ddp:acquire_stored", "pass must be 'forward' or 'backward'")
+   end
    C.check(lib.lw_buffers_acquire(self._c, i, p, reuse == true), "ddp:acquire_stored")
    C.check(lib.lw_buffers_param_stored(self._c, i, stored_out, dtype_out), "ddp:acquire_stored")
    local w, dtype = stored_out[0], dtype_out[0]
@@ -373,7 +375,7 @@ function DDP:with_param(name, fn)
       C.check(lib.lw_buffers_commit(self._c, int_out[0]), "ddp:with_param")
    end
    self:release(name)
-   if not ok then error(err, 0) end
+   if not ok then errors.raise(err) end
 end
 
 -- Parameter `name` copied from the device into a new host float array, and its shape, at any
@@ -389,7 +391,7 @@ local function copy_param(self, name, wanted)
       ok, copy = pcall(self.to_host, self, w, numel)
    end
    self:release(name)
-   if not ok then error(copy, 0) end
+   if not ok then errors.raise(copy) end
    return copy, shape
 end
 

@@ -4,6 +4,8 @@
 -- expert-DP rank floor(r / E)). EP rank j holds experts [j * n/E, (j + 1) * n/E) of every layer;
 -- the tokens move between the ranks of one EP group (nn.MoE), the experts' gradients are averaged
 -- over one expert-DP group (lw.ddp.new's expert_comm), the dense parameters over the world.
+local errors = require("lwopt.errors")
+
 local ep = {}
 
 local function is_count(v) return type(v) == "number" and v == math.floor(v) and v >= 1 end
@@ -32,7 +34,7 @@ end
 -- comm:split). Errors as ep.check.
 function ep.groups(comm, e, n_expert)
    local bad = ep.check(e, comm.size, n_expert)
-   if bad then error("lw.ep: " .. bad, 2) end
+   if bad then errors.misuse("lw.ep", "%s", bad) end
    local r = comm.rank
    local g = { size = e, rank = r % e, group = math.floor(r / e) }
    g.comm = comm:split(g.group, r)

@@ -1,18 +1,38 @@
--- errors.lua: the one way lwopt's Lua modules raise an error that names its place: the message
--- "where: what went wrong" raised at level 0, since it already says where (no file:line added).
--- Status codes from C are C.check's, not this module's.
+-- errors.lua: the one way lwopt's Lua modules raise an error: the message "where: what went
+-- wrong" raised at level 0, since it already says where (no file:line added); a program's misuse
+-- of a function with the position of the line that called it; a message made elsewhere raised
+-- again. C.check turns a failed C status into a message and raises it here. Internal invariants
+-- are asserts that say so where they stand.
 local errors = {}
+
+local function message_of(where, fmt, ...)
+   local message = fmt:format(...)
+   if where ~= nil then message = where .. ": " .. message end
+   return message
+end
 
 -- Raises "where: " .. fmt:format(...) at level 0; where nil: the message alone.
 function errors.fail(where, fmt, ...)
-   local message = fmt:format(...)
-   if where ~= nil then message = where .. ": " .. message end
-   error(message, 0)
+   error(message_of(where, fmt, ...), 0)
 end
 
 -- fail(fmt, ...) for one place: errors.fail(where, fmt, ...).
 function errors.failer(where)
    return function(fmt, ...) errors.fail(where, fmt, ...) end
+end
+
+-- Raises "where: " .. fmt:format(...) with the position of the line that called the function
+-- calling misuse (as error(message, 2) there would): a wrong argument is the caller's line to
+-- fix. comm.run prints such an error with its traceback. Called directly, not as a tail call,
+-- since the position is counted in stack frames.
+function errors.misuse(where, fmt, ...)
+   error(message_of(where, fmt, ...), 3)
+end
+
+-- Raises message (any value) as it is, at level 0: an error caught and raised again after
+-- cleaning up, or a message another function composed.
+function errors.raise(message)
+   error(message, 0)
 end
 
 -- The places lwopt's lower layers name before their messages: the C library's objects

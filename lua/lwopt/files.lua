@@ -6,6 +6,7 @@
 -- regular files only.
 local ffi = require("ffi")
 local C = require("lwopt.C")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local files = {}
@@ -86,8 +87,8 @@ function files.glob(pattern)
    local dir, base = pattern:match("^(.*)/([^/]*)$")
    if dir == nil then dir, base = nil, pattern end
    if dir and files.has_wildcards(dir) then
-      error(("files.glob: '%s': wildcards may stand in the file name only, not in the "
-         .. "directory"):format(pattern), 0)
+      errors.fail("files.glob", "'%s': wildcards may stand in the file name only, not in the "
+         .. "directory", pattern)
    end
    if not files.has_wildcards(base) then
       return files.kind(pattern) == "missing" and {} or { pattern }

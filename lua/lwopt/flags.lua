@@ -7,6 +7,8 @@
 -- takes when it is given without one (last, or followed by another flag): { "model-step",
 -- { "a", "b" }, nil, "...", bare = "a" } reads "--model-step" as "--model-step a".
 -- "--n-layer 12" and "--n-layer=12" set n_layer.
+local errors = require("lwopt.errors")
+
 local flags = {}
 
 local EXACT = 2 ^ 53
@@ -97,7 +99,7 @@ local function convert(f, text)
       end
       return v, err
    end
-   error("flags: unknown kind " .. tostring(kind), 0)
+   errors.fail("flags", "unknown kind %s", tostring(kind))
 end
 
 -- Parses argv (a list of strings) against the flag list. Returns the values by name (defaults

@@ -4,6 +4,7 @@
 -- lua/lwopt/planner/) is loaded on first use: training never needs it.
 local C = require("lwopt.C")
 local ffi = require("ffi")
+local errors = require("lwopt.errors")
 
 local lw = {
    arch = require("lwopt.arch"),
@@ -48,7 +49,7 @@ end
 -- usable driver, no GPU) when the device cannot be had.
 function lw.device_info(name)
    name = name or "cpu"
-   if type(name) ~= "string" then error("lw.device_info: name must be a string", 2) end
+   if type(name) ~= "string" then errors.misuse("lw.device_info", "name must be a string") end
    -- the device lw.ddp.new would train on ("cuda" under a launcher: this rank's GPU)
    local ok, device = pcall(lw.ddp.device, name)
    if not ok then return nil, (tostring(device):gsub("^lw%.ddp%.[%w_]+: ", "")) end

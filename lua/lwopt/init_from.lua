@@ -10,6 +10,7 @@ local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
 local tp = require("lwopt.tp")
+local errors = require("lwopt.errors")
 
 local init_from = {}
 
@@ -24,11 +25,11 @@ end
 -- the biases lwopt's model lacks are zero there.
 local function foreign_plan(f, fmt, cfg, where)
    if (cfg.n_expert or 0) > 0 then
-      error(("%s: a %s file holds a dense GPT, and this model is a mixture of experts"):format(
-         where, fmt), 0)
+      errors.fail(where, "a %s file holds a dense GPT, and this model is a mixture of experts",
+         fmt)
    end
    local list, why = names.map(fmt, cfg)
-   if list == nil then error(where .. ": " .. why, 0) end
+   if list == nil then errors.fail(where, "%s", why) end
    weights.check(f, list, where, fmt .. "'s names")
    local by_param, dropped = {}, 0
    for _, e in ipairs(list) do
@@ -36,8 +37,8 @@ local function foreign_plan(f, fmt, cfg, where)
          local x, worst = weights.read(f, e.name), 0
          for i = 0, weights.numel(e.shape) - 1 do worst = math.max(worst, math.abs(x[i])) end
          if worst ~= 0 then
-            error(("%s: '%s' is not zero (largest |value| %g), and this model has no biases: "
-               .. "these weights need a model with biases"):format(where, e.name, worst), 0)
+            errors.fail(where, "'%s' is not zero (largest |value| %g), and this model has no "
+               .. "biases: these weights need a model with biases", e.name, worst)
          end
          dropped = dropped + 1
       elseif not e.alias then

@@ -1,6 +1,8 @@
 -- json.lua: a small JSON encoder for layouts, logs and manifests. Objects are written with
 -- sorted keys so that equal values give equal text; json.object marks a table (even an empty
 -- one) as an object, json.array as an array.
+local errors = require("lwopt.errors")
+
 local json = {}
 
 local object_mt = { __jsontype = "object" }
@@ -67,7 +69,7 @@ local function encode_table(t, indent, depth)
    local keys = {}
    for k in pairs(t) do
       if type(k) ~= "string" then
-         error("json.encode: object key " .. tostring(k) .. " is not a string", 0)
+         errors.fail("json.encode", "object key %s is not a string", tostring(k))
       end
       keys[#keys + 1] = k
    end
@@ -88,7 +90,7 @@ encode = function(v, indent, depth)
    if kind == "string" then return encode_string(v) end
    if v == json.null then return "null" end
    if kind == "table" then return encode_table(v, indent, depth) end
-   error("json.encode: cannot encode a " .. kind, 0)
+   errors.fail("json.encode", "cannot encode a %s", kind)
 end
 
 -- JSON text of v; indent (e.g. "  ") pretty-prints.

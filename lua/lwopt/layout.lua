@@ -264,7 +264,7 @@ end
 -- element offsets, 0-based owner rank or nil when the buffer is element-wise or unsharded).
 function Layout:place(name)
    local p = self._by_name[name]
-   if p == nil then error("layout:place: no parameter named '" .. tostring(name) .. "'", 2) end
+   if p == nil then errors.misuse("layout:place", "no parameter named '%s'", tostring(name)) end
    return { buffer = p.buffer, bucket = p.bucket, start = p.start, stop = p.stop,
             owner = p.owner, numel = p.numel }
 end

@@ -221,7 +221,7 @@ end
 -- Sets a group's lr and weight decay (groups[i], 1-based) for the following steps.
 function Optimizer:set_group(i, lr, weight_decay)
    local g = self.groups[i]
-   if g == nil then error("optimizer:set_group: no group " .. tostring(i), 2) end
+   if g == nil then errors.misuse("optimizer:set_group", "no group %s", tostring(i)) end
    g.lr = lr or g.lr
    g.weight_decay = weight_decay or g.weight_decay
    self:_send_hparams("optimizer:set_group")
@@ -253,7 +253,7 @@ function Optimizer:step(lr_scale)
    lr_scale = lr_scale or 1
    if lr_scale ~= self._lr_scale then
       if type(lr_scale) ~= "number" or lr_scale < 0 then
-         error("optimizer:step: lr_scale must be a number >= 0", 2)
+         errors.misuse("optimizer:step", "lr_scale must be a number >= 0")
       end
       self._lr_scale = lr_scale
       self:_send_hparams("optimizer:step")

@@ -178,7 +178,7 @@ function publish.dir(dir, write)
    end
    if not written then
       remove_tree(stage)
-      error(err, 0)
+      errors.raise(err)
    end
    -- the exchange durable; then the old contents (at the staging name, or aside) go
    lib.lw_dir_sync(parent)

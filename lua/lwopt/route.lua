@@ -1,7 +1,11 @@
 -- route.lua: decides which optimizer updates each parameter. Rules are data: an ordered list of
 -- { match = <Lua pattern on the name> | function(spec) -> bool, optimizer = "muon" | "adamw",
 -- opts = {...} }; the first match wins and a parameter that no rule matches is an error.
+local errors = require("lwopt.errors")
+
 local route = {}
+
+local fail = errors.failer("lw.route")
 
 local function is_matrix(spec) return #spec.shape == 2 end
 
@@ -32,40 +36,38 @@ end
 
 local function check_rules(rules)
    if type(rules) ~= "table" then
-      error("lw.route: rules must be a list of rules, got " .. type(rules), 0)
+      fail("rules must be a list of rules, got %s", type(rules))
    end
-   if #rules == 0 then error("lw.route: the rule list is empty", 0) end
+   if #rules == 0 then fail("the rule list is empty") end
    for i, rule in ipairs(rules) do
       if type(rule) ~= "table" then
-         error(("lw.route: rule %d is a %s, not a table"):format(i, type(rule)), 0)
+         fail("rule %d is a %s, not a table", i, type(rule))
       end
       local kind = type(rule.match)
       if kind ~= "string" and kind ~= "function" then
-         error(("lw.route: rule %d: match must be a Lua pattern or a function, got %s")
-            :format(i, kind), 0)
+         fail("rule %d: match must be a Lua pattern or a function, got %s", i, kind)
       end
       if kind == "string" then
          local ok, err = pcall(string.find, "", rule.match)
          if not ok then
-            error(("lw.route: rule %d: bad pattern '%s': %s"):format(i, rule.match, err), 0)
+            fail("rule %d: bad pattern '%s': %s", i, rule.match, err)
          end
       end
       if not optimizers[rule.optimizer] then
-         error(("lw.route: rule %d: optimizer must be 'muon' or 'adamw', got %s")
-            :format(i, tostring(rule.optimizer)), 0)
+         fail("rule %d: optimizer must be 'muon' or 'adamw', got %s", i,
+            tostring(rule.optimizer))
       end
       if rule.opts ~= nil and type(rule.opts) ~= "table" then
-         error(("lw.route: rule %d: opts must be a table"):format(i), 0)
+         fail("rule %d: opts must be a table", i)
       end
       for key, value in pairs(rule.opts or {}) do
          if not RULE_OPTS[key] then
-            error(("lw.route: rule %d: unknown option '%s' in opts (a rule sets lr and "
-               .. "weight_decay; the rest are lw.optim.new's options)"):format(i, tostring(key)), 0)
+            fail("rule %d: unknown option '%s' in opts (a rule sets lr and weight_decay; the "
+               .. "rest are lw.optim.new's options)", i, tostring(key))
          end
          if type(value) ~= "number" or value ~= value or value < 0 or value == math.huge then
-            error(("lw.route: rule %d: opts.%s must be a finite number >= 0, got %s")
-               :format(i, key, type(value) == "string" and ("'" .. value .. "'")
-               or tostring(value)), 0)
+            fail("rule %d: opts.%s must be a finite number >= 0, got %s", i, key,
+               type(value) == "string" and ("'" .. value .. "'") or tostring(value))
          end
       end
    end
@@ -85,12 +87,12 @@ end
 -- with .optimizer ("muon" | "adamw") and .opts (the rule's opts, or nil) added.
 local function route_specs(specs, rules)
    rules = rules or route.default_rules
-   if type(specs) ~= "table" then error("lw.route: specs must be a list, got " .. type(specs), 0) end
+   if type(specs) ~= "table" then fail("specs must be a list, got %s", type(specs)) end
    check_rules(rules)
    local routed = {}
    for n, spec in ipairs(specs) do
       if type(spec) ~= "table" or type(spec.name) ~= "string" or type(spec.shape) ~= "table" then
-         error(("lw.route: spec %d needs a string name and a shape table"):format(n), 0)
+         fail("spec %d needs a string name and a shape table", n)
       end
       local chosen
       for i, rule in ipairs(rules) do
@@ -100,18 +102,17 @@ local function route_specs(specs, rules)
          end
       end
       if chosen == nil then
-         error(("lw.route: no rule matches parameter '%s' (shape %s, role %s)")
-            :format(spec.name, shape_text(spec.shape), tostring(spec.role)), 0)
+         fail("no rule matches parameter '%s' (shape %s, role %s)", spec.name,
+            shape_text(spec.shape), tostring(spec.role))
       end
       local rule = rules[chosen]
       if rule.optimizer == "muon" and spec.shared_embedding then
-         error(("lw.route: %s sends shared embedding '%s' to muon; a shared embedding is "
-            .. "used as embedding and LM head and must use adamw")
-            :format(rule_label(rules, chosen), spec.name), 0)
+         fail("%s sends shared embedding '%s' to muon; a shared embedding is used as "
+            .. "embedding and LM head and must use adamw", rule_label(rules, chosen), spec.name)
       end
       if rule.optimizer == "muon" and not is_matrix(spec) then
-         error(("lw.route: %s sends '%s' (shape %s) to muon, which needs a 2-D matrix")
-            :format(rule_label(rules, chosen), spec.name, shape_text(spec.shape)), 0)
+         fail("%s sends '%s' (shape %s) to muon, which needs a 2-D matrix",
+            rule_label(rules, chosen), spec.name, shape_text(spec.shape))
       end
       local copy = {}
       for k, v in pairs(spec) do copy[k] = v end
@@ -126,12 +127,12 @@ end
 -- kept as they are). `where` prefixes the errors (the calling function's name).
 function route.fill(specs, where)
    if type(specs) ~= "table" then
-      error(("%s: specs must be a list, got %s"):format(where, type(specs)), 0)
+      errors.fail(where, "specs must be a list, got %s", type(specs))
    end
    local out = {}
    for i, s in ipairs(specs) do
       if type(s) ~= "table" then
-         error(("%s: spec %d is a %s, not a table"):format(where, i, type(s)), 0)
+         errors.fail(where, "spec %d is a %s, not a table", i, type(s))
       end
       out[i] = s.optimizer ~= nil and s or route_specs({ s })[1]
    end

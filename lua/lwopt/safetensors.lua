@@ -3,6 +3,7 @@
 -- opens one to read its tensors by name.
 local ffi = require("ffi")
 local C = require("lwopt.C")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local safetensors = {}
@@ -28,7 +29,9 @@ function safetensors.write(path, tensors, metadata)
          numel = numel * size
       end
       v.data = t.data
-      v.bytes = assert(SIZES[t.dtype or "F32"], "safetensors.write: unknown dtype") * numel
+      local size = SIZES[t.dtype or "F32"]
+      if size == nil then errors.misuse("safetensors.write", "unknown dtype") end
+      v.bytes = size * numel
    end
    local keys = ffi.new("const char*[?]", math.max(#metadata, 1))
    local values = ffi.new("const char*[?]", math.max(#metadata, 1))

@@ -5,6 +5,7 @@
 -- Bytes are sampled among those that occur in the training text; token ids are printed as ids,
 -- or decoded with a tokenizer (lwopt.tokenizer). It does not encode text into tokens.
 local ffi = require("ffi")
+local errors = require("lwopt.errors")
 
 local sampling = {}
 
@@ -59,12 +60,12 @@ function sampling.parse_ids(text, vocab, flag)
    for word in text:gmatch("[^,%s]+") do
       local id = tonumber(word)
       if id == nil or id ~= math.floor(id) or id < 0 or id >= vocab then
-         error(("%s: expected token ids below the vocabulary (%d), separated by commas or "
-            .. "spaces; got '%s'"):format(flag, vocab, word), 0)
+         errors.fail(flag, "expected token ids below the vocabulary (%d), separated by commas "
+            .. "or spaces; got '%s'", vocab, word)
       end
       ids[#ids + 1] = id
    end
-   if #ids == 0 then error(("%s: no token ids in '%s'"):format(flag, text), 0) end
+   if #ids == 0 then errors.fail(flag, "no token ids in '%s'", text) end
    return ids
 end
 
@@ -107,7 +108,9 @@ end
 -- likeliest, ties with the k-th kept). Each id is drawn with probability proportional to
 -- p ^ (1 / temperature). Returns the list of generated ids.
 function sampling.generate(model, prompt, count, o)
-   assert(#prompt >= 1, "sampling.generate: the prompt needs at least one token")
+   if #prompt < 1 then
+      errors.misuse("sampling.generate", "the prompt needs at least one token")
+   end
    local seq, vocab, allowed = o.seq, o.vocab, o.allowed
    local power = 1 / (o.temperature or sampling.TEMPERATURE)
    local tokens = ffi.new("int32_t[?]", seq)

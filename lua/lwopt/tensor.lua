@@ -1,6 +1,7 @@
 -- tensor.lua: a float32 view with a shape over memory lwopt owns (a parameter or gradient in a
 -- flat buffer). It never allocates the data; it keeps its owner alive while it exists.
 local ffi = require("ffi")
+local errors = require("lwopt.errors")
 
 local Tensor = {}
 Tensor.__index = Tensor
@@ -19,12 +20,12 @@ function tensor.is_tensor(x) return getmetatable(x) == Tensor end
 
 -- Element i, 1-based over the flattened tensor.
 function Tensor:at(i)
-   assert(i >= 1 and i <= self.numel, "tensor:at: index out of range")
+   if not (i >= 1 and i <= self.numel) then errors.misuse("tensor:at", "index out of range") end
    return self.data[i - 1]
 end
 
 function Tensor:set(i, v)
-   assert(i >= 1 and i <= self.numel, "tensor:set: index out of range")
+   if not (i >= 1 and i <= self.numel) then errors.misuse("tensor:set", "index out of range") end
    self.data[i - 1] = v
    return self
 end
@@ -39,10 +40,10 @@ function Tensor:copy(src)
    if type(src) == "function" then
       for i = 0, self.numel - 1 do self.data[i] = src(i + 1) end
    elseif tensor.is_tensor(src) then
-      assert(src.numel == self.numel, "tensor:copy: sizes differ")
+      if src.numel ~= self.numel then errors.misuse("tensor:copy", "sizes differ") end
       ffi.copy(self.data, src.data, 4 * self.numel)
    else
-      assert(#src == self.numel, "tensor:copy: sizes differ")
+      if #src ~= self.numel then errors.misuse("tensor:copy", "sizes differ") end
       for i = 1, self.numel do self.data[i - 1] = src[i] end
    end
    return self
@@ -67,7 +68,7 @@ function Tensor:norm()
 end
 
 function Tensor:max_abs_diff(other)
-   assert(other.numel == self.numel, "tensor:max_abs_diff: sizes differ")
+   if other.numel ~= self.numel then errors.misuse("tensor:max_abs_diff", "sizes differ") end
    local m = 0
    for i = 0, self.numel - 1 do m = math.max(m, math.abs(self.data[i] - other.data[i])) end
    return m

@@ -80,8 +80,7 @@ function Tokenizer:decode(ids)
    for i, id in ipairs(ids) do
       local piece = self.pieces[id]
       if piece == nil then
-         error(("tokenizer: %s: token %s is outside its vocabulary [0, %d)"):format(self.path,
-            tostring(id), self.vocab), 0)
+         fail(self.path, "token %s is outside its vocabulary [0, %d)", tostring(id), self.vocab)
       end
       out[i] = piece
    end

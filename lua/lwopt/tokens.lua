@@ -7,9 +7,12 @@ local ffi = require("ffi")
 local C = require("lwopt.C")
 local data = require("lwopt.data")
 local files = require("lwopt.files")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local tokens = {}
+
+local fail = errors.failer("lw.tokens")
 
 -- The vocabulary of GPT-2's tokenizer, which version-1 shards (FineWeb, TinyStories, ...) use.
 tokens.GPT2_VOCAB = 50257
@@ -28,7 +31,7 @@ end
 function tokens.expand(pattern)
    if not files.has_wildcards(pattern) then return { pattern } end
    local found = files.glob(pattern)
-   if #found == 0 then error(("lw.tokens: no file matches '%s'"):format(pattern), 0) end
+   if #found == 0 then fail("no file matches '%s'", pattern) end
    return found
 end
 
@@ -61,7 +64,7 @@ function tokens.open(pattern, opts)
    opts = opts or {}
    local vocab = opts.vocab or tokens.GPT2_VOCAB
    if type(vocab) ~= "number" or vocab < 1 or vocab ~= math.floor(vocab) then
-      error(("lw.tokens: vocab must be a whole number >= 1, got %s"):format(tostring(vocab)), 0)
+      fail("vocab must be a whole number >= 1, got %s", tostring(vocab))
    end
    local train = open_shards(tokens.expand(pattern))
    local val_path = opts.val
@@ -76,8 +79,8 @@ function tokens.open(pattern, opts)
       self.val = open_shards(tokens.expand(val_path))
       self.n_train, self.n_val, self.val_base = train.total, self.val.total, 0
       if self.n_train < seq + 2 or self.n_val < seq + 2 then
-         error(("lw.tokens: '%s' has %d training tokens and '%s' %d validation tokens, too few "
-            .. "for sequences of %d"):format(pattern, self.n_train, val_path, self.n_val, seq), 0)
+         fail("'%s' has %d training tokens and '%s' %d validation tokens, too few for "
+            .. "sequences of %d", pattern, self.n_train, val_path, self.n_val, seq)
       end
    else
       self.val = train
@@ -85,8 +88,8 @@ function tokens.open(pattern, opts)
       self.n_train = train.total - self.n_val
       self.val_base = self.n_train
       if self.n_train < seq + 2 or self.n_val < seq + 2 then
-         error(("lw.tokens: '%s' has %d tokens, too few for sequences of %d with a 5%% "
-            .. "validation split"):format(pattern, train.total, seq), 0)
+         fail("'%s' has %d tokens, too few for sequences of %d with a 5%% validation split",
+            pattern, train.total, seq)
       end
    end
    self.n = self.n_train + self.n_val

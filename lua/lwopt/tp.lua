@@ -11,6 +11,7 @@
 -- pad the vocabulary to a multiple of t: lw.tp.padded).
 -- Not here: the optimizer's TP modes and the TP-aware gradient norm (lw.optim).
 local ffi = require("ffi")
+local errors = require("lwopt.errors")
 
 local tp = {}
 
@@ -64,7 +65,7 @@ end
 -- Collective over comm (two comm:split). Errors as tp.check with the world alone.
 function tp.groups(comm, t)
    local bad = tp.check(t, comm.size)
-   if bad then error("lw.tp: " .. bad, 2) end
+   if bad then errors.misuse("lw.tp", "%s", bad) end
    local r = comm.rank
    local g = { size = t, rank = r % t, group = math.floor(r / t) }
    g.comm = comm:split(g.group, r)
@@ -121,8 +122,8 @@ function tp.runs(full_shape, info, t, r, fn)
    local size = full_shape[dim + 1]
    local piece = size / (blocks * t)
    if piece ~= math.floor(piece) then
-      error(("lw.tp: dimension %d of %s (%d) does not split into %d blocks of %d pieces")
-         :format(dim, table.concat(full_shape, "x"), size, blocks, t), 2)
+      errors.misuse("lw.tp", "dimension %d of %s (%d) does not split into %d blocks of %d "
+         .. "pieces", dim, table.concat(full_shape, "x"), size, blocks, t)
    end
    local at = 0
    for o = 0, outer - 1 do

@@ -6,6 +6,7 @@ local ffi = require("ffi")
 local bit = require("bit")
 local safetensors = require("lwopt.safetensors")
 local files = require("lwopt.files")
+local errors = require("lwopt.errors")
 
 local weights = {}
 
@@ -29,15 +30,15 @@ weights.shape_text = shape_text
 function weights.open(path, where)
    local kind = files.kind(path)
    if kind ~= "file" then
-      error(("%s: %s"):format(where, kind == "missing" and "no such file"
-         or "not a file (a safetensors file of weights is wanted)"), 0)
+      errors.fail(where, "%s", kind == "missing" and "no such file"
+         or "not a file (a safetensors file of weights is wanted)")
    end
    local ok, st = pcall(safetensors.open, path, where)
    if not ok then
       -- the C reader's message names the file, which `where` already does
       local why = tostring(st):gsub("^" .. where:gsub("%p", "%%%0") .. ": safetensors: ", "")
       why = why:gsub("^" .. path:gsub("%p", "%%%0") .. ": ", "")
-      error(("%s: not a readable safetensors file (%s)"):format(where, why), 0)
+      errors.fail(where, "not a readable safetensors file (%s)", why)
    end
    local f = { path = path, st = st, shapes = {}, dtypes = {}, order = safetensors.names(st) }
    for _, name in ipairs(f.order) do
@@ -69,6 +70,7 @@ end
 
 -- Tensor `name` of an open file as a new fp32 host array (float*) of its numel.
 function weights.read(f, name)
+   -- an invariant: the callers read the names weights.check found in the file
    local view = assert(safetensors.find(f.st, name), name)
    local n = numel(f.shapes[name])
    local out = ffi.new("float[?]", math.max(n, 1))
@@ -82,11 +84,11 @@ function weights.read(f, name)
    if dtype == "BF16" then
       local bits = ffi.cast("uint32_t *", out)
       for i = 0, n - 1 do bits[i] = bit.lshift(src[i], 16) end
-   elseif dtype == "F16" then
+   else
+      -- an invariant: weights.check refused any other dtype before a read
+      assert(dtype == "F16", "weights.read: dtype " .. dtype)
       local t = halves()
       for i = 0, n - 1 do out[i] = t[src[i]] end
-   else
-      error("weights.read: dtype " .. dtype, 0)
    end
    return out
 end
@@ -107,8 +109,8 @@ function weights.check(f, expected, where, names)
          local same = #have == #e.shape
          for d = 1, #have do same = same and have[d] == e.shape[d] end
          if not same then
-            error(("%s: '%s' has shape %s in the file but %s in the model"):format(where, e.name,
-               shape_text(have), shape_text(e.shape)), 0)
+            errors.fail(where, "'%s' has shape %s in the file but %s in the model", e.name,
+               shape_text(have), shape_text(e.shape))
          end
       end
    end
@@ -117,21 +119,21 @@ function weights.check(f, expected, where, names)
       if f.shapes[e.name] == nil then missing[#missing + 1] = e.name end
    end
    if #missing > 0 then
-      error(("%s: no tensor '%s' (%s%s)"):format(where, missing[1], #missing > 1
-         and ("%d more missing; "):format(#missing - 1) or "", count), 0)
+      errors.fail(where, "no tensor '%s' (%s%s)", missing[1], #missing > 1
+         and ("%d more missing; "):format(#missing - 1) or "", count)
    end
    local extra = {}
    for _, name in ipairs(f.order) do
       if wanted[name] == nil then extra[#extra + 1] = name end
    end
    if #extra > 0 then
-      error(("%s: tensor '%s' is not in the model (%s%s)"):format(where, extra[1], #extra > 1
-         and ("%d more are not; "):format(#extra - 1) or "", count), 0)
+      errors.fail(where, "tensor '%s' is not in the model (%s%s)", extra[1], #extra > 1
+         and ("%d more are not; "):format(#extra - 1) or "", count)
    end
    for _, e in ipairs(expected) do
       if not weights.DTYPES[f.dtypes[e.name]] then
-         error(("%s: '%s' is %s; F32, BF16 and F16 tensors are read"):format(where, e.name,
-            f.dtypes[e.name]), 0)
+         errors.fail(where, "'%s' is %s; F32, BF16 and F16 tensors are read", e.name,
+            f.dtypes[e.name])
       end
    end
 end

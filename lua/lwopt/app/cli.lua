@@ -5,6 +5,7 @@
 -- after training, sample and eval (cli_sample.lua, cli_eval.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
+local errors = require("lwopt.errors")
 
 local cli = {}
 
@@ -124,7 +125,7 @@ local function machine_of(stepmodel, v)
    for item in v.machine_set:gmatch("[^,]+") do
       local key, value = item:match("^%s*([%w_%.]+)%s*=%s*(.-)%s*$")
       if key == nil or value == "" then
-         error("--machine-set: '" .. item .. "' is not field=value", 0)
+         errors.fail("--machine-set", "'%s' is not field=value", item)
       end
       local target, field = m, key
       local head, rest = key:match("^([%w_]+)%.([%w_]+)$")
@@ -238,7 +239,7 @@ local function run_command(argv, _, err)
       if tostring(e):match("interrupted!$") then return e end
       return debug.traceback(e, 2)
    end)
-   if not ok and tostring(result):match("interrupted!$") then error(result, 0) end
+   if not ok and tostring(result):match("interrupted!$") then errors.raise(result) end
    if not ok then
       err:write(tostring(result), "\n")
       return 1

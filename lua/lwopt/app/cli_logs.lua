@@ -4,6 +4,7 @@
 -- chart are the library's (lwopt.logs).
 local flags = require("lwopt.flags")
 local logs = require("lwopt.logs")
+local errors = require("lwopt.errors")
 
 local cli_logs = {}
 
@@ -42,11 +43,11 @@ end
 
 local function write_file(path, text)
    local f, err = io.open(path, "w")
-   if f == nil then error(("cannot write %s"):format(err), 0) end
+   if f == nil then errors.fail(nil, "cannot write %s", err) end
    local ok, why = f:write(text)
    local closed, close_why = f:close()
    if not (ok and closed) then
-      error(("cannot write %s (%s)"):format(path, tostring(why or close_why)), 0)
+      errors.fail(nil, "cannot write %s (%s)", path, tostring(why or close_why))
    end
 end
 
@@ -55,7 +56,7 @@ local run_command = {}
 function run_command.plot(v, paths, out)
    local list = logs.read_all(paths)
    local png, why = logs.plot(list, { out = v.out, x = v.x, keep_data = true })
-   if png == nil then error(why, 0) end
+   if png == nil then errors.raise(why) end
    out:write(("chart: %s (points: %s)\n"):format(png, (png:gsub("%.png$", "")) .. ".dat"))
 end
 

@@ -13,6 +13,7 @@ local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local init_from = require("lwopt.init_from")
 local C = require("lwopt.C")
+local errors = require("lwopt.errors")
 local recipe_tp = require("lwopt.app.recipe_tp")
 local recipe_paths = require("lwopt.app.recipe_paths")
 local recipe_batch = require("lwopt.app.recipe_batch")
@@ -103,7 +104,7 @@ local function check_outputs(comm, v)
       comm:barrier() -- every rank looks before any creates it
    end
    local ok, err = pcall(function()
-      local function must(good, message) if not good then error(message, 0) end end
+      local function must(good, message) if not good then errors.raise(message) end end
       if v.ckpt_dir then
          must(files.check_writable_dir(v.ckpt_dir, "--ckpt-dir", "r" .. comm.rank))
          if comm.rank == 0 then
@@ -120,9 +121,9 @@ local function check_outputs(comm, v)
          if comm.rank == 0 and not v.resume then
             local holds, what = checkpoint.holds(v.ckpt_dir)
             if holds and not v.overwrite then
-               error(("--ckpt-dir %s already holds checkpoints (%s): add --resume to continue "
-                  .. "from them, --overwrite to start a new run over them, or choose another "
-                  .. "directory"):format(v.ckpt_dir, what), 0)
+               errors.fail(nil, "--ckpt-dir %s already holds checkpoints (%s): add --resume to "
+                  .. "continue from them, --overwrite to start a new run over them, or choose "
+                  .. "another directory", v.ckpt_dir, what)
             end
          end
       end
@@ -223,7 +224,7 @@ local function check_paths(run, v, data)
    local ok, err = pcall(function()
       if run.comm.rank ~= 0 then return end
       local why = recipe_paths.check(v, data, run.checkpoint and run.checkpoint.resumed_from)
-      if why then error(why, 0) end
+      if why then errors.raise(why) end
    end)
    run.comm:agree(ok, err)
 end

@@ -4,6 +4,8 @@
 -- --global-batch-size does, and --accum follows; a resume at another rank count keeps the
 -- checkpoint's by changing --accum (the step's sequences are the same however they are split),
 -- or refuses when no whole --accum can.
+local errors = require("lwopt.errors")
+
 local batch = {}
 
 -- "1 rank", "2 ranks", "2 data-parallel ranks (tp 2)".
@@ -61,10 +63,10 @@ function batch.keep(saved, v, dp, path)
    local per = v.batch * dp
    if was == per * v.accum then return v.accum, nil end
    if was % per ~= 0 then
-      error(("--resume: %s was trained with a global batch of %d sequences, which --batch %d on "
-         .. "%s cannot keep (%d is not a multiple of %d): give --batch and --accum that make it, "
-         .. "or a new one with --global-batch"):format(path, was, v.batch, ranks_text(dp, v), was,
-         per), 0)
+      errors.fail("--resume", "%s was trained with a global batch of %d sequences, which --batch "
+         .. "%d on %s cannot keep (%d is not a multiple of %d): give --batch and --accum that make "
+         .. "it, or a new one with --global-batch", path, was, v.batch, ranks_text(dp, v), was,
+         per)
    end
    local accum = was / per
    return accum, ("--accum %d (was %s) keeps the checkpoint's global batch of %d sequences at %s")

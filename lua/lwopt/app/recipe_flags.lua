@@ -10,8 +10,11 @@ local tokenizer = require("lwopt.tokenizer")
 local C = require("lwopt.C")
 local recipe_tp = require("lwopt.app.recipe_tp")
 local presets = require("lwopt.presets")
+local errors = require("lwopt.errors")
 
 local recipe_flags = {}
+
+local fail = errors.failer(nil)
 
 -- Choices of the runtime flags, as the C library names them: the modes and shards, and the
 -- whole-matrix layouts of the Muon buffers (shard-aligned, and packed); the defaults are the
@@ -182,20 +185,20 @@ local function check_data_flags(v, preset)
    v.data_kind = v.data and tokens_mod.is_shards(v.data) and "tokens" or "bytes"
    if v.data_kind == "bytes" then
       if v.vocab and v.vocab ~= 256 then
-         error(("--vocab %d: a text file is read as bytes, a vocabulary of 256 (--vocab is for "
-            .. "token shards: a .bin path or a pattern in --data)"):format(v.vocab), 0)
+         fail("--vocab %d: a text file is read as bytes, a vocabulary of 256 (--vocab is for "
+            .. "token shards: a .bin path or a pattern in --data)", v.vocab)
       end
       if v.val_data then
-         error("--val-data is for token shards (a .bin path or a pattern in --data); a text "
-            .. "file's validation split is its last 5%", 0)
+         fail("--val-data is for token shards (a .bin path or a pattern in --data); a text "
+            .. "file's validation split is its last 5%%")
       end
       if v.prompt == "" then
-         error("--prompt: the sample needs a prompt of one byte or more", 0)
+         fail("--prompt: the sample needs a prompt of one byte or more")
       end
       for _, name in ipairs({ "prompt_ids", "tokenizer" }) do
          if v[name] then
-            error(("--%s is for token shards (a .bin path or a pattern in --data); a text file's "
-               .. "sample is its bytes, its prompt --prompt"):format(name:gsub("_", "-")), 0)
+            fail("--%s is for token shards (a .bin path or a pattern in --data); a text file's "
+               .. "sample is its bytes, its prompt --prompt", (name:gsub("_", "-")))
          end
       end
       v.vocab, v.vocab_rows = 256, 256
@@ -205,13 +208,13 @@ local function check_data_flags(v, preset)
    v.vocab = v.vocab or preset.vocab
    v.vocab_rows = presets.vocab_rows(v.vocab)
    if v.prompt and v.prompt_ids then
-      error("--prompt and --prompt-ids both give the prompt: choose one", 0)
+      fail("--prompt and --prompt-ids both give the prompt: choose one")
    end
    if v.prompt then
       local ok, ids = pcall(sampling.parse_ids, v.prompt, v.vocab, "--prompt")
       if not ok then
-         error(ids .. " (with token shards --prompt is token ids: text cannot be encoded into "
-            .. "tokens, a tokenizer file holds no BPE merges)", 0)
+         fail("%s (with token shards --prompt is token ids: text cannot be encoded into "
+            .. "tokens, a tokenizer file holds no BPE merges)", tostring(ids))
       end
       v.prompt_ids = ids
    elseif v.prompt_ids then
@@ -220,8 +223,8 @@ local function check_data_flags(v, preset)
    if v.tokenizer then
       v.tokenizer_read = tokenizer.load(v.tokenizer)
       if v.tokenizer_read.vocab < v.vocab then
-         error(("--tokenizer %s has %d tokens, fewer than the vocabulary (%d): another "
-            .. "tokenizer?"):format(v.tokenizer, v.tokenizer_read.vocab, v.vocab), 0)
+         fail("--tokenizer %s has %d tokens, fewer than the vocabulary (%d): another "
+            .. "tokenizer?", v.tokenizer, v.tokenizer_read.vocab, v.vocab)
       end
    end
 end
@@ -232,27 +235,27 @@ end
 local function check_expert_flags(v, preset)
    v.n_expert = v.n_expert or preset.n_expert or 0
    if v.n_expert == 1 then
-      error("--n-expert 1: a mixture of experts needs at least 2 (0: a dense MLP)", 0)
+      fail("--n-expert 1: a mixture of experts needs at least 2 (0: a dense MLP)")
    end
    if v.n_expert == 0 then
       for _, name in ipairs({ "topk", "aux_coef", "shared_expert" }) do
          if v[name] then
-            error(("--%s is for a mixture of experts: add --n-expert (or --preset moe)")
-               :format(name:gsub("_", "-")), 0)
+            fail("--%s is for a mixture of experts: add --n-expert (or --preset moe)",
+               (name:gsub("_", "-")))
          end
       end
       return
    end
    if v.mlp_hidden then
-      error("--mlp-hidden sizes the dense MLP, which a mixture of experts replaces: drop it, or "
-         .. "add --n-expert 0", 0)
+      fail("--mlp-hidden sizes the dense MLP, which a mixture of experts replaces: drop it, or "
+         .. "add --n-expert 0")
    end
    v.topk = v.topk or preset.topk or presets.MOE_DEFAULTS.topk
    v.aux_coef = v.aux_coef or preset.aux_coef or presets.MOE_DEFAULTS.aux_coef
    if v.topk > v.n_expert then
-      error(("--topk %d is more than the %d experts (--n-expert%s): each token goes to topk "
-         .. "distinct experts"):format(v.topk, v.n_expert,
-         v.n_expert == preset.n_expert and (", --preset %s's"):format(v.preset) or ""), 0)
+      fail("--topk %d is more than the %d experts (--n-expert%s): each token goes to topk "
+         .. "distinct experts", v.topk, v.n_expert,
+         v.n_expert == preset.n_expert and (", --preset %s's"):format(v.preset) or "")
    end
 end
 
@@ -262,19 +265,17 @@ local function check_flags(v)
    -- the same choices main gives lw.ddp.new, checked by the library's rules
    local ok, why = lw.ddp.check({ mode = v.mode, zero = v.zero, shard = v.shard,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil })
-   if not ok then error(in_flag_words(why), 0) end
+   if not ok then fail("%s", in_flag_words(why)) end
    if v.device ~= "cpu" and v.device ~= "cuda" and not v.device:match("^cuda:%d+$") then
-      error(("--device must be cpu, cuda or cuda:N (a GPU's number), got '%s'"):format(v.device),
-         0)
+      fail("--device must be cpu, cuda or cuda:N (a GPU's number), got '%s'", v.device)
    end
    if v.device ~= "cpu" and not lw.has_cuda() then
       local _, why = pcall(lw.ddp.device, v.device)
-      error(("--device %s: "):format(v.device) .. tostring(why):gsub("^lw%.ddp%.new: ", "")
-         .. "; use --device cpu", 0)
+      fail("--device %s: %s; use --device cpu", v.device,
+         (tostring(why):gsub("^lw%.ddp%.new: ", "")))
    end
    if v.device == "cpu" and v.device_comm ~= "auto" then
-      error(("--device-comm %s is for GPU buffers: add --device cuda (or cuda:N)")
-         :format(v.device_comm), 0)
+      fail("--device-comm %s is for GPU buffers: add --device cuda (or cuda:N)", v.device_comm)
    end
    -- bf16 parameters where the model's GEMMs run on tensor cores; on the CPU fp32 (bench/)
    v.param_dtype = v.param_dtype or (v.device == "cpu" and "fp32" or "bf16")
@@ -286,13 +287,13 @@ local function check_flags(v)
    if not v.ckpt_dir then
       for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then
-            error(("--%s needs --ckpt-dir"):format(name:gsub("_", "-")), 0)
+            fail("--%s needs --ckpt-dir", (name:gsub("_", "-")))
          end
       end
    end
    if v.resume and v.overwrite then
-      error("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "
-         .. "choose one", 0)
+      fail("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "
+         .. "choose one")
    end
    local preset = presets.presets[v.preset]
    v.from_preset = {}
@@ -306,7 +307,7 @@ local function check_flags(v)
    recipe_tp.check_flags(v)
    if v.ep > 1 then
       local bad = lw.ep.check(v.ep, v.ep, v.n_expert)
-      if bad then error("--" .. bad, 0) end
+      if bad then fail("--%s", bad) end
    end
 end
 

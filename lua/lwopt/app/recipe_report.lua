@@ -11,6 +11,7 @@ local weights = require("lwopt.weights")
 local json = require("lwopt.json")
 local sampling = require("lwopt.sampling")
 local C = require("lwopt.C")
+local errors = require("lwopt.errors")
 local recipe_tp = require("lwopt.app.recipe_tp")
 local recipe_paths = require("lwopt.app.recipe_paths")
 local recipe_flags = require("lwopt.app.recipe_flags")
@@ -132,7 +133,7 @@ local function finish(run, v, records, ended, say)
    if v.log and comm.rank == 0 and #records > 0 then
       attempt("loss curve", function()
          local png, why = plot(v.log, unit_of(run.data))
-         if png == nil then error(why, 0) end
+         if png == nil then errors.raise(why) end
          say("loss curve: " .. png)
       end)
    end
@@ -150,7 +151,7 @@ local function finish(run, v, records, ended, say)
                { { weights.SETTINGS_KEY, json.encode(model_settings(v)) } })
             if not written then
                os.remove(tmp) -- what a full disk let through is no use to anyone
-               error(why, 0)
+               errors.raise(why)
             end
             files.rename(tmp, v.save_params)
             say("parameters: " .. v.save_params)

@@ -3,6 +3,7 @@
 -- another model and notes what changed, and loading it. Saving checkpoints is lwopt.train's.
 local checkpoint = require("lwopt.checkpoint")
 local files = require("lwopt.files")
+local errors = require("lwopt.errors")
 local sampling = require("lwopt.sampling")
 local recipe_batch = require("lwopt.app.recipe_batch")
 
@@ -87,8 +88,8 @@ local function compare_settings(saved, now, path, said)
                tostring(saved.n_head))
             or ("%s, but the checkpoint was trained with %s"):format(flag_value(key, now[key]),
                flag_value(key, was))
-         error(("--resume: this run has %s: %s cannot continue it (resume with the checkpoint's "
-            .. "setting, or start a new run in another --ckpt-dir)"):format(what, path), 0)
+         errors.fail("--resume", "this run has %s: %s cannot continue it (resume with the "
+            .. "checkpoint's setting, or start a new run in another --ckpt-dir)", what, path)
       end
    end
    local changed = {}

@@ -3,8 +3,11 @@
 -- full tensors --save-params writes. The model's side is lw.nn.GPT{ tp } (lw.tp says how the
 -- shards lie); the optimizer's, lw.optim with the TP group (tp_comm) and --muon-tp-mode.
 local lw = require("lwopt")
+local errors = require("lwopt.errors")
 
 local recipe_tp = {}
+
+local fail = errors.failer(nil)
 
 -- Refuses --tp where it cannot work yet, with the flags' numbers (v: the checked flags, presets
 -- filled), and --muon-tp-mode without --tp. Needs no communicator: the world's size is checked
@@ -12,18 +15,17 @@ local recipe_tp = {}
 function recipe_tp.check_flags(v)
    if v.tp == 1 then
       if v.muon_tp_mode then
-         error("--muon-tp-mode says how Muon treats matrices split by tensor parallelism: add "
-            .. "--tp", 0)
+         fail("--muon-tp-mode says how Muon treats matrices split by tensor parallelism: add "
+            .. "--tp")
       end
       return
    end
    local bad = lw.tp.check(v.tp, nil, { n_expert = v.n_expert, ep = v.ep })
-   if bad then error("--" .. bad, 0) end
+   if bad then fail("--%s", bad) end
    bad = lw.tp.check(v.tp, nil, { n_head = v.n_head, n_embd = v.n_embd,
       hidden = v.mlp_hidden or 4 * v.n_embd, vocab = v.vocab_rows, pad_vocab = true })
    if bad then
-      error(("--%s (--preset %s: %d heads, n_embd %d)"):format(bad, v.preset, v.n_head,
-         v.n_embd), 0)
+      fail("--%s (--preset %s: %d heads, n_embd %d)", bad, v.preset, v.n_head, v.n_embd)
    end
 end
 

@@ -5,8 +5,11 @@
 -- manifest (the last saved). Checkpoints of other runs are never taken; the note says which it
 -- passed over and whose they are.
 local files = require("lwopt.files")
+local errors = require("lwopt.errors")
 
 local finder = {}
+
+local fail = errors.failer("checkpoint")
 
 -- A checkpoint's run id, nil for format 1 (which has none).
 local function run_of(c)
@@ -77,7 +80,7 @@ end
 function finder.find(dir, opts, ck)
    local kind = files.kind(dir)
    if kind == "missing" then return nil, dir .. " does not exist" end
-   if kind ~= "dir" then error(("checkpoint: %s is not a directory"):format(dir), 0) end
+   if kind ~= "dir" then fail("%s is not a directory", dir) end
    local found = ck.list(dir)
    local why, whole, named = latest_problem(ck, dir, found)
    if whole then return { path = whole.path, step = whole.step, manifest = whole.manifest } end
@@ -85,8 +88,7 @@ function finder.find(dir, opts, ck)
       return nil, dir .. " holds no checkpoint"
    end
    if opts and opts.strict then
-      error(("checkpoint: %s; a strict resume takes only the checkpoint latest names"):format(why),
-         0)
+      fail("%s; a strict resume takes only the checkpoint latest names", why)
    end
    local source, whose = named, "its run"
    if source == nil then
@@ -96,7 +98,7 @@ function finder.find(dir, opts, ck)
       whose = "the run of the newest manifest"
    end
    if source == nil then
-      error(("checkpoint: %s, and %s holds no other checkpoint"):format(why, dir), 0)
+      fail("%s, and %s holds no other checkpoint", why, dir)
    end
    local run = run_of(source)
    local mine, others = {}, {}
@@ -117,9 +119,8 @@ function finder.find(dir, opts, ck)
       end
       damaged[#damaged + 1] = c.name
    end
-   error(("checkpoint: %s, and %s (%s) has no other whole checkpoint in %s%s (point %s/latest "
-      .. "at a checkpoint to resume it)"):format(why, whose, run_name(run), dir,
-      passed_over(others), dir), 0)
+   fail("%s, and %s (%s) has no other whole checkpoint in %s%s (point %s/latest at a "
+      .. "checkpoint to resume it)", why, whose, run_name(run), dir, passed_over(others), dir)
 end
 
 return finder

@@ -66,6 +66,7 @@ local function crc_of(text) return ("%08x"):format(lib.lw_crc32c(0, text, #text)
 -- The manifest's text with its own checksum filled in: the CRC32C of the text as encoded, with
 -- the value "00000000" in its place.
 local function seal(text)
+   -- an invariant: every manifest this module writes has the field
    local at = assert(text:find(SELF_CRC, 1, true), "manifest without manifest_crc32c")
    local value = at + #SELF_CRC
    return text:sub(1, value - 1) .. crc_of(text) .. text:sub(value + 8)
@@ -111,9 +112,9 @@ local function latest_name(dir)
    local path = dir .. "/latest"
    if files.entry_kind(path) == "missing" then return nil end
    local text, why = files.read(path, LATEST_BYTES, { follow = false })
-   if text == nil then error("checkpoint: " .. why, 0) end
+   if text == nil then fail("checkpoint", "%s", why) end
    local name = text:match("^(step%-%d+)\n?$")
-   if name == nil then error("checkpoint: " .. path .. " does not name a checkpoint", 0) end
+   if name == nil then fail("checkpoint", "%s does not name a checkpoint", path) end
    return name
 end
 

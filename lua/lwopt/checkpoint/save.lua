@@ -13,6 +13,7 @@ local safetensors = require("lwopt.safetensors")
 local ep = require("lwopt.ep")
 local tp = require("lwopt.tp")
 local state = require("lwopt.checkpoint.state")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local saver = {}
@@ -202,7 +203,7 @@ function saver.save(dir, s, ck)
       -- what a failed save wrote only takes space (on a full disk, the space the next save or
       -- the log needs); the checkpoints before it and `latest` are as they were
       if job.comm.rank == 0 then pcall(files.remove_tree, job.tmp) end
-      error(err, 0)
+      errors.raise(err)
    end
    return job.final
 end

@@ -4,6 +4,7 @@
 -- draws at its end). The commands over them (`lwopt plot`, `compare`, `csv`) are
 -- app/cli_logs.lua's. It never writes a log.
 local json = require("lwopt.json")
+local errors = require("lwopt.errors")
 local plotter = require("lwopt.logs.plot")
 
 local logs = {}
@@ -26,7 +27,7 @@ end
 -- (and the line) when it cannot be read or a line is not a JSON object.
 function logs.read(path)
    local f, err = io.open(path, "r")
-   if f == nil then error(("cannot read %s"):format(err), 0) end
+   if f == nil then errors.fail(nil, "cannot read %s", err) end
    local log = { path = path, name = base_name(path), configs = {}, steps = {}, segments = {},
                  segment_of = {} }
    local by_step, segment = {}, nil
@@ -37,8 +38,8 @@ function logs.read(path)
          local ok, rec = pcall(json.decode, line)
          if not ok or type(rec) ~= "table" or getmetatable(rec) == getmetatable(json.array()) then
             f:close()
-            error(("%s:%d: not a JSON record (%s)"):format(path, n, ok and "not an object"
-               or tostring(rec)), 0)
+            errors.fail(nil, "%s:%d: not a JSON record (%s)", path, n, ok and "not an object"
+               or tostring(rec))
          end
          if rec.kind == "config" then
             log.configs[#log.configs + 1] = rec

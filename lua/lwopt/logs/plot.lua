@@ -4,6 +4,7 @@
 -- this is the one part that drives an outside program. tokens_of (from logs.plot) is init.lua's:
 -- the tokens through a step record.
 local json = require("lwopt.json")
+local errors = require("lwopt.errors")
 
 local plotter = {}
 
@@ -45,8 +46,8 @@ local function write_points(f, dat, list, x, tokens_of)
          local at = rec.step
          if x == "tokens" then at = tokens_of(log, rec) end
          if at == nil then
-            error(("%s has no token counts (it was written before logs had them): plot it "
-               .. "with --x step"):format(log.path), 0)
+            errors.fail(nil, "%s has no token counts (it was written before logs had them): "
+               .. "plot it with --x step", log.path)
          end
          local loss = number(rec.loss)
          train[#train + 1] = ("%s %s"):format(json.encode(at), loss and json.encode(loss) or "NaN")
@@ -111,7 +112,8 @@ function plotter.plot(list, opts, tokens_of)
       "plot " .. table.concat(clauses, ", "),
    }, "\n") .. "\n"
    local gp = os.tmpname()
-   local g = assert(io.open(gp, "w"))
+   local g, cannot = io.open(gp, "w")
+   if g == nil then errors.fail(nil, "%s", cannot) end
    g:write(script)
    g:close()
    local pipe = io.popen("gnuplot '" .. gp .. "' 2>&1; echo \"status $?\"")

@@ -6,6 +6,7 @@
 -- and the reason. Readers: lwopt.logs (init.lua).
 local json = require("lwopt.json")
 local files = require("lwopt.files")
+local errors = require("lwopt.errors")
 
 local writer = {}
 
@@ -15,7 +16,7 @@ Log.__index = Log
 -- Opens the log at path (append: keep what is there and write after it). Errors name the path.
 function writer.open(path, append)
    local file, err = io.open(path, append and "ab" or "wb")
-   if file == nil then error("train: cannot write the log: " .. tostring(err), 0) end
+   if file == nil then errors.fail("train", "cannot write the log: %s", tostring(err)) end
    -- unbuffered: a record reaches the file (or fails) when written, never later at close
    file:setvbuf("no")
    local bytes = append and file:seek("end") or 0

@@ -7,6 +7,7 @@ local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local tp_mod = require("lwopt.tp")
 local Linear = require("lwopt.nn.linear")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local check, zero = base.check, base.zero
@@ -26,8 +27,8 @@ function ColumnParallelLinear.new(prefix, n_in, n_out, bias, tp, blocks, weight_
    blocks = blocks or 1
    local t = tp.size
    if n_out % (t * blocks) ~= 0 then
-      error(("nn.ColumnParallelLinear %s: tp %d does not split the %d output channels into %d "
-         .. "block%s"):format(prefix, t, n_out, blocks, blocks == 1 and "" or "s"), 0)
+      errors.fail("nn.ColumnParallelLinear " .. prefix, "tp %d does not split the %d output "
+         .. "channels into %d block%s", t, n_out, blocks, blocks == 1 and "" or "s")
    end
    self.tp, self.n_in, self.n_out, self.has_bias = tp, n_in, n_out / t, bias
    local fields = { tp = { dim = 0, blocks = blocks }, full_shape = { n_out, n_in } }

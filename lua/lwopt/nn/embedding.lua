@@ -2,6 +2,7 @@
 -- module contract is in nn/module.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local errors = require("lwopt.errors")
 local check = base.check
 
 local lib = C.lib
@@ -43,7 +44,9 @@ end
 
 -- Accumulates into the embedding gradients. Tokens have no gradient: dx must be nil.
 function Embedding:backward(tokens, dy, dx, b, t)
-   if dx ~= nil then error("nn.Embedding: tokens have no gradient; grad_input must be nil", 2) end
+   if dx ~= nil then
+      errors.misuse("nn.Embedding", "tokens have no gradient; grad_input must be nil")
+   end
    self:with_params("backward", backward, tokens, dy, b, t)
 end
 

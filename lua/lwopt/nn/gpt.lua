@@ -14,12 +14,15 @@ local Embedding = require("lwopt.nn.embedding")
 local VocabParallelEmbedding = require("lwopt.nn.vocab_embedding")
 local Block = require("lwopt.nn.block")
 local LayerNorm = require("lwopt.nn.layernorm")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local zero = base.zero
 local check = base.check
 
 local GPT = base.class(base.Module)
+
+local fail = errors.failer("nn.GPT")
 
 local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false,
    recompute_gelu = false, activations = "fp32", n_expert = 0, topk = 2, aux_coef = 0.01,
@@ -55,16 +58,15 @@ function GPT.new(cfg)
    local o = {}
    for k, v in pairs(GPT_DEFAULTS) do o[k] = v end
    for k, v in pairs(cfg) do o[k] = v end
-   assert(o.n_embd % o.n_head == 0, "nn.GPT: n_embd must be divisible by n_head")
+   if o.n_embd % o.n_head ~= 0 then fail("n_embd must be divisible by n_head") end
    if type(o.n_expert) ~= "number" or o.n_expert < 0 or o.n_expert ~= math.floor(o.n_expert) then
-      error(("nn.GPT: n_expert (%s) must be 0 (dense) or a positive integer")
-         :format(tostring(o.n_expert)), 0)
+      fail("n_expert (%s) must be 0 (dense) or a positive integer", tostring(o.n_expert))
    end
    if o.tp and o.tp.size > 1 then
       local bad = tp_mod.check(o.tp.size, nil, { n_head = o.n_head, n_embd = o.n_embd,
          hidden = o.mlp_hidden or 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
          ep = o.ep and o.ep.size or 1 })
-      if bad then error("nn.GPT: " .. bad, 0) end
+      if bad then fail("%s", bad) end
       self.tp = o.tp
    end
    self.cfg = o
@@ -85,8 +87,7 @@ function GPT.new(cfg)
    end
    local activations = ({ fp32 = lib.LW_DTYPE_F32, bf16 = lib.LW_DTYPE_BF16 })[o.activations]
    if activations == nil then
-      error(("nn.GPT: activations must be 'fp32' or 'bf16', got '%s'")
-         :format(tostring(o.activations)), 0)
+      fail("activations must be 'fp32' or 'bf16', got '%s'", tostring(o.activations))
    end
    for _, block in ipairs(self.blocks) do
       if block.mlp then block.mlp:set_recompute_gelu(o.recompute_gelu) end
@@ -110,7 +111,7 @@ local function check_tokens(tokens, n, vocab, what)
    for i = 0, n - 1 do
       local v = tokens[i]
       if v < 0 or v >= vocab then
-         error(("nn.GPT: %s %d at position %d is outside [0, %d)"):format(what, v, i, vocab), 0)
+         fail("%s %d at position %d is outside [0, %d)", what, v, i, vocab)
       end
    end
 end
@@ -180,7 +181,7 @@ function GPT:forward(tokens, targets, b, t)
    local o = self.cfg
    local n = b * t
    if t > o.seq_len then
-      error(("nn.GPT: sequence of %d exceeds seq_len %d"):format(t, o.seq_len), 0)
+      fail("sequence of %d exceeds seq_len %d", t, o.seq_len)
    end
    check_tokens(tokens, n, o.vocab, "token")
    if targets == nil then

@@ -32,6 +32,7 @@
 -- gradient complete (ready), so communication overlaps compute.
 local ffi = require("ffi")
 local C = require("lwopt.C")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local base = {}
@@ -49,9 +50,9 @@ local function floats(n, what, device)
    local bytes = 4 * math.max(n, 1)
    device = device or lib.lw_device_cpu()
    if lib.lw_device_alloc(device, bytes, out_cell) ~= 0 then
-      error(("lw.nn: cannot allocate the activations %s: %s, with %.2f GiB of activations "
-         .. "already allocated by this process; use a smaller batch or sequence length")
-         :format(what, C.last_error(), activation_bytes / 2 ^ 30), 0)
+      errors.fail("lw.nn", "cannot allocate the activations %s: %s, with %.2f GiB of "
+         .. "activations already allocated by this process; use a smaller batch or sequence "
+         .. "length", what, C.last_error(), activation_bytes / 2 ^ 30)
    end
    activation_bytes = activation_bytes + bytes
    return ffi.gc(ffi.cast("float*", out_cell[0]), function(p)

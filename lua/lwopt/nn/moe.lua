@@ -156,8 +156,8 @@ local function permute(self, n)
    for a = 0, m - 1 do
       local e = ex[a]
       if e < 0 or e >= E then -- a kernel's contract broken: refuse before indexing with it
-         error(("nn.MoE: the router chose expert %d for assignment %d, outside [0, %d)")
-            :format(e, a, E), 0)
+         errors.fail("nn.MoE", "the router chose expert %d for assignment %d, outside [0, %d)",
+            e, a, E)
       end
       counts[e + 1] = counts[e + 1] + 1
    end

@@ -8,6 +8,7 @@ local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local tp_mod = require("lwopt.tp")
 local Linear = require("lwopt.nn.linear")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local check = base.check
@@ -26,8 +27,8 @@ function RowParallelLinear.new(prefix, n_in, n_out, bias, tp)
    local self = setmetatable({}, RowParallelLinear):init(prefix)
    local t = tp.size
    if n_in % t ~= 0 then
-      error(("nn.RowParallelLinear %s: tp %d does not divide the %d input channels")
-         :format(prefix, t, n_in), 0)
+      errors.fail("nn.RowParallelLinear " .. prefix, "tp %d does not divide the %d input "
+         .. "channels", t, n_in)
    end
    self.tp, self.n_in, self.n_out, self.has_bias = tp, n_in / t, n_out, bias
    self:declare("weight", { n_out, n_in / t }, "matrix", { tp = { dim = 1, blocks = 1 },

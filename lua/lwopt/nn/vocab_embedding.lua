@@ -9,6 +9,7 @@
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local tp_mod = require("lwopt.tp")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local check = base.check
@@ -56,7 +57,8 @@ end
 -- Accumulates into the embedding gradients. Tokens have no gradient: dx must be nil.
 function VocabParallelEmbedding:backward(tokens, dy, dx, b, t)
    if dx ~= nil then
-      error("nn.VocabParallelEmbedding: tokens have no gradient; grad_input must be nil", 2)
+      errors.misuse("nn.VocabParallelEmbedding", "tokens have no gradient; grad_input must be "
+         .. "nil")
    end
    self:with_params("backward", backward, tokens, dy, b, t)
 end
