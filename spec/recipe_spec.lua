@@ -1,7 +1,7 @@
 -- recipe_spec.lua: recipes/gpt_small.lua as a user runs it (from another directory): a short
--- run's output on bytes and on token shards, flag and data errors with their messages, the
--- presets' model shapes, and routing rules that miss a parameter stopping the run before any
--- work.
+-- run's output on bytes and on token shards, data errors with their messages, the presets'
+-- model shapes, and routing rules that miss a parameter stopping the run before any work. The
+-- flags' refusals are recipe_flags_spec.lua's.
 local ffi = require("ffi")
 local helpers = require("helpers")
 local lw = require("lwopt")
@@ -54,19 +54,6 @@ describe("recipes/gpt_small.lua", function()
       os.remove(file)
    end)
 
-   it("answers a mistyped flag with one line, a suggestion and status 2", function()
-      local out, status = helpers.sh("luajit " .. recipe .. " --step 5")
-      assert.equal(2, status)
-      assert.equal("unknown flag --step (did you mean --steps?) (--help lists the flags)\n", out)
-      out, status = helpers.sh("luajit " .. recipe .. " --mode zero")
-      assert.equal(2, status)
-      assert.equal("--mode must be one of layerwise|legacy|replicated, got 'zero' (--help lists "
-         .. "the flags)\n", out)
-      out, status = helpers.sh("luajit " .. recipe .. " --help")
-      assert.equal(0, status)
-      assert.matches("--steps INT", out, 1, true)
-   end)
-
    it("prints --help once under mpirun, not once per rank #mpi", function()
       local out, status = helpers.sh(MPIRUN .. "luajit " .. recipe .. " --help")
       assert.equal(0, status, out)
@@ -94,46 +81,6 @@ describe("recipes/gpt_small.lua", function()
       -- the library not built (it names where it looked), or no driver, or no device
       assert.matches("^%-%-device cuda: device: CUDA is not available: .+; use %-%-device cpu\n$",
          out)
-   end)
-
-   it("refuses numbers out of range, before any work", function()
-      for _, case in ipairs({
-         { "--steps 1e20", "--steps expects an integer, got '1e20'" },
-         { "--steps 100000000000000000000", "--steps must be between 1 and 1000000000, got "
-           .. "100000000000000000000" },
-         { "--steps 0", "--steps must be between 1 and 1000000000, got 0" },
-         { "--stop-after 0", "--stop-after must be >= 1, got 0" },
-         { "--eval-max 0", "--eval-max must be >= 1, got 0" },
-         { "--clip -1", "--clip must be >= 0, got -1" },
-         { "--warmup -1", "--warmup must be >= 0, got -1" },
-         { "--ckpt-every -1", "--ckpt-every must be >= 0, got -1" },
-         { "--bucket-size 0", "--bucket-size must be >= 1, got 0" },
-         { "--zero 4", "--zero must be between 1 and 3, got 4" },
-         { "--seq 10000000", "--seq must be between 1 and 1000000, got 10000000" },
-         { "--lr nan", "--lr expects a number, got 'nan'" },
-         -- zero and negative learning rates: one rule, one status
-         { "--lr 0", "--lr must be > 0, got 0" },
-         { "--lr -1", "--lr must be > 0, got -1" },
-         { "--timeout -5", "--timeout must be >= 0, got -5" },
-      }) do
-         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
-         assert.equal(2, status, case[1])
-         assert.equal(case[2] .. " (--help lists the flags)\n", out)
-      end
-   end)
-
-   it("refuses flags that need --ckpt-dir, or contradict each other, in one line", function()
-      for _, case in ipairs({
-         { "--ckpt-every 5", "--ckpt-every needs --ckpt-dir" },
-         { "--keep 2", "--keep needs --ckpt-dir" },
-         { "--resume", "--resume needs --ckpt-dir" },
-         { "--ckpt-dir /tmp/x --resume --overwrite", "--resume continues the checkpoints in "
-           .. "--ckpt-dir and --overwrite replaces them: choose one" },
-      }) do
-         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
-         assert.equal(1, status, case[1])
-         assert.equal(case[2] .. "\n", out)
-      end
    end)
 
    it("says how to get a missing corpus, and names a directory given as data", function()
@@ -222,26 +169,6 @@ describe("recipes/gpt_small.lua", function()
       local line = one:match("(routing: Muon [^\n]*)")
       assert.is_not_nil(line, one)
       assert.equal(line, two:match("(routing: Muon [^\n]*)"))
-   end)
-
-   it("refuses ZeRO and sharding combinations that cannot work, before any work", function()
-      for _, case in ipairs({
-         { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3, got --zero 1\n" },
-         { "--zero 2 --shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
-         { "--zero 3 --mode legacy", "--zero 3 shards gradients and parameters across ranks; "
-           .. "--mode legacy keeps them whole (use --mode layerwise)\n" },
-         { "--zero 2 --mode replicated", "--zero 2 shards gradients across ranks; --mode "
-           .. "replicated keeps them whole" },
-         { "--zero 2 --mode legacy --shard rows --layout lpt", "--zero 2 shards gradients across "
-           .. "ranks; --mode legacy keeps them whole" },
-         { "--zero 3 --bucket-size 1000", "at ZeRO-3 a bucket group is gathered whole, but "
-           .. "bucket_size 1000 is smaller than 'wte.weight' (16384 elements)" },
-      }) do
-         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
-         assert.equal(1, status)
-         assert.matches(case[2], out, 1, true)
-         assert.is_nil(out:find("step ", 1, true))
-      end
    end)
 
    it("trains at ZeRO-3, row-sharded too, and reports memory per rank", function()

@@ -51,7 +51,9 @@ debug.getregistry()["lwopt.C: " .. path] = lib
 -- (a log line cut, a .tmp left behind, no message).
 lib.lw_file_size_limit_as_error()
 
-local C = { lib = lib, path = path, libc = ffi.C }
+-- declarations: the text given to ffi.cdef, which lwopt.options reads the option structs'
+-- fields from.
+local C = { lib = lib, path = path, libc = ffi.C, declarations = generated.cdef }
 
 -- The last C error message.
 function C.last_error()

@@ -12,6 +12,7 @@ local layout_mod = require("lwopt.layout")
 local tensor = require("lwopt.tensor")
 local comm_mod = require("lwopt.comm")
 local errors = require("lwopt.errors")
+local options = require("lwopt.options")
 
 local lib = C.lib
 local ddp = {}
@@ -20,12 +21,22 @@ local DDP = {}
 DDP.__index = DDP
 
 local WHERE = "lw.ddp.new"
-local known = {
-   mode = true, algorithm = true, adamw_layout = true, bucket_size = true, high_busbw = true,
-   expert_dp = true, expert_comm = true, overlap = true, overlap_grad = true,
-   overlap_param = true, layout = true, zero = true, shard = true, device = true, matmul = true,
-   param_dtype = true, grad_dtype = true,
-}
+
+-- What lw.ddp.new takes: the fields of the C structs it fills (lw_runtime_options,
+-- lw_layout_options through lw.layout.compute, lw_buffers_options) by their C names, read from
+-- the cdef (lwopt.options), adamw_algorithm under its Lua name adamw_layout, less dp (the
+-- communicator's size); device is a name here (a pointer there); and Lua's own options.
+local STRUCTS = { "lw_runtime_options", "lw_layout_options", "lw_buffers_options" }
+local RENAMED = { adamw_algorithm = "adamw_layout" }
+local NOT_OPTIONS = { dp = true }
+local OWN = { "expert_comm", "overlap", "layout", "matmul", "param_dtype", "grad_dtype" }
+local known = {}
+for _, struct in ipairs(STRUCTS) do
+   for _, f in ipairs(options.fields(struct)) do
+      if not NOT_OPTIONS[f.name] then known[RENAMED[f.name] or f.name] = true end
+   end
+end
+for _, k in ipairs(OWN) do known[k] = true end
 
 local fail = errors.failer(WHERE)
 
@@ -54,29 +65,35 @@ local function with_dtypes(specs, o)
 end
 
 
--- The runtime choices of opts (mode, zero, shard, algorithm, adamw_layout; lw_runtime_defaults
--- for those unset) as lw_runtime_options, the words turned into values by the C name functions;
--- nil and a message for a word they do not know. With opts.layout the layout is given:
--- algorithm and adamw_layout are not choices then.
+-- The runtime choices of opts (the fields of lw_runtime_options: mode, zero, shard, algorithm,
+-- adamw_layout; lw_runtime_defaults for those unset) as lw_runtime_options: the names first,
+-- turned into values by the C name functions of their enums, then the numbers; nil and a
+-- message for a name they do not know or a number that is not an integer. With opts.layout the
+-- layout is given: algorithm and adamw_layout are not choices then.
 local function runtime_options(opts)
    local c = lib.lw_runtime_defaults()
-   -- each field is named after its enum
-   local words = { mode = opts.mode, shard = opts.shard,
-      algorithm = opts.layout == nil and opts.algorithm or nil }
-   for _, field in ipairs({ "mode", "shard", "algorithm" }) do
-      if words[field] ~= nil then
-         local v, why = C.value(field, words[field])
+   local fields = options.fields("lw_runtime_options")
+   for _, f in ipairs(fields) do
+      local word = opts[f.name]
+      if f.kind == "enum" and word ~= nil and not RENAMED[f.name]
+         and not (f.name == "algorithm" and opts.layout) then
+         local v, why = C.value(f.enum, word)
          if v == nil then return nil, why end
-         c[field] = v
+         c[f.name] = v
       end
    end
-   if opts.zero ~= nil then
-      local zero = opts.zero
-      if type(zero) ~= "number" or zero ~= math.floor(zero) or math.abs(zero) >= 2 ^ 31 then
-         return nil, ("zero must be an integer, got %s"):format(tostring(zero))
+   for _, f in ipairs(fields) do
+      local x = opts[f.name]
+      if f.kind == "integer" and x ~= nil then
+         if type(x) ~= "number" or x ~= math.floor(x) or math.abs(x) >= 2 ^ 31 then
+            return nil, ("%s must be an integer, got %s"):format(f.name, tostring(x))
+         end
+         c[f.name] = x
+      elseif f.kind == "boolean" and x ~= nil then
+         c[f.name] = x
       end
-      c.zero = zero
    end
+   -- adamw_algorithm, in lw.layout's words (adamw_layout "aligned": the Muon buffers' algorithm)
    if opts.layout == nil and opts.adamw_layout ~= nil then
       local v, why = layout_mod.adamw_algorithm(opts.adamw_layout,
          opts.algorithm or layout_mod.defaults.algorithm)
@@ -102,11 +119,16 @@ end
 local function layout_for(specs, comm, o, runtime)
    local lo = lib.lw_layout_defaults()
    C.check(lib.lw_runtime_layout(runtime, lo), WHERE)
-   return layout_mod.compute(specs, { dp = comm.size,
+   local given = { dp = comm.size,
       expert_dp = o.expert_dp or (o.expert_comm and o.expert_comm.size) or comm.size,
-      bucket_size = o.bucket_size, algorithm = C.name("algorithm", lo.algorithm),
-      adamw_layout = o.adamw_layout or C.name("algorithm", lo.adamw_algorithm),
-      high_busbw = o.high_busbw })
+      algorithm = C.name("algorithm", lo.algorithm),
+      adamw_layout = o.adamw_layout or C.name("algorithm", lo.adamw_algorithm) }
+   -- the layout's other options as they were given (bucket_size, high_busbw, ...)
+   for _, f in ipairs(options.fields("lw_layout_options")) do
+      local key = RENAMED[f.name] or f.name
+      if given[key] == nil then given[key] = o[key] end
+   end
+   return layout_mod.compute(specs, given)
 end
 
 -- c itself when its collectives move device's memory, else a device communicator over it.
@@ -162,12 +184,14 @@ function ddp.new(specs, comm, opts)
    local layout = o.layout or layout_for(routed, comm, o, runtime)
    local overlap = o.overlap ~= false
    local bo = lib.lw_buffers_defaults()
-   bo.zero = o.zero
    bo.overlap_grad = overlap
    bo.overlap_param = overlap
    bo.device = device
-   if o.overlap_grad ~= nil then bo.overlap_grad = o.overlap_grad end
-   if o.overlap_param ~= nil then bo.overlap_param = o.overlap_param end
+   -- the plain fields given (zero: the runtime's, as checked above), overlap_grad and
+   -- overlap_param over overlap
+   for _, f in ipairs(options.fields("lw_buffers_options")) do
+      if f.kind ~= "pointer" and o[f.name] ~= nil then bo[f.name] = o[f.name] end
+   end
    -- the buffers' collectives move the device's memory: over MPI or self that takes a device
    -- communicator of the same ranks (every rank makes it here, in the same order)
    local device_comm = for_device(comm, device)

@@ -6,6 +6,7 @@ local C = require("lwopt.C")
 local route = require("lwopt.route")
 local json = require("lwopt.json")
 local errors = require("lwopt.errors")
+local options = require("lwopt.options")
 
 local lib = C.lib
 local layout = {}
@@ -35,10 +36,16 @@ end
 -- The largest data-parallel size the layout engine takes (a million ranks).
 layout.MAX_DP = 2 ^ 20
 
-local option_names = {
-   dp = true, expert_dp = true, bucket_size = true, algorithm = true, adamw_layout = true,
-   high_busbw = true,
-}
+-- The options lw.layout.compute takes: the fields of lw_layout_options by their C names (read
+-- from the cdef: lwopt.options), adamw_algorithm under its Lua name adamw_layout. Those checked
+-- below have their own words; another is set as given, C checking its range.
+local RENAMED = { adamw_algorithm = "adamw_layout" }
+local option_names = {}
+for _, f in ipairs(options.fields("lw_layout_options")) do
+   option_names[RENAMED[f.name] or f.name] = true
+end
+local CHECKED = { dp = true, expert_dp = true, bucket_size = true, algorithm = true,
+   adamw_algorithm = true, high_busbw = true }
 
 local fail = errors.failer(WHERE)
 
@@ -92,6 +99,9 @@ local function normalise(opts)
    if known == nil then fail("%s", why) end
    o.high_busbw = opts.high_busbw or false
    if type(o.high_busbw) ~= "boolean" then fail("high_busbw must be a boolean") end
+   for _, f in ipairs(options.fields("lw_layout_options")) do
+      if not CHECKED[f.name] then o[f.name] = opts[f.name] end
+   end
    return o
 end
 
@@ -103,6 +113,11 @@ local function c_options(o)
    c.algorithm = C.value("algorithm", o.algorithm)
    c.adamw_algorithm = layout.adamw_algorithm(o.adamw_layout, o.algorithm)
    c.high_busbw = o.high_busbw
+   for _, f in ipairs(options.fields("lw_layout_options")) do
+      if not CHECKED[f.name] and f.kind ~= "pointer" and o[f.name] ~= nil then
+         c[f.name] = o[f.name]
+      end
+   end
    return c
 end
 
@@ -352,9 +367,9 @@ function Layout:json(indent)
    local stats = self:stats()
    stats.rank_numel = json.array(stats.rank_numel)
    stats.rank_cost = json.array(stats.rank_cost)
-   local options = json.object({})
-   for k, v in pairs(self.options) do options[k] = v end
-   return json.encode(json.object({ options = options, hash = self:hash(),
+   local given = json.object({})
+   for k, v in pairs(self.options) do given[k] = v end
+   return json.encode(json.object({ options = given, hash = self:hash(),
       buffers = json.array(buffers), stats = json.object(stats) }), indent)
 end
 

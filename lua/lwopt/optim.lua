@@ -8,6 +8,7 @@ local ffi = require("ffi")
 local C = require("lwopt.C")
 local comm_mod = require("lwopt.comm")
 local errors = require("lwopt.errors")
+local options = require("lwopt.options")
 
 local lib = C.lib
 local optim = {}
@@ -37,104 +38,134 @@ local function choice(kind, name, names, option, tail)
    fail("unknown %s '%s' (%s%s)", option, tostring(name), table.concat(names, ", "), tail or "")
 end
 
-local function check_keys(t, allowed, where)
+local function pick(value, default) if value == nil then return default end return value end
+
+-- Muon's coefficients (m.coefficients: a set's name, or a list of {a, b, c} with
+-- coefficients_repeat) into c (lw_muon_options): coeffs, and for a list custom, n_custom and
+-- custom_repeat; out.keep holds the list's array, which c borrows.
+local function set_coefficients(c, m, out)
+   local coeffs = pick(m.coefficients, C.name("ns_coeffs", c.coeffs))
+   if type(coeffs) == "string" then
+      c.coeffs = choice("ns_coeffs", coeffs, coefficient_sets, "muon.coefficients",
+         ", or a list of {a, b, c}")
+   elseif type(coeffs) == "table" then
+      if #coeffs == 0 then fail("muon.coefficients is an empty list") end
+      local keep = ffi.new("float[?]", 3 * #coeffs)
+      for i, abc in ipairs(coeffs) do
+         if type(abc) ~= "table" or #abc ~= 3 then
+            fail("muon.coefficients[%d] must be {a, b, c}", i)
+         end
+         for j = 1, 3 do
+            if type(abc[j]) ~= "number" then
+               fail("muon.coefficients[%d][%d] is not a number", i, j)
+            end
+            keep[3 * (i - 1) + j - 1] = abc[j]
+         end
+      end
+      c.coeffs = lib.LW_NS_CUSTOM
+      c.custom = keep
+      c.n_custom = #coeffs
+      c.custom_repeat = m.coefficients_repeat == true
+      out.keep = keep
+   else
+      fail("muon.coefficients must be a name or a list of {a, b, c}")
+   end
+end
+
+-- custom, n_custom and custom_repeat: set with coeffs, by set_coefficients.
+local function filled_by_coefficients() end
+
+-- What lw.optim.new takes, one table per C struct: the fields of lw_optimizer_options and of
+-- its muon and adamw structs under their C names, with the kinds the cdef gives them
+-- (lwopt.options), and what Lua adds or names otherwise. extra: Lua's own keys and their kinds
+-- (each group's lr and weight decay, which a routing rule may set per parameter; the mode the
+-- buffers were made for; Muon's coefficients). internal: fields with no key of their own.
+-- renamed: a field under its Lua name. own: fields this module fills itself. Pointers
+-- (tp_comm) are set after, from a communicator. A new field of these structs is an option here
+-- with nothing to add.
+local TABLES = {
+   [""] = { struct = "lw_optimizer_options",
+      extra = { mode = "any", lr = "number", weight_decay = "number" } },
+   muon = { struct = "lw_muon_options",
+      extra = { lr = "number", weight_decay = "number", coefficients = "any" },
+      internal = { coeffs = true, custom = true, n_custom = true },
+      renamed = { custom_repeat = "coefficients_repeat" },
+      own = { coeffs = set_coefficients, custom = filled_by_coefficients,
+              n_custom = filled_by_coefficients, custom_repeat = filled_by_coefficients } },
+   adamw = { struct = "lw_adamw_options", extra = { lr = "number", weight_decay = "number" } },
+}
+
+-- The Lua keys of the table at path and their kinds.
+local function kinds_of(path)
+   local t = TABLES[path]
+   if t.kinds == nil then
+      t.kinds = {}
+      for _, f in ipairs(options.fields(t.struct)) do
+         if not (t.internal and t.internal[f.name]) then
+            t.kinds[t.renamed and t.renamed[f.name] or f.name] = f.kind
+         end
+      end
+      for k, kind in pairs(t.extra) do t.kinds[k] = kind end
+   end
+   return t.kinds
+end
+
+-- The table of options at path ("", "muon" or "adamw"; {} for nil), every key known.
+local function check_keys(t, path)
    if t == nil then return {} end
-   if type(t) ~= "table" then fail("%s must be a table", where) end
+   if type(t) ~= "table" then fail("%s must be a table", path) end
+   local allowed = kinds_of(path)
    for k in pairs(t) do
-      if not allowed[k] then fail("unknown option '%s%s'", where == "" and "" or where .. ".", tostring(k)) end
+      if not allowed[k] then
+         fail("unknown option '%s%s'", path == "" and "" or path .. ".", tostring(k))
+      end
    end
    return t
 end
 
-local function set(list)
-   local s = {}
-   for _, k in ipairs(list) do s[k] = true end
-   return s
+-- Checks the kinds of a table's numbers and booleans (ranges are the C library's checks, which
+-- name the value); the enums are checked as they are filled in, the rest where they are read.
+local function check_types(t, path)
+   local kinds = kinds_of(path)
+   for k, v in pairs(t) do
+      local kind = kinds[k]
+      local name = (path == "" and "" or path .. ".") .. k
+      if not options.is(kind, v) then
+         if kind == "boolean" then
+            fail("%s must be true or false, got %s", name, options.shown(v))
+         end
+         fail("%s must be a finite %s, got %s", name, kind, options.shown(v))
+      end
+   end
 end
 
-local TOP = set{ "mode", "lr", "weight_decay", "clip", "muon", "adamw", "tp_comm" }
-local MUON = set{ "lr", "weight_decay", "momentum", "nesterov", "ns_steps", "coefficients",
-   "coefficients_repeat", "weight_decay_mode", "scale", "extra_scale", "eps", "symmetric",
-   "precision", "tp_mode", "split_qkv" }
-local ADAMW = set{ "lr", "weight_decay", "beta1", "beta2", "eps" }
-
-local function pick(value, default) if value == nil then return default end return value end
-
--- The type each numeric or boolean option must have (ranges are checked by the C library,
--- which names the value); the others (mode, coefficients, weight_decay_mode, scale) are checked
--- where they are read.
-local TYPES = {
-   lr = "number", weight_decay = "number", clip = "number", momentum = "number",
-   ns_steps = "integer", extra_scale = "number", eps = "number", beta1 = "number",
-   beta2 = "number", nesterov = "boolean", symmetric = "boolean", coefficients_repeat = "boolean",
-   split_qkv = "boolean",
-}
-
--- Checks the types of an option table's values (where: "", "muon" or "adamw").
-local function check_types(t, where)
-   for k, v in pairs(t) do
-      local kind = TYPES[k]
-      local name = (where == "" and "" or where .. ".") .. k
-      local shown = type(v) == "string" and ("'" .. v .. "'") or tostring(v)
-      if kind == "boolean" and type(v) ~= "boolean" then
-         fail("%s must be true or false, got %s", name, shown)
-      elseif (kind == "number" or kind == "integer") and (type(v) ~= "number" or v ~= v
-         or math.abs(v) == math.huge or (kind == "integer" and v ~= math.floor(v))) then
-         fail("%s must be a finite %s, got %s", name, kind, shown)
+-- Fills the C struct c from the Lua tables (tables[path]: the options at path), field by field
+-- in the struct's order: numbers and booleans given, enums by their C names (unknown: "unknown
+-- muon.scale 'x' (spectral, ...)"), nested structs from their own tables; out.keep: what the
+-- struct borrows (the custom coefficients).
+local function fill(c, path, tables, out)
+   local t, values = TABLES[path], tables[path]
+   for _, f in ipairs(options.fields(t.struct)) do
+      local key = t.renamed and t.renamed[f.name] or f.name
+      local name = (path == "" and "" or path .. ".") .. key
+      if t.own and t.own[f.name] then
+         t.own[f.name](c, values, out)
+      elseif f.kind == "struct" then
+         fill(c[f.name], key, tables, out)
+      elseif f.kind == "enum" then
+         c[f.name] = choice(f.enum, pick(values[key], C.name(f.enum, c[f.name])), C.names(f.enum),
+            name)
+      elseif f.kind ~= "pointer" and values[key] ~= nil then
+         c[f.name] = values[key]
       end
    end
 end
 
 -- The C options, and a keep-alive for the custom coefficient array.
 local function c_options(o, m, a)
-   local c = lib.lw_optimizer_defaults()
-   local keep
-   c.clip = o.clip or 0
-   c.muon.momentum = pick(m.momentum, c.muon.momentum)
-   c.muon.nesterov = pick(m.nesterov, true)
-   c.muon.ns_steps = pick(m.ns_steps, c.muon.ns_steps)
-   local coeffs = pick(m.coefficients, C.name("ns_coeffs", c.muon.coeffs))
-   if type(coeffs) == "string" then
-      c.muon.coeffs = choice("ns_coeffs", coeffs, coefficient_sets, "muon.coefficients",
-         ", or a list of {a, b, c}")
-   elseif type(coeffs) == "table" then
-      if #coeffs == 0 then fail("muon.coefficients is an empty list") end
-      keep = ffi.new("float[?]", 3 * #coeffs)
-      for i, abc in ipairs(coeffs) do
-         if type(abc) ~= "table" or #abc ~= 3 then
-            fail("muon.coefficients[%d] must be {a, b, c}", i)
-         end
-         for j = 1, 3 do
-            if type(abc[j]) ~= "number" then fail("muon.coefficients[%d][%d] is not a number", i, j) end
-            keep[3 * (i - 1) + j - 1] = abc[j]
-         end
-      end
-      c.muon.coeffs = lib.LW_NS_CUSTOM
-      c.muon.custom = keep
-      c.muon.n_custom = #coeffs
-      c.muon.custom_repeat = m.coefficients_repeat == true
-   else
-      fail("muon.coefficients must be a name or a list of {a, b, c}")
-   end
-   c.muon.weight_decay_mode = choice("weight_decay",
-      pick(m.weight_decay_mode, C.name("weight_decay", c.muon.weight_decay_mode)),
-      C.names("weight_decay"), "muon.weight_decay_mode")
-   c.muon.scale = choice("muon_scale", pick(m.scale, C.name("muon_scale", c.muon.scale)),
-      C.names("muon_scale"), "muon.scale")
-   c.muon.extra_scale = pick(m.extra_scale, 1)
-   c.muon.eps = pick(m.eps, c.muon.eps)
-   c.muon.symmetric = pick(m.symmetric, true)
-   c.muon.precision = choice("ns_precision",
-      pick(m.precision, C.name("ns_precision", c.muon.precision)), C.names("ns_precision"),
-      "muon.precision")
-   c.muon.tp_mode = choice("muon_tp_mode",
-      pick(m.tp_mode, C.name("muon_tp_mode", c.muon.tp_mode)), C.names("muon_tp_mode"),
-      "muon.tp_mode")
-   c.muon.split_qkv = pick(m.split_qkv, c.muon.split_qkv)
-   c.adamw.beta1 = pick(a.beta1, c.adamw.beta1)
-   c.adamw.beta2 = pick(a.beta2, c.adamw.beta2)
-   c.adamw.eps = pick(a.eps, c.adamw.eps)
-   return c, keep
+   local c, out = lib.lw_optimizer_defaults(), {}
+   fill(c, "", { [""] = o, muon = m, adamw = a }, out)
+   return c, out.keep
 end
 
 -- AdamW decays matrices, not gains, biases or embeddings (docs/algorithms.md section 7).
@@ -176,8 +207,8 @@ end
 -- "blockwise"; muon.split_qkv (default true): Q, K and V of a fused QKV weight orthogonalised
 -- apart.
 function optim.new(d, opts)
-   local o = check_keys(opts, TOP, "")
-   local m, a = check_keys(o.muon, MUON, "muon"), check_keys(o.adamw, ADAMW, "adamw")
+   local o = check_keys(opts, "")
+   local m, a = check_keys(o.muon, "muon"), check_keys(o.adamw, "adamw")
    check_types(o, "")
    check_types(m, "muon")
    check_types(a, "adamw")

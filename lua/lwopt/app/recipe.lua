@@ -191,16 +191,12 @@ local function build_run(v, comm, data, rules)
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
-   local ddp = lw.ddp.new(specs, tg and tg.dp_comm or comm, { mode = v.mode,
+   -- the flags that name a ddp or optim option (recipe_flags.list), and what the run adds
+   local ddp = lw.ddp.new(specs, tg and tg.dp_comm or comm, recipe_flags.options(v, "ddp", {
       expert_comm = g and g.expert_comm,
-      algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil,
-      bucket_size = v.bucket_size, overlap = v.overlap == "on", zero = v.zero, shard = v.shard,
-      device = v.device, matmul = v.matmul, param_dtype = v.param_dtype,
-      grad_dtype = v.grad_dtype })
-   local opt = lw.optim.new(ddp, { lr = v.lr, weight_decay = 0.1, clip = v.clip,
-      adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm,
-      muon = { precision = v.muon_precision, tp_mode = v.muon_tp_mode,
-               split_qkv = v.split_qkv == "on" } })
+      algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil }))
+   local opt = lw.optim.new(ddp, recipe_flags.options(v, "optim", { weight_decay = 0.1,
+      adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm }))
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
       local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)

@@ -27,23 +27,30 @@ for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
    ALIGNED[#ALIGNED + 1] = C.name("algorithm", a)
 end
 
+-- A flag that reaches an option of the library names it: ddp = "zero" (lw.ddp.new's options),
+-- optim = "muon.precision" (lw.optim.new's, a dot into its nested tables), and
+-- recipe_flags.options gives them their values, so that such a flag is one entry here. The
+-- library takes a C option struct's fields by their C names (lwopt.options), so a new field
+-- needs no Lua but this entry.
 recipe_flags.list = {
    { "preset", { "tiny", "small", "wide", "gpt2", "gpt2-medium", "moe" }, "small",
      "model and schedule size (moe: 4 layers x 128, 8 experts, top-2)" },
    { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw" }, "muon", "muon for matrices + adamw, or adamw for all" },
-   { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split" },
+   { "mode", C.names("mode"), C.name("mode", RUNTIME.mode), "how the optimizer is split",
+     ddp = "mode" },
    { "layout", ALIGNED, C.name("algorithm", LAYOUT.algorithm), "layout of the Muon buffers" },
    { "zero", "int", RUNTIME.zero, "1: shard optimizer state; 2: and gradients; 3: and parameters",
-     min = 1, max = 3 },
+     min = 1, max = 3, ddp = "zero" },
    { "shard", C.names("shard"), C.name("shard", RUNTIME.shard), "aligned: each rank owns whole "
      .. "matrices; rows: every matrix split by rows (row-sharded FSDP, for comparison; needs "
-     .. "--zero 3)" },
-   { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward" },
+     .. "--zero 3)", ddp = "shard" },
+   { "overlap", { "on", "off" }, "on", "overlap communication with backward and forward",
+     ddp = "overlap" },
    { "matmul", C.names("matmul"), "fp32", "the model's matrix products on a GPU: exact fp32; "
      .. "tf32 tensor cores; or bf16 tensor cores: bf16 operands, fp32 accumulation, as autocast "
      .. "(weights as the parameters are stored, activations as --activations says). The CPU "
-     .. "computes fp32 whatever is asked" },
+     .. "computes fp32 whatever is asked", ddp = "matmul" },
    { "activations", { "fp32", "bf16" }, nil, "what the activations that only feed matrix "
      .. "products are kept in: the layer norms', the attention's and GELU's outputs, which the "
      .. "linear layers read (bf16 halves their memory and spares the bf16 GEMMs their rounding; "
@@ -55,9 +62,9 @@ recipe_flags.list = {
    { "param-dtype", { "bf16", "fp32" }, nil, "what the parameter buffers hold and the all-gathers "
      .. "move: bf16 (the optimizer keeps fp32 master weights of what each rank updates; the "
      .. "model's matrix kernels read the bf16 weights as stored) or fp32 (default: bf16 on a GPU, "
-     .. "fp32 on the CPU)" },
+     .. "fp32 on the CPU)", ddp = "param_dtype" },
    { "grad-dtype", { "fp32", "bf16" }, "fp32", "what the gradient buffers hold and the "
-     .. "reduce-scatters move" },
+     .. "reduce-scatters move", ddp = "grad_dtype" },
    { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "
      .. "the preset's; none but --preset moe's 8; 0: a dense MLP, also with --preset moe)",
      min = 0, max = 65536 },
@@ -77,14 +84,16 @@ recipe_flags.list = {
    { "muon-tp-mode", C.names("muon_tp_mode"), nil, "how Muon orthogonalises a matrix split over "
      .. "--tp: duplicated (gathers it, every TP rank runs Newton-Schulz on the whole: as at tp 1), "
      .. "distributed (all-reduces the Gram matrices: as at tp 1, less memory), blockwise (each "
-     .. "shard alone: no communication, a different optimizer) (default duplicated)" },
+     .. "shard alone: no communication, a different optimizer) (default duplicated)",
+     optim = "muon.tp_mode" },
    { "split-qkv", { "on", "off" }, "on", "Muon orthogonalises the fused attention weight's Q, K "
-     .. "and V blocks separately (as Megatron does)" },
+     .. "and V blocks separately (as Megatron does)", optim = "muon.split_qkv" },
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
-     .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)" },
+     .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)",
+     optim = "muon.precision" },
    { "device", "string", "cpu", "where to train: cpu; cuda (under mpirun, each rank's own GPU, "
      .. "by its place on its machine); cuda:N (that GPU, for every rank: ranks sharing one GPU "
-     .. "exchange its buffers through host memory)" },
+     .. "exchange its buffers through host memory)", ddp = "device" },
    { "device-comm", C.names("device_comm"), "auto", "how ranks exchange GPU buffers: nccl (a GPU "
      .. "per rank), staged (copied through host memory and moved by MPI: ranks sharing a GPU, "
      .. "a build without NCCL; slower), auto (nccl where every rank has its own GPU, else "
@@ -98,11 +107,11 @@ recipe_flags.list = {
      .. "--accum x data-parallel ranks, as Megatron's --global-batch-size): sets --accum",
      min = 1, max = 1e12 },
    { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
-   { "lr", "number", nil, "peak learning rate", above = 0 },
+   { "lr", "number", nil, "peak learning rate", above = 0, optim = "lr" },
    { "warmup", "int", nil, "warmup steps", min = 0 },
-   { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0 },
+   { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0, optim = "clip" },
    { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)",
-     min = 1 },
+     min = 1, ddp = "bucket_size" },
    { "eval-every", "int", nil, "steps between validation evaluations (0: only at the end)",
      min = 0 },
    { "eval-max", "int", 64, "validation sequences per evaluation", min = 1 },
@@ -152,6 +161,31 @@ recipe_flags.list = {
      .. "under mpirun, whose ranks always see one)" },
    { "help", "bool", false, "this text" },
 }
+
+-- The options the flags that name one (ddp = ..., optim = ...) give lw.ddp.new (target
+-- "ddp") or lw.optim.new ("optim"), from the checked flags v, set over base (the run's own
+-- values; a new table when nil): each under its option's path, an on/off flag as true/false; a
+-- flag without a value leaves the library's default.
+function recipe_flags.options(v, target, base)
+   local out = base or {}
+   for _, f in ipairs(recipe_flags.list) do
+      local path = f[target]
+      local value = path and v[(f[1]:gsub("-", "_"))]
+      if value ~= nil then
+         local choices = type(f[2]) == "table" and table.concat(f[2], "|")
+         if choices == "on|off" or choices == "off|on" then value = value == "on" end
+         local t, key = out, path
+         local head, rest = key:match("^([^.]+)%.(.+)$")
+         while head do
+            t[head] = t[head] or {}
+            t, key = t[head], rest
+            head, rest = key:match("^([^.]+)%.(.+)$")
+         end
+         t[key] = value
+      end
+   end
+   return out
+end
 
 -- Exit statuses besides 0 and 1 (an error): usage errors, a run stopped by divergence, a run
 -- stopped on a signal at a step boundary (SIGTERM, SIGUSR1: sysexits' EX_TEMPFAIL, "try again",

@@ -1,0 +1,126 @@
+-- recipe_flags_spec.lua: the recipe's flags (lua/lwopt/app/recipe_flags.lua): those that name
+-- a library option (ddp = ..., optim = ...) reach lw.ddp.new or lw.optim.new under that option,
+-- on/off as a boolean, over the run's own values; and recipes/gpt_small.lua run as a user runs
+-- it refuses mistyped flags, values out of range and combinations that cannot work, in one line
+-- before any work.
+local lw = require("lwopt")
+local flags = require("lwopt.flags")
+local helpers = require("helpers")
+local recipe_flags = require("lwopt.app.recipe_flags")
+
+local root = assert(io.popen("pwd")):read("*l")
+local recipe = root .. "/recipes/gpt_small.lua"
+
+-- The flags' values with defaults, and a value for each flag that has none: its first choice,
+-- or 64.
+local function values()
+   local v = flags.parse({}, recipe_flags.list)
+   for _, f in ipairs(recipe_flags.list) do
+      local key = f[1]:gsub("-", "_")
+      if v[key] == nil and (f.ddp or f.optim) then
+         v[key] = type(f[2]) == "table" and f[2][1] or 64
+      end
+   end
+   v.param_dtype = "fp32"
+   return v
+end
+
+describe("the recipe's flags that name an option", function()
+   it("give lw.ddp.new and lw.optim.new options they take", function()
+      local v = values()
+      local specs = { { name = "w", shape = { 8, 4 }, role = "matrix" } }
+      local d = lw.ddp.new(specs, lw.comm.self(), recipe_flags.options(v, "ddp"))
+      assert.equal(v.zero, d.zero)
+      local opt = lw.optim.new(d, recipe_flags.options(v, "optim", { weight_decay = 0.1 }))
+      assert.equal(v.lr, opt.groups[1].lr)
+   end)
+
+   it("put each value under its option's path, on/off as true/false, over the base", function()
+      local v = values()
+      v.muon_precision, v.split_qkv, v.overlap = "fp32", "off", "on"
+      local o = recipe_flags.options(v, "optim", { adamw = { beta1 = 0.9 } })
+      assert.same({ "fp32", false }, { o.muon.precision, o.muon.split_qkv })
+      assert.equal(0.9, o.adamw.beta1)
+      assert.is_true(recipe_flags.options(v, "ddp").overlap)
+      local named = 0
+      for _, f in ipairs(recipe_flags.list) do
+         if f.ddp or f.optim then named = named + 1 end
+      end
+      assert.is_true(named >= 10, "only " .. named .. " flags name an option")
+   end)
+end)
+
+describe("recipes/gpt_small.lua's flags", function()
+   it("answers a mistyped flag with one line, a suggestion and status 2", function()
+      local out, status = helpers.sh("luajit " .. recipe .. " --step 5")
+      assert.equal(2, status)
+      assert.equal("unknown flag --step (did you mean --steps?) (--help lists the flags)\n", out)
+      out, status = helpers.sh("luajit " .. recipe .. " --mode zero")
+      assert.equal(2, status)
+      assert.equal("--mode must be one of layerwise|legacy|replicated, got 'zero' (--help lists "
+         .. "the flags)\n", out)
+      out, status = helpers.sh("luajit " .. recipe .. " --help")
+      assert.equal(0, status)
+      assert.matches("--steps INT", out, 1, true)
+   end)
+
+   it("refuses numbers out of range, before any work", function()
+      for _, case in ipairs({
+         { "--steps 1e20", "--steps expects an integer, got '1e20'" },
+         { "--steps 100000000000000000000", "--steps must be between 1 and 1000000000, got "
+           .. "100000000000000000000" },
+         { "--steps 0", "--steps must be between 1 and 1000000000, got 0" },
+         { "--stop-after 0", "--stop-after must be >= 1, got 0" },
+         { "--eval-max 0", "--eval-max must be >= 1, got 0" },
+         { "--clip -1", "--clip must be >= 0, got -1" },
+         { "--warmup -1", "--warmup must be >= 0, got -1" },
+         { "--ckpt-every -1", "--ckpt-every must be >= 0, got -1" },
+         { "--bucket-size 0", "--bucket-size must be >= 1, got 0" },
+         { "--zero 4", "--zero must be between 1 and 3, got 4" },
+         { "--seq 10000000", "--seq must be between 1 and 1000000, got 10000000" },
+         { "--lr nan", "--lr expects a number, got 'nan'" },
+         -- zero and negative learning rates: one rule, one status
+         { "--lr 0", "--lr must be > 0, got 0" },
+         { "--lr -1", "--lr must be > 0, got -1" },
+         { "--timeout -5", "--timeout must be >= 0, got -5" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(2, status, case[1])
+         assert.equal(case[2] .. " (--help lists the flags)\n", out)
+      end
+   end)
+
+   it("refuses flags that need --ckpt-dir, or contradict each other, in one line", function()
+      for _, case in ipairs({
+         { "--ckpt-every 5", "--ckpt-every needs --ckpt-dir" },
+         { "--keep 2", "--keep needs --ckpt-dir" },
+         { "--resume", "--resume needs --ckpt-dir" },
+         { "--ckpt-dir /tmp/x --resume --overwrite", "--resume continues the checkpoints in "
+           .. "--ckpt-dir and --overwrite replaces them: choose one" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(1, status, case[1])
+         assert.equal(case[2] .. "\n", out)
+      end
+   end)
+
+   it("refuses ZeRO and sharding combinations that cannot work, before any work", function()
+      for _, case in ipairs({
+         { "--shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3, got --zero 1\n" },
+         { "--zero 2 --shard rows", "--shard rows is row-sharded FSDP: it needs --zero 3" },
+         { "--zero 3 --mode legacy", "--zero 3 shards gradients and parameters across ranks; "
+           .. "--mode legacy keeps them whole (use --mode layerwise)\n" },
+         { "--zero 2 --mode replicated", "--zero 2 shards gradients across ranks; --mode "
+           .. "replicated keeps them whole" },
+         { "--zero 2 --mode legacy --shard rows --layout lpt", "--zero 2 shards gradients across "
+           .. "ranks; --mode legacy keeps them whole" },
+         { "--zero 3 --bucket-size 1000", "at ZeRO-3 a bucket group is gathered whole, but "
+           .. "bucket_size 1000 is smaller than 'wte.weight' (16384 elements)" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(1, status)
+         assert.matches(case[2], out, 1, true)
+         assert.is_nil(out:find("step ", 1, true))
+      end
+   end)
+end)
