@@ -31,14 +31,16 @@ lines() { cat "$work/log.jsonl" 2>/dev/null | wc -l; }
 start() {
     local before
     before=$(lines)
-    (cd /tmp && exec timeout 300 "$mpiexec" -np 2 -x OPENBLAS_NUM_THREADS=1 "${recipe[@]}" "$@") \
-        >"$work/out" 2>&1 &
+    # a process group of its own (setsid execs timeout, which leads it): a job that never gets
+    # going is ended whole, mpirun and ranks, not left holding the test's output
+    (cd /tmp && exec setsid timeout 300 "$mpiexec" -np 2 -x OPENBLAS_NUM_THREADS=1 \
+        "${recipe[@]}" "$@") >"$work/out" 2>&1 &
     job=$!
-    for _ in $(seq 1 600); do
+    for _ in $(seq 1 3000); do # 5 minutes: a loaded machine starts MPI slowly
         [ "$(lines)" -ge $((before + 6)) ] && return
         sleep 0.1
     done
-    kill -9 "$job" 2>/dev/null
+    kill -9 -- "-$job" 2>/dev/null
     fail "the job never logged 6 lines: $(tail -n 5 "$work/out")"
     exit 1
 }
@@ -60,8 +62,7 @@ stopped() {
 
 # 1. SIGUSR1 to mpirun: forwarded to both ranks
 start --steps 100000
-timeout_pid=$(pgrep -P "$job" -x timeout || true)
-mpirun_pid=$(pgrep -P "${timeout_pid:-$job}" | head -n 1)
+mpirun_pid=$(pgrep -P "$job" | head -n 1) # timeout's child
 kill -USR1 "${mpirun_pid:-0}" || fail "no mpirun to signal"
 stopped SIGUSR1
 first=$step
