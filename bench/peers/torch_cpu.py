@@ -3,7 +3,7 @@
 
 The same model, data, schedule and optimizers as the recipe, written here from lwopt's sources
 (lua/lwopt/app/recipe*.lua, train.lua, data.lua, optim.lua, nn/*.lua,
-src/core/optim/muon_update.c and device/cpu/{muon,adamw}.c), not from another trainer:
+src/core/optim/muon.c and device/cpu/{muon,adamw}.c), not from another trainer:
 - model (lw.nn.GPT with the recipe's config): bytes (vocabulary 256), token + position
   embeddings (128 positions), 6 pre-LN blocks of 256 with 8 heads (x + attn(ln_1(x)), then
   + mlp(ln_2(.))), causal softmax attention scaled by 1/sqrt(head size), a 4 x 256 GELU (tanh)

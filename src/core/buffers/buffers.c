@@ -1,8 +1,9 @@
 /* buffers.c: lw_buffers, the flat parameter and gradient arrays of a layout on a device: making
  * them (with the bucket groups of groups.c and the residency of the ZeRO level, residency.c),
  * the views of a parameter and its gradient, the elements a rank owns, the memory held. The
- * syncs are sync.c's; updating parameters is the optimizer's (optimizer.c). */
-#include "buffers/buffers.h"
+ * syncs are sync.c's and whole.c's or sharded.c's; updating parameters is the optimizer's
+ * (optim/optimizer.c). */
+#include "buffers/buffers_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,7 +148,8 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
         buf->kind = kind_of(lb->algorithm);
         buf->dp = lw_comm_size(buf->comm);
         buf->rank = lw_comm_rank(buf->comm);
-        if ((st = lwi_shards_length(layout, b, buf->rank, &buf->shards_len)) != LW_OK) goto fail;
+        st = lwi_groups_shards_length(layout, b, buf->rank, &buf->shards_len);
+        if (st != LW_OK) goto fail;
         buf->param_len = bs->residency->sharded_params ? buf->shards_len : lb->numel;
         buf->grad_len = bs->residency->sharded_grads ? buf->shards_len : lb->numel;
         /* below ZeRO-2 bf16 sums need a bf16 copy of the whole gradient to move */
@@ -166,7 +168,8 @@ lw_status lw_buffers_new(const lw_layout *layout, lw_comm *comm, lw_comm *expert
                           (long long)lb->numel);
             goto fail;
         }
-        if (buf->kind == SYNC_LEGACY && (st = lwi_legacy_prepare(bs, b)) != LW_OK) goto fail;
+        if (buf->kind == SYNC_LEGACY && (st = lwi_whole_legacy_prepare(bs, b)) != LW_OK)
+            goto fail;
     }
     if ((st = lwi_groups_make(bs)) != LW_OK || (st = lwi_sharded_init(bs)) != LW_OK) goto fail;
     bs->peak = bs->array_bytes;

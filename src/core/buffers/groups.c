@@ -2,14 +2,14 @@
  * first parameter each holds), with this rank's shard of each and the order backward needs them
  * in. Every rank derives them from the same layout, so all issue the same collectives in the same
  * sequence. Holds no data and syncs nothing (sync.c). */
-#include "buffers/buffers.h"
+#include "buffers/buffers_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 typedef lwi_group group;
 
-lw_status lwi_shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t *len) {
+lw_status lwi_groups_shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t *len) {
     *len = 0;
     for (int32_t k = 0; k < l->buffers[b].n_buckets; k++) {
         int64_t start, count;

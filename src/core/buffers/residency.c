@@ -15,8 +15,8 @@
  * parameter at a time on the first request. The optimizer keeps the fp32 master copy of what it
  * owns (optim/optimizer.c).
  * Legacy and replicated buffers exist at ZeRO-1 only (lw_runtime_check); how their syncs differ
- * is per buffer (sync.c). The blocks are sharded.c's. */
-#include "buffers/buffers.h"
+ * is per buffer (whole.c). The blocks are sharded.c's, what is read in them views.c's. */
+#include "buffers/buffers_state.h"
 
 static lw_status whole_param(lw_buffers *bs, int32_t param, float **data) {
     const lwi_param_info *p = &bs->params[param];
@@ -88,37 +88,37 @@ static const lwi_residency residencies[3][2] = {
       .start_grad = lwi_whole_start_grad, .finish_grads = lwi_whole_finish_grads,
       .end_backward = nothing_left, .start_params = lwi_whole_start_params,
       .finish_params = lwi_whole_finish_params, .commit = views_are_storage},
-     {.param_dtype = LW_DTYPE_BF16, .blocks = 1, .held_as = WIDENED, .param = lwi_sharded_param,
-      .stored = lwi_sharded_stored, .grad = whole_grad, .acquire = lwi_sharded_acquire_view,
+     {.param_dtype = LW_DTYPE_BF16, .blocks = 1, .held_as = WIDENED, .param = lwi_views_param,
+      .stored = lwi_views_stored, .grad = whole_grad, .acquire = lwi_sharded_acquire_view,
       .start_grad = lwi_whole_start_grad, .finish_grads = lwi_whole_finish_grads,
       .end_backward = nothing_left, .start_params = lwi_sharded_start_whole_params,
-      .finish_params = lwi_whole_finish_params, .commit = lwi_sharded_commit}},
+      .finish_params = lwi_whole_finish_params, .commit = lwi_views_commit}},
     { /* ZeRO-2: sharded gradients */
      {.param_dtype = LW_DTYPE_F32, .sharded_grads = true, .blocks = 1, .held_as = WHOLE,
-      .param = whole_param, .stored = whole_stored, .grad = lwi_sharded_grad,
+      .param = whole_param, .stored = whole_stored, .grad = lwi_views_grad,
       .acquire = acquire_whole_params, .start_grad = lwi_sharded_start_grad,
-      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
+      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sync_end_backward,
       .start_params = lwi_whole_start_params, .finish_params = lwi_whole_finish_params,
       .commit = views_are_storage},
      {.param_dtype = LW_DTYPE_BF16, .sharded_grads = true, .blocks = 2, .held_as = WIDENED,
-      .param = lwi_sharded_param, .stored = lwi_sharded_stored, .grad = lwi_sharded_grad,
+      .param = lwi_views_param, .stored = lwi_views_stored, .grad = lwi_views_grad,
       .acquire = lwi_sharded_acquire_view, .start_grad = lwi_sharded_start_grad,
-      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sharded_end_backward,
+      .finish_grads = lwi_sharded_finish_grads, .end_backward = lwi_sync_end_backward,
       .start_params = lwi_sharded_start_whole_params, .finish_params = lwi_whole_finish_params,
-      .commit = lwi_sharded_commit}},
+      .commit = lwi_views_commit}},
     { /* ZeRO-3: sharded parameters and gradients */
      {.param_dtype = LW_DTYPE_F32, .sharded_params = true, .sharded_grads = true, .blocks = 2,
-      .held_as = GATHERED, .param = lwi_sharded_param, .stored = lwi_sharded_stored,
-      .grad = lwi_sharded_grad, .acquire = lwi_sharded_acquire_view,
+      .held_as = GATHERED, .param = lwi_views_param, .stored = lwi_views_stored,
+      .grad = lwi_views_grad, .acquire = lwi_sharded_acquire_view,
       .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
-      .end_backward = lwi_sharded_end_backward, .start_params = regather,
-      .finish_params = wait_gathers, .commit = lwi_sharded_commit},
+      .end_backward = lwi_sync_end_backward, .start_params = regather,
+      .finish_params = wait_gathers, .commit = lwi_views_commit},
      {.param_dtype = LW_DTYPE_BF16, .sharded_params = true, .sharded_grads = true, .blocks = 2,
-      .held_as = GATHERED, .param = lwi_sharded_param, .stored = lwi_sharded_stored,
-      .grad = lwi_sharded_grad, .acquire = lwi_sharded_acquire_view,
+      .held_as = GATHERED, .param = lwi_views_param, .stored = lwi_views_stored,
+      .grad = lwi_views_grad, .acquire = lwi_sharded_acquire_view,
       .start_grad = lwi_sharded_start_grad, .finish_grads = lwi_sharded_finish_grads,
-      .end_backward = lwi_sharded_end_backward, .start_params = regather,
-      .finish_params = wait_gathers, .commit = lwi_sharded_commit}},
+      .end_backward = lwi_sync_end_backward, .start_params = regather,
+      .finish_params = wait_gathers, .commit = lwi_views_commit}},
 };
 
 const lwi_residency *lwi_residency_for(int32_t zero, lw_dtype param_dtype) {

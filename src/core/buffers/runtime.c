@@ -2,7 +2,7 @@
  * about which of them go together (lw_runtime_check, the only place they are checked: lw.ddp.new,
  * the recipes and lw_buffers_new call it) and the layout they stand for (lw_runtime_layout).
  * Reads a layout through the public API only; builds no layout and no buffers. */
-#include "buffers/buffers.h"
+#include "buffers/buffers_state.h"
 
 lw_runtime_options lw_runtime_defaults(void) {
     lw_runtime_options o = {sizeof(lw_runtime_options), LW_MODE_LAYERWISE, 1, LW_SHARD_ALIGNED,

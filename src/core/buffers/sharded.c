@@ -14,7 +14,7 @@
  * one size, so parameter and gradient blocks share the pool. bf16 views are widened a parameter
  * at a time, when lw_buffers_param first asks for one: the model kernels that take a weight's
  * dtype read the bf16 as stored, and those parameters are never widened. */
-#include "buffers/buffers.h"
+#include "buffers/buffers_state.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -167,7 +167,9 @@ lw_status lwi_sharded_wait_gather(lwi_group *g) {
     return lw_request_wait(g->pblock.req);
 }
 
-void lwi_views_stale(lw_buffers *bs, int32_t gi) {
+/* Group gi's block was just filled (or is about to be): none of its parameters' fp32 views is
+ * current yet (its parameters lie between its first and last definition index). */
+static void views_stale(lw_buffers *bs, int32_t gi) {
     for (int32_t p = bs->groups[gi].first; p <= bs->groups[gi].last; p++)
         if (bs->params[p].group == gi) bs->params[p].widened = false;
 }
@@ -306,7 +308,7 @@ static lw_status start_gather(lw_buffers *bs, int32_t gi, bool prefetch) {
     lwi_buf *b = &bs->buffers[g->buffer];
     lw_status st = take_block(bs, gi, &g->pblock, true, prefetch);
     if (st != LW_OK || g->pblock.data == NULL) return st;
-    lwi_views_stale(bs, gi);
+    views_stale(bs, gi);
     void *wire = lwi_wire_of(bs, b, g->pblock.data);
     st = lw_device_copy(bs->stream, lwi_param_at(bs, wire, g->shard_start - g->start),
                         lwi_param_at(bs, b->param, g->shard_base), bs->param_size * g->shard_count,
@@ -326,7 +328,7 @@ lw_status lwi_sharded_take_views(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     lw_status st = take_block(bs, gi, &g->pblock, true, false);
     if (st != LW_OK) return st;
-    lwi_views_stale(bs, gi);
+    views_stale(bs, gi);
     g->used = ++bs->tick;
     return LW_OK;
 }
@@ -428,7 +430,7 @@ lw_status lwi_sharded_acquire_view(lw_buffers *bs, int32_t param, lw_pass pass, 
         }
     }
     /* below ZeRO-3 the bf16 arrays are read as stored, or through views whose block is taken on
-     * the first request (lwi_sharded_param): a group read only as stored takes none */
+     * the first request (lwi_views_param): a group read only as stored takes none */
     if (st == LW_OK && g->pblock.data == NULL && r->sharded_params)
         st = start_gather(bs, gi, false);
     if (st == LW_OK) st = lwi_sharded_wait_gather(g);

@@ -4,7 +4,7 @@
  * widened), a parameter as stored (lw_buffers_param_stored), a gradient in its block, and the
  * commit of written views back into what is stored. Apart from sharded.c, which decides which
  * blocks are held and fills them (pool, budget, gathers, reductions). */
-#include "buffers/buffers.h"
+#include "buffers/buffers_state.h"
 
 /* Where param's bf16 values are: in the array below ZeRO-3, in its group's gathered wire at
  * ZeRO-3 (group held). */
@@ -16,7 +16,7 @@ static void *bf16_of(lw_buffers *bs, int32_t param) {
     return lwi_param_at(bs, lwi_wire_of(bs, b, g->pblock.data), p->start - g->start);
 }
 
-lw_status lwi_sharded_commit(lw_buffers *bs, int32_t gi) {
+lw_status lwi_views_commit(lw_buffers *bs, int32_t gi) {
     lwi_group *g = &bs->groups[gi];
     lwi_buf *b = &bs->buffers[g->buffer];
     const bool shard = bs->residency->sharded_params;
@@ -63,7 +63,7 @@ static lw_status held(lw_buffers *bs, int32_t param) {
     return lwi_sharded_wait_gather(g);
 }
 
-lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
+lw_status lwi_views_param(lw_buffers *bs, int32_t param, float **data) {
     lw_status st = held(bs, param);
     if (st != LW_OK) return st;
     lwi_param_info *p = &bs->params[param];
@@ -80,7 +80,7 @@ lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data) {
     return LW_OK;
 }
 
-lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data) {
+lw_status lwi_views_stored(lw_buffers *bs, int32_t param, const void **data) {
     lw_status st = held(bs, param);
     if (st != LW_OK) return st;
     if (bs->param_size != (int64_t)sizeof(float)) {
@@ -88,12 +88,12 @@ lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data) {
         return LW_OK;
     }
     float *view = NULL; /* ZeRO-3 fp32: the gathered block is the view */
-    st = lwi_sharded_param(bs, param, &view);
+    st = lwi_views_param(bs, param, &view);
     *data = view;
     return st;
 }
 
-lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data) {
+lw_status lwi_views_grad(lw_buffers *bs, int32_t param, float **data) {
     const lwi_param_info *p = &bs->params[param];
     const lwi_group *g = &bs->groups[p->group];
     if (g->gblock.data == NULL || g->reducing)

@@ -15,7 +15,7 @@
  * QKV weights go through muon_tp.c one by one after the batches, in owned order (row-sharded:
  * in their bucket's turn). The norm adds every TP rank's shards and TP rank 0's replicated
  * tensors (one all-reduce over TP before the one over the DP group). */
-#include "optim/optimizer.h"
+#include "optim/optimizer_state.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -167,7 +167,7 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     opt->stream = lw_device_stream(opt->device);
     opt->o = o;
     if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
-    if ((st = lwi_optimizer_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
+    if ((st = lwi_optimizer_muon_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
     if ((st = lwi_muon_tp_new(opt->device, opt->tp_comm, &o.muon, &opt->tp)) != LW_OK) goto fail;
     opt->n_groups = 1;
     opt->group =
@@ -179,7 +179,7 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
         goto fail;
     }
     if ((st = collect_owned(opt)) != LW_OK) goto fail;
-    if ((st = lwi_optimizer_make_batches(opt)) != LW_OK) goto fail;
+    if ((st = lwi_optimizer_muon_make_batches(opt)) != LW_OK) goto fail;
     if ((st = lw_optimizer_reload_master(opt)) != LW_OK) goto fail;
     *out = opt;
     return LW_OK;
@@ -332,7 +332,7 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
     double t0 = lwi_now();
     lw_status st = update_adamw(opt, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
-    if (st == LW_OK) st = lwi_optimizer_muon(opt, grad_scale, r);
+    if (st == LW_OK) st = lwi_optimizer_muon_step(opt, grad_scale, r);
     return st == LW_OK ? move_master(opt, false) : st;
 }
 

@@ -4,7 +4,7 @@
  * The symmetric products X X^T and A A go through SYRK and B X through SYMM, which do about
  * 3/4 (wide) to 2/3 (square) of the full-GEMM FLOPs. No transposes are copied: a row-major
  * rows x cols matrix with rows > cols is, read column-major, its cols x rows transpose. The
- * coefficients, scales and options are the optimizer's (optim/muon_update.c). */
+ * coefficients, scales and options are the optimizer's (optim/muon.c). */
 #include "device/cpu/cpu.h"
 #include "device/cpu/pool.h"
 

@@ -1,16 +1,15 @@
-/* optimizer_muon_batches.c: the Muon half of the optimizer's step (docs/algorithms.md sections
- * 5, 6, 8, 9): owned whole matrices in batches of one shape, row-sharded Muon on the element-wise
- * buckets, and the TP shards and split QKV weights through muon_tp.c; and the TP group's checks.
- * The object, the norm, AdamW and the state are optimizer.c's; one matrix's update is
- * muon_update.c's. */
-#include "optim/optimizer.h"
+/* optimizer_muon.c: the Muon half of the optimizer's step (docs/algorithms.md sections 5, 6, 8,
+ * 9): owned whole matrices in batches of one shape, row-sharded Muon on the element-wise buckets,
+ * and the TP shards and split QKV weights through muon_tp.c; and the TP group's checks. The
+ * object, the norm, AdamW and the state are optimizer.c's; one matrix's update is muon.c's. */
+#include "optim/optimizer_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Groups the owned whole Muon matrices by shape, in owned order, each batch within the cap. */
-lw_status lwi_optimizer_make_batches(lw_optimizer *opt) {
+lw_status lwi_optimizer_muon_make_batches(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
     const int32_t n = opt->n_owned ? opt->n_owned : 1;
     opt->batches = calloc((size_t)n, sizeof(lwi_muon_batch));
@@ -53,7 +52,7 @@ lw_status lwi_optimizer_make_batches(lw_optimizer *opt) {
 /* The TP group: one of size 1 is no TP. Its collectives must reach the buffers' device (but
  * blockwise has none), and its ranks must hold equal layouts, or their Muon collectives would
  * pair different matrices: compared by hash, and every rank fails alike. */
-lw_status lwi_optimizer_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode) {
+lw_status lwi_optimizer_muon_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode) {
     if (tp == NULL || lw_comm_size(tp) == 1) return LW_OK;
     if (mode != LW_MUON_TP_BLOCKWISE && !lw_comm_reaches(tp, opt->device))
         return lwi_fail(LW_ERR_UNSUPPORTED,
@@ -189,7 +188,7 @@ static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scal
 
 /* Muon on everything this rank owns: the batches of whole matrices, then the TP shards and
  * split QKV weights, then the row-sharded buckets. */
-lw_status lwi_optimizer_muon(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
+lw_status lwi_optimizer_muon_step(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
     const lw_layout *l = opt->layout;
     for (int32_t b = 0; b < opt->n_batches; b++) {
         double t = lwi_now();

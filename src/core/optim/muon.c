@@ -1,8 +1,8 @@
-/* muon_update.c: the Muon update of one matrix (docs/algorithms.md section 6): its options, the
+/* muon.c: lw_muon, the Muon update of one matrix (docs/algorithms.md section 6): its options, the
  * Newton-Schulz coefficient sets, the scale of the step, and the workspace, over the device
  * table: weight decay and momentum, Newton-Schulz and the step run on the stream's device
  * (device/cpu/muon.c on the CPU). */
-#include "optim/muon_update.h"
+#include "optim/muon.h"
 
 #include <math.h>
 #include <stdlib.h>

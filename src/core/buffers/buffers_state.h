@@ -1,10 +1,12 @@
-/* buffers.h: the data of lw_buffers, shared by its files: buffers.c (the object: arrays, views,
- * owned ranges, memory), groups.c (the bucket groups and their shards), sync.c (the gradient and
- * parameter syncs), residency.c (the ways of holding a group between uses, chosen once from the
- * ZeRO level and parameter dtype), sharded.c (the group blocks: their pool, budget, gathers and
- * partial reductions) and views.c (what is read and written in a held group). Not public API. */
-#ifndef LW_BUFFERS_H
-#define LW_BUFFERS_H
+/* buffers_state.h: the state of lw_buffers (its arrays, bucket groups, parameters, group blocks
+ * and residency) and what its files offer one another: buffers.c (the object: arrays, views,
+ * owned ranges, memory), groups.c (the bucket groups and their shards), residency.c (the ways of
+ * holding a group between uses, chosen once from the ZeRO level and parameter dtype), sync.c
+ * (when each group's gradient and parameter syncs run), whole.c (the syncs of groups held whole
+ * in the arrays), sharded.c (the group blocks: their pool, budget, gathers and partial
+ * reductions) and views.c (what is read and written in a held group). Not public API. */
+#ifndef LW_BUFFERS_STATE_H
+#define LW_BUFFERS_STATE_H
 
 #include "comm/comm.h"
 #include "layout/layout.h"
@@ -171,29 +173,53 @@ static inline lw_status lwi_check_param(const lw_buffers *bs, int32_t param) {
     return LW_OK;
 }
 
+/* Where a group's parameters arrive in block `data` of buffer b: the block itself for fp32,
+ * after the fp32 view for a narrower dtype (the wire). */
+static inline void *lwi_wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
+    return bs->param_size == (int64_t)sizeof(float) ? (void *)data
+                                                    : (void *)(data + b->block_numel);
+}
+/* Group g's shard inside its whole-group block (a gathered or reduced bucket). */
+static inline float *lwi_shard_in_block(const lwi_group *g, float *block) {
+    return block + (g->shard_start - g->start);
+}
+/* Parameter element i of an array of the param dtype. */
+static inline void *lwi_param_at(const lw_buffers *bs, void *array, int64_t i) {
+    return (char *)array + i * bs->param_size;
+}
+
+/* Offset of element x (of a bucket of group g) in this rank's shard array; x must lie in this
+ * rank's shard of the bucket. */
+static inline int64_t lwi_shard_offset(const lwi_group *g, int64_t x) {
+    return g->shard_base + (x - g->shard_start);
+}
+
+/* ---- what each file offers the others -------------------------------------------------------- */
+
 /* groups.c: one group per bucket, in forward order, with this rank's shards; the backward
  * order. */
 lw_status lwi_groups_make(lw_buffers *bs);
 /* Elements of this rank's shards of every bucket of buffer b (numel / dp for equal shards). */
-lw_status lwi_shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t *len);
-
-/* sync.c: the syncs of whole arrays (every ZeRO level's parameters below ZeRO-3, ZeRO-1's
- * gradients) and legacy's gather. */
-lw_status lwi_legacy_prepare(lw_buffers *bs, int32_t buffer);
-lw_status lwi_whole_start_grad(lw_buffers *bs, int32_t group);
-/* ZeRO-1, after every gradient sync was waited for: bf16 sums widened into the fp32 arrays. */
-lw_status lwi_whole_finish_grads(lw_buffers *bs);
-lw_status lwi_whole_start_params(lw_buffers *bs);
-lw_status lwi_whole_finish_params(lw_buffers *bs, int32_t group);
-/* ZeRO-2/3's end of a micro-step's backward: starts every gradient sync not started yet. */
-lw_status lwi_sharded_end_backward(lw_buffers *bs);
+lw_status lwi_groups_shards_length(const lw_layout *l, int32_t b, int32_t rank, int64_t *len);
 
 /* residency.c: the residency of a ZeRO level (1, 2 or 3) and parameter dtype (F32, BF16);
  * NULL for another dtype. */
 const lwi_residency *lwi_residency_for(int32_t zero, lw_dtype param_dtype);
 
-/* sharded.c: the blocks held (pool, budget, gathers, reductions); views.c: what is read and
- * written in them (param, stored, grad, commit). */
+/* sync.c: ZeRO-2/3's end of a micro-step's backward: starts every gradient sync not started
+ * yet. */
+lw_status lwi_sync_end_backward(lw_buffers *bs);
+
+/* whole.c: the syncs of groups held whole in the arrays (every ZeRO level's parameters below
+ * ZeRO-3, ZeRO-1's gradients) and legacy's gather. */
+lw_status lwi_whole_legacy_prepare(lw_buffers *bs, int32_t buffer);
+lw_status lwi_whole_start_grad(lw_buffers *bs, int32_t group);
+/* ZeRO-1, after every gradient sync was waited for: bf16 sums widened into the fp32 arrays. */
+lw_status lwi_whole_finish_grads(lw_buffers *bs);
+lw_status lwi_whole_start_params(lw_buffers *bs);
+lw_status lwi_whole_finish_params(lw_buffers *bs, int32_t group);
+
+/* sharded.c: the group blocks held (pool, budget, gathers, reductions). */
 lw_status lwi_sharded_init(lw_buffers *bs);
 void lwi_sharded_free(lw_buffers *bs);
 /* Pins param's group and marks it used. */
@@ -218,38 +244,18 @@ lw_status lwi_sharded_take_views(lw_buffers *bs, int32_t group);
 lw_status lwi_sharded_drop_params(lw_buffers *bs);
 /* Starts gathering group's parameters if there is room (nothing for -1 or a held group). */
 lw_status lwi_sharded_prefetch(lw_buffers *bs, int32_t group);
-lw_status lwi_sharded_commit(lw_buffers *bs, int32_t group);
 /* bf16 arrays: drops every group's fp32 view (the arrays are about to change), then syncs. */
 lw_status lwi_sharded_start_whole_params(lw_buffers *bs);
+
+/* views.c: what is read and written in a held group. */
 /* The whole parameter / gradient of param in its group's block (a bf16 parameter's view widened
  * on the first request since the block was filled). */
-lw_status lwi_sharded_param(lw_buffers *bs, int32_t param, float **data);
+lw_status lwi_views_param(lw_buffers *bs, int32_t param, float **data);
+lw_status lwi_views_grad(lw_buffers *bs, int32_t param, float **data);
 /* The whole parameter of a held group as stored: the array below ZeRO-3, the gathered group at
  * ZeRO-3 (the block itself for fp32, its bf16 wire for bf16). */
-lw_status lwi_sharded_stored(lw_buffers *bs, int32_t param, const void **data);
-lw_status lwi_sharded_grad(lw_buffers *bs, int32_t param, float **data);
-/* sharded.c: group gi's block was just filled (or is about to be): none of its parameters' fp32
- * views is current yet (its parameters lie between its first and last definition index). */
-void lwi_views_stale(lw_buffers *bs, int32_t group);
-/* Where a group's parameters arrive in block `data` of buffer b: the block itself for fp32,
- * after the fp32 view for a narrower dtype (the wire). */
-static inline void *lwi_wire_of(const lw_buffers *bs, const lwi_buf *b, float *data) {
-    return bs->param_size == (int64_t)sizeof(float) ? (void *)data
-                                                    : (void *)(data + b->block_numel);
-}
-/* Group g's shard inside its whole-group block (a gathered or reduced bucket). */
-static inline float *lwi_shard_in_block(const lwi_group *g, float *block) {
-    return block + (g->shard_start - g->start);
-}
-/* Parameter element i of an array of the param dtype. */
-static inline void *lwi_param_at(const lw_buffers *bs, void *array, int64_t i) {
-    return (char *)array + i * bs->param_size;
-}
-
-/* Offset of element x (of a bucket of group g) in this rank's shard array; x must lie in this
- * rank's shard of the bucket. */
-static inline int64_t lwi_shard_offset(const lwi_group *g, int64_t x) {
-    return g->shard_base + (x - g->shard_start);
-}
+lw_status lwi_views_stored(lw_buffers *bs, int32_t param, const void **data);
+/* Written views back into what is stored (lw_buffers_commit, group checked). */
+lw_status lwi_views_commit(lw_buffers *bs, int32_t group);
 
 #endif

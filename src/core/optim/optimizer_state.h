@@ -1,11 +1,12 @@
-/* optimizer.h: the optimizer object's data, shared by optimizer.c (the object, the gradient
- * norm, AdamW, the step, the state) and optimizer_muon_batches.c (the step's Muon over the
- * matrices this rank owns, and the TP checks); the buffers only through their public API. Not
- * public API. */
-#ifndef LW_OPTIMIZER_H
-#define LW_OPTIMIZER_H
+/* optimizer_state.h: the state of lw_optimizer (what this rank owns, its Muon batches, its
+ * workspaces), shared by optimizer.c (the object, the gradient norm, AdamW, the step, the state)
+ * and optimizer_muon.c (the step's Muon over the matrices this rank owns, and the TP checks); the
+ * buffers only through their public API. Not public API. */
+#ifndef LW_OPTIMIZER_STATE_H
+#define LW_OPTIMIZER_STATE_H
 
-#include "optim/muon_update.h"
+#include "optim/muon.h"
+#include "optim/muon_tp.h"
 
 typedef struct lwi_owned {
     int32_t param;
@@ -76,12 +77,12 @@ static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned
     return st;
 }
 
-/* optimizer_muon_batches.c */
+/* optimizer_muon.c */
 /* Groups the owned whole Muon matrices (not row-sharded, not TP) into batches. */
-lw_status lwi_optimizer_make_batches(lw_optimizer *opt);
+lw_status lwi_optimizer_muon_make_batches(lw_optimizer *opt);
 /* Takes tp as the TP group when its size is above 1, after checking it (collective over it). */
-lw_status lwi_optimizer_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);
+lw_status lwi_optimizer_muon_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);
 /* Every Muon update this rank makes in a step; times into r. */
-lw_status lwi_optimizer_muon(lw_optimizer *opt, float grad_scale, lw_step_result *r);
+lw_status lwi_optimizer_muon_step(lw_optimizer *opt, float grad_scale, lw_step_result *r);
 
 #endif
