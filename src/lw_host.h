@@ -1,14 +1,14 @@
 /* lw_host.h: host helpers for the Lua front end, part of the public API: what LuaJIT lacks (a
  * wall clock, terminals, memory beyond its 2 GiB cdata limit, durable files and paths, JSON,
  * CRC32C) and the file formats the recipes read and write (safetensors, token shards). A C
- * program that trains needs none of it; lw.h includes it at its end, so either header gives
- * both. The conventions are lw.h's, and the region between the LW_CDEF markers follows lw.h's in
+ * program that trains needs none of it; lw.h includes it with the training API's headers. The
+ * conventions are those of every lw_*.h (docs/c_api.md), and its LW_CDEF region joins theirs in
  * the Lua binding (cmake/gen_cdef.cmake), so it too holds plain declarations only.
  */
 #ifndef LW_HOST_H
 #define LW_HOST_H
 
-#include "lw.h"
+#include "lw_base.h"
 
 #ifdef __cplusplus
 extern "C" {

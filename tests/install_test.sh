@@ -13,11 +13,24 @@ cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DLWOPT_TESTS=OFF \
 cmake --build "$tmp/build" -j 2 >/dev/null
 cmake --install "$tmp/build" >/dev/null
 
-for f in include/lwopt/lw.h include/lwopt/lw_host.h share/lua/5.1/lwopt/init.lua \
+for f in share/lua/5.1/lwopt/init.lua \
          share/lua/5.1/lwopt/cdef.lua share/lua/5.1/lwopt/layout.lua \
          share/lua/5.1/lwopt/nn/init.lua share/lua/5.1/lwopt/nn/module.lua \
          share/lua/5.1/lwopt/nn/gpt.lua bin/lwopt; do
     [ -e "$prefix/$f" ] || { echo "install_test: $f not installed"; exit 1; }
+done
+# every public header (src/lw.h and src/lw_*.h) installed, each compiling on its own, in C and C++
+for h in "$src"/src/lw.h "$src"/src/lw_*.h; do
+    name=$(basename "$h")
+    [ -e "$prefix/include/lwopt/$name" ] || { echo "install_test: $name not installed"; exit 1; }
+    printf '#include <%s>\n' "$name" >"$tmp/alone.c"
+    cc -std=c11 -Wall -Wextra -Wpedantic -Wstrict-prototypes -Werror -fsyntax-only \
+        -I"$prefix/include/lwopt" "$tmp/alone.c" ||
+        { echo "install_test: $name does not compile on its own"; exit 1; }
+    if command -v c++ >/dev/null; then
+        c++ -x c++ -std=c++11 -Wall -Wextra -Werror -fsyntax-only -I"$prefix/include/lwopt" \
+            "$tmp/alone.c" || { echo "install_test: $name does not compile as C++"; exit 1; }
+    fi
 done
 pc=$(dirname "$(find "$prefix" -name lwopt.pc | head -n 1)")
 [ -n "$pc" ] || { echo "install_test: lwopt.pc not installed"; exit 1; }

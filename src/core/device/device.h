@@ -11,30 +11,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 13 /* 5: all-to-all-v (backend alltoallv_start, lw_comm.counters + 1) and
-                            the mixture-of-experts kernels (router, aux loss, gather, combine);
-                            6: tensor parallelism: the vocabulary-range embedding,
-                            the partial cross-entropy, copy_2d and Muon's distributed
-                            TP steps (ns_gram, ns_step);
-                            7: lw_device_info.id, lw_comm.about and the entry memory_here
-                            (the staged communicator);
-                            8: the kernels from kernel_list.h, after the other entries; the
-                            whole-vocabulary embedding folded into its range form;
-                            9: the conversions between fp32 and bf16 (vec_to_bf16,
-                            vec_from_bf16), after the other public kernels;
-                            10: the sums' dtype (backend reduce_scatter_start and
-                            reduce_scatterv_start take one, lw_request's scratch in bytes);
-                            11: the weights' dtype in the kernels that read weight matrices
-                            (linear, embedding, the LM head), the activations' dtype of the
-                            linear layer's input and the layer norm's and GELU's outputs,
-                            and the residual add fused with a layer norm
-                            (add_layernorm_forward, _backward), after the other public
-                            kernels;
-                            12: the linear layer's output dtype, GELU's input dtype and the
-                            attention's qkv dtype;
-                            13: the LM head's logits dtype, the gradients' dtypes of the
-                            bf16 activations (linear_backward's dy, gelu_backward's dx,
-                            attention_backward's dqkv), linear_gelu_forward and _backward */
+#define LWI_DEVICE_ABI 13 /* the current version; what each one changed: docs/architecture.md */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {

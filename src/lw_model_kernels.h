@@ -1,0 +1,213 @@
+/* lw_model_kernels.h: forward and backward of the GPT building blocks (linear, embedding, layer
+ * norm, GELU, attention, the LM head's cross-entropy, their tensor-parallel forms, a mixture of
+ * experts' router, gather and combine) on raw pointers into the stream's device memory (NULL:
+ * the CPU, whose kernels are the reference). Row-major; n rows (batch * time), c channels;
+ * fp32 where no dtype is given. Every backward ACCUMULATES (+=) into its outputs unless it says
+ * otherwise, so callers zero them first; a NULL optional output is skipped. Weights (w_dtype)
+ * and the activations that only feed matrix products, the attention or GELU may be bf16: the
+ * rules are in docs/c_api.md.
+ */
+#ifndef LW_MODEL_KERNELS_API_H
+#define LW_MODEL_KERNELS_API_H
+
+#include "lw_base.h"
+#include "lw_device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* LW_CDEF_BEGIN */
+
+/* ---- linear, embedding, layer norm, GELU ----------------------------------------------------- */
+
+/* y[n, out] = x[n, in] w[out, in]^T + b[out] (b optional); x of x_dtype, y of y_dtype (bf16:
+ * the fp32 result, bias included, rounded; on a GPU under bf16 products the bias is rounded to
+ * bf16 too before it is added, as the operands are). */
+lw_status lw_linear_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                            lw_dtype x_dtype, const void *w, lw_dtype w_dtype, const float *b,
+                            int64_t n, int64_t in, int64_t out);
+/* dx[n, in] += dy w; dw[out, in] += dy^T x; db[out] += column sums of dy (dx, db optional); dy
+ * of dy_dtype. */
+lw_status lw_linear_backward(lw_stream *stream, float *dx, float *dw, float *db, const void *dy,
+                             lw_dtype dy_dtype, const void *x, lw_dtype x_dtype, const void *w,
+                             lw_dtype w_dtype, int64_t n, int64_t in, int64_t out);
+/* An MLP's first half in one call: pre[n, out] = x w^T + b and y = GELU(pre), both of dtype;
+ * lw_linear_forward then lw_gelu_forward bit for bit, except on a GPU under bf16 products
+ * (within bf16's rounding: docs/c_api.md). */
+lw_status lw_linear_gelu_forward(lw_stream *stream, void *y, void *pre, lw_dtype dtype,
+                                 const void *x, lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                                 const float *b, int64_t n, int64_t in, int64_t out);
+/* An MLP's second half backward, x = GELU(pre): dw += dy^T x, db += column sums of dy (db
+ * optional), and dpre[n, in] = (dy w) GELU'(pre) of dtype, WRITTEN, not accumulated (the one
+ * backward that overwrites); lw_linear_backward then lw_gelu_backward into zeroed arrays, bit
+ * for bit, except on a GPU under bf16 products with bf16 dpre (docs/c_api.md). */
+lw_status lw_linear_gelu_backward(lw_stream *stream, void *dpre, lw_dtype dtype, float *dw,
+                                  float *db, const void *dy, lw_dtype dy_dtype, const void *x,
+                                  lw_dtype x_dtype, const void *w, lw_dtype w_dtype,
+                                  const void *pre, int64_t n, int64_t in, int64_t out);
+
+/* y[b, t, c] = wte[tokens[b, t], :] + wpe[t, :] (wpe optional), both tables of w_dtype. Tokens
+ * must be in [0, vocab). */
+lw_status lw_embedding_forward(lw_stream *stream, float *y, const int32_t *tokens, const void *wte,
+                               const void *wpe, lw_dtype w_dtype, int64_t b, int64_t t, int64_t c);
+/* dwte[tokens[b, t], :] += dy[b, t, :]; dwpe[t, :] += dy[b, t, :] (dwpe optional). */
+lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                const int32_t *tokens, int64_t b, int64_t t, int64_t c);
+
+/* y = (x - mean) * rstd * g + beta per row (beta optional), y of y_dtype; saves mean[n],
+ * rstd[n]. */
+lw_status lw_layernorm_forward(lw_stream *stream, void *y, lw_dtype y_dtype, float *mean,
+                               float *rstd, const float *x, const float *g, const float *beta,
+                               int64_t n, int64_t c, float eps);
+/* dx[n, c] += ...; dg[c] += ...; dbeta[c] += ... (dbeta optional). */
+lw_status lw_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
+                                const float *dy, const float *x, const float *g, const float *mean,
+                                const float *rstd, int64_t n, int64_t c);
+/* The residual add and the layer norm after it in one pass: sum = a + b (kept; may be a or b),
+ * y = layer norm of sum, mean and rstd saved; lw_vec_add then lw_layernorm_forward, bit for
+ * bit. */
+lw_status lw_add_layernorm_forward(lw_stream *stream, float *sum, void *y, lw_dtype y_dtype,
+                                   float *mean, float *rstd, const float *a, const float *b,
+                                   const float *g, const float *beta, int64_t n, int64_t c,
+                                   float eps);
+/* A layer norm's backward whose input also flows on the residual stream: dx += dres, then as
+ * lw_layernorm_backward; lw_vec_add then lw_layernorm_backward, bit for bit. */
+lw_status lw_add_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
+                                    const float *dres, const float *dy, const float *x,
+                                    const float *g, const float *mean, const float *rstd,
+                                    int64_t n, int64_t c);
+
+/* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), y of y_dtype, x of
+ * x_dtype. */
+lw_status lw_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                          lw_dtype x_dtype, int64_t n);
+/* dx += dy * gelu'(x), x of x_dtype, dx of dx_dtype (bf16: the fp32 sum rounded) */
+lw_status lw_gelu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
+                           const void *x, lw_dtype x_dtype, int64_t n);
+
+/* ---- attention ----------------------------------------------------------------------------- *
+ * Causal multi-head self-attention that keeps no t x t matrix between forward and backward:
+ * qkv[b, t, 3c] holds q, k, v (head h in channels [h*c/nh, (h+1)*c/nh)), out[b, t, c], and
+ * lse[b, nh, t] each row's log-sum-exp of the scaled scores, from which the backward recomputes
+ * the probabilities. Scale 1/sqrt(c/nh); c must divide by nh. */
+
+/* Floats of scratch both passes need, the caller's workspace on the stream's device. */
+int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
+                                    int64_t nh);
+/* qkv of qkv_dtype; out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32. */
+lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
+                               float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
+                               int64_t t, int64_t c, int64_t nh);
+/* dqkv[b, t, 3c] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype) and lse;
+ * dqkv of dqkv_dtype (bf16: the fp32 sum rounded). */
+lw_status lw_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
+                                const float *dout, const void *qkv, lw_dtype qkv_dtype,
+                                const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
+                                int64_t t, int64_t c, int64_t nh);
+
+/* ---- the LM head: logits and softmax cross-entropy ------------------------------------------ *
+ * logits = h[n, c] w[v, c]^T, formed a chunk of rows at a time in scratch (never n x v at once
+ * unless that fits one chunk), in logits_dtype (fp32, or bf16 with fp32 statistics); the
+ * backward takes the forward's. Rows whose target is outside [0, v) are ignored. */
+
+/* Floats of scratch the LM head needs for n rows and v vocabulary rows. */
+int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v);
+/* losses[n] = -log softmax(logits)[target], lse[n] each row's log-sum-exp; [out] *loss (host):
+ * the mean over counted rows; waits for the stream. */
+lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse, float *scratch,
+                                   const float *h, const void *w, lw_dtype w_dtype,
+                                   lw_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                   int64_t c, int64_t v, double *loss);
+/* Backward of loss_scale * (mean loss), after the forward of the same h, w, targets with its
+ * scratch untouched: dlogits = loss_scale * (softmax - onehot) / count, dh[n, c] += dlogits w
+ * (dh optional), dw[v, c] += dlogits^T h. */
+lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
+                                    const float *h, const void *w, lw_dtype w_dtype,
+                                    lw_dtype logits_dtype, const int32_t *targets, const float *lse,
+                                    int64_t n, int64_t c, int64_t v, float loss_scale);
+
+/* ---- tensor parallelism: the vocabulary-parallel embedding and LM head ----------------------- *
+ * Each rank of a TP group holds rows [first, first + rows) of the vocabulary's tables; the
+ * caller's collectives between these calls make the results the one-rank kernels'. Rows at or
+ * past vocab are padding: never looked up, their logits masked. */
+
+/* y[b, t, c] = wte[tokens[b, t] - first, :] for tokens in [first, first + rows), else 0, plus
+ * wpe[t, :] (optional: one rank passes it). wte: [rows, c]. */
+lw_status lw_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
+                                     const void *wte, const void *wpe, lw_dtype w_dtype,
+                                     int64_t first, int64_t rows, int64_t b, int64_t t,
+                                     int64_t c);
+/* dwte[tokens[b, t] - first, :] += dy[b, t, :] for tokens in [first, first + rows), in the
+ * order of lw_embedding_backward; dwpe[t, :] += dy[b, t, :] (optional). */
+lw_status lw_embedding_range_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
+                                      const int32_t *tokens, int64_t first, int64_t rows,
+                                      int64_t b, int64_t t, int64_t c);
+/* This rank's softmax statistics for vocabulary rows [first, first + v): stats[3, n] = each
+ * row's largest logit here, its sum of exp(logit - max), and the target's logit when held here
+ * (else 0). Scratch as lw_cross_entropy_forward's. */
+lw_status lw_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
+                                           const float *h, const void *w, lw_dtype w_dtype,
+                                           lw_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                           int64_t c, int64_t v, int64_t first, int64_t vocab);
+/* The group's stats[parts, 3, n] (all ranks', in rank order) combined into lse[n] and
+ * losses[n]; [out] *loss (host): the mean over counted rows; waits for the stream. The same on
+ * every rank, bit for bit. */
+lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
+                                   const float *stats, int64_t parts, const int32_t *targets,
+                                   int64_t n, int64_t vocab, double *loss);
+/* Backward of loss_scale * (mean loss) on this rank's rows, after lw_cross_entropy_combine and
+ * with the partial forward's scratch untouched: dh[n, c] += this rank's share (dh optional),
+ * dw[v, c] += dlogits^T h. */
+lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
+                                            const float *h, const void *w, lw_dtype w_dtype,
+                                            lw_dtype logits_dtype, const int32_t *targets,
+                                            const float *lse, int64_t n, int64_t c, int64_t v,
+                                            int64_t first, int64_t vocab, float loss_scale);
+
+/* ---- a mixture of experts ---------------------------------------------------------------------
+ * n tokens, e experts, each token sent to k of them. The token permutation (tokens sorted by
+ * expert) is the caller's, built from experts; rows move with gather and combine. Routing sizes
+ * are checked (n >= 0, 1 <= k <= e); indices are trusted to lie in the arrays they index. */
+
+/* probs[n, e] = row softmax of logits[n, e]; experts[n, k] = each row's k largest logits, best
+ * first, ties to the lower index; weights[n, k] = their probabilities renormalised to sum 1. */
+lw_status lw_moe_router_forward(lw_stream *stream, int32_t *experts, float *weights, float *probs,
+                                const float *logits, int64_t n, int64_t e, int64_t k);
+/* dlogits[n, e] += the gradient through the weights and the softmax, from dweights[n, k] and
+ * dprobs[n, e] (optional: the auxiliary loss's), given the forward's probs and experts. */
+lw_status lw_moe_router_backward(lw_stream *stream, float *dlogits, const float *dweights,
+                                 const float *dprobs, const float *probs, const int32_t *experts,
+                                 int64_t n, int64_t e, int64_t k);
+/* The load-balancing loss (Switch Transformer's): coef * e * sum_j f_j P_j, f_j = the share of
+ * experts[n, k] equal to j, P_j = the mean of probs[:, j]. [out] *loss (host; 0 for n = 0);
+ * waits for the stream. */
+lw_status lw_moe_aux_loss_forward(lw_stream *stream, const float *probs, const int32_t *experts,
+                                  int64_t n, int64_t e, int64_t k, float coef, double *loss);
+/* dprobs[n, e] += scale * coef * e * f_j / n in column j (f held constant). */
+lw_status lw_moe_aux_loss_backward(lw_stream *stream, float *dprobs, const int32_t *experts,
+                                   int64_t n, int64_t e, int64_t k, float coef, float scale);
+
+/* out[i, :] = x[rows[i], :] for i < m (c columns): the tokens' rows in expert order. */
+lw_status lw_gather_forward(lw_stream *stream, float *out, const float *x, const int32_t *rows,
+                            int64_t m, int64_t c);
+/* dx[rows[i], :] += dout[i, :]; a row listed several times sums in the order of i. */
+lw_status lw_gather_backward(lw_stream *stream, float *dx, const float *dout, const int32_t *rows,
+                             int64_t m, int64_t c);
+/* y[rows[i], :] += w[i] * src[i, :] for i < m, in the order of i: the experts' outputs weighted
+ * back into token order. */
+lw_status lw_combine_forward(lw_stream *stream, float *y, const float *src, const float *w,
+                             const int32_t *rows, int64_t m, int64_t c);
+/* dsrc[i, :] += w[i] * dy[rows[i], :]; dw[i] += dot(src[i, :], dy[rows[i], :]) (dsrc and dw
+ * each optional). */
+lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const float *dy,
+                              const float *src, const float *w, const int32_t *rows, int64_t m,
+                              int64_t c);
+
+/* LW_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LW_MODEL_KERNELS_API_H */
