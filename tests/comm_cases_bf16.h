@@ -1,11 +1,11 @@
 /* comm_cases_bf16.h: the sums in bf16 (lw_comm_reduce_scatter, lw_comm_reduce_scatterv,
  * lw_comm_allreduce_start and lw_comm_allreduce with LW_DTYPE_BF16), run by comm_cases_run on
  * host memory (test_comm.c) and a device's (test_device_comm.c) at whatever rank count the test
- * has. Against lw.h's promise: values whose sums are exact in bf16 come out exact on every
- * backend and rank count; sums that bf16 cannot hold are rounded to nearest, ties to even, at 2
- * ranks (one rounding), and within (p - 1) u / (1 - (p - 1) u) times the sum of the
- * contributions' magnitudes (u = 2^-8) at p ranks; the rest of a bucket is left as it was; other
- * dtypes are refused. The conversions here are the test's own, not the library's. */
+ * has. Against the promise docs/c_api.md states: values whose sums are exact in bf16 come out
+ * exact on every backend and rank count; sums that bf16 cannot hold are rounded to nearest, ties
+ * to even, at 2 ranks (one rounding), and within (p - 1) u / (1 - (p - 1) u) times the sum of
+ * the contributions' magnitudes (u = 2^-8) at p ranks; the rest of a bucket is left as it was;
+ * other dtypes are refused. The conversions here are the test's own, not the library's. */
 #ifndef LW_TEST_COMM_CASES_BF16_H
 #define LW_TEST_COMM_CASES_BF16_H
 
@@ -80,7 +80,7 @@ static inline uint16_t bf16_contribution(int r, int64_t j) {
 
 /* What is wrong with got[0..n), positions 0..n of a sum over `size` ranks: the pairs' and the
  * exact sums bit for bit; the others the sum rounded to nearest even at 1 or 2 ranks, within
- * lw.h's bound above. [out] *inexact (optional) counts the sums bf16 cannot hold, so that a
+ * the bound above. [out] *inexact (optional) counts the sums bf16 cannot hold, so that a
  * caller knows the case tested the rounding. */
 static inline int bf16_sums_wrong(const uint16_t *got, int64_t n, int size, int *inexact) {
     const double u = ldexp(1.0, -8), gamma = (size - 1) * u / (1 - (size - 1) * u);

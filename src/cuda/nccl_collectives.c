@@ -233,7 +233,8 @@ lw_status lwc_nccl_allreduce(lw_comm *c, void *data, int64_t n, lw_dtype dtype, 
 
 /* The sums in bf16 (ncclBfloat16, here and in per_root, lwc_nccl_allreduce) are NCCL's: bf16
  * between GPUs, each partial sum rounded to bf16 where NCCL forms it, in the order of the
- * algorithm NCCL picks (lw.h's bound of p - 1 roundings holds for any of them). */
+ * algorithm NCCL picks (the bound of p - 1 roundings that docs/c_api.md states holds for any
+ * of them). */
 lw_status lwc_nccl_reduce_scatter(lw_comm *c, const void *send, void *recv, int64_t shard,
                                   lw_dtype dtype, lw_request *req) {
     nccl_comm *nc = nc_of(c);

@@ -12,7 +12,7 @@ const char *lwi_comm_dtype_word(lw_dtype dtype) {
 }
 
 /* The sums (all-reduce start, reduce-scatter, reduce-scatter-v) take f32 and bf16, what the
- * gradients are kept in; bf16 rounds as lw.h says of each backend. */
+ * gradients are kept in; bf16 rounds as docs/c_api.md says of each backend. */
 lw_status lwi_comm_check_sum_dtype(lw_dtype dtype, const char *what) {
     if (dtype != LW_DTYPE_F32 && dtype != LW_DTYPE_BF16)
         return lwi_fail(LW_ERR_INVALID, "comm: %s of dtype %d (%s); it sums f32 or bf16", what,

@@ -48,8 +48,8 @@ typedef struct lwi_comm_backend {
     lw_status (*allreduce)(lw_comm *comm, void *data, int64_t count, lw_dtype dtype,
                            lw_reduce_op op, lw_request *req);
     /* The sums (reduce_scatter_start, reduce_scatterv_start, and allreduce with
-     * LW_REDUCE_SUM) take dtype F32 or BF16 (comm.c checks); bf16 rounds as lw.h says of each
-     * backend. Counts and shards are elements of dtype. */
+     * LW_REDUCE_SUM) take dtype F32 or BF16 (comm.c checks); bf16 rounds as docs/c_api.md says
+     * of each backend. Counts and shards are elements of dtype. */
     lw_status (*reduce_scatter_start)(lw_comm *comm, const void *send, void *recv,
                                       int64_t shard, lw_dtype dtype, lw_request *req);
     lw_status (*allgather_start)(lw_comm *comm, void *bucket, int64_t shard, lw_dtype dtype,

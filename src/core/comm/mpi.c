@@ -4,7 +4,7 @@
  * (MPI_I...), so that comm.c can wait for it under the watchdog's deadline; reduce-scatters run
  * here as rings of sends and receives (mpi_ring.c), faster than Open MPI's own. Sums in bf16
  * (which MPI lacks) move bf16's bits: the ring adds them itself, the all-reduce through an
- * operation of ours (bf16_sum), both rounding each addition to bf16 (lw.h says why). */
+ * operation of ours (bf16_sum), both rounding each addition to bf16 (docs/c_api.md says why). */
 #include "comm/comm.h"
 #include "comm/mpi_ring.h"
 
