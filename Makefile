@@ -45,7 +45,7 @@ data/kjv.txt: | deps
 test: build build-asan data
 	@scripts/test.sh $(BUILD) $(ASAN_BUILD)
 
-# The GPU tests (ctest label gpu: tests/test_kernels.c, tests/test_cuda*.c, tests/gpu/):
+# The GPU tests (ctest label gpu: tests/kernels/, tests/test_cuda*.c, tests/gpu/):
 # build-gpu with the CUDA library required (LWOPT_CUDA=ON). Without a GPU they skip; on a GPU
 # machine use scripts/gpu-run.sh, which also runs the GPU benchmarks.
 test-gpu: deps
@@ -77,7 +77,8 @@ install: deps
 	cmake --install $(BUILD)
 
 format:
-	clang-format -i src/*.h src/core/*/*.[ch] src/core/device/cpu/*.c tests/*.c tests/*.h
+	clang-format -i src/*.h src/core/*/*.[ch] src/core/device/cpu/*.c tests/*.c tests/*.h \
+		tests/kernels/*.[ch]
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(GPU_BUILD)

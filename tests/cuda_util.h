@@ -1,6 +1,6 @@
 /* cuda_util.h: what the GPU tests share: the GPU and its default stream, seeded random inputs,
  * copies to and from device memory, error measures between a GPU result and the CPU's, and the
- * start that skips (exit 77) when CUDA is not available (tests/test_kernels.c, which runs every
+ * start that skips (exit 77) when CUDA is not available (tests/kernels/harness.c, which runs every
  * device the build has, opens it without skipping). */
 #ifndef LW_TEST_CUDA_UTIL_H
 #define LW_TEST_CUDA_UTIL_H

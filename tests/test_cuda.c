@@ -2,7 +2,7 @@
  * same seeded inputs, each with its tolerance and the reason for it: memory, streams and events,
  * the device's info, a whole Muon update, and the layer-wise optimizer on GPU buffers (batched
  * Newton-Schulz, ZeRO-1/2/3, row sharding) against the same steps on the CPU. Every kernel of the
- * list, the vectors', Muon's and AdamW's among them, is in tests/test_kernels.c. Exit 77
+ * list, the vectors', Muon's and AdamW's among them, is in tests/kernels/. Exit 77
  * (skipped) when CUDA is not available; a GPU that is there and gives a wrong answer, or a CUDA
  * library that is broken, fails. */
 #include "cuda_util.h"

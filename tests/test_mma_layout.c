@@ -26,7 +26,7 @@
  * the smaller of the two, plus 2^-14 of the terms' magnitudes (sum |x_j| with dS's factors taken
  * apart: sum p_ij (|dP_ij| + |D_i|) |q_i|) for fp32's sums, exp2f and the saved lse (~2^-17 at
  * worst here). An index slip moves an output by whole terms, far past it.
- * `test_mma_layout --harness` instead prints, for tests/test_kernels.c's shapes and inputs
+ * `test_mma_layout --harness` instead prints, for tests/kernels/attention.c's shapes and inputs
  * (uniform, not rounded to bf16), how far the emulation comes from double attention on the
  * measures that test uses: what its bf16 tolerances are derived from. */
 #include "check.h"
@@ -863,7 +863,7 @@ static void test_emulation(void) {
     fault = FAULT_NONE;
 }
 
-/* ---- --harness: what tests/test_kernels.c's bf16 tolerances come from ---------------------- */
+/* ---- --harness: what tests/kernels/attention.c's bf16 tolerances come from --------------- */
 
 /* max |got - ref| / max |ref| */
 static double gemm_measure(const float *got, const double *ref, int64_t n) {
@@ -872,7 +872,7 @@ static double gemm_measure(const float *got, const double *ref, int64_t n) {
         big = fmax(big, fabs(ref[i])), diff = fmax(diff, fabs((double)got[i] - ref[i]));
     return diff / big;
 }
-/* relative, the floor max(1, 1% of the largest) (test_kernels.c's lse_measure) */
+/* relative, the floor max(1, 1% of the largest) (tests/kernels/harness.h's lse_measure) */
 static double lse_measure(const float *got, const double *ref, int64_t n) {
     double big = 0, w = 0;
     for (int64_t i = 0; i < n; i++)
@@ -889,7 +889,7 @@ static void harness(void) {
         {1, 1000, 128, 2, 2}, {1, 130, 256, 2, 2},  {2, 1024, 768, 12, 3}, {8, 1024, 768, 12, 2},
         {2, 1, 128, 2, 4},    {3, 77, 384, 3, 9},   {1, 1024, 768, 6, 2},  {2, 333, 640, 5, 10},
     };
-    printf("test_mma_layout --harness: the emulated kernels on test_kernels.c's inputs (qkv in "
+    printf("test_mma_layout --harness: the emulated kernels on test_kernels' inputs (qkv in "
            "[-2, 2), dout in [-1, 1), dqkv from [-0.01, 0.01), not rounded) against double "
            "attention, over the first heads:\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

@@ -67,7 +67,7 @@ expect(#cpu > 1 and cpu[#cpu] < cpu[1] - 0.3, "the loss falls (the run trains)")
 
 -- bf16 GEMMs (autocast's arithmetic: operands rounded to 8 significant bits, fp32 sums; here
 -- fp32 weights and activations): each GEMM is ~2e-3 of its outputs' scale from fp32
--- (tests/test_kernels.c), so a step's loss moves by a few 1e-3 at once, and the difference
+-- (tests/kernels/linear.c), so a step's loss moves by a few 1e-3 at once, and the difference
 -- in the gradients compounds over 20 updates: a few 1e-2 between autocast and fp32 on losses of
 -- ~2.6 to ~5.6 is typical of such runs. 0.05 allows that and still fails a bf16 path that is
 -- wrong (a mis-oriented or mis-rounded operand moves the loss by far more, or stops it falling).

@@ -1,13 +1,13 @@
 /* kernel_list.h: every kernel of the device table, once, in ABI order. From these lists come the
  * table's members (device.h), the dispatchers with their checks (kernels.c), the CPU's and the
  * CUDA library's declarations (cpu/cpu.h, src/cuda/cuda.h) and their tables, and the test
- * harness's list of what to check (tests/test_kernels.c). Adding a kernel is a line here, its
+ * harness's list of what to check (tests/kernels/). Adding a kernel is a line here, its
  * lw.h declaration (a public one), its CPU file, its CUDA file and its harness case; a device
  * that lacks one fails by name when it is called.
  *
  * X-macros rather than a generated header: the lists are C the compiler reads as it is (no
  * generator in the build, nothing to keep in sync with a template), and a missing piece (a CPU
- * function, a harness case) is a compile error naming it, as ggml keeps its op list.
+ * function, a harness case) is a build error naming it, as ggml keeps its op list.
  *
  * Each entry is X(name, params, args, check):
  *   name    the table's member; lwi_cpu_<name> on the CPU, lwc_<name> in the CUDA library;

@@ -1,0 +1,257 @@
+/* attention.c: causal self-attention (forward, backward) against the CPU, in every matmul
+ * precision (bf16: the GPU's tensor-core kernels at head dims 64 and 128), with fp32 and bf16
+ * qkv, outputs and gradients. */
+#include "harness.h"
+
+/* ---- the cases ------------------------------------------------------------------------------- *
+ * b sequences of t tokens, c channels in nh heads (head dim c / nh), and where a key holds a NaN
+ * (nan_row -1: nowhere; the forward's cases alone). Those with t 1024 are of a GPU's size. */
+
+static const struct {
+    int64_t b, t, c, nh, nan_row;
+} attention_shapes[] = {
+    {1, 1, 16, 1, -1},      /* one row, head dim 16 */
+    {2, 70, 96, 2, -1},     /* head dim 48, t past one 64-row tile */
+    {2, 64, 96, 4, -1},     /* head dim 24, exactly one tile */
+    {1, 1000, 128, 2, -1},  /* head dim 64, t = 1000 (not a multiple of the tile) */
+    {1, 130, 256, 2, -1},   /* head dim 128 */
+    {1, 77, 288, 3, -1},    /* head dim 96 */
+    {2, 1, 128, 2, -1},     /* head dim 64, one row */
+    {3, 77, 384, 3, -1},    /* head dim 128, t short of two tiles */
+    {2, 333, 640, 5, -1},   /* head dim 128, five heads, t odd */
+    {2, 1024, 768, 12, -1}, /* GPT-2 small's layer */
+    {8, 1024, 768, 12, -1}, /* GPT-2 small's layer at its batch of 8 */
+    {1, 1024, 768, 6, -1},  /* head dim 128 at GPT-2's width and t */
+    {0, 8, 32, 2, -1},      /* no batch: nothing to do */
+    {1, 70, 32, 2, 9},      /* a NaN key, rows in two tiles */
+};
+
+/* ---- tolerances, runs and hooks -------------------------------------------------------------- *
+ * 1e-5: the scores are fp32 dot products summed in other orders, the GPU's softmax is online
+ * (rescaled tile by tile) where the CPU's takes the row max first, and the backward recomputes
+ * the probabilities from the saved log-sum-exp on both: out and dqkv are GEMM results a few
+ * roundings of their terms apart (of the largest value: gemm; a float32 emulation of these
+ * kernels is within 7e-7 of the exact result on that measure), lse a log (lse_measure). The
+ * backward takes the CPU's out and lse on every device. A NaN in a key reaches every row that
+ * sees it, out and lse, on every device (the CPU makes a NaN score's row NaN; a GPU's online max
+ * passes over it, but its exponential is NaN); the backward's NaN are not compared, since a tile
+ * that runs past the diagonal multiplies a NaN key by a zero probability on one device and not on
+ * another.
+ * TF32 leaves attention in fp32 (1e-5). bf16, at head dims 64 and 128, runs the GPU's tensor-core
+ * kernels (src/cuda/attention_mma.cu): q, k, v and dout rounded to bf16 as they are staged (2^-8
+ * relative at most, ~2^-9.3 rms, each), P and dS rounded again before their products, sums and
+ * outputs fp32. Propagated: a score, a sum of hd products each off by ~sqrt(2) 2^-9.3 of itself,
+ * moves by ~2.3e-3 scale sqrt(hd) |q k|rms, ~3e-3 at these inputs (q, k, v in [-2, 2)); that is a
+ * relative error of each p, and lse (a log) moves by about as much in a row of few keys and less
+ * in a long one; out = sum p v takes p's, v's and P's roundings, each ~2^-9 to 3e-3 of its terms,
+ * random in sign, so ~4e-3 of the outputs' scale, most at the rows of few keys (of the largest
+ * value: gemm); dqkv likewise from P, dS and dout (dS = P (dP - D) inherits p's and dP's). No
+ * closed bound is tight, so tests/test_mma_layout.c --harness measures it: the kernels' tile
+ * loops emulated on these shapes and inputs against double attention, over their first 2 to 10
+ * heads: out 1.9e-3 to 5.8e-3 (t 1 the least: out is v rounded), lse 1.4e-3 to 6.1e-3 (t 77 at
+ * head dim 128 the most), dqkv 3.0e-3 to 6.1e-3. More heads add a little to a maximum (~15% from
+ * 2 heads' rows to 96's, for tails like these): tolerances 2e-2 for the three (over 3 times the
+ * worst), and out and dqkv must be further from fp32 than 2e-4 (the tensor cores ran: fp32 is
+ * ~1e-6 away) where the tensor cores round something: q, k, v or dout not already bf16 values,
+ * or P, below 1 in a row of more than one key. At t = 1 each row's one probability is 1 and the
+ * out of a bf16 qkv is its v, unrounded: equal to fp32's to ~1e-7. At other head dims bf16 runs
+ * the fp32 kernels: 1e-5, as fp32. */
+
+/* out and dqkv, lse: by precision and head dim */
+static bool att_tensor_cores(lw_matmul m, int64_t hd) {
+    return m == LW_MATMUL_BF16 && (hd == 64 || hd == 128);
+}
+static measure att_gemm(lw_matmul m, int64_t hd) {
+    return att_tensor_cores(m, hd) ? differing(gemm(2e-2), 2e-4) : gemm(1e-5);
+}
+static measure att_lse(lw_matmul m, int64_t hd) {
+    return lse_measure(att_tensor_cores(m, hd) ? 2e-2 : 1e-5);
+}
+
+typedef struct {
+    char shape[80];
+    int64_t b, t, c, nh;
+    int64_t nan_row; /* >= 0: channel 3 of that row's key is NaN (head 0) */
+    float *qkv, *dout, *d0, *out, *lse;
+    uint16_t *out16; /* out rounded to bf16 (the backward's bf16 out) */
+    float *out_w;    /* and widened again */
+    uint16_t *qkv16; /* qkv rounded to bf16 (a bf16 QKV GEMM's output) */
+    float *qkv_w;    /* and widened again */
+    uint16_t *d0_16; /* d0 rounded to bf16 (a bf16 dqkv's start), */
+    float *d0_w;     /* and widened again */
+} att_args;
+
+/* out, or dqkv from dout (NULL: the forward), of the values qkv: required to differ from fp32
+ * where the tensor cores round one of them, or P (t > 1) */
+static measure att_measure(const run *r, const att_args *a, const float *qkv, const float *dout) {
+    const int64_t no = a->b * a->t * a->c;
+    return differing_if(att_gemm(r->matmul, a->c / a->nh),
+                        no > 0 && (a->t > 1 || rounded_by(LW_MATMUL_BF16, qkv, 3 * no) ||
+                                   (dout != NULL && rounded_by(LW_MATMUL_BF16, dout, no))));
+}
+
+static void run_attention_forward(run *r, const void *p) {
+    const att_args *a = p;
+    const int64_t no = a->b * a->t * a->c;
+    const float *qkv = input(r, a->qkv, 3 * no);
+    const int64_t hd = a->c / a->nh;
+    float *out = output(r, "out", no, att_measure(r, a, a->qkv, NULL));
+    float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd));
+    float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
+    r->nan_fed = a->nan_row >= 0;
+    call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, work, qkv, LW_DTYPE_F32, a->b, a->t,
+                                 a->c, a->nh));
+    const measure m16 = bf16_step(att_gemm(r->matmul, hd)), mq = att_measure(r, a, a->qkv_w, NULL);
+    float *lse_again = scratch(r, a->b * a->nh * a->t);
+    uint16_t *out16 = output_bf16_values(r, "out bf16", no, m16);
+    call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, lse_again, work, qkv, LW_DTYPE_F32,
+                                 a->b, a->t, a->c, a->nh));
+    /* a bf16 qkv, its widening, and both in bf16 (the model's pair) */
+    const void *q16 = input_bf16(r, a->qkv16, 3 * no);
+    float *oq = output(r, "out of bf16 qkv", no, mq);
+    call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, work, q16, LW_DTYPE_BF16, a->b,
+                                 a->t, a->c, a->nh));
+    float *ow = output(r, "out of bf16 qkv (widened)", no, mq);
+    call(r,
+         lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, work, input(r, a->qkv_w, 3 * no),
+                              LW_DTYPE_F32, a->b, a->t, a->c, a->nh));
+    uint16_t *o16 = output_bf16_values(r, "out of bf16 qkv bf16", no, m16);
+    call(r, lw_attention_forward(r->s, o16, LW_DTYPE_BF16, lse_again, work, q16, LW_DTYPE_BF16,
+                                 a->b, a->t, a->c, a->nh));
+}
+
+static void run_attention_backward(run *r, const void *p) {
+    const att_args *a = p;
+    const int64_t no = a->b * a->t * a->c;
+    const float *qkv = input(r, a->qkv, 3 * no), *dout = input(r, a->dout, no);
+    const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
+    const measure m = att_measure(r, a, a->qkv, a->dout), mq = att_measure(r, a, a->qkv_w, a->dout);
+    float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, m);
+    float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_backward(r->s, dqkv, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+    /* out in bf16 (the CPU's, rounded), and the same run on its widening */
+    float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
+    call(r, lw_attention_backward(r->s, d16, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
+                                  input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c,
+                                  a->nh));
+    float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, 3 * no, m);
+    call(r,
+         lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
+                               input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+    /* a bf16 qkv (with the bf16 out), and its widening */
+    float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, mq);
+    call(r, lw_attention_backward(
+                r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, 3 * no), LW_DTYPE_BF16,
+                input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c, a->nh));
+    float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, mq);
+    call(r, lw_attention_backward(r->s, dqw, LW_DTYPE_F32, work, dout, input(r, a->qkv_w, 3 * no),
+                                  LW_DTYPE_F32, input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b,
+                                  a->t, a->c, a->nh));
+    /* a bf16 dqkv: accumulated in fp32, rounded; against the fp32 run from its widened start */
+    float *ds = accumulated(r, "dqkv from a bf16 start", a->d0_w, 3 * no, m);
+    call(r, lw_attention_backward(r->s, ds, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+    uint16_t *ds16 =
+        accumulated_bf16(r, "dqkv from a bf16 start bf16", a->d0_16, 3 * no, bf16_step(m));
+    call(r, lw_attention_backward(r->s, ds16, LW_DTYPE_BF16, work, dout, qkv, LW_DTYPE_F32, out,
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+}
+
+/* A bf16 out gives the results its widening gives, bit for bit on the CPU; a bf16 qkv on every
+ * device (the tensor-core kernels stage its bits as they stage its widening's, rounded; the
+ * others read its widening). */
+static void after_attention_backward(const kernel_case *k, const run *r) {
+    const att_args *a = k->args;
+    same_as_widened(k, r, "dqkv bf16 out", 3 * a->b * a->t * a->c);
+    widening_exact(k, r, "dqkv of bf16 qkv", 3 * a->b * a->t * a->c);
+    after_bf16_output(k, r, "dqkv from a bf16 start", 3 * a->b * a->t * a->c);
+}
+
+/* With a NaN key at row j of head 0: that head's rows from j on are NaN in out and lse, the rows
+ * before it and the other heads finite. */
+static void after_attention(const kernel_case *k, const run *r) {
+    const att_args *a = k->args;
+    const int64_t no = a->b * a->t * a->c;
+    after_bf16_output(k, r, "out", no);
+    after_bf16_output(k, r, "out of bf16 qkv", no);
+    widening_exact(k, r, "out of bf16 qkv", no);
+    if (a->nan_row < 0) return;
+    const float *out = f32_of(r, "out"), *lse = f32_of(r, "lse");
+    const int64_t hd = a->c / a->nh;
+    bool as_promised = true;
+    for (int64_t i = 0; i < a->t; i++)
+        for (int64_t h = 0; h < a->nh; h++) {
+            const bool nan = h == 0 && i >= a->nan_row;
+            as_promised = as_promised && isnan(lse[h * a->t + i]) == nan;
+            for (int64_t d = 0; d < hd; d++)
+                as_promised = as_promised && isnan(out[i * a->c + h * hd + d]) == nan;
+        }
+    expect(k, r, as_promised, "a NaN key makes NaN exactly the rows that see it");
+}
+
+/* ---- the cases, made and checked ------------------------------------------------------------ */
+
+static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
+    const bool forward = strcmp(kernel, "attention_forward") == 0;
+    for (size_t s = 0; s < COUNT(attention_shapes); s++) {
+        if (left_out(attention_shapes[s].t == 1024)) continue;
+        att_args a = {.b = attention_shapes[s].b,
+                      .t = attention_shapes[s].t,
+                      .c = attention_shapes[s].c,
+                      .nh = attention_shapes[s].nh,
+                      .nan_row = attention_shapes[s].nan_row};
+        if (a.nan_row >= 0 && !forward) continue;
+        const int64_t no = a.b * a.t * a.c, nl = a.b * a.nh * a.t;
+        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)%s",
+                 (long long)a.b, (long long)a.t, (long long)a.c, (long long)a.nh,
+                 (long long)(a.c / a.nh), a.nan_row >= 0 ? ", a NaN key" : "");
+        a.qkv = scaled_random(3 * no, 2.0f, 0.0f), a.dout = random_floats(no),
+        a.d0 = prefill(3 * no);
+        if (a.nan_row >= 0) a.qkv[a.nan_row * 3 * a.c + a.c + 3] = NAN;
+        a.out = cpu_array(no), a.lse = cpu_array(nl);
+        float *work = cpu_array(lw_attention_scratch_floats(NULL, a.b, a.t, a.c, a.nh));
+        EXPECT_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, work, a.qkv, LW_DTYPE_F32,
+                                       a.b, a.t, a.c, a.nh));
+        a.out16 = malloc(sizeof(uint16_t) * (size_t)(no > 0 ? no : 1));
+        a.out_w = cpu_array(no);
+        for (int64_t i = 0; i < no; i++) {
+            a.out16[i] = bf16_reference(a.out[i]);
+            a.out_w[i] = (float)bf16_reference_value(a.out16[i]);
+        }
+        a.qkv_w = cpu_array(3 * no);
+        memcpy(a.qkv_w, a.qkv, sizeof(float) * (size_t)(3 * no));
+        a.qkv16 = round_weights(a.qkv_w, 3 * no);
+        a.d0_w = cpu_array(3 * no);
+        memcpy(a.d0_w, a.d0, sizeof(float) * (size_t)(3 * no));
+        a.d0_16 = round_weights(a.d0_w, 3 * no);
+        if (have_gpu()) /* the GPU's scratch: D = rowsum(dout * out) alone */
+            EXPECT_EQ(lw_attention_scratch_floats(other_stream(), a.b, a.t, a.c, a.nh), nl);
+        check(&(kernel_case){.kernel = kernel,
+                             .shape = a.shape,
+                             .fn = fn,
+                             .args = &a,
+                             .after = after,
+                             .large = a.t == 1024,
+                             .tensor_cores = true});
+        free(a.qkv), free(a.dout), free(a.d0), free(a.out), free(a.lse), free(work);
+        free(a.out16), free(a.out_w), free(a.qkv16), free(a.qkv_w), free(a.d0_16), free(a.d0_w);
+    }
+    /* heads that do not divide the channels: the dispatcher's error, on every device */
+    for (int d = 0; d < (other_stream() != NULL ? 2 : 1); d++) {
+        lw_stream *s = d == 0 ? NULL : other_stream();
+        float x = 0;
+        EXPECT_FAILS(forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32,
+                                                    1, 4, 100, 3)
+                             : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32,
+                                                     &x, LW_DTYPE_F32, &x, 1, 4, 100, 3),
+                     LW_ERR_INVALID, "must divide by the heads nh = 3");
+    }
+}
+
+/* ---- the list's entries ---------------------------------------------------------------------- */
+
+const kernel_entry case_attention_forward = {attention_cases, run_attention_forward,
+                                             after_attention};
+const kernel_entry case_attention_backward = {attention_cases, run_attention_backward,
+                                              after_attention_backward};
