@@ -1,7 +1,7 @@
 /* device.c: the CUDA device: the library's entry (lwopt_device_open), the device table, device
  * memory, streams (each with its reduction scratch and workspaces) and events, and what the
- * device is. The kernels' entries are in a file per op family (vec.c, adamw.c, muon.c, linear.c,
- * ..., as device/cpu/), the communicator in nccl.c. */
+ * device is. The kernels' entries are in a file per op family with their kernels (vec.cu,
+ * adamw.cu, muon.cu, linear.cu, ..., as device/cpu/ has them), the communicator in nccl.c. */
 #include "cuda/cuda.h"
 
 #ifdef LWOPT_NCCL
