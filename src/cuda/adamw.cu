@@ -1,8 +1,14 @@
-// adamw.cu: AdamW over many tensors in one launch (up to LWC_ADAMW_PER_LAUNCH, their pointers in
-// the kernel's arguments): the optimizer's AdamW elements are many small runs (gains, biases,
-// embeddings), and one launch each would cost more than the arithmetic. Each element is read
-// and written once (w, g, m, v in; w, m, v out). Rounding as the CPU reference's (no FMA).
-#include "cuda/kernels.h"
+// adamw.cu: the table's AdamW entry on a GPU: the bias corrections in double, then AdamW over many
+// tensors in one launch (up to LWC_ADAMW_PER_LAUNCH, their pointers in the kernel's arguments):
+// the optimizer's AdamW elements are many small runs (gains, biases, embeddings), and one launch
+// each would cost more than the arithmetic. Each element is read and written once (w, g, m, v in;
+// w, m, v out). Rounding as the CPU reference's (no FMA).
+#include "cuda/cuda.h"
+
+#include <math.h>
+
+// Tensors per launch: what the kernel's argument space holds.
+#define LWC_ADAMW_PER_LAUNCH 48
 
 namespace {
 
@@ -36,9 +42,12 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
 
 } // namespace
 
-extern "C" cudaError_t lwc_adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *tensors,
-                                         int32_t count, float beta1, float beta2, float eps,
-                                         float c1, float c2, float grad_scale) {
+// AdamW over `count` tensors (host list) in as few launches as the kernel's argument space allows
+// (LWC_ADAMW_PER_LAUNCH tensors each); c1, c2 = 1 / (1 - beta^t), computed by the caller in
+// double.
+static cudaError_t adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *tensors,
+                                 int32_t count, float beta1, float beta2, float eps, float c1,
+                                 float c2, float grad_scale) {
     for (int32_t first = 0; first < count; first += LWC_ADAMW_PER_LAUNCH) {
         tensor_list list;
         list.count = count - first < LWC_ADAMW_PER_LAUNCH ? count - first : LWC_ADAMW_PER_LAUNCH;
@@ -56,4 +65,18 @@ extern "C" cudaError_t lwc_adamw_tensors(cudaStream_t stream, const lwi_adamw_te
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
+}
+
+// ---- the table's entry --------------------------------------------------------------------------
+
+lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
+                    int32_t count, int64_t t, float grad_scale) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    // bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t
+    const float c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)t)));
+    const float c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)t)));
+    return lwc_launched(s,
+                        adamw_tensors(lwc_cuda_stream(s), tensors, count, o->beta1, o->beta2,
+                                      o->eps, c1, c2, grad_scale),
+                        "the AdamW kernel");
 }

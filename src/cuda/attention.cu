@@ -1,6 +1,11 @@
-// attention.cu: causal multi-head self-attention on a GPU in fp32, flash-attention style: no
-// t x t matrix anywhere; the reference path on a GPU (attention_mma.cu's tensor-core kernels run
-// instead under the bf16 matmul setting), whose D = rowsum(dout * out) serves both. The forward
+// attention.cu: the table's causal attention entries on a GPU: the argument checks the kernels
+// rely on (the head dim, shared memory, grid and index sizes), the backward's scratch, the choice
+// of kernels (attention_mma.cu's on tensor cores under the bf16 matmul setting, these in fp32
+// otherwise), the launches, and for the fp32 kernels a bf16 qkv's widening and a bf16 output's
+// and dqkv's rounding through the stream's workspace.
+//
+// The fp32 kernels, flash-attention style: no t x t matrix anywhere; the reference path on a GPU,
+// whose D = rowsum(dout * out) serves both. The forward
 // runs a block per (batch x head, tile of 64 query rows) over the key tiles up to the diagonal
 // with an online softmax and saves each row's log-sum-exp; the backward recomputes the
 // probabilities from it: D = rowsum(dout * out) first, then a kernel over key tiles for dk and
@@ -16,9 +21,12 @@
 // warp reads at once, and the 8 rows read across tx, fall in different banks); the score tile's
 // rows are 72 apart, so that the warp's (ty, tx) writes and its row reads are conflict free.
 #include "cuda/bf16_bits.h"
-#include "cuda/kernels.h"
+#include "cuda/attention_mma.h"
+#include "cuda/cuda.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 
 namespace {
 
@@ -393,9 +401,12 @@ cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const fl
 
 } // namespace
 
-extern "C" int64_t lwc_flash_head_dim_limit(void) { return 128; }
+// The largest head dim (c / nh) the kernels serve.
+static int64_t flash_head_dim_limit(void) { return 128; }
 
-extern "C" size_t lwc_flash_smem_bytes(int64_t hd, bool backward) {
+// Dynamic shared memory per block of the forward or backward kernels for head dim hd (0 past the
+// limit): the caller checks it against the device's opt-in maximum.
+static size_t flash_smem_bytes(int64_t hd, bool backward) {
     switch (head_dim_max(hd)) {
     case 32: return (backward ? backward_floats<32>() : forward_floats<32>()) * sizeof(float);
     case 64: return (backward ? backward_floats<64>() : forward_floats<64>()) * sizeof(float);
@@ -404,9 +415,9 @@ extern "C" size_t lwc_flash_smem_bytes(int64_t hd, bool backward) {
     }
 }
 
-extern "C" cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse,
-                                         const float *qkv, int64_t b, int64_t t, int64_t c,
-                                         int64_t nh) {
+// out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c].
+static cudaError_t flash_forward(cudaStream_t stream, float *out, float *lse, const float *qkv,
+                                 int64_t b, int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (head_dim_max(c / nh)) {
     case 32: return forward<32>(stream, out, lse, qkv, b, t, c, nh);
@@ -416,9 +427,10 @@ extern "C" cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float 
     }
 }
 
-extern "C" cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout,
-                                        const void *out, bool out_bf16, int64_t b, int64_t t,
-                                        int64_t c, int64_t nh) {
+// dd[b, nh, t] = rowsum(dout * out) over each head's channels, in double rounded once: the
+// backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch).
+static cudaError_t flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
+                                bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     const int64_t rows = b * nh * t, per_block = THREADS / 32;
     const unsigned blocks = (unsigned)((rows + per_block - 1) / per_block);
@@ -432,9 +444,10 @@ extern "C" cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const fl
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                                          const float *dout, const float *qkv, const float *lse,
-                                          int64_t b, int64_t t, int64_t c, int64_t nh) {
+// dqkv[b, t, 3c] += the backward, from dd (flash_rowdot's, queued before).
+static cudaError_t flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
+                                  const float *dout, const float *qkv, const float *lse, int64_t b,
+                                  int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (head_dim_max(c / nh)) {
     case 32: return backward<32>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
@@ -442,4 +455,128 @@ extern "C" cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, cons
     case 128: return backward<128>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
     default: return cudaErrorInvalidValue;
     }
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+// The backward's D = rowsum(dout * out), one float per (batch, head, row).
+int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {
+    (void)c;
+    return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
+}
+
+// What these kernels need of the shapes (the dispatcher checked that there is work and that nh
+// divides c): a head dim they are compiled for, shared memory the device can give a block (the
+// fp32 kernels' when they are the ones to run: the tensor-core kernels' smaller tiles were
+// checked by tensor_cores), and grid and index sizes within int.
+static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
+                                 int64_t nh, bool backward, bool mma) {
+    const char *name = s->device->name;
+    const int64_t hd = c / nh, limit = flash_head_dim_limit();
+    if (hd > limit)
+        return lwc_host->fail(LW_ERR_UNSUPPORTED,
+                              "%s: attention %s: head dim %lld (c = %lld / nh = %lld) is past the "
+                              "CUDA kernels' largest, %lld",
+                              name, pass, (long long)hd, (long long)c, (long long)nh,
+                              (long long)limit);
+    const size_t smem = flash_smem_bytes(hd, backward);
+    const size_t most = lwc_dev(s->device)->prop.sharedMemPerBlockOptin;
+    if (!mma && smem > most)
+        return lwc_host->fail(LW_ERR_UNSUPPORTED,
+                              "%s: attention %s: head dim %lld needs %zu bytes of shared memory "
+                              "per block, the GPU gives at most %zu",
+                              name, pass, (long long)hd, smem, most);
+    // grid (b nh, query tiles of 64): y at most 65535; t, 3c and b nh within int; the backward's
+    // row dots take a block per 8 of the b nh t rows
+    if (b * nh > INT_MAX || t > (int64_t)65535 * 64 || 3 * c > INT_MAX ||
+        (b * nh * t + 7) / 8 > INT_MAX)
+        return lwc_host->fail(
+            LW_ERR_RANGE,
+            "%s: attention %s: b = %lld, t = %lld, c = %lld, nh = %lld is past "
+            "the kernels' sizes (b nh < 2^31, t <= %lld, 3c < 2^31, b nh t < 2^34)",
+            name, pass, (long long)b, (long long)t, (long long)c, (long long)nh,
+            (long long)65535 * 64);
+    return LW_OK;
+}
+
+// Whether the tensor-core kernels (attention_mma.cu) run: under the bf16 matmul setting (autocast
+// hands SDPA bf16 operands; lw_device_set_matmul asks for that arithmetic), at a head dim they
+// are compiled for (64, 128), on a GPU with bf16 mma.sync (compute capability 8.0 on), whose
+// shared memory holds their tiles, with a grid within int, and with every tensor 16-byte aligned
+// (they read float4 and write float2). Otherwise the fp32 kernels run, as under fp32 and TF32.
+static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, int64_t nh,
+                         bool backward, const void *const *tensors, int count) {
+    const lwc_device *d = lwc_dev(s->device);
+    if (s->device->matmul != LW_MATMUL_BF16 || !lwc_flash_mma_serves(c / nh) || d->prop.major < 8 ||
+        lwc_flash_mma_smem_bytes(c / nh, backward) > d->prop.sharedMemPerBlockOptin ||
+        lwc_flash_mma_blocks(b, t, nh) > INT_MAX)
+        return false;
+    for (int i = 0; i < count; i++)
+        if ((uintptr_t)tensors[i] % 16 != 0) return false;
+    return true;
+}
+
+// The tensor-core kernels read a bf16 qkv and write a bf16 out as they are. The fp32 kernels
+// read a bf16 qkv widened into the stream's workspace, and write a bf16 out's fp32 values there
+// (256-byte aligned regions), rounded into out after.
+lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, float *lse,
+                                float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
+                                int64_t t, int64_t c, int64_t nh) {
+    (void)scratch; // the forward needs none
+    const bool out16 = out_dtype == LW_DTYPE_BF16, qkv16 = qkv_dtype == LW_DTYPE_BF16;
+    const void *tensors[] = {qkv, out};
+    const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
+    lw_status st = check_attention(s, "forward", b, t, c, nh, false, mma);
+    if (st != LW_OK) return st;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    if (mma)
+        return lwc_launched(s, lwc_flash_mma_forward(cs, out, out16, lse, qkv, qkv16, b, t, c, nh),
+                            "the attention kernel (tensor cores)");
+    const int64_t bytes[2] = {out16 ? 4 * b * t * c : 0, qkv16 ? 4 * b * t * 3 * c : 0};
+    void *r[2] = {NULL, NULL};
+    if ((out16 || qkv16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
+    const float *qkv32 = static_cast<const float *>(qkv16 ? r[1] : qkv);
+    float *out32 = static_cast<float *>(out16 ? r[0] : out);
+    if (qkv16 && (st = lwc_widen(s, static_cast<float *>(r[1]), qkv, b * t * 3 * c)) != LW_OK)
+        return st;
+    st = lwc_launched(s, flash_forward(cs, out32, lse, qkv32, b, t, c, nh), "the attention kernel");
+    return st == LW_OK && out16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
+}
+
+// The fp32 kernels take a bf16 qkv widened into the stream's workspace and accumulate a bf16
+// dqkv there (widened first, rounded back after).
+lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
+                                 const float *dout, const void *qkv, lw_dtype qkv_dtype,
+                                 const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
+                                 int64_t t, int64_t c, int64_t nh) {
+    const bool qkv16 = qkv_dtype == LW_DTYPE_BF16, d16 = dqkv_dtype == LW_DTYPE_BF16;
+    const void *tensors[] = {dqkv, dout, qkv};
+    const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
+    lw_status st = check_attention(s, "backward", b, t, c, nh, true, mma);
+    if (st != LW_OK) return st;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    // D = rowsum(dout * out) into the scratch, for either pair of kernels
+    st = lwc_launched(s,
+                      flash_rowdot(cs, scratch, dout, out, out_dtype == LW_DTYPE_BF16, b, t, c, nh),
+                      "the attention backward's row sums");
+    if (st != LW_OK) return st;
+    if (mma)
+        return lwc_launched(
+            s, lwc_flash_mma_backward(cs, dqkv, d16, scratch, dout, qkv, qkv16, lse, b, t, c, nh),
+            "the attention backward kernels (tensor cores)");
+    const int64_t nq = b * t * 3 * c;
+    const int64_t bytes[2] = {qkv16 ? 4 * nq : 0, d16 ? 4 * nq : 0};
+    void *r[2] = {NULL, NULL};
+    if ((qkv16 || d16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
+    if (qkv16 && (st = lwc_widen(s, static_cast<float *>(r[0]), qkv, nq)) != LW_OK) return st;
+    if (d16 && (st = lwc_widen(s, static_cast<float *>(r[1]), dqkv, nq)) != LW_OK) return st;
+    float *d32 = static_cast<float *>(d16 ? r[1] : dqkv);
+    st = lwc_launched(s,
+                      flash_backward(cs, d32, scratch, dout,
+                                     static_cast<const float *>(qkv16 ? r[0] : qkv), lse, b, t, c,
+                                     nh),
+                      "the attention backward kernels");
+    return st == LW_OK && d16 ? lwc_to_bf16(s, dqkv, d32, nq) : st;
 }

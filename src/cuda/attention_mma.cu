@@ -5,8 +5,9 @@
 // forward saves each row's log-sum-exp; the backward recomputes P from it in two passes that
 // each own what they write (no atomics: it repeats bit for bit): a kernel over key tiles for dK
 // and dV, one over query tiles for dQ,
-// after attention.cu's D = rowsum(dout * out). attention.c runs these under the bf16 matmul
-// setting (the fp32 kernels of attention.cu otherwise: the reference path).
+// after attention.cu's D = rowsum(dout * out). attention.cu's entries run these under the bf16
+// matmul setting (its fp32 kernels otherwise: the reference path); attention_mma.h declares the
+// launchers at the end of this file.
 //
 // Every index (which lane holds which element of a fragment, where it points ldmatrix, the
 // tiles, the steps' causal ranges and masks, shared memory) and every per-lane step of the
@@ -15,7 +16,7 @@
 // lanes, mma.sync and ldmatrix, against double-precision attention. The tile sizes and why are
 // in mma_layout.h.
 #include "cuda/bf16_bits.h"
-#include "cuda/kernels.h"
+#include "cuda/attention_mma.h"
 #include "cuda/mma_layout.h"
 
 namespace {
@@ -445,9 +446,9 @@ cudaError_t backward_typed(cudaStream_t stream, void *dqkv, bool dqkv_bf16, cons
 
 } // namespace
 
-extern "C" bool lwc_flash_mma_serves(int64_t hd) { return hd == 64 || hd == 128; }
+bool lwc_flash_mma_serves(int64_t hd) { return hd == 64 || hd == 128; }
 
-extern "C" size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward) {
+size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward) {
     if (!lwc_flash_mma_serves(hd)) return 0;
     if (!backward) return lwc_fa_smem_bytes((int)hd, LWC_FA_FORWARD);
     const size_t kv = lwc_fa_smem_bytes((int)hd, LWC_FA_DKDV);
@@ -455,13 +456,13 @@ extern "C" size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward) {
     return kv > q ? kv : q;
 }
 
-extern "C" int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
+int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
     return b * nh * lwc_fa_tiles(t, LWC_FA_BLOCK);
 }
 
-extern "C" cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16,
-                                             float *lse, const void *qkv, bool qkv_bf16, int64_t b,
-                                             int64_t t, int64_t c, int64_t nh) {
+cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
+                                  const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
+                                  int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
     case 64:
@@ -472,10 +473,10 @@ extern "C" cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, boo
     }
 }
 
-extern "C" cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
-                                              const float *dd, const float *dout, const void *qkv,
-                                              bool qkv_bf16, const float *lse, int64_t b,
-                                              int64_t t, int64_t c, int64_t nh) {
+cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
+                                   const float *dd, const float *dout, const void *qkv,
+                                   bool qkv_bf16, const float *lse, int64_t b, int64_t t, int64_t c,
+                                   int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
     case 64:

@@ -1,12 +1,12 @@
 // bf16.cu: the library's conversions between fp32 and bf16 (round to nearest even), element by
-// element: the public vec_to_bf16 and vec_from_bf16 (vec.c), fp32 operands to bf16 for the
-// model's bf16 GEMMs and bf16 weights to fp32 for the others (gemm.c, for linear.c and
-// cross_entropy.c), and Newton-Schulz's bf16 result back to fp32 (muon.c). Newton-Schulz's start
-// scales and rounds in one pass of its own (muon.cu). Several families use them, so they are a
-// file of their own; the rounding itself is bf16_bits.h's, which the kernels with bf16 outputs
-// share.
+// element: the table's vec_to_bf16 and vec_from_bf16 (as device/cpu/bf16.c has them), fp32
+// operands to bf16 for the model's bf16 GEMMs and bf16 weights to fp32 for the others (gemm.c,
+// for linear.cu and cross_entropy.cu), and Newton-Schulz's bf16 result back to fp32 (muon.cu).
+// Newton-Schulz's start scales and rounds in one pass of its own (muon.cu). Several families use
+// the launchers (cuda.h); the rounding itself is bf16_bits.h's, which the kernels with bf16
+// outputs share.
 #include "cuda/bf16_bits.h"
-#include "cuda/kernels.h"
+#include "cuda/cuda.h"
 
 namespace {
 
@@ -33,18 +33,30 @@ __global__ void bf16_to_f32_kernel(const unsigned short *x, float *y, int64_t n)
 
 } // namespace
 
-extern "C" cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16,
-                                       int64_t n) {
+cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16, int64_t n) {
     if (n > 0)
         f32_to_bf16_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
             x, static_cast<unsigned short *>(y_bf16), n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y,
-                                       int64_t n) {
+cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n) {
     if (n > 0)
         bf16_to_f32_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
             static_cast<const unsigned short *>(x_bf16), y, n);
     return cudaGetLastError();
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+lw_status lwc_vec_to_bf16(lw_stream *s, uint16_t *y, const float *x, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_f32_to_bf16(lwc_cuda_stream(s), x, y, n),
+                        "the fp32 to bf16 conversion");
+}
+
+lw_status lwc_vec_from_bf16(lw_stream *s, float *y, const uint16_t *x, int64_t n) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, lwc_bf16_to_f32(lwc_cuda_stream(s), x, y, n),
+                        "the bf16 to fp32 conversion");
 }

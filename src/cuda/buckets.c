@@ -1,6 +1,6 @@
 /* buckets.c: rows bucketed on the host for the scatter-adds that add in the CPU's order without
- * atomics: the embedding's backward (embedding.c, by token) and the gather's backward and the
- * combine (gather.c, by destination row). Two families use it, so it is a file of its own. The
+ * atomics: the embedding's backward (embedding.cu, by token) and the gather's backward and the
+ * combine (gather.cu, by destination row). Two families use it, so it is a file of its own. The
  * rows are copied to the host (the stream is waited for), ordered by a stable radix sort, cut
  * into segments of one row each and uploaded into the stream's workspace. */
 #include "cuda/cuda.h"

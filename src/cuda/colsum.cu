@@ -1,11 +1,11 @@
 // colsum.cu: deterministic column sums on a GPU, in double, in two passes (block partials over
-// chunks of rows, then the chunks in order): a linear layer's bias gradient (linear.c) and layer
-// norm's gain and shift gradients (layernorm.c). Two families use them, so they are a file of
+// chunks of rows, then the chunks in order): a linear layer's bias gradient (linear.cu) and layer
+// norm's gain and shift gradients (layernorm.cu). Two families use them, so they are a file of
 // their own; the gain's summand dy * xhat (lwc_colsum_xhat) is formed here, inside the template
 // that sums it. Products rounded as the CPU rounds them (__fmul_rn: no FMA contraction), each
 // column added to its output once, as the CPU adds it. No atomics.
 #include "cuda/bf16_bits.h"
-#include "cuda/kernels.h"
+#include "cuda/cuda.h"
 
 namespace {
 

@@ -1,21 +1,22 @@
-/* cuda.h: what the CUDA library's C files share (device.c: the device, its memory, streams and
- * events; a file per op family with the table's entries, as device/cpu/ has: vec.c, adamw.c,
- * muon.c, muon_tp.c, linear.c, embedding.c, layernorm.c, gelu.c, attention.c, cross_entropy.c,
- * moe.c, gather.c; gemm.c: the GEMM helper, gemm_lt.c its bf16 outputs; buckets.c: the
- * scatter-adds' row buckets; nccl.c: the NCCL communicator, its collectives in
- * nccl_collectives.c, what the two share in nccl_comm.h).
- * The library fills the core's device table (core/device/device.h) and reports errors through
- * the host's fail function: it cannot link the core's internal symbols. Not public API. */
+/* cuda.h: what the CUDA library's files share, read by gcc (the host-only .c files) and nvcc
+ * (the .cu files, as C++): the device and stream data, error helpers and workspaces, the table's
+ * entries, the GEMM helpers, the row buckets, and the launchers several families use. Its
+ * declarations have C linkage. The library fills the core's device table
+ * (core/device/device.h) and reports errors through the host's fail function: it cannot link
+ * the core's internal symbols. Not public API. */
 #ifndef LW_CUDA_H
 #define LW_CUDA_H
 
 #include "comm/comm.h"
-#include "cuda/kernels.h"
 #include "device/device.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* A CUDA device's data (lw_device.impl). */
 typedef struct lwc_device {
@@ -38,6 +39,13 @@ typedef struct lwc_stream {
     void *host_work;     /* pinned host memory: tokens, targets and losses copied back */
     int64_t host_work_bytes;
 } lwc_stream;
+
+/* Bytes of a stream's reduction scratch (lwc_stream.scratch): partial sums of the blocks of a
+ * reduction and its flags. */
+#define LWC_SCRATCH_BYTES (64 * 1024)
+/* An int32 slot of that scratch past the partials (vec.cu uses the first 16 KiB and the last 8
+ * bytes): the cross-entropy backward's count of counted targets. */
+#define LWC_SCRATCH_COUNT_OFFSET (LWC_SCRATCH_BYTES - 16)
 
 /* The core's services, set by the entry (lwopt_device_open). */
 extern const lwi_device_host *lwc_host;
@@ -63,7 +71,8 @@ lw_status lwc_launched(const lw_stream *s, cudaError_t e, const char *what);
 lw_status lwc_workspace(lw_stream *s, int64_t bytes, void **out);
 lw_status lwc_host_workspace(lw_stream *s, int64_t bytes, void **out);
 
-/* The table's kernels (src/core/device/kernel_list.h), lwc_<name>, each in its family's file. */
+/* The table's kernels (src/core/device/kernel_list.h), lwc_<name>, each in its family's .cu
+ * file (muon_tp.c's are cuBLAS calls and copies only). */
 #define LWC_SIZE_DECLARATION(name, params, args) int64_t lwc_##name params;
 LWI_SCRATCH_SIZES(LWC_SIZE_DECLARATION)
 #undef LWC_SIZE_DECLARATION
@@ -71,7 +80,7 @@ LWI_SCRATCH_SIZES(LWC_SIZE_DECLARATION)
 LWI_KERNELS(LWC_DECLARATION)
 #undef LWC_DECLARATION
 
-/* gemm.c: the model's GEMMs on cuBLAS (the linear layer's, the LM head's).
+/* gemm.c: the model's GEMMs on cuBLAS (linear.cu's, the LM head's in cross_entropy.cu).
  * A GEMM operand: device memory of fp32 values, or of bf16 values (bf16 weights as the buffers
  * store them, or an operand a caller rounds once for several GEMMs: lwc_to_bf16 into
  * lwc_regions). */
@@ -79,15 +88,24 @@ typedef struct lwc_operand {
     const void *p;
     bool bf16;
 } lwc_operand;
-static inline lwc_operand lwc_f32(const float *p) { return (lwc_operand){p, false}; }
-static inline lwc_operand lwc_bf16(const void *p) { return (lwc_operand){p, true}; }
+/* (No compound literals: C++ reads this header too.) */
+static inline lwc_operand lwc_f32(const float *p) {
+    const lwc_operand o = {p, false};
+    return o;
+}
+static inline lwc_operand lwc_bf16(const void *p) {
+    const lwc_operand o = {p, true};
+    return o;
+}
 /* A model kernel's weights or inputs of a dtype (fp32 or bf16, checked by the dispatcher). */
 static inline lwc_operand lwc_typed(const void *p, lw_dtype dtype) {
-    return (lwc_operand){p, dtype == LW_DTYPE_BF16};
+    const lwc_operand o = {p, dtype == LW_DTYPE_BF16};
+    return o;
 }
 /* The operand `elements` values further on (a later row block). */
 static inline lwc_operand lwc_operand_at(lwc_operand o, int64_t elements) {
-    return (lwc_operand){(const char *)o.p + (o.bf16 ? 2 : 4) * elements, o.bf16};
+    const lwc_operand at = {(const char *)o.p + (o.bf16 ? 2 : 4) * elements, o.bf16};
+    return at;
 }
 /* One GEMM on the stream, column-major as cuBLAS: C = alpha op(A) op(B) + beta C, C fp32 (beta 1
  * accumulates into it); `what` names it in errors. It runs in the device's matmul precision:
@@ -144,7 +162,7 @@ lw_status lwc_to_bf16(lw_stream *s, void *dst, const float *src, int64_t n);
 /* dst[n] (fp32, device) = src[n] (bf16) widened, exactly, on the stream. */
 lw_status lwc_widen(lw_stream *s, float *dst, const void *src, int64_t n);
 
-/* buckets.c: for the scatter-adds of embedding.c and gather.c */
+/* buckets.c: for the scatter-adds of embedding.cu and gather.cu */
 /* rows[n] (device int32, each >= 0) bucketed by value on the host, for scatter-adds that add in
  * the CPU's order: perm[n] = the positions ordered by row, a row's positions increasing (a stable
  * radix sort); segment s is perm[start[s] .. start[s + 1]), all of row row[s]. The arrays lie in
@@ -166,9 +184,61 @@ lw_status lwc_buckets_in(lw_stream *s, const int32_t *rows, int64_t n, int64_t f
                          bool refuse_negative, const char *what, const char *item,
                          lwc_buckets *out);
 
+/* ---- launchers that several files use ------------------------------------------------------
+ * Each enqueues on `stream` and returns the launch's error (cudaSuccess when it was issued); a
+ * launcher that one family alone uses is static in its .cu file. */
+
+/* bf16.cu: the conversions between fp32 and bf16 (the library's only ones, apart from
+ * Newton-Schulz's scaled start in muon.cu) */
+/* y_bf16[n] = x rounded to bf16, nearest even, bit for bit as the CPU rounds, NaN included
+ * (docs/c_api.md, lw_vec_to_bf16): lw_vec_to_bf16 itself, and the model's bf16 GEMM operands
+ * (gemm.c). */
+cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16, int64_t n);
+/* y[n] = bf16 x, converted to fp32 exactly (lw_vec_from_bf16, Newton-Schulz's orthogonalised
+ * result, bf16 weights widened for fp32 and TF32 GEMMs: lwc_widen). */
+cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n);
+
+/* colsum.cu: deterministic column sums (linear.cu's bias gradient, layernorm.cu's gain and
+ * shift) */
+/* Doubles of workspace that lwc_colsum and lwc_colsum_xhat need for (n, cols). */
+int64_t lwc_colsum_doubles(int64_t n, int64_t cols);
+/* out[cols] += column sums of dy[n, cols] (fp32, or bf16 widened), summed in double in an order
+ * fixed by (n, cols): block partials over chunks of rows into `work`, then the chunks in order. */
+cudaError_t lwc_colsum(cudaStream_t stream, float *out, const void *dy, bool bf16, int64_t n,
+                       int64_t cols, double *work);
+/* dg[c] += column sums of dy * (x - mean[row]) * rstd[row] (layer norm's gain gradient). */
+cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, const float *x,
+                            const float *mean, const float *rstd, int64_t n, int64_t c,
+                            double *work);
+
+/* linear.cu: y[n, cols] = b in every row (a linear layer's bias, before its GEMM adds x w^T;
+ * gemm_lt.c's bias seeded the same way). */
+cudaError_t lwc_rows_fill(cudaStream_t stream, float *y, const float *b, int64_t n, int64_t cols);
+
+/* gelu.cu: dx += dy gelu'(x) (GELU's tanh form), the CPU's formulas operation for operation
+ * (linear.cu's GELU backward runs it where cuBLASLt's DGELU epilogue does not). */
+cudaError_t lwc_gelu_grad(cudaStream_t stream, void *dx, bool dx_bf16, const float *dy,
+                          const void *x, bool x_bf16, int64_t n);
+
+/* gather.cu: the scatter-add by destination row (the gather's backward, the combine, and
+ * embedding.cu's token gradient) */
+/* Channels per block of the by-row scatter-add (lwc_rows_add): its grid is (segments,
+ * c / LWC_ROW_TILE rounded up), so c is at most 65535 tiles. */
+#define LWC_ROW_TILE 128
+/* y[row[s]] += w[perm[q]] * src[perm[q]] (src[perm[q]] where w is NULL) for q in [start[s],
+ * start[s + 1]) in order, for each of the `segments` segments (device int32 arrays: the positions
+ * bucketed by destination row on the host, lwc_buckets_by_row's or lwc_buckets_in's). */
+cudaError_t lwc_rows_add(cudaStream_t stream, float *y, const float *src, const float *w,
+                         const int32_t *perm, const int32_t *start, const int32_t *row,
+                         int64_t segments, int64_t c);
+
 /* nccl.c: a communicator of parent's ranks over NCCL (the table's comm_new; built only where
  * NCCL was found, LWOPT_NCCL). */
 lw_status lwc_comm_new(lw_device *device, lw_comm *parent, const lwi_comm_calls *calls,
                        lw_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

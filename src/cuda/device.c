@@ -1,7 +1,7 @@
 /* device.c: the CUDA device: the library's entry (lwopt_device_open), the device table, device
  * memory, streams (each with its reduction scratch and workspaces) and events, and what the
- * device is. The kernels' entries are in a file per op family (vec.c, adamw.c, muon.c, linear.c,
- * ..., as device/cpu/), the communicator in nccl.c. */
+ * device is. The kernels' entries are in a file per op family with their kernels (vec.cu,
+ * adamw.cu, muon.cu, linear.cu, ..., as device/cpu/ has them), the communicator in nccl.c. */
 #include "cuda/cuda.h"
 
 #ifdef LWOPT_NCCL
@@ -296,6 +296,11 @@ lw_status lwopt_device_open(const lwi_device_host *host, int32_t index, const lw
                           "liblwopt_cuda.so speaks device ABI %d but liblwopt.so speaks %d: "
                           "build both from one source tree",
                           LWI_DEVICE_ABI, host->abi);
+    if (host->ops_bytes != (int32_t)sizeof(lwi_device_ops))
+        return host->fail(LW_ERR_UNSUPPORTED,
+                          "liblwopt_cuda.so's device table is %d bytes but liblwopt.so's is %d "
+                          "(their kernel lists differ): build both from one source tree",
+                          (int)sizeof(lwi_device_ops), (int)host->ops_bytes);
     lwc_host = host;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);

@@ -1,8 +1,13 @@
-// embedding.cu: token plus position embedding on a GPU: the gather of a range of the token
-// table's rows (every row for the whole table) and the position table's gradient, summed over the
-// batch in order (the token table's is gather.cu's scatter-add by row). Additions rounded as the
-// CPU's (__fadd_rn); no atomics, so the backward repeats bit for bit and equals the CPU's.
-#include "cuda/kernels.h"
+// embedding.cu: the table's token plus position embedding entries on a GPU over a range of the
+// table's rows (a rank's under tensor parallelism; every row a token id can name for the whole
+// table): forward a gather of fp32 or bf16 tables (tokens outside the range look up 0), and a
+// backward that repeats bit for bit and matches the CPU's order of additions: the position
+// table's gradient summed over the batch in order, and the token table's by gather.cu's
+// scatter-add by row, the range's positions bucketed by token on the host (buckets.c: a stable
+// sort, so each token's positions stay in batch-major order) and one block per (token, channel
+// tile) adding its positions into the token's row one after another. Additions rounded as the
+// CPU's (__fadd_rn); no atomics.
+#include "cuda/cuda.h"
 
 namespace {
 
@@ -55,10 +60,11 @@ __global__ void embed_dwpe_kernel(float *dwpe, const float *dy, int64_t b, int64
 
 } // namespace
 
-extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
-                                       const void *wte, const void *wpe, bool bf16,
-                                       int64_t first, int64_t rows, int64_t b, int64_t t,
-                                       int64_t c) {
+// y[b, t, c] = wte[tokens - first] + wpe[t] for the rows [first, first + rows) of the token table
+// (wpe may be NULL); other tokens look up 0 (plus wpe when given).
+static cudaError_t embed_range(cudaStream_t stream, float *y, const int32_t *tokens,
+                               const void *wte, const void *wpe, bool bf16, int64_t first,
+                               int64_t rows, int64_t b, int64_t t, int64_t c) {
     const int64_t total = b * t * c;
     if (total <= 0) return cudaSuccess;
     if (bf16)
@@ -72,9 +78,43 @@ extern "C" cudaError_t lwc_embed_range(cudaStream_t stream, float *y, const int3
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b,
-                                      int64_t t, int64_t c) {
+// dwpe[t, c] += dy[bi, t, c] for bi = 0 .. b - 1 in order.
+static cudaError_t embed_dwpe(cudaStream_t stream, float *dwpe, const float *dy, int64_t b,
+                              int64_t t, int64_t c) {
     if (b > 0 && t * c > 0)
         embed_dwpe_kernel<<<blocks_for(t * c), THREADS, 0, stream>>>(dwpe, dy, b, t, c);
     return cudaGetLastError();
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+lw_status lwc_embedding_range_forward(lw_stream *s, float *y, const int32_t *tokens,
+                                      const void *wte, const void *wpe, lw_dtype w_dtype,
+                                      int64_t first, int64_t rows, int64_t b, int64_t t,
+                                      int64_t c) {
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s,
+                        embed_range(lwc_cuda_stream(s), y, tokens, wte, wpe,
+                                    w_dtype == LW_DTYPE_BF16, first, rows, b, t, c),
+                        "the embedding range kernel");
+}
+
+lw_status lwc_embedding_range_backward(lw_stream *s, float *dwte, float *dwpe, const float *dy,
+                                       const int32_t *tokens, int64_t first, int64_t rows,
+                                       int64_t b, int64_t t, int64_t c) {
+    if (b <= 0 || t <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    lwc_buckets bk;
+    lw_status st = lwc_buckets_in(s, tokens, b * t, first, rows, false, "embedding range backward",
+                                  "token", &bk);
+    if (st != LW_OK) return st;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    if (dwpe != NULL) {
+        cudaError_t e = embed_dwpe(cs, dwpe, dy, b, t, c);
+        if (e != cudaSuccess) return lwc_fail(s->device, e, "the position embedding's gradient");
+    }
+    return lwc_launched(s,
+                        lwc_rows_add(cs, dwte, dy, NULL, bk.perm, bk.start, bk.row, bk.segments, c),
+                        "the token embedding's gradient");
 }

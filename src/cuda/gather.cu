@@ -1,9 +1,10 @@
-// gather.cu: rows moved by an index list on a GPU (a mixture of experts' dispatch and combine):
-// the gather; the scatter-add by destination row over buckets built on the host (buckets.c), a
-// row's sources added in the list's order as on the CPU, which is the weighted combine, the
-// gather's backward and the embedding's token gradient (embedding.c); and the combine's backward
-// (dsrc element-wise, dw a warp per row in double). No atomics.
-#include "cuda/kernels.h"
+// gather.cu: the table's entries for rows moved by an index list on a GPU, as the CPU's gather.c
+// (a mixture of experts' dispatch and combine): the gather; its backward and the weighted
+// combine, scatter-adds by destination row over buckets built on the host (buckets.c), so that a
+// row listed several times sums in the order of the list, as on the CPU (the scatter-add,
+// lwc_rows_add, is also embedding.cu's token gradient); and the combine's backward (dsrc
+// element-wise, dw a warp per row in double). No atomics.
+#include "cuda/cuda.h"
 
 namespace {
 
@@ -81,16 +82,17 @@ unsigned row_blocks(int64_t n, int64_t per_block) {
 
 } // namespace
 
-extern "C" cudaError_t lwc_gather_rows(cudaStream_t stream, float *out, const float *x,
-                                       const int32_t *rows, int64_t m, int64_t c) {
+// out[m, c] = x[rows[i], :] row by row.
+static cudaError_t gather_rows(cudaStream_t stream, float *out, const float *x, const int32_t *rows,
+                               int64_t m, int64_t c) {
     if (m > 0 && c > 0)
         gather_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(out, x, rows, c, m * c);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_rows_add(cudaStream_t stream, float *y, const float *src,
-                                    const float *w, const int32_t *perm, const int32_t *start,
-                                    const int32_t *row, int64_t segments, int64_t c) {
+cudaError_t lwc_rows_add(cudaStream_t stream, float *y, const float *src, const float *w,
+                         const int32_t *perm, const int32_t *start, const int32_t *row,
+                         int64_t segments, int64_t c) {
     if (segments <= 0 || c <= 0) return cudaSuccess;
     // LWC_ROW_TILE channels per block: four warps, each row read 512 bytes at a time
     const dim3 grid((unsigned)segments, (unsigned)((c + LWC_ROW_TILE - 1) / LWC_ROW_TILE));
@@ -101,9 +103,11 @@ extern "C" cudaError_t lwc_rows_add(cudaStream_t stream, float *y, const float *
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float *dw,
-                                        const float *dy, const float *src, const float *w,
-                                        const int32_t *rows, int64_t m, int64_t c) {
+// dsrc[m, c] += w[i] dy[rows[i]] (dsrc may be NULL); dw[m] += dot(src[i], dy[rows[i]]) in double
+// (a warp per row; dw may be NULL).
+static cudaError_t combine_grad(cudaStream_t stream, float *dsrc, float *dw, const float *dy,
+                                const float *src, const float *w, const int32_t *rows, int64_t m,
+                                int64_t c) {
     if (m <= 0 || c <= 0) return cudaSuccess;
     if (dsrc != nullptr) {
         combine_dsrc_kernel<<<blocks_for(m * c), THREADS, 0, stream>>>(dsrc, dy, w, rows, c, m * c);
@@ -113,4 +117,62 @@ extern "C" cudaError_t lwc_combine_grad(cudaStream_t stream, float *dsrc, float 
     if (dw != nullptr)
         combine_dw_kernel<<<row_blocks(m, DW_ROWS), THREADS, 0, stream>>>(dw, dy, src, rows, m, c);
     return cudaGetLastError();
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+lw_status lwc_gather_forward(lw_stream *s, float *out, const float *x, const int32_t *rows,
+                             int64_t m, int64_t c) {
+    if (m <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, gather_rows(lwc_cuda_stream(s), out, x, rows, m, c),
+                        "the gather kernel");
+}
+
+// What a by-row scatter-add over rows[0, m) needs before its launch: the grid's c / LWC_ROW_TILE
+// channel tiles in y (at most 65535), the device, and the positions bucketed by destination row
+// (buckets.c) into *bk; `what` names the kernel in errors.
+static lw_status by_row(lw_stream *s, const char *what, const int32_t *rows, int64_t m, int64_t c,
+                        lwc_buckets *bk) {
+    if (c > (int64_t)65535 * LWC_ROW_TILE)
+        return lwc_host->fail(LW_ERR_RANGE, "%s: %s: c = %lld columns, at most %lld",
+                              s->device->name, what, (long long)c, (long long)65535 * LWC_ROW_TILE);
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_buckets_by_row(s, rows, m, what, "row", bk);
+}
+
+lw_status lwc_gather_backward(lw_stream *s, float *dx, const float *dout, const int32_t *rows,
+                              int64_t m, int64_t c) {
+    if (m <= 0 || c <= 0) return LW_OK;
+    lwc_buckets bk;
+    lw_status st = by_row(s, "gather backward", rows, m, c, &bk);
+    if (st != LW_OK) return st;
+    // dx[row[s]] += dout[perm[q]] in order: the scatter-add, unweighted
+    return lwc_launched(
+        s,
+        lwc_rows_add(lwc_cuda_stream(s), dx, dout, NULL, bk.perm, bk.start, bk.row, bk.segments, c),
+        "the gather backward kernel");
+}
+
+lw_status lwc_combine_forward(lw_stream *s, float *y, const float *src, const float *w,
+                              const int32_t *rows, int64_t m, int64_t c) {
+    if (m <= 0 || c <= 0) return LW_OK;
+    lwc_buckets bk;
+    lw_status st = by_row(s, "combine forward", rows, m, c, &bk);
+    if (st != LW_OK) return st;
+    return lwc_launched(
+        s, lwc_rows_add(lwc_cuda_stream(s), y, src, w, bk.perm, bk.start, bk.row, bk.segments, c),
+        "the combine kernel");
+}
+
+lw_status lwc_combine_backward(lw_stream *s, float *dsrc, float *dw, const float *dy,
+                               const float *src, const float *w, const int32_t *rows, int64_t m,
+                               int64_t c) {
+    if (m <= 0 || c <= 0) return LW_OK;
+    if (m > (int64_t)INT32_MAX * 8)
+        return lwc_host->fail(LW_ERR_RANGE, "%s: combine backward of %lld rows: at most %lld",
+                              s->device->name, (long long)m, (long long)INT32_MAX * 8);
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, combine_grad(lwc_cuda_stream(s), dsrc, dw, dy, src, w, rows, m, c),
+                        "the combine backward kernels");
 }

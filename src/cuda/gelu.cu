@@ -1,8 +1,9 @@
-// gelu.cu: GELU (tanh form) and its accumulating backward on a GPU, the CPU's formulas, polynomial
-// exp and roundings operation for operation (device/cpu/gelu.c: __fmul_rn / __fadd_rn /
-// __fdiv_rn, no FMA contraction), so that both agree bit for bit.
+// gelu.cu: the table's GELU entries on a GPU, the forward and the accumulating backward (GELU's
+// tanh form), the CPU's formulas, polynomial exp and roundings operation for operation
+// (device/cpu/gelu.c: __fmul_rn / __fadd_rn / __fdiv_rn, no FMA contraction), so that both agree
+// bit for bit. The backward's launcher is linear.cu's too (cuda.h).
 #include "cuda/bf16_bits.h"
-#include "cuda/kernels.h"
+#include "cuda/cuda.h"
 
 namespace {
 
@@ -94,8 +95,9 @@ void launch_backward(cudaStream_t stream, DX *dx, const float *dy, const void *x
 
 } // namespace
 
-extern "C" cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool y_bf16, const void *x,
-                                bool x_bf16, int64_t n) {
+// y = GELU(x), fp32 or bf16 each.
+static cudaError_t gelu(cudaStream_t stream, void *y, bool y_bf16, const void *x, bool x_bf16,
+                        int64_t n) {
     if (n <= 0) return cudaSuccess;
     if (y_bf16)
         launch_forward(stream, static_cast<unsigned short *>(y), x, x_bf16, n);
@@ -104,12 +106,33 @@ extern "C" cudaError_t lwc_gelu(cudaStream_t stream, void *y, bool y_bf16, const
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_gelu_grad(cudaStream_t stream, void *dx, bool dx_bf16, const float *dy,
-                                     const void *x, bool x_bf16, int64_t n) {
+cudaError_t lwc_gelu_grad(cudaStream_t stream, void *dx, bool dx_bf16, const float *dy,
+                          const void *x, bool x_bf16, int64_t n) {
     if (n <= 0) return cudaSuccess;
     if (dx_bf16)
         launch_backward(stream, static_cast<unsigned short *>(dx), dy, x, x_bf16, n);
     else
         launch_backward(stream, static_cast<float *>(dx), dy, x, x_bf16, n);
     return cudaGetLastError();
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+lw_status lwc_gelu_forward(lw_stream *s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype,
+                           int64_t n) {
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(
+        s, gelu(lwc_cuda_stream(s), y, y_dtype == LW_DTYPE_BF16, x, x_dtype == LW_DTYPE_BF16, n),
+        "the GELU kernel");
+}
+
+lw_status lwc_gelu_backward(lw_stream *s, void *dx, lw_dtype dx_dtype, const float *dy,
+                            const void *x, lw_dtype x_dtype, int64_t n) {
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s,
+                        lwc_gelu_grad(lwc_cuda_stream(s), dx, dx_dtype == LW_DTYPE_BF16, dy, x,
+                                      x_dtype == LW_DTYPE_BF16, n),
+                        "the GELU backward kernel");
 }

@@ -3,9 +3,9 @@
  * product's type converted into the stream's workspace) and its two halves for callers that
  * need workspace of their own beside the converted operands (lwc_gemm_prepare, lwc_gemm_ex:
  * the bf16 outputs of gemm_lt.c), and the workspace regions for callers that convert an operand
- * once for several GEMMs (lwc_regions, lwc_to_bf16, lwc_widen). Apart from linear.c because the
- * linear layer and the LM head (cross_entropy.c) both call it; Newton-Schulz's GEMMs are
- * muon.c's and muon_tp.c's own. */
+ * once for several GEMMs (lwc_regions, lwc_to_bf16, lwc_widen). Apart from linear.cu because the
+ * linear layer and the LM head (cross_entropy.cu) both call it; Newton-Schulz's GEMMs are
+ * muon.cu's and muon_tp.c's own. Host code only (cuBLAS), so C. */
 #include "cuda/cuda.h"
 
 #include <limits.h>

@@ -1,11 +1,12 @@
-// layernorm.cu: layer normalisation on a GPU, a warp per row: the forward (mean and the two-pass
-// variance in double, as the CPU takes them) and the backward's input gradient; its gain and shift
-// gradients are column sums (colsum.cu). Both optionally fused with the residual add around the
-// norm: the forward's input the sum of two rows (written out as the residual stream), the
-// backward's dx first added the stream's gradient. Products and sums rounded as the CPU rounds
-// them (__fmul_rn / __fadd_rn: no FMA contraction). No atomics.
+// layernorm.cu: the table's layer normalisation entries on a GPU, a warp per row: the forward
+// (mean and the two-pass variance in double, as the CPU takes them) and the backward's input
+// gradient, with the gain and shift gradients as column sums (colsum.cu) sharing one workspace;
+// both also fused with the residual add around the norm: the forward's input the sum of two rows
+// (written out as the residual stream), the backward's dx first added the stream's gradient.
+// Products and sums rounded as the CPU rounds them (__fmul_rn / __fadd_rn: no FMA contraction).
+// No atomics.
 #include "cuda/bf16_bits.h"
-#include "cuda/kernels.h"
+#include "cuda/cuda.h"
 
 namespace {
 
@@ -109,10 +110,11 @@ void ln_forward_launch(cudaStream_t stream, float *sum, Y *y, float *mean, float
 
 } // namespace
 
-extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, void *y, bool y_bf16,
-                                      float *mean, float *rstd, const float *x, const float *b,
-                                      const float *g, const float *beta, int64_t n, int64_t c,
-                                      float eps) {
+// Layer norm forward (one warp per row; mean and variance in double) of x, or with b (not NULL)
+// of x + b, which is written to sum (the residual add fused before the norm).
+static cudaError_t ln_forward(cudaStream_t stream, float *sum, void *y, bool y_bf16, float *mean,
+                              float *rstd, const float *x, const float *b, const float *g,
+                              const float *beta, int64_t n, int64_t c, float eps) {
     if (n <= 0 || c <= 0) return cudaSuccess;
     if (y_bf16)
         ln_forward_launch(stream, sum, static_cast<unsigned short *>(y), mean, rstd, x, b, g, beta,
@@ -123,11 +125,60 @@ extern "C" cudaError_t lwc_ln_forward(cudaStream_t stream, float *sum, void *y, 
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_ln_dx(cudaStream_t stream, float *dx, const float *dres, const float *dy,
-                                 const float *x, const float *g, const float *mean,
-                                 const float *rstd, int64_t n, int64_t c) {
+// dx[n, c] += dres (optional: NULL adds nothing), then += layer norm's input gradient (dg and
+// dbeta: lwc_colsum_xhat, lwc_colsum).
+static cudaError_t ln_dx(cudaStream_t stream, float *dx, const float *dres, const float *dy,
+                         const float *x, const float *g, const float *mean, const float *rstd,
+                         int64_t n, int64_t c) {
     if (n > 0 && c > 0)
         ln_dx_kernel<<<(unsigned)((n + LN_ROWS - 1) / LN_ROWS), THREADS, 0, stream>>>(
             dx, dres, dy, x, g, mean, rstd, n, c);
     return cudaGetLastError();
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+lw_status lwc_layernorm_forward(lw_stream *s, void *y, lw_dtype y_dtype, float *mean, float *rstd,
+                                const float *x, const float *g, const float *beta, int64_t n,
+                                int64_t c, float eps) {
+    return lwc_add_layernorm_forward(s, NULL, y, y_dtype, mean, rstd, x, NULL, g, beta, n, c, eps);
+}
+
+// b NULL: the plain norm of a (sum unused).
+lw_status lwc_add_layernorm_forward(lw_stream *s, float *sum, void *y, lw_dtype y_dtype,
+                                    float *mean, float *rstd, const float *a, const float *b,
+                                    const float *g, const float *beta, int64_t n, int64_t c,
+                                    float eps) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s,
+                        ln_forward(lwc_cuda_stream(s), sum, y, y_dtype == LW_DTYPE_BF16, mean, rstd,
+                                   a, b, g, beta, n, c, eps),
+                        "the layer norm kernel");
+}
+
+lw_status lwc_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta, const float *dy,
+                                 const float *x, const float *g, const float *mean,
+                                 const float *rstd, int64_t n, int64_t c) {
+    return lwc_add_layernorm_backward(s, dx, dg, dbeta, NULL, dy, x, g, mean, rstd, n, c);
+}
+
+// dres NULL: the plain backward.
+lw_status lwc_add_layernorm_backward(lw_stream *s, float *dx, float *dg, float *dbeta,
+                                     const float *dres, const float *dy, const float *x,
+                                     const float *g, const float *mean, const float *rstd,
+                                     int64_t n, int64_t c) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    void *work = NULL;
+    lw_status st = lwc_workspace(s, (int64_t)sizeof(double) * lwc_colsum_doubles(n, c), &work);
+    if (st != LW_OK) return st;
+    // dg and dbeta reuse one workspace: the second sum's partials are written after the first's
+    // are read, in stream order
+    cudaError_t e = ln_dx(cs, dx, dres, dy, x, g, mean, rstd, n, c);
+    double *partials = static_cast<double *>(work);
+    if (e == cudaSuccess) e = lwc_colsum_xhat(cs, dg, dy, x, mean, rstd, n, c, partials);
+    if (e == cudaSuccess && dbeta != NULL) e = lwc_colsum(cs, dbeta, dy, false, n, c, partials);
+    return lwc_launched(s, e, "the layer norm backward kernels");
 }

@@ -1,9 +1,10 @@
-// moe.cu: a mixture of experts' router and load-balancing loss on a GPU: the router (softmax,
-// top-k, renormalised weights) and its backward, the loss's per-expert statistics and gradient.
-// The router runs a thread per token, the CPU's loops operation for operation (__fmul_rn /
-// __fadd_rn / __fdiv_rn: no FMA contraction), so ranks, ties and NaN rows come out as the CPU's.
-// No atomics. Moving rows to and from the experts is gather.cu's.
-#include "cuda/kernels.h"
+// moe.cu: the table's entries for a mixture of experts' router and load-balancing loss on a GPU:
+// the router (softmax, top-k, renormalised weights) and its backward; the loss's per-expert
+// counts and column sums on the device, added up on the host in double as the CPU adds them, and
+// its backward. The router runs a thread per token, the CPU's loops operation for operation
+// (__fmul_rn / __fadd_rn / __fdiv_rn: no FMA contraction), so ranks, ties and NaN rows come out as
+// the CPU's. No atomics. Moving rows to and from the experts is gather.cu's.
+#include "cuda/cuda.h"
 
 namespace {
 
@@ -151,54 +152,153 @@ unsigned row_blocks(int64_t n, int64_t per_block) {
 
 constexpr int ROUTER_THREADS = 128;
 
-extern "C" cudaError_t lwc_moe_router(cudaStream_t stream, int32_t *experts, float *weights,
-                                      float *probs, const float *logits, int64_t n, int64_t e,
-                                      int64_t k) {
+// The load-balancing loss's statistics are taken in at most this many chunks of tokens.
+constexpr int64_t AUX_CHUNKS_MAX = 64;
+
+// Per token (a thread each): probs[n, e] = softmax(logits), experts[n, k] = the k best by logit
+// (ties to the lower index), weights[n, k] = their probabilities renormalised.
+static cudaError_t moe_router(cudaStream_t stream, int32_t *experts, float *weights, float *probs,
+                              const float *logits, int64_t n, int64_t e, int64_t k) {
     if (n > 0)
         router_forward_kernel<<<row_blocks(n, ROUTER_THREADS), ROUTER_THREADS, 0, stream>>>(
             experts, weights, probs, logits, n, e, k);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_moe_router_grad(cudaStream_t stream, float *dlogits,
-                                           const float *dweights, const float *dprobs,
-                                           const float *probs, const int32_t *experts, int64_t n,
-                                           int64_t e, int64_t k) {
+// dlogits[n, e] += the router's backward (dprobs may be NULL).
+static cudaError_t moe_router_grad(cudaStream_t stream, float *dlogits, const float *dweights,
+                                   const float *dprobs, const float *probs, const int32_t *experts,
+                                   int64_t n, int64_t e, int64_t k) {
     if (n > 0)
         router_backward_kernel<<<row_blocks(n, ROUTER_THREADS), ROUTER_THREADS, 0, stream>>>(
             dlogits, dweights, dprobs, probs, experts, n, e, k);
     return cudaGetLastError();
 }
 
-extern "C" int64_t lwc_moe_aux_chunks(int64_t n, int64_t *per) {
-    // chunks of at least 2048 tokens, at most LWC_MOE_AUX_CHUNKS_MAX of them
+// The number of chunks for n tokens (at most AUX_CHUNKS_MAX; [out] *per tokens each, the
+// last one fewer).
+static int64_t moe_aux_chunks(int64_t n, int64_t *per) {
+    // chunks of at least 2048 tokens, at most AUX_CHUNKS_MAX of them
     int64_t chunks = (n + 2047) / 2048;
-    if (chunks > LWC_MOE_AUX_CHUNKS_MAX) chunks = LWC_MOE_AUX_CHUNKS_MAX;
+    if (chunks > AUX_CHUNKS_MAX) chunks = AUX_CHUNKS_MAX;
     if (chunks < 1) chunks = 1;
     const int64_t p = (n + chunks - 1) / chunks;
     *per = p > 0 ? p : 1;
     return n > 0 ? (n + *per - 1) / *per : 1;
 }
 
-extern "C" cudaError_t lwc_moe_aux_stats(cudaStream_t stream, const float *probs,
-                                         const int32_t *experts, int64_t n, int64_t e, int64_t k,
-                                         long long *counts, double *cols) {
+// counts[chunk * e + j] = the entries of the chunk's rows of experts[n, k] equal to j, and (probs
+// not NULL) cols[chunk * e + j] = the sum of its probs[:, j] in double, in a fixed order (device
+// arrays of moe_aux_chunks(n) * e values).
+static cudaError_t moe_aux_stats(cudaStream_t stream, const float *probs, const int32_t *experts,
+                                 int64_t n, int64_t e, int64_t k, long long *counts, double *cols) {
     int64_t per = 1;
-    const int64_t chunks = lwc_moe_aux_chunks(n, &per);
+    const int64_t chunks = moe_aux_chunks(n, &per);
     if (n > 0 && e > 0)
         aux_stats_kernel<<<dim3((unsigned)e, (unsigned)chunks), THREADS, 0, stream>>>(
             probs, experts, n, e, k, per, counts, cols);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lwc_moe_aux_grad(cudaStream_t stream, float *dprobs, const long long *counts,
-                                        int64_t n, int64_t e, double per, float *g) {
+// dprobs[n, e] += g[j] in column j, g[j] = (float)(per * count_j) (g: e floats of device scratch),
+// the counts from moe_aux_stats.
+static cudaError_t moe_aux_grad(cudaStream_t stream, float *dprobs, const long long *counts,
+                                int64_t n, int64_t e, double per, float *g) {
     int64_t rows_per = 1;
-    const int64_t chunks = lwc_moe_aux_chunks(n, &rows_per);
+    const int64_t chunks = moe_aux_chunks(n, &rows_per);
     if (n <= 0 || e <= 0) return cudaSuccess;
     aux_grad_finish_kernel<<<blocks_for(e), THREADS, 0, stream>>>(g, counts, chunks, e, per);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     aux_grad_add_kernel<<<blocks_for(n * e), THREADS, 0, stream>>>(dprobs, g, e, n * e);
     return cudaGetLastError();
+}
+
+// ---- the table's entries ------------------------------------------------------------------------
+
+lw_status lwc_moe_router_forward(lw_stream *s, int32_t *experts, float *weights, float *probs,
+                                 const float *logits, int64_t n, int64_t e, int64_t k) {
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(s, moe_router(lwc_cuda_stream(s), experts, weights, probs, logits, n, e, k),
+                        "the router kernel");
+}
+
+lw_status lwc_moe_router_backward(lw_stream *s, float *dlogits, const float *dweights,
+                                  const float *dprobs, const float *probs, const int32_t *experts,
+                                  int64_t n, int64_t e, int64_t k) {
+    if (n <= 0) return LW_OK;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    return lwc_launched(
+        s, moe_router_grad(lwc_cuda_stream(s), dlogits, dweights, dprobs, probs, experts, n, e, k),
+        "the router backward kernel");
+}
+
+// The statistics' grid is (e, chunks): e blocks in x (at most 2^31 - 1).
+static lw_status check_experts(lw_stream *s, const char *what, int64_t e) {
+    if (e > INT32_MAX)
+        return lwc_host->fail(LW_ERR_RANGE, "%s: %s: %lld experts, at most %d", s->device->name,
+                              what, (long long)e, INT32_MAX);
+    return LW_OK;
+}
+
+lw_status lwc_moe_aux_loss_forward(lw_stream *s, const float *probs, const int32_t *experts,
+                                   int64_t n, int64_t e, int64_t k, float coef, double *loss) {
+    *loss = 0;
+    if (n <= 0) return LW_OK;
+    lw_status st = check_experts(s, "aux loss forward", e);
+    if (st != LW_OK) return st;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    int64_t per = 1;
+    const int64_t chunks = moe_aux_chunks(n, &per), cells = chunks * e;
+    // device and host alike: counts[chunks, e] (long long) | cols[chunks, e] (double)
+    void *dev = NULL, *host = NULL;
+    st = lwc_workspace(s, 16 * cells, &dev);
+    if (st == LW_OK) st = lwc_host_workspace(s, 16 * cells, &host);
+    if (st != LW_OK) return st;
+    cudaStream_t cs = lwc_cuda_stream(s);
+    cudaError_t err =
+        moe_aux_stats(cs, probs, experts, n, e, k, (long long *)dev, (double *)dev + cells);
+    if (err != cudaSuccess) return lwc_fail(s->device, err, "the aux loss kernel");
+    err = cudaMemcpyAsync(host, dev, (size_t)(16 * cells), cudaMemcpyDeviceToHost, cs);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(cs);
+    if (err != cudaSuccess) return lwc_fail(s->device, err, "copying the aux loss's statistics");
+    const long long *counts = static_cast<const long long *>(host);
+    const double *cols = (const double *)host + cells;
+    // the CPU's sum: expert by expert, count_j times column j's sum, in double (the column
+    // sums' own order differs: chunks of the rows, then the chunks in order)
+    double total = 0;
+    for (int64_t j = 0; j < e; j++) {
+        long long count = 0;
+        double col = 0;
+        for (int64_t c = 0; c < chunks; c++) {
+            count += counts[c * e + j];
+            col += cols[c * e + j];
+        }
+        if (count != 0) total += (double)count * col;
+    }
+    *loss = (double)coef * (double)e * total / ((double)n * (double)n * (double)k);
+    return LW_OK;
+}
+
+lw_status lwc_moe_aux_loss_backward(lw_stream *s, float *dprobs, const int32_t *experts, int64_t n,
+                                    int64_t e, int64_t k, float coef, float scale) {
+    if (n <= 0) return LW_OK;
+    lw_status st = check_experts(s, "aux loss backward", e);
+    if (st != LW_OK) return st;
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
+    int64_t rows_per = 1;
+    const int64_t cells = moe_aux_chunks(n, &rows_per) * e;
+    // counts[chunks, e] (long long) | g[e] (float)
+    void *dev = NULL;
+    st = lwc_workspace(s, 8 * cells + 4 * e, &dev);
+    if (st != LW_OK) return st;
+    // the CPU's expression, so that each column's float is the CPU's
+    const double per = (double)scale * (double)coef * (double)e / ((double)n * (double)n * k);
+    cudaStream_t cs = lwc_cuda_stream(s);
+    cudaError_t err = moe_aux_stats(cs, NULL, experts, n, e, k, (long long *)dev, NULL);
+    if (err == cudaSuccess)
+        err = moe_aux_grad(cs, dprobs, (const long long *)dev, n, e, per,
+                           (float *)((long long *)dev + cells));
+    return lwc_launched(s, err, "the aux loss backward kernels");
 }

@@ -1,9 +1,10 @@
 /* muon_tp.c: the CUDA entries behind Muon's tensor-parallel modes (core optim/muon_tp.c): the
  * 2-D copy that moves TP shards and QKV blocks between a matrix and its pieces, and
  * Newton-Schulz in halves around the all-reduce of the Gram matrix (the distributed mode), as
- * fp32 GEMMs on cuBLAS. The whole-matrix Newton-Schulz of the other modes is muon.c's.
+ * fp32 GEMMs on cuBLAS. The whole-matrix Newton-Schulz of the other modes is muon.cu's. No kernel
+ * of its own (a copy and cuBLAS calls), so C.
  *
- * Layout, as muon.c: a row-major p x q X is, to cuBLAS (column-major), Z = X^T (q x p, ld q);
+ * Layout, as muon.cu: a row-major p x q X is, to cuBLAS (column-major), Z = X^T (q x p, ld q);
  * a transposed one (X^T stored row-major, q x p) is X itself (p x q, ld p). */
 #include "cuda/cuda.h"
 

@@ -113,7 +113,9 @@ lw_status lwopt_device_open(const lwi_device_host *h, int32_t index, const lwi_d
 lw_status lwopt_device_open(const lwi_device_host *h, int32_t index, const lwi_device_ops **ops,
                             void **impl) {
     host = h;
-    if (h->abi != LWI_DEVICE_ABI) return h->fail(LW_ERR_UNSUPPORTED, "fake: ABI %d", h->abi);
+    if (h->abi != LWI_DEVICE_ABI || h->ops_bytes != (int32_t)sizeof(lwi_device_ops))
+        return h->fail(LW_ERR_UNSUPPORTED, "fake: ABI %d, a table of %d bytes", h->abi,
+                       (int)h->ops_bytes);
     if (index > 0) return h->fail(LW_ERR_UNSUPPORTED, "fake: there is no GPU %d", index);
     *ops = &fake_ops;
     *impl = NULL;

@@ -1,8 +1,10 @@
 /* device.h: the device table, the one seam between the core and the hardware. The core above
  * (buffers, optimizer, the public kernels) calls devices only through it; device/cpu/ fills it
  * with the reference implementations, the CUDA library (src/cuda/) fills the same table and is
- * loaded by device/loader.c. Not public API, but the CUDA library's contract: an entry added
- * here is appended, and LWI_DEVICE_ABI goes up when the table or the host struct changes. The
+ * loaded by device/loader.c. Not public API, but the CUDA library's contract: a library opens
+ * only for a core of its LWI_DEVICE_ABI and its table's size (lwi_device_host), so an entry
+ * added here or to the kernel list needs no new version; LWI_DEVICE_ABI goes up when an entry's
+ * parameters or meaning, or the host struct, change. The
  * communicator's structs (comm/comm.h: lw_comm, lw_request, lwi_comm_backend) are part of the
  * same contract, since the CUDA library's NCCL backend fills a backend and reads them. */
 #ifndef LW_DEVICE_H
@@ -11,7 +13,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 13 /* the current version; what each one changed: docs/architecture.md */
+#define LWI_DEVICE_ABI 14 /* the current version; what each one changed: docs/architecture.md */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -127,7 +129,8 @@ struct lw_event {
  * is dlopened by liblwopt.so and links neither the core's internal symbols nor the core itself;
  * the communicator lends its calls with comm_new). */
 typedef struct lwi_device_host {
-    int32_t abi; /* LWI_DEVICE_ABI */
+    int32_t abi;       /* LWI_DEVICE_ABI */
+    int32_t ops_bytes; /* sizeof(lwi_device_ops): a kernel added to the list changes it */
     lw_status (*fail)(lw_status status, const char *fmt, ...);
 } lwi_device_host;
 

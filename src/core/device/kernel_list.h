@@ -20,7 +20,8 @@
 #ifndef LW_DEVICE_KERNEL_LIST_H
 #define LW_DEVICE_KERNEL_LIST_H
 
-/* The kernels with a public dispatcher of the same name and parameters: lw_<name> in lw.h. */
+/* The kernels with a public dispatcher of the same name and parameters: lw_<name>, declared in
+ * the layer headers (lw_optim_kernels.h, lw_model_kernels.h). */
 #define LWI_PUBLIC_KERNELS(X)                                                                      \
     X(vec_norm_stats, (lw_stream * s, const float *x, int64_t n, double *acc), (s, x, n, acc),     \
       LW_OK)                                                                                       \

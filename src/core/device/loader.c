@@ -69,7 +69,8 @@ lw_status lwi_cuda_open(int32_t index, const lwi_device_ops **ops, void **impl) 
                         "built from src/cuda/ on a machine with the CUDA toolkit, or set "
                         "LWOPT_CUDA_LIB to its path",
                         LIBRARY, why);
-    static const lwi_device_host host = {.abi = LWI_DEVICE_ABI, .fail = lwi_fail};
+    static const lwi_device_host host = {
+        .abi = LWI_DEVICE_ABI, .ops_bytes = (int32_t)sizeof(lwi_device_ops), .fail = lwi_fail};
     lw_status st = entry(&host, index, ops, impl);
     if (st == LW_OK && (*ops == NULL || (*ops)->alloc == NULL))
         return lwi_fail(LW_ERR_UNSUPPORTED, "device: %s gave no device table", LIBRARY);

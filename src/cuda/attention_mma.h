@@ -1,0 +1,30 @@
+// attention_mma.h: the launchers of the tensor-core attention kernels (attention_mma.cu), for
+// attention.cu's entries, which choose between them and the fp32 kernels: the same contract on
+// tensor cores (mma.sync, bf16 operands rounded from an fp32 qkv as they are staged or read from
+// a bf16 one as they are, fp32 sums, an fp32 or bf16 out), head dims 64 and 128, 16-byte aligned
+// tensors (float4 loads, float2 stores), compute capability 8.0 or later. C++ linkage: a
+// declaration that drifted from its definition would not link. nvcc only.
+#ifndef LWC_ATTENTION_MMA_H
+#define LWC_ATTENTION_MMA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// Whether the kernels serve head dim hd.
+bool lwc_flash_mma_serves(int64_t hd);
+// Dynamic shared memory per block (the larger of the backward's two kernels), 0 for a head dim
+// they do not serve: the caller checks it against the device's opt-in maximum.
+size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward);
+// Blocks of each kernel's one-dimensional grid: the caller keeps it within INT_MAX.
+int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh);
+// out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c]; each returns the launch's error.
+cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
+                                  const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
+                                  int64_t nh);
+// dqkv[b, t, 3c] += the backward, from dd (attention.cu's rowsum(dout * out), queued before).
+cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
+                                   const float *dd, const float *dout, const void *qkv,
+                                   bool qkv_bf16, const float *lse, int64_t b, int64_t t, int64_t c,
+                                   int64_t nh);
+
+#endif
