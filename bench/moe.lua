@@ -186,7 +186,7 @@ for _, cfg in ipairs(configs) do
          predicted = lw.stepmodel.predict(l, { tokens = preset.batch * seq, topk = K,
             machine = "this-machine", attention = attention })
          for _, b in ipairs(l.buffers) do
-            if b.key.expert and b.key.muon then
+            if b.key.expert and b.key.whole then
                numel = numel + b.numel
                for _, bucket in ipairs(b.buckets) do real = real + bucket.numel_unpadded end
             end

@@ -50,7 +50,7 @@ if arg[1] == "--scale" then
             local r_ring = lw.stepmodel.predict(l, { tokens = 8192, model = flops, machine = ring })
             local s, buckets = l:stats(), 0
             for _, b in ipairs(l.buffers) do
-               if b.key.muon then buckets = buckets + #b.buckets end
+               if b.key.whole then buckets = buckets + #b.buckets end
             end
             print(("| %s | %d | %s | %d | %.1f%% | %.0f | %.2f | %.0f | %.1f | %.0f | %.0f |")
                :format(m[1], dp, algorithm, buckets, 100 * s.muon_overhead, r.wire_bytes / 1e6,

@@ -509,4 +509,37 @@ describe("lw.checkpoint", function()
             cut:gsub("%p", "%%%0")), err)
       end)
    end)
+
+   it("loads a checkpoint written before the optimizer rules were a table: every state part "
+      .. "and parameter as its files hold them", function()
+      local path = "spec/fixtures/checkpoint_v2/step-000000001" -- written by make.lua there
+      local _, ddp, opt = setup()
+      local m = lw.checkpoint.load(path, { ddp = ddp, opt = opt })
+      assert.equal(1, m.step)
+      local safetensors, C = require("lwopt.safetensors"), require("lwopt.C")
+      local function same(st, key, ptr, n)
+         local view = safetensors.find(st, key)
+         assert.is_not_nil(view, key)
+         assert.equal(4 * n, tonumber(view.bytes), key)
+         assert.is_true(ffi.string(view.data, 4 * n) == ffi.string(ptr, 4 * n), key)
+      end
+      local model_st = safetensors.open(path .. "/model.safetensors", "test")
+      for _, s in ipairs(ddp.specs) do
+         local t = ddp:param(s.name)
+         same(model_st, s.name, t.data, t.numel)
+      end
+      local st = safetensors.open(path .. "/optim-r00000.safetensors", "test")
+      local entry, seen = ffi.new("lw_state_entry"), { adamw = 0, muon = 0 }
+      for k = 0, C.lib.lw_optimizer_state_count(opt._c) - 1 do
+         C.check(C.lib.lw_optimizer_state(opt._c, k, entry), "test")
+         local name = ddp.specs[entry.param + 1].name
+         local kind = lw.optim.kinds[C.name("optimizer_kind", entry.optimizer)]
+         assert.equal(#kind.parts, entry.n_parts)
+         for i, part in ipairs(kind.parts) do
+            same(st, part .. "/" .. name, entry.parts[i - 1], tonumber(entry.count))
+         end
+         seen[kind.name] = seen[kind.name] + 1
+      end
+      assert.same({ adamw = 5, muon = 4 }, seen)
+   end)
 end)

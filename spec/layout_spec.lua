@@ -31,12 +31,13 @@ describe("lw.layout.compute", function()
       local l = lw.layout.compute(lw.arch.gpt(gpt124), { dp = 8 })
       assert.equal(2, #l.buffers)
       local adamw, muon = l.buffers[1], l.buffers[2]
-      assert.same({ "f32", "f32", false, false }, { adamw.key[1], adamw.key[2], adamw.key[3],
-         adamw.key[4] })
+      assert.same({ "f32", "f32", false, "adamw", false }, { adamw.key[1], adamw.key[2],
+         adamw.key[3], adamw.key[4], adamw.key[5] })
       assert.equal("f32", muon.key.param_dtype)
       assert.equal("f32", muon.key.grad_dtype)
       assert.is_false(muon.key.expert)
-      assert.is_true(muon.key.muon)
+      assert.is_true(muon.key.whole)
+      assert.equal("muon", muon.key.optimizer)
       assert.equal("cost", muon.algorithm)
       assert.equal("distopt", adamw.algorithm)
       assert.equal(8, muon.dp)
@@ -96,8 +97,8 @@ describe("lw.layout.compute", function()
 
    it("routes specs without an optimizer with the default rules", function()
       local l = lw.layout.compute({ mat("w", 64, 64), { name = "g", shape = { 64 }, role = "norm" } })
-      assert.is_true(l.buffers[l:place("w").buffer].key.muon)
-      assert.is_false(l.buffers[l:place("g").buffer].key.muon)
+      assert.is_true(l.buffers[l:place("w").buffer].key.whole)
+      assert.is_false(l.buffers[l:place("g").buffer].key.whole)
    end)
 
    it("honours adamw_layout = aligned by owning AdamW parameters whole", function()
@@ -292,7 +293,8 @@ describe("lw.layout.compute on bad input", function()
 
    it("refuses a shared embedding on Muon", function()
       fails("lw.layout.compute: layout: parameter 'e' is a shared embedding and cannot be "
-         .. "managed by Muon", { mat("e", 8, 8, { shared_embedding = true, optimizer = "muon" }) })
+         .. "updated by muon, which updates whole matrices",
+         { mat("e", 8, 8, { shared_embedding = true, optimizer = "muon" }) })
    end)
 
    it("errors on an unknown parameter name in place", function()

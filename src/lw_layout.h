@@ -14,6 +14,30 @@ extern "C" {
 
 /* LW_CDEF_BEGIN */
 
+/* ---- optimizer rules ----------------------------------------------------------------------- */
+
+/* Which rule updates a parameter. Append-only: a value keeps its number and its name; files
+ * store the name (lw_optimizer_kind_name), never the number. The list of rules, their state
+ * parts and whether they update whole matrices: docs/algorithms.md. */
+typedef enum lw_optimizer_kind {
+    LW_OPTIMIZER_ADAMW = 0, /* element-wise: Adam with decoupled weight decay */
+    LW_OPTIMIZER_MUON = 1   /* whole matrices: momentum orthogonalised by Newton-Schulz */
+} lw_optimizer_kind;
+
+/* "adamw", "muon" (names as lw_dtype_name); NULL for a value no rule has. */
+const char *lw_optimizer_kind_name(lw_optimizer_kind kind);
+lw_status lw_optimizer_kind_from_name(const char *name, lw_optimizer_kind *out);
+/* How many rules there are: the kinds are 0 .. count - 1. */
+int32_t lw_optimizer_kind_count(void);
+/* Whether the rule updates whole matrices (their owner needs all of one: a shard-aligned
+ * layout, or row-sharding's gather), rather than element by element. False for no rule. */
+bool lw_optimizer_kind_whole(lw_optimizer_kind kind);
+/* How many named parts its state has per parameter, and part i's name ("m", "v"; NULL out of
+ * range): a checkpoint stores "<part>/<param>". Each part holds as many floats as the elements
+ * the rank updates. */
+int32_t lw_optimizer_kind_parts(lw_optimizer_kind kind);
+const char *lw_optimizer_kind_part(lw_optimizer_kind kind, int32_t part);
+
 /* ---- parameter specs ----------------------------------------------------------------------- */
 
 /* One model parameter, as the layout engine sees it. */
@@ -24,9 +48,9 @@ typedef struct lw_param_spec {
     lw_dtype dtype;        /* parameter dtype */
     lw_dtype grad_dtype;   /* gradient dtype */
     bool expert;           /* sharded over the expert data-parallel group */
-    bool shared_embedding; /* one tensor used as input embedding and LM head: never Muon,
-                              isolated in its own bucket */
-    bool muon;             /* managed by Muon (routed); false = AdamW */
+    bool shared_embedding; /* one tensor used as input embedding and LM head: never a
+                              whole-matrix rule's, isolated in its own bucket */
+    lw_optimizer_kind optimizer; /* the rule that updates it (routed); 0: AdamW */
     int32_t tp_dim;        /* the dimension a TP shard splits: 0 column-, 1 row-parallel */
     int32_t tp_blocks;     /* >= 1: a TP shard of that many blocks (3 for a fused [Q; K; V]);
                               0: replicated over TP, tp_dim ignored */
@@ -72,12 +96,13 @@ lw_layout_options lw_layout_defaults(void);
 
 typedef struct lw_layout lw_layout;
 
-/* A buffer: the params of one (dtype, grad dtype, expert, muon) key, in one flat array. */
+/* A buffer: the params of one (dtype, grad dtype, expert, optimizer) key, in one flat array. */
 typedef struct lw_buffer_info {
     lw_dtype param_dtype;
     lw_dtype grad_dtype;
     bool expert;
-    bool muon;
+    lw_optimizer_kind optimizer;
+    bool whole; /* its rule updates whole matrices (lw_optimizer_kind_whole) */
     lw_algorithm algorithm;
     int32_t dp;    /* size of the group that shards it */
     int64_t numel; /* elements, padding included */
@@ -105,15 +130,16 @@ typedef struct lw_param_place {
                       (distopt: split across ranks) or unsharded (default: every rank) */
 } lw_param_place;
 
-/* Whole-model statistics; the per-rank figures (owned numel, Newton-Schulz cost) cover Muon
- * buffers over max(dp, expert_dp) ranks, with the costs docs/c_api.md defines. */
+/* Whole-model statistics; the per-rank figures (owned numel, Newton-Schulz cost) cover the
+ * whole-matrix rules' buffers over max(dp, expert_dp) ranks, with the costs docs/c_api.md
+ * defines. */
 typedef struct lw_layout_stats {
     int32_t params;       /* number of parameters */
     int64_t numel;        /* sum of real parameter sizes */
     int64_t buffer_numel; /* sum of buffer sizes, padding included */
     int64_t padding;      /* buffer_numel - numel */
     double overhead;      /* padding / numel */
-    int64_t muon_numel;   /* the same, for Muon buffers only */
+    int64_t muon_numel;   /* the same, for the buffers of whole-matrix rules (Muon's) only */
     int64_t muon_buffer_numel;
     double muon_overhead;
     double numel_imbalance; /* max over ranks / mean over ranks; 1 when nothing is owned */

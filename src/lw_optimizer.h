@@ -203,8 +203,8 @@ typedef struct lw_step_result {
     int64_t step;     /* updates applied so far */
     double seconds_grad_sync;  /* waiting for gradient syncs */
     double seconds_norm;       /* norm, zeros and their all-reduce */
-    double seconds_muon;       /* Muon updates of the owned matrices */
-    double seconds_adamw;      /* AdamW updates of the owned elements */
+    double seconds_muon;       /* the whole-matrix rules' (Muon's) updates of owned matrices */
+    double seconds_adamw;      /* the element-wise rules' (AdamW's) updates of owned elements */
     double seconds_param_sync; /* starting (or, without overlap, doing) the parameter sync */
     double seconds_muon_comm;  /* of seconds_muon: row-sharded Muon's all-gathers of updates
                                   and the TP modes' collectives */
@@ -222,21 +222,22 @@ lw_status lw_optimizer_set_group(lw_optimizer *opt, int32_t param, int32_t group
  * step). */
 lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr,
                                    float weight_decay);
-/* One step: gradient sync, global norm, skip on a non-finite norm, clip, Muon and AdamW on
- * what this rank owns, then the parameter sync started. */
+/* One step: gradient sync, global norm, skip on a non-finite norm, clip, each parameter's rule
+ * (lw_param_spec.optimizer) on what this rank owns, then the parameter sync started. */
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out);
 
-/* The optimizer state of one parameter this rank updates, for checkpoints: Muon's momentum of
- * the whole matrix, or AdamW's m and v of [start, start + count); with bf16 parameters also the
- * fp32 master copy. The arrays are [borrowed] and writable: a checkpoint loads into them. */
+/* The optimizer state of one parameter this rank updates, for checkpoints: its rule's named
+ * parts over [start, start + count) of the parameter (the whole matrix for a whole-matrix
+ * rule; Muon: "m", the momentum; AdamW: "m" and "v"); with bf16 parameters also the fp32
+ * master copy. The arrays are [borrowed] and writable: a checkpoint loads into them. */
 typedef struct lw_state_entry {
     int32_t param;
-    bool muon;
+    lw_optimizer_kind optimizer;
     int64_t start;
-    int64_t count; /* numel for Muon */
-    float *m;      /* Muon momentum, or AdamW first moment */
-    float *v;      /* AdamW second moment; NULL for Muon */
-    float *master; /* fp32 master weights (bf16 parameters); NULL for fp32 parameters */
+    int64_t count;   /* elements: numel for a whole-matrix rule */
+    int32_t n_parts; /* lw_optimizer_kind_parts(optimizer) */
+    float *parts[4]; /* count floats each, part i named lw_optimizer_kind_part(optimizer, i) */
+    float *master;   /* fp32 master weights (bf16 parameters); NULL for fp32 parameters */
 } lw_state_entry;
 
 int32_t lw_optimizer_state_count(const lw_optimizer *opt);

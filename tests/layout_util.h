@@ -11,7 +11,7 @@ static inline lw_param_spec mat(const char *name, int64_t rows, int64_t cols, bo
     s.ndim = 2;
     s.shape[0] = rows;
     s.shape[1] = cols;
-    s.muon = muon;
+    s.optimizer = muon ? LW_OPTIMIZER_MUON : LW_OPTIMIZER_ADAMW;
     return s;
 }
 

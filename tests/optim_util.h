@@ -62,7 +62,7 @@ static inline void rig_free(rig *r) {
 /* Two hyper-parameter groups: Muon's parameters in group 0, the rest (AdamW's) in group 1. */
 static inline void rig_groups(rig *r, const float lr[2], const float wd[2]) {
     for (int p = 0; p < r->n; p++)
-        CHECK_OK(lw_optimizer_set_group(r->opt, p, r->specs[p].muon ? 0 : 1));
+        CHECK_OK(lw_optimizer_set_group(r->opt, p, r->specs[p].optimizer == LW_OPTIMIZER_MUON ? 0 : 1));
     for (int grp = 0; grp < 2; grp++)
         CHECK_OK(lw_optimizer_set_hparams(r->opt, grp, lr[grp], wd[grp]));
 }

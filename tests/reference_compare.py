@@ -291,7 +291,7 @@ def from_lwopt(doc):
                     places[p["name"] + "  (listed twice)"] = places[p["name"]]
                 places[p["name"]] = {"buffer": bi, "bucket": ki, "start": p["start"],
                                      "stop": p["stop"], "owner": p.get("owner")}
-        buffers.append({"key": (k["param_dtype"], k["grad_dtype"], k["expert"], k["muon"]),
+        buffers.append({"key": (k["param_dtype"], k["grad_dtype"], k["expert"], k["whole"]),
                         "algorithm": b["algorithm"], "dp": b["dp"], "numel": b["numel"],
                         "buckets": buckets})
     return {"buffers": buffers, "params": places}

@@ -16,7 +16,7 @@
 int main(void) {
     /* Two parameters: a 16 x 16 matrix that Muon updates and a 16-vector for AdamW. */
     const lw_param_spec specs[2] = {
-        {.name = "w", .ndim = 2, .shape = {16, 16}, .muon = true},
+        {.name = "w", .ndim = 2, .shape = {16, 16}, .optimizer = LW_OPTIMIZER_MUON},
         {.name = "b", .ndim = 1, .shape = {16}},
     };
     lw_layout *layout = NULL;

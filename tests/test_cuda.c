@@ -257,10 +257,10 @@ static void run_steps(lw_device *d, lw_comm *comm, const run_options *ro, run_re
         CHECK_OK(lw_optimizer_state(r.opt, k, &e));
         out->state_count[k] = e.count;
         out->state_m[k] = calloc((size_t)e.count + 1, 4);
-        to_host(d, out->state_m[k], e.m, e.count);
-        if (e.v != NULL) {
+        to_host(d, out->state_m[k], e.parts[0], e.count);
+        if (e.n_parts > 1) {
             out->state_v[k] = calloc((size_t)e.count + 1, 4);
-            to_host(d, out->state_v[k], e.v, e.count);
+            to_host(d, out->state_v[k], e.parts[1], e.count);
         }
     }
     out->ok = true;

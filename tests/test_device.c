@@ -158,7 +158,7 @@ static void test_fake_library(void) {
     CHECK_FAILS(lw_event_record(e, NULL), LW_ERR_INVALID, "cannot be recorded on cpu");
     /* buffers of device memory need a communicator that moves it (NCCL) */
     lw_param_spec spec = {.name = "w", .ndim = 2, .shape = {4, 4, 0, 0}, .dtype = LW_DTYPE_F32,
-                          .grad_dtype = LW_DTYPE_F32, .muon = true};
+                          .grad_dtype = LW_DTYPE_F32, .optimizer = LW_OPTIMIZER_MUON};
     lw_layout *l = NULL;
     lw_comm *c = NULL;
     lw_buffers *bs = NULL;

@@ -272,7 +272,7 @@ static void test_expert_buffer_uses_expert_dp(void) {
     CHECK_OK(lw_layout_check(l));
     lw_buffer_info b;
     CHECK_OK(lw_layout_buffer(l, 1, &b));
-    CHECK(b.expert && b.muon);
+    CHECK(b.expert && b.optimizer == LW_OPTIMIZER_MUON && b.whole);
     CHECK_EQ(b.dp, 2);
     EXPECT_PLACE(l, "e1", 1, 0, 0, 0);
     EXPECT_PLACE(l, "e0", 1, 0, 4096, 1);

@@ -106,7 +106,8 @@ int main(void) {
     expect_violation(l, "gap");
 
     l = fresh(LW_ALGORITHM_COST);
-    l->params[0].muon = false;
+    l->params[0].optimizer = LW_OPTIMIZER_ADAMW;
+    l->params[0].whole = false;
     expect_violation(l, "does not have the buffer's key");
 
     {
@@ -126,7 +127,7 @@ int main(void) {
     l = fresh(LW_ALGORITHM_PACKED);
     {
         lwi_buffer *buf = &l->buffers[0]; /* w0 comes first: the Muon buffer */
-        CHECK(buf->muon && buf->algorithm == LW_ALGORITHM_PACKED);
+        CHECK(buf->whole && buf->algorithm == LW_ALGORITHM_PACKED);
         lwi_param *p = &l->params[buf->placed[buf->buckets[0].first]];
         p->owner = (p->owner + 1) % 2;
     }

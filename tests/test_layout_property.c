@@ -62,8 +62,8 @@ static void make_case(random_case *c) {
             numel *= s->shape[d];
         total += numel;
         s->expert = chance(15);
-        s->muon = chance(60);
-        s->shared_embedding = !s->muon && chance(8);
+        s->optimizer = chance(60) ? LW_OPTIMIZER_MUON : LW_OPTIMIZER_ADAMW;
+        s->shared_embedding = s->optimizer != LW_OPTIMIZER_MUON && chance(8);
         s->dtype = chance(90) ? LW_DTYPE_F32 : (lw_dtype)uniform(1, 2);
         s->grad_dtype = chance(95) ? LW_DTYPE_F32 : LW_DTYPE_BF16;
     }
@@ -93,7 +93,7 @@ static int check_shards(const lw_layout *l) {
     for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
         lw_buffer_info bi;
         CHECK_OK(lw_layout_buffer(l, b, &bi));
-        muon_buffers += bi.muon;
+        muon_buffers += bi.whole;
         const bool unsharded = bi.algorithm == LW_ALGORITHM_DEFAULT ||
                                bi.algorithm == LW_ALGORITHM_LEGACY;
         for (int32_t k = 0; k < bi.n_buckets; k++) {
@@ -192,7 +192,7 @@ static void zero_padding_case(void) {
         s[i].ndim = 2;
         s[i].shape[0] = rows;
         s[i].shape[1] = 64;
-        s[i].muon = true;
+        s[i].optimizer = LW_OPTIMIZER_MUON;
     }
     static const lw_algorithm algs[] = {LW_ALGORITHM_COST, LW_ALGORITHM_LPT,
                                         LW_ALGORITHM_SIZE_MATCHING, LW_ALGORITHM_PACKED};

@@ -143,13 +143,13 @@ static void test_grouping(void) {
     CHECK_EQ(lw_layout_num_buffers(l), 5);
     lw_buffer_info b;
     CHECK_OK(lw_layout_buffer(l, 0, &b));
-    CHECK(b.muon && !b.expert && b.param_dtype == LW_DTYPE_F32);
+    CHECK(b.optimizer == LW_OPTIMIZER_MUON && !b.expert && b.param_dtype == LW_DTYPE_F32);
     CHECK_OK(lw_layout_buffer(l, 2, &b));
-    CHECK(b.muon && b.param_dtype == LW_DTYPE_BF16);
+    CHECK(b.optimizer == LW_OPTIMIZER_MUON && b.param_dtype == LW_DTYPE_BF16);
     CHECK_OK(lw_layout_buffer(l, 3, &b));
     CHECK(b.expert);
     CHECK_OK(lw_layout_buffer(l, 4, &b));
-    CHECK(!b.muon && b.grad_dtype == LW_DTYPE_BF16);
+    CHECK(b.optimizer == LW_OPTIMIZER_ADAMW && !b.whole && b.grad_dtype == LW_DTYPE_BF16);
     EXPECT_PLACE(l, "e", 4, 0, 0, -1);
     CHECK_FAILS(lw_layout_buffer(l, 5, &b), LW_ERR_RANGE, "buffer index 5");
     lw_layout_free(l);
@@ -212,7 +212,11 @@ static void test_bad_input(void) {
     memcpy(bad, ok, sizeof ok);
     bad[0].shared_embedding = true;
     CHECK_FAILS(try_layout(bad, 2, o), LW_ERR_INVALID,
-                "'a' is a shared embedding and cannot be managed by Muon");
+                "'a' is a shared embedding and cannot be updated by muon, which updates whole "
+                "matrices");
+    memcpy(bad, ok, sizeof ok);
+    bad[1].optimizer = (lw_optimizer_kind)99;
+    CHECK_FAILS(try_layout(bad, 2, o), LW_ERR_INVALID, "'b' has unknown optimizer rule 99");
     memcpy(bad, ok, sizeof ok);
     bad[0].shape[0] = INT64_C(1) << 40;
     bad[0].shape[1] = INT64_C(1) << 20;

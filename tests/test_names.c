@@ -35,6 +35,33 @@ static void test_every_name(void) {
     CHECK(strcmp(buf, "duplicated distributed blockwise") == 0);
     NAMES_OF(lw_path_kind_name, buf);
     CHECK(strcmp(buf, "missing file dir other link") == 0);
+    NAMES_OF(lw_optimizer_kind_name, buf);
+    CHECK(strcmp(buf, "adamw muon") == 0);
+}
+
+/* The optimizer rules: as many as names, which of them update whole matrices, their state's
+ * part names (what checkpoints store, so fixed once written), nothing past the last. */
+static void test_optimizer_kinds(void) {
+    CHECK_EQ(lw_optimizer_kind_count(), 2);
+    CHECK(lw_optimizer_kind_name((lw_optimizer_kind)lw_optimizer_kind_count()) == NULL);
+    CHECK(lw_optimizer_kind_whole(LW_OPTIMIZER_MUON));
+    CHECK(!lw_optimizer_kind_whole(LW_OPTIMIZER_ADAMW));
+    CHECK(!lw_optimizer_kind_whole((lw_optimizer_kind)-1));
+    CHECK(!lw_optimizer_kind_whole((lw_optimizer_kind)lw_optimizer_kind_count()));
+    CHECK_EQ(lw_optimizer_kind_parts(LW_OPTIMIZER_ADAMW), 2);
+    CHECK(strcmp(lw_optimizer_kind_part(LW_OPTIMIZER_ADAMW, 0), "m") == 0);
+    CHECK(strcmp(lw_optimizer_kind_part(LW_OPTIMIZER_ADAMW, 1), "v") == 0);
+    CHECK(lw_optimizer_kind_part(LW_OPTIMIZER_ADAMW, 2) == NULL);
+    CHECK_EQ(lw_optimizer_kind_parts(LW_OPTIMIZER_MUON), 1);
+    CHECK(strcmp(lw_optimizer_kind_part(LW_OPTIMIZER_MUON, 0), "m") == 0);
+    CHECK(lw_optimizer_kind_part(LW_OPTIMIZER_MUON, -1) == NULL);
+    CHECK_EQ(lw_optimizer_kind_parts((lw_optimizer_kind)99), 0);
+    CHECK(lw_optimizer_kind_part((lw_optimizer_kind)99, 0) == NULL);
+    lw_optimizer_kind k = LW_OPTIMIZER_ADAMW;
+    CHECK_OK(lw_optimizer_kind_from_name("muon", &k));
+    CHECK_EQ(k, LW_OPTIMIZER_MUON);
+    CHECK_FAILS(lw_optimizer_kind_from_name("sgd", &k), LW_ERR_INVALID,
+                "unknown optimizer rule 'sgd' (one of adamw, muon)");
 }
 
 static void test_names_match_the_enums(void) {
@@ -131,5 +158,6 @@ int main(void) {
     test_names_match_the_enums();
     test_from_name();
     test_unknown_names();
+    test_optimizer_kinds();
     return check_exit("test_names");
 }

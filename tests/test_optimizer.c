@@ -95,8 +95,8 @@ static void reference(const lw_param_spec *sp, int n, const variant *v, int size
             scale = (float)(v->clip / (norms[step] + 1e-6));
         t++;
         for (int p = 0; p < n; p++) {
-            int grp = sp[p].muon ? 0 : 1;
-            if (sp[p].muon)
+            int grp = sp[p].optimizer == LW_OPTIMIZER_MUON ? 0 : 1;
+            if (sp[p].optimizer == LW_OPTIMIZER_MUON)
                 CHECK_OK(lw_muon_update(muon, NULL, w[p], g[p], state[p], sp[p].shape[0],
                                         sp[p].shape[1], LR[grp], WD[grp], scale));
             else
@@ -279,11 +279,11 @@ static void test_errors(lw_comm *c) {
     lo = lw_layout_defaults();
     lo.dp = size;
 
-    /* Muon needs whole matrices: an element-wise Muon buffer is refused */
+    /* routed to muon, which updates whole matrices, but lies in an element-wise (distopt) buffer: an element-wise Muon buffer is refused */
     lo.algorithm = LW_ALGORITHM_DISTOPT;
     CHECK_OK(lw_layout_new(specs, N_SPECS, &lo, &l));
     CHECK_OK(lw_buffers_new(l, c, NULL, NULL, &bs));
-    CHECK_FAILS(lw_optimizer_new(bs, NULL, &opt), LW_ERR_UNSUPPORTED, "Muon needs whole matrices");
+    CHECK_FAILS(lw_optimizer_new(bs, NULL, &opt), LW_ERR_UNSUPPORTED, "routed to muon, which updates whole matrices, but lies in an element-wise (distopt) buffer");
     lw_buffers_free(bs);
     lw_layout_free(l);
 }

@@ -126,7 +126,7 @@ static double batched_step(lw_comm *dc, lw_ns_precision precision, int64_t rows,
         snprintf(names[i], 16, "m%d", i);
         specs[i] = (lw_param_spec){.name = names[i], .ndim = 2, .shape = {rows, cols, 0, 0},
                                    .dtype = LW_DTYPE_F32, .grad_dtype = LW_DTYPE_F32,
-                                   .muon = true};
+                                   .optimizer = LW_OPTIMIZER_MUON};
     }
     lw_layout *l = NULL;
     lw_buffers *bs = NULL;

@@ -24,7 +24,7 @@ static void add(spec_list *l, const char *name, int64_t rows, int64_t cols, bool
     s->ndim = cols > 0 ? 2 : 1;
     s->shape[0] = rows;
     s->shape[1] = cols;
-    s->muon = muon;
+    s->optimizer = muon ? LW_OPTIMIZER_MUON : LW_OPTIMIZER_ADAMW;
 }
 
 /* GPT-2 1.5B's parameters: matrices of the blocks to Muon, embeddings and vectors to AdamW. */
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < all.n; p++) {
         const lw_param_spec *s = &all.specs[p];
         total += numel(s);
-        if (s->muon) {
+        if (s->optimizer == LW_OPTIMIZER_MUON) {
             lw_param_place place;
             bench_check(lw_layout_place(full, p, &place), "lw_layout_place");
             if (place.owner != 0) continue;

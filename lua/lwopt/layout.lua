@@ -7,6 +7,7 @@ local route = require("lwopt.route")
 local json = require("lwopt.json")
 local errors = require("lwopt.errors")
 local options = require("lwopt.options")
+local kinds = require("lwopt.optim_kinds")
 
 local lib = C.lib
 local layout = {}
@@ -159,9 +160,7 @@ local function c_specs(specs)
       local name = s.name
       if type(name) ~= "string" then fail("spec %d has no string name", i) end
       if type(s.shape) ~= "table" then fail("parameter '%s' has no shape table", name) end
-      if s.optimizer ~= "muon" and s.optimizer ~= "adamw" then
-         fail("parameter '%s' has optimizer '%s' (muon or adamw)", name, tostring(s.optimizer))
-      end
+      local kind = kinds.get(s.optimizer, WHERE, ("parameter '%s': optimizer"):format(name))
       local cs = c[i - 1]
       cs.name = name -- the Lua string stays alive in specs for the duration of the call
       cs.ndim = #s.shape
@@ -178,7 +177,7 @@ local function c_specs(specs)
          or fail("parameter '%s' has unknown grad_dtype '%s'", name, grad_dtype)
       cs.expert = s.expert == true
       cs.shared_embedding = s.shared_embedding == true
-      cs.muon = s.optimizer == "muon"
+      cs.optimizer = kind.value
       tp_fields(cs, s)
    end
    return c, n
@@ -194,7 +193,7 @@ local function record(names, values)
    return t
 end
 
-local KEY = { "param_dtype", "grad_dtype", "expert", "muon" }
+local KEY = { "param_dtype", "grad_dtype", "expert", "optimizer", "whole" }
 local BUCKET = { "start", "stop", "shard_size", "numel_unpadded" }
 
 local shard_start, shard_count = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
@@ -225,7 +224,8 @@ local function read(self, specs)
       C.check(lib.lw_layout_buffer(c, b, buffer_info), WHERE)
       local buffer = {
          key = record(KEY, { C.name("dtype", buffer_info.param_dtype),
-            C.name("dtype", buffer_info.grad_dtype), buffer_info.expert, buffer_info.muon }),
+            C.name("dtype", buffer_info.grad_dtype), buffer_info.expert,
+            C.name("optimizer_kind", buffer_info.optimizer), buffer_info.whole }),
          algorithm = C.name("algorithm", buffer_info.algorithm),
          dp = buffer_info.dp,
          numel = tonumber(buffer_info.numel),
@@ -359,7 +359,7 @@ function Layout:json(indent)
       buffers[b] = json.object({
          key = json.object({ param_dtype = buffer.key.param_dtype,
             grad_dtype = buffer.key.grad_dtype, expert = buffer.key.expert,
-            muon = buffer.key.muon }),
+            optimizer = buffer.key.optimizer, whole = buffer.key.whole }),
          algorithm = buffer.algorithm, dp = buffer.dp, numel = buffer.numel,
          buckets = json.array(buckets),
       })

@@ -129,7 +129,7 @@ function show.show(self, opts)
       local real = 0
       for _, bucket in ipairs(buffer.buckets) do real = real + bucket.numel_unpadded end
       lines[#lines + 1] = string.format("buffer %d  %s%s  %s/%s  %s  dp %d  %s elements "
-         .. "(real %s, padding %s)  %d bucket%s", b, buffer.key.muon and "muon" or "adamw",
+         .. "(real %s, padding %s)  %d bucket%s", b, buffer.key.optimizer,
          buffer.key.expert and " expert" or "", buffer.key.param_dtype, buffer.key.grad_dtype,
          buffer.algorithm, buffer.dp, commas(buffer.numel), commas(real),
          percent((buffer.numel - real) / buffer.numel), #buffer.buckets,

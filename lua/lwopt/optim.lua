@@ -9,9 +9,13 @@ local C = require("lwopt.C")
 local comm_mod = require("lwopt.comm")
 local errors = require("lwopt.errors")
 local options = require("lwopt.options")
+local kinds = require("lwopt.optim_kinds")
 
 local lib = C.lib
 local optim = {}
+
+-- The optimizer rules the library has, by name and in order (lwopt/optim_kinds.lua).
+optim.kinds = kinds
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -173,18 +177,15 @@ local function adamw_decays(spec)
    return #spec.shape == 2 and spec.role ~= "embedding" and not spec.shared_embedding
 end
 
-local function group_of(spec, o, m, a)
-   local rule = spec.opts or {}
-   local lr, wd
-   if spec.optimizer == "muon" then
-      lr = pick(rule.lr, pick(m.lr, pick(o.lr, 1e-3)))
-      wd = pick(rule.weight_decay, pick(m.weight_decay, pick(o.weight_decay, 0.1)))
-   else
-      lr = pick(rule.lr, pick(a.lr, pick(o.lr, 1e-3)))
-      local default_wd = adamw_decays(spec) and pick(a.weight_decay, pick(o.weight_decay, 0.1)) or 0
-      wd = pick(rule.weight_decay, default_wd)
-   end
-   return spec.optimizer, lr, wd
+-- A parameter's group: its rule, and lr and weight decay from its routing rule's opts, else its
+-- optimizer rule's options (by_rule[name]: o.muon, o.adamw), else the top level's. Whole-matrix
+-- rules decay every matrix they update; element-wise ones as AdamW does.
+local function group_of(spec, o, by_rule)
+   local rule, ko = spec.opts or {}, by_rule[spec.optimizer] or {}
+   local lr = pick(rule.lr, pick(ko.lr, pick(o.lr, 1e-3)))
+   local decays = kinds[spec.optimizer].whole or adamw_decays(spec)
+   local default_wd = decays and pick(ko.weight_decay, pick(o.weight_decay, 0.1)) or 0
+   return spec.optimizer, lr, pick(rule.weight_decay, default_wd)
 end
 
 -- The TP group as the C optimizer takes it: tp itself when it moves the buffers' memory (or
@@ -226,7 +227,7 @@ function optim.new(d, opts)
    self._c = ffi.gc(out[0], lib.lw_optimizer_free)
    local by_key = {}
    for i, spec in ipairs(d.specs) do
-      local kind, lr, wd = group_of(spec, o, m, a)
+      local kind, lr, wd = group_of(spec, o, { muon = m, adamw = a })
       local key = kind .. "|" .. lr .. "|" .. wd
       local g = by_key[key]
       if g == nil then
@@ -258,15 +259,14 @@ function Optimizer:set_group(i, lr, weight_decay)
    self:_send_hparams("optimizer:set_group")
 end
 
--- Bytes of optimizer state this rank holds (Muon momentum, AdamW moments).
--- Bytes of optimizer state this rank holds (Muon momentum, AdamW m and v), and of its fp32
--- master weights (bf16 parameters; 0 for fp32), as two numbers.
+-- Bytes of optimizer state this rank holds (its rules' parts: Muon's momentum, AdamW's m and
+-- v), and of its fp32 master weights (bf16 parameters; 0 for fp32), as two numbers.
 function Optimizer:state_bytes()
    if self._state_bytes == nil then
       local entry, total, master = ffi.new("lw_state_entry"), 0, 0
       for k = 0, lib.lw_optimizer_state_count(self._c) - 1 do
          C.check(lib.lw_optimizer_state(self._c, k, entry), "optimizer:state_bytes")
-         total = total + 4 * tonumber(entry.count) * (entry.muon and 1 or 2)
+         total = total + 4 * tonumber(entry.count) * entry.n_parts
          if entry.master ~= nil then master = master + 4 * tonumber(entry.count) end
       end
       self._state_bytes, self._master_bytes = total, master

@@ -1,7 +1,9 @@
 -- route.lua: decides which optimizer updates each parameter. Rules are data: an ordered list of
--- { match = <Lua pattern on the name> | function(spec) -> bool, optimizer = "muon" | "adamw",
--- opts = {...} }; the first match wins and a parameter that no rule matches is an error.
+-- { match = <Lua pattern on the name> | function(spec) -> bool, optimizer = <a rule's name:
+-- "muon", "adamw", ... (lw.optim.kinds)>, opts = {...} }; the first match wins and a parameter
+-- that no rule matches is an error.
 local errors = require("lwopt.errors")
+local kinds = require("lwopt.optim_kinds")
 
 local route = {}
 
@@ -24,7 +26,6 @@ route.default_rules = {
    { name = "everything else", optimizer = "adamw", match = function() return true end },
 }
 
-local optimizers = { muon = true, adamw = true }
 -- What a rule's opts may set for its parameters (lw.optim.new reads them per parameter).
 local RULE_OPTS = { lr = true, weight_decay = true }
 
@@ -53,10 +54,7 @@ local function check_rules(rules)
             fail("rule %d: bad pattern '%s': %s", i, rule.match, err)
          end
       end
-      if not optimizers[rule.optimizer] then
-         fail("rule %d: optimizer must be 'muon' or 'adamw', got %s", i,
-            tostring(rule.optimizer))
-      end
+      kinds.get(rule.optimizer, "lw.route", ("rule %d: optimizer"):format(i))
       if rule.opts ~= nil and type(rule.opts) ~= "table" then
          fail("rule %d: opts must be a table", i)
       end
@@ -84,7 +82,7 @@ local function matches(rule, spec)
 end
 
 -- Routes specs with rules (default: route.default_rules). Returns new spec tables, each a copy
--- with .optimizer ("muon" | "adamw") and .opts (the rule's opts, or nil) added.
+-- with .optimizer (the rule's name) and .opts (the rule's opts, or nil) added.
 local function route_specs(specs, rules)
    rules = rules or route.default_rules
    if type(specs) ~= "table" then fail("specs must be a list, got %s", type(specs)) end
@@ -106,13 +104,15 @@ local function route_specs(specs, rules)
             shape_text(spec.shape), tostring(spec.role))
       end
       local rule = rules[chosen]
-      if rule.optimizer == "muon" and spec.shared_embedding then
-         fail("%s sends shared embedding '%s' to muon; a shared embedding is used as "
-            .. "embedding and LM head and must use adamw", rule_label(rules, chosen), spec.name)
+      local whole = kinds[rule.optimizer].whole
+      if whole and spec.shared_embedding then
+         fail("%s sends shared embedding '%s' to %s; a shared embedding is used as "
+            .. "embedding and LM head and must use an element-wise rule (adamw)",
+            rule_label(rules, chosen), spec.name, rule.optimizer)
       end
-      if rule.optimizer == "muon" and not is_matrix(spec) then
-         fail("%s sends '%s' (shape %s) to muon, which needs a 2-D matrix",
-            rule_label(rules, chosen), spec.name, shape_text(spec.shape))
+      if whole and not is_matrix(spec) then
+         fail("%s sends '%s' (shape %s) to %s, which needs a 2-D matrix",
+            rule_label(rules, chosen), spec.name, shape_text(spec.shape), rule.optimizer)
       end
       local copy = {}
       for k, v in pairs(spec) do copy[k] = v end

@@ -198,20 +198,28 @@ function recipe_report.parameters_text(specs, v)
       v.topk, v.shared_expert and " (+ a shared expert)" or "", total / 1e6, active / 1e6)
 end
 
--- How the routing rules split the model's parameters (specs: routed, each with .optimizer):
--- "routing: Muon 24 matrices (85.00M elements), AdamW 50 tensors (39.10M elements)".
+-- How the routing rules split the model's parameters (specs: routed, each with .optimizer), the
+-- whole-matrix rules first, each in lw.optim.kinds' order, a rule with nothing routed to it left
+-- out: "routing: muon 24 matrices (85.00M elements), adamw 50 tensors (39.10M elements)".
 function recipe_report.routing_text(specs)
-   local count, numel = { muon = 0, adamw = 0 }, { muon = 0, adamw = 0 }
+   local count, numel = {}, {}
    for _, s in ipairs(specs) do
-      count[s.optimizer] = count[s.optimizer] + 1
-      numel[s.optimizer] = numel[s.optimizer] + lw.arch.numel({ s })
+      count[s.optimizer] = (count[s.optimizer] or 0) + 1
+      numel[s.optimizer] = (numel[s.optimizer] or 0) + lw.arch.numel({ s })
    end
-   local function part(name, key, one, many)
-      return ("%s %d %s (%.2fM elements)"):format(name, count[key],
-         count[key] == 1 and one or many, numel[key] / 1e6)
+   local parts = {}
+   for _, whole in ipairs({ true, false }) do
+      for _, kind in ipairs(lw.optim.kinds) do
+         local n = kind.whole == whole and count[kind.name]
+         if n then
+            local one, many = "tensor", "tensors"
+            if whole then one, many = "matrix", "matrices" end
+            parts[#parts + 1] = ("%s %d %s (%.2fM elements)"):format(kind.name, n,
+               n == 1 and one or many, numel[kind.name] / 1e6)
+         end
+      end
    end
-   return ("routing: %s, %s"):format(part("Muon", "muon", "matrix", "matrices"),
-      part("AdamW", "adamw", "tensor", "tensors"))
+   return "routing: " .. table.concat(parts, ", ")
 end
 
 -- The line that says what this run trains, where and on what.

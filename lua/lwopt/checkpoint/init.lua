@@ -1,8 +1,9 @@
 -- checkpoint/init.lua: save and load training state, keyed by parameter name (never by rank), so a
 -- checkpoint loads at another rank count or layout (resharding). A checkpoint is a directory:
 --   model.safetensors         every parameter, f32, consolidated (any safetensors reader)
---   optim-rNNNNN.safetensors  rank N's optimizer state: tensors "m/<param>", "v/<param>", and
---                             metadata "<param>" = "muon|adamw <start> <count>" (element range;
+--   optim-rNNNNN.safetensors  rank N's optimizer state: a tensor "<part>/<param>" per part of
+--                             the parameter's rule (Muon's "m", AdamW's "m" and "v"), and
+--                             metadata "<param>" = "<rule> <start> <count>" (element range;
 --                             state.lua)
 --   manifest.json             format, step, ranks, layout, hyper-parameters, schedule, data and
 --                             RNG position, parameter names and shapes, every file's size and

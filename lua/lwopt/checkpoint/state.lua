@@ -1,14 +1,17 @@
 -- checkpoint/state.lua: a rank's optimizer state in a checkpoint (lw.checkpoint's format, see
--- init.lua): written as tensors "m/<param>", "v/<param>" (and with bf16 parameters
--- "w/<param>": the fp32 master weights) of the element ranges this rank holds, each range's
--- metadata "muon|adamw START COUNT" (with " tp T R" under tensor parallelism); loaded by every
--- rank for the ranges it holds now, whatever ranks, layout, ZeRO level, expert-parallel or TP
--- size, parameter dtype saved them (resharding).
+-- init.lua): written as a tensor "<part>/<param>" for each named part of the parameter's rule
+-- (lw.optim.kinds: Muon's "m"; AdamW's "m" and "v"), and with bf16 parameters "w/<param>" (the
+-- fp32 master weights), of the element ranges this rank holds, each range's metadata
+-- "<rule> START COUNT" (with " tp T R" under tensor parallelism); loaded by every rank for the
+-- ranges it holds now, whatever ranks, layout, ZeRO level, expert-parallel or TP size,
+-- parameter dtype saved them (resharding). Checkpoints written before the rules were a table
+-- have the same names.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local safetensors = require("lwopt.safetensors")
 local tp = require("lwopt.tp")
 local errors = require("lwopt.errors")
+local kinds = require("lwopt.optim_kinds")
 
 local lib = C.lib
 local state = {}
@@ -28,37 +31,35 @@ function state.tensors(ddp, opt, g)
       C.check(lib.lw_optimizer_state(opt._c, k, entry), "checkpoint.save")
       local name = ddp.specs[entry.param + 1].name
       local count = tonumber(entry.count)
+      local kind = kinds[C.name("optimizer_kind", entry.optimizer)]
       -- the state is device memory: host copies where the host cannot read it
-      tensors[#tensors + 1] = { name = "m/" .. name, data = ddp:host_floats(entry.m, count),
-                                count = count }
-      if entry.v ~= nil then
-         tensors[#tensors + 1] = { name = "v/" .. name, data = ddp:host_floats(entry.v, count),
-                                   count = count }
+      for i, part in ipairs(kind.parts) do
+         tensors[#tensors + 1] = { name = part .. "/" .. name,
+                                   data = ddp:host_floats(entry.parts[i - 1], count), count = count }
       end
       if entry.master ~= nil then
          tensors[#tensors + 1] = { name = "w/" .. name,
                                    data = ddp:host_floats(entry.master, count), count = count }
       end
-      metadata[#metadata + 1] = { name, ("%s %d %d%s"):format(entry.muon and "muon" or "adamw",
-         tonumber(entry.start), count, where) }
+      metadata[#metadata + 1] = { name, ("%s %d %d%s"):format(kind.name, tonumber(entry.start),
+         count, where) }
    end
    return tensors, metadata
 end
 
--- A saved range's metadata: "muon|adamw START COUNT", with " tp T R" when saved under tensor
+-- A saved range's metadata: "<rule> START COUNT", with " tp T R" when saved under tensor
 -- parallelism: kind, start, count, T, R (1, 0 without).
 local function parse_range(meta)
-   local kind, s0, c0, rest = meta:match("^(%a+) (%d+) (%d+)(.*)$")
+   local kind, s0, c0, rest = meta:match("^([%w_]+) (%d+) (%d+)(.*)$")
    if kind == nil then return nil end
    local t, r = rest:match("^ tp (%d+) (%d+)$")
    if rest ~= "" and t == nil then return nil end
    return kind, tonumber(s0), tonumber(c0), tonumber(t) or 1, tonumber(r) or 0
 end
 
--- The parts of a saved state: "m" (Muon momentum, AdamW m), "v" (AdamW), "w" (master weights).
+-- The parts of a saved state: the rule's (lw.optim.kinds), and "w" (master weights).
 local function parts_of(kind, master)
-   local parts = { "m" }
-   if kind == "adamw" then parts[#parts + 1] = "v" end
+   local parts = { unpack(kinds[kind].parts) }
    if master then parts[#parts + 1] = "w" end
    return parts
 end
@@ -97,6 +98,10 @@ local function saved_ranges(path, opened, name, kind, parts, split, take)
          if saved_kind == nil then
             fail("checkpoint.load", "the optimizer state of '%s' has an unreadable range '%s'",
                name, ffi.string(meta))
+         end
+         if kinds[saved_kind] == nil or type(kinds[saved_kind]) ~= "table" then
+            fail("checkpoint.load", "'%s' was optimized by '%s' in %s, a rule this lwopt does "
+               .. "not have (%s)", name, saved_kind, path, kinds.list())
          end
          if saved_kind ~= kind then
             fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name,
@@ -139,10 +144,12 @@ local function assemble_full(path, opened, p, kind, parts)
    return full
 end
 
--- The host arrays a state entry loads into, by part: m, v (AdamW), w (the master weights, when
--- loaded from the checkpoint's).
+-- The arrays a state entry loads into, by part: its rule's parts, and w (the master weights,
+-- when loaded from the checkpoint's).
 local function targets_of(entry, parts)
-   local device = { m = entry.m, v = entry.v, w = entry.master }
+   local device = { w = entry.master }
+   local kind = kinds[C.name("optimizer_kind", entry.optimizer)]
+   for i, part in ipairs(kind.parts) do device[part] = entry.parts[i - 1] end
    local out = {}
    for _, part in ipairs(parts) do out[part] = device[part] end
    return out
@@ -236,8 +243,8 @@ function state.master_params(path, m)
    return out
 end
 
--- Loads this rank's optimizer state: Muon momentum of each matrix it owns now, and AdamW m, v of
--- its element ranges, intersected with the ranges every saved rank held (resharding); a tensor
+-- Loads this rank's optimizer state: each rule's parts (Muon's momentum of each matrix it owns
+-- now, AdamW's m and v of its element ranges), intersected with the ranges every saved rank held (resharding); a tensor
 -- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state. With
 -- bf16 parameters now, the master weights too: the checkpoint's, or its fp32 parameters (st:
 -- its open model.safetensors) when it has none.
@@ -253,7 +260,7 @@ function state.load(path, ddp, opt, m, g, st)
    for k = 0, lib.lw_optimizer_state_count(opt._c) - 1 do
       C.check(lib.lw_optimizer_state(opt._c, k, entry), where)
       local spec = ddp.specs[entry.param + 1]
-      local kind = entry.muon and "muon" or "adamw"
+      local kind = C.name("optimizer_kind", entry.optimizer)
       local p = by_name[spec.name]
       local saved_master = entry.master ~= nil and m.param_dtype == "bf16"
       local parts = parts_of(kind, saved_master)

@@ -4,6 +4,7 @@
 local errors = require("lwopt.errors")
 local machines = require("lwopt.planner.machines")
 local costs = require("lwopt.planner.costs")
+local kinds = require("lwopt.optim_kinds")
 
 local predict = {}
 
@@ -52,7 +53,7 @@ local function group_collectives(layout, machine, groups)
       local grad_bytes = DTYPE_BYTES[buffer.key.grad_dtype]
       local param_bytes = DTYPE_BYTES[buffer.key.param_dtype]
       local size = bucket.stop - bucket.start
-      g.algorithm, g.muon, g.expert = buffer.algorithm, buffer.key.muon, buffer.key.expert
+      g.algorithm, g.optimizer, g.expert = buffer.algorithm, buffer.key.optimizer, buffer.key.expert
       g.numel, g.real, g.dp = size, bucket.numel_unpadded, p
       if buffer.algorithm == "default" or buffer.algorithm == "legacy" then
          -- unsharded: the gradients are all-reduced (a ring: reduce-scatter + all-gather)
@@ -210,19 +211,23 @@ local function rank_work(layout, steps)
    local ranks = 1
    for _, b in ipairs(layout.buffers) do ranks = math.max(ranks, b.dp) end
    local work = {}
-   for r = 1, ranks do work[r] = { ns_flops = 0, matrices = 0, muon = 0, adamw = 0 } end
+   for r = 1, ranks do work[r] = { ns_flops = 0, matrices = 0, elements = {} } end
+   -- field: "ns_flops", "matrices", or a rule's name (its elements updated)
    local function credit(buffer, owner, field, amount)
+      local function add(w)
+         local t = w[field] ~= nil and w or w.elements
+         t[field] = (t[field] or 0) + amount
+      end
       if owner == nil then
-         for r = 1, ranks do work[r][field] = work[r][field] + amount end
+         for r = 1, ranks do add(work[r]) end
       else
-         for r = owner + 1, ranks, buffer.dp do work[r][field] = work[r][field] + amount end
+         for r = owner + 1, ranks, buffer.dp do add(work[r]) end
       end
    end
    for _, p in ipairs(layout.params) do
       local buffer = layout.buffers[p.buffer]
-      local muon = p.optimizer == "muon"
-      local field = muon and "muon" or "adamw"
-      if muon then
+      local field = p.optimizer
+      if kinds[p.optimizer].whole then
          credit(buffer, p.owner, "ns_flops", costs.ns_flops(p.shape, steps))
          credit(buffer, p.owner, "matrices", 1)
       end
@@ -237,7 +242,7 @@ local function rank_work(layout, steps)
       if buffer.algorithm == "distopt" or buffer.algorithm == "rows" then
          local slice = 0
          for _, bucket in ipairs(buffer.buckets) do slice = slice + bucket.shard_size end
-         credit(buffer, nil, buffer.key.muon and "muon" or "adamw", slice)
+         credit(buffer, nil, buffer.key.optimizer, slice)
       end
    end
    return work
@@ -251,7 +256,7 @@ local function optimizer_collectives(layout, machine)
    local seconds, bytes = 0, 0
    for _, buffer in ipairs(layout.buffers) do
       local p = buffer.dp
-      if buffer.key.muon and (buffer.algorithm == "distopt" or buffer.algorithm == "rows") then
+      if buffer.key.whole and (buffer.algorithm == "distopt" or buffer.algorithm == "rows") then
          local grad_bytes = DTYPE_BYTES[buffer.key.grad_dtype]
          for _, bucket in ipairs(buffer.buckets) do
             local shards = equal_shards((bucket.stop - bucket.start) * grad_bytes, p)
@@ -352,7 +357,15 @@ function predict.predict(layout, opts)
    local slowest, optimizer = 1, -1
    for r, w in ipairs(work) do
       w.ns = w.ns_flops / ns_rate
-      w.elementwise = (w.muon * per_element.muon + w.adamw * per_element.adamw) / mem_rate
+      local bytes = 0
+      for rule, n in pairs(w.elements) do
+         local b = per_element[rule]
+         if b == nil then
+            errors.fail("lw.planner", "bytes_per_element has no figure for the rule '%s'", rule)
+         end
+         bytes = bytes + n * b
+      end
+      w.elementwise = bytes / mem_rate
       w.total = w.ns + w.elementwise
       if w.total > optimizer then slowest, optimizer = r, w.total end
    end
@@ -360,7 +373,7 @@ function predict.predict(layout, opts)
    local buckets, wire = {}, opt_comm_bytes
    for k, g in ipairs(groups) do
       local row = { group = k, buffer = g.buffer, bucket = g.bucket, algorithm = g.algorithm,
-         kind = g.kind, muon = g.muon, expert = g.expert, dp = g.dp, numel = g.numel,
+         kind = g.kind, optimizer = g.optimizer, expert = g.expert, dp = g.dp, numel = g.numel,
          real = g.real, shard_max = g.shard_max, shard_min = g.shard_min, ready = g.ready,
          rs = { bytes = g.rs.bytes, time = g.rs.time, start = g.rs_start, stop = g.rs_stop } }
       wire = wire + g.rs.bytes

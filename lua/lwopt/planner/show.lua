@@ -84,7 +84,7 @@ function show.table(result, opts)
          add(("| ... %d more |"):format(#result.buckets - limit))
          break
       end
-      local what = (b.muon and "muon" or "adamw") .. (b.expert and " expert" or "")
+      local what = b.optimizer .. (b.expert and " expert" or "")
       add(("| %d | %d %s | %d | %s%s | %s | %.1f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s |")
          :format(k, b.buffer, what, b.bucket, b.algorithm,
             b.kind == "all-reduce" and " (all-reduce)" or "", commas(b.numel),
@@ -173,7 +173,7 @@ function show.compare_table(rows)
       local s, r = row.stats, row.result
       local buckets = 0
       for _, b in ipairs(row.layout.buffers) do
-         if b.key.muon then buckets = buckets + #b.buckets end
+         if b.key.whole then buckets = buckets + #b.buckets end
       end
       -- element-wise and row-sharded Muon: every rank orthogonalises everything, so the
       -- owned-cost balance does not apply

@@ -1,7 +1,9 @@
 /* names.c: the names of the public enums (lw_<enum>_name, lw_<enum>_from_name), the words Lua,
  * the recipes, messages and documentation use: the only copy of them. A value appended to an
- * enum gets its name here. The comm ops keep theirs in comm/watchdog.c (lw_comm_op_name). */
+ * enum gets its name here. The comm ops keep theirs in comm/watchdog.c (lw_comm_op_name), the
+ * optimizer rules theirs in rule_list.h. */
 #include "base/base.h"
+#include "base/rule_list.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +132,11 @@ static const char *const muon_tp_mode_names[] = {
     [LW_MUON_TP_BLOCKWISE] = "blockwise",
 };
 NAME_FUNCTIONS(muon_tp_mode, lw_muon_tp_mode, "Muon TP mode", muon_tp_mode_names)
+
+#define RULE_NAME(KIND, name, whole, parts) [LW_OPTIMIZER_##KIND] = #name,
+static const char *const optimizer_kind_names[] = {LWI_RULES(RULE_NAME)};
+#undef RULE_NAME
+NAME_FUNCTIONS(optimizer_kind, lw_optimizer_kind, "optimizer rule", optimizer_kind_names)
 
 static const char *const device_comm_names[] = {
     [LW_DEVICE_COMM_AUTO] = "auto",

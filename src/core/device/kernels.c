@@ -34,17 +34,6 @@ LWI_CORE_KERNELS(LWI_CORE_DISPATCHER)
 #define LWI_UNPAREN(...) __VA_ARGS__
 LWI_SCRATCH_SIZES(LWI_SIZE_DISPATCHER)
 
-lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float *w, const float *g,
-                          float *m, float *v, int64_t n, int64_t t, float lr, float weight_decay,
-                          float grad_scale) {
-    const lw_adamw_options d = lw_adamw_defaults();
-    lw_adamw_options o;
-    const lw_status st = lwi_options_read("adamw", &lwi_adamw_options_kind, opts, &d, &o);
-    if (st != LW_OK) return st;
-    const lwi_adamw_tensor x = {w, g, m, v, n, lr, weight_decay};
-    return lwi_run_adamw(stream, &o, &x, 1, t, grad_scale);
-}
-
 /* The whole vocabulary is the range of every row a token id can name (ids are int32). */
 #define ALL_ROWS ((int64_t)INT32_MAX + 1)
 

@@ -178,10 +178,11 @@ static lw_status check_buffer(const lw_layout *l, int32_t bi, int32_t *seen, spa
         if (k > 0 && b->params[k] <= b->params[k - 1])
             FAIL("buffer #%d: params are not in definition order at '%s'", bi + 1, p->name);
         if (p->dtype != b->param_dtype || p->grad_dtype != b->grad_dtype ||
-            p->expert != b->expert || p->muon != b->muon)
+            p->expert != b->expert || p->optimizer != b->optimizer || p->whole != b->whole)
             FAIL("buffer #%d: '%s' does not have the buffer's key", bi + 1, p->name);
-        if (p->muon && p->shared_embedding)
-            FAIL("buffer #%d: shared embedding '%s' is managed by Muon", bi + 1, p->name);
+        if (p->whole && p->shared_embedding)
+            FAIL("buffer #%d: shared embedding '%s' is updated by a whole-matrix rule", bi + 1,
+                 p->name);
     }
     for (int32_t k = 0; k < b->n_placed; k++) {
         if (b->placed[k] < 0 || b->placed[k] >= l->n_params)

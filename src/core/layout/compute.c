@@ -121,11 +121,14 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
     if (!valid_dtype(s->grad_dtype))
         return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has unknown grad dtype %d", s->name,
                         (int)s->grad_dtype);
-    if (s->shared_embedding && s->muon)
+    if (lw_optimizer_kind_name(s->optimizer) == NULL)
+        return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has unknown optimizer rule %d",
+                        s->name, (int)s->optimizer);
+    if (s->shared_embedding && lw_optimizer_kind_whole(s->optimizer))
         return lwi_fail(LW_ERR_INVALID,
-                        "layout: parameter '%s' is a shared embedding and cannot "
-                        "be managed by Muon",
-                        s->name);
+                        "layout: parameter '%s' is a shared embedding and cannot be updated by "
+                        "%s, which updates whole matrices",
+                        s->name, lw_optimizer_kind_name(s->optimizer));
     lw_status st = check_tp(s);
     if (st != LW_OK) return st;
     memset(p, 0, sizeof *p);
@@ -138,7 +141,8 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
     p->grad_dtype = s->grad_dtype;
     p->expert = s->expert;
     p->shared_embedding = s->shared_embedding;
-    p->muon = s->muon;
+    p->optimizer = s->optimizer;
+    p->whole = lw_optimizer_kind_whole(s->optimizer);
     if (s->tp_blocks > 0) {
         p->tp_dim = s->tp_dim;
         p->tp_blocks = s->tp_blocks;
@@ -191,7 +195,7 @@ static lw_status index_names(lw_layout *l) {
 
 static bool same_key(const lwi_buffer *b, const lwi_param *p) {
     return b->param_dtype == p->dtype && b->grad_dtype == p->grad_dtype && b->expert == p->expert &&
-           b->muon == p->muon;
+           b->optimizer == p->optimizer;
 }
 
 /* Groups params into buffers by key, in first-seen order, keeping definition order inside. */
@@ -208,8 +212,9 @@ static lw_status group_buffers(lw_layout *l) {
             b->param_dtype = p->dtype;
             b->grad_dtype = p->grad_dtype;
             b->expert = p->expert;
-            b->muon = p->muon;
-            b->algorithm = p->muon ? l->opts.algorithm : l->opts.adamw_algorithm;
+            b->optimizer = p->optimizer;
+            b->whole = p->whole;
+            b->algorithm = p->whole ? l->opts.algorithm : l->opts.adamw_algorithm;
             b->dp = p->expert ? l->opts.expert_dp : l->opts.dp;
         }
         p->buffer = k;
@@ -358,7 +363,8 @@ lw_status lw_layout_buffer(const lw_layout *l, int32_t buffer, lw_buffer_info *o
     out->param_dtype = b->param_dtype;
     out->grad_dtype = b->grad_dtype;
     out->expert = b->expert;
-    out->muon = b->muon;
+    out->optimizer = b->optimizer;
+    out->whole = b->whole;
     out->algorithm = b->algorithm;
     out->dp = b->dp;
     out->numel = b->numel;

@@ -14,7 +14,8 @@ typedef struct lwi_param {
     lw_dtype grad_dtype;
     bool expert;
     bool shared_embedding;
-    bool muon;
+    lw_optimizer_kind optimizer;
+    bool whole; /* its rule updates whole matrices */
     /* tensor parallelism, as lw_param_spec: tp_blocks 0 = replicated over TP; qkv_groups 0 =
      * not a fused QKV weight */
     int32_t tp_dim;
@@ -42,7 +43,8 @@ typedef struct lwi_buffer {
     lw_dtype param_dtype;
     lw_dtype grad_dtype;
     bool expert;
-    bool muon;
+    lw_optimizer_kind optimizer;
+    bool whole; /* its rule updates whole matrices: owned whole in shard-aligned layouts */
     lw_algorithm algorithm;
     int32_t dp;
     int64_t numel;

@@ -98,8 +98,8 @@ static bool improve(lw_layout *l, const ranked *items, int32_t n, double *load, 
 static void start_loads(const lw_layout *l, const lwi_buffer *b, double *load, int64_t *numel) {
     memset(load, 0, sizeof(double) * (size_t)b->dp);
     memset(numel, 0, sizeof(int64_t) * (size_t)b->dp);
-    for (const lwi_buffer *o = l->buffers; b->muon && o < b; o++) {
-        for (int32_t k = 0; o->muon && k < o->n_params; k++) {
+    for (const lwi_buffer *o = l->buffers; b->whole && o < b; o++) {
+        for (int32_t k = 0; o->whole && k < o->n_params; k++) {
             const lwi_param *p = &l->params[o->params[k]];
             if (p->owner < 0 || p->owner >= b->dp) continue;
             load[p->owner] += lwi_param_cost(p);

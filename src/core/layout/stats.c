@@ -66,11 +66,11 @@ void lwi_layout_compute_stats(lw_layout *l) {
     for (int32_t bi = 0; bi < l->n_buffers; bi++) {
         const lwi_buffer *b = &l->buffers[bi];
         s->buffer_numel += b->numel;
-        if (b->muon) s->muon_buffer_numel += b->numel;
+        if (b->whole) s->muon_buffer_numel += b->numel;
         for (int32_t k = 0; k < b->n_params; k++) {
             const lwi_param *p = &l->params[b->params[k]];
             s->numel += p->numel;
-            if (!b->muon) continue;
+            if (!b->whole) continue;
             s->muon_numel += p->numel;
             credit_param(l, b, p);
             double c = lwi_param_cost(p);
@@ -104,7 +104,7 @@ void lwi_layout_compute_stats(lw_layout *l) {
     int32_t n = 0;
     for (int32_t bi = 0; bi < l->n_buffers; bi++) {
         const lwi_buffer *b = &l->buffers[bi];
-        for (int32_t k = 0; b->muon && k < b->n_params; k++)
+        for (int32_t k = 0; b->whole && k < b->n_params; k++)
             costs[n++] = lwi_param_cost(&l->params[b->params[k]]);
     }
     s->cost_imbalance_bound = whole_ownership_bound(costs, n, ranks, total_cost) / mean;
@@ -168,7 +168,7 @@ lw_status lw_layout_hash(const lw_layout *l, char *hex) {
         for (int d = 0; d < p->ndim; d++)
             fnv_int(&f, p->shape[d]);
         fnv_int(&f, p->dtype | p->grad_dtype << 4 | p->expert << 8 | p->shared_embedding << 9 |
-                        p->muon << 10);
+                        (int64_t)p->optimizer << 10);
         fnv_int(&f, p->buffer);
         fnv_int(&f, p->bucket);
         fnv_int(&f, p->start);

@@ -3,6 +3,7 @@
  * table: weight decay and momentum, Newton-Schulz and the step run on the stream's device
  * (device/cpu/muon.c on the CPU). */
 #include "optim/muon.h"
+#include "optim/rules.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -283,3 +284,43 @@ lw_status lw_muon_update(lw_muon *m, lw_stream *stream, float *w, const float *g
     if ((st = lwi_muon_orthogonalize_batch(m, s, u, 1, rows, cols)) != LW_OK) return st;
     return lw_muon_apply(m, s, w, u, n, rows, cols, lr);
 }
+
+/* ---- Muon as the optimizer's whole-matrix rule (optim/rules.h) ------------------------------ */
+
+static lw_status rule_open(const lw_optimizer_options *o, void **ctx) {
+    lw_muon *m = NULL;
+    lw_status st = lw_muon_new(&o->muon, &m);
+    *ctx = m;
+    return st;
+}
+
+static void rule_close(void *ctx) { lw_muon_free(ctx); }
+
+static lw_status rule_batch_space(void *ctx, lw_stream *s, int64_t batch, int64_t rows,
+                                  int64_t cols, float **u) {
+    return lwi_muon_batch_updates(ctx, s, batch, rows, cols, u);
+}
+
+static lw_status rule_prepare(void *ctx, lw_stream *s, float *w, const float *g,
+                              float *const *state, float *u, int64_t n, float lr, float wd,
+                              float grad_scale) {
+    return lw_muon_momentum(ctx, s, w, g, state[0], u, n, lr, wd, grad_scale);
+}
+
+static lw_status rule_transform(void *ctx, lw_stream *s, float *u, float *x, int64_t batch,
+                                int64_t rows, int64_t cols) {
+    if (x == u) return lwi_muon_orthogonalize_batch(ctx, s, u, batch, rows, cols);
+    return lw_muon_orthogonalize(ctx, s, u, x, rows, cols);
+}
+
+static lw_status rule_apply(void *ctx, lw_stream *s, float *w, const float *x, int64_t n,
+                            int64_t rows, int64_t cols, float lr) {
+    return lw_muon_apply(ctx, s, w, x, n, rows, cols, lr);
+}
+
+const lwi_rule lwi_rule_muon = {.open = rule_open,
+                                .close = rule_close,
+                                .batch_space = rule_batch_space,
+                                .prepare = rule_prepare,
+                                .transform = rule_transform,
+                                .apply = rule_apply};

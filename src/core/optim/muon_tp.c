@@ -1,7 +1,7 @@
 /* muon_tp.c: Muon's orthogonalisation of one matrix that is a tensor-parallel shard or a fused
  * QKV weight (docs/algorithms.md section 9): the QKV split, the three TP modes over the TP
  * communicator, and the scale of the full shape. Weight decay, momentum and the step itself are
- * the optimizer's (optimizer_muon.c); the arithmetic runs through the device table. */
+ * the optimizer's (optimizer_whole.c); the arithmetic runs through the device table. */
 #include "optim/muon.h"
 #include "optim/muon_tp.h"
 

@@ -1,9 +1,10 @@
 /* optimizer.c: one optimizer step over lw_buffers (docs/algorithms.md section 5): finish the
  * gradient sync, the global gradient norm and zero count (one all-reduce over the world), skip on a
- * non-finite norm, clip, Muon on the matrices this rank owns and AdamW on the elements it owns,
- * then start the parameter sync. Only owners allocate optimizer state.
+ * non-finite norm, clip, the element-wise rules (AdamW) on the elements this rank owns and the
+ * whole-matrix rules (Muon) on the matrices it owns, then start the parameter sync. Each
+ * parameter's rule is its spec's kind (optim/rules.h); only owners allocate optimizer state.
  *
- * Muon matrices in element-wise buffers (the rows layout, row-sharded FSDP) are owned in slices:
+ * Whole-matrix rules' matrices in element-wise buffers (the rows layout, row-sharded FSDP) are owned in slices:
  * each rank runs weight decay and momentum on its slice, one all-gather per bucket assembles
  * every matrix's update, each rank holding a slice of a matrix orthogonalises the whole of it
  * and keeps its slice. That all-gather and the repeated Newton-Schulz are what the
@@ -69,33 +70,39 @@ static lw_status collect_owned(lw_optimizer *opt) {
         int64_t start, count;
         lw_status st = lw_buffers_owned(opt->buffers, i, &start, &count);
         if (st != LW_OK) return st;
-        if (p->muon && lb->algorithm == LW_ALGORITHM_DISTOPT)
+        const char *rule = lw_optimizer_kind_name(p->optimizer);
+        if (p->whole && lb->algorithm == LW_ALGORITHM_DISTOPT)
             return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "optimizer: '%s' is a Muon matrix in an "
-                            "element-wise (distopt) buffer; Muon needs whole matrices: use a "
-                            "shard-aligned algorithm (cost, lpt, size_matching), or rows for "
-                            "row-sharded Muon",
-                            p->name);
-        if (p->muon && p->ndim != 2)
-            return lwi_fail(LW_ERR_INVALID,
-                            "optimizer: '%s' is routed to Muon but has %d "
-                            "dimensions",
-                            p->name, p->ndim);
+                            "optimizer: '%s' is routed to %s, which updates whole matrices, "
+                            "but lies in an element-wise (distopt) buffer: use a shard-aligned "
+                            "algorithm (cost, lpt, size_matching), or rows for row-sharding",
+                            p->name, rule);
+        if (p->whole && p->ndim != 2)
+            return lwi_fail(LW_ERR_INVALID, "optimizer: '%s' is routed to %s but has %d dimensions",
+                            p->name, rule, p->ndim);
         if (count == 0) continue;
         lwi_owned *o = &opt->owned[opt->n_owned++];
         o->param = i;
         o->start = start;
         o->count = count;
-        o->muon = p->muon;
+        o->kind = p->optimizer;
+        o->rule = lwi_rule_of(p->optimizer);
+        o->whole = p->whole;
         o->counted = lb->algorithm != LW_ALGORITHM_DEFAULT ||
                      lw_comm_rank(lw_buffers_comm(opt->buffers)) == 0;
         /* a tensor replicated over TP is the same on every TP rank: counted on rank 0's */
         if (opt->tp_comm != NULL && p->tp_blocks == 0 && lw_comm_rank(opt->tp_comm) != 0)
             o->counted = false;
-        o->sliced = p->muon && lwi_is_elementwise(lb->algorithm);
-        o->tp = p->muon && !o->sliced && lwi_muon_tp_takes(opt->tp, p);
+        o->sliced = p->whole && lwi_is_elementwise(lb->algorithm);
+        const bool tp = p->whole && lwi_muon_tp_takes(opt->tp, p);
+        if (tp && p->optimizer != LW_OPTIMIZER_MUON)
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "optimizer: '%s' is split over tensor parallelism or a split QKV "
+                            "weight, whose updates only Muon's TP modes make, but is routed to %s",
+                            p->name, rule);
+        o->tp = tp && !o->sliced;
         if (o->tp && p->numel > tp_numel) tp_numel = p->numel;
-        const int64_t floats = p->muon ? count : 2 * count;
+        const int64_t floats = lw_optimizer_kind_parts(p->optimizer) * count;
         void *state = NULL;
         if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * floats, &state) != LW_OK)
             return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for the state of '%s' "
@@ -115,7 +122,7 @@ static lw_status collect_owned(lw_optimizer *opt) {
     }
     /* every rank takes part in each bucket's gather, owning a slice of it or not */
     for (int32_t b = 0; b < l->n_buffers; b++)
-        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
+        for (int32_t k = 0; l->buffers[b].whole && lwi_is_elementwise(l->buffers[b].algorithm) &&
                             k < l->buffers[b].n_buckets;
              k++) {
             const lwi_bucket *bk = &l->buffers[b].buckets[k];
@@ -166,8 +173,12 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     opt->device = lw_buffers_device(buffers);
     opt->stream = lw_device_stream(opt->device);
     opt->o = o;
-    if ((st = lw_muon_new(&o.muon, &opt->muon)) != LW_OK) goto fail;
-    if ((st = lwi_optimizer_muon_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
+    for (int32_t k = 0; k < LWI_N_RULES; k++) {
+        const lwi_rule *rule = lwi_rule_of((lw_optimizer_kind)k);
+        if (rule->open != NULL && (st = rule->open(&opt->o, &opt->rule_ctx[k])) != LW_OK) goto fail;
+    }
+    opt->muon = opt->rule_ctx[LW_OPTIMIZER_MUON];
+    if ((st = lwi_optimizer_whole_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
     if ((st = lwi_muon_tp_new(opt->device, opt->tp_comm, &o.muon, &opt->tp)) != LW_OK) goto fail;
     opt->n_groups = 1;
     opt->group =
@@ -179,7 +190,7 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
         goto fail;
     }
     if ((st = collect_owned(opt)) != LW_OK) goto fail;
-    if ((st = lwi_optimizer_muon_make_batches(opt)) != LW_OK) goto fail;
+    if ((st = lwi_optimizer_whole_make_batches(opt)) != LW_OK) goto fail;
     if ((st = lw_optimizer_reload_master(opt)) != LW_OK) goto fail;
     *out = opt;
     return LW_OK;
@@ -203,8 +214,11 @@ void lw_optimizer_free(lw_optimizer *opt) {
     lw_device_free(opt->device, opt->norm_acc);
     free(opt->batches);
     free(opt->batch_members);
-    free(opt->adamw);
-    lw_muon_free(opt->muon);
+    free(opt->tensors);
+    for (int32_t k = 0; k < LWI_N_RULES; k++) {
+        const lwi_rule *rule = lwi_rule_of((lw_optimizer_kind)k);
+        if (rule->close != NULL) rule->close(opt->rule_ctx[k]);
+    }
     lwi_muon_tp_free(opt->tp);
     lw_device_free(opt->device, opt->tp_update);
     free(opt);
@@ -310,29 +324,35 @@ lw_status lw_optimizer_keep_master(lw_optimizer *opt) {
     return LW_OK;
 }
 
-/* Every AdamW element this rank owns, in one multi-tensor call. */
-static lw_status update_adamw(lw_optimizer *opt, float grad_scale) {
+/* Every element this rank owns of an element-wise rule's parameters, in one multi-tensor call. */
+static lw_status update_elementwise(lw_optimizer *opt, lw_optimizer_kind kind, float grad_scale) {
     int32_t count = 0;
     for (int32_t k = 0; k < opt->n_owned; k++) {
         lwi_owned *o = &opt->owned[k];
-        if (o->muon) continue;
-        lwi_adamw_tensor *x = &opt->adamw[count++];
+        if (o->kind != kind) continue;
+        lwi_adamw_tensor *x = &opt->tensors[count++];
         float *w, *g;
         lw_status st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st != LW_OK) return st;
         const int32_t grp = opt->group[o->param];
-        *x = (lwi_adamw_tensor){w, g, o->state, o->state + o->count, o->count, opt->lr[grp],
-                                opt->wd[grp]};
+        /* the second part where the rule has one */
+        float *v = lw_optimizer_kind_parts(kind) > 1 ? o->state + o->count : NULL;
+        *x = (lwi_adamw_tensor){w, g, o->state, v, o->count, opt->lr[grp], opt->wd[grp]};
     }
-    return lwi_run_adamw(opt->stream, &opt->o.adamw, opt->adamw, count, opt->step, grad_scale);
+    if (count == 0) return LW_OK;
+    return lwi_rule_of(kind)->update(opt->stream, &opt->o, opt->tensors, count, opt->step,
+                                     grad_scale);
 }
 
 static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
     double t0 = lwi_now();
-    lw_status st = update_adamw(opt, grad_scale);
+    lw_status st = LW_OK;
+    for (int32_t k = 0; st == LW_OK && k < LWI_N_RULES; k++)
+        if (!lw_optimizer_kind_whole((lw_optimizer_kind)k))
+            st = update_elementwise(opt, (lw_optimizer_kind)k, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
-    if (st == LW_OK) st = lwi_optimizer_muon_step(opt, grad_scale, r);
+    if (st == LW_OK) st = lwi_optimizer_whole_step(opt, grad_scale, r);
     return st == LW_OK ? move_master(opt, false) : st;
 }
 
@@ -377,6 +397,9 @@ lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
 
 /* ---- state, for checkpoints ---------------------------------------------------------------- */
 
+_Static_assert(LWI_RULE_MAX_PARTS <= sizeof((lw_state_entry *)0)->parts / sizeof(float *),
+               "lw_state_entry.parts is too short for a rule's parts");
+
 int32_t lw_optimizer_state_count(const lw_optimizer *opt) { return opt ? opt->n_owned : 0; }
 
 lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry *out) {
@@ -385,12 +408,14 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
         return lwi_fail(LW_ERR_RANGE, "optimizer: state entry %d out of range [0, %d)", k,
                         opt->n_owned);
     const lwi_owned *o = &opt->owned[k];
+    memset(out, 0, sizeof *out);
     out->param = o->param;
-    out->muon = o->muon;
+    out->optimizer = o->kind;
     out->start = o->start;
     out->count = o->count;
-    out->m = o->state;
-    out->v = o->muon ? NULL : o->state + o->count;
+    out->n_parts = lw_optimizer_kind_parts(o->kind);
+    for (int32_t i = 0; i < out->n_parts; i++)
+        out->parts[i] = o->state + i * o->count;
     out->master = o->master;
     return LW_OK;
 }

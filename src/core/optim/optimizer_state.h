@@ -1,35 +1,43 @@
-/* optimizer_state.h: the state of lw_optimizer (what this rank owns, its Muon batches, its
- * workspaces), shared by optimizer.c (the object, the gradient norm, AdamW, the step, the state)
- * and optimizer_muon.c (the step's Muon over the matrices this rank owns, and the TP checks); the
- * buffers only through their public API. Not public API. */
+/* optimizer_state.h: the state of lw_optimizer (what this rank owns, its batches of whole
+ * matrices, its workspaces), shared by optimizer.c (the object, the gradient norm, the
+ * element-wise rules, the step, the state) and optimizer_whole.c (the step's whole-matrix rules
+ * over the matrices this rank owns, and the TP checks); the buffers only through their public
+ * API. Not public API. */
 #ifndef LW_OPTIMIZER_STATE_H
 #define LW_OPTIMIZER_STATE_H
 
 #include "optim/muon.h"
 #include "optim/muon_tp.h"
+#include "optim/rules.h"
 
 typedef struct lwi_owned {
     int32_t param;
     int64_t start; /* elements of the param this rank updates */
     int64_t count;
-    bool muon;
-    float *state; /* [owned, device memory] Muon: momentum (count); AdamW: m then v (2 * count) */
+    lw_optimizer_kind kind;
+    const lwi_rule *rule;
+    bool whole;   /* its rule updates whole matrices */
+    float *state; /* [owned, device memory] the rule's parts, count floats each, one after
+                     another (Muon: momentum; AdamW: m then v) */
     float *master; /* [owned, device memory] count: the fp32 master copy of the owned elements
                       when the buffers hold bf16 parameters (NULL for fp32: the array is it) */
     bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */
-    bool sliced;  /* a Muon matrix in an element-wise buffer: the slice is updated here, the
-                     whole matrix orthogonalised from the bucket's gathered update */
-    bool tp;      /* a TP shard under TP or a split QKV weight: through muon_tp.c */
+    bool sliced;  /* a whole-matrix rule's matrix in an element-wise buffer: the slice is
+                     prepared here, the whole matrix transformed from the bucket's gathered
+                     update */
+    bool tp;      /* a TP shard under TP or a split QKV weight: through muon_tp.c (Muon's) */
 } lwi_owned;
 
-/* Owned whole Muon matrices of one shape, updated together: momentum of each, Newton-Schulz of
- * all of them as one batch (batched GEMMs on a GPU), then each step. */
-typedef struct lwi_muon_batch {
+/* Owned whole matrices of one rule and shape, updated together: each prepared (momentum), all
+ * of them transformed as one batch (Muon: Newton-Schulz, batched GEMMs on a GPU), then each
+ * applied. */
+typedef struct lwi_matrix_batch {
+    lw_optimizer_kind kind;
     int64_t rows;
     int64_t cols;
     int32_t first; /* its members: batch_members[first .. first + count) (indices of owned) */
     int32_t count;
-} lwi_muon_batch;
+} lwi_matrix_batch;
 
 /* Floats of updates a batch may hold on a GPU (128 MiB; its Newton-Schulz workspace is about
  * as much again). On the CPU a batch holds a matrix per thread of its kernels (lwi_cpu_threads:
@@ -44,7 +52,8 @@ struct lw_optimizer {
     lw_stream *stream; /* [borrowed] its default stream */
     double *norm_acc;  /* [owned, device memory] sum of squares and zeros of the owned grads */
     lw_optimizer_options o;
-    lw_muon *muon;
+    void *rule_ctx[LWI_N_RULES]; /* [owned] each whole-matrix rule's context */
+    lw_muon *muon;                      /* [borrowed] Muon's: its TP modes (muon_tp.c) */
     int32_t n_owned;
     lwi_owned *owned;   /* [owned] */
     int32_t *group; /* [owned] per param */
@@ -59,9 +68,9 @@ struct lw_optimizer {
     float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
     int64_t gathered_numel;
     int64_t orthogonal_numel;
-    lwi_adamw_tensor *adamw; /* [owned] n_owned: the step's AdamW tensors, one call for all */
+    lwi_adamw_tensor *tensors; /* [owned] n_owned: an element-wise rule's tensors, one call */
     int32_t n_batches;
-    lwi_muon_batch *batches;    /* [owned] */
+    lwi_matrix_batch *batches;  /* [owned] */
     int32_t *batch_members; /* [owned] */
     lwi_muon_tp *tp;        /* [owned] TP shards and QKV splits (muon_tp.c) */
     lw_comm *tp_comm;       /* [borrowed] NULL: no TP (or t = 1) */
@@ -77,12 +86,12 @@ static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned
     return st;
 }
 
-/* optimizer_muon.c */
-/* Groups the owned whole Muon matrices (not row-sharded, not TP) into batches. */
-lw_status lwi_optimizer_muon_make_batches(lw_optimizer *opt);
+/* optimizer_whole.c */
+/* Groups the owned whole matrices (not row-sharded, not TP) into batches of a rule and shape. */
+lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt);
 /* Takes tp as the TP group when its size is above 1, after checking it (collective over it). */
-lw_status lwi_optimizer_muon_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);
-/* Every Muon update this rank makes in a step; times into r. */
-lw_status lwi_optimizer_muon_step(lw_optimizer *opt, float grad_scale, lw_step_result *r);
+lw_status lwi_optimizer_whole_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);
+/* Every whole-matrix update this rank makes in a step; times into r. */
+lw_status lwi_optimizer_whole_step(lw_optimizer *opt, float grad_scale, lw_step_result *r);
 
 #endif

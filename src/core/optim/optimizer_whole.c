@@ -1,22 +1,24 @@
-/* optimizer_muon.c: the Muon half of the optimizer's step (docs/algorithms.md sections 5, 6, 8,
- * 9): owned whole matrices in batches of one shape, row-sharded Muon on the element-wise buckets,
- * and the TP shards and split QKV weights through muon_tp.c; and the TP group's checks. The
- * object, the norm, AdamW and the state are optimizer.c's; one matrix's update is muon.c's. */
+/* optimizer_whole.c: the whole-matrix rules' half of the optimizer's step (docs/algorithms.md
+ * sections 5, 6, 8, 9): owned whole matrices in batches of one rule and shape, row-sharding on
+ * the element-wise buckets, and the TP shards and split QKV weights through muon_tp.c (Muon's
+ * TP modes); and the TP group's checks. The object, the norm, the element-wise rules and the
+ * state are optimizer.c's; what a rule does to a matrix is its own file's (Muon: muon.c). */
 #include "optim/optimizer_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Groups the owned whole Muon matrices by shape, in owned order, each batch within the cap. */
-lw_status lwi_optimizer_muon_make_batches(lw_optimizer *opt) {
+/* Groups the owned whole matrices by rule and shape, in owned order, each batch within the
+ * cap. */
+lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
     const int32_t n = opt->n_owned ? opt->n_owned : 1;
-    opt->batches = calloc((size_t)n, sizeof(lwi_muon_batch));
+    opt->batches = calloc((size_t)n, sizeof(lwi_matrix_batch));
     opt->batch_members = calloc((size_t)n, sizeof(int32_t));
-    opt->adamw = calloc((size_t)n, sizeof(lwi_adamw_tensor));
+    opt->tensors = calloc((size_t)n, sizeof(lwi_adamw_tensor));
     bool *placed = calloc((size_t)n, sizeof(bool));
-    if (opt->batches == NULL || opt->batch_members == NULL || opt->adamw == NULL ||
+    if (opt->batches == NULL || opt->batch_members == NULL || opt->tensors == NULL ||
         placed == NULL) {
         free(placed);
         return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
@@ -25,17 +27,18 @@ lw_status lwi_optimizer_muon_make_batches(lw_optimizer *opt) {
     int32_t members = 0;
     for (int32_t k = 0; k < opt->n_owned; k++) {
         const lwi_owned *o = &opt->owned[k];
-        if (!o->muon || o->sliced || o->tp || placed[k]) continue;
+        if (!o->whole || o->sliced || o->tp || placed[k]) continue;
         const lwi_param *p = &l->params[o->param];
-        lwi_muon_batch *b = &opt->batches[opt->n_batches++];
+        lwi_matrix_batch *b = &opt->batches[opt->n_batches++];
+        b->kind = o->kind;
         b->rows = p->shape[0];
         b->cols = p->shape[1];
         b->first = members;
         for (int32_t j = k; j < opt->n_owned; j++) {
             const lwi_owned *oj = &opt->owned[j];
             const lwi_param *pj = &l->params[oj->param];
-            if (!oj->muon || oj->sliced || oj->tp || placed[j] || pj->shape[0] != b->rows ||
-                pj->shape[1] != b->cols)
+            if (!oj->whole || oj->sliced || oj->tp || placed[j] || oj->kind != b->kind ||
+                pj->shape[0] != b->rows || pj->shape[1] != b->cols)
                 continue;
             if (b->count > 0 && (b->count == cap ||
                                  (b->count + 1) * b->rows * b->cols > BATCH_FLOATS))
@@ -52,7 +55,7 @@ lw_status lwi_optimizer_muon_make_batches(lw_optimizer *opt) {
 /* The TP group: one of size 1 is no TP. Its collectives must reach the buffers' device (but
  * blockwise has none), and its ranks must hold equal layouts, or their Muon collectives would
  * pair different matrices: compared by hash, and every rank fails alike. */
-lw_status lwi_optimizer_muon_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode) {
+lw_status lwi_optimizer_whole_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode) {
     if (tp == NULL || lw_comm_size(tp) == 1) return LW_OK;
     if (mode != LW_MUON_TP_BLOCKWISE && !lw_comm_reaches(tp, opt->device))
         return lwi_fail(LW_ERR_UNSUPPORTED,
@@ -80,9 +83,10 @@ lw_status lwi_optimizer_muon_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp
     return LW_OK;
 }
 
-/* Row-sharded Muon on one bucket of an element-wise Muon buffer: momentum on the owned slices,
- * written where they lie in this rank's shard of the bucket; an all-gather assembles the whole
- * update of every matrix in it; each rank orthogonalises the matrices it holds a slice of. */
+/* Row-sharding on one bucket of an element-wise buffer of a whole-matrix rule: each owned slice
+ * prepared (momentum), written where it lies in this rank's shard of the bucket; an all-gather
+ * assembles the whole update of every matrix in it; each rank transforms (orthogonalises) the
+ * matrices it holds a slice of. */
 static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, float grad_scale,
                                       lw_step_result *r) {
     const lw_layout *l = opt->layout;
@@ -103,13 +107,14 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         const int32_t grp = opt->group[o->param];
         if (st == LW_OK)
-            st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state,
+            st = o->rule->prepare(opt->rule_ctx[o->kind], opt->stream, w, g, &o->state,
                                   u + (p->start - bk->start) + o->start, o->count, opt->lr[grp],
                                   opt->wd[grp], grad_scale);
     }
     double t = lwi_now();
     char label[64];
-    snprintf(label, sizeof label, "the Muon updates of buffer %d bucket %d", b + 1, k + 1);
+    snprintf(label, sizeof label, "the %s updates of buffer %d bucket %d",
+             lw_optimizer_kind_name(lb->optimizer), b + 1, k + 1);
     lw_comm_set_label(comm, label);
     if (st == LW_OK) st = lw_comm_allgather(comm, u, count, LW_DTYPE_F32, NULL);
     r->seconds_muon_comm += lwi_now() - t;
@@ -128,22 +133,25 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
                 st = lw_vec_axpy(opt->stream, w, -lr, opt->orthogonal + o->start, o->count);
             continue;
         }
-        st = lw_muon_orthogonalize(opt->muon, opt->stream, u + (p->start - bk->start),
-                                   opt->orthogonal, p->shape[0], p->numel / p->shape[0]);
+        void *ctx = opt->rule_ctx[o->kind];
+        st = o->rule->transform(ctx, opt->stream, u + (p->start - bk->start), opt->orthogonal, 1,
+                                p->shape[0], p->numel / p->shape[0]);
         if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
-            st = lw_muon_apply(opt->muon, opt->stream, w, opt->orthogonal + o->start, o->count,
-                               p->shape[0], p->numel / p->shape[0], lr);
+            st = o->rule->apply(ctx, opt->stream, w, opt->orthogonal + o->start, o->count,
+                                p->shape[0], p->numel / p->shape[0], lr);
     }
     return st;
 }
 
-/* One batch of whole Muon matrices: weight decay and momentum of each into the batch's update
- * array, Newton-Schulz of all of them, then each step. */
-static lw_status update_muon_batch(lw_optimizer *opt, const lwi_muon_batch *b, float grad_scale) {
+/* One batch of whole matrices of a rule: each prepared (weight decay, momentum) into the
+ * batch's update array, all of them transformed (Newton-Schulz), then each applied. */
+static lw_status update_batch(lw_optimizer *opt, const lwi_matrix_batch *b, float grad_scale) {
     const int64_t n = b->rows * b->cols;
+    const lwi_rule *rule = lwi_rule_of(b->kind);
+    void *ctx = opt->rule_ctx[b->kind];
     float *u;
-    lw_status st = lwi_muon_batch_updates(opt->muon, opt->stream, b->count, b->rows, b->cols, &u);
+    lw_status st = rule->batch_space(ctx, opt->stream, b->count, b->rows, b->cols, &u);
     for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
         lwi_owned *o = &opt->owned[opt->batch_members[b->first + i]];
         const int32_t grp = opt->group[o->param];
@@ -151,18 +159,17 @@ static lw_status update_muon_batch(lw_optimizer *opt, const lwi_muon_batch *b, f
         st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st == LW_OK)
-            st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state, u + i * n, n,
-                                  opt->lr[grp], opt->wd[grp], grad_scale);
+            st = rule->prepare(ctx, opt->stream, w, g, &o->state, u + i * n, n, opt->lr[grp],
+                               opt->wd[grp], grad_scale);
     }
-    if (st == LW_OK)
-        st = lwi_muon_orthogonalize_batch(opt->muon, opt->stream, u, b->count, b->rows, b->cols);
+    if (st == LW_OK) st = rule->transform(ctx, opt->stream, u, u, b->count, b->rows, b->cols);
     for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
         lwi_owned *o = &opt->owned[opt->batch_members[b->first + i]];
         float *w;
         st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
-            st = lw_muon_apply(opt->muon, opt->stream, w, u + i * n, n, b->rows, b->cols,
-                               opt->lr[opt->group[o->param]]);
+            st = rule->apply(ctx, opt->stream, w, u + i * n, n, b->rows, b->cols,
+                             opt->lr[opt->group[o->param]]);
     }
     return st;
 }
@@ -186,13 +193,13 @@ static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scal
     return st;
 }
 
-/* Muon on everything this rank owns: the batches of whole matrices, then the TP shards and
- * split QKV weights, then the row-sharded buckets. */
-lw_status lwi_optimizer_muon_step(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
+/* The whole-matrix rules on everything this rank owns: the batches of whole matrices, then the
+ * TP shards and split QKV weights, then the row-sharded buckets. */
+lw_status lwi_optimizer_whole_step(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
     const lw_layout *l = opt->layout;
     for (int32_t b = 0; b < opt->n_batches; b++) {
         double t = lwi_now();
-        lw_status st = update_muon_batch(opt, &opt->batches[b], grad_scale);
+        lw_status st = update_batch(opt, &opt->batches[b], grad_scale);
         r->seconds_muon += lwi_now() - t;
         if (st != LW_OK) return st;
     }
@@ -203,7 +210,7 @@ lw_status lwi_optimizer_muon_step(lw_optimizer *opt, float grad_scale, lw_step_r
         if (st != LW_OK) return st;
     }
     for (int32_t b = 0; b < l->n_buffers; b++)
-        for (int32_t k = 0; l->buffers[b].muon && lwi_is_elementwise(l->buffers[b].algorithm) &&
+        for (int32_t k = 0; l->buffers[b].whole && lwi_is_elementwise(l->buffers[b].algorithm) &&
                             k < l->buffers[b].n_buckets;
              k++) {
             lw_status st = update_sliced_bucket(opt, b, k, grad_scale, r);
