@@ -203,8 +203,8 @@
        int64_t rows, int64_t cols),                                                                \
       (s, plan, u, x, batch, rows, cols), LW_OK)                                                   \
     X(adamw,                                                                                       \
-      (lw_stream * s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors, int32_t count,   \
-       int64_t t, float grad_scale),                                                               \
+      (lw_stream * s, const lw_adamw_options *o, const lwi_update_tensor *tensors,                 \
+       int32_t count, int64_t t, float grad_scale),                                                \
       (s, o, tensors, count, t, grad_scale), lwi_work_if(count > 0))                               \
     X(copy_2d,                                                                                     \
       (lw_stream * s, float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows,  \
