@@ -10,7 +10,7 @@
 #include "lw_device.h"        /* devices, streams, events, matrix-product precision */
 #include "lw_layout.h"        /* parameter specs, layouts: buffers, buckets, owners */
 #include "lw_comm.h"          /* communicators, collectives, requests, the watchdog */
-#include "lw_optim_kernels.h" /* vector kernels, Muon, AdamW */
+#include "lw_optim_kernels.h" /* vector kernels, Muon, AdamW, Lion */
 #include "lw_optimizer.h"     /* runtime choices, buffers and their syncs, the optimizer */
 #include "lw_model_kernels.h" /* the model's forward and backward kernels */
 #include "lw_host.h"          /* host helpers for the Lua front end: files, JSON, formats */

@@ -21,10 +21,11 @@ extern "C" {
  * parts and whether they update whole matrices: docs/algorithms.md. */
 typedef enum lw_optimizer_kind {
     LW_OPTIMIZER_ADAMW = 0, /* element-wise: Adam with decoupled weight decay */
-    LW_OPTIMIZER_MUON = 1   /* whole matrices: momentum orthogonalised by Newton-Schulz */
+    LW_OPTIMIZER_MUON = 1,  /* whole matrices: momentum orthogonalised by Newton-Schulz */
+    LW_OPTIMIZER_LION = 2   /* element-wise: the sign of an interpolated momentum */
 } lw_optimizer_kind;
 
-/* "adamw", "muon" (names as lw_dtype_name); NULL for a value no rule has. */
+/* "adamw", "muon", "lion" (names as lw_dtype_name); NULL for a value no rule has. */
 const char *lw_optimizer_kind_name(lw_optimizer_kind kind);
 lw_status lw_optimizer_kind_from_name(const char *name, lw_optimizer_kind *out);
 /* How many rules there are: the kinds are 0 .. count - 1. */

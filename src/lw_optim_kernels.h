@@ -1,5 +1,5 @@
 /* lw_optim_kernels.h: the optimizer's kernels on one device: vector kernels (norms, scaling,
- * bf16 conversions), Muon (Newton-Schulz orthogonalisation and its update) and AdamW. Each
+ * bf16 conversions), Muon (Newton-Schulz orthogonalisation and its update), AdamW and Lion. Each
  * runs on the stream's device (NULL: the CPU) over arrays in that device's memory. The
  * optimizer of lw_optimizer.h drives them over the buffers; Muon's TP modes and the bf16
  * rounding rules are set out in docs/c_api.md.
@@ -159,6 +159,22 @@ lw_adamw_options lw_adamw_defaults(void);
 lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float *w,
                           const float *g, float *m, float *v, int64_t n, int64_t t, float lr,
                           float weight_decay, float grad_scale);
+
+/* ---- Lion ---------------------------------------------------------------------------------- */
+
+typedef struct lw_lion_options {
+    size_t size; /* sizeof, set by lw_lion_defaults() (docs/c_api.md) */
+    float beta1; /* the step's interpolation: sign(beta1 * m + (1 - beta1) * g), in [0, 1) */
+    float beta2; /* the momentum's decay, in [0, 1) */
+} lw_lion_options;
+
+/* beta1 0.9, beta2 0.99 (the paper's). */
+lw_lion_options lw_lion_defaults(void);
+/* One Lion update of n elements, gradient grad_scale * g, momentum m (n floats, the only state):
+ * w -= lr * (sign(beta1 m + (1 - beta1) g) + weight_decay * w), then m = beta2 m + (1 - beta2) g
+ * (sign(0) = 0; a NaN in g makes w and m NaN there). Betas outside [0, 1): LW_ERR_INVALID. */
+lw_status lw_lion_update(lw_stream *stream, const lw_lion_options *opts, float *w, const float *g,
+                         float *m, int64_t n, float lr, float weight_decay, float grad_scale);
 
 /* LW_CDEF_END */
 

@@ -190,9 +190,10 @@ typedef struct lw_optimizer_options {
     float clip;             /* max gradient norm; <= 0: no clipping */
     lw_comm *tp_comm;       /* [borrowed, must outlive the optimizer] this rank's tensor-parallel
                                group, or NULL: no TP (docs/c_api.md) */
+    lw_lion_options lion;   /* size set too, as muon's */
 } lw_optimizer_options;
 
-/* Muon's and AdamW's defaults (lw_muon_defaults, lw_adamw_defaults), no clipping, no TP. */
+/* Muon's, AdamW's and Lion's defaults (lw_muon_defaults, ...), no clipping, no TP. */
 lw_optimizer_options lw_optimizer_defaults(void);
 
 typedef struct lw_step_result {

@@ -36,13 +36,15 @@ static void test_every_name(void) {
     NAMES_OF(lw_path_kind_name, buf);
     CHECK(strcmp(buf, "missing file dir other link") == 0);
     NAMES_OF(lw_optimizer_kind_name, buf);
-    CHECK(strcmp(buf, "adamw muon") == 0);
+    CHECK(strcmp(buf, "adamw muon lion") == 0);
 }
 
 /* The optimizer rules: as many as names, which of them update whole matrices, their state's
  * part names (what checkpoints store, so fixed once written), nothing past the last. */
 static void test_optimizer_kinds(void) {
-    CHECK_EQ(lw_optimizer_kind_count(), 2);
+    CHECK_EQ(lw_optimizer_kind_count(), 3);
+    CHECK(!lw_optimizer_kind_whole(LW_OPTIMIZER_LION));
+    CHECK_EQ(lw_optimizer_kind_parts(LW_OPTIMIZER_LION), 1);
     CHECK(lw_optimizer_kind_name((lw_optimizer_kind)lw_optimizer_kind_count()) == NULL);
     CHECK(lw_optimizer_kind_whole(LW_OPTIMIZER_MUON));
     CHECK(!lw_optimizer_kind_whole(LW_OPTIMIZER_ADAMW));
@@ -61,7 +63,7 @@ static void test_optimizer_kinds(void) {
     CHECK_OK(lw_optimizer_kind_from_name("muon", &k));
     CHECK_EQ(k, LW_OPTIMIZER_MUON);
     CHECK_FAILS(lw_optimizer_kind_from_name("sgd", &k), LW_ERR_INVALID,
-                "unknown optimizer rule 'sgd' (one of adamw, muon)");
+                "unknown optimizer rule 'sgd' (one of adamw, muon, lion)");
 }
 
 static void test_names_match_the_enums(void) {

@@ -16,6 +16,7 @@ static void test_defaults_set_size(void) {
     CHECK_EQ(lw_runtime_defaults().size, sizeof(lw_runtime_options));
     CHECK_EQ(lw_muon_defaults().size, sizeof(lw_muon_options));
     CHECK_EQ(lw_adamw_defaults().size, sizeof(lw_adamw_options));
+    CHECK_EQ(lw_lion_defaults().size, sizeof(lw_lion_options));
     CHECK_EQ(lw_buffers_defaults().size, sizeof(lw_buffers_options));
     const lw_optimizer_options oo = lw_optimizer_defaults();
     CHECK_EQ(oo.size, sizeof(lw_optimizer_options));
@@ -91,6 +92,29 @@ static void test_muon_adamw(void) {
     CHECK(w < 1.0f);
 }
 
+static void test_lion(void) {
+    float w = 1.0f, g = 0.5f, m = 0.0f;
+    lw_lion_options o;
+    memset(&o, 0, sizeof o);
+    o.beta1 = 0.9f, o.beta2 = 0.99f;
+    CHECK_FAILS(lw_lion_update(NULL, &o, &w, &g, &m, 1, 0.1f, 0.0f, 1.0f), LW_ERR_INVALID,
+                "lion: lw_lion_options.size is 0: start from lw_lion_defaults()");
+    GROWN(lw_lion_options) grown;
+    memset(&grown, 0, sizeof grown);
+    grown.o = lw_lion_defaults();
+    grown.o.size = sizeof grown;
+    CHECK_FAILS(lw_lion_update(NULL, &grown.o, &w, &g, &m, 1, 0.1f, 0.0f, 1.0f), LW_ERR_INVALID,
+                "larger than this library's");
+    o = lw_lion_defaults();
+    o.size = sizeof(size_t) + 1;
+    CHECK_FAILS(lw_lion_update(NULL, &o, &w, &g, &m, 1, 0.1f, 0.0f, 1.0f), LW_ERR_INVALID,
+                "which no lw.h's lw_lion_options has");
+    CHECK(w == 1.0f && m == 0.0f); /* refused before any update */
+    o = lw_lion_defaults();
+    CHECK_OK(lw_lion_update(NULL, &o, &w, &g, &m, 1, 0.1f, 0.0f, 1.0f));
+    CHECK(w < 1.0f);
+}
+
 static void test_buffers_optimizer(const lw_param_spec *s, int n) {
     lw_comm *c = NULL;
     CHECK_OK(lw_comm_self(&c));
@@ -144,6 +168,7 @@ int main(void) {
     test_layout(specs, 2);
     test_runtime();
     test_muon_adamw();
+    test_lion();
     test_buffers_optimizer(specs, 2);
     return check_exit("test_options");
 }

@@ -80,7 +80,7 @@ end
 local function filled_by_coefficients() end
 
 -- What lw.optim.new takes, one table per C struct: the fields of lw_optimizer_options and of
--- its muon and adamw structs under their C names, with the kinds the cdef gives them
+-- its muon, adamw and lion structs under their C names, with the kinds the cdef gives them
 -- (lwopt.options), and what Lua adds or names otherwise. extra: Lua's own keys and their kinds
 -- (each group's lr and weight decay, which a routing rule may set per parameter; the mode the
 -- buffers were made for; Muon's coefficients). internal: fields with no key of their own.
@@ -97,7 +97,10 @@ local TABLES = {
       own = { coeffs = set_coefficients, custom = filled_by_coefficients,
               n_custom = filled_by_coefficients, custom_repeat = filled_by_coefficients } },
    adamw = { struct = "lw_adamw_options", extra = { lr = "number", weight_decay = "number" } },
+   lion = { struct = "lw_lion_options", extra = { lr = "number", weight_decay = "number" } },
 }
+-- The rules' option tables, by the rules' names.
+local RULE_TABLES = { "muon", "adamw", "lion" }
 
 -- The Lua keys of the table at path and their kinds.
 local function kinds_of(path)
@@ -114,7 +117,8 @@ local function kinds_of(path)
    return t.kinds
 end
 
--- The table of options at path ("", "muon" or "adamw"; {} for nil), every key known.
+-- The table of options at path ("", or a rule's: "muon", "adamw", "lion"; {} for nil), every
+-- key known.
 local function check_keys(t, path)
    if t == nil then return {} end
    if type(t) ~= "table" then fail("%s must be a table", path) end
@@ -165,10 +169,10 @@ local function fill(c, path, tables, out)
    end
 end
 
--- The C options, and a keep-alive for the custom coefficient array.
-local function c_options(o, m, a)
+-- The C options from the tables by path, and a keep-alive for the custom coefficient array.
+local function c_options(tables)
    local c, out = lib.lw_optimizer_defaults(), {}
-   fill(c, "", { [""] = o, muon = m, adamw = a }, out)
+   fill(c, "", tables, out)
    return c, out.keep
 end
 
@@ -202,22 +206,25 @@ end
 -- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, tp_comm, muon = { lr,
 -- weight_decay, momentum, nesterov, ns_steps, coefficients, coefficients_repeat,
 -- weight_decay_mode, scale, extra_scale, eps, symmetric, precision, tp_mode, split_qkv },
--- adamw = { lr, weight_decay, beta1, beta2, eps } }. tp_comm: this rank's tensor-parallel group
+-- adamw = { lr, weight_decay, beta1, beta2, eps }, lion = { lr, weight_decay, beta1, beta2 } }.
+-- tp_comm: this rank's tensor-parallel group
 -- (an lw.comm: its ranks hold the shards of the same tensors, with ddp's built from the same
 -- local specs on each); nil: no TP. muon.tp_mode: "duplicated" (default), "distributed" or
 -- "blockwise"; muon.split_qkv (default true): Q, K and V of a fused QKV weight orthogonalised
 -- apart.
 function optim.new(d, opts)
    local o = check_keys(opts, "")
-   local m, a = check_keys(o.muon, "muon"), check_keys(o.adamw, "adamw")
    check_types(o, "")
-   check_types(m, "muon")
-   check_types(a, "adamw")
+   local tables = { [""] = o }
+   for _, path in ipairs(RULE_TABLES) do
+      tables[path] = check_keys(o[path], path)
+      check_types(tables[path], path)
+   end
    if o.mode ~= nil and o.mode ~= d.mode then
       fail("mode '%s' does not match the buffers, which were made for mode '%s'", tostring(o.mode),
          d.mode)
    end
-   local c, keep = c_options(o, m, a)
+   local c, keep = c_options(tables)
    local tp = tp_for(o.tp_comm, d, c.muon.tp_mode)
    c.tp_comm = tp and tp._c or nil
    local out = ffi.new("lw_optimizer*[1]")
@@ -227,7 +234,7 @@ function optim.new(d, opts)
    self._c = ffi.gc(out[0], lib.lw_optimizer_free)
    local by_key = {}
    for i, spec in ipairs(d.specs) do
-      local kind, lr, wd = group_of(spec, o, { muon = m, adamw = a })
+      local kind, lr, wd = group_of(spec, o, tables)
       local key = kind .. "|" .. lr .. "|" .. wd
       local g = by_key[key]
       if g == nil then

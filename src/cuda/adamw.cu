@@ -15,7 +15,7 @@ namespace {
 constexpr int THREADS = 256;
 
 struct tensor_list {
-    lwi_adamw_tensor t[LWC_ADAMW_PER_LAUNCH];
+    lwi_update_tensor t[LWC_ADAMW_PER_LAUNCH];
     int32_t count;
 };
 
@@ -24,7 +24,7 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
     const float k1 = 1.0f - b1, k2 = 1.0f - b2;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int32_t k = 0; k < list.count; k++) {
-        const lwi_adamw_tensor x = list.t[k];
+        const lwi_update_tensor x = list.t[k];
         for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < x.n; i += stride) {
             const float gi = __fmul_rn(grad_scale, x.g[i]);
             const float mi = __fadd_rn(__fmul_rn(b1, x.m[i]), __fmul_rn(k1, gi));
@@ -45,7 +45,7 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
 // AdamW over `count` tensors (host list) in as few launches as the kernel's argument space allows
 // (LWC_ADAMW_PER_LAUNCH tensors each); c1, c2 = 1 / (1 - beta^t), computed by the caller in
 // double.
-static cudaError_t adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *tensors,
+static cudaError_t adamw_tensors(cudaStream_t stream, const lwi_update_tensor *tensors,
                                  int32_t count, float beta1, float beta2, float eps, float c1,
                                  float c2, float grad_scale) {
     for (int32_t first = 0; first < count; first += LWC_ADAMW_PER_LAUNCH) {
@@ -69,7 +69,7 @@ static cudaError_t adamw_tensors(cudaStream_t stream, const lwi_adamw_tensor *te
 
 // ---- the table's entry --------------------------------------------------------------------------
 
-lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors,
+lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_update_tensor *tensors,
                     int32_t count, int64_t t, float grad_scale) {
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     // bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t

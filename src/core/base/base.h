@@ -38,7 +38,7 @@ lw_status lwi_options_read(const char *object, const lwi_options_kind *kind, con
                            const void *defaults, void *out);
 /* The versioned option structs, one each (base/options.c). */
 extern const lwi_options_kind lwi_layout_options_kind, lwi_runtime_options_kind,
-    lwi_muon_options_kind, lwi_adamw_options_kind, lwi_buffers_options_kind,
+    lwi_muon_options_kind, lwi_adamw_options_kind, lwi_lion_options_kind, lwi_buffers_options_kind,
     lwi_optimizer_options_kind;
 
 int64_t lwi_gcd(int64_t a, int64_t b);

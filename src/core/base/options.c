@@ -14,6 +14,8 @@ const lwi_options_kind lwi_muon_options_kind = {"lw_muon_options", "lw_muon_defa
                                                 sizeof(lw_muon_options), {{0, 0}}};
 const lwi_options_kind lwi_adamw_options_kind = {"lw_adamw_options", "lw_adamw_defaults",
                                                  sizeof(lw_adamw_options), {{0, 0}}};
+const lwi_options_kind lwi_lion_options_kind = {"lw_lion_options", "lw_lion_defaults",
+                                                sizeof(lw_lion_options), {{0, 0}}};
 const lwi_options_kind lwi_buffers_options_kind = {"lw_buffers_options", "lw_buffers_defaults",
                                                    sizeof(lw_buffers_options), {{0, 0}}};
 const lwi_options_kind lwi_optimizer_options_kind = {

@@ -12,7 +12,8 @@
 
 #define LWI_RULES(R)                                                                               \
     R(ADAMW, adamw, false, ({"m", "v"}))                                                           \
-    R(MUON, muon, true, ({"m"}))
+    R(MUON, muon, true, ({"m"}))                                                                   \
+    R(LION, lion, false, ({"m"}))
 
 /* The most parts a rule's state has (lw_state_entry.parts), and how many rules there are. */
 #define LWI_RULE_MAX_PARTS 4

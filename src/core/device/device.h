@@ -49,9 +49,10 @@ static inline int64_t lwi_ns_work_floats(int64_t batch, int64_t rows, int64_t co
     return batch * (2 * p * p + p * q + LWI_NS_PARTIALS);
 }
 
-/* One tensor of a multi-tensor AdamW update: a contiguous run of elements (w, g, m, v of n)
- * and its group's learning rate and weight decay. */
-typedef struct lwi_adamw_tensor {
+/* One tensor of a multi-tensor element-wise update (AdamW, Lion): a contiguous run of elements
+ * (w, g and the state m, v, each n floats) and its group's learning rate and weight decay. A
+ * rule with one state part (Lion: m) leaves v unused (NULL). */
+typedef struct lwi_update_tensor {
     float *w;
     const float *g;
     float *m;
@@ -59,7 +60,7 @@ typedef struct lwi_adamw_tensor {
     int64_t n;
     float lr;
     float weight_decay;
-} lwi_adamw_tensor;
+} lwi_update_tensor;
 
 /* Every entry returns LW_OK or fails through lwi_fail (the CUDA library through the host's
  * fail function, lwi_device_host). Streams and events carry the backend's handle in impl. */

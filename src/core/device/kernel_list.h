@@ -192,7 +192,9 @@
  *                  matrix X^T (ld p). ns_gram: a = X X^T, p x p, both triangles. ns_step: X =
  *                  abc[0] X + (abc[1] A + abc[2] A A) X for a symmetric A (both triangles, which
  *                  it may rewrite from one another), in place, with work of at least p * p + p *
- *                  q floats. abc is host memory. */
+ *                  q floats. abc is host memory.
+ *   lion           a Lion step over `count` tensors (host list, read before the call returns;
+ *                  m their momentum, v unused), as lw_lion_update says of one. */
 #define LWI_CORE_KERNELS(X)                                                                        \
     X(muon_momentum,                                                                               \
       (lw_stream * s, const lwi_muon_step *k, float *w, const float *g, float *m, float *u,        \
@@ -203,8 +205,8 @@
        int64_t rows, int64_t cols),                                                                \
       (s, plan, u, x, batch, rows, cols), LW_OK)                                                   \
     X(adamw,                                                                                       \
-      (lw_stream * s, const lw_adamw_options *o, const lwi_adamw_tensor *tensors, int32_t count,   \
-       int64_t t, float grad_scale),                                                               \
+      (lw_stream * s, const lw_adamw_options *o, const lwi_update_tensor *tensors,                 \
+       int32_t count, int64_t t, float grad_scale),                                                \
       (s, o, tensors, count, t, grad_scale), lwi_work_if(count > 0))                               \
     X(copy_2d,                                                                                     \
       (lw_stream * s, float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows,  \
@@ -215,7 +217,11 @@
     X(ns_step,                                                                                     \
       (lw_stream * s, const float abc[3], float *a, float *x, int64_t p, int64_t q,                \
        bool transposed, float *work),                                                              \
-      (s, abc, a, x, p, q, transposed, work), LW_OK)
+      (s, abc, a, x, p, q, transposed, work), LW_OK)                                               \
+    X(lion,                                                                                        \
+      (lw_stream * s, const lw_lion_options *o, const lwi_update_tensor *tensors, int32_t count,   \
+       float grad_scale),                                                                          \
+      (s, o, tensors, count, grad_scale), lwi_work_if(count > 0))
 
 /* Every kernel: the table's members, the backends' declarations and tables. */
 #define LWI_KERNELS(X) LWI_PUBLIC_KERNELS(X) LWI_CORE_KERNELS(X)

@@ -15,12 +15,12 @@ lw_status lw_adamw_update(lw_stream *stream, const lw_adamw_options *opts, float
     lw_adamw_options o;
     const lw_status st = lwi_options_read("adamw", &lwi_adamw_options_kind, opts, &d, &o);
     if (st != LW_OK) return st;
-    const lwi_adamw_tensor x = {w, g, m, v, n, lr, weight_decay};
+    const lwi_update_tensor x = {w, g, m, v, n, lr, weight_decay};
     return lwi_run_adamw(stream, &o, &x, 1, t, grad_scale);
 }
 
 static lw_status rule_update(lw_stream *s, const lw_optimizer_options *o,
-                             const lwi_adamw_tensor *tensors, int32_t count, int64_t step,
+                             const lwi_update_tensor *tensors, int32_t count, int64_t step,
                              float grad_scale) {
     return lwi_run_adamw(s, &o->adamw, tensors, count, step, grad_scale);
 }

@@ -16,6 +16,7 @@
  * QKV weights go through muon_tp.c one by one after the batches, in owned order (row-sharded:
  * in their bucket's turn). The norm adds every TP rank's shards and TP rank 0's replicated
  * tensors (one all-reduce over TP before the one over the DP group). */
+#include "optim/lion.h"
 #include "optim/optimizer_state.h"
 
 #include <math.h>
@@ -29,11 +30,12 @@ lw_optimizer_options lw_optimizer_defaults(void) {
     o.size = sizeof o;
     o.muon = lw_muon_defaults();
     o.adamw = lw_adamw_defaults();
+    o.lion = lw_lion_defaults();
     o.clip = 0.0f;
     return o;
 }
 
-/* lw_optimizer_options's muon and adamw are versioned with it: their sizes are the ones its
+/* lw_optimizer_options's muon, adamw and lion are versioned with it: their sizes are the ones its
  * version holds (today's: one version of each), as lw_optimizer_defaults() set them. */
 static lw_status check_nested(const char *field, size_t size, size_t held, const char *defaults) {
     if (size == held) return LW_OK;
@@ -163,7 +165,9 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     lw_status st = lwi_options_read("optimizer", &lwi_optimizer_options_kind, opts, &d, &o);
     if (st == LW_OK) st = check_nested("muon", o.muon.size, sizeof o.muon, "lw_muon_defaults");
     if (st == LW_OK) st = check_nested("adamw", o.adamw.size, sizeof o.adamw, "lw_adamw_defaults");
+    if (st == LW_OK) st = check_nested("lion", o.lion.size, sizeof o.lion, "lw_lion_defaults");
     if (st == LW_OK) st = check_adamw(&o.adamw);
+    if (st == LW_OK) st = lwi_lion_check(&o.lion);
     if (st != LW_OK) return st;
     if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
     lw_optimizer *opt = calloc(1, sizeof *opt);
@@ -330,7 +334,7 @@ static lw_status update_elementwise(lw_optimizer *opt, lw_optimizer_kind kind, f
     for (int32_t k = 0; k < opt->n_owned; k++) {
         lwi_owned *o = &opt->owned[k];
         if (o->kind != kind) continue;
-        lwi_adamw_tensor *x = &opt->tensors[count++];
+        lwi_update_tensor *x = &opt->tensors[count++];
         float *w, *g;
         lw_status st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
@@ -338,7 +342,7 @@ static lw_status update_elementwise(lw_optimizer *opt, lw_optimizer_kind kind, f
         const int32_t grp = opt->group[o->param];
         /* the second part where the rule has one */
         float *v = lw_optimizer_kind_parts(kind) > 1 ? o->state + o->count : NULL;
-        *x = (lwi_adamw_tensor){w, g, o->state, v, o->count, opt->lr[grp], opt->wd[grp]};
+        *x = (lwi_update_tensor){w, g, o->state, v, o->count, opt->lr[grp], opt->wd[grp]};
     }
     if (count == 0) return LW_OK;
     return lwi_rule_of(kind)->update(opt->stream, &opt->o, opt->tensors, count, opt->step,

@@ -68,7 +68,7 @@ struct lw_optimizer {
     float *orthogonal; /* [owned, device memory] and one matrix's orthogonalised update */
     int64_t gathered_numel;
     int64_t orthogonal_numel;
-    lwi_adamw_tensor *tensors; /* [owned] n_owned: an element-wise rule's tensors, one call */
+    lwi_update_tensor *tensors; /* [owned] n_owned: an element-wise rule's tensors, one call */
     int32_t n_batches;
     lwi_matrix_batch *batches;  /* [owned] */
     int32_t *batch_members; /* [owned] */

@@ -16,7 +16,7 @@ lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt) {
     const int32_t n = opt->n_owned ? opt->n_owned : 1;
     opt->batches = calloc((size_t)n, sizeof(lwi_matrix_batch));
     opt->batch_members = calloc((size_t)n, sizeof(int32_t));
-    opt->tensors = calloc((size_t)n, sizeof(lwi_adamw_tensor));
+    opt->tensors = calloc((size_t)n, sizeof(lwi_update_tensor));
     bool *placed = calloc((size_t)n, sizeof(bool));
     if (opt->batches == NULL || opt->batch_members == NULL || opt->tensors == NULL ||
         placed == NULL) {

@@ -13,7 +13,7 @@
 typedef struct lwi_rule {
     /* element-wise rules */
     lw_status (*update)(lw_stream *s, const lw_optimizer_options *o,
-                        const lwi_adamw_tensor *tensors, int32_t count, int64_t step,
+                        const lwi_update_tensor *tensors, int32_t count, int64_t step,
                         float grad_scale);
     /* whole-matrix rules */
     lw_status (*open)(const lw_optimizer_options *o, void **ctx);

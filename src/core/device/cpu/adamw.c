@@ -29,7 +29,7 @@ static void adamw(const lw_adamw_options *o, float *w, const float *g, float *m,
 /* One tensor's update, for the pool's parts (each takes a range of its elements). */
 typedef struct {
     const lw_adamw_options *o;
-    const lwi_adamw_tensor *x;
+    const lwi_update_tensor *x;
     int64_t t;
     float grad_scale;
 } adamw_job;
@@ -37,13 +37,13 @@ typedef struct {
 static void adamw_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     (void)part;
     const adamw_job *j = ctx;
-    const lwi_adamw_tensor *x = j->x;
+    const lwi_update_tensor *x = j->x;
     adamw(j->o, x->w + begin, x->g + begin, x->m + begin, x->v + begin, end - begin, j->t, x->lr,
           x->weight_decay, j->grad_scale);
 }
 
 lw_status lwi_cpu_adamw(lw_stream *stream, const lw_adamw_options *o,
-                        const lwi_adamw_tensor *tensors, int32_t count, int64_t t,
+                        const lwi_update_tensor *tensors, int32_t count, int64_t t,
                         float grad_scale) {
     (void)stream;
     for (int32_t k = 0; k < count; k++) {
