@@ -37,6 +37,40 @@ describe("lw.optim.new", function()
       assert.equal(by.g, by.e) -- a norm gain and an embedding: neither decays
    end)
 
+   it("names the library's optimizer rules in lw.optim.kinds", function()
+      local names = {}
+      for i, k in ipairs(lw.optim.kinds) do names[i] = k.name end
+      assert.same({ "adamw", "muon", "lion" }, names)
+      assert.same({ name = "muon", value = 1, whole = true, parts = { "m" } }, lw.optim.kinds.muon)
+      assert.same({ "m", "v" }, lw.optim.kinds.adamw.parts)
+      assert.is_false(lw.optim.kinds.lion.whole)
+   end)
+
+   it("steps Lion on the parameters routed to it, with its own betas, lr and weight decay",
+      function()
+      local routed = lw.route(specs(), { { match = "^w$", optimizer = "muon" },
+         { match = "^g$", optimizer = "lion", opts = { lr = 0.01, weight_decay = 0.5 } },
+         { match = ".", optimizer = "adamw" } })
+      local d = lw.ddp.new(routed, lw.comm.self())
+      d:param("g"):copy(function(i) return 0.1 * math.sin(i) end)
+      local opt = lw.optim.new(d, { lion = { beta1 = 0.5, beta2 = 0.9 } })
+      local w0 = d:param("g"):totable()
+      backward(d, 2)
+      opt:step()
+      -- first step, m = 0: c = (1 - beta1) g, w -= lr (sign(c) + wd w), m = (1 - beta2) g
+      local w = d:param("g"):totable()
+      for i = 1, 4 do
+         local c = 0.5 * 2 * math.cos(i)
+         local sign = c > 0 and 1 or (c < 0 and -1 or 0)
+         assert.near(w0[i] - 0.01 * (sign + 0.5 * w0[i]), w[i], 1e-7)
+      end
+      assert.equal(4 * 4, opt:state_bytes() - 4 * 32 - 2 * 4 * 40) -- Lion keeps one part
+      assert.has_error(function() lw.optim.new(d, { lion = { beta1 = 1 } }) end,
+         "lw.optim.new: lion: beta1 must be in [0, 1), got 1")
+      assert.has_error(function() lw.optim.new(d, { lion = { beta3 = 1 } }) end,
+         "lw.optim.new: unknown option 'lion.beta3'")
+   end)
+
    it("takes a routing rule's opts over the defaults", function()
       local routed = lw.route(specs(), {
          { match = "^e$", optimizer = "adamw", opts = { lr = 0.5, weight_decay = 0.2 } },

@@ -53,6 +53,23 @@ describe("lw.stepmodel.predict", function()
       assert.near(B, r.backward, 1e-12)
    end)
 
+   it("charges each element-wise rule its own bytes per element, and names a rule it has no "
+      .. "figure for", function()
+      -- two 64 x 128 matrices on Lion, two on AdamW, element-wise over 2 ranks: half each
+      local routed = lw.route(four, { { match = "p[01]", optimizer = "lion" },
+         { match = ".", optimizer = "adamw" } })
+      local l = lw.layout.compute(routed, { dp = 2, bucket_size = 0 })
+      local r = lw.stepmodel.predict(l, { tokens = TOKENS, machine = machine(1e8, 0) })
+      for _, w in ipairs(r.ranks) do
+         assert.equal(0, w.ns_flops)
+         assert.near((8192 * 20 + 8192 * 28) / 1e9, w.elementwise, 1e-12)
+      end
+      assert.has_error(function()
+         lw.stepmodel.predict(l, { tokens = TOKENS, machine = machine(1e8, 0),
+            bytes_per_element = { adamw = 28, muon = 24 } })
+      end, "lw.planner: bytes_per_element has no figure for the rule 'lion'")
+   end)
+
    it("charges a bucket the ring's bytes, (dp - 1) / dp of it, and a latency a step", function()
       local r = lw.stepmodel.predict(layout, { tokens = TOKENS, machine = machine(1e8, 1e-4) })
       assert.equal(2, #r.buckets)

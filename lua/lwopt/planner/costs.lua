@@ -107,10 +107,11 @@ function costs.ns_flops(shape, steps)
    return (steps or costs.ns_steps) * (4 * p * p * q + 2 * p * p * p)
 end
 
--- Bytes each element moves in the element-wise optimizer updates (fp32 state): AdamW reads w,
--- g, m, v and writes w, m, v; Muon reads g and m, writes m (momentum), reads w and the
--- orthogonalised update and writes w.
-costs.bytes_per_element = { adamw = 28, muon = 24 }
+-- Bytes each element moves in the element-wise part of each rule's update (fp32 state), by
+-- the rule's name: AdamW reads w, g, m, v and writes w, m, v; Lion reads w, g, m and writes w,
+-- m; Muon reads g and m, writes m (momentum), reads w and the orthogonalised update and writes
+-- w. A rule the library adds needs its figure here (the planner says so by name).
+costs.bytes_per_element = { adamw = 28, muon = 24, lion = 20 }
 
 local DTYPE_BYTES = { f32 = 4, bf16 = 2, f16 = 2, f64 = 8, i64 = 8 }
 
