@@ -6,9 +6,11 @@ local ffi = require("ffi")
 local lw = require("lwopt")
 local helpers = require("helpers")
 
-local function setup()
+-- A small GPT on one rank, its parameters routed by rules (default: lw.route's).
+local function setup(rules)
    local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 16, n_head = 2, vocab = 32, seq_len = 8 }
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
+   local specs = rules and lw.route(model:parameters(), rules) or model:parameters()
+   local ddp = lw.ddp.new(specs, lw.comm.self())
    local opt = lw.optim.new(ddp, { lr = 1e-2 })
    for i, s in ipairs(model:parameters()) do
       ddp:param(s.name):copy(function(k) return s.role == "norm" and 1 or 0.1 * math.sin(i + k) end)
@@ -545,26 +547,16 @@ describe("lw.checkpoint", function()
 
    it("saves and resumes every rule's state by its part names (Lion's m beside Muon's and "
       .. "AdamW's)", function()
-      local function lion_setup()
-         local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 16, n_head = 2, vocab = 32, seq_len = 8 }
-         local specs = lw.route(model:parameters(), { { match = "ln_", optimizer = "lion" },
-            { match = "h%.0%..*weight$", optimizer = "muon" }, { match = ".", optimizer = "adamw" } })
-         local ddp = lw.ddp.new(specs, lw.comm.self())
-         local opt = lw.optim.new(ddp, { lr = 1e-2 })
-         for i, sp in ipairs(model:parameters()) do
-            ddp:param(sp.name):copy(function(k) return sp.role == "norm" and 1 or 0.1 * math.sin(i + k) end)
-         end
-         model:bind(ddp, nil)
-         return model, ddp, opt
-      end
-      local model, ddp, opt = lion_setup()
+      local rules = { { match = "ln_", optimizer = "lion" },
+         { match = "h%.0%..*weight$", optimizer = "muon" }, { match = ".", optimizer = "adamw" } }
+      local model, ddp, opt = setup(rules)
       step(model, ddp, opt)
       local path = lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = 1 })
       local st = require("lwopt.safetensors").open(path .. "/optim-r00000.safetensors", "test")
       assert.is_not_nil(require("lwopt.safetensors").find(st, "m/ln_f.weight"))
       assert.is_nil(require("lwopt.safetensors").find(st, "v/ln_f.weight"))
       step(model, ddp, opt)
-      local model2, ddp2, opt2 = lion_setup()
+      local model2, ddp2, opt2 = setup(rules)
       lw.checkpoint.load(path, { ddp = ddp2, opt = opt2 })
       step(model2, ddp2, opt2)
       assert.same(snapshot(ddp), snapshot(ddp2))

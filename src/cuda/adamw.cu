@@ -1,25 +1,13 @@
 // adamw.cu: the table's AdamW entry on a GPU: the bias corrections in double, then AdamW over many
-// tensors in one launch (up to LWC_ADAMW_PER_LAUNCH, their pointers in the kernel's arguments):
-// the optimizer's AdamW elements are many small runs (gains, biases, embeddings), and one launch
-// each would cost more than the arithmetic. Each element is read and written once (w, g, m, v in;
+// tensors per launch (update_tensors.h). Each element is read and written once (w, g, m, v in;
 // w, m, v out). Rounding as the CPU reference's (no FMA).
-#include "cuda/cuda.h"
+#include "cuda/update_tensors.h"
 
 #include <math.h>
 
-// Tensors per launch: what the kernel's argument space holds.
-#define LWC_ADAMW_PER_LAUNCH 48
-
 namespace {
 
-constexpr int THREADS = 256;
-
-struct tensor_list {
-    lwi_update_tensor t[LWC_ADAMW_PER_LAUNCH];
-    int32_t count;
-};
-
-__global__ void adamw_kernel(const tensor_list list, float b1, float b2, float eps, float c1,
+__global__ void adamw_kernel(const lwc_tensor_list list, float b1, float b2, float eps, float c1,
                              float c2, float grad_scale) {
     const float k1 = 1.0f - b1, k2 = 1.0f - b2;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -42,31 +30,6 @@ __global__ void adamw_kernel(const tensor_list list, float b1, float b2, float e
 
 } // namespace
 
-// AdamW over `count` tensors (host list) in as few launches as the kernel's argument space allows
-// (LWC_ADAMW_PER_LAUNCH tensors each); c1, c2 = 1 / (1 - beta^t), computed by the caller in
-// double.
-static cudaError_t adamw_tensors(cudaStream_t stream, const lwi_update_tensor *tensors,
-                                 int32_t count, float beta1, float beta2, float eps, float c1,
-                                 float c2, float grad_scale) {
-    for (int32_t first = 0; first < count; first += LWC_ADAMW_PER_LAUNCH) {
-        tensor_list list;
-        list.count = count - first < LWC_ADAMW_PER_LAUNCH ? count - first : LWC_ADAMW_PER_LAUNCH;
-        int64_t largest = 0;
-        for (int32_t k = 0; k < list.count; k++) {
-            list.t[k] = tensors[first + k];
-            if (list.t[k].n > largest) largest = list.t[k].n;
-        }
-        if (largest == 0) continue;
-        int64_t blocks = (largest + 4 * THREADS - 1) / (4 * THREADS);
-        if (blocks > 4096) blocks = 4096;
-        adamw_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(list, beta1, beta2, eps, c1, c2,
-                                                               grad_scale);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}
-
 // ---- the table's entry --------------------------------------------------------------------------
 
 lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_update_tensor *tensors,
@@ -75,8 +38,11 @@ lw_status lwc_adamw(lw_stream *s, const lw_adamw_options *o, const lwi_update_te
     // bias corrections in double, as on the CPU: 1 - beta^t loses digits in float for small t
     const float c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)t)));
     const float c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)t)));
-    return lwc_launched(s,
-                        adamw_tensors(lwc_cuda_stream(s), tensors, count, o->beta1, o->beta2,
-                                      o->eps, c1, c2, grad_scale),
-                        "the AdamW kernel");
+    cudaStream_t stream = lwc_cuda_stream(s);
+    const cudaError_t e =
+        lwc_each_tensor_list(tensors, count, [&](const lwc_tensor_list &list, unsigned blocks) {
+            adamw_kernel<<<blocks, LWC_UPDATE_THREADS, 0, stream>>>(list, o->beta1, o->beta2,
+                                                                    o->eps, c1, c2, grad_scale);
+        });
+    return lwc_launched(s, e, "the AdamW kernel");
 }
