@@ -62,7 +62,7 @@ static void make_case(random_case *c) {
             numel *= s->shape[d];
         total += numel;
         s->expert = chance(15);
-        s->optimizer = chance(60) ? LW_OPTIMIZER_MUON : LW_OPTIMIZER_ADAMW;
+        s->optimizer = s->ndim == 2 && chance(60) ? LW_OPTIMIZER_MUON : LW_OPTIMIZER_ADAMW;
         s->shared_embedding = s->optimizer != LW_OPTIMIZER_MUON && chance(8);
         s->dtype = chance(90) ? LW_DTYPE_F32 : (lw_dtype)uniform(1, 2);
         s->grad_dtype = chance(95) ? LW_DTYPE_F32 : LW_DTYPE_BF16;

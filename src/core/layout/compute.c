@@ -124,6 +124,11 @@ static lw_status copy_spec(const lw_param_spec *s, int32_t i, lwi_param *p) {
     if (lw_optimizer_kind_name(s->optimizer) == NULL)
         return lwi_fail(LW_ERR_INVALID, "layout: parameter '%s' has unknown optimizer rule %d",
                         s->name, (int)s->optimizer);
+    if (lw_optimizer_kind_whole(s->optimizer) && s->ndim != 2)
+        return lwi_fail(LW_ERR_INVALID,
+                        "layout: parameter '%s' is routed to %s, which updates whole matrices, "
+                        "but has %d dimensions",
+                        s->name, lw_optimizer_kind_name(s->optimizer), s->ndim);
     if (s->shared_embedding && lw_optimizer_kind_whole(s->optimizer))
         return lwi_fail(LW_ERR_INVALID,
                         "layout: parameter '%s' is a shared embedding and cannot be updated by "

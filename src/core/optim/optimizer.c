@@ -79,9 +79,7 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             "but lies in an element-wise (distopt) buffer: use a shard-aligned "
                             "algorithm (cost, lpt, size_matching), or rows for row-sharding",
                             p->name, rule);
-        if (p->whole && p->ndim != 2)
-            return lwi_fail(LW_ERR_INVALID, "optimizer: '%s' is routed to %s but has %d dimensions",
-                            p->name, rule, p->ndim);
+        /* the layout has refused a whole-matrix rule's parameter that is not 2-D */
         if (count == 0) continue;
         lwi_owned *o = &opt->owned[opt->n_owned++];
         o->param = i;
