@@ -96,11 +96,19 @@ local TABLES = {
       renamed = { custom_repeat = "coefficients_repeat" },
       own = { coeffs = set_coefficients, custom = filled_by_coefficients,
               n_custom = filled_by_coefficients, custom_repeat = filled_by_coefficients } },
-   adamw = { struct = "lw_adamw_options", extra = { lr = "number", weight_decay = "number" } },
-   lion = { struct = "lw_lion_options", extra = { lr = "number", weight_decay = "number" } },
 }
--- The rules' option tables, by the rules' names.
-local RULE_TABLES = { "muon", "adamw", "lion" }
+-- Each rule's table: the field of lw_optimizer_options named after the rule (a nested struct:
+-- lw_adamw_options for adamw), with the lr and weight decay of its parameters' groups; Muon's
+-- entry above adds its own keys. A rule without options has no table.
+local RULE_TABLES = {}
+for _, kind in ipairs(kinds) do
+   local f = options.field("lw_optimizer_options", kind.name)
+   if f ~= nil and f.kind == "struct" then
+      TABLES[kind.name] = TABLES[kind.name] or { struct = f.ctype:gsub("^struct%s+", ""),
+         extra = { lr = "number", weight_decay = "number" } }
+      RULE_TABLES[#RULE_TABLES + 1] = kind.name
+   end
+end
 
 -- The Lua keys of the table at path and their kinds.
 local function kinds_of(path)

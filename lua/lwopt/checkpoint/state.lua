@@ -34,8 +34,8 @@ function state.tensors(ddp, opt, g)
       local kind = kinds[C.name("optimizer_kind", entry.optimizer)]
       -- the state is device memory: host copies where the host cannot read it
       for i, part in ipairs(kind.parts) do
-         tensors[#tensors + 1] = { name = part .. "/" .. name,
-                                   data = ddp:host_floats(entry.parts[i - 1], count), count = count }
+         local data = ddp:host_floats(entry.parts[i - 1], count)
+         tensors[#tensors + 1] = { name = part .. "/" .. name, data = data, count = count }
       end
       if entry.master ~= nil then
          tensors[#tensors + 1] = { name = "w/" .. name,
