@@ -56,7 +56,8 @@ static void test_chunks(void) {
     CHECK_CHUNKS("caf\xc3\xa9 \xc3\xbc" "ber", "caf\xc3\xa9| \xc3\xbc" "ber");
     CHECK_CHUNKS("x\xc2\xb2 \xd9\xa3", "x|\xc2\xb2| \xd9\xa3");
     CHECK_CHUNKS("a\xc2\xa0" "b", "a|\xc2\xa0|b");
-    CHECK_CHUNKS("\xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x91\x8b!", "\xe4\xbd\xa0\xe5\xa5\xbd| \xf0\x9f\x91\x8b!");
+    CHECK_CHUNKS("\xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x91\x8b!", /* CJK letters, an emoji */
+                 "\xe4\xbd\xa0\xe5\xa5\xbd| \xf0\x9f\x91\x8b!");
     CHECK_CHUNKS("\xe2\x80\x9cHi\xe2\x80\x9d", "\xe2\x80\x9c|Hi|\xe2\x80\x9d");
     /* invalid UTF-8: every byte that begins no valid sequence is punctuation's class */
     CHECK_CHUNKS("ab\xff\xfe" "cd", "ab|\xff\xfe|cd");
@@ -216,7 +217,8 @@ static void test_errors(void) {
     int32_t bytes[256];
     for (int i = 0; i < 256; i++) bytes[i] = 1000 - i;
     bytes[7] = bytes[8];
-    CHECK_FAILS(lw_bpe_new(bytes, &b), LW_ERR_INVALID, "the token 992 of byte 8 is a token already");
+    CHECK_FAILS(lw_bpe_new(bytes, &b), LW_ERR_INVALID,
+                "the token 992 of byte 8 is a token already");
     bytes[7] = -1;
     CHECK_FAILS(lw_bpe_new(bytes, &b), LW_ERR_INVALID, "the token -1 of byte 7 is outside");
     bytes[7] = 993;
@@ -235,7 +237,8 @@ static void test_errors(void) {
     CHECK_OK(lw_bpe_add_special(b, "<s>", 3, 1001));
     CHECK_FAILS(lw_bpe_add_special(b, "<s>", 3, 1002), LW_ERR_INVALID,
                 "special token 1002 has the text of special token 1001");
-    CHECK_FAILS(lw_bpe_add_special(b, "", 0, 1002), LW_ERR_INVALID, "special token 1002 has 0 bytes");
+    CHECK_FAILS(lw_bpe_add_special(b, "", 0, 1002), LW_ERR_INVALID,
+                "special token 1002 has 0 bytes");
     int32_t ids[] = {5, 1001, 4};
     CHECK_FAILS(lw_bpe_decode(b, ids, 3, NULL, 0, &len), LW_ERR_RANGE,
                 "id 4 (at 2) is no token of this tokenizer");

@@ -56,7 +56,8 @@ def train(raw, vocab):
 
 def encode(bpe, raw):
     ids, n = (i32 * max(len(raw), 1))(), i64()
-    ok(lib.lw_bpe_encode(p(bpe.value), raw, i64(len(raw)), ctypes.c_bool(True), ids, ctypes.byref(n)))
+    ok(lib.lw_bpe_encode(p(bpe.value), raw, i64(len(raw)), ctypes.c_bool(True), ids,
+                         ctypes.byref(n)))
     return list(ids[:n.value])
 
 
@@ -87,12 +88,16 @@ def compare(name, text, bpe, ranks):
     raw = text.encode("utf-8")
     ours, ref = chunks(raw), [m.encode("utf-8") for m in PATTERN.findall(text)]
     if ours != ref:
-        at = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), min(len(ours), len(ref)))
+        at = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b),
+                  min(len(ours), len(ref)))
         print("%s: chunk %d differs: ours %r, the pattern's %r" % (name, at, ours[at:at + 3],
                                                                  ref[at:at + 3]))
         failures += 1
     memo = {}
-    want = [t for c in ref for t in (memo[c] if c in memo else memo.setdefault(c, reference_bpe(c, ranks)))]
+    for c in ref:
+        if c not in memo:
+            memo[c] = reference_bpe(c, ranks)
+    want = [t for c in ref for t in memo[c]]
     if encode(bpe, raw) != want:
         print("%s: the encoding differs from GPT-2's merge loop" % name)
         failures += 1

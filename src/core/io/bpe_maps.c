@@ -76,7 +76,8 @@ lw_status lwi_bpe_map64_put(lwi_bpe_map64 *m, uint64_t key, int32_t val) {
         lw_status st = lwi_bpe_map64_init(&grown, m->cap);
         if (st != LW_OK) return st;
         for (int64_t i = 0; i < m->cap; i++)
-            if (m->keys[i] != EMPTY) place(grown.keys, grown.vals, grown.cap, m->keys[i], m->vals[i]);
+            if (m->keys[i] != EMPTY)
+                place(grown.keys, grown.vals, grown.cap, m->keys[i], m->vals[i]);
         grown.n = m->n;
         lwi_bpe_map64_free(m);
         *m = grown;

@@ -101,7 +101,8 @@ lw_status lw_bpe_trainer_add_text(lw_bpe_trainer *t, const char *text, int64_t l
 }
 
 lw_status lw_bpe_trainer_add_file(lw_bpe_trainer *t, const char *path) {
-    if (t == NULL || path == NULL) return lwi_fail(LW_ERR_INVALID, "bpe: bad arguments to add a file");
+    if (t == NULL || path == NULL)
+        return lwi_fail(LW_ERR_INVALID, "bpe: bad arguments to add a file");
     void *data = NULL;
     int64_t len = 0;
     lw_status st = lw_file_read(path, INT64_MAX - 1, true, &data, &len);
