@@ -11,7 +11,7 @@ packages=(
     libopenblas-dev
     bible-kjv bible-kjv-text
     gnuplot-nox
-    python3-numpy
+    python3-numpy python3-regex
 )
 
 missing=()

@@ -105,9 +105,9 @@ describe("lwopt sample", function()
          assert.equal(0, status, out)
          local text = sample_of(out)
          local prompt, rest = ids:match("\n([%d ]+) | ([%d ]+)\n$")
-         local decoded = (prompt .. " " .. rest):gsub("(%d+) ?", "<%1>")
-         assert.equal("sample (decoded with tok.bin; prompt: the first 8 validation tokens):\n"
-            .. decoded .. "\n", text)
+         local decoded = prompt:gsub("(%d+) ?", "<%1>") .. "|" .. rest:gsub("(%d+) ?", "<%1>")
+         assert.equal("sample (decoded with tok.bin; prompt: the first 8 validation tokens, then "
+            .. "'|'):\n" .. decoded .. "\n", text)
          assert.equal(text, (lwopt("sample " .. dir .. "/ck --tokens 12 --data '" .. pattern
             .. "' --tokenizer " .. tok)))
          -- the prompt as ids
@@ -116,8 +116,8 @@ describe("lwopt sample", function()
          assert.equal(text:gsub("the first 8 validation tokens", "8 tokens given"), said)
          -- the recipe takes --prompt-ids and --tokenizer too
          out = helpers.sh(train .. " --overwrite --sample 3 --prompt-ids 1,2 --tokenizer " .. tok)
-         assert.matches("\nsample %(decoded with tok%.bin; prompt: 2 tokens given%):\n<1><2><%d+>"
-            .. "<%d+><%d+>\n$", out)
+         assert.matches("\nsample %(decoded with tok%.bin; prompt: 2 tokens given, then '|'%):\n"
+            .. "<1><2>|<%d+><%d+><%d+>\n$", out)
       end)
 
    it("says what a token model's sample lacks, and refuses flags for the other kind", function()
@@ -127,10 +127,10 @@ describe("lwopt sample", function()
       assert.equal(0, status, out)
       local _, err, st = lwopt("sample " .. dir .. "/ck --prompt 'Once upon'")
       assert.equal(1, st)
-      assert.matches("lwopt sample: --prompt 'Once upon': a text prompt on token data must be "
-         .. "encoded into token ids, which needs GPT-2's BPE merges, and a tokenizer file "
-         .. "(gpt2_tokenizer.bin) holds none: give the prompt's ids with --prompt-ids 1,2,3\n", err,
-         1, true)
+      assert.matches("lwopt sample: --prompt 'Once upon': a text prompt on token data is encoded "
+         .. "by a BPE tokenizer: give --tokenizer (lwopt's tokenizer file, tokenizer.json, or "
+         .. "GPT-2's vocab.json and merges.txt; llm.c's gpt2_tokenizer.bin holds no merges), or "
+         .. "the prompt's ids with --prompt-ids 1,2,3\n", err, 1, true)
       _, err, st = lwopt("sample " .. dir .. "/ck")
       assert.equal(1, st)
       assert.matches("lwopt sample: a model of token data needs a prompt: --prompt-ids 1,2,3, or "

@@ -119,10 +119,10 @@ describe("lwopt.sampling", function()
       for id = 0, 9 do pieces[id + 1] = string.char(97 + id) end
       local path = helpers.tokenizer_file(pieces)
       s.tokenizer, s.prompt_from = tokenizer.load(path), "the first 2 validation tokens"
-      local text = "bc"
+      local text = "bc|"
       for _, id in ipairs(ids) do text = text .. string.char(97 + id) end
       assert.equal("sample (decoded with " .. path:match("[^/]*$") .. "; prompt: the first 2 "
-         .. "validation tokens):\n" .. text, sampling.text(stand_in(10), s))
+         .. "validation tokens, then '|'):\n" .. text, sampling.text(stand_in(10), s))
       os.remove(path)
    end)
 end)

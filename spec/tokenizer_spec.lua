@@ -1,5 +1,6 @@
 -- tokenizer_spec.lua: lwopt.tokenizer against tokenizer files the spec writes in llm.c's format
--- (helpers.tokenizer_file): versions 1 and 2, decoding, and each kind of bad file named.
+-- (helpers.tokenizer_file): versions 1 and 2, decoding, and each kind of bad file named; a BPE
+-- tokenizer's files handed to lwopt.bpe.
 local helpers = require("helpers")
 local tokenizer = require("lwopt.tokenizer")
 
@@ -93,6 +94,17 @@ describe("lwopt.tokenizer", function()
          assert.equal("tokenizer: " .. path .. ": the end-of-text token 8 is not below the "
             .. "vocabulary size 8", load_error(path))
       end)
+
+   it("hands a BPE tokenizer's files to lwopt.bpe, which encodes too", function()
+      local root = assert(io.popen("pwd")):read("*l")
+      local fixtures = root .. "/spec/fixtures/bpe"
+      for _, path in ipairs({ fixtures .. "/gpt2", fixtures .. "/gpt2/merges.txt",
+         fixtures .. "/hf/tokenizer.json" }) do
+         local t = tokenizer.load(path)
+         assert.same({ 266, 265 }, { t.vocab, t.eot })
+         assert.equal("the cat", t:decode(t:encode("the cat")))
+      end
+   end)
 
    it("names a file that cannot be read", function()
       assert.matches("^tokenizer: /nonexistent/t%.bin: cannot be read %(",

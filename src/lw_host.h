@@ -240,6 +240,86 @@ lw_status lw_token_shards_info(const lw_token_shards *shards, int32_t i,
 lw_status lw_token_shards_read(const lw_token_shards *shards, int64_t pos, int64_t len,
                                int64_t vocab, int32_t *out);
 
+/* Writes tokens[0 .. n) (each in [0, 65536) for version 1, >= 0 for version 2) as a new shard
+ * at path, in the format above (n >= 1), and fsyncs it; what was at path is replaced, never
+ * written through. Errors name the file, or the first token out of range and its position. */
+lw_status lw_token_shards_write(const char *path, int32_t version, const int32_t *tokens,
+                                int64_t n);
+
+/* ---- byte-level BPE tokenizers (GPT-2's kind; docs/tokenizers.md) ---------------------------- *
+ * Text is cut into chunks by GPT-2's pre-tokenizer (lw_bpe_chunk); a chunk's bytes become their
+ * byte tokens, which merges join, pair by pair, the lowest rank first; special tokens
+ * (<|endoftext|>) are found in the text before it is cut. Decoding puts the tokens' bytes one
+ * after the other. Ids are below 2^24; a vocabulary read from another program's files may
+ * leave gaps (ids that are no token). */
+
+typedef struct lw_bpe lw_bpe;
+
+/* The end of the pre-tokenizer's chunk of text[0 .. len) that begins at byte at (0 <= at < len):
+ * a value in (at, len]; at itself when at is outside. */
+int64_t lw_bpe_chunk(const char *text, int64_t len, int64_t at);
+
+/* A tokenizer of 256 byte tokens alone: byte b is token byte_ids[b] (byte_ids NULL: token b),
+ * the ids distinct. [out] owned. */
+lw_status lw_bpe_new(const int32_t *byte_ids, lw_bpe **out);
+void lw_bpe_free(lw_bpe *bpe);
+/* Appends a merge, ranked after those before it: token left then token right (both tokens of
+ * the vocabulary) become the new token id, their bytes joined. Errors name the merge's rank and
+ * the id: an unknown token, an id in use, a pair merged already. */
+lw_status lw_bpe_add_merge(lw_bpe *bpe, int32_t left, int32_t right, int32_t id);
+/* Adds special token id (a new id) of text[0 .. len) (1 to 2^20 bytes, unlike any other
+ * special's), found as a whole in the text by lw_bpe_encode when asked. */
+lw_status lw_bpe_add_special(lw_bpe *bpe, const char *text, int64_t len, int32_t id);
+/* The vocabulary's size: one more than the largest id. */
+int32_t lw_bpe_vocab(const lw_bpe *bpe);
+int32_t lw_bpe_merge_count(const lw_bpe *bpe);
+/* [out] merge `rank`'s pair (left, right) and the token it makes; LW_ERR_RANGE outside. */
+lw_status lw_bpe_merge(const lw_bpe *bpe, int32_t rank, int32_t *left, int32_t *right,
+                       int32_t *id);
+int32_t lw_bpe_special_count(const lw_bpe *bpe);
+/* [borrowed] the text of the i-th special token (in the order added), *len bytes, and [out] its
+ * *id; NULL when i is out of range. */
+const char *lw_bpe_special(const lw_bpe *bpe, int32_t i, int32_t *id, int64_t *len);
+/* [borrowed] the bytes of token id (*len of them, not NUL-terminated); NULL when id is no
+ * token. */
+const char *lw_bpe_token(const lw_bpe *bpe, int32_t id, int64_t *len);
+/* Encodes text[0 .. len) into ids (int32_t [len] at least: every token holds one byte or more),
+ * [out] *n of them. special: a special token's text becomes its id; false: it is text like any
+ * other. The tokenizer keeps a cache of chunks it has encoded: one call at a time per object. */
+lw_status lw_bpe_encode(lw_bpe *bpe, const char *text, int64_t len, bool special, int32_t *ids,
+                        int64_t *n);
+/* The same for a regular file's bytes: [out] *ids owned (release with lw_bpe_ids_free), *n of
+ * them. Errors name the file. */
+lw_status lw_bpe_encode_file(lw_bpe *bpe, const char *path, bool special, int32_t **ids,
+                             int64_t *n);
+void lw_bpe_ids_free(int32_t *ids);
+/* The bytes of ids[0 .. n), one token's after another, into out (out_cap bytes); [out] *len
+ * their count, also when out is NULL (then only counted). LW_ERR_RANGE for an id that is no
+ * token (with its position), or out_cap below *len. */
+lw_status lw_bpe_decode(const lw_bpe *bpe, const int32_t *ids, int64_t n, char *out,
+                        int64_t out_cap, int64_t *len);
+
+/* Training: texts are cut at the special tokens and into chunks, which are counted; training
+ * then merges, again and again, the adjacent pair of tokens seen most often within the chunks
+ * (ties: the smaller left id, then the smaller right id) into token 256 + its rank, until vocab
+ * - n_special tokens exist or no pair is seen min_count times; the special tokens take the ids
+ * after the merges, in order. */
+typedef struct lw_bpe_trainer lw_bpe_trainer;
+/* vocab >= 256 + n_special; min_count >= 1 (2: a pair seen once is never merged); special:
+ * [borrowed, copied] n_special NUL-terminated texts. [out] owned. */
+lw_status lw_bpe_trainer_new(int32_t vocab, int64_t min_count, const char *const *special,
+                             int32_t n_special, lw_bpe_trainer **out);
+void lw_bpe_trainer_free(lw_bpe_trainer *trainer);
+/* Counts the chunks of text[0 .. len) (one document: no chunk spans two calls). */
+lw_status lw_bpe_trainer_add_text(lw_bpe_trainer *trainer, const char *text, int64_t len);
+/* The same for a regular file's bytes; errors name the file. */
+lw_status lw_bpe_trainer_add_file(lw_bpe_trainer *trainer, const char *path);
+/* [out] the bytes added, the chunks counted and how many of them were distinct. */
+void lw_bpe_trainer_counts(const lw_bpe_trainer *trainer, int64_t *bytes, int64_t *chunks,
+                           int64_t *distinct);
+/* Learns the merges from the chunks counted so far. [out] owned: bytes as tokens 0-255. */
+lw_status lw_bpe_trainer_train(lw_bpe_trainer *trainer, lw_bpe **out);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus

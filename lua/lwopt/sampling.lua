@@ -3,7 +3,8 @@
 -- distribution at a temperature (optionally among the k likeliest) by a seeded 31-bit linear
 -- congruential generator, so the same model, prompt and settings give the same text anywhere.
 -- Bytes are sampled among those that occur in the training text; token ids are printed as ids,
--- or decoded with a tokenizer (lwopt.tokenizer). It does not encode text into tokens.
+-- or decoded with a tokenizer (lwopt.tokenizer, lwopt.bpe). It does not encode text into
+-- tokens.
 local ffi = require("ffi")
 local errors = require("lwopt.errors")
 
@@ -161,8 +162,8 @@ end
 -- prompt (bytes: a string; tokens: a list of ids), prompt_from (tokens: words for where the
 -- prompt came from; default "N tokens given"), count (bytes or tokens to generate), seq, seed,
 -- vocab, allowed (bytes: the set that may be drawn), temperature, top_k, tokenizer (tokens:
--- lwopt.tokenizer's, to decode; without one the ids are printed, the prompt's, then '|', then
--- the generated ones).
+-- lwopt.tokenizer's or lwopt.bpe's, to decode: the prompt's text, '|', the generated text;
+-- without one the ids are printed, the prompt's, then '|', then the generated ones).
 function sampling.text(model, s)
    local o = { seq = s.seq, seed = s.seed, vocab = s.vocab, allowed = s.allowed,
                temperature = s.temperature, top_k = s.top_k }
@@ -176,8 +177,9 @@ function sampling.text(model, s)
    local from = s.prompt_from or ("%d tokens given"):format(#s.prompt)
    local out = sampling.generate(model, s.prompt, s.count, o)
    if s.tokenizer then
-      return ("sample (decoded with %s; prompt: %s):\n"):format(s.tokenizer.path:match("[^/]*$"),
-         from) .. s.tokenizer:decode(s.prompt) .. s.tokenizer:decode(out)
+      return ("sample (decoded with %s; prompt: %s, then '|'):\n"):format(
+         s.tokenizer.path:match("[^/]*$"), from) .. s.tokenizer:decode(s.prompt) .. "|"
+         .. s.tokenizer:decode(out)
    end
    return ("sample (token ids; no tokenizer for token shards; prompt: %s, then '|'):\n"):format(
       from) .. table.concat(s.prompt, " ") .. " | " .. table.concat(out, " ")

@@ -1,8 +1,9 @@
 -- tokenizer.lua: reads the tokenizer files llm.c writes (gpt2_tokenizer.bin: a header of 256
 -- little-endian uint32, magic 20240328, version 1 or 2, the vocabulary size and, in version 2,
 -- the end-of-text token's id; then per token a length byte and that many bytes) and decodes
--- token ids into text. It does not encode: the file holds each token's bytes, not GPT-2's BPE
--- merges, so text cannot be turned back into the ids a GPT-2 model was trained on.
+-- token ids into text. Such a file holds each token's bytes, not GPT-2's BPE merges, so it does
+-- not encode; a BPE tokenizer's files (lwopt's tokenizer file, GPT-2's vocab.json and
+-- merges.txt, Hugging Face's tokenizer.json) are read by lwopt.bpe, which encodes too.
 local errors = require("lwopt.errors")
 
 local tokenizer = {}
@@ -26,13 +27,17 @@ end
 -- tokenizer.load(path): { path, version, vocab (the number of tokens), eot (the end-of-text
 -- token's id, or nil), pieces (id -> bytes, ids from 0) }, with :decode(ids). Errors name the
 -- file and what is wrong: not found, a bad magic or version, a file cut short, a token of no
--- bytes, bytes left after the last token.
+-- bytes, bytes left after the last token. A folder or a JSON file is a BPE tokenizer's
+-- (lwopt.bpe.load: path, vocab, eot, decode, and encode).
 function tokenizer.load(path)
    local f, why = io.open(path, "rb")
    if f == nil then fail(path, "cannot be read (%s)", tostring(why)) end
    local s = f:read("*a")
    f:close()
-   if s == nil then fail(path, "cannot be read (is it a directory?)") end
+   -- a folder of tokenizer files, or a JSON tokenizer: BPE's, which encodes too
+   if s == nil or s:match("^%s*{") or path:match("merges%.txt$") then
+      return require("lwopt.bpe").load(path)
+   end
    if #s < tokenizer.HEADER_BYTES then
       fail(path, "has %d bytes, less than the %d-byte header: truncated, or not a tokenizer "
          .. "file", #s, tokenizer.HEADER_BYTES)

@@ -2,7 +2,8 @@
 -- token_shards.c: every header checked on open, the tokens mapped read-only, never read whole),
 -- with the Dataset interface of lw.data, so lw.train runs on it unchanged and a step's batch is
 -- the same function of (seed, step, k) (data.offset, data.sequence) at any rank count. Each
--- batch is checked against the model's vocabulary as it is read. It does not tokenize.
+-- batch is checked against the model's vocabulary as it is read. tokens.prepare writes such
+-- shards from text files with a BPE tokenizer (lwopt.bpe, which tokenizes).
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local data = require("lwopt.data")
@@ -154,6 +155,83 @@ function Dataset:describe(split)
    local shards = #s.paths
    local n = split == "val" and self.n_val or self.n_train
    return ("%d shard%s, %d tokens"):format(shards, shards == 1 and "" or "s", n)
+end
+
+-- Writes ids[0 .. n) (an int32_t array) as a new shard at path: version 1 (uint16) or 2
+-- (uint32), fsynced. Errors name the file, or a token too large for the version.
+function tokens.write(path, ids, n, version)
+   C.check(lib.lw_token_shards_write(path, version, ids, n), "lw.tokens")
+end
+
+-- The shards a prepared name holds in dir: NAME_train_*.bin and NAME_val_*.bin.
+function tokens.prepared(dir, name)
+   local found = {}
+   for _, split in ipairs({ "train", "val" }) do
+      for _, p in ipairs(files.glob(("%s/%s_%s_*.bin"):format(dir, name, split))) do
+         found[#found + 1] = p
+      end
+   end
+   return found
+end
+
+-- tokens.prepare(paths, tokenizer, opts): token shards in llm.c's format from text files, each
+-- a document that the tokenizer's end-of-text token (when it has one) begins, as llm.c's
+-- data scripts do; special tokens' texts in them are their ids. The last val_fraction of the
+-- tokens are the validation split. opts: dir, name (shards dir/NAME_train_000000.bin, ...,
+-- dir/NAME_val_000000.bin: the pattern the recipe's --data finds validation shards by),
+-- val_fraction (0.05; 0: no validation shard), shard_tokens (tokens a shard holds at most,
+-- 100M). Returns { tokens, train = { paths }, val = { paths }, n_train, n_val, version }.
+-- Every file is encoded (its ids held in memory) before a shard is written.
+function tokens.prepare(paths, tokenizer, opts)
+   local docs, total = {}, 0
+   local eot = tokenizer.eot
+   local lead = eot and 1 or 0
+   for i, path in ipairs(paths) do
+      local ids, n = tokenizer:encode_file(path, true)
+      docs[i] = { ids = ids, n = n }
+      total = total + lead + n
+   end
+   local fraction = opts.val_fraction or 0.05
+   local n_val = math.floor(total * fraction)
+   local n_train = total - n_val
+   if n_train < 1 or (fraction > 0 and n_val < 1) then
+      fail("%d tokens are too few for a validation split of %g", total, fraction)
+   end
+   local version = tokenizer.vocab <= 65536 and 1 or 2
+   local per = math.min(opts.shard_tokens or 1e8, math.max(n_train, n_val))
+   local cell = ffi.new("void*[1]")
+   C.check(lib.lw_host_alloc(per * 4, cell), "lw.tokens")
+   local buf = ffi.gc(ffi.cast("int32_t*", cell[0]), lib.lw_host_free)
+   -- copies tokens [from, from + len) of the documents one after the other into buf
+   local function fill(from, len)
+      local at, k = 0, 0
+      for _, d in ipairs(docs) do
+         local lo, hi = math.max(from, at), math.min(from + len, at + lead + d.n)
+         if lo < hi and lead == 1 and lo == at then
+            buf[k], k, lo = eot, k + 1, lo + 1
+         end
+         if lo < hi then
+            ffi.copy(buf + k, d.ids + (lo - at - lead), (hi - lo) * 4)
+            k = k + hi - lo
+         end
+         at = at + lead + d.n
+      end
+   end
+   local out = { tokens = total, n_train = n_train, n_val = n_val, version = version,
+      train = {}, val = {} }
+   local function write(split, from, count)
+      local list = out[split]
+      for start = from, from + count - 1, per do
+         local len = math.min(per, from + count - start)
+         local path = ("%s/%s_%s_%06d.bin"):format(opts.dir, opts.name, split, #list)
+         fill(start, len)
+         tokens.write(path, buf, len, version)
+         list[#list + 1] = path
+      end
+   end
+   write("train", 0, n_train)
+   write("val", n_train, n_val)
+   return out
 end
 
 return tokens

@@ -2,7 +2,8 @@
 -- lwopt on its path), train (recipes/gpt_small.lua), repl, device (what a device is, or why
 -- CUDA cannot be had), version (and --version), export (a checkpoint as Hugging Face GPT-2 or
 -- nanoGPT files: cli_export.lua), over training logs plot, compare and csv (cli_logs.lua);
--- after training, sample and eval (cli_sample.lua, cli_eval.lua).
+-- after training, sample and eval (cli_sample.lua, cli_eval.lua); your own text: tokenizer
+-- (train, encode, decode: cli_tokenizer.lua) and data prepare (token shards: cli_data.lua).
 -- main(argv) returns the exit status.
 local flags = require("lwopt.flags")
 local errors = require("lwopt.errors")
@@ -28,6 +29,11 @@ commands:
   sample PATH [flags] text from a trained model (a checkpoint, or a .safetensors file): the
                       sample its training printed, or another (lwopt sample --help)
   eval PATH --data D  a trained model's validation loss over D (lwopt eval --help)
+  tokenizer train|encode|decode
+                      a byte-level BPE tokenizer learnt from text files; text to token ids
+                      and back (lwopt tokenizer --help)
+  data prepare TEXT... --tokenizer T --out DIR
+                      text files as token shards for --data (lwopt data --help)
   help                this text
 
 examples:
@@ -324,7 +330,8 @@ end
 -- The commands whose flags and work need the library (its dtypes, layouts, kernels); the log
 -- readers (plot, compare, csv) and `run` (a script of the user's) do not.
 local NEEDS_LIBRARY = { layout = true, device = true, export = true, repl = true, sample = true,
-   eval = true, train = true, version = true, ["--version"] = true }
+   eval = true, train = true, version = true, ["--version"] = true, tokenizer = true,
+   data = true }
 
 function cli.main(argv, out, err)
    out, err = out or io.stdout, err or io.stderr
@@ -362,6 +369,10 @@ function cli.main(argv, out, err)
       return require("lwopt.app.cli_sample").main(rest, out, err)
    elseif command == "eval" then
       return require("lwopt.app.cli_eval").main(rest, out, err)
+   elseif command == "tokenizer" then
+      return require("lwopt.app.cli_tokenizer").main(rest, out, err)
+   elseif command == "data" then
+      return require("lwopt.app.cli_data").main(rest, out, err)
    elseif command == "train" then
       return train_command(rest, out, err)
    elseif command == "version" or command == "--version" then

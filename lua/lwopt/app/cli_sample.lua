@@ -1,7 +1,8 @@
 -- cli_sample.lua: `lwopt sample`: text from a trained model (a checkpoint or a bare .safetensors
 -- file, lwopt.trained), drawn as the recipe draws its sample at the end of training
 -- (lwopt.sampling): with the checkpoint's seed and the recipe's defaults it prints the text the
--- training run printed. Token ids are printed as ids, or as text with --tokenizer.
+-- training run printed. Token ids are printed as ids, or as text with --tokenizer; a BPE
+-- tokenizer (lwopt.bpe) also encodes a text --prompt.
 local trained = require("lwopt.trained")
 local cli_trained = require("lwopt.app.cli_trained")
 local sampling = require("lwopt.sampling")
@@ -19,7 +20,7 @@ usage: lwopt sample CHECKPOINT|FILE.safetensors [flags]
 local function flag_list()
    local list = {
       { "prompt", "string", nil, "text to continue (default '" .. sampling.BYTE_PROMPT .. "'); on "
-        .. "token data give --prompt-ids instead" },
+        .. "token data encoded by --tokenizer, a BPE tokenizer's files" },
       { "prompt-ids", "string", nil, "token data: the prompt as token ids, 1,2,3 (default: the "
         .. "first " .. sampling.PROMPT_TOKENS .. " validation tokens of --data)" },
       { "tokens", "int", sampling.COUNT, "characters (token data: tokens) to generate", min = 1,
@@ -29,8 +30,9 @@ local function flag_list()
       { "top-k", "int", nil, "draw among the k likeliest only (default: all)", min = 1 },
       { "seed", "int", nil, "seed of the draws (default: the checkpoint's --seed, as at the end "
         .. "of training; " .. trained.DEFAULTS.seed .. " for a bare file)", min = 0 },
-      { "tokenizer", "string", nil, "token data: llm.c's gpt2_tokenizer.bin, to print text "
-        .. "instead of token ids" },
+      { "tokenizer", "string", nil, "token data: the tokenizer that prints text instead of token "
+        .. "ids: llm.c's gpt2_tokenizer.bin, or a BPE tokenizer (lwopt's tokenizer file, "
+        .. "tokenizer.json, GPT-2's vocab.json and merges.txt), which also encodes --prompt" },
       { "data", "string", nil, "the data the model was trained on: token data's default prompt "
         .. "(its first validation tokens); for bytes, the bytes a sample draws among, when the "
         .. "checkpoint does not record them" },
@@ -65,15 +67,10 @@ local function bytes_sample(v, t, spec, note)
    end
 end
 
--- The prompt of a model of token data: --prompt-ids, or --data's first validation tokens; the
--- tokenizer that decodes the sample, with --tokenizer.
+-- The prompt of a model of token data: --prompt encoded by --tokenizer, --prompt-ids, or
+-- --data's first validation tokens; the tokenizer that decodes the sample, with --tokenizer.
 local function tokens_sample(v, t, spec)
    local s = t.settings
-   if v.prompt then
-      fail("--prompt '%s': a text prompt on token data must be encoded into token ids, which "
-         .. "needs GPT-2's BPE merges, and a tokenizer file (gpt2_tokenizer.bin) holds none: give "
-         .. "the prompt's ids with --prompt-ids 1,2,3", v.prompt)
-   end
    if v.tokenizer then
       spec.tokenizer = require("lwopt.tokenizer").load(v.tokenizer)
       if spec.tokenizer.vocab < s.vocab then
@@ -81,7 +78,23 @@ local function tokens_sample(v, t, spec)
             .. "tokenizer?", v.tokenizer, spec.tokenizer.vocab, s.vocab)
       end
    end
-   if v.prompt_ids then
+   if v.prompt then
+      if spec.tokenizer == nil or spec.tokenizer.encode == nil then
+         fail("--prompt '%s': a text prompt on token data is encoded by a BPE tokenizer: give "
+            .. "--tokenizer (lwopt's tokenizer file, tokenizer.json, or GPT-2's vocab.json and "
+            .. "merges.txt; llm.c's gpt2_tokenizer.bin holds no merges), or the prompt's ids with "
+            .. "--prompt-ids 1,2,3", v.prompt)
+      end
+      spec.prompt = spec.tokenizer:encode(v.prompt)
+      if #spec.prompt == 0 then fail("--prompt: the sample needs a prompt of one token or more") end
+      for _, id in ipairs(spec.prompt) do
+         if id >= s.vocab then
+            fail("--prompt '%s' encodes to token %d, outside the model's vocabulary (%d)",
+               v.prompt, id, s.vocab)
+         end
+      end
+      spec.prompt_from = ("'%s', %d tokens"):format(v.prompt, #spec.prompt)
+   elseif v.prompt_ids then
       spec.prompt = sampling.parse_ids(v.prompt_ids, s.vocab, "--prompt-ids")
    elseif v.data then
       local data = trained.open_data(v.data, s, v.val_data)

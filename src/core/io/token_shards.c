@@ -1,8 +1,9 @@
 /* token_shards.c: the token files llm.c and modded-nanogpt write (256 little-endian int32 of
- * header, then uint16 or uint32 tokens), read as one sequence across a list of shards. Every
- * header is checked when the list is opened; the tokens are mapped read-only and decoded on
- * read, never loaded whole. It does not tokenize, shuffle or choose shards: callers do. */
-#include "base/base.h"
+ * header, then uint16 or uint32 tokens), read as one sequence across a list of shards, and
+ * written one shard at a time. Every header is checked when the list is opened; the tokens are
+ * mapped read-only and decoded on read, never loaded whole. It does not tokenize, shuffle or
+ * choose shards: callers do. */
+#include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -236,4 +237,57 @@ lw_status lw_token_shards_read(const lw_token_shards *s, int64_t pos, int64_t le
         done += take;
     }
     return LW_OK;
+}
+
+/* Writes n bytes of buf to fd, whole. */
+static lw_status write_all(int fd, const char *path, const unsigned char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0)
+            return lwi_fail(LW_ERR_IO, "token_shards: writing %s: %s", path, strerror(errno));
+        buf += w, n -= (size_t)w;
+    }
+    return LW_OK;
+}
+
+static void put_le(unsigned char *b, uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+lw_status lw_token_shards_write(const char *path, int32_t version, const int32_t *tokens,
+                                int64_t n) {
+    if (path == NULL || (n > 0 && tokens == NULL))
+        return lwi_fail(LW_ERR_INVALID, "token_shards: bad arguments to write");
+    if (version != 1 && version != 2)
+        return lwi_fail(LW_ERR_INVALID, "token_shards: %s: version %d (1: uint16 tokens, 2: "
+                        "uint32)", path, version);
+    if (n < 1 || n > INT32_MAX)
+        return lwi_fail(LW_ERR_INVALID, "token_shards: %s: %lld tokens; a shard holds 1 to %d",
+                        path, (long long)n, INT32_MAX);
+    int64_t limit = version == 1 ? 65536 : (int64_t)INT32_MAX + 1;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= limit)
+            return lwi_fail(LW_ERR_INVALID, "token_shards: %s: token %d at %lld does not fit a "
+                            "version %d shard (ids below %lld)", path, tokens[i], (long long)i,
+                            version, (long long)limit);
+    int fd = lwi_create_new("token_shards", path);
+    if (fd < 0) return LW_ERR_IO;
+    unsigned char header[HEADER_BYTES] = {0};
+    put_le(header, MAGIC, 4), put_le(header + 4, (uint32_t)version, 4);
+    put_le(header + 8, (uint32_t)n, 4);
+    lw_status st = write_all(fd, path, header, sizeof header);
+    enum { BLOCK = 1 << 16 };
+    unsigned char buf[BLOCK * 4];
+    int per = (int)token_bytes(version);
+    for (int64_t at = 0; at < n && st == LW_OK; at += BLOCK) {
+        int64_t k = n - at < BLOCK ? n - at : BLOCK;
+        for (int64_t i = 0; i < k; i++) put_le(buf + i * per, (uint32_t)tokens[at + i], per);
+        st = write_all(fd, path, buf, (size_t)(k * per));
+    }
+    if (st == LW_OK && fsync(fd) != 0)
+        st = lwi_fail(LW_ERR_IO, "token_shards: fsync %s: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == LW_OK)
+        st = lwi_fail(LW_ERR_IO, "token_shards: closing %s: %s", path, strerror(errno));
+    return st;
 }
