@@ -141,7 +141,8 @@ describe("lw.optim.new", function()
       fails({ muon = { momentum = 1 } }, "lw.optim.new: muon: momentum must be in [0, 1), got 1")
       fails({ muon = { ns_steps = 0 } }, "lw.optim.new: muon: ns_steps must be >= 1, got 0")
       fails({ muon = { coefficients = "fast" } }, "lw.optim.new: unknown muon.coefficients "
-         .. "'fast' (simple, quintic, polar_express, cubic5, identity, or a list of {a, b, c})")
+         .. "'fast' (simple, quintic, polar_express, cubic5, identity, nanochat, or a list of "
+         .. "{a, b, c})")
       fails({ muon = { coefficients = { { 1, 2 } } } },
          "lw.optim.new: muon.coefficients[1] must be {a, b, c}")
       fails({ lr = -1 }, "lw.optim.new: optimizer: lr must be finite and >= 0, got -1")
