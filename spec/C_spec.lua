@@ -36,7 +36,8 @@ describe("lwopt.C", function()
       assert.equal(C.lib.LW_PATH_DIR, C.value("path_kind", "dir"))
       local v, why = C.value("weight_decay", "l3")
       assert.is_nil(v)
-      assert.equal("unknown weight decay mode 'l3' (one of decoupled, independent, l2)", why)
+      assert.equal("unknown weight decay mode 'l3' (one of decoupled, independent, l2, scaled)",
+         why)
       assert.equal("unknown reduce op '7' (one of sum, max, min)", select(2, C.value("reduce_op", 7)))
    end)
 

@@ -141,7 +141,15 @@ describe("lw.optim.new", function()
       fails({ muon = { momentum = 1 } }, "lw.optim.new: muon: momentum must be in [0, 1), got 1")
       fails({ muon = { ns_steps = 0 } }, "lw.optim.new: muon: ns_steps must be >= 1, got 0")
       fails({ muon = { coefficients = "fast" } }, "lw.optim.new: unknown muon.coefficients "
-         .. "'fast' (simple, quintic, polar_express, cubic5, identity, or a list of {a, b, c})")
+         .. "'fast' (simple, quintic, polar_express, cubic5, identity, nanochat, or a list of "
+         .. "{a, b, c})")
+      fails({ muon = { variant = "modded" } }, "lw.optim.new: unknown muon.variant 'modded' "
+         .. "(default, nanochat)")
+      fails({ muon = { cautious_wd = true, weight_decay_mode = "l2" } }, "lw.optim.new: muon: "
+         .. "cautious_wd masks a decay of W at the step, but weight_decay_mode l2 adds the decay "
+         .. "to the gradient: use decoupled, independent or scaled")
+      fails({ muon = { row_equilibrate = "on" } }, "lw.optim.new: muon.row_equilibrate must be "
+         .. "true or false, got 'on'")
       fails({ muon = { coefficients = { { 1, 2 } } } },
          "lw.optim.new: muon.coefficients[1] must be {a, b, c}")
       fails({ lr = -1 }, "lw.optim.new: optimizer: lr must be finite and >= 0, got -1")
@@ -180,6 +188,57 @@ describe("lw.optim.new", function()
          for i = 1, 48 do
             assert.near(0.1 * math.sin(i) - 0.1 * scale * math.cos(i), w[i], 1e-6)
          end
+      end
+   end)
+
+   it("sets every option of the nanochat variant, under the options given beside it", function()
+      local lib = require("lwopt.C").lib
+      local c = lw.optim.c_options({ muon = { variant = "nanochat" } }).muon
+      assert.same({ 0.95, true, 5, lib.LW_NS_NANOCHAT, true, true, true, lib.LW_WD_SCALED,
+         lib.LW_MUON_SCALE_SHAPE_SCALING, 1 },
+         { tonumber(string.format("%.2f", c.momentum)), c.nesterov, c.ns_steps,
+           tonumber(c.coeffs), c.row_equilibrate, c.renormalize, c.cautious_wd,
+           tonumber(c.weight_decay_mode), tonumber(c.scale), c.extra_scale })
+      -- the rest as the library's defaults: precision, TP mode, eps, the QKV split
+      local d = lib.lw_muon_defaults()
+      assert.same({ d.precision, d.tp_mode, d.eps, d.split_qkv },
+         { c.precision, c.tp_mode, c.eps, c.split_qkv })
+      local given = lw.optim.c_options({ muon = { variant = "nanochat", cautious_wd = false,
+         coefficients = "quintic" } }).muon
+      assert.same({ false, lib.LW_NS_QUINTIC, true },
+         { given.cautious_wd, tonumber(given.coeffs), given.renormalize })
+      local default = lw.optim.c_options({ muon = { variant = "default" } }).muon
+      assert.same({ false, false, false, lib.LW_NS_QUINTIC, lib.LW_WD_DECOUPLED },
+         { default.row_equilibrate, default.renormalize, default.cautious_wd,
+           tonumber(default.coeffs), tonumber(default.weight_decay_mode) })
+   end)
+
+   it("renormalises Muon's update to sqrt(min(rows, cols)) when asked", function()
+      -- identity orthogonaliser, no momentum: the step is lr * scale * sqrt(4) g / ||g||_F
+      local d, opt = setup({ lr = 0.1, weight_decay = 0, muon = { coefficients = "identity",
+         momentum = 0, nesterov = false, scale = "unit_rms_norm", renormalize = true } })
+      local w0 = d:param("w"):totable()
+      backward(d, 2)
+      opt:step()
+      local w, norm = d:param("w"):totable(), 0
+      for i = 1, 32 do norm = norm + (2 * math.cos(i)) ^ 2 end
+      for i = 1, 32 do
+         local x = 2 * 2 * math.cos(i) / math.sqrt(norm)
+         assert.near(w0[i] - 0.1 * math.sqrt(2) * x, w[i], 1e-6)
+      end
+   end)
+
+   it("decays only where the update and the weight agree in sign, with cautious_wd", function()
+      local d, opt = setup({ lr = 0.1, weight_decay = 0.5, muon = { coefficients = "identity",
+         momentum = 0, nesterov = false, scale = "unit_rms_norm", cautious_wd = true } })
+      local w0 = d:param("w"):totable()
+      backward(d, 2)
+      opt:step()
+      local w = d:param("w"):totable()
+      for i = 1, 32 do
+         local x = 2 * math.cos(i)
+         local decay = x * w0[i] >= 0 and 0.1 * 0.5 * w0[i] or 0
+         assert.near(w0[i] - (0.1 * math.sqrt(2) * x + decay), w[i], 1e-6)
       end
    end)
 

@@ -50,6 +50,58 @@ describe("the recipe's flags that name an option", function()
    end)
 end)
 
+describe("the recipe's Muon flags", function()
+   local lib = require("lwopt.C").lib
+   local function muon_of(argv)
+      local v = flags.parse(argv, recipe_flags.list)
+      return lw.optim.c_options(recipe_flags.options(v, "optim", { weight_decay = 0.1 })).muon
+   end
+
+   it("leave the library's Muon as it is by default (--muon-variant default)", function()
+      local c, d = muon_of({}), lib.lw_muon_defaults()
+      for _, k in ipairs({ "coeffs", "row_equilibrate", "renormalize", "cautious_wd",
+         "weight_decay_mode", "scale", "momentum", "ns_steps", "extra_scale" }) do
+         assert.equal(d[k], c[k], k)
+      end
+   end)
+
+   it("set nanochat's step with --muon-variant nanochat", function()
+      local c = muon_of({ "--muon-variant", "nanochat" })
+      assert.same({ lib.LW_NS_NANOCHAT, true, true, true, lib.LW_WD_SCALED,
+         lib.LW_MUON_SCALE_SHAPE_SCALING, 5, true },
+         { tonumber(c.coeffs), c.row_equilibrate, c.renormalize, c.cautious_wd,
+           tonumber(c.weight_decay_mode), tonumber(c.scale), c.ns_steps, c.nesterov })
+   end)
+
+   it("reach each option alone, and override the variant's", function()
+      local c = muon_of({ "--muon-row-equilibrate", "on", "--muon-renormalize", "on",
+         "--muon-cautious-wd", "on", "--muon-coefficients", "nanochat",
+         "--muon-weight-decay-mode", "independent", "--muon-scale", "spectral" })
+      assert.same({ true, true, true, lib.LW_NS_NANOCHAT, lib.LW_WD_INDEPENDENT,
+         lib.LW_MUON_SCALE_SPECTRAL },
+         { c.row_equilibrate, c.renormalize, c.cautious_wd, tonumber(c.coeffs),
+           tonumber(c.weight_decay_mode), tonumber(c.scale) })
+      c = muon_of({ "--muon-variant", "nanochat", "--muon-cautious-wd", "off",
+         "--muon-coefficients", "polar_express", "--muon-scale", "moonlight" })
+      assert.same({ false, lib.LW_NS_POLAR_EXPRESS, lib.LW_MUON_SCALE_MOONLIGHT, true },
+         { c.cautious_wd, tonumber(c.coeffs), tonumber(c.scale), c.row_equilibrate })
+   end)
+
+   it("refuse row equilibration under --muon-tp-mode distributed, before any work", function()
+      for _, case in ipairs({
+         { "--muon-variant nanochat", "--muon-variant nanochat" },
+         { "--muon-row-equilibrate on", "--muon-row-equilibrate on" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny --tp 2 "
+            .. "--muon-tp-mode distributed " .. case[1])
+         assert.equal(1, status, case[1])
+         assert.equal("--muon-tp-mode distributed shards Newton-Schulz over the TP ranks and "
+            .. "cannot equilibrate rows (" .. case[2] .. "): use --muon-tp-mode duplicated or "
+            .. "blockwise, or add --muon-row-equilibrate off\n", out)
+      end
+   end)
+end)
+
 describe("recipes/gpt_small.lua's flags", function()
    it("answers a mistyped flag with one line, a suggestion and status 2", function()
       local out, status = helpers.sh("luajit " .. recipe .. " --step 5")

@@ -46,7 +46,10 @@ typedef enum lw_ns_coeffs {
     LW_NS_POLAR_EXPRESS = 2, /* eight triples, the last repeated */
     LW_NS_CUBIC5 = 3,        /* five (a, b) pairs, exactly 5 steps */
     LW_NS_CUSTOM = 4,        /* options.custom */
-    LW_NS_IDENTITY = 5       /* no orthogonalisation, X = U: for tests and ablations */
+    LW_NS_IDENTITY = 5,      /* no orthogonalisation, X = U: for tests and ablations */
+    LW_NS_NANOCHAT = 6       /* nanochat's Polar Express: five triples, ns_steps <= 5 (the first
+                                ns_steps), U divided by 1.01 ||U||_F + 1e-6 instead of
+                                max(||U||_F, eps) */
 } lw_ns_coeffs;
 
 /* Newton-Schulz's arithmetic on a GPU: bf16 inputs with fp32 sums on tensor cores (the
@@ -60,7 +63,9 @@ typedef enum lw_ns_precision {
 typedef enum lw_weight_decay {
     LW_WD_DECOUPLED = 0,   /* W -= lr * wd * W */
     LW_WD_INDEPENDENT = 1, /* W -= wd * W */
-    LW_WD_L2 = 2           /* G += wd * W */
+    LW_WD_L2 = 2,          /* G += wd * W */
+    LW_WD_SCALED = 3       /* W -= lr * scale * extra * wd * W: the step's scale on the decay too
+                              (nanochat's), applied with the step (lw_muon_apply_decay) */
 } lw_weight_decay;
 
 typedef enum lw_muon_scale {
@@ -71,8 +76,8 @@ typedef enum lw_muon_scale {
 } lw_muon_scale;
 
 /* The names of the enums above (as lw_dtype_name): "simple", "quintic", "polar_express",
- * "cubic5", "custom", "identity"; "decoupled", "independent", "l2"; "spectral",
- * "unit_rms_norm", "shape_scaling", "moonlight"; "bf16", "tf32", "fp32". */
+ * "cubic5", "custom", "identity", "nanochat"; "decoupled", "independent", "l2", "scaled";
+ * "spectral", "unit_rms_norm", "shape_scaling", "moonlight"; "bf16", "tf32", "fp32". */
 const char *lw_ns_coeffs_name(lw_ns_coeffs coeffs);
 lw_status lw_ns_coeffs_from_name(const char *name, lw_ns_coeffs *out);
 const char *lw_weight_decay_name(lw_weight_decay mode);
@@ -116,11 +121,19 @@ typedef struct lw_muon_options {
     bool split_qkv;          /* a fused QKV weight (lw_param_spec.qkv_groups) orthogonalised
                                 as three matrices Q, K, V, each with its own scale; false: as
                                 one matrix */
+    /* Appended in the struct's former tail padding (its size is unchanged; docs/c_api.md): */
+    bool row_equilibrate; /* before Newton-Schulz each row of U scaled to ||U||_F / sqrt(rows),
+                             its norm floored at 1e-6 (MuonEq; a zero row stays zero) */
+    bool renormalize;     /* after Newton-Schulz X scaled to ||X||_F = sqrt(min(rows, cols)),
+                             ||X||_F floored at 1e-6 (Muon+) */
+    bool cautious_wd;     /* the decay of W only where X * W >= 0, X the orthogonalised update,
+                             applied with the step; weight_decay_mode decoupled, independent or
+                             scaled; extra_scale > 0 */
 } lw_muon_options;
 
 /* momentum 0.95, nesterov, 5 steps, quintic, decoupled wd, moonlight scale (AdamW learning
  * rates carry over), extra 1, eps 1e-7, symmetric, TP mode duplicated, split_qkv on (as
- * Megatron's command line). */
+ * Megatron's command line); no row equilibration, renormalisation or cautious decay. */
 lw_muon_options lw_muon_defaults(void);
 
 /* Muon's kernels and their workspace (the stream's device memory, grown on demand, kept
@@ -132,14 +145,22 @@ void lw_muon_free(lw_muon *muon);
 lw_status lw_muon_orthogonalize(lw_muon *muon, lw_stream *stream, const float *u, float *x,
                                 int64_t rows, int64_t cols);
 /* The element-wise part of an update, on any n elements of a matrix (a row shard): weight
- * decay of w, momentum m from gradient grad_scale * g, and the update to orthogonalise in u. */
+ * decay of w (unless the options put it at the step: lw_muon_apply_decay), momentum m from
+ * gradient grad_scale * g, and the update to orthogonalise in u. */
 lw_status lw_muon_momentum(lw_muon *muon, lw_stream *stream, float *w, const float *g, float *m,
                            float *u, int64_t n, float lr, float weight_decay, float grad_scale);
 /* w -= lr * scale * extra * x on n elements of a rows x cols matrix (scale from its shape). */
 lw_status lw_muon_apply(lw_muon *muon, lw_stream *stream, float *w, const float *x, int64_t n,
                         int64_t rows, int64_t cols, float lr);
+/* lw_muon_apply with the weight decay the options put at the step (cautious_wd, or
+ * weight_decay_mode scaled), from w as it was: w -= lr * scale * extra * x + d * w, under
+ * cautious_wd only where x * w >= 0, d = lr * wd (decoupled), wd (independent) or
+ * lr * scale * extra * wd (scaled). Otherwise exactly lw_muon_apply (lw_muon_momentum decayed). */
+lw_status lw_muon_apply_decay(lw_muon *muon, lw_stream *stream, float *w, const float *x, int64_t n,
+                              int64_t rows, int64_t cols, float lr, float weight_decay);
 /* One Muon update of w (rows x cols) with gradient g (read as grad_scale * g), momentum m:
- * weight decay, momentum, Newton-Schulz, w -= lr * scale * extra * X. g is not modified. */
+ * weight decay, momentum, Newton-Schulz (with row equilibration and renormalisation as the
+ * options say), then the step, with the decay the options put there. g is not modified. */
 lw_status lw_muon_update(lw_muon *muon, lw_stream *stream, float *w, const float *g, float *m,
                          int64_t rows, int64_t cols, float lr, float weight_decay,
                          float grad_scale);

@@ -26,9 +26,9 @@ static void test_every_name(void) {
     NAMES_OF(lw_reduce_op_name, buf);
     CHECK(strcmp(buf, "sum max min") == 0);
     NAMES_OF(lw_ns_coeffs_name, buf);
-    CHECK(strcmp(buf, "simple quintic polar_express cubic5 custom identity") == 0);
+    CHECK(strcmp(buf, "simple quintic polar_express cubic5 custom identity nanochat") == 0);
     NAMES_OF(lw_weight_decay_name, buf);
-    CHECK(strcmp(buf, "decoupled independent l2") == 0);
+    CHECK(strcmp(buf, "decoupled independent l2 scaled") == 0);
     NAMES_OF(lw_muon_scale_name, buf);
     CHECK(strcmp(buf, "spectral unit_rms_norm shape_scaling moonlight") == 0);
     NAMES_OF(lw_muon_tp_mode_name, buf);
@@ -151,7 +151,7 @@ static void test_unknown_names(void) {
                 "unknown dtype 'fp32' (one of f32, bf16, f16, f64, i64)");
     lw_weight_decay w;
     CHECK_FAILS(lw_weight_decay_from_name("", &w), LW_ERR_INVALID,
-                "unknown weight decay mode '' (one of decoupled, independent, l2)");
+                "unknown weight decay mode '' (one of decoupled, independent, l2, scaled)");
     CHECK_FAILS(lw_muon_scale_from_name("moonlight", NULL), LW_ERR_INVALID, "NULL");
 }
 

@@ -22,6 +22,13 @@ static void test_defaults_set_size(void) {
     CHECK_EQ(oo.size, sizeof(lw_optimizer_options));
     CHECK_EQ(oo.muon.size, sizeof(lw_muon_options));
     CHECK_EQ(oo.adamw.size, sizeof(lw_adamw_options));
+    /* lw_muon_options' last three booleans sit in what was its tail padding: its size (and so
+       lw_optimizer_options' layout) is the one before them, so an older lw.h's struct is read
+       whole; a field that grew it would need an `older` entry and the nested layouts moved */
+    CHECK_EQ(sizeof(lw_muon_options),
+             (offsetof(lw_muon_options, split_qkv) + 1 + _Alignof(lw_muon_options) - 1) /
+                 _Alignof(lw_muon_options) * _Alignof(lw_muon_options));
+    CHECK(offsetof(lw_muon_options, cautious_wd) < sizeof(lw_muon_options));
 }
 
 static void test_layout(const lw_param_spec *s, int n) {

@@ -79,6 +79,36 @@ end
 -- custom, n_custom and custom_repeat: set with coeffs, by set_coefficients.
 local function filled_by_coefficients() end
 
+-- Muon's options as presets (muon.variant), under their lw.optim.new names; a key given beside
+-- the variant wins. default: the library's defaults. nanochat: nanochat's Muon step
+-- (github.com/karpathy/nanochat, nanochat/optim.py, muon_step_fused) but its variance
+-- reduction: Nesterov momentum 0.95, its five Polar Express triples after dividing by
+-- 1.01 ||U||_F + 1e-6, row equilibration and renormalisation around them, the step scaled by
+-- sqrt(max(1, rows / cols)), and weight decay lr * scale * wd applied where update and weight
+-- agree in sign (docs/algorithms.md section 6).
+optim.muon_variants = {
+   default = {},
+   nanochat = { momentum = 0.95, nesterov = true, ns_steps = 5, coefficients = "nanochat",
+                row_equilibrate = true, renormalize = true, cautious_wd = true,
+                weight_decay_mode = "scaled", scale = "shape_scaling", extra_scale = 1 },
+}
+local VARIANT_NAMES = { "default", "nanochat" }
+
+-- The muon table m with its variant's settings under the keys m does not give (m itself when
+-- it names none).
+local function with_variant(m)
+   if m.variant == nil then return m end
+   local preset = optim.muon_variants[m.variant]
+   if type(m.variant) ~= "string" or preset == nil then
+      fail("unknown muon.variant '%s' (%s)", tostring(m.variant), table.concat(VARIANT_NAMES,
+         ", "))
+   end
+   local out = {}
+   for k, v in pairs(preset) do out[k] = v end
+   for k, v in pairs(m) do if k ~= "variant" then out[k] = v end end
+   return out
+end
+
 -- What lw.optim.new takes, one table per C struct: the fields of lw_optimizer_options and of
 -- its muon, adamw and lion structs under their C names, with the kinds the cdef gives them
 -- (lwopt.options), and what Lua adds or names otherwise. extra: Lua's own keys and their kinds
@@ -91,7 +121,7 @@ local TABLES = {
    [""] = { struct = "lw_optimizer_options",
       extra = { mode = "any", lr = "number", weight_decay = "number" } },
    muon = { struct = "lw_muon_options",
-      extra = { lr = "number", weight_decay = "number", coefficients = "any" },
+      extra = { lr = "number", weight_decay = "number", coefficients = "any", variant = "any" },
       internal = { coeffs = true, custom = true, n_custom = true },
       renamed = { custom_repeat = "coefficients_repeat" },
       own = { coeffs = set_coefficients, custom = filled_by_coefficients,
@@ -211,28 +241,39 @@ local function tp_for(tp, d, mode)
    return comm_mod.device(tp, d.device)
 end
 
--- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, tp_comm, muon = { lr,
--- weight_decay, momentum, nesterov, ns_steps, coefficients, coefficients_repeat,
--- weight_decay_mode, scale, extra_scale, eps, symmetric, precision, tp_mode, split_qkv },
--- adamw = { lr, weight_decay, beta1, beta2, eps }, lion = { lr, weight_decay, beta1, beta2 } }.
--- tp_comm: this rank's tensor-parallel group
--- (an lw.comm: its ranks hold the shards of the same tensors, with ddp's built from the same
--- local specs on each); nil: no TP. muon.tp_mode: "duplicated" (default), "distributed" or
--- "blockwise"; muon.split_qkv (default true): Q, K and V of a fused QKV weight orthogonalised
--- apart.
-function optim.new(d, opts)
+-- The C options (an lw_optimizer_options) lw.optim.new would make of opts, and a keep-alive of
+-- what they borrow (custom coefficients); opts checked as lw.optim.new checks them.
+function optim.c_options(opts)
    local o = check_keys(opts, "")
    check_types(o, "")
    local tables = { [""] = o }
    for _, path in ipairs(RULE_TABLES) do
       tables[path] = check_keys(o[path], path)
+      if path == "muon" then tables[path] = with_variant(tables[path]) end
       check_types(tables[path], path)
    end
+   local c, keep = c_options(tables)
+   return c, keep, tables
+end
+
+-- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, tp_comm, muon = { variant,
+-- lr, weight_decay, momentum, nesterov, ns_steps, coefficients, coefficients_repeat,
+-- weight_decay_mode, scale, extra_scale, eps, symmetric, precision, tp_mode, split_qkv,
+-- row_equilibrate, renormalize, cautious_wd },
+-- adamw = { lr, weight_decay, beta1, beta2, eps }, lion = { lr, weight_decay, beta1, beta2 } }.
+-- tp_comm: this rank's tensor-parallel group
+-- (an lw.comm: its ranks hold the shards of the same tensors, with ddp's built from the same
+-- local specs on each); nil: no TP. muon.tp_mode: "duplicated" (default), "distributed" or
+-- "blockwise"; muon.split_qkv (default true): Q, K and V of a fused QKV weight orthogonalised
+-- apart. muon.variant: a preset of Muon's options (optim.muon_variants: "default",
+-- "nanochat"), under the keys given beside it.
+function optim.new(d, opts)
+   local c, keep, tables = optim.c_options(opts)
+   local o = tables[""]
    if o.mode ~= nil and o.mode ~= d.mode then
       fail("mode '%s' does not match the buffers, which were made for mode '%s'", tostring(o.mode),
          d.mode)
    end
-   local c, keep = c_options(tables)
    local tp = tp_for(o.tp_comm, d, c.muon.tp_mode)
    c.tp_comm = tp and tp._c or nil
    local out = ffi.new("lw_optimizer*[1]")

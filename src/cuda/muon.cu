@@ -68,17 +68,18 @@ __global__ void square_partials(const float *u, int64_t n, float *partials, int3
 }
 
 // grid (blocks, batch): each block adds its matrix's partials (in the same order in every block)
-// and writes its part of x = u / max(norm, eps)
+// and writes its part of x = u / max(gain norm + offset, eps)
 __global__ void scale_by_norm(const float *u, int64_t n, const float *partials, int32_t stride,
-                              float eps, float *x_f32, __nv_bfloat16 *x_bf16) {
+                              float eps, float gain, float offset, float *x_f32,
+                              __nv_bfloat16 *x_bf16) {
     __shared__ float inv;
     double s = 0.0;
     for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x)
         s += partials[blockIdx.y * stride + b];
     s = block_sum(s);
     if (threadIdx.x == 0) {
-        const double norm = sqrt(s);
-        inv = (float)(1.0 / (norm > eps ? norm : (double)eps));
+        const double d = __dadd_rn(__dmul_rn((double)gain, sqrt(s)), (double)offset);
+        inv = (float)(1.0 / (d > eps ? d : (double)eps));
     }
     __syncthreads();
     const float *src = u + blockIdx.y * n;
@@ -112,17 +113,19 @@ static cudaError_t momentum_elements(cudaStream_t stream, float *w, const float 
 }
 
 // Newton-Schulz's start for `batch` matrices of n elements: partials[b * LWI_NS_PARTIALS ..] get
-// the sums of squares of matrix b's blocks, then x = u / max(||u||_F, eps) per matrix, written as
-// fp32 (x_bf16 NULL: into x_f32) or bf16 (into x_bf16), with no host round trip.
+// the sums of squares of matrix b's blocks, then x = u / max(gain ||u||_F + offset, eps) per
+// matrix (the plan's), written as fp32 (x_bf16 NULL: into x_f32) or bf16 (into x_bf16), with no
+// host round trip.
 static cudaError_t ns_normalize(cudaStream_t stream, const float *u, int64_t batch, int64_t n,
-                                float eps, float *partials, int32_t partials_per_matrix,
-                                float *x_f32, void *x_bf16) {
+                                const lwi_ns_plan *plan, float *partials,
+                                int32_t partials_per_matrix, float *x_f32, void *x_bf16) {
     if (batch <= 0 || n <= 0) return cudaSuccess;
     int blocks = blocks_for(n, 8);
     if (blocks > partials_per_matrix) blocks = partials_per_matrix;
     const dim3 grid((unsigned)blocks, (unsigned)batch);
     square_partials<<<grid, THREADS, 0, stream>>>(u, n, partials, partials_per_matrix);
-    scale_by_norm<<<grid, THREADS, 0, stream>>>(u, n, partials, partials_per_matrix, eps, x_f32,
+    scale_by_norm<<<grid, THREADS, 0, stream>>>(u, n, partials, partials_per_matrix, plan->eps,
+                                                plan->norm_gain, plan->norm_offset, x_f32,
                                                 static_cast<__nv_bfloat16 *>(x_bf16));
     return cudaGetLastError();
 }
@@ -227,8 +230,7 @@ static lw_status newton_schulz_chunk(lw_stream *s, const lwi_ns_plan *plan, cons
         char *xb = (char *)plan->work, *a = xb + 2 * batch * pq, *b = a + 2 * batch * pp;
         char *y = b + 2 * batch * pp;
         g.type = CUDA_R_16BF;
-        cudaError_t e =
-            ns_normalize(cs, u, batch, n, plan->eps, partials, LWI_NS_PARTIALS, NULL, xb);
+        cudaError_t e = ns_normalize(cs, u, batch, n, plan, partials, LWI_NS_PARTIALS, NULL, xb);
         if (e != cudaSuccess) return lwc_fail(s->device, e, "Newton-Schulz's normalisation");
         if ((st = iterate(s, plan, &g, 2, rows <= cols, p, q, xb, a, b, y, &result)) != LW_OK)
             return st;
@@ -238,7 +240,7 @@ static lw_status newton_schulz_chunk(lw_stream *s, const lwi_ns_plan *plan, cons
     // fp32 or TF32: X starts in x itself (u may be x: the scaling reads then writes each element)
     if (plan->precision == LW_NS_TF32) g.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     char *a = (char *)plan->work, *b = a + 4 * batch * pp, *y = b + 4 * batch * pp;
-    cudaError_t e = ns_normalize(cs, u, batch, n, plan->eps, partials, LWI_NS_PARTIALS, x, NULL);
+    cudaError_t e = ns_normalize(cs, u, batch, n, plan, partials, LWI_NS_PARTIALS, x, NULL);
     if (e != cudaSuccess) return lwc_fail(s->device, e, "Newton-Schulz's normalisation");
     if ((st = iterate(s, plan, &g, 4, rows <= cols, p, q, (char *)x, a, b, y, &result)) != LW_OK)
         return st;

@@ -21,6 +21,11 @@ local fail = errors.failer(nil)
 -- library's.
 local lib = C.lib
 local RUNTIME, LAYOUT = lib.lw_runtime_defaults(), lib.lw_layout_defaults()
+-- Newton-Schulz's named coefficient sets (a list of its own is lw.optim's, not a flag's).
+local COEFFICIENT_SETS = {}
+for _, name in ipairs(C.names("ns_coeffs")) do
+   if name ~= "custom" then COEFFICIENT_SETS[#COEFFICIENT_SETS + 1] = name end
+end
 local ALIGNED = {}
 for _, a in ipairs({ lib.LW_ALGORITHM_COST, lib.LW_ALGORITHM_LPT,
    lib.LW_ALGORITHM_SIZE_MATCHING, lib.LW_ALGORITHM_PACKED }) do
@@ -91,6 +96,25 @@ recipe_flags.list = {
    { "muon-precision", C.names("ns_precision"), nil, "arithmetic of Newton-Schulz on a GPU "
      .. "(default: the library's, bf16; the CPU computes fp32 whatever is asked)",
      optim = "muon.precision" },
+   { "muon-variant", { "default", "nanochat" }, "default", "Muon's options as a preset: default "
+     .. "(the library's) or nanochat (nanochat's Muon step: its Polar Express coefficients and "
+     .. "normalisation, row equilibration, renormalisation, the shape_scaling scale, cautious "
+     .. "weight decay at the step's scale; the --muon-* flags below override it)",
+     optim = "muon.variant" },
+   { "muon-coefficients", COEFFICIENT_SETS, nil, "Newton-Schulz's coefficient set (default: the "
+     .. "variant's; the library's quintic)", optim = "muon.coefficients" },
+   { "muon-row-equilibrate", { "on", "off" }, nil, "scale each row of Muon's update to the "
+     .. "matrix's root-mean-square row norm before Newton-Schulz (MuonEq)",
+     optim = "muon.row_equilibrate" },
+   { "muon-renormalize", { "on", "off" }, nil, "scale Muon's orthogonalised update to Frobenius "
+     .. "norm sqrt(min(rows, cols)) (Muon+)", optim = "muon.renormalize" },
+   { "muon-cautious-wd", { "on", "off" }, nil, "decay a Muon matrix's weights only where the "
+     .. "update and the weight agree in sign", optim = "muon.cautious_wd" },
+   { "muon-weight-decay-mode", C.names("weight_decay"), nil, "Muon's weight decay: decoupled "
+     .. "(lr wd W), independent (wd W), l2 (wd W added to the gradient), scaled (lr scale wd W, "
+     .. "the step's scale too)", optim = "muon.weight_decay_mode" },
+   { "muon-scale", C.names("muon_scale"), nil, "the scale of Muon's step from a matrix's shape "
+     .. "(default: the variant's; the library's moonlight)", optim = "muon.scale" },
    { "device", "string", "cpu", "where to train: cpu; cuda (under mpirun, each rank's own GPU, "
      .. "by its place on its machine); cuda:N (that GPU, for every rank: ranks sharing one GPU "
      .. "exchange its buffers through host memory)", ddp = "device" },

@@ -27,6 +27,16 @@ function recipe_tp.check_flags(v)
    if bad then
       fail("--%s (--preset %s: %d heads, n_embd %d)", bad, v.preset, v.n_head, v.n_embd)
    end
+   -- the library refuses it too, once the model is built; said here before any work
+   local variant = lw.optim.muon_variants[v.muon_variant or "default"] or {}
+   local equilibrate = v.muon_row_equilibrate == "on"
+      or (v.muon_row_equilibrate == nil and variant.row_equilibrate)
+   if v.muon_tp_mode == "distributed" and equilibrate then
+      fail("--muon-tp-mode distributed shards Newton-Schulz over the TP ranks and cannot "
+         .. "equilibrate rows (%s): use --muon-tp-mode duplicated or blockwise, or add "
+         .. "--muon-row-equilibrate off", v.muon_row_equilibrate == "on"
+            and "--muon-row-equilibrate on" or "--muon-variant " .. v.muon_variant)
+   end
 end
 
 -- The world's size against --tp (collective-free): lw.tp.check's message, or nil.

@@ -94,6 +94,7 @@ NAME_FUNCTIONS(reduce_op, lw_reduce_op, "reduce op", reduce_op_names)
 static const char *const ns_coeffs_names[] = {
     [LW_NS_SIMPLE] = "simple", [LW_NS_QUINTIC] = "quintic", [LW_NS_POLAR_EXPRESS] = "polar_express",
     [LW_NS_CUBIC5] = "cubic5", [LW_NS_CUSTOM] = "custom",   [LW_NS_IDENTITY] = "identity",
+    [LW_NS_NANOCHAT] = "nanochat",
 };
 NAME_FUNCTIONS(ns_coeffs, lw_ns_coeffs, "coefficient set", ns_coeffs_names)
 
@@ -115,6 +116,7 @@ static const char *const weight_decay_names[] = {
     [LW_WD_DECOUPLED] = "decoupled",
     [LW_WD_INDEPENDENT] = "independent",
     [LW_WD_L2] = "l2",
+    [LW_WD_SCALED] = "scaled",
 };
 NAME_FUNCTIONS(weight_decay, lw_weight_decay, "weight decay mode", weight_decay_names)
 

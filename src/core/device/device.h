@@ -13,7 +13,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 14 /* the current version; what each one changed: docs/architecture.md */
+#define LWI_DEVICE_ABI 15 /* the current version; what each one changed: docs/architecture.md */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -26,13 +26,16 @@ typedef struct lwi_muon_step {
 } lwi_muon_step;
 
 /* Newton-Schulz of a batch of same-shaped matrices (lw_muon_orthogonalize, the optimizer's
- * batches): steps (a, b, c) triples, the normalisation floor, SYRK/SYMM or full GEMMs, the
- * arithmetic (the CPU computes fp32 whatever is asked), and a workspace of at least
+ * batches): steps (a, b, c) triples, the normalisation (U divided by max(gain ||U||_F + offset,
+ * eps), in double: gain 1 and offset 0 are max(||U||_F, eps) exactly), SYRK/SYMM or full GEMMs,
+ * the arithmetic (the CPU computes fp32 whatever is asked), and a workspace of at least
  * lwi_ns_work_floats(batch, rows, cols) floats in the device's memory. */
 typedef struct lwi_ns_plan {
     const float *abc; /* host: steps x 3 */
     int32_t steps;
     float eps;
+    float norm_gain;
+    float norm_offset;
     bool symmetric;
     lw_ns_precision precision;
     float *work;
@@ -40,6 +43,9 @@ typedef struct lwi_ns_plan {
 
 /* Per matrix, floats of partial sums for its Frobenius norm (a device reduces in blocks). */
 #define LWI_NS_PARTIALS 1024
+
+/* Per matrix, doubles of partial sums muon_renormalize may use (its work). */
+#define LWI_MUON_NORM_BLOCKS 256
 
 /* Floats of Newton-Schulz workspace for `batch` rows x cols matrices: per matrix A and A2
  * (p x p), Y (p x q), p = min, q = max of the two, and the norm's partial sums (bf16 needs

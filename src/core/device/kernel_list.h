@@ -194,7 +194,16 @@
  *                  it may rewrite from one another), in place, with work of at least p * p + p *
  *                  q floats. abc is host memory.
  *   lion           a Lion step over `count` tensors (host list, read before the call returns;
- *                  m their momentum, v unused), as lw_lion_update says of one. */
+ *                  m their momentum, v unused), as lw_lion_update says of one.
+ *   muon_equilibrate  x[i] = the batch's matrix u[i] (rows x cols, row-major) with each row
+ *                  scaled by (float)(t / max(its norm, norm_floor)), t = ||u[i]||_F / sqrt(rows)
+ *                  (the root mean square of the row norms), norms in double; x may be u; work:
+ *                  at least batch * (rows + 1) doubles of device memory.
+ *   muon_renormalize  x[i] *= (float)(target / max(||x[i]||_F, norm_floor)) for the batch's
+ *                  matrices of n elements, the norm in double; work: at least batch *
+ *                  LWI_MUON_NORM_BLOCKS doubles of device memory.
+ *   muon_decay_step  w = w - (step * x + d), d = decay * w, or 0 under `cautious` where
+ *                  x * w >= 0 fails, on n elements, each product and sum rounded on its own. */
 #define LWI_CORE_KERNELS(X)                                                                        \
     X(muon_momentum,                                                                               \
       (lw_stream * s, const lwi_muon_step *k, float *w, const float *g, float *m, float *u,        \
@@ -221,7 +230,20 @@
     X(lion,                                                                                        \
       (lw_stream * s, const lw_lion_options *o, const lwi_update_tensor *tensors, int32_t count,   \
        float grad_scale),                                                                          \
-      (s, o, tensors, count, grad_scale), lwi_work_if(count > 0))
+      (s, o, tensors, count, grad_scale), lwi_work_if(count > 0))                                  \
+    X(muon_equilibrate,                                                                            \
+      (lw_stream * s, const float *u, float *x, int64_t batch, int64_t rows, int64_t cols,         \
+       float norm_floor, double *work),                                                            \
+      (s, u, x, batch, rows, cols, norm_floor, work),                                              \
+      lwi_work_if(batch > 0 && rows > 0 && cols > 0))                                              \
+    X(muon_renormalize,                                                                            \
+      (lw_stream * s, float *x, int64_t batch, int64_t n, float target, float norm_floor,          \
+       double *work),                                                                              \
+      (s, x, batch, n, target, norm_floor, work), lwi_work_if(batch > 0 && n > 0))                 \
+    X(muon_decay_step,                                                                             \
+      (lw_stream * s, float *w, const float *x, int64_t n, float step, float decay,                \
+       bool cautious),                                                                             \
+      (s, w, x, n, step, decay, cautious), lwi_work_if(n > 0))
 
 /* Every kernel: the table's members, the backends' declarations and tables. */
 #define LWI_KERNELS(X) LWI_PUBLIC_KERNELS(X) LWI_CORE_KERNELS(X)

@@ -1,7 +1,8 @@
 /* muon.c: lw_muon, the Muon update of one matrix (docs/algorithms.md section 6): its options, the
- * Newton-Schulz coefficient sets, the scale of the step, and the workspace, over the device
- * table: weight decay and momentum, Newton-Schulz and the step run on the stream's device
- * (device/cpu/muon.c on the CPU). */
+ * Newton-Schulz coefficient sets and normalisations, the scale of the step, where the weight
+ * decay goes, and the workspace, over the device table: weight decay and momentum, row
+ * equilibration, Newton-Schulz, renormalisation and the step run on the stream's device
+ * (device/cpu/muon.c and muon_rescale.c on the CPU). */
 #include "optim/muon.h"
 #include "optim/rules.h"
 
@@ -28,6 +29,14 @@ static const float POLAR_EXPRESS[][3] = {
     {8.2051f, -22.9019f, 16.4607f}, {4.0664f, -2.8612f, 0.5184f}, {3.9096f, -2.8234f, 0.5250f},
     {3.2856f, -2.4153f, 0.4853f},   {2.2779f, -1.6198f, 0.3985f}, {1.8726f, -1.2307f, 0.3585f},
     {1.8564f, -1.2132f, 0.3568f},   {1.8750f, -1.2500f, 0.3750f}};
+/* nanochat's (nanochat/optim.py, polar_express_coeffs: num_iters 5, safety factor 2e-2,
+ * cushion 2), rounded to float as its fp32 and bf16 products round them. */
+static const float NANOCHAT[][3] = {
+    {8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
+    {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
+    {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
+    {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
+    {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f}};
 static const float CUBIC5[][3] = {{3.3656576f, -3.3420992f, 0.0f},
                                   {2.5744352f, -1.4957376f, 0.0f},
                                   {2.5368962f, -1.4312570f, 0.0f},
@@ -59,11 +68,16 @@ static lw_status check_options(const lw_muon_options *o) {
                         (double)o->momentum);
     if (o->ns_steps < 1)
         return lwi_fail(LW_ERR_INVALID, "muon: ns_steps must be >= 1, got %d", o->ns_steps);
-    if (o->coeffs < LW_NS_SIMPLE || o->coeffs > LW_NS_IDENTITY)
+    if (o->coeffs < LW_NS_SIMPLE || o->coeffs > LW_NS_NANOCHAT)
         return lwi_fail(LW_ERR_INVALID, "muon: unknown coefficient set %d", (int)o->coeffs);
     if (o->coeffs == LW_NS_CUBIC5 && o->ns_steps != 5)
         return lwi_fail(LW_ERR_INVALID,
                         "muon: the cubic5 coefficients take exactly 5 steps, "
+                        "got ns_steps %d",
+                        o->ns_steps);
+    if (o->coeffs == LW_NS_NANOCHAT && o->ns_steps > 5)
+        return lwi_fail(LW_ERR_INVALID,
+                        "muon: the nanochat coefficients are five triples for at most 5 steps, "
                         "got ns_steps %d",
                         o->ns_steps);
     if (o->coeffs == LW_NS_CUSTOM) {
@@ -76,7 +90,7 @@ static lw_status check_options(const lw_muon_options *o) {
             if (!isfinite(o->custom[i]))
                 return lwi_fail(LW_ERR_INVALID, "muon: custom coefficient %d is not finite", i);
     }
-    if (o->weight_decay_mode < LW_WD_DECOUPLED || o->weight_decay_mode > LW_WD_L2)
+    if (o->weight_decay_mode < LW_WD_DECOUPLED || o->weight_decay_mode > LW_WD_SCALED)
         return lwi_fail(LW_ERR_INVALID, "muon: unknown weight decay mode %d",
                         (int)o->weight_decay_mode);
     if (o->scale < LW_MUON_SCALE_SPECTRAL || o->scale > LW_MUON_SCALE_MOONLIGHT)
@@ -90,6 +104,15 @@ static lw_status check_options(const lw_muon_options *o) {
                         (int)o->precision);
     if (lw_muon_tp_mode_name(o->tp_mode) == NULL)
         return lwi_fail(LW_ERR_INVALID, "muon: unknown TP mode %d", (int)o->tp_mode);
+    if (o->cautious_wd && o->weight_decay_mode == LW_WD_L2)
+        return lwi_fail(LW_ERR_INVALID,
+                        "muon: cautious_wd masks a decay of W at the step, but weight_decay_mode "
+                        "l2 adds the decay to the gradient: use decoupled, independent or scaled");
+    if (o->cautious_wd && !(o->extra_scale > 0.0f))
+        return lwi_fail(LW_ERR_INVALID,
+                        "muon: cautious_wd compares the signs of W and the step, which needs "
+                        "extra_scale > 0, got %g",
+                        (double)o->extra_scale);
     return LW_OK;
 }
 
@@ -110,6 +133,9 @@ static const float *coefficients(const lw_muon_options *o, int32_t k) {
         break;
     case LW_NS_CUSTOM:
         list = (const float(*)[3])o->custom, n = o->n_custom, repeat = o->custom_repeat;
+        break;
+    case LW_NS_NANOCHAT:
+        list = NANOCHAT, n = 5;
         break;
     default:
         list = QUINTIC, n = 5;
@@ -172,6 +198,28 @@ static lw_status reserve(lw_muon *m, lw_stream *s, int64_t floats) {
     return LW_OK;
 }
 
+/* Floats of workspace before a batch's updates: Newton-Schulz's, which renormalisation reuses
+ * after it (LWI_MUON_NORM_BLOCKS doubles a matrix fit in its partials), and at least the row
+ * norms and the target of each matrix for equilibration, which runs before it. */
+static int64_t work_floats(const lw_muon *m, int64_t batch, int64_t rows, int64_t cols) {
+    const int64_t ns = lwi_ns_work_floats(batch, rows, cols), rows_eq = 2 * batch * (rows + 1);
+    return m->o.row_equilibrate && rows_eq > ns ? rows_eq : ns;
+}
+
+/* Newton-Schulz's normalisation: U / max(gain ||U||_F + offset, eps); nanochat's set brings its
+ * own, 1.01 ||U||_F + 1e-6 (a divisor of at least 1e-6, which the default eps never floors). */
+static void normalisation(const lw_muon_options *o, float *gain, float *offset) {
+    *gain = o->coeffs == LW_NS_NANOCHAT ? 1.01f : 1.0f;
+    *offset = o->coeffs == LW_NS_NANOCHAT ? 1e-6f : 0.0f;
+}
+
+double lwi_muon_norm_divisor(const lw_muon *m, double norm) {
+    float gain, offset;
+    normalisation(&m->o, &gain, &offset);
+    const double d = (double)gain * norm + (double)offset;
+    return d > m->o.eps ? d : (double)m->o.eps;
+}
+
 static lw_status check_shape(int64_t rows, int64_t cols) {
     if (rows < 1 || cols < 1 || rows > 0x7fffffff || cols > 0x7fffffff)
         return lwi_fail(LW_ERR_INVALID, "muon: bad matrix shape %lld x %lld", (long long)rows,
@@ -184,17 +232,35 @@ static lw_status check_matrix(const void *a, const void *b, int64_t rows, int64_
     return check_shape(rows, cols);
 }
 
+/* Row equilibration (into x), Newton-Schulz (x in place then), renormalisation, as the options
+ * say; the workspace holds each one's scratch in turn. */
 static lw_status orthogonalize(lw_muon *m, lw_stream *s, const float *u, float *x, int64_t batch,
                                int64_t rows, int64_t cols) {
-    if (m->o.coeffs == LW_NS_IDENTITY)
-        return x == u ? LW_OK
-                      : lw_device_copy(s, x, u, (int64_t)sizeof(float) * batch * rows * cols,
-                                       LW_COPY_DEVICE_TO_DEVICE);
-    lw_status st = reserve(m, s, lwi_ns_work_floats(batch, rows, cols));
-    if (st != LW_OK) return st;
-    const lwi_ns_plan plan = {m->abc, m->o.ns_steps, m->o.eps, m->o.symmetric, m->o.precision,
-                              m->work};
-    return lwi_run_newton_schulz(s, &plan, u, x, batch, rows, cols);
+    const lw_muon_options *o = &m->o;
+    const int64_t n = batch * rows * cols;
+    if (o->coeffs == LW_NS_IDENTITY && !o->row_equilibrate && !o->renormalize)
+        return x == u
+                   ? LW_OK
+                   : lw_device_copy(s, x, u, (int64_t)sizeof(float) * n, LW_COPY_DEVICE_TO_DEVICE);
+    lw_status st = reserve(m, s, work_floats(m, batch, rows, cols));
+    if (st == LW_OK && o->row_equilibrate) {
+        st = lwi_run_muon_equilibrate(s, u, x, batch, rows, cols, LWI_MUON_NORM_FLOOR,
+                                      (double *)m->work);
+        u = x;
+    }
+    if (st == LW_OK && o->coeffs == LW_NS_IDENTITY && x != u)
+        st = lw_device_copy(s, x, u, (int64_t)sizeof(float) * n, LW_COPY_DEVICE_TO_DEVICE);
+    if (st == LW_OK && o->coeffs != LW_NS_IDENTITY) {
+        lwi_ns_plan plan = {m->abc, o->ns_steps,  o->eps,       1.0f,
+                            0.0f,   o->symmetric, o->precision, m->work};
+        normalisation(o, &plan.norm_gain, &plan.norm_offset);
+        st = lwi_run_newton_schulz(s, &plan, u, x, batch, rows, cols);
+    }
+    if (st == LW_OK && o->renormalize)
+        st = lwi_run_muon_renormalize(s, x, batch, rows * cols,
+                                      (float)sqrt((double)(rows < cols ? rows : cols)),
+                                      LWI_MUON_NORM_FLOOR, (double *)m->work);
+    return st;
 }
 
 lw_status lw_muon_orthogonalize(lw_muon *m, lw_stream *stream, const float *u, float *x,
@@ -213,7 +279,7 @@ lw_status lwi_muon_batch_updates(lw_muon *m, lw_stream *stream, int64_t batch, i
     lw_status st = m ? check_shape(rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
     if (batch < 1) return lwi_fail(LW_ERR_INVALID, "muon: batch of %lld", (long long)batch);
-    const int64_t work = lwi_ns_work_floats(batch, rows, cols);
+    const int64_t work = work_floats(m, batch, rows, cols);
     if ((st = reserve(m, lwi_stream_or_cpu(stream), work + batch * rows * cols)) != LW_OK)
         return st;
     *updates = m->work + work;
@@ -224,7 +290,7 @@ lw_status lwi_muon_orthogonalize_batch(lw_muon *m, lw_stream *stream, float *u, 
                                        int64_t rows, int64_t cols) {
     lw_status st = m ? check_matrix(u, u, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
-    if (u != m->work + lwi_ns_work_floats(batch, rows, cols))
+    if (u != m->work + work_floats(m, batch, rows, cols))
         return lwi_fail(LW_ERR_INVALID, "muon: a batch is orthogonalised where "
                                         "lwi_muon_batch_updates put it");
     return orthogonalize(m, lwi_stream_or_cpu(stream), u, u, batch, rows, cols);
@@ -252,14 +318,34 @@ double lwi_muon_scale(const lw_muon *m, int64_t rows, int64_t cols) {
     return scale_of(&m->o, rows, cols) * (double)m->o.extra_scale;
 }
 
+/* Whether the decay of W waits for the step: a cautious one needs the update's signs, a scaled
+ * one the matrix's shape (which a row shard's momentum does not know). */
+static bool decay_at_step(const lw_muon_options *o) {
+    return o->cautious_wd || o->weight_decay_mode == LW_WD_SCALED;
+}
+
 lw_status lw_muon_momentum(lw_muon *m, lw_stream *stream, float *w, const float *g, float *mom,
                            float *u, int64_t n, float lr, float wd, float grad_scale) {
     if (m == NULL || w == NULL || g == NULL || mom == NULL || u == NULL || n < 0)
         return lwi_fail(LW_ERR_INVALID, "muon: NULL argument or negative size");
     lw_stream *s = lwi_stream_or_cpu(stream);
-    const lwi_muon_step k = {m->o.momentum, m->o.nesterov, m->o.weight_decay_mode, lr, wd,
-                             grad_scale};
+    const float decay = decay_at_step(&m->o) ? 0.0f : wd; /* the step's, then */
+    const lwi_muon_step k = {m->o.momentum, m->o.nesterov, m->o.weight_decay_mode, lr,
+                             decay,         grad_scale};
     return lwi_run_muon_momentum(s, &k, w, g, mom, u, n);
+}
+
+/* w -= x_step * x, with the decay at the step when the options put it there. step is the whole
+ * step's factor, lr * scale * extra (x_step itself, or lr for an x already scaled), of which the
+ * scaled decay is wd times (in float, as nanochat multiplies its lr by its weight decay). */
+static lw_status step_with_decay(lw_muon *m, lw_stream *s, float *w, const float *x, int64_t n,
+                                 float x_step, float lr, float step, float wd) {
+    const lw_muon_options *o = &m->o;
+    if (!decay_at_step(o)) return lw_vec_axpy(s, w, -x_step, x, n);
+    const float decay = o->weight_decay_mode == LW_WD_SCALED        ? step * wd
+                        : o->weight_decay_mode == LW_WD_INDEPENDENT ? wd
+                                                                    : lr * wd;
+    return lwi_run_muon_decay_step(s, w, x, n, x_step, decay, o->cautious_wd);
 }
 
 lw_status lw_muon_apply(lw_muon *m, lw_stream *stream, float *w, const float *x, int64_t n,
@@ -268,6 +354,20 @@ lw_status lw_muon_apply(lw_muon *m, lw_stream *stream, float *w, const float *x,
     if (st != LW_OK) return st;
     const float step = (float)(lr * scale_of(&m->o, rows, cols) * m->o.extra_scale);
     return lw_vec_axpy(stream, w, -step, x, n);
+}
+
+lw_status lw_muon_apply_decay(lw_muon *m, lw_stream *stream, float *w, const float *x, int64_t n,
+                              int64_t rows, int64_t cols, float lr, float wd) {
+    lw_status st = m ? check_matrix(w, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
+    if (st != LW_OK) return st;
+    const float step = (float)(lr * scale_of(&m->o, rows, cols) * m->o.extra_scale);
+    return step_with_decay(m, lwi_stream_or_cpu(stream), w, x, n, step, lr, step, wd);
+}
+
+lw_status lwi_muon_apply_scaled(lw_muon *m, lw_stream *s, float *w, const float *x, int64_t n,
+                                int64_t rows, int64_t cols, float lr, float wd) {
+    const float step = (float)(lr * scale_of(&m->o, rows, cols) * m->o.extra_scale);
+    return step_with_decay(m, s, w, x, n, lr, lr, step, wd);
 }
 
 lw_status lw_muon_update(lw_muon *m, lw_stream *stream, float *w, const float *g, float *mom,
@@ -282,7 +382,7 @@ lw_status lw_muon_update(lw_muon *m, lw_stream *stream, float *w, const float *g
     if ((st = lw_muon_momentum(m, s, w, g, mom, u, n, lr, wd, grad_scale)) != LW_OK) return st;
     /* 3. orthogonalise, 4. step */
     if ((st = lwi_muon_orthogonalize_batch(m, s, u, 1, rows, cols)) != LW_OK) return st;
-    return lw_muon_apply(m, s, w, u, n, rows, cols, lr);
+    return lw_muon_apply_decay(m, s, w, u, n, rows, cols, lr, wd);
 }
 
 /* ---- Muon as the optimizer's whole-matrix rule (optim/rules.h) ------------------------------ */
@@ -314,8 +414,8 @@ static lw_status rule_transform(void *ctx, lw_stream *s, float *u, float *x, int
 }
 
 static lw_status rule_apply(void *ctx, lw_stream *s, float *w, const float *x, int64_t n,
-                            int64_t rows, int64_t cols, float lr) {
-    return lw_muon_apply(ctx, s, w, x, n, rows, cols, lr);
+                            int64_t rows, int64_t cols, float lr, float wd) {
+    return lw_muon_apply_decay(ctx, s, w, x, n, rows, cols, lr, wd);
 }
 
 const lwi_rule lwi_rule_muon = {.open = rule_open,

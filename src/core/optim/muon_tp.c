@@ -24,6 +24,14 @@ struct lwi_muon_tp {
 lw_status lwi_muon_tp_new(lw_device *device, lw_comm *tp, const lw_muon_options *o,
                           lwi_muon_tp **out) {
     *out = NULL;
+    /* a column shard holds a piece of every row: its rows' norms would need one more
+       all-reduce per matrix, which the mode does not make */
+    if (tp != NULL && lw_comm_size(tp) > 1 && o->tp_mode == LW_MUON_TP_DISTRIBUTED &&
+        o->row_equilibrate)
+        return lwi_fail(LW_ERR_UNSUPPORTED,
+                        "muon: row_equilibrate is not supported with TP mode distributed "
+                        "(Newton-Schulz sharded over the TP ranks); use tp_mode duplicated or "
+                        "blockwise");
     lwi_muon_tp *t = calloc(1, sizeof *t);
     if (t == NULL) return lwi_fail(LW_ERR_NOMEM, "muon: out of memory");
     t->comm = tp;
@@ -143,37 +151,54 @@ static lw_status duplicated(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const char
     return st;
 }
 
+/* The full matrix's sum of squares of the shard x (n elements), all-reduced over TP. */
+static lw_status full_norm(lwi_muon_tp *t, lw_stream *s, const char *name, const float *x,
+                           int64_t n, double *norm, double *seconds) {
+    double sums[2] = {0.0, 0.0};
+    lw_status st = lw_device_set(s, t->acc, 0, sizeof sums);
+    if (st == LW_OK) st = lw_vec_norm_stats(s, x, n, t->acc);
+    if (st == LW_OK) st = lw_device_copy(s, sums, t->acc, sizeof sums, LW_COPY_DEVICE_TO_HOST);
+    if (st == LW_OK) st = all_reduce(t, "norm", name, sums, 1, LW_DTYPE_F64, seconds);
+    *norm = sqrt(sums[0]);
+    return st;
+}
+
 /* distributed: the sharded dimension is the Gram product's contraction dimension (X is the
  * shard's transpose for dim 0, the shard itself for dim 1), so the full X X^T is the sum over
  * TP of the shards' Gram matrices, p x p for p the unsharded side; each step is then local to
- * the shard. The normalisation is the full matrix's: the squared norms are summed first. */
+ * the shard. The normalisation is the full matrix's: the squared norms are summed first; so is
+ * the renormalisation's after the steps. */
 static lw_status distributed(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const char *name,
                              const float *u, float *x, int64_t rows, int64_t cols, int32_t dim,
                              float *work, double *seconds) {
     const lw_muon_options *o = lwi_muon_options(m);
     const int64_t n = rows * cols;
-    if (o->coeffs == LW_NS_IDENTITY) return copy(s, x, u, n);
-    /* before the collectives below: a device without these fails on every rank alike */
-    if (s->device->ops->ns_gram == NULL) return lwi_device_missing(s, "ns_gram");
-    if (s->device->ops->ns_step == NULL) return lwi_device_missing(s, "ns_step");
     const bool transposed = dim == 0;
     const int64_t p = transposed ? cols : rows, q = transposed ? rows : cols;
-    float *a = work, *rest = work + p * p;
-    double sums[2] = {0.0, 0.0};
-    lw_status st = lw_device_set(s, t->acc, 0, sizeof sums);
-    if (st == LW_OK) st = lw_vec_norm_stats(s, u, n, t->acc);
-    if (st == LW_OK)
-        st = lw_device_copy(s, sums, t->acc, sizeof sums, LW_COPY_DEVICE_TO_HOST);
-    if (st == LW_OK) st = all_reduce(t, "norm", name, sums, 1, LW_DTYPE_F64, seconds);
-    if (st != LW_OK) return st;
-    const double norm = sqrt(sums[0]);
-    const float inv = (float)(1.0 / (norm > o->eps ? norm : (double)o->eps));
-    if ((st = copy(s, x, u, n)) == LW_OK) st = lw_vec_scale(s, x, n, inv);
-    const float *abc = lwi_muon_abc(m);
-    for (int32_t k = 0; st == LW_OK && k < o->ns_steps; k++) {
-        st = lwi_run_ns_gram(s, x, a, p, q, transposed);
-        if (st == LW_OK) st = all_reduce(t, "Gram matrix", name, a, p * p, LW_DTYPE_F32, seconds);
-        if (st == LW_OK) st = lwi_run_ns_step(s, abc + 3 * k, a, x, p, q, transposed, rest);
+    lw_status st = copy(s, x, u, n);
+    if (st == LW_OK && o->coeffs != LW_NS_IDENTITY) {
+        /* before the collectives below: a device without these fails on every rank alike */
+        if (s->device->ops->ns_gram == NULL) return lwi_device_missing(s, "ns_gram");
+        if (s->device->ops->ns_step == NULL) return lwi_device_missing(s, "ns_step");
+        float *a = work, *rest = work + p * p;
+        double norm = 0.0;
+        if ((st = full_norm(t, s, name, u, n, &norm, seconds)) != LW_OK) return st;
+        st = lw_vec_scale(s, x, n, (float)(1.0 / lwi_muon_norm_divisor(m, norm)));
+        const float *abc = lwi_muon_abc(m);
+        for (int32_t k = 0; st == LW_OK && k < o->ns_steps; k++) {
+            st = lwi_run_ns_gram(s, x, a, p, q, transposed);
+            if (st == LW_OK)
+                st = all_reduce(t, "Gram matrix", name, a, p * p, LW_DTYPE_F32, seconds);
+            if (st == LW_OK) st = lwi_run_ns_step(s, abc + 3 * k, a, x, p, q, transposed, rest);
+        }
+    }
+    if (st == LW_OK && o->renormalize) {
+        /* the full matrix is p x (t q): its smaller side */
+        const int64_t full_q = t->size * q, side = p < full_q ? p : full_q;
+        double norm = 0.0;
+        if ((st = full_norm(t, s, name, x, n, &norm, seconds)) != LW_OK) return st;
+        const double floored = norm > LWI_MUON_NORM_FLOOR ? norm : LWI_MUON_NORM_FLOOR;
+        st = lw_vec_scale(s, x, n, (float)(sqrt((double)side) / floored));
     }
     return st;
 }
@@ -258,6 +283,38 @@ lw_status lwi_muon_tp_update(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi
         if (st == LW_OK)
             st = lwi_run_copy_2d(s, x + first * cols, per * cols, part, r * cols, groups, r * cols);
         first += r;
+    }
+    return st;
+}
+
+/* A split QKV weight's block c takes the rows [first, first + r) of every group of `per` rows;
+ * so this rank's elements [start, start + count) meet it in at most one run per group, each
+ * stepped at the block's scale (its full shape as shard_step's). Without a decay at the step the
+ * scale is in x already: one run. */
+lw_status lwi_muon_tp_apply(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi_param *p, float *w,
+                            const float *x, int64_t start, int64_t count, float lr, float wd) {
+    const int64_t rows = p->shape[0], cols = p->shape[1];
+    const int32_t dim = sharded_dim(t, p);
+    const int64_t tr = dim == 0 ? t->size : 1, tc = dim == 1 ? t->size : 1;
+    if (!(t->split_qkv && p->qkv_groups > 0))
+        return lwi_muon_apply_scaled(m, s, w, x, count, tr * rows, tc * cols, lr, wd);
+    const lw_muon_options *o = lwi_muon_options(m);
+    if (!o->cautious_wd && o->weight_decay_mode != LW_WD_SCALED)
+        return lw_vec_axpy(s, w, -lr, x, count);
+    const int64_t per = p->qkv_rows[0] + p->qkv_rows[1] + p->qkv_rows[2];
+    lw_status st = LW_OK;
+    for (int64_t g = 0; g < p->qkv_groups && st == LW_OK; g++) {
+        int64_t first = g * per;
+        for (int c = 0; c < 3 && st == LW_OK; c++) {
+            const int64_t r = p->qkv_rows[c];
+            int64_t lo = first * cols, hi = (first + r) * cols;
+            first += r;
+            lo = lo > start ? lo : start;
+            hi = hi < start + count ? hi : start + count;
+            if (lo < hi)
+                st = lwi_muon_apply_scaled(m, s, w + (lo - start), x + (lo - start), hi - lo,
+                                           tr * p->qkv_groups * r, tc * cols, lr, wd);
+        }
     }
     return st;
 }

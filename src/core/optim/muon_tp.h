@@ -9,7 +9,8 @@
 
 /* Over a TP communicator (NULL: none, t = 1), with its own device workspace. */
 typedef struct lwi_muon_tp lwi_muon_tp;
-/* tp [borrowed]; o: tp_mode and split_qkv are read. [out] owned. */
+/* tp [borrowed]; o: tp_mode and split_qkv are read (and row_equilibrate, which the
+ * distributed mode refuses). [out] owned. */
 lw_status lwi_muon_tp_new(lw_device *device, lw_comm *tp, const lw_muon_options *o,
                           lwi_muon_tp **out);
 void lwi_muon_tp_free(lwi_muon_tp *t);
@@ -25,5 +26,11 @@ bool lwi_muon_tp_takes(const lwi_muon_tp *t, const lwi_param *p);
  * spent in collectives to *seconds_comm. */
 lw_status lwi_muon_tp_update(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi_param *p,
                              const float *u, float *x, double *seconds_comm);
+/* The step of p's elements [start, start + count) of its local shape (w and x point at element
+ * start; x from lwi_muon_tp_update): W -= lr * x, with the decay the options put at the step
+ * at each matrix's own scale (a split QKV weight's Q, K and V rows each their block's; a TP
+ * shard its full matrix's). */
+lw_status lwi_muon_tp_apply(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi_param *p, float *w,
+                            const float *x, int64_t start, int64_t count, float lr, float wd);
 
 #endif

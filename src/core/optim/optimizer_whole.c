@@ -123,14 +123,17 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         const lwi_param *p = &l->params[o->param];
         if (!o->sliced || p->buffer != b || p->bucket != k) continue;
         float *w;
-        const float lr = opt->lr[opt->group[o->param]];
+        const int32_t grp = opt->group[o->param];
+        const float lr = opt->lr[grp];
         if (lwi_muon_tp_takes(opt->tp, p)) {
             st = lwi_muon_tp_update(opt->tp, opt->muon, opt->stream, p,
                                     u + (p->start - bk->start), opt->orthogonal,
                                     &r->seconds_muon_comm);
             if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
             if (st == LW_OK)
-                st = lw_vec_axpy(opt->stream, w, -lr, opt->orthogonal + o->start, o->count);
+                st = lwi_muon_tp_apply(opt->tp, opt->muon, opt->stream, p, w,
+                                       opt->orthogonal + o->start, o->start, o->count, lr,
+                                       opt->wd[grp]);
             continue;
         }
         void *ctx = opt->rule_ctx[o->kind];
@@ -139,13 +142,14 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
             st = o->rule->apply(ctx, opt->stream, w, opt->orthogonal + o->start, o->count,
-                                p->shape[0], p->numel / p->shape[0], lr);
+                                p->shape[0], p->numel / p->shape[0], lr, opt->wd[grp]);
     }
     return st;
 }
 
 /* One batch of whole matrices of a rule: each prepared (weight decay, momentum) into the
- * batch's update array, all of them transformed (Newton-Schulz), then each applied. */
+ * batch's update array, all of them transformed (Newton-Schulz), then each applied (with a
+ * decay that waits for the step). */
 static lw_status update_batch(lw_optimizer *opt, const lwi_matrix_batch *b, float grad_scale) {
     const int64_t n = b->rows * b->cols;
     const lwi_rule *rule = lwi_rule_of(b->kind);
@@ -165,17 +169,18 @@ static lw_status update_batch(lw_optimizer *opt, const lwi_matrix_batch *b, floa
     if (st == LW_OK) st = rule->transform(ctx, opt->stream, u, u, b->count, b->rows, b->cols);
     for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
         lwi_owned *o = &opt->owned[opt->batch_members[b->first + i]];
+        const int32_t grp = opt->group[o->param];
         float *w;
         st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
-            st = rule->apply(ctx, opt->stream, w, u + i * n, n, b->rows, b->cols,
-                             opt->lr[opt->group[o->param]]);
+            st = rule->apply(ctx, opt->stream, w, u + i * n, n, b->rows, b->cols, opt->lr[grp],
+                             opt->wd[grp]);
     }
     return st;
 }
 
 /* One whole owned TP shard or split QKV weight: weight decay and momentum, muon_tp.c's step
- * (collective over TP for a TP shard), W -= lr * step. */
+ * (collective over TP for a TP shard), W -= lr * step (with a decay that waits for the step). */
 static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scale,
                                 lw_step_result *r) {
     const lwi_param *p = &opt->layout->params[o->param];
@@ -189,7 +194,9 @@ static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scal
     if (st == LW_OK)
         st = lwi_muon_tp_update(opt->tp, opt->muon, opt->stream, p, opt->tp_update,
                                 opt->tp_update, &r->seconds_muon_comm);
-    if (st == LW_OK) st = lw_vec_axpy(opt->stream, w, -opt->lr[grp], opt->tp_update, o->count);
+    if (st == LW_OK)
+        st = lwi_muon_tp_apply(opt->tp, opt->muon, opt->stream, p, w, opt->tp_update, 0, o->count,
+                               opt->lr[grp], opt->wd[grp]);
     return st;
 }
 

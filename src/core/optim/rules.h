@@ -26,8 +26,10 @@ typedef struct lwi_rule {
     /* x may be u (then in place); out of place, batch is 1 */
     lw_status (*transform)(void *ctx, lw_stream *s, float *u, float *x, int64_t batch,
                            int64_t rows, int64_t cols);
-    lw_status (*apply)(void *ctx, lw_stream *s, float *w, const float *x, int64_t n,
-                       int64_t rows, int64_t cols, float lr);
+    /* the step; wd: the group's weight decay, for a rule that decays W with the step (Muon's
+       cautious or scaled decay) rather than in prepare */
+    lw_status (*apply)(void *ctx, lw_stream *s, float *w, const float *x, int64_t n, int64_t rows,
+                       int64_t cols, float lr, float wd);
 } lwi_rule;
 
 #define LWI_RULE_DECLARATION(KIND, name, whole, parts) extern const lwi_rule lwi_rule_##name;

@@ -21,7 +21,8 @@ void lwi_cpu_round_bf16(uint16_t *y, const float *x, int64_t n);
 void lwi_cpu_widen_bf16(float *y, const uint16_t *x, int64_t n);
 
 /* Every kernel of the list (kernel_list.h), lwi_cpu_<name>, one family per file: vec.c, muon.c
- * (Newton-Schulz and Muon's step, its TP halves), adamw.c, lion.c, linear.c, embedding.c (the
+ * (Newton-Schulz and Muon's step, its TP halves), muon_rescale.c (Muon's row equilibration,
+ * renormalisation and decay at the step), adamw.c, lion.c, linear.c, embedding.c (the
  * vocabulary-range form, which serves the whole vocabulary too), layernorm.c, gelu.c,
  * attention.c, cross_entropy.c, moe.c (router, load-balancing loss), gather.c (gather,
  * combine), bf16.c (the conversions between fp32 and bf16); copy_2d in cpu.c with the memory

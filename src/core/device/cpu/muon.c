@@ -116,7 +116,8 @@ static void newton_schulz(const lwi_ns_plan *plan, const float *u, float *x, int
                           int64_t cols) {
     const int64_t n = rows * cols;
     const double norm = sqrt(lwi_cpu_sum_squares(u, n));
-    const float inv = (float)(1.0 / (norm > plan->eps ? norm : plan->eps));
+    const double d = (double)plan->norm_gain * norm + (double)plan->norm_offset;
+    const float inv = (float)(1.0 / (d > plan->eps ? d : plan->eps));
     for (int64_t i = 0; i < n; i++)
         x[i] = u[i] * inv;
     const int64_t p = rows <= cols ? rows : cols, q = rows <= cols ? cols : rows;
