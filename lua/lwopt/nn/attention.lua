@@ -54,7 +54,7 @@ function Attention:forward(x, b, t)
    -- each row's log-sum-exp: all the backward keeps of the softmax (no t x t per head)
    self.lse = self:buffer("lse", b * self.n_head * t)
    self.y = self:buffer("y", base.floats_for(n * self.c, self.out_dtype))
-   check(lib.lw_attention_forward(self.stream, self.y, self.out_dtype, self.lse,
+   check(lib.lw_attention_forward(self.stream, self.y, self.out_dtype, self.lse, nil,
       self:scratch(b, t), self.qkv_out, self.qkv.y_dtype, b, t, self.c, self.n_head))
    return self.proj:forward(self.y, n)
 end
