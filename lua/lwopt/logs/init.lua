@@ -290,7 +290,8 @@ end
 -- "tokens"), one colour per run, a legend by run name, a title naming them. opts: out (the
 -- PNG), data (gnuplot's table of points; default beside out, .dat for .png), keep_data (leave
 -- the table there; default removed), unit ("byte" | "token": the y axis's; default the runs'
--- configuration's). Returns out, or nil and why not (gnuplot missing, failing, or a PNG cut
+-- configuration's), y ("loss", default, or "max-logit": instead each step's largest attention
+-- logit over the layers, the step records' max_logit, a line per run). Returns out, or nil and why not (gnuplot missing, failing, or a PNG cut
 -- short). The chart is plot.lua's.
 function logs.plot(list, opts) return plotter.plot(list, opts, tokens_of) end
 
