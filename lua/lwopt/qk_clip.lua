@@ -37,13 +37,14 @@ function Tracker:add()
    end
 end
 
--- Before the optimizer's step (collective over dp and world): the step's maxima reduced over
--- dp (the data-parallel group: the ranks of this TP rank, every rank of an expert-parallel
--- model, whose attention is dense), QK-clip queued in opt when there is a tau. Returns {
--- layers = each layer's largest logit over its heads and every rank (world: under tensor
--- parallelism other ranks hold other heads; non-finite as NaN), clipped = the heads clipped,
--- every layer's and TP rank's (nil without a tau) }.
-function Tracker:finish(opt, dp, world)
+-- Before the optimizer's step (collective over dp, and tp when given): the step's maxima
+-- reduced over dp (the data-parallel group: the ranks of this TP rank, every rank of an
+-- expert-parallel model, whose attention is dense), QK-clip queued in opt when there is a tau.
+-- tp: the TP group under tensor parallelism (its ranks hold other heads of the same layers and
+-- see the same tokens), nil without. Returns { layers = each layer's largest logit over its
+-- heads and every rank (non-finite as NaN), clipped = the heads clipped, every layer's and TP
+-- rank's (nil without a tau) }.
+function Tracker:finish(opt, dp, tp)
    local nh, acc = self.heads, self.acc
    if nh == nil or #acc == 0 then
       errors.misuse("qk_clip:finish", "no forward was measured this step (call add after each)")
@@ -69,11 +70,10 @@ function Tracker:finish(opt, dp, world)
       for h = 1, nh do top = math.max(top, all[(l - 1) * nh + h]) end
       layers[l] = top
    end
-   if world ~= dp and world.size > dp.size then
-      world:set_label("the layers' largest attention logits over the TP group")
-      layers = world:allreduce(layers, "max")
-      -- each DP replica clipped the same heads: the TP group's, dp.size times over
-      if clipped then clipped = world:allreduce({ clipped })[1] / dp.size end
+   if tp and tp.size > 1 then
+      tp:set_label("the layers' largest attention logits over the TP group")
+      layers = tp:allreduce(layers, "max")
+      if clipped then clipped = tp:allreduce({ clipped })[1] end
    end
    for l, x in ipairs(layers) do if x == math.huge then layers[l] = nan end end
    return { layers = layers, clipped = clipped }

@@ -280,7 +280,7 @@ local function train_step(run, loop, step)
    local loss, fwd, bwd, experts = forward_backward(run, step)
    local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
    -- the largest logits reduced, and QK-clip's scales queued for the step to apply (collective)
-   local logits = run.qk and run.qk:finish(run.opt, dp, comm)
+   local logits = run.qk and run.qk:finish(run.opt, dp, run.tp and run.tp.comm)
    local o0 = lib.lw_now()
    local r = run.opt:step(lr_scale)
    local opt_time = lib.lw_now() - o0

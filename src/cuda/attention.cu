@@ -122,6 +122,11 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
                                 float *head_max, float *scratch, const void *qkv,
                                 lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh) {
     float *rowmax = head_max != NULL ? scratch : NULL;
+    if (head_max != NULL && scratch == NULL)
+        return lwc_host->fail(LW_ERR_INVALID,
+                              "%s: attention forward: the heads' maxima (head_max) pass through "
+                              "the scratch, which is NULL (lw_attention_scratch_floats)",
+                              s->device->name);
     const bool out16 = out_dtype == LW_DTYPE_BF16, qkv16 = qkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {qkv, out};
     const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
