@@ -1,8 +1,8 @@
--- logs/plot.lua: the loss chart of lw.logs.plot (`lwopt plot`, and the loss curve a recipe
--- draws at its end), or the chart of the runs' largest attention logits (`--y max-logit`): the
--- runs' points written as gnuplot's table, a gnuplot script over it, and the PNG checked whole. Apart from init.lua, which reads the logs and makes the tables, because
--- this is the one part that drives an outside program. tokens_of (from logs.plot) is init.lua's:
--- the tokens through a step record.
+-- logs/plot.lua: the loss chart of lw.logs.plot (`lwopt plot`, and the loss curve a recipe draws at
+-- its end), or the chart of the runs' largest attention logits (`--y max-logit`): the runs' points
+-- written as gnuplot's table, a gnuplot script over it, and the PNG checked whole. Apart from
+-- init.lua, which reads the logs and makes the tables, because this is the one part that drives an
+-- outside program. tokens_of (from logs.plot) is init.lua's: the tokens through a step record.
 local json = require("lwopt.json")
 local errors = require("lwopt.errors")
 
