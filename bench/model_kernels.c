@@ -105,8 +105,8 @@ int main(int argc, char **argv) {
          lw_linear_forward(NULL, qkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv, LW_DTYPE_F32, NULL, N,
                            C, 3 * C));
     TIME("attention forward", attn,
-         lw_attention_forward(NULL, att, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, B, T, C,
-                              NH));
+         lw_attention_forward(NULL, att, LW_DTYPE_F32, lse, NULL, scratch, qkv, LW_DTYPE_F32, B, T,
+                              C, NH));
     TIME("proj forward", lin * C,
          lw_linear_forward(NULL, y, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, NULL, N,
                            C, C));

@@ -141,6 +141,25 @@ describe("lwopt plot, compare and csv", function()
             .. "had them): plot it with --x step\n", err)
       end)
 
+      it("draws each run's largest attention logit over the layers with --y max-logit, and "
+         .. "refuses a log without them", function()
+         if not has_gnuplot then return pending("gnuplot is not installed") end
+         local a = write_log(dir .. "/logits.jsonl", { config(),
+            step(1, 5, { max_logit = json.array({ 1.5, 2.25 }) }),
+            step(2, 5, { max_logit = json.array({ 3, json.null }) }),
+            step(3, 5, { max_logit = json.array({ json.null, json.null }) }) })
+         local png = dir .. "/logits.png"
+         local status, _, err = run({ "plot", "--y", "max-logit", "--out", png, a })
+         assert.equal(0, status, err)
+         -- one block, no validation points; a step with no finite logit is a gap
+         assert.equal("1 2.25\n2 3\n3 NaN\n", helpers.sh("cat " .. dir .. "/logits.dat"))
+         local _, b = two_runs()
+         status, _, err = run({ "plot", "--y", "max-logit", "--out", png, a, b })
+         assert.equal(1, status)
+         assert.equal("lwopt plot: " .. b .. " has no max_logit in its step records (a run logs "
+            .. "it with --log or --qk-clip): plot its loss instead\n", err)
+      end)
+
       it("says that gnuplot is missing, and how to install it", function()
          local a = two_runs()
          local out, status = helpers.sh("cd " .. dir .. " && PATH=/nonexistent /usr/bin/luajit "

@@ -95,10 +95,13 @@ lw_status lw_gelu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const
 /* Floats of scratch both passes need, the caller's workspace on the stream's device. */
 int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
                                     int64_t nh);
-/* qkv of qkv_dtype; out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32. */
+/* qkv of qkv_dtype; out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32.
+ * head_max[nh] (optional, fp32): each head's largest score q_i . k_j / sqrt(c/nh) over the
+ * batch's unmasked pairs (j <= i), as the kernel computes its scores; NaN for a head with a NaN
+ * row (docs/c_api.md). */
 lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
-                               float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
-                               int64_t t, int64_t c, int64_t nh);
+                               float *head_max, float *scratch, const void *qkv,
+                               lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh);
 /* dqkv[b, t, 3c] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype) and lse;
  * dqkv of dqkv_dtype (bf16: the fp32 sum rounded). */
 lw_status lw_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqkv_dtype, float *scratch,

@@ -224,8 +224,29 @@ lw_status lw_optimizer_set_group(lw_optimizer *opt, int32_t param, int32_t group
 lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr,
                                    float weight_decay);
 /* One step: gradient sync, global norm, skip on a non-finite norm, clip, each parameter's rule
- * (lw_param_spec.optimizer) on what this rank owns, then the parameter sync started. */
+ * (lw_param_spec.optimizer) on what this rank owns, the queued row scales, then the parameter
+ * sync started. */
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out);
+
+/* ---- row scales (QK-clip) ------------------------------------------------------------------ *
+ * Queued before lw_optimizer_step, applied inside it after the update (or the skip) and before
+ * the parameter sync starts, to what this rank updates of the rows: its fp32 weights (the master
+ * copy with bf16 parameters, then rounded into them). Every rank of the buffers' communicator
+ * queues the same scales; each applies its part (docs/c_api.md). */
+
+/* Rows [first_row, first_row + n_rows) of param (along its first dimension; a vector's
+ * elements) times factor (finite, > 0) at the next step; scales of the same rows multiply. */
+lw_status lw_optimizer_scale_rows(lw_optimizer *opt, int32_t param, int64_t first_row,
+                                  int64_t n_rows, float factor);
+/* QK-clip of a fused QKV weight (its spec's qkv_groups and qkv_rows place each head's Q and K
+ * rows, head_dim rows a head) and of its bias (a vector param of as many rows, or -1), from
+ * head_max[n_heads] (host; the Q heads in row order): each head whose largest logit S is above
+ * tau (finite, > 0) gets its Q and K rows times sqrt(tau / S), or, where several Q heads share
+ * one K head, its Q rows times tau / S and the shared K rows left alone. A NaN or infinite S is
+ * passed over. [out] *clipped (optional): the heads clipped. */
+lw_status lw_optimizer_qk_clip(lw_optimizer *opt, int32_t weight, int32_t bias, int64_t head_dim,
+                               const float *head_max, int32_t n_heads, float tau,
+                               int32_t *clipped);
 
 /* The optimizer state of one parameter this rank updates, for checkpoints: its rule's named
  * parts over [start, start + count) of the parameter (the whole matrix for a whole-matrix

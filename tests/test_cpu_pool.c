@@ -138,9 +138,9 @@ static void run_kernels(float *out, float *lse, float *dqkv, float *y, float *dx
     float *scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, c, nh));
     memset(dqkv, 0, sizeof(float) * (size_t)(b * t * 3 * c));
     memset(dx, 0, sizeof(float) * (size_t)n);
-    CHECK_EQ(
-        lw_attention_forward(NULL, out, LW_DTYPE_F32, lse, scratch, qkv, LW_DTYPE_F32, b, t, c, nh),
-        LW_OK);
+    CHECK_EQ(lw_attention_forward(NULL, out, LW_DTYPE_F32, lse, NULL, scratch, qkv, LW_DTYPE_F32, b,
+                                  t, c, nh),
+             LW_OK);
     CHECK_EQ(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, out,
                                    LW_DTYPE_F32, lse, b, t, c, nh),
              LW_OK);

@@ -14,7 +14,8 @@
  *     attention_mma.cu): 32 lanes' registers as arrays, mma.sync and ldmatrix emulated from the
  *     ISA's layouts, the header's per-lane steps, the quads' shuffles, the same tiles, causal
  *     skipping, online rescaling and order of accumulation; against double-precision causal
- *     attention on bf16-rounded inputs, within a bound per element (below);
+ *     attention on bf16-rounded inputs, within a bound per element (below), the forward's rows'
+ *     largest scores (lwc_fa_max_score, which attention.cu reduces per head) as lse is;
  *   - that the comparison could fail: four faults injected into the emulation (an operand's
  *     halves swapped, the P -> A packing reordered, the mask one key late, a quad reduced over
  *     two lanes) must each break it.
@@ -227,8 +228,8 @@ static uint16_t *smem_of(int hd, int kernel) {
 
 /* ---- the forward, as flash_mma_forward_kernel ---------------------------------------------- */
 
-static void emulate_forward(float *out, float *lse, const float *qkv, int64_t b, int64_t t,
-                            int64_t c, int64_t nh, int64_t heads) {
+static void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, int64_t b,
+                            int64_t t, int64_t c, int64_t nh, int64_t heads) {
     const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, NT = LWC_FA_STEP / 8, ND = hd / 8;
     const int KD = hd / 16, tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float sc = 1.0f / sqrtf((float)hd) * LOG2E;
@@ -304,6 +305,8 @@ static void emulate_forward(float *out, float *lse, const float *qkv, int64_t b,
                         dst[8 * j] = o[w][ln][j][2 * r], dst[8 * j + 1] = o[w][ln][j][2 * r + 1];
                     if (lwc_mma_quad(ln) == 0)
                         lse[(int64_t)bh * t + row] = lwc_fa_lse(m[w][ln][r], l[w][ln][r]);
+                    if (lwc_mma_quad(ln) == 0 && rowmax != NULL)
+                        rowmax[(int64_t)bh * t + row] = lwc_fa_max_score(m[w][ln][r], l[w][ln][r]);
                 }
             }
         }
@@ -463,6 +466,7 @@ static void emulate_backward(float *dqkv, const float *dout, const float *qkv, c
 typedef struct {
     double *out, *lse, *dqkv;
     double *tol_out, *tol_dqkv;
+    double *rowmax; /* each row's largest scaled score (optional) */
 } reference;
 
 static const double U = 1.0 / 256; /* bf16's unit roundoff, 2^-8 */
@@ -499,6 +503,7 @@ static void reference_attention(reference *ref, const float *qkv, const float *d
                 sum += exp(p[i * t + j] - mx);
             const double lse = mx + log(sum);
             ref->lse[bh * t + i] = lse;
+            if (ref->rowmax != NULL) ref->rowmax[bh * t + i] = mx;
             for (int64_t j = 0; j <= i; j++)
                 p[i * t + j] = exp(p[i * t + j] - lse);
             for (int64_t d = 0; d < hd; d++) {
@@ -789,14 +794,15 @@ static bool emulation_within(shape sh, bool quiet) {
     const int64_t b = sh.b, t = sh.t, nh = sh.nh, c = nh * sh.hd, n = b * t * c, nl = b * nh * t;
     float *qkv = random_array(3 * n, 2.0f, true), *dout = random_array(n, 1.0f, true);
     float *out = calloc((size_t)n, sizeof(float)), *lse = calloc((size_t)nl, sizeof(float));
-    float *dqkv = calloc((size_t)(3 * n), sizeof(float));
+    float *dqkv = calloc((size_t)(3 * n), sizeof(float)), *top = calloc((size_t)nl, 4);
     reference ref = {.out = malloc(sizeof(double) * (size_t)n),
                      .lse = malloc(sizeof(double) * (size_t)nl),
                      .dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
                      .tol_out = malloc(sizeof(double) * (size_t)n),
-                     .tol_dqkv = malloc(sizeof(double) * (size_t)(3 * n))};
+                     .tol_dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
+                     .rowmax = malloc(sizeof(double) * (size_t)nl)};
     reference_attention(&ref, qkv, dout, NULL, b, t, c, nh, b * nh);
-    emulate_forward(out, lse, qkv, b, t, c, nh, b * nh);
+    emulate_forward(out, lse, top, qkv, b, t, c, nh, b * nh);
     /* the backward from the reference's out and lse, as the harness hands a device the CPU's */
     float *ref_out = calloc((size_t)n, sizeof(float)), *ref_lse = calloc((size_t)nl, sizeof(float));
     for (int64_t i = 0; i < n; i++)
@@ -810,37 +816,43 @@ static bool emulation_within(shape sh, bool quiet) {
     double rel_out, rel_dqkv;
     const double w_out = worst_ratio(out, ref.out, ref.tol_out, n, &rel_out);
     const double w_lse = worst_ratio(lse, ref.lse, tol_lse, nl, NULL);
+    /* a row's largest score: fp32 sums of exact products (the inputs are bf16), as lse */
+    const double w_top = worst_ratio(top, ref.rowmax, tol_lse, nl, NULL);
     const double w_dqkv = worst_ratio(dqkv, ref.dqkv, ref.tol_dqkv, 3 * n, &rel_dqkv);
-    const bool ok = w_out <= 1 && w_lse <= 1 && w_dqkv <= 1;
+    const bool ok = w_out <= 1 && w_lse <= 1 && w_top <= 1 && w_dqkv <= 1;
     if (!quiet)
         printf("test_mma_layout: b %lld, t %lld, nh %lld, head dim %lld: worst error / bound: out "
-               "%.3f, lse %.3f, dqkv %.3f (of the largest value: out %.1e, dqkv %.1e)\n",
-               (long long)b, (long long)t, (long long)nh, (long long)sh.hd, w_out, w_lse, w_dqkv,
-               rel_out, rel_dqkv);
+               "%.3f, lse %.3f, largest score %.3f, dqkv %.3f (of the largest value: out %.1e, "
+               "dqkv %.1e)\n",
+               (long long)b, (long long)t, (long long)nh, (long long)sh.hd, w_out, w_lse, w_top,
+               w_dqkv, rel_out, rel_dqkv);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref_out), free(ref_lse);
     free(tol_lse), free(ref.out), free(ref.lse), free(ref.dqkv), free(ref.tol_out);
-    free(ref.tol_dqkv);
+    free(ref.tol_dqkv), free(ref.rowmax), free(top);
     return ok;
 }
 
-/* A NaN in one key (head 0, channel 3): exactly the rows that see it are NaN in out and lse. */
+/* A NaN in one key (head 0, channel 3): exactly the rows that see it are NaN in out, lse and
+ * their largest scores. */
 static void test_nan_key(void) {
     const int64_t t = 100, nh = 2, hd = 64, c = nh * hd, bad = 40;
     float *qkv = random_array(3 * t * c, 2.0f, true);
     float *out = calloc((size_t)(t * c), sizeof(float)), *lse = calloc((size_t)(nh * t), 4);
+    float *top = calloc((size_t)(nh * t), 4);
     qkv[bad * 3 * c + c + 3] = NAN;
-    emulate_forward(out, lse, qkv, 1, t, c, nh, nh);
+    emulate_forward(out, lse, top, qkv, 1, t, c, nh, nh);
     bool as_promised = true;
     for (int64_t i = 0; i < t; i++)
         for (int64_t h = 0; h < nh; h++) {
             const bool nan = h == 0 && i >= bad;
             as_promised = as_promised && isnan(lse[h * t + i]) == nan;
+            as_promised = as_promised && isnan(top[h * t + i]) == nan;
             for (int64_t d = 0; d < hd; d++)
                 as_promised = as_promised && isnan(out[i * c + h * hd + d]) == nan;
         }
     CHECK(as_promised);
     printf("test_mma_layout: a NaN key makes NaN exactly the rows that see it\n");
-    free(qkv), free(out), free(lse);
+    free(qkv), free(out), free(lse), free(top);
 }
 
 static void test_emulation(void) {
@@ -884,27 +896,42 @@ static double lse_measure(const float *got, const double *ref, int64_t n) {
 
 static void harness(void) {
     const struct {
-        int64_t b, t, c, nh, heads;
+        int64_t b, t, c, nh, heads, hot;
     } shapes[] = {
-        {1, 1000, 128, 2, 2}, {1, 130, 256, 2, 2},  {2, 1024, 768, 12, 3}, {8, 1024, 768, 12, 2},
-        {2, 1, 128, 2, 4},    {3, 77, 384, 3, 9},   {1, 1024, 768, 6, 2},  {2, 333, 640, 5, 10},
+        {1, 1000, 128, 2, 2, -1}, {1, 130, 256, 2, 2, 0},  {2, 1024, 768, 12, 3, -1},
+        {8, 1024, 768, 12, 8, 7}, {2, 1, 128, 2, 4, -1},   {3, 77, 384, 3, 9, -1},
+        {1, 1024, 768, 6, 2, -1}, {2, 333, 640, 5, 10, 3}, {2, 200, 256, 4, 8, 2},
     };
     printf("test_mma_layout --harness: the emulated kernels on test_kernels' inputs (qkv in "
-           "[-2, 2), dout in [-1, 1), dqkv from [-0.01, 0.01), not rounded) against double "
-           "attention, over the first heads:\n");
+           "[-2, 2), the hot head's q and k times 3, dout in [-1, 1), dqkv from [-0.01, 0.01), "
+           "not rounded) against double attention, over the first heads (largest score: of each "
+           "(batch, head), lse's measure):\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t b = shapes[s].b, t = shapes[s].t, c = shapes[s].c, nh = shapes[s].nh;
-        const int64_t heads = shapes[s].heads, n = b * t * c, nl = b * nh * t;
+        const int64_t heads = shapes[s].heads, n = b * t * c, nl = b * nh * t, hd = c / nh;
         float *qkv = random_array(3 * n, 2.0f, false), *dout = random_array(n, 1.0f, false);
         float *d0 = random_array(3 * n, 0.01f, false);
+        for (int64_t row = 0; shapes[s].hot >= 0 && row < b * t; row++)
+            for (int64_t d = 0; d < hd; d++)
+                qkv[row * 3 * c + shapes[s].hot * hd + d] *= 3.0f,
+                    qkv[row * 3 * c + c + shapes[s].hot * hd + d] *= 3.0f;
         float *out = calloc((size_t)n, 4), *lse = calloc((size_t)nl, 4);
-        float *dqkv = malloc(sizeof(float) * (size_t)(3 * n));
+        float *dqkv = malloc(sizeof(float) * (size_t)(3 * n)), *top = calloc((size_t)nl, 4);
         memcpy(dqkv, d0, sizeof(float) * (size_t)(3 * n));
         reference ref = {.out = calloc((size_t)n, sizeof(double)),
                          .lse = calloc((size_t)nl, sizeof(double)),
-                         .dqkv = malloc(sizeof(double) * (size_t)(3 * n))};
+                         .dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
+                         .rowmax = calloc((size_t)nl, sizeof(double))};
         reference_attention(&ref, qkv, dout, d0, b, t, c, nh, heads);
-        emulate_forward(out, lse, qkv, b, t, c, nh, heads);
+        emulate_forward(out, lse, top, qkv, b, t, c, nh, heads);
+        float *bh_top = malloc(sizeof(float) * (size_t)heads);
+        double *bh_ref = malloc(sizeof(double) * (size_t)heads);
+        for (int64_t bh = 0; bh < heads; bh++) {
+            bh_top[bh] = -INFINITY, bh_ref[bh] = -INFINITY;
+            for (int64_t i = 0; i < t; i++)
+                bh_top[bh] = fmaxf(bh_top[bh], top[bh * t + i]),
+                bh_ref[bh] = fmax(bh_ref[bh], ref.rowmax[bh * t + i]);
+        }
         float *ro = calloc((size_t)n, sizeof(float)), *rl = calloc((size_t)nl, sizeof(float));
         for (int64_t i = 0; i < n; i++)
             ro[i] = (float)ref.out[i];
@@ -916,14 +943,16 @@ static void harness(void) {
             const int64_t head = (i / (3 * c)) / t * nh + (i % c) / (c / nh);
             if (head >= heads) dqkv[i] = (float)(ref.dqkv[i] = d0[i]);
         }
-        printf("  b %lld, t %lld, c %lld, nh %lld (head dim %lld), %lld heads: out %.2e, lse "
-               "%.2e, dqkv %.2e\n",
+        printf("  b %lld, t %lld, c %lld, nh %lld (head dim %lld), %lld heads%s: out %.2e, lse "
+               "%.2e, dqkv %.2e, largest score %.2e\n",
                (long long)b, (long long)t, (long long)c, (long long)nh, (long long)(c / nh),
-               (long long)heads, gemm_measure(out, ref.out, n), lse_measure(lse, ref.lse, nl),
-               gemm_measure(dqkv, ref.dqkv, 3 * n));
+               (long long)heads, shapes[s].hot >= 0 ? ", a hot head" : "",
+               gemm_measure(out, ref.out, n), lse_measure(lse, ref.lse, nl),
+               gemm_measure(dqkv, ref.dqkv, 3 * n), lse_measure(bh_top, bh_ref, heads));
         fflush(stdout);
         free(qkv), free(dout), free(d0), free(out), free(lse), free(dqkv), free(ro), free(rl);
-        free(ref.out), free(ref.lse), free(ref.dqkv);
+        free(ref.out), free(ref.lse), free(ref.dqkv), free(ref.rowmax), free(top), free(bh_top);
+        free(bh_ref);
     }
 }
 

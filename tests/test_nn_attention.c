@@ -33,7 +33,7 @@ static void case_free(att_case *k) {
 }
 
 static void forward(att_case *k) {
-    CHECK_OK(lw_attention_forward(NULL, k->out, LW_DTYPE_F32, k->lse, k->scratch, k->qkv,
+    CHECK_OK(lw_attention_forward(NULL, k->out, LW_DTYPE_F32, k->lse, NULL, k->scratch, k->qkv,
                                   LW_DTYPE_F32, k->b, k->t, k->c, k->nh));
 }
 
@@ -213,8 +213,8 @@ static void test_heads_must_divide_channels(void) {
     att_case k = case_new(1, 4, 12, 3); /* buffers for c = 12; the calls say c = 10 */
     nn_fill(k.out, 4 * 12, 1.0f);
     const float first = k.out[0];
-    CHECK_EQ(lw_attention_forward(NULL, k.out, LW_DTYPE_F32, k.lse, k.scratch, k.qkv, LW_DTYPE_F32,
-                                  1, 4, 10, 3),
+    CHECK_EQ(lw_attention_forward(NULL, k.out, LW_DTYPE_F32, k.lse, NULL, k.scratch, k.qkv,
+                                  LW_DTYPE_F32, 1, 4, 10, 3),
              LW_ERR_INVALID);
     CHECK(strstr(lw_last_error(), "c = 10") != NULL && strstr(lw_last_error(), "nh = 3") != NULL);
     CHECK_EQ(lw_attention_backward(NULL, k.dqkv, LW_DTYPE_F32, k.scratch, k.r, k.qkv, LW_DTYPE_F32,

@@ -2,8 +2,8 @@
  * ms, through lw_attention_forward and lw_attention_backward (the backward's D = rowsum(dout *
  * out) included): under the bf16 matmul setting, the tensor-core kernels (src/cuda/
  * attention_mma.cu) on a bf16 qkv, out and dqkv, and at t 1024 under fp32 too, the fp32 kernels
- * (attention.cu) on fp32 tensors, at b 8 and c 768 as 12 heads of 64 (GPT-2 124M's layer) and 6
- * heads of 128, t 1024, 2048, 4096. The same
+ * (attention_fp32.cu) on fp32 tensors, at b 8 and c 768 as 12 heads of 64 (GPT-2 124M's layer)
+ * and 6 heads of 128, t 1024, 2048, 4096. The same
  * shapes in PyTorch's scaled_dot_product_attention, bf16 and causal: bench/peers/
  * torch_attention.py; scripts/gpu_report.py puts the two side by side. TFLOP/s count the causal
  * half of the products: the forward's b nh t^2 hd multiply-adds (half of Q K^T's and of P V's)
@@ -28,8 +28,8 @@ static double best_ms(const shape *s, void *out, float *lse, float *scratch, flo
     for (int r = -1; r < repeats; r++) { /* r = -1: the warm-up */
         const double t0 = lw_now();
         for (int i = 0; i < calls; i++) {
-            bench_check(lw_attention_forward(bench_stream, out, dtype, lse, scratch, qkv, dtype,
-                                             s->b, s->t, s->c, s->nh),
+            bench_check(lw_attention_forward(bench_stream, out, dtype, lse, NULL, scratch, qkv,
+                                             dtype, s->b, s->t, s->c, s->nh),
                         "lw_attention_forward");
             if (backward)
                 bench_check(lw_attention_backward(bench_stream, dqkv, dtype, scratch, dout, qkv,

@@ -330,6 +330,32 @@ function Optimizer:state_bytes()
    return self._state_bytes, self._master_bytes
 end
 
+local clipped_cell = ffi.new("int32_t[1]")
+
+-- QK-clip of one attention layer at the next step (lw_optimizer_qk_clip): target = { weight,
+-- bias (nil: none), head_dim, n_heads } (nn.Attention:qk_clip_target), maxima a float* or list
+-- of its heads' largest logits (reduced over the ranks that saw other tokens), tau the logit
+-- they are clipped to. Returns the heads clipped (a NaN or infinite maximum is passed over).
+function Optimizer:qk_clip(target, maxima, tau)
+   local n = target.n_heads
+   local m = maxima
+   if type(maxima) == "table" then
+      m = ffi.new("float[?]", math.max(n, 1))
+      for i = 1, n do m[i - 1] = maxima[i] end
+   end
+   local bias = target.bias and self.ddp:index(target.bias) or -1
+   C.check(lib.lw_optimizer_qk_clip(self._c, self.ddp:index(target.weight), bias,
+      target.head_dim, m, n, tau, clipped_cell), "optimizer:qk_clip")
+   return clipped_cell[0]
+end
+
+-- Rows [first, first + count) (0-based, along the first dimension) of parameter `name` times
+-- factor at the next step, after its update (lw_optimizer_scale_rows).
+function Optimizer:scale_rows(name, first, count, factor)
+   C.check(lib.lw_optimizer_scale_rows(self._c, self.ddp:index(name), first, count, factor),
+      "optimizer:scale_rows")
+end
+
 local result = ffi.new("lw_step_result")
 
 -- One step. lr_scale (default 1) multiplies every group's lr: schedules pass it each step.

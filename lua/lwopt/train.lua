@@ -6,6 +6,7 @@ local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
 local log_writer = require("lwopt.logs.writer")
+local qk_clip = require("lwopt.qk_clip")
 
 local lib = C.lib
 local train = {}
@@ -170,6 +171,7 @@ local function open_run(run)
    if run.progress == "redraw" then run.terminal = true
    elseif run.progress == "lines" then run.terminal = false
    else run.terminal = lib.lw_is_terminal(1) and launched_size == 1 end
+   if run.max_logit or run.qk_clip then run.qk = qk_clip.new(run.model, run.qk_clip) end
    local loop = { first = run.start_step or 1, records = {},
                   ended = { diverged = false, skips_in_a_row = 0 },
                   tokens_per_step = b * t * (run.accum or 1) * data_comm(run).size }
@@ -216,6 +218,7 @@ local function forward_backward(run, step)
    local b, t, accum = run.batch, run.seq, run.accum or 1
    local fwd, bwd, loss = 0, 0, 0
    local experts, layers, aux = nil, nil, 0
+   if run.qk then run.qk:start() end
    ddp:zero_grad()
    for micro = 0, accum - 1 do
       run.data:train_batch(run.tokens, run.targets, run.seed, step, micro, comm.rank, comm.size,
@@ -225,6 +228,7 @@ local function forward_backward(run, step)
       run.report_ready = micro == accum - 1 or ddp.zero >= 2
       local a = lib.lw_now()
       loss = loss + model:forward(run.tokens, run.targets, b, t) / accum
+      if run.qk then run.qk:add() end
       experts, layers = add_expert_counts(model, experts)
       if experts then aux = aux + model.aux_loss / accum end
       local m = lib.lw_now()
@@ -275,6 +279,8 @@ local function train_step(run, loop, step)
    local before = comm_totals(run)
    local loss, fwd, bwd, experts = forward_backward(run, step)
    local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
+   -- the largest logits reduced, and QK-clip's scales queued for the step to apply (collective)
+   local logits = run.qk and run.qk:finish(run.opt, dp, run.tp and run.tp.comm)
    local o0 = lib.lw_now()
    local r = run.opt:step(lr_scale)
    local opt_time = lib.lw_now() - o0
@@ -294,6 +300,7 @@ local function train_step(run, loop, step)
          opt = opt_ms, muon = 1e3 * r.time.muon, muon_comm = 1e3 * r.time.muon_comm }),
       comm_mb = (after.bytes - before.bytes) / 2 ^ 20,
       tp_mb = run.tp and (after.tp - before.tp) / 2 ^ 20 or nil,
+      max_logit = logits and json.array(logits.layers), qk_clipped = logits and logits.clipped,
    }
    -- the bytes of each kind of collective that moved any (all-gather, reduce-scatter, ...)
    local by_op = json.object()
@@ -429,7 +436,9 @@ end
 -- (start_step - 1) x this run's tokens per step), quiet, progress ("auto" | "redraw" |
 -- "lines"), start_step (resume: 1-based first step to run), stop_after (last step to run; the
 -- schedule still spans `steps`), max_skips (stop after this many steps in a row skipped for
--- non-finite gradients; 0 or nil: never), checkpoint = { dir, every, keep, extra (settings the
+-- non-finite gradients; 0 or nil: never), max_logit (measure and record every layer's largest
+-- attention logit each step), qk_clip (tau: QK-clip at that logit, lwopt/qk_clip.lua; measures
+-- too), checkpoint = { dir, every, keep, extra (settings the
 -- manifest keeps, and the tokens trained on so far), run_id, resumed_from; last_saved is set to
 -- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records (kind
 -- "step", with tokens, the tokens trained on through the step, and wall_time) and how the run

@@ -1,26 +1,10 @@
 // attention.cu: the table's causal attention entries on a GPU: the argument checks the kernels
 // rely on (the head dim, shared memory, grid and index sizes), the backward's scratch, the choice
-// of kernels (attention_mma.cu's on tensor cores under the bf16 matmul setting, these in fp32
-// otherwise), the launches, and for the fp32 kernels a bf16 qkv's widening and a bf16 output's
-// and dqkv's rounding through the stream's workspace.
-//
-// The fp32 kernels, flash-attention style: no t x t matrix anywhere; the reference path on a GPU,
-// whose D = rowsum(dout * out) serves both. The forward
-// runs a block per (batch x head, tile of 64 query rows) over the key tiles up to the diagonal
-// with an online softmax and saves each row's log-sum-exp; the backward recomputes the
-// probabilities from it: D = rowsum(dout * out) first, then a kernel over key tiles for dk and
-// dv and one over query tiles for dq, each output element owned by one thread (no atomics: the
-// backward repeats bit for bit). Head dims up to 128, any value: the kernels are compiled for a
-// largest head dim D of 32, 64 or 128 and the smallest that fits runs.
-//
-// Tiles and threads: 64 query rows x 64 keys per step, 256 threads as 32 (ty) x 8 (tx). Thread
-// (ty, tx) owns rows ty and ty + 32 of a tile and columns tx + 8 j: the 16 scores s[i][j] of rows
-// ty + 32 i and keys tx + 8 j, and of a [64, D] output the elements (ty + 32 i, tx + 8 j),
-// j < D / 8. A row's 8 threads are 8 consecutive lanes of one warp, so row maxima and sums are
-// xor-shuffles within those lanes. Shared tiles keep rows D + 1 floats apart (odd: the 4 rows a
-// warp reads at once, and the 8 rows read across tx, fall in different banks); the score tile's
-// rows are 72 apart, so that the warp's (ty, tx) writes and its row reads are conflict free.
-#include "cuda/bf16_bits.h"
+// of kernels (attention_mma.cu's on tensor cores under the bf16 matmul setting,
+// attention_fp32.cu's in fp32 otherwise), the launches, for the fp32 kernels a bf16 qkv's
+// widening and a bf16 output's and dqkv's rounding through the stream's workspace, and the
+// heads' largest scores reduced from the rows' that either forward leaves in the scratch.
+#include "cuda/attention_fp32.h"
 #include "cuda/attention_mma.h"
 #include "cuda/cuda.h"
 
@@ -30,436 +14,49 @@
 
 namespace {
 
-constexpr int TILE = 64;     // query rows and keys per tile
-constexpr int THREADS = 256; // 32 x 8
-constexpr int SLD = TILE + 8; // row stride of the score tile
+constexpr int MAX_THREADS = 256;
 
-template <int D> constexpr int ld() { return D + 1; }
+// The larger of a and b, NaN when either is (a head's maximum is NaN when a row's is).
+__device__ float max_or_nan(float a, float b) { return isnan(a) || a > b ? a : b; }
 
-template <int D> constexpr size_t forward_floats() { return 3 * TILE * ld<D>() + TILE * SLD; }
-template <int D> constexpr size_t backward_floats() {
-    return 4 * TILE * ld<D>() + TILE * SLD + 2 * TILE;
-}
-
-// Rows [r0, r0 + TILE) of one head's [t, hd] slice (rows `stride` floats apart) into a shared
-// tile; rows at or past t are zero. Columns hd .. D - 1 are left as they are (zeroed once).
-template <int D>
-__device__ void load_tile(float *tile, const float *src, int64_t stride, int r0, int t, int hd) {
-    for (int e = threadIdx.x; e < TILE * hd; e += THREADS) {
-        const int r = e / hd, d = e - r * hd;
-        tile[r * ld<D>() + d] = r0 + r < t ? src[(int64_t)(r0 + r) * stride + d] : 0.0f;
+// head_max[h] = the largest of rowmax[bi, h, 0 .. t) over bi < b: a block per head, each thread
+// over a stride of every sequence's rows, then a tree over the threads (max is exact: any order
+// gives the same value).
+__global__ void __launch_bounds__(MAX_THREADS)
+    head_max_kernel(float *head_max, const float *rowmax, int64_t b, int t, int nh) {
+    __shared__ float part[MAX_THREADS];
+    const int h = blockIdx.x;
+    float m = -INFINITY;
+    for (int64_t bi = 0; bi < b; bi++) {
+        const float *r = rowmax + (bi * nh + h) * (int64_t)t;
+        for (int i = threadIdx.x; i < t; i += MAX_THREADS)
+            m = max_or_nan(m, r[i]);
     }
-}
-
-__device__ void zero(float *p, int n) {
-    for (int e = threadIdx.x; e < n; e += THREADS)
-        p[e] = 0.0f;
-}
-
-// Sum and max over a row's 8 lanes (xor: every lane ends with the same value, bit for bit, since
-// each step adds the same two values in either order).
-__device__ float row_max(float v) {
-    for (int off = 1; off < 8; off <<= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-__device__ float row_sum(float v) {
-    for (int off = 1; off < 8; off <<= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
-// s[i][j] = a[ty + 32 i] . b[tx + 8 j] over hd, a and b shared tiles.
-template <int D>
-__device__ void tile_dots(float (&s)[2][8], const float *a, const float *b, int hd, int ty,
-                          int tx) {
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            s[i][j] = 0.0f;
-#pragma unroll 4
-    for (int d = 0; d < hd; d++) {
-        float av[2], bv[8];
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-            av[i] = a[(ty + 32 * i) * ld<D>() + d];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            bv[j] = b[(tx + 8 * j) * ld<D>() + d];
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                s[i][j] = fmaf(av[i], bv[j], s[i][j]);
-    }
-}
-
-// acc[i][j] += sum over k < TILE of w[ty + 32 i][k] * m[k][tx + 8 j] (w: a score tile, m: a
-// [TILE, D] tile).
-template <int D>
-__device__ void tile_matmul(float (&acc)[2][D / 8], const float *w, const float *m, int ty,
-                            int tx) {
-#pragma unroll 4
-    for (int k = 0; k < TILE; k++) {
-        const float w0 = w[ty * SLD + k], w1 = w[(ty + 32) * SLD + k];
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            const float mv = m[k * ld<D>() + tx + 8 * j];
-            acc[0][j] = fmaf(w0, mv, acc[0][j]);
-            acc[1][j] = fmaf(w1, mv, acc[1][j]);
-        }
-    }
-}
-
-// grid (b * nh, query tiles), the last query tile (the most keys) first.
-template <int D>
-__global__ void __launch_bounds__(THREADS)
-    forward_kernel(float *out, float *lse, const float *qkv, int t, int c, int nh, int hd,
-                   float scale) {
-    extern __shared__ float smem[];
-    float *qs = smem, *ks = qs + TILE * ld<D>(), *vs = ks + TILE * ld<D>();
-    float *ss = vs + TILE * ld<D>();
-    const int bh = blockIdx.x, bi = bh / nh, h = bh - bi * nh;
-    const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * TILE;
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    const int64_t c3 = 3 * (int64_t)c;
-    const float *q = qkv + (int64_t)bi * t * c3 + (int64_t)h * hd, *k = q + c, *v = q + 2 * c;
-
-    zero(smem, 3 * TILE * ld<D>()); // columns hd .. D - 1 stay 0 for the whole block
+    part[threadIdx.x] = m;
     __syncthreads();
-    load_tile<D>(qs, q, c3, q0, t, hd);
-
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float acc[2][D / 8];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            acc[i][j] = 0.0f;
-
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TILE;
-        __syncthreads(); // the last step's reads of ks, vs and ss are done
-        load_tile<D>(ks, k, c3, k0, t, hd);
-        load_tile<D>(vs, v, c3, k0, t, hd);
+    for (int half = MAX_THREADS / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] = max_or_nan(part[threadIdx.x], part[threadIdx.x + half]);
         __syncthreads();
-        float s[2][8];
-        tile_dots<D>(s, qs, ks, hd, ty, tx);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int row = q0 + ty + 32 * i;
-            // causal: key <= row. Every row sees key 0 in the first tile, so m is finite after
-            // it and no exp below meets inf - inf. Keys past t are zero rows of ks and vs: for
-            // a row < t they are masked (key > row); rows past t are never stored.
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                s[i][j] = k0 + tx + 8 * j <= row ? s[i][j] * scale : -INFINITY;
-                mx = fmaxf(mx, s[i][j]);
-            }
-            const float mnew = fmaxf(m[i], row_max(mx));
-            const float alpha = expf(m[i] - mnew); // 0 on the first tile (m = -inf)
-            float rs = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                s[i][j] = expf(s[i][j] - mnew);
-                rs += s[i][j];
-            }
-            l[i] = l[i] * alpha + row_sum(rs);
-            m[i] = mnew;
-#pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                acc[i][j] *= alpha;
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                ss[(ty + 32 * i) * SLD + tx + 8 * j] = s[i][j];
-        }
-        __syncthreads();
-        tile_matmul<D>(acc, ss, vs, ty, tx);
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int row = q0 + ty + 32 * i;
-        if (row >= t) continue;
-        float *o = out + ((int64_t)bi * t + row) * c + (int64_t)h * hd;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            if (tx + 8 * j < hd) o[tx + 8 * j] = acc[i][j] / l[i];
-        if (tx == 0) lse[(int64_t)bh * t + row] = (float)((double)m[i] + log((double)l[i]));
-    }
-}
-
-// dd[bh, i] = dout_i . out_i over the head's hd channels (in double, as the CPU): one warp per
-// row, rows = b * nh * t.
-// O: float, or unsigned short for a bf16 out (widened exactly).
-template <typename O>
-__global__ void rowdot_kernel(float *dd, const float *dout, const O *out, int64_t rows, int t,
-                              int c, int nh, int hd) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + (threadIdx.x >> 5);
-    if (r >= rows) return; // whole warps
-    const int64_t bh = r / t, i = r - bh * t, bi = bh / nh, h = bh - bi * nh;
-    const int64_t off = (bi * t + i) * c + h * hd;
-    double s = 0.0;
-    for (int d = lane; d < hd; d += 32)
-        s += (double)dout[off + d] * lwc_load(out, off + d);
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) dd[r] = (float)s;
-}
-
-// Rows [r0, r0 + TILE) of lse and dd into shared memory (0 past t).
-__device__ void load_rows(float *ls, float *ds, const float *lse, const float *dd, int r0, int t) {
-    for (int r = threadIdx.x; r < TILE; r += THREADS) {
-        ls[r] = r0 + r < t ? lse[r0 + r] : 0.0f;
-        ds[r] = r0 + r < t ? dd[r0 + r] : 0.0f;
-    }
-}
-
-// dk and dv of one key tile: grid (b * nh, key tiles), the first key tile (the most queries)
-// first. For each query tile at or after the key tile: P^T[key][query] = exp(s - lse[query])
-// (0 where query < key or query >= t), dv += P^T dout, dP^T = v dout^T, dS^T = P^T (dP^T -
-// D[query]), dk += scale dS^T q.
-template <int D>
-__global__ void __launch_bounds__(THREADS)
-    dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                const float *dd, int t, int c, int nh, int hd, float scale) {
-    extern __shared__ float smem[];
-    float *ks = smem, *vs = ks + TILE * ld<D>(), *qs = vs + TILE * ld<D>();
-    float *os = qs + TILE * ld<D>(), *ss = os + TILE * ld<D>(), *ls = ss + TILE * SLD;
-    float *ds = ls + TILE;
-    const int bh = blockIdx.x, bi = bh / nh, h = bh - bi * nh;
-    const int kt = blockIdx.y, k0 = kt * TILE, tiles = (t + TILE - 1) / TILE;
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    const int64_t c3 = 3 * (int64_t)c;
-    const int64_t head = (int64_t)bi * t * c3 + (int64_t)h * hd;
-    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
-    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * hd;
-    const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
-
-    zero(smem, 4 * TILE * ld<D>());
-    __syncthreads();
-    load_tile<D>(ks, k, c3, k0, t, hd);
-    load_tile<D>(vs, v, c3, k0, t, hd);
-
-    float dk[2][D / 8], dv[2][D / 8];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            dk[i][j] = dv[i][j] = 0.0f;
-
-    for (int qt = kt; qt < tiles; qt++) {
-        const int q0 = qt * TILE;
-        __syncthreads(); // the last step's reads of qs, os, ss, ls and ds are done
-        load_tile<D>(qs, q, c3, q0, t, hd);
-        load_tile<D>(os, dout_h, c, q0, t, hd);
-        load_rows(ls, ds, lse_h, dd_h, q0, t);
-        __syncthreads();
-        float p[2][8], dp[2][8];
-        tile_dots<D>(p, ks, qs, hd, ty, tx); // [key ty + 32 i][query tx + 8 j]
-        tile_dots<D>(dp, vs, os, hd, ty, tx);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int key = k0 + ty + 32 * i;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int b = tx + 8 * j, query = q0 + b;
-                const float pij = query >= key && query < t ? expf(p[i][j] * scale - ls[b]) : 0.0f;
-                dp[i][j] = pij * (dp[i][j] - ds[b]); // dS^T, kept for after dv
-                ss[(ty + 32 * i) * SLD + b] = pij;
-            }
-        }
-        __syncthreads();
-        tile_matmul<D>(dv, ss, os, ty, tx);
-        __syncthreads(); // every read of P^T is done before dS^T replaces it
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                ss[(ty + 32 * i) * SLD + tx + 8 * j] = dp[i][j];
-        __syncthreads();
-        tile_matmul<D>(dk, ss, qs, ty, tx);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int key = k0 + ty + 32 * i;
-        if (key >= t) continue;
-        float *g = dqkv + head + (int64_t)key * c3;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            const int col = tx + 8 * j;
-            if (col >= hd) continue;
-            g[c + col] += scale * dk[i][j];
-            g[2 * c + col] += dv[i][j];
-        }
-    }
-}
-
-// dq of one query tile: grid (b * nh, query tiles), the last first. For each key tile up to the
-// diagonal: P = exp(s - lse), dP = dout v^T, dS = P (dP - D), dq += scale dS k.
-template <int D>
-__global__ void __launch_bounds__(THREADS)
-    dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dd,
-              int t, int c, int nh, int hd, float scale) {
-    extern __shared__ float smem[];
-    float *qs = smem, *os = qs + TILE * ld<D>(), *ks = os + TILE * ld<D>();
-    float *vs = ks + TILE * ld<D>(), *ss = vs + TILE * ld<D>(), *ls = ss + TILE * SLD;
-    float *ds = ls + TILE;
-    const int bh = blockIdx.x, bi = bh / nh, h = bh - bi * nh;
-    const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * TILE;
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    const int64_t c3 = 3 * (int64_t)c;
-    const int64_t head = (int64_t)bi * t * c3 + (int64_t)h * hd;
-    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
-    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * hd;
-
-    zero(smem, 4 * TILE * ld<D>());
-    __syncthreads();
-    load_tile<D>(qs, q, c3, q0, t, hd);
-    load_tile<D>(os, dout_h, c, q0, t, hd);
-    load_rows(ls, ds, lse + (int64_t)bh * t, dd + (int64_t)bh * t, q0, t);
-
-    float dq[2][D / 8];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            dq[i][j] = 0.0f;
-
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TILE;
-        __syncthreads(); // the last step's reads of ks, vs and ss are done
-        load_tile<D>(ks, k, c3, k0, t, hd);
-        load_tile<D>(vs, v, c3, k0, t, hd);
-        __syncthreads();
-        float p[2][8], dp[2][8];
-        tile_dots<D>(p, qs, ks, hd, ty, tx); // [query ty + 32 i][key tx + 8 j]
-        tile_dots<D>(dp, os, vs, hd, ty, tx);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int a = ty + 32 * i, query = q0 + a;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int key = k0 + tx + 8 * j;
-                const float pij = key <= query && query < t ? expf(p[i][j] * scale - ls[a]) : 0.0f;
-                ss[a * SLD + tx + 8 * j] = pij * (dp[i][j] - ds[a]);
-            }
-        }
-        __syncthreads();
-        tile_matmul<D>(dq, ss, ks, ty, tx);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int query = q0 + ty + 32 * i;
-        if (query >= t) continue;
-        float *g = dqkv + head + (int64_t)query * c3;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            if (tx + 8 * j < hd) g[tx + 8 * j] += scale * dq[i][j];
-    }
-}
-
-// The compiled head dim that serves hd: 32, 64 or 128; 0 past the largest.
-int head_dim_max(int64_t hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
-
-template <int D>
-cudaError_t forward(cudaStream_t stream, float *out, float *lse, const float *qkv, int64_t b,
-                    int64_t t, int64_t c, int64_t nh) {
-    const size_t bytes = forward_floats<D>() * sizeof(float);
-    cudaError_t e = cudaFuncSetAttribute(forward_kernel<D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess) return e;
-    const int64_t hd = c / nh;
-    const dim3 grid((unsigned)(b * nh), (unsigned)((t + TILE - 1) / TILE));
-    forward_kernel<D><<<grid, THREADS, bytes, stream>>>(out, lse, qkv, (int)t, (int)c, (int)nh,
-                                                        (int)hd, 1.0f / sqrtf((float)hd));
-    return cudaGetLastError();
-}
-
-template <int D>
-cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
-                     const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
-                     int64_t nh) {
-    const size_t bytes = backward_floats<D>() * sizeof(float);
-    cudaError_t e = cudaFuncSetAttribute(dkdv_kernel<D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)bytes);
-    if (e != cudaSuccess) return e;
-    const int64_t hd = c / nh;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const dim3 grid((unsigned)(b * nh), (unsigned)((t + TILE - 1) / TILE));
-    dkdv_kernel<D><<<grid, THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, dd, (int)t, (int)c,
-                                                     (int)nh, (int)hd, scale);
-    dq_kernel<D><<<grid, THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, dd, (int)t, (int)c,
-                                                   (int)nh, (int)hd, scale);
-    return cudaGetLastError();
+    if (threadIdx.x == 0) head_max[h] = part[0];
 }
 
 } // namespace
 
-// The largest head dim (c / nh) the kernels serve.
-static int64_t flash_head_dim_limit(void) { return 128; }
-
-// Dynamic shared memory per block of the forward or backward kernels for head dim hd (0 past the
-// limit): the caller checks it against the device's opt-in maximum.
-static size_t flash_smem_bytes(int64_t hd, bool backward) {
-    switch (head_dim_max(hd)) {
-    case 32: return (backward ? backward_floats<32>() : forward_floats<32>()) * sizeof(float);
-    case 64: return (backward ? backward_floats<64>() : forward_floats<64>()) * sizeof(float);
-    case 128: return (backward ? backward_floats<128>() : forward_floats<128>()) * sizeof(float);
-    default: return 0;
-    }
-}
-
-// out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c].
-static cudaError_t flash_forward(cudaStream_t stream, float *out, float *lse, const float *qkv,
-                                 int64_t b, int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
-    switch (head_dim_max(c / nh)) {
-    case 32: return forward<32>(stream, out, lse, qkv, b, t, c, nh);
-    case 64: return forward<64>(stream, out, lse, qkv, b, t, c, nh);
-    case 128: return forward<128>(stream, out, lse, qkv, b, t, c, nh);
-    default: return cudaErrorInvalidValue; // the caller checks the head dim first
-    }
-}
-
-// dd[b, nh, t] = rowsum(dout * out) over each head's channels, in double rounded once: the
-// backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch).
-static cudaError_t flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
-                                bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
-    const int64_t rows = b * nh * t, per_block = THREADS / 32;
-    const unsigned blocks = (unsigned)((rows + per_block - 1) / per_block);
-    if (out_bf16)
-        rowdot_kernel<<<blocks, THREADS, 0, stream>>>(dd, dout,
-                                                      static_cast<const unsigned short *>(out),
-                                                      rows, (int)t, (int)c, (int)nh, (int)(c / nh));
-    else
-        rowdot_kernel<<<blocks, THREADS, 0, stream>>>(dd, dout, static_cast<const float *>(out),
-                                                      rows, (int)t, (int)c, (int)nh, (int)(c / nh));
-    return cudaGetLastError();
-}
-
-// dqkv[b, t, 3c] += the backward, from dd (flash_rowdot's, queued before).
-static cudaError_t flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                                  const float *dout, const float *qkv, const float *lse, int64_t b,
-                                  int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
-    switch (head_dim_max(c / nh)) {
-    case 32: return backward<32>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    case 64: return backward<64>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    case 128: return backward<128>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    default: return cudaErrorInvalidValue;
-    }
+// head_max[nh] from the rows' maxima a forward left in rowmax[b, nh, t]; nothing without it.
+static lw_status heads_max(lw_stream *s, float *head_max, const float *rowmax, int64_t b,
+                           int64_t t, int64_t nh) {
+    if (head_max == NULL) return LW_OK;
+    head_max_kernel<<<(unsigned)nh, MAX_THREADS, 0, lwc_cuda_stream(s)>>>(head_max, rowmax, b,
+                                                                          (int)t, (int)nh);
+    return lwc_launched(s, cudaGetLastError(), "the attention's heads' maxima");
 }
 
 // ---- the table's entries ------------------------------------------------------------------------
 
-// The backward's D = rowsum(dout * out), one float per (batch, head, row).
+// One float per (batch, head, row): the backward's D = rowsum(dout * out), or the forward's rows'
+// largest scores when it is asked for the heads' maxima.
 int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {
     (void)c;
     return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
@@ -472,14 +69,14 @@ int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh
 static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
                                  int64_t nh, bool backward, bool mma) {
     const char *name = s->device->name;
-    const int64_t hd = c / nh, limit = flash_head_dim_limit();
+    const int64_t hd = c / nh, limit = lwc_flash_head_dim_limit();
     if (hd > limit)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
                               "%s: attention %s: head dim %lld (c = %lld / nh = %lld) is past the "
                               "CUDA kernels' largest, %lld",
                               name, pass, (long long)hd, (long long)c, (long long)nh,
                               (long long)limit);
-    const size_t smem = flash_smem_bytes(hd, backward);
+    const size_t smem = lwc_flash_smem_bytes(hd, backward);
     const size_t most = lwc_dev(s->device)->prop.sharedMemPerBlockOptin;
     if (!mma && smem > most)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
@@ -519,10 +116,17 @@ static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, in
 // The tensor-core kernels read a bf16 qkv and write a bf16 out as they are. The fp32 kernels
 // read a bf16 qkv widened into the stream's workspace, and write a bf16 out's fp32 values there
 // (256-byte aligned regions), rounded into out after.
+// With head_max the kernels write each row's largest score into the scratch, reduced per head
+// after them.
 lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, float *lse,
-                                float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
-                                int64_t t, int64_t c, int64_t nh) {
-    (void)scratch; // the forward needs none
+                                float *head_max, float *scratch, const void *qkv,
+                                lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh) {
+    float *rowmax = head_max != NULL ? scratch : NULL;
+    if (head_max != NULL && scratch == NULL)
+        return lwc_host->fail(LW_ERR_INVALID,
+                              "%s: attention forward: the heads' maxima (head_max) pass through "
+                              "the scratch, which is NULL (lw_attention_scratch_floats)",
+                              s->device->name);
     const bool out16 = out_dtype == LW_DTYPE_BF16, qkv16 = qkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {qkv, out};
     const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
@@ -530,9 +134,12 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
-    if (mma)
-        return lwc_launched(s, lwc_flash_mma_forward(cs, out, out16, lse, qkv, qkv16, b, t, c, nh),
-                            "the attention kernel (tensor cores)");
+    if (mma) {
+        st = lwc_launched(
+            s, lwc_flash_mma_forward(cs, out, out16, lse, rowmax, qkv, qkv16, b, t, c, nh),
+            "the attention kernel (tensor cores)");
+        return st == LW_OK ? heads_max(s, head_max, rowmax, b, t, nh) : st;
+    }
     const int64_t bytes[2] = {out16 ? 4 * b * t * c : 0, qkv16 ? 4 * b * t * 3 * c : 0};
     void *r[2] = {NULL, NULL};
     if ((out16 || qkv16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
@@ -540,7 +147,9 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     float *out32 = static_cast<float *>(out16 ? r[0] : out);
     if (qkv16 && (st = lwc_widen(s, static_cast<float *>(r[1]), qkv, b * t * 3 * c)) != LW_OK)
         return st;
-    st = lwc_launched(s, flash_forward(cs, out32, lse, qkv32, b, t, c, nh), "the attention kernel");
+    st = lwc_launched(s, lwc_flash_forward(cs, out32, lse, rowmax, qkv32, b, t, c, nh),
+                      "the attention kernel");
+    if (st == LW_OK) st = heads_max(s, head_max, rowmax, b, t, nh);
     return st == LW_OK && out16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
 }
 
@@ -558,9 +167,9 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     // D = rowsum(dout * out) into the scratch, for either pair of kernels
-    st = lwc_launched(s,
-                      flash_rowdot(cs, scratch, dout, out, out_dtype == LW_DTYPE_BF16, b, t, c, nh),
-                      "the attention backward's row sums");
+    st = lwc_launched(
+        s, lwc_flash_rowdot(cs, scratch, dout, out, out_dtype == LW_DTYPE_BF16, b, t, c, nh),
+        "the attention backward's row sums");
     if (st != LW_OK) return st;
     if (mma)
         return lwc_launched(
@@ -574,9 +183,9 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
     if (d16 && (st = lwc_widen(s, static_cast<float *>(r[1]), dqkv, nq)) != LW_OK) return st;
     float *d32 = static_cast<float *>(d16 ? r[1] : dqkv);
     st = lwc_launched(s,
-                      flash_backward(cs, d32, scratch, dout,
-                                     static_cast<const float *>(qkv16 ? r[0] : qkv), lse, b, t, c,
-                                     nh),
+                      lwc_flash_backward(cs, d32, scratch, dout,
+                                         static_cast<const float *>(qkv16 ? r[0] : qkv), lse, b, t,
+                                         c, nh),
                       "the attention backward kernels");
     return st == LW_OK && d16 ? lwc_to_bf16(s, dqkv, d32, nq) : st;
 }

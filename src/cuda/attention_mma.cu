@@ -176,8 +176,8 @@ __device__ __forceinline__ void add2(uint16_t *g, float x, float y) {
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
 template <int D, typename QKV, typename O>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
-    flash_mma_forward_kernel(O *out, float *lse, const QKV *qkv, int t, int c, int nh, int tiles,
-                             float sc) {
+    flash_mma_forward_kernel(O *out, float *lse, float *rowmax, const QKV *qkv, int t, int c,
+                             int nh, int tiles, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         // 5. O += P V: P's C tiles as A operands, V's B operands transposed by ldmatrix
         accumulate<D, NT>(o, s, vs, lane);
     }
-    // 6. the rows' sums over the quad; out = O / l, lse
+    // 6. the rows' sums over the quad; out = O / l, lse, and when asked the rows' largest scores
     quad_sum(l);
     lwc_fa_normalise(o, ND, l);
     O *out_h = out + (int64_t)bi * t * c + (int64_t)h * D;
@@ -242,6 +242,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
             store2(out_h + (int64_t)row * c + 8 * j + lwc_mma_c_col(lane, 0), o[j][2 * r],
                    o[j][2 * r + 1]);
         if (lwc_mma_quad(lane) == 0) lse[(int64_t)bh * t + row] = lwc_fa_lse(m[r], l[r]);
+        if (lwc_mma_quad(lane) == 0 && rowmax != nullptr)
+            rowmax[(int64_t)bh * t + row] = lwc_fa_max_score(m[r], l[r]);
     }
 }
 
@@ -373,15 +375,15 @@ template <typename K> cudaError_t opt_in(K kernel, size_t bytes) {
 }
 
 template <int D, typename QKV, typename O>
-cudaError_t forward(cudaStream_t stream, O *out, float *lse, const QKV *qkv, int64_t b, int64_t t,
-                    int64_t c, int64_t nh) {
+cudaError_t forward(cudaStream_t stream, O *out, float *lse, float *rowmax, const QKV *qkv,
+                    int64_t b, int64_t t, int64_t c, int64_t nh) {
     const size_t bytes = lwc_fa_smem_bytes(D, LWC_FA_FORWARD);
     cudaError_t e = opt_in(flash_mma_forward_kernel<D, QKV, O>, bytes);
     if (e != cudaSuccess) return e;
     const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float sc = 1.0f / sqrtf((float)D) * LOG2E;
     flash_mma_forward_kernel<D, QKV, O><<<(unsigned)(b * nh * tiles), THREADS, bytes, stream>>>(
-        out, lse, qkv, (int)t, (int)c, (int)nh, tiles, sc);
+        out, lse, rowmax, qkv, (int)t, (int)c, (int)nh, tiles, sc);
     return cudaGetLastError();
 }
 
@@ -406,21 +408,23 @@ cudaError_t backward(cudaStream_t stream, DQ *dqkv, const float *dd, const float
 
 // The head dim's kernels for qkv of either type (bf16 as uint16_t).
 template <int D, typename O>
-cudaError_t forward_for(cudaStream_t stream, O *out, float *lse, const void *qkv, bool qkv_bf16,
-                        int64_t b, int64_t t, int64_t c, int64_t nh) {
+cudaError_t forward_for(cudaStream_t stream, O *out, float *lse, float *rowmax, const void *qkv,
+                        bool qkv_bf16, int64_t b, int64_t t, int64_t c, int64_t nh) {
     if (qkv_bf16)
-        return forward<D>(stream, out, lse, static_cast<const uint16_t *>(qkv), b, t, c, nh);
-    return forward<D>(stream, out, lse, static_cast<const float *>(qkv), b, t, c, nh);
+        return forward<D>(stream, out, lse, rowmax, static_cast<const uint16_t *>(qkv), b, t, c,
+                          nh);
+    return forward<D>(stream, out, lse, rowmax, static_cast<const float *>(qkv), b, t, c, nh);
 }
 
 template <int D>
 cudaError_t forward_typed(cudaStream_t stream, void *out, bool out_bf16, float *lse,
-                          const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
-                          int64_t nh) {
+                          float *rowmax, const void *qkv, bool qkv_bf16, int64_t b, int64_t t,
+                          int64_t c, int64_t nh) {
     if (out_bf16)
-        return forward_for<D>(stream, static_cast<uint16_t *>(out), lse, qkv, qkv_bf16, b, t, c,
-                              nh);
-    return forward_for<D>(stream, static_cast<float *>(out), lse, qkv, qkv_bf16, b, t, c, nh);
+        return forward_for<D>(stream, static_cast<uint16_t *>(out), lse, rowmax, qkv, qkv_bf16, b,
+                              t, c, nh);
+    return forward_for<D>(stream, static_cast<float *>(out), lse, rowmax, qkv, qkv_bf16, b, t, c,
+                          nh);
 }
 
 template <int D, typename DQ>
@@ -461,14 +465,14 @@ int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
 }
 
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
-                                  const void *qkv, bool qkv_bf16, int64_t b, int64_t t, int64_t c,
-                                  int64_t nh) {
+                                  float *rowmax, const void *qkv, bool qkv_bf16, int64_t b,
+                                  int64_t t, int64_t c, int64_t nh) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
     switch (c / nh) {
     case 64:
-        return forward_typed<64>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
+        return forward_typed<64>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, t, c, nh);
     case 128:
-        return forward_typed<128>(stream, out, out_bf16, lse, qkv, qkv_bf16, b, t, c, nh);
+        return forward_typed<128>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, t, c, nh);
     default: return cudaErrorInvalidValue; // the caller checks the head dim first
     }
 }

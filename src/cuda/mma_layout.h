@@ -282,6 +282,14 @@ LWC_MMA_FN void lwc_fa_normalise(float (*o)[4], int nd, const float l[2]) {
  * and the row's sum. */
 LWC_MMA_FN float lwc_fa_lse(float m, float l) { return (m + log2f(l)) * 0.693147180559945309f; }
 
+/* A row's largest scaled score (natural units), from m: the running maximum of its raw scores
+ * times c = scale log2(e), which rounds as the maximum of the products would (a positive factor
+ * keeps the order), so m ln(2) is the largest score times scale within two roundings. The row
+ * max passes over a NaN score (fmaxf), whose exponential makes the sum NaN: NaN then. */
+LWC_MMA_FN float lwc_fa_max_score(float m, float l) {
+    return isnan(l) ? NAN : m * 0.693147180559945309f;
+}
+
 /* dk/dv: rows are keys (row0 the warp's first), columns queries (col0 the step's first); lse2 and
  * dd the step's queries' lse log2(e) and D = rowsum(dout * out), by column. s (K Q^T) becomes
  * P^T = exp2(s c - lse2), 0 where the pair is masked (only when `masked`: lwc_fa_grad_masked),

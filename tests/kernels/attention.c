@@ -1,30 +1,37 @@
 /* attention.c: causal self-attention (forward, backward) against the CPU, in every matmul
  * precision (bf16: the GPU's tensor-core kernels at head dims 64 and 128), with fp32 and bf16
- * qkv, outputs and gradients. */
+ * qkv, outputs and gradients; the forward's heads' largest scores (head_max) against the CPU's,
+ * and the CPU's against a float64 reference, with a head whose scores are made large. */
 #include "harness.h"
 
 /* ---- the cases ------------------------------------------------------------------------------- *
- * b sequences of t tokens, c channels in nh heads (head dim c / nh), and where a key holds a NaN
- * (nan_row -1: nowhere; the forward's cases alone). Those with t 1024 are of a GPU's size. */
+ * b sequences of t tokens, c channels in nh heads (head dim c / nh), where a key holds a NaN
+ * (nan_row -1: nowhere; the forward's cases alone), and a hot head (-1: none), whose q and k are
+ * scaled by HOT, so that its scores are HOT^2 times the others' (a head QK-clip would clip).
+ * Those with t 1024 are of a GPU's size. */
 
 static const struct {
-    int64_t b, t, c, nh, nan_row;
+    int64_t b, t, c, nh, nan_row, hot;
 } attention_shapes[] = {
-    {1, 1, 16, 1, -1},      /* one row, head dim 16 */
-    {2, 70, 96, 2, -1},     /* head dim 48, t past one 64-row tile */
-    {2, 64, 96, 4, -1},     /* head dim 24, exactly one tile */
-    {1, 1000, 128, 2, -1},  /* head dim 64, t = 1000 (not a multiple of the tile) */
-    {1, 130, 256, 2, -1},   /* head dim 128 */
-    {1, 77, 288, 3, -1},    /* head dim 96 */
-    {2, 1, 128, 2, -1},     /* head dim 64, one row */
-    {3, 77, 384, 3, -1},    /* head dim 128, t short of two tiles */
-    {2, 333, 640, 5, -1},   /* head dim 128, five heads, t odd */
-    {2, 1024, 768, 12, -1}, /* GPT-2 small's layer */
-    {8, 1024, 768, 12, -1}, /* GPT-2 small's layer at its batch of 8 */
-    {1, 1024, 768, 6, -1},  /* head dim 128 at GPT-2's width and t */
-    {0, 8, 32, 2, -1},      /* no batch: nothing to do */
-    {1, 70, 32, 2, 9},      /* a NaN key, rows in two tiles */
+    {1, 1, 16, 1, -1, -1},      /* one row, head dim 16 */
+    {2, 70, 96, 2, -1, 1},      /* head dim 48, t past one 64-row tile, head 1 hot */
+    {2, 64, 96, 4, -1, -1},     /* head dim 24, exactly one tile */
+    {1, 1000, 128, 2, -1, -1},  /* head dim 64, t = 1000 (not a multiple of the tile) */
+    {1, 130, 256, 2, -1, 0},    /* head dim 128, head 0 hot */
+    {1, 77, 288, 3, -1, -1},    /* head dim 96 */
+    {2, 1, 128, 2, -1, -1},     /* head dim 64, one row */
+    {3, 77, 384, 3, -1, -1},    /* head dim 128, t short of two tiles */
+    {2, 333, 640, 5, -1, 3},    /* head dim 128, five heads, t odd, head 3 hot */
+    {2, 200, 256, 4, -1, 2},    /* head dim 64, head 2 hot */
+    {2, 1024, 768, 12, -1, -1}, /* GPT-2 small's layer */
+    {8, 1024, 768, 12, -1, 7},  /* GPT-2 small's layer at its batch of 8, head 7 hot */
+    {1, 1024, 768, 6, -1, -1},  /* head dim 128 at GPT-2's width and t */
+    {0, 8, 32, 2, -1, -1},      /* no batch: nothing to do */
+    {1, 70, 32, 2, 9, -1},      /* a NaN key, rows in two tiles */
 };
+
+/* The hot head's q and k factor. */
+static const float HOT = 3.0f;
 
 /* ---- tolerances, runs and hooks -------------------------------------------------------------- *
  * 1e-5: the scores are fp32 dot products summed in other orders, the GPU's softmax is online
@@ -55,16 +62,31 @@ static const struct {
  * ~1e-6 away) where the tensor cores round something: q, k, v or dout not already bf16 values,
  * or P, below 1 in a row of more than one key. At t = 1 each row's one probability is 1 and the
  * out of a bf16 qkv is its v, unrounded: equal to fp32's to ~1e-7. At other head dims bf16 runs
- * the fp32 kernels: 1e-5, as fp32. */
+ * the fp32 kernels: 1e-5, as fp32. A hot head's scores are 9 times the others', and so are their
+ * errors, in a softmax peaked enough that p's relative errors pass into out and dqkv almost
+ * whole: the emulation gives out 3.2e-2 to 4.7e-2, lse 6.4e-3 to 1.7e-2, dqkv 3.0e-2 to 4.3e-2
+ * on the cases with one (its shapes with their hot heads), so those cases take 1e-1 for the three
+ * under the tensor cores (over twice the worst).
+ * head_max, a head's largest score, is a score: the fp32 kernels' differ from the CPU's by the
+ * dot products' order (lse_measure 1e-5, as lse); the tensor cores' take q and k rounded to bf16,
+ * which moves a score by ~2^-8.5 of sqrt(sum_d (q_d k_d)^2) scale, a few 1e-3 of the largest
+ * score at these inputs (the emulation: at most 1.4e-3 on lse's measure, hot heads or not): 2e-2,
+ * as lse, over ten times that. The CPU's against float64 (the largest
+ * q_i . k_j / sqrt(hd) over j <= i, from the same fp32 values): its scores are fp32 sums of hd
+ * products of q and k scale (k scaled once, rounded), so each is within (hd + 1) 2^-24 of
+ * sum_d |q_d k_d| scale of its exact value, and so is their maximum of the largest such sum. */
 
-/* out and dqkv, lse: by precision and head dim */
+/* out and dqkv, lse: by precision, head dim and whether a head is hot; head_max: as lse */
 static bool att_tensor_cores(lw_matmul m, int64_t hd) {
     return m == LW_MATMUL_BF16 && (hd == 64 || hd == 128);
 }
-static measure att_gemm(lw_matmul m, int64_t hd) {
-    return att_tensor_cores(m, hd) ? differing(gemm(2e-2), 2e-4) : gemm(1e-5);
+static measure att_gemm(lw_matmul m, int64_t hd, bool hot) {
+    return att_tensor_cores(m, hd) ? differing(gemm(hot ? 1e-1 : 2e-2), 2e-4) : gemm(1e-5);
 }
-static measure att_lse(lw_matmul m, int64_t hd) {
+static measure att_lse(lw_matmul m, int64_t hd, bool hot) {
+    return lse_measure(att_tensor_cores(m, hd) ? (hot ? 1e-1 : 2e-2) : 1e-5);
+}
+static measure att_head_max(lw_matmul m, int64_t hd) {
     return lse_measure(att_tensor_cores(m, hd) ? 2e-2 : 1e-5);
 }
 
@@ -79,13 +101,14 @@ typedef struct {
     float *qkv_w;    /* and widened again */
     uint16_t *d0_16; /* d0 rounded to bf16 (a bf16 dqkv's start), */
     float *d0_w;     /* and widened again */
+    int64_t hot;     /* the head whose q and k were scaled by HOT, or -1 */
 } att_args;
 
 /* out, or dqkv from dout (NULL: the forward), of the values qkv: required to differ from fp32
  * where the tensor cores round one of them, or P (t > 1) */
 static measure att_measure(const run *r, const att_args *a, const float *qkv, const float *dout) {
     const int64_t no = a->b * a->t * a->c;
-    return differing_if(att_gemm(r->matmul, a->c / a->nh),
+    return differing_if(att_gemm(r->matmul, a->c / a->nh, a->hot >= 0),
                         no > 0 && (a->t > 1 || rounded_by(LW_MATMUL_BF16, qkv, 3 * no) ||
                                    (dout != NULL && rounded_by(LW_MATMUL_BF16, dout, no))));
 }
@@ -96,28 +119,34 @@ static void run_attention_forward(run *r, const void *p) {
     const float *qkv = input(r, a->qkv, 3 * no);
     const int64_t hd = a->c / a->nh;
     float *out = output(r, "out", no, att_measure(r, a, a->qkv, NULL));
-    float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd));
+    float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd, a->hot >= 0));
+    /* the heads' maxima: written only where there is work */
+    const int64_t nm = no > 0 ? a->nh : 0;
+    float *hm = output(r, "head max", nm, att_head_max(r->matmul, hd));
     float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
     r->nan_fed = a->nan_row >= 0;
-    call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, work, qkv, LW_DTYPE_F32, a->b, a->t,
-                                 a->c, a->nh));
-    const measure m16 = bf16_step(att_gemm(r->matmul, hd)), mq = att_measure(r, a, a->qkv_w, NULL);
+    call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, hm, work, qkv, LW_DTYPE_F32, a->b,
+                                 a->t, a->c, a->nh));
+    const measure m16 = bf16_step(att_gemm(r->matmul, hd, a->hot >= 0));
+    const measure mq = att_measure(r, a, a->qkv_w, NULL);
     float *lse_again = scratch(r, a->b * a->nh * a->t);
     uint16_t *out16 = output_bf16_values(r, "out bf16", no, m16);
-    call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, lse_again, work, qkv, LW_DTYPE_F32,
-                                 a->b, a->t, a->c, a->nh));
+    call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, lse_again, NULL, work, qkv,
+                                 LW_DTYPE_F32, a->b, a->t, a->c, a->nh));
     /* a bf16 qkv, its widening, and both in bf16 (the model's pair) */
     const void *q16 = input_bf16(r, a->qkv16, 3 * no);
     float *oq = output(r, "out of bf16 qkv", no, mq);
-    call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, work, q16, LW_DTYPE_BF16, a->b,
-                                 a->t, a->c, a->nh));
-    float *ow = output(r, "out of bf16 qkv (widened)", no, mq);
-    call(r,
-         lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, work, input(r, a->qkv_w, 3 * no),
-                              LW_DTYPE_F32, a->b, a->t, a->c, a->nh));
-    uint16_t *o16 = output_bf16_values(r, "out of bf16 qkv bf16", no, m16);
-    call(r, lw_attention_forward(r->s, o16, LW_DTYPE_BF16, lse_again, work, q16, LW_DTYPE_BF16,
+    float *hq = output(r, "head max of bf16 qkv", nm, att_head_max(r->matmul, hd));
+    call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, hq, work, q16, LW_DTYPE_BF16,
                                  a->b, a->t, a->c, a->nh));
+    float *ow = output(r, "out of bf16 qkv (widened)", no, mq);
+    float *hw = output(r, "head max of bf16 qkv (widened)", nm, att_head_max(r->matmul, hd));
+    call(r, lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, hw, work,
+                                 input(r, a->qkv_w, 3 * no), LW_DTYPE_F32, a->b, a->t, a->c,
+                                 a->nh));
+    uint16_t *o16 = output_bf16_values(r, "out of bf16 qkv bf16", no, m16);
+    call(r, lw_attention_forward(r->s, o16, LW_DTYPE_BF16, lse_again, NULL, work, q16,
+                                 LW_DTYPE_BF16, a->b, a->t, a->c, a->nh));
 }
 
 static void run_attention_backward(run *r, const void *p) {
@@ -168,6 +197,68 @@ static void after_attention_backward(const kernel_case *k, const run *r) {
     after_bf16_output(k, r, "dqkv from a bf16 start", 3 * a->b * a->t * a->c);
 }
 
+/* The largest q_i . k_j / sqrt(hd) (j <= i) of each head over the batch in float64 from qkv's
+ * values, into ref[nh], and the CPU's bound of head h's error, into tol[nh]. */
+static void reference_head_max(const att_args *a, const float *qkv, double *ref, double *tol) {
+    const int64_t c3 = 3 * a->c, hd = a->c / a->nh;
+    const double scale = 1.0 / sqrt((double)hd);
+    for (int64_t h = 0; h < a->nh; h++) {
+        double top = -INFINITY, size = 0;
+        for (int64_t bi = 0; bi < a->b; bi++) {
+            const float *q = qkv + bi * a->t * c3 + h * hd, *k = q + a->c;
+            for (int64_t i = 0; i < a->t; i++)
+                for (int64_t j = 0; j <= i; j++) {
+                    double dot = 0, abs = 0;
+                    for (int64_t d = 0; d < hd; d++) {
+                        dot += (double)q[i * c3 + d] * k[j * c3 + d];
+                        abs += fabs((double)q[i * c3 + d] * k[j * c3 + d]);
+                    }
+                    top = fmax(top, dot * scale), size = fmax(size, abs * scale);
+                }
+        }
+        ref[h] = top;
+        tol[h] = (double)(hd + 1) * ldexp(1.0, -24) * size + 1e-30;
+    }
+}
+
+/* The heads' maxima of a run (what: its name) of the values qkv, bracketed by the run's lse
+ * (NULL: none): a row's largest score m and its log-sum-exp over n keys have m <= lse <= m +
+ * log(n), so a head's largest score lies within [max lse - log(t), max lse] (with a rounding's
+ * slack), NaN exactly for the heads whose lse holds a NaN; on the CPU also within its bound of
+ * the float64 reference of qkv, and the hot head's the largest. */
+static void check_head_max(const kernel_case *k, const run *r, const char *what, const float *qkv,
+                           const float *lse) {
+    const att_args *a = k->args;
+    const float *hm = f32_of(r, what);
+    if (a->b * a->t == 0 || hm == NULL) return;
+    bool bracketed = true;
+    for (int64_t h = 0; lse != NULL && h < a->nh; h++) {
+        double top = -INFINITY;
+        bool nan = false;
+        for (int64_t bi = 0; bi < a->b; bi++)
+            for (int64_t i = 0; i < a->t; i++) {
+                const float x = lse[(bi * a->nh + h) * a->t + i];
+                nan = nan || isnan(x), top = fmax(top, x);
+            }
+        const double slack = 1e-5 * (1 + fabs(top));
+        bracketed = bracketed && isnan(hm[h]) == nan &&
+                    (nan || (hm[h] <= top + slack && hm[h] >= top - log((double)a->t) - slack));
+    }
+    if (lse != NULL)
+        expect(k, r, bracketed, "each head's largest score lies in [max lse - log t, max lse]");
+    /* (the GPU's sizes: the float64 reference is left to the smaller ones) */
+    if (!on_cpu(r->device) || a->nan_row >= 0 || k->large) return;
+    double ref[16], tol[16];
+    reference_head_max(a, qkv, ref, tol);
+    bool within = true, hottest = true;
+    for (int64_t h = 0; h < a->nh; h++) {
+        within = within && fabs(hm[h] - ref[h]) <= tol[h];
+        hottest = hottest && (a->hot < 0 || h == a->hot || ref[a->hot] > 2 * ref[h]);
+    }
+    expect(k, r, within, "the CPU's heads' maxima are within their bound of float64's");
+    expect(k, r, hottest, "the hot head's largest score is over twice any other head's");
+}
+
 /* With a NaN key at row j of head 0: that head's rows from j on are NaN in out and lse, the rows
  * before it and the other heads finite. */
 static void after_attention(const kernel_case *k, const run *r) {
@@ -176,6 +267,9 @@ static void after_attention(const kernel_case *k, const run *r) {
     after_bf16_output(k, r, "out", no);
     after_bf16_output(k, r, "out of bf16 qkv", no);
     widening_exact(k, r, "out of bf16 qkv", no);
+    check_head_max(k, r, "head max", a->qkv, f32_of(r, "lse"));
+    if (no > 0) widening_exact(k, r, "head max of bf16 qkv", a->nh);
+    check_head_max(k, r, "head max of bf16 qkv (widened)", a->qkv_w, NULL);
     if (a->nan_row < 0) return;
     const float *out = f32_of(r, "out"), *lse = f32_of(r, "lse");
     const int64_t hd = a->c / a->nh;
@@ -200,19 +294,27 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
                       .t = attention_shapes[s].t,
                       .c = attention_shapes[s].c,
                       .nh = attention_shapes[s].nh,
-                      .nan_row = attention_shapes[s].nan_row};
+                      .nan_row = attention_shapes[s].nan_row,
+                      .hot = attention_shapes[s].hot};
         if (a.nan_row >= 0 && !forward) continue;
         const int64_t no = a.b * a.t * a.c, nl = a.b * a.nh * a.t;
-        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)%s",
+        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)%s%s",
                  (long long)a.b, (long long)a.t, (long long)a.c, (long long)a.nh,
-                 (long long)(a.c / a.nh), a.nan_row >= 0 ? ", a NaN key" : "");
+                 (long long)(a.c / a.nh), a.nan_row >= 0 ? ", a NaN key" : "",
+                 a.hot >= 0 ? ", a hot head" : "");
         a.qkv = scaled_random(3 * no, 2.0f, 0.0f), a.dout = random_floats(no),
         a.d0 = prefill(3 * no);
         if (a.nan_row >= 0) a.qkv[a.nan_row * 3 * a.c + a.c + 3] = NAN;
+        const int64_t hd = a.c / (a.nh > 0 ? a.nh : 1);
+        for (int64_t row = 0; a.hot >= 0 && row < a.b * a.t; row++) /* its q and k */
+            for (int64_t d = 0; d < hd; d++) {
+                a.qkv[row * 3 * a.c + a.hot * hd + d] *= HOT;
+                a.qkv[row * 3 * a.c + a.c + a.hot * hd + d] *= HOT;
+            }
         a.out = cpu_array(no), a.lse = cpu_array(nl);
         float *work = cpu_array(lw_attention_scratch_floats(NULL, a.b, a.t, a.c, a.nh));
-        EXPECT_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, work, a.qkv, LW_DTYPE_F32,
-                                       a.b, a.t, a.c, a.nh));
+        EXPECT_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, NULL, work, a.qkv,
+                                       LW_DTYPE_F32, a.b, a.t, a.c, a.nh));
         a.out16 = malloc(sizeof(uint16_t) * (size_t)(no > 0 ? no : 1));
         a.out_w = cpu_array(no);
         for (int64_t i = 0; i < no; i++) {
@@ -241,8 +343,8 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
     for (int d = 0; d < (other_stream() != NULL ? 2 : 1); d++) {
         lw_stream *s = d == 0 ? NULL : other_stream();
         float x = 0;
-        EXPECT_FAILS(forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32,
-                                                    1, 4, 100, 3)
+        EXPECT_FAILS(forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, NULL, &x, &x,
+                                                    LW_DTYPE_F32, 1, 4, 100, 3)
                              : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32,
                                                      &x, LW_DTYPE_F32, &x, 1, 4, 100, 3),
                      LW_ERR_INVALID, "must divide by the heads nh = 3");

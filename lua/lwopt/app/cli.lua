@@ -21,7 +21,8 @@ commands:
   device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
                       without NAME the CPU and, if there is one, the GPU
   version             version, library, LuaJIT and whether CUDA is on (--version: one line)
-  plot LOG...         several runs' losses on one chart (--out PNG, --x step|tokens; gnuplot)
+  plot LOG...         several runs' losses on one chart (--out PNG, --x step|tokens, --y
+                      loss|max-logit: or their largest attention logits; gnuplot)
   compare LOG...      each run's final figures in a table (--csv: as CSV)
   csv LOG [OUT.csv]   a run's step records as CSV, one row per step
   export CKPT --format hf-gpt2|nanogpt OUT_DIR

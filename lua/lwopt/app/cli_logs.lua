@@ -11,11 +11,14 @@ local cli_logs = {}
 local COMMANDS = {
    plot = {
       args = "LOG.jsonl [LOG.jsonl ...]",
-      about = "several runs' training and validation losses on one chart (gnuplot)",
+      about = "several runs' training and validation losses on one chart (gnuplot), or their "
+         .. "largest attention logits",
       flags = {
          { "out", "string", "loss.png", "the chart (PNG); gnuplot's table of points is kept "
            .. "beside it (.dat)" },
          { "x", { "step", "tokens" }, "step", "what the losses are drawn against" },
+         { "y", { "loss", "max-logit" }, "loss", "what is drawn: the losses, or each step's "
+           .. "largest pre-softmax attention logit over the layers (the log's max_logit)" },
          { "help", "bool", false, "this text" },
       },
    },
@@ -55,7 +58,7 @@ local run_command = {}
 
 function run_command.plot(v, paths, out)
    local list = logs.read_all(paths)
-   local png, why = logs.plot(list, { out = v.out, x = v.x, keep_data = true })
+   local png, why = logs.plot(list, { out = v.out, x = v.x, y = v.y, keep_data = true })
    if png == nil then errors.raise(why) end
    out:write(("chart: %s (points: %s)\n"):format(png, (png:gsub("%.png$", "")) .. ".dat"))
 end

@@ -209,7 +209,7 @@ local function build_run(v, comm, data, rules)
       batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
       lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
       log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
-      max_skips = v.max_skips }
+      max_skips = v.max_skips, qk_clip = v.qk_clip, max_logit = v.log ~= nil }
    model:bind(ddp, train.hooks(run))
    return run
 end

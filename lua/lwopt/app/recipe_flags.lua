@@ -134,6 +134,10 @@ recipe_flags.list = {
    { "lr", "number", nil, "peak learning rate", above = 0, optim = "lr" },
    { "warmup", "int", nil, "warmup steps", min = 0 },
    { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0, optim = "clip" },
+   { "qk-clip", "number", nil, "QK-clip (Kimi K2's MuonClip) at this logit: after each step's "
+     .. "update, every attention head whose largest pre-softmax logit (q . k / sqrt(head dim)) "
+     .. "over the step's batch passed it has its query and key rows (and biases) scaled so that "
+     .. "the logit would be this (default: off)", above = 0 },
    { "bucket-size", "size", nil, "bucket size in elements (default: one bucket per buffer)",
      min = 1, ddp = "bucket_size" },
    { "eval-every", "int", nil, "steps between validation evaluations (0: only at the end)",

@@ -286,12 +286,13 @@ function logs.csv(log)
 end
 
 -- Draws the runs (logs.read's tables, named: logs.read_all) on one chart with gnuplot: training
--- loss as lines and validation loss as dashed points against opts.x ("step", default, or
--- "tokens"), one colour per run, a legend by run name, a title naming them. opts: out (the
--- PNG), data (gnuplot's table of points; default beside out, .dat for .png), keep_data (leave
--- the table there; default removed), unit ("byte" | "token": the y axis's; default the runs'
--- configuration's). Returns out, or nil and why not (gnuplot missing, failing, or a PNG cut
--- short). The chart is plot.lua's.
+-- loss as lines and validation loss as dashed points against opts.x ("step", default, or "tokens"),
+-- one colour per run, a legend by run name, a title naming them. opts: out (the PNG), data
+-- (gnuplot's table of points; default beside out, .dat for .png), keep_data (leave the table there;
+-- default removed), unit ("byte" | "token": the y axis's; default the runs' configuration's), y
+-- ("loss", default, or "max-logit": instead each step's largest attention logit over the layers,
+-- the step records' max_logit, a line per run). Returns out, or nil and why not (gnuplot missing,
+-- failing, or a PNG cut short). The chart is plot.lua's.
 function logs.plot(list, opts) return plotter.plot(list, opts, tokens_of) end
 
 return logs

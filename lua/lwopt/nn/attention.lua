@@ -3,7 +3,8 @@
 -- nn/module.lua). Under tensor parallelism (tp: lw.tp.groups's table, size t) the heads are split
 -- over the TP group: qkv is column-parallel with blocks 3 (each rank holds its heads' Q, K and V),
 -- attention runs on the rank's n_head / t heads, and proj is row-parallel (its all-reduce gives
--- every rank the whole output).
+-- every rank the whole output). When its owner asks (head_max), the forward also gives each of
+-- the rank's heads' largest logit, which QK-clip reads (lwopt/qk_clip.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
@@ -19,6 +20,9 @@ Attention.shape_args = { "b", "t" }
 -- the attention's output dtype (lw_dtype): bf16 where the model keeps it so, which proj then
 -- reads as it is (Attention:set_activations)
 Attention.out_dtype = lib.LW_DTYPE_F32
+-- nil, or a device float* [n_head] into which the forward writes its heads' largest logits
+-- (lw_attention_forward's head_max), set by the model that reads them (GPT:set_max_logits)
+Attention.head_max = nil
 
 -- qkv's output (the attention's input) and the attention's output (proj's input) in dtype
 -- (lw_dtype), and the input x, which qkv reads, in x_dtype.
@@ -54,9 +58,17 @@ function Attention:forward(x, b, t)
    -- each row's log-sum-exp: all the backward keeps of the softmax (no t x t per head)
    self.lse = self:buffer("lse", b * self.n_head * t)
    self.y = self:buffer("y", base.floats_for(n * self.c, self.out_dtype))
-   check(lib.lw_attention_forward(self.stream, self.y, self.out_dtype, self.lse,
+   check(lib.lw_attention_forward(self.stream, self.y, self.out_dtype, self.lse, self.head_max,
       self:scratch(b, t), self.qkv_out, self.qkv.y_dtype, b, t, self.c, self.n_head))
    return self.proj:forward(self.y, n)
+end
+
+-- What QK-clip scales here (lw_optimizer_qk_clip): the fused QKV weight's and bias's names (bias
+-- nil without one), the head dim and this rank's heads, which head_max's order follows.
+function Attention:qk_clip_target()
+   return { weight = self.prefix .. "qkv.weight",
+            bias = self.qkv.has_bias and self.prefix .. "qkv.bias" or nil,
+            head_dim = self.c / self.n_head, n_heads = self.n_head }
 end
 
 -- The attention kernels' workspace on this device, shared with every other module there.

@@ -193,6 +193,11 @@ function GPT:forward(tokens, targets, b, t)
    self.targets = self:on_device(targets, n, "targets")
    local x = self.embedding:forward(self.tokens, b, t)
    self.aux_loss = 0
+   if self.want_max_logits then -- every layer's heads' largest logits in one device array
+      local nh = self.blocks[1].attn.n_head
+      local all = self:buffer("head_max", #self.blocks * nh)
+      for i, block in ipairs(self.blocks) do block.attn.head_max = all + (i - 1) * nh end
+   end
    for i, block in ipairs(self.blocks) do
       self.block_inputs[i] = x
       x = block:forward(x, b, t)
@@ -242,6 +247,36 @@ function GPT:backward(loss_scale)
       dx, dnext = dnext, dx
    end
    self.embedding:backward(self.tokens, dx, nil, b, t)
+end
+
+-- Whether forward measures every layer's heads' largest pre-softmax logits (off by default: the
+-- kernels then skip them), which max_logits gives.
+function GPT:set_max_logits(on)
+   self.want_max_logits = on
+   if not on then for _, block in ipairs(self.blocks) do block.attn.head_max = nil end end
+end
+
+-- The last forward's largest logit of each of this rank's heads (q . k / sqrt(head dim) over
+-- its batch, as the attention kernel computes it; NaN where a row was): a host float* [n_layer
+-- * heads], layer-major, valid until the next call, and the heads a layer (this rank's: n_head /
+-- t under tensor parallelism). Needs set_max_logits(true) before that forward.
+function GPT:max_logits()
+   if not self.want_max_logits then
+      errors.misuse("GPT:max_logits", "call set_max_logits(true) before the forward")
+   end
+   local nh = self.blocks[1].attn.n_head
+   local n = #self.blocks * nh
+   local h = self:host_array("head_max", "float", n)
+   check(lib.lw_device_copy(self.stream, h, self:buffer("head_max", n), 4 * n,
+      lib.LW_COPY_DEVICE_TO_HOST))
+   return h, nh
+end
+
+-- Each layer's QK-clip target (Attention:qk_clip_target), in layer order.
+function GPT:qk_clip_targets()
+   local out = {}
+   for i, block in ipairs(self.blocks) do out[i] = block.attn:qk_clip_target() end
+   return out
 end
 
 -- Tokens routed to each expert in the last forward, per layer: { layer h.0's { expert 0, ..,

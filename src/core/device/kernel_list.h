@@ -72,9 +72,9 @@
       (s, dx, dx_dtype, dy, x, x_dtype, n),                                                        \
       lwi_check_gelu("gelu backward", "input gradient", dx_dtype, x_dtype))                        \
     X(attention_forward,                                                                           \
-      (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *scratch, const void *qkv,  \
-       lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh),                           \
-      (s, out, out_dtype, lse, scratch, qkv, qkv_dtype, b, t, c, nh),                              \
+      (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *head_max, float *scratch,  \
+       const void *qkv, lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh),          \
+      (s, out, out_dtype, lse, head_max, scratch, qkv, qkv_dtype, b, t, c, nh),                    \
       lwi_check_attention("attention forward", qkv_dtype, out_dtype, LW_DTYPE_F32, b, t, c, nh))   \
     X(attention_backward,                                                                          \
       (lw_stream * s, void *dqkv, lw_dtype dqkv_dtype, float *scratch, const float *dout,          \

@@ -1,7 +1,8 @@
 /* optimizer.c: one optimizer step over lw_buffers (docs/algorithms.md section 5): finish the
  * gradient sync, the global gradient norm and zero count (one all-reduce over the world), skip on a
  * non-finite norm, clip, the element-wise rules (AdamW) on the elements this rank owns and the
- * whole-matrix rules (Muon) on the matrices it owns, then start the parameter sync. Each
+ * whole-matrix rules (Muon) on the matrices it owns, the queued row scales (qk_clip.c), then
+ * start the parameter sync. Each
  * parameter's rule is its spec's kind (optim/rules.h); only owners allocate optimizer state.
  *
  * Whole-matrix rules' matrices in element-wise buffers (the rows layout, row-sharded FSDP) are owned in slices:
@@ -223,6 +224,7 @@ void lw_optimizer_free(lw_optimizer *opt) {
     }
     lwi_muon_tp_free(opt->tp);
     lw_device_free(opt->device, opt->tp_update);
+    free(opt->scales);
     free(opt);
 }
 
@@ -354,8 +356,7 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
         if (!lw_optimizer_kind_whole((lw_optimizer_kind)k))
             st = update_elementwise(opt, (lw_optimizer_kind)k, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
-    if (st == LW_OK) st = lwi_optimizer_whole_step(opt, grad_scale, r);
-    return st == LW_OK ? move_master(opt, false) : st;
+    return st == LW_OK ? lwi_optimizer_whole_step(opt, grad_scale, r) : st;
 }
 
 lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
@@ -388,6 +389,12 @@ lw_status lw_optimizer_step(lw_optimizer *opt, lw_step_result *out) {
         opt->step++;
         if ((st = update(opt, scale, &r)) != LW_OK) return st;
     }
+    /* the queued row scales (QK-clip) on the weights as the update left them, or as they were
+     * when it was skipped; then bf16 parameters take their master copies rounded, which the
+     * parameter sync gathers */
+    bool scaled = false;
+    if ((st = lwi_optimizer_apply_scales(opt, &scaled)) != LW_OK) return st;
+    if ((!r.skipped || scaled) && (st = move_master(opt, false)) != LW_OK) return st;
     t = lwi_now();
     st = lw_buffers_start_param_sync(opt->buffers);
     r.seconds_param_sync = lwi_now() - t;

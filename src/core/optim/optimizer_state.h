@@ -28,6 +28,14 @@ typedef struct lwi_owned {
     bool tp;      /* a TP shard under TP or a split QKV weight: through muon_tp.c (Muon's) */
 } lwi_owned;
 
+/* Rows [first, first + count) of a param times factor, queued for the next step (qk_clip.c). */
+typedef struct lwi_row_scale {
+    int32_t param;
+    int64_t first;
+    int64_t count;
+    float factor;
+} lwi_row_scale;
+
 /* Owned whole matrices of one rule and shape, updated together: each prepared (momentum), all
  * of them transformed as one batch (Muon: Newton-Schulz, batched GEMMs on a GPU), then each
  * applied. */
@@ -75,6 +83,9 @@ struct lw_optimizer {
     lwi_muon_tp *tp;        /* [owned] TP shards and QKV splits (muon_tp.c) */
     lw_comm *tp_comm;       /* [borrowed] NULL: no TP (or t = 1) */
     float *tp_update;       /* [owned, device memory] a whole tp matrix's update */
+    lwi_row_scale *scales;  /* [owned] n_scales queued for the next step, room for cap_scales */
+    int32_t n_scales;
+    int32_t cap_scales;
 };
 
 /* The fp32 weights the update of owned entry o reads and writes: its master copy, or the owned
@@ -85,6 +96,11 @@ static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned
     *w = at;
     return st;
 }
+
+/* qk_clip.c */
+/* The queued row scales on what this rank updates (its fp32 weights), the queue then emptied;
+ * *applied: whether any was queued (the master copies then need rounding into the parameters). */
+lw_status lwi_optimizer_apply_scales(lw_optimizer *opt, bool *applied);
 
 /* optimizer_whole.c */
 /* Groups the owned whole matrices (not row-sharded, not TP) into batches of a rule and shape. */

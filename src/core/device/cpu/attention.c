@@ -287,18 +287,24 @@ LWI_ROW_HELPER double row_dot(const float *x, const float *y, int64_t n) {
 /* What a part of the pool needs to run its heads, forward or backward. */
 typedef struct {
     float *out, *lse, *dqkv, *scratch;
+    float *bh_max; /* forward, when asked: each (batch, head)'s largest score */
     const float *qkv, *dout, *saved_out, *saved_lse;
     int64_t t, c, nh, hd;
     float scale;
 } att_job;
 
-/* One head: q, k, v rows strided by 3c, o strided by c, lse[t]. */
+/* The larger of a and b, NaN when either is: a head's maximum is NaN when one of its rows is. */
+LWI_ROW_HELPER float max_or_nan(float a, float b) { return isnan(a) || a > b ? a : b; }
+
+/* One head: q, k, v rows strided by 3c, o strided by c, lse[t]; returns its largest score over
+ * the rows' unmasked keys (NaN when a row's sum is: a NaN score, or an infinite one). */
 LWI_SIMD_CLONES
-static void head_forward(const att_part *w, float *o, float *lse, const float *q, const float *k,
-                         const float *v, int64_t t, int64_t hd, int64_t c, float scale) {
+static float head_forward(const att_part *w, float *o, float *lse, const float *q, const float *k,
+                          const float *v, int64_t t, int64_t hd, int64_t c, float scale) {
     const int64_t c3 = 3 * c, tp = key_stride(t), hd8 = round_up(hd, 8);
     pack_transposed(w->kt, k, c3, t, tp, hd, scale);
     pack_rows(w->rows, v, c3, t, hd, hd8);
+    float top = -INFINITY;
     for (int64_t i0 = 0; i0 < t; i0 += ATT_ROWS) {
         const int64_t m = t - i0 < ATT_ROWS ? t - i0 : ATT_ROWS;
         const int64_t lds = key_stride(i0 + m);
@@ -312,6 +318,9 @@ static void head_forward(const att_part *w, float *o, float *lse, const float *q
             const double sum = exp_shifted(row, n, n8, lds, mx);
             inv[r] = (float)(1.0 / sum);
             lse[i0 + r] = (float)((double)mx + log(sum));
+            /* mx is the row's largest score (row_max saw its n keys alone) unless one is NaN,
+             * which row_max may pass over: the sum is NaN then */
+            top = max_or_nan(top, isnan(sum) ? NAN : mx);
         }
         /* o = (e v) / sum, rows at a time over their keys */
         sums(w->qb, hd8, w->s, lds, 1, w->rows, hd8, m, hd8, -(i0 + m), i0 + 1, i0 + m, false);
@@ -319,6 +328,7 @@ static void head_forward(const att_part *w, float *o, float *lse, const float *q
             for (int64_t d = 0; d < hd; d++)
                 o[(i0 + r) * c + d] = w->qb[r * hd8 + d] * inv[r];
     }
+    return top;
 }
 
 static void forward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) {
@@ -328,30 +338,37 @@ static void forward_heads(void *ctx, int64_t begin, int64_t end, int32_t part) {
     for (int64_t bh = begin; bh < end; bh++) {
         const int64_t bi = bh / nh, h = bh % nh;
         const float *q = j->qkv + bi * t * 3 * c + h * hd;
-        head_forward(&w, j->out + bi * t * c + h * hd, j->lse + bh * t, q, q + c, q + 2 * c, t,
-                     hd, c, j->scale);
+        const float top = head_forward(&w, j->out + bi * t * c + h * hd, j->lse + bh * t, q, q + c,
+                                       q + 2 * c, t, hd, c, j->scale);
+        if (j->bh_max != NULL) j->bh_max[bh] = top;
     }
 }
 
 /* A bf16 qkv is widened into memory of the call's own; a bf16 output is computed in fp32 into
- * such memory, then rounded. */
+ * such memory, then rounded. The heads' maxima are taken per (batch, head) by the threads, then
+ * over the batch here. */
 lw_status lwi_cpu_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
-                                    float *scratch, const void *qkv, lw_dtype qkv_dtype, int64_t b,
-                                    int64_t t, int64_t c, int64_t nh) {
+                                    float *head_max, float *scratch, const void *qkv,
+                                    lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c,
+                                    int64_t nh) {
     (void)stream;
     /* the dispatcher checked the shapes: some work, heads dividing the channels */
     const float *qkv32;
     float *owned;
     lw_status st = lwi_cpu_as_f32(qkv, qkv_dtype, b * t * 3 * c, &qkv32, &owned);
     if (st != LW_OK) return st;
-    float *out32 = out;
-    if (out_dtype == LW_DTYPE_BF16 &&
-        (out32 = malloc(sizeof(float) * (size_t)(b * t * c))) == NULL) {
+    float *out32 = out, *bh_max = NULL;
+    if ((out_dtype == LW_DTYPE_BF16 &&
+         (out32 = malloc(sizeof(float) * (size_t)(b * t * c))) == NULL) ||
+        (head_max != NULL && (bh_max = malloc(sizeof(float) * (size_t)(b * nh))) == NULL)) {
+        if (out32 != out) free(out32);
         free(owned);
-        return lwi_fail(LW_ERR_NOMEM, "cpu: out of memory for the attention's fp32 output");
+        return lwi_fail(LW_ERR_NOMEM,
+                        "cpu: out of memory for the attention's fp32 output or heads' maxima");
     }
     att_job j = {.out = out32,
                  .lse = lse,
+                 .bh_max = bh_max,
                  .scratch = scratch,
                  .qkv = qkv32,
                  .t = t,
@@ -360,6 +377,13 @@ lw_status lwi_cpu_attention_forward(lw_stream *stream, void *out, lw_dtype out_d
                  .hd = c / nh,
                  .scale = 1.0f / sqrtf((float)(c / nh))};
     lwi_cpu_parallel(b * nh, 1, forward_heads, &j);
+    for (int64_t h = 0; head_max != NULL && h < nh; h++) {
+        float m = -INFINITY;
+        for (int64_t bi = 0; bi < b; bi++)
+            m = max_or_nan(m, bh_max[bi * nh + h]);
+        head_max[h] = m;
+    }
+    free(bh_max);
     if (out32 != out) {
         lwi_cpu_vec_to_bf16(NULL, out, out32, b * t * c);
         free(out32);
