@@ -59,7 +59,7 @@ machines.presets = {
       -- A100: one 200 Gb/s (25 GB/s) HDR NIC per GPU, about 90% achieved.
       intra_bandwidth = 230e9, inter_bandwidth = 22e9,
    },
-   -- The 2-core development machine (bench/README.md, "Step-time model"): one BLAS thread per
+   -- The 2-core development machine (bench/layouts.md, "Step-time model"): one BLAS thread per
    -- rank; MPI over shared memory. Rebuild it from figures measured now with
    -- stepmodel.cpu_machine (bench/stepmodel.lua does).
 }
@@ -88,7 +88,7 @@ function machines.cpu_machine(m)
 end
 
 -- Measured on the development machine (Debian 12, 2 cores of an AMD EPYC), 2026-11-23, by
--- bench/stepmodel.lua (bench/README.md, "Step-time model"): sgemm 1024^3 on one thread while
+-- bench/stepmodel.lua (bench/layouts.md, "Step-time model"): sgemm 1024^3 on one thread while
 -- the other core runs Newton-Schulz, about 80 GFLOP/s (67-83); Newton-Schulz's
 -- full-GEMM-equivalent rate on the small preset's 256-row shapes 1.2x that (95-101 GFLOP/s);
 -- the model's kernels at 0.72 of sgemm over forward + backward ("Training throughput":

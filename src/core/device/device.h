@@ -13,7 +13,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 15 /* the current version; what each one changed: docs/architecture.md */
+#define LWI_DEVICE_ABI 15 /* the current version; what each one changed: docs/abi.md */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
