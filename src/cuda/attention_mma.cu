@@ -11,7 +11,7 @@
 //
 // Every index (which lane holds which element of a fragment, where it points ldmatrix, the
 // tiles, the steps' causal ranges and masks, shared memory) and every per-lane step of the
-// softmax comes from mma_layout.h, which tests/test_mma_layout.c shares: it runs these three
+// softmax comes from mma_layout.h, which tests/mma_layout/ shares: it runs these three
 // tile loops on the CPU, step for step (the numbered steps below are its), emulating a warp's
 // lanes, mma.sync and ldmatrix, against double-precision attention. The tile sizes and why are
 // in mma_layout.h.

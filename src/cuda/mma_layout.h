@@ -3,7 +3,7 @@
  * operands and fp32 accumulators (the PTX ISA's fragment layouts), which row each lane points
  * ldmatrix.x4 at, the kernels' tiles (sizes, the blocks of the grid, the causal ranges of their
  * steps, the masks, shared memory), and the per-lane steps of the online softmax and of the
- * gradients. tests/test_mma_layout.c runs the kernels' tile loops on the CPU through these same
+ * gradients. tests/mma_layout/ runs the kernels' tile loops on the CPU through these same
  * functions, emulating a warp's 32 lanes; nothing here touches memory beyond its arguments. */
 #ifndef LW_CUDA_MMA_LAYOUT_H
 #define LW_CUDA_MMA_LAYOUT_H

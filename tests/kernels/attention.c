@@ -53,7 +53,7 @@ static const float HOT = 3.0f;
  * in a long one; out = sum p v takes p's, v's and P's roundings, each ~2^-9 to 3e-3 of its terms,
  * random in sign, so ~4e-3 of the outputs' scale, most at the rows of few keys (of the largest
  * value: gemm); dqkv likewise from P, dS and dout (dS = P (dP - D) inherits p's and dP's). No
- * closed bound is tight, so tests/test_mma_layout.c --harness measures it: the kernels' tile
+ * closed bound is tight, so tests/mma_layout/harness.c (--harness) measures it: the kernels' tile
  * loops emulated on these shapes and inputs against double attention, over their first 2 to 10
  * heads: out 1.9e-3 to 5.8e-3 (t 1 the least: out is v rounded), lse 1.4e-3 to 6.1e-3 (t 77 at
  * head dim 128 the most), dqkv 3.0e-3 to 6.1e-3. More heads add a little to a maximum (~15% from

@@ -1,0 +1,152 @@
+/* backward.c: the backward on the emulated warps: attention.cu's rowdot, then the tile loops of
+ * flash_mma_dkdv_kernel and flash_mma_dq_kernel, steps numbered as in attention_mma.cu. */
+#include "mma_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the backward: attention.cu's rowdot, then flash_mma_dkdv_kernel and flash_mma_dq_kernel */
+
+void emulate_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                      const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
+                      int64_t heads) {
+    const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, ND = hd / 8;
+    const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
+    const float scale = 1.0f / sqrtf((float)hd), sc = scale * LOG2E;
+    const int64_t c3 = 3 * c;
+    /* D = rowsum(dout * out), in double rounded once (rowdot_kernel) */
+    float *dd = calloc((size_t)(b * nh * t), sizeof(float));
+    for (int64_t bh = 0; bh < b * nh; bh++)
+        for (int64_t i = 0; i < t; i++) {
+            const int64_t off = ((bh / nh) * t + i) * c + (bh % nh) * hd;
+            double s = 0;
+            for (int d = 0; d < hd; d++)
+                s += (double)dout[off + d] * out[off + d];
+            dd[bh * t + i] = (float)s;
+        }
+    static float acc_a[LWC_FA_WARPS][32][MAX_ND][4], acc_b[LWC_FA_WARPS][32][MAX_ND][4];
+
+    /* dk, dv */
+    {
+        const int M = LWC_FA_KV_STEP(hd), NT = M / 8;
+        uint16_t *smem = smem_of(hd, LWC_FA_DKDV);
+        uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
+        uint16_t *os = qs + M * LD;
+        float *ls = (float *)(os + M * LD), *ds = ls + M;
+        for (int64_t block = 0; block < b * nh * tiles; block++) {
+            int bh, tile;
+            lwc_fa_block(block, tiles, LWC_FA_DKDV, &bh, &tile);
+            if (bh >= heads) continue;
+            const int64_t bi = bh / nh, h = bh % nh, head = bi * t * c3 + h * hd;
+            const int k0 = tile * LWC_FA_BLOCK;
+            const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+            const float *dout_h = dout + bi * t * c + h * hd;
+            /* 1. */
+            emu_stage(ks, k, c3, k0, LWC_FA_BLOCK, t, hd);
+            emu_stage(vs, v, c3, k0, LWC_FA_BLOCK, t, hd);
+            memset(acc_a, 0, sizeof acc_a), memset(acc_b, 0, sizeof acc_b); /* dk, dv */
+            const int steps = lwc_fa_tiles(t, M);
+            for (int step = lwc_fa_first_query_step(k0, M); step < steps; step++) {
+                const int q0 = step * M;
+                /* 2. */
+                emu_stage(qs, q, c3, q0, M, t, hd);
+                emu_stage(os, dout_h, c, q0, M, t, hd);
+                for (int r = 0; r < M; r++) {
+                    ls[r] = q0 + r < t ? lse[bh * t + q0 + r] * LOG2E : 0.0f;
+                    ds[r] = q0 + r < t ? dd[bh * t + q0 + r] : 0.0f;
+                }
+                for (int w = 0; w < LWC_FA_WARPS; w++) {
+                    const int row0 = k0 + LWC_FA_WARP_ROWS * w;
+                    /* 3. */
+                    float s[32][MAX_NT][4], dp[32][MAX_NT][4];
+                    memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
+                    emu_score_pair(&s[0][0], &dp[0][0], ks, vs, qs, os, w, NT, hd);
+                    /* 4. */
+                    const bool masked = lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t);
+                    for (int ln = 0; ln < 32; ln++)
+                        lwc_fa_grad_kv(s[ln], dp[ln], NT, ln, ls, ds, row0, q0, t, masked, sc);
+                    /* 5. */
+                    emu_accumulate(&acc_b[w][0][0], s, os, NT, hd); /* dv */
+                    emu_accumulate(&acc_a[w][0][0], dp, qs, NT, hd); /* dk */
+                }
+            }
+            /* 6. */
+            for (int w = 0; w < LWC_FA_WARPS; w++)
+                for (int ln = 0; ln < 32; ln++)
+                    for (int r = 0; r < 2; r++) {
+                        const int key = k0 + LWC_FA_WARP_ROWS * w + lwc_mma_c_row(ln, 2 * r);
+                        if (key >= t) continue;
+                        float *g = dqkv + head + key * c3 + lwc_mma_c_col(ln, 0);
+                        for (int j = 0; j < ND; j++)
+                            for (int e = 0; e < 2; e++) {
+                                g[c + 8 * j + e] += scale * acc_a[w][ln][j][2 * r + e];
+                                g[2 * c + 8 * j + e] += acc_b[w][ln][j][2 * r + e];
+                            }
+                    }
+        }
+        free(smem);
+    }
+
+    /* dq */
+    {
+        const int NT = LWC_FA_STEP / 8;
+        uint16_t *smem = smem_of(hd, LWC_FA_DQ);
+        uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
+        uint16_t *vs = ks + LWC_FA_STEP * LD;
+        for (int64_t block = 0; block < b * nh * tiles; block++) {
+            int bh, tile;
+            lwc_fa_block(block, tiles, LWC_FA_DQ, &bh, &tile);
+            if (bh >= heads) continue;
+            const int64_t bi = bh / nh, h = bh % nh, head = bi * t * c3 + h * hd;
+            const int q0 = tile * LWC_FA_BLOCK;
+            const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+            /* 1. */
+            emu_stage(qs, q, c3, q0, LWC_FA_BLOCK, t, hd);
+            emu_stage(os, dout + bi * t * c + h * hd, c, q0, LWC_FA_BLOCK, t, hd);
+            float lr[LWC_FA_WARPS][32][2], dr[LWC_FA_WARPS][32][2];
+            for (int w = 0; w < LWC_FA_WARPS; w++)
+                for (int ln = 0; ln < 32; ln++)
+                    for (int r = 0; r < 2; r++) {
+                        const int row = q0 + LWC_FA_WARP_ROWS * w + lwc_mma_c_row(ln, 2 * r);
+                        lr[w][ln][r] = row < t ? lse[bh * t + row] * LOG2E : 0.0f;
+                        dr[w][ln][r] = row < t ? dd[bh * t + row] : 0.0f;
+                    }
+            memset(acc_a, 0, sizeof acc_a); /* dq */
+            const int last = lwc_fa_last_key_step(q0, t);
+            for (int step = 0; step <= last; step++) {
+                const int k0 = step * LWC_FA_STEP;
+                /* 2. */
+                emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
+                emu_stage(vs, v, c3, k0, LWC_FA_STEP, t, hd);
+                for (int w = 0; w < LWC_FA_WARPS; w++) {
+                    const int row0 = q0 + LWC_FA_WARP_ROWS * w;
+                    /* 3. */
+                    float s[32][MAX_NT][4], dp[32][MAX_NT][4];
+                    memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
+                    emu_score_pair(&s[0][0], &dp[0][0], qs, os, ks, vs, w, NT, hd);
+                    /* 4. */
+                    const bool masked = lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t);
+                    for (int ln = 0; ln < 32; ln++)
+                        lwc_fa_grad_q(s[ln], dp[ln], NT, ln, lr[w][ln], dr[w][ln], row0, k0, t,
+                                      masked, sc);
+                    /* 5. */
+                    emu_accumulate(&acc_a[w][0][0], s, ks, NT, hd); /* dq */
+                }
+            }
+            /* 6. */
+            for (int w = 0; w < LWC_FA_WARPS; w++)
+                for (int ln = 0; ln < 32; ln++)
+                    for (int r = 0; r < 2; r++) {
+                        const int row = q0 + LWC_FA_WARP_ROWS * w + lwc_mma_c_row(ln, 2 * r);
+                        if (row >= t) continue;
+                        float *g = dqkv + head + row * c3 + lwc_mma_c_col(ln, 0);
+                        for (int j = 0; j < ND; j++)
+                            for (int e = 0; e < 2; e++)
+                                g[8 * j + e] += scale * acc_a[w][ln][j][2 * r + e];
+                    }
+        }
+        free(smem);
+    }
+    free(dd);
+}

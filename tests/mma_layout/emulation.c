@@ -1,0 +1,119 @@
+/* emulation.c: the emulated kernels against double attention within reference.c's bounds, a NaN
+ * key's rows, and the faults (warp.c) each caught. */
+#include "mma_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* the faults' names, in the order of mma_test.h's FAULT_ values */
+static const char *fault_names[] = {"none", "a B operand's k halves swapped",
+                                    "P's A operand packed in the wrong order",
+                                    "the causal mask one key late", "a quad reduced over 2 lanes"};
+
+/* ---- the emulation against double attention ------------------------------------------------- */
+
+typedef struct {
+    int64_t b, t, nh, hd;
+} shape;
+
+/* worst of |got - ref| / tol, and of |got - ref| / max |ref| (the harness's measure) */
+static double worst_ratio(const float *got, const double *ref, const double *tol, int64_t n,
+                          double *rel) {
+    double w = 0, big = 0, diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - ref[i]);
+        w = fmax(w, isnan(d) ? INFINITY : d / tol[i]);
+        big = fmax(big, fabs(ref[i]));
+        diff = fmax(diff, isnan(d) ? INFINITY : d);
+    }
+    if (rel != NULL) *rel = diff / (big > 0 ? big : 1);
+    return w;
+}
+
+/* The emulated kernels on bf16 inputs of one shape; false when an output is past its bound
+ * (printed unless quiet). */
+static bool emulation_within(shape sh, bool quiet) {
+    const int64_t b = sh.b, t = sh.t, nh = sh.nh, c = nh * sh.hd, n = b * t * c, nl = b * nh * t;
+    float *qkv = random_array(3 * n, 2.0f, true), *dout = random_array(n, 1.0f, true);
+    float *out = calloc((size_t)n, sizeof(float)), *lse = calloc((size_t)nl, sizeof(float));
+    float *dqkv = calloc((size_t)(3 * n), sizeof(float)), *top = calloc((size_t)nl, 4);
+    reference ref = {.out = malloc(sizeof(double) * (size_t)n),
+                     .lse = malloc(sizeof(double) * (size_t)nl),
+                     .dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
+                     .tol_out = malloc(sizeof(double) * (size_t)n),
+                     .tol_dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
+                     .rowmax = malloc(sizeof(double) * (size_t)nl)};
+    reference_attention(&ref, qkv, dout, NULL, b, t, c, nh, b * nh);
+    emulate_forward(out, lse, top, qkv, b, t, c, nh, b * nh);
+    /* the backward from the reference's out and lse, as the harness hands a device the CPU's */
+    float *ref_out = calloc((size_t)n, sizeof(float)), *ref_lse = calloc((size_t)nl, sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        ref_out[i] = (float)ref.out[i];
+    for (int64_t i = 0; i < nl; i++)
+        ref_lse[i] = (float)ref.lse[i];
+    emulate_backward(dqkv, dout, qkv, ref_out, ref_lse, b, t, c, nh, b * nh);
+    double *tol_lse = malloc(sizeof(double) * (size_t)nl);
+    for (int64_t i = 0; i < nl; i++)
+        tol_lse[i] = (1 + fabs(ref.lse[i])) / 16384;
+    double rel_out, rel_dqkv;
+    const double w_out = worst_ratio(out, ref.out, ref.tol_out, n, &rel_out);
+    const double w_lse = worst_ratio(lse, ref.lse, tol_lse, nl, NULL);
+    /* a row's largest score: fp32 sums of exact products (the inputs are bf16), as lse */
+    const double w_top = worst_ratio(top, ref.rowmax, tol_lse, nl, NULL);
+    const double w_dqkv = worst_ratio(dqkv, ref.dqkv, ref.tol_dqkv, 3 * n, &rel_dqkv);
+    const bool ok = w_out <= 1 && w_lse <= 1 && w_top <= 1 && w_dqkv <= 1;
+    if (!quiet)
+        printf("test_mma_layout: b %lld, t %lld, nh %lld, head dim %lld: worst error / bound: out "
+               "%.3f, lse %.3f, largest score %.3f, dqkv %.3f (of the largest value: out %.1e, "
+               "dqkv %.1e)\n",
+               (long long)b, (long long)t, (long long)nh, (long long)sh.hd, w_out, w_lse, w_top,
+               w_dqkv, rel_out, rel_dqkv);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref_out), free(ref_lse);
+    free(tol_lse), free(ref.out), free(ref.lse), free(ref.dqkv), free(ref.tol_out);
+    free(ref.tol_dqkv), free(ref.rowmax), free(top);
+    return ok;
+}
+
+/* A NaN in one key (head 0, channel 3): exactly the rows that see it are NaN in out, lse and
+ * their largest scores. */
+void test_nan_key(void) {
+    const int64_t t = 100, nh = 2, hd = 64, c = nh * hd, bad = 40;
+    float *qkv = random_array(3 * t * c, 2.0f, true);
+    float *out = calloc((size_t)(t * c), sizeof(float)), *lse = calloc((size_t)(nh * t), 4);
+    float *top = calloc((size_t)(nh * t), 4);
+    qkv[bad * 3 * c + c + 3] = NAN;
+    emulate_forward(out, lse, top, qkv, 1, t, c, nh, nh);
+    bool as_promised = true;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t h = 0; h < nh; h++) {
+            const bool nan = h == 0 && i >= bad;
+            as_promised = as_promised && isnan(lse[h * t + i]) == nan;
+            as_promised = as_promised && isnan(top[h * t + i]) == nan;
+            for (int64_t d = 0; d < hd; d++)
+                as_promised = as_promised && isnan(out[i * c + h * hd + d]) == nan;
+        }
+    EXPECT(as_promised);
+    printf("test_mma_layout: a NaN key makes NaN exactly the rows that see it\n");
+    free(qkv), free(out), free(lse), free(top);
+}
+
+void test_emulation(void) {
+    const shape shapes[] = {
+        {1, 1, 1, 64},    /* one row */
+        {1, 70, 2, 64},   /* past one tile */
+        {2, 130, 1, 128}, /* head dim 128, batch 2, t past two tiles */
+        {1, 200, 3, 64},  /* three heads */
+        {1, 97, 2, 128},  /* head dim 128, dk/dv steps of 32 not dividing t */
+        {1, 1024, 1, 64}, /* GPT-2's t */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        EXPECT(emulation_within(shapes[i], false));
+    for (fault = FAULT_NONE + 1; fault < FAULT_COUNT; fault++) {
+        const bool caught = !emulation_within((shape){1, 70, 1, 64}, true);
+        printf("test_mma_layout: fault \"%s\": %s\n", fault_names[fault],
+               caught ? "caught" : "NOT caught");
+        EXPECT(caught);
+    }
+    fault = FAULT_NONE;
+}
