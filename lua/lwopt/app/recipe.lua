@@ -198,7 +198,9 @@ local function build_run(v, comm, data, rules)
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
-   local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
+   -- errors name an unmatched parameter; a rule that routes none is warned about over the
+   -- whole model (warn_rules), not over this rank's part
+   local specs = lw.route(model:parameters(), rules, { warn = false })
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
    -- the flags that name a ddp or optim option (recipe_flags.list), and what the run adds
@@ -222,6 +224,14 @@ local function build_run(v, comm, data, rules)
       max_skips = v.max_skips, qk_clip = v.qk_clip, max_logit = v.log ~= nil }
    model:bind(ddp, train.hooks(run))
    return run
+end
+
+-- A routing rule that routes none of the whole model's parameters: said on stderr (rank 0),
+-- even with --quiet, as lw.route says it; a warning, since a generic list may not fit.
+local function warn_rules(run, say)
+   for _, text in ipairs(lw.route.unused(run.full_specs or run.model:parameters(), run.rules)) do
+      say("warning: routing " .. text, io.stderr)
+   end
 end
 
 -- No output may write over an input or another output: rank 0 compares their real paths (the
@@ -289,6 +299,7 @@ function recipe.main(argv, rules, script)
    apply_init_from(run, v, say)
    announce(run, v, data, path, say)
    warn_schedule(v, say)
+   warn_rules(run, say)
    if v.log then -- collective
       run.log_config = recipe_log.config(run, v, data, path, recipe.flags, started,
          lw.arch.numel(run.full_specs or run.ddp.specs))
