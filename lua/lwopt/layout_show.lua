@@ -164,8 +164,8 @@ function show.summary(self, opts)
          commas(bucket.shard_size)) or ("%d x %s"):format(e.size / bucket.shard_size,
          commas(bucket.shard_size))
       lines[#lines + 1] = string.format("  buffer %d bucket %d  %d param%s  %s  real %s  "
-         .. "padding %s", e.b, e.k, #bucket.params, #bucket.params == 1 and "" or "s", shape, commas(bucket.numel_unpadded),
-         padding_text(e.size - bucket.numel_unpadded, bucket.numel_unpadded))
+         .. "padding %s", e.b, e.k, #bucket.params, #bucket.params == 1 and "" or "s", shape,
+         commas(bucket.numel_unpadded), padding_text(e.size - bucket.numel_unpadded, bucket.numel_unpadded))
    end
    show_stats(lines, self)
    return table.concat(lines, "\n")

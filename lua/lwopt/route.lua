@@ -24,7 +24,8 @@ route.default_rules = {
    { name = "embedding or output", optional = true, optimizer = "adamw",
      match = function(s) return s.role == "embedding" or s.role == "output" end },
    { name = "matrix", optional = true, optimizer = "muon", match = is_matrix },
-   { name = "everything else", optional = true, optimizer = "adamw", match = function() return true end },
+   { name = "everything else", optional = true, optimizer = "adamw",
+     match = function() return true end },
 }
 
 -- What a rule's opts may set for its parameters (lw.optim.new reads them per parameter).
@@ -114,8 +115,9 @@ local function warn_stderr(text)
 end
 
 -- Routes specs with rules (default: route.default_rules). Returns new spec tables, each a copy
--- with .optimizer (the rule's name) and .opts (the rule's opts, or nil) added. Each rule that routed no parameter, unless optional, is warned about once:
--- opts.warn(text) (default: stderr on rank 0; false: not at all).
+-- with .optimizer (the rule's name) and .opts (the rule's opts, or nil) added. Each rule that
+-- routed no parameter, unless optional, is warned about once: opts.warn(text) (default: stderr
+-- on rank 0; false: not at all).
 local function route_specs(specs, rules, opts)
    rules = rules or route.default_rules
    if type(specs) ~= "table" then fail("specs must be a list, got %s", type(specs)) end
@@ -156,6 +158,9 @@ local function route_specs(specs, rules, opts)
    end
    local warn = (opts or {}).warn
    if warn == nil then warn = warn_stderr end
+   if warn and type(warn) ~= "function" then
+      fail("opts.warn must be a function or false, got %s", type(warn))
+   end
    if warn then
       for _, text in ipairs(unused_texts(specs, used, rules)) do warn(text) end
    end
