@@ -150,7 +150,8 @@ recipe_flags.list = {
    { "vocab", "int", nil, "token vocabulary of token shards (default: the preset's, 50257: "
      .. "GPT-2's); the model's is it padded to a multiple of 128. Byte data: 256", min = 1,
      max = 2 ^ 31 - 1 },
-   { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
+   { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it (a non-empty "
+     .. "file is refused without --overwrite or --resume)" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
    { "init-from", "string", nil, "start from the weights in this safetensors file (--save-params, "
      .. "a checkpoint's model.safetensors, or an `lwopt export` in hf-gpt2 or nanogpt names; F32, "
