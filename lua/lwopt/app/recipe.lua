@@ -95,8 +95,8 @@ end
 -- Outputs checked on every rank before the first step (each rank the paths it writes: the
 -- checkpoint directory all of them, the log, loss curve and parameters rank 0), the checkpoint
 -- directory locked for this job (rank 0 holds the lock, returned; nil without --ckpt-dir), and
--- a new run refused in a checkpoint directory that holds another run's checkpoints, or over a
--- non-empty --log, without --overwrite. Collective.
+-- a new run refused in a checkpoint directory that holds another run's checkpoints without
+-- --overwrite. Collective.
 local function check_outputs(comm, v)
    local lock
    if v.ckpt_dir then
@@ -130,15 +130,6 @@ local function check_outputs(comm, v)
       end
       if comm.rank == 0 then
          if v.log then
-            -- a log is protected as checkpoints are: a new run does not replace another's
-            -- unasked (a resumed run appends to it)
-            local f = not v.resume and not v.overwrite and io.open(v.log, "rb")
-            local size = f and f:seek("end") or 0
-            if f then f:close() end
-            if size > 0 then
-               errors.fail(nil, "--log %s already holds a log (%d bytes): add --overwrite to "
-                  .. "replace it, or choose another file", v.log, size)
-            end
             must(files.check_writable(v.log, "--log"))
             must(files.check_writable(recipe_paths.plot(v.log), "the loss curve",
                ("beside --log '%s'"):format(v.log)))
@@ -235,12 +226,21 @@ local function warn_rules(run, say)
 end
 
 -- No output may write over an input or another output: rank 0 compares their real paths (the
--- inputs include the checkpoint resumed), every rank agrees. Collective.
+-- inputs include the checkpoint resumed); then a non-empty --log is refused without --overwrite
+-- or --resume (a log is protected as checkpoints are; a resumed run appends to it), still before
+-- anything is written. Every rank agrees. Collective.
 local function check_paths(run, v, data)
    local ok, err = pcall(function()
       if run.comm.rank ~= 0 then return end
       local why = recipe_paths.check(v, data, run.checkpoint and run.checkpoint.resumed_from)
       if why then errors.raise(why) end
+      local f = v.log and not v.resume and not v.overwrite and io.open(v.log, "rb")
+      local size = f and f:seek("end") or 0
+      if f then f:close() end
+      if size > 0 then
+         errors.fail(nil, "--log %s already holds a log (%d bytes): add --overwrite to replace "
+            .. "it, or choose another file", v.log, size)
+      end
    end)
    run.comm:agree(ok, err)
 end
