@@ -60,10 +60,10 @@ test-gpu: deps
 demo: build-lib data
 	@mkdir -p runs
 	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 \
-		-x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --log runs/demo.jsonl
+		-x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --log runs/demo.jsonl --overwrite
 
 layout-demo: build
-	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8
+	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --buckets
 
 # The quick benchmarks; bench/optimizer_step.sh (several minutes) runs the MPI one.
 bench: build

@@ -14,13 +14,32 @@ local root = assert(io.popen("pwd")):read("*l")
 local bin = root .. "/bin/lwopt"
 
 describe("lwopt layout", function()
-   it("prints the map of a GPT-2 124M layout at dp 8", function()
+   it("prints the map of a GPT-2 124M layout at dp 8 with --buckets", function()
       local status, out = run({ "layout", "--arch", "gpt", "--n-layer", "12", "--n-embd", "768",
-         "--n-head", "12", "--dp", "8", "--algorithm", "cost" })
+         "--n-head", "12", "--dp", "8", "--algorithm", "cost", "--buckets" })
       assert.equal(0, status)
       assert.matches("layout  dp 8  expert_dp 8  algorithm cost", out, 1, true)
       assert.matches("    r7 |", out, 1, true)
       assert.matches("stats\n", out, 1, true)
+   end)
+
+   it("prints a summary that fits a screen by default, padding quoted one way", function()
+      -- GPT-2 1.5B at dp 64: 204 lines as a map
+      local status, out = run({ "layout", "--n-layer", "48", "--n-embd", "1600", "--n-head",
+         "25", "--dp", "64" })
+      assert.equal(0, status)
+      local n = select(2, out:gsub("\n", ""))
+      assert.is_true(n <= 20, out)
+      assert.is_nil(out:find("\n    r0 |", 1, true))
+      assert.matches("buffer 2  muon  f32/f32  cost  dp 64  1,638,400,000 elements  real "
+         .. "1,474,560,000  padding 163,840,000 (11.11%)  1 bucket\n", out, 1, true)
+      assert.matches("largest buckets (3 of 3; --buckets draws each, rank by rank)\n  buffer 2 "
+         .. "bucket 1  192 params  64 x 25,600,000  real 1,474,560,000  padding 163,840,000 "
+         .. "(11.11%)\n", out, 1, true)
+      assert.matches("muon: 1,474,560,000 elements, padding 163,840,000 (11.11%)\n", out, 1, true)
+      assert.matches("imbalance 1.111", out, 1, true)
+      -- one percentage of the padding: of the real elements, never of the buffer
+      assert.is_nil(out:find("10.00%", 1, true))
    end)
 
    it("prints the same JSON as layout:json()", function()
@@ -86,7 +105,7 @@ describe("lwopt", function()
 
    it("runs from another directory as bin/lwopt", function()
       local out, status = helpers.sh("cd /tmp && " .. bin .. " layout --n-layer 1 --n-embd 64 "
-         .. "--n-head 2 --dp 2 --ascii")
+         .. "--n-head 2 --dp 2 --ascii --buckets")
       assert.equal(0, status)
       assert.matches("r1 |", out, 1, true)
    end)

@@ -187,6 +187,20 @@ describe("lw.layout.compute", function()
       assert.is_nil(ascii:find("█", 1, true))
    end)
 
+   it("sums a layout up without the ranks' rows, padding as a share of the real elements",
+      function()
+      local l = lw.layout.compute(lw.arch.gpt(gpt124), { dp = 4, bucket_size = 20e6 })
+      local text = l:summary{ top = 2 }
+      assert.is_nil(text:find("\n    r0 |", 1, true))
+      assert.matches(("largest buckets (2 of %d)\n  buffer "):format(#l.buffers[1].buckets
+         + #l.buffers[2].buckets), text, 1, true)
+      local s = l:stats()
+      assert.matches(("padding %s (%.2f%%)"):format(tostring(s.padding):reverse()
+         :gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""), 100 * s.padding / s.numel), text, 1,
+         true)
+      assert.equal(l:show():match("\n(stats\n.*)$"), text:match("\n(stats\n.*)$"))
+   end)
+
    it("serialises to JSON that a separate decoder reads back", function()
       local l = lw.layout.compute(lw.arch.gpt{ n_layer = 2, n_embd = 64, n_head = 2, vocab = 100,
          seq_len = 16 }, { dp = 2, bucket_size = 5000 })

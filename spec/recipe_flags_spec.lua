@@ -147,6 +147,8 @@ describe("recipes/gpt_small.lua's flags", function()
          { "--ckpt-every 5", "--ckpt-every needs --ckpt-dir" },
          { "--keep 2", "--keep needs --ckpt-dir" },
          { "--resume", "--resume needs --ckpt-dir" },
+         { "--overwrite", "--overwrite needs --ckpt-dir or --log (what it lets a new run "
+           .. "replace)" },
          { "--ckpt-dir /tmp/x --resume --overwrite", "--resume continues the checkpoints in "
            .. "--ckpt-dir and --overwrite replaces them: choose one" },
       }) do
@@ -154,6 +156,22 @@ describe("recipes/gpt_small.lua's flags", function()
          assert.equal(1, status, case[1])
          assert.equal(case[2] .. "\n", out)
       end
+   end)
+
+   it("refuses a non-empty --log before any work unless --overwrite or --resume", function()
+      local log = helpers.tempfile('{"kind":"config"}\n')
+      local run = "cd /tmp && luajit " .. recipe .. " --preset tiny --steps 1 --eval-max 1 "
+         .. "--sample 0 --quiet --log " .. log
+      local out, status = helpers.sh(run)
+      assert.equal(1, status)
+      assert.equal("--log " .. log .. " already holds a log (18 bytes): add --overwrite to "
+         .. "replace it, or choose another file\n", out)
+      assert.equal('{"kind":"config"}\n', helpers.slurp(log))
+      out, status = helpers.sh(run .. " --overwrite")
+      assert.equal(0, status, out)
+      assert.is_nil(helpers.slurp(log):find('{"kind":"config"}\n', 1, true))
+      assert.matches('"step":1,', helpers.slurp(log), 1, true)
+      helpers.sh("rm -f " .. log .. " " .. log .. ".png " .. log .. ".dat")
    end)
 
    it("refuses ZeRO and sharding combinations that cannot work, before any work", function()

@@ -374,8 +374,8 @@ describe("recipes/gpt_small.lua", function()
             .. "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
          for _, ep in ipairs({ 1, 2 }) do
             local out, status = helpers.sh(("%sluajit %s --preset moe --ep %d --steps 2 --seq 16 "
-               .. "--batch 2 --eval-max 1 --sample 0 --quiet --log %s"):format(mpirun, recipe, ep,
-               log))
+               .. "--batch 2 --eval-max 1 --sample 0 --quiet --overwrite --log %s"):format(mpirun,
+               recipe, ep, log))
             assert.equal(0, status, out)
             for _, rec in ipairs(helpers.log_records(log)) do
                assert.equal(2, #rec.by_rank.muon_ms)

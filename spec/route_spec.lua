@@ -1,6 +1,9 @@
 -- route_spec.lua: lw.route with the default rules (docs/algorithms.md section 1) and custom lists.
 local route = require("lwopt.route")
 local arch = require("lwopt.arch")
+local helpers = require("helpers")
+
+local root = assert(io.popen("pwd")):read("*l")
 
 local function by_name(routed)
    local t = {}
@@ -86,6 +89,39 @@ describe("lw.route with custom rules", function()
       end, "lw.route: rule 2 sends 'h.0.ln_1.weight' (shape {64}) to muon, which needs a 2-D matrix")
    end)
 
+   it("warns once per rule that routed no parameter, naming it, unless it is optional", function()
+      local said = {}
+      local function warn(text) said[#said + 1] = text end
+      route(specs, {
+         { match = "experts", optimizer = "muon", name = "experts" },
+         { match = "qkv%.weight$", optimizer = "muon" },
+         { match = "ln_", optimizer = "adamw" },
+         { match = "router", optimizer = "adamw", optional = true },
+         { match = ".", optimizer = "adamw" },
+      }, { warn = warn })
+      assert.same({
+         "rule 1 (experts), match 'experts', matched no parameter (optional = true in the rule "
+            .. "silences this)",
+      }, said)
+      said = {}
+      route(specs, { { match = "qkv", optimizer = "adamw" }, { match = "qkv%.weight", optimizer =
+         "adamw" }, { match = function() return false end, optimizer = "muon" },
+         { match = ".", optimizer = "adamw" } }, { warn = warn })
+      assert.same({
+         "rule 2, match 'qkv%.weight', matched only parameters an earlier rule took (optional = "
+            .. "true in the rule silences this)",
+         "rule 3, match a function, matched no parameter (optional = true in the rule silences "
+            .. "this)",
+      }, said)
+      assert.same({}, route.unused(specs)) -- the default rules are all optional
+      assert.same({ "rule 2, match a function, matched no parameter (optional = true in the rule "
+         .. "silences this)" }, route.unused(specs, { { match = ".", optimizer = "adamw" },
+         { match = function() return false end, optimizer = "muon" } }))
+      assert.has_error(function()
+         route(specs, { { match = ".", optimizer = "adamw", optional = "yes" } })
+      end, "lw.route: rule 1: optional must be true or false, got yes")
+   end)
+
    it("names malformed rules", function()
       assert.has_error(function() route(specs, {}) end, "lw.route: the rule list is empty")
       assert.has_error(function() route(specs, { { match = ".", optimizer = "sgd" } }) end,
@@ -103,5 +139,16 @@ describe("lw.route with custom rules", function()
       assert.has_error(function()
          route(specs, { { match = ".", optimizer = "adamw", opts = { lr = "1e-3" } } })
       end, "lw.route: rule 1: opts.lr must be a finite number >= 0, got '1e-3'")
+   end)
+end)
+
+describe("a recipe's routing rules", function()
+   it("warn on stderr, once, about a rule that routes no parameter, and the run trains", function()
+      local out, err, status = helpers.sh_apart("cd /tmp && luajit " .. root
+         .. "/spec/fixtures/unused_rules.lua --preset tiny --steps 1 --warmup 0 --eval-max 1 "
+         .. "--sample 0 --quiet")
+      assert.equal(0, status, out .. err)
+      assert.equal("warning: routing rule 1 (experts), match 'experts', matched no parameter "
+         .. "(optional = true in the rule silences this)\n", err)
    end)
 end)

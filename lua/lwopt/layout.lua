@@ -331,6 +331,10 @@ function Layout:show(opts)
    return require("lwopt.layout_show").show(self, opts)
 end
 
+function Layout:summary(opts)
+   return require("lwopt.layout_show").summary(self, opts)
+end
+
 Layout.__tostring = function(self) return self:show() end
 
 -- The layout as JSON: options, hash, buffers with buckets and placed params, stats.

@@ -1,5 +1,7 @@
--- layout_show.lua: draws a layout as text a person reads at a glance: per buffer and bucket one
--- row per shard (rank) with its parameters and padding drawn to scale as a bar, then the stats.
+-- layout_show.lua: a layout as text a person reads at a glance: the summary (buffers, the
+-- largest buckets, the stats: a screen whatever the model), or the map (per buffer and bucket one
+-- row per shard (rank) with its parameters and padding drawn to scale as a bar, then the stats).
+-- Padding is quoted one way throughout: elements, and their percentage of the real elements.
 local show = {}
 
 local function commas(n)
@@ -9,6 +11,14 @@ local function commas(n)
 end
 
 local function percent(x) return string.format("%.2f%%", 100 * x) end
+
+-- "163,840,000 (11.11%)": padding elements and their share of the real elements beside them.
+local function padding_text(padding, real)
+   return ("%s (%s)"):format(commas(padding), real > 0 and percent(padding / real) or "no real")
+end
+
+local PADDING_NOTE = "  padding: elements added to align shards and buckets; % of the real "
+   .. "(parameter) elements"
 
 local GLYPHS = { unicode = { "█", "▓", "░" }, ascii = { "#", "=", "." } }
 
@@ -73,7 +83,8 @@ local function show_bucket(lines, self, buffer, k, bucket, opts)
       or ("%d x %s"):format(rows, commas(bucket.shard_size))
    lines[#lines + 1] = string.format("  bucket %d  [%s, %s)  %s  real %s  padding %s", k,
       commas(bucket.start), commas(bucket.stop), shape,
-      commas(bucket.numel_unpadded), percent((size - bucket.numel_unpadded) / size))
+      commas(bucket.numel_unpadded), padding_text(size - bucket.numel_unpadded,
+      bucket.numel_unpadded))
    for r = 0, rows - 1 do
       local lo = bucket.shards and bucket.shards[r + 1].start
          or bucket.start + r * bucket.shard_size
@@ -97,10 +108,10 @@ end
 local function show_stats(lines, self)
    local s = self:stats()
    lines[#lines + 1] = "stats"
-   lines[#lines + 1] = string.format("  %d params, %s elements in buffers of %s: padding %s (%s)",
-      s.params, commas(s.numel), commas(s.buffer_numel), commas(s.padding), percent(s.overhead))
-   lines[#lines + 1] = string.format("  muon: %s elements, padding %s (%s)",
-      commas(s.muon_numel), commas(s.muon_padding), percent(s.muon_overhead))
+   lines[#lines + 1] = string.format("  %d params, %s elements in buffers of %s: padding %s",
+      s.params, commas(s.numel), commas(s.buffer_numel), padding_text(s.padding, s.numel))
+   lines[#lines + 1] = string.format("  muon: %s elements, padding %s",
+      commas(s.muon_numel), padding_text(s.muon_padding, s.muon_numel))
    local lo, hi = math.huge, 0
    for _, n in ipairs(s.rank_numel) do lo, hi = math.min(lo, n), math.max(hi, n) end
    lines[#lines + 1] = string.format("  muon numel per rank: min %s, max %s, imbalance %.3f",
@@ -108,6 +119,56 @@ local function show_stats(lines, self)
    lines[#lines + 1] = string.format(
       "  muon Newton-Schulz cost per rank: imbalance %.3f (lower bound %.3f)",
       s.cost_imbalance, s.cost_imbalance_bound)
+end
+
+local function header(self)
+   return string.format("layout  dp %d  expert_dp %d  algorithm %s  adamw %s  bucket_size %s"
+      .. "%s  hash %s", self.dp, self.expert_dp, self.algorithm, self.adamw_layout,
+      self.bucket_size and commas(self.bucket_size) or "none",
+      self.high_busbw and "  high_busbw" or "", self:hash())
+end
+
+local function buffer_line(b, buffer)
+   local real = 0
+   for _, bucket in ipairs(buffer.buckets) do real = real + bucket.numel_unpadded end
+   return string.format("buffer %d  %s%s  %s/%s  %s  dp %d  %s elements  real %s  padding %s  "
+      .. "%d bucket%s", b, buffer.key.optimizer, buffer.key.expert and " expert" or "",
+      buffer.key.param_dtype, buffer.key.grad_dtype, buffer.algorithm, buffer.dp,
+      commas(buffer.numel), commas(real), padding_text(buffer.numel - real, real),
+      #buffer.buckets, #buffer.buckets == 1 and "" or "s")
+end
+
+-- layout:summary{ top = 3, more = nil }: the header, a line per buffer, the `top` largest
+-- buckets (by elements, padding included; `more`: a note after their count) and the stats,
+-- without the per-rank rows.
+function show.summary(self, opts)
+   opts = opts or {}
+   local top = opts.top or 3
+   local lines = { header(self), PADDING_NOTE }
+   local all = {}
+   for b, buffer in ipairs(self.buffers) do
+      lines[#lines + 1] = buffer_line(b, buffer)
+      for k, bucket in ipairs(buffer.buckets) do
+         all[#all + 1] = { b = b, k = k, bucket = bucket, size = bucket.stop - bucket.start }
+      end
+   end
+   table.sort(all, function(x, y)
+      if x.size ~= y.size then return x.size > y.size end
+      return x.b < y.b or (x.b == y.b and x.k < y.k)
+   end)
+   lines[#lines + 1] = ("largest buckets (%d of %d%s)"):format(math.min(top, #all), #all,
+      opts.more and ("; " .. opts.more) or "")
+   for i = 1, math.min(top, #all) do
+      local e, bucket = all[i], all[i].bucket
+      local shape = bucket.shards and ("%d shards up to %s"):format(#bucket.shards,
+         commas(bucket.shard_size)) or ("%d x %s"):format(e.size / bucket.shard_size,
+         commas(bucket.shard_size))
+      lines[#lines + 1] = string.format("  buffer %d bucket %d  %d param%s  %s  real %s  "
+         .. "padding %s", e.b, e.k, #bucket.params, #bucket.params == 1 and "" or "s", shape,
+         commas(bucket.numel_unpadded), padding_text(e.size - bucket.numel_unpadded, bucket.numel_unpadded))
+   end
+   show_stats(lines, self)
+   return table.concat(lines, "\n")
 end
 
 -- layout:show{ width = 40, ascii = false, columns = 100 }
@@ -118,22 +179,12 @@ function show.show(self, opts)
       glyphs = opts.ascii and GLYPHS.ascii or GLYPHS.unicode,
       columns = opts.columns or 100,
    }
-   local lines = {}
-   lines[1] = string.format("layout  dp %d  expert_dp %d  algorithm %s  adamw %s  bucket_size %s"
-      .. "%s  hash %s", self.dp, self.expert_dp, self.algorithm, self.adamw_layout,
-      self.bucket_size and commas(self.bucket_size) or "none",
-      self.high_busbw and "  high_busbw" or "", self:hash())
+   local lines = { header(self) }
    lines[2] = string.format("  legend: %s %s parameters (alternating), %s padding",
       o.glyphs[1], o.glyphs[2], o.glyphs[3])
+   lines[3] = PADDING_NOTE
    for b, buffer in ipairs(self.buffers) do
-      local real = 0
-      for _, bucket in ipairs(buffer.buckets) do real = real + bucket.numel_unpadded end
-      lines[#lines + 1] = string.format("buffer %d  %s%s  %s/%s  %s  dp %d  %s elements "
-         .. "(real %s, padding %s)  %d bucket%s", b, buffer.key.optimizer,
-         buffer.key.expert and " expert" or "", buffer.key.param_dtype, buffer.key.grad_dtype,
-         buffer.algorithm, buffer.dp, commas(buffer.numel), commas(real),
-         percent((buffer.numel - real) / buffer.numel), #buffer.buckets,
-         #buffer.buckets == 1 and "" or "s")
+      lines[#lines + 1] = buffer_line(b, buffer)
       for k, bucket in ipairs(buffer.buckets) do show_bucket(lines, self, buffer, k, bucket, o) end
    end
    show_stats(lines, self)

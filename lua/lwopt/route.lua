@@ -1,7 +1,8 @@
 -- route.lua: decides which optimizer updates each parameter. Rules are data: an ordered list of
 -- { match = <Lua pattern on the name> | function(spec) -> bool, optimizer = <a rule's name:
--- "muon", "adamw", ... (lw.optim.kinds)>, opts = {...} }; the first match wins and a parameter
--- that no rule matches is an error.
+-- "muon", "adamw", ... (lw.optim.kinds)>, opts = {...}, optional = true }; the first match
+-- wins, a parameter that no rule matches is an error, and a rule that routes no parameter is
+-- warned about unless it is optional (a generic list may not fit every model).
 local errors = require("lwopt.errors")
 local kinds = require("lwopt.optim_kinds")
 
@@ -14,16 +15,17 @@ local function is_matrix(spec) return #spec.shape == 2 end
 -- docs/algorithms.md section 1: Muon for 2-D weights that are not embeddings or the LM head and
 -- were not excluded; a shared embedding is never Muon; AdamW for everything else.
 route.default_rules = {
-   { name = "excluded from Muon", optimizer = "adamw",
+   { name = "excluded from Muon", optional = true, optimizer = "adamw",
      match = function(s) return s.use_muon == false end },
-   { name = "shared embedding", optimizer = "adamw",
+   { name = "shared embedding", optional = true, optimizer = "adamw",
      match = function(s) return s.shared_embedding == true end },
-   { name = "asked for Muon", optimizer = "muon",
+   { name = "asked for Muon", optional = true, optimizer = "muon",
      match = function(s) return s.use_muon == true end },
-   { name = "embedding or output", optimizer = "adamw",
+   { name = "embedding or output", optional = true, optimizer = "adamw",
      match = function(s) return s.role == "embedding" or s.role == "output" end },
-   { name = "matrix", optimizer = "muon", match = is_matrix },
-   { name = "everything else", optimizer = "adamw", match = function() return true end },
+   { name = "matrix", optional = true, optimizer = "muon", match = is_matrix },
+   { name = "everything else", optional = true, optimizer = "adamw",
+     match = function() return true end },
 }
 
 -- What a rule's opts may set for its parameters (lw.optim.new reads them per parameter).
@@ -55,6 +57,9 @@ local function check_rules(rules)
          end
       end
       kinds.get(rule.optimizer, "lw.route", ("rule %d: optimizer"):format(i))
+      if rule.optional ~= nil and type(rule.optional) ~= "boolean" then
+         fail("rule %d: optional must be true or false, got %s", i, tostring(rule.optional))
+      end
       if rule.opts ~= nil and type(rule.opts) ~= "table" then
          fail("rule %d: opts must be a table", i)
       end
@@ -81,13 +86,43 @@ local function matches(rule, spec)
    return rule.match(spec) and true or false
 end
 
+-- One line per rule, not optional, that routed none of specs (used[i]: rule i routed one),
+-- naming it by index, name and pattern, and saying whether it matched nothing or only
+-- parameters an earlier rule took.
+local function unused_texts(specs, used, rules)
+   local out = {}
+   for i, rule in ipairs(rules) do
+      if not used[i] and not rule.optional then
+         local shadowed = false
+         for _, spec in ipairs(specs) do
+            if matches(rule, spec) then shadowed = true break end
+         end
+         out[#out + 1] = ("%s, match %s, %s (optional = true in the rule silences this)")
+            :format(rule_label(rules, i), type(rule.match) == "string" and ("'" .. rule.match
+            .. "'") or "a function", shadowed and "matched only parameters an earlier rule took"
+            or "matched no parameter")
+      end
+   end
+   return out
+end
+
+-- Where lw.route's warnings go unless opts.warn says: stderr, on the launcher's rank 0 only.
+local function warn_stderr(text)
+   local ok, comm = pcall(require, "lwopt.comm")
+   if ok and comm.launched() ~= 0 then return end
+   io.stderr:write("lw.route: warning: ", text, "\n")
+   io.stderr:flush()
+end
+
 -- Routes specs with rules (default: route.default_rules). Returns new spec tables, each a copy
--- with .optimizer (the rule's name) and .opts (the rule's opts, or nil) added.
-local function route_specs(specs, rules)
+-- with .optimizer (the rule's name) and .opts (the rule's opts, or nil) added. Each rule that
+-- routed no parameter, unless optional, is warned about once: opts.warn(text) (default: stderr
+-- on rank 0; false: not at all).
+local function route_specs(specs, rules, opts)
    rules = rules or route.default_rules
    if type(specs) ~= "table" then fail("specs must be a list, got %s", type(specs)) end
    check_rules(rules)
-   local routed = {}
+   local routed, used = {}, {}
    for n, spec in ipairs(specs) do
       if type(spec) ~= "table" or type(spec.name) ~= "string" or type(spec.shape) ~= "table" then
          fail("spec %d needs a string name and a shape table", n)
@@ -118,9 +153,26 @@ local function route_specs(specs, rules)
       for k, v in pairs(spec) do copy[k] = v end
       copy.optimizer = rule.optimizer
       copy.opts = rule.opts
+      used[chosen] = true
       routed[n] = copy
    end
-   return routed
+   local warn = (opts or {}).warn
+   if warn == nil then warn = warn_stderr end
+   if warn and type(warn) ~= "function" then
+      fail("opts.warn must be a function or false, got %s", type(warn))
+   end
+   if warn then
+      for _, text in ipairs(unused_texts(specs, used, rules)) do warn(text) end
+   end
+   return routed, used
+end
+
+-- The warnings lw.route would give routing specs with rules, as a list of lines (without
+-- "warning: "), for a caller that routes a part of the model and warns about the whole.
+function route.unused(specs, rules)
+   rules = rules or route.default_rules
+   local _, used = route_specs(specs, rules, { warn = false })
+   return unused_texts(specs, used, rules)
 end
 
 -- The specs, with those that have no .optimizer yet routed by the default rules (the others
@@ -134,12 +186,14 @@ function route.fill(specs, where)
       if type(s) ~= "table" then
          errors.fail(where, "spec %d is a %s, not a table", i, type(s))
       end
-      out[i] = s.optimizer ~= nil and s or route_specs({ s })[1]
+      out[i] = s.optimizer ~= nil and s or route_specs({ s }, nil, { warn = false })[1]
    end
    return out
 end
 
-route.route = route_specs
+route.route = function(specs, rules, opts) return (route_specs(specs, rules, opts)) end
 route.shape_text = shape_text
 
-return setmetatable(route, { __call = function(_, specs, rules) return route_specs(specs, rules) end })
+return setmetatable(route, { __call = function(_, specs, rules, opts)
+   return (route_specs(specs, rules, opts))
+end })

@@ -77,6 +77,8 @@ local function layout_flags()
       { "high-busbw", "bool", false, "pad bucket ends to lcm(dp, 128, 65536)" },
       { "json", "bool", false, "print JSON instead of the map" },
       { "stats", "bool", false, "print only the statistics" },
+      { "buckets", "bool", false, "the map: every bucket, one row per rank drawn to scale "
+        .. "(default: a summary: buffers, the largest buckets, the statistics)" },
       { "ascii", "bool", false, "draw bars with ASCII characters" },
       { "width", "int", 40, "bar width in characters", min = 1 },
       { "model-step", stepmodel.preset_names, nil, "after the layout, the predicted step time "
@@ -221,10 +223,12 @@ local function layout_command(argv, out, err)
    if v.json then
       out:write(result:json("  "), "\n")
    elseif v.stats then
-      local text = result:show()
+      local text = result:summary()
       out:write(text:match("\n(stats\n.*)$"), "\n")
-   else
+   elseif v.buckets then
       out:write(result:show{ ascii = v.ascii, width = v.width }, "\n")
+   else
+      out:write(result:summary{ more = "--buckets draws each, rank by rank" }, "\n")
    end
    if extra then out:write("\n", lw.stepmodel.table(extra), "\n") end
    return 0

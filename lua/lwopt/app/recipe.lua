@@ -95,7 +95,8 @@ end
 -- Outputs checked on every rank before the first step (each rank the paths it writes: the
 -- checkpoint directory all of them, the log, loss curve and parameters rank 0), the checkpoint
 -- directory locked for this job (rank 0 holds the lock, returned; nil without --ckpt-dir), and
--- a new run refused in a checkpoint directory that holds another run's checkpoints. Collective.
+-- a new run refused in a checkpoint directory that holds another run's checkpoints without
+-- --overwrite. Collective.
 local function check_outputs(comm, v)
    local lock
    if v.ckpt_dir then
@@ -188,7 +189,9 @@ local function build_run(v, comm, data, rules)
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
-   local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
+   -- errors name an unmatched parameter; a rule that routes none is warned about over the
+   -- whole model (warn_rules), not over this rank's part
+   local specs = lw.route(model:parameters(), rules, { warn = false })
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
    -- the flags that name a ddp or optim option (recipe_flags.list), and what the run adds
@@ -214,13 +217,30 @@ local function build_run(v, comm, data, rules)
    return run
 end
 
+-- A routing rule that routes none of the whole model's parameters: said on stderr (rank 0),
+-- even with --quiet, as lw.route says it; a warning, since a generic list may not fit.
+local function warn_rules(run, say)
+   for _, text in ipairs(lw.route.unused(run.full_specs or run.model:parameters(), run.rules)) do
+      say("warning: routing " .. text, io.stderr)
+   end
+end
+
 -- No output may write over an input or another output: rank 0 compares their real paths (the
--- inputs include the checkpoint resumed), every rank agrees. Collective.
+-- inputs include the checkpoint resumed); then a non-empty --log is refused without --overwrite
+-- or --resume (a log is protected as checkpoints are; a resumed run appends to it), still before
+-- anything is written. Every rank agrees. Collective.
 local function check_paths(run, v, data)
    local ok, err = pcall(function()
       if run.comm.rank ~= 0 then return end
       local why = recipe_paths.check(v, data, run.checkpoint and run.checkpoint.resumed_from)
       if why then errors.raise(why) end
+      local f = v.log and not v.resume and not v.overwrite and io.open(v.log, "rb")
+      local size = f and f:seek("end") or 0
+      if f then f:close() end
+      if size > 0 then
+         errors.fail(nil, "--log %s already holds a log (%d bytes): add --overwrite to replace "
+            .. "it, or choose another file", v.log, size)
+      end
    end)
    run.comm:agree(ok, err)
 end
@@ -279,6 +299,7 @@ function recipe.main(argv, rules, script)
    apply_init_from(run, v, say)
    announce(run, v, data, path, say)
    warn_schedule(v, say)
+   warn_rules(run, say)
    if v.log then -- collective
       run.log_config = recipe_log.config(run, v, data, path, recipe.flags, started,
          lw.arch.numel(run.full_specs or run.ddp.specs))

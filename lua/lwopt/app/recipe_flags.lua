@@ -150,7 +150,8 @@ recipe_flags.list = {
    { "vocab", "int", nil, "token vocabulary of token shards (default: the preset's, 50257: "
      .. "GPT-2's); the model's is it padded to a multiple of 128. Byte data: 256", min = 1,
      max = 2 ^ 31 - 1 },
-   { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it" },
+   { "log", "string", nil, "JSON lines per step; the loss curve PNG goes next to it (a non-empty "
+     .. "file is refused without --overwrite or --resume)" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
    { "init-from", "string", nil, "start from the weights in this safetensors file (--save-params, "
      .. "a checkpoint's model.safetensors, or an `lwopt export` in hf-gpt2 or nanogpt names; F32, "
@@ -163,8 +164,8 @@ recipe_flags.list = {
      .. "--ckpt-dir, if any; when it is missing or damaged, from the newest whole checkpoint of "
      .. "the same run (auto, the default), or not at all (strict)", bare = "auto" },
    { "overwrite", "bool", false, "start a new run in a --ckpt-dir that holds checkpoints "
-     .. "(replaced step by step as the new run saves; without this flag such a directory is "
-     .. "refused)" },
+     .. "(replaced step by step as the new run saves) or over a non-empty --log (without this "
+     .. "flag, or --resume for the log, either is refused)" },
    { "stop-after", "int", nil, "stop after this step (checkpointed with --ckpt-dir); the "
      .. "schedule still spans --steps", min = 1 },
    { "max-skips", "int", 10, "stop after this many steps in a row skipped for non-finite "
@@ -347,11 +348,14 @@ local function check_flags(v)
    v.activations = v.activations or ((v.device ~= "cpu" and v.matmul == "bf16") and "bf16"
       or "fp32")
    if not v.ckpt_dir then
-      for _, name in ipairs({ "resume", "overwrite", "keep", "ckpt_every" }) do
+      for _, name in ipairs({ "resume", "keep", "ckpt_every" }) do
          if v[name] and v[name] ~= 0 then
             fail("--%s needs --ckpt-dir", (name:gsub("_", "-")))
          end
       end
+   end
+   if v.overwrite and not v.ckpt_dir and not v.log then
+      fail("--overwrite needs --ckpt-dir or --log (what it lets a new run replace)")
    end
    if v.resume and v.overwrite then
       fail("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "

@@ -234,8 +234,8 @@ local function announce(run, v, data, path, say)
       recipe_tp.ranks_text(run), v.batch * v.accum * dp.size, v.seq, unit_of(data),
       data_line(data, v, path)))
    -- the whole model's parameters at any --ep or --tp, routed by the run's rules
-   say(recipe_report.routing_text(run.full_specs and lw.route(run.full_specs, run.rules)
-      or run.ddp.specs))
+   say(recipe_report.routing_text(run.full_specs and lw.route(run.full_specs, run.rules,
+      { warn = false }) or run.ddp.specs))
    -- the device the buffers live on, as lw_device_get_info describes it
    local name = ffi.string(C.lib.lw_device_name(run.ddp.device))
    say("device: " .. (lw.device_line(name) or name))
