@@ -4,8 +4,9 @@
  * shard-aligned (cost) or element-wise (distopt). Ranks feed different gradients whose average is
  * known; 3 steps, one clipped; two hyper-parameter groups; non-default AdamW and Lion options.
  * Checked: parameters within each rule's stated tolerance of the reference and bit-identical
- * across ranks; the state each rank lends, part by part, against the reference's; the refusals
- * (a whole-matrix rule on a tensor that is not 2-D, an unknown rule). A new rule adds one row to
+ * across ranks; the state each rank lends, part by part (count and values), against the
+ * reference's; the refusals (a whole-matrix rule on a tensor that is not 2-D, an unknown rule,
+ * NorMuon row-sharded). A new rule adds one row to
  * `cases` (its reference step, part names and tolerances). */
 #include "muon_reference.h"
 #include "optim_util.h"
@@ -416,6 +417,17 @@ static void test_refusals(lw_comm *c) {
             CHECK(l == NULL);
         }
     }
+    /* NorMuon's second moment is its whole matrix's: the rows layout's row shards are refused */
+    lw_layout *rows = make_layout(&specs[8], 1, size, 700, LW_ALGORITHM_ROWS, LW_ALGORITHM_COST);
+    lw_buffers *bs = NULL;
+    lw_optimizer *opt = NULL;
+    if (rows != NULL) CHECK_OK(lw_buffers_new(rows, c, NULL, NULL, &bs));
+    if (bs != NULL)
+        CHECK_FAILS(lw_optimizer_new(bs, NULL, &opt), LW_ERR_UNSUPPORTED,
+                    "optimizer: 'l1.o' is routed to normuon, whose second moment belongs to the "
+                    "whole matrix's owner, but the rows layout row-shards it");
+    CHECK(opt == NULL);
+    lw_buffers_free(bs), lw_layout_free(rows);
     /* 99, and the first number no rule has yet */
     const int32_t unknown[2] = {99, lw_optimizer_kind_count()};
     for (int i = 0; i < 2; i++) {

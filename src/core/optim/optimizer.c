@@ -82,6 +82,13 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             "but lies in an element-wise (distopt) buffer: use a shard-aligned "
                             "algorithm (cost, lpt, size_matching), or rows for row-sharding",
                             p->name, rule);
+        /* on every rank alike, owning a slice or not */
+        if (p->whole && lwi_is_elementwise(lb->algorithm) && lw_optimizer_kind_part_size(p->optimizer, 1) == LW_PART_LINES)
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "optimizer: '%s' is routed to %s, whose second moment belongs to the "
+                            "whole matrix's owner, but the rows layout row-shards it: use a "
+                            "shard-aligned algorithm (cost, lpt, size_matching)",
+                            p->name, rule);
         /* the layout has refused a whole-matrix rule's parameter that is not 2-D */
         if (count == 0) continue;
         lwi_owned *o = &opt->owned[opt->n_owned++];
@@ -105,12 +112,6 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             p->name, rule);
         o->tp = tp && !o->sliced;
         if (o->tp && p->numel > tp_numel) tp_numel = p->numel;
-        if (o->sliced && lw_optimizer_kind_part_size(p->optimizer, 1) == LW_PART_LINES)
-            return lwi_fail(LW_ERR_UNSUPPORTED,
-                            "optimizer: '%s' is routed to %s, whose second moment belongs to the "
-                            "whole matrix's owner, but the rows layout row-shards it: use a "
-                            "shard-aligned algorithm (cost, lpt, size_matching)",
-                            p->name, rule);
         const int32_t n_parts = lw_optimizer_kind_parts(p->optimizer);
         const int64_t rows = p->shape[0] > 0 ? p->shape[0] : 1;
         int64_t floats = 0;
