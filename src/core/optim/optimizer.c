@@ -104,7 +104,11 @@ static lw_status collect_owned(lw_optimizer *opt) {
         if (opt->tp_comm != NULL && p->tp_blocks == 0 && lw_comm_rank(opt->tp_comm) != 0)
             o->counted = false;
         o->sliced = p->whole && lwi_is_elementwise(lb->algorithm);
-        const bool tp = p->whole && lwi_muon_tp_takes(opt->tp, p);
+        /* a fused QKV weight outside TP is split for Muon only (split_qkv): NorMuon's second
+           moment, one per row of it, already treats Q's, K's and V's rows apart */
+        const bool sharded = opt->tp_comm != NULL && p->tp_blocks > 0;
+        const bool tp = p->whole && lwi_muon_tp_takes(opt->tp, p) &&
+                        (p->optimizer == LW_OPTIMIZER_MUON || sharded);
         if (tp && p->optimizer != LW_OPTIMIZER_MUON)
             return lwi_fail(LW_ERR_UNSUPPORTED,
                             "optimizer: '%s' is split over tensor parallelism or a split QKV "
