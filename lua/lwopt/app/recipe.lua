@@ -168,6 +168,18 @@ local function load_data(v, script)
    return data, path
 end
 
+-- rules with every parameter they route to Muon routed to NorMuon (--optimizer normuon).
+function recipe.to_normuon(rules)
+   local out = {}
+   for i, rule in ipairs(rules) do
+      local copy = {}
+      for k, x in pairs(rule) do copy[k] = x end
+      if copy.optimizer == "muon" then copy.optimizer = "normuon" end
+      out[i] = copy
+   end
+   return out
+end
+
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
@@ -188,6 +200,7 @@ local function build_run(v, comm, data, rules)
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
+   if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    local specs = lw.route(model:parameters(), rules) -- errors name an unmatched parameter
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
