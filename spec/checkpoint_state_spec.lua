@@ -1,8 +1,10 @@
 -- checkpoint_state_spec.lua: lw.checkpoint's optimizer state (checkpoint/state.lua) on one rank
 -- for a rule whose state has a part per line of the matrix (NorMuon's v): saved at its own
 -- count and resumed exactly, and a matrix moved between Muon and NorMuon (momentum carried, v
--- fresh or dropped, each said on stderr). Resharding over ranks: tests/lua/ckpt_consistency.lua.
+-- fresh or dropped, each said on stderr), also through the recipe's --resume. Resharding over
+-- ranks: tests/lua/ckpt_consistency.lua.
 local ffi = require("ffi")
+local helpers = require("helpers")
 local lw = require("lwopt")
 local C = require("lwopt.C")
 local safetensors = require("lwopt.safetensors")
@@ -142,5 +144,21 @@ describe("lw.checkpoint's optimizer state", function()
       local ok, err = pcall(lw.checkpoint.load, path, { ddp = ddp2, opt = opt2 })
       assert.is_false(ok)
       assert.matches("'h.0.attn.qkv.weight' was optimized by normuon in .*, by adamw now", err)
+   end)
+
+   it("lets the recipe resume Muon's run with --optimizer normuon, noting the change", function()
+      local recipe = "cd /tmp && luajit " .. assert(io.popen("pwd")):read("*l")
+         .. "/recipes/gpt_small.lua --preset tiny --sample 0 --quiet --ckpt-dir " .. dir
+      local out, status = helpers.sh(recipe .. " --steps 4 --stop-after 2")
+      assert.equal(0, status, out)
+      out, status = helpers.sh(recipe .. " --steps 4 --optimizer normuon --resume")
+      assert.equal(0, status, out)
+      assert.matches("--optimizer normuon (was muon)", out, 1, true)
+      assert.matches("'h.0.attn.qkv.weight' was optimized by muon; normuon starts its second "
+         .. "moment fresh", out, 1, true)
+      out, status = helpers.sh(recipe .. " --steps 4 --optimizer adamw --resume")
+      assert.equal(1, status)
+      assert.matches("--optimizer adamw, but the checkpoint was trained with --optimizer "
+         .. "normuon", out, 1, true)
    end)
 end)
