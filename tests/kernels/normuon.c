@@ -44,8 +44,7 @@ static void run_variance(run *r, const void *p) {
         call(r, LW_ERR_UNSUPPORTED);
         return;
     }
-    call(r, r->s->device->ops->normuon_variance(r->s, x, v, c->rows, c->cols, BETA2, FLOOR,
-                                                 work));
+    call(r, r->s->device->ops->normuon_variance(r->s, x, v, c->rows, c->cols, BETA2, FLOOR, work));
 }
 
 static bool near(double got, double want, double tol) {
@@ -93,9 +92,11 @@ static void variance_cases(const char *kernel, run_fn fn, after_fn after) {
         const int64_t lines = lines_of(c);
         a.x = random_floats(c->rows * c->cols);
         a.v = random_floats(lines);
-        for (int64_t l = 0; l < lines; l++) a.v[l] = c->v_zero ? 0.0f : a.v[l] * a.v[l] * 1e-2f;
+        for (int64_t l = 0; l < lines; l++)
+            a.v[l] = c->v_zero ? 0.0f : a.v[l] * a.v[l] * 1e-2f;
         if (c->zero_line)
-            for (int64_t i = 0; i < c->cols; i++) a.x[i] = 0.0f; /* row 0: a line or a 0 in each */
+            for (int64_t i = 0; i < c->cols; i++)
+                a.x[i] = 0.0f; /* row 0: a line or a 0 in each */
         if (c->nan) a.x[c->cols + 1] = NAN;
         snprintf(a.shape, sizeof a.shape, "%lld x %lld%s%s%s", (long long)c->rows,
                  (long long)c->cols, c->v_zero ? ", v zero" : "", c->zero_line ? ", zero row" : "",

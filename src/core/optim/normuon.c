@@ -96,7 +96,8 @@ static lw_status rule_apply(void *ctx, lw_stream *s, float *w, float *x, float *
                             int64_t n, int64_t rows, int64_t cols, float lr, float wd) {
     normuon *nm = ctx;
     if (n != rows * cols)
-        return lwi_fail(LW_ERR_UNSUPPORTED, "normuon: a step on %lld of a %lld x %lld matrix's "
+        return lwi_fail(LW_ERR_UNSUPPORTED,
+                        "normuon: a step on %lld of a %lld x %lld matrix's "
                         "elements: its variance reduction needs the whole matrix",
                         (long long)n, (long long)rows, (long long)cols);
     lw_status st = reserve(nm, s, LWI_NORMUON_WORK(rows, cols));

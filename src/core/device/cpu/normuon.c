@@ -6,11 +6,11 @@
 #include <math.h>
 
 /* A line's sum of squares: a row's are contiguous, a column's cols apart. */
-static double line_squares(const float *x, int64_t line, bool by_row, int64_t rows,
-                           int64_t cols) {
+static double line_squares(const float *x, int64_t line, bool by_row, int64_t rows, int64_t cols) {
     double s = 0.0;
     if (by_row) return lwi_cpu_sum_squares(x + line * cols, cols);
-    for (int64_t r = 0; r < rows; r++) s += (double)x[r * cols + line] * x[r * cols + line];
+    for (int64_t r = 0; r < rows; r++)
+        s += (double)x[r * cols + line] * x[r * cols + line];
     return s;
 }
 
