@@ -11,7 +11,8 @@ local safetensors = require("lwopt.safetensors")
 
 local function rules(matrices)
    return { { match = "ln_", optimizer = "adamw" },
-            { match = "h%.0%..*weight$", optimizer = matrices }, { match = ".", optimizer = "adamw" } }
+            { match = "h%.0%..*weight$", optimizer = matrices },
+            { match = ".", optimizer = "adamw" } }
 end
 
 -- A small GPT on one rank, h.0's matrices optimized by `matrices`.
@@ -51,7 +52,9 @@ local function states(ddp, opt, rule)
          local parts = {}
          for i, part in ipairs(kind.parts) do
             local t = {}
-            for j = 0, tonumber(entry.part_counts[i - 1]) - 1 do t[j + 1] = entry.parts[i - 1][j] end
+            for j = 0, tonumber(entry.part_counts[i - 1]) - 1 do
+               t[j + 1] = entry.parts[i - 1][j]
+            end
             parts[part] = t
          end
          out[ddp.specs[entry.param + 1].name] = parts

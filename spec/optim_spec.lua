@@ -85,7 +85,9 @@ describe("lw.optim.new", function()
       local w = d:param("w")
       -- w's m (numel floats) and v (max(rows, cols) floats) beside AdamW's m and v of the rest
       local rest = 0
-      for _, s in ipairs(d.specs) do if s.name ~= "w" then rest = rest + 2 * d:param(s.name).numel end end
+      for _, s in ipairs(d.specs) do
+         if s.name ~= "w" then rest = rest + 2 * d:param(s.name).numel end
+      end
       assert.equal(4 * (w.numel + math.max(w.shape[1], w.numel / w.shape[1]) + rest),
          opt:state_bytes())
    end)

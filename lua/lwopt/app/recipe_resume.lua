@@ -80,7 +80,8 @@ local function compare_settings(saved, now, path, said)
       local key, flag = b[1], b[2]
       local was = saved[key]
       if was == nil and saved.n_layer ~= nil then was = BEFORE[key] end
-      local allowed = was ~= nil and ALLOWED[key] and ALLOWED[key][was] and ALLOWED[key][was][now[key]]
+      local allowed = was ~= nil and ALLOWED[key] and ALLOWED[key][was]
+         and ALLOWED[key][was][now[key]]
       if was ~= nil and was ~= now[key] and not allowed then
          local what = key == "data_kind"
             and ("%s as --data, but the checkpoint was trained on %s"):format(KIND_WORDS[now[key]],

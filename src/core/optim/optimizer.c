@@ -63,6 +63,13 @@ static lw_status check_adamw(const lw_adamw_options *a) {
     return LW_OK;
 }
 
+/* Whether a rule's state has a part per line of the matrix, which only its owner can hold. */
+static bool has_line_part(lw_optimizer_kind kind) {
+    for (int32_t k = 0; k < lw_optimizer_kind_parts(kind); k++)
+        if (lw_optimizer_kind_part_size(kind, k) == LW_PART_LINES) return true;
+    return false;
+}
+
 /* What this rank updates, and its state. */
 static lw_status collect_owned(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
@@ -83,7 +90,7 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             "algorithm (cost, lpt, size_matching), or rows for row-sharding",
                             p->name, rule);
         /* on every rank alike, owning a slice or not */
-        if (p->whole && lwi_is_elementwise(lb->algorithm) && lw_optimizer_kind_part_size(p->optimizer, 1) == LW_PART_LINES)
+        if (p->whole && lwi_is_elementwise(lb->algorithm) && has_line_part(p->optimizer))
             return lwi_fail(LW_ERR_UNSUPPORTED,
                             "optimizer: '%s' is routed to %s, whose second moment belongs to the "
                             "whole matrix's owner, but the rows layout row-shards it: use a "
