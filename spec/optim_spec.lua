@@ -40,8 +40,12 @@ describe("lw.optim.new", function()
    it("names the library's optimizer rules in lw.optim.kinds", function()
       local names = {}
       for i, k in ipairs(lw.optim.kinds) do names[i] = k.name end
-      assert.same({ "adamw", "muon", "lion" }, names)
-      assert.same({ name = "muon", value = 1, whole = true, parts = { "m" } }, lw.optim.kinds.muon)
+      assert.same({ "adamw", "muon", "lion", "normuon" }, names)
+      assert.same({ name = "muon", value = 1, whole = true, parts = { "m" }, lines = {} },
+         lw.optim.kinds.muon)
+      -- NorMuon's v: one float per row or column of the matrix, not per element
+      assert.same({ parts = { "m", "v" }, lines = { v = true } },
+         { parts = lw.optim.kinds.normuon.parts, lines = lw.optim.kinds.normuon.lines })
       assert.same({ "m", "v" }, lw.optim.kinds.adamw.parts)
       assert.is_false(lw.optim.kinds.lion.whole)
    end)
@@ -69,6 +73,23 @@ describe("lw.optim.new", function()
          "lw.optim.new: lion: beta1 must be in [0, 1), got 1")
       assert.has_error(function() lw.optim.new(d, { lion = { beta3 = 1 } }) end,
          "lw.optim.new: unknown option 'lion.beta3'")
+   end)
+
+   it("passes NorMuon's own options to the library, and counts its state by part", function()
+      local routed = lw.route(specs(), { { match = "^w$", optimizer = "normuon" },
+         { match = ".", optimizer = "adamw" } })
+      local d = lw.ddp.new(routed, lw.comm.self())
+      assert.has_error(function() lw.optim.new(d, { normuon = { beta2 = 1.5 } }) end,
+         "lw.optim.new: normuon: beta2 must be in [0, 1), got 1.5")
+      local opt = lw.optim.new(d, { normuon = { beta2 = 0.95, floor = 1e-8 } })
+      local w = d:param("w")
+      -- w's m (numel floats) and v (max(rows, cols) floats) beside AdamW's m and v of the rest
+      local rest = 0
+      for _, s in ipairs(d.specs) do
+         if s.name ~= "w" then rest = rest + 2 * d:param(s.name).numel end
+      end
+      assert.equal(4 * (w.numel + math.max(w.shape[1], w.numel / w.shape[1]) + rest),
+         opt:state_bytes())
    end)
 
    it("takes a routing rule's opts over the defaults", function()

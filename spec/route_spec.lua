@@ -125,7 +125,7 @@ describe("lw.route with custom rules", function()
    it("names malformed rules", function()
       assert.has_error(function() route(specs, {}) end, "lw.route: the rule list is empty")
       assert.has_error(function() route(specs, { { match = ".", optimizer = "sgd" } }) end,
-         "lw.route: rule 1: optimizer 'sgd' is not an optimizer rule (one of adamw, muon, lion)")
+         "lw.route: rule 1: optimizer 'sgd' is not an optimizer rule (one of adamw, muon, lion, normuon)")
       assert.has_error(function() route(specs, { { optimizer = "adamw" } }) end,
          "lw.route: rule 1: match must be a Lua pattern or a function, got nil")
       assert.has_error(function() route(specs, { { match = "[", optimizer = "adamw" } }) end,

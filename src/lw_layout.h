@@ -22,10 +22,11 @@ extern "C" {
 typedef enum lw_optimizer_kind {
     LW_OPTIMIZER_ADAMW = 0, /* element-wise: Adam with decoupled weight decay */
     LW_OPTIMIZER_MUON = 1,  /* whole matrices: momentum orthogonalised by Newton-Schulz */
-    LW_OPTIMIZER_LION = 2   /* element-wise: the sign of an interpolated momentum */
+    LW_OPTIMIZER_LION = 2,  /* element-wise: the sign of an interpolated momentum */
+    LW_OPTIMIZER_NORMUON = 3 /* whole matrices: Muon, its update normalised per row or column */
 } lw_optimizer_kind;
 
-/* "adamw", "muon", "lion" (names as lw_dtype_name); NULL for a value no rule has. */
+/* "adamw", "muon", "lion", "normuon" (names as lw_dtype_name); NULL for a value no rule has. */
 const char *lw_optimizer_kind_name(lw_optimizer_kind kind);
 lw_status lw_optimizer_kind_from_name(const char *name, lw_optimizer_kind *out);
 /* How many rules there are: the kinds are 0 .. count - 1. */
@@ -34,10 +35,24 @@ int32_t lw_optimizer_kind_count(void);
  * layout, or row-sharding's gather), rather than element by element. False for no rule. */
 bool lw_optimizer_kind_whole(lw_optimizer_kind kind);
 /* How many named parts its state has per parameter, and part i's name ("m", "v"; NULL out of
- * range): a checkpoint stores "<part>/<param>". Each part holds as many floats as the elements
- * the rank updates. */
+ * range): a checkpoint stores "<part>/<param>". A part's size class says how many floats it
+ * holds (lw_optimizer_kind_part_count). */
 int32_t lw_optimizer_kind_parts(lw_optimizer_kind kind);
 const char *lw_optimizer_kind_part(lw_optimizer_kind kind, int32_t part);
+
+/* A state part's size class. Append-only. */
+typedef enum lw_part_size {
+    LW_PART_ELEMENTS = 0, /* one float per element the rank updates */
+    LW_PART_LINES = 1     /* one float per line of the whole matrix: per row when rows >= cols,
+                             else per column (NorMuon's second moment); its owner's */
+} lw_part_size;
+
+/* Part i's size class (LW_PART_ELEMENTS out of range). */
+lw_part_size lw_optimizer_kind_part_size(lw_optimizer_kind kind, int32_t part);
+/* [out] count: the floats of part i for a rank updating `elements` elements of a rows x cols
+ * matrix (for an element-wise rule's tensor, any rows and cols): elements, or max(rows, cols). */
+lw_status lw_optimizer_kind_part_count(lw_optimizer_kind kind, int32_t part, int64_t elements,
+                                       int64_t rows, int64_t cols, int64_t *count);
 
 /* ---- parameter specs ----------------------------------------------------------------------- */
 

@@ -197,6 +197,19 @@ lw_lion_options lw_lion_defaults(void);
 lw_status lw_lion_update(lw_stream *stream, const lw_lion_options *opts, float *w, const float *g,
                          float *m, int64_t n, float lr, float weight_decay, float grad_scale);
 
+/* ---- NorMuon ------------------------------------------------------------------------------- */
+
+/* NorMuon's options beyond Muon's (a NorMuon step is Muon's, lw_muon_options, with the variance
+ * reduction after orthogonalisation: docs/algorithms.md section 6). */
+typedef struct lw_normuon_options {
+    size_t size; /* sizeof, set by lw_normuon_defaults() (docs/c_api.md) */
+    float beta2; /* the second moment's decay, in [0, 1) */
+    float floor; /* > 0: the second moment's and the scaled norm's floor */
+} lw_normuon_options;
+
+/* beta2 0.9 and floor 1e-10 (nanochat's). */
+lw_normuon_options lw_normuon_defaults(void);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus

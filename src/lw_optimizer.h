@@ -191,6 +191,7 @@ typedef struct lw_optimizer_options {
     lw_comm *tp_comm;       /* [borrowed, must outlive the optimizer] this rank's tensor-parallel
                                group, or NULL: no TP (docs/c_api.md) */
     lw_lion_options lion;   /* size set too, as muon's */
+    lw_normuon_options normuon; /* likewise; NorMuon also takes muon's */
 } lw_optimizer_options;
 
 /* Muon's, AdamW's and Lion's defaults (lw_muon_defaults, ...), no clipping, no TP. */
@@ -258,8 +259,9 @@ typedef struct lw_state_entry {
     int64_t start;
     int64_t count;   /* elements: numel for a whole-matrix rule */
     int32_t n_parts; /* lw_optimizer_kind_parts(optimizer) */
-    float *parts[4]; /* count floats each, part i named lw_optimizer_kind_part(optimizer, i) */
+    float *parts[4]; /* part i named lw_optimizer_kind_part(optimizer, i), part_counts[i] floats */
     float *master;   /* fp32 master weights (bf16 parameters); NULL for fp32 parameters */
+    int64_t part_counts[4]; /* count for a per-element part, else lw_optimizer_kind_part_count */
 } lw_state_entry;
 
 int32_t lw_optimizer_state_count(const lw_optimizer *opt);

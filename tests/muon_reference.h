@@ -2,8 +2,8 @@
  * section 6 and apart from src/core/optim/muon.c, for the tests of Muon's options
  * (test_muon_variants.c, test_muon_options.c, test_muon_tp_options.c): weight decay before the
  * update or with the step (cautious, scaled), momentum, row equilibration, Newton-Schulz's
- * normalisation and steps (a wide matrix's X X^T, a tall one's X^T X), renormalisation and the
- * scale of the step. */
+ * normalisation and steps (a wide matrix's X X^T, a tall one's X^T X), renormalisation, NorMuon's
+ * variance reduction (test_rules.c) and the scale of the step. */
 #ifndef LW_TEST_MUON_REFERENCE_H
 #define LW_TEST_MUON_REFERENCE_H
 
@@ -106,11 +106,37 @@ static inline void ref_orthogonalize(const lw_muon_options *o, double *x, int64_
     }
 }
 
+/* NorMuon's variance reduction of x (rows x cols) with its second moment v, one per line (row
+ * when rows >= cols, else column): per line v += (1 - beta2) (mean of x^2 - v), then x times
+ * max(v, floor)^-1/2 per line, rescaled to its Frobenius norm before. */
+static inline void ref_normuon_variance(const lw_normuon_options *no, double *x, double *v,
+                                        int64_t rows, int64_t cols) {
+    const bool by_row = rows >= cols;
+    const int64_t lines = by_row ? rows : cols, len = by_row ? cols : rows;
+    const double before = ref_frobenius(x, rows * cols), floor = no->floor;
+    for (int64_t l = 0; l < lines; l++) {
+        double s = 0;
+        for (int64_t k = 0; k < len; k++) {
+            const double e = by_row ? x[l * cols + k] : x[k * cols + l];
+            s += e * e;
+        }
+        v[l] += (1 - (double)no->beta2) * (s / (double)len - v[l]);
+        const double f = 1 / sqrt(fmax(v[l], floor));
+        for (int64_t k = 0; k < len; k++)
+            x[by_row ? l * cols + k : k * cols + l] *= f;
+    }
+    const double f = before / fmax(ref_frobenius(x, rows * cols), floor);
+    for (int64_t i = 0; i < rows * cols; i++)
+        x[i] *= f;
+}
+
 /* One update of w (rows x cols) with gradient g (scaled already), momentum m, its step scaled
- * as a matrix of sr x sc (the full shape of a shard orthogonalised alone). */
-static inline void ref_muon_update_as(const lw_muon_options *o, double *w, const double *g,
-                                      double *m, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
-                                      double lr, double wd) {
+ * as a matrix of sr x sc (the full shape of a shard orthogonalised alone); with no and v,
+ * NorMuon's (v its second moment), the variance reduced before the step. */
+static inline void ref_normuon_update_as(const lw_muon_options *o, const lw_normuon_options *no,
+                                         double *w, const double *g, double *m, double *v,
+                                         int64_t rows, int64_t cols, int64_t sr, int64_t sc,
+                                         double lr, double wd) {
     const int64_t n = rows * cols;
     const double b = o->momentum, step = lr * ref_scale(o, (double)sr, (double)sc);
     const bool at_step = o->cautious_wd || o->weight_decay_mode == LW_WD_SCALED;
@@ -123,6 +149,7 @@ static inline void ref_muon_update_as(const lw_muon_options *o, double *w, const
         u[i] = o->nesterov ? (1 - b) * gi + b * m[i] : m[i];
     }
     ref_orthogonalize(o, u, rows, cols);
+    if (no != NULL) ref_normuon_variance(no, u, v, rows, cols);
     const double d = o->weight_decay_mode == LW_WD_SCALED        ? step * wd
                      : o->weight_decay_mode == LW_WD_INDEPENDENT ? wd
                                                                  : lr * wd;
@@ -131,6 +158,12 @@ static inline void ref_muon_update_as(const lw_muon_options *o, double *w, const
         w[i] -= step * u[i] + (decays ? d * w[i] : 0.0);
     }
     free(u);
+}
+
+static inline void ref_muon_update_as(const lw_muon_options *o, double *w, const double *g,
+                                      double *m, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
+                                      double lr, double wd) {
+    ref_normuon_update_as(o, NULL, w, g, m, NULL, rows, cols, sr, sc, lr, wd);
 }
 
 static inline void ref_muon_update(const lw_muon_options *o, double *w, const double *g, double *m,

@@ -36,13 +36,13 @@ static void test_every_name(void) {
     NAMES_OF(lw_path_kind_name, buf);
     CHECK(strcmp(buf, "missing file dir other link") == 0);
     NAMES_OF(lw_optimizer_kind_name, buf);
-    CHECK(strcmp(buf, "adamw muon lion") == 0);
+    CHECK(strcmp(buf, "adamw muon lion normuon") == 0);
 }
 
 /* The optimizer rules: as many as names, which of them update whole matrices, their state's
  * part names (what checkpoints store, so fixed once written), nothing past the last. */
 static void test_optimizer_kinds(void) {
-    CHECK_EQ(lw_optimizer_kind_count(), 3);
+    CHECK_EQ(lw_optimizer_kind_count(), 4);
     CHECK(!lw_optimizer_kind_whole(LW_OPTIMIZER_LION));
     CHECK_EQ(lw_optimizer_kind_parts(LW_OPTIMIZER_LION), 1);
     CHECK(lw_optimizer_kind_name((lw_optimizer_kind)lw_optimizer_kind_count()) == NULL);
@@ -57,13 +57,29 @@ static void test_optimizer_kinds(void) {
     CHECK_EQ(lw_optimizer_kind_parts(LW_OPTIMIZER_MUON), 1);
     CHECK(strcmp(lw_optimizer_kind_part(LW_OPTIMIZER_MUON, 0), "m") == 0);
     CHECK(lw_optimizer_kind_part(LW_OPTIMIZER_MUON, -1) == NULL);
+    /* NorMuon: m per element, v per line (the larger side's count) */
+    CHECK(lw_optimizer_kind_whole(LW_OPTIMIZER_NORMUON));
+    CHECK_EQ(lw_optimizer_kind_parts(LW_OPTIMIZER_NORMUON), 2);
+    CHECK(strcmp(lw_optimizer_kind_part(LW_OPTIMIZER_NORMUON, 1), "v") == 0);
+    CHECK_EQ(lw_optimizer_kind_part_size(LW_OPTIMIZER_NORMUON, 0), LW_PART_ELEMENTS);
+    CHECK_EQ(lw_optimizer_kind_part_size(LW_OPTIMIZER_NORMUON, 1), LW_PART_LINES);
+    CHECK_EQ(lw_optimizer_kind_part_size(LW_OPTIMIZER_ADAMW, 1), LW_PART_ELEMENTS);
+    int64_t count = -1;
+    CHECK_OK(lw_optimizer_kind_part_count(LW_OPTIMIZER_NORMUON, 1, 60, 12, 5, &count));
+    CHECK_EQ(count, 12);
+    CHECK_OK(lw_optimizer_kind_part_count(LW_OPTIMIZER_NORMUON, 1, 60, 5, 12, &count));
+    CHECK_EQ(count, 12);
+    CHECK_OK(lw_optimizer_kind_part_count(LW_OPTIMIZER_ADAMW, 1, 7, 5, 12, &count));
+    CHECK_EQ(count, 7);
+    CHECK_FAILS(lw_optimizer_kind_part_count(LW_OPTIMIZER_MUON, 1, 7, 5, 12, &count), LW_ERR_RANGE,
+                "optimizer: muon has no state part 1");
     CHECK_EQ(lw_optimizer_kind_parts((lw_optimizer_kind)99), 0);
     CHECK(lw_optimizer_kind_part((lw_optimizer_kind)99, 0) == NULL);
     lw_optimizer_kind k = LW_OPTIMIZER_ADAMW;
     CHECK_OK(lw_optimizer_kind_from_name("muon", &k));
     CHECK_EQ(k, LW_OPTIMIZER_MUON);
     CHECK_FAILS(lw_optimizer_kind_from_name("sgd", &k), LW_ERR_INVALID,
-                "unknown optimizer rule 'sgd' (one of adamw, muon, lion)");
+                "unknown optimizer rule 'sgd' (one of adamw, muon, lion, normuon)");
 }
 
 static void test_names_match_the_enums(void) {

@@ -4,22 +4,24 @@
  * shard-aligned (cost) or element-wise (distopt). Ranks feed different gradients whose average is
  * known; 3 steps, one clipped; two hyper-parameter groups; non-default AdamW and Lion options.
  * Checked: parameters within each rule's stated tolerance of the reference and bit-identical
- * across ranks; the state each rank lends, part by part, against the reference's; the refusals
- * (a whole-matrix rule on a tensor that is not 2-D, an unknown rule). A new rule adds one row to
+ * across ranks; the state each rank lends, part by part (count and values), against the
+ * reference's; the refusals (a whole-matrix rule on a tensor that is not 2-D, an unknown rule,
+ * NorMuon row-sharded). A new rule adds one row to
  * `cases` (its reference step, part names and tolerances). */
+#include "muon_reference.h"
 #include "optim_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-enum { N_SPECS = 8, STEPS = 3, MAX_PARTS = 4, N_CASES = 3 };
+enum { N_SPECS = 10, STEPS = 3, MAX_PARTS = 4, N_CASES = 4 };
 static const double U = 1.0 / 16777216.0; /* fp32 unit roundoff, 2^-24 */
 
 static lw_param_spec specs[N_SPECS];
 /* every rule has a parameter in each group, and AdamW and Lion a matrix and a vector */
-static const int GROUP[N_SPECS] = {0, 0, 1, 1, 1, 1, 0, 0};
+static const int GROUP[N_SPECS] = {0, 0, 1, 1, 1, 1, 0, 0, 0, 1};
 static const float LR[2] = {0.02f, 0.01f}, WD[2] = {0.1f, 0.05f};
-/* the gradient norm is about 33 at steps 0 and 2 and three times that at step 1: only step 1
+/* the gradient norm is about 38 at steps 0 and 2 and three times that at step 1: only step 1
  * is clipped (checked on the reference's norms) */
 static const float AMP[STEPS] = {1.0f, 3.0f, 1.0f}, CLIP = 60.0f;
 
@@ -37,6 +39,9 @@ static void make_specs(void) {
     specs[5] = mat("l1.w", 24, 16, true); /* l0.w's shape: one batch where a rank owns both */
     specs[6] = routed(mat("head", 12, 16, false), LW_OPTIMIZER_LION);
     specs[7] = routed(vec("l1.b", 37), LW_OPTIMIZER_LION); /* odd: uneven distopt slices */
+    /* NorMuon: a statistic per row of the tall one, per column of the wide one */
+    specs[8] = routed(mat("l1.o", 20, 12, true), LW_OPTIMIZER_NORMUON);
+    specs[9] = routed(mat("l1.p", 12, 28, true), LW_OPTIMIZER_NORMUON);
 }
 
 /* rank's gradient; the average over ranks is AMP * cos(...). The i^2 term makes the matrices
@@ -156,6 +161,18 @@ static void reference_muon(const ref_args *a, double *w, const double *g, double
     free(x);
 }
 
+/* Muon's reference of muon_reference.h (the same Muon at these defaults) with NorMuon's variance
+ * reduction: the state is m (numel) then v (one per line). */
+static void reference_normuon(const ref_args *a, double *w, const double *g, double *const *s) {
+    const int64_t rows = a->spec->shape[0], cols = a->spec->shape[1], n = rows * cols;
+    double *gs = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        gs[i] = a->grad_scale * g[i];
+    ref_normuon_update_as(&a->o->muon, &a->o->normuon, w, gs, s[0], s[1], rows, cols, rows, cols,
+                          a->lr, a->wd);
+    free(gs);
+}
+
 /* ---- the table of rules --------------------------------------------------------------------- */
 
 typedef struct rule_case {
@@ -183,11 +200,15 @@ typedef struct rule_case {
  * X = U / |U|_F, entries <= 0.075, by ~u: 493 x 0.075u = 2.2e-6 in X, times lr x scale <= 0.02 x
  * 0.98 gives 4.3e-8 in w a step, 1.3e-7 in 3 (what is seen). The products' roundings (sums of <= 40
  * terms) add terms of that size amplified less: tol_w 1e-6. A coefficient off by 0.001 moves w
- * by 4e-6 to 2e-5. Its momentum m is element-wise: tol_state 64u. */
+ * by 4e-6 to 2e-5. Its momentum m is element-wise: tol_state 64u.
+ * NorMuon: Muon's (better conditioned matrices here), each line then scaled by v^-1/2 and the
+ * whole back to its norm, a handful of roundings more: tol_w 1e-6; v, means of squares of X,
+ * takes X's error twice: tol_state 1e-5 (1.5e-6 seen). */
 static const rule_case cases[N_CASES] = {
     {LW_OPTIMIZER_ADAMW, "adamw", reference_adamw, {"m", "v"}, 4e-7, 64 * U},
     {LW_OPTIMIZER_MUON, "muon", reference_muon, {"m"}, 1e-6, 64 * U},
     {LW_OPTIMIZER_LION, "lion", reference_lion, {"m"}, 4e-7, 64 * U},
+    {LW_OPTIMIZER_NORMUON, "normuon", reference_normuon, {"m", "v"}, 1e-6, 1e-5},
 };
 
 static const rule_case *case_of(lw_optimizer_kind kind) {
@@ -301,12 +322,19 @@ static void check_state(lw_comm *c, lw_optimizer *opt, const reference *ref) {
         for (int32_t i = 0; i < e.n_parts && i < parts_of(rc); i++) {
             const char *name = lw_optimizer_kind_part(e.optimizer, i);
             CHECK(name != NULL && strcmp(name, rc->parts[i]) == 0);
+            /* a part per line: one per row of a tall matrix, per column of a wide one */
+            const bool lines = lw_optimizer_kind_part_size(e.optimizer, i) == LW_PART_LINES;
+            const int64_t r = specs[e.param].shape[0], cl = numel / r;
+            const int64_t count = lines ? (r >= cl ? r : cl) : e.count, at = lines ? 0 : e.start;
+            int64_t asked = -1;
+            CHECK_OK(lw_optimizer_kind_part_count(e.optimizer, i, e.count, r, cl, &asked));
+            CHECK(e.part_counts[i] == count && asked == count);
             const double *want = ref->state[e.param][i];
             double largest = 0, err = 0;
-            for (int64_t j = 0; j < numel; j++)
+            for (int64_t j = 0; j < (lines ? count : numel); j++)
                 largest = fmax(largest, fabs(want[j]));
-            for (int64_t j = 0; j < e.count; j++)
-                err = fmax(err, fabs((double)e.parts[i][j] - want[e.start + j]));
+            for (int64_t j = 0; j < count && e.part_counts[i] == count; j++)
+                err = fmax(err, fabs((double)e.parts[i][j] - want[at + j]));
             note(rc, 1, err / largest / rc->tol_state);
             CHECK(err <= rc->tol_state * largest);
         }
@@ -389,6 +417,17 @@ static void test_refusals(lw_comm *c) {
             CHECK(l == NULL);
         }
     }
+    /* NorMuon's second moment is its whole matrix's: the rows layout's row shards are refused */
+    lw_layout *rows = make_layout(&specs[8], 1, size, 700, LW_ALGORITHM_ROWS, LW_ALGORITHM_COST);
+    lw_buffers *bs = NULL;
+    lw_optimizer *opt = NULL;
+    if (rows != NULL) CHECK_OK(lw_buffers_new(rows, c, NULL, NULL, &bs));
+    if (bs != NULL)
+        CHECK_FAILS(lw_optimizer_new(bs, NULL, &opt), LW_ERR_UNSUPPORTED,
+                    "optimizer: 'l1.o' is routed to normuon, whose second moment belongs to the "
+                    "whole matrix's owner, but the rows layout row-shards it");
+    CHECK(opt == NULL);
+    lw_buffers_free(bs), lw_layout_free(rows);
     /* 99, and the first number no rule has yet */
     const int32_t unknown[2] = {99, lw_optimizer_kind_count()};
     for (int i = 0; i < 2; i++) {

@@ -322,7 +322,7 @@ function Optimizer:state_bytes()
       local entry, total, master = ffi.new("lw_state_entry"), 0, 0
       for k = 0, lib.lw_optimizer_state_count(self._c) - 1 do
          C.check(lib.lw_optimizer_state(self._c, k, entry), "optimizer:state_bytes")
-         total = total + 4 * tonumber(entry.count) * entry.n_parts
+         for i = 0, entry.n_parts - 1 do total = total + 4 * tonumber(entry.part_counts[i]) end
          if entry.master ~= nil then master = master + 4 * tonumber(entry.count) end
       end
       self._state_bytes, self._master_bytes = total, master

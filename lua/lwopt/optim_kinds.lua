@@ -1,6 +1,7 @@
 -- optim_kinds.lua: the optimizer rules the library has (lw_optimizer_kind), as lw.optim.kinds:
 -- in the enum's order, each { name, value, whole (it updates whole matrices: a matrix's owner
--- needs all of it), parts (its state's part names, as checkpoints store them) }, and each also
+-- needs all of it), parts (its state's part names, as checkpoints store them), lines (the set of
+-- parts with one float per line of the matrix, not per element: NorMuon's v) }, and each also
 -- under its name. Routing, layouts, checkpoints and reports ask here rather than spelling the
 -- rules' names, so a rule added to the library is known to Lua with nothing written here.
 local ffi = require("ffi")
@@ -12,12 +13,15 @@ local kinds = {}
 
 for i, name in ipairs(C.names("optimizer_kind")) do
    local value = i - 1
-   local parts = {}
+   local parts, lines = {}, {}
    for p = 0, lib.lw_optimizer_kind_parts(value) - 1 do
       parts[#parts + 1] = ffi.string(lib.lw_optimizer_kind_part(value, p))
+      if lib.lw_optimizer_kind_part_size(value, p) == lib.LW_PART_LINES then
+         lines[parts[#parts]] = true
+      end
    end
    local kind = { name = name, value = value, whole = lib.lw_optimizer_kind_whole(value),
-                  parts = parts }
+                  parts = parts, lines = lines }
    kinds[i] = kind
    kinds[name] = kind
 end

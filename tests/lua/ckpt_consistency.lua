@@ -9,7 +9,8 @@
 -- checkpoint, or another run's checkpoints with latest gone, do not stop the run from ending
 -- as if never stopped; a mixture of experts saved at ep 2 resumes at ep 1 and back; bf16
 -- parameters resume bit-identically, and across dtypes (fp32 <-> bf16), rank counts, layouts,
--- ZeRO levels and --tp with their exact fp32 weights.
+-- ZeRO levels and --tp with their exact fp32 weights; NorMuon's state resumes at other rank
+-- counts.
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/ckpt_consistency.lua
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -350,6 +351,26 @@ do
       .. "1e-5 (max diff %g, %d missing)"):format(worst_param, missing))
    sh("rm -rf " .. dir)
    for _, f in ipairs({ log, ref_log, ref_params, params }) do os.remove(f) end
+end
+
+-- NorMuon (--optimizer normuon): its per-line v, held whole by each matrix's owner, saved at dp 2
+-- and resumed at dp 3 and dp 1 (ZeRO-3), within 1e-5 of the uninterrupted run at dp 2
+do
+   local nor, ref_log = "--optimizer normuon ", tmp .. "-refnor.jsonl"
+   assert(recipe(2, nor .. "--log " .. ref_log))
+   for _, case in ipairs({ { 3, "" }, { 1, "--zero 3 " } }) do
+      local dir, log = tmp .. "-cknor", tmp .. "-runnor.jsonl"
+      assert(recipe(2, nor .. "--ckpt-dir " .. dir .. " --stop-after 3 --log " .. log))
+      assert(recipe(case[1], nor .. case[2] .. "--ckpt-dir " .. dir .. " --resume --log " .. log))
+      local got, want = losses(log), losses(ref_log)
+      local worst = 0
+      for i = 1, 6 do worst = math.max(worst, math.abs((got[i] or math.huge) - want[i])) end
+      expect(#got == 6 and worst < 1e-5, ("normuon at dp 2 -> %sdp %d: losses within 1e-5 (max "
+         .. "diff %g)"):format(case[2], case[1], worst))
+      sh("rm -rf " .. dir)
+      os.remove(log)
+   end
+   os.remove(ref_log)
 end
 
 for _, np in ipairs({ 1, 2, 3 }) do

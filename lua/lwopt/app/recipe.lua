@@ -169,6 +169,18 @@ local function load_data(v, script)
    return data, path
 end
 
+-- rules with every parameter they route to Muon routed to NorMuon (--optimizer normuon).
+function recipe.to_normuon(rules)
+   local out = {}
+   for i, rule in ipairs(rules) do
+      local copy = {}
+      for k, x in pairs(rule) do copy[k] = x end
+      if copy.optimizer == "muon" then copy.optimizer = "normuon" end
+      out[i] = copy
+   end
+   return out
+end
+
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
@@ -189,6 +201,7 @@ local function build_run(v, comm, data, rules)
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.nn.GPT.new(cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
+   if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    -- errors name an unmatched parameter; a rule that routes none is warned about over the
    -- whole model (warn_rules), not over this rank's part
    local specs = lw.route(model:parameters(), rules, { warn = false })

@@ -56,10 +56,13 @@ local BREAKING = {
 -- were all byte-level).
 local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false }
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
+-- Breaking settings' changes a resume may make all the same: Muon's matrices to NorMuon and
+-- back (the checkpoint loader carries the momentum and starts or drops NorMuon's v).
+local ALLOWED = { optimizer = { muon = { normuon = true }, normuon = { muon = true } } }
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "warmup", "steps", "zero", "shard",
    "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
-   "split_qkv" }
+   "split_qkv", "optimizer" }
 
 local function flag_value(key, value)
    if key == "ranks" then
@@ -77,7 +80,9 @@ local function compare_settings(saved, now, path, said)
       local key, flag = b[1], b[2]
       local was = saved[key]
       if was == nil and saved.n_layer ~= nil then was = BEFORE[key] end
-      if was ~= nil and was ~= now[key] then
+      local allowed = was ~= nil and ALLOWED[key] and ALLOWED[key][was]
+         and ALLOWED[key][was][now[key]]
+      if was ~= nil and was ~= now[key] and not allowed then
          local what = key == "data_kind"
             and ("%s as --data, but the checkpoint was trained on %s"):format(KIND_WORDS[now[key]],
                KIND_WORDS[was] or tostring(was))

@@ -1,11 +1,13 @@
 -- checkpoint/state.lua: a rank's optimizer state in a checkpoint (lw.checkpoint's format, see
 -- init.lua): written as a tensor "<part>/<param>" for each named part of the parameter's rule
--- (lw.optim.kinds: Muon's "m"; AdamW's "m" and "v"), and with bf16 parameters "w/<param>" (the
+-- (lw.optim.kinds: Muon's "m"; AdamW's "m" and "v"; NorMuon's "m" and its "v" of one float per
+-- line of the matrix, whose owner holds it whole), and with bf16 parameters "w/<param>" (the
 -- fp32 master weights), of the element ranges this rank holds, each range's metadata
 -- "<rule> START COUNT" (with " tp T R" under tensor parallelism); loaded by every rank for the
 -- ranges it holds now, whatever ranks, layout, ZeRO level, expert-parallel or TP size,
 -- parameter dtype saved them (resharding). Checkpoints written before the rules were a table
--- have the same names.
+-- have the same names. A matrix saved under Muon loads into NorMuon and back: the parts of the
+-- same name carry over, NorMuon's v starts at zero or is dropped, and each says so on stderr.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local safetensors = require("lwopt.safetensors")
@@ -34,8 +36,9 @@ function state.tensors(ddp, opt, g)
       local kind = kinds[C.name("optimizer_kind", entry.optimizer)]
       -- the state is device memory: host copies where the host cannot read it
       for i, part in ipairs(kind.parts) do
-         local data = ddp:host_floats(entry.parts[i - 1], count)
-         tensors[#tensors + 1] = { name = part .. "/" .. name, data = data, count = count }
+         local n = tonumber(entry.part_counts[i - 1])
+         local data = ddp:host_floats(entry.parts[i - 1], n)
+         tensors[#tensors + 1] = { name = part .. "/" .. name, data = data, count = n }
       end
       if entry.master ~= nil then
          tensors[#tensors + 1] = { name = "w/" .. name,
@@ -64,12 +67,21 @@ local function parts_of(kind, master)
    return parts
 end
 
+-- The floats of a part per line of a rows x cols matrix (shape: its dimensions, the first the
+-- rows): one per row when rows >= cols, else per column.
+local function lines_of(shape)
+   local rows, n = shape[1], tp.numel(shape)
+   return math.max(rows, n / rows)
+end
+
 -- The tensors of a saved range, by part, each checked to hold exactly the range's count of f32
--- values: a checksum anyone can recompute bounds nothing, so every read below stays within
--- what the file holds whatever its manifest and metadata say.
-local function range_views(path, rank, st, name, parts, count)
+-- values (lines[part]: a per-line part's count instead): a checksum anyone can recompute bounds
+-- nothing, so every read below stays within what the file holds whatever its manifest and
+-- metadata say.
+local function range_views(path, rank, st, name, parts, count, lines)
    local views = {}
    for _, part in ipairs(parts) do
+      local count = lines[part] or count
       local key = part .. "/" .. name
       local view = safetensors.find(st, key)
       if view == nil then
@@ -86,11 +98,12 @@ local function range_views(path, rank, st, name, parts, count)
    return views
 end
 
--- The ranges this rank needs of parameter `name` (optimized by `kind` now), in the state saved
--- for it: calls take(views, s0, c0, t, r) for every saved range (of every saved rank's file),
--- views the range's tensors by part (range_views); ranges a TP rank other than 0 saved of a
--- tensor replicated over TP are the same as TP rank 0's and left out.
-local function saved_ranges(path, opened, name, kind, parts, split, take)
+-- The ranges this rank needs of parameter `name` (optimized by `kind` when saved, as the manifest
+-- says), in the state saved for it: calls take(views, s0, c0, t, r) for every saved range (of
+-- every saved rank's file), views the range's tensors by part (range_views; lines: the per-line
+-- parts' counts); ranges a TP rank other than 0 saved of a tensor replicated over TP are the
+-- same as TP rank 0's and left out.
+local function saved_ranges(path, opened, name, kind, parts, split, take, lines)
    for rank, st in ipairs(opened) do
       local meta = lib.lw_safetensors_metadata(st, name)
       if meta ~= nil then
@@ -104,11 +117,11 @@ local function saved_ranges(path, opened, name, kind, parts, split, take)
                .. "not have (%s)", name, saved_kind, path, kinds.list())
          end
          if saved_kind ~= kind then
-            fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name,
-               saved_kind, path, kind)
+            fail("checkpoint.load", "'%s' was optimized by %s in %s, but its manifest says %s",
+               name, saved_kind, path, kind)
          end
          if split or r == 0 then
-            take(range_views(path, rank - 1, st, name, parts, c0), s0, c0, t, r)
+            take(range_views(path, rank - 1, st, name, parts, c0, lines or {}), s0, c0, t, r)
          end
       end
    end
@@ -188,7 +201,10 @@ end
 
 -- Loads one state entry of a parameter that no TP split touches: the saved ranges it
 -- intersects, copied straight.
-local function load_direct(path, opened, ddp, entry, name, kind, parts)
+-- A per-line part (lines: part -> its count) belongs to the matrix's owner, which holds the whole
+-- matrix now and did when saved: copied whole from the range that held the whole matrix.
+local function load_direct(path, opened, ddp, entry, spec, kind, parts, lines)
+   local name = spec.name
    local start, count = tonumber(entry.start), tonumber(entry.count)
    local targets = targets_of(entry, parts)
    local covered = 0
@@ -196,10 +212,18 @@ local function load_direct(path, opened, ddp, entry, name, kind, parts)
       local lo, hi = math.max(start, s0), math.min(start + count, s0 + c0)
       if hi <= lo then return end
       for part, target in pairs(targets) do
-         ddp:from_host(target + (lo - start), views[part] + (lo - s0), hi - lo)
+         if not lines[part] then
+            ddp:from_host(target + (lo - start), views[part] + (lo - s0), hi - lo)
+         elseif s0 == 0 and c0 == count and start == 0 then
+            ddp:from_host(target, views[part], lines[part])
+         else
+            fail("checkpoint.load", "%s holds %s/%s for elements %d to %d of its %d, but that "
+               .. "part belongs to the whole matrix's owner", path, part, name, s0, s0 + c0,
+               tp.numel(spec.shape))
+         end
       end
       covered = covered + (hi - lo)
-   end)
+   end, lines)
    if covered ~= count then
       fail("checkpoint.load", "%s holds state for %d of the %d elements of '%s' this rank needs",
          path, covered, count, name)
@@ -243,6 +267,40 @@ function state.master_params(path, m)
    return out
 end
 
+-- Rules whose saved state another may take (their whole-matrix step and momentum are the same):
+-- the parts of the same name carry over, the new rule's others start at zero.
+local CARRIES = { muon = { normuon = true }, normuon = { muon = true } }
+local PART_WORDS = { m = "momentum", v = "second moment" }
+
+-- The parts to load of a parameter saved under rule `saved` and optimized by `kind` now (with
+-- "w" when the master weights are saved): a rule change other than CARRIES' is refused, and
+-- each part one rule has and the other lacks is announced on stderr.
+local function carried_parts(path, name, saved, kind, master)
+   if saved == kind then return parts_of(kind, master) end
+   if not (CARRIES[saved] and CARRIES[saved][kind]) then
+      fail("checkpoint.load", "'%s' was optimized by %s in %s, by %s now", name, saved, path,
+         kind)
+   end
+   local had, parts = {}, {}
+   for _, part in ipairs(kinds[saved].parts) do had[part] = true end
+   for _, part in ipairs(parts_of(kind, master)) do
+      if had[part] or part == "w" then
+         parts[#parts + 1] = part
+      else
+         io.stderr:write(("'%s' was optimized by %s; %s starts its %s fresh\n"):format(name,
+            saved, kind, PART_WORDS[part] or part))
+      end
+      had[part] = nil
+   end
+   for _, part in ipairs(kinds[saved].parts) do
+      if had[part] then
+         io.stderr:write(("'%s' was optimized by %s; %s drops its %s\n"):format(name, saved,
+            kind, PART_WORDS[part] or part))
+      end
+   end
+   return parts
+end
+
 -- Loads this rank's optimizer state: each rule's parts (Muon's momentum of each matrix it owns
 -- now, AdamW's m and v of its element ranges), intersected with the ranges every saved rank held (resharding); a tensor
 -- split over TP now or when saved (g: lw.tp.groups) by way of the tp 1 tensor's state. With
@@ -263,11 +321,20 @@ function state.load(path, ddp, opt, m, g, st)
       local kind = C.name("optimizer_kind", entry.optimizer)
       local p = by_name[spec.name]
       local saved_master = entry.master ~= nil and m.param_dtype == "bf16"
-      local parts = parts_of(kind, saved_master)
+      local saved = p.optimizer or kind
+      local parts = carried_parts(path, spec.name, saved, kind, saved_master)
+      local lines = {}
+      for _, part in ipairs(parts) do
+         if kinds[kind].lines[part] then lines[part] = lines_of(p.shape) end
+      end
       if p.tp or (spec.tp and g) then
-         load_resharded(path, opened, ddp, entry, spec, g, p, kind, parts)
+         if next(lines) ~= nil then
+            fail(where, "'%s' is split over tensor parallelism (now or when saved), but %s's "
+               .. "per-line state is its whole matrix's", spec.name, kind)
+         end
+         load_resharded(path, opened, ddp, entry, spec, g, p, saved, parts)
       else
-         load_direct(path, opened, ddp, entry, spec.name, kind, parts)
+         load_direct(path, opened, ddp, entry, spec, saved, parts, lines)
       end
       if entry.master ~= nil and not saved_master then masters_from_params(ddp, entry, spec, st, g) end
    end

@@ -110,8 +110,10 @@ end
 -- Bytes each element moves in the element-wise part of each rule's update (fp32 state), by
 -- the rule's name: AdamW reads w, g, m, v and writes w, m, v; Lion reads w, g, m and writes w,
 -- m; Muon reads g and m, writes m (momentum), reads w and the orthogonalised update and writes
--- w. A rule the library adds needs its figure here (the planner says so by name).
-costs.bytes_per_element = { adamw = 28, muon = 24, lion = 20 }
+-- w; NorMuon as Muon, and its variance reduction reads the update twice (the lines' squares,
+-- then the scaling) and writes it once. A rule the library adds needs its figure here (the
+-- planner says so by name).
+costs.bytes_per_element = { adamw = 28, muon = 24, lion = 20, normuon = 36 }
 
 local DTYPE_BYTES = { f32 = 4, bf16 = 2, f16 = 2, f64 = 8, i64 = 8 }
 

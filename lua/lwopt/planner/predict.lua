@@ -287,7 +287,8 @@ local PREDICT_OPTIONS = { model = true, tokens = true, machine = true, zero = tr
 
 -- lw.stepmodel.predict(layout, { tokens = N, machine = "h100-node" | table, model = nil |
 -- FLOPs per token | specs, attention = { n_layer, n_embd, seq_len }, zero = 1 | 2 | 3,
--- ns_steps = 5, bytes_per_element = { adamw = 28, muon = 24, lion = 20 }, topk = 2 }): the predicted step;
+-- ns_steps = 5, bytes_per_element = { adamw = 28, muon = 24, lion = 20, normuon = 36 },
+-- topk = 2 }): the predicted step;
 -- times in seconds. tokens: per rank per step (batch x sequence x micro-steps). topk: experts
 -- per token of a mixture of experts, whose experts' forward and backward count at topk over
 -- their layer's experts while Newton-Schulz runs on every expert matrix.

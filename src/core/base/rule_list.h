@@ -5,15 +5,18 @@
  * written fails to link, naming it. Not public API.
  *
  * R(KIND, name, whole, parts): KIND the enum's suffix (LW_OPTIMIZER_<KIND>), name its word,
- * whole true when it updates whole matrices, parts its state's part names in a brace list,
- * each part as many floats as the elements a rank updates. */
+ * whole true when it updates whole matrices, parts its state's parts in a brace list, each a
+ * name and its size class (lw_part_size): P(name) as many floats as the elements a rank
+ * updates, L(name) one float per line of the matrix (per row when rows >= cols, else per
+ * column; a whole-matrix rule's). */
 #ifndef LW_BASE_RULE_LIST_H
 #define LW_BASE_RULE_LIST_H
 
 #define LWI_RULES(R)                                                                               \
-    R(ADAMW, adamw, false, ({"m", "v"}))                                                           \
-    R(MUON, muon, true, ({"m"}))                                                                   \
-    R(LION, lion, false, ({"m"}))
+    R(ADAMW, adamw, false, ({P("m"), P("v")}))                                                     \
+    R(MUON, muon, true, ({P("m")}))                                                                \
+    R(LION, lion, false, ({P("m")}))                                                               \
+    R(NORMUON, normuon, true, ({P("m"), L("v")}))
 
 /* The most parts a rule's state has (lw_state_entry.parts), and how many rules there are. */
 #define LWI_RULE_MAX_PARTS 4

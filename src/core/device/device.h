@@ -46,6 +46,8 @@ typedef struct lwi_ns_plan {
 
 /* Per matrix, doubles of partial sums muon_renormalize may use (its work). */
 #define LWI_MUON_NORM_BLOCKS 256
+/* Doubles of work normuon_variance takes: its lines' scales and terms, and two norms. */
+#define LWI_NORMUON_WORK(rows, cols) (2 * ((rows) >= (cols) ? (rows) : (cols)) + 2)
 
 /* Floats of Newton-Schulz workspace for `batch` rows x cols matrices: per matrix A and A2
  * (p x p), Y (p x q), p = min, q = max of the two, and the norm's partial sums (bf16 needs

@@ -203,7 +203,13 @@
  *                  matrices of n elements, the norm in double; work: at least batch *
  *                  LWI_MUON_NORM_BLOCKS doubles of device memory.
  *   muon_decay_step  w = w - (step * x + d), d = decay * w, or 0 under `cautious` where
- *                  x * w >= 0 fails, on n elements, each product and sum rounded on its own. */
+ *                  x * w >= 0 fails, on n elements, each product and sum rounded on its own.
+ *   normuon_variance  NorMuon's variance reduction of one rows x cols update x (row-major), in
+ *                  place, with its second moment v (one float per line: per row when rows >=
+ *                  cols, else per column): per line the mean of x's squares (float, summed in
+ *                  double), v += (1 - beta2) (mean - v), s = 1 / sqrt(max(v, floor)); then each
+ *                  line times s * (float)(||x||_F / max(||x s||_F, floor)), the norms from the
+ *                  means in double. work: at least LWI_NORMUON_WORK(rows, cols) doubles. */
 #define LWI_CORE_KERNELS(X)                                                                        \
     X(muon_momentum,                                                                               \
       (lw_stream * s, const lwi_muon_step *k, float *w, const float *g, float *m, float *u,        \
@@ -243,7 +249,11 @@
     X(muon_decay_step,                                                                             \
       (lw_stream * s, float *w, const float *x, int64_t n, float step, float decay,                \
        bool cautious),                                                                             \
-      (s, w, x, n, step, decay, cautious), lwi_work_if(n > 0))
+      (s, w, x, n, step, decay, cautious), lwi_work_if(n > 0))                                     \
+    X(normuon_variance,                                                                            \
+      (lw_stream * s, float *x, float *v, int64_t rows, int64_t cols, float beta2, float floor,    \
+       double *work),                                                                              \
+      (s, x, v, rows, cols, beta2, floor, work), lwi_work_if(rows > 0 && cols > 0))
 
 /* Every kernel: the table's members, the backends' declarations and tables. */
 #define LWI_KERNELS(X) LWI_PUBLIC_KERNELS(X) LWI_CORE_KERNELS(X)

@@ -413,8 +413,9 @@ static lw_status rule_transform(void *ctx, lw_stream *s, float *u, float *x, int
     return lw_muon_orthogonalize(ctx, s, u, x, rows, cols);
 }
 
-static lw_status rule_apply(void *ctx, lw_stream *s, float *w, const float *x, int64_t n,
-                            int64_t rows, int64_t cols, float lr, float wd) {
+static lw_status rule_apply(void *ctx, lw_stream *s, float *w, float *x, float *const *state,
+                            int64_t n, int64_t rows, int64_t cols, float lr, float wd) {
+    (void)state;
     return lw_muon_apply_decay(ctx, s, w, x, n, rows, cols, lr, wd);
 }
 

@@ -18,6 +18,7 @@
  * in their bucket's turn). The norm adds every TP rank's shards and TP rank 0's replicated
  * tensors (one all-reduce over TP before the one over the DP group). */
 #include "optim/lion.h"
+#include "optim/normuon.h"
 #include "optim/optimizer_state.h"
 
 #include <math.h>
@@ -32,6 +33,7 @@ lw_optimizer_options lw_optimizer_defaults(void) {
     o.muon = lw_muon_defaults();
     o.adamw = lw_adamw_defaults();
     o.lion = lw_lion_defaults();
+    o.normuon = lw_normuon_defaults();
     o.clip = 0.0f;
     return o;
 }
@@ -61,6 +63,13 @@ static lw_status check_adamw(const lw_adamw_options *a) {
     return LW_OK;
 }
 
+/* Whether a rule's state has a part per line of the matrix, which only its owner can hold. */
+static bool has_line_part(lw_optimizer_kind kind) {
+    for (int32_t k = 0; k < lw_optimizer_kind_parts(kind); k++)
+        if (lw_optimizer_kind_part_size(kind, k) == LW_PART_LINES) return true;
+    return false;
+}
+
 /* What this rank updates, and its state. */
 static lw_status collect_owned(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
@@ -80,6 +89,13 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             "but lies in an element-wise (distopt) buffer: use a shard-aligned "
                             "algorithm (cost, lpt, size_matching), or rows for row-sharding",
                             p->name, rule);
+        /* on every rank alike, owning a slice or not */
+        if (p->whole && lwi_is_elementwise(lb->algorithm) && has_line_part(p->optimizer))
+            return lwi_fail(LW_ERR_UNSUPPORTED,
+                            "optimizer: '%s' is routed to %s, whose second moment belongs to the "
+                            "whole matrix's owner, but the rows layout row-shards it: use a "
+                            "shard-aligned algorithm (cost, lpt, size_matching)",
+                            p->name, rule);
         /* the layout has refused a whole-matrix rule's parameter that is not 2-D */
         if (count == 0) continue;
         lwi_owned *o = &opt->owned[opt->n_owned++];
@@ -95,7 +111,11 @@ static lw_status collect_owned(lw_optimizer *opt) {
         if (opt->tp_comm != NULL && p->tp_blocks == 0 && lw_comm_rank(opt->tp_comm) != 0)
             o->counted = false;
         o->sliced = p->whole && lwi_is_elementwise(lb->algorithm);
-        const bool tp = p->whole && lwi_muon_tp_takes(opt->tp, p);
+        /* a fused QKV weight outside TP is split for Muon only (split_qkv): NorMuon's second
+           moment, one per row of it, already treats Q's, K's and V's rows apart */
+        const bool sharded = opt->tp_comm != NULL && p->tp_blocks > 0;
+        const bool tp = p->whole && lwi_muon_tp_takes(opt->tp, p) &&
+                        (p->optimizer == LW_OPTIMIZER_MUON || sharded);
         if (tp && p->optimizer != LW_OPTIMIZER_MUON)
             return lwi_fail(LW_ERR_UNSUPPORTED,
                             "optimizer: '%s' is split over tensor parallelism or a split QKV "
@@ -103,13 +123,23 @@ static lw_status collect_owned(lw_optimizer *opt) {
                             p->name, rule);
         o->tp = tp && !o->sliced;
         if (o->tp && p->numel > tp_numel) tp_numel = p->numel;
-        const int64_t floats = lw_optimizer_kind_parts(p->optimizer) * count;
+        const int32_t n_parts = lw_optimizer_kind_parts(p->optimizer);
+        const int64_t rows = p->shape[0] > 0 ? p->shape[0] : 1;
+        int64_t floats = 0;
+        for (int32_t k = 0; k < n_parts; k++) {
+            st = lw_optimizer_kind_part_count(p->optimizer, k, count, rows, p->numel / rows,
+                                              &o->part_counts[k]);
+            if (st != LW_OK) return st;
+            floats += o->part_counts[k];
+        }
         void *state = NULL;
         if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * floats, &state) != LW_OK)
             return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory for the state of '%s' "
                             "(%.2f GiB on %s)", p->name, 4.0 * (double)floats / (1 << 30),
                             lw_device_name(opt->device));
         o->state = state;
+        for (int64_t k = 0, at = 0; k < n_parts; at += o->part_counts[k++])
+            o->parts[k] = o->state + at;
         if (lw_buffers_param_dtype(opt->buffers) != LW_DTYPE_F32) {
             void *master = NULL;
             if (lw_device_alloc(opt->device, (int64_t)sizeof(float) * count, &master) != LW_OK)
@@ -166,7 +196,10 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     if (st == LW_OK) st = check_nested("adamw", o.adamw.size, sizeof o.adamw, "lw_adamw_defaults");
     if (st == LW_OK) st = check_nested("lion", o.lion.size, sizeof o.lion, "lw_lion_defaults");
     if (st == LW_OK) st = check_adamw(&o.adamw);
+    if (st == LW_OK)
+        st = check_nested("normuon", o.normuon.size, sizeof o.normuon, "lw_normuon_defaults");
     if (st == LW_OK) st = lwi_lion_check(&o.lion);
+    if (st == LW_OK) st = lwi_normuon_check(&o.normuon);
     if (st != LW_OK) return st;
     if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
     lw_optimizer *opt = calloc(1, sizeof *opt);
@@ -341,8 +374,8 @@ static lw_status update_elementwise(lw_optimizer *opt, lw_optimizer_kind kind, f
         if (st != LW_OK) return st;
         const int32_t grp = opt->group[o->param];
         /* the second part where the rule has one */
-        float *v = lw_optimizer_kind_parts(kind) > 1 ? o->state + o->count : NULL;
-        *x = (lwi_update_tensor){w, g, o->state, v, o->count, opt->lr[grp], opt->wd[grp]};
+        float *v = lw_optimizer_kind_parts(kind) > 1 ? o->parts[1] : NULL;
+        *x = (lwi_update_tensor){w, g, o->parts[0], v, o->count, opt->lr[grp], opt->wd[grp]};
     }
     if (count == 0) return LW_OK;
     return lwi_rule_of(kind)->update(opt->stream, &opt->o, opt->tensors, count, opt->step,
@@ -423,8 +456,10 @@ lw_status lw_optimizer_state(const lw_optimizer *opt, int32_t k, lw_state_entry 
     out->start = o->start;
     out->count = o->count;
     out->n_parts = lw_optimizer_kind_parts(o->kind);
-    for (int32_t i = 0; i < out->n_parts; i++)
-        out->parts[i] = o->state + i * o->count;
+    for (int32_t i = 0; i < out->n_parts; i++) {
+        out->parts[i] = o->parts[i];
+        out->part_counts[i] = o->part_counts[i];
+    }
     out->master = o->master;
     return LW_OK;
 }

@@ -17,8 +17,10 @@ typedef struct lwi_owned {
     lw_optimizer_kind kind;
     const lwi_rule *rule;
     bool whole;   /* its rule updates whole matrices */
-    float *state; /* [owned, device memory] the rule's parts, count floats each, one after
-                     another (Muon: momentum; AdamW: m then v) */
+    float *state; /* [owned, device memory] the rule's parts one after another (Muon: momentum;
+                     AdamW: m then v; NorMuon: m, then v per line) */
+    float *parts[LWI_RULE_MAX_PARTS];          /* [borrowed] into state: each part */
+    int64_t part_counts[LWI_RULE_MAX_PARTS]; /* floats of each part */
     float *master; /* [owned, device memory] count: the fp32 master copy of the owned elements
                       when the buffers hold bf16 parameters (NULL for fp32: the array is it) */
     bool counted; /* counts towards the global norm (unsharded buffers: rank 0 only) */

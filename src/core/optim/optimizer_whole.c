@@ -107,7 +107,7 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         const int32_t grp = opt->group[o->param];
         if (st == LW_OK)
-            st = o->rule->prepare(opt->rule_ctx[o->kind], opt->stream, w, g, &o->state,
+            st = o->rule->prepare(opt->rule_ctx[o->kind], opt->stream, w, g, o->parts,
                                   u + (p->start - bk->start) + o->start, o->count, opt->lr[grp],
                                   opt->wd[grp], grad_scale);
     }
@@ -141,8 +141,8 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
                                 p->shape[0], p->numel / p->shape[0]);
         if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
-            st = o->rule->apply(ctx, opt->stream, w, opt->orthogonal + o->start, o->count,
-                                p->shape[0], p->numel / p->shape[0], lr, opt->wd[grp]);
+            st = o->rule->apply(ctx, opt->stream, w, opt->orthogonal + o->start, o->parts,
+                                o->count, p->shape[0], p->numel / p->shape[0], lr, opt->wd[grp]);
     }
     return st;
 }
@@ -163,7 +163,7 @@ static lw_status update_batch(lw_optimizer *opt, const lwi_matrix_batch *b, floa
         st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st == LW_OK)
-            st = rule->prepare(ctx, opt->stream, w, g, &o->state, u + i * n, n, opt->lr[grp],
+            st = rule->prepare(ctx, opt->stream, w, g, o->parts, u + i * n, n, opt->lr[grp],
                                opt->wd[grp], grad_scale);
     }
     if (st == LW_OK) st = rule->transform(ctx, opt->stream, u, u, b->count, b->rows, b->cols);
@@ -173,8 +173,8 @@ static lw_status update_batch(lw_optimizer *opt, const lwi_matrix_batch *b, floa
         float *w;
         st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK)
-            st = rule->apply(ctx, opt->stream, w, u + i * n, n, b->rows, b->cols, opt->lr[grp],
-                             opt->wd[grp]);
+            st = rule->apply(ctx, opt->stream, w, u + i * n, o->parts, n, b->rows, b->cols,
+                             opt->lr[grp], opt->wd[grp]);
     }
     return st;
 }

@@ -3,7 +3,8 @@
  * whole-matrix rule turns a matrix's gradient into an update (prepare: weight decay, momentum),
  * transforms batches of same-shaped updates (Muon: Newton-Schulz), then applies them, and
  * keeps what it needs between calls in a context made from the options. A rule's state is its
- * parts (lw_optimizer_kind_parts), `count` floats each, in `state[part]`. Not public API. */
+ * parts (lw_optimizer_kind_parts), each of its size (lw_optimizer_kind_part_count), in
+ * `state[part]`. Not public API. */
 #ifndef LW_OPTIM_RULES_H
 #define LW_OPTIM_RULES_H
 
@@ -27,9 +28,10 @@ typedef struct lwi_rule {
     lw_status (*transform)(void *ctx, lw_stream *s, float *u, float *x, int64_t batch,
                            int64_t rows, int64_t cols);
     /* the step; wd: the group's weight decay, for a rule that decays W with the step (Muon's
-       cautious or scaled decay) rather than in prepare */
-    lw_status (*apply)(void *ctx, lw_stream *s, float *w, const float *x, int64_t n, int64_t rows,
-                       int64_t cols, float lr, float wd);
+       cautious or scaled decay) rather than in prepare; x may be rescaled in place with the
+       state (NorMuon's variance reduction: the whole matrix, never a row shard) */
+    lw_status (*apply)(void *ctx, lw_stream *s, float *w, float *x, float *const *state,
+                       int64_t n, int64_t rows, int64_t cols, float lr, float wd);
 } lwi_rule;
 
 #define LWI_RULE_DECLARATION(KIND, name, whole, parts) extern const lwi_rule lwi_rule_##name;
