@@ -7,8 +7,11 @@ and fails on a mention of the project's former outside documents (the reference,
 style pages named in capitals with a .md suffix), of the folder that held them beside the
 repository, of an absolute /work/ path, or of a tracker's "issue <number>" (also across a
 comment's line break). The algorithms live in docs/algorithms.md; say what an issue was about
-in words instead of its number. This file is the one exception. Prints each hit as
-path:line: text and exits 1 if there is any.
+in words instead of its number. This file is the one exception. Also fails on any tracked
+symbolic link, wherever it is, whose target is absolute or leaves the repository (a link to a
+machine's own folder, such as a data directory, committed by mistake, replaces that folder in
+every checkout it is merged into). Prints each hit as path:line: text and exits 1 if there is
+any.
 Usage: tests/self_contained/check.py [repo root]"""
 import os
 import re
@@ -65,6 +68,22 @@ for name in files:
             line = text.count("\n", 0, m.start()) + 1
             shown = text.splitlines()[line - 1].strip()
             hits.append(f"{name}:{line}: {what} ({m.group(0)!r}): {shown}")
+
+# tracked links: their targets are what git stores, checked whether or not the link resolves
+try:
+    out = subprocess.run(["git", "-C", root, "ls-files", "-s", "-z"], capture_output=True,
+                         check=True).stdout.decode("utf-8", "replace")
+    for entry in filter(None, out.split("\0")):
+        meta, name = entry.split("\t", 1)  # "mode object stage\tpath"
+        path = os.path.join(root, name)
+        if meta.split()[0] != "120000" or not os.path.islink(path):
+            continue
+        target = os.readlink(path)
+        inside = os.path.normpath(os.path.join(os.path.dirname(name), target))
+        if os.path.isabs(target) or inside.startswith(".."):
+            hits.append(f"{name}:0: a link out of the repository ({target!r})")
+except (OSError, subprocess.CalledProcessError):
+    pass
 
 for h in hits:
     print(h)
