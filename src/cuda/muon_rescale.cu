@@ -6,6 +6,7 @@
 // the last place of float. The step rounds each product and sum on its own, as the CPU does:
 // bit for bit its result.
 #include "cuda/cuda.h"
+#include "cuda/block_sum.h"
 
 namespace {
 
@@ -14,28 +15,8 @@ constexpr int WARPS = THREADS / 32;
 // the batch's matrices per launch: a grid's y dimension
 constexpr int64_t MOST_MATRICES = 65535;
 
-__device__ double warp_sum(double v) {
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, off);
-    return v;
-}
-
-// The block's sum, in thread 0 (and returned to every thread: each block reduces alike).
-__device__ double block_sum(double v) {
-    __shared__ double shared[WARPS];
-    __shared__ double total;
-    v = warp_sum(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < WARPS ? shared[lane] : 0.0;
-        v = warp_sum(v);
-        if (lane == 0) total = v;
-    }
-    __syncthreads();
-    return total;
-}
+__device__ __forceinline__ double warp_sum(double v) { return lwc_warp_sum(v); }
+__device__ __forceinline__ double block_sum(double v) { return lwc_block_sum<THREADS>(v); }
 
 // grid (row groups, batch), a warp per row: norms[b * (rows + 1) + r] = the row's sum of squares.
 __global__ void row_squares(const float *u, int64_t rows, int64_t cols, double *norms) {

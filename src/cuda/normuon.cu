@@ -3,33 +3,13 @@
 // block for the two norms, then the scaling. Sums in double in a fixed order (no atomics): the
 // factors agree with the CPU's to a unit or so in the last place of float.
 #include "cuda/cuda.h"
+#include "cuda/block_sum.h"
 
 namespace {
 
 constexpr int THREADS = 256;
-constexpr int WARPS = THREADS / 32;
 
-__device__ double warp_sum(double v) {
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, off);
-    return v;
-}
-
-__device__ double block_sum(double v) {
-    __shared__ double shared[WARPS];
-    __shared__ double total;
-    v = warp_sum(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < WARPS ? shared[lane] : 0.0;
-        v = warp_sum(v);
-        if (lane == 0) total = v;
-    }
-    __syncthreads();
-    return total;
-}
+__device__ __forceinline__ double block_sum(double v) { return lwc_block_sum<THREADS>(v); }
 
 // grid (lines): the line's mean square (float), v's update, its step into work[l], and the
 // mean times the line's length into work[lines + 2 + l] (the norms' terms).
