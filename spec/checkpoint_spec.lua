@@ -5,28 +5,9 @@
 local ffi = require("ffi")
 local lw = require("lwopt")
 local helpers = require("helpers")
+local ch = require("checkpoint_helpers")
 
--- A small GPT on one rank, its parameters routed by rules (default: lw.route's).
-local function setup(rules)
-   local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 16, n_head = 2, vocab = 32, seq_len = 8 }
-   local specs = rules and lw.route(model:parameters(), rules) or model:parameters()
-   local ddp = lw.ddp.new(specs, lw.comm.self())
-   local opt = lw.optim.new(ddp, { lr = 1e-2 })
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return s.role == "norm" and 1 or 0.1 * math.sin(i + k) end)
-   end
-   model:bind(ddp, nil)
-   return model, ddp, opt
-end
-
-local function step(model, ddp, opt)
-   local tokens, targets = ffi.new("int32_t[16]"), ffi.new("int32_t[16]")
-   for i = 0, 15 do tokens[i], targets[i] = (i * 5) % 32, (i * 7 + 1) % 32 end
-   ddp:zero_grad()
-   model:forward(tokens, targets, 2, 8)
-   model:backward(1)
-   return opt:step()
-end
+local setup, step, snapshot = ch.setup, ch.step, ch.snapshot
 
 -- Rewrites a checkpoint's manifest.json through edit(text) -> text; returns the new text.
 local function edit_manifest(path, edit)
@@ -64,12 +45,6 @@ local function bounded(lua)
    local out, status = helpers.sh("timeout 60 luajit " .. script)
    os.remove(script)
    return out, status
-end
-
-local function snapshot(ddp)
-   local out = {}
-   for _, s in ipairs(ddp.specs) do out[s.name] = ddp:param(s.name):totable() end
-   return out
 end
 
 describe("lw.checkpoint", function()

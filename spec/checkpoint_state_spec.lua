@@ -5,6 +5,7 @@
 -- ranks: tests/lua/ckpt_consistency.lua.
 local ffi = require("ffi")
 local helpers = require("helpers")
+local ch = require("checkpoint_helpers")
 local lw = require("lwopt")
 local C = require("lwopt.C")
 local safetensors = require("lwopt.safetensors")
@@ -16,31 +17,8 @@ local function rules(matrices)
 end
 
 -- A small GPT on one rank, h.0's matrices optimized by `matrices`.
-local function setup(matrices)
-   local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 16, n_head = 2, vocab = 32, seq_len = 8 }
-   local ddp = lw.ddp.new(lw.route(model:parameters(), rules(matrices)), lw.comm.self())
-   local opt = lw.optim.new(ddp, { lr = 1e-2 })
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return s.role == "norm" and 1 or 0.1 * math.sin(i + k) end)
-   end
-   model:bind(ddp, nil)
-   return model, ddp, opt
-end
-
-local function step(model, ddp, opt)
-   local tokens, targets = ffi.new("int32_t[16]"), ffi.new("int32_t[16]")
-   for i = 0, 15 do tokens[i], targets[i] = (i * 5) % 32, (i * 7 + 1) % 32 end
-   ddp:zero_grad()
-   model:forward(tokens, targets, 2, 8)
-   model:backward(1)
-   return opt:step()
-end
-
-local function snapshot(ddp)
-   local out = {}
-   for _, s in ipairs(ddp.specs) do out[s.name] = ddp:param(s.name):totable() end
-   return out
-end
+local function setup(matrices) return ch.setup(rules(matrices)) end
+local step, snapshot = ch.step, ch.snapshot
 
 -- name -> { part = { floats } } of every entry of a rule, and the entries' shapes
 local function states(ddp, opt, rule)
