@@ -122,8 +122,9 @@ describe("lwopt.qk_clip", function()
       local one = records(args .. " --accum 2")
       local two = records(args, MPIRUN)
       -- the same 8 sequences a step, split over micro-steps or over ranks: the first step's
-      -- weights are the same, so are its logits
-      assert.same(one[1].max_logit, two[1].max_logit)
+      -- weights are the same, so are its logits up to the products' summation order, which the
+      -- BLAS's thread count sets (one rank may use more threads than each of two)
+      for l = 1, 4 do assert.near(one[1].max_logit[l], two[1].max_logit[l], 1e-6) end
       assert.equal(one[1].qk_clipped, two[1].qk_clipped)
       for l = 1, 4 do assert.near(one[2].max_logit[l], two[2].max_logit[l], 1e-4) end
    end)
