@@ -161,6 +161,21 @@ LWI_CORE_KERNELS(LWI_RUN_DECLARATION)
 #define LWI_NOTHING_TO_DO ((lw_status)1000)
 /* LW_OK when there is work, LWI_NOTHING_TO_DO when not. */
 static inline lw_status lwi_work_if(bool work) { return work ? LW_OK : LWI_NOTHING_TO_DO; }
+
+/* Device memory grown on demand (workspace.c), zero-initialised as {0}: `bytes` of it at
+ * `data` on `device`. */
+typedef struct lwi_workspace {
+    lw_device *device;
+    void *data; /* [owned, device memory] */
+    int64_t bytes;
+} lwi_workspace;
+
+/* At least count * size bytes on s's device (the old block, waited for on s, freed first); a
+ * failure says "<what> (<count> <unit>): <why>". */
+lw_status lwi_workspace_reserve(lwi_workspace *w, lw_stream *s, int64_t count, int64_t size,
+                                const char *what, const char *unit);
+void lwi_workspace_free(lwi_workspace *w);
+
 /* kernels.c: the checks the list names, once for every device. Attention: nothing to do for an
  * empty shape; the heads must divide the channels. */
 lw_status lwi_check_heads(const char *what, int64_t b, int64_t t, int64_t c, int64_t nh);

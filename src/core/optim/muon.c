@@ -14,9 +14,7 @@ struct lw_muon {
     lw_muon_options o;
     float *custom;     /* [owned] copy of the custom triples */
     float *abc;        /* [owned] ns_steps (a, b, c) triples, one per step */
-    lw_device *device; /* of the workspace */
-    float *work;       /* [owned, device memory] lwi_muon_work_floats of the largest matrix */
-    int64_t capacity;  /* floats in work */
+    lwi_workspace work; /* floats: lwi_muon_work_floats of the largest matrix */
 };
 
 static const float SIMPLE[][3] = {{3.4445f, -4.7750f, 2.0315f}};
@@ -175,27 +173,14 @@ void lw_muon_free(lw_muon *m) {
     if (m == NULL) return;
     free(m->custom);
     free(m->abc);
-    lw_device_free(m->device, m->work);
+    lwi_workspace_free(&m->work);
     free(m);
 }
 
 /* Workspace of at least `floats` on the stream's device (moved there if it was elsewhere). */
 static lw_status reserve(lw_muon *m, lw_stream *s, int64_t floats) {
-    lw_device *d = lw_stream_device(s);
-    if (floats <= m->capacity && d == m->device) return LW_OK;
-    if (m->work != NULL) lw_stream_synchronize(s); /* the old workspace may still be in use */
-    lw_device_free(m->device, m->work);
-    m->work = NULL;
-    m->capacity = 0;
-    void *p = NULL;
-    lw_status st = lw_device_alloc(d, (int64_t)sizeof(float) * floats, &p);
-    if (st != LW_OK)
-        return lwi_fail(st, "muon: the Newton-Schulz workspace (%lld floats): %s",
-                        (long long)floats, lw_last_error());
-    m->device = d;
-    m->work = p;
-    m->capacity = floats;
-    return LW_OK;
+    return lwi_workspace_reserve(&m->work, s, floats, sizeof(float),
+                                 "muon: the Newton-Schulz workspace", "floats");
 }
 
 /* Floats of workspace before a batch's updates: Newton-Schulz's, which renormalisation reuses
@@ -245,21 +230,21 @@ static lw_status orthogonalize(lw_muon *m, lw_stream *s, const float *u, float *
     lw_status st = reserve(m, s, work_floats(m, batch, rows, cols));
     if (st == LW_OK && o->row_equilibrate) {
         st = lwi_run_muon_equilibrate(s, u, x, batch, rows, cols, LWI_MUON_NORM_FLOOR,
-                                      (double *)m->work);
+                                      (double *)m->work.data);
         u = x;
     }
     if (st == LW_OK && o->coeffs == LW_NS_IDENTITY && x != u)
         st = lw_device_copy(s, x, u, (int64_t)sizeof(float) * n, LW_COPY_DEVICE_TO_DEVICE);
     if (st == LW_OK && o->coeffs != LW_NS_IDENTITY) {
         lwi_ns_plan plan = {m->abc, o->ns_steps,  o->eps,       1.0f,
-                            0.0f,   o->symmetric, o->precision, m->work};
+                            0.0f,   o->symmetric, o->precision, m->work.data};
         normalisation(o, &plan.norm_gain, &plan.norm_offset);
         st = lwi_run_newton_schulz(s, &plan, u, x, batch, rows, cols);
     }
     if (st == LW_OK && o->renormalize)
         st = lwi_run_muon_renormalize(s, x, batch, rows * cols,
                                       (float)sqrt((double)(rows < cols ? rows : cols)),
-                                      LWI_MUON_NORM_FLOOR, (double *)m->work);
+                                      LWI_MUON_NORM_FLOOR, (double *)m->work.data);
     return st;
 }
 
@@ -267,7 +252,8 @@ lw_status lw_muon_orthogonalize(lw_muon *m, lw_stream *stream, const float *u, f
                                 int64_t rows, int64_t cols) {
     lw_status st = m ? check_matrix(u, x, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
-    if (u != x && m->work != NULL && u >= m->work && u < m->work + m->capacity)
+    const float *work = m->work.data;
+    if (u != x && work != NULL && u >= work && u < work + m->work.bytes / (int64_t)sizeof(float))
         return lwi_fail(LW_ERR_INVALID, "muon: the matrix to orthogonalise is in the workspace");
     return orthogonalize(m, lwi_stream_or_cpu(stream), u, x, 1, rows, cols);
 }
@@ -282,7 +268,7 @@ lw_status lwi_muon_batch_updates(lw_muon *m, lw_stream *stream, int64_t batch, i
     const int64_t work = work_floats(m, batch, rows, cols);
     if ((st = reserve(m, lwi_stream_or_cpu(stream), work + batch * rows * cols)) != LW_OK)
         return st;
-    *updates = m->work + work;
+    *updates = (float *)m->work.data + work;
     return LW_OK;
 }
 
@@ -290,7 +276,7 @@ lw_status lwi_muon_orthogonalize_batch(lw_muon *m, lw_stream *stream, float *u, 
                                        int64_t rows, int64_t cols) {
     lw_status st = m ? check_matrix(u, u, rows, cols) : lwi_fail(LW_ERR_INVALID, "muon: NULL muon");
     if (st != LW_OK) return st;
-    if (u != m->work + work_floats(m, batch, rows, cols))
+    if (u != (float *)m->work.data + work_floats(m, batch, rows, cols))
         return lwi_fail(LW_ERR_INVALID, "muon: a batch is orthogonalised where "
                                         "lwi_muon_batch_updates put it");
     return orthogonalize(m, lwi_stream_or_cpu(stream), u, u, batch, rows, cols);

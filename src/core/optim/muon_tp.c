@@ -15,9 +15,8 @@ struct lwi_muon_tp {
     int32_t rank;
     lw_muon_tp_mode mode;
     bool split_qkv;
-    lw_device *device; /* of the workspace */
-    float *work;       /* [owned, device memory] gathered shards, QKV blocks, Gram matrices */
-    int64_t capacity;  /* floats in work */
+    lw_device *device;  /* of acc */
+    lwi_workspace work; /* floats: gathered shards, QKV blocks, Gram matrices */
     double *acc;       /* [owned, device memory] distributed: the shard's sum of squares */
 };
 
@@ -53,7 +52,7 @@ lw_status lwi_muon_tp_new(lw_device *device, lw_comm *tp, const lw_muon_options 
 
 void lwi_muon_tp_free(lwi_muon_tp *t) {
     if (t == NULL) return;
-    lw_device_free(t->device, t->work);
+    lwi_workspace_free(&t->work);
     lw_device_free(t->device, t->acc);
     free(t);
 }
@@ -81,19 +80,8 @@ static int64_t shard_floats(const lwi_muon_tp *t, int64_t rows, int64_t cols, in
 
 /* At least `floats` of workspace on s's device; the old one is waited for before it goes. */
 static lw_status reserve(lwi_muon_tp *t, lw_stream *s, int64_t floats) {
-    if (floats <= t->capacity) return LW_OK;
-    if (t->work != NULL) lw_stream_synchronize(s);
-    lw_device_free(t->device, t->work);
-    t->work = NULL;
-    t->capacity = 0;
-    void *p = NULL;
-    lw_status st = lw_device_alloc(t->device, (int64_t)sizeof(float) * floats, &p);
-    if (st != LW_OK)
-        return lwi_fail(st, "muon: the TP workspace (%lld floats): %s", (long long)floats,
-                        lw_last_error());
-    t->work = p;
-    t->capacity = floats;
-    return LW_OK;
+    return lwi_workspace_reserve(&t->work, s, floats, sizeof(float), "muon: the TP workspace",
+                                 "floats");
 }
 
 static lw_status copy(lw_stream *s, float *dst, const float *src, int64_t n) {
@@ -258,7 +246,7 @@ lw_status lwi_muon_tp_update(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi
     lw_status st;
     if (!(t->split_qkv && p->qkv_groups > 0)) {
         if ((st = reserve(t, s, shard_floats(t, rows, cols, dim))) != LW_OK) return st;
-        return shard_step(t, m, s, p->name, u, x, rows, cols, dim, t->work, seconds_comm);
+        return shard_step(t, m, s, p->name, u, x, rows, cols, dim, t->work.data, seconds_comm);
     }
     if (dim < 0 && p->qkv_rows[0] == p->qkv_rows[1] && p->qkv_rows[1] == p->qkv_rows[2])
         return qkv_batch(m, s, p, u, x);
@@ -272,7 +260,7 @@ lw_status lwi_muon_tp_update(lwi_muon_tp *t, lw_muon *m, lw_stream *s, const lwi
         if (f > floats) floats = f;
     }
     if ((st = reserve(t, s, block + floats)) != LW_OK) return st;
-    float *part = t->work, *work = t->work + block;
+    float *part = t->work.data, *work = part + block;
     int64_t first = 0; /* the block's first row within a group */
     for (int c = 0; c < 3 && st == LW_OK; c++) {
         const int64_t r = p->qkv_rows[c];

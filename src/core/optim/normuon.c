@@ -26,16 +26,14 @@ lw_status lwi_normuon_check(const lw_normuon_options *o) {
 typedef struct normuon {
     lw_muon *muon; /* [owned] the Muon whose step this is */
     lw_normuon_options o;
-    lw_device *device; /* of work */
-    double *work;      /* [owned, device memory] the variance reduction's, capacity doubles */
-    int64_t capacity;
+    lwi_workspace work; /* doubles: the variance reduction's */
 } normuon;
 
 static void rule_close(void *ctx) {
     normuon *n = ctx;
     if (n == NULL) return;
     lw_muon_free(n->muon);
-    lw_device_free(n->device, n->work);
+    lwi_workspace_free(&n->work);
     free(n);
 }
 
@@ -54,21 +52,8 @@ static lw_status rule_open(const lw_optimizer_options *o, void **ctx) {
 }
 
 static lw_status reserve(normuon *n, lw_stream *s, int64_t doubles) {
-    lw_device *d = lw_stream_device(s);
-    if (doubles <= n->capacity && d == n->device) return LW_OK;
-    if (n->work != NULL) lw_stream_synchronize(s); /* the old work may still be in use */
-    lw_device_free(n->device, n->work);
-    n->work = NULL;
-    n->capacity = 0;
-    void *p = NULL;
-    lw_status st = lw_device_alloc(d, (int64_t)sizeof(double) * doubles, &p);
-    if (st != LW_OK)
-        return lwi_fail(st, "normuon: the variance reduction's work (%lld doubles): %s",
-                        (long long)doubles, lw_last_error());
-    n->device = d;
-    n->work = p;
-    n->capacity = doubles;
-    return LW_OK;
+    return lwi_workspace_reserve(&n->work, s, doubles, sizeof(double),
+                                 "normuon: the variance reduction's work", "doubles");
 }
 
 static lw_status rule_batch_space(void *ctx, lw_stream *s, int64_t batch, int64_t rows,
@@ -103,7 +88,7 @@ static lw_status rule_apply(void *ctx, lw_stream *s, float *w, float *x, float *
     lw_status st = reserve(nm, s, LWI_NORMUON_WORK(rows, cols));
     if (st == LW_OK)
         st = lwi_run_normuon_variance(s, x, state[1], rows, cols, nm->o.beta2, nm->o.floor,
-                                      nm->work);
+                                      (double *)nm->work.data);
     if (st == LW_OK) st = lw_muon_apply_decay(nm->muon, s, w, x, n, rows, cols, lr, wd);
     return st;
 }
