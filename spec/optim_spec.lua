@@ -102,6 +102,59 @@ describe("lw.optim.new", function()
       assert.same({ 0.5, 0.2 }, { e.lr, e.weight_decay })
    end)
 
+   it("gives a routing rule's option tables to its parameters alone", function()
+      local two = { { name = "a", shape = { 8, 4 }, role = "matrix" },
+                    { name = "b", shape = { 8, 4 }, role = "matrix" },
+                    { name = "g", shape = { 4 }, role = "norm" },
+                    { name = "h", shape = { 4 }, role = "norm" } }
+      local function run(rules, opts)
+         local d = lw.ddp.new(lw.route(two, rules), lw.comm.self())
+         for _, name in ipairs({ "a", "b", "g", "h" }) do
+            d:param(name):copy(function(i) return 0.1 * math.sin(i) end)
+         end
+         local opt = lw.optim.new(d, opts)
+         for step = 1, 2 do
+            d:zero_grad()
+            for _, name in ipairs({ "h", "g", "b", "a" }) do
+               d:grad(name):copy(function(i) return step * math.cos(i + #name) end)
+               d:grad_ready(name)
+            end
+            opt:step()
+         end
+         local out = {}
+         for _, name in ipairs({ "a", "b", "g", "h" }) do out[name] = d:param(name):totable() end
+         return out, opt
+      end
+      local top = { lr = 0.1, weight_decay = 0, muon = { coefficients = "identity",
+         momentum = 0, nesterov = false, scale = "unit_rms_norm" } }
+      local own, opt = run({
+         { match = "^a$", optimizer = "muon", opts = { muon = { renormalize = true } } },
+         { match = "^g$", optimizer = "adamw", opts = { adamw = { beta2 = 0.5 } } },
+         { match = "^b$", optimizer = "muon" }, { match = ".", optimizer = "adamw" } }, top)
+      assert.equal(4, #opt.groups) -- a, b: one shape, two groups; g, h likewise
+      local renormalized = run({ { match = "^[ab]$", optimizer = "muon" },
+         { match = ".", optimizer = "adamw" } },
+         { lr = 0.1, weight_decay = 0, muon = { coefficients = "identity", momentum = 0,
+           nesterov = false, scale = "unit_rms_norm", renormalize = true },
+           adamw = { beta2 = 0.5 } })
+      local plain = run({ { match = "^[ab]$", optimizer = "muon" },
+         { match = ".", optimizer = "adamw" } }, top)
+      assert.same(renormalized.a, own.a)
+      assert.same(plain.b, own.b)
+      assert.same(renormalized.g, own.g)
+      assert.same(plain.h, own.h)
+      assert.are_not.same(plain.a, own.a)
+      assert.are_not.same(plain.g, own.g)
+      -- the nanochat variant for one rule: the top level's keys beside it still win
+      local _, mixed = run({
+         { match = "^a$", optimizer = "muon", opts = { muon = { variant = "nanochat" } } },
+         { match = "^b$", optimizer = "muon" }, { match = ".", optimizer = "adamw" } }, top)
+      local a
+      for _, g in ipairs(mixed.groups) do if g.params[1] == "a" then a = g end end
+      assert.same({ true, "identity", 0 },
+         { a.options.muon.cautious_wd, a.options.muon.coefficients, a.options.muon.momentum })
+   end)
+
    it("steps: the result reports the norm, and parameters move", function()
       local d, opt = setup({ lr = 0.01 })
       local before = d:param("w"):totable()

@@ -224,6 +224,13 @@ lw_status lw_optimizer_set_group(lw_optimizer *opt, int32_t param, int32_t group
  * step). */
 lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr,
                                    float weight_decay);
+/* A group's own options (opts [copied]: read and checked as lw_optimizer_new reads them) for
+ * its parameters' rules from the next step: Muon's variant or AdamW's betas for some
+ * parameters only. clip, tp_comm, muon.tp_mode and muon.split_qkv are the optimizer's and must
+ * equal its. Each whole-matrix rule gets a context of its own for the group (on a GPU, its own
+ * Newton-Schulz workspace). Calling it again replaces the group's options. */
+lw_status lw_optimizer_set_group_options(lw_optimizer *opt, int32_t group,
+                                         const lw_optimizer_options *opts);
 /* One step: gradient sync, global norm, skip on a non-finite norm, clip, each parameter's rule
  * (lw_param_spec.optimizer) on what this rank owns, the queued row scales, then the parameter
  * sync started. */

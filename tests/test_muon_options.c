@@ -5,7 +5,10 @@
  * batches of same-shaped matrices) and row-sharded (the rows layout, in buckets that split
  * matrices between ranks). Every rank feeds a different gradient whose average is known; after 3
  * steps every matrix must equal the float64 reference of muon_reference.h, be far from the
- * reference without the option, and be bit-identical across ranks. */
+ * reference without the option, and be bit-identical across ranks. Then the same with the option
+ * given to one hyper-parameter group only (lw_optimizer_set_group_options): its matrices follow
+ * the option's reference, the others (of the same shapes, so batches must part them) the plain
+ * one. */
 #include "muon_reference.h"
 #include "optim_util.h"
 
@@ -81,13 +84,18 @@ static void reference(const lw_muon_options *o, int size, double **w) {
  * batches' and the row shards' Newton-Schulz is the same fp32 arithmetic as one matrix's). */
 static const double TOL = 1e-5;
 
+/* The matrices of the group that takes the option by itself ("b" and "d"). */
+static bool in_own_group(int p) { return p == 2 || p == 3 || p == 5; }
+
 static void run_case(lw_comm *c, const char *what, const lw_muon_options *o,
-                     const lw_muon_options *off, lw_algorithm algorithm, int zero) {
+                     const lw_muon_options *off, lw_algorithm algorithm, int zero,
+                     bool per_group) {
     const int rank = lw_comm_rank(c), size = lw_comm_size(c), before = check_failures;
     lw_buffers_options bo = lw_buffers_defaults();
     bo.zero = zero;
-    lw_optimizer_options oo = lw_optimizer_defaults();
-    oo.muon = *o;
+    lw_optimizer_options oo = lw_optimizer_defaults(), own = oo;
+    oo.muon = per_group ? *off : *o;
+    own.muon = *o;
     const int64_t bucket = algorithm == LW_ALGORITHM_ROWS ? 1500 : INT64_MAX;
     rig r;
     if (!rig_new(&r, make_layout(specs, N_SPECS, size, bucket, algorithm, LW_ALGORITHM_DISTOPT),
@@ -97,6 +105,12 @@ static void run_case(lw_comm *c, const char *what, const lw_muon_options *o,
     }
     who me = {rank, size};
     rig_groups(&r, LR, WD);
+    if (per_group) {
+        for (int p = 0; p < N_SPECS; p++)
+            if (in_own_group(p)) CHECK_OK(lw_optimizer_set_group(r.opt, p, 2));
+        CHECK_OK(lw_optimizer_set_hparams(r.opt, 2, LR[0], WD[0]));
+        CHECK_OK(lw_optimizer_set_group_options(r.opt, 2, &own));
+    }
     rig_write_params(&r, fill, &me);
     lw_step_result res[STEPS];
     rig_steps(&r, STEPS, fill, &me, res);
@@ -114,16 +128,19 @@ static void run_case(lw_comm *c, const char *what, const lw_muon_options *o,
     double worst = 0, nearest_off = INFINITY;
     for (int p = 0; p < N_SPECS; p++) {
         const int64_t n = spec_numel(&specs[p]);
-        worst = fmax(worst, ref_distance(w[p], ref[p], start[p], n));
-        nearest_off = fmin(nearest_off, ref_distance(w[p], ref_off[p], start[p], n));
+        const bool with = !per_group || in_own_group(p);
+        worst = fmax(worst, ref_distance(w[p], with ? ref[p] : ref_off[p], start[p], n));
+        if (with) nearest_off = fmin(nearest_off, ref_distance(w[p], ref_off[p], start[p], n));
         free(w[p]), free(start[p]), free(ref[p]), free(ref_off[p]);
     }
     CHECK(worst <= TOL);
     CHECK(nearest_off >= 100 * TOL);
     CHECK(identical_across_ranks(c, r.buffers, specs, N_SPECS));
     if (check_failures != before)
-        fprintf(stderr, "rank %d: %s, %s, zero %d: %g from the reference, %g without the option\n",
-                rank, what, lw_algorithm_name(algorithm), zero, worst, nearest_off);
+        fprintf(stderr,
+                "rank %d: %s%s, %s, zero %d: %g from the reference, %g without the option\n",
+                rank, what, per_group ? " (one group's)" : "", lw_algorithm_name(algorithm), zero,
+                worst, nearest_off);
     rig_free(&r);
 }
 
@@ -149,7 +166,9 @@ int main(void) {
     const lw_algorithm layouts[2] = {LW_ALGORITHM_COST, LW_ALGORITHM_ROWS};
     for (int zero = 1; zero <= 3; zero++)
         for (int a = 0; a < 2; a++)
-            for (int k = 0; k < 5; k++)
-                run_case(c, names[k], &sets[k], &offs[k], layouts[a], zero);
+            for (int k = 0; k < 6; k++) {
+                const int set = k < 5 ? k : 4; /* then the preset for one group */
+                run_case(c, names[set], &sets[set], &offs[set], layouts[a], zero, k == 5);
+            }
     return check_exit_all_ranks(c, "test_muon_options");
 }

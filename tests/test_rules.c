@@ -251,7 +251,8 @@ typedef struct reference {
     int clipped; /* steps whose gradient was scaled */
 } reference;
 
-static void run_reference(reference *ref, const lw_optimizer_options *oo, int size) {
+/* oo[g]: the options of group g's parameters */
+static void run_reference(reference *ref, const lw_optimizer_options *const oo[2], int size) {
     double *g[N_SPECS], gmax[N_SPECS];
     memset(ref, 0, sizeof *ref);
     for (int p = 0; p < N_SPECS; p++) {
@@ -283,8 +284,8 @@ static void run_reference(reference *ref, const lw_optimizer_options *oo, int si
         if (CLIP / (ref->norm[step] + 1e-6) < 1.0) scale = CLIP / (ref->norm[step] + 1e-6);
         ref->clipped += scale < 1.0;
         for (int p = 0; p < N_SPECS; p++) {
-            const ref_args a = {&specs[p],       oo,      LR[GROUP[p]], WD[GROUP[p]], scale,
-                                scale * gmax[p], step + 1};
+            const ref_args a = {&specs[p],    oo[GROUP[p]], LR[GROUP[p]], WD[GROUP[p]],
+                                scale,        scale * gmax[p], step + 1};
             case_of(specs[p].optimizer)->step(&a, ref->w[p], g[p], ref->state[p]);
         }
     }
@@ -344,8 +345,9 @@ static void check_state(lw_comm *c, lw_optimizer *opt, const reference *ref) {
         CHECK_EQ(covered[p], spec_numel(&specs[p]));
 }
 
-static void run_variant(lw_comm *c, const lw_optimizer_options *oo, const reference *ref, int zero,
-                        lw_algorithm elementwise) {
+/* oo: the optimizer's options; own: group 1's (lw_optimizer_set_group_options), or NULL */
+static void run_variant(lw_comm *c, const lw_optimizer_options *oo, const lw_optimizer_options *own,
+                        const reference *ref, int zero, lw_algorithm elementwise) {
     const int before = check_failures;
     feed f = {lw_comm_rank(c), lw_comm_size(c)};
     lw_buffers_options bo = lw_buffers_defaults();
@@ -361,6 +363,7 @@ static void run_variant(lw_comm *c, const lw_optimizer_options *oo, const refere
         CHECK_OK(lw_optimizer_set_group(r.opt, p, GROUP[p]));
     for (int grp = 0; grp < 2; grp++)
         CHECK_OK(lw_optimizer_set_hparams(r.opt, grp, LR[grp], WD[grp]));
+    if (own != NULL) CHECK_OK(lw_optimizer_set_group_options(r.opt, 1, own));
     rig_write_params(&r, fill, &f);
     lw_step_result res[STEPS];
     rig_steps(&r, STEPS, fill, &f, res);
@@ -389,8 +392,8 @@ static void run_variant(lw_comm *c, const lw_optimizer_options *oo, const refere
     }
     CHECK(identical_across_ranks(c, r.buffers, specs, N_SPECS));
     if (check_failures != before)
-        fprintf(stderr, "rank %d: ZeRO-%d, element-wise rules' layout %s: failed\n", f.rank, zero,
-                lw_algorithm_name(elementwise));
+        fprintf(stderr, "rank %d: ZeRO-%d, element-wise rules' layout %s%s: failed\n", f.rank,
+                zero, lw_algorithm_name(elementwise), own ? ", group 1's own options" : "");
     rig_free(&r);
 }
 
@@ -443,6 +446,36 @@ static void test_refusals(lw_comm *c) {
     }
 }
 
+/* What a group may not set apart from the optimizer is refused by name; NULL options too. */
+static void test_group_refusals(lw_comm *c, const lw_optimizer_options *oo) {
+    rig r;
+    if (!rig_new(&r, make_layout(specs, N_SPECS, lw_comm_size(c), 700, LW_ALGORITHM_COST,
+                                 LW_ALGORITHM_COST),
+                 specs, N_SPECS, c, NULL, oo)) {
+        rig_free(&r);
+        return;
+    }
+    lw_optimizer_options other = *oo;
+    other.clip = 2 * CLIP;
+    CHECK_FAILS(lw_optimizer_set_group_options(r.opt, 1, &other), LW_ERR_INVALID,
+                "optimizer: group 1's options set clip apart from the optimizer's, but clip is "
+                "the whole optimizer's (give lw_optimizer_new's value)");
+    other = *oo;
+    other.muon.split_qkv = !oo->muon.split_qkv;
+    CHECK_FAILS(lw_optimizer_set_group_options(r.opt, 0, &other), LW_ERR_INVALID,
+                "optimizer: group 0's options set muon.split_qkv apart");
+    CHECK_FAILS(lw_optimizer_set_group_options(r.opt, 1, NULL), LW_ERR_INVALID,
+                "optimizer: group 1's options must not be NULL");
+    other = *oo;
+    other.adamw.beta1 = 1.5f;
+    CHECK_FAILS(lw_optimizer_set_group_options(r.opt, 1, &other), LW_ERR_INVALID,
+                "adamw: beta1 must be in [0, 1), got 1.5");
+    other = *oo;
+    other.muon.ns_steps = 0;
+    CHECK(lw_optimizer_set_group_options(r.opt, 1, &other) != LW_OK); /* Muon's own check */
+    rig_free(&r);
+}
+
 int main(void) {
     lw_comm *c = NULL;
     CHECK_OK(lw_comm_init(&c));
@@ -460,14 +493,24 @@ int main(void) {
     CHECK(mo->coeffs == LW_NS_QUINTIC && mo->weight_decay_mode == LW_WD_DECOUPLED);
     CHECK(mo->scale == LW_MUON_SCALE_MOONLIGHT && mo->nesterov && mo->momentum == 0.95f);
 
-    reference ref;
-    run_reference(&ref, &oo, lw_comm_size(c));
+    reference ref, mixed;
+    const lw_optimizer_options *same[2] = {&oo, &oo};
+    run_reference(&ref, same, lw_comm_size(c));
     CHECK_EQ(ref.clipped, 1);
     CHECK(lion_margin > 1e-4); /* ~1700u: Lion's signs are the reference's (tolerances) */
     for (int zero = 1; zero <= 3; zero++) {
-        run_variant(c, &oo, &ref, zero, LW_ALGORITHM_COST);
-        run_variant(c, &oo, &ref, zero, LW_ALGORITHM_DISTOPT);
+        run_variant(c, &oo, NULL, &ref, zero, LW_ALGORITHM_COST);
+        run_variant(c, &oo, NULL, &ref, zero, LW_ALGORITHM_DISTOPT);
     }
+    /* group 1 with the options above as its own, group 0 at the defaults: each rule's update
+     * takes its group's (one element-wise call per options; batches parted by group) */
+    lw_optimizer_options plain = lw_optimizer_defaults();
+    plain.clip = CLIP;
+    const lw_optimizer_options *by_group[2] = {&plain, &oo};
+    run_reference(&mixed, by_group, lw_comm_size(c));
+    for (int zero = 1; zero <= 3; zero += 2)
+        run_variant(c, &plain, &oo, &mixed, zero, LW_ALGORITHM_DISTOPT);
+    test_group_refusals(c, &plain);
     test_refusals(c);
 
     CHECK_OK(lw_comm_allreduce(c, worst, 2 * N_CASES, LW_DTYPE_F64, LW_REDUCE_MAX));
@@ -480,6 +523,6 @@ int main(void) {
         printf("norms %.4g %.4g %.4g (clip %g); lion margin %.3g\n", ref.norm[0], ref.norm[1],
                ref.norm[2], (double)CLIP, lion_margin);
     }
-    free_reference(&ref);
+    free_reference(&ref), free_reference(&mixed);
     return check_exit_all_ranks(c, "test_rules");
 }

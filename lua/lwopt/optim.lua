@@ -1,9 +1,11 @@
 -- optim.lua: lw.optim.new, the optimizer over lw.ddp buffers (src/core/optimizer.c): Muon on
 -- the matrices each rank owns, AdamW on its elements, options named as in docs/algorithms.md
--- sections 6-7. Parameters fall into hyper-parameter groups by (optimizer, lr, weight decay),
--- taken from the routing rule's opts, the optimizer's options, and the defaults. Under tensor
--- parallelism (section 9) tp_comm is the rank's TP group and muon.tp_mode / muon.split_qkv say
--- how Muon treats the TP shards and the fused QKV weights (the specs' tp and qkv fields).
+-- sections 6-7. Parameters fall into hyper-parameter groups by (optimizer, lr, weight decay,
+-- option tables), taken from the routing rule's opts, the optimizer's options, and the
+-- defaults; a group whose routing rule gives option tables (opts.muon) gets its own options.
+-- Under tensor parallelism (section 9) tp_comm is the rank's TP group and muon.tp_mode /
+-- muon.split_qkv say how Muon treats the TP shards and the fused QKV weights (the specs' tp and
+-- qkv fields).
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local comm_mod = require("lwopt.comm")
@@ -156,14 +158,15 @@ local function kinds_of(path)
 end
 
 -- The table of options at path ("", or a rule's: "muon", "adamw", "lion"; {} for nil), every
--- key known.
-local function check_keys(t, path)
+-- key known; f: how to fail (default lw.optim.new's).
+local function check_keys(t, path, f)
+   f = f or fail
    if t == nil then return {} end
-   if type(t) ~= "table" then fail("%s must be a table", path) end
+   if type(t) ~= "table" then f("%s must be a table", path) end
    local allowed = kinds_of(path)
    for k in pairs(t) do
       if not allowed[k] then
-         fail("unknown option '%s%s'", path == "" and "" or path .. ".", tostring(k))
+         f("unknown option '%s%s'", path == "" and "" or path .. ".", tostring(k))
       end
    end
    return t
@@ -171,16 +174,58 @@ end
 
 -- Checks the kinds of a table's numbers and booleans (ranges are the C library's checks, which
 -- name the value); the enums are checked as they are filled in, the rest where they are read.
-local function check_types(t, path)
+local function check_types(t, path, f)
+   f = f or fail
    local kinds = kinds_of(path)
    for k, v in pairs(t) do
       local kind = kinds[k]
       local name = (path == "" and "" or path .. ".") .. k
       if not options.is(kind, v) then
          if kind == "boolean" then
-            fail("%s must be true or false, got %s", name, options.shown(v))
+            f("%s must be true or false, got %s", name, options.shown(v))
          end
-         fail("%s must be a finite %s, got %s", name, kind, options.shown(v))
+         f("%s must be a finite %s, got %s", name, kind, options.shown(v))
+      end
+   end
+end
+
+-- Options of a rule's table that are the whole optimizer's (the C library's lw_optimizer_set_
+-- group_options refuses a group's own): Muon's TP shards are laid out by them.
+local WHOLE_OPTIMIZER = { muon = { tp_mode = true, split_qkv = true } }
+
+-- The option tables a rule's parameters read: its own, and Muon's for NorMuon, whose step is
+-- Muon's before its variance reduction. A routing rule's opts may hold these for its
+-- parameters alone.
+local function tables_read_by(rule)
+   local out = {}
+   if rule == "normuon" then out[#out + 1] = "muon" end
+   if TABLES[rule] ~= nil then out[#out + 1] = rule end
+   return out
+end
+optim.tables_read_by = tables_read_by
+
+-- Checks a routing rule's option table opts[path] for its rule (f: how to fail): a table that
+-- rule reads, every key known and of its kind (lw.route calls it on each rule).
+function optim.check_rule_table(rule, path, t, f)
+   local known = tables_read_by(rule)
+   local ok = false
+   for _, name in ipairs(known) do ok = ok or name == path end
+   if not ok then
+      f("unknown option '%s' in opts (a rule sets lr, weight_decay%s)", path,
+         #known > 0 and (" and its optimizer's option tables: " .. table.concat(known, ", "))
+         or "")
+   end
+   check_keys(t, path, f)
+   check_types(t, path, f)
+   for _, key in ipairs({ "lr", "weight_decay" }) do
+      if t[key] ~= nil then
+         f("opts.%s.%s: a routing rule sets %s in opts itself", path, key, key)
+      end
+   end
+   for key in pairs(WHOLE_OPTIMIZER[path] or {}) do
+      if t[key] ~= nil then
+         f("opts.%s.%s is the whole optimizer's, not a routing rule's: give it to "
+            .. "lw.optim.new", path, key)
       end
    end
 end
@@ -219,15 +264,44 @@ local function adamw_decays(spec)
    return #spec.shape == 2 and spec.role ~= "embedding" and not spec.shared_embedding
 end
 
+-- A table's keys and values as text, keys sorted: equal tables, equal text.
+local function signature(t)
+   if type(t) ~= "table" then return type(t) .. ":" .. tostring(t) end
+   local keys, out = {}, {}
+   for k in pairs(t) do keys[#keys + 1] = k end
+   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+   for _, k in ipairs(keys) do out[#out + 1] = tostring(k) .. "=" .. signature(t[k]) end
+   return "{" .. table.concat(out, ",") .. "}"
+end
+
+-- The option tables of a routing rule's own (rule_opts[name] for the tables its optimizer
+-- reads) over tables (lw.optim.new's by path), key by key, Muon's variant applied after; nil
+-- when the routing rule sets none.
+local function own_tables(kind, rule_opts, tables, given)
+   local own
+   for _, path in ipairs(tables_read_by(kind)) do
+      if rule_opts[path] ~= nil then
+         own = own or setmetatable({}, { __index = tables })
+         local merged = {}
+         for k, v in pairs(given[path] or {}) do merged[k] = v end
+         for k, v in pairs(rule_opts[path]) do merged[k] = v end
+         own[path] = path == "muon" and with_variant(merged) or merged
+      end
+   end
+   return own
+end
+
 -- A parameter's group: its rule, and lr and weight decay from its routing rule's opts, else its
--- optimizer rule's options (by_rule[name]: o.muon, o.adamw), else the top level's. Whole-matrix
--- rules decay every matrix they update; element-wise ones as AdamW does.
-local function group_of(spec, o, by_rule)
+-- optimizer rule's options (by_rule[name]: o.muon, o.adamw), else the top level's; and the
+-- option tables its routing rule gives its rule (nil: lw.optim.new's). Whole-matrix rules decay
+-- every matrix they update; element-wise ones as AdamW does.
+local function group_of(spec, o, by_rule, given)
    local rule, ko = spec.opts or {}, by_rule[spec.optimizer] or {}
    local lr = pick(rule.lr, pick(ko.lr, pick(o.lr, 1e-3)))
    local decays = kinds[spec.optimizer].whole or adamw_decays(spec)
    local default_wd = decays and pick(ko.weight_decay, pick(o.weight_decay, 0.1)) or 0
-   return spec.optimizer, lr, pick(rule.weight_decay, default_wd)
+   return spec.optimizer, lr, pick(rule.weight_decay, default_wd),
+      own_tables(spec.optimizer, rule, by_rule, given)
 end
 
 -- The TP group as the C optimizer takes it: tp itself when it moves the buffers' memory (or
@@ -246,14 +320,15 @@ end
 function optim.c_options(opts)
    local o = check_keys(opts, "")
    check_types(o, "")
-   local tables = { [""] = o }
+   local tables, given = { [""] = o }, {}
    for _, path in ipairs(RULE_TABLES) do
       tables[path] = check_keys(o[path], path)
+      given[path] = tables[path]
       if path == "muon" then tables[path] = with_variant(tables[path]) end
       check_types(tables[path], path)
    end
    local c, keep = c_options(tables)
-   return c, keep, tables
+   return c, keep, tables, given
 end
 
 -- lw.optim.new(ddp, opts): opts = { mode, lr, weight_decay, clip, tp_comm, muon = { variant,
@@ -268,7 +343,7 @@ end
 -- apart. muon.variant: a preset of Muon's options (optim.muon_variants: "default",
 -- "nanochat"), under the keys given beside it.
 function optim.new(d, opts)
-   local c, keep, tables = optim.c_options(opts)
+   local c, keep, tables, given = optim.c_options(opts)
    local o = tables[""]
    if o.mode ~= nil and o.mode ~= d.mode then
       fail("mode '%s' does not match the buffers, which were made for mode '%s'", tostring(o.mode),
@@ -283,20 +358,35 @@ function optim.new(d, opts)
    self._c = ffi.gc(out[0], lib.lw_optimizer_free)
    local by_key = {}
    for i, spec in ipairs(d.specs) do
-      local kind, lr, wd = group_of(spec, o, tables)
-      local key = kind .. "|" .. lr .. "|" .. wd
+      local kind, lr, wd, own = group_of(spec, o, tables, given)
+      local key = kind .. "|" .. lr .. "|" .. wd .. "|" .. (own and signature(own) or "")
       local g = by_key[key]
       if g == nil then
-         g = { optimizer = kind, lr = lr, weight_decay = wd, params = {} }
+         g = { optimizer = kind, lr = lr, weight_decay = wd, params = {}, options = own }
          self.groups[#self.groups + 1] = g
          g.index = #self.groups - 1
          by_key[key] = g
+         if own ~= nil then self:_send_options(g, own, c) end
       end
       g.params[#g.params + 1] = spec.name
       C.check(lib.lw_optimizer_set_group(self._c, i - 1, g.index), WHERE)
    end
    self:_send_hparams(WHERE)
    return self
+end
+
+-- Group g's own options: the tables own (lw.optim.new's, with its routing rule's over them)
+-- as a C struct beside the optimizer's c (its TP communicator), kept alive with the group.
+function Optimizer:_send_options(g, own, c)
+   for path in pairs(TABLES) do
+      if path ~= "" and rawget(own, path) ~= nil then check_types(own[path], path) end
+   end
+   local tables = {}
+   for path in pairs(TABLES) do tables[path] = own[path] end
+   local gc, keep = c_options(tables)
+   gc.tp_comm = c.tp_comm
+   g._keep = keep
+   C.check(lib.lw_optimizer_set_group_options(self._c, g.index, gc), WHERE)
 end
 
 function Optimizer:_send_hparams(where)

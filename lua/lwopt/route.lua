@@ -1,10 +1,12 @@
 -- route.lua: decides which optimizer updates each parameter. Rules are data: an ordered list of
 -- { match = <Lua pattern on the name> | function(spec) -> bool, optimizer = <a rule's name:
--- "muon", "adamw", ... (lw.optim.kinds)>, opts = {...}, optional = true }; the first match
--- wins, a parameter that no rule matches is an error, and a rule that routes no parameter is
--- warned about unless it is optional (a generic list may not fit every model).
+-- "muon", "adamw", ... (lw.optim.kinds)>, opts = { lr, weight_decay, and option tables of its
+-- optimizer for its parameters alone: muon = {...}, adamw = {...}, ... }, optional = true };
+-- the first match wins, a parameter that no rule matches is an error, and a rule that routes
+-- no parameter is warned about unless it is optional (a generic list may not fit every model).
 local errors = require("lwopt.errors")
 local kinds = require("lwopt.optim_kinds")
+local optim = require("lwopt.optim")
 
 local route = {}
 
@@ -28,7 +30,8 @@ route.default_rules = {
      match = function() return true end },
 }
 
--- What a rule's opts may set for its parameters (lw.optim.new reads them per parameter).
+-- The numbers a rule's opts may set for its parameters (lw.optim.new reads them per parameter;
+-- its optimizer's option tables are checked by lw.optim).
 local RULE_OPTS = { lr = true, weight_decay = true }
 
 local function shape_text(shape)
@@ -65,10 +68,10 @@ local function check_rules(rules)
       end
       for key, value in pairs(rule.opts or {}) do
          if not RULE_OPTS[key] then
-            fail("rule %d: unknown option '%s' in opts (a rule sets lr and weight_decay; the "
-               .. "rest are lw.optim.new's options)", i, tostring(key))
-         end
-         if type(value) ~= "number" or value ~= value or value < 0 or value == math.huge then
+            optim.check_rule_table(rule.optimizer, key, value, function(fmt, ...)
+               fail("rule %d: " .. fmt, i, ...)
+            end)
+         elseif type(value) ~= "number" or value ~= value or value < 0 or value == math.huge then
             fail("rule %d: opts.%s must be a finite number >= 0, got %s", i, key,
                type(value) == "string" and ("'" .. value .. "'") or tostring(value))
          end

@@ -184,11 +184,9 @@ static lw_status collect_owned(lw_optimizer *opt) {
     return st;
 }
 
-lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
-                           lw_optimizer **out) {
-    if (buffers == NULL || out == NULL)
-        return lwi_fail(LW_ERR_INVALID, "optimizer: buffers and out must not be NULL");
-    *out = NULL;
+/* opts read and checked as lw_optimizer_new and lw_optimizer_set_group_options take them (the
+ * rules' own checks run as their contexts open). */
+lw_status lwi_optimizer_read_options(const lw_optimizer_options *opts, lw_optimizer_options *out) {
     const lw_optimizer_options d = lw_optimizer_defaults();
     lw_optimizer_options o;
     lw_status st = lwi_options_read("optimizer", &lwi_optimizer_options_kind, opts, &d, &o);
@@ -202,6 +200,18 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     if (st == LW_OK) st = lwi_normuon_check(&o.normuon);
     if (st != LW_OK) return st;
     if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
+    *out = o;
+    return LW_OK;
+}
+
+lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,
+                           lw_optimizer **out) {
+    if (buffers == NULL || out == NULL)
+        return lwi_fail(LW_ERR_INVALID, "optimizer: buffers and out must not be NULL");
+    *out = NULL;
+    lw_optimizer_options o;
+    lw_status st = lwi_optimizer_read_options(opts, &o);
+    if (st != LW_OK) return st;
     lw_optimizer *opt = calloc(1, sizeof *opt);
     if (opt == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
     opt->buffers = buffers;
@@ -209,22 +219,16 @@ lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts
     opt->device = lw_buffers_device(buffers);
     opt->stream = lw_device_stream(opt->device);
     opt->o = o;
-    for (int32_t k = 0; k < LWI_N_RULES; k++) {
-        const lwi_rule *rule = lwi_rule_of((lw_optimizer_kind)k);
-        if (rule->open != NULL && (st = rule->open(&opt->o, &opt->rule_ctx[k])) != LW_OK) goto fail;
-    }
-    opt->muon = opt->rule_ctx[LW_OPTIMIZER_MUON];
+    if ((st = lwi_optimizer_open_rules(&opt->o, opt->rule_ctx)) != LW_OK) goto fail;
     if ((st = lwi_optimizer_whole_check_tp(opt, o.tp_comm, o.muon.tp_mode)) != LW_OK) goto fail;
     if ((st = lwi_muon_tp_new(opt->device, opt->tp_comm, &o.muon, &opt->tp)) != LW_OK) goto fail;
-    opt->n_groups = 1;
     opt->group =
         calloc((size_t)(opt->layout->n_params ? opt->layout->n_params : 1), sizeof(int32_t));
-    opt->lr = calloc(1, sizeof(float));
-    opt->wd = calloc(1, sizeof(float));
-    if (opt->group == NULL || opt->lr == NULL || opt->wd == NULL) {
+    if (opt->group == NULL) {
         st = lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
         goto fail;
     }
+    if ((st = lwi_optimizer_grow_groups(opt, 1)) != LW_OK) goto fail;
     if ((st = collect_owned(opt)) != LW_OK) goto fail;
     if ((st = lwi_optimizer_whole_make_batches(opt)) != LW_OK) goto fail;
     if ((st = lw_optimizer_reload_master(opt)) != LW_OK) goto fail;
@@ -243,65 +247,18 @@ void lw_optimizer_free(lw_optimizer *opt) {
     }
     free(opt->owned);
     free(opt->group);
-    free(opt->lr);
-    free(opt->wd);
+    lwi_optimizer_free_groups(opt);
     lw_device_free(opt->device, opt->gathered);
     lw_device_free(opt->device, opt->orthogonal);
     lw_device_free(opt->device, opt->norm_acc);
     free(opt->batches);
     free(opt->batch_members);
     free(opt->tensors);
-    for (int32_t k = 0; k < LWI_N_RULES; k++) {
-        const lwi_rule *rule = lwi_rule_of((lw_optimizer_kind)k);
-        if (rule->close != NULL) rule->close(opt->rule_ctx[k]);
-    }
+    lwi_optimizer_close_rules(opt->rule_ctx);
     lwi_muon_tp_free(opt->tp);
     lw_device_free(opt->device, opt->tp_update);
     free(opt->scales);
     free(opt);
-}
-
-static lw_status grow_groups(lw_optimizer *opt, int32_t n) {
-    if (n <= opt->n_groups) return LW_OK;
-    float *lr = realloc(opt->lr, sizeof(float) * (size_t)n);
-    if (lr == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
-    opt->lr = lr;
-    float *wd = realloc(opt->wd, sizeof(float) * (size_t)n);
-    if (wd == NULL) return lwi_fail(LW_ERR_NOMEM, "optimizer: out of memory");
-    opt->wd = wd;
-    for (int32_t g = opt->n_groups; g < n; g++)
-        opt->lr[g] = opt->wd[g] = 0.0f;
-    opt->n_groups = n;
-    return LW_OK;
-}
-
-lw_status lw_optimizer_set_group(lw_optimizer *opt, int32_t param, int32_t group) {
-    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
-    if (param < 0 || param >= opt->layout->n_params)
-        return lwi_fail(LW_ERR_RANGE, "optimizer: parameter index %d out of range [0, %d)", param,
-                        opt->layout->n_params);
-    if (group < 0 || group > 1 << 16)
-        return lwi_fail(LW_ERR_RANGE, "optimizer: group %d out of range [0, 65536]", group);
-    lw_status st = grow_groups(opt, group + 1);
-    if (st == LW_OK) opt->group[param] = group;
-    return st;
-}
-
-lw_status lw_optimizer_set_hparams(lw_optimizer *opt, int32_t group, float lr, float wd) {
-    if (opt == NULL) return lwi_fail(LW_ERR_INVALID, "optimizer: NULL optimizer");
-    if (group < 0 || group > 1 << 16)
-        return lwi_fail(LW_ERR_RANGE, "optimizer: group %d out of range [0, 65536]", group);
-    if (!(lr >= 0.0f) || !isfinite(lr))
-        return lwi_fail(LW_ERR_INVALID, "optimizer: lr must be finite and >= 0, got %g",
-                        (double)lr);
-    if (!(wd >= 0.0f) || !isfinite(wd))
-        return lwi_fail(LW_ERR_INVALID, "optimizer: weight decay must be finite and >= 0, got %g",
-                        (double)wd);
-    lw_status st = grow_groups(opt, group + 1);
-    if (st != LW_OK) return st;
-    opt->lr[group] = lr;
-    opt->wd[group] = wd;
-    return LW_OK;
 }
 
 /* Sum of squares and zeros over the owned gradient elements, summed over the world. */
@@ -361,25 +318,38 @@ lw_status lw_optimizer_keep_master(lw_optimizer *opt) {
     return LW_OK;
 }
 
-/* Every element this rank owns of an element-wise rule's parameters, in one multi-tensor call. */
-static lw_status update_elementwise(lw_optimizer *opt, lw_optimizer_kind kind, float grad_scale) {
+/* Every element this rank owns of an element-wise rule's parameters whose groups take options
+ * `from` (lwi_optimizer_options_of), in one multi-tensor call. */
+static lw_status update_elementwise(lw_optimizer *opt, lw_optimizer_kind kind,
+                                    const lw_optimizer_options *from, float grad_scale) {
     int32_t count = 0;
     for (int32_t k = 0; k < opt->n_owned; k++) {
         lwi_owned *o = &opt->owned[k];
-        if (o->kind != kind) continue;
+        const int32_t grp = opt->group[o->param];
+        if (o->kind != kind || lwi_optimizer_options_of(opt, grp) != from) continue;
         lwi_update_tensor *x = &opt->tensors[count++];
         float *w, *g;
         lw_status st = lwi_optimizer_weights(opt, o, &w);
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         if (st != LW_OK) return st;
-        const int32_t grp = opt->group[o->param];
         /* the second part where the rule has one */
         float *v = lw_optimizer_kind_parts(kind) > 1 ? o->parts[1] : NULL;
         *x = (lwi_update_tensor){w, g, o->parts[0], v, o->count, opt->lr[grp], opt->wd[grp]};
     }
     if (count == 0) return LW_OK;
-    return lwi_rule_of(kind)->update(opt->stream, &opt->o, opt->tensors, count, opt->step,
+    return lwi_rule_of(kind)->update(opt->stream, from, opt->tensors, count, opt->step,
                                      grad_scale);
+}
+
+/* An element-wise rule's parameters, one call per options in use: the optimizer's, then each
+ * group's own. */
+static lw_status update_elementwise_rule(lw_optimizer *opt, lw_optimizer_kind kind,
+                                         float grad_scale) {
+    lw_status st = update_elementwise(opt, kind, &opt->o, grad_scale);
+    for (int32_t g = 0; st == LW_OK && g < opt->n_groups; g++)
+        if (opt->group_options[g] != NULL)
+            st = update_elementwise(opt, kind, &opt->group_options[g]->o, grad_scale);
+    return st;
 }
 
 static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
@@ -387,7 +357,7 @@ static lw_status update(lw_optimizer *opt, float grad_scale, lw_step_result *r) 
     lw_status st = LW_OK;
     for (int32_t k = 0; st == LW_OK && k < LWI_N_RULES; k++)
         if (!lw_optimizer_kind_whole((lw_optimizer_kind)k))
-            st = update_elementwise(opt, (lw_optimizer_kind)k, grad_scale);
+            st = update_elementwise_rule(opt, (lw_optimizer_kind)k, grad_scale);
     r->seconds_adamw += lwi_now() - t0;
     return st == LW_OK ? lwi_optimizer_whole_step(opt, grad_scale, r) : st;
 }

@@ -38,11 +38,19 @@ typedef struct lwi_row_scale {
     float factor;
 } lwi_row_scale;
 
-/* Owned whole matrices of one rule and shape, updated together: each prepared (momentum), all
+/* A hyper-parameter group's own options (lw_optimizer_set_group_options) and its rules'
+ * contexts opened from them. */
+typedef struct lwi_group_options {
+    lw_optimizer_options o;
+    void *rule_ctx[LWI_N_RULES]; /* [owned] */
+} lwi_group_options;
+
+/* Owned whole matrices of one rule, context and shape, updated together: each prepared (momentum), all
  * of them transformed as one batch (Muon: Newton-Schulz, batched GEMMs on a GPU), then each
  * applied. */
 typedef struct lwi_matrix_batch {
     lw_optimizer_kind kind;
+    void *ctx; /* [borrowed] the rule's context its members' groups share */
     int64_t rows;
     int64_t cols;
     int32_t first; /* its members: batch_members[first .. first + count) (indices of owned) */
@@ -63,13 +71,14 @@ struct lw_optimizer {
     double *norm_acc;  /* [owned, device memory] sum of squares and zeros of the owned grads */
     lw_optimizer_options o;
     void *rule_ctx[LWI_N_RULES]; /* [owned] each whole-matrix rule's context */
-    lw_muon *muon;                      /* [borrowed] Muon's: its TP modes (muon_tp.c) */
     int32_t n_owned;
     lwi_owned *owned;   /* [owned] */
     int32_t *group; /* [owned] per param */
     int32_t n_groups;
     float *lr; /* [owned] per group */
     float *wd; /* [owned] per group */
+    lwi_group_options **group_options; /* [owned] per group; NULL: the optimizer's (o) */
+    bool batches_stale; /* groups or their options changed since the batches were made */
     int64_t step;
     int64_t skips;
     bool has_master;        /* bf16 parameters: owned entries have fp32 master copies */
@@ -99,13 +108,40 @@ static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned
     return st;
 }
 
+/* optimizer.c */
+/* opts read and checked (sizes of the nested structs, AdamW's, Lion's and NorMuon's ranges,
+ * clip) into out. */
+lw_status lwi_optimizer_read_options(const lw_optimizer_options *opts, lw_optimizer_options *out);
+
+/* optimizer_groups.c */
+/* Each whole-matrix rule's context opened from o into ctx (closed again on failure). */
+lw_status lwi_optimizer_open_rules(const lw_optimizer_options *o, void *ctx[LWI_N_RULES]);
+void lwi_optimizer_close_rules(void *ctx[LWI_N_RULES]);
+/* Room for n groups (new ones: lr and weight decay 0, the optimizer's options). */
+lw_status lwi_optimizer_grow_groups(lw_optimizer *opt, int32_t n);
+void lwi_optimizer_free_groups(lw_optimizer *opt);
+
+/* The options group grp's parameters take: its own, or the optimizer's. */
+static inline const lw_optimizer_options *lwi_optimizer_options_of(const lw_optimizer *opt,
+                                                                   int32_t grp) {
+    return opt->group_options[grp] != NULL ? &opt->group_options[grp]->o : &opt->o;
+}
+
+/* The context of rule kind for group grp's matrices. */
+static inline void *lwi_optimizer_rule_ctx(const lw_optimizer *opt, lw_optimizer_kind kind,
+                                           int32_t grp) {
+    return opt->group_options[grp] != NULL ? opt->group_options[grp]->rule_ctx[kind]
+                                           : opt->rule_ctx[kind];
+}
+
 /* qk_clip.c */
 /* The queued row scales on what this rank updates (its fp32 weights), the queue then emptied;
  * *applied: whether any was queued (the master copies then need rounding into the parameters). */
 lw_status lwi_optimizer_apply_scales(lw_optimizer *opt, bool *applied);
 
 /* optimizer_whole.c */
-/* Groups the owned whole matrices (not row-sharded, not TP) into batches of a rule and shape. */
+/* Groups the owned whole matrices (not row-sharded, not TP) into batches of a rule, context
+ * and shape (again, freeing the old batches, when called again). */
 lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt);
 /* Takes tp as the TP group when its size is above 1, after checking it (collective over it). */
 lw_status lwi_optimizer_whole_check_tp(lw_optimizer *opt, lw_comm *tp, lw_muon_tp_mode mode);

@@ -9,11 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Groups the owned whole matrices by rule and shape, in owned order, each batch within the
- * cap. */
+/* Groups the owned whole matrices by rule, context (their groups' options) and shape, in owned
+ * order, each batch within the cap. */
 lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt) {
     const lw_layout *l = opt->layout;
     const int32_t n = opt->n_owned ? opt->n_owned : 1;
+    free(opt->batches);
+    free(opt->batch_members);
+    free(opt->tensors);
+    opt->n_batches = 0;
+    opt->batches_stale = false;
     opt->batches = calloc((size_t)n, sizeof(lwi_matrix_batch));
     opt->batch_members = calloc((size_t)n, sizeof(int32_t));
     opt->tensors = calloc((size_t)n, sizeof(lwi_update_tensor));
@@ -31,6 +36,7 @@ lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt) {
         const lwi_param *p = &l->params[o->param];
         lwi_matrix_batch *b = &opt->batches[opt->n_batches++];
         b->kind = o->kind;
+        b->ctx = lwi_optimizer_rule_ctx(opt, o->kind, opt->group[o->param]);
         b->rows = p->shape[0];
         b->cols = p->shape[1];
         b->first = members;
@@ -38,6 +44,7 @@ lw_status lwi_optimizer_whole_make_batches(lw_optimizer *opt) {
             const lwi_owned *oj = &opt->owned[j];
             const lwi_param *pj = &l->params[oj->param];
             if (!oj->whole || oj->sliced || oj->tp || placed[j] || oj->kind != b->kind ||
+                lwi_optimizer_rule_ctx(opt, oj->kind, opt->group[oj->param]) != b->ctx ||
                 pj->shape[0] != b->rows || pj->shape[1] != b->cols)
                 continue;
             if (b->count > 0 && (b->count == cap ||
@@ -107,7 +114,8 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
         const int32_t grp = opt->group[o->param];
         if (st == LW_OK)
-            st = o->rule->prepare(opt->rule_ctx[o->kind], opt->stream, w, g, o->parts,
+            st = o->rule->prepare(lwi_optimizer_rule_ctx(opt, o->kind, grp), opt->stream, w, g,
+                                  o->parts,
                                   u + (p->start - bk->start) + o->start, o->count, opt->lr[grp],
                                   opt->wd[grp], grad_scale);
     }
@@ -125,18 +133,19 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
         float *w;
         const int32_t grp = opt->group[o->param];
         const float lr = opt->lr[grp];
+        void *ctx = lwi_optimizer_rule_ctx(opt, o->kind, grp);
         if (lwi_muon_tp_takes(opt->tp, p)) {
-            st = lwi_muon_tp_update(opt->tp, opt->muon, opt->stream, p,
+            lw_muon *muon = lwi_optimizer_rule_ctx(opt, LW_OPTIMIZER_MUON, grp);
+            st = lwi_muon_tp_update(opt->tp, muon, opt->stream, p,
                                     u + (p->start - bk->start), opt->orthogonal,
                                     &r->seconds_muon_comm);
             if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
             if (st == LW_OK)
-                st = lwi_muon_tp_apply(opt->tp, opt->muon, opt->stream, p, w,
+                st = lwi_muon_tp_apply(opt->tp, muon, opt->stream, p, w,
                                        opt->orthogonal + o->start, o->start, o->count, lr,
                                        opt->wd[grp]);
             continue;
         }
-        void *ctx = opt->rule_ctx[o->kind];
         st = o->rule->transform(ctx, opt->stream, u + (p->start - bk->start), opt->orthogonal, 1,
                                 p->shape[0], p->numel / p->shape[0]);
         if (st == LW_OK) st = lwi_optimizer_weights(opt, o, &w);
@@ -153,7 +162,7 @@ static lw_status update_sliced_bucket(lw_optimizer *opt, int32_t b, int32_t k, f
 static lw_status update_batch(lw_optimizer *opt, const lwi_matrix_batch *b, float grad_scale) {
     const int64_t n = b->rows * b->cols;
     const lwi_rule *rule = lwi_rule_of(b->kind);
-    void *ctx = opt->rule_ctx[b->kind];
+    void *ctx = b->ctx;
     float *u;
     lw_status st = rule->batch_space(ctx, opt->stream, b->count, b->rows, b->cols, &u);
     for (int32_t i = 0; st == LW_OK && i < b->count; i++) {
@@ -185,17 +194,18 @@ static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scal
                                 lw_step_result *r) {
     const lwi_param *p = &opt->layout->params[o->param];
     const int32_t grp = opt->group[o->param];
+    lw_muon *muon = lwi_optimizer_rule_ctx(opt, LW_OPTIMIZER_MUON, grp);
     float *w, *g;
     lw_status st = lwi_optimizer_weights(opt, o, &w);
     if (st == LW_OK) st = lw_buffers_owned_grad(opt->buffers, o->param, &g);
     if (st == LW_OK)
-        st = lw_muon_momentum(opt->muon, opt->stream, w, g, o->state, opt->tp_update, o->count,
+        st = lw_muon_momentum(muon, opt->stream, w, g, o->state, opt->tp_update, o->count,
                               opt->lr[grp], opt->wd[grp], grad_scale);
     if (st == LW_OK)
-        st = lwi_muon_tp_update(opt->tp, opt->muon, opt->stream, p, opt->tp_update,
+        st = lwi_muon_tp_update(opt->tp, muon, opt->stream, p, opt->tp_update,
                                 opt->tp_update, &r->seconds_muon_comm);
     if (st == LW_OK)
-        st = lwi_muon_tp_apply(opt->tp, opt->muon, opt->stream, p, w, opt->tp_update, 0, o->count,
+        st = lwi_muon_tp_apply(opt->tp, muon, opt->stream, p, w, opt->tp_update, 0, o->count,
                                opt->lr[grp], opt->wd[grp]);
     return st;
 }
@@ -204,6 +214,10 @@ static lw_status update_muon_tp(lw_optimizer *opt, lwi_owned *o, float grad_scal
  * TP shards and split QKV weights, then the row-sharded buckets. */
 lw_status lwi_optimizer_whole_step(lw_optimizer *opt, float grad_scale, lw_step_result *r) {
     const lw_layout *l = opt->layout;
+    if (opt->batches_stale) {
+        lw_status st = lwi_optimizer_whole_make_batches(opt);
+        if (st != LW_OK) return st;
+    }
     for (int32_t b = 0; b < opt->n_batches; b++) {
         double t = lwi_now();
         lw_status st = update_batch(opt, &opt->batches[b], grad_scale);
