@@ -170,7 +170,7 @@ describe("lw.nn.MoE", function()
       assert.has_error(function() nn.MoE.new("m.", 4, { n_expert = 2, top_k = 1 }) end,
          "nn.MoE: unknown field 'top_k'")
       assert.has_error(function() nn.GPT.new{ n_layer = 1, n_embd = 8, n_head = 2,
-         n_expert = -1 } end, "nn.GPT: n_expert (-1) must be 0 (dense) or a positive integer")
+         n_expert = -1 } end, "nn.GPT: n_expert (-1) must be an integer >= 0")
    end)
 end)
 

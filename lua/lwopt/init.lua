@@ -1,4 +1,4 @@
--- lwopt: the Lua front end. require("lwopt") gives the modules (arch, route, layout, stepmodel,
+-- lwopt: the Lua front end. require("lwopt") gives the modules (models, arch, route, layout, stepmodel,
 -- comm, ep, tp, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's
 -- version and features; see docs/architecture.md and docs/lua.md. lw.stepmodel (the planner,
 -- lua/lwopt/planner/) is loaded on first use: training never needs it.
@@ -7,6 +7,7 @@ local ffi = require("ffi")
 local errors = require("lwopt.errors")
 
 local lw = {
+   models = require("lwopt.models"),
    arch = require("lwopt.arch"),
    route = require("lwopt.route"),
    layout = require("lwopt.layout"),

@@ -185,7 +185,7 @@ function trained.open(path, o)
       params = tensors_of(f)
    end
    local cfg, settings = configure(params, m and m.extra or {}, o, where)
-   local model = lw.nn.GPT.new(cfg)
+   local model = lw.models.build("gpt", cfg)
    -- no optimizer: every parameter in AdamW's buffers, which take any shape; the forward pass
    -- is the same whatever the routing
    local specs = lw.route(model:parameters(), { { match = ".", optimizer = "adamw" } })

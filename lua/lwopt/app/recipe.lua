@@ -197,9 +197,8 @@ local function build_run(v, comm, data, rules)
    -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
    local tg = recipe_tp.groups(v, comm)
    local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
-   cfg.ep, cfg.tp = g or false, tg or false
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
-   local model = lw.nn.GPT.new(cfg)
+   local model = lw.models.build("gpt", cfg, { ep = g, tp = tg })
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    -- errors name an unmatched parameter; a rule that routes none is warned about over the
@@ -215,8 +214,8 @@ local function build_run(v, comm, data, rules)
       adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm }))
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
-      local c1 = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
-      return lw.nn.GPT.new(c1):parameters()
+      return lw.models.specs("gpt", recipe.gpt_config(v.preset, v.vocab, v.seq, moe,
+         v.mlp_hidden))
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
    -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part

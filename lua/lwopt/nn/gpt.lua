@@ -15,6 +15,7 @@ local VocabParallelEmbedding = require("lwopt.nn.vocab_embedding")
 local Block = require("lwopt.nn.block")
 local LayerNorm = require("lwopt.nn.layernorm")
 local errors = require("lwopt.errors")
+local fields = require("lwopt.fields")
 
 local lib = C.lib
 local zero = base.zero
@@ -24,9 +25,35 @@ local GPT = base.class(base.Module)
 
 local fail = errors.failer("nn.GPT")
 
-local GPT_DEFAULTS = { vocab = 50304, seq_len = 1024, tied = true, bias = false,
-   recompute_gelu = false, activations = "fp32", n_expert = 0, topk = 2, aux_coef = 0.01,
-   shared_expert = false, router_muon = false, ep = false, tp = false }
+-- The model's config fields (lwopt/fields.lua), the registry's (lwopt/models/gpt.lua): the
+-- shape, then what changes how it runs but not its parameters (recompute_gelu, activations).
+GPT.fields = {
+   { "n_layer", "size" }, { "n_embd", "size" }, { "n_head", "size" },
+   { "vocab", "size", 50304 }, { "seq_len", "size", 1024 },
+   { "tied", "bool", true }, { "bias", "bool", false },
+   { "mlp_hidden", "size", function(c) return 4 * c.n_embd end },
+   { "n_expert", "count", 0 }, { "topk", "size", 2 },
+   { "expert_hidden", "size", function(c) return 4 * c.n_embd end },
+   { "aux_coef", "coef", 0.01 }, { "shared_expert", "bool", false },
+   { "router_muon", "bool", false },
+   { "recompute_gelu", "bool", false },
+   { "activations", "choice", "fp32", { "fp32", "bf16" } },
+}
+
+-- The groups a model is built over (not part of its description): lw.ep.groups's and
+-- lw.tp.groups's tables, or false.
+local RUN_FIELDS = { { "ep", "any", false }, { "tp", "any", false } }
+
+-- The checks across fields of a config whose fields are each of their kind: nil or a message.
+function GPT.check(c, who)
+   if c.n_embd % c.n_head ~= 0 then
+      return ("%s: n_embd (%d) must be divisible by n_head (%d)"):format(who, c.n_embd, c.n_head)
+   end
+   if c.n_expert > 0 and c.topk > c.n_expert then
+      return ("%s: topk (%d) must be <= n_expert (%d)"):format(who, c.topk, c.n_expert)
+   end
+   return nil
+end
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
@@ -55,13 +82,9 @@ end
 -- vocabulary padded to a multiple of t, the padding masked), norms and row-parallel biases whole.
 function GPT.new(cfg)
    local self = setmetatable({}, GPT):init("")
-   local o = {}
-   for k, v in pairs(GPT_DEFAULTS) do o[k] = v end
-   for k, v in pairs(cfg) do o[k] = v end
-   if o.n_embd % o.n_head ~= 0 then fail("n_embd must be divisible by n_head") end
-   if type(o.n_expert) ~= "number" or o.n_expert < 0 or o.n_expert ~= math.floor(o.n_expert) then
-      fail("n_expert (%s) must be 0 (dense) or a positive integer", tostring(o.n_expert))
-   end
+   local o, err = fields.check("nn.GPT", cfg, GPT.fields, RUN_FIELDS)
+   err = err or GPT.check(o, "nn.GPT")
+   if err then errors.raise(err) end
    if o.tp and o.tp.size > 1 then
       local bad = tp_mod.check(o.tp.size, nil, { n_head = o.n_head, n_embd = o.n_embd,
          hidden = o.mlp_hidden or 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
@@ -86,9 +109,6 @@ function GPT.new(cfg)
          moe_config(o), self.tp, o.mlp_hidden))
    end
    local activations = ({ fp32 = lib.LW_DTYPE_F32, bf16 = lib.LW_DTYPE_BF16 })[o.activations]
-   if activations == nil then
-      fail("activations must be 'fp32' or 'bf16', got '%s'", tostring(o.activations))
-   end
    for _, block in ipairs(self.blocks) do
       if block.mlp then block.mlp:set_recompute_gelu(o.recompute_gelu) end
       block:set_activations(activations)

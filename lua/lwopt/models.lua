@@ -1,0 +1,88 @@
+-- models.lua: the model registry. Each model is an entry of lwopt/models/<name>.lua: its name,
+-- its config fields (lwopt/fields.lua: the shape and how it runs, with defaults and checks),
+-- check (the rules across fields), build (an lw.nn module with nn.GPT's loss API: forward(tokens,
+-- targets, b, t), backward(loss_scale), parameters(), next_probs(row)) and describe (the model
+-- in words). Whatever needs a model asks here: its parameter specs come from its modules'
+-- declarations (no second description to keep equal), for any size and TP rank, without
+-- allocating anything. A new architecture is its entry file and its name in NAMES.
+local errors = require("lwopt.errors")
+local fields = require("lwopt.fields")
+
+local models = {}
+
+-- The registered models, in the order `lwopt` lists them.
+local NAMES = { "gpt" }
+
+local entries = {}
+
+-- What a declaration adds to a model's fields: the specs' dtype, and tensor parallelism's
+-- degree and this rank (the shards it declares).
+local DECLARE_FIELDS = {
+   { "dtype", "dtype", "f32" }, { "tp", "size", 1 }, { "tp_rank", "count", 0 },
+}
+
+-- The names of the registered models.
+function models.names()
+   local out = {}
+   for i, name in ipairs(NAMES) do out[i] = name end
+   return out
+end
+
+-- The entry of model `name`; an unknown name is an error listing the known ones.
+function models.get(name, where)
+   local known = false
+   for _, n in ipairs(NAMES) do known = known or n == name end
+   if not known then
+      errors.fail(where or "lw.models", "unknown model '%s' (%s)", tostring(name),
+         table.concat(NAMES, ", "))
+   end
+   entries[name] = entries[name] or require("lwopt.models." .. name)
+   return entries[name]
+end
+
+-- cfg checked for model `name` (errors named by `who`, default "lw.models.<name>"), its
+-- defaults filled in; more: further field lists the caller accepts (checked after).
+function models.config(name, cfg, who, ...)
+   local m = models.get(name)
+   who = who or ("lw.models." .. name)
+   local c, err = fields.check(who, cfg, m.fields, ...)
+   err = err or m.check(c, who)
+   if err then errors.raise(err) end
+   return c
+end
+
+-- The model `name` of config cfg, built over run's groups (run.tp, run.ep: lw.tp.groups's and
+-- lw.ep.groups's tables; nil: none).
+function models.build(name, cfg, run)
+   local m = models.get(name)
+   return m.build(models.config(name, cfg), run or {})
+end
+
+-- The parameter specs of model `name` (cfg: its fields, and dtype, tp, tp_rank as
+-- DECLARE_FIELDS says), in forward order, from its modules' declarations: TP rank tp_rank's
+-- shards at tp above 1. who names the errors (default "lw.models.<name>").
+function models.specs(name, cfg, who)
+   who = who or ("lw.models." .. name)
+   local c = models.config(name, cfg, who, DECLARE_FIELDS)
+   if c.tp_rank >= c.tp then
+      errors.fail(who, "tp_rank (%d) must be below tp (%d)", c.tp_rank, c.tp)
+   end
+   local shape = {}
+   for _, key in ipairs(fields.keys(models.get(name).fields)) do shape[key] = c[key] end
+   local run = c.tp > 1 and { tp = { size = c.tp, rank = c.tp_rank } } or {}
+   local ok, model = pcall(models.get(name).build, shape, run)
+   if not ok then
+      -- the builder's checks name it ("nn.GPT: ..."): said as the declaration's caller's
+      errors.fail(who, "%s", (tostring(model):gsub("^[%w_.]+: ", "")))
+   end
+   local specs = model:parameters()
+   for _, s in ipairs(specs) do s.dtype = c.dtype end
+   return specs
+end
+
+-- The model in words ("GPT 4 layers x 64, 4 heads, sequence 32").
+function models.describe(name, cfg)
+   return models.get(name).describe(models.config(name, cfg))
+end
+
+return models
