@@ -74,6 +74,13 @@ describe("lwopt eval", function()
          said = lwopt("eval " .. dir .. "/ck --data " .. kjv .. " --json --eval-max 3")
          assert.equal(3, json.decode(said).sequences)
          assert.are_not.equal(r.val_loss, json.decode(said).val_loss)
+         -- the whole split: every sequence of it, said
+         said, told, st = lwopt("eval " .. dir .. "/ck --data " .. kjv .. " --eval-max all")
+         assert.equal(0, st, told)
+         local all = tonumber(said:match("; (%d+) sequences of 32 bytes%)"))
+         assert.is_true(all > 1000, said)
+         local data = require("lwopt.data").load(kjv, { seq_len = 32 })
+         assert.equal(data:val_count(32, math.huge), all)
       end)
 
    it("takes the run's --eval-max and its validation shards on token data", function()

@@ -19,7 +19,9 @@ describe("recipes/gpt_small.lua", function()
       assert.equal(0, status)
       assert.matches("\ndevice: cpu %(%d+ cores?, %d+%.%d GiB%)\n", out) -- where it trains
       assert.matches("step     6/6  loss %d%.%d+", out)
-      assert.matches("final validation loss %d%.%d+ %(%d%.%d+ bits/byte%)", out)
+      assert.matches("final validation loss %d%.%d+ %(%d%.%d+ bits/byte%) over the first 64 of "
+         .. "%d+ validation sequences %(%-%-eval%-max all: every one%)", out)
+      assert.matches("val %d%.%d+ %(64 seq%)", out)
       assert.matches("sample:\nAnd God said", out, 1, true)
       -- the run's configuration first, then a record per step
       local steps, configs = helpers.log_records(log)
@@ -36,6 +38,7 @@ describe("recipes/gpt_small.lua", function()
       assert.is_true(c.start_wall_time <= steps[1].wall_time)
       assert.equal(c.tokens_per_step * 6, steps[6].tokens)
       for i, rec in ipairs(steps) do assert.same({ "step", i }, { rec.kind, rec.step }) end
+      assert.same({ 64, 64 }, { steps[3].val_sequences, steps[6].val_sequences })
       local png = log:gsub("%.jsonl$", ".png")
       assert.matches("loss curve: " .. png, out, 1, true)
       assert.is_not_nil(io.open(png))

@@ -5,7 +5,9 @@
 -- bounds them from below excluding the bound itself (a learning rate: above = 0; ints and
 -- sizes are always within +-2^53, where every integer is exact); `bare` is the value a flag
 -- takes when it is given without one (last, or followed by another flag): { "model-step",
--- { "a", "b" }, nil, "...", bare = "a" } reads "--model-step" as "--model-step a".
+-- { "a", "b" }, nil, "...", bare = "a" } reads "--model-step" as "--model-step a"; `words`
+-- names values a number flag also takes by a word: { "eval-max", "int", 64, ..., words = {
+-- all = "all" } } reads "--eval-max all" as "all".
 -- "--n-layer 12" and "--n-layer=12" set n_layer.
 local errors = require("lwopt.errors")
 
@@ -80,6 +82,7 @@ local function convert(f, text)
       return nil, ("--%s must be one of %s, got '%s'"):format(name, kind_text(kind), text)
    end
    if kind == "string" then return text end
+   if f.words and f.words[text] ~= nil then return f.words[text] end
    if kind == "number" then
       local v = tonumber(text)
       if v == nil or v ~= v or v == math.huge or v == -math.huge then
@@ -155,6 +158,12 @@ function flags.usage(list)
    local lines = {}
    for _, f in ipairs(list) do
       local value = type(f[2]) == "table" and ("{" .. kind_text(f[2]) .. "}") or f[2]:upper()
+      if f.words then
+         local words = {}
+         for w in pairs(f.words) do words[#words + 1] = w end
+         table.sort(words)
+         value = value .. "|" .. table.concat(words, "|")
+      end
       local left = "--" .. f[1] .. (f[2] == "bool" and ""
          or f.bare ~= nil and (" [" .. value .. "]") or (" " .. value))
       local default = (f[3] ~= nil and f[2] ~= "bool") and (" (default " .. tostring(f[3]) .. ")")

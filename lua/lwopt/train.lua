@@ -57,14 +57,23 @@ end
 -- of a data-parallel replica see the same sequences), else run.comm.
 local function data_comm(run) return run.dp_comm or run.comm end
 
--- Mean validation loss over the first `max` validation sequences, split across ranks (the
--- data-parallel ranks). Every rank runs as many forward passes (at ZeRO-3 each is a series of
--- collectives); a rank past the end reruns the first batch and counts nothing.
+-- The validation sequences of t tokens an evaluation of at most `max` takes ("all" or nil: the
+-- whole split), and how many the split has.
+function train.eval_count(data, t, max)
+   local all = data:val_count(t, math.huge)
+   if max == nil or max == "all" then return all, all end
+   return math.min(max, all), all
+end
+
+-- Mean validation loss over the first `max` validation sequences ("all": every one), split
+-- across ranks (the data-parallel ranks), and how many sequences it is over. Every rank runs as
+-- many forward passes (at ZeRO-3 each is a series of collectives); a rank past the end reruns
+-- the first batch and counts nothing.
 function train.evaluate(run, max)
    local model, data, comm = run.model, run.data, data_comm(run)
    local b, t = run.batch, run.seq
    run.ddp:finish_param_sync()
-   local count = data:val_count(t, max)
+   local count = train.eval_count(data, t, max)
    local sum, rows = 0, 0
    local passes = math.ceil(count / (comm.size * b))
    for pass = 0, passes - 1 do
@@ -75,7 +84,7 @@ function train.evaluate(run, max)
       sum, rows = sum + loss * k, rows + k
    end
    local totals = comm:allreduce({ sum, rows })
-   return totals[1] / math.max(totals[2], 1)
+   return totals[1] / math.max(totals[2], 1), count
 end
 
 local info_cell = ffi.new("lw_device_info")
@@ -144,7 +153,7 @@ local function progress(run, rec, t_start, first)
    local eta = elapsed / (rec.step - first + 1) * (run.steps - rec.step)
    local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s  eta %4.0fs%s"):format(rec.step,
       run.steps, rec.loss, rec.lr, rec.tokens_per_s, eta,
-      rec.val_loss and ("  val %.4f"):format(rec.val_loss) or "")
+      rec.val_loss and ("  val %.4f (%d seq)"):format(rec.val_loss, rec.val_sequences) or "")
    if run.terminal and not rec.val_loss then
       io.stdout:write("\r", line, "\027[K")
    else
@@ -326,7 +335,7 @@ local function evaluate_if_due(run, loop, rec)
    if (run.eval_every and run.eval_every > 0 and step % run.eval_every == 0)
       or step == loop.last then
       run.comm:set_phase(("step %d, evaluation"):format(step))
-      rec.val_loss = train.evaluate(run, run.eval_max)
+      rec.val_loss, rec.val_sequences = train.evaluate(run, run.eval_max)
    end
 end
 

@@ -18,8 +18,9 @@ local function flag_list()
       { "data", "string", nil, "text file, or token shards (a .bin path or a pattern), as the "
         .. "recipe's --data" },
       { "val-data", "string", nil, "validation token shards, as the recipe's --val-data" },
-      { "eval-max", "int", nil, "validation sequences (default: the run's --eval-max; "
-        .. trained.DEFAULTS.eval_max .. " for a bare file)", min = 1 },
+      { "eval-max", "int", nil, "validation sequences (all: the whole split; default: the "
+        .. "run's --eval-max; " .. trained.DEFAULTS.eval_max .. " for a bare file)", min = 1,
+        words = { all = "all" } },
       { "batch", "int", nil, "sequences per forward pass (default: the run's --batch; "
         .. trained.DEFAULTS.batch .. " for a bare file)", min = 1, max = 1e6 },
       { "json", "bool", false, "print one JSON object (the loss in full precision)" },
@@ -44,9 +45,8 @@ local function evaluate(v, path, job)
    local run = { model = t.model, ddp = t.ddp, comm = t.comm, data = data, batch = batch,
                  seq = s.seq, tokens = ffi.new("int32_t[?]", batch * s.seq),
                  targets = ffi.new("int32_t[?]", batch * s.seq) }
-   local loss = train.evaluate(run, max)
+   local loss, count = train.evaluate(run, max)
    local unit = data.kind == "tokens" and "token" or "byte"
-   local count = data:val_count(s.seq, max)
    if v.json then
       job.say(json.encode(json.object({ val_loss = loss, bits_per_unit = loss / math.log(2),
          unit = unit, sequences = count, seq = s.seq, batch = batch, path = t.path,

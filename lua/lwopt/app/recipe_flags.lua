@@ -143,7 +143,8 @@ recipe_flags.list = {
      min = 1, ddp = "bucket_size" },
    { "eval-every", "int", nil, "steps between validation evaluations (0: only at the end)",
      min = 0 },
-   { "eval-max", "int", 64, "validation sequences per evaluation", min = 1 },
+   { "eval-max", "int", 64, "validation sequences per evaluation (all: the whole split)",
+     min = 1, words = { all = "all" } },
    { "data", "string", nil, "text file (bytes; default: the KJV corpus in data/), or token "
      .. "shards: a .bin path or a pattern (data/fineweb10B/fineweb_train_*.bin)" },
    { "val-data", "string", nil, "validation token shards (default: --data with train -> val in "

@@ -127,8 +127,12 @@ local function finish(run, v, records, ended, say)
          .. "--max-skips (now %d)"):format(ended.skips_in_a_row, ended.first_skip, v.lr,
          v.max_skips), io.stderr)
    elseif final and final.val_loss then
-      say(("final validation loss %.4f (%.3f bits/%s)"):format(final.val_loss,
-         final.val_loss / math.log(2), unit_of(run.data)))
+      local count, all = train.eval_count(run.data, run.seq, run.eval_max)
+      say(("final validation loss %.4f (%.3f bits/%s) over %s"):format(final.val_loss,
+         final.val_loss / math.log(2), unit_of(run.data), count == all
+         and ("all %d validation sequences"):format(all)
+         or ("the first %d of %d validation sequences (--eval-max all: every one)"):format(count,
+            all)))
    end
    if v.log and comm.rank == 0 and #records > 0 then
       attempt("loss curve", function()
