@@ -82,9 +82,9 @@ function presets.with(own)
       end
       for _, k in ipairs(presets.KEYS) do
          local x = full[k]
-         if type(x) ~= "number" or not (x > 0 or (x == 0 and k == "warmup")) then
-            bad("%s must be a number > 0%s, got %s", k, k == "warmup" and " (or 0)" or "",
-               tostring(x))
+         local zero = k == "warmup" or k == "eval_every"
+         if type(x) ~= "number" or not (x > 0 or (x == 0 and zero)) then
+            bad("%s must be a number > 0%s, got %s", k, zero and " (or 0)" or "", tostring(x))
          end
       end
       if full.n_embd % full.n_head ~= 0 then

@@ -186,7 +186,7 @@ end
 -- matrices' are --lr (Muon) and --adamw-lr (AdamW), as lw.optim.new's options give them.
 local LR_OF_ROLE = { embedding = "embedding_lr", output = "embedding_lr", norm = "scalar_lr",
    bias = "scalar_lr" }
-local function with_group_lrs(specs, v)
+function recipe.with_group_lrs(specs, v)
    for _, spec in ipairs(specs) do
       local key = LR_OF_ROLE[spec.role]
       if key and spec.optimizer == "adamw" and not (spec.opts and spec.opts.lr) and
@@ -224,7 +224,7 @@ local function build_run(v, comm, data, rules)
    if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    -- errors name an unmatched parameter; a rule that routes none is warned about over the
    -- whole model (warn_rules), not over this rank's part
-   local specs = with_group_lrs(lw.route(model:parameters(), rules, { warn = false }), v)
+   local specs = recipe.with_group_lrs(lw.route(model:parameters(), rules, { warn = false }), v)
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
    -- the flags that name a ddp or optim option (recipe_flags.list), and what the run adds
