@@ -103,9 +103,19 @@ describe("the recipe's schedule on resume", function()
          .. "--decay-steps 3 --min-lr-ratio 0 --stop-after 5 --ckpt-dir " .. dir)
       assert.equal(0, status, out)
       out, status = helpers.sh(recipe .. "--steps 8 --resume --ckpt-dir " .. dir .. " --log "
-         .. log)
+         .. log .. " 2>&1")
       assert.equal(0, status, out)
+      -- the preset's --warmup 10 is not a change: the plan's warmup is the one the run has
+      assert.matches("on the checkpoint's schedule: wsd over 8 steps (warmup 1, decay over the "
+         .. "last 3, down to 0 of the peak)\nfinal validation loss", out, 1, true)
+      assert.is_nil(out:find("--warmup", 1, true), out)
       local plan = { kind = "wsd", steps = 8, warmup = 1, min_ratio = 0, decay_steps = 3 }
+      local config = select(2, helpers.log_records(log))[1]
+      assert.same({ 1, "wsd", 3, 0 }, { config.flags.warmup, config.flags.schedule,
+         config.flags["decay-steps"], config.flags["min-lr-ratio"] })
+      assert.same(plan, { kind = config.schedule.kind, steps = config.schedule.steps,
+         warmup = config.schedule.warmup, min_ratio = config.schedule.min_ratio,
+         decay_steps = config.schedule.decay_steps })
       local got = lrs(log)
       -- stable to step 5, then 2/3, 1/3 and 0 of the peak
       for s, want in pairs({ [6] = 2 / 3, [7] = 1 / 3, [8] = 0 }) do

@@ -158,9 +158,10 @@ local function resume(run, v, say)
       if found then
          local saved = found.manifest.extra or {}
          local accum, line = kept_accum(run, v, saved, found.path)
-         recipe_schedule.resumed(saved, v, found.path) -- refuses a contradicting flag here
+         -- refuses a contradicting schedule flag; the warmup of a plan gone on with is its own
+         local _, continued = recipe_schedule.resumed(saved, v, found.path)
          found.changes = compare_settings(saved, with_accum(run, v, accum), found.path,
-            line and { accum = true })
+            { accum = line and true, warmup = continued })
       end
    end)
    comm:agree(ok, err)
@@ -187,7 +188,8 @@ local function resume(run, v, say)
       m.ranks == 1 and "" or "s"))
    -- the schedule it was on (or --reschedule's), which the checkpoints it saves go on with
    local plan, continued = recipe_schedule.resumed(m.extra or {}, v, path)
-   run.schedule, v.plan, ck.extra.schedule = plan, plan, plan
+   recipe_schedule.follow(v, plan)
+   run.schedule, ck.extra.schedule, ck.extra.warmup = plan, plan, plan.warmup
    say(recipe_schedule.resume_line(plan, continued, run.start_step, v, run.base_lr))
    if batch_line then say("resume: " .. batch_line) end
    if m.conversion then say("resume: " .. m.conversion) end

@@ -118,6 +118,13 @@ function recipe_schedule.resumed(saved, v, path)
    return was, true
 end
 
+-- v's schedule flags made those of plan (the one a resumed run follows), so that the log's
+-- record says the schedule the run is on.
+function recipe_schedule.follow(v, plan)
+   v.plan, v.schedule, v.warmup = plan, plan.kind, plan.warmup
+   v.min_lr_ratio, v.decay_steps = plan.min_ratio, plan.decay_steps
+end
+
 -- The line a resumed run says: the learning rate (peak: the step records' peak) at its first
 -- step and the schedule it follows.
 function recipe_schedule.resume_line(plan, continued, step, v, peak)
