@@ -2,8 +2,9 @@
 -- the flags, build the GPT (dense, or a mixture of experts: --n-expert, --preset moe), its
 -- buffers and optimizer, train on a byte-level corpus or on token shards (llm.c's format), then
 -- report the final validation loss, plot the loss curve and print a sample. The presets are
--- the library's (presets.lua); flags, resume and report are recipe_flags.lua, recipe_resume.lua
--- and recipe_report.lua; this module runs them in order and gathers their public names.
+-- the library's (presets.lua) and the recipe's own; flags (with --config and the schedule),
+-- resume and report are recipe_flags.lua, recipe_resume.lua and recipe_report.lua; this module
+-- runs them in order and gathers their public names.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local train = require("lwopt.train")

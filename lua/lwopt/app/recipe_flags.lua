@@ -1,6 +1,7 @@
 -- recipe_flags.lua: the recipe's flags: the list (names, choices, defaults, help), the exit
--- statuses, parsing with --help, and the checks that refuse values and combinations that
--- cannot work before any work; the schedule warning. Running the recipe is recipe.lua's job.
+-- statuses, parsing with --help and --config (recipe_config.lua), and the checks that refuse
+-- values and combinations that cannot work before any work (the schedule's in
+-- recipe_schedule.lua); the warnings. Running the recipe is recipe.lua's job.
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
 local tokens_mod = require("lwopt.tokens")
