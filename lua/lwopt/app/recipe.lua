@@ -316,9 +316,9 @@ end
 -- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or
 -- all AdamW with --optimizer adamw); script: its path, for messages; own: what the recipe adds,
 -- { presets = { name = { n_layer = 2, ... } } } (presets.with), --preset's choices beside the
--- library's. Returns the step records;
--- a run that must report failure after its work (it diverged, an output failed) ends the
--- process with that status instead (recipe.EXIT_DIVERGED, 1).
+-- library's. Returns the step records; a run that must report failure after its work (it
+-- diverged, an output failed) ends the process with that status instead (recipe.EXIT_DIVERGED,
+-- 1).
 function recipe.main(argv, rules, script, own)
    local started = C.lib.lw_wall_clock()
    local v = parse_flags(argv, script, own and own.presets)
