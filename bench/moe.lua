@@ -223,8 +223,8 @@ if quality_steps > 0 then
    for _, q in ipairs(quality) do
       for _, lr in ipairs(lrs) do
          local records = runs.run{ ranks = DP, args = ("--preset moe --steps %d --lr %g "
-            .. "--warmup %d --eval-every %d --eval-max 128 %s"):format(quality_steps, lr,
-            math.floor(quality_steps / 10), every, q.args) }
+            .. "--adamw-lr %g --warmup %d --eval-every %d --eval-max 128 %s"):format(
+            quality_steps, lr, lr, math.floor(quality_steps / 10), every, q.args) }
          local curve, tps = {}, 0
          for _, rec in ipairs(records) do
             if rec.val_loss then curve[#curve + 1] = { rec.step, rec.val_loss } end

@@ -16,8 +16,8 @@ local v = assert(flags.parse(arg, {
    { "plot", "string", nil, "draw the two curves into this PNG" },
 }))
 
-local common = ("--preset tiny --steps %d --lr %g --eval-every 0 --eval-max 32"):format(v.steps,
-   v.lr)
+local common = ("--preset tiny --steps %d --lr %g --adamw-lr %g --eval-every 0 --eval-max 32")
+   :format(v.steps, v.lr, v.lr)
 local configs = {
    { name = "no clip", args = "" },
    { name = ("qk-clip %g"):format(v.tau), args = ("--qk-clip %g"):format(v.tau) },

@@ -21,8 +21,9 @@ local lrs = { muon = list(arg[3]), adamw = list(arg[4]) }
 local function run(optimizer, lr)
    local log = ("/tmp/lwopt-quality-%s-%g.jsonl"):format(optimizer, lr)
    local cmd = ("mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --steps %d "
-      .. "--optimizer %s --lr %g --warmup %d --eval-every %d --eval-max 128 --sample 0 --quiet "
-      .. "--log %s > /dev/null"):format(steps, optimizer, lr, math.floor(steps / 10), every, log)
+      .. "--optimizer %s --lr %g --adamw-lr %g --warmup %d --eval-every %d --eval-max 128 "
+      .. "--sample 0 --quiet --log %s > /dev/null"):format(steps, optimizer, lr, lr,
+      math.floor(steps / 10), every, log)
    local ok = os.execute(cmd)
    assert(ok == 0 or ok == true, "failed: " .. cmd)
    local curve = {}

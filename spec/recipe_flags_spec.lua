@@ -12,13 +12,13 @@ local root = assert(io.popen("pwd")):read("*l")
 local recipe = root .. "/recipes/gpt_small.lua"
 
 -- The flags' values with defaults, and a value for each flag that has none: its first choice,
--- or 64.
+-- or 64 (half its bound when that is lower: a momentum).
 local function values()
    local v = flags.parse({}, recipe_flags.list)
    for _, f in ipairs(recipe_flags.list) do
       local key = f[1]:gsub("-", "_")
       if v[key] == nil and (f.ddp or f.optim) then
-         v[key] = type(f[2]) == "table" and f[2][1] or 64
+         v[key] = type(f[2]) == "table" and f[2][1] or math.min(64, (f.max or 128) / 2)
       end
    end
    v.param_dtype = "fp32"
@@ -192,5 +192,139 @@ describe("recipes/gpt_small.lua's flags", function()
          assert.matches(case[2], out, 1, true)
          assert.is_nil(out:find("step ", 1, true))
       end
+   end)
+end)
+
+describe("the recipe's learning rates and optimizer flags", function()
+   local gpt_recipe = require("lwopt.app.recipe")
+
+   -- The optimizer of a small GPT's default routing for argv: each parameter's group lr.
+   local function lr_of(argv)
+      local v = flags.parse(argv, recipe_flags.list)
+      v.adamw_lr = v.adamw_lr or 3e-3
+      v.lr = v.lr or 3e-3
+      v.embedding_lr, v.scalar_lr = v.embedding_lr or v.adamw_lr, v.scalar_lr or v.adamw_lr
+      local model = lw.nn.GPT.new({ n_layer = 1, n_embd = 8, n_head = 2, vocab = 128, seq_len = 4,
+         tied = true })
+      -- as recipe.lua routes --optimizer adamw
+      local rules = v.optimizer == "adamw" and { { match = ".", optimizer = "adamw" } } or nil
+      local specs = gpt_recipe.with_group_lrs(lw.route(model:parameters(), rules,
+         { warn = false }), v)
+      local d = lw.ddp.new(specs, lw.comm.self(), { param_dtype = "fp32" })
+      local opt = lw.optim.new(d, recipe_flags.options(v, "optim", { normuon = { lr = v.lr } }))
+      local by_name = {}
+      for _, g in ipairs(opt.groups) do
+         for _, name in ipairs(g.params) do by_name[name] = g.lr end
+      end
+      return by_name
+   end
+
+   it("give the matrices --lr, AdamW --adamw-lr, embeddings and gains their own", function()
+      local lr = lr_of({ "--lr", "0.02", "--adamw-lr", "0.004", "--embedding-lr", "0.3",
+         "--scalar-lr", "0.5" })
+      assert.near(0.02, lr["h.0.mlp.fc.weight"], 1e-9)
+      assert.near(0.02, lr["h.0.attn.qkv.weight"], 1e-9)
+      assert.near(0.3, lr["wte.weight"], 1e-9)
+      assert.near(0.3, lr["wpe.weight"], 1e-9)
+      assert.near(0.5, lr["h.0.ln_1.weight"], 1e-9)
+      assert.near(0.5, lr["ln_f.weight"], 1e-9)
+      -- without the group flags every AdamW parameter takes --adamw-lr
+      lr = lr_of({ "--lr", "0.02", "--adamw-lr", "0.004" })
+      assert.near(0.004, lr["wte.weight"], 1e-9)
+      assert.near(0.004, lr["ln_f.weight"], 1e-9)
+      -- all AdamW: --adamw-lr for the matrices too
+      lr = lr_of({ "--optimizer", "adamw", "--lr", "0.02", "--adamw-lr", "0.004" })
+      assert.near(0.004, lr["h.0.mlp.fc.weight"], 1e-9)
+      assert.near(0.004, lr["wte.weight"], 1e-9)
+   end)
+
+   it("reach AdamW's betas and epsilon, Muon's momentum, Nesterov and steps, the weight decay",
+      function()
+      local v = flags.parse({ "--adamw-beta1", "0.8", "--adamw-beta2", "0.99", "--adamw-eps",
+         "1e-10", "--muon-momentum", "0.9", "--muon-nesterov", "off", "--muon-ns-steps", "7",
+         "--weight-decay", "0.05", "--adamw-weight-decay", "0.02" }, recipe_flags.list)
+      local c = lw.optim.c_options(recipe_flags.options(v, "optim"))
+      assert.near(0.8, c.adamw.beta1, 1e-7)
+      assert.near(0.99, c.adamw.beta2, 1e-7)
+      assert.near(1e-10, c.adamw.eps, 1e-16)
+      assert.near(0.9, c.muon.momentum, 1e-7)
+      assert.is_false(c.muon.nesterov)
+      assert.equal(7, c.muon.ns_steps)
+      local o = recipe_flags.options(v, "optim")
+      assert.same({ 0.05, 0.02 }, { o.weight_decay, o.adamw.weight_decay })
+      -- defaults: the betas the recipe always trained with, the library's epsilon
+      c = lw.optim.c_options(recipe_flags.options(flags.parse({}, recipe_flags.list), "optim"))
+      assert.near(0.9, c.adamw.beta1, 1e-7)
+      assert.near(0.95, c.adamw.beta2, 1e-7)
+      assert.near(1e-8, c.adamw.eps, 1e-15)
+   end)
+end)
+
+describe("recipes/gpt_small.lua's model and schedule flags", function()
+   local run = "cd /tmp && luajit " .. recipe .. " --preset tiny --sample 0 --eval-max 1 "
+      .. "--progress lines "
+
+   it("build the model the shape flags give, over the preset's", function()
+      local out, status = helpers.sh(run .. "--steps 1 --n-layer 2 --n-embd 32 --n-head 2 --seq 16")
+      assert.equal(0, status, out)
+      assert.matches("GPT 2 layers x 32, 2 heads", out, 1, true)
+      assert.matches("8 x 16 bytes", out, 1, true)
+   end)
+
+   it("train on the schedule they choose: the step records' lr is the formula's", function()
+      -- wsd over 10 steps: warmup 2, stable to step 6, then 4 steps down to 0.1 of 3e-3
+      local out, status = helpers.sh(run .. "--steps 10 --warmup 2 --schedule wsd "
+         .. "--decay-steps 4")
+      assert.equal(0, status, out)
+      local want = { 1.5e-3, 3e-3, 3e-3, 3e-3, 3e-3, 3e-3 }
+      for s = 7, 10 do want[s] = 3e-3 * (1 - 0.9 * (s - 6) / 4) end
+      for s = 1, 10 do
+         local lr = out:match(("step %%s+%d/10  loss [%%d.]+  lr ([%%d.e+-]+)"):format(s))
+         assert.near(want[s], tonumber(lr), want[s] * 5e-3, "step " .. s)
+      end
+      -- linear with --min-lr: the last step is at the floor given
+      out, status = helpers.sh(run .. "--steps 4 --warmup 0 --schedule linear --min-lr 6e-4")
+      assert.equal(0, status, out)
+      assert.matches("step     1/4  loss [%d.]+  lr 3.00e%-03", out)
+      assert.matches("step     4/4  loss [%d.]+  lr 6.00e%-04", out)
+   end)
+
+   it("refuse shapes and schedules that cannot work, naming the flags", function()
+      for _, case in ipairs({
+         { "--n-head 3", "--n-head 3 does not divide the width 64 (--n-embd, --preset tiny's)" },
+         { "--n-embd 48 --n-head 5", "--n-head 5 does not divide the width 48 (--n-embd)" },
+         { "--schedule constant --min-lr 1e-4", "--min-lr: --schedule constant does not decay "
+           .. "(cosine, linear or wsd do)" },
+         { "--decay-fraction 0.5", "--decay-fraction is for --schedule wsd (warmup-stable-decay), "
+           .. "not cosine" },
+         { "--schedule wsd --decay-steps 45", "--schedule wsd decays over 45 steps, more than the "
+           .. "40 after the warmup (--steps 50 - --warmup 10): lower --decay-steps or --warmup, "
+           .. "or raise --steps" },
+         { "--schedule wsd --decay-steps 5 --decay-fraction 0.2", "--decay-steps 5, but "
+           .. "--decay-fraction 0.2 of --steps 50 is 10: give one of the two" },
+         { "--min-lr 1", "--min-lr 1 is above the peak learning rate (--lr 0.003)" },
+         { "--optimizer adamw --adamw-lr 1e-3 --min-lr 2e-3", "--min-lr 0.002 is above the peak "
+           .. "learning rate (--adamw-lr 0.001)" },
+         { "--min-lr 3e-4 --min-lr-ratio 0.2", "--min-lr 0.0003 is 0.1 of --lr 0.003, but "
+           .. "--min-lr-ratio is 0.2: give one of the two" },
+         { "--reschedule", "--reschedule re-plans a resumed run's schedule: add --resume (with "
+           .. "--ckpt-dir)" },
+      }) do
+         local out, status = helpers.sh("luajit " .. recipe .. " --preset tiny " .. case[1])
+         assert.equal(1, status, case[1])
+         assert.equal(case[2] .. "\n", out)
+      end
+      local out, status = helpers.sh("luajit " .. recipe .. " --schedule step")
+      assert.equal(2, status)
+      assert.matches("--schedule must be one of cosine|linear|constant|wsd, got 'step'", out, 1,
+         true)
+   end)
+
+   it("warn that --lr is not AdamW's with --optimizer adamw", function()
+      local out, status = helpers.sh(run .. "--steps 1 --optimizer adamw --lr 1e-2")
+      assert.equal(0, status, out)
+      assert.matches("warning: --lr 0.01 is Muon's learning rate, which --optimizer adamw does "
+         .. "not use: AdamW's is --adamw-lr (0.003)", out, 1, true)
+      assert.matches("step     1/1  loss [%d.]+  lr 3.00e%-04", out) -- AdamW's, in warmup
    end)
 end)

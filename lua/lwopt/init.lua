@@ -21,6 +21,7 @@ local lw = {
    data = require("lwopt.data"),
    tokens = require("lwopt.tokens"),
    train = require("lwopt.train"),
+   schedule = require("lwopt.schedule"),
    checkpoint = require("lwopt.checkpoint"),
    json = require("lwopt.json"),
    version = ffi.string(C.lib.lw_version()),

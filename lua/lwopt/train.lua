@@ -1,23 +1,22 @@
 -- train.lua: the training loop over a model (lw.nn), its buffers (lw.ddp), optimizer (lw.optim)
 -- and data (lw.data): micro-steps with gradient accumulation, hooks that overlap communication
--- with compute, warmup + cosine learning rate, evaluation split across ranks, a progress line
--- on rank 0 and JSON lines per step (docs/recipes.md, "The log").
+-- with compute, the learning rate on a schedule (lw.schedule), evaluation split across ranks, a
+-- progress line on rank 0 and JSON lines per step (docs/recipes.md, "The log").
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
 local log_writer = require("lwopt.logs.writer")
 local qk_clip = require("lwopt.qk_clip")
+local schedule = require("lwopt.schedule")
 
 local lib = C.lib
 local train = {}
 
 -- lr multiplier at step s (1-based): linear warmup over `warmup` steps, then a cosine from 1
--- (the first step after warmup) down to min_ratio (the last step).
+-- (the first step after warmup) down to min_ratio (the last step); lw.schedule has the others.
 function train.schedule(s, steps, warmup, min_ratio)
-   if warmup > 0 and s <= warmup then return s / warmup end
-   local span = math.max(1, steps - warmup - 1)
-   local progress = math.max(0, math.min(1, (s - warmup - 1) / span))
-   return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+   return schedule.multiplier({ kind = "cosine", steps = steps, warmup = warmup,
+      min_ratio = min_ratio }, s)
 end
 
 -- Communication so far: { seconds, bytes, by_op (op -> bytes), alltoall (of them the
@@ -287,7 +286,8 @@ local function train_step(run, loop, step)
    local t0 = lib.lw_now()
    local before = comm_totals(run)
    local loss, fwd, bwd, experts = forward_backward(run, step)
-   local lr_scale = train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
+   local lr_scale = run.schedule and schedule.multiplier(run.schedule, step)
+      or train.schedule(step, run.steps, run.lr_warmup or 0, run.lr_min_ratio or 0.1)
    -- the largest logits reduced, and QK-clip's scales queued for the step to apply (collective)
    local logits = run.qk and run.qk:finish(run.opt, dp, run.tp and run.tp.comm)
    local o0 = lib.lw_now()
@@ -439,7 +439,9 @@ end
 
 -- Runs `steps` optimizer steps. run = { comm, dp_comm (tensor parallelism: the data-parallel
 -- group the batches are split over; default comm), model (bound to ddp with train.hooks), ddp,
--- opt, data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio, eval_every, eval_max, log
+-- opt, data, steps, batch, seq, accum, seed, lr_warmup, lr_min_ratio (or schedule: an
+-- lw.schedule plan, which replaces both and whose steps may differ from the run's), base_lr (the
+-- peak the step records' lr is a multiple of), eval_every, eval_max, log
 -- (path or nil), log_config (a record written to the log before the first step's: the run's
 -- configuration, kind "config"), tokens_before (tokens trained on before start_step; default
 -- (start_step - 1) x this run's tokens per step), quiet, progress ("auto" | "redraw" |

@@ -40,8 +40,8 @@ end
 
 -- Starts from `file` and changes nothing: one step at a learning rate of 1e-30.
 local function still(np, file, args, params, out)
-   return recipe(np, ("--steps 1 --lr 1e-30 --warmup 0 --init-from %s --save-params %s %s")
-      :format(file, params, args), out)
+   return recipe(np, ("--steps 1 --lr 1e-30 --adamw-lr 1e-30 --warmup 0 --init-from %s "
+      .. "--save-params %s %s"):format(file, params, args), out)
 end
 
 local reference = tmp .. "-ref.st"

@@ -2,8 +2,9 @@
 -- the flags, build the GPT (dense, or a mixture of experts: --n-expert, --preset moe), its
 -- buffers and optimizer, train on a byte-level corpus or on token shards (llm.c's format), then
 -- report the final validation loss, plot the loss curve and print a sample. The presets are
--- the library's (presets.lua); flags, resume and report are recipe_flags.lua, recipe_resume.lua
--- and recipe_report.lua; this module runs them in order and gathers their public names.
+-- the library's (presets.lua) and the recipe's own; flags (with --config and the schedule),
+-- resume and report are recipe_flags.lua, recipe_resume.lua and recipe_report.lua; this module
+-- runs them in order and gathers their public names.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local train = require("lwopt.train")
@@ -181,6 +182,25 @@ function recipe.to_normuon(rules)
    return out
 end
 
+-- The routed specs with the learning rates of the AdamW groups that have a flag of their own
+-- (--embedding-lr, --scalar-lr) where their routing rule sets none: nanochat's groups; the
+-- matrices' are --lr (Muon) and --adamw-lr (AdamW), as lw.optim.new's options give them.
+local LR_OF_ROLE = { embedding = "embedding_lr", output = "embedding_lr", norm = "scalar_lr",
+   bias = "scalar_lr" }
+function recipe.with_group_lrs(specs, v)
+   for _, spec in ipairs(specs) do
+      local key = LR_OF_ROLE[spec.role]
+      if key and spec.optimizer == "adamw" and not (spec.opts and spec.opts.lr) and
+         v[key] ~= v.adamw_lr then
+         local opts = {}
+         for k, x in pairs(spec.opts or {}) do opts[k] = x end
+         opts.lr = v[key]
+         spec.opts = opts
+      end
+   end
+   return specs
+end
+
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
@@ -196,33 +216,36 @@ local function build_run(v, comm, data, rules)
    -- --tp: TP groups of v.tp consecutive ranks hold the shards of every layer and see the same
    -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
    local tg = recipe_tp.groups(v, comm)
-   local cfg = recipe.gpt_config(v.preset, v.vocab, v.seq, moe, v.mlp_hidden)
+   local shape = { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq }
+   local cfg = recipe.gpt_config(shape, v.vocab, v.seq, moe, v.mlp_hidden)
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.models.build("gpt", cfg, { ep = g, tp = tg })
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    -- errors name an unmatched parameter; a rule that routes none is warned about over the
    -- whole model (warn_rules), not over this rank's part
-   local specs = lw.route(model:parameters(), rules, { warn = false })
+   local specs = recipe.with_group_lrs(lw.route(model:parameters(), rules, { warn = false }), v)
    -- expert parameters (in their own buffers) are data-parallel over every rank at --ep 1
    -- (expert_comm nil is comm), over the expert-DP group with --ep
    -- the flags that name a ddp or optim option (recipe_flags.list), and what the run adds
    local ddp = lw.ddp.new(specs, tg and tg.dp_comm or comm, recipe_flags.options(v, "ddp", {
       expert_comm = g and g.expert_comm,
       algorithm = v.mode == "layerwise" and v.shard == "aligned" and v.layout or nil }))
-   local opt = lw.optim.new(ddp, recipe_flags.options(v, "optim", { weight_decay = 0.1,
-      adamw = { beta1 = 0.9, beta2 = 0.95 }, tp_comm = tg and tg.comm }))
+   -- NorMuon's matrices take Muon's --lr, as Muon's do
+   local opt = lw.optim.new(ddp, recipe_flags.options(v, "optim", { normuon = { lr = v.lr },
+      tp_comm = tg and tg.comm }))
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
-      return lw.models.specs("gpt", recipe.gpt_config(v.preset, v.vocab, v.seq, moe,
+      return lw.models.specs("gpt", recipe.gpt_config(shape, v.vocab, v.seq, moe,
          v.mlp_hidden))
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
    -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
    local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every, rules = rules,
       comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,
-      batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed, base_lr = v.lr,
-      lr_warmup = v.warmup, lr_min_ratio = 0.1, eval_every = v.eval_every, eval_max = v.eval_max,
+      batch = v.batch, seq = v.seq, accum = v.accum, seed = v.seed,
+      base_lr = v.optimizer == "adamw" and v.adamw_lr or v.lr, schedule = v.plan,
+      eval_every = v.eval_every, eval_max = v.eval_max,
       log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
       max_skips = v.max_skips, qk_clip = v.qk_clip, max_logit = v.log ~= nil }
    model:bind(ddp, train.hooks(run))
@@ -290,12 +313,14 @@ local function train_steps(run, v, say)
 end
 
 -- Runs the recipe. argv: the script's arguments; rules: routing rules (nil: the defaults, or
--- all AdamW with --optimizer adamw); script: its path, for messages. Returns the step records;
--- a run that must report failure after its work (it diverged, an output failed) ends the
--- process with that status instead (recipe.EXIT_DIVERGED, 1).
-function recipe.main(argv, rules, script)
+-- all AdamW with --optimizer adamw); script: its path, for messages; own: what the recipe adds,
+-- { presets = { name = { n_layer = 2, ... } } } (presets.with), --preset's choices beside the
+-- library's. Returns the step records; a run that must report failure after its work (it
+-- diverged, an output failed) ends the process with that status instead (recipe.EXIT_DIVERGED,
+-- 1).
+function recipe.main(argv, rules, script, own)
    local started = C.lib.lw_wall_clock()
-   local v = parse_flags(argv, script)
+   local v = parse_flags(argv, script, own and own.presets)
    if v == nil then return {} end -- --help
    check_flags(v)
    local comm, say = start_comm(v)
@@ -313,7 +338,7 @@ function recipe.main(argv, rules, script)
    warn_schedule(v, say)
    warn_rules(run, say)
    if v.log then -- collective
-      run.log_config = recipe_log.config(run, v, data, path, recipe.flags, started,
+      run.log_config = recipe_log.config(run, v, data, path, v.flag_list, started,
          lw.arch.numel(run.full_specs or run.ddp.specs))
    end
    local records, ended = train_steps(run, v, say)

@@ -1,9 +1,9 @@
 -- recipe_flags.lua: the recipe's flags: the list (names, choices, defaults, help), the exit
--- statuses, parsing with --help, and the checks that refuse values and combinations that
--- cannot work before any work; the schedule warning. Running the recipe is recipe.lua's job.
+-- statuses, parsing with --help and --config (recipe_config.lua), and the checks that refuse
+-- values and combinations that cannot work before any work (the schedule's in
+-- recipe_schedule.lua); the warnings. Running the recipe is recipe.lua's job.
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
-local train = require("lwopt.train")
 local tokens_mod = require("lwopt.tokens")
 local sampling = require("lwopt.sampling")
 local tokenizer = require("lwopt.tokenizer")
@@ -11,6 +11,9 @@ local C = require("lwopt.C")
 local recipe_tp = require("lwopt.app.recipe_tp")
 local presets = require("lwopt.presets")
 local errors = require("lwopt.errors")
+local schedule = require("lwopt.schedule")
+local recipe_schedule = require("lwopt.app.recipe_schedule")
+local recipe_config = require("lwopt.app.recipe_config")
 
 local recipe_flags = {}
 
@@ -38,8 +41,15 @@ end
 -- library takes a C option struct's fields by their C names (lwopt.options), so a new field
 -- needs no Lua but this entry.
 recipe_flags.list = {
-   { "preset", { "tiny", "small", "wide", "gpt2", "gpt2-medium", "moe" }, "small",
-     "model and schedule size (moe: 4 layers x 128, 8 experts, top-2)" },
+   { "preset", presets.NAMES, "small",
+     "model and schedule size (moe: 4 layers x 128, 8 experts, top-2); a recipe may add its "
+     .. "own" },
+   { "config", "string", nil, "a Lua file returning a table of flag values ({ n_layer = 4, lr = "
+     .. "1e-3 }), or a --log whose configuration record is read back; flags given override it" },
+   { "n-layer", "int", nil, "transformer blocks (default: the preset's)", min = 1, max = 65536 },
+   { "n-head", "int", nil, "attention heads, a divisor of --n-embd (default: the preset's)",
+     min = 1, max = 65536 },
+   { "n-embd", "int", nil, "the model's width (default: the preset's)", min = 1, max = 2 ^ 20 },
    { "steps", "int", nil, "optimizer steps (preset's by default)", min = 1, max = 1e9 },
    { "optimizer", { "muon", "adamw", "normuon" }, "muon",
      "muon for matrices + adamw, adamw for all, or normuon where muon would be + adamw" },
@@ -124,7 +134,8 @@ recipe_flags.list = {
      .. "a build without NCCL; slower), auto (nccl where every rank has its own GPU, else "
      .. "staged)" },
    { "batch", "int", nil, "sequences per rank per micro-step", min = 1, max = 1e6 },
-   { "seq", "int", nil, "sequence length", min = 1, max = 1e6 },
+   { "seq", "int", nil, "sequence length (nanoGPT's block_size; default: the preset's)", min = 1,
+     max = 1e6 },
    { "accum", "int", nil, "micro-steps per optimizer step (default 1, or what --global-batch "
      .. "makes it; a resume keeps the checkpoint's global batch by changing it)", min = 1,
      max = 1e6 },
@@ -132,8 +143,45 @@ recipe_flags.list = {
      .. "--accum x data-parallel ranks, as Megatron's --global-batch-size): sets --accum",
      min = 1, max = 1e12 },
    { "seed", "int", 1337, "seed of initialisation and data order", min = 0 },
-   { "lr", "number", nil, "peak learning rate", above = 0, optim = "lr" },
-   { "warmup", "int", nil, "warmup steps", min = 0 },
+   { "lr", "number", nil, "peak learning rate of the matrices Muon (or NorMuon) updates "
+     .. "(default: the preset's)", above = 0, optim = "muon.lr" },
+   { "adamw-lr", "number", nil, "peak learning rate of the parameters AdamW updates: all of them "
+     .. "with --optimizer adamw (default: the preset's AdamW lr)", above = 0, optim = "lr" },
+   { "embedding-lr", "number", nil, "peak learning rate of the embeddings (the tied token "
+     .. "embedding is also the LM head) on AdamW (default: --adamw-lr)", above = 0 },
+   { "scalar-lr", "number", nil, "peak learning rate of the gains and biases on AdamW (default: "
+     .. "--adamw-lr)", above = 0 },
+   { "weight-decay", "number", 0.1, "weight decay of the matrices (AdamW's embeddings, gains and "
+     .. "biases have none)", min = 0, optim = "weight_decay" },
+   { "adamw-weight-decay", "number", nil, "AdamW's weight decay of the matrices it updates "
+     .. "(default: --weight-decay)", min = 0, optim = "adamw.weight_decay" },
+   { "adamw-beta1", "number", 0.9, "AdamW's first-moment decay", min = 0, max = 0.999999,
+     optim = "adamw.beta1" },
+   { "adamw-beta2", "number", 0.95, "AdamW's second-moment decay", min = 0, max = 0.999999,
+     optim = "adamw.beta2" },
+   { "adamw-eps", "number", nil, "AdamW's epsilon (default: the library's, 1e-8)", above = 0,
+     optim = "adamw.eps" },
+   { "muon-momentum", "number", nil, "Muon's momentum (default: the variant's; 0.95)", min = 0,
+     max = 0.999999, optim = "muon.momentum" },
+   { "muon-nesterov", { "on", "off" }, nil, "Nesterov momentum in Muon (default: the variant's; "
+     .. "on)", optim = "muon.nesterov" },
+   { "muon-ns-steps", "int", nil, "Newton-Schulz iterations (default: the variant's; 5)", min = 1,
+     max = 100, optim = "muon.ns_steps" },
+   { "schedule", schedule.KINDS, nil, "the learning rate after the warmup: cosine down to the "
+     .. "floor at the last step, linear down to it, constant, or wsd (warmup-stable-decay: the "
+     .. "peak until the last --decay-steps, then linear down to the floor) (default cosine)" },
+   { "warmup", "int", nil, "warmup steps, linear from peak / warmup (default: the preset's)",
+     min = 0 },
+   { "min-lr-ratio", "number", nil, "the floor the schedule decays to, a share of each group's "
+     .. "peak (default 0.1)", min = 0, max = 1 },
+   { "min-lr", "number", nil, "the floor as a learning rate of --lr's group (--adamw-lr's with "
+     .. "--optimizer adamw); the other groups decay to the same share of theirs", min = 0 },
+   { "decay-steps", "int", nil, "wsd: the last steps, over which the learning rate decays",
+     min = 1 },
+   { "decay-fraction", "number", nil, "wsd: the decay's share of --steps (default 0.2)",
+     above = 0, max = 1 },
+   { "reschedule", "bool", false, "with --resume: plan the schedule again from this run's flags "
+     .. "(--steps, --warmup, ...) instead of going on with the checkpoint's" },
    { "clip", "number", 1.0, "gradient norm clip (0: none)", min = 0, optim = "clip" },
    { "qk-clip", "number", nil, "QK-clip (Kimi K2's MuonClip) at this logit: after each step's "
      .. "update, every attention head whose largest pre-softmax logit (q . k / sqrt(head dim)) "
@@ -226,9 +274,9 @@ recipe_flags.EXIT_DIVERGED = 3
 recipe_flags.EXIT_STOPPED = 75
 recipe_flags.EXIT_INTERRUPTED = 130
 
-local function usage(script)
+local function usage(script, list)
    return ("usage: [mpirun -np N] luajit %s [flags]\n"):format(script)
-      .. flags.usage(recipe_flags.list)
+      .. flags.usage(list or recipe_flags.list)
 end
 
 -- The flag of each runtime choice that lw.ddp.check's messages name ("zero 2", "mode 'legacy'").
@@ -363,13 +411,24 @@ local function check_flags(v)
       fail("--resume continues the checkpoints in --ckpt-dir and --overwrite replaces them: "
          .. "choose one")
    end
-   local preset = presets.presets[v.preset]
+   local preset = (v.presets or presets.presets)[v.preset]
    v.from_preset = {}
-   for _, k in ipairs({ "steps", "batch", "seq", "lr", "warmup", "eval_every" }) do
+   for _, k in ipairs({ "steps", "batch", "seq", "lr", "adamw_lr", "warmup", "eval_every",
+      "n_layer", "n_embd", "n_head" }) do
       if v[k] == nil then v[k], v.from_preset[k] = preset[k], true end
    end
    v.keep = v.keep or 3
-   v.n_layer, v.n_embd, v.n_head = preset.n_layer, preset.n_embd, preset.n_head
+   if v.n_embd % v.n_head ~= 0 then
+      fail("--n-head %d does not divide the width %d (--n-embd%s)", v.n_head, v.n_embd,
+         v.from_preset.n_embd and (", --preset %s's"):format(v.preset) or "")
+   end
+   v.embedding_lr = v.embedding_lr or v.adamw_lr
+   v.scalar_lr = v.scalar_lr or v.adamw_lr
+   if v.optimizer == "adamw" then
+      recipe_schedule.check_flags(v, v.adamw_lr, "--adamw-lr")
+   else
+      recipe_schedule.check_flags(v, v.lr, "--lr")
+   end
    check_expert_flags(v, preset)
    check_data_flags(v, preset)
    recipe_tp.check_flags(v)
@@ -379,35 +438,74 @@ local function check_flags(v)
    end
 end
 
+-- The flag list with a recipe's own presets among --preset's choices (names: every preset's).
+local function list_with(names)
+   local list = {}
+   for i, f in ipairs(recipe_flags.list) do
+      if f[1] == "preset" then
+         local copy = {}
+         for k, x in pairs(f) do copy[k] = x end
+         copy[2] = names
+         f = copy
+      end
+      list[i] = f
+   end
+   return list
+end
+
+-- The keys of the flags argv gives (a set), parsed against list without its defaults.
+local function given_keys(argv, list)
+   local bare = {}
+   for i, f in ipairs(list) do
+      local copy = {}
+      for k, x in pairs(f) do copy[k] = x end
+      copy[3] = nil
+      bare[i] = copy
+   end
+   local set = {}
+   for k in pairs(flags.parse(argv, bare)) do set[k] = true end
+   return set
+end
+
 -- The flags' values, or nil after printing --help; a usage error ends the job (EXIT_USAGE).
-local function parse_flags(argv, script)
-   local v, positional = flags.parse(argv, recipe_flags.list)
+-- own: a recipe's presets (presets.with), nil for none. --config FILE's flags come before
+-- argv's, which override them. v.given: the flags argv or the config set; v.presets: every
+-- preset; v.flag_list: the list parsed (the log's record lists it).
+local function parse_flags(argv, script, own)
+   local ok, all, names = pcall(presets.with, own)
+   if not ok then lw.comm.fail(tostring(all), recipe_flags.EXIT_USAGE) end
+   local list = own and list_with(names) or recipe_flags.list
+   local v, positional = flags.parse(argv, list)
    if v ~= nil and #positional > 0 then
       v, positional = nil, ("unexpected argument '%s'"):format(positional[1])
+   end
+   if v ~= nil and v.config and not v.help then
+      local read, args = pcall(recipe_config.args, v.config, list)
+      if not read then lw.comm.fail(tostring(args), recipe_flags.EXIT_USAGE) end
+      for _, a in ipairs(argv) do args[#args + 1] = a end
+      argv = args
+      v, positional = flags.parse(argv, list)
    end
    if v == nil then
       lw.comm.fail(positional .. " (--help lists the flags)", recipe_flags.EXIT_USAGE)
    end
    if v.help then
       -- under mpirun every rank parses the same flags: the launcher's rank 0 alone prints
-      if lw.comm.launched() == 0 then print(usage(script)) end
+      if lw.comm.launched() == 0 then print(usage(script, list)) end
       return nil
    end
+   v.given, v.presets, v.flag_list = given_keys(argv, list), all, list
    return v
 end
 
--- A schedule whose warmup outlasts the run never reaches its peak learning rate: said on
--- stderr, even with --quiet, since every step of the run trains slower than the flags suggest.
+-- Said on stderr (rank 0), even with --quiet: a warmup longer than the run, and --lr given
+-- with --optimizer adamw, which puts no parameter on Muon.
 local function warn_schedule(v, say)
-   if v.warmup <= v.steps then return end
-   local function given(k, value)
-      return ("--%s %s%s"):format(k, value, v.from_preset[k] and (" (--preset %s's)"):format(
-         v.preset) or "")
+   recipe_schedule.warn(v, v.optimizer == "adamw" and v.adamw_lr or v.lr, say)
+   if v.optimizer == "adamw" and v.given.lr and v.lr ~= v.adamw_lr then
+      say(("warning: --lr %g is Muon's learning rate, which --optimizer adamw does not use: "
+         .. "AdamW's is --adamw-lr (%g)"):format(v.lr, v.adamw_lr), io.stderr)
    end
-   local last = train.schedule(v.steps, v.steps, v.warmup, 0.1) * v.lr
-   say(("warning: %s is longer than the run (%s): the learning rate stops at %.3g, short of its "
-      .. "peak %g (lower --warmup or raise --steps)"):format(given("warmup", v.warmup),
-      given("steps", v.steps), last, v.lr), io.stderr)
 end
 
 -- For recipe.lua: the checks, parsing and the warning.

@@ -116,6 +116,12 @@ local function resolved(run, v, data, path)
    }
 end
 
+local function copy(t)
+   local out = {}
+   for k, x in pairs(t) do out[k] = x end
+   return out
+end
+
 -- The configuration record (kind "config") of a run of the recipe, for lw.train's log_config:
 -- run (recipe.lua's, built and resumed), v (the flags' values, checked), data and path (the
 -- training data and its path), list (the recipe's flags), started (lw_wall_clock when the run
@@ -148,6 +154,7 @@ function recipe_log.config(run, v, data, path, list, started, parameters)
          vocab = v.vocab, vocab_rows = v.vocab_rows, parameters = parameters }),
       unit = data.kind == "tokens" and "token" or "byte",
       global_batch = global_batch, tokens_per_step = global_batch * v.seq,
+      schedule = json.object(run.schedule and copy(run.schedule) or {}),
       start_step = run.start_step or 1,
       resumed_from = ck and ck.resumed_from or json.null,
       run_id = ck and ck.run_id or json.null,

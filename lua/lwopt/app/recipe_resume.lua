@@ -6,6 +6,7 @@ local files = require("lwopt.files")
 local errors = require("lwopt.errors")
 local sampling = require("lwopt.sampling")
 local recipe_batch = require("lwopt.app.recipe_batch")
+local recipe_schedule = require("lwopt.app.recipe_schedule")
 
 local recipe_resume = {}
 
@@ -19,6 +20,8 @@ end
 local function settings(v, comm, data)
    return { preset = v.preset, n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
             seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
+            adamw_lr = v.adamw_lr, embedding_lr = v.embedding_lr, scalar_lr = v.scalar_lr,
+            weight_decay = v.weight_decay, schedule = v.plan,
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = recipe_resume.data_name(data), data_kind = v.data_kind, vocab = v.vocab,
@@ -60,7 +63,8 @@ local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- back (the checkpoint loader carries the momentum and starts or drops NorMuon's v).
 local ALLOWED = { optimizer = { muon = { normuon = true }, normuon = { muon = true } } }
 -- Settings a resumed run may change; the difference is printed.
-local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "warmup", "steps", "zero", "shard",
+local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "adamw_lr", "embedding_lr",
+   "scalar_lr", "weight_decay", "warmup", "steps", "zero", "shard",
    "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
    "split_qkv", "optimizer" }
 
@@ -154,8 +158,10 @@ local function resume(run, v, say)
       if found then
          local saved = found.manifest.extra or {}
          local accum, line = kept_accum(run, v, saved, found.path)
+         -- refuses a contradicting schedule flag; the warmup of a plan gone on with is its own
+         local _, continued = recipe_schedule.resumed(saved, v, found.path)
          found.changes = compare_settings(saved, with_accum(run, v, accum), found.path,
-            line and { accum = true })
+            { accum = line and true, warmup = continued })
       end
    end)
    comm:agree(ok, err)
@@ -180,6 +186,11 @@ local function resume(run, v, say)
    run.log_unwritten = unwritten_records(m, v, say)
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,
       m.ranks == 1 and "" or "s"))
+   -- the schedule it was on (or --reschedule's), which the checkpoints it saves go on with
+   local plan, continued = recipe_schedule.resumed(m.extra or {}, v, path)
+   recipe_schedule.follow(v, plan)
+   run.schedule, ck.extra.schedule, ck.extra.warmup = plan, plan, plan.warmup
+   say(recipe_schedule.resume_line(plan, continued, run.start_step, v, run.base_lr))
    if batch_line then say("resume: " .. batch_line) end
    if m.conversion then say("resume: " .. m.conversion) end
    if found and found.changes then say("resume: " .. found.changes) end
