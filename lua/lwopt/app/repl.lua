@@ -34,6 +34,8 @@ repl.MODULES = {
      "GPT.new(cfg), Block, CausalSelfAttention, MLP, MoE, Linear, Embedding, LayerNorm" },
    { "data", "a text file read as bytes", "load(path, {seq_len})" },
    { "tokens", "token shards in llm.c's format", "open(pattern, {vocab, seq_len})" },
+   { "schedule", "learning-rate schedules: cosine, linear, constant, warmup-stable-decay",
+     "check(plan), multiplier(plan, step), text(plan)" },
    { "train", "the training loop",
      "run(run), evaluate(run, max), schedule(s, steps, warmup, min_ratio)" },
    { "checkpoint", "checkpoints keyed by parameter name",
