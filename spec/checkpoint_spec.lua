@@ -160,6 +160,27 @@ describe("lw.checkpoint", function()
          assert.equal("step-000000008", latest())
       end)
 
+      it("keeps the one best names, and moves best only with a save marked best", function()
+         local function at(s, best)
+            return lw.checkpoint.save(dir, { ddp = ddp, opt = opt, step = s, keep = 1,
+               run_id = "mine", best = best })
+         end
+         assert.is_nil(lw.checkpoint.best(dir))
+         at(1, true)
+         at(2)
+         at(3)
+         assert.equal(dir .. "/step-000000001", lw.checkpoint.best(dir))
+         assert.equal("best latest step-000000001 step-000000003 ", listing())
+         at(4, true)
+         at(5)
+         -- step 1 is no longer the best: pruned as keep says
+         assert.equal("best latest step-000000004 step-000000005 ", listing())
+         assert.equal(dir .. "/step-000000004", lw.checkpoint.best(dir))
+         assert.equal("step-000000005", latest())
+         assert.is_true(lw.checkpoint.writes_name("best"))
+         assert.is_true(lw.checkpoint.writes_name("best.tmp"))
+      end)
+
       it("keeps the checkpoint a rolled-back run resumed from", function()
          for _, s in ipairs({ 10, 15, 20 }) do save(s, "mine") end
          -- the user points latest at step 10 and resumes from it

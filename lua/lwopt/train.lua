@@ -384,21 +384,26 @@ local function count_skip(run, ended, rec, update)
    end
 end
 
--- A checkpoint every ckpt.every steps, at the last one, and at a step where the run stops for
--- a failed output, unless the update was skipped (collective). A save that fails (a full disk)
+-- A checkpoint every ckpt.every steps, at the last one, at a step where the run stops for a
+-- failed output, and with ckpt.keep_best at a validation loss below ckpt.best_val (then `best`
+-- names it: ckpt.best_val, best_saved, best_step), unless the update was skipped (collective). A save that fails (a full disk)
 -- stops the run at this step instead of ending it: ended.stopped.save_error says why, and the
 -- checkpoints saved before are left as they were; ended.stopped.checkpoint is the one saved at
 -- the step the run stops.
-local function checkpoint_if_due(run, loop, step, update)
-   local ckpt, stopped = run.checkpoint, loop.ended.stopped
+local function checkpoint_if_due(run, loop, rec, update)
+   local ckpt, stopped, step = run.checkpoint, loop.ended.stopped, rec.step
+   -- keep_best: a validation loss below every one before is saved, and `best` names it
+   local best = ckpt and ckpt.keep_best and rec.val_loss ~= nil
+      and rec.val_loss < (ckpt.best_val or math.huge)
    if ckpt and ckpt.dir and not update.skipped and ((ckpt.every or 0) > 0
-      and step % ckpt.every == 0 or step == loop.last or stopped) then
+      and step % ckpt.every == 0 or step == loop.last or stopped or best) then
       run.comm:set_phase(("step %d, checkpoint save"):format(step))
       -- the tokens trained on so far, which a resumed run counts on from (run.tokens_before),
       -- and the records the log could not take (rank 0 writes the manifest), which the run
       -- that resumes writes first (run.log_unwritten)
       if ckpt.extra then
          ckpt.extra.tokens = loop.tokens
+         ckpt.extra.val_loss, ckpt.extra.val_sequences = rec.val_loss, rec.val_sequences
          local unwritten = loop.log and loop.log.unwritten
          ckpt.extra.log_unwritten = unwritten and json.object({ path = run.log,
             records = json.array(unwritten) }) or nil
@@ -406,13 +411,14 @@ local function checkpoint_if_due(run, loop, step, update)
       local ok, saved = pcall(require("lwopt.checkpoint").save, ckpt.dir, { ddp = run.ddp,
          opt = run.opt, step = step, keep = ckpt.keep, extra = ckpt.extra, run_id = ckpt.run_id,
          protect = ckpt.resumed_from and { ckpt.resumed_from } or nil, ep = run.ep, tp = run.tp,
-         comm = run.comm })
+         comm = run.comm, best = best })
       if not ok then
          stopped = stopped or { step = step }
          stopped.save_error = tostring(saved)
          loop.ended.stopped = stopped
       else
          ckpt.last_saved = saved
+         if best then ckpt.best_val, ckpt.best_saved, ckpt.best_step = rec.val_loss, saved, step end
          if stopped then stopped.checkpoint = saved end
       end
    end
@@ -449,7 +455,7 @@ end
 -- schedule still spans `steps`), max_skips (stop after this many steps in a row skipped for
 -- non-finite gradients; 0 or nil: never), max_logit (measure and record every layer's largest
 -- attention logit each step), qk_clip (tau: QK-clip at that logit, lwopt/qk_clip.lua; measures
--- too), checkpoint = { dir, every, keep, extra (settings the
+-- too), checkpoint = { dir, every, keep, keep_best, best_val (resumed), extra (settings the
 -- manifest keeps, and the tokens trained on so far), run_id, resumed_from; last_saved is set to
 -- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records (kind
 -- "step", with tokens, the tokens trained on through the step, and wall_time) and how the run
@@ -469,7 +475,7 @@ function train.run(run)
       report(run, loop, rec)
       count_skip(run, loop.ended, rec, update)
       stop_if_asked(run, loop, step)
-      checkpoint_if_due(run, loop, step, update)
+      checkpoint_if_due(run, loop, rec, update)
       notify_step_end(run, step)
       if loop.ended.stopped or diverged(run, loop.ended) then break end
    end

@@ -12,8 +12,8 @@ local recipe_config = {}
 -- outputs, checkpoints, resume and stop, the config it read, and --accum (the recorded global
 -- batch keeps the step's sequences at any rank count; --accum follows from it).
 local NOT_FROM_LOG = { log = true, save_params = true, ckpt_dir = true, ckpt_every = true,
-   keep = true, resume = true, overwrite = true, reschedule = true, stop_after = true,
-   config = true, help = true, accum = true }
+   keep = true, keep_best = true, resume = true, overwrite = true, reschedule = true,
+   stop_after = true, config = true, help = true, accum = true }
 
 local function fail(path, fmt, ...)
    errors.raise(("--config %s: "):format(path) .. fmt:format(...))

@@ -210,6 +210,8 @@ recipe_flags.list = {
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
    { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
    { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },
+   { "keep-best", "bool", false, "also save the checkpoint of each validation loss below every "
+     .. "one before, which --ckpt-dir's `best` file names and no --keep removes" },
    { "resume", { "auto", "strict" }, nil, "continue from the checkpoint latest names in "
      .. "--ckpt-dir, if any; when it is missing or damaged, from the newest whole checkpoint of "
      .. "the same run (auto, the default), or not at all (strict)", bare = "auto" },
@@ -398,7 +400,7 @@ local function check_flags(v)
    v.activations = v.activations or ((v.device ~= "cpu" and v.matmul == "bf16") and "bf16"
       or "fp32")
    if not v.ckpt_dir then
-      for _, name in ipairs({ "resume", "keep", "ckpt_every" }) do
+      for _, name in ipairs({ "resume", "keep", "ckpt_every", "keep_best" }) do
          if v[name] and v[name] ~= 0 then
             fail("--%s needs --ckpt-dir", (name:gsub("_", "-")))
          end

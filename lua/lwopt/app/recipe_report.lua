@@ -134,6 +134,11 @@ local function finish(run, v, records, ended, say)
          or ("the first %d of %d validation sequences (--eval-max all: every one)"):format(count,
             all)))
    end
+   local ck = run.checkpoint
+   if ck and ck.keep_best and ck.best_saved then
+      say(("best validation loss %.4f at step %d: %s (%s/best names it)"):format(ck.best_val,
+         ck.best_step, ck.best_saved, ck.dir))
+   end
    if v.log and comm.rank == 0 and #records > 0 then
       attempt("loss curve", function()
          local png, why = plot(v.log, unit_of(run.data))

@@ -197,15 +197,35 @@ local function resume(run, v, say)
    return true
 end
 
+-- The checkpoint `best` names in --ckpt-dir into ck (best_val: its validation loss, which a
+-- resumed --keep-best run must beat; best_saved, best_step), as rank 0 reads it, the same on
+-- every rank; nothing when there is none.
+local function resume_best(run, v, ck)
+   local loss, step, path = -1, -1, ""
+   if run.comm.rank == 0 then
+      local ok, best = pcall(checkpoint.best, v.ckpt_dir)
+      local m = ok and best and select(2, pcall(checkpoint.read_manifest, best, { files = false }))
+      if type(m) == "table" and type(m.extra) == "table" and tonumber(m.extra.val_loss) then
+         loss, step, path = tonumber(m.extra.val_loss), m.step, best
+      end
+   end
+   run.comm:set_label("the best checkpoint's validation loss and step")
+   local both = run.comm:allreduce({ loss, step }, "max")
+   path = run.comm:broadcast_string(path, 0)
+   if both[1] >= 0 then ck.best_val, ck.best_step, ck.best_saved = both[1], both[2], path end
+end
+
 -- With --ckpt-dir: the run's checkpoint settings, resumed with --resume, and its lineage (the
 -- resumed run's, or a new one). Collective.
 local function setup_checkpoints(run, v, data, say)
    if not v.ckpt_dir then return end
    run.checkpoint = { dir = v.ckpt_dir, every = v.ckpt_every, keep = v.keep,
-      extra = settings(v, run.comm, data) }
-   if not (v.resume and resume(run, v, say)) or run.checkpoint.run_id == nil then
+      keep_best = v.keep_best, extra = settings(v, run.comm, data) }
+   local resumed = v.resume and resume(run, v, say)
+   if not resumed or run.checkpoint.run_id == nil then
       run.checkpoint.run_id = checkpoint.new_run_id(run.comm)
    end
+   if resumed and v.keep_best then resume_best(run, v, run.checkpoint) end
 end
 
 -- For recipe.lua and recipe_report.lua.

@@ -104,13 +104,14 @@ function checkpoint.list(dir)
    return out
 end
 
--- The most `latest` holds: a checkpoint's name and a newline.
+-- The most `latest` (or `best`) holds: a checkpoint's name and a newline.
 local LATEST_BYTES = 64
 
--- The name `latest` holds in dir ("step-N"), nil when there is no latest file. Read only as the
--- small regular file lwopt writes (never a link, a FIFO or a device, which could hang a resume).
-local function latest_name(dir)
-   local path = dir .. "/latest"
+-- The name the pointer file `pointer` ("latest", the default, or "best") holds in dir
+-- ("step-N"), nil when there is no such file. Read only as the small regular file lwopt writes
+-- (never a link, a FIFO or a device, which could hang a resume).
+local function latest_name(dir, pointer)
+   local path = dir .. "/" .. (pointer or "latest")
    if files.entry_kind(path) == "missing" then return nil end
    local text, why = files.read(path, LATEST_BYTES, { follow = false })
    if text == nil then fail("checkpoint", "%s", why) end
@@ -126,7 +127,8 @@ function checkpoint.new_run_id(comm)
 end
 
 -- checkpoint.save(dir, { ddp, opt, step, keep = 3, extra = { ... }, run_id, protect = { path
--- or name, ... }, on_point, ep }): collective; every rank calls it. extra goes into the manifest
+-- or name, ... }, best, on_point, ep }): collective; every rank calls it. best: `best` names the
+-- new checkpoint too (the one `best` names is never pruned). extra goes into the manifest
 -- (hyper-parameters, schedule, data and RNG position); run_id names the run's lineage for
 -- pruning (nil: nothing is pruned); on_point is a hook (checkpoint.on_point); ep the run's
 -- expert-parallel groups (lw.ep.groups), tp its tensor-parallel ones (lw.tp.groups) with comm,
@@ -142,13 +144,26 @@ function checkpoint.latest(dir)
    return name and dir .. "/" .. name
 end
 
+-- The checkpoint directory `best` names in dir (the lowest validation loss of a run saved with
+-- best = true, kept whatever keep says); nil when there is none.
+function checkpoint.best(dir)
+   local name = latest_name(dir, "best")
+   return name and dir .. "/" .. name
+end
+checkpoint.pointer_name = latest_name
+
+-- The files a save writes in a checkpoint directory that name a checkpoint, and the names they
+-- are written as first.
+local POINTERS = { "latest", "latest.tmp", "best", "best.tmp" }
+
 -- The file in a checkpoint directory whose lock a run holds while it trains (checkpoint.lock).
 checkpoint.LOCK_NAME = ".lwopt-lock"
 
 -- Whether a name in a checkpoint directory is one that saves or the run's lock write: step-N,
--- step-N.tmp, latest, latest.tmp, the lock file.
+-- step-N.tmp, latest, best and their .tmp, the lock file.
 function checkpoint.writes_name(name)
-   return name == "latest" or name == "latest.tmp" or name == checkpoint.LOCK_NAME
+   for _, pointer in ipairs(POINTERS) do if name == pointer then return true end end
+   return name == checkpoint.LOCK_NAME
       or name:match("^step%-%d+$") ~= nil or name:match("^step%-%d+%.tmp$") ~= nil
 end
 
@@ -166,11 +181,11 @@ function checkpoint.lock(dir)
    return nil, err, false
 end
 
--- Checks that the names a save writes in dir besides its step-N directories (`latest` and the
--- `latest.tmp` it is renamed from) are free or regular files: found now, not at the first save
--- after training. Returns true, or nil and a message naming the path.
+-- Checks that the names a save writes in dir besides its step-N directories (`latest`, `best`
+-- and the .tmp files they are renamed from) are free or regular files: found now, not at the
+-- first save after training. Returns true, or nil and a message naming the path.
 function checkpoint.check_dir(dir)
-   for _, name in ipairs({ "latest", "latest.tmp" }) do
+   for _, name in ipairs(POINTERS) do
       local path = dir .. "/" .. name
       local kind = files.kind(path)
       if kind == "dir" or kind == "other" then

@@ -157,7 +157,8 @@ local function write_manifest(job)
    reached(job, "manifest")
 end
 
--- Rank 0: step-N.tmp made durable and renamed to step-N, then `latest` replaced atomically.
+-- Rank 0: step-N.tmp made durable and renamed to step-N, then `latest` replaced atomically
+-- (and `best`, when the save is the best one).
 local function publish(job)
    local where = "checkpoint.save"
    local dir = job.dir
@@ -167,16 +168,22 @@ local function publish(job)
    reached(job, "rename")
    C.check(lib.lw_dir_sync(dir), where)
    local latest = step_name(job.s.step) .. "\n"
-   C.check(lib.lw_file_write(dir .. "/latest.tmp", latest, #latest, nil), where)
-   files.rename(dir .. "/latest.tmp", dir .. "/latest")
+   for _, pointer in ipairs(job.s.best and { "latest", "best" } or { "latest" }) do
+      C.check(lib.lw_file_write(dir .. "/" .. pointer .. ".tmp", latest, #latest, nil), where)
+      files.rename(dir .. "/" .. pointer .. ".tmp", dir .. "/" .. pointer)
+   end
    C.check(lib.lw_dir_sync(dir), where)
 end
 
--- Rank 0: older checkpoints of the run beyond keep, never the new one nor those protected.
+-- Rank 0: older checkpoints of the run beyond keep, never the new one nor those protected nor
+-- the one `best` names.
 local function prune_old(job)
    local s = job.s
    local protect = { [step_name(s.step)] = true }
    for _, p in ipairs(s.protect or {}) do protect[p:match("([^/]+)/*$")] = true end
+   -- the lowest validation loss's, kept whatever keep says
+   local ok, best = pcall(job.ck.module.pointer_name, job.dir, "best")
+   if ok and best then protect[best] = true end
    prune(job.ck.module.list, job.dir, s.step, s.keep or 3, s.run_id, protect)
 end
 

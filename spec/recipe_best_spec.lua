@@ -1,0 +1,57 @@
+-- recipe_best_spec.lua: --keep-best in recipes/gpt_small.lua: every validation loss below the
+-- ones before is checkpointed and --ckpt-dir's `best` names it, whatever --keep prunes; a
+-- resumed run must beat the best before it. One rank, tiny preset, a few steps.
+local helpers = require("helpers")
+local json = require("lwopt.json")
+local checkpoint = require("lwopt.checkpoint")
+
+local root = assert(io.popen("pwd")):read("*l")
+local recipe = "cd /tmp && luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --sample 0 "
+   .. "--eval-max 4 --eval-every 2 --warmup 1 --quiet "
+
+-- The lowest val_loss of the logs' step records, and its step.
+local function lowest(paths)
+   local best, at = math.huge, nil
+   for _, path in ipairs(paths) do
+      for _, rec in ipairs((helpers.log_records(path))) do
+         if rec.val_loss and rec.val_loss < best then best, at = rec.val_loss, rec.step end
+      end
+   end
+   return best, at
+end
+
+describe("--keep-best", function()
+   it("keeps the checkpoint of the lowest validation loss, across --keep and a resume", function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      local out, status = helpers.sh(recipe .. "--steps 6 --lr 0.05 --keep 1 --keep-best "
+         .. "--ckpt-dir " .. dir .. " --log " .. dir .. ".a.jsonl")
+      assert.equal(0, status, out)
+      local loss, step = lowest({ dir .. ".a.jsonl" })
+      local best = checkpoint.best(dir)
+      assert.equal(("%s/step-%09d"):format(dir, step), best)
+      local m = checkpoint.read_manifest(best, { files = false })
+      assert.equal(loss, m.extra.val_loss)
+      assert.equal(4, m.extra.val_sequences)
+      local line = ("best validation loss %.4f at step %d: %s (%s/best names it)"):format(loss,
+         step, best, dir)
+      assert.matches(line, out, 1, true)
+      -- resumed at a learning rate that makes the loss worse: the evaluation at step 8 is above
+      -- the best before the resume, so the best stays, kept though --keep 1
+      out, status = helpers.sh(recipe .. "--steps 8 --lr 5 --keep 1 --keep-best --resume "
+         .. "--ckpt-dir " .. dir .. " --log " .. dir .. ".b.jsonl")
+      assert.equal(0, status, out)
+      local after = lowest({ dir .. ".b.jsonl" })
+      assert.is_true(after > loss, "the resumed run's loss did not rise: " .. after)
+      assert.equal(best, checkpoint.best(dir))
+      assert.matches(line, out, 1, true)
+      assert.equal(dir .. "/step-000000008", checkpoint.latest(dir))
+      assert.equal("best latest step-000000006 step-000000008 ",
+         (helpers.sh("ls " .. dir):gsub("\n", " ")))
+      -- --keep-best needs somewhere to keep it
+      out, status = helpers.sh(recipe .. "--steps 2 --keep-best")
+      assert.equal(1, status)
+      assert.matches("--keep-best needs --ckpt-dir", out, 1, true)
+      helpers.sh("rm -rf " .. dir .. " " .. dir .. ".*")
+   end)
+end)
