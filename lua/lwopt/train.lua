@@ -153,11 +153,12 @@ local function progress(run, rec, t_start, first)
    local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s  eta %4.0fs%s"):format(rec.step,
       run.steps, rec.loss, rec.lr, rec.tokens_per_s, eta,
       rec.val_loss and ("  val %.4f (%d seq)"):format(rec.val_loss, rec.val_sequences) or "")
-   if run.terminal and not rec.val_loss then
+   if run.terminal and not rec.val_loss and not rec.sample then
       io.stdout:write("\r", line, "\027[K")
    else
       io.stdout:write(run.terminal and "\r" or "", line, run.terminal and "\027[K\n" or "\n")
    end
+   if rec.sample then io.stdout:write(rec.sample, "\n") end
    io.stdout:flush()
 end
 
@@ -339,6 +340,18 @@ local function evaluate_if_due(run, loop, rec)
    end
 end
 
+-- Every run.sample_every steps the text run.sample(run) gives (a sample from the weights after
+-- the step) into the record: on rank 0, or on every rank with run.sample_collective (a forward
+-- pass at ZeRO-3, under TP or EP is collective).
+local function sample_if_due(run, rec)
+   local every = run.sample_every or 0
+   if every <= 0 or rec.step % every ~= 0 or run.sample == nil then return end
+   if run.comm.rank ~= 0 and not run.sample_collective then return end
+   run.comm:set_phase(("step %d, sample"):format(rec.step))
+   run.ddp:finish_param_sync()
+   rec.sample = run.sample(run)
+end
+
 -- The record kept, stamped with the wall clock (seconds since the Unix epoch: when the step and
 -- its evaluation ended), written to the log (rank 0; loop.log_failed: why it could not be) and
 -- shown on the progress line.
@@ -455,7 +468,9 @@ end
 -- schedule still spans `steps`), max_skips (stop after this many steps in a row skipped for
 -- non-finite gradients; 0 or nil: never), max_logit (measure and record every layer's largest
 -- attention logit each step), qk_clip (tau: QK-clip at that logit, lwopt/qk_clip.lua; measures
--- too), checkpoint = { dir, every, keep, keep_best, best_val (resumed), extra (settings the
+-- too), sample_every and sample (a function(run) -> text: the record's sample every
+-- sample_every steps; sample_collective: every rank calls it), checkpoint = { dir, every,
+-- keep, keep_best, best_val (resumed), extra (settings the
 -- manifest keeps, and the tokens trained on so far), run_id, resumed_from; last_saved is set to
 -- each checkpoint saved }, on_step_end (a hook, above) }. Returns the step records (kind
 -- "step", with tokens, the tokens trained on through the step, and wall_time) and how the run
@@ -472,6 +487,7 @@ function train.run(run)
       run.comm:set_phase(("step %d"):format(step)) -- named by the watchdog if a collective hangs
       local rec, update = train_step(run, loop, step)
       evaluate_if_due(run, loop, rec)
+      sample_if_due(run, rec)
       report(run, loop, rec)
       count_skip(run, loop.ended, rec, update)
       stop_if_asked(run, loop, step)

@@ -247,7 +247,10 @@ local function build_run(v, comm, data, rules)
       base_lr = v.optimizer == "adamw" and v.adamw_lr or v.lr, schedule = v.plan,
       eval_every = v.eval_every, eval_max = v.eval_max,
       log = v.log, quiet = v.quiet, progress = v.progress, stop_after = v.stop_after,
-      max_skips = v.max_skips, qk_clip = v.qk_clip, max_logit = v.log ~= nil }
+      max_skips = v.max_skips, qk_clip = v.qk_clip, max_logit = v.log ~= nil,
+      sample_every = v.sample > 0 and v.sample_every or 0,
+      sample_collective = v.zero == 3 or v.tp > 1 or v.ep > 1,
+      sample = function(r) return recipe_report.sample_text(r, v) end }
    model:bind(ddp, train.hooks(run))
    return run
 end

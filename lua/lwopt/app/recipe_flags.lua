@@ -228,6 +228,9 @@ recipe_flags.list = {
      min = 0 },
    { "sample", "int", sampling.COUNT, "characters (token data: tokens) to generate at the end "
      .. "(0: none)", min = 0, max = 1e6 },
+   { "sample-every", "int", 0, "steps between samples during training, printed and written "
+     .. "into the log's step records (sample; --sample characters each; 0: only at the end)",
+     min = 0 },
    { "prompt", "string", nil, "prompt for the sample (default 'And God said'; token data: token "
      .. "ids separated by spaces, as --prompt-ids, default the first 8 validation tokens)" },
    { "prompt-ids", "string", nil, "token data: the sample's prompt as token ids, 1,2,3 (text "

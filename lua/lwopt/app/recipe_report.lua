@@ -64,6 +64,8 @@ local function sample_text(run, v)
    return sampling.text(run.model, s)
 end
 
+recipe_report.sample_text = sample_text
+
 -- What one position of the data is: "byte" or "token".
 local function unit_of(data) return data.kind == "tokens" and "token" or "byte" end
 
@@ -169,9 +171,8 @@ local function finish(run, v, records, ended, say)
    end
    -- at ZeRO-3, over a TP group and under expert parallelism (the experts' all-to-all) a
    -- forward pass is collective: every rank samples (the same text), rank 0 prints
-   local collective = v.zero == 3 or v.tp > 1 or v.ep > 1
    if v.sample > 0 and not ended.diverged and not asked_to_stop
-      and (comm.rank == 0 or collective) then
+      and (comm.rank == 0 or run.sample_collective) then
       attempt("sample", function() say(sample_text(run, v)) end)
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end

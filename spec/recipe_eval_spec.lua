@@ -1,6 +1,7 @@
--- recipe_best_spec.lua: --keep-best in recipes/gpt_small.lua: every validation loss below the
--- ones before is checkpointed and --ckpt-dir's `best` names it, whatever --keep prunes; a
--- resumed run must beat the best before it. One rank, tiny preset, a few steps.
+-- recipe_eval_spec.lua: evaluation in recipes/gpt_small.lua: --keep-best (every validation loss
+-- below the ones before is checkpointed and --ckpt-dir's `best` names it, whatever --keep
+-- prunes; a resumed run must beat the best before it) and --sample-every (samples during
+-- training in the log, the training unchanged). One rank, tiny preset, a few steps.
 local helpers = require("helpers")
 local json = require("lwopt.json")
 local checkpoint = require("lwopt.checkpoint")
@@ -53,5 +54,28 @@ describe("--keep-best", function()
       assert.equal(1, status)
       assert.matches("--keep-best needs --ckpt-dir", out, 1, true)
       helpers.sh("rm -rf " .. dir .. " " .. dir .. ".*")
+   end)
+
+   it("writes a sample into the log every --sample-every steps, and trains the same", function()
+      local log = os.tmpname()
+      local loud = recipe:gsub("%-%-quiet ", "")
+      local out, status = helpers.sh(loud .. "--steps 4 --sample 12 --sample-every 2 --log "
+         .. log .. ".a.jsonl --progress lines")
+      assert.equal(0, status, out)
+      local sampled = helpers.log_records(log .. ".a.jsonl")
+      assert.is_nil(sampled[1].sample)
+      for _, s in ipairs({ 2, 4 }) do
+         assert.matches("^sample:\nAnd God said" .. ("."):rep(12) .. "$", sampled[s].sample)
+         assert.matches("step     " .. s .. "/4[^\n]*\n" .. sampled[s].sample:gsub("%p", "%%%0"),
+            out)
+      end
+      out, status = helpers.sh(recipe .. "--steps 4 --sample 12 --log " .. log .. ".b.jsonl")
+      assert.equal(0, status, out)
+      local plain = helpers.log_records(log .. ".b.jsonl")
+      for s = 1, 4 do
+         assert.equal(plain[s].loss, sampled[s].loss)
+         assert.is_nil(plain[s].sample)
+      end
+      helpers.sh("rm -f " .. log .. "*")
    end)
 end)
