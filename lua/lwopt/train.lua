@@ -150,8 +150,9 @@ local function progress(run, rec, t_start, first)
    if run.comm.rank ~= 0 or run.quiet then return end
    local elapsed = lib.lw_now() - t_start
    local eta = elapsed / (rec.step - first + 1) * (run.steps - rec.step)
-   local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s  eta %4.0fs%s"):format(rec.step,
-      run.steps, rec.loss, rec.lr, rec.tokens_per_s, eta,
+   local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s%s  eta %4.0fs%s"):format(
+      rec.step, run.steps, rec.loss, rec.lr, rec.tokens_per_s,
+      rec.mfu and ("  mfu %4.1f%%"):format(100 * rec.mfu) or "", eta,
       rec.val_loss and ("  val %.4f (%d seq)"):format(rec.val_loss, rec.val_sequences) or "")
    if run.terminal and not rec.val_loss and not rec.sample then
       io.stdout:write("\r", line, "\027[K")
@@ -312,6 +313,10 @@ local function train_step(run, loop, step)
       tp_mb = run.tp and (after.tp - before.tp) / 2 ^ 20 or nil,
       max_logit = logits and json.array(logits.layers), qk_clipped = logits and logits.clipped,
    }
+   -- model FLOPs utilisation where the devices' peak is known (lwopt/mfu.lua)
+   if run.mfu then
+      rec.mfu = rec.tokens_per_s * run.mfu.flops_per_token / run.mfu.peak
+   end
    -- the bytes of each kind of collective that moved any (all-gather, reduce-scatter, ...)
    local by_op = json.object()
    for op, bytes in pairs(after.by_op) do
@@ -468,7 +473,8 @@ end
 -- schedule still spans `steps`), max_skips (stop after this many steps in a row skipped for
 -- non-finite gradients; 0 or nil: never), max_logit (measure and record every layer's largest
 -- attention logit each step), qk_clip (tau: QK-clip at that logit, lwopt/qk_clip.lua; measures
--- too), sample_every and sample (a function(run) -> text: the record's sample every
+-- too), mfu = { flops_per_token, peak (FLOP/s of all the run's devices) } (the records' mfu,
+-- lwopt/mfu.lua; nil: none), sample_every and sample (a function(run) -> text: the record's sample every
 -- sample_every steps; sample_collective: every rank calls it), checkpoint = { dir, every,
 -- keep, keep_best, best_val (resumed), extra (settings the
 -- manifest keeps, and the tokens trained on so far), run_id, resumed_from; last_saved is set to

@@ -14,6 +14,7 @@ local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local init_from = require("lwopt.init_from")
 local C = require("lwopt.C")
+local mfu = require("lwopt.mfu")
 local errors = require("lwopt.errors")
 local recipe_tp = require("lwopt.app.recipe_tp")
 local recipe_paths = require("lwopt.app.recipe_paths")
@@ -201,6 +202,23 @@ function recipe.with_group_lrs(specs, v)
    return specs
 end
 
+-- The run's MFU figures (train.run's run.mfu): the FLOPs of a token of the whole model (specs)
+-- and the peak of the ranks' devices, --peak-tflops per rank or the datasheet's of the GPU
+-- (lwopt/mfu.lua); nil when neither is known (a CPU without --peak-tflops).
+local function mfu_of(v, comm, ddp, specs, cfg)
+   local peak = v.peak_tflops and v.peak_tflops * 1e12
+   if peak == nil and not ddp.host then
+      local info = ffi.new("lw_device_info")
+      if C.lib.lw_device_get_info(ddp.device, info) == 0 then
+         peak = mfu.peak(ffi.string(info.name))
+      end
+   end
+   if peak == nil then return nil end
+   return { peak = peak * comm.size, flops_per_token = mfu.flops_per_token(specs,
+      { n_layer = v.n_layer, n_embd = v.n_embd, t = v.seq, topk = cfg.topk or 1,
+        n_expert = math.max(1, cfg.n_expert or 1) }) }
+end
+
 -- The GPT, its routing (rules, or all AdamW with --optimizer adamw), buffers and optimizer,
 -- the parameters initialised, and the run table train.run takes, the model bound to it.
 local function build_run(v, comm, data, rules)
@@ -251,6 +269,7 @@ local function build_run(v, comm, data, rules)
       sample_every = v.sample > 0 and v.sample_every or 0,
       sample_collective = v.zero == 3 or v.tp > 1 or v.ep > 1,
       sample = function(r) return recipe_report.sample_text(r, v) end }
+   run.mfu = mfu_of(v, comm, ddp, every or specs, cfg)
    model:bind(ddp, train.hooks(run))
    return run
 end

@@ -228,6 +228,9 @@ recipe_flags.list = {
      min = 0 },
    { "sample", "int", sampling.COUNT, "characters (token data: tokens) to generate at the end "
      .. "(0: none)", min = 0, max = 1e6 },
+   { "peak-tflops", "number", nil, "the peak TFLOP/s of each rank's device, for the model FLOPs "
+     .. "utilisation (mfu) in the progress line and log (default: the GPU's dense bf16 peak "
+     .. "where lwopt knows it; none on a CPU)", above = 0 },
    { "sample-every", "int", 0, "steps between samples during training, printed and written "
      .. "into the log's step records (sample; --sample characters each; 0: only at the end)",
      min = 0 },
