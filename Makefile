@@ -55,12 +55,13 @@ test-gpu: deps
 	@cmake --build $(GPU_BUILD) -j $(JOBS)
 	@ctest --test-dir $(GPU_BUILD) -L gpu --output-on-failure
 
-# The main job: gpt_small on 2 ranks, with its log and loss curve in runs/; it builds only what
-# it runs (build-lib).
+# The main job: gpt_small on 2 ranks, with its log, loss curve and checkpoint in runs/; it builds
+# only what it runs (build-lib).
 demo: build-lib data
 	@mkdir -p runs
 	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 \
-		-x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --log runs/demo.jsonl --overwrite
+		-x OPENBLAS_NUM_THREADS=1 luajit recipes/gpt_small.lua --log runs/demo.jsonl \
+		--ckpt-dir runs/demo --overwrite
 
 layout-demo: build
 	@bin/lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --buckets

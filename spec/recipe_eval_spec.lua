@@ -78,4 +78,29 @@ describe("--keep-best", function()
       end
       helpers.sh("rm -f " .. log .. "*")
    end)
+
+   it("ends with the next commands for its checkpoint, which run as printed", function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      local cmd = "luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --sample 0 "
+         .. "--eval-max 2 --steps 2 --ckpt-dir '" .. dir .. " x'"
+      local out, status = helpers.sh("cd /tmp && " .. cmd)
+      assert.equal(0, status, out)
+      local next_lines = out:match("next, from the checkpoint in [^\n]*\n(.*)$")
+      assert.is_not_nil(next_lines, out)
+      local ran = 0
+      for line in next_lines:gmatch("[^\n]+") do
+         local command = line:match("^  (.-)   #")
+         assert.is_not_nil(command, line)
+         if command:match("^the same command with ") then
+            command = cmd .. " " .. command:gsub("^the same command with ", "")
+         end
+         local said, st = helpers.sh("cd /tmp && " .. command)
+         assert.equal(0, st, command .. "\n" .. said)
+         ran = ran + 1
+      end
+      assert.equal(4, ran)
+      assert.matches("'" .. dir .. " x%-hf'", next_lines)
+      helpers.sh("rm -rf '" .. dir .. " x' '" .. dir .. " x-hf'")
+   end)
 end)

@@ -364,7 +364,7 @@ function recipe.main(argv, rules, script, own)
          lw.arch.numel(run.full_specs or run.ddp.specs))
    end
    local records, ended = train_steps(run, v, say)
-   local status = finish(run, v, records, ended, say)
+   local status = finish(run, v, records, ended, say, path)
    if lock then lock.release() end
    if status ~= 0 then lw.comm.exit(status) end
    return records

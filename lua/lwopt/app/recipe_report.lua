@@ -107,11 +107,60 @@ local function signal_status(stopped)
    return stopped.signal == "SIGINT" and recipe_flags.EXIT_INTERRUPTED or recipe_flags.EXIT_STOPPED
 end
 
+-- A word for the shell as it is, or single-quoted when it holds anything else.
+local function shell_word(text)
+   if text:match("^[%w/._,:=+-]+$") then return text end
+   return "'" .. text:gsub("'", "'\\''") .. "'"
+end
+
+local function readable(path)
+   local f = path and io.open(path, "r")
+   if f then f:close() end
+   return f ~= nil
+end
+
+-- path with its "dir/../" steps taken out ("recipes/../data/kjv.txt" -> "data/kjv.txt") when
+-- that names a file too (a step through a link may not), else as it is.
+local function tidy(path)
+   local out, n = path, 1
+   while n > 0 do out, n = out:gsub("^%./", ""):gsub("[^/]+/%.%./", "", 1) end
+   if out ~= path and readable(out) then return out end
+   return path
+end
+
+-- The command that runs lwopt's CLI from the working directory: the running tree's bin/lwopt,
+-- else `lwopt` (installed).
+local function lwopt_command()
+   local tree = recipe_paths.tree()
+   local bin = tree and tree .. "/bin/lwopt"
+   if not readable(bin) then return "lwopt" end
+   return shell_word(tidy(bin))
+end
+
+-- What a finished run with --ckpt-dir can do next, as commands that run as written: another
+-- sample, the loss over the whole validation split, a resume that trains on, an export.
+local function next_text(run, v, path, last)
+   local cmd, dir = lwopt_command(), shell_word(v.ckpt_dir)
+   local tokens = run.data.kind == "tokens"
+   local lines = { ("next, from the checkpoint in %s:"):format(v.ckpt_dir),
+      ("  %s sample %s%s   # another sample"):format(cmd, dir, tokens and ""
+         or " --prompt 'And Jesus said' --temperature 1 --top-k 20"),
+      ("  %s eval %s --data %s --eval-max all   # the whole validation split"):format(cmd, dir,
+         shell_word(tidy(path))),
+      ("  the same command with --resume --steps %d   # trains on from step %d"):format(
+         2 * v.steps, last) }
+   if (v.n_expert or 0) == 0 then
+      lines[#lines + 1] = ("  %s export %s --format hf-gpt2 %s   # for transformers"):format(
+         cmd, dir, shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
+   end
+   return table.concat(lines, "\n")
+end
+
 -- The end of a run: memory per rank, the final validation loss, the loss curve, the
 -- parameters and the sample, each independent of the others (one failing skips none of the
 -- rest, and the parameters are always written when asked). Collective. Returns the exit status
 -- every rank agrees on: 0, 1 when an output failed, EXIT_DIVERGED when the run diverged.
-local function finish(run, v, records, ended, say)
+local function finish(run, v, records, ended, say, path)
    local comm, ddp = run.comm, run.ddp
    local problems = {}
    local function attempt(what, fn)
@@ -174,6 +223,10 @@ local function finish(run, v, records, ended, say)
    if v.sample > 0 and not ended.diverged and not asked_to_stop
       and (comm.rank == 0 or run.sample_collective) then
       attempt("sample", function() say(sample_text(run, v)) end)
+   end
+   if v.ckpt_dir and run.checkpoint.last_saved and not ended.stopped and not ended.diverged
+      and not v.quiet and comm.rank == 0 and #problems == 0 then
+      say(next_text(run, v, path, records[#records].step))
    end
    for _, problem in ipairs(problems) do say("failed: " .. problem, io.stderr) end
    local status = ended.diverged and recipe_flags.EXIT_DIVERGED
