@@ -1,6 +1,6 @@
 /* muon_reference.h: one Muon update of one matrix in float64, written from docs/algorithms.md
- * section 6 and apart from src/core/optim/muon.c, for the tests of Muon's options
- * (test_muon_variants.c, test_muon_options.c, test_muon_tp_options.c): weight decay before the
+ * section 6 and apart from src/core/optim/muon.c, for the tests of Muon (test_muon.c) and its
+ * options (test_muon_variants.c, test_muon_options.c, test_muon_tp_options.c): weight decay before the
  * update or with the step (cautious, scaled), momentum, row equilibration, Newton-Schulz's
  * normalisation and steps (a wide matrix's X X^T, a tall one's X^T X), renormalisation, NorMuon's
  * variance reduction (test_rules.c) and the scale of the step. */
@@ -27,7 +27,8 @@ static const double REF_NANOCHAT[5][3] = {
     {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
     {2.3465413258596377, -1.7097828382687081, 0.42323551169305323}};
 
-/* The options of one update, read from lw_muon_options (quintic, nanochat or identity). */
+/* The options of one update, read from lw_muon_options (quintic, nanochat, identity or a custom
+ * set). */
 static inline double ref_scale(const lw_muon_options *o, double r, double c) {
     const double big = r > c ? r : c;
     double s = sqrt(big);
@@ -42,6 +43,18 @@ static inline double ref_frobenius(const double *x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         s += x[i] * x[i];
     return sqrt(s);
+}
+
+/* The coefficients of Newton-Schulz step s (from 0): quintic's cycled, nanochat's in order, or
+ * a custom set's (o->custom, n_custom triples), cycled or with its last repeated. */
+static inline const double *ref_step_coefficients(const lw_muon_options *o, int32_t s,
+                                                  double custom[3]) {
+    if (o->coeffs == LW_NS_NANOCHAT) return REF_NANOCHAT[s];
+    if (o->coeffs != LW_NS_CUSTOM) return REF_QUINTIC[s % 5];
+    const int32_t k = o->custom_repeat ? (s < o->n_custom ? s : o->n_custom - 1) : s % o->n_custom;
+    for (int j = 0; j < 3; j++)
+        custom[j] = (double)o->custom[3 * k + j];
+    return custom;
 }
 
 /* x (rows x cols) orthogonalised in place: equilibrated, normalised, stepped, renormalised. */
@@ -70,8 +83,9 @@ static inline void ref_orthogonalize(const lw_muon_options *o, double *x, int64_
         double *y = malloc(sizeof(double) * (size_t)n);
 #define REF_X(i, k) (tall ? x[(k)*cols + (i)] : x[(i)*cols + (k)]) /* X^T for a tall one */
         const int64_t q = tall ? rows : cols;
+        double custom[3];
         for (int32_t s = 0; s < o->ns_steps; s++) {
-            const double *abc = nano ? REF_NANOCHAT[s] : REF_QUINTIC[s % 5];
+            const double *abc = ref_step_coefficients(o, s, custom);
             for (int64_t i = 0; i < p; i++)
                 for (int64_t j = 0; j < p; j++) {
                     double v = 0;

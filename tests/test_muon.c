@@ -2,6 +2,7 @@
  * path against full GEMMs, the transposed case, and the update properties of docs/algorithms.md
  * section 6 (SGD equivalences, weight-decay modes), plus option errors. */
 #include "check.h"
+#include "muon_reference.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -24,52 +25,21 @@ static double max_diff(const float *a, const double *b, int64_t n) {
     return m;
 }
 
-/* Plain float64 Newton-Schulz with the same coefficients (rows <= cols assumed: the caller
- * transposes), written independently of muon.c. */
-static void ns_reference(const float *u, double *x, int r, int c, const double (*abc)[3],
-                         int n_coeffs, int steps, bool repeat) {
-    double norm = 0;
+/* muon_reference.h's float64 Newton-Schulz of u (r x c) into x, with n triples abc (cycled, or
+ * the last repeated) for `steps` steps. */
+static void ns_reference(const float *u, double *x, int r, int c, const double (*abc)[3], int n,
+                         int steps, bool repeat) {
+    float *coeffs = malloc(sizeof(float) * 3 * (size_t)n);
+    for (int k = 0; k < 3 * n; k++)
+        coeffs[k] = (float)abc[k / 3][k % 3];
+    lw_muon_options o = lw_muon_defaults();
+    o.coeffs = LW_NS_CUSTOM, o.custom = coeffs, o.n_custom = n, o.custom_repeat = repeat;
+    o.ns_steps = steps;
     for (int i = 0; i < r * c; i++)
-        norm += (double)u[i] * u[i];
-    norm = sqrt(norm);
-    for (int i = 0; i < r * c; i++)
-        x[i] = u[i] / fmax(norm, 1e-7);
-    double *a = malloc(sizeof(double) * r * r), *b = malloc(sizeof(double) * r * r);
-    double *y = malloc(sizeof(double) * r * c);
-    for (int k = 0; k < steps; k++) {
-        const double *co = abc[repeat ? (k < n_coeffs ? k : n_coeffs - 1) : k % n_coeffs];
-        for (int i = 0; i < r; i++)
-            for (int j = 0; j < r; j++) {
-                double s = 0;
-                for (int t = 0; t < c; t++)
-                    s += x[i * c + t] * x[j * c + t];
-                a[i * r + j] = s;
-            }
-        for (int i = 0; i < r; i++)
-            for (int j = 0; j < r; j++) {
-                double s = 0;
-                for (int t = 0; t < r; t++)
-                    s += a[i * r + t] * a[t * r + j];
-                b[i * r + j] = co[1] * a[i * r + j] + co[2] * s;
-            }
-        for (int i = 0; i < r; i++)
-            for (int j = 0; j < c; j++) {
-                double s = 0;
-                for (int t = 0; t < r; t++)
-                    s += b[i * r + t] * x[t * c + j];
-                y[i * c + j] = co[0] * x[i * c + j] + s;
-            }
-        for (int i = 0; i < r * c; i++)
-            x[i] = y[i];
-    }
-    free(a), free(b), free(y);
+        x[i] = u[i];
+    ref_orthogonalize(&o, x, r, c);
+    free(coeffs);
 }
-
-static const double QUINTIC[5][3] = {{4.0848, -6.8946, 2.9270},
-                                     {3.9505, -6.3029, 2.6377},
-                                     {3.7418, -5.5913, 2.3037},
-                                     {2.8769, -3.1427, 1.2046},
-                                     {2.8366, -3.0525, 1.2012}};
 
 static void test_against_float64(void) {
     const int shapes[][2] = {{8, 8}, {16, 48}, {33, 100}, {64, 64}, {5, 200}};
@@ -81,7 +51,7 @@ static void test_against_float64(void) {
         lw_muon *m;
         CHECK_OK(lw_muon_new(NULL, &m));
         CHECK_OK(lw_muon_orthogonalize(m, NULL, u, x, r, c));
-        ns_reference(u, ref, r, c, QUINTIC, 5, 5, false);
+        ns_reference(u, ref, r, c, REF_QUINTIC, 5, 5, false);
         double d = max_diff(x, ref, r * c);
         if (d > 1e-5) fprintf(stderr, "float64 reference %dx%d: max diff %g\n", r, c, d);
         CHECK(d <= 1e-5);
