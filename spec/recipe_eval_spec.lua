@@ -92,7 +92,7 @@ describe("--keep-best", function()
       for line in next_lines:gmatch("[^\n]+") do
          local command = line:match("^  (.-)   #")
          assert.is_not_nil(command, line)
-         if command:match("^the same command with ") then
+         if command:match("^the same command") then
             command = cmd .. " " .. command:gsub("^the same command with ", "")
          end
          local said, st = helpers.sh("cd /tmp && " .. command)

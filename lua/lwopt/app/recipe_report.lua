@@ -147,8 +147,8 @@ local function next_text(run, v, path, last)
          or " --prompt 'And Jesus said' --temperature 1 --top-k 20"),
       ("  %s eval %s --data %s --eval-max all   # the whole validation split"):format(cmd, dir,
          shell_word(tidy(path))),
-      ("  the same command with --resume --steps %d   # trains on from step %d"):format(
-         2 * v.steps, last) }
+      ("  the same command%s with --resume --steps %d   # trains on from step %d"):format(
+         v.overwrite and " without --overwrite," or "", 2 * v.steps, last) }
    if (v.n_expert or 0) == 0 then
       lines[#lines + 1] = ("  %s export %s --format hf-gpt2 %s   # for transformers"):format(
          cmd, dir, shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
