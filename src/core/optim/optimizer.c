@@ -17,8 +17,6 @@
  * QKV weights go through muon_tp.c one by one after the batches, in owned order (row-sharded:
  * in their bucket's turn). The norm adds every TP rank's shards and TP rank 0's replicated
  * tensors (one all-reduce over TP before the one over the DP group). */
-#include "optim/lion.h"
-#include "optim/normuon.h"
 #include "optim/optimizer_state.h"
 
 #include <math.h>
@@ -26,42 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-lw_optimizer_options lw_optimizer_defaults(void) {
-    lw_optimizer_options o;
-    memset(&o, 0, sizeof o);
-    o.size = sizeof o;
-    o.muon = lw_muon_defaults();
-    o.adamw = lw_adamw_defaults();
-    o.lion = lw_lion_defaults();
-    o.normuon = lw_normuon_defaults();
-    o.clip = 0.0f;
-    return o;
-}
-
-/* lw_optimizer_options's muon, adamw and lion are versioned with it: their sizes are the ones its
- * version holds (today's: one version of each), as lw_optimizer_defaults() set them. */
-static lw_status check_nested(const char *field, size_t size, size_t held, const char *defaults) {
-    if (size == held) return LW_OK;
-    if (size == 0)
-        return lwi_fail(LW_ERR_INVALID,
-                        "optimizer: lw_optimizer_options.%s.size is 0: start from %s() (or keep "
-                        "the one lw_optimizer_defaults() set)",
-                        field, defaults);
-    return lwi_fail(LW_ERR_INVALID,
-                    "optimizer: lw_optimizer_options.%s.size is %zu, but this "
-                    "lw_optimizer_options holds %zu: keep the one lw_optimizer_defaults() set",
-                    field, size, held);
-}
-
-static lw_status check_adamw(const lw_adamw_options *a) {
-    if (!(a->beta1 >= 0.0f && a->beta1 < 1.0f))
-        return lwi_fail(LW_ERR_INVALID, "adamw: beta1 must be in [0, 1), got %g", (double)a->beta1);
-    if (!(a->beta2 >= 0.0f && a->beta2 < 1.0f))
-        return lwi_fail(LW_ERR_INVALID, "adamw: beta2 must be in [0, 1), got %g", (double)a->beta2);
-    if (!(a->eps > 0.0f))
-        return lwi_fail(LW_ERR_INVALID, "adamw: eps must be > 0, got %g", (double)a->eps);
-    return LW_OK;
-}
 
 /* Whether a rule's state has a part per line of the matrix, which only its owner can hold. */
 static bool has_line_part(lw_optimizer_kind kind) {
@@ -182,26 +144,6 @@ static lw_status collect_owned(lw_optimizer *opt) {
     lw_status st = lw_device_alloc(opt->device, 2 * sizeof(double), &acc);
     opt->norm_acc = acc;
     return st;
-}
-
-/* opts read and checked as lw_optimizer_new and lw_optimizer_set_group_options take them (the
- * rules' own checks run as their contexts open). */
-lw_status lwi_optimizer_read_options(const lw_optimizer_options *opts, lw_optimizer_options *out) {
-    const lw_optimizer_options d = lw_optimizer_defaults();
-    lw_optimizer_options o;
-    lw_status st = lwi_options_read("optimizer", &lwi_optimizer_options_kind, opts, &d, &o);
-    if (st == LW_OK) st = check_nested("muon", o.muon.size, sizeof o.muon, "lw_muon_defaults");
-    if (st == LW_OK) st = check_nested("adamw", o.adamw.size, sizeof o.adamw, "lw_adamw_defaults");
-    if (st == LW_OK) st = check_nested("lion", o.lion.size, sizeof o.lion, "lw_lion_defaults");
-    if (st == LW_OK) st = check_adamw(&o.adamw);
-    if (st == LW_OK)
-        st = check_nested("normuon", o.normuon.size, sizeof o.normuon, "lw_normuon_defaults");
-    if (st == LW_OK) st = lwi_lion_check(&o.lion);
-    if (st == LW_OK) st = lwi_normuon_check(&o.normuon);
-    if (st != LW_OK) return st;
-    if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
-    *out = o;
-    return LW_OK;
 }
 
 lw_status lw_optimizer_new(lw_buffers *buffers, const lw_optimizer_options *opts,

@@ -1,14 +1,73 @@
-/* optimizer_groups.c: the optimizer's hyper-parameter groups (docs/algorithms.md section 5): a
- * learning rate and weight decay each, and optionally options of their own
- * (lw_optimizer_set_group_options: Muon's variant for some matrices, AdamW's betas for others),
- * with each whole-matrix rule's context opened from them. A group's own options may change any
+/* optimizer_groups.c: the optimizer's options, read and checked, and its hyper-parameter groups
+ * (docs/algorithms.md section 5): a learning rate and weight decay each, and optionally options
+ * of their own (lw_optimizer_set_group_options: Muon's variant for some matrices, AdamW's betas
+ * for others), with each whole-matrix rule's context opened from them. A group's own options may change any
  * rule's behaviour but not what the optimizer does once for all of them: the clip, the TP
  * communicator and Muon's TP mode and QKV split (its TP shards are laid out by them). */
+#include "optim/lion.h"
+#include "optim/normuon.h"
 #include "optim/optimizer_state.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+lw_optimizer_options lw_optimizer_defaults(void) {
+    lw_optimizer_options o;
+    memset(&o, 0, sizeof o);
+    o.size = sizeof o;
+    o.muon = lw_muon_defaults();
+    o.adamw = lw_adamw_defaults();
+    o.lion = lw_lion_defaults();
+    o.normuon = lw_normuon_defaults();
+    o.clip = 0.0f;
+    return o;
+}
+
+/* lw_optimizer_options's muon, adamw and lion are versioned with it: their sizes are the ones its
+ * version holds (today's: one version of each), as lw_optimizer_defaults() set them. */
+static lw_status check_nested(const char *field, size_t size, size_t held, const char *defaults) {
+    if (size == held) return LW_OK;
+    if (size == 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "optimizer: lw_optimizer_options.%s.size is 0: start from %s() (or keep "
+                        "the one lw_optimizer_defaults() set)",
+                        field, defaults);
+    return lwi_fail(LW_ERR_INVALID,
+                    "optimizer: lw_optimizer_options.%s.size is %zu, but this "
+                    "lw_optimizer_options holds %zu: keep the one lw_optimizer_defaults() set",
+                    field, size, held);
+}
+
+static lw_status check_adamw(const lw_adamw_options *a) {
+    if (!(a->beta1 >= 0.0f && a->beta1 < 1.0f))
+        return lwi_fail(LW_ERR_INVALID, "adamw: beta1 must be in [0, 1), got %g", (double)a->beta1);
+    if (!(a->beta2 >= 0.0f && a->beta2 < 1.0f))
+        return lwi_fail(LW_ERR_INVALID, "adamw: beta2 must be in [0, 1), got %g", (double)a->beta2);
+    if (!(a->eps > 0.0f))
+        return lwi_fail(LW_ERR_INVALID, "adamw: eps must be > 0, got %g", (double)a->eps);
+    return LW_OK;
+}
+
+/* opts read and checked as lw_optimizer_new and lw_optimizer_set_group_options take them (the
+ * rules' own checks run as their contexts open). */
+lw_status lwi_optimizer_read_options(const lw_optimizer_options *opts, lw_optimizer_options *out) {
+    const lw_optimizer_options d = lw_optimizer_defaults();
+    lw_optimizer_options o;
+    lw_status st = lwi_options_read("optimizer", &lwi_optimizer_options_kind, opts, &d, &o);
+    if (st == LW_OK) st = check_nested("muon", o.muon.size, sizeof o.muon, "lw_muon_defaults");
+    if (st == LW_OK) st = check_nested("adamw", o.adamw.size, sizeof o.adamw, "lw_adamw_defaults");
+    if (st == LW_OK) st = check_nested("lion", o.lion.size, sizeof o.lion, "lw_lion_defaults");
+    if (st == LW_OK) st = check_adamw(&o.adamw);
+    if (st == LW_OK)
+        st = check_nested("normuon", o.normuon.size, sizeof o.normuon, "lw_normuon_defaults");
+    if (st == LW_OK) st = lwi_lion_check(&o.lion);
+    if (st == LW_OK) st = lwi_normuon_check(&o.normuon);
+    if (st != LW_OK) return st;
+    if (!isfinite(o.clip)) return lwi_fail(LW_ERR_INVALID, "optimizer: clip must be finite");
+    *out = o;
+    return LW_OK;
+}
 
 lw_status lwi_optimizer_open_rules(const lw_optimizer_options *o, void *ctx[LWI_N_RULES]) {
     for (int32_t k = 0; k < LWI_N_RULES; k++) {

@@ -108,12 +108,10 @@ static inline lw_status lwi_optimizer_weights(lw_optimizer *opt, const lwi_owned
     return st;
 }
 
-/* optimizer.c */
+/* optimizer_groups.c */
 /* opts read and checked (sizes of the nested structs, AdamW's, Lion's and NorMuon's ranges,
  * clip) into out. */
 lw_status lwi_optimizer_read_options(const lw_optimizer_options *opts, lw_optimizer_options *out);
-
-/* optimizer_groups.c */
 /* Each whole-matrix rule's context opened from o into ctx (closed again on failure). */
 lw_status lwi_optimizer_open_rules(const lw_optimizer_options *o, void *ctx[LWI_N_RULES]);
 void lwi_optimizer_close_rules(void *ctx[LWI_N_RULES]);
