@@ -212,7 +212,7 @@ lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const f
  * row_stride elements apart (fp32 or bf16 elements, dtype): the Q and K heads of a fused qkv
  * activation [b, t, (n_head + 2 n_kv_head) hd] are col0 0 and n_heads n_head + n_kv_head. The
  * heads must fit the row: col0 + n_heads hd <= row_stride. A bf16 tensor is computed in fp32
- * (angles and sums in double) and rounded once. docs/c_api.md has the conventions. */
+ * (angles and sums in double) and rounded once. The conventions: docs/model_parts.md. */
 
 /* How a head's elements pair up for rotation; frequency i (0 <= i < hd/2) turns pair i. */
 typedef enum lw_rope_pairing {
@@ -232,7 +232,7 @@ lw_status lw_rope_forward(lw_stream *stream, void *x, lw_dtype dtype, int64_t b,
                           int64_t pos0, int64_t row_stride, int64_t col0, int64_t n_heads,
                           int64_t hd, float base, lw_rope_pairing pairing);
 /* Its backward, the inverse rotation of the gradient in place (the forward at minus the
- * angle): dx OVERWRITES dy, not accumulated. It is also nanochat's forward (docs/c_api.md). */
+ * angle): dx OVERWRITES dy, not accumulated. It is also nanochat's forward. */
 lw_status lw_rope_backward(lw_stream *stream, void *dx, lw_dtype dtype, int64_t b, int64_t t,
                            int64_t pos0, int64_t row_stride, int64_t col0, int64_t n_heads,
                            int64_t hd, float base, lw_rope_pairing pairing);
