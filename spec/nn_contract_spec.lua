@@ -12,7 +12,7 @@ describe("lw.nn's module contract", function()
       for _, name in ipairs({ "Linear", "LayerNorm", "GELU", "MLP", "MoE" }) do
          assert.same({ "n" }, nn[name].shape_args, name)
       end
-      for _, name in ipairs({ "Embedding", "CausalSelfAttention", "Block" }) do
+      for _, name in ipairs({ "Embedding", "CausalSelfAttention", "Block", "Rotary", "QKNorm" }) do
          assert.same({ "b", "t" }, nn[name].shape_args, name)
       end
       assert.is_function(nn.activation_bytes)

@@ -207,6 +207,47 @@ lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const f
                               const float *src, const float *w, const int32_t *rows, int64_t m,
                               int64_t c);
 
+/* ---- rotary position embeddings and per-head RMS norm (QK norm) ---------------------------- *
+ * In place on n_heads heads of hd elements each, side by side from column col0 of rows that lie
+ * row_stride elements apart (fp32 or bf16 elements, dtype): the Q and K heads of a fused qkv
+ * activation [b, t, (n_head + 2 n_kv_head) hd] are col0 0 and n_heads n_head + n_kv_head. The
+ * heads must fit the row: col0 + n_heads hd <= row_stride. A bf16 tensor is computed in fp32
+ * (angles and sums in double) and rounded once. The conventions: docs/model_parts.md. */
+
+/* How a head's elements pair up for rotation; frequency i (0 <= i < hd/2) turns pair i. */
+typedef enum lw_rope_pairing {
+    LW_ROPE_HALVES = 0,     /* element i with i + hd/2 (Hugging Face's LLaMA, nanochat) */
+    LW_ROPE_INTERLEAVED = 1 /* element 2i with 2i + 1 (Meta's original LLaMA checkpoints) */
+} lw_rope_pairing;
+
+/* "halves", "interleaved"; NULL out of range. [borrowed] static string. */
+const char *lw_rope_pairing_name(lw_rope_pairing pairing);
+/* [out] *out: the pairing of an exact name; LW_ERR_INVALID naming the word otherwise. */
+lw_status lw_rope_pairing_from_name(const char *name, lw_rope_pairing *out);
+
+/* Rotary position embedding in place: row r of the b * t rows is at position p = (r mod t) +
+ * pos0, and pair i (a, b) of each head becomes (a cos - b sin, b cos + a sin) at the angle
+ * p * base^(-2i / hd) (Hugging Face's and Meta's direction). hd even, base > 0. */
+lw_status lw_rope_forward(lw_stream *stream, void *x, lw_dtype dtype, int64_t b, int64_t t,
+                          int64_t pos0, int64_t row_stride, int64_t col0, int64_t n_heads,
+                          int64_t hd, float base, lw_rope_pairing pairing);
+/* Its backward, the inverse rotation of the gradient in place (the forward at minus the
+ * angle): dx OVERWRITES dy, not accumulated. It is also nanochat's forward. */
+lw_status lw_rope_backward(lw_stream *stream, void *dx, lw_dtype dtype, int64_t b, int64_t t,
+                           int64_t pos0, int64_t row_stride, int64_t col0, int64_t n_heads,
+                           int64_t hd, float base, lw_rope_pairing pairing);
+
+/* Parameter-free RMS norm of each head in place, over rows rows: x = x * rstd, with
+ * rstd[rows, n_heads] = 1 / sqrt(mean(x^2) + eps) saved (fp32; the mean in double). eps >= 0. */
+lw_status lw_head_rmsnorm_forward(lw_stream *stream, void *x, lw_dtype dtype, float *rstd,
+                                  int64_t rows, int64_t row_stride, int64_t col0, int64_t n_heads,
+                                  int64_t hd, float eps);
+/* Its backward in place, from the forward's output y (same layout, of y_dtype) and rstd: dx =
+ * rstd (dy - y mean(dy y)) per head OVERWRITES dy (of dx_dtype), not accumulated. */
+lw_status lw_head_rmsnorm_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const void *y,
+                                   lw_dtype y_dtype, const float *rstd, int64_t rows,
+                                   int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus

@@ -37,6 +37,8 @@ static void test_every_name(void) {
     CHECK(strcmp(buf, "missing file dir other link") == 0);
     NAMES_OF(lw_optimizer_kind_name, buf);
     CHECK(strcmp(buf, "adamw muon lion normuon") == 0);
+    NAMES_OF(lw_rope_pairing_name, buf);
+    CHECK(strcmp(buf, "halves interleaved") == 0);
 }
 
 /* The optimizer rules: as many as names, which of them update whole matrices, their state's

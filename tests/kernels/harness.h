@@ -160,6 +160,8 @@ uint16_t *output_bf16(run *r, const char *what, int64_t n); /* bit for bit */
 uint16_t *output_bf16_values(run *r, const char *what, int64_t n, measure how);
 float *updated(run *r, const char *what, const float *start, int64_t n, measure how);
 float *accumulated(run *r, const char *what, const float *start, int64_t n, measure how);
+/* bf16 values (bits) rewritten in place from `start`, compared by value as `how` says */
+uint16_t *updated_bf16(run *r, const char *what, const uint16_t *start, int64_t n, measure how);
 /* a bf16 output gradient accumulated from `start` (bits), compared by value as `how` says */
 uint16_t *accumulated_bf16(run *r, const char *what, const uint16_t *start, int64_t n, measure how);
 double *accumulated_f64(run *r, const char *what, const double *start, int64_t n, measure how);

@@ -90,6 +90,11 @@ float *updated(run *r, const char *what, const float *start, int64_t n, measure 
     r->b[r->nb - 1].how = how;
     return p;
 }
+uint16_t *updated_bf16(run *r, const char *what, const uint16_t *start, int64_t n, measure how) {
+    uint16_t *p = place(r, what, UPDATED, BF16V, n, start);
+    r->b[r->nb - 1].how = how;
+    return p;
+}
 uint16_t *accumulated_bf16(run *r, const char *what, const uint16_t *start, int64_t n,
                            measure how) {
     uint16_t *p = place(r, what, ACCUMULATED, BF16V, n, start);

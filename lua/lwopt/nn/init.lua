@@ -18,6 +18,9 @@ return {
    LayerNorm = require("lwopt.nn.layernorm"),
    GELU = require("lwopt.nn.gelu"),
    CausalSelfAttention = require("lwopt.nn.attention"),
+   -- in place on a qkv activation's Q and K heads: rotary embeddings, per-head RMS norm
+   Rotary = require("lwopt.nn.rotary"),
+   QKNorm = require("lwopt.nn.qk_norm"),
    MLP = require("lwopt.nn.mlp"),
    MoE = require("lwopt.nn.moe"),
    Block = require("lwopt.nn.block"),

@@ -155,3 +155,9 @@ static const char *const path_kind_names[] = {
     [LW_PATH_LINK] = "link",
 };
 NAME_FUNCTIONS(path_kind, lw_path_kind, "path kind", path_kind_names)
+
+static const char *const rope_pairing_names[] = {
+    [LW_ROPE_HALVES] = "halves",
+    [LW_ROPE_INTERLEAVED] = "interleaved",
+};
+NAME_FUNCTIONS(rope_pairing, lw_rope_pairing, "rope pairing", rope_pairing_names)

@@ -207,6 +207,17 @@ lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t fir
                                  int64_t vocab);
 /* The cross-entropy's combination: at least one part, a vocabulary of at least 1. */
 lw_status lwi_check_parts(const char *what, int64_t parts, int64_t vocab);
+/* Rotary embeddings: the dtype, a known pairing, an even head dim, base > 0 and finite, b >= 0,
+ * t >= 1, pos0 >= 0, and the heads within the row (col0 >= 0, col0 + n_heads hd <= row_stride);
+ * nothing to do without rows or heads. */
+lw_status lwi_check_rope(const char *what, lw_dtype dtype, int64_t b, int64_t t, int64_t pos0,
+                         int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd, float base,
+                         lw_rope_pairing pairing);
+/* The per-head RMS norm: both dtypes, hd >= 1, rows >= 0, eps >= 0 and finite, the heads within
+ * the row; nothing to do without rows or heads. */
+lw_status lwi_check_head_rmsnorm(const char *what, lw_dtype dtype, lw_dtype y_dtype, int64_t rows,
+                                 int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd,
+                                 float eps);
 
 /* The stream to run on: the CPU's default stream for NULL. */
 lw_stream *lwi_stream_or_cpu(lw_stream *stream);

@@ -172,7 +172,35 @@
       (lw_stream * s, float *dx, float *dg, float *dbeta, const float *dres, const float *dy,      \
        const float *x, const float *g, const float *mean, const float *rstd, int64_t n,            \
        int64_t c),                                                                                 \
-      (s, dx, dg, dbeta, dres, dy, x, g, mean, rstd, n, c), lwi_work_if(n > 0 && c > 0))
+      (s, dx, dg, dbeta, dres, dy, x, g, mean, rstd, n, c), lwi_work_if(n > 0 && c > 0))      \
+    /* rotary position embeddings and per-head RMS norm, in place on heads of a strided row */   \
+    X(rope_forward,                                                                                \
+      (lw_stream * s, void *x, lw_dtype dtype, int64_t b, int64_t t, int64_t pos0,               \
+       int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd, float base,                \
+       lw_rope_pairing pairing),                                                                   \
+      (s, x, dtype, b, t, pos0, row_stride, col0, n_heads, hd, base, pairing),                     \
+      lwi_check_rope("rope forward", dtype, b, t, pos0, row_stride, col0, n_heads, hd, base,     \
+                     pairing))                                                                     \
+    X(rope_backward,                                                                               \
+      (lw_stream * s, void *dx, lw_dtype dtype, int64_t b, int64_t t, int64_t pos0,              \
+       int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd, float base,                \
+       lw_rope_pairing pairing),                                                                   \
+      (s, dx, dtype, b, t, pos0, row_stride, col0, n_heads, hd, base, pairing),                    \
+      lwi_check_rope("rope backward", dtype, b, t, pos0, row_stride, col0, n_heads, hd, base,    \
+                     pairing))                                                                     \
+    X(head_rmsnorm_forward,                                                                        \
+      (lw_stream * s, void *x, lw_dtype dtype, float *rstd, int64_t rows, int64_t row_stride,    \
+       int64_t col0, int64_t n_heads, int64_t hd, float eps),                                      \
+      (s, x, dtype, rstd, rows, row_stride, col0, n_heads, hd, eps),                               \
+      lwi_check_head_rmsnorm("head rmsnorm forward", dtype, dtype, rows, row_stride, col0,       \
+                             n_heads, hd, eps))                                                    \
+    X(head_rmsnorm_backward,                                                                       \
+      (lw_stream * s, void *dx, lw_dtype dx_dtype, const void *y, lw_dtype y_dtype,              \
+       const float *rstd, int64_t rows, int64_t row_stride, int64_t col0, int64_t n_heads,       \
+       int64_t hd),                                                                                \
+      (s, dx, dx_dtype, y, y_dtype, rstd, rows, row_stride, col0, n_heads, hd),                    \
+      lwi_check_head_rmsnorm("head rmsnorm backward", dx_dtype, y_dtype, rows, row_stride, col0, \
+                             n_heads, hd, 0.0f))
 
 /* The kernels the core calls with its own structures (the optimizers): dispatched by
  * lwi_run_<name> (device.h), with no public function of their own.

@@ -6,6 +6,7 @@
 #include "device/device.h"
 
 #include <limits.h>
+#include <math.h>
 
 /* The dispatcher's body: the check, then the device's kernel, named when the device lacks it. */
 #define LWI_DISPATCH(name, args, check)                                                            \
@@ -142,4 +143,61 @@ lw_status lwi_check_parts(const char *what, int64_t parts, int64_t vocab) {
     if (parts < 1)
         return lwi_fail(LW_ERR_INVALID, "%s: parts (%lld) must be >= 1", what, (long long)parts);
     return lwi_check_range(what, 0, 0, vocab);
+}
+
+/* n_heads heads of hd elements from column col0 fit a row of row_stride elements. */
+static lw_status check_heads_in_row(const char *what, int64_t row_stride, int64_t col0,
+                                    int64_t n_heads, int64_t hd) {
+    if (n_heads < 0 || col0 < 0 || row_stride < 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: n_heads (%lld), col0 (%lld) and row_stride (%lld) must be >= 0", what,
+                        (long long)n_heads, (long long)col0, (long long)row_stride);
+    /* n_heads <= row_stride / hd first, so that n_heads * hd cannot overflow */
+    if (n_heads > row_stride / hd || col0 > row_stride - n_heads * hd)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: the heads' columns col0 + n_heads * hd = %lld + %lld * %lld pass the "
+                        "row stride %lld",
+                        what, (long long)col0, (long long)n_heads, (long long)hd,
+                        (long long)row_stride);
+    return LW_OK;
+}
+
+lw_status lwi_check_rope(const char *what, lw_dtype dtype, int64_t b, int64_t t, int64_t pos0,
+                         int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd, float base,
+                         lw_rope_pairing pairing) {
+    lw_status st = check_dtype(what, "activation", dtype);
+    if (st != LW_OK) return st;
+    if (lw_rope_pairing_name(pairing) == NULL)
+        return lwi_fail(LW_ERR_INVALID, "%s: unknown pairing %d (halves or interleaved)", what,
+                        (int)pairing);
+    if (hd < 2 || hd % 2 != 0)
+        return lwi_fail(LW_ERR_INVALID, "%s: the head dim hd = %lld must be even and >= 2", what,
+                        (long long)hd);
+    if (!(base > 0.0f) || isinf(base))
+        return lwi_fail(LW_ERR_INVALID, "%s: base must be finite and > 0, got %g", what,
+                        (double)base);
+    if (b < 0 || t < 1 || pos0 < 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: b (%lld) and pos0 (%lld) must be >= 0 and t (%lld) >= 1", what,
+                        (long long)b, (long long)pos0, (long long)t);
+    st = check_heads_in_row(what, row_stride, col0, n_heads, hd);
+    return st != LW_OK ? st : lwi_work_if(b > 0 && n_heads > 0);
+}
+
+lw_status lwi_check_head_rmsnorm(const char *what, lw_dtype dtype, lw_dtype y_dtype, int64_t rows,
+                                 int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd,
+                                 float eps) {
+    lw_status st = check_dtype(what, "activation", dtype);
+    if (st == LW_OK) st = check_dtype(what, "output", y_dtype);
+    if (st != LW_OK) return st;
+    if (hd < 1)
+        return lwi_fail(LW_ERR_INVALID, "%s: the head dim hd = %lld must be >= 1", what,
+                        (long long)hd);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return lwi_fail(LW_ERR_INVALID, "%s: eps must be finite and >= 0, got %g", what,
+                        (double)eps);
+    if (rows < 0)
+        return lwi_fail(LW_ERR_INVALID, "%s: rows (%lld) must be >= 0", what, (long long)rows);
+    st = check_heads_in_row(what, row_stride, col0, n_heads, hd);
+    return st != LW_OK ? st : lwi_work_if(rows > 0 && n_heads > 0);
 }
