@@ -1,7 +1,7 @@
 -- nn_mlp_spec.lua: nn.MLP (nn/mlp.lua) with each activation (GELU, ReLU^2, SwiGLU): the
 -- parameters it declares, its forward against float64 and its backward against float64 central
 -- differences, with biases and without; bf16 activations; the activation recomputed in
--- backward; the activations it refuses.
+-- backward; SwiGLU and ReLU^2 over 2 TP ranks; the activations it refuses.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local lib = require("lwopt.C").lib
@@ -135,6 +135,28 @@ describe("nn.MLP", function()
          assert.same(run(false), run(true))
       end)
    end
+
+   it("splits SwiGLU's and ReLU^2's MLPs over 2 TP ranks to the one-rank results #mpi", function()
+      -- each rank's shards cut from the same full parameters as the TP specs declare them
+      -- (spec/fixtures/mlp_tp.lua): the output and input gradient all-reduced, the gradients
+      -- each the full one's shard, within float rounding of the sums' other order
+      local out, status = require("helpers").sh("OMPI_ALLOW_RUN_AS_ROOT=1 "
+         .. "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 "
+         .. "bin/lwopt run spec/fixtures/mlp_tp.lua")
+      assert.equal(0, status, out)
+      local lines = 0
+      for line in out:gmatch("rank %d: [^\n]*") do
+         lines = lines + 1
+         for _, activation in ipairs({ "swiglu", "relu2" }) do
+            local num = "([%d%.e%+%-]+)"
+            local y, dx, g = line:match(activation .. " y " .. num .. " dx " .. num .. " grads "
+               .. num)
+            assert.is_true(tonumber(y) <= 1e-6 and tonumber(dx) <= 1e-6 and tonumber(g) <= 1e-6,
+               line)
+         end
+      end
+      assert.equal(2, lines, out)
+   end)
 
    it("refuses an activation it does not know, naming the ones it has", function()
       assert.has_error(function() nn.MLP.new("m.", 4, false, nil, nil, nil, "silu") end,
