@@ -42,11 +42,11 @@ static void relu2_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     for (int64_t i0 = begin; i0 < end; i0 += BLOCK) {
         const int64_t m = end - i0 < BLOCK ? end - i0 : BLOCK;
         float xb[BLOCK], ob[BLOCK];
-        const float *x = j->x + i0;
-        if (j->x16 != NULL) {
+        const float *x = xb;
+        if (j->x16 != NULL)
             lwi_cpu_widen_bf16(xb, j->x16 + i0, m);
-            x = xb;
-        }
+        else
+            x = j->x + i0;
         if (j->dy == NULL && j->out16 != NULL) { /* computed in fp32, then rounded */
             forward_block(ob, x, m);
             lwi_cpu_round_bf16(j->out16 + i0, ob, m);
