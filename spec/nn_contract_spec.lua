@@ -9,7 +9,8 @@ local bind, forward_backward, randoms = h.bind, h.forward_backward, h.randoms
 
 describe("lw.nn's module contract", function()
    it("names the shape arguments of every module but GPT's loss API", function()
-      for _, name in ipairs({ "Linear", "LayerNorm", "GELU", "MLP", "MoE" }) do
+      for _, name in ipairs({ "Linear", "LayerNorm", "GELU", "MLP", "MoE", "RMSNorm", "ReLU2",
+         "SwiGLU" }) do
          assert.same({ "n" }, nn[name].shape_args, name)
       end
       for _, name in ipairs({ "Embedding", "CausalSelfAttention", "Block", "Rotary", "QKNorm" }) do

@@ -79,6 +79,15 @@ describe("lw.nn modules against finite differences", function()
 
    it("GELU", function() check(nn.GELU.new(5), 1, 2, 5, 5) end)
 
+   it("RMSNorm, with a gain and without", function()
+      check(nn.RMSNorm.new("rn.", 6), 1, 4, 6, 6)
+      check(nn.RMSNorm.new("rn.", 6, { gain = false }), 1, 4, 6, 6)
+   end)
+
+   it("ReLU2", function() check(nn.ReLU2.new(5), 1, 2, 5, 5) end)
+
+   it("SwiGLU (fused [gate | up] input rows)", function() check(nn.SwiGLU.new(5), 1, 2, 10, 5) end)
+
    it("CausalSelfAttention", function()
       check(nn.CausalSelfAttention.new("a.", 8, 2, true), 2, 3, 8, 8)
    end)
@@ -86,6 +95,11 @@ describe("lw.nn modules against finite differences", function()
    it("MLP", function() check(nn.MLP.new("m.", 4, false), 1, 3, 4, 4) end)
 
    it("MLP of another hidden size", function() check(nn.MLP.new("m.", 4, true, 6), 1, 3, 4, 4) end)
+
+   it("MLP with ReLU^2 and with SwiGLU", function()
+      check(nn.MLP.new("m.", 4, true, 6, nil, nil, "relu2"), 1, 3, 4, 4)
+      check(nn.MLP.new("m.", 4, false, 6, nil, nil, "swiglu"), 1, 3, 4, 4)
+   end)
 
    it("Block", function() check(nn.Block.new("h.0.", 8, 2, true), 2, 3, 8, 8) end)
 

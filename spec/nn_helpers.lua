@@ -1,5 +1,6 @@
 -- nn_helpers.lua: what the lw.nn specs share: a module bound to a one-rank replicated lw.ddp
--- with seeded parameters, a small GPT's forward and backward, seeded inputs and a dot product.
+-- with seeded parameters, a small GPT's forward and backward, seeded inputs and a dot product,
+-- and a module's forward and backward against a float64 reference.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
@@ -57,6 +58,67 @@ end
 function M.dot(y, r, n)
    local s = 0
    for i = 0, n - 1 do s = s + y[i] * r[i] end
+   return s
+end
+
+-- n floats at p (float*) as a Lua list (1-based), in float64.
+function M.list(p, n)
+   local t = {}
+   for i = 0, n - 1 do t[i + 1] = p[i] end
+   return t
+end
+
+-- A module's forward and backward against a float64 reference: module bound as bind binds it,
+-- forward(x) of n rows of width_in against ref(x, params) (Lua lists in float64; params by short
+-- name past the module's prefix, each its parameter's values), and backward with dy = r against
+-- central differences of the reference's loss sum(ref(x, params) r) in float64, for the input
+-- and every parameter. Returns the worst relative errors { y =, dx =, [name] = } (each |got -
+-- want| / max(|want|, 1e-2)), and the lw.ddp.
+function M.against_reference(module, n, width_in, width_out, ref)
+   local d = M.bind(module)
+   local nin, nout = n * width_in, n * width_out
+   local x, r = M.randoms(nin, 3), M.randoms(nout, 5)
+   local xs, rs, params = M.list(x, nin), M.list(r, nout), {}
+   for _, s in ipairs(module:parameters()) do
+      params[s.name:sub(#module.prefix + 1)] = d:param(s.name):totable()
+   end
+   local function worst(got, want, count)
+      local w = 0
+      for i = 1, count do
+         w = math.max(w, math.abs(got[i - 1] - want[i]) / math.max(math.abs(want[i]), 1e-2))
+      end
+      return w
+   end
+   local out = { y = worst(module:forward(x, n), ref(xs, params), nout) }
+   d:zero_grad()
+   local dx = ffi.new("float[?]", nin)
+   module:backward(x, r, dx, n)
+   -- float64 central differences: step 1e-6 truncates at ~1e-12 and rounds at ~1e-10
+   local function differences(v)
+      local g = {}
+      for i = 1, #v do
+         local keep = v[i]
+         v[i] = keep + 1e-6
+         local up = M.dot_list(ref(xs, params), rs)
+         v[i] = keep - 1e-6
+         local down = M.dot_list(ref(xs, params), rs)
+         v[i] = keep
+         g[i] = (up - down) / 2e-6
+      end
+      return g
+   end
+   out.dx = worst(dx, differences(xs), nin)
+   for _, s in ipairs(module:parameters()) do
+      local short = s.name:sub(#module.prefix + 1)
+      out[short] = worst(d:grad(s.name).data, differences(params[short]), #params[short])
+   end
+   return out, d
+end
+
+-- sum of a[i] b[i] over two Lua lists
+function M.dot_list(a, b)
+   local s = 0
+   for i = 1, #b do s = s + a[i] * b[i] end
    return s
 end
 

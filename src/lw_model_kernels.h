@@ -1,7 +1,8 @@
 /* lw_model_kernels.h: forward and backward of the GPT building blocks (linear, embedding, layer
  * norm, GELU, attention, the LM head's cross-entropy, their tensor-parallel forms, a mixture of
- * experts' router, gather and combine) on raw pointers into the stream's device memory (NULL:
- * the CPU, whose kernels are the reference). Row-major; n rows (batch * time), c channels;
+ * experts' router, gather and combine) and of LLaMA's and nanochat's parts (RMSNorm, ReLU^2,
+ * SwiGLU, the logits' softcap) on raw pointers into the stream's device memory (NULL: the CPU,
+ * whose kernels are the reference). Row-major; n rows (batch * time), c channels;
  * fp32 where no dtype is given. Every backward ACCUMULATES (+=) into its outputs unless it says
  * otherwise, so callers zero them first; a NULL optional output is skipped. Weights (w_dtype)
  * and the activations that only feed matrix products, the attention or GELU may be bf16: the
@@ -85,6 +86,46 @@ lw_status lw_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const vo
 /* dx += dy * gelu'(x), x of x_dtype, dx of dx_dtype (bf16: the fp32 sum rounded) */
 lw_status lw_gelu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
                            const void *x, lw_dtype x_dtype, int64_t n);
+
+/* ---- LLaMA's and nanochat's parts: RMSNorm, ReLU^2, SwiGLU, the logits' softcap ------------- */
+
+/* RMSNorm over the last dimension: rstd[n] = 1 / sqrt(mean(x^2) + eps) per row (saved, in
+ * float, the mean of squares taken in double), y = x * rstd * g (g[c] optional: NULL for the
+ * parameter-free norm, y = x * rstd), y of y_dtype. eps finite, >= 0. */
+lw_status lw_rmsnorm_forward(lw_stream *stream, void *y, lw_dtype y_dtype, float *rstd,
+                             const float *x, const float *g, int64_t n, int64_t c, float eps);
+/* From the forward's rstd: dx[n, c] += rstd (dy g - xhat mean(dy g xhat)), xhat = x rstd;
+ * dg[c] += column sums of dy xhat (only with a gain: dg must be NULL when g is). */
+lw_status lw_rmsnorm_backward(lw_stream *stream, float *dx, float *dg, const float *dy,
+                              const float *x, const float *g, const float *rstd, int64_t n,
+                              int64_t c);
+
+/* ReLU^2 (the Primer activation nanochat uses): y = max(x, 0)^2, y of y_dtype, x of x_dtype; a
+ * NaN stays NaN. */
+lw_status lw_relu2_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                           lw_dtype x_dtype, int64_t n);
+/* dx += dy * 2 max(x, 0), x of x_dtype, dx of dx_dtype (bf16: the fp32 sum rounded) */
+lw_status lw_relu2_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
+                            const void *x, lw_dtype x_dtype, int64_t n);
+
+/* SwiGLU over fused rows: x[n, c] holds per row the gate a (columns [0, c/2)) then the up
+ * projection b (columns [c/2, c)), as one linear layer with LLaMA's gate and up weights stacked
+ * (gate rows first) writes them; y[n, c/2] = silu(a) * b, silu(a) = a / (1 + exp(-a)). c must
+ * be even. y of y_dtype, x of x_dtype. */
+lw_status lw_swiglu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
+                            lw_dtype x_dtype, int64_t n, int64_t c);
+/* The fused gradient dx[n, c] += [dy * b * silu'(a) | dy * silu(a)] from dy[n, c/2] and the
+ * forward's x; dx of dx_dtype (bf16: the fp32 sums rounded). */
+lw_status lw_swiglu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
+                             const void *x, lw_dtype x_dtype, int64_t n, int64_t c);
+
+/* The logits' tanh softcap (Gemma 2's, nanochat's): y = cap * tanh(x / cap), n elements, fp32;
+ * y may be x (in place). cap finite, > 0. */
+lw_status lw_softcap_forward(lw_stream *stream, float *y, const float *x, int64_t n, float cap);
+/* dx += dy * (1 - (y / cap)^2) from the forward's OUTPUT y (so that the forward may run in place
+ * on the logits); dx must not be dy. */
+lw_status lw_softcap_backward(lw_stream *stream, float *dx, const float *dy, const float *y,
+                              int64_t n, float cap);
 
 /* ---- attention ----------------------------------------------------------------------------- *
  * Causal multi-head self-attention that keeps no t x t matrix between forward and backward:

@@ -1,9 +1,10 @@
 // colsum.cu: deterministic column sums on a GPU, in double, in two passes (block partials over
-// chunks of rows, then the chunks in order): a linear layer's bias gradient (linear.cu) and layer
-// norm's gain and shift gradients (layernorm.cu). Two families use them, so they are a file of
-// their own; the gain's summand dy * xhat (lwc_colsum_xhat) is formed here, inside the template
-// that sums it. Products rounded as the CPU rounds them (__fmul_rn: no FMA contraction), each
-// column added to its output once, as the CPU adds it. No atomics.
+// chunks of rows, then the chunks in order): a linear layer's bias gradient (linear.cu), layer
+// norm's gain and shift gradients (layernorm.cu) and RMSNorm's gain gradient (rmsnorm.cu).
+// Several families use them, so they are a file of their own; the gain's summand dy * xhat
+// (lwc_colsum_xhat) is formed here, inside the template that sums it. Products rounded as the
+// CPU rounds them (__fmul_rn: no FMA contraction), each column added to its output once, as the
+// CPU adds it. No atomics.
 #include "cuda/bf16_bits.h"
 #include "cuda/cuda.h"
 
@@ -57,6 +58,15 @@ struct xhat_value {
     __device__ float operator()(int64_t r, int64_t j, int64_t cols) const {
         const int64_t i = r * cols + j;
         return __fmul_rn(dy[i], __fmul_rn(__fsub_rn(x[i], mean[r]), rstd[r]));
+    }
+};
+
+// RMSNorm's dg: xhat = x rstd (no mean), rounded as the CPU rounds it
+struct xrstd_value {
+    const float *dy, *x, *rstd;
+    __device__ float operator()(int64_t r, int64_t j, int64_t cols) const {
+        const int64_t i = r * cols + j;
+        return __fmul_rn(dy[i], __fmul_rn(x[i], rstd[r]));
     }
 };
 
@@ -119,5 +129,6 @@ extern "C" cudaError_t lwc_colsum(cudaStream_t stream, float *out, const void *d
 extern "C" cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy,
                                        const float *x, const float *mean, const float *rstd,
                                        int64_t n, int64_t c, double *work) {
+    if (mean == NULL) return colsum(stream, dg, xrstd_value{dy, x, rstd}, n, c, work);
     return colsum(stream, dg, xhat_value{dy, x, mean, rstd}, n, c, work);
 }

@@ -199,14 +199,15 @@ cudaError_t lwc_f32_to_bf16(cudaStream_t stream, const float *x, void *y_bf16, i
 cudaError_t lwc_bf16_to_f32(cudaStream_t stream, const void *x_bf16, float *y, int64_t n);
 
 /* colsum.cu: deterministic column sums (linear.cu's bias gradient, layernorm.cu's gain and
- * shift) */
+ * shift, rmsnorm.cu's gain) */
 /* Doubles of workspace that lwc_colsum and lwc_colsum_xhat need for (n, cols). */
 int64_t lwc_colsum_doubles(int64_t n, int64_t cols);
 /* out[cols] += column sums of dy[n, cols] (fp32, or bf16 widened), summed in double in an order
  * fixed by (n, cols): block partials over chunks of rows into `work`, then the chunks in order. */
 cudaError_t lwc_colsum(cudaStream_t stream, float *out, const void *dy, bool bf16, int64_t n,
                        int64_t cols, double *work);
-/* dg[c] += column sums of dy * (x - mean[row]) * rstd[row] (layer norm's gain gradient). */
+/* dg[c] += column sums of dy * (x - mean[row]) * rstd[row] (layer norm's gain gradient; with
+ * mean NULL, of dy * x * rstd[row]: RMSNorm's). */
 cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, const float *x,
                             const float *mean, const float *rstd, int64_t n, int64_t c,
                             double *work);

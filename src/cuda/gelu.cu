@@ -4,6 +4,7 @@
 // bit for bit. The backward's launcher is linear.cu's too (cuda.h).
 #include "cuda/bf16_bits.h"
 #include "cuda/cuda.h"
+#include "cuda/exp_fast.h"
 
 namespace {
 
@@ -18,29 +19,12 @@ constexpr float SQRT_2_OVER_PI = 0.7978845608028654f;
 constexpr float GELU_C = 0.044715f;
 constexpr float X_MAX = 9.0f;
 
-// The CPU's exp_fast (device/cpu/gelu.c), operation for operation: Cephes' expf polynomial on
-// x - n ln 2, n = round(x / ln 2) taken with the 1.5 * 2^23 trick, 2^n built in the exponent.
-__device__ float exp_fast(float x) {
-    const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f);
-    const float nf = __fsub_rn(t, 12582912.0f);
-    const float r = __fadd_rn(__fsub_rn(x, __fmul_rn(nf, 0.693359375f)), __fmul_rn(nf, 2.12194440e-4f));
-    float p = 1.9875691500e-4f;
-    p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
-    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-    p = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
-    const uint32_t bits = (__float_as_uint(t) - 0x4B400000u + 127u) << 23; // 2^n
-    return __fmul_rn(p, __uint_as_float(bits));
-}
-
 // exp(-2u), u = sqrt(2/pi) (v + 0.044715 v^3), as the CPU rounds it: the constant -2 sqrt(2/pi)
 // folded first, then ((c v) v) v.
 __device__ float gelu_exp(float v) {
     constexpr float K = -2.0f * SQRT_2_OVER_PI;
     const float cube = __fmul_rn(__fmul_rn(__fmul_rn(GELU_C, v), v), v);
-    return exp_fast(__fmul_rn(K, __fadd_rn(v, cube)));
+    return lwc_exp_fast(__fmul_rn(K, __fadd_rn(v, cube)));
 }
 
 // The clamps as selects: a NaN passes through both (comparisons with NaN are false).

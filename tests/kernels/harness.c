@@ -127,6 +127,28 @@ void expect(const kernel_case *k, const run *r, bool ok, const char *what) {
         failed(k, r, "%s", what);
 }
 
+void near_reference(const kernel_case *k, const run *r, const char *what, const double *ref,
+                    int64_t n, double tol, double floor) {
+    const float *got = f32_of(r, what);
+    if (got == NULL) {
+        failed(k, r, "no output %s to hold against its float64 reference", what);
+        return;
+    }
+    double worst = 0;
+    int64_t at = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = isfinite(ref[i]) ? fabs(got[i] - ref[i]) / fmax(fabs(ref[i]), floor)
+                         : isnan(ref[i])  ? (isnan(got[i]) ? 0 : INFINITY)
+                                          : (got[i] == ref[i] ? 0 : INFINITY);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, at = i; /* a NaN got: infinitely off */
+    }
+    if (!(worst <= tol))
+        failed(k, r, "%s is %.3g from its float64 reference at %lld (%.9g, want %.9g; tol %g)",
+               what, worst, (long long)at, (double)got[at], ref[at], tol);
+    else
+        passed();
+}
+
 void expect_true(const char *file, int line, const char *expr, bool ok) {
     if (ok) {
         check_passes++;

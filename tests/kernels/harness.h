@@ -241,6 +241,11 @@ bool left_out(bool large);
 
 /* A check of an `after` hook: counted, and said with the case when it fails. */
 void expect(const kernel_case *k, const run *r, bool ok, const char *what);
+/* Output `what` (fp32) of r's run against a float64 reference ref[n]: the worst |got - ref| /
+ * max(|ref|, floor) must be within tol, a non-finite reference met exactly (a NaN by a NaN);
+ * counted, the worst said when it fails. */
+void near_reference(const kernel_case *k, const run *r, const char *what, const double *ref,
+                    int64_t n, double tol, double floor);
 /* A failure of the case on r's device, said as printf would; counted. */
 void failed(const kernel_case *k, const run *r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

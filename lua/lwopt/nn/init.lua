@@ -17,6 +17,10 @@ return {
    Embedding = require("lwopt.nn.embedding"),
    LayerNorm = require("lwopt.nn.layernorm"),
    GELU = require("lwopt.nn.gelu"),
+   -- LLaMA's and nanochat's parts: the norm (gain optional) and the MLP's other activations
+   RMSNorm = require("lwopt.nn.rmsnorm"),
+   ReLU2 = require("lwopt.nn.relu2"),
+   SwiGLU = require("lwopt.nn.swiglu"),
    CausalSelfAttention = require("lwopt.nn.attention"),
    -- in place on a qkv activation's Q and K heads: rotary embeddings, per-head RMS norm
    Rotary = require("lwopt.nn.rotary"),

@@ -207,6 +207,16 @@ lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t fir
                                  int64_t vocab);
 /* The cross-entropy's combination: at least one part, a vocabulary of at least 1. */
 lw_status lwi_check_parts(const char *what, int64_t parts, int64_t vocab);
+/* RMSNorm: the output's dtype and an eps that is finite and >= 0; the backward's gain gradient
+ * only with a gain (a parameter-free norm has none). */
+lw_status lwi_check_rmsnorm_forward(const char *what, lw_dtype y_dtype, float eps);
+lw_status lwi_check_rmsnorm_backward(const char *what, const float *g, const float *dg);
+/* SwiGLU: the dtypes as lwi_check_gelu's, then an even fused width c (gate and up halves);
+ * nothing to do for no rows. */
+lw_status lwi_check_swiglu(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype,
+                           int64_t n, int64_t c);
+/* The softcap: a finite cap > 0; nothing to do for no elements. */
+lw_status lwi_check_softcap(const char *what, int64_t n, float cap);
 /* Rotary embeddings: the dtype, a known pairing, an even head dim, base > 0 and finite, b >= 0,
  * t >= 1, pos0 >= 0, and the heads within the row (col0 >= 0, col0 + n_heads hd <= row_stride);
  * nothing to do without rows or heads. */

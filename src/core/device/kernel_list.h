@@ -173,6 +173,40 @@
        const float *x, const float *g, const float *mean, const float *rstd, int64_t n,            \
        int64_t c),                                                                                 \
       (s, dx, dg, dbeta, dres, dy, x, g, mean, rstd, n, c), lwi_work_if(n > 0 && c > 0))      \
+    /* LLaMA's and nanochat's parts: RMSNorm, ReLU^2, SwiGLU, the logits' tanh softcap */         \
+    X(rmsnorm_forward,                                                                             \
+      (lw_stream * s, void *y, lw_dtype y_dtype, float *rstd, const float *x, const float *g,     \
+       int64_t n, int64_t c, float eps),                                                           \
+      (s, y, y_dtype, rstd, x, g, n, c, eps),                                                      \
+      lwi_check_rmsnorm_forward("rms norm forward", y_dtype, eps))                                 \
+    X(rmsnorm_backward,                                                                            \
+      (lw_stream * s, float *dx, float *dg, const float *dy, const float *x, const float *g,      \
+       const float *rstd, int64_t n, int64_t c),                                                   \
+      (s, dx, dg, dy, x, g, rstd, n, c),                                                           \
+      lwi_check_rmsnorm_backward("rms norm backward", g, dg))                                      \
+    X(relu2_forward,                                                                               \
+      (lw_stream * s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype, int64_t n),      \
+      (s, y, y_dtype, x, x_dtype, n), lwi_check_gelu("relu2 forward", "output", y_dtype, x_dtype)) \
+    X(relu2_backward,                                                                              \
+      (lw_stream * s, void *dx, lw_dtype dx_dtype, const float *dy, const void *x,                 \
+       lw_dtype x_dtype, int64_t n),                                                               \
+      (s, dx, dx_dtype, dy, x, x_dtype, n),                                                        \
+      lwi_check_gelu("relu2 backward", "input gradient", dx_dtype, x_dtype))                       \
+    X(swiglu_forward,                                                                              \
+      (lw_stream * s, void *y, lw_dtype y_dtype, const void *x, lw_dtype x_dtype, int64_t n,       \
+       int64_t c),                                                                                 \
+      (s, y, y_dtype, x, x_dtype, n, c),                                                           \
+      lwi_check_swiglu("swiglu forward", "output", y_dtype, x_dtype, n, c))                        \
+    X(swiglu_backward,                                                                             \
+      (lw_stream * s, void *dx, lw_dtype dx_dtype, const float *dy, const void *x,                 \
+       lw_dtype x_dtype, int64_t n, int64_t c),                                                    \
+      (s, dx, dx_dtype, dy, x, x_dtype, n, c),                                                     \
+      lwi_check_swiglu("swiglu backward", "input gradient", dx_dtype, x_dtype, n, c))              \
+    X(softcap_forward, (lw_stream * s, float *y, const float *x, int64_t n, float cap),            \
+      (s, y, x, n, cap), lwi_check_softcap("softcap forward", n, cap))                             \
+    X(softcap_backward,                                                                            \
+      (lw_stream * s, float *dx, const float *dy, const float *y, int64_t n, float cap),           \
+      (s, dx, dy, y, n, cap), lwi_check_softcap("softcap backward", n, cap))                       \
     /* rotary position embeddings and per-head RMS norm, in place on heads of a strided row */   \
     X(rope_forward,                                                                                \
       (lw_stream * s, void *x, lw_dtype dtype, int64_t b, int64_t t, int64_t pos0,               \

@@ -145,6 +145,43 @@ lw_status lwi_check_parts(const char *what, int64_t parts, int64_t vocab) {
     return lwi_check_range(what, 0, 0, vocab);
 }
 
+lw_status lwi_check_rmsnorm_forward(const char *what, lw_dtype y_dtype, float eps) {
+    const lw_status st = check_dtype(what, "activation", y_dtype);
+    if (st != LW_OK) return st;
+    if (!(eps >= 0.0f) || isinf(eps))
+        return lwi_fail(LW_ERR_INVALID, "%s: eps must be finite and >= 0, got %g", what,
+                        (double)eps);
+    return LW_OK;
+}
+
+lw_status lwi_check_rmsnorm_backward(const char *what, const float *g, const float *dg) {
+    if (g == NULL && dg != NULL)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: a gain gradient dg without a gain g (a norm without a gain has no "
+                        "parameter: pass dg NULL)",
+                        what);
+    return LW_OK;
+}
+
+lw_status lwi_check_swiglu(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype,
+                           int64_t n, int64_t c) {
+    const lw_status st = lwi_check_gelu(what, role, dtype, x_dtype);
+    if (st != LW_OK) return st;
+    if (c < 0 || c % 2 != 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: the fused width c = %lld must be even and >= 0 (a gate half, then "
+                        "an up half)",
+                        what, (long long)c);
+    return lwi_work_if(n > 0 && c > 0);
+}
+
+lw_status lwi_check_softcap(const char *what, int64_t n, float cap) {
+    if (!(cap > 0.0f) || isinf(cap))
+        return lwi_fail(LW_ERR_INVALID, "%s: cap must be finite and > 0, got %g", what,
+                        (double)cap);
+    return lwi_work_if(n > 0);
+}
+
 /* n_heads heads of hd elements from column col0 fit a row of row_stride elements. */
 static lw_status check_heads_in_row(const char *what, int64_t row_stride, int64_t col0,
                                     int64_t n_heads, int64_t hd) {
