@@ -75,6 +75,40 @@ describe("a GPT in another program's names", function()
       assert.equal(2, t.cfg.n_head)
    end)
 
+   it("pads GPT-2's vocabulary with zero rows; reads nanoGPT's names", function()
+      local cfg = { n_layer = 1, n_embd = 8, n_head = 2, vocab = 50304, seq_len = 4, bias = true }
+      local model = lw.nn.GPT.new(cfg)
+      local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
+      for i, s in ipairs(model:parameters()) do
+         ddp:param(s.name):copy(function(k) return math.cos(0.3 * i + 0.01 * k) end)
+      end
+      local ckpt = lw.checkpoint.save(dir .. "/ck", { ddp = ddp, step = 1,
+         opt = lw.optim.new(ddp, { lr = 1e-2 }), extra = { n_layer = 1, n_embd = 8, n_head = 2,
+         vocab = 50257, seq = 4, data_kind = "tokens" } })
+      export.run({ ckpt = ckpt, format = "hf-gpt2", out_dir = dir .. "/hf" })
+      export.run({ ckpt = ckpt, format = "nanogpt", out_dir = dir .. "/ng" })
+      local notes = {}
+      local t = trained.open(dir .. "/hf/model.safetensors",
+         { note = function(line) notes[#notes + 1] = line end })
+      assert.same({ "hf-gpt2 names: Conv1D weights transposed back, biases kept" }, notes)
+      assert.equal(50257, t.settings.vocab)
+      assert.equal("tokens", t.settings.kind)
+      assert.equal(50304, t.cfg.vocab)
+      for _, s in ipairs(ddp.specs) do
+         local want, got = ddp:param(s.name), t.ddp:param(s.name)
+         for k = 0, got.numel - 1 do
+            local padding = s.name == "wte.weight" and k >= 50257 * 8
+            assert.equal(padding and 0 or want.data[k], got.data[k], s.name)
+         end
+      end
+      -- nanoGPT keeps the padded rows and records none of the tokenizer's vocabulary
+      t = trained.open(dir .. "/ng/model.safetensors", { note = function() end })
+      assert.equal(50257, t.settings.vocab)
+      for _, s in ipairs(ddp.specs) do
+         assert.same(ddp:param(s.name):totable(), t.ddp:param(s.name):totable(), s.name)
+      end
+   end)
+
    it("refuses a flag that contradicts what the file records, naming both", function()
       local _, hf = model_files(dir, true)
       local out, status = helpers.sh("bin/lwopt eval " .. hf .. " --data " .. text
@@ -148,6 +182,12 @@ describe("a GPT in another program's names", function()
       local a, b = t.ddp:param("h.0.attn.qkv.bias"):totable(),
          tuned.ddp:param("h.0.attn.qkv.bias"):totable()
       assert.are_not.same(a, b)
+      -- without --init-from the preset's shape cannot continue it, and says why
+      out, status = helpers.sh("luajit recipes/gpt_small.lua --preset tiny --sample 0 --quiet "
+         .. "--data " .. text .. " --steps 3 --ckpt-dir " .. dir .. "/run --resume")
+      assert.equal(1, status, out)
+      assert.matches("this run has --preset tiny (4 layers x 64, 4 heads), but the checkpoint's "
+         .. "model is --init-from " .. hf .. "'s shape (2 layers x 16, 2 heads)", out, 1, true)
       local loss = eval_loss(dir .. "/run", text)
       assert.is_true(loss > 0 and loss < 10)
    end)

@@ -90,7 +90,7 @@ function recipe_init.adopt(v)
    -- the default MLP stays unnamed, as without --init-from
    if v.mlp_hidden == 4 * v.n_embd and not v.given.mlp_hidden then v.mlp_hidden = nil end
    adopt_vocab(v, cfg, where)
-   v.bias, v.tied = cfg.bias, cfg.tied
+   v.bias, v.tied, v.shape_from = cfg.bias, cfg.tied, v.init_from
    return ("the model's shape is %s's (%s names): %d layers x %d, %d heads, sequence %d, "
       .. "vocabulary %d, %s, %s LM head"):format(v.init_from, fmt, v.n_layer, v.n_embd, v.n_head,
       v.seq, v.vocab, cfg.bias and "biases" or "no biases", cfg.tied and "a tied" or "an untied")
