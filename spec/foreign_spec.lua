@@ -75,6 +75,33 @@ describe("a GPT in another program's names", function()
       assert.equal(2, t.cfg.n_head)
    end)
 
+   it("reads the hub's GPT-2 layout: no 'transformer.' prefix, causal masks beside", function()
+      local ckpt, hf = model_files(dir, true)
+      local f = weights.open(hf, hf)
+      local list = {}
+      for _, name in ipairs(f.order) do
+         list[#list + 1] = { name = (name:gsub("^transformer%.", "")), shape = f.shapes[name],
+            data = weights.read(f, name) }
+         local layer = name:match("^transformer%.h%.(%d+)%.ln_1%.weight$")
+         if layer then
+            local mask = ffi.new("float[64]")
+            for k = 0, 63 do mask[k] = k % 8 <= math.floor(k / 8) and 1 or 0 end
+            list[#list + 1] = { name = "h." .. layer .. ".attn.bias", shape = { 1, 1, 8, 8 },
+               data = mask }
+         end
+      end
+      -- no metadata: config.json beside it says the heads, as on the hub
+      local hub = dir .. "/hf/hub.safetensors"
+      safetensors.write(hub, list)
+      local mine, theirs = eval_loss(ckpt, text), eval_loss(hub, text)
+      assert.is_true(math.abs(mine - theirs) < 1e-6, ("%.9f vs %.9f"):format(mine, theirs))
+      local out, status = helpers.sh("luajit recipes/gpt_small.lua --preset tiny --steps 1 "
+         .. "--sample 0 --quiet --data " .. text .. " --init-from " .. hub)
+      assert.equal(0, status, out)
+      assert.matches("initialised from " .. hub .. ": 28 tensors by hf-gpt2's names", out, 1,
+         true)
+   end)
+
    it("pads GPT-2's vocabulary with zero rows; reads nanoGPT's names", function()
       local cfg = { n_layer = 1, n_embd = 8, n_head = 2, vocab = 50304, seq_len = 4, bias = true }
       local model = lw.nn.GPT.new(cfg)

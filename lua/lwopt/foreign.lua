@@ -15,6 +15,32 @@ local errors = require("lwopt.errors")
 
 local foreign = {}
 
+-- A layer's causal mask, which older GPT-2 files keep beside the weights (a buffer, not a
+-- parameter: "attn.bias" [1, 1, n, n] and "attn.masked_bias"; not "attn.c_attn.bias").
+local function is_mask(name)
+   return name:match("%.attn%.bias$") ~= nil or name:match("%.attn%.masked_bias$") ~= nil
+end
+
+-- foreign.view(f): an open weights file (weights.open's) as the formats here name it: f itself,
+-- or, for the Hugging Face hub's GPT-2 (GPT2Model's state dict: "h.0.attn.c_attn.weight",
+-- "wte.weight", without GPT2LMHeadModel's "transformer."), a view with that prefix added; either
+-- without the causal masks. The view's stored maps its names to the file's (weights.read).
+function foreign.view(f)
+   local hub = f.shapes["h.0.attn.c_attn.weight"] ~= nil and f.shapes["wte.weight"] ~= nil
+   local masks = false
+   for _, name in ipairs(f.order) do masks = masks or is_mask(name) end
+   if not hub and not masks then return f end
+   local v = { path = f.path, st = f.st, shapes = {}, dtypes = {}, order = {}, stored = {} }
+   for _, name in ipairs(f.order) do
+      if not is_mask(name) then
+         local ours = (hub and name ~= "lm_head.weight") and "transformer." .. name or name
+         v.shapes[ours], v.dtypes[ours], v.stored[ours] = f.shapes[name], f.dtypes[name], name
+         v.order[#v.order + 1] = ours
+      end
+   end
+   return v
+end
+
 -- The format of an open weights file (weights.open's): "lwopt", "hf-gpt2" or "nanogpt", as the
 -- export's metadata says or, without it, as the names and shapes show.
 function foreign.format(f)

@@ -65,7 +65,7 @@ function init_from.load(path, s)
    local ddp = s.ddp
    local f, fmt, by_param, dropped
    local ok, err = protect(function()
-      f = weights.open(path, where)
+      f = foreign.view(weights.open(path, where))
       fmt = foreign.format(f)
       if fmt == "lwopt" then
          local expected = {}

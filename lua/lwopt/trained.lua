@@ -1,11 +1,13 @@
 -- trained.lua: a trained GPT for the commands that use one after training (`lwopt sample`,
 -- `lwopt eval`; their runner is app/cli_trained.lua): read from a checkpoint (a step-N
 -- directory, or a --ckpt-dir whose `latest` names one), whose manifest records the recipe's
--- settings, or from a bare .safetensors file of the model's parameters (--save-params; F32, BF16
--- or F16, read by weights.lua as --init-from reads them), whose tensors' shapes give the model
--- and flags give what shapes cannot (the heads, the token vocabulary). The model is built and
--- loaded on every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was
--- trained on is opened as the recipe opens it. It does not train or write anything.
+-- settings, or from a bare .safetensors file (F32, BF16 or F16, read as --init-from reads them)
+-- in lwopt's names (--save-params, its settings in the metadata) or another program's (hf-gpt2,
+-- nanogpt: foreign.lua, its settings in a config), whose tensors' shapes give the model and
+-- whose records, else flags, what shapes cannot (the heads, the token vocabulary); a flag that
+-- contradicts a record is refused. The model is built and loaded on every rank of the job (one
+-- without mpirun) on the CPU or a GPU, and the data it was trained on is opened as the recipe
+-- opens it. It does not train or write anything.
 local lw = require("lwopt")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
@@ -172,7 +174,7 @@ end
 -- shapes), extra (the settings it records, in a manifest's words), whose (where it records each,
 -- for refusals), plan (another format's entries by lwopt parameter, foreign.plan's) }.
 local function bare_file(path)
-   local f = weights.open(path, path)
+   local f = foreign.view(weights.open(path, path))
    local fmt = foreign.format(f)
    local function recorded_in(from)
       local function whose(value) return ("%s records %s (%s)"):format(path, value, from) end

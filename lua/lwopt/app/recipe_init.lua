@@ -56,7 +56,7 @@ end
 function recipe_init.adopt(v)
    if not v.init_from then return nil end
    local where = "--init-from " .. v.init_from
-   local f = weights.open(v.init_from, where)
+   local f = foreign.view(weights.open(v.init_from, where))
    local fmt = foreign.format(f)
    if fmt == "lwopt" then return nil end
    if v.n_expert > 0 then
