@@ -1,55 +1,23 @@
--- foreign_spec.lua: GPTs in another program's names (hf-gpt2 with biases that are not zero,
--- written by `lwopt export` from a tiny lwopt model) read by `lwopt eval` and `lwopt sample`
--- as the model they came from, and fine-tuned by the recipe's --init-from with the model's
--- shape taken from the file; a flag that contradicts a file's settings refused by name (the
--- settings of a --save-params file too); numpy's GPT-2 (tests/export/check_hf.py) on the biases.
+-- foreign_spec.lua: lwopt.foreign through `lwopt eval`, `lwopt sample` and lwopt.trained: GPTs in
+-- another program's names (hf-gpt2 with biases that are not zero, written by `lwopt export`
+-- from a tiny lwopt model; the hub's layout; GPT-2's vocabulary; nanoGPT's names) read as the
+-- model they came from; a flag that contradicts a file's settings refused naming both values
+-- (a --save-params file's too); numpy's GPT-2 (tests/export/check_hf.py) on the biases. The
+-- recipe's --init-from in the file's shape: recipe_init_spec.lua.
 local lw = require("lwopt")
 local ffi = require("ffi")
-local json = require("lwopt.json")
 local export = require("lwopt.export")
 local trained = require("lwopt.trained")
 local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local helpers = require("helpers")
+local fh = require("foreign_helpers")
 
-local SHAPE = { n_layer = 2, n_embd = 16, n_head = 2, vocab = 256, seq_len = 8, bias = true }
-
--- A checkpoint of a tiny GPT with biases (every value different, none zero) at dir/ck, and its
--- hf-gpt2 export at dir/hf; tied: false for an untied LM head. Returns both paths.
-local function model_files(dir, tied)
-   local cfg = {}
-   for k, x in pairs(SHAPE) do cfg[k] = x end
-   cfg.tied = tied
-   local model = lw.nn.GPT.new(cfg)
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return 0.2 * math.sin(1.3 * i + 0.07 * k) + 0.01 end)
-   end
-   local ckpt = lw.checkpoint.save(dir .. "/ck", { ddp = ddp, step = 1,
-      opt = lw.optim.new(ddp, { lr = 1e-2 }), extra = { n_layer = 2, n_embd = 16, n_head = 2,
-      vocab = 256, seq = 8, data_kind = "bytes" } })
-   export.run({ ckpt = ckpt, format = "hf-gpt2", out_dir = dir .. "/hf" })
-   return ckpt, dir .. "/hf/model.safetensors"
-end
-
-local function eval_loss(path, data, extra)
-   local out, status = helpers.sh("bin/lwopt eval " .. path .. " --data " .. data
-      .. " --batch 4 --eval-max 8 --json " .. (extra or ""))
-   assert.equal(0, status, out)
-   return json.decode(out:match("{.*}")).val_loss, out
-end
+local model_files, eval_loss = fh.model_files, fh.eval_loss
 
 describe("a GPT in another program's names", function()
    local dir, text
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      os.execute("mkdir -p " .. dir)
-      text = dir .. "/text.txt"
-      local f = assert(io.open(text, "wb"))
-      f:write(("Of the making of many books there is no end. "):rep(80))
-      f:close()
-   end)
+   before_each(function() dir, text = fh.dir_with_text() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("is read by eval and sample as the model it came from, biases kept", function()
@@ -174,66 +142,6 @@ describe("a GPT in another program's names", function()
       local _, said = eval_loss(params, text)
       assert.matches("model: " .. params .. ": GPT 4 layers x 64, 2 heads, sequence 16, bytes",
          said, 1, true)
-   end)
-
-   it("is fine-tuned by --init-from in the file's shape, saved, resumed and read back", function()
-      local _, hf = model_files(dir, true)
-      local recipe = "luajit recipes/gpt_small.lua --preset tiny --sample 0 --quiet --data "
-         .. text .. " --init-from " .. hf .. " --warmup 1 --ckpt-dir " .. dir .. "/run "
-      local out, status = helpers.sh(recipe .. "--steps 2 --stop-after 1 --log " .. dir
-         .. "/log.jsonl")
-      assert.equal(0, status, out)
-      assert.matches("the model's shape is " .. hf .. "'s (hf-gpt2 names): 2 layers x 16, 2 "
-         .. "heads, sequence 8, vocabulary 256, biases, a tied LM head\n", out, 1, true)
-      assert.matches("initialised from " .. hf .. ": 28 tensors by hf-gpt2's names (Conv1D "
-         .. "weights transposed back), F32", out, 1, true)
-      -- step 1's loss is the file's model's on the run's first batch (batch 8, seed 1337)
-      local step1
-      for line in io.lines(dir .. "/log.jsonl") do
-         local r = json.decode(line)
-         if r.step == 1 and r.loss then step1 = r.loss end
-      end
-      local t = trained.open(hf)
-      local data = trained.open_data(text, t.settings)
-      local tokens, targets = ffi.new("int32_t[64]"), ffi.new("int32_t[64]")
-      data:train_batch(tokens, targets, 1337, 1, 0, 0, 1, 8, 8)
-      local want = t.model:forward(tokens, targets, 8, 8)
-      assert.is_true(math.abs(step1 - want) < 1e-5, ("%.9f vs %.9f"):format(step1, want))
-      -- the biases are AdamW's parameters and trained
-      out, status = helpers.sh(recipe .. "--steps 2 --resume")
-      assert.equal(0, status, out)
-      assert.matches("resumed from " .. dir .. "/run/step-000000001", out, 1, true)
-      local tuned = trained.open(dir .. "/run")
-      assert.equal(2, tuned.step)
-      assert.is_true(tuned.cfg.bias)
-      local a, b = t.ddp:param("h.0.attn.qkv.bias"):totable(),
-         tuned.ddp:param("h.0.attn.qkv.bias"):totable()
-      assert.are_not.same(a, b)
-      -- without --init-from the preset's shape cannot continue it, and says why
-      out, status = helpers.sh("luajit recipes/gpt_small.lua --preset tiny --sample 0 --quiet "
-         .. "--data " .. text .. " --steps 3 --ckpt-dir " .. dir .. "/run --resume")
-      assert.equal(1, status, out)
-      assert.matches("this run has --preset tiny (4 layers x 64, 4 heads), but the checkpoint's "
-         .. "model is --init-from " .. hf .. "'s shape (2 layers x 16, 2 heads)", out, 1, true)
-      local loss = eval_loss(dir .. "/run", text)
-      assert.is_true(loss > 0 and loss < 10)
-   end)
-
-   it("refuses a shape flag that contradicts the --init-from file, by name", function()
-      local _, hf = model_files(dir, true)
-      local recipe = "luajit recipes/gpt_small.lua --preset tiny --steps 1 --sample 0 --quiet "
-         .. "--data " .. text .. " --init-from " .. hf
-      for _, case in ipairs({
-         { " --n-layer 3", "--n-layer 3: --init-from " .. hf .. " has 2 layers" },
-         { " --n-head 4", "--n-head 4: --init-from " .. hf .. " has 2 attention heads (its "
-           .. "metadata's config)" },
-         { " --seq 16", "--seq 16: --init-from " .. hf .. " has 8 positions (the sequence "
-           .. "length)" },
-      }) do
-         local out, status = helpers.sh(recipe .. case[1])
-         assert.is_not.equal(0, status, out)
-         assert.matches(case[2], out, 1, true)
-      end
    end)
 
    it("gives numpy's GPT-2 (check_hf.py) lwopt's loss with biases", function()

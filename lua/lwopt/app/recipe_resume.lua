@@ -19,7 +19,8 @@ end
 -- The settings a checkpoint records (manifest extra) for this run's flags.
 local function settings(v, comm, data)
    -- shape_from: the --init-from file whose shape the model took (recipe_init.lua), or nil
-   return { preset = v.preset, shape_from = v.shape_from, n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
+   return { preset = v.preset, shape_from = v.shape_from, n_layer = v.n_layer,
+            n_embd = v.n_embd, n_head = v.n_head,
             seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
             adamw_lr = v.adamw_lr, embedding_lr = v.embedding_lr, scalar_lr = v.scalar_lr,
             weight_decay = v.weight_decay, schedule = v.plan,
