@@ -129,10 +129,10 @@ describe("a GPT in another program's names", function()
          .. "/hf/config.json)", out, 1, true)
    end)
 
-   it("honours the settings a --save-params file records: its heads", function()
+   it("honours the settings a --save-params file or a checkpoint's parameters record", function()
       local params = dir .. "/p.safetensors"
       local recipe = "luajit recipes/gpt_small.lua --preset tiny --steps 1 --sample 0 --quiet "
-         .. "--n-head 2 --data " .. text .. " --seq 16 "
+         .. "--n-head 2 --data " .. text .. " --seq 16 --ckpt-dir " .. dir .. "/ck "
       local out, status = helpers.sh(recipe .. "--save-params " .. params)
       assert.equal(0, status, out)
       out, status = helpers.sh("bin/lwopt eval " .. params .. " --data " .. text .. " --n-head 4")
@@ -142,6 +142,14 @@ describe("a GPT in another program's names", function()
       local _, said = eval_loss(params, text)
       assert.matches("model: " .. params .. ": GPT 4 layers x 64, 2 heads, sequence 16, bytes",
          said, 1, true)
+      -- a checkpoint's model.safetensors: the manifest beside it
+      local step = dir .. "/ck/step-000000001"
+      out, status = helpers.sh("bin/lwopt eval " .. step .. "/model.safetensors --data " .. text
+         .. " --n-head 4")
+      assert.equal(1, status, out)
+      assert.matches("--n-head 4: " .. step .. "/model.safetensors records 2 (" .. step
+         .. "/manifest.json)", out, 1, true)
+      assert.equal(eval_loss(step, text), (eval_loss(step .. "/model.safetensors", text)))
    end)
 
    it("gives numpy's GPT-2 (check_hf.py) lwopt's loss with biases", function()

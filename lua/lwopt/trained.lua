@@ -1,13 +1,13 @@
--- trained.lua: a trained GPT for the commands that use one after training (`lwopt sample`,
--- `lwopt eval`; their runner is app/cli_trained.lua): read from a checkpoint (a step-N
--- directory, or a --ckpt-dir whose `latest` names one), whose manifest records the recipe's
--- settings, or from a bare .safetensors file (F32, BF16 or F16, read as --init-from reads them)
--- in lwopt's names (--save-params, its settings in the metadata) or another program's (hf-gpt2,
--- nanogpt: foreign.lua, its settings in a config), whose tensors' shapes give the model and
--- whose records, else flags, what shapes cannot (the heads, the token vocabulary); a flag that
--- contradicts a record is refused. The model is built and loaded on every rank of the job (one
--- without mpirun) on the CPU or a GPU, and the data it was trained on is opened as the recipe
--- opens it. It does not train or write anything.
+-- trained.lua: a trained GPT for the commands that use one after training (sample and
+-- eval; their runner is app/cli_trained.lua): read from a checkpoint (a step-N directory, or a
+-- --ckpt-dir whose `latest` names one), whose manifest records the recipe's settings, or from a
+-- bare .safetensors file (F32, BF16 or F16, read as --init-from reads them) in lwopt's names
+-- (--save-params, its settings in the metadata; a checkpoint's model.safetensors, its manifest
+-- beside it) or another program's (hf-gpt2, nanogpt: foreign.lua, its settings in a config), whose
+-- tensors' shapes give the model and whose records, else flags, what shapes cannot (the heads, the
+-- token vocabulary); a flag that contradicts a record is refused. The model is built and loaded on
+-- every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was trained on is
+-- opened as the recipe opens it. It does not train or write anything.
 local lw = require("lwopt")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
@@ -182,6 +182,12 @@ local function bare_file(path)
    end
    if fmt == "lwopt" then
       local extra, from = foreign.recorded(f, fmt)
+      -- a checkpoint's model.safetensors: its manifest beside it records the run's settings
+      local manifest = files.dirname(path) .. "/manifest.json"
+      if from == nil and files.kind(manifest) == "file" then
+         local ok, m = pcall(checkpoint.read_manifest, files.dirname(path), { files = false })
+         if ok and m.extra then extra, from = m.extra, manifest end
+      end
       return { f = f, fmt = fmt, params = tensors_of(f), extra = extra,
                whose = from and recorded_in(from) }
    end
