@@ -4,6 +4,7 @@
 local lw = require("lwopt")
 local json = require("lwopt.json")
 local export = require("lwopt.export")
+local presets = require("lwopt.presets")
 local helpers = require("helpers")
 
 local foreign_helpers = {}
@@ -11,11 +12,14 @@ local foreign_helpers = {}
 local SHAPE = { n_layer = 2, n_embd = 16, n_head = 2, vocab = 256, seq_len = 8, bias = true }
 
 -- A checkpoint of a tiny GPT with biases (every value different, none zero) at dir/ck, and its
--- hf-gpt2 export at dir/hf; tied: false for an untied LM head. Returns both paths.
-function foreign_helpers.model_files(dir, tied)
+-- hf-gpt2 export at dir/hf; tied: false for an untied LM head; vocab: a token vocabulary
+-- (default 256: bytes). Returns both paths.
+function foreign_helpers.model_files(dir, tied, vocab)
    local cfg = {}
    for k, x in pairs(SHAPE) do cfg[k] = x end
    cfg.tied = tied
+   vocab = vocab or 256
+   cfg.vocab = presets.vocab_rows(vocab)
    local model = lw.nn.GPT.new(cfg)
    local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
    for i, s in ipairs(model:parameters()) do
@@ -23,7 +27,7 @@ function foreign_helpers.model_files(dir, tied)
    end
    local ckpt = lw.checkpoint.save(dir .. "/ck", { ddp = ddp, step = 1,
       opt = lw.optim.new(ddp, { lr = 1e-2 }), extra = { n_layer = 2, n_embd = 16, n_head = 2,
-      vocab = 256, seq = 8, data_kind = "bytes" } })
+      vocab = vocab, seq = 8, data_kind = vocab == 256 and "bytes" or "tokens" } })
    export.run({ ckpt = ckpt, format = "hf-gpt2", out_dir = dir .. "/hf" })
    return ckpt, dir .. "/hf/model.safetensors"
 end

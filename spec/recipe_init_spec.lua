@@ -74,4 +74,23 @@ describe("--init-from a file in another program's names", function()
          assert.matches(case[2], out, 1, true)
       end
    end)
+
+   it("takes the vocabulary from the file, refusing data or a --vocab that contradicts it",
+      function()
+      local _, hf = model_files(dir, true, 300)
+      local shards = helpers.token_dataset(dir, 2000, 300)
+      local recipe = "luajit recipes/gpt_small.lua --preset tiny --steps 1 --sample 0 --quiet "
+         .. "--init-from " .. hf
+      local out, status = helpers.sh(recipe .. " --data '" .. shards .. "'")
+      assert.equal(0, status, out)
+      assert.matches("sequence 8, vocabulary 300, biases", out, 1, true)
+      out, status = helpers.sh(recipe .. " --data '" .. shards .. "' --vocab 400")
+      assert.is_not.equal(0, status, out)
+      assert.matches("--vocab 400: --init-from " .. hf .. " holds a vocabulary of 300 tokens",
+         out, 1, true)
+      out, status = helpers.sh(recipe .. " --data " .. text)
+      assert.is_not.equal(0, status, out)
+      assert.matches("--init-from " .. hf .. " holds a vocabulary of 300 tokens, but --data is a "
+         .. "text file, read as bytes (256)", out, 1, true)
+   end)
 end)
