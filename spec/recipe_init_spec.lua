@@ -56,6 +56,11 @@ describe("--init-from a file in another program's names", function()
          .. "model is --init-from " .. hf .. "'s shape (2 layers x 16, 2 heads)", out, 1, true)
       local loss = eval_loss(dir .. "/run", text)
       assert.is_true(loss > 0 and loss < 10)
+      -- exported again, its trained biases and all: the same model
+      out, status = helpers.sh("bin/lwopt export " .. dir .. "/run --format hf-gpt2 " .. dir
+         .. "/tuned")
+      assert.equal(0, status, out)
+      assert.equal(loss, (eval_loss(dir .. "/tuned/model.safetensors", text)))
    end)
 
    it("refuses a shape flag that contradicts the --init-from file, by name", function()
