@@ -6,9 +6,9 @@
 -- ZeRO level, device, parameter dtype, --ep and --tp take them as a checkpoint's. The optimizer
 -- state starts fresh.
 local ffi = require("ffi")
-local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
+local foreign = require("lwopt.foreign")
 local tp = require("lwopt.tp")
 local errors = require("lwopt.errors")
 
@@ -49,20 +49,10 @@ local function foreign_plan(f, fmt, cfg, where)
 end
 
 -- Parameter `spec`'s full tensor (the tp 1 model's, tp.model_shape) as an fp32 host array,
--- from the file: as stored (lwopt names), or through its entry e (transposed back, the
--- vocabulary's padding rows zero).
+-- from the file: as stored (lwopt names), or through its entry e (foreign.tensor).
 local function full_tensor(f, spec, e)
    if e == nil then return weights.read(f, spec.name) end
-   local src = weights.read(f, e.name)
-   local shape = tp.model_shape(spec)
-   -- theirs [n_in, n_out] -> ours [n_out, n_in]
-   if e.transpose then return weights.transpose(src, e.shape[1], e.shape[2]) end
-   if e.rows and e.rows < shape[1] then
-      local out = ffi.new("float[?]", weights.numel(shape)) -- zero-filled: the padding rows
-      ffi.copy(out, src, 4 * weights.numel(e.shape))
-      return out
-   end
-   return src
+   return foreign.tensor(f, e, tp.model_shape(spec))
 end
 
 -- init_from.load(path, s): collective. s = { ddp, comm (the world's), full_specs (the whole
@@ -75,9 +65,8 @@ function init_from.load(path, s)
    local ddp = s.ddp
    local f, fmt, by_param, dropped
    local ok, err = protect(function()
-      f = weights.open(path, where)
-      fmt = safetensors.metadata(f.st, "lwopt.format")
-         or names.detect(function(name) return f.shapes[name] end)
+      f = foreign.view(weights.open(path, where))
+      fmt = foreign.format(f)
       if fmt == "lwopt" then
          local expected = {}
          for _, spec in ipairs(s.full_specs or ddp.specs) do

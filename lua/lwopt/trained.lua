@@ -1,15 +1,18 @@
--- trained.lua: a trained GPT for the commands that use one after training (`lwopt sample`,
--- `lwopt eval`; their runner is app/cli_trained.lua): read from a checkpoint (a step-N
--- directory, or a --ckpt-dir whose `latest` names one), whose manifest records the recipe's
--- settings, or from a bare .safetensors file of the model's parameters (--save-params; F32, BF16
--- or F16, read by weights.lua as --init-from reads them), whose tensors' shapes give the model
--- and flags give what shapes cannot (the heads, the token vocabulary). The model is built and
--- loaded on every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was
--- trained on is opened as the recipe opens it. It does not train or write anything.
+-- trained.lua: a trained GPT for the commands that use one after training (sample and
+-- eval; their runner is app/cli_trained.lua): read from a checkpoint (a step-N directory, or a
+-- --ckpt-dir whose `latest` names one), whose manifest records the recipe's settings, or from a
+-- bare .safetensors file (F32, BF16 or F16, read as --init-from reads them) in lwopt's names
+-- (--save-params, its settings in the metadata; a checkpoint's model.safetensors, its manifest
+-- beside it) or another program's (hf-gpt2, nanogpt: foreign.lua, its settings in a config), whose
+-- tensors' shapes give the model and whose records, else flags, what shapes cannot (the heads, the
+-- token vocabulary); a flag that contradicts a record is refused. The model is built and loaded on
+-- every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was trained on is
+-- opened as the recipe opens it. It does not train or write anything.
 local lw = require("lwopt")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
 local weights = require("lwopt.weights")
+local foreign = require("lwopt.foreign")
 local sampling = require("lwopt.sampling")
 local presets = require("lwopt.presets")
 local data_mod = require("lwopt.data")
@@ -79,12 +82,13 @@ local function shape_config(params, where)
    return cfg
 end
 
--- A setting the checkpoint records (saved, or nil) or its flag gives (given; the flag's name);
--- fallback() when neither does. A flag that contradicts the checkpoint is refused.
-local function setting(saved, given, flag, fallback)
+-- A setting the checkpoint or file records (saved, or nil) or its flag gives (given; the flag's
+-- name); fallback() when neither does. A flag that contradicts the record is refused, naming
+-- both values: whose(saved) says where the record's is (default: the checkpoint's model).
+local function setting(saved, given, flag, fallback, whose)
    if saved ~= nil and given ~= nil and saved ~= given then
-      fail("%s %s: the checkpoint's model has %s (the flag is for a bare .safetensors file)", flag,
-         tostring(given), tostring(saved))
+      fail("%s %s: %s", flag, tostring(given), whose and whose(saved) or ("the checkpoint's "
+         .. "model has %s (the flag is for a bare .safetensors file)"):format(tostring(saved)))
    end
    if saved ~= nil then return saved end
    if given ~= nil then return given end
@@ -101,8 +105,11 @@ end
 
 -- The model's whole configuration and the run's settings (kind "bytes" | "tokens", vocab, seq,
 -- seed, batch, eval_max, bytes_seen, data), from the parameters' shapes, the checkpoint's
--- recorded settings (extra; {} for a bare file) and the flags (o), saying what is missing.
-local function configure(params, extra, o, where)
+-- recorded settings (extra; what a bare file records, else {}) and the flags (o), saying what
+-- is missing. whose: nil for a checkpoint, else { key = function(value) -> where a bare file
+-- records it }.
+local function configure(params, extra, o, where, whose)
+   whose = whose or {}
    local cfg = shape_config(params, where)
    local recorded = extra.n_layer ~= nil
    cfg.n_head = setting(extra.n_head, o.n_head, "--n-head", function()
@@ -114,7 +121,7 @@ local function configure(params, extra, o, where)
       o.note(("%d heads: --preset %s's, which has %d layers x %d (--n-head to change)")
          :format(p.n_head, name, cfg.n_layer, cfg.n_embd))
       return p.n_head
-   end)
+   end, whose.n_head)
    if cfg.n_embd % cfg.n_head ~= 0 then
       fail("--n-head %d does not divide the width %d", cfg.n_head, cfg.n_embd)
    end
@@ -129,13 +136,14 @@ local function configure(params, extra, o, where)
       fail("%s: the token vocabulary is not in the tensors' shapes (the model has %d rows, the "
          .. "vocabulary padded to a multiple of %d): give --vocab", where, rows,
          presets.VOCAB_MULTIPLE)
-   end)
+   end, whose.vocab)
    if presets.vocab_rows(vocab) ~= rows then
       fail("--vocab %d pads to %d rows, but the model has %d", vocab,
          presets.vocab_rows(vocab), rows)
    end
    if cfg.n_expert then
-      cfg.topk = setting(extra.topk, o.topk, "--topk", function() return trained.DEFAULTS.topk end)
+      cfg.topk = setting(extra.topk, o.topk, "--topk", function() return trained.DEFAULTS.topk end,
+         whose.topk)
       cfg.aux_coef = extra.aux_coef
    end
    -- a checkpoint recording no kind of data was trained on bytes (before token data existed)
@@ -162,6 +170,44 @@ local function load_file(f, ddp, path)
    end
 end
 
+-- A bare file, open: { f, fmt ("lwopt", "hf-gpt2" or "nanogpt"), params (lwopt's names and
+-- shapes), extra (the settings it records, in a manifest's words), whose (where it records each,
+-- for refusals), plan (another format's entries by lwopt parameter, foreign.plan's) }.
+local function bare_file(path)
+   local f = foreign.view(weights.open(path, path))
+   local fmt = foreign.format(f)
+   local function recorded_in(from)
+      local function whose(value) return ("%s records %s (%s)"):format(path, value, from) end
+      return { n_head = whose, vocab = whose, topk = whose }
+   end
+   if fmt == "lwopt" then
+      local extra, from = foreign.recorded(f, fmt)
+      -- a checkpoint's model.safetensors: its manifest beside it records the run's settings
+      local manifest = files.dirname(path) .. "/manifest.json"
+      if from == nil and files.kind(manifest) == "file" then
+         local ok, m = pcall(checkpoint.read_manifest, files.dirname(path), { files = false })
+         if ok and m.extra then extra, from = m.extra, manifest end
+      end
+      return { f = f, fmt = fmt, params = tensors_of(f), extra = extra,
+               whose = from and recorded_in(from) }
+   end
+   local c = foreign.shape(f, fmt, path)
+   local plan = foreign.plan(f, fmt, c, path)
+   local params = lw.arch.gpt{ n_layer = c.n_layer, n_embd = c.n_embd, n_head = 1,
+      vocab = c.rows, seq_len = c.seq_len, tied = c.tied, bias = c.bias,
+      mlp_hidden = c.mlp_hidden }
+   local rec, from = foreign.recorded(f, fmt)
+   local whose = recorded_in(from)
+   -- the vocabulary of an hf-gpt2 file is its token embedding's rows, unpadded
+   if c.vocab then
+      whose.vocab = function(value)
+         return ("%s holds %d tokens (its token embedding's rows)"):format(path, value)
+      end
+   end
+   return { f = f, fmt = fmt, params = params, plan = plan, bias = c.bias, whose = whose,
+            extra = { n_head = rec.n_head, vocab = c.vocab } }
+end
+
 -- trained.open(path, o): the model at path (a checkpoint directory, a --ckpt-dir, or a
 -- .safetensors file) on every rank of comm, ready for forward passes. o: comm (default the
 -- world), device ("cpu" default, "cuda", "cuda:N"), n_head, vocab, topk (what a bare file
@@ -176,15 +222,19 @@ function trained.open(path, o)
    local comm = o.comm or lw.comm.init()
    local what, where, note = resolve(path)
    if note then o.note(note) end
-   local m, f, params
+   local m, b, params
    if what == "checkpoint" then
       m = checkpoint.read_manifest(where, { files = false })
       params = m.params
    else
-      f = weights.open(where, where)
-      params = tensors_of(f)
+      b = bare_file(where)
+      params = b.params
+      if b.plan then
+         o.note(("%s names: %s%s"):format(b.fmt, b.fmt == "hf-gpt2" and "Conv1D weights "
+            .. "transposed back, " or "", b.bias and "biases kept" or "no biases"))
+      end
    end
-   local cfg, settings = configure(params, m and m.extra or {}, o, where)
+   local cfg, settings = configure(params, m and m.extra or b.extra, o, where, b and b.whose)
    local model = lw.models.build("gpt", cfg)
    -- no optimizer: every parameter in AdamW's buffers, which take any shape; the forward pass
    -- is the same whatever the routing
@@ -194,8 +244,13 @@ function trained.open(path, o)
    model:bind(ddp)
    if what == "checkpoint" then
       checkpoint.load(where, { ddp = ddp, weights_only = true, comm = comm })
+   elseif b.plan then
+      for _, spec in ipairs(ddp.specs) do
+         local data = foreign.tensor(b.f, b.plan[spec.name], spec.shape)
+         ddp:with_param(spec.name, function(t) ffi.copy(t.data, data, 4 * t.numel) end)
+      end
    else
-      load_file(f, ddp, where)
+      load_file(b.f, ddp, where)
    end
    return { path = where, step = m and m.step, model = model, ddp = ddp, cfg = cfg,
             settings = settings, param_dtype = ddp.param_dtype, comm = comm }

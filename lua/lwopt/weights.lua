@@ -68,10 +68,11 @@ local function halves()
    return half_table
 end
 
--- Tensor `name` of an open file as a new fp32 host array (float*) of its numel.
+-- Tensor `name` of an open file as a new fp32 host array (float*) of its numel. A renamed view
+-- of a file (foreign.view) maps its names to the file's in f.stored.
 function weights.read(f, name)
    -- an invariant: the callers read the names weights.check found in the file
-   local view = assert(safetensors.find(f.st, name), name)
+   local view = assert(safetensors.find(f.st, f.stored and f.stored[name] or name), name)
    local n = numel(f.shapes[name])
    local out = ffi.new("float[?]", math.max(n, 1))
    local dtype = f.dtypes[name]

@@ -15,7 +15,7 @@ for _, p in ipairs(m.params) do shapes[p.name] = p.shape end
 local e = m.extra
 local model = lw.nn.GPT.new{ n_layer = e.n_layer, n_embd = e.n_embd, n_head = e.n_head,
    vocab = shapes["wte.weight"][1], seq_len = shapes["wpe.weight"][1],
-   tied = shapes["lm_head.weight"] == nil, mlp_hidden = shapes["h.0.mlp.fc.weight"][1] }
+   tied = shapes["lm_head.weight"] == nil, bias = shapes["ln_f.bias"] ~= nil, mlp_hidden = shapes["h.0.mlp.fc.weight"][1] }
 local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
 lw.checkpoint.load(dir, { ddp = ddp, weights_only = true })
 model:bind(ddp, nil)

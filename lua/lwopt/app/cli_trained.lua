@@ -12,10 +12,11 @@ local cli_trained = {}
 cli_trained.flags = {
    { "device", "string", "cpu", "where the model runs: cpu, cuda (under mpirun each rank's own "
      .. "GPU) or cuda:N" },
-   { "n-head", "int", nil, "attention heads of a bare .safetensors file (default: those of the "
-     .. "--preset of its layers and width)", min = 1 },
-   { "vocab", "int", nil, "token vocabulary of a bare .safetensors file (default: 256, bytes, for "
-     .. "256 rows; GPT-2's 50257 for 50304)", min = 1, max = 2 ^ 31 - 1 },
+   { "n-head", "int", nil, "attention heads of a bare .safetensors file that does not record "
+     .. "them (default: those of the --preset of its layers and width)", min = 1 },
+   { "vocab", "int", nil, "token vocabulary of a bare .safetensors file that does not record it "
+     .. "(default: 256, bytes, for 256 rows; GPT-2's 50257 for 50304)", min = 1,
+     max = 2 ^ 31 - 1 },
    { "topk", "int", nil, "experts per token of a bare .safetensors file of a mixture of experts "
      .. "(default 2)", min = 1 },
 }

@@ -24,6 +24,7 @@ local presets = require("lwopt.presets")
 local recipe_flags = require("lwopt.app.recipe_flags")
 local recipe_resume = require("lwopt.app.recipe_resume")
 local recipe_report = require("lwopt.app.recipe_report")
+local recipe_init = require("lwopt.app.recipe_init")
 
 local recipe = {}
 
@@ -235,7 +236,13 @@ local function build_run(v, comm, data, rules)
    -- batches; the buffers are data-parallel over the DP group (the ranks of one TP rank)
    local tg = recipe_tp.groups(v, comm)
    local shape = { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq }
-   local cfg = recipe.gpt_config(shape, v.vocab, v.seq, moe, v.mlp_hidden)
+   -- biases and an untied head: --init-from a GPT-2 that has them (recipe_init.lua)
+   local function gpt_config()
+      local c = recipe.gpt_config(shape, v.vocab, v.seq, moe, v.mlp_hidden)
+      c.bias, c.tied = v.bias or false, v.tied ~= false
+      return c
+   end
+   local cfg = gpt_config()
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
    local model = lw.models.build("gpt", cfg, { ep = g, tp = tg })
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
@@ -254,8 +261,7 @@ local function build_run(v, comm, data, rules)
       tp_comm = tg and tg.comm }))
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
-      return lw.models.specs("gpt", recipe.gpt_config(shape, v.vocab, v.seq, moe,
-         v.mlp_hidden))
+      return lw.models.specs("gpt", gpt_config())
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
    -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
@@ -345,7 +351,9 @@ function recipe.main(argv, rules, script, own)
    local v = parse_flags(argv, script, own and own.presets)
    if v == nil then return {} end -- --help
    check_flags(v)
+   local shaped = recipe_init.adopt(v)
    local comm, say = start_comm(v)
+   if shaped then say(shaped) end
    local bad = lw.ep.check(v.ep, comm.size, v.n_expert) or recipe_tp.check_world(v, comm.size)
    if bad then lw.comm.fail("--" .. bad, recipe.EXIT_USAGE) end
    bad = recipe_batch.plan(v, comm.size / v.tp)

@@ -18,7 +18,9 @@ end
 
 -- The settings a checkpoint records (manifest extra) for this run's flags.
 local function settings(v, comm, data)
-   return { preset = v.preset, n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head,
+   -- shape_from: the --init-from file whose shape the model took (recipe_init.lua), or nil
+   return { preset = v.preset, shape_from = v.shape_from, n_layer = v.n_layer,
+            n_embd = v.n_embd, n_head = v.n_head,
             seq = v.seq, batch = v.batch, accum = v.accum, seed = v.seed, lr = v.lr,
             adamw_lr = v.adamw_lr, embedding_lr = v.embedding_lr, scalar_lr = v.scalar_lr,
             weight_decay = v.weight_decay, schedule = v.plan,
@@ -76,6 +78,12 @@ local function flag_value(key, value)
       and ("%.10g"):format(value) or tostring(value))
 end
 
+-- Where a run's model shape came from: its preset, or an --init-from file's (shape_from).
+local function shape_words(s)
+   if s.shape_from then return ("--init-from %s's shape"):format(s.shape_from) end
+   return ("--preset %s"):format(tostring(s.preset))
+end
+
 -- Compares the checkpoint's recorded settings with this run's: refuses the breaking
 -- differences, returns the others as one line (or nil), leaving out the keys in `said` (told
 -- on a line of their own).
@@ -91,9 +99,9 @@ local function compare_settings(saved, now, path, said)
             and ("%s as --data, but the checkpoint was trained on %s"):format(KIND_WORDS[now[key]],
                KIND_WORDS[was] or tostring(was))
             or flag == "--preset"
-            and ("--preset %s (%d layers x %d, %d heads), but the checkpoint's model is --preset "
-               .. "%s (%s layers x %s, %s heads)"):format(now.preset, now.n_layer, now.n_embd,
-               now.n_head, tostring(saved.preset), tostring(saved.n_layer), tostring(saved.n_embd),
+            and ("%s (%d layers x %d, %d heads), but the checkpoint's model is %s (%s layers x "
+               .. "%s, %s heads)"):format(shape_words(now), now.n_layer, now.n_embd, now.n_head,
+               shape_words(saved), tostring(saved.n_layer), tostring(saved.n_embd),
                tostring(saved.n_head))
             or ("%s, but the checkpoint was trained with %s"):format(flag_value(key, now[key]),
                flag_value(key, was))

@@ -1,0 +1,153 @@
+-- foreign.lua: a GPT in another program's names (an `lwopt export` in hf-gpt2 or nanogpt names,
+-- or OpenAI's GPT-2 as transformers saves it) seen as lwopt's model: which format a file is in,
+-- the model its tensors' shapes give (layers, width, vocabulary, sequence, MLP, tie, biases),
+-- the settings it records (its metadata's config, else a config.json beside it) and each lwopt
+-- parameter read back from it (Conv1D weights transposed, GPT-2's vocabulary padded with zero
+-- rows). Used by lwopt.trained (`lwopt sample`, `lwopt eval`) and the recipe's --init-from.
+local ffi = require("ffi")
+local json = require("lwopt.json")
+local files = require("lwopt.files")
+local safetensors = require("lwopt.safetensors")
+local weights = require("lwopt.weights")
+local names = require("lwopt.gpt_names")
+local presets = require("lwopt.presets")
+local errors = require("lwopt.errors")
+
+local foreign = {}
+
+-- A layer's causal mask, which older GPT-2 files keep beside the weights (a buffer, not a
+-- parameter: "attn.bias" [1, 1, n, n] and "attn.masked_bias"; not "attn.c_attn.bias").
+local function is_mask(name)
+   return name:match("%.attn%.bias$") ~= nil or name:match("%.attn%.masked_bias$") ~= nil
+end
+
+-- foreign.view(f): an open weights file (weights.open's) as the formats here name it: f itself,
+-- or, for the Hugging Face hub's GPT-2 (GPT2Model's state dict: "h.0.attn.c_attn.weight",
+-- "wte.weight", without GPT2LMHeadModel's "transformer."), a view with that prefix added; either
+-- without the causal masks. The view's stored maps its names to the file's (weights.read).
+function foreign.view(f)
+   local hub = f.shapes["h.0.attn.c_attn.weight"] ~= nil and f.shapes["wte.weight"] ~= nil
+   local masks = false
+   for _, name in ipairs(f.order) do masks = masks or is_mask(name) end
+   if not hub and not masks then return f end
+   local v = { path = f.path, st = f.st, shapes = {}, dtypes = {}, order = {}, stored = {} }
+   for _, name in ipairs(f.order) do
+      if not is_mask(name) then
+         local ours = (hub and name ~= "lm_head.weight") and "transformer." .. name or name
+         v.shapes[ours], v.dtypes[ours], v.stored[ours] = f.shapes[name], f.dtypes[name], name
+         v.order[#v.order + 1] = ours
+      end
+   end
+   return v
+end
+
+-- The format of an open weights file (weights.open's): "lwopt", "hf-gpt2" or "nanogpt", as the
+-- export's metadata says or, without it, as the names and shapes show.
+function foreign.format(f)
+   return safetensors.metadata(f.st, "lwopt.format")
+      or names.detect(function(name) return f.shapes[name] end)
+end
+
+-- A JSON object from text, or nil (a damaged config says nothing rather than failing).
+local function object_of(text)
+   if text == nil then return nil end
+   local ok, t = pcall(json.decode, text)
+   return ok and type(t) == "table" and t or nil
+end
+
+-- The settings a file records, in a checkpoint manifest's words ({ n_head, vocab, seq, n_layer,
+-- n_embd }), and where they were read ("its metadata", "config.json beside it"); {} and nil
+-- when it records none. lwopt's names: --save-params's settings; another format: the config
+-- an export writes into the metadata and beside the file (transformers' or nanoGPT's keys).
+function foreign.recorded(f, fmt)
+   if fmt == "lwopt" then
+      local t = object_of(safetensors.metadata(f.st, weights.SETTINGS_KEY))
+      return t or {}, t and "its lwopt settings" or nil
+   end
+   local config, from = object_of(safetensors.metadata(f.st, "config")), "its metadata's config"
+   if config == nil then
+      local path = files.dirname(f.path) .. "/config.json"
+      local h = io.open(path, "rb")
+      if h then
+         config, from = object_of(h:read("*a")), path
+         h:close()
+      end
+   end
+   if config == nil then return {}, nil end
+   local hf = fmt == "hf-gpt2"
+   local out = { n_head = tonumber(config.n_head), n_layer = tonumber(config.n_layer),
+      n_embd = tonumber(config.n_embd),
+      seq = tonumber(hf and config.n_positions or config.block_size),
+      -- nanoGPT's vocab_size counts the padded rows: the tokenizer's is not recorded
+      vocab = hf and tonumber(config.vocab_size) or nil }
+   return out, from
+end
+
+-- Whether any bias tensor of the file holds a value other than zero.
+local function any_bias(f)
+   for _, name in ipairs(f.order) do
+      if name:match("%.bias$") then
+         local x = weights.read(f, name)
+         for i = 0, weights.numel(f.shapes[name]) - 1 do
+            if x[i] ~= 0 then return true end
+         end
+      end
+   end
+   return false
+end
+
+-- The lwopt model a file in another format holds, from its tensors' shapes: { n_layer, n_embd,
+-- vocab (hf-gpt2: the tokenizer's, its rows; nanogpt: nil), rows (lwopt's padded vocabulary),
+-- seq_len, tied, bias, mlp_hidden }. hf-gpt2 always stores biases: the model has them when one
+-- is not zero. where names the file in errors.
+function foreign.shape(f, fmt, where)
+   local wte, wpe = f.shapes["transformer.wte.weight"], f.shapes["transformer.wpe.weight"]
+   local fc = f.shapes["transformer.h.0.mlp.c_fc.weight"]
+   if not (wte and wpe and fc and #wte == 2 and #wpe == 2 and #fc == 2) then
+      errors.fail(where, "holds no %s GPT (no transformer.wte, transformer.wpe and "
+         .. "transformer.h.0.mlp.c_fc weights)", fmt)
+   end
+   local hf = fmt == "hf-gpt2"
+   local n_layer = 0
+   while f.shapes["transformer.h." .. n_layer .. ".ln_1.weight"] do n_layer = n_layer + 1 end
+   local cfg = { n_layer = n_layer, n_embd = wte[2], seq_len = wpe[1],
+      mlp_hidden = hf and fc[2] or fc[1], tied = f.shapes["lm_head.weight"] == nil or not hf,
+      vocab = hf and wte[1] or nil, rows = hf and presets.vocab_rows(wte[1]) or wte[1] }
+   if hf then
+      cfg.bias = any_bias(f)
+   else
+      cfg.bias = f.shapes["transformer.ln_f.bias"] ~= nil
+   end
+   return cfg
+end
+
+-- The entries of names.map for the model cfg (foreign.shape's, with the tokenizer's vocab),
+-- checked against the file: every name, shape and dtype. Returns them by lwopt parameter.
+function foreign.plan(f, fmt, cfg, where)
+   local list, why = names.map(fmt, { n_layer = cfg.n_layer, n_embd = cfg.n_embd,
+      vocab = cfg.vocab or cfg.rows, rows = cfg.rows, seq_len = cfg.seq_len, tied = cfg.tied,
+      bias = cfg.bias, mlp_hidden = cfg.mlp_hidden })
+   if list == nil then errors.fail(where, "%s", why) end
+   weights.check(f, list, where, fmt .. "'s names")
+   local by_param = {}
+   for _, e in ipairs(list) do
+      if e.from and not e.alias then by_param[e.from] = e end
+   end
+   return by_param
+end
+
+-- An lwopt parameter of shape (its whole tensor's) as an fp32 host array, from its entry e of
+-- foreign.plan: Conv1D's [in, out] transposed back to [out, in], an unpadded vocabulary's rows
+-- followed by zero rows.
+function foreign.tensor(f, e, shape)
+   local src = weights.read(f, e.name)
+   if e.transpose then return weights.transpose(src, e.shape[1], e.shape[2]) end
+   if e.rows and e.rows < shape[1] then
+      local out = ffi.new("float[?]", weights.numel(shape)) -- zero-filled: the padding rows
+      ffi.copy(out, src, 4 * weights.numel(e.shape))
+      return out
+   end
+   return src
+end
+
+return foreign
