@@ -253,7 +253,7 @@ lw_status lw_combine_backward(lw_stream *stream, float *dsrc, float *dw, const f
  * row_stride elements apart (fp32 or bf16 elements, dtype): the Q and K heads of a fused qkv
  * activation [b, t, (n_head + 2 n_kv_head) hd] are col0 0 and n_heads n_head + n_kv_head. The
  * heads must fit the row: col0 + n_heads hd <= row_stride. A bf16 tensor is computed in fp32
- * (angles and sums in double) and rounded once. The conventions: docs/model_parts.md. */
+ * (angles and sums in double) and rounded once. The conventions: docs/parts.md. */
 
 /* How a head's elements pair up for rotation; frequency i (0 <= i < hd/2) turns pair i. */
 typedef enum lw_rope_pairing {
