@@ -55,8 +55,8 @@ void harness(void) {
                          .lse = calloc((size_t)nl, sizeof(double)),
                          .dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
                          .rowmax = calloc((size_t)nl, sizeof(double))};
-        reference_attention(&ref, qkv, dout, d0, b, t, c, nh, heads);
-        emulate_forward(out, lse, top, qkv, b, t, c, nh, heads);
+        reference_attention(&ref, qkv, dout, d0, b, t, c, nh, nh, 0, heads);
+        emulate_forward(out, lse, top, qkv, b, t, c, nh, nh, 0, heads);
         float *bh_top = malloc(sizeof(float) * (size_t)heads);
         double *bh_ref = malloc(sizeof(double) * (size_t)heads);
         for (int64_t bh = 0; bh < heads; bh++) {
@@ -70,7 +70,7 @@ void harness(void) {
             ro[i] = (float)ref.out[i];
         for (int64_t i = 0; i < nl; i++)
             rl[i] = (float)ref.lse[i];
-        emulate_backward(dqkv, dout, qkv, ro, rl, b, t, c, nh, heads);
+        emulate_backward(dqkv, dout, qkv, ro, rl, b, t, c, nh, nh, 0, heads);
         /* over the heads emulated only: the rest of out is 0 on both sides, of dqkv d0 */
         for (int64_t i = 0; i < 3 * n; i++) {
             const int64_t head = (i / (3 * c)) / t * nh + (i % c) / (c / nh);
