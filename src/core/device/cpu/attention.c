@@ -295,7 +295,7 @@ LWI_ROW_HELPER double exp_shifted(float *row, int64_t from, int64_t n, int64_t n
     const lwi_v8f lo = lwi_v8_splat(LWI_EXP_MIN);
     for (int64_t j = 0; j < n8; j += 8)
         lwi_v8_store(row + j, lwi_v8_exp_fast(lwi_v8_max(lo, lwi_v8_load(row + j) - shift)));
-    memset(row, 0, sizeof(float) * (size_t)from);
+    if (from > 0) memset(row, 0, sizeof(float) * (size_t)from);
     memset(row + n, 0, sizeof(float) * (size_t)(width - n));
     return lwi_row_sum(row, n8);
 }
@@ -486,7 +486,7 @@ static void head_backward(const att_part *w, float *dq, const float *q, const fl
              * output, as flash attention does (a device needs no row of p for it). dS is
              * zero outside the window, where p is (before it, a score never computed). */
             const float s = (float)row_dot(dout + (i0 + r) * c, out + (i0 + r) * c, hd);
-            memset(drow, 0, sizeof(float) * (size_t)from);
+            if (from > 0) memset(drow, 0, sizeof(float) * (size_t)from);
             for (int64_t j = from; j < n8; j++)
                 drow[j] = prow[j] * (drow[j] - s);
             memset(drow + n8, 0, sizeof(float) * (size_t)(lds - n8));
