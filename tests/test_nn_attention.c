@@ -360,14 +360,14 @@ static void test_grouped_as_repeated(int64_t b, int64_t t, int64_t c, int64_t nh
     case_free(&g), case_free(&m);
 }
 
-/* A window that covers every earlier key (t - 1, or more) is no window: out, lse and dqkv bit
- * for bit those of window 0. */
+/* A window that covers every earlier key (t - 1, or more, up to the largest int64) is no
+ * window: out, lse and dqkv bit for bit those of window 0. */
 static void test_wide_window_is_causal(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv) {
     att_case full = case_gqa(b, t, c, nh, nkv, 0);
     forward(&full);
     backward_into(&full, full.dqkv, full.r);
-    const int64_t windows[2] = {t - 1, 10 * t};
-    for (int i = 0; i < 2; i++) {
+    const int64_t windows[3] = {t - 1, 10 * t, INT64_MAX};
+    for (int i = 0; i < 3; i++) {
         att_case k = case_gqa(b, t, c, nh, nkv, windows[i]);
         memcpy(k.qkv, full.qkv, sizeof(float) * (size_t)(b * t * k.w));
         memcpy(k.r, full.r, sizeof(float) * (size_t)(b * t * c));

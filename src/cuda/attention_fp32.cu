@@ -403,10 +403,12 @@ __global__ void __launch_bounds__(THREADS)
 // The compiled head dim that serves hd: 32, 64 or 128; 0 past the largest.
 int head_dim_max(int64_t hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
 
+// A window of t - 1 keys or more is every earlier key: 0, which also keeps it within int.
 heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
     heads a;
     a.t = (int)t, a.c = (int)c, a.nh = (int)nh, a.nkv = (int)nkv, a.group = (int)(nh / nkv);
-    a.hd = (int)(c / nh), a.ld = (int)(c + 2 * nkv * (c / nh)), a.window = (int)window;
+    a.hd = (int)(c / nh), a.ld = (int)(c + 2 * nkv * (c / nh)),
+    a.window = window < t - 1 ? (int)window : 0;
     return a;
 }
 

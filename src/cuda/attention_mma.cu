@@ -393,10 +393,11 @@ template <typename K> cudaError_t opt_in(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+// A window of t - 1 keys or more is every earlier key: 0, which also keeps it within int.
 heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
     heads a;
     a.t = (int)t, a.c = (int)c, a.nh = (int)nh, a.nkv = (int)nkv, a.group = (int)(nh / nkv);
-    a.ld = (int)(c + 2 * nkv * (c / nh)), a.window = (int)window;
+    a.ld = (int)(c + 2 * nkv * (c / nh)), a.window = window < t - 1 ? (int)window : 0;
     a.tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     return a;
 }

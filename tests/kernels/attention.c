@@ -102,7 +102,7 @@ static measure att_head_max(lw_matmul m, int64_t hd) {
 }
 
 typedef struct {
-    char shape[120];
+    char shape[256];
     int64_t b, t, c, nh, nkv, window;
     int64_t w;       /* qkv's row: c + 2 nkv hd */
     int64_t nan_row; /* >= 0: channel 3 of that row's key is NaN (head 0) */
@@ -325,7 +325,7 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         const int64_t hd = a.c / a.nh;
         a.w = a.c + 2 * a.nkv * hd;
         const int64_t no = a.b * a.t * a.c, nl = a.b * a.nh * a.t, nq = a.b * a.t * a.w;
-        char grouped[64] = "", windowed[32] = "";
+        char grouped[48] = "", windowed[40] = "";
         if (a.nkv != a.nh) snprintf(grouped, sizeof grouped, ", %lld KV heads", (long long)a.nkv);
         if (a.window > 0) snprintf(windowed, sizeof windowed, ", window %lld", (long long)a.window);
         snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)%s%s%s%s",

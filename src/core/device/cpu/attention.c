@@ -327,6 +327,10 @@ typedef struct {
     float scale;
 } att_job;
 
+/* A window of t - 1 keys or more is every earlier key: 0 (which keeps the bounds below from
+ * overflowing for any window). */
+static int64_t effective_window(int64_t window, int64_t t) { return window < t - 1 ? window : 0; }
+
 /* A block's first key (rows from i0 on): the earliest its first row sees under the window,
  * rounded down to a tile so that packed columns stay aligned; 0 without a window. */
 static int64_t block_keys_from(int64_t i0, int64_t window) {
@@ -433,7 +437,7 @@ lw_status lwi_cpu_attention_forward(lw_stream *stream, void *out, lw_dtype out_d
                  .nh = nh,
                  .nkv = nkv,
                  .hd = hd,
-                 .window = window,
+                 .window = effective_window(window, t),
                  .ld = ld,
                  .scale = 1.0f / sqrtf((float)hd)};
     lwi_cpu_parallel(b * nh, 1, forward_heads, &j);
@@ -560,7 +564,7 @@ lw_status lwi_cpu_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqk
                      .nh = nh,
                      .nkv = nkv,
                      .hd = hd,
-                     .window = window,
+                     .window = effective_window(window, t),
                      .ld = ld,
                      .scale = 1.0f / sqrtf((float)hd)};
         lwi_cpu_parallel(b * nkv, 1, backward_heads, &j);
