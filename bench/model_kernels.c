@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     float *wqkv = filled(3 * C * C), *wproj = filled(C * C), *wfc = filled(H * C);
     float *wmp = filled(C * H), *dw = filled(H * C), *dout = filled(N * C), *dx = filled(N * C);
     float *dh = filled(N * H), *da = filled(N * H), *dqkv = filled(N * 3 * C);
-    float *scratch = filled(lw_attention_scratch_floats(NULL, B, T, C, NH));
+    float *scratch = filled(lw_attention_scratch_floats(NULL, B, T, C, NH, NH, 0));
     const double lin = 2.0 * N * C, attn = 4.0 * B * NH * (T * (T + 1) / 2.0) * (C / NH);
 
     printf("model kernels, one block: b %d, t %d, c %d, heads %d, OpenBLAS threads %d, "
@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
                            C, 3 * C));
     TIME("attention forward", attn,
          lw_attention_forward(NULL, att, LW_DTYPE_F32, lse, NULL, scratch, qkv, LW_DTYPE_F32, B, T,
-                              C, NH));
+                              C, NH, NH, 0));
     TIME("proj forward", lin * C,
          lw_linear_forward(NULL, y, LW_DTYPE_F32, att, LW_DTYPE_F32, wproj, LW_DTYPE_F32, NULL, N,
                            C, C));
@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
                             LW_DTYPE_F32, N, C, C));
     TIME("attention backward", 2 * attn,
          lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, att,
-                               LW_DTYPE_F32, lse, B, T, C, NH));
+                               LW_DTYPE_F32, lse, B, T, C, NH, NH, 0));
     TIME("qkv backward", 2 * lin * 3 * C,
          lw_linear_backward(NULL, dx, dw, NULL, dqkv, LW_DTYPE_F32, ln, LW_DTYPE_F32, wqkv,
                             LW_DTYPE_F32, N, C, 3 * C));

@@ -128,27 +128,33 @@ lw_status lw_softcap_backward(lw_stream *stream, float *dx, const float *dy, con
                               int64_t n, float cap);
 
 /* ---- attention ----------------------------------------------------------------------------- *
- * Causal multi-head self-attention that keeps no t x t matrix between forward and backward:
- * qkv[b, t, 3c] holds q, k, v (head h in channels [h*c/nh, (h+1)*c/nh)), out[b, t, c], and
- * lse[b, nh, t] each row's log-sum-exp of the scaled scores, from which the backward recomputes
- * the probabilities. Scale 1/sqrt(c/nh); c must divide by nh. */
+ * Causal self-attention with grouped KV heads and an optional sliding window, keeping no t x t
+ * matrix between forward and backward: qkv[b, t, c + 2 nkv hd] (hd = c / nh) holds the nh query
+ * heads, then the nkv key heads, then the nkv value heads, hd channels each; query head h reads
+ * KV head h / (nh / nkv) (nkv = nh: qkv[b, t, 3c], one KV head per head; nkv = 1: multi-query).
+ * out[b, t, c], and lse[b, nh, t] each row's log-sum-exp of the scaled scores, from which the
+ * backward recomputes the probabilities. Scale 1/sqrt(hd). window 0: query i sees keys j <= i;
+ * window w > 0: keys i - w <= j <= i (w earlier keys and its own, flash attention's window_size
+ * (w, 0)). c must divide by nh, nh by nkv. */
 
 /* Floats of scratch both passes need, the caller's workspace on the stream's device. */
 int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
-                                    int64_t nh);
+                                    int64_t nh, int64_t nkv, int64_t window);
 /* qkv of qkv_dtype; out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32.
- * head_max[nh] (optional, fp32): each head's largest score q_i . k_j / sqrt(c/nh) over the
- * batch's unmasked pairs (j <= i), as the kernel computes its scores; NaN for a head with a NaN
- * row (docs/c_api.md). */
+ * head_max[nh] (optional, fp32): each head's largest score q_i . k_j / sqrt(hd) over the
+ * batch's unmasked pairs (the causal window's), as the kernel computes its scores; NaN for a
+ * head with a NaN row (docs/c_api.md). */
 lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
                                float *head_max, float *scratch, const void *qkv,
-                               lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh);
-/* dqkv[b, t, 3c] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype) and lse;
- * dqkv of dqkv_dtype (bf16: the fp32 sum rounded). */
+                               lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,
+                               int64_t nkv, int64_t window);
+/* dqkv[b, t, c + 2 nkv hd] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype)
+ * and lse; dqkv of dqkv_dtype (bf16: the fp32 sum rounded). A KV head's gradient sums over the
+ * query heads that read it. */
 lw_status lw_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
                                 const float *dout, const void *qkv, lw_dtype qkv_dtype,
                                 const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
-                                int64_t t, int64_t c, int64_t nh);
+                                int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window);
 
 /* ---- the LM head: logits and softmax cross-entropy ------------------------------------------ *
  * logits = h[n, c] w[v, c]^T, formed a chunk of rows at a time in scratch (never n x v at once

@@ -135,14 +135,14 @@ static void test_many_short_jobs(void) {
 static void run_kernels(float *out, float *lse, float *dqkv, float *y, float *dx,
                         const float *qkv, const float *dout, const float *x, int64_t b,
                         int64_t t, int64_t c, int64_t nh, int64_t n) {
-    float *scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, c, nh));
+    float *scratch = nn_alloc(lw_attention_scratch_floats(NULL, b, t, c, nh, nh, 0));
     memset(dqkv, 0, sizeof(float) * (size_t)(b * t * 3 * c));
     memset(dx, 0, sizeof(float) * (size_t)n);
     CHECK_EQ(lw_attention_forward(NULL, out, LW_DTYPE_F32, lse, NULL, scratch, qkv, LW_DTYPE_F32, b,
-                                  t, c, nh),
+                                  t, c, nh, nh, 0),
              LW_OK);
     CHECK_EQ(lw_attention_backward(NULL, dqkv, LW_DTYPE_F32, scratch, dout, qkv, LW_DTYPE_F32, out,
-                                   LW_DTYPE_F32, lse, b, t, c, nh),
+                                   LW_DTYPE_F32, lse, b, t, c, nh, nh, 0),
              LW_OK);
     CHECK_EQ(lw_gelu_forward(NULL, y, LW_DTYPE_F32, x, LW_DTYPE_F32, n), LW_OK);
     CHECK_EQ(lw_gelu_backward(NULL, dx, LW_DTYPE_F32, x, x, LW_DTYPE_F32, n), LW_OK);

@@ -68,13 +68,13 @@ static void batch(float *x, int rank) {
  * head_max on this rank's, max-reduced over the ranks. */
 static void logits(lw_comm *c, float *const *w, float out[NH]) {
     float x[B * T * C], qkv[B * T * 3 * C], y[B * T * C], lse[B * NH * T];
-    const int64_t n = lw_attention_scratch_floats(NULL, B, T, C, NH);
+    const int64_t n = lw_attention_scratch_floats(NULL, B, T, C, NH, NH, 0);
     float *scratch = malloc(sizeof(float) * (size_t)n);
     batch(x, lw_comm_rank(c));
     CHECK_OK(lw_linear_forward(NULL, qkv, LW_DTYPE_F32, x, LW_DTYPE_F32, w[1], LW_DTYPE_F32, w[2],
                                B * T, C, 3 * C));
-    CHECK_OK(lw_attention_forward(NULL, y, LW_DTYPE_F32, lse, out, scratch, qkv, LW_DTYPE_F32, B,
-                                  T, C, NH));
+    CHECK_OK(lw_attention_forward(NULL, y, LW_DTYPE_F32, lse, out, scratch, qkv, LW_DTYPE_F32, B, T,
+                                  C, NH, NH, 0));
     CHECK_OK(lw_comm_allreduce(c, out, NH, LW_DTYPE_F32, LW_REDUCE_MAX));
     free(scratch);
 }
@@ -208,9 +208,10 @@ static void run_gqa(lw_comm *c) {
     sp[0].qkv_rows[0] = NQ * HD, sp[0].qkv_rows[1] = sp[0].qkv_rows[2] = HD;
     rig r;
     lw_buffers_options bo = lw_buffers_defaults();
-    if (!rig_new(&r, make_layout(sp, 2, lw_comm_size(c), INT64_MAX, LW_ALGORITHM_COST,
-                                 LW_ALGORITHM_DISTOPT),
-                 sp, 2, c, &bo, NULL)) {
+    if (!rig_new(
+            &r,
+            make_layout(sp, 2, lw_comm_size(c), INT64_MAX, LW_ALGORITHM_COST, LW_ALGORITHM_DISTOPT),
+            sp, 2, c, &bo, NULL)) {
         rig_free(&r);
         return;
     }

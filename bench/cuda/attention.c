@@ -29,11 +29,12 @@ static double best_ms(const shape *s, void *out, float *lse, float *scratch, flo
         const double t0 = lw_now();
         for (int i = 0; i < calls; i++) {
             bench_check(lw_attention_forward(bench_stream, out, dtype, lse, NULL, scratch, qkv,
-                                             dtype, s->b, s->t, s->c, s->nh),
+                                             dtype, s->b, s->t, s->c, s->nh, s->nh, 0),
                         "lw_attention_forward");
             if (backward)
                 bench_check(lw_attention_backward(bench_stream, dqkv, dtype, scratch, dout, qkv,
-                                                  dtype, out, dtype, lse, s->b, s->t, s->c, s->nh),
+                                                  dtype, out, dtype, lse, s->b, s->t, s->c, s->nh,
+                                                  s->nh, 0),
                             "lw_attention_backward");
         }
         const double ms = 1e3 * bench_since(bench_stream, t0) / calls;
@@ -73,7 +74,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         const int64_t hd = s->c / s->nh;
-        bench_check(lw_attention_scratch_floats(bench_stream, s->b, s->t, s->c, s->nh) <=
+        bench_check(lw_attention_scratch_floats(bench_stream, s->b, s->t, s->c, s->nh, s->nh,
+                                                0) <=
                             8 * 12 * 4096
                         ? LW_OK
                         : LW_ERR_RANGE,

@@ -4,9 +4,10 @@
 -- TP rank, at DP rank floor(r / t)). The TP ranks of a group hold the slices of every layer's
 -- matrices (lw.nn's column- and row-parallel linears, the vocabulary-parallel embedding and LM
 -- head) and see the same batch; each DP group averages its TP rank's slices and the replicated
--- tensors (lw.ddp.new over dp_comm). A TP-sharded spec carries tp = { dim, blocks, rows } and
--- full_shape: along dimension dim (0-based) the full tensor is `blocks` equal consecutive blocks,
--- each split into t contiguous pieces, and TP rank r holds piece r of every block, in block order;
+-- tensors (lw.ddp.new over dp_comm). A TP-sharded spec carries tp = { dim, blocks, sizes, rows }
+-- and full_shape: along dimension dim (0-based) the full tensor is `blocks` consecutive blocks,
+-- equal or of the sizes listed (a fused QKV weight with fewer KV heads: { q, k, v }), each split
+-- into t contiguous pieces, and TP rank r holds piece r of every block, in block order;
 -- rows, on the vocabulary tables, says how many of the full tensor's rows are the model's (the rest
 -- pad the vocabulary to a multiple of t: lw.tp.padded).
 -- Not here: the optimizer's TP modes and the TP-aware gradient norm (lw.optim).
@@ -111,8 +112,8 @@ end
 tp.numel = numel
 
 -- Calls fn(local_offset, full_offset, count) for each contiguous run of TP rank r's shard of a
--- tensor of full_shape sharded as info ({ dim, blocks }) over t ranks, in the shard's order
--- (offsets and counts in elements of the row-major tensors).
+-- tensor of full_shape sharded as info ({ dim, blocks, sizes }) over t ranks, in the shard's
+-- order (offsets and counts in elements of the row-major tensors).
 function tp.runs(full_shape, info, t, r, fn)
    local dim, blocks = info.dim, info.blocks or 1
    local outer, inner = 1, 1
@@ -120,16 +121,29 @@ function tp.runs(full_shape, info, t, r, fn)
       if i - 1 < dim then outer = outer * d elseif i - 1 > dim then inner = inner * d end
    end
    local size = full_shape[dim + 1]
-   local piece = size / (blocks * t)
-   if piece ~= math.floor(piece) then
-      errors.misuse("lw.tp", "dimension %d of %s (%d) does not split into %d blocks of %d "
-         .. "pieces", dim, table.concat(full_shape, "x"), size, blocks, t)
+   local sizes = info.sizes
+   if not sizes then
+      sizes = {}
+      for k = 1, blocks do sizes[k] = size / blocks end
+   end
+   local sum = 0
+   for _, n in ipairs(sizes) do
+      sum = sum + n
+      if n / t ~= math.floor(n / t) then sum = -1 break end
+   end
+   if #sizes ~= blocks or sum ~= size then
+      errors.misuse("lw.tp", "dimension %d of %s (%d) does not split into %d blocks (%s) of %d "
+         .. "pieces", dim, table.concat(full_shape, "x"), size, blocks,
+         table.concat(sizes, " + "), t)
    end
    local at = 0
    for o = 0, outer - 1 do
-      for k = 0, blocks - 1 do
-         fn(at, (o * size + k * (size / blocks) + r * piece) * inner, piece * inner)
+      local first = 0 -- the block's first index along dim
+      for k = 1, blocks do
+         local piece = sizes[k] / t
+         fn(at, (o * size + first + r * piece) * inner, piece * inner)
          at = at + piece * inner
+         first = first + sizes[k]
       end
    end
 end

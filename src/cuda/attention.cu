@@ -1,5 +1,6 @@
-// attention.cu: the table's causal attention entries on a GPU: the argument checks the kernels
-// rely on (the head dim, shared memory, grid and index sizes), the backward's scratch, the choice
+// attention.cu: the table's causal attention entries on a GPU (grouped KV heads, a sliding
+// window): the argument checks the kernels rely on (the head dim, shared memory, grid and index
+// sizes), the backward's scratch, the choice
 // of kernels (attention_mma.cu's on tensor cores under the bf16 matmul setting,
 // attention_fp32.cu's in fp32 otherwise), the launches, for the fp32 kernels a bf16 qkv's
 // widening and a bf16 output's and dqkv's rounding through the stream's workspace, and the
@@ -57,19 +58,20 @@ static lw_status heads_max(lw_stream *s, float *head_max, const float *rowmax, i
 
 // One float per (batch, head, row): the backward's D = rowsum(dout * out), or the forward's rows'
 // largest scores when it is asked for the heads' maxima.
-int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh) {
-    (void)c;
+int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv,
+                                     int64_t window) {
+    (void)c, (void)nkv, (void)window;
     return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
 }
 
-// What these kernels need of the shapes (the dispatcher checked that there is work and that nh
-// divides c): a head dim they are compiled for, shared memory the device can give a block (the
+// What these kernels need of the shapes (the dispatcher checked that there is work, that nh
+// divides c and nkv nh, and the window): a head dim they are compiled for, shared memory the device can give a block (the
 // fp32 kernels' when they are the ones to run: the tensor-core kernels' smaller tiles were
 // checked by tensor_cores), and grid and index sizes within int.
 static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
-                                 int64_t nh, bool backward, bool mma) {
+                                 int64_t nh, int64_t nkv, bool backward, bool mma) {
     const char *name = s->device->name;
-    const int64_t hd = c / nh, limit = lwc_flash_head_dim_limit();
+    const int64_t hd = c / nh, limit = lwc_flash_head_dim_limit(), ld = c + 2 * nkv * hd;
     if (hd > limit)
         return lwc_host->fail(LW_ERR_UNSUPPORTED,
                               "%s: attention %s: head dim %lld (c = %lld / nh = %lld) is past the "
@@ -83,16 +85,16 @@ static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int6
                               "%s: attention %s: head dim %lld needs %zu bytes of shared memory "
                               "per block, the GPU gives at most %zu",
                               name, pass, (long long)hd, smem, most);
-    // grid (b nh, query tiles of 64): y at most 65535; t, 3c and b nh within int; the backward's
-    // row dots take a block per 8 of the b nh t rows
-    if (b * nh > INT_MAX || t > (int64_t)65535 * 64 || 3 * c > INT_MAX ||
+    // grid (b nh, query tiles of 64): y at most 65535; t, qkv's row (c + 2 nkv hd) and b nh
+    // within int; the backward's row dots take a block per 8 of the b nh t rows
+    if (b * nh > INT_MAX || t > (int64_t)65535 * 64 || ld > INT_MAX ||
         (b * nh * t + 7) / 8 > INT_MAX)
-        return lwc_host->fail(
-            LW_ERR_RANGE,
-            "%s: attention %s: b = %lld, t = %lld, c = %lld, nh = %lld is past "
-            "the kernels' sizes (b nh < 2^31, t <= %lld, 3c < 2^31, b nh t < 2^34)",
-            name, pass, (long long)b, (long long)t, (long long)c, (long long)nh,
-            (long long)65535 * 64);
+        return lwc_host->fail(LW_ERR_RANGE,
+                              "%s: attention %s: b = %lld, t = %lld, c = %lld, nh = %lld, nkv = "
+                              "%lld is past the kernels' sizes (b nh < 2^31, t <= %lld, c + 2 nkv "
+                              "c / nh < 2^31, b nh t < 2^34)",
+                              name, pass, (long long)b, (long long)t, (long long)c, (long long)nh,
+                              (long long)nkv, (long long)65535 * 64);
     return LW_OK;
 }
 
@@ -120,7 +122,8 @@ static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, in
 // after them.
 lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, float *lse,
                                 float *head_max, float *scratch, const void *qkv,
-                                lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh) {
+                                lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,
+                                int64_t nkv, int64_t window) {
     float *rowmax = head_max != NULL ? scratch : NULL;
     if (head_max != NULL && scratch == NULL)
         return lwc_host->fail(LW_ERR_INVALID,
@@ -130,24 +133,25 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     const bool out16 = out_dtype == LW_DTYPE_BF16, qkv16 = qkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {qkv, out};
     const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
-    lw_status st = check_attention(s, "forward", b, t, c, nh, false, mma);
+    lw_status st = check_attention(s, "forward", b, t, c, nh, nkv, false, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     if (mma) {
-        st = lwc_launched(
-            s, lwc_flash_mma_forward(cs, out, out16, lse, rowmax, qkv, qkv16, b, t, c, nh),
-            "the attention kernel (tensor cores)");
+        st = lwc_launched(s,
+                          lwc_flash_mma_forward(cs, out, out16, lse, rowmax, qkv, qkv16, b, t, c,
+                                                nh, nkv, window),
+                          "the attention kernel (tensor cores)");
         return st == LW_OK ? heads_max(s, head_max, rowmax, b, t, nh) : st;
     }
-    const int64_t bytes[2] = {out16 ? 4 * b * t * c : 0, qkv16 ? 4 * b * t * 3 * c : 0};
+    const int64_t nq = b * t * (c + 2 * nkv * (c / nh));
+    const int64_t bytes[2] = {out16 ? 4 * b * t * c : 0, qkv16 ? 4 * nq : 0};
     void *r[2] = {NULL, NULL};
     if ((out16 || qkv16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
     const float *qkv32 = static_cast<const float *>(qkv16 ? r[1] : qkv);
     float *out32 = static_cast<float *>(out16 ? r[0] : out);
-    if (qkv16 && (st = lwc_widen(s, static_cast<float *>(r[1]), qkv, b * t * 3 * c)) != LW_OK)
-        return st;
-    st = lwc_launched(s, lwc_flash_forward(cs, out32, lse, rowmax, qkv32, b, t, c, nh),
+    if (qkv16 && (st = lwc_widen(s, static_cast<float *>(r[1]), qkv, nq)) != LW_OK) return st;
+    st = lwc_launched(s, lwc_flash_forward(cs, out32, lse, rowmax, qkv32, b, t, c, nh, nkv, window),
                       "the attention kernel");
     if (st == LW_OK) st = heads_max(s, head_max, rowmax, b, t, nh);
     return st == LW_OK && out16 ? lwc_to_bf16(s, out, out32, b * t * c) : st;
@@ -158,11 +162,11 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
 lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
                                  const float *dout, const void *qkv, lw_dtype qkv_dtype,
                                  const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
-                                 int64_t t, int64_t c, int64_t nh) {
+                                 int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
     const bool qkv16 = qkv_dtype == LW_DTYPE_BF16, d16 = dqkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {dqkv, dout, qkv};
     const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
-    lw_status st = check_attention(s, "backward", b, t, c, nh, true, mma);
+    lw_status st = check_attention(s, "backward", b, t, c, nh, nkv, true, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -172,10 +176,11 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
         "the attention backward's row sums");
     if (st != LW_OK) return st;
     if (mma)
-        return lwc_launched(
-            s, lwc_flash_mma_backward(cs, dqkv, d16, scratch, dout, qkv, qkv16, lse, b, t, c, nh),
-            "the attention backward kernels (tensor cores)");
-    const int64_t nq = b * t * 3 * c;
+        return lwc_launched(s,
+                            lwc_flash_mma_backward(cs, dqkv, d16, scratch, dout, qkv, qkv16, lse, b,
+                                                   t, c, nh, nkv, window),
+                            "the attention backward kernels (tensor cores)");
+    const int64_t nq = b * t * (c + 2 * nkv * (c / nh));
     const int64_t bytes[2] = {qkv16 ? 4 * nq : 0, d16 ? 4 * nq : 0};
     void *r[2] = {NULL, NULL};
     if ((qkv16 || d16) && (st = lwc_regions(s, 2, bytes, r)) != LW_OK) return st;
@@ -185,7 +190,7 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
     st = lwc_launched(s,
                       lwc_flash_backward(cs, d32, scratch, dout,
                                          static_cast<const float *>(qkv16 ? r[0] : qkv), lse, b, t,
-                                         c, nh),
+                                         c, nh, nkv, window),
                       "the attention backward kernels");
     return st == LW_OK && d16 ? lwc_to_bf16(s, dqkv, d32, nq) : st;
 }

@@ -1,14 +1,15 @@
-// attention_fp32.cu: the causal attention's fp32 kernels on a GPU, flash-attention style: no
-// t x t matrix anywhere; the reference path on a GPU, whose D = rowsum(dout * out) serves both
-// these and attention_mma.cu's backward. attention.cu's entries check the shapes, choose between
-// these and the tensor-core kernels, and launch these through the launchers at the end of this
-// file (attention_fp32.h). The forward runs a block per (batch x head, tile of 64 query rows)
-// over the key tiles up to the diagonal with an online softmax and saves each row's log-sum-exp
-// (and, when asked, its largest score); the backward recomputes the probabilities from it: D =
-// rowsum(dout * out) first, then a kernel over key tiles for dk and dv and one over query tiles
-// for dq, each output element owned by one thread (no atomics: the backward repeats bit for
-// bit). Head dims up to 128, any value: the kernels are compiled for a largest head dim D of 32,
-// 64 or 128 and the smallest that fits runs.
+// attention_fp32.cu: the causal attention's fp32 kernels on a GPU, flash-attention style, with
+// grouped KV heads and a sliding window: no t x t matrix anywhere; the reference path on a GPU,
+// whose D = rowsum(dout * out) serves both these and attention_mma.cu's backward. attention.cu's
+// entries check the shapes, choose between these and the tensor-core kernels, and launch these
+// through the launchers at the end of this file (attention_fp32.h). The forward runs a block per
+// (batch x head, tile of 64 query rows) over the key tiles from the window's first to the diagonal
+// with an online softmax and saves each row's log-sum-exp (and, when asked, its largest score); the
+// backward recomputes the probabilities from it: D = rowsum(dout * out) first, then a kernel over
+// key tiles for dk and dv (a block per KV head's tile, over the query heads that read it) and one
+// over query tiles for dq, each output element owned by one thread (no atomics: the backward
+// repeats bit for bit). Head dims up to 128, any value: the kernels are compiled for a largest head
+// dim D of 32, 64 or 128 and the smallest that fits runs.
 //
 // Tiles and threads: 64 query rows x 64 keys per step, 256 threads as 32 (ty) x 8 (tx). Thread
 // (ty, tx) owns rows ty and ty + 32 of a tile and columns tx + 8 j: the 16 scores s[i][j] of rows
@@ -27,8 +28,8 @@
 
 namespace {
 
-constexpr int TILE = 64;     // query rows and keys per tile
-constexpr int THREADS = 256; // 32 x 8
+constexpr int TILE = 64;      // query rows and keys per tile
+constexpr int THREADS = 256;  // 32 x 8
 constexpr int SLD = TILE + 8; // row stride of the score tile
 
 template <int D> constexpr int ld() { return D + 1; }
@@ -64,6 +65,21 @@ __device__ float row_sum(float v) {
     for (int off = 1; off < 8; off <<= 1)
         v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
+}
+
+// Whether query `query` sees key `key`: causal, and within the window (0: none).
+__device__ __forceinline__ bool sees(int query, int key, int window) {
+    return key <= query && (window == 0 || key >= query - window);
+}
+
+// The first key tile a query tile from q0 sees under the window; the last query tile (of
+// `tiles`) that sees a key tile from k0.
+__device__ __forceinline__ int first_key_tile(int q0, int window) {
+    return window > 0 && q0 > window ? (q0 - window) / TILE : 0;
+}
+__device__ __forceinline__ int last_query_tile(int k0, int tiles, int window) {
+    const int last = window > 0 ? (k0 + TILE - 1 + window) / TILE : tiles - 1;
+    return last < tiles - 1 ? last : tiles - 1;
 }
 
 // s[i][j] = a[ty + 32 i] . b[tx + 8 j] over hd, a and b shared tiles.
@@ -109,19 +125,26 @@ __device__ void tile_matmul(float (&acc)[2][D / 8], const float *w, const float 
     }
 }
 
+// What every kernel takes of the shapes: qkv's rows `ld` = c + 2 nkv hd floats apart, query
+// head h reading KV head h / group (group = nh / nkv), the window (0: none).
+struct heads {
+    int t, c, nh, nkv, group, hd, ld, window;
+};
+
 // grid (b * nh, query tiles), the last query tile (the most keys) first.
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    forward_kernel(float *out, float *lse, float *rowmax, const float *qkv, int t, int c, int nh,
-                   int hd, float scale) {
+    forward_kernel(float *out, float *lse, float *rowmax, const float *qkv, heads a, float scale) {
     extern __shared__ float smem[];
     float *qs = smem, *ks = qs + TILE * ld<D>(), *vs = ks + TILE * ld<D>();
     float *ss = vs + TILE * ld<D>();
-    const int bh = blockIdx.x, bi = bh / nh, h = bh - bi * nh;
+    const int t = a.t, c = a.c, hd = a.hd, window = a.window;
+    const int bh = blockIdx.x, bi = bh / a.nh, h = bh - bi * a.nh;
     const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * TILE;
     const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    const int64_t c3 = 3 * (int64_t)c;
-    const float *q = qkv + (int64_t)bi * t * c3 + (int64_t)h * hd, *k = q + c, *v = q + 2 * c;
+    const int64_t c3 = a.ld;
+    const float *row0 = qkv + (int64_t)bi * t * c3, *q = row0 + (int64_t)h * hd;
+    const float *k = row0 + c + (int64_t)(h / a.group) * hd, *v = k + (int64_t)a.nkv * hd;
 
     zero(smem, 3 * TILE * ld<D>()); // columns hd .. D - 1 stay 0 for the whole block
     __syncthreads();
@@ -135,7 +158,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int j = 0; j < D / 8; j++)
             acc[i][j] = 0.0f;
 
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = first_key_tile(q0, window); kt <= qt; kt++) {
         const int k0 = kt * TILE;
         __syncthreads(); // the last step's reads of ks, vs and ss are done
         load_tile<D>(ks, k, c3, k0, t, hd);
@@ -146,21 +169,24 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int row = q0 + ty + 32 * i;
-            // causal: key <= row. Every row sees key 0 in the first tile, so m is finite after
-            // it and no exp below meets inf - inf. Keys past t are zero rows of ks and vs: for
-            // a row < t they are masked (key > row); rows past t are never stored.
+            // causal (key <= row) and within the window. Keys past t are zero rows of ks and vs:
+            // for a row < t they are masked (key > row); rows past t are never stored.
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                s[i][j] = k0 + tx + 8 * j <= row ? s[i][j] * scale : -INFINITY;
+                s[i][j] = sees(row, k0 + tx + 8 * j, window) ? s[i][j] * scale : -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             const float mnew = fmaxf(m[i], row_max(mx));
-            const float alpha = expf(m[i] - mnew); // 0 on the first tile (m = -inf)
+            // Without a window every row sees key 0 in the first tile, so mnew is finite; under
+            // one a row may see nothing in its first tile: exponentials from 0 there (every p
+            // 0), not -inf - -inf.
+            const float base = mnew == -INFINITY ? 0.0f : mnew;
+            const float alpha = expf(m[i] - base); // 0 on the first tile (m = -inf)
             float rs = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                s[i][j] = expf(s[i][j] - mnew);
+                s[i][j] = expf(s[i][j] - base);
                 rs += s[i][j];
             }
             l[i] = l[i] * alpha + row_sum(rs);
@@ -217,26 +243,27 @@ __device__ void load_rows(float *ls, float *ds, const float *lse, const float *d
     }
 }
 
-// dk and dv of one key tile: grid (b * nh, key tiles), the first key tile (the most queries)
-// first. For each query tile at or after the key tile: P^T[key][query] = exp(s - lse[query])
-// (0 where query < key or query >= t), dv += P^T dout, dP^T = v dout^T, dS^T = P^T (dP^T -
-// D[query]), dk += scale dS^T q.
+// dk and dv of one key tile of a KV head: grid (b * nkv, key tiles), the first key tile (the most
+// queries) first. For each query head reading it and each query tile from the key tile's to the
+// window's last: P^T[key][query] = exp(s - lse[query]) (0 where the query does not see the key,
+// or query >= t), dv += P^T dout, dP^T = v dout^T, dS^T = P^T (dP^T - D[query]), dk += scale
+// dS^T q.
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-    dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                const float *dd, int t, int c, int nh, int hd, float scale) {
+    dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dd,
+                heads a, float scale) {
     extern __shared__ float smem[];
     float *ks = smem, *vs = ks + TILE * ld<D>(), *qs = vs + TILE * ld<D>();
     float *os = qs + TILE * ld<D>(), *ss = os + TILE * ld<D>(), *ls = ss + TILE * SLD;
     float *ds = ls + TILE;
-    const int bh = blockIdx.x, bi = bh / nh, h = bh - bi * nh;
+    const int t = a.t, c = a.c, hd = a.hd, window = a.window;
+    const int bk = blockIdx.x, bi = bk / a.nkv, kh = bk - bi * a.nkv;
     const int kt = blockIdx.y, k0 = kt * TILE, tiles = (t + TILE - 1) / TILE;
+    const int last = last_query_tile(k0, tiles, window);
     const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    const int64_t c3 = 3 * (int64_t)c;
-    const int64_t head = (int64_t)bi * t * c3 + (int64_t)h * hd;
-    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
-    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * hd;
-    const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
+    const int64_t c3 = a.ld, row0 = (int64_t)bi * t * c3;
+    const int64_t kv = row0 + c + (int64_t)kh * hd; // the KV head's k (its v nkv hd further)
+    const float *k = qkv + kv, *v = k + (int64_t)a.nkv * hd;
 
     zero(smem, 4 * TILE * ld<D>());
     __syncthreads();
@@ -250,69 +277,80 @@ __global__ void __launch_bounds__(THREADS)
         for (int j = 0; j < D / 8; j++)
             dk[i][j] = dv[i][j] = 0.0f;
 
-    for (int qt = kt; qt < tiles; qt++) {
-        const int q0 = qt * TILE;
-        __syncthreads(); // the last step's reads of qs, os, ss, ls and ds are done
-        load_tile<D>(qs, q, c3, q0, t, hd);
-        load_tile<D>(os, dout_h, c, q0, t, hd);
-        load_rows(ls, ds, lse_h, dd_h, q0, t);
-        __syncthreads();
-        float p[2][8], dp[2][8];
-        tile_dots<D>(p, ks, qs, hd, ty, tx); // [key ty + 32 i][query tx + 8 j]
-        tile_dots<D>(dp, vs, os, hd, ty, tx);
+    for (int h = kh * a.group; h < (kh + 1) * a.group; h++) {
+        const int bh = bi * a.nh + h;
+        const float *q = qkv + row0 + (int64_t)h * hd;
+        const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * hd;
+        const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
+        for (int qt = kt; qt <= last; qt++) {
+            const int q0 = qt * TILE;
+            __syncthreads(); // the last step's reads of qs, os, ss, ls and ds are done
+            load_tile<D>(qs, q, c3, q0, t, hd);
+            load_tile<D>(os, dout_h, c, q0, t, hd);
+            load_rows(ls, ds, lse_h, dd_h, q0, t);
+            __syncthreads();
+            float p[2][8], dp[2][8];
+            tile_dots<D>(p, ks, qs, hd, ty, tx); // [key ty + 32 i][query tx + 8 j]
+            tile_dots<D>(dp, vs, os, hd, ty, tx);
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int key = k0 + ty + 32 * i;
+            for (int i = 0; i < 2; i++) {
+                const int key = k0 + ty + 32 * i;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int b = tx + 8 * j, query = q0 + b;
-                const float pij = query >= key && query < t ? expf(p[i][j] * scale - ls[b]) : 0.0f;
-                dp[i][j] = pij * (dp[i][j] - ds[b]); // dS^T, kept for after dv
-                ss[(ty + 32 * i) * SLD + b] = pij;
+                for (int j = 0; j < 8; j++) {
+                    const int b = tx + 8 * j, query = q0 + b;
+                    const float pij = sees(query, key, window) && query < t
+                                          ? expf(p[i][j] * scale - ls[b])
+                                          : 0.0f;
+                    dp[i][j] = pij * (dp[i][j] - ds[b]); // dS^T, kept for after dv
+                    ss[(ty + 32 * i) * SLD + b] = pij;
+                }
             }
+            __syncthreads();
+            tile_matmul<D>(dv, ss, os, ty, tx);
+            __syncthreads(); // every read of P^T is done before dS^T replaces it
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    ss[(ty + 32 * i) * SLD + tx + 8 * j] = dp[i][j];
+            __syncthreads();
+            tile_matmul<D>(dk, ss, qs, ty, tx);
         }
-        __syncthreads();
-        tile_matmul<D>(dv, ss, os, ty, tx);
-        __syncthreads(); // every read of P^T is done before dS^T replaces it
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                ss[(ty + 32 * i) * SLD + tx + 8 * j] = dp[i][j];
-        __syncthreads();
-        tile_matmul<D>(dk, ss, qs, ty, tx);
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int key = k0 + ty + 32 * i;
         if (key >= t) continue;
-        float *g = dqkv + head + (int64_t)key * c3;
+        float *g = dqkv + kv + (int64_t)key * c3;
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
             const int col = tx + 8 * j;
             if (col >= hd) continue;
-            g[c + col] += scale * dk[i][j];
-            g[2 * c + col] += dv[i][j];
+            g[col] += scale * dk[i][j];
+            g[(int64_t)a.nkv * hd + col] += dv[i][j];
         }
     }
 }
 
-// dq of one query tile: grid (b * nh, query tiles), the last first. For each key tile up to the
-// diagonal: P = exp(s - lse), dP = dout v^T, dS = P (dP - D), dq += scale dS k.
+// dq of one query tile: grid (b * nh, query tiles), the last first. For each key tile from the
+// window's first to the diagonal: P = exp(s - lse), dP = dout v^T, dS = P (dP - D), dq += scale
+// dS k.
 template <int D>
 __global__ void __launch_bounds__(THREADS)
     dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dd,
-              int t, int c, int nh, int hd, float scale) {
+              heads a, float scale) {
     extern __shared__ float smem[];
     float *qs = smem, *os = qs + TILE * ld<D>(), *ks = os + TILE * ld<D>();
     float *vs = ks + TILE * ld<D>(), *ss = vs + TILE * ld<D>(), *ls = ss + TILE * SLD;
     float *ds = ls + TILE;
-    const int bh = blockIdx.x, bi = bh / nh, h = bh - bi * nh;
+    const int t = a.t, c = a.c, hd = a.hd, window = a.window;
+    const int bh = blockIdx.x, bi = bh / a.nh, h = bh - bi * a.nh;
     const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * TILE;
     const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    const int64_t c3 = 3 * (int64_t)c;
-    const int64_t head = (int64_t)bi * t * c3 + (int64_t)h * hd;
-    const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+    const int64_t c3 = a.ld, row0 = (int64_t)bi * t * c3;
+    const int64_t head = row0 + (int64_t)h * hd;
+    const float *q = qkv + head, *k = qkv + row0 + c + (int64_t)(h / a.group) * hd;
+    const float *v = k + (int64_t)a.nkv * hd;
     const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * hd;
 
     zero(smem, 4 * TILE * ld<D>());
@@ -328,7 +366,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int j = 0; j < D / 8; j++)
             dq[i][j] = 0.0f;
 
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = first_key_tile(q0, window); kt <= qt; kt++) {
         const int k0 = kt * TILE;
         __syncthreads(); // the last step's reads of ks, vs and ss are done
         load_tile<D>(ks, k, c3, k0, t, hd);
@@ -339,12 +377,13 @@ __global__ void __launch_bounds__(THREADS)
         tile_dots<D>(dp, os, vs, hd, ty, tx);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            const int a = ty + 32 * i, query = q0 + a;
+            const int r = ty + 32 * i, query = q0 + r;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const int key = k0 + tx + 8 * j;
-                const float pij = key <= query && query < t ? expf(p[i][j] * scale - ls[a]) : 0.0f;
-                ss[a * SLD + tx + 8 * j] = pij * (dp[i][j] - ds[a]);
+                const float pij =
+                    sees(query, key, window) && query < t ? expf(p[i][j] * scale - ls[r]) : 0.0f;
+                ss[r * SLD + tx + 8 * j] = pij * (dp[i][j] - ds[r]);
             }
         }
         __syncthreads();
@@ -364,24 +403,31 @@ __global__ void __launch_bounds__(THREADS)
 // The compiled head dim that serves hd: 32, 64 or 128; 0 past the largest.
 int head_dim_max(int64_t hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
 
+// A window of t - 1 keys or more is every earlier key: 0, which also keeps it within int.
+heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
+    heads a;
+    a.t = (int)t, a.c = (int)c, a.nh = (int)nh, a.nkv = (int)nkv, a.group = (int)(nh / nkv);
+    a.hd = (int)(c / nh), a.ld = (int)(c + 2 * nkv * (c / nh)),
+    a.window = window < t - 1 ? (int)window : 0;
+    return a;
+}
+
 template <int D>
 cudaError_t forward(cudaStream_t stream, float *out, float *lse, float *rowmax, const float *qkv,
-                    int64_t b, int64_t t, int64_t c, int64_t nh) {
+                    int64_t b, const heads &a) {
     const size_t bytes = forward_floats<D>() * sizeof(float);
     cudaError_t e = cudaFuncSetAttribute(forward_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e != cudaSuccess) return e;
-    const int64_t hd = c / nh;
-    const dim3 grid((unsigned)(b * nh), (unsigned)((t + TILE - 1) / TILE));
-    forward_kernel<D><<<grid, THREADS, bytes, stream>>>(out, lse, rowmax, qkv, (int)t, (int)c,
-                                                        (int)nh, (int)hd, 1.0f / sqrtf((float)hd));
+    const dim3 grid((unsigned)(b * a.nh), (unsigned)((a.t + TILE - 1) / TILE));
+    forward_kernel<D>
+        <<<grid, THREADS, bytes, stream>>>(out, lse, rowmax, qkv, a, 1.0f / sqrtf((float)a.hd));
     return cudaGetLastError();
 }
 
 template <int D>
 cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
-                     const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
-                     int64_t nh) {
+                     const float *qkv, const float *lse, int64_t b, const heads &a) {
     const size_t bytes = backward_floats<D>() * sizeof(float);
     cudaError_t e = cudaFuncSetAttribute(dkdv_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
@@ -389,13 +435,13 @@ cudaError_t backward(cudaStream_t stream, float *dqkv, const float *dd, const fl
         e = cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)bytes);
     if (e != cudaSuccess) return e;
-    const int64_t hd = c / nh;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const dim3 grid((unsigned)(b * nh), (unsigned)((t + TILE - 1) / TILE));
-    dkdv_kernel<D><<<grid, THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, dd, (int)t, (int)c,
-                                                     (int)nh, (int)hd, scale);
-    dq_kernel<D><<<grid, THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, dd, (int)t, (int)c,
-                                                   (int)nh, (int)hd, scale);
+    const float scale = 1.0f / sqrtf((float)a.hd);
+    const unsigned tiles = (unsigned)((a.t + TILE - 1) / TILE);
+    // dk and dv a block per KV head's key tile, dq a block per query head's query tile
+    dkdv_kernel<D><<<dim3((unsigned)(b * a.nkv), tiles), THREADS, bytes, stream>>>(
+        dqkv, dout, qkv, lse, dd, a, scale);
+    dq_kernel<D><<<dim3((unsigned)(b * a.nh), tiles), THREADS, bytes, stream>>>(dqkv, dout, qkv,
+                                                                                lse, dd, a, scale);
     return cudaGetLastError();
 }
 
@@ -405,21 +451,31 @@ int64_t lwc_flash_head_dim_limit(void) { return 128; }
 
 size_t lwc_flash_smem_bytes(int64_t hd, bool backward) {
     switch (head_dim_max(hd)) {
-    case 32: return (backward ? backward_floats<32>() : forward_floats<32>()) * sizeof(float);
-    case 64: return (backward ? backward_floats<64>() : forward_floats<64>()) * sizeof(float);
-    case 128: return (backward ? backward_floats<128>() : forward_floats<128>()) * sizeof(float);
-    default: return 0;
+    case 32:
+        return (backward ? backward_floats<32>() : forward_floats<32>()) * sizeof(float);
+    case 64:
+        return (backward ? backward_floats<64>() : forward_floats<64>()) * sizeof(float);
+    case 128:
+        return (backward ? backward_floats<128>() : forward_floats<128>()) * sizeof(float);
+    default:
+        return 0;
     }
 }
 
 cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, float *rowmax,
-                              const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+                              const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
+                              int64_t nkv, int64_t window) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
+    const heads a = heads_of(t, c, nh, nkv, window);
     switch (head_dim_max(c / nh)) {
-    case 32: return forward<32>(stream, out, lse, rowmax, qkv, b, t, c, nh);
-    case 64: return forward<64>(stream, out, lse, rowmax, qkv, b, t, c, nh);
-    case 128: return forward<128>(stream, out, lse, rowmax, qkv, b, t, c, nh);
-    default: return cudaErrorInvalidValue; // the caller checks the head dim first
+    case 32:
+        return forward<32>(stream, out, lse, rowmax, qkv, b, a);
+    case 64:
+        return forward<64>(stream, out, lse, rowmax, qkv, b, a);
+    case 128:
+        return forward<128>(stream, out, lse, rowmax, qkv, b, a);
+    default:
+        return cudaErrorInvalidValue; // the caller checks the head dim first
     }
 }
 
@@ -438,14 +494,19 @@ cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, 
     return cudaGetLastError();
 }
 
-cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                               const float *dout, const float *qkv, const float *lse, int64_t b,
-                               int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
+                               const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
+                               int64_t nh, int64_t nkv, int64_t window) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
+    const heads a = heads_of(t, c, nh, nkv, window);
     switch (head_dim_max(c / nh)) {
-    case 32: return backward<32>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    case 64: return backward<64>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    case 128: return backward<128>(stream, dqkv, dd, dout, qkv, lse, b, t, c, nh);
-    default: return cudaErrorInvalidValue;
+    case 32:
+        return backward<32>(stream, dqkv, dd, dout, qkv, lse, b, a);
+    case 64:
+        return backward<64>(stream, dqkv, dd, dout, qkv, lse, b, a);
+    case 128:
+        return backward<128>(stream, dqkv, dd, dout, qkv, lse, b, a);
+    default:
+        return cudaErrorInvalidValue;
     }
 }

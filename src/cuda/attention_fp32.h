@@ -13,17 +13,19 @@ int64_t lwc_flash_head_dim_limit(void);
 // Dynamic shared memory per block of the forward or backward kernels for head dim hd (0 past the
 // limit): the caller checks it against the device's opt-in maximum.
 size_t lwc_flash_smem_bytes(int64_t hd, bool backward);
-// out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c]; rowmax[b, nh, t] (optional): each row's
-// largest scaled score (NaN for a row whose sum is NaN). Each returns the launch's error.
+// out[b, t, c] and lse[b, nh, t] from qkv[b, t, c + 2 nkv hd] (nh query heads, nkv KV heads,
+// window 0 or w: lw_model_kernels.h's contract); rowmax[b, nh, t] (optional): each row's largest
+// scaled score (NaN for a row whose sum is NaN). Each returns the launch's error.
 cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, float *rowmax,
-                              const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh);
+                              const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
+                              int64_t nkv, int64_t window);
 // dd[b, nh, t] = rowsum(dout * out) over each head's channels, in double rounded once: the
 // backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch).
 cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
                              bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh);
-// dqkv[b, t, 3c] += the backward, from dd (lwc_flash_rowdot's, queued before).
-cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd,
-                               const float *dout, const float *qkv, const float *lse, int64_t b,
-                               int64_t t, int64_t c, int64_t nh);
+// dqkv[b, t, c + 2 nkv hd] += the backward, from dd (lwc_flash_rowdot's, queued before).
+cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
+                               const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
+                               int64_t nh, int64_t nkv, int64_t window);
 
 #endif

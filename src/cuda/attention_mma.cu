@@ -1,10 +1,11 @@
 // attention_mma.cu: causal multi-head attention on tensor cores, flash-attention style, for head
-// dims 64 and 128: mma.sync.m16n8k16 with bf16 operands and fp32 accumulators, the running max
+// dims 64 and 128, with grouped KV heads and a sliding window (the steps wholly outside it
+// skipped): mma.sync.m16n8k16 with bf16 operands and fp32 accumulators, the running max
 // and sum in fp32, Q, K, V and dO rounded to bf16 as they are staged into shared memory from
 // fp32 tensors (a bf16 qkv copied as it is), out and dqkv fp32 or rounded to bf16, lse fp32. The
 // forward saves each row's log-sum-exp; the backward recomputes P from it in two passes that
-// each own what they write (no atomics: it repeats bit for bit): a kernel over key tiles for dK
-// and dV, one over query tiles for dQ,
+// each own what they write (no atomics: it repeats bit for bit): a kernel over a KV head's key
+// tiles for dK and dV (over the query heads that read it), one over query tiles for dQ,
 // after attention.cu's D = rowsum(dout * out). attention.cu's entries run these under the bf16
 // matmul setting (its fp32 kernels otherwise: the reference path); attention_mma.h declares the
 // launchers at the end of this file.
@@ -28,6 +29,12 @@ constexpr int THREADS = LWC_FA_THREADS;
 // about 255 (two blocks) whatever is asked.
 template <int D> constexpr int MIN_BLOCKS = D == 64 ? 3 : 2;
 constexpr float LOG2E = 1.44269504088896341f;
+
+// What every kernel takes of the shapes: qkv's rows `ld` = c + 2 nkv hd values apart, query head
+// h reading KV head h / group (group = nh / nkv), the window (0: none), and the tiles of t.
+struct heads {
+    int t, c, nh, nkv, group, ld, window, tiles;
+};
 
 // d (a C tile, 4 floats) += a (A, 4 registers) b (B, 2 registers): one warp's m16n8k16.
 __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
@@ -115,8 +122,8 @@ __device__ __forceinline__ void quad_sum(float *v) {
 // columns of two [n][D] tiles (B operands, two 8-column tiles per ldmatrix).
 template <int D, int NT>
 __device__ __forceinline__ void score_pair(float (*s)[4], float (*dp)[4], const uint16_t *x,
-                                           const uint16_t *w, const uint16_t *y,
-                                           const uint16_t *z, int warp, int lane) {
+                                           const uint16_t *w, const uint16_t *y, const uint16_t *z,
+                                           int warp, int lane) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         uint32_t xa[4], wa[4];
@@ -176,18 +183,19 @@ __device__ __forceinline__ void add2(uint16_t *g, float x, float y) {
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
 template <int D, typename QKV, typename O>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
-    flash_mma_forward_kernel(O *out, float *lse, float *rowmax, const QKV *qkv, int t, int c,
-                             int nh, int tiles, float sc) {
+    flash_mma_forward_kernel(O *out, float *lse, float *rowmax, const QKV *qkv, heads a, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
+    const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
-    lwc_fa_block(blockIdx.x, tiles, LWC_FA_FORWARD, &bh, &tile);
-    const int bi = bh / nh, h = bh - bi * nh, q0 = tile * LWC_FA_BLOCK;
+    lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_FORWARD, &bh, &tile);
+    const int bi = bh / a.nh, h = bh - bi * a.nh, q0 = tile * LWC_FA_BLOCK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
-    const int64_t c3 = 3 * (int64_t)c;
-    const QKV *q = qkv + (int64_t)bi * t * c3 + (int64_t)h * D, *k = q + c, *v = q + 2 * c;
+    const int64_t c3 = a.ld;
+    const QKV *rows = qkv + (int64_t)bi * t * c3, *q = rows + (int64_t)h * D;
+    const QKV *k = rows + c + (int64_t)(h / a.group) * D, *v = k + (int64_t)a.nkv * D;
 
     // 1. the block's Q; the warp's 16 rows as A operands, held for every step
     stage<D, LWC_FA_BLOCK>(qs, q, c3, q0, t);
@@ -199,7 +207,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     float o[ND][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     const int last = lwc_fa_last_key_step(q0, t);
-    for (int step = 0; step <= last; step++) {
+    for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
         __syncthreads(); // every warp is done with the last step's
@@ -218,9 +226,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
                 mma(s[2 * jj + 1], qa[kk], b[2], b[3]);
             }
         }
-        // 4. the causal mask (the diagonal's step), the online softmax
-        if (lwc_fa_forward_masked(q0, k0, LWC_FA_STEP))
-            lwc_fa_mask_causal(s, NT, lane, row0, k0);
+        // 4. the causal and window mask (the diagonal's and the window edge's steps), the online
+        // softmax
+        if (lwc_fa_forward_masked(q0, k0, LWC_FA_STEP, window))
+            lwc_fa_mask_causal(s, NT, lane, row0, k0, window);
         float mx[2], alpha[2];
         lwc_fa_row_max(s, NT, mx);
         quad_max(mx);
@@ -247,85 +256,95 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     }
 }
 
-// dK and dV: a block per (batch x head, 64 keys), warp w owning keys 16w .. 16w + 15, over the
-// query steps from the diagonal on. dd: D per (batch x head, row).
+// dK and dV: a block per (batch x KV head, 64 keys), warp w owning keys 16w .. 16w + 15, over
+// the query heads that read the KV head and, for each, the query steps from the diagonal to the
+// window's last. dd: D per (batch x head, row).
 template <int D, typename QKV, typename DQ>
 __global__ void __launch_bounds__(THREADS)
     flash_mma_dkdv_kernel(DQ *dqkv, const float *dout, const QKV *qkv, const float *lse,
-                          const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
+                          const float *dd, heads a, float scale, float sc) {
     constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
     uint16_t *os = qs + M * LD;
     float *ls = reinterpret_cast<float *>(os + M * LD), *ds = ls + M;
-    int bh, tile;
-    lwc_fa_block(blockIdx.x, tiles, LWC_FA_DKDV, &bh, &tile);
-    const int bi = bh / nh, h = bh - bi * nh, k0 = tile * LWC_FA_BLOCK;
+    const int t = a.t, c = a.c, window = a.window;
+    int bk, tile;
+    lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_DKDV, &bk, &tile);
+    const int bi = bk / a.nkv, kh = bk - bi * a.nkv, k0 = tile * LWC_FA_BLOCK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = k0 + LWC_FA_WARP_ROWS * warp;
-    const int64_t c3 = 3 * (int64_t)c, head = (int64_t)bi * t * c3 + (int64_t)h * D;
-    const QKV *q = qkv + head, *k = q + c, *v = q + 2 * c;
-    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
-    const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
+    const int64_t c3 = a.ld, rows = (int64_t)bi * t * c3;
+    const int64_t kv = rows + c + (int64_t)kh * D; // the KV head's k (its v nkv D further)
+    const QKV *k = qkv + kv, *v = k + (int64_t)a.nkv * D;
 
     // 1. the block's K and V
     stage<D, LWC_FA_BLOCK>(ks, k, c3, k0, t);
     stage<D, LWC_FA_BLOCK>(vs, v, c3, k0, t);
     float dk[ND][4] = {}, dv[ND][4] = {};
 
-    const int steps = lwc_fa_tiles(t, M);
-    for (int step = lwc_fa_first_query_step(k0, M); step < steps; step++) {
-        const int q0 = step * M;
-        // 2. the step's Q, dO, lse log2(e) and D (0 past t)
-        __syncthreads();
-        stage<D, M>(qs, q, c3, q0, t);
-        stage<D, M>(os, dout_h, c, q0, t);
-        for (int r = threadIdx.x; r < M; r += THREADS) {
-            ls[r] = q0 + r < t ? lse_h[q0 + r] * LOG2E : 0.0f;
-            ds[r] = q0 + r < t ? dd_h[q0 + r] : 0.0f;
+    const int first = lwc_fa_first_query_step(k0, M);
+    const int last = lwc_fa_last_query_step(k0, t, M, window);
+    for (int h = kh * a.group; h < (kh + 1) * a.group; h++) {
+        const int bh = bi * a.nh + h;
+        const QKV *q = qkv + rows + (int64_t)h * D;
+        const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
+        const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
+        for (int step = first; step <= last; step++) {
+            const int q0 = step * M;
+            // 2. the step's Q, dO, lse log2(e) and D (0 past t)
+            __syncthreads();
+            stage<D, M>(qs, q, c3, q0, t);
+            stage<D, M>(os, dout_h, c, q0, t);
+            for (int r = threadIdx.x; r < M; r += THREADS) {
+                ls[r] = q0 + r < t ? lse_h[q0 + r] * LOG2E : 0.0f;
+                ds[r] = q0 + r < t ? dd_h[q0 + r] : 0.0f;
+            }
+            __syncthreads();
+            // 3. S^T = K Q^T and dP^T = V dO^T, the warp's keys as A operands
+            float s[NT][4] = {}, dp[NT][4] = {};
+            score_pair<D, NT>(s, dp, ks, vs, qs, os, warp, lane);
+            // 4. P^T and dS^T (masked on the diagonal's and the window edge's steps, and past t)
+            lwc_fa_grad_kv(s, dp, NT, lane, ls, ds, row0, q0, t, window,
+                           lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t, window), sc);
+            // 5. dV += P^T dO, dK += dS^T Q
+            accumulate<D, NT>(dv, s, os, lane);
+            accumulate<D, NT>(dk, dp, qs, lane);
         }
-        __syncthreads();
-        // 3. S^T = K Q^T and dP^T = V dO^T, the warp's keys as A operands
-        float s[NT][4] = {}, dp[NT][4] = {};
-        score_pair<D, NT>(s, dp, ks, vs, qs, os, warp, lane);
-        // 4. P^T and dS^T (masked on the diagonal's steps and past t)
-        lwc_fa_grad_kv(s, dp, NT, lane, ls, ds, row0, q0, t,
-                       lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t), sc);
-        // 5. dV += P^T dO, dK += dS^T Q
-        accumulate<D, NT>(dv, s, os, lane);
-        accumulate<D, NT>(dk, dp, qs, lane);
     }
     // 6. dqkv's k part += scale dK, its v part += dV
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = row0 + lwc_mma_c_row(lane, 2 * r);
         if (key >= t) continue;
-        DQ *g = dqkv + head + (int64_t)key * c3 + lwc_mma_c_col(lane, 0);
+        DQ *g = dqkv + kv + (int64_t)key * c3 + lwc_mma_c_col(lane, 0);
 #pragma unroll
         for (int j = 0; j < ND; j++) {
-            add2(g + c + 8 * j, scale * dk[j][2 * r], scale * dk[j][2 * r + 1]);
-            add2(g + 2 * c + 8 * j, dv[j][2 * r], dv[j][2 * r + 1]);
+            add2(g + 8 * j, scale * dk[j][2 * r], scale * dk[j][2 * r + 1]);
+            add2(g + (int64_t)a.nkv * D + 8 * j, dv[j][2 * r], dv[j][2 * r + 1]);
         }
     }
 }
 
 // dQ: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over the
-// key steps up to the diagonal.
+// key steps from the window's first to the diagonal.
 template <int D, typename QKV, typename DQ>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     flash_mma_dq_kernel(DQ *dqkv, const float *dout, const QKV *qkv, const float *lse,
-                        const float *dd, int t, int c, int nh, int tiles, float scale, float sc) {
+                        const float *dd, heads a, float scale, float sc) {
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
     uint16_t *vs = ks + LWC_FA_STEP * LD;
+    const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
-    lwc_fa_block(blockIdx.x, tiles, LWC_FA_DQ, &bh, &tile);
-    const int bi = bh / nh, h = bh - bi * nh, q0 = tile * LWC_FA_BLOCK;
+    lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_DQ, &bh, &tile);
+    const int bi = bh / a.nh, h = bh - bi * a.nh, q0 = tile * LWC_FA_BLOCK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
-    const int64_t c3 = 3 * (int64_t)c, head = (int64_t)bi * t * c3 + (int64_t)h * D;
-    const QKV *q = qkv + head, *k = q + c, *v = q + 2 * c;
+    const int64_t c3 = a.ld, rows = (int64_t)bi * t * c3, head = rows + (int64_t)h * D;
+    const QKV *q = qkv + head, *k = qkv + rows + c + (int64_t)(h / a.group) * D;
+    const QKV *v = k + (int64_t)a.nkv * D;
     const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
 
     // 1. the block's Q and dO; the lane's two rows' lse log2(e) and D
@@ -341,7 +360,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     float dq[ND][4] = {};
 
     const int last = lwc_fa_last_key_step(q0, t);
-    for (int step = 0; step <= last; step++) {
+    for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
         __syncthreads();
@@ -352,8 +371,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         float s[NT][4] = {}, dp[NT][4] = {};
         score_pair<D, NT>(s, dp, qs, os, ks, vs, warp, lane);
         // 4. dS = P (dP - D), into s
-        lwc_fa_grad_q(s, dp, NT, lane, lr, dr, row0, k0, t,
-                      lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t), sc);
+        lwc_fa_grad_q(s, dp, NT, lane, lr, dr, row0, k0, t, window,
+                      lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t, window), sc);
         // 5. dQ += dS K
         accumulate<D, NT>(dq, s, ks, lane);
     }
@@ -374,78 +393,80 @@ template <typename K> cudaError_t opt_in(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+// A window of t - 1 keys or more is every earlier key: 0, which also keeps it within int.
+heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
+    heads a;
+    a.t = (int)t, a.c = (int)c, a.nh = (int)nh, a.nkv = (int)nkv, a.group = (int)(nh / nkv);
+    a.ld = (int)(c + 2 * nkv * (c / nh)), a.window = window < t - 1 ? (int)window : 0;
+    a.tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
+    return a;
+}
+
 template <int D, typename QKV, typename O>
 cudaError_t forward(cudaStream_t stream, O *out, float *lse, float *rowmax, const QKV *qkv,
-                    int64_t b, int64_t t, int64_t c, int64_t nh) {
+                    int64_t b, const heads &a) {
     const size_t bytes = lwc_fa_smem_bytes(D, LWC_FA_FORWARD);
     cudaError_t e = opt_in(flash_mma_forward_kernel<D, QKV, O>, bytes);
     if (e != cudaSuccess) return e;
-    const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float sc = 1.0f / sqrtf((float)D) * LOG2E;
-    flash_mma_forward_kernel<D, QKV, O><<<(unsigned)(b * nh * tiles), THREADS, bytes, stream>>>(
-        out, lse, rowmax, qkv, (int)t, (int)c, (int)nh, tiles, sc);
+    flash_mma_forward_kernel<D, QKV, O>
+        <<<(unsigned)(b * a.nh * a.tiles), THREADS, bytes, stream>>>(out, lse, rowmax, qkv, a, sc);
     return cudaGetLastError();
 }
 
 template <int D, typename QKV, typename DQ>
 cudaError_t backward(cudaStream_t stream, DQ *dqkv, const float *dd, const float *dout,
-                     const QKV *qkv, const float *lse, int64_t b, int64_t t, int64_t c,
-                     int64_t nh) {
+                     const QKV *qkv, const float *lse, int64_t b, const heads &a) {
     const size_t kv_bytes = lwc_fa_smem_bytes(D, LWC_FA_DKDV);
     const size_t q_bytes = lwc_fa_smem_bytes(D, LWC_FA_DQ);
     cudaError_t e = opt_in(flash_mma_dkdv_kernel<D, QKV, DQ>, kv_bytes);
     if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D, QKV, DQ>, q_bytes);
     if (e != cudaSuccess) return e;
-    const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float scale = 1.0f / sqrtf((float)D), sc = scale * LOG2E;
-    const unsigned blocks = (unsigned)(b * nh * tiles);
-    flash_mma_dkdv_kernel<D, QKV, DQ><<<blocks, THREADS, kv_bytes, stream>>>(
-        dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
-    flash_mma_dq_kernel<D, QKV, DQ><<<blocks, THREADS, q_bytes, stream>>>(
-        dqkv, dout, qkv, lse, dd, (int)t, (int)c, (int)nh, tiles, scale, sc);
+    // dK and dV a block per KV head's key tile, dQ a block per query head's query tile
+    flash_mma_dkdv_kernel<D, QKV, DQ>
+        <<<(unsigned)(b * a.nkv * a.tiles), THREADS, kv_bytes, stream>>>(dqkv, dout, qkv, lse, dd,
+                                                                         a, scale, sc);
+    flash_mma_dq_kernel<D, QKV, DQ><<<(unsigned)(b * a.nh * a.tiles), THREADS, q_bytes, stream>>>(
+        dqkv, dout, qkv, lse, dd, a, scale, sc);
     return cudaGetLastError();
 }
 
 // The head dim's kernels for qkv of either type (bf16 as uint16_t).
 template <int D, typename O>
 cudaError_t forward_for(cudaStream_t stream, O *out, float *lse, float *rowmax, const void *qkv,
-                        bool qkv_bf16, int64_t b, int64_t t, int64_t c, int64_t nh) {
+                        bool qkv_bf16, int64_t b, const heads &a) {
     if (qkv_bf16)
-        return forward<D>(stream, out, lse, rowmax, static_cast<const uint16_t *>(qkv), b, t, c,
-                          nh);
-    return forward<D>(stream, out, lse, rowmax, static_cast<const float *>(qkv), b, t, c, nh);
+        return forward<D>(stream, out, lse, rowmax, static_cast<const uint16_t *>(qkv), b, a);
+    return forward<D>(stream, out, lse, rowmax, static_cast<const float *>(qkv), b, a);
 }
 
 template <int D>
-cudaError_t forward_typed(cudaStream_t stream, void *out, bool out_bf16, float *lse,
-                          float *rowmax, const void *qkv, bool qkv_bf16, int64_t b, int64_t t,
-                          int64_t c, int64_t nh) {
+cudaError_t forward_typed(cudaStream_t stream, void *out, bool out_bf16, float *lse, float *rowmax,
+                          const void *qkv, bool qkv_bf16, int64_t b, const heads &a) {
     if (out_bf16)
         return forward_for<D>(stream, static_cast<uint16_t *>(out), lse, rowmax, qkv, qkv_bf16, b,
-                              t, c, nh);
-    return forward_for<D>(stream, static_cast<float *>(out), lse, rowmax, qkv, qkv_bf16, b, t, c,
-                          nh);
+                              a);
+    return forward_for<D>(stream, static_cast<float *>(out), lse, rowmax, qkv, qkv_bf16, b, a);
 }
 
 template <int D, typename DQ>
 cudaError_t backward_for(cudaStream_t stream, DQ *dqkv, const float *dd, const float *dout,
-                         const void *qkv, bool qkv_bf16, const float *lse, int64_t b, int64_t t,
-                         int64_t c, int64_t nh) {
+                         const void *qkv, bool qkv_bf16, const float *lse, int64_t b,
+                         const heads &a) {
     if (qkv_bf16)
-        return backward<D>(stream, dqkv, dd, dout, static_cast<const uint16_t *>(qkv), lse, b, t, c,
-                           nh);
-    return backward<D>(stream, dqkv, dd, dout, static_cast<const float *>(qkv), lse, b, t, c, nh);
+        return backward<D>(stream, dqkv, dd, dout, static_cast<const uint16_t *>(qkv), lse, b, a);
+    return backward<D>(stream, dqkv, dd, dout, static_cast<const float *>(qkv), lse, b, a);
 }
 
 template <int D>
 cudaError_t backward_typed(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
                            const float *dout, const void *qkv, bool qkv_bf16, const float *lse,
-                           int64_t b, int64_t t, int64_t c, int64_t nh) {
+                           int64_t b, const heads &a) {
     if (dqkv_bf16)
-        return backward_for<D>(stream, static_cast<uint16_t *>(dqkv), dd, dout, qkv, qkv_bf16,
-                               lse, b, t, c, nh);
-    return backward_for<D>(stream, static_cast<float *>(dqkv), dd, dout, qkv, qkv_bf16, lse, b,
-                           t, c, nh);
+        return backward_for<D>(stream, static_cast<uint16_t *>(dqkv), dd, dout, qkv, qkv_bf16, lse,
+                               b, a);
+    return backward_for<D>(stream, static_cast<float *>(dqkv), dd, dout, qkv, qkv_bf16, lse, b, a);
 }
 
 } // namespace
@@ -466,29 +487,31 @@ int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
 
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
                                   float *rowmax, const void *qkv, bool qkv_bf16, int64_t b,
-                                  int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+                                  int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
+    const heads a = heads_of(t, c, nh, nkv, window);
     switch (c / nh) {
     case 64:
-        return forward_typed<64>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, t, c, nh);
+        return forward_typed<64>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, a);
     case 128:
-        return forward_typed<128>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, t, c, nh);
-    default: return cudaErrorInvalidValue; // the caller checks the head dim first
+        return forward_typed<128>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, a);
+    default:
+        return cudaErrorInvalidValue; // the caller checks the head dim first
     }
 }
 
-cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
-                                   const float *dd, const float *dout, const void *qkv,
-                                   bool qkv_bf16, const float *lse, int64_t b, int64_t t, int64_t c,
-                                   int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
+                                   const float *dout, const void *qkv, bool qkv_bf16,
+                                   const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
+                                   int64_t nkv, int64_t window) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
+    const heads a = heads_of(t, c, nh, nkv, window);
     switch (c / nh) {
     case 64:
-        return backward_typed<64>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, t, c,
-                                  nh);
+        return backward_typed<64>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, a);
     case 128:
-        return backward_typed<128>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, t,
-                                   c, nh);
-    default: return cudaErrorInvalidValue;
+        return backward_typed<128>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, a);
+    default:
+        return cudaErrorInvalidValue;
     }
 }

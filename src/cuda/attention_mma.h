@@ -17,15 +17,17 @@ bool lwc_flash_mma_serves(int64_t hd);
 size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward);
 // Blocks of each kernel's one-dimensional grid: the caller keeps it within INT_MAX.
 int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh);
-// out[b, t, c] and lse[b, nh, t] from qkv[b, t, 3c]; rowmax[b, nh, t] (optional): each row's
-// largest scaled score (mma_layout.h's lwc_fa_max_score); each returns the launch's error.
+// out[b, t, c] and lse[b, nh, t] from qkv[b, t, c + 2 nkv hd] (nh query heads, nkv KV heads,
+// window 0 or w: lw_model_kernels.h's contract); rowmax[b, nh, t] (optional): each row's largest
+// scaled score (mma_layout.h's lwc_fa_max_score); each returns the launch's error.
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
                                   float *rowmax, const void *qkv, bool qkv_bf16, int64_t b,
-                                  int64_t t, int64_t c, int64_t nh);
-// dqkv[b, t, 3c] += the backward, from dd (attention.cu's rowsum(dout * out), queued before).
-cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16,
-                                   const float *dd, const float *dout, const void *qkv,
-                                   bool qkv_bf16, const float *lse, int64_t b, int64_t t, int64_t c,
-                                   int64_t nh);
+                                  int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window);
+// dqkv[b, t, c + 2 nkv hd] += the backward, from dd (attention.cu's rowsum(dout * out), queued
+// before).
+cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
+                                   const float *dout, const void *qkv, bool qkv_bf16,
+                                   const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
+                                   int64_t nkv, int64_t window);
 
 #endif

@@ -1,10 +1,10 @@
 /* mma_layout.h: the index arithmetic of the tensor-core attention (attention_mma.cu), in C that
  * nvcc and gcc both read: which lane of a warp holds which element of mma.m16n8k16's bf16
  * operands and fp32 accumulators (the PTX ISA's fragment layouts), which row each lane points
- * ldmatrix.x4 at, the kernels' tiles (sizes, the blocks of the grid, the causal ranges of their
- * steps, the masks, shared memory), and the per-lane steps of the online softmax and of the
- * gradients. tests/mma_layout/ runs the kernels' tile loops on the CPU through these same
- * functions, emulating a warp's 32 lanes; nothing here touches memory beyond its arguments. */
+ * ldmatrix.x4 at, the kernels' tiles (sizes, the blocks of the grid, the causal and windowed
+ * ranges of their steps, the masks, shared memory), and the per-lane steps of the online softmax
+ * and of the gradients. tests/mma_layout/ runs the kernels' tile loops on the CPU through these
+ * same functions, emulating a warp's 32 lanes; nothing here touches memory beyond its arguments. */
 #ifndef LW_CUDA_MMA_LAYOUT_H
 #define LW_CUDA_MMA_LAYOUT_H
 
@@ -150,26 +150,41 @@ LWC_MMA_FN void lwc_fa_block(int64_t block, int tiles, int kernel, int *bh, int 
     *tile = kernel == LWC_FA_DKDV ? i : tiles - 1 - i;
 }
 
-/* Forward and dq: the last key step (of LWC_FA_STEP keys, from key 0) that the queries
- * [q0, q0 + LWC_FA_BLOCK) see; every later one is masked whole and skipped. */
+/* Whether query `query` sees key `key`: causal, and under a window (0: none) no more than
+ * `window` keys back (flash attention's window_size (window, 0)). */
+LWC_MMA_FN bool lwc_fa_sees(int64_t query, int64_t key, int window) {
+    return key <= query && (window == 0 || key >= query - window);
+}
+
+/* Forward and dq: the first and the last key step (of LWC_FA_STEP keys, from key 0) that the
+ * queries [q0, q0 + LWC_FA_BLOCK) see; every other one is masked whole and skipped. */
+LWC_MMA_FN int lwc_fa_first_key_step(int q0, int window) {
+    return window > 0 && q0 > window ? (q0 - window) / LWC_FA_STEP : 0;
+}
 LWC_MMA_FN int lwc_fa_last_key_step(int q0, int64_t t) {
     const int64_t last = q0 + LWC_FA_BLOCK - 1 < t - 1 ? q0 + LWC_FA_BLOCK - 1 : t - 1;
     return (int)(last / LWC_FA_STEP);
 }
-/* dk/dv: the first query step (of `step` queries) that sees a key of [k0, ...); every earlier
- * one is masked whole and skipped. */
+/* dk/dv: the first and the last query step (of `step` queries) that see a key of [k0, k0 +
+ * LWC_FA_BLOCK), the last a real query's (< t); every other one is masked whole and skipped. */
 LWC_MMA_FN int lwc_fa_first_query_step(int k0, int step) { return k0 / step; }
+LWC_MMA_FN int lwc_fa_last_query_step(int k0, int64_t t, int step, int window) {
+    const int64_t reach = window > 0 ? (int64_t)k0 + LWC_FA_BLOCK - 1 + window : t - 1;
+    return (int)((reach < t - 1 ? reach : t - 1) / step);
+}
 
 /* Whether a step of queries [q0, q0 + qn) against keys [k0, k0 + kn) holds a masked pair, and so
- * needs the mask: the forward's a key past a query (rows at or past t are never stored, and see
- * key 0, so their softmax stays finite); the gradients' also a query at or past t. */
-LWC_MMA_FN bool lwc_fa_forward_masked(int q0, int k0, int kn) { return k0 + kn - 1 > q0; }
-LWC_MMA_FN bool lwc_fa_grad_masked(int q0, int qn, int k0, int kn, int64_t t) {
-    return k0 + kn - 1 > q0 || q0 + qn > t;
+ * needs the mask: the forward's a key past a query or before its window (rows at or past t are
+ * never stored); the gradients' also a query at or past t. */
+LWC_MMA_FN bool lwc_fa_forward_masked(int q0, int k0, int kn, int window) {
+    return k0 + kn - 1 > q0 || (window > 0 && k0 < q0 + LWC_FA_BLOCK - 1 - window);
 }
-/* the pairs the gradients keep: causal, and a real query */
-LWC_MMA_FN bool lwc_fa_kept(int64_t query, int64_t key, int64_t t) {
-    return key <= query && query < t;
+LWC_MMA_FN bool lwc_fa_grad_masked(int q0, int qn, int k0, int kn, int64_t t, int window) {
+    return k0 + kn - 1 > q0 || q0 + qn > t || (window > 0 && k0 < q0 + qn - 1 - window);
+}
+/* the pairs the gradients keep: seen, and a real query */
+LWC_MMA_FN bool lwc_fa_kept(int64_t query, int64_t key, int64_t t, int window) {
+    return lwc_fa_sees(query, key, window) && query < t;
 }
 
 /* The bf16 element (row, col) of a shared tile. */
@@ -187,11 +202,13 @@ LWC_MMA_FN void lwc_fa_chunk(int e, int hd, int *row, int *col) {
 LWC_MMA_FN size_t lwc_fa_smem_bytes(int hd, int kernel) {
     const size_t row = 2 * (size_t)(hd + LWC_FA_PAD);
     switch (kernel) {
-    case LWC_FA_FORWARD: return (LWC_FA_BLOCK + 2 * LWC_FA_STEP) * row;
+    case LWC_FA_FORWARD:
+        return (LWC_FA_BLOCK + 2 * LWC_FA_STEP) * row;
     case LWC_FA_DKDV:
         return (2 * LWC_FA_BLOCK + 2 * LWC_FA_KV_STEP(hd)) * row +
                2 * sizeof(float) * LWC_FA_KV_STEP(hd);
-    default: return (2 * LWC_FA_BLOCK + 2 * LWC_FA_STEP) * row;
+    default:
+        return (2 * LWC_FA_BLOCK + 2 * LWC_FA_STEP) * row;
     }
 }
 
@@ -202,13 +219,15 @@ LWC_MMA_FN size_t lwc_fa_smem_bytes(int hd, int kernel) {
  * the caller passes as c. Reductions over a row's 4 lanes (the quad) are the caller's: shuffles
  * on a GPU, loops in the emulation. */
 
-/* Forward: -inf where the key (col0 + column) is past the query (row0 + row). */
-LWC_MMA_FN void lwc_fa_mask_causal(float (*s)[4], int nt, int lane, int row0, int col0) {
+/* Forward: -inf where the query (row0 + row) does not see the key (col0 + column). */
+LWC_MMA_FN void lwc_fa_mask_causal(float (*s)[4], int nt, int lane, int row0, int col0,
+                                   int window) {
     LWC_MMA_UNROLL
     for (int j = 0; j < nt; j++) {
         LWC_MMA_UNROLL
         for (int i = 0; i < 4; i++)
-            if (col0 + 8 * j + lwc_mma_c_col(lane, i) > row0 + lwc_mma_c_row(lane, i))
+            if (!lwc_fa_sees(row0 + lwc_mma_c_row(lane, i), col0 + 8 * j + lwc_mma_c_col(lane, i),
+                             window))
                 s[j][i] = -INFINITY;
     }
 }
@@ -228,13 +247,17 @@ LWC_MMA_FN void lwc_fa_row_max(float (*s)[4], int nt, float mx[2]) {
  * (of scores times c) move up to this step's, alpha the factor by which the rows' earlier sums
  * and outputs shrink (0 on the first step, where m is -inf), s becomes p = exp2(s c - m), and the
  * lane's shares of the row sums l take this step's p (the quad's shares are added at the end).
- * A NaN score makes its p, then the row's l and output, NaN. */
+ * A NaN score makes its p, then the row's l and output, NaN. A row that has seen no key yet (a
+ * window's first step may hold none of a row's keys) keeps m -inf and takes exponentials from
+ * 0: every p and alpha 0, where -inf - -inf would be NaN. */
 LWC_MMA_FN void lwc_fa_softmax(float (*s)[4], int nt, float c, const float mx[2], float m[2],
                                float l[2], float alpha[2]) {
+    float base[2];
     LWC_MMA_UNROLL
     for (int r = 0; r < 2; r++) {
         const float mnew = fmaxf(m[r], mx[r] * c);
-        alpha[r] = exp2f(m[r] - mnew);
+        base[r] = mnew == -INFINITY ? 0.0f : mnew;
+        alpha[r] = exp2f(m[r] - base[r]);
         m[r] = mnew;
         l[r] *= alpha[r];
     }
@@ -242,7 +265,7 @@ LWC_MMA_FN void lwc_fa_softmax(float (*s)[4], int nt, float c, const float mx[2]
     for (int j = 0; j < nt; j++) {
         LWC_MMA_UNROLL
         for (int i = 0; i < 4; i++) {
-            const float p = exp2f(fmaf(s[j][i], c, -m[i >> 1]));
+            const float p = exp2f(fmaf(s[j][i], c, -base[i >> 1]));
             s[j][i] = p;
             l[i >> 1] += p;
         }
@@ -295,14 +318,15 @@ LWC_MMA_FN float lwc_fa_max_score(float m, float l) {
  * P^T = exp2(s c - lse2), 0 where the pair is masked (only when `masked`: lwc_fa_grad_masked),
  * and dp (V dO^T) becomes dS^T = P^T (dp - D). */
 LWC_MMA_FN void lwc_fa_grad_kv(float (*s)[4], float (*dp)[4], int nt, int lane, const float *lse2,
-                               const float *dd, int row0, int col0, int64_t t, bool masked,
-                               float c) {
+                               const float *dd, int row0, int col0, int64_t t, int window,
+                               bool masked, float c) {
     LWC_MMA_UNROLL
     for (int j = 0; j < nt; j++) {
         LWC_MMA_UNROLL
         for (int i = 0; i < 4; i++) {
             const int col = 8 * j + lwc_mma_c_col(lane, i);
-            const bool kept = !masked || lwc_fa_kept(col0 + col, row0 + lwc_mma_c_row(lane, i), t);
+            const bool kept =
+                !masked || lwc_fa_kept(col0 + col, row0 + lwc_mma_c_row(lane, i), t, window);
             const float p = kept ? exp2f(fmaf(s[j][i], c, -lse2[col])) : 0.0f;
             s[j][i] = p;
             dp[j][i] = p * (dp[j][i] - dd[col]);
@@ -314,15 +338,16 @@ LWC_MMA_FN void lwc_fa_grad_kv(float (*s)[4], float (*dp)[4], int nt, int lane, 
  * (Q K^T) becomes dS = P (dp - D) with P = exp2(s c - lse2), 0 where masked; dp (dO V^T) is
  * read. */
 LWC_MMA_FN void lwc_fa_grad_q(float (*s)[4], float (*dp)[4], int nt, int lane, const float lse2[2],
-                              const float dd[2], int row0, int col0, int64_t t, bool masked,
-                              float c) {
+                              const float dd[2], int row0, int col0, int64_t t, int window,
+                              bool masked, float c) {
     LWC_MMA_UNROLL
     for (int j = 0; j < nt; j++) {
         LWC_MMA_UNROLL
         for (int i = 0; i < 4; i++) {
             const int r = i >> 1;
-            const bool kept = !masked || lwc_fa_kept(row0 + lwc_mma_c_row(lane, i),
-                                                     col0 + 8 * j + lwc_mma_c_col(lane, i), t);
+            const bool kept =
+                !masked || lwc_fa_kept(row0 + lwc_mma_c_row(lane, i),
+                                       col0 + 8 * j + lwc_mma_c_col(lane, i), t, window);
             const float p = kept ? exp2f(fmaf(s[j][i], c, -lse2[r])) : 0.0f;
             s[j][i] = p * (dp[j][i] - dd[r]);
         }

@@ -1,33 +1,42 @@
 /* attention.c: causal self-attention (forward, backward) against the CPU, in every matmul
  * precision (bf16: the GPU's tensor-core kernels at head dims 64 and 128), with fp32 and bf16
- * qkv, outputs and gradients; the forward's heads' largest scores (head_max) against the CPU's,
- * and the CPU's against a float64 reference, with a head whose scores are made large. */
+ * qkv, outputs and gradients, grouped KV heads and sliding windows; the forward's heads' largest
+ * scores (head_max) against the CPU's, and the CPU's against a float64 reference, with a head
+ * whose scores are made large. */
 #include "harness.h"
 
 /* ---- the cases ------------------------------------------------------------------------------- *
- * b sequences of t tokens, c channels in nh heads (head dim c / nh), where a key holds a NaN
- * (nan_row -1: nowhere; the forward's cases alone), and a hot head (-1: none), whose q and k are
- * scaled by HOT, so that its scores are HOT^2 times the others' (a head QK-clip would clip).
- * Those with t 1024 are of a GPU's size. */
+ * b sequences of t tokens, c channels in nh heads (head dim c / nh) reading nkv KV heads, a
+ * window (0: every earlier key), where a key holds a NaN (nan_row -1: nowhere; the forward's
+ * cases alone), and a hot head (-1: none), whose q and its KV head's k are scaled by HOT, so
+ * that its scores are HOT^2 times the others' (a head QK-clip would clip; the other heads of its
+ * group HOT times). Those with t 1024 are of a GPU's size. */
 
 static const struct {
-    int64_t b, t, c, nh, nan_row, hot;
+    int64_t b, t, c, nh, nkv, window, nan_row, hot;
 } attention_shapes[] = {
-    {1, 1, 16, 1, -1, -1},      /* one row, head dim 16 */
-    {2, 70, 96, 2, -1, 1},      /* head dim 48, t past one 64-row tile, head 1 hot */
-    {2, 64, 96, 4, -1, -1},     /* head dim 24, exactly one tile */
-    {1, 1000, 128, 2, -1, -1},  /* head dim 64, t = 1000 (not a multiple of the tile) */
-    {1, 130, 256, 2, -1, 0},    /* head dim 128, head 0 hot */
-    {1, 77, 288, 3, -1, -1},    /* head dim 96 */
-    {2, 1, 128, 2, -1, -1},     /* head dim 64, one row */
-    {3, 77, 384, 3, -1, -1},    /* head dim 128, t short of two tiles */
-    {2, 333, 640, 5, -1, 3},    /* head dim 128, five heads, t odd, head 3 hot */
-    {2, 200, 256, 4, -1, 2},    /* head dim 64, head 2 hot */
-    {2, 1024, 768, 12, -1, -1}, /* GPT-2 small's layer */
-    {8, 1024, 768, 12, -1, 7},  /* GPT-2 small's layer at its batch of 8, head 7 hot */
-    {1, 1024, 768, 6, -1, -1},  /* head dim 128 at GPT-2's width and t */
-    {0, 8, 32, 2, -1, -1},      /* no batch: nothing to do */
-    {1, 70, 32, 2, 9, -1},      /* a NaN key, rows in two tiles */
+    {1, 1, 16, 1, 1, 0, -1, -1},       /* one row, head dim 16 */
+    {2, 70, 96, 2, 2, 0, -1, 1},       /* head dim 48, t past one 64-row tile, head 1 hot */
+    {2, 64, 96, 4, 4, 0, -1, -1},      /* head dim 24, exactly one tile */
+    {1, 1000, 128, 2, 2, 0, -1, -1},   /* head dim 64, t = 1000 (not a multiple of the tile) */
+    {1, 130, 256, 2, 2, 0, -1, 0},     /* head dim 128, head 0 hot */
+    {1, 77, 288, 3, 3, 0, -1, -1},     /* head dim 96 */
+    {2, 1, 128, 2, 2, 0, -1, -1},      /* head dim 64, one row */
+    {3, 77, 384, 3, 3, 0, -1, -1},     /* head dim 128, t short of two tiles */
+    {2, 333, 640, 5, 5, 0, -1, 3},     /* head dim 128, five heads, t odd, head 3 hot */
+    {2, 200, 256, 4, 4, 0, -1, 2},     /* head dim 64, head 2 hot */
+    {2, 1024, 768, 12, 12, 0, -1, -1}, /* GPT-2 small's layer */
+    {8, 1024, 768, 12, 12, 0, -1, 7},  /* GPT-2 small's layer at its batch of 8, head 7 hot */
+    {1, 1024, 768, 6, 6, 0, -1, -1},   /* head dim 128 at GPT-2's width and t */
+    {0, 8, 32, 2, 2, 0, -1, -1},       /* no batch: nothing to do */
+    {1, 70, 32, 2, 2, 0, 9, -1},       /* a NaN key, rows in two tiles */
+    {2, 70, 96, 2, 1, 0, -1, -1},      /* multi-query, head dim 48 */
+    {2, 200, 256, 4, 2, 50, -1, 2},    /* head dim 64, pairs of heads, a window within tiles */
+    {1, 333, 640, 5, 5, 100, -1, -1},  /* head dim 128, a window past a tile */
+    {1, 130, 512, 4, 1, 64, -1, 0},    /* head dim 128, multi-query, a window of a tile */
+    {2, 150, 32, 4, 2, 1, -1, -1},     /* head dim 8, a window of one key before the diagonal */
+    {2, 1024, 768, 12, 4, 256, -1, 5}, /* a LLaMA-style layer: 4 KV heads, a window, head 5 hot */
+    {1, 70, 32, 2, 1, 20, 9, -1},      /* a NaN key that only a window's rows see */
 };
 
 /* The hot head's q and k factor. */
@@ -64,9 +73,11 @@ static const float HOT = 3.0f;
  * out of a bf16 qkv is its v, unrounded: equal to fp32's to ~1e-7. At other head dims bf16 runs
  * the fp32 kernels: 1e-5, as fp32. A hot head's scores are 9 times the others', and so are their
  * errors, in a softmax peaked enough that p's relative errors pass into out and dqkv almost
- * whole: the emulation gives out 3.2e-2 to 4.7e-2, lse 6.4e-3 to 1.7e-2, dqkv 3.0e-2 to 4.3e-2
- * on the cases with one (its shapes with their hot heads), so those cases take 1e-1 for the three
- * under the tensor cores (over twice the worst).
+ * whole: the emulation gives out 3.2e-2 to 4.7e-2, lse 6.4e-3 to 2.5e-2 (the most: a window of
+ * 50 keys, fewer to average a row's errors), dqkv 3.0e-2 to 4.3e-2 on the cases with one (its
+ * shapes with their hot heads; grouped KV heads, whose dk and dv sum over 2 to 4 query heads,
+ * stay within these), so those cases take 1e-1 for the three under the tensor cores (over twice
+ * the worst). The windowed case without a hot head: out 4.0e-3, lse 4.9e-3, dqkv 4.9e-3.
  * head_max, a head's largest score, is a score: the fp32 kernels' differ from the CPU's by the
  * dot products' order (lse_measure 1e-5, as lse); the tensor cores' take q and k rounded to bf16,
  * which moves a score by ~2^-8.5 of sqrt(sum_d (q_d k_d)^2) scale, a few 1e-3 of the largest
@@ -91,8 +102,9 @@ static measure att_head_max(lw_matmul m, int64_t hd) {
 }
 
 typedef struct {
-    char shape[80];
-    int64_t b, t, c, nh;
+    char shape[256];
+    int64_t b, t, c, nh, nkv, window;
+    int64_t w;       /* qkv's row: c + 2 nkv hd */
     int64_t nan_row; /* >= 0: channel 3 of that row's key is NaN (head 0) */
     float *qkv, *dout, *d0, *out, *lse;
     uint16_t *out16; /* out rounded to bf16 (the backward's bf16 out) */
@@ -109,82 +121,84 @@ typedef struct {
 static measure att_measure(const run *r, const att_args *a, const float *qkv, const float *dout) {
     const int64_t no = a->b * a->t * a->c;
     return differing_if(att_gemm(r->matmul, a->c / a->nh, a->hot >= 0),
-                        no > 0 && (a->t > 1 || rounded_by(LW_MATMUL_BF16, qkv, 3 * no) ||
-                                   (dout != NULL && rounded_by(LW_MATMUL_BF16, dout, no))));
+                        no > 0 &&
+                            (a->t > 1 || rounded_by(LW_MATMUL_BF16, qkv, a->b * a->t * a->w) ||
+                             (dout != NULL && rounded_by(LW_MATMUL_BF16, dout, no))));
 }
 
 static void run_attention_forward(run *r, const void *p) {
     const att_args *a = p;
-    const int64_t no = a->b * a->t * a->c;
-    const float *qkv = input(r, a->qkv, 3 * no);
+    const int64_t no = a->b * a->t * a->c, nq = a->b * a->t * a->w;
+    const float *qkv = input(r, a->qkv, nq);
     const int64_t hd = a->c / a->nh;
     float *out = output(r, "out", no, att_measure(r, a, a->qkv, NULL));
     float *lse = output(r, "lse", a->b * a->nh * a->t, att_lse(r->matmul, hd, a->hot >= 0));
     /* the heads' maxima: written only where there is work */
     const int64_t nm = no > 0 ? a->nh : 0;
     float *hm = output(r, "head max", nm, att_head_max(r->matmul, hd));
-    float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
+    float *work =
+        scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh, a->nkv, a->window));
     r->nan_fed = a->nan_row >= 0;
     call(r, lw_attention_forward(r->s, out, LW_DTYPE_F32, lse, hm, work, qkv, LW_DTYPE_F32, a->b,
-                                 a->t, a->c, a->nh));
+                                 a->t, a->c, a->nh, a->nkv, a->window));
     const measure m16 = bf16_step(att_gemm(r->matmul, hd, a->hot >= 0));
     const measure mq = att_measure(r, a, a->qkv_w, NULL);
     float *lse_again = scratch(r, a->b * a->nh * a->t);
     uint16_t *out16 = output_bf16_values(r, "out bf16", no, m16);
     call(r, lw_attention_forward(r->s, out16, LW_DTYPE_BF16, lse_again, NULL, work, qkv,
-                                 LW_DTYPE_F32, a->b, a->t, a->c, a->nh));
+                                 LW_DTYPE_F32, a->b, a->t, a->c, a->nh, a->nkv, a->window));
     /* a bf16 qkv, its widening, and both in bf16 (the model's pair) */
-    const void *q16 = input_bf16(r, a->qkv16, 3 * no);
+    const void *q16 = input_bf16(r, a->qkv16, nq);
     float *oq = output(r, "out of bf16 qkv", no, mq);
     float *hq = output(r, "head max of bf16 qkv", nm, att_head_max(r->matmul, hd));
     call(r, lw_attention_forward(r->s, oq, LW_DTYPE_F32, lse_again, hq, work, q16, LW_DTYPE_BF16,
-                                 a->b, a->t, a->c, a->nh));
+                                 a->b, a->t, a->c, a->nh, a->nkv, a->window));
     float *ow = output(r, "out of bf16 qkv (widened)", no, mq);
     float *hw = output(r, "head max of bf16 qkv (widened)", nm, att_head_max(r->matmul, hd));
-    call(r, lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, hw, work,
-                                 input(r, a->qkv_w, 3 * no), LW_DTYPE_F32, a->b, a->t, a->c,
-                                 a->nh));
+    call(r,
+         lw_attention_forward(r->s, ow, LW_DTYPE_F32, lse_again, hw, work, input(r, a->qkv_w, nq),
+                              LW_DTYPE_F32, a->b, a->t, a->c, a->nh, a->nkv, a->window));
     uint16_t *o16 = output_bf16_values(r, "out of bf16 qkv bf16", no, m16);
     call(r, lw_attention_forward(r->s, o16, LW_DTYPE_BF16, lse_again, NULL, work, q16,
-                                 LW_DTYPE_BF16, a->b, a->t, a->c, a->nh));
+                                 LW_DTYPE_BF16, a->b, a->t, a->c, a->nh, a->nkv, a->window));
 }
 
 static void run_attention_backward(run *r, const void *p) {
     const att_args *a = p;
-    const int64_t no = a->b * a->t * a->c;
-    const float *qkv = input(r, a->qkv, 3 * no), *dout = input(r, a->dout, no);
+    const int64_t no = a->b * a->t * a->c, nq = a->b * a->t * a->w;
+    const float *qkv = input(r, a->qkv, nq), *dout = input(r, a->dout, no);
     const float *out = input(r, a->out, no), *lse = input(r, a->lse, a->b * a->nh * a->t);
     const measure m = att_measure(r, a, a->qkv, a->dout), mq = att_measure(r, a, a->qkv_w, a->dout);
-    float *dqkv = accumulated(r, "dqkv", a->d0, 3 * no, m);
-    float *work = scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh));
+    float *dqkv = accumulated(r, "dqkv", a->d0, nq, m);
+    float *work =
+        scratch(r, lw_attention_scratch_floats(r->s, a->b, a->t, a->c, a->nh, a->nkv, a->window));
     call(r, lw_attention_backward(r->s, dqkv, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
-                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh, a->nkv, a->window));
     /* out in bf16 (the CPU's, rounded), and the same run on its widening */
-    float *d16 = accumulated(r, "dqkv bf16 out", a->d0, 3 * no, m);
+    float *d16 = accumulated(r, "dqkv bf16 out", a->d0, nq, m);
     call(r, lw_attention_backward(r->s, d16, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
                                   input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c,
-                                  a->nh));
-    float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, 3 * no, m);
-    call(r,
-         lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
-                               input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+                                  a->nh, a->nkv, a->window));
+    float *dw = accumulated(r, "dqkv bf16 out (widened)", a->d0, nq, m);
+    call(r, lw_attention_backward(r->s, dw, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32,
+                                  input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b, a->t, a->c,
+                                  a->nh, a->nkv, a->window));
     /* a bf16 qkv (with the bf16 out), and its widening */
-    float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, 3 * no, mq);
-    call(r, lw_attention_backward(
-                r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, 3 * no), LW_DTYPE_BF16,
-                input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse, a->b, a->t, a->c, a->nh));
-    float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, 3 * no, mq);
-    call(r, lw_attention_backward(r->s, dqw, LW_DTYPE_F32, work, dout, input(r, a->qkv_w, 3 * no),
+    float *dq = accumulated(r, "dqkv of bf16 qkv", a->d0, nq, mq);
+    call(r, lw_attention_backward(r->s, dq, LW_DTYPE_F32, work, dout, input_bf16(r, a->qkv16, nq),
+                                  LW_DTYPE_BF16, input_bf16(r, a->out16, no), LW_DTYPE_BF16, lse,
+                                  a->b, a->t, a->c, a->nh, a->nkv, a->window));
+    float *dqw = accumulated(r, "dqkv of bf16 qkv (widened)", a->d0, nq, mq);
+    call(r, lw_attention_backward(r->s, dqw, LW_DTYPE_F32, work, dout, input(r, a->qkv_w, nq),
                                   LW_DTYPE_F32, input(r, a->out_w, no), LW_DTYPE_F32, lse, a->b,
-                                  a->t, a->c, a->nh));
+                                  a->t, a->c, a->nh, a->nkv, a->window));
     /* a bf16 dqkv: accumulated in fp32, rounded; against the fp32 run from its widened start */
-    float *ds = accumulated(r, "dqkv from a bf16 start", a->d0_w, 3 * no, m);
+    float *ds = accumulated(r, "dqkv from a bf16 start", a->d0_w, nq, m);
     call(r, lw_attention_backward(r->s, ds, LW_DTYPE_F32, work, dout, qkv, LW_DTYPE_F32, out,
-                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
-    uint16_t *ds16 =
-        accumulated_bf16(r, "dqkv from a bf16 start bf16", a->d0_16, 3 * no, bf16_step(m));
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh, a->nkv, a->window));
+    uint16_t *ds16 = accumulated_bf16(r, "dqkv from a bf16 start bf16", a->d0_16, nq, bf16_step(m));
     call(r, lw_attention_backward(r->s, ds16, LW_DTYPE_BF16, work, dout, qkv, LW_DTYPE_F32, out,
-                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh));
+                                  LW_DTYPE_F32, lse, a->b, a->t, a->c, a->nh, a->nkv, a->window));
 }
 
 /* A bf16 out gives the results its widening gives, bit for bit on the CPU; a bf16 qkv on every
@@ -192,26 +206,33 @@ static void run_attention_backward(run *r, const void *p) {
  * others read its widening). */
 static void after_attention_backward(const kernel_case *k, const run *r) {
     const att_args *a = k->args;
-    same_as_widened(k, r, "dqkv bf16 out", 3 * a->b * a->t * a->c);
-    widening_exact(k, r, "dqkv of bf16 qkv", 3 * a->b * a->t * a->c);
-    after_bf16_output(k, r, "dqkv from a bf16 start", 3 * a->b * a->t * a->c);
+    same_as_widened(k, r, "dqkv bf16 out", a->b * a->t * a->w);
+    widening_exact(k, r, "dqkv of bf16 qkv", a->b * a->t * a->w);
+    after_bf16_output(k, r, "dqkv from a bf16 start", a->b * a->t * a->w);
 }
 
-/* The largest q_i . k_j / sqrt(hd) (j <= i) of each head over the batch in float64 from qkv's
- * values, into ref[nh], and the CPU's bound of head h's error, into tol[nh]. */
+/* The first key query i sees: i - window under a window, else 0. */
+static int64_t first_key(const att_args *a, int64_t i) {
+    return a->window > 0 && i > a->window ? i - a->window : 0;
+}
+
+/* The largest q_i . k_j / sqrt(hd) (first_key(i) <= j <= i) of each head over the batch in
+ * float64 from qkv's values (head h's k that of KV head h / (nh / nkv)), into ref[nh], and the
+ * CPU's bound of head h's error, into tol[nh]. */
 static void reference_head_max(const att_args *a, const float *qkv, double *ref, double *tol) {
-    const int64_t c3 = 3 * a->c, hd = a->c / a->nh;
+    const int64_t w = a->w, hd = a->c / a->nh, group = a->nh / a->nkv;
     const double scale = 1.0 / sqrt((double)hd);
     for (int64_t h = 0; h < a->nh; h++) {
         double top = -INFINITY, size = 0;
         for (int64_t bi = 0; bi < a->b; bi++) {
-            const float *q = qkv + bi * a->t * c3 + h * hd, *k = q + a->c;
+            const float *q = qkv + bi * a->t * w + h * hd;
+            const float *k = qkv + bi * a->t * w + a->c + h / group * hd;
             for (int64_t i = 0; i < a->t; i++)
-                for (int64_t j = 0; j <= i; j++) {
+                for (int64_t j = first_key(a, i); j <= i; j++) {
                     double dot = 0, abs = 0;
                     for (int64_t d = 0; d < hd; d++) {
-                        dot += (double)q[i * c3 + d] * k[j * c3 + d];
-                        abs += fabs((double)q[i * c3 + d] * k[j * c3 + d]);
+                        dot += (double)q[i * w + d] * k[j * w + d];
+                        abs += fabs((double)q[i * w + d] * k[j * w + d]);
                     }
                     top = fmax(top, dot * scale), size = fmax(size, abs * scale);
                 }
@@ -255,12 +276,13 @@ static void check_head_max(const kernel_case *k, const run *r, const char *what,
         within = within && fabs(hm[h] - ref[h]) <= tol[h];
         hottest = hottest && (a->hot < 0 || h == a->hot || ref[a->hot] > 2 * ref[h]);
     }
+
     expect(k, r, within, "the CPU's heads' maxima are within their bound of float64's");
     expect(k, r, hottest, "the hot head's largest score is over twice any other head's");
 }
 
-/* With a NaN key at row j of head 0: that head's rows from j on are NaN in out and lse, the rows
- * before it and the other heads finite. */
+/* With a NaN key at row j of KV head 0: the rows of its query heads that see it (j on, up to j +
+ * window under a window) are NaN in out and lse, every other row finite. */
 static void after_attention(const kernel_case *k, const run *r) {
     const att_args *a = k->args;
     const int64_t no = a->b * a->t * a->c;
@@ -276,7 +298,8 @@ static void after_attention(const kernel_case *k, const run *r) {
     bool as_promised = true;
     for (int64_t i = 0; i < a->t; i++)
         for (int64_t h = 0; h < a->nh; h++) {
-            const bool nan = h == 0 && i >= a->nan_row;
+            const bool nan =
+                h / (a->nh / a->nkv) == 0 && i >= a->nan_row && first_key(a, i) <= a->nan_row;
             as_promised = as_promised && isnan(lse[h * a->t + i]) == nan;
             for (int64_t d = 0; d < hd; d++)
                 as_promised = as_promised && isnan(out[i * a->c + h * hd + d]) == nan;
@@ -294,41 +317,49 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
                       .t = attention_shapes[s].t,
                       .c = attention_shapes[s].c,
                       .nh = attention_shapes[s].nh,
+                      .nkv = attention_shapes[s].nkv,
+                      .window = attention_shapes[s].window,
                       .nan_row = attention_shapes[s].nan_row,
                       .hot = attention_shapes[s].hot};
         if (a.nan_row >= 0 && !forward) continue;
-        const int64_t no = a.b * a.t * a.c, nl = a.b * a.nh * a.t;
-        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)%s%s",
-                 (long long)a.b, (long long)a.t, (long long)a.c, (long long)a.nh,
-                 (long long)(a.c / a.nh), a.nan_row >= 0 ? ", a NaN key" : "",
+        const int64_t hd = a.c / a.nh;
+        a.w = a.c + 2 * a.nkv * hd;
+        const int64_t no = a.b * a.t * a.c, nl = a.b * a.nh * a.t, nq = a.b * a.t * a.w;
+        char grouped[48] = "", windowed[40] = "";
+        if (a.nkv != a.nh) snprintf(grouped, sizeof grouped, ", %lld KV heads", (long long)a.nkv);
+        if (a.window > 0) snprintf(windowed, sizeof windowed, ", window %lld", (long long)a.window);
+        snprintf(a.shape, sizeof a.shape, "b %lld, t %lld, c %lld, nh %lld (head dim %lld)%s%s%s%s",
+                 (long long)a.b, (long long)a.t, (long long)a.c, (long long)a.nh, (long long)hd,
+                 grouped, windowed, a.nan_row >= 0 ? ", a NaN key" : "",
                  a.hot >= 0 ? ", a hot head" : "");
-        a.qkv = scaled_random(3 * no, 2.0f, 0.0f), a.dout = random_floats(no),
-        a.d0 = prefill(3 * no);
-        if (a.nan_row >= 0) a.qkv[a.nan_row * 3 * a.c + a.c + 3] = NAN;
-        const int64_t hd = a.c / (a.nh > 0 ? a.nh : 1);
-        for (int64_t row = 0; a.hot >= 0 && row < a.b * a.t; row++) /* its q and k */
+        a.qkv = scaled_random(nq, 2.0f, 0.0f), a.dout = random_floats(no), a.d0 = prefill(nq);
+        if (a.nan_row >= 0) a.qkv[a.nan_row * a.w + a.c + 3] = NAN;
+        for (int64_t row = 0; a.hot >= 0 && row < a.b * a.t; row++) /* its q and its KV head's k */
             for (int64_t d = 0; d < hd; d++) {
-                a.qkv[row * 3 * a.c + a.hot * hd + d] *= HOT;
-                a.qkv[row * 3 * a.c + a.c + a.hot * hd + d] *= HOT;
+                a.qkv[row * a.w + a.hot * hd + d] *= HOT;
+                a.qkv[row * a.w + a.c + a.hot / (a.nh / a.nkv) * hd + d] *= HOT;
             }
         a.out = cpu_array(no), a.lse = cpu_array(nl);
-        float *work = cpu_array(lw_attention_scratch_floats(NULL, a.b, a.t, a.c, a.nh));
+        float *work =
+            cpu_array(lw_attention_scratch_floats(NULL, a.b, a.t, a.c, a.nh, a.nkv, a.window));
         EXPECT_OK(lw_attention_forward(NULL, a.out, LW_DTYPE_F32, a.lse, NULL, work, a.qkv,
-                                       LW_DTYPE_F32, a.b, a.t, a.c, a.nh));
+                                       LW_DTYPE_F32, a.b, a.t, a.c, a.nh, a.nkv, a.window));
         a.out16 = malloc(sizeof(uint16_t) * (size_t)(no > 0 ? no : 1));
         a.out_w = cpu_array(no);
         for (int64_t i = 0; i < no; i++) {
             a.out16[i] = bf16_reference(a.out[i]);
             a.out_w[i] = (float)bf16_reference_value(a.out16[i]);
         }
-        a.qkv_w = cpu_array(3 * no);
-        memcpy(a.qkv_w, a.qkv, sizeof(float) * (size_t)(3 * no));
-        a.qkv16 = round_weights(a.qkv_w, 3 * no);
-        a.d0_w = cpu_array(3 * no);
-        memcpy(a.d0_w, a.d0, sizeof(float) * (size_t)(3 * no));
-        a.d0_16 = round_weights(a.d0_w, 3 * no);
+        a.qkv_w = cpu_array(nq);
+        memcpy(a.qkv_w, a.qkv, sizeof(float) * (size_t)nq);
+        a.qkv16 = round_weights(a.qkv_w, nq);
+        a.d0_w = cpu_array(nq);
+        memcpy(a.d0_w, a.d0, sizeof(float) * (size_t)nq);
+        a.d0_16 = round_weights(a.d0_w, nq);
         if (have_gpu()) /* the GPU's scratch: D = rowsum(dout * out) alone */
-            EXPECT_EQ(lw_attention_scratch_floats(other_stream(), a.b, a.t, a.c, a.nh), nl);
+            EXPECT_EQ(
+                lw_attention_scratch_floats(other_stream(), a.b, a.t, a.c, a.nh, a.nkv, a.window),
+                nl);
         check(&(kernel_case){.kernel = kernel,
                              .shape = a.shape,
                              .fn = fn,
@@ -339,15 +370,25 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
         free(a.qkv), free(a.dout), free(a.d0), free(a.out), free(a.lse), free(work);
         free(a.out16), free(a.out_w), free(a.qkv16), free(a.qkv_w), free(a.d0_16), free(a.d0_w);
     }
-    /* heads that do not divide the channels: the dispatcher's error, on every device */
+    /* heads that do not divide the channels, KV heads that do not divide the heads, a negative
+     * window: the dispatcher's errors, on every device */
     for (int d = 0; d < (other_stream() != NULL ? 2 : 1); d++) {
         lw_stream *s = d == 0 ? NULL : other_stream();
         float x = 0;
-        EXPECT_FAILS(forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, NULL, &x, &x,
-                                                    LW_DTYPE_F32, 1, 4, 100, 3)
-                             : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32,
-                                                     &x, LW_DTYPE_F32, &x, 1, 4, 100, 3),
-                     LW_ERR_INVALID, "must divide by the heads nh = 3");
+        const struct {
+            int64_t c, nh, nkv, window;
+            const char *says;
+        } bad[] = {{100, 3, 3, 0, "must divide by the heads nh = 3"},
+                   {96, 4, 3, 0, "the KV heads nkv = 3 must divide the heads nh = 4"},
+                   {96, 4, 2, -2, "window = -2 must be >= 0"}};
+        for (size_t i = 0; i < COUNT(bad); i++)
+            EXPECT_FAILS(
+                forward ? lw_attention_forward(s, &x, LW_DTYPE_F32, &x, NULL, &x, &x, LW_DTYPE_F32,
+                                               1, 4, bad[i].c, bad[i].nh, bad[i].nkv, bad[i].window)
+                        : lw_attention_backward(s, &x, LW_DTYPE_F32, &x, &x, &x, LW_DTYPE_F32, &x,
+                                                LW_DTYPE_F32, &x, 1, 4, bad[i].c, bad[i].nh,
+                                                bad[i].nkv, bad[i].window),
+                LW_ERR_INVALID, bad[i].says);
     }
 }
 

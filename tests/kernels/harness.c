@@ -414,10 +414,10 @@ static void cuda_contract(void) {
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&l));
     CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&sc));
     CHECK_FAILS(
-        lw_attention_forward(gs, o, LW_DTYPE_F32, l, NULL, sc, q, LW_DTYPE_F32, 1, 4, 512, 2),
+        lw_attention_forward(gs, o, LW_DTYPE_F32, l, NULL, sc, q, LW_DTYPE_F32, 1, 4, 512, 2, 2, 0),
         LW_ERR_UNSUPPORTED, "head dim 256");
     CHECK_FAILS(lw_attention_backward(gs, q, LW_DTYPE_F32, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32,
-                                      l, 1, 4, 512, 2),
+                                      l, 1, 4, 512, 2, 2, 0),
                 LW_ERR_UNSUPPORTED, "head dim 256");
     const int32_t bad[3] = {1, -4, 2};
     int32_t *rows = NULL;

@@ -9,12 +9,13 @@
 /* ---- the backward: attention.cu's rowdot, then flash_mma_dkdv_kernel and flash_mma_dq_kernel */
 
 void emulate_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                      const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
-                      int64_t heads) {
+                      const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv,
+                      int window, int64_t heads) {
     const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, ND = hd / 8;
     const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
+    const int64_t group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd), sc = scale * LOG2E;
-    const int64_t c3 = 3 * c;
+    const int64_t c3 = c + 2 * nkv * hd;
     /* D = rowsum(dout * out), in double rounded once (rowdot_kernel) */
     float *dd = calloc((size_t)(b * nh * t), sizeof(float));
     for (int64_t bh = 0; bh < b * nh; bh++)
@@ -27,48 +28,54 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
         }
     static float acc_a[LWC_FA_WARPS][32][MAX_ND][4], acc_b[LWC_FA_WARPS][32][MAX_ND][4];
 
-    /* dk, dv */
+    /* dk, dv: a block per (batch x KV head, key tile), over the query heads that read it */
     {
         const int M = LWC_FA_KV_STEP(hd), NT = M / 8;
         uint16_t *smem = smem_of(hd, LWC_FA_DKDV);
         uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
         uint16_t *os = qs + M * LD;
         float *ls = (float *)(os + M * LD), *ds = ls + M;
-        for (int64_t block = 0; block < b * nh * tiles; block++) {
-            int bh, tile;
-            lwc_fa_block(block, tiles, LWC_FA_DKDV, &bh, &tile);
-            if (bh >= heads) continue;
-            const int64_t bi = bh / nh, h = bh % nh, head = bi * t * c3 + h * hd;
+        for (int64_t block = 0; block < b * nkv * tiles; block++) {
+            int bk, tile;
+            lwc_fa_block(block, tiles, LWC_FA_DKDV, &bk, &tile);
+            const int64_t bi = bk / nkv, kh = bk % nkv, rows = bi * t * c3;
+            if (bi * nh + kh * group >= heads) continue;
             const int k0 = tile * LWC_FA_BLOCK;
-            const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
-            const float *dout_h = dout + bi * t * c + h * hd;
+            const int64_t kv = rows + c + kh * hd;
+            const float *k = qkv + kv, *v = k + nkv * hd;
             /* 1. */
             emu_stage(ks, k, c3, k0, LWC_FA_BLOCK, t, hd);
             emu_stage(vs, v, c3, k0, LWC_FA_BLOCK, t, hd);
             memset(acc_a, 0, sizeof acc_a), memset(acc_b, 0, sizeof acc_b); /* dk, dv */
-            const int steps = lwc_fa_tiles(t, M);
-            for (int step = lwc_fa_first_query_step(k0, M); step < steps; step++) {
-                const int q0 = step * M;
-                /* 2. */
-                emu_stage(qs, q, c3, q0, M, t, hd);
-                emu_stage(os, dout_h, c, q0, M, t, hd);
-                for (int r = 0; r < M; r++) {
-                    ls[r] = q0 + r < t ? lse[bh * t + q0 + r] * LOG2E : 0.0f;
-                    ds[r] = q0 + r < t ? dd[bh * t + q0 + r] : 0.0f;
-                }
-                for (int w = 0; w < LWC_FA_WARPS; w++) {
-                    const int row0 = k0 + LWC_FA_WARP_ROWS * w;
-                    /* 3. */
-                    float s[32][MAX_NT][4], dp[32][MAX_NT][4];
-                    memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
-                    emu_score_pair(&s[0][0], &dp[0][0], ks, vs, qs, os, w, NT, hd);
-                    /* 4. */
-                    const bool masked = lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t);
-                    for (int ln = 0; ln < 32; ln++)
-                        lwc_fa_grad_kv(s[ln], dp[ln], NT, ln, ls, ds, row0, q0, t, masked, sc);
-                    /* 5. */
-                    emu_accumulate(&acc_b[w][0][0], s, os, NT, hd); /* dv */
-                    emu_accumulate(&acc_a[w][0][0], dp, qs, NT, hd); /* dk */
+            const int first = lwc_fa_first_query_step(k0, M);
+            const int last = lwc_fa_last_query_step(k0, t, M, window);
+            for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
+                const int64_t bh = bi * nh + h;
+                const float *q = qkv + rows + h * hd, *dout_h = dout + bi * t * c + h * hd;
+                for (int step = first; step <= last; step++) {
+                    const int q0 = step * M;
+                    /* 2. */
+                    emu_stage(qs, q, c3, q0, M, t, hd);
+                    emu_stage(os, dout_h, c, q0, M, t, hd);
+                    for (int r = 0; r < M; r++) {
+                        ls[r] = q0 + r < t ? lse[bh * t + q0 + r] * LOG2E : 0.0f;
+                        ds[r] = q0 + r < t ? dd[bh * t + q0 + r] : 0.0f;
+                    }
+                    for (int w = 0; w < LWC_FA_WARPS; w++) {
+                        const int row0 = k0 + LWC_FA_WARP_ROWS * w;
+                        /* 3. */
+                        float s[32][MAX_NT][4], dp[32][MAX_NT][4];
+                        memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
+                        emu_score_pair(&s[0][0], &dp[0][0], ks, vs, qs, os, w, NT, hd);
+                        /* 4. */
+                        const bool masked = lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t, window);
+                        for (int ln = 0; ln < 32; ln++)
+                            lwc_fa_grad_kv(s[ln], dp[ln], NT, ln, ls, ds, row0, q0, t, window,
+                                           masked, sc);
+                        /* 5. */
+                        emu_accumulate(&acc_b[w][0][0], s, os, NT, hd);  /* dv */
+                        emu_accumulate(&acc_a[w][0][0], dp, qs, NT, hd); /* dk */
+                    }
                 }
             }
             /* 6. */
@@ -77,11 +84,11 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
                     for (int r = 0; r < 2; r++) {
                         const int key = k0 + LWC_FA_WARP_ROWS * w + lwc_mma_c_row(ln, 2 * r);
                         if (key >= t) continue;
-                        float *g = dqkv + head + key * c3 + lwc_mma_c_col(ln, 0);
+                        float *g = dqkv + kv + key * c3 + lwc_mma_c_col(ln, 0);
                         for (int j = 0; j < ND; j++)
                             for (int e = 0; e < 2; e++) {
-                                g[c + 8 * j + e] += scale * acc_a[w][ln][j][2 * r + e];
-                                g[2 * c + 8 * j + e] += acc_b[w][ln][j][2 * r + e];
+                                g[8 * j + e] += scale * acc_a[w][ln][j][2 * r + e];
+                                g[nkv * hd + 8 * j + e] += acc_b[w][ln][j][2 * r + e];
                             }
                     }
         }
@@ -98,9 +105,9 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
             int bh, tile;
             lwc_fa_block(block, tiles, LWC_FA_DQ, &bh, &tile);
             if (bh >= heads) continue;
-            const int64_t bi = bh / nh, h = bh % nh, head = bi * t * c3 + h * hd;
+            const int64_t bi = bh / nh, h = bh % nh, rows = bi * t * c3, head = rows + h * hd;
             const int q0 = tile * LWC_FA_BLOCK;
-            const float *q = qkv + head, *k = q + c, *v = q + 2 * c;
+            const float *q = qkv + head, *k = qkv + rows + c + h / group * hd, *v = k + nkv * hd;
             /* 1. */
             emu_stage(qs, q, c3, q0, LWC_FA_BLOCK, t, hd);
             emu_stage(os, dout + bi * t * c + h * hd, c, q0, LWC_FA_BLOCK, t, hd);
@@ -114,7 +121,7 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
                     }
             memset(acc_a, 0, sizeof acc_a); /* dq */
             const int last = lwc_fa_last_key_step(q0, t);
-            for (int step = 0; step <= last; step++) {
+            for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
                 const int k0 = step * LWC_FA_STEP;
                 /* 2. */
                 emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
@@ -126,10 +133,11 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
                     memset(s, 0, sizeof s), memset(dp, 0, sizeof dp);
                     emu_score_pair(&s[0][0], &dp[0][0], qs, os, ks, vs, w, NT, hd);
                     /* 4. */
-                    const bool masked = lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t);
+                    const bool masked =
+                        lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t, window);
                     for (int ln = 0; ln < 32; ln++)
                         lwc_fa_grad_q(s[ln], dp[ln], NT, ln, lr[w][ln], dr[w][ln], row0, k0, t,
-                                      masked, sc);
+                                      window, masked, sc);
                     /* 5. */
                     emu_accumulate(&acc_a[w][0][0], s, ks, NT, hd); /* dq */
                 }

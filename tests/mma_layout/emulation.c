@@ -14,7 +14,8 @@ static const char *fault_names[] = {"none", "a B operand's k halves swapped",
 /* ---- the emulation against double attention ------------------------------------------------- */
 
 typedef struct {
-    int64_t b, t, nh, hd;
+    int64_t b, t, nh, hd, nkv;
+    int window;
 } shape;
 
 /* worst of |got - ref| / tol, and of |got - ref| / max |ref| (the harness's measure) */
@@ -35,24 +36,25 @@ static double worst_ratio(const float *got, const double *ref, const double *tol
  * (printed unless quiet). */
 static bool emulation_within(shape sh, bool quiet) {
     const int64_t b = sh.b, t = sh.t, nh = sh.nh, c = nh * sh.hd, n = b * t * c, nl = b * nh * t;
-    float *qkv = random_array(3 * n, 2.0f, true), *dout = random_array(n, 1.0f, true);
+    const int64_t nkv = sh.nkv, nq = b * t * (c + 2 * nkv * sh.hd);
+    float *qkv = random_array(nq, 2.0f, true), *dout = random_array(n, 1.0f, true);
     float *out = calloc((size_t)n, sizeof(float)), *lse = calloc((size_t)nl, sizeof(float));
-    float *dqkv = calloc((size_t)(3 * n), sizeof(float)), *top = calloc((size_t)nl, 4);
+    float *dqkv = calloc((size_t)nq, sizeof(float)), *top = calloc((size_t)nl, 4);
     reference ref = {.out = malloc(sizeof(double) * (size_t)n),
                      .lse = malloc(sizeof(double) * (size_t)nl),
-                     .dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
+                     .dqkv = malloc(sizeof(double) * (size_t)nq),
                      .tol_out = malloc(sizeof(double) * (size_t)n),
-                     .tol_dqkv = malloc(sizeof(double) * (size_t)(3 * n)),
+                     .tol_dqkv = malloc(sizeof(double) * (size_t)nq),
                      .rowmax = malloc(sizeof(double) * (size_t)nl)};
-    reference_attention(&ref, qkv, dout, NULL, b, t, c, nh, b * nh);
-    emulate_forward(out, lse, top, qkv, b, t, c, nh, b * nh);
+    reference_attention(&ref, qkv, dout, NULL, b, t, c, nh, nkv, sh.window, b * nh);
+    emulate_forward(out, lse, top, qkv, b, t, c, nh, nkv, sh.window, b * nh);
     /* the backward from the reference's out and lse, as the harness hands a device the CPU's */
     float *ref_out = calloc((size_t)n, sizeof(float)), *ref_lse = calloc((size_t)nl, sizeof(float));
     for (int64_t i = 0; i < n; i++)
         ref_out[i] = (float)ref.out[i];
     for (int64_t i = 0; i < nl; i++)
         ref_lse[i] = (float)ref.lse[i];
-    emulate_backward(dqkv, dout, qkv, ref_out, ref_lse, b, t, c, nh, b * nh);
+    emulate_backward(dqkv, dout, qkv, ref_out, ref_lse, b, t, c, nh, nkv, sh.window, b * nh);
     double *tol_lse = malloc(sizeof(double) * (size_t)nl);
     for (int64_t i = 0; i < nl; i++)
         tol_lse[i] = (1 + fabs(ref.lse[i])) / 16384;
@@ -61,56 +63,73 @@ static bool emulation_within(shape sh, bool quiet) {
     const double w_lse = worst_ratio(lse, ref.lse, tol_lse, nl, NULL);
     /* a row's largest score: fp32 sums of exact products (the inputs are bf16), as lse */
     const double w_top = worst_ratio(top, ref.rowmax, tol_lse, nl, NULL);
-    const double w_dqkv = worst_ratio(dqkv, ref.dqkv, ref.tol_dqkv, 3 * n, &rel_dqkv);
+    const double w_dqkv = worst_ratio(dqkv, ref.dqkv, ref.tol_dqkv, nq, &rel_dqkv);
     const bool ok = w_out <= 1 && w_lse <= 1 && w_top <= 1 && w_dqkv <= 1;
     if (!quiet)
-        printf("test_mma_layout: b %lld, t %lld, nh %lld, head dim %lld: worst error / bound: out "
-               "%.3f, lse %.3f, largest score %.3f, dqkv %.3f (of the largest value: out %.1e, "
-               "dqkv %.1e)\n",
-               (long long)b, (long long)t, (long long)nh, (long long)sh.hd, w_out, w_lse, w_top,
-               w_dqkv, rel_out, rel_dqkv);
+        printf(
+            "test_mma_layout: b %lld, t %lld, nh %lld, nkv %lld, window %d, head dim %lld: worst "
+            "error / bound: out %.3f, lse %.3f, largest score %.3f, dqkv %.3f (of the largest "
+            "value: out %.1e, dqkv %.1e)\n",
+            (long long)b, (long long)t, (long long)nh, (long long)nkv, sh.window, (long long)sh.hd,
+            w_out, w_lse, w_top, w_dqkv, rel_out, rel_dqkv);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref_out), free(ref_lse);
     free(tol_lse), free(ref.out), free(ref.lse), free(ref.dqkv), free(ref.tol_out);
     free(ref.tol_dqkv), free(ref.rowmax), free(top);
     return ok;
 }
 
-/* A NaN in one key (head 0, channel 3): exactly the rows that see it are NaN in out, lse and
- * their largest scores. */
-void test_nan_key(void) {
-    const int64_t t = 100, nh = 2, hd = 64, c = nh * hd, bad = 40;
-    float *qkv = random_array(3 * t * c, 2.0f, true);
+/* A NaN in one key (KV head 0, channel 3): exactly the rows that see it are NaN in out, lse and
+ * their largest scores; with one KV head for two query heads and a window, both query heads'
+ * rows bad .. bad + window. */
+static void nan_key(int64_t nkv, int window) {
+    const int64_t t = 100, nh = 2, hd = 64, c = nh * hd, bad = 40, ld = c + 2 * nkv * hd;
+    float *qkv = random_array(t * ld, 2.0f, true);
     float *out = calloc((size_t)(t * c), sizeof(float)), *lse = calloc((size_t)(nh * t), 4);
     float *top = calloc((size_t)(nh * t), 4);
-    qkv[bad * 3 * c + c + 3] = NAN;
-    emulate_forward(out, lse, top, qkv, 1, t, c, nh, nh);
+    qkv[bad * ld + c + 3] = NAN;
+    emulate_forward(out, lse, top, qkv, 1, t, c, nh, nkv, window, nh);
     bool as_promised = true;
     for (int64_t i = 0; i < t; i++)
         for (int64_t h = 0; h < nh; h++) {
-            const bool nan = h == 0 && i >= bad;
+            const bool nan = h / (nh / nkv) == 0 && lwc_fa_sees(i, bad, window);
             as_promised = as_promised && isnan(lse[h * t + i]) == nan;
             as_promised = as_promised && isnan(top[h * t + i]) == nan;
             for (int64_t d = 0; d < hd; d++)
                 as_promised = as_promised && isnan(out[i * c + h * hd + d]) == nan;
         }
     EXPECT(as_promised);
-    printf("test_mma_layout: a NaN key makes NaN exactly the rows that see it\n");
+    printf("test_mma_layout: a NaN key makes NaN exactly the rows that see it (%lld KV heads, "
+           "window %d)\n",
+           (long long)nkv, window);
     free(qkv), free(out), free(lse), free(top);
+}
+
+void test_nan_key(void) {
+    nan_key(2, 0);
+    nan_key(1, 30);
 }
 
 void test_emulation(void) {
     const shape shapes[] = {
-        {1, 1, 1, 64},    /* one row */
-        {1, 70, 2, 64},   /* past one tile */
-        {2, 130, 1, 128}, /* head dim 128, batch 2, t past two tiles */
-        {1, 200, 3, 64},  /* three heads */
-        {1, 97, 2, 128},  /* head dim 128, dk/dv steps of 32 not dividing t */
-        {1, 1024, 1, 64}, /* GPT-2's t */
+        {1, 1, 1, 64, 1, 0},      /* one row */
+        {1, 70, 2, 64, 2, 0},     /* past one tile */
+        {2, 130, 1, 128, 1, 0},   /* head dim 128, batch 2, t past two tiles */
+        {1, 200, 3, 64, 3, 0},    /* three heads */
+        {1, 97, 2, 128, 2, 0},    /* head dim 128, dk/dv steps of 32 not dividing t */
+        {1, 1024, 1, 64, 1, 0},   /* GPT-2's t */
+        {1, 200, 4, 64, 2, 0},    /* two query heads per KV head */
+        {2, 130, 3, 128, 1, 0},   /* multi-query, head dim 128 */
+        {1, 300, 2, 64, 2, 50},   /* a window within a step: steps skipped before it */
+        {1, 300, 4, 128, 2, 100}, /* grouped, head dim 128, a window past a step */
+        {1, 200, 2, 64, 1, 1},    /* a window of one key before the diagonal */
+        {1, 260, 2, 64, 2, 64},   /* a window of a whole step */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         EXPECT(emulation_within(shapes[i], false));
     for (fault = FAULT_NONE + 1; fault < FAULT_COUNT; fault++) {
-        const bool caught = !emulation_within((shape){1, 70, 1, 64}, true);
+        /* causal alone, and grouped under a window */
+        const bool caught = !emulation_within((shape){1, 70, 1, 64, 1, 0}, true) &&
+                            !emulation_within((shape){1, 100, 2, 64, 1, 20}, true);
         printf("test_mma_layout: fault \"%s\": %s\n", fault_names[fault],
                caught ? "caught" : "NOT caught");
         EXPECT(caught);

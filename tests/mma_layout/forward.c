@@ -9,7 +9,7 @@
 /* ---- the forward, as flash_mma_forward_kernel ---------------------------------------------- */
 
 void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, int64_t b, int64_t t,
-                     int64_t c, int64_t nh, int64_t heads) {
+                     int64_t c, int64_t nh, int64_t nkv, int window, int64_t heads) {
     const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, NT = LWC_FA_STEP / 8, ND = hd / 8;
     const int KD = hd / 16, tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float sc = 1.0f / sqrtf((float)hd) * LOG2E;
@@ -21,9 +21,10 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
         int bh, tile;
         lwc_fa_block(block, tiles, LWC_FA_FORWARD, &bh, &tile);
         if (bh >= heads) continue;
-        const int64_t bi = bh / nh, h = bh % nh, c3 = 3 * c;
+        const int64_t bi = bh / nh, h = bh % nh, c3 = c + 2 * nkv * hd;
         const int q0 = tile * LWC_FA_BLOCK;
-        const float *q = qkv + bi * t * c3 + h * hd, *k = q + c, *v = q + 2 * c;
+        const float *q = qkv + bi * t * c3 + h * hd;
+        const float *k = qkv + bi * t * c3 + c + h / (nh / nkv) * hd, *v = k + nkv * hd;
         /* 1. */
         emu_stage(qs, q, c3, q0, LWC_FA_BLOCK, t, hd);
         for (int w = 0; w < LWC_FA_WARPS; w++) {
@@ -38,7 +39,7 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
                 m[w][ln][0] = m[w][ln][1] = -INFINITY, l[w][ln][0] = l[w][ln][1] = 0.0f;
         }
         const int last = lwc_fa_last_key_step(q0, t);
-        for (int step = 0; step <= last; step++) {
+        for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
             const int k0 = step * LWC_FA_STEP;
             /* 2. */
             emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
@@ -56,9 +57,9 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
                         emu_mma(&s[0][0], MAX_NT, 2 * jj + 1, &qa[w][0][kk], MAX_KD, bq, 1);
                     }
                 /* 4. */
-                if (lwc_fa_forward_masked(q0, k0, LWC_FA_STEP))
+                if (lwc_fa_forward_masked(q0, k0, LWC_FA_STEP, window))
                     for (int ln = 0; ln < 32; ln++)
-                        lwc_fa_mask_causal(s[ln], NT, ln, row0, k0 + (fault == FAULT_MASK));
+                        lwc_fa_mask_causal(s[ln], NT, ln, row0, k0 + (fault == FAULT_MASK), window);
                 float mx[32][2], alpha[2];
                 for (int ln = 0; ln < 32; ln++)
                     lwc_fa_row_max(s[ln], NT, mx[ln]);

@@ -121,9 +121,11 @@ void test_ldmatrix(void) {
     }
 }
 
-/* The plan against brute force over every t up to 300: blocks, steps, masks, shared memory. */
+/* The plan against brute force over every t up to 300, with no window and with windows inside a
+ * step, of one, past one: blocks, steps, masks, shared memory. */
 void test_plan(void) {
     bool blocks = true, steps = true, masks = true, smem = true;
+    static const int windows[] = {0, 1, 40, 64, 100};
     for (int64_t t = 1; t <= 300; t++) {
         const int tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
         for (int kernel = LWC_FA_FORWARD; kernel <= LWC_FA_DQ; kernel++) {
@@ -140,38 +142,46 @@ void test_plan(void) {
                 for (int tile = 0; tile < tiles; tile++)
                     blocks = blocks && seen[bh][tile] == 1;
         }
-        for (int tile = 0; tile < tiles; tile++) {
-            const int q0 = tile * LWC_FA_BLOCK, last = lwc_fa_last_key_step(q0, t);
-            for (int step = 0; step * LWC_FA_STEP < t; step++) {
-                const int k0 = step * LWC_FA_STEP;
-                bool kept = false, fwd_mask = false, grad_mask = false;
-                for (int qi = q0; qi < q0 + LWC_FA_BLOCK; qi++)
-                    for (int kj = k0; kj < k0 + LWC_FA_STEP; kj++) {
-                        kept = kept || lwc_fa_kept(qi, kj, t);
-                        fwd_mask = fwd_mask || kj > qi;
-                        grad_mask = grad_mask || !lwc_fa_kept(qi, kj, t);
-                    }
-                steps = steps && kept == (step <= last);
-                if (step <= last)
-                    masks = masks && fwd_mask == lwc_fa_forward_masked(q0, k0, LWC_FA_STEP) &&
-                            grad_mask == lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t);
-            }
-        }
-        for (int hd = 64; hd <= 128; hd += 64) {
-            const int M = LWC_FA_KV_STEP(hd);
+        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+            const int window = windows[wi];
             for (int tile = 0; tile < tiles; tile++) {
-                const int k0 = tile * LWC_FA_BLOCK, first = lwc_fa_first_query_step(k0, M);
-                for (int step = 0; step < lwc_fa_tiles(t, M); step++) {
-                    const int q0 = step * M;
-                    bool kept = false, mask = false;
-                    for (int qi = q0; qi < q0 + M; qi++)
-                        for (int kj = k0; kj < k0 + LWC_FA_BLOCK; kj++) {
-                            kept = kept || lwc_fa_kept(qi, kj, t);
-                            mask = mask || !lwc_fa_kept(qi, kj, t);
+                const int q0 = tile * LWC_FA_BLOCK, last = lwc_fa_last_key_step(q0, t);
+                const int first = lwc_fa_first_key_step(q0, window);
+                for (int step = 0; step * LWC_FA_STEP < t; step++) {
+                    const int k0 = step * LWC_FA_STEP;
+                    bool kept = false, fwd_mask = false, grad_mask = false;
+                    for (int qi = q0; qi < q0 + LWC_FA_BLOCK; qi++)
+                        for (int kj = k0; kj < k0 + LWC_FA_STEP; kj++) {
+                            kept = kept || lwc_fa_kept(qi, kj, t, window);
+                            fwd_mask = fwd_mask || !lwc_fa_sees(qi, kj, window);
+                            grad_mask = grad_mask || !lwc_fa_kept(qi, kj, t, window);
                         }
-                    steps = steps && kept == (step >= first);
-                    if (step >= first)
-                        masks = masks && mask == lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t);
+                    steps = steps && kept == (step >= first && step <= last);
+                    if (step >= first && step <= last)
+                        masks = masks &&
+                                fwd_mask == lwc_fa_forward_masked(q0, k0, LWC_FA_STEP, window) &&
+                                grad_mask == lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP,
+                                                                t, window);
+                }
+            }
+            for (int hd = 64; hd <= 128; hd += 64) {
+                const int M = LWC_FA_KV_STEP(hd);
+                for (int tile = 0; tile < tiles; tile++) {
+                    const int k0 = tile * LWC_FA_BLOCK, first = lwc_fa_first_query_step(k0, M);
+                    const int last = lwc_fa_last_query_step(k0, t, M, window);
+                    for (int step = 0; step < lwc_fa_tiles(t, M); step++) {
+                        const int q0 = step * M;
+                        bool kept = false, mask = false;
+                        for (int qi = q0; qi < q0 + M; qi++)
+                            for (int kj = k0; kj < k0 + LWC_FA_BLOCK; kj++) {
+                                kept = kept || lwc_fa_kept(qi, kj, t, window);
+                                mask = mask || !lwc_fa_kept(qi, kj, t, window);
+                            }
+                        steps = steps && kept == (step >= first && step <= last);
+                        if (step >= first && step <= last)
+                            masks = masks &&
+                                    mask == lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t, window);
+                    }
                 }
             }
         }
@@ -187,6 +197,7 @@ void test_plan(void) {
     EXPECT(steps);
     EXPECT(masks);
     EXPECT(smem);
-    printf("test_mma_layout: t = 1 .. 300: every block once, heaviest first; the steps run are "
-           "those with a kept pair; masks where a pair is masked; shared memory holds the tiles\n");
+    printf("test_mma_layout: t = 1 .. 300, windows 0, 1, 40, 64, 100: every block once, heaviest "
+           "first; the steps run are those with a kept pair; masks where a pair is masked; shared "
+           "memory holds the tiles\n");
 }

@@ -44,13 +44,16 @@ void emu_score_pair(float (*s)[4], float (*dp)[4], const uint16_t *x, const uint
 void emu_accumulate(float (*acc)[4], float (*p)[MAX_NT][4], const uint16_t *tile, int nt, int hd);
 uint16_t *smem_of(int hd, int kernel);
 
-/* ---- forward.c, backward.c: the kernels' tile loops, the heads bh < heads ------------------- */
+/* ---- forward.c, backward.c: the kernels' tile loops, the heads bh < heads ------------------- *
+ * qkv[b, t, c + 2 nkv hd]: nh query heads reading nkv KV heads (query head h KV head h / (nh /
+ * nkv)), a window (0: none), as lw_model_kernels.h says; heads a multiple of nh / nkv, so that
+ * a KV head's gradient is over query heads all emulated or all left out. */
 
-void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, int64_t b,
-                     int64_t t, int64_t c, int64_t nh, int64_t heads);
+void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, int64_t b, int64_t t,
+                     int64_t c, int64_t nh, int64_t nkv, int window, int64_t heads);
 void emulate_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                      const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
-                      int64_t heads);
+                      const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv,
+                      int window, int64_t heads);
 
 /* ---- reference.c: double-precision attention, and each output's bound ------------------------ */
 
@@ -63,7 +66,8 @@ typedef struct {
 } reference;
 
 void reference_attention(reference *ref, const float *qkv, const float *dout, const float *d0,
-                         int64_t b, int64_t t, int64_t c, int64_t nh, int64_t heads);
+                         int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv, int window,
+                         int64_t heads);
 /* n values scale * [-1, 1) from the one seeded sequence (rounded to bf16 if bf16) */
 float *random_array(int64_t n, float scale, bool bf16);
 

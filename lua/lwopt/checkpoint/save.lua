@@ -132,8 +132,10 @@ local function write_manifest(job)
    local params = json.array()
    for _, t in ipairs(job.params) do
       local spec = spec_of[t.name] or t
+      -- sizes: the blocks' rows when unequal (a QKV weight with fewer KV heads)
       local split = s.tp and spec.tp and json.object({ dim = spec.tp.dim,
-         blocks = spec.tp.blocks or 1, rows = spec.tp.rows })
+         blocks = spec.tp.blocks or 1, rows = spec.tp.rows,
+         sizes = spec.tp.sizes and json.array({ unpack(spec.tp.sizes) }) })
       params[#params + 1] = json.object({ name = t.name, shape = shape_of(t),
          optimizer = spec.optimizer, expert = spec.expert or nil, tp = split })
    end

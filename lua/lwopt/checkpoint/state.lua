@@ -128,7 +128,7 @@ local function saved_ranges(path, opened, name, kind, parts, split, take, lines)
 end
 
 -- The state of one parameter in the tp 1 model's coordinates (p: its manifest entry, with
--- tp = { dim, blocks, rows } when it was saved TP-sharded), assembled from every saved range:
+-- tp = { dim, blocks, rows, sizes } when it was saved TP-sharded), assembled from every saved range:
 -- { <part> = float* for each of parts, seen (uint8*: elements some range held) }.
 local function assemble_full(path, opened, p, kind, parts)
    local n = tp.numel(p.shape)

@@ -1,15 +1,18 @@
 -- nn/attention.lua: CausalSelfAttention, qkv projection, causal softmax attention over
--- lw_attention_forward / _backward, output projection (the module contract is in
--- nn/module.lua). Under tensor parallelism (tp: lw.tp.groups's table, size t) the heads are split
--- over the TP group: qkv is column-parallel with blocks 3 (each rank holds its heads' Q, K and V),
--- attention runs on the rank's n_head / t heads, and proj is row-parallel (its all-reduce gives
--- every rank the whole output). When its owner asks (head_max), the forward also gives each of
--- the rank's heads' largest logit, which QK-clip reads (lwopt/qk_clip.lua).
+-- lw_attention_forward / _backward (grouped KV heads, a sliding window), output projection (the
+-- module contract is in nn/module.lua). Under tensor parallelism (tp: lw.tp.groups's table, size
+-- t) the heads are split over the TP group: qkv is column-parallel with blocks Q, K and V (each
+-- rank holds its query heads' Q and the K and V of the KV heads they read: n_head / t and
+-- n_kv_head / t of them, so t must divide n_kv_head), attention runs on the rank's heads, and
+-- proj is row-parallel (its all-reduce gives every rank the whole output). When its owner asks
+-- (head_max), the forward also gives each of the rank's heads' largest logit, which QK-clip reads
+-- (lwopt/qk_clip.lua).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
 local ColumnParallelLinear = require("lwopt.nn.column_parallel")
 local RowParallelLinear = require("lwopt.nn.row_parallel")
+local errors = require("lwopt.errors")
 
 local lib = C.lib
 local zero = base.zero
@@ -31,21 +34,47 @@ function Attention:set_activations(dtype, x_dtype)
    self.proj.x_dtype, self.qkv.x_dtype = dtype, x_dtype
 end
 
--- CausalSelfAttention(prefix, c, n_head, bias, tp): qkv {3c, c} and proj {c, c} Linears, or with
--- tp (size above 1) their column- and row-parallel shards: qkv {3c / t, c}, proj {c, c / t}. The
--- qkv weight's spec says how its rows split into Q, K and V (qkv = { groups = 1, rows = { c / t,
--- c / t, c / t } }: the rows this rank holds; t = 1 without tp), for the optimizer's QKV split.
-function Attention.new(prefix, c, n_head, bias, tp)
+local function is_count(v) return type(v) == "number" and v >= 1 and v == math.floor(v) end
+
+-- CausalSelfAttention(prefix, c, n_head, bias, tp, opts): opts (optional) = { n_kv_head (default
+-- n_head: one KV head per head; fewer: grouped-query attention, query head h reading KV head
+-- h / (n_head / n_kv_head)), window (default 0: every earlier key; w > 0: the w keys before a
+-- query and its own, flash attention's window_size (w, 0)) }. With hd = c / n_head and kv =
+-- n_kv_head * hd: qkv {c + 2 kv, c} (rows: the query heads, then the KV heads' K, then their V)
+-- and proj {c, c} Linears, or with tp (size above 1) their column- and row-parallel shards: qkv
+-- {(c + 2 kv) / t, c}, proj {c, c / t}. The qkv weight's spec says how its rows split into Q, K
+-- and V (qkv = { groups = 1, rows = { c / t, kv / t, kv / t } }: the rows this rank holds; t = 1
+-- without tp), for the optimizer's QKV split and QK-clip.
+function Attention.new(prefix, c, n_head, bias, tp, opts)
    local self = setmetatable({}, Attention):init(prefix)
+   opts = opts or {}
+   local who = "nn.CausalSelfAttention " .. prefix
+   local n_kv, window = opts.n_kv_head or n_head, opts.window or 0
+   if not is_count(n_kv) or n_head % n_kv ~= 0 then
+      errors.fail(who, "n_kv_head (%s) must divide n_head (%d)", tostring(n_kv), n_head)
+   end
+   if type(window) ~= "number" or window < 0 or window ~= math.floor(window) then
+      errors.fail(who, "window (%s) must be 0 (every earlier key) or a positive integer",
+         tostring(window))
+   end
    local t = tp and tp.size or 1
-   -- this rank's channels and heads (all of them without tp)
-   self.c, self.n_head = c / t, n_head / t
-   local qkv = { qkv = { groups = 1, rows = { c / t, c / t, c / t } } }
+   if n_kv % t ~= 0 then
+      errors.fail(who, "tp %d does not divide the %d KV heads (each TP rank holds n_kv_head / "
+         .. "tp of them, with the query heads that read them)", t, n_kv)
+   end
+   local kv = n_kv * (c / n_head)
+   -- this rank's channels, heads and KV heads (all of them without tp)
+   self.c, self.n_head, self.n_kv_head, self.window = c / t, n_head / t, n_kv / t, window
+   self.qkv_width = (c + 2 * kv) / t
+   local qkv = { qkv = { groups = 1, rows = { c / t, kv / t, kv / t } } }
    if tp then
-      self.qkv = self:add(ColumnParallelLinear.new(prefix .. "qkv.", c, 3 * c, bias, tp, 3, qkv))
+      -- equal blocks (today's { 3 }) unless the KV heads are fewer
+      local blocks = kv == c and 3 or { c, kv, kv }
+      self.qkv = self:add(ColumnParallelLinear.new(prefix .. "qkv.", c, c + 2 * kv, bias, tp,
+         blocks, qkv))
       self.proj = self:add(RowParallelLinear.new(prefix .. "proj.", c, c, bias, tp))
    else
-      self.qkv = self:add(Linear.new(prefix .. "qkv.", c, 3 * c, bias, { weight = qkv }))
+      self.qkv = self:add(Linear.new(prefix .. "qkv.", c, c + 2 * kv, bias, { weight = qkv }))
       self.proj = self:add(Linear.new(prefix .. "proj.", c, c, bias))
    end
    return self
@@ -59,35 +88,39 @@ function Attention:forward(x, b, t)
    self.lse = self:buffer("lse", b * self.n_head * t)
    self.y = self:buffer("y", base.floats_for(n * self.c, self.out_dtype))
    check(lib.lw_attention_forward(self.stream, self.y, self.out_dtype, self.lse, self.head_max,
-      self:scratch(b, t), self.qkv_out, self.qkv.y_dtype, b, t, self.c, self.n_head))
+      self:scratch(b, t), self.qkv_out, self.qkv.y_dtype, b, t, self.c, self.n_head,
+      self.n_kv_head, self.window))
    return self.proj:forward(self.y, n)
 end
 
 -- What QK-clip scales here (lw_optimizer_qk_clip): the fused QKV weight's and bias's names (bias
--- nil without one), the head dim and this rank's heads, which head_max's order follows.
+-- nil without one), the head dim and this rank's heads, which head_max's order follows, and its
+-- KV heads (a K shared by several heads is left alone and their queries take the whole scale;
+-- the weight's qkv rows say the same to the optimizer).
 function Attention:qk_clip_target()
    return { weight = self.prefix .. "qkv.weight",
             bias = self.qkv.has_bias and self.prefix .. "qkv.bias" or nil,
-            head_dim = self.c / self.n_head, n_heads = self.n_head }
+            head_dim = self.c / self.n_head, n_heads = self.n_head, n_kv_heads = self.n_kv_head }
 end
 
 -- The attention kernels' workspace on this device, shared with every other module there.
 function Attention:scratch(b, t)
    return self:workspace(tonumber(lib.lw_attention_scratch_floats(self.stream, b, t,
-      self.c, self.n_head)), "attention scratch")
+      self.c, self.n_head, self.n_kv_head, self.window)), "attention scratch")
 end
 
 function Attention:backward(x, dout, dx, b, t)
    local n, c = b * t, self.c
    -- qkv's output gradient in qkv's output dtype: written so here, read so by qkv's backward
    local qkv_dtype = self.qkv.y_dtype
-   local dqkv_floats = base.floats_for(n * 3 * c, qkv_dtype)
+   local dqkv_floats = base.floats_for(n * self.qkv_width, qkv_dtype)
    local dy, dqkv = self:transient("dy", n * c), self:transient("dqkv", dqkv_floats)
    zero(dy, n * c, self.stream)
    self.proj:backward(self.y, dout, dy, n)
    zero(dqkv, dqkv_floats, self.stream)
    check(lib.lw_attention_backward(self.stream, dqkv, qkv_dtype, self:scratch(b, t), dy,
-      self.qkv_out, qkv_dtype, self.y, self.out_dtype, self.lse, b, t, c, self.n_head))
+      self.qkv_out, qkv_dtype, self.y, self.out_dtype, self.lse, b, t, c, self.n_head,
+      self.n_kv_head, self.window))
    self.qkv:backward(x, dqkv, dx, n)
 end
 

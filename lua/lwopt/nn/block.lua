@@ -15,17 +15,18 @@ local check = base.check
 local Block = base.class(base.Module)
 Block.shape_args = { "b", "t" }
 
--- Block(prefix, c, n_head, bias, moe, tp, mlp_hidden): moe (optional) is nn.MoE's config
+-- Block(prefix, c, n_head, bias, moe, tp, mlp_hidden, attn): moe (optional) is nn.MoE's config
 -- ({ n_expert, topk, expert_hidden, aux_coef, shared_expert, router_muon }): the feed-forward is
 -- then self.moe (parameters <prefix>moe.*) instead of self.mlp, whose hidden size is mlp_hidden
 -- (default 4c). self.ffn is whichever it is. tp (optional: lw.tp.groups's table, size above 1;
 -- a dense block only) splits the attention's heads and the MLP's channels over the TP group; the
--- layer norms stay whole on every rank.
-function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden)
+-- layer norms stay whole on every rank. attn (optional): the attention's options (n_kv_head,
+-- window: nn.CausalSelfAttention).
+function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden, attn)
    local self = setmetatable({}, Block):init(prefix)
    self.c = c
    self.ln_1 = self:add(LayerNorm.new(prefix .. "ln_1.", c, bias))
-   self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias, tp))
+   self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias, tp, attn))
    self.ln_2 = self:add(LayerNorm.new(prefix .. "ln_2.", c, bias))
    if moe then
       local cfg = { bias = bias }

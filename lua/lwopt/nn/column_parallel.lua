@@ -19,24 +19,43 @@ ColumnParallelLinear.x_dtype, ColumnParallelLinear.y_dtype = Linear.x_dtype, Lin
 
 -- ColumnParallelLinear(prefix, in, out, bias, tp, blocks, weight_extra): tp is lw.tp.groups's
 -- table (size t, rank r; comm for the all-reduce); the full weight {out, in} is `blocks` (default
--- 1) blocks of rows, each split over the t ranks (the fused QKV weight: blocks 3, [Q; K; V]), and
--- this rank holds piece r of each: weight {out / t, in} and bias {out / t}, both with tp = { dim
--- = 0, blocks } and full_shape. weight_extra: fields of the weight's spec alone (qkv).
+-- 1) equal blocks of rows, or blocks of the sizes listed (a fused QKV weight with fewer KV heads:
+-- { q, k, v }), each split over the t ranks (the fused QKV weight: blocks 3, [Q; K; V]), and this
+-- rank holds piece r of each: weight {out / t, in} and bias {out / t}, both with tp = { dim = 0,
+-- blocks } (and sizes, the blocks' rows, when they are listed) and full_shape. weight_extra:
+-- fields of the weight's spec alone (qkv).
 function ColumnParallelLinear.new(prefix, n_in, n_out, bias, tp, blocks, weight_extra)
    local self = setmetatable({}, ColumnParallelLinear):init(prefix)
+   local who = "nn.ColumnParallelLinear " .. prefix
    blocks = blocks or 1
    local t = tp.size
-   if n_out % (t * blocks) ~= 0 then
-      errors.fail("nn.ColumnParallelLinear " .. prefix, "tp %d does not split the %d output "
-         .. "channels into %d block%s", t, n_out, blocks, blocks == 1 and "" or "s")
+   local sizes = type(blocks) == "table" and blocks or nil
+   if sizes then
+      local sum = 0
+      for _, rows in ipairs(sizes) do
+         if rows % t ~= 0 then
+            errors.fail(who, "tp %d does not split a block of %d of the %d output channels",
+               t, rows, n_out)
+         end
+         sum = sum + rows
+      end
+      if sum ~= n_out then
+         errors.fail(who, "blocks of %s rows do not make the %d output channels",
+            table.concat(sizes, " + "), n_out)
+      end
+   elseif n_out % (t * blocks) ~= 0 then
+      errors.fail(who, "tp %d does not split the %d output channels into %d block%s", t, n_out,
+         blocks, blocks == 1 and "" or "s")
    end
    self.tp, self.n_in, self.n_out, self.has_bias = tp, n_in, n_out / t, bias
-   local fields = { tp = { dim = 0, blocks = blocks }, full_shape = { n_out, n_in } }
+   local function sharding()
+      return { dim = 0, blocks = sizes and #sizes or blocks, sizes = sizes }
+   end
+   local fields = { tp = sharding(), full_shape = { n_out, n_in } }
    for k, v in pairs(weight_extra or {}) do fields[k] = v end
    self:declare("weight", { n_out / t, n_in }, "matrix", fields)
    if bias then
-      self:declare("bias", { n_out / t }, "bias", { tp = { dim = 0, blocks = blocks },
-         full_shape = { n_out } })
+      self:declare("bias", { n_out / t }, "bias", { tp = sharding(), full_shape = { n_out } })
    end
    return self
 end

@@ -13,7 +13,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 15 /* the current version; what each one changed: docs/abi.md */
+#define LWI_DEVICE_ABI 16 /* the current version; what each one changed: docs/abi.md */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -177,8 +177,10 @@ lw_status lwi_workspace_reserve(lwi_workspace *w, lw_stream *s, int64_t count, i
 void lwi_workspace_free(lwi_workspace *w);
 
 /* kernels.c: the checks the list names, once for every device. Attention: nothing to do for an
- * empty shape; the heads must divide the channels. */
-lw_status lwi_check_heads(const char *what, int64_t b, int64_t t, int64_t c, int64_t nh);
+ * empty shape; the heads must divide the channels, the KV heads (1 <= nkv) the heads, and the
+ * window must be >= 0. */
+lw_status lwi_check_heads(const char *what, int64_t b, int64_t t, int64_t c, int64_t nh,
+                          int64_t nkv, int64_t window);
 /* A mixture of experts' routing sizes: n >= 0, e >= 1, 1 <= k <= e. */
 lw_status lwi_check_routing(const char *what, int64_t n, int64_t e, int64_t k);
 /* A vocabulary range of a tensor-parallel call: rows [first, first + rows) >= 0, and (the
@@ -197,7 +199,8 @@ lw_status lwi_check_linear_gelu(const char *what, lw_dtype dtype, lw_dtype dy_dt
                                 lw_dtype x_dtype, lw_dtype w_dtype);
 /* The attention's qkv, output and qkv gradient dtypes (fp32 or bf16), then lwi_check_heads. */
 lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype,
-                              lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh);
+                              lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,
+                              int64_t nkv, int64_t window);
 /* The LM head's weight and logits dtypes (fp32 or bf16), and with the range. */
 lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype);
 lw_status lwi_check_head_range(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype,

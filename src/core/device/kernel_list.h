@@ -73,15 +73,19 @@
       lwi_check_gelu("gelu backward", "input gradient", dx_dtype, x_dtype))                        \
     X(attention_forward,                                                                           \
       (lw_stream * s, void *out, lw_dtype out_dtype, float *lse, float *head_max, float *scratch,  \
-       const void *qkv, lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh),          \
-      (s, out, out_dtype, lse, head_max, scratch, qkv, qkv_dtype, b, t, c, nh),                    \
-      lwi_check_attention("attention forward", qkv_dtype, out_dtype, LW_DTYPE_F32, b, t, c, nh))   \
+       const void *qkv, lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,           \
+       int64_t nkv, int64_t window),                                                               \
+      (s, out, out_dtype, lse, head_max, scratch, qkv, qkv_dtype, b, t, c, nh, nkv, window),       \
+      lwi_check_attention("attention forward", qkv_dtype, out_dtype, LW_DTYPE_F32, b, t, c, nh,    \
+                          nkv, window))                                                            \
     X(attention_backward,                                                                          \
       (lw_stream * s, void *dqkv, lw_dtype dqkv_dtype, float *scratch, const float *dout,          \
        const void *qkv, lw_dtype qkv_dtype, const void *out, lw_dtype out_dtype, const float *lse, \
-       int64_t b, int64_t t, int64_t c, int64_t nh),                                               \
-      (s, dqkv, dqkv_dtype, scratch, dout, qkv, qkv_dtype, out, out_dtype, lse, b, t, c, nh),      \
-      lwi_check_attention("attention backward", qkv_dtype, out_dtype, dqkv_dtype, b, t, c, nh))    \
+       int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window),                  \
+      (s, dqkv, dqkv_dtype, scratch, dout, qkv, qkv_dtype, out, out_dtype, lse, b, t, c, nh, nkv,  \
+       window),                                                                                    \
+      lwi_check_attention("attention backward", qkv_dtype, out_dtype, dqkv_dtype, b, t, c, nh,     \
+                          nkv, window))                                                            \
     X(cross_entropy_forward,                                                                       \
       (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const void *w,    \
        lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, int64_t n, int64_t c,      \
@@ -323,7 +327,9 @@
 /* The scratch sizes of the kernels that take a scratch (floats, from the shapes alone; no
  * stream): S(name, params, args); lw_<name> in lw.h asks the stream's device. */
 #define LWI_SCRATCH_SIZES(S)                                                                       \
-    S(attention_scratch_floats, (int64_t b, int64_t t, int64_t c, int64_t nh), (b, t, c, nh))      \
+    S(attention_scratch_floats,                                                                    \
+      (int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window),                  \
+      (b, t, c, nh, nkv, window))                                                                  \
     S(cross_entropy_scratch_floats, (int64_t n, int64_t v), (n, v))
 
 #endif

@@ -50,11 +50,22 @@ lw_status lw_embedding_backward(lw_stream *stream, float *dwte, float *dwpe, con
 
 /* ---- the checks the list names ------------------------------------------------------------- */
 
-lw_status lwi_check_heads(const char *what, int64_t b, int64_t t, int64_t c, int64_t nh) {
+lw_status lwi_check_heads(const char *what, int64_t b, int64_t t, int64_t c, int64_t nh,
+                          int64_t nkv, int64_t window) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return LWI_NOTHING_TO_DO;
     if (c % nh != 0)
         return lwi_fail(LW_ERR_INVALID, "%s: channels c = %lld must divide by the heads nh = %lld",
                         what, (long long)c, (long long)nh);
+    if (nkv < 1 || nh % nkv != 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: the KV heads nkv = %lld must divide the heads nh = %lld (nkv = nh: "
+                        "one KV head per head)",
+                        what, (long long)nkv, (long long)nh);
+    if (window < 0)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: window = %lld must be >= 0 (0: every earlier key; w: the w keys "
+                        "before a query and its own)",
+                        what, (long long)window);
     return LW_OK;
 }
 
@@ -102,11 +113,12 @@ lw_status lwi_check_gelu(const char *what, const char *role, lw_dtype dtype, lw_
 }
 
 lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype,
-                              lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh) {
+                              lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,
+                              int64_t nkv, int64_t window) {
     lw_status st = check_dtype(what, "qkv", qkv_dtype);
     if (st == LW_OK) st = check_dtype(what, "output", out_dtype);
     if (st == LW_OK) st = check_dtype(what, "qkv gradient", dqkv_dtype);
-    return st != LW_OK ? st : lwi_check_heads(what, b, t, c, nh);
+    return st != LW_OK ? st : lwi_check_heads(what, b, t, c, nh, nkv, window);
 }
 
 lw_status lwi_check_linear(const char *what, const char *role, lw_dtype dtype, lw_dtype x_dtype,
