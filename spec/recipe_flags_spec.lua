@@ -87,6 +87,46 @@ describe("the recipe's Muon flags", function()
          { c.cautious_wd, tonumber(c.coeffs), tonumber(c.scale), c.row_equilibrate })
    end)
 
+   -- tests/test_muon_variants.c (nanochat_options, test_nanochat_normuon) checks these options
+   -- through lw_optimizer_step against nanochat's whole step: this is the other half, that the
+   -- flags give exactly them.
+   it("give --optimizer normuon --muon-variant nanochat exactly the options of nanochat's whole "
+      .. "step, with every Muon matrix routed to NorMuon", function()
+      local ffi = require("ffi")
+      local options = require("lwopt.options")
+      local recipe = require("lwopt.app.recipe")
+      local v = flags.parse({ "--optimizer", "normuon", "--muon-variant", "nanochat" },
+         recipe_flags.list)
+      local c = lw.optim.c_options(recipe_flags.options(v, "optim", { weight_decay = 0.1 }))
+      -- the test's nanochat_options: the library's defaults but these
+      local want = lib.lw_muon_defaults()
+      want.momentum, want.nesterov, want.ns_steps, want.coeffs = 0.95, true, 5, lib.LW_NS_NANOCHAT
+      want.row_equilibrate, want.renormalize, want.cautious_wd = true, true, true
+      want.weight_decay_mode, want.scale = lib.LW_WD_SCALED, lib.LW_MUON_SCALE_SHAPE_SCALING
+      want.extra_scale = 1
+      for _, f in ipairs(options.fields("lw_muon_options")) do
+         if f.kind ~= "pointer" then
+            assert.equal(tonumber(want[f.name]) or want[f.name],
+               tonumber(c.muon[f.name]) or c.muon[f.name], "muon." .. f.name)
+         end
+      end
+      -- NorMuon's: the library's defaults, nanochat's beta2 and clamp (in float)
+      local float = function(x) return tonumber(ffi.new("float", x)) end
+      assert.same({ float(0.9), float(1e-10) }, { c.normuon.beta2, c.normuon.floor })
+      -- the routing: what default routing gives Muon goes to NorMuon, the rest as it was
+      assert.equal("normuon", v.optimizer)
+      local params = lw.arch.gpt({ n_layer = 2, n_embd = 32, n_head = 4 })
+      local plain = lw.route(params)
+      local routed = lw.route(params, recipe.to_normuon(lw.route.default_rules))
+      local moved = 0
+      for i, s in ipairs(routed) do
+         local was = plain[i].optimizer
+         assert.equal(was == "muon" and "normuon" or was, s.optimizer, s.name)
+         if was == "muon" then moved = moved + 1 end
+      end
+      assert.equal(2 * 4, moved) -- per block: the attention's QKV and projection, the MLP's two
+   end)
+
    it("refuse row equilibration under --muon-tp-mode distributed, before any work", function()
       for _, case in ipairs({
          { "--muon-variant nanochat", "--muon-variant nanochat" },

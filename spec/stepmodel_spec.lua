@@ -70,6 +70,64 @@ describe("lw.stepmodel.predict", function()
       end, "lw.planner: bytes_per_element has no figure for the rule 'lion'")
    end)
 
+   it("charges Muon's options their passes over every matrix orthogonalised", function()
+      local m = machine(1e8, 0)
+      local function step_of(l, muon)
+         return lw.stepmodel.predict(l, { tokens = TOKENS, machine = m, muon = muon })
+      end
+      -- each rank owns two 64 x 128 matrices: an option of b bytes adds 2 * 8192 * b / 1e9 s
+      local plain = step_of(layout)
+      local per_byte = 2 * 8192 / 1e9
+      for _, c in ipairs({
+         { {}, 0 },
+         { { row_equilibrate = true }, 12 }, -- row norms read, then read and written again
+         { { renormalize = true }, 12 }, -- the norm read, then scaled in place
+         { { cautious_wd = true }, 0 }, -- its mask taken in the step's own pass
+         { { weight_decay_mode = "scaled", coefficients = "nanochat" }, 0 },
+         { { row_equilibrate = true, renormalize = true }, 24 },
+         { { variant = "nanochat" }, 24 },
+         { { variant = "nanochat", renormalize = false }, 12 },
+      }) do
+         local r = step_of(layout, c[1])
+         assert.equal(c[2], r.muon_option_bytes)
+         for k, w in ipairs(r.ranks) do
+            assert.equal(2 * 8192, w.orthogonalised)
+            assert.near(plain.ranks[k].elementwise + c[2] * per_byte, w.elementwise, 1e-12)
+         end
+         assert.near(plain.step + c[2] * per_byte, r.step, 1e-12)
+      end
+      -- NorMuon takes Muon's options on top of its own 36 bytes
+      local nm = lw.layout.compute(lw.route(four, { { match = ".", optimizer = "normuon" } }),
+         { dp = 2, bucket_size = 0 })
+      local r = step_of(nm, { variant = "nanochat" })
+      for _, w in ipairs(r.ranks) do
+         assert.near(2 * 8192 * (36 + 24) / 1e9, w.elementwise, 1e-12)
+      end
+      -- distopt orthogonalises every matrix on every rank, each updating half the elements
+      local d = lw.layout.compute(four, { dp = 2, bucket_size = 0, algorithm = "distopt" })
+      r = step_of(d, { row_equilibrate = true })
+      for _, w in ipairs(r.ranks) do
+         assert.equal(4 * 8192, w.orthogonalised)
+         assert.near((2 * 8192 * 24 + 4 * 8192 * 12) / 1e9, w.elementwise, 1e-12)
+      end
+      -- the variant's ns_steps count unless ns_steps is given
+      assert.equal(3 * NS / 5, step_of(layout, { ns_steps = 3 }).ranks[1].ns_flops / 2)
+      assert.equal(2 * NS, lw.stepmodel.predict(layout, { tokens = TOKENS, machine = m,
+         muon = { ns_steps = 3 }, ns_steps = 5 }).ranks[1].ns_flops)
+      -- what lw.optim.new refuses, under the planner's name
+      for _, c in ipairs({
+         { { variant = "fast" }, "lw.stepmodel: muon options: unknown muon.variant 'fast'" },
+         { { renormalise = true },
+           "lw.stepmodel: muon options: unknown option 'muon.renormalise'" },
+         { "nanochat", "lw.stepmodel: muon must be lw.optim.new's muon options (a table), got "
+           .. "string" },
+      }) do
+         local ok, err = pcall(step_of, layout, c[1])
+         assert.is_false(ok)
+         assert.matches(c[2], err, 1, true)
+      end
+   end)
+
    it("charges a bucket the ring's bytes, (dp - 1) / dp of it, and a latency a step", function()
       local r = lw.stepmodel.predict(layout, { tokens = TOKENS, machine = machine(1e8, 1e-4) })
       assert.equal(2, #r.buckets)
@@ -339,6 +397,24 @@ describe("lwopt layout --model-step and --compare", function()
       assert.equal(0, status)
       assert.matches("machine this-machine  dp 4  ZeRO-3", out, 1, true)
       assert.matches("all-gathers waited for in backward (ZeRO-3)", out, 1, true)
+   end)
+
+   it("charges the passes of --muon-variant nanochat's options", function()
+      local status, out = run(with("--model-step", "--muon-variant", "nanochat"))
+      assert.equal(0, status)
+      assert.matches("with Muon's options' 24 bytes per element orthogonalised; ms)", out, 1, true)
+      status, out = run(with("--model-step"))
+      assert.equal(0, status)
+      assert.not_matches("Muon's options'", out, 1, true)
+      -- --compare's predicted steps take them too (this machine's memory bandwidth shows them)
+      local plain, nanochat
+      status, plain = run(with("--compare", "--model-step", "this-machine"))
+      assert.equal(0, status)
+      status, nanochat = run(with("--compare", "--model-step", "this-machine", "--muon-variant",
+         "nanochat"))
+      assert.equal(0, status)
+      local function step_ms(text) return tonumber(text:match("\n| cost |.-| ([%d.]+) |  |\n")) end
+      assert.is_true(step_ms(nanochat) > step_ms(plain))
    end)
 
    it("compares every whole-matrix algorithm, one row each", function()

@@ -84,10 +84,10 @@ local function filled_by_coefficients() end
 -- Muon's options as presets (muon.variant), under their lw.optim.new names; a key given beside
 -- the variant wins. default: the library's defaults. nanochat: nanochat's Muon step
 -- (github.com/karpathy/nanochat, nanochat/optim.py, muon_step_fused) but its variance
--- reduction: Nesterov momentum 0.95, its five Polar Express triples after dividing by
--- 1.01 ||U||_F + 1e-6, row equilibration and renormalisation around them, the step scaled by
--- sqrt(max(1, rows / cols)), and weight decay lr * scale * wd applied where update and weight
--- agree in sign (docs/algorithms.md section 6).
+-- reduction, which the normuon rule adds: Nesterov momentum 0.95, its five Polar Express
+-- triples after dividing by 1.01 ||U||_F + 1e-6, row equilibration and renormalisation around
+-- them, the step scaled by sqrt(max(1, rows / cols)), and weight decay lr * scale * wd applied
+-- where update and weight agree in sign (docs/algorithms.md section 6).
 optim.muon_variants = {
    default = {},
    nanochat = { momentum = 0.95, nesterov = true, ns_steps = 5, coefficients = "nanochat",

@@ -89,6 +89,9 @@ local function layout_flags()
       { "tokens", "int", 8192, "tokens per rank per step (batch x sequence x micro-steps), for "
         .. "--model-step and --compare", min = 1 },
       { "zero", "int", 1, "ZeRO level the step is modelled at", min = 1, max = 3 },
+      { "muon-variant", { "default", "nanochat" }, nil, "Muon's options as the recipe's flag "
+        .. "sets them: their passes over every matrix with --model-step and --compare (default: "
+        .. "the library's Muon)" },
       { "flops-per-token", "number", nil, "forward + backward FLOPs per token (default: 6 per "
         .. "matrix parameter, plus attention for gpt or with --seq-len)", min = 0 },
       { "machine-set", "string", nil, "change fields of the machine, e.g. "
@@ -159,7 +162,7 @@ local function step_options(lw, v, specs)
       attention = { n_layer = v.n_layer, n_embd = v.n_embd, seq_len = seq }
    end
    return { tokens = v.tokens, zero = v.zero, machine = machine_of(lw.stepmodel, v),
-            topk = v.topk,
+            topk = v.topk, muon = v.muon_variant and { variant = v.muon_variant },
             model = v.flops_per_token or lw.stepmodel.flops_per_token(specs, attention, v.topk) }
 end
 

@@ -115,6 +115,32 @@ end
 -- planner says so by name).
 costs.bytes_per_element = { adamw = 28, muon = 24, lion = 20, normuon = 36 }
 
+-- Bytes per element that Muon's options add to a whole-matrix rule (Muon's or NorMuon's), each
+-- a memory-bound pass over every matrix orthogonalised, beside Newton-Schulz's GEMMs (fp32):
+-- row equilibration reads U for its row norms, then reads it again and writes the equilibrated
+-- copy; renormalisation reads X for its norm, then scales it in place. Cautious weight decay
+-- adds no pass: its mask is taken in the step's own pass (reads w and X, writes w, as the plain
+-- step). NorMuon's variance reduction is in its bytes_per_element above.
+costs.muon_option_bytes = { row_equilibrate = 12, renormalize = 12, cautious_wd = 0 }
+
+-- The Muon options a step runs with: muon is lw.optim.new's muon table (a variant and the keys
+-- beside it; nil: the library's defaults), checked as lw.optim.new checks it. Returns the bytes
+-- per orthogonalised element its options add (costs.muon_option_bytes) and its Newton-Schulz
+-- steps.
+function costs.muon_work(muon)
+   if muon ~= nil and type(muon) ~= "table" then
+      fail("muon must be lw.optim.new's muon options (a table), got %s", type(muon))
+   end
+   -- loaded here: lw.optim needs the library's option structs, the formulas above do not
+   local ok, c = pcall(require("lwopt.optim").c_options, { muon = muon })
+   if not ok then fail("muon options: %s", (tostring(c):gsub("^lw%.optim%.new: ", ""))) end
+   local extra = 0
+   for name, bytes in pairs(costs.muon_option_bytes) do
+      if c.muon[name] then extra = extra + bytes end
+   end
+   return extra, c.muon.ns_steps
+end
+
 local DTYPE_BYTES = { f32 = 4, bf16 = 2, f16 = 2, f64 = 8, i64 = 8 }
 
 local function numel_of(shape)

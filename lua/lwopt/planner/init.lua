@@ -18,7 +18,8 @@ for _, part in ipairs({
    { machines, { "presets", "cpu_machine", "preset_names", "default_machine", "variable_models",
                  "machine" } },
    { costs, { "collective_time", "small_allreduce_time", "ns_steps", "ns_flops",
-              "bytes_per_element", "attention_flops", "default_topk", "flops_per_token" } },
+              "bytes_per_element", "muon_option_bytes", "attention_flops", "default_topk",
+              "flops_per_token" } },
    { predict, { "predict", "compare_algorithms" } },
 }) do
    for _, name in ipairs(part[2]) do stepmodel[name] = part[1][name] end

@@ -202,17 +202,19 @@ end
 
 -- ---- the optimizer -------------------------------------------------------------------------
 
--- Per rank (1-based: rank r at r + 1, over the largest buffer dp): Newton-Schulz FLOPs and
--- matrices, and the elements updated element-wise by Muon and by AdamW. A matrix owned whole
--- is its owner's; Muon on an element-wise (distopt) or row-sharded (rows) buffer, or an
+-- Per rank (1-based: rank r at r + 1, over the largest buffer dp): Newton-Schulz FLOPs, matrices
+-- and their elements (orthogonalised), and the elements updated element-wise by each rule. A
+-- matrix owned whole is its owner's; Muon on an element-wise (distopt) or row-sharded (rows) buffer, or an
 -- unsharded one, orthogonalises every matrix on every rank (docs/algorithms.md section 8). A
 -- buffer of smaller dp (expert_dp) maps rank r to r mod dp.
 local function rank_work(layout, steps)
    local ranks = 1
    for _, b in ipairs(layout.buffers) do ranks = math.max(ranks, b.dp) end
    local work = {}
-   for r = 1, ranks do work[r] = { ns_flops = 0, matrices = 0, elements = {} } end
-   -- field: "ns_flops", "matrices", or a rule's name (its elements updated)
+   for r = 1, ranks do
+      work[r] = { ns_flops = 0, matrices = 0, orthogonalised = 0, elements = {} }
+   end
+   -- field: "ns_flops", "matrices", "orthogonalised", or a rule's name (its elements updated)
    local function credit(buffer, owner, field, amount)
       local function add(w)
          local t = w[field] ~= nil and w or w.elements
@@ -230,6 +232,7 @@ local function rank_work(layout, steps)
       if kinds[p.optimizer].whole then
          credit(buffer, p.owner, "ns_flops", costs.ns_flops(p.shape, steps))
          credit(buffer, p.owner, "matrices", 1)
+         credit(buffer, p.owner, "orthogonalised", numel_of(p.shape))
       end
       if p.owner ~= nil then
          credit(buffer, p.owner, field, numel_of(p.shape))
@@ -283,15 +286,18 @@ end
 -- ---- predict -------------------------------------------------------------------------------
 
 local PREDICT_OPTIONS = { model = true, tokens = true, machine = true, zero = true,
-   ns_steps = true, attention = true, bytes_per_element = true, topk = true }
+   ns_steps = true, attention = true, bytes_per_element = true, topk = true, muon = true }
 
 -- lw.stepmodel.predict(layout, { tokens = N, machine = "h100-node" | table, model = nil |
 -- FLOPs per token | specs, attention = { n_layer, n_embd, seq_len }, zero = 1 | 2 | 3,
 -- ns_steps = 5, bytes_per_element = { adamw = 28, muon = 24, lion = 20, normuon = 36 },
--- topk = 2 }): the predicted step;
+-- topk = 2, muon = { variant, row_equilibrate, renormalize, cautious_wd, ns_steps, ... } }): the
+-- predicted step;
 -- times in seconds. tokens: per rank per step (batch x sequence x micro-steps). topk: experts
 -- per token of a mixture of experts, whose experts' forward and backward count at topk over
--- their layer's experts while Newton-Schulz runs on every expert matrix.
+-- their layer's experts while Newton-Schulz runs on every expert matrix. muon: Muon's options as
+-- lw.optim.new takes them (default: the library's), whose rescaling passes (costs.muon_work) every
+-- matrix orthogonalised adds, and whose ns_steps count when ns_steps is not given.
 function predict.predict(layout, opts)
    if type(layout) ~= "table" or type(layout.buffers) ~= "table" or type(layout.params) ~= "table"
    then
@@ -310,7 +316,8 @@ function predict.predict(layout, opts)
    if zero ~= 1 and zero ~= 2 and zero ~= 3 then
       fail("zero must be 1, 2 or 3, got %s", tostring(zero))
    end
-   local steps = opts.ns_steps or costs.ns_steps
+   local option_bytes, muon_steps = costs.muon_work(opts.muon)
+   local steps = opts.ns_steps or (opts.muon ~= nil and muon_steps) or costs.ns_steps
    if not positive(steps) then
       fail("ns_steps must be a positive number, got %s", tostring(steps))
    end
@@ -366,7 +373,8 @@ function predict.predict(layout, opts)
          end
          bytes = bytes + n * b
       end
-      w.elementwise = bytes / mem_rate
+      w.option_bytes = w.orthogonalised * option_bytes
+      w.elementwise = (bytes + w.option_bytes) / mem_rate
       w.total = w.ns + w.elementwise
       if w.total > optimizer then slowest, optimizer = r, w.total end
    end
@@ -393,7 +401,7 @@ function predict.predict(layout, opts)
    exposed.total = f_wait + b_wait + reduce_exposed + norm + opt_comm
    return {
       machine = machine, tokens = tokens, zero = zero, flops_per_token = flops_per_token,
-      ns_steps = steps, share = share,
+      ns_steps = steps, muon_option_bytes = option_bytes, share = share,
       layout = { algorithm = layout.algorithm, dp = layout.dp, expert_dp = layout.expert_dp,
                  bucket_size = layout.bucket_size },
       forward = forward, backward = backward, compute = compute,

@@ -95,7 +95,9 @@ function show.table(result, opts)
    end
    add("")
    add("optimizer per rank, after the reduce-scatters (Newton-Schulz of the matrices it "
-      .. "orthogonalises + element-wise updates; ms)")
+      .. "orthogonalises + element-wise updates" .. (result.muon_option_bytes > 0
+      and (", with Muon's options' %d bytes per element orthogonalised"):format(
+         result.muon_option_bytes) or "") .. "; ms)")
    add("| rank | matrices | Newton-Schulz GFLOP | Newton-Schulz | element-wise | total |")
    add("|---|---|---|---|---|---|")
    local shown, hidden = shown_ranks(result)
