@@ -130,4 +130,53 @@ describe("lw.nn.CausalSelfAttention's KV heads and window", function()
       end
       assert.equal(0, differ)
    end)
+
+   it("rotates and normalises Q and K in place between qkv and the attention", function()
+      local c, nh, b, t = 16, 4, 2, 6
+      local opts = { n_kv_head = 2, window = 3, rotary = { base = 100 }, qk_norm = true }
+      local m = nn.CausalSelfAttention.new("a.", c, nh, true, nil, opts)
+      local plain = nn.CausalSelfAttention.new("a.", c, nh, true, nil, { n_kv_head = 2,
+         window = 3 })
+      local dm, dp = bind(m), bind(plain)
+      for _, s in ipairs(m:parameters()) do dp:param(s.name):copy(dm:param(s.name)) end
+      -- the same, by hand: qkv, then Rotary and QKNorm on its output, then the attention
+      local x = randoms(b * t * c, 7)
+      local y = m:forward(x, b, t)
+      local rot = nn.Rotary.new({ head_dim = 4, n_head = nh, n_kv_head = 2, base = 100 })
+      local norm = nn.QKNorm.new({ head_dim = 4, n_head = nh, n_kv_head = 2 })
+      rot.stream, norm.stream = plain.stream, plain.stream
+      local q = plain.qkv:forward(x, b * t)
+      rot:forward(q, b, t)
+      norm:forward(q, b, t)
+      local ref = ffi.new("float[?]", b * t * c)
+      local lib = require("lwopt.C").lib
+      local scratch = plain:scratch(b, t)
+      local lse = ffi.new("float[?]", b * nh * t)
+      assert.equal(0, lib.lw_attention_forward(plain.stream, ref, lib.LW_DTYPE_F32, lse, nil,
+         scratch, q, lib.LW_DTYPE_F32, b, t, c, nh, 2, 3))
+      local yr = plain.proj:forward(ref, b * t)
+      for i = 0, b * t * c - 1 do assert.equal(yr[i], y[i]) end
+      -- its gradients against finite differences
+      local n = b * t * c
+      local r = randoms(n, 9)
+      local function loss() return dot(m:forward(x, b, t), r, n) end
+      loss()
+      local dx = ffi.new("float[?]", n)
+      dm:zero_grad()
+      m:backward(x, r, dx, b, t)
+      local w = dm:param("a.qkv.weight")
+      local g = dm:grad("a.qkv.weight")
+      local worst = 0
+      for i = 0, w.numel - 1, 7 do
+         local keep = w.data[i]
+         w.data[i] = keep + 1e-2
+         local up = loss()
+         w.data[i] = keep - 1e-2
+         local down = loss()
+         w.data[i] = keep
+         local num = (up - down) / 2e-2
+         worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1, math.abs(num)))
+      end
+      assert.is_true(worst < 2e-2, "qkv weight gradient " .. worst)
+   end)
 end)

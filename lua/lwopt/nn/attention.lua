@@ -12,6 +12,8 @@ local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
 local ColumnParallelLinear = require("lwopt.nn.column_parallel")
 local RowParallelLinear = require("lwopt.nn.row_parallel")
+local Rotary = require("lwopt.nn.rotary")
+local QKNorm = require("lwopt.nn.qk_norm")
 local errors = require("lwopt.errors")
 
 local lib = C.lib
@@ -32,6 +34,8 @@ Attention.head_max = nil
 function Attention:set_activations(dtype, x_dtype)
    self.qkv.y_dtype, self.out_dtype = dtype, dtype
    self.proj.x_dtype, self.qkv.x_dtype = dtype, x_dtype
+   if self.rotary then self.rotary.qkv_dtype = dtype end
+   if self.qk_norm then self.qk_norm.qkv_dtype = dtype end
 end
 
 local function is_count(v) return type(v) == "number" and v >= 1 and v == math.floor(v) end
@@ -39,7 +43,10 @@ local function is_count(v) return type(v) == "number" and v >= 1 and v == math.f
 -- CausalSelfAttention(prefix, c, n_head, bias, tp, opts): opts (optional) = { n_kv_head (default
 -- n_head: one KV head per head; fewer: grouped-query attention, query head h reading KV head
 -- h / (n_head / n_kv_head)), window (default 0: every earlier key; w > 0: the w keys before a
--- query and its own, flash attention's window_size (w, 0)) }. With hd = c / n_head and kv =
+-- query and its own, flash attention's window_size (w, 0)), rotary (nil: no positions here, as
+-- GPT-2's learned table gives them; true or { base, pairing, sign }: nn.Rotary on the Q and K
+-- heads of qkv's output), qk_norm (nil; true or { eps }: nn.QKNorm after the rotation, nanochat's
+-- order) }. With hd = c / n_head and kv =
 -- n_kv_head * hd: qkv {c + 2 kv, c} (rows: the query heads, then the KV heads' K, then their V)
 -- and proj {c, c} Linears, or with tp (size above 1) their column- and row-parallel shards: qkv
 -- {(c + 2 kv) / t, c}, proj {c, c / t}. The qkv weight's spec says how its rows split into Q, K
@@ -67,6 +74,19 @@ function Attention.new(prefix, c, n_head, bias, tp, opts)
    self.c, self.n_head, self.n_kv_head, self.window = c / t, n_head / t, n_kv / t, window
    self.qkv_width = (c + 2 * kv) / t
    local qkv = { qkv = { groups = 1, rows = { c / t, kv / t, kv / t } } }
+   -- positions and norms on this rank's heads, in place on qkv's output (no parameters)
+   local hd = c / n_head
+   if opts.rotary then
+      local r = type(opts.rotary) == "table" and opts.rotary or {}
+      self.rotary = self:add(Rotary.new({ prefix = prefix .. "rotary.", head_dim = hd,
+         n_head = self.n_head, n_kv_head = self.n_kv_head, base = r.base, pairing = r.pairing,
+         sign = r.sign }))
+   end
+   if opts.qk_norm then
+      local q = type(opts.qk_norm) == "table" and opts.qk_norm or {}
+      self.qk_norm = self:add(QKNorm.new({ prefix = prefix .. "qk_norm.", head_dim = hd,
+         n_head = self.n_head, n_kv_head = self.n_kv_head, eps = q.eps }))
+   end
    if tp then
       -- equal blocks (today's { 3 }) unless the KV heads are fewer
       local blocks = kv == c and 3 or { c, kv, kv }
@@ -84,6 +104,8 @@ end
 function Attention:forward(x, b, t)
    local n = b * t
    self.qkv_out = self.qkv:forward(x, n)
+   if self.rotary then self.rotary:forward(self.qkv_out, b, t) end
+   if self.qk_norm then self.qk_norm:forward(self.qkv_out, b, t) end
    -- each row's log-sum-exp: all the backward keeps of the softmax (no t x t per head)
    self.lse = self:buffer("lse", b * self.n_head * t)
    self.y = self:buffer("y", base.floats_for(n * self.c, self.out_dtype))
@@ -121,6 +143,9 @@ function Attention:backward(x, dout, dx, b, t)
    check(lib.lw_attention_backward(self.stream, dqkv, qkv_dtype, self:scratch(b, t), dy,
       self.qkv_out, qkv_dtype, self.y, self.out_dtype, self.lse, b, t, c, self.n_head,
       self.n_kv_head, self.window))
+   -- back through the norm (from its output, qkv_out as the forward left it) and the rotation
+   if self.qk_norm then self.qk_norm:backward(self.qkv_out, dqkv, nil, b, t) end
+   if self.rotary then self.rotary:backward(self.qkv_out, dqkv, nil, b, t) end
    self.qkv:backward(x, dqkv, dx, n)
 end
 
