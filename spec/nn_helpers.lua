@@ -1,6 +1,6 @@
 -- nn_helpers.lua: what the lw.nn specs share: a module bound to a one-rank replicated lw.ddp
--- with seeded parameters, a small GPT's forward and backward, seeded inputs and a dot product,
--- and a module's forward and backward against a float64 reference.
+-- with seeded parameters, a small GPT's forward and backward, seeded inputs, their copies and a
+-- dot product, and a module's forward and backward against a float64 reference.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
@@ -52,6 +52,14 @@ function M.randoms(n, seed)
       p[i] = seed / 2147483648 - 0.5
    end
    return p
+end
+
+-- A new float[n] holding the n floats at p: what a module working in place is given, so that
+-- the original is kept.
+function M.copy(p, n)
+   local q = ffi.new("float[?]", n)
+   ffi.copy(q, p, 4 * n)
+   return q
 end
 
 -- sum of y[i] r[i] over n floats.

@@ -1,16 +1,9 @@
 -- nn_qk_norm_spec.lua: nn.QKNorm, the parameter-free RMS norm in place on a qkv activation's Q
 -- and K heads, against a float64 reference written here and finite differences.
-local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
 local h = require("nn_helpers")
-local randoms = h.randoms
-
-local function copy(p, n)
-   local q = ffi.new("float[?]", n)
-   ffi.copy(q, p, 4 * n)
-   return q
-end
+local randoms, copy = h.randoms, h.copy
 
 describe("nn.QKNorm", function()
    local b, t, hd, n_head, n_kv = 2, 3, 8, 4, 2

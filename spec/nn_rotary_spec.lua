@@ -5,16 +5,10 @@ local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
 local h = require("nn_helpers")
-local randoms = h.randoms
+local randoms, copy = h.randoms, h.copy
 
 local C = require("lwopt.C")
 local lib = C.lib
-
-local function copy(p, n)
-   local q = ffi.new("float[?]", n)
-   ffi.copy(q, p, 4 * n)
-   return q
-end
 
 -- The float64 rotation of x (float* [b*t, width]) as m describes it, from position pos0: a table
 -- of the rotated values, 0-based as x.

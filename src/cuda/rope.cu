@@ -33,21 +33,25 @@ __global__ void rope_kernel(X *x, int64_t b, int64_t t, int64_t pos0, int64_t st
 
 } // namespace
 
-static cudaError_t rope(cudaStream_t stream, void *x, bool bf16, int64_t b, int64_t t, int64_t pos0,
-                        int64_t stride, int64_t col0, int64_t n_heads, int64_t hd, float base,
-                        lw_rope_pairing pairing, double sign) {
+// Both entries: the rotation by sign times the angles, launched on s; `what` names the kernel in
+// a launch's error.
+static lw_status rope(lw_stream *s, void *x, lw_dtype dtype, int64_t b, int64_t t, int64_t pos0,
+                      int64_t stride, int64_t col0, int64_t n_heads, int64_t hd, float base,
+                      lw_rope_pairing pairing, double sign, const char *what) {
+    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     const int64_t total = b * t * (hd / 2);
     const int64_t want = (total + THREADS - 1) / THREADS;
     const unsigned blocks = (unsigned)(want < 1 ? 1 : want > 65535 ? 65535 : want);
     const bool halves = pairing == LW_ROPE_HALVES;
-    if (bf16)
+    cudaStream_t stream = lwc_cuda_stream(s);
+    if (dtype == LW_DTYPE_BF16)
         rope_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<unsigned short *>(x), b, t, pos0,
                                                     stride, col0, n_heads, hd, (double)base, sign,
                                                     halves);
     else
         rope_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<float *>(x), b, t, pos0, stride,
                                                     col0, n_heads, hd, (double)base, sign, halves);
-    return cudaGetLastError();
+    return lwc_launched(s, cudaGetLastError(), what);
 }
 
 // ---- the table's entries ------------------------------------------------------------------------
@@ -55,19 +59,13 @@ static cudaError_t rope(cudaStream_t stream, void *x, bool bf16, int64_t b, int6
 lw_status lwc_rope_forward(lw_stream *s, void *x, lw_dtype dtype, int64_t b, int64_t t,
                            int64_t pos0, int64_t row_stride, int64_t col0, int64_t n_heads,
                            int64_t hd, float base, lw_rope_pairing pairing) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s,
-                        rope(lwc_cuda_stream(s), x, dtype == LW_DTYPE_BF16, b, t, pos0, row_stride,
-                             col0, n_heads, hd, base, pairing, 1.0),
-                        "the rope kernel");
+    return rope(s, x, dtype, b, t, pos0, row_stride, col0, n_heads, hd, base, pairing, 1.0,
+                "the rope kernel");
 }
 
 lw_status lwc_rope_backward(lw_stream *s, void *dx, lw_dtype dtype, int64_t b, int64_t t,
                             int64_t pos0, int64_t row_stride, int64_t col0, int64_t n_heads,
                             int64_t hd, float base, lw_rope_pairing pairing) {
-    if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
-    return lwc_launched(s,
-                        rope(lwc_cuda_stream(s), dx, dtype == LW_DTYPE_BF16, b, t, pos0, row_stride,
-                             col0, n_heads, hd, base, pairing, -1.0),
-                        "the rope backward kernel");
+    return rope(s, dx, dtype, b, t, pos0, row_stride, col0, n_heads, hd, base, pairing, -1.0,
+                "the rope backward kernel");
 }

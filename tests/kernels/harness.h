@@ -311,4 +311,46 @@ measure bf16_step(measure m);
 /* output "<what> bf16" (bits) is output `what` (fp32) rounded to nearest even, n values */
 void after_bf16_output(const kernel_case *k, const run *r, const char *what, int64_t n);
 
+/* ---- activations (harness_activation.c) ------------------------------------------------------ *
+ * GELU, ReLU^2 and SwiGLU take x in fp32 or bf16 and write y (or accumulate dx) in fp32 or bf16:
+ * their case files share the inputs and the runs over every combination, and give the kernel
+ * through a function of the case's own sizes. */
+
+/* An activation's inputs: nx values of x (and the start dx0 a backward accumulates onto), each
+ * beside its bf16 rounding and that widened again, and ny of dy, y's gradient. */
+typedef struct {
+    int64_t nx, ny;
+    float *x, *dy, *dx0;
+    uint16_t *x16;    /* x rounded to bf16 (what a bf16 fc output gives) */
+    float *xw;        /* and widened again */
+    uint16_t *dx0_16; /* dx0 rounded to bf16 (a bf16 dx's start), */
+    float *dx0_w;     /* and widened again */
+} activation_inputs;
+
+/* x drawn in [-scale, scale) with the n_specials values of specials first (0: none), then dy and
+ * dx0 in [-1, 1), in that order from the seeded sequence; freed by activation_inputs_free. */
+activation_inputs activation_inputs_new(int64_t nx, int64_t ny, float scale, const float *specials,
+                                        size_t n_specials);
+void activation_inputs_free(activation_inputs *in);
+
+/* The kernel under test on stream s, with the sizes of the case's args: the forward into y of
+ * y_dtype, the backward accumulating into dx of dx_dtype, x of x_dtype. */
+typedef lw_status (*activation_forward_fn)(const void *args, lw_stream *s, void *y,
+                                           lw_dtype y_dtype, const void *x, lw_dtype x_dtype);
+typedef lw_status (*activation_backward_fn)(const void *args, lw_stream *s, void *dx,
+                                            lw_dtype dx_dtype, const float *dy, const void *x,
+                                            lw_dtype x_dtype);
+
+/* The forward's runs, each output bit for bit against the CPU's: "y" and "y bf16" of the fp32
+ * x, "y of bf16 x" of x16 and "y of bf16 x (widened)" of xw. */
+void run_activation_forward(run *r, const void *args, const activation_inputs *in,
+                            activation_forward_fn forward);
+/* The backward's, likewise: "dx", "dx of bf16 x" and "dx of bf16 x (widened)" from dx0, and
+ * "dx from a bf16 start" in fp32 from dx0_w and in bf16 from dx0_16 ("... bf16"). */
+void run_activation_backward(run *r, const void *args, const activation_inputs *in,
+                             activation_backward_fn backward);
+/* What both runs give on every device, m values of y or dx: the bf16 output is the fp32 one
+ * rounded, and a bf16 x gives its widening's results. */
+void after_activation(const kernel_case *k, const run *r, bool forward, int64_t m);
+
 #endif

@@ -26,11 +26,7 @@ static const struct {
 typedef struct {
     char shape[48];
     int64_t n, c;
-    float *x, *dy, *dx0;
-    uint16_t *x16;    /* x rounded to bf16 (what a bf16 fc output gives) */
-    float *xw;        /* and widened again */
-    uint16_t *dx0_16; /* dx0 rounded to bf16 (a bf16 dx's start), */
-    float *dx0_w;     /* and widened again */
+    activation_inputs in; /* x of n c values, dy of n c / 2 */
 } swiglu_args;
 
 static const float swiglu_specials[] = {0.0f,      -0.0f,  87.5f,  -87.5f, 88.5f,  -88.5f,
@@ -38,41 +34,25 @@ static const float swiglu_specials[] = {0.0f,      -0.0f,  87.5f,  -87.5f, 88.5f
                                         -INFINITY, NAN,    20.0f,  -20.0f, 0.5f,   -0.5f};
 enum { N_SWIGLU_SPECIALS = sizeof swiglu_specials / sizeof swiglu_specials[0] };
 
-static void run_swiglu_forward(run *r, const void *p) {
+/* the kernel as harness_activation.c's runs call it, over the case's rows */
+static lw_status forward(const void *p, lw_stream *s, void *y, lw_dtype y_dtype, const void *x,
+                         lw_dtype x_dtype) {
     const swiglu_args *a = p;
-    const int64_t nc = a->n * a->c, ny = nc / 2;
-    const float *x = input(r, a->x, nc);
-    float *y = output(r, "y", ny, bits());
-    r->nan_fed = any_nan(a->x, nc);
-    call(r, lw_swiglu_forward(r->s, y, LW_DTYPE_F32, x, LW_DTYPE_F32, a->n, a->c));
-    uint16_t *y16 = output_bf16_values(r, "y bf16", ny, bits());
-    call(r, lw_swiglu_forward(r->s, y16, LW_DTYPE_BF16, x, LW_DTYPE_F32, a->n, a->c));
-    float *yx = output(r, "y of bf16 x", ny, bits());
-    call(r, lw_swiglu_forward(r->s, yx, LW_DTYPE_F32, input_bf16(r, a->x16, nc), LW_DTYPE_BF16,
-                              a->n, a->c));
-    float *yw = output(r, "y of bf16 x (widened)", ny, bits());
-    call(r,
-         lw_swiglu_forward(r->s, yw, LW_DTYPE_F32, input(r, a->xw, nc), LW_DTYPE_F32, a->n, a->c));
+    return lw_swiglu_forward(s, y, y_dtype, x, x_dtype, a->n, a->c);
+}
+
+static lw_status backward(const void *p, lw_stream *s, void *dx, lw_dtype dx_dtype, const float *dy,
+                          const void *x, lw_dtype x_dtype) {
+    const swiglu_args *a = p;
+    return lw_swiglu_backward(s, dx, dx_dtype, dy, x, x_dtype, a->n, a->c);
+}
+
+static void run_swiglu_forward(run *r, const void *p) {
+    run_activation_forward(r, p, &((const swiglu_args *)p)->in, forward);
 }
 
 static void run_swiglu_backward(run *r, const void *p) {
-    const swiglu_args *a = p;
-    const int64_t nc = a->n * a->c;
-    const float *dy = input(r, a->dy, nc / 2), *x = input(r, a->x, nc);
-    float *dx = accumulated(r, "dx", a->dx0, nc, bits());
-    r->nan_fed = any_nan(a->x, nc);
-    call(r, lw_swiglu_backward(r->s, dx, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, a->n, a->c));
-    float *dxx = accumulated(r, "dx of bf16 x", a->dx0, nc, bits());
-    call(r, lw_swiglu_backward(r->s, dxx, LW_DTYPE_F32, dy, input_bf16(r, a->x16, nc),
-                               LW_DTYPE_BF16, a->n, a->c));
-    float *dxw = accumulated(r, "dx of bf16 x (widened)", a->dx0, nc, bits());
-    call(r, lw_swiglu_backward(r->s, dxw, LW_DTYPE_F32, dy, input(r, a->xw, nc), LW_DTYPE_F32, a->n,
-                               a->c));
-    /* a bf16 dx: accumulated in fp32, rounded; against the fp32 run from its widened start */
-    float *dxs = accumulated(r, "dx from a bf16 start", a->dx0_w, nc, bits());
-    call(r, lw_swiglu_backward(r->s, dxs, LW_DTYPE_F32, dy, x, LW_DTYPE_F32, a->n, a->c));
-    uint16_t *dx16 = accumulated_bf16(r, "dx from a bf16 start bf16", a->dx0_16, nc, bits());
-    call(r, lw_swiglu_backward(r->s, dx16, LW_DTYPE_BF16, dy, x, LW_DTYPE_F32, a->n, a->c));
+    run_activation_backward(r, p, &((const swiglu_args *)p)->in, backward);
 }
 
 /* silu(a) and its slope in double, with the limits the header above says */
@@ -89,33 +69,31 @@ static void silu_ref(double a, double *silu, double *slope) {
 
 static void after_swiglu(const kernel_case *k, const run *r) {
     const swiglu_args *a = k->args;
+    const activation_inputs *in = &a->in;
     const bool forward = strcmp(k->kernel, "swiglu_forward") == 0;
     const int64_t h = a->c / 2, nc = a->n * a->c, m = forward ? nc / 2 : nc;
     double *ref = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1)), top = 0;
     for (int64_t i = 0; i < a->n; i++)
         for (int64_t j = 0; j < h; j++) {
-            const float *xr = a->x + i * a->c;
+            const float *xr = in->x + i * a->c;
             double silu, slope;
             silu_ref(xr[j], &silu, &slope);
             if (forward) {
                 ref[i * h + j] = (double)(float)(silu * xr[h + j]); /* inf past FLT_MAX */
             } else {
-                const double g = a->dy[i * h + j];
-                ref[i * a->c + j] = a->dx0[i * a->c + j] + g * xr[h + j] * slope;
-                ref[i * a->c + h + j] = a->dx0[i * a->c + h + j] + g * silu;
+                const double g = in->dy[i * h + j];
+                ref[i * a->c + j] = in->dx0[i * a->c + j] + g * xr[h + j] * slope;
+                ref[i * a->c + h + j] = in->dx0[i * a->c + h + j] + g * silu;
             }
         }
     for (int64_t i = 0; i < m; i++)
         if (isfinite(ref[i])) top = fmax(top, fabs(ref[i]));
-    if (forward) {
+    if (forward)
         near_reference(k, r, "y", ref, m, 1e-6, 1e-28);
-        after_bf16_output(k, r, "y", m);
-    } else {
+    else
         near_reference(k, r, "dx", ref, m, 1e-6, 1e-2 * top + 1e-30);
-        after_bf16_output(k, r, "dx from a bf16 start", m);
-    }
     free(ref);
-    widening_exact(k, r, forward ? "y of bf16 x" : "dx of bf16 x", m);
+    after_activation(k, r, forward, m);
 }
 
 /* ---- the cases, made and checked ------------------------------------------------------------ */
@@ -138,19 +116,13 @@ static void swiglu_cases(const char *kernel, run_fn fn, after_fn after) {
         swiglu_args a = {.n = swiglu_shapes[s].n, .c = swiglu_shapes[s].c};
         const int64_t nc = a.n * a.c;
         snprintf(a.shape, sizeof a.shape, "n %lld, c %lld", (long long)a.n, (long long)a.c);
-        a.x = scaled_random(nc, 6.0f, 0.0f), a.dy = random_floats(nc / 2);
-        a.dx0 = random_floats(nc);
-        if (a.n > 0 && a.c / 2 >= N_SWIGLU_SPECIALS)
-            memcpy(a.x, swiglu_specials, sizeof swiglu_specials);
-        a.xw = cpu_array(nc);
-        memcpy(a.xw, a.x, sizeof(float) * (size_t)nc);
-        a.x16 = round_weights(a.xw, nc);
-        a.dx0_w = cpu_array(nc);
-        memcpy(a.dx0_w, a.dx0, sizeof(float) * (size_t)nc);
-        a.dx0_16 = round_weights(a.dx0_w, nc);
+        /* the specials in the first row's gates */
+        const bool specials = a.n > 0 && a.c / 2 >= N_SWIGLU_SPECIALS;
+        a.in = activation_inputs_new(nc, nc / 2, 6.0f, swiglu_specials,
+                                     specials ? N_SWIGLU_SPECIALS : 0);
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
-        free(a.x), free(a.dy), free(a.dx0), free(a.x16), free(a.xw), free(a.dx0_16), free(a.dx0_w);
+        activation_inputs_free(&a.in);
     }
 }
 

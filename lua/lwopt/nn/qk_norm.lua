@@ -3,29 +3,24 @@
 -- lw_head_rmsnorm_forward / _backward; no parameters. In place as nn.Rotary is (nn/rotary.lua):
 -- forward normalises its input and returns it, keeping each head's 1/rms; backward takes the
 -- forward's output (the same buffer, still holding it) and turns grad_output into the input
--- gradient in place. The qkv layout is nn.Rotary's.
+-- gradient in place. The qkv layout is nn/qkv_heads.lua's.
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local QKVHeads = require("lwopt.nn.qkv_heads")
 local errors = require("lwopt.errors")
 
 local lib = C.lib
 local check = base.check
+local whole = QKVHeads.whole
 
-local QKNorm = base.class(base.Module)
-QKNorm.shape_args = { "b", "t" }
--- qkv's dtype (lw_dtype), and its gradient's
-QKNorm.qkv_dtype = lib.LW_DTYPE_F32
-
-local function whole(v) return type(v) == "number" and v >= 1 and v % 1 == 0 end
+local QKNorm = base.class(QKVHeads)
 
 -- QKNorm{ head_dim =, n_head =, n_kv_head = n_head, eps = 2^-23 }: eps torch's rms_norm takes
 -- for fp32 when given none (nanochat's).
 function QKNorm.new(opts)
    local fail = errors.failer("nn.QKNorm")
    if type(opts) ~= "table" then errors.misuse("nn.QKNorm", "takes a table of options") end
-   local self = setmetatable({}, QKNorm):init(opts.prefix or "")
-   self.head_dim, self.n_head = opts.head_dim, opts.n_head
-   self.n_kv_head = opts.n_kv_head or opts.n_head
+   local self = setmetatable({}, QKNorm):init_heads(opts)
    self.eps = opts.eps or 2 ^ -23
    if not whole(self.head_dim) or not whole(self.n_head) or not whole(self.n_kv_head) then
       fail("head_dim, n_head and n_kv_head must be whole numbers >= 1, got %s, %s and %s",
@@ -37,14 +32,11 @@ function QKNorm.new(opts)
    return self
 end
 
-local function heads(self) return self.n_head + self.n_kv_head end
-local function row_width(self) return (self.n_head + 2 * self.n_kv_head) * self.head_dim end
-
 -- qkv: [b*t, row width] of self.qkv_dtype, its Q and K heads normalised in place; returns qkv.
 function QKNorm:forward(qkv, b, t)
-   self.rstd = self:buffer("rstd", b * t * heads(self))
+   self.rstd = self:buffer("rstd", b * t * self:qk_heads())
    check(lib.lw_head_rmsnorm_forward(self.stream, qkv, self.qkv_dtype, self.rstd, b * t,
-      row_width(self), 0, heads(self), self.head_dim, self.eps))
+      self:row_width(), 0, self:qk_heads(), self.head_dim, self.eps))
    return qkv
 end
 
@@ -55,7 +47,7 @@ function QKNorm:backward(y, dqkv, dx, b, t)
    end
    local dtype = self.qkv_dtype
    check(lib.lw_head_rmsnorm_backward(self.stream, dqkv, dtype, y, dtype, self.rstd, b * t,
-      row_width(self), 0, heads(self), self.head_dim))
+      self:row_width(), 0, self:qk_heads(), self.head_dim))
    return dqkv
 end
 

@@ -2,21 +2,17 @@
 -- activation, in place, over lw_rope_forward / _backward; no parameters. The contract is
 -- nn/module.lua's but for the place: forward rotates its input and returns it, backward rotates
 -- grad_output back and that is the input gradient (grad_input must be nil or the same buffer).
--- qkv rows hold n_head Q heads, then n_kv_head K heads, then n_kv_head V heads, head_dim each
--- (the layout grouped-query attention reads; n_kv_head = n_head is the plain one).
+-- The qkv layout (n_head Q heads, n_kv_head K heads, n_kv_head V heads) is nn/qkv_heads.lua's.
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
+local QKVHeads = require("lwopt.nn.qkv_heads")
 local errors = require("lwopt.errors")
 
 local lib = C.lib
 local check = base.check
+local whole = QKVHeads.whole
 
-local Rotary = base.class(base.Module)
-Rotary.shape_args = { "b", "t" }
--- qkv's dtype (lw_dtype), and its gradient's: bf16 where the model keeps qkv so
-Rotary.qkv_dtype = lib.LW_DTYPE_F32
-
-local function whole(v) return type(v) == "number" and v >= 1 and v % 1 == 0 end
+local Rotary = base.class(QKVHeads)
 
 -- Rotary{ head_dim =, n_head =, n_kv_head = n_head, base = 10000, pairing = "halves", sign = 1 }:
 -- pair i of each head (i with i + head_dim/2 for "halves", Hugging Face's LLaMA and nanochat;
@@ -26,9 +22,7 @@ local function whole(v) return type(v) == "number" and v >= 1 and v % 1 == 0 end
 function Rotary.new(opts)
    local fail = errors.failer("nn.Rotary")
    if type(opts) ~= "table" then errors.misuse("nn.Rotary", "takes a table of options") end
-   local self = setmetatable({}, Rotary):init(opts.prefix or "")
-   self.head_dim, self.n_head = opts.head_dim, opts.n_head
-   self.n_kv_head = opts.n_kv_head or opts.n_head
+   local self = setmetatable({}, Rotary):init_heads(opts)
    self.base, self.sign = opts.base or 10000, opts.sign or 1
    if not whole(self.head_dim) or self.head_dim % 2 ~= 0 then
       fail("head_dim must be an even whole number >= 2, got %s", tostring(self.head_dim))
@@ -50,15 +44,12 @@ function Rotary.new(opts)
    return self
 end
 
--- Elements in a row of qkv: Q, K and V heads.
-function Rotary:row_width() return (self.n_head + 2 * self.n_kv_head) * self.head_dim end
-
 -- Rotation by sign times the angles (forward), or back (backward: the inverse, a transpose):
 -- lw_rope_forward turns by +angle, lw_rope_backward by -angle.
 local function turn(self, p, b, t, pos0, back)
    local kernel = (self.sign == 1) ~= back and lib.lw_rope_forward or lib.lw_rope_backward
    check(kernel(self.stream, p, self.qkv_dtype, b, t, pos0 or 0, self:row_width(), 0,
-      self.n_head + self.n_kv_head, self.head_dim, self.base, self.pairing))
+      self:qk_heads(), self.head_dim, self.base, self.pairing))
 end
 
 -- qkv: [b*t, row_width] of self.qkv_dtype, rotated in place; returns qkv. Row r is at position

@@ -24,10 +24,10 @@ void lwi_cpu_widen_bf16(float *y, const uint16_t *x, int64_t n);
  * (Newton-Schulz and Muon's step, its TP halves), muon_rescale.c (Muon's row equilibration,
  * renormalisation and decay at the step), adamw.c, lion.c, linear.c, embedding.c (the
  * vocabulary-range form, which serves the whole vocabulary too), layernorm.c, gelu.c,
- * rmsnorm.c, relu2.c, swiglu.c, softcap.c (the logits' softcap), attention.c, cross_entropy.c,
- * moe.c (router, load-balancing loss), gather.c (gather, combine), bf16.c (the conversions
- * between fp32 and bf16), rope.c (rotary embeddings), head_rmsnorm.c (QK norm); copy_2d in
- * cpu.c with the memory entries. */
+ * rmsnorm.c, relu2.c, swiglu.c (the activations: their operands in activation.h), softcap.c (the
+ * logits' softcap), attention.c, cross_entropy.c, moe.c (router, load-balancing loss), gather.c
+ * (gather, combine), bf16.c (the conversions between fp32 and bf16), rope.c (rotary embeddings),
+ * head_rmsnorm.c (QK norm); copy_2d in cpu.c with the memory entries. */
 #define LWI_CPU_SIZE_DECLARATION(name, params, args) int64_t lwi_cpu_##name params;
 LWI_SCRATCH_SIZES(LWI_CPU_SIZE_DECLARATION)
 #undef LWI_CPU_SIZE_DECLARATION

@@ -1,8 +1,7 @@
 /* gelu.c: GELU in the tanh form, forward and accumulating backward. It is evaluated through
  * the identity 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) with a branch-free exp (fast_math.h), so
  * the loops vectorise (libm's tanhf does not) and y keeps its relative accuracy for negative x. */
-#include "device/cpu/cpu.h"
-#include "device/cpu/fast_math.h"
+#include "device/cpu/activation.h"
 #include "device/cpu/pool.h"
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
@@ -51,55 +50,40 @@ LWI_ROW_HELPER void backward_block(float *dx, const float *dy, const float *vc, 
     }
 }
 
-/* The kernels' arguments, for the pool's parts (each takes a range of elements); dy is NULL for
- * the forward. */
-typedef struct {
-    float *out;
-    uint16_t *out16; /* the forward's output (the backward's dx) in bf16 instead of out, or NULL */
-    const float *x, *dy;
-    const uint16_t *x16; /* the input in bf16 instead of x, or NULL */
-} gelu_job;
-
 LWI_SIMD_CLONES
 static void gelu_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     (void)part;
-    const gelu_job *j = ctx;
+    const lwi_activation_io *io = ctx;
     float lo[BLOCK], vc[BLOCK], e[BLOCK];
     for (int64_t i0 = begin; i0 < end; i0 += BLOCK) {
         int64_t m = end - i0 < BLOCK ? end - i0 : BLOCK;
-        float xb[BLOCK];
-        if (j->x16 != NULL) lwi_cpu_widen_bf16(xb, j->x16 + i0, m);
-        exp_block(lo, vc, e, j->x16 != NULL ? xb : j->x + i0, m);
-        if (j->dy == NULL && j->out16 != NULL) { /* computed in fp32, then rounded */
-            float y[BLOCK];
-            forward_block(y, lo, e, m);
-            lwi_cpu_round_bf16(j->out16 + i0, y, m);
-        } else if (j->dy == NULL) {
-            forward_block(j->out + i0, lo, e, m);
-        } else if (j->out16 != NULL) { /* accumulated in fp32, then rounded */
-            float dx[BLOCK];
-            lwi_cpu_widen_bf16(dx, j->out16 + i0, m);
-            backward_block(dx, j->dy + i0, vc, e, m);
-            lwi_cpu_round_bf16(j->out16 + i0, dx, m);
-        } else
-            backward_block(j->out + i0, j->dy + i0, vc, e, m);
+        float xb[BLOCK], ob[BLOCK];
+        exp_block(lo, vc, e, lwi_activation_in(io, i0, m, xb), m);
+        float *out = lwi_activation_out(io, i0, m, ob);
+        if (io->dy == NULL)
+            forward_block(out, lo, e, m);
+        else
+            backward_block(out, io->dy + i0, vc, e, m);
+        lwi_activation_store(io, i0, m, ob);
     }
+}
+
+/* the forward (dy NULL) or the backward over the pool, each part a range of elements */
+static lw_status gelu(void *out, lw_dtype out_dtype, const float *dy, const void *x,
+                      lw_dtype x_dtype, int64_t n) {
+    lwi_activation_io io = lwi_activation_io_of(out, out_dtype, dy, x, x_dtype);
+    lwi_cpu_parallel(n, GRAIN, gelu_range, &io);
+    return LW_OK;
 }
 
 lw_status lwi_cpu_gelu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
                                lw_dtype x_dtype, int64_t n) {
     (void)stream;
-    const bool bf16 = y_dtype == LW_DTYPE_BF16, x16 = x_dtype == LW_DTYPE_BF16;
-    gelu_job j = {bf16 ? NULL : y, bf16 ? y : NULL, x16 ? NULL : x, NULL, x16 ? x : NULL};
-    lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
-    return LW_OK;
+    return gelu(y, y_dtype, NULL, x, x_dtype, n);
 }
 
 lw_status lwi_cpu_gelu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
                                 const void *x, lw_dtype x_dtype, int64_t n) {
     (void)stream;
-    const bool x16 = x_dtype == LW_DTYPE_BF16, dx16 = dx_dtype == LW_DTYPE_BF16;
-    gelu_job j = {dx16 ? NULL : dx, dx16 ? dx : NULL, x16 ? NULL : x, dy, x16 ? x : NULL};
-    lwi_cpu_parallel(n, GRAIN, gelu_range, &j);
-    return LW_OK;
+    return gelu(dx, dx_dtype, dy, x, x_dtype, n);
 }

@@ -1,10 +1,9 @@
 /* swiglu.c: SwiGLU over fused rows [a | b] (LLaMA's gate and up projections from one linear
  * layer, gate first): y = silu(a) * b, forward and accumulating backward into the fused
- * gradient, over the pool a range of rows at a time, fp32 or bf16 inputs and outputs as gelu.c
- * takes them. silu(a) = a / (1 + exp(-a)) with the branch-free exp of fast_math.h, so the loops
+ * gradient, over the pool a range of rows at a time, fp32 or bf16 inputs and outputs
+ * (activation.h). silu(a) = a / (1 + exp(-a)) with the branch-free exp of fast_math.h, so the loops
  * vectorise and keep silu's relative accuracy for negative a. */
-#include "device/cpu/cpu.h"
-#include "device/cpu/fast_math.h"
+#include "device/cpu/activation.h"
 #include "device/cpu/pool.h"
 
 /* Below a = -88 silu(a) is under 1e-36 and its slope too, above 87 they are a and 1 to float
@@ -51,84 +50,62 @@ LWI_ROW_HELPER void backward_block(float *da, float *db, const float *dy, const 
     }
 }
 
-/* The kernels' arguments, for the pool's parts (each takes a range of rows); dy is NULL for the
- * forward. */
+/* The kernels' arguments, for the pool's parts (each takes a range of rows). */
 typedef struct {
-    float *out;
-    uint16_t *out16; /* the forward's y (the backward's dx) in bf16 instead of out, or NULL */
-    const float *x, *dy;
-    const uint16_t *x16; /* the input in bf16 instead of x, or NULL */
-    int64_t h;           /* half the fused width: y's columns */
+    lwi_activation_io io; /* x and out (y, the backward's dx) over whole rows */
+    int64_t h;            /* half the fused width: y's columns */
 } swiglu_job;
-
-/* Columns [j0, j0 + m) of row r: its halves a and b as fp32 (widened into ab when bf16). */
-LWI_ROW_HELPER void load_halves(const swiglu_job *j, int64_t r, int64_t j0, int64_t m, float *ab,
-                                const float **a, const float **b) {
-    const int64_t at = r * 2 * j->h + j0;
-    if (j->x16 != NULL) {
-        lwi_cpu_widen_bf16(ab, j->x16 + at, m);
-        lwi_cpu_widen_bf16(ab + BLOCK, j->x16 + at + j->h, m);
-        *a = ab, *b = ab + BLOCK;
-    } else {
-        *a = j->x + at, *b = j->x + at + j->h;
-    }
-}
 
 LWI_SIMD_CLONES
 static void swiglu_rows(void *ctx, int64_t begin, int64_t end, int32_t part) {
     (void)part;
     const swiglu_job *j = ctx;
+    const lwi_activation_io *io = &j->io;
     const int64_t h = j->h;
     float ab[2 * BLOCK], lo[BLOCK], vc[BLOCK], e[BLOCK], ob[2 * BLOCK];
     for (int64_t r = begin; r < end; r++)
         for (int64_t j0 = 0; j0 < h; j0 += BLOCK) {
             const int64_t m = h - j0 < BLOCK ? h - j0 : BLOCK;
-            const float *a, *b;
-            load_halves(j, r, j0, m, ab, &a, &b);
+            /* columns [j0, j0 + m) of row r's halves a and b */
+            const int64_t at = r * 2 * h + j0;
+            const float *a = lwi_activation_in(io, at, m, ab);
+            const float *b = lwi_activation_in(io, at + h, m, ab + BLOCK);
             exp_block(lo, vc, e, a, m);
-            if (j->dy == NULL) {
-                const int64_t at = r * h + j0;
-                if (j->out16 == NULL) {
-                    forward_block(j->out + at, lo, e, b, m);
-                } else { /* computed in fp32, then rounded */
-                    forward_block(ob, lo, e, b, m);
-                    lwi_cpu_round_bf16(j->out16 + at, ob, m);
-                }
+            if (io->dy == NULL) {
+                const int64_t y_at = r * h + j0;
+                float *y = lwi_activation_out(io, y_at, m, ob);
+                forward_block(y, lo, e, b, m);
+                lwi_activation_store(io, y_at, m, ob);
                 continue;
             }
-            const float *dy = j->dy + r * h + j0;
-            const int64_t at = r * 2 * h + j0;
-            if (j->out16 == NULL) {
-                backward_block(j->out + at, j->out + at + h, dy, lo, vc, e, b, m);
-            } else { /* accumulated in fp32, then rounded */
-                lwi_cpu_widen_bf16(ob, j->out16 + at, m);
-                lwi_cpu_widen_bf16(ob + BLOCK, j->out16 + at + h, m);
-                backward_block(ob, ob + BLOCK, dy, lo, vc, e, b, m);
-                lwi_cpu_round_bf16(j->out16 + at, ob, m);
-                lwi_cpu_round_bf16(j->out16 + at + h, ob + BLOCK, m);
-            }
+            float *da = lwi_activation_out(io, at, m, ob);
+            float *db = lwi_activation_out(io, at + h, m, ob + BLOCK);
+            backward_block(da, db, io->dy + r * h + j0, lo, vc, e, b, m);
+            lwi_activation_store(io, at, m, ob);
+            lwi_activation_store(io, at + h, m, ob + BLOCK);
         }
 }
 
 /* rows per part at least: GRAIN elements of y */
 static int64_t grain_rows(int64_t h) { return h >= GRAIN ? 1 : GRAIN / h; }
 
+/* the forward (dy NULL) or the backward over the pool */
+static lw_status swiglu(void *out, lw_dtype out_dtype, const float *dy, const void *x,
+                        lw_dtype x_dtype, int64_t n, int64_t c) {
+    if (n <= 0 || c <= 0) return LW_OK;
+    swiglu_job j = {lwi_activation_io_of(out, out_dtype, dy, x, x_dtype), c / 2};
+    lwi_cpu_parallel(n, grain_rows(c / 2), swiglu_rows, &j);
+    return LW_OK;
+}
+
 lw_status lwi_cpu_swiglu_forward(lw_stream *stream, void *y, lw_dtype y_dtype, const void *x,
                                  lw_dtype x_dtype, int64_t n, int64_t c) {
     (void)stream;
-    if (n <= 0 || c <= 0) return LW_OK;
-    const bool y16 = y_dtype == LW_DTYPE_BF16, x16 = x_dtype == LW_DTYPE_BF16;
-    swiglu_job j = {y16 ? NULL : y, y16 ? y : NULL, x16 ? NULL : x, NULL, x16 ? x : NULL, c / 2};
-    lwi_cpu_parallel(n, grain_rows(c / 2), swiglu_rows, &j);
-    return LW_OK;
+    return swiglu(y, y_dtype, NULL, x, x_dtype, n, c);
 }
 
 lw_status lwi_cpu_swiglu_backward(lw_stream *stream, void *dx, lw_dtype dx_dtype, const float *dy,
                                   const void *x, lw_dtype x_dtype, int64_t n, int64_t c) {
     (void)stream;
-    if (n <= 0 || c <= 0) return LW_OK;
-    const bool dx16 = dx_dtype == LW_DTYPE_BF16, x16 = x_dtype == LW_DTYPE_BF16;
-    swiglu_job j = {dx16 ? NULL : dx, dx16 ? dx : NULL, x16 ? NULL : x, dy, x16 ? x : NULL, c / 2};
-    lwi_cpu_parallel(n, grain_rows(c / 2), swiglu_rows, &j);
-    return LW_OK;
+    return swiglu(dx, dx_dtype, dy, x, x_dtype, n, c);
 }
