@@ -31,10 +31,10 @@ describe("recipes/gpt_small.lua --data-order sequential #mpi", function()
    -- Runs the recipe on np ranks (1: no mpirun), recording its batches under `name`; its output.
    local function run(np, name, args)
       local launcher = np > 1 and (MPIRUN .. "-np " .. np .. " ") or ""
-      local out, status = helpers.sh(("cd /tmp && LWOPT_RECORD_BATCHES=%s/batches-%s %sluajit %s/spec/"
-         .. "fixtures/record_batches.lua %s/recipes/gpt_small.lua --preset tiny --steps 8 --batch 1 "
-         .. "--sample 0 --quiet --eval-every 0 --data-order sequential --data %s %s"):format(dir,
-         name, launcher, root, root, corpus, args))
+      local out, status = helpers.sh(("cd /tmp && LWOPT_RECORD_BATCHES=%s/batches-%s %sluajit "
+         .. "%s/spec/fixtures/record_batches.lua %s/recipes/gpt_small.lua --preset tiny --steps 8 "
+         .. "--batch 1 --sample 0 --quiet --eval-every 0 --data-order sequential --data %s %s")
+         :format(dir, name, launcher, root, root, corpus, args))
       assert.equal(0, status, out)
       return out
    end

@@ -68,8 +68,8 @@ local ALLOWED = { optimizer = { muon = { normuon = true }, normuon = { muon = tr
 -- Settings a resumed run may change; the difference is printed.
 local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "adamw_lr", "embedding_lr",
    "scalar_lr", "weight_decay", "warmup", "steps", "zero", "shard",
-   "mode", "layout", "clip", "data", "data_order", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
-   "split_qkv", "optimizer" }
+   "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
+   "split_qkv", "optimizer", "data_order" }
 
 local function flag_value(key, value)
    if key == "ranks" then
