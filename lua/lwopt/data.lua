@@ -1,8 +1,9 @@
 -- data.lua: byte-level text data. Tokens are bytes (vocabulary 256); the last 5% of the file is
 -- the validation split. A step's global batch is a fixed set of sequences chosen from (seed,
--- step) alone, so runs at any rank count and accumulation give the same losses: sequence k of
--- the global batch goes to micro-step floor(k / (ranks * batch)), rank floor(k / batch) % ranks.
--- Token shards (lwopt.tokens) have the same interface and draw in the same order.
+-- step) alone, or read in order with a sequential order (lwopt.data_order, set_order), so runs
+-- at any rank count and accumulation give the same losses: sequence k of the global batch goes
+-- to micro-step floor(k / (ranks * batch)), rank floor(k / batch) % ranks. Token shards
+-- (lwopt.tokens) have the same interface and draw in the same order.
 local ffi = require("ffi")
 local bit = require("bit")
 local errors = require("lwopt.errors")
@@ -75,9 +76,21 @@ function data.sequence(micro, rank, ranks, b, i)
    return (micro * ranks + rank) * b + i
 end
 
--- Start offset in the training split of sequence k of step `step`.
+-- Start offset in the training split of sequence k of step `step`: drawn from (seed, step, k),
+-- or where the dataset's order (set_order) reads it.
 function Dataset:offset(seed, step, k, t)
+   if self.order then return self.order:offset(step, k, t) end
    return data.offset(self.n_train, seed, step, k, t)
+end
+
+-- Reads the training sequences in `order` (lwopt.data_order's; nil: random windows again).
+function Dataset:set_order(order)
+   self.order = order
+end
+
+-- The file that holds token `token` of the training split, its index (1) and the offset there.
+function Dataset:locate(token)
+   return self.path, 1, token
 end
 
 -- Fills tokens and targets (int32_t* [b * t]) with the micro-batch of this rank: sequences

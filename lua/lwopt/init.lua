@@ -1,7 +1,7 @@
--- lwopt: the Lua front end. require("lwopt") gives the modules (models, arch, route, layout, stepmodel,
--- comm, ep, tp, tensor, ddp, optim, nn, data, tokens, train, checkpoint, json) and the library's
--- version and features; see docs/architecture.md and docs/lua.md. lw.stepmodel (the planner,
--- lua/lwopt/planner/) is loaded on first use: training never needs it.
+-- lwopt: the Lua front end. require("lwopt") gives the modules (models, arch, route, layout,
+-- stepmodel, comm, ep, tp, tensor, ddp, optim, nn, data, data_order, tokens, train, checkpoint,
+-- json) and the library's version and features; see docs/architecture.md and docs/lua.md.
+-- lw.stepmodel (the planner, lua/lwopt/planner/) is loaded on first use: training never needs it.
 local C = require("lwopt.C")
 local ffi = require("ffi")
 local errors = require("lwopt.errors")
@@ -19,6 +19,7 @@ local lw = {
    optim = require("lwopt.optim"),
    nn = require("lwopt.nn"),
    data = require("lwopt.data"),
+   data_order = require("lwopt.data_order"),
    tokens = require("lwopt.tokens"),
    train = require("lwopt.train"),
    schedule = require("lwopt.schedule"),

@@ -1,7 +1,8 @@
 -- tokens.lua: token data in the shards llm.c and modded-nanogpt write (src/core/io/
 -- token_shards.c: every header checked on open, the tokens mapped read-only, never read whole),
 -- with the Dataset interface of lw.data, so lw.train runs on it unchanged and a step's batch is
--- the same function of (seed, step, k) (data.offset, data.sequence) at any rank count. Each
+-- the same function of (seed, step, k) (data.offset, data.sequence), or of its order
+-- (lwopt.data_order: the shards read in order), at any rank count. Each
 -- batch is checked against the model's vocabulary as it is read. tokens.prepare writes such
 -- shards from text files with a BPE tokenizer (lwopt.bpe, which tokenizes).
 local ffi = require("ffi")
@@ -113,9 +114,26 @@ local function read_sequence(self, s, at, t, tokens_row, targets_row)
    ffi.copy(targets_row, self.scratch + 1, 4 * t)
 end
 
--- Start offset in the training split of sequence k of step `step`, and the validation set's
--- count of sequences (at most `max`): lw.data's, over n_train and n_val.
+-- Start offset in the training split of sequence k of step `step` (its order's, set_order), and
+-- the validation set's count of sequences (at most `max`): lw.data's, over n_train and n_val.
 Dataset.offset, Dataset.val_count = data.Dataset.offset, data.Dataset.val_count
+Dataset.set_order = data.Dataset.set_order
+
+local info_cell = ffi.new("lw_token_shard_info")
+
+-- The shard that holds token `token` of the training split: its path, its index (1-based) and
+-- the token's offset in it.
+function Dataset:locate(token)
+   local h = self.train.handle
+   for i = 0, lib.lw_token_shards_count(h) - 1 do
+      C.check(lib.lw_token_shards_info(h, i, info_cell), "lw.tokens")
+      local start = tonumber(info_cell.start)
+      if token < start + tonumber(info_cell.tokens) then
+         return self.train.paths[i + 1], i + 1, token - start
+      end
+   end
+   fail("token %d is past the training shards' %d tokens", token, self.train.total)
+end
 
 -- Fills tokens and targets (int32_t* [b * t]) with the micro-batch of this rank: sequences
 -- k = micro * ranks * b + rank * b + i of the step's global batch.

@@ -150,9 +150,10 @@ local function progress(run, rec, t_start, first)
    if run.comm.rank ~= 0 or run.quiet then return end
    local elapsed = lib.lw_now() - t_start
    local eta = elapsed / (rec.step - first + 1) * (run.steps - rec.step)
-   local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s%s  eta %4.0fs%s"):format(
+   local line = ("step %5d/%d  loss %.4f  lr %.2e  %7.0f tok/s%s  eta %4.0fs%s%s"):format(
       rec.step, run.steps, rec.loss, rec.lr, rec.tokens_per_s,
       rec.mfu and ("  mfu %4.1f%%"):format(100 * rec.mfu) or "", eta,
+      rec.epoch and ("  epoch %d"):format(rec.epoch) or "",
       rec.val_loss and ("  val %.4f (%d seq)"):format(rec.val_loss, rec.val_sequences) or "")
    if run.terminal and not rec.val_loss and not rec.sample then
       io.stdout:write("\r", line, "\027[K")
@@ -312,6 +313,8 @@ local function train_step(run, loop, step)
       comm_mb = (after.bytes - before.bytes) / 2 ^ 20,
       tp_mb = run.tp and (after.tp - before.tp) / 2 ^ 20 or nil,
       max_logit = logits and json.array(logits.layers), qk_clipped = logits and logits.clipped,
+      -- data read in order (lwopt.data_order): the epoch the step's last sequence is in
+      epoch = run.data.order and run.data.order:epoch(step) or nil,
    }
    -- model FLOPs utilisation where the devices' peak is known (lwopt/mfu.lua)
    if run.mfu then
@@ -422,6 +425,8 @@ local function checkpoint_if_due(run, loop, rec, update)
       if ckpt.extra then
          ckpt.extra.tokens = loop.tokens
          ckpt.extra.val_loss, ckpt.extra.val_sequences = rec.val_loss, rec.val_sequences
+         -- data read in order: where the next step reads, which a resumed run starts from
+         ckpt.extra.data_position = run.data.order and run.data.order:after(step) or nil
          local unwritten = loop.log and loop.log.unwritten
          ckpt.extra.log_unwritten = unwritten and json.object({ path = run.log,
             records = json.array(unwritten) }) or nil

@@ -25,6 +25,7 @@ local recipe_flags = require("lwopt.app.recipe_flags")
 local recipe_resume = require("lwopt.app.recipe_resume")
 local recipe_report = require("lwopt.app.recipe_report")
 local recipe_init = require("lwopt.app.recipe_init")
+local recipe_order = require("lwopt.app.recipe_order")
 
 local recipe = {}
 
@@ -365,6 +366,7 @@ function recipe.main(argv, rules, script, own)
    check_paths(run, v, data)
    apply_init_from(run, v, say)
    announce(run, v, data, path, say)
+   recipe_order.setup(run, v, data, say) -- --data-order, from the checkpoint's position
    warn_schedule(v, say)
    warn_rules(run, say)
    if v.log then -- collective

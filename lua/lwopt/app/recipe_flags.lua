@@ -5,6 +5,7 @@
 local lw = require("lwopt")
 local flags = require("lwopt.flags")
 local tokens_mod = require("lwopt.tokens")
+local data_order = require("lwopt.data_order")
 local sampling = require("lwopt.sampling")
 local tokenizer = require("lwopt.tokenizer")
 local C = require("lwopt.C")
@@ -197,6 +198,10 @@ recipe_flags.list = {
      .. "shards: a .bin path or a pattern (data/fineweb10B/fineweb_train_*.bin)" },
    { "val-data", "string", nil, "validation token shards (default: --data with train -> val in "
      .. "the file name when that matches files, else the last 5% of --data)" },
+   { "data-order", data_order.NAMES, "random", "random: each step's sequences are windows at "
+     .. "offsets drawn from (--seed, step); sequential: the training data read in order, shard "
+     .. "after shard, each token once an epoch, then again from the first shard (llm.c's and "
+     .. "nanoGPT's loaders); a checkpoint keeps the position" },
    { "vocab", "int", nil, "token vocabulary of token shards (default: the preset's, 50257: "
      .. "GPT-2's); the model's is it padded to a multiple of 128. Byte data: 256", min = 1,
      max = 2 ^ 31 - 1 },

@@ -27,6 +27,7 @@ local function settings(v, comm, data)
             warmup = v.warmup, steps = v.steps, optimizer = v.optimizer, zero = v.zero,
             shard = v.shard, mode = v.mode, layout = v.layout, clip = v.clip,
             data = recipe_resume.data_name(data), data_kind = v.data_kind, vocab = v.vocab,
+            data_order = v.data_order,
             ranks = comm.size, global_batch = recipe_batch.global(v, comm.size / v.tp),
             n_expert = v.n_expert, shared_expert = v.shared_expert,
             topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
@@ -68,7 +69,7 @@ local ALLOWED = { optimizer = { muon = { normuon = true }, normuon = { muon = tr
 local NOTED = { "batch", "accum", "global_batch", "seed", "lr", "adamw_lr", "embedding_lr",
    "scalar_lr", "weight_decay", "warmup", "steps", "zero", "shard",
    "mode", "layout", "clip", "data", "ranks", "topk", "aux_coef", "ep", "tp", "muon_tp_mode",
-   "split_qkv", "optimizer" }
+   "split_qkv", "optimizer", "data_order" }
 
 local function flag_value(key, value)
    if key == "ranks" then
@@ -190,6 +191,8 @@ local function resume(run, v, say)
    -- the tokens trained on before, which the log's step records count on from
    run.tokens_before = type(m.extra) == "table" and tonumber(m.extra.tokens) or nil
    ck.resumed_from = path
+   -- where a sequential order stopped (recipe_order starts there)
+   ck.resumed_position = type(m.extra) == "table" and m.extra.data_position or nil
    ck.run_id = type(m.run_id) == "string" and m.run_id or nil
    run.log_unwritten = unwritten_records(m, v, say)
    say(("resumed from %s: step %d, saved on %d rank%s"):format(path, m.step, m.ranks,

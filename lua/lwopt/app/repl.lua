@@ -33,6 +33,8 @@ repl.MODULES = {
    { "nn", "model modules (forward, backward, parameters)",
      "GPT.new(cfg), Block, CausalSelfAttention, MLP, MoE, Linear, Embedding, LayerNorm" },
    { "data", "a text file read as bytes", "load(path, {seq_len})" },
+   { "data_order", "a dataset's training sequences read in order, epoch after epoch",
+     "sequential(dataset, {seq_len, global_batch, start_step, start}), resumed_index(p, n)" },
    { "tokens", "token shards in llm.c's format", "open(pattern, {vocab, seq_len})" },
    { "schedule", "learning-rate schedules: cosine, linear, constant, warmup-stable-decay",
      "check(plan), multiplier(plan, step), text(plan)" },
