@@ -351,8 +351,8 @@ describe("arch validation", function()
    it("rejects unknown fields so that typos are caught", function()
       assert.has_error(function() arch.gpt(with(without(gpt, "n_layer"), { n_layers = 1 })) end,
                        "lw.arch.gpt: unknown field 'n_layers'")
-      assert.has_error(function() arch.gpt(with(gpt, { n_kv_head = 2 })) end,
-                       "lw.arch.gpt: unknown field 'n_kv_head'")
+      assert.has_error(function() arch.gpt(with(gpt, { ffn_hidden = 2 })) end,
+                       "lw.arch.gpt: unknown field 'ffn_hidden'")
       assert.has_error(function() arch.llama(with(llama, { bias = false })) end,
                        "lw.arch.llama: unknown field 'bias'")
       assert.has_error(function() arch.llama(with(llama, { router_muon = true })) end,

@@ -4,6 +4,7 @@
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local LayerNorm = require("lwopt.nn.layernorm")
+local RMSNorm = require("lwopt.nn.rmsnorm")
 local Attention = require("lwopt.nn.attention")
 local MLP = require("lwopt.nn.mlp")
 local MoE = require("lwopt.nn.moe")
@@ -21,20 +22,24 @@ Block.shape_args = { "b", "t" }
 -- (default 4c). self.ffn is whichever it is. tp (optional: lw.tp.groups's table, size above 1;
 -- a dense block only) splits the attention's heads and the MLP's channels over the TP group; the
 -- layer norms stay whole on every rank. attn (optional): the attention's options (n_kv_head,
--- window: nn.CausalSelfAttention).
-function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden, attn)
+-- window, rotary, qk_norm: nn.CausalSelfAttention). parts (optional): { norm = "layernorm"
+-- (default) | "rmsnorm", norm_gain (RMSNorm's, default true), norm_eps, activation (the dense
+-- MLP's: "gelu", the default, "relu2", "swiglu") }.
+function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden, attn, parts)
    local self = setmetatable({}, Block):init(prefix)
+   parts = parts or {}
    self.c = c
-   self.ln_1 = self:add(LayerNorm.new(prefix .. "ln_1.", c, bias))
+   self.ln_1 = self:add(Block.norm(prefix .. "ln_1.", c, bias, parts))
    self.attn = self:add(Attention.new(prefix .. "attn.", c, n_head, bias, tp, attn))
-   self.ln_2 = self:add(LayerNorm.new(prefix .. "ln_2.", c, bias))
+   self.ln_2 = self:add(Block.norm(prefix .. "ln_2.", c, bias, parts))
    if moe then
       local cfg = { bias = bias }
       for k, v in pairs(moe) do cfg[k] = v end
       self.moe = self:add(MoE.new(prefix .. "moe.", c, cfg))
       self.ffn = self.moe
    else
-      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias, mlp_hidden, nil, tp))
+      self.mlp = self:add(MLP.new(prefix .. "mlp.", c, bias, mlp_hidden, nil, tp,
+         parts.activation))
       self.ffn = self.mlp
       self.mlp.proj.transient_output = true
    end
@@ -42,6 +47,13 @@ function Block.new(prefix, c, n_head, bias, moe, tp, mlp_hidden, attn)
    -- at once) and no backward reads them: buffers shared by every layer (Module:output)
    self.attn.proj.transient_output = true
    return self
+end
+
+-- A norm of the kind parts.norm says: GPT-2's LayerNorm (with a bias when the model has
+-- biases), or RMSNorm (with a gain unless parts.norm_gain is false).
+function Block.norm(prefix, c, bias, parts)
+   if (parts.norm or "layernorm") == "layernorm" then return LayerNorm.new(prefix, c, bias) end
+   return RMSNorm.new(prefix, c, { gain = parts.norm_gain ~= false, eps = parts.norm_eps })
 end
 
 -- The activations that only feed matrix products, the attention or GELU in `dtype` (lw_dtype:

@@ -14,14 +14,15 @@ Embedding.stored_reads = { ["wte.weight"] = true, ["wpe.weight"] = true }
 
 -- Embedding(vocab, c, seq_len, shared): wte {vocab, c} (the LM head too when shared) and
 -- wpe {seq_len, c}, named as in GPT-2.
-function Embedding.new(vocab, c, seq_len, shared)
+function Embedding.new(vocab, c, seq_len, shared, positions)
    local self = setmetatable({}, Embedding):init("")
    self.vocab, self.c = vocab, c
    self:declare("wte.weight", { vocab, c }, "embedding", { shared_embedding = shared })
-   self:declare("wpe.weight", { seq_len, c }, "embedding")
+   -- positions false: none here (rotary embeddings give them in the attention)
+   if positions ~= false then self:declare("wpe.weight", { seq_len, c }, "embedding") end
    -- gradients complete in backprop order: position first, then the token table, which a
    -- shared LM head has already added to
-   self.ready_order = { "wpe.weight", "wte.weight" }
+   self.ready_order = positions ~= false and { "wpe.weight", "wte.weight" } or { "wte.weight" }
    return self
 end
 

@@ -13,7 +13,6 @@ local tp_mod = require("lwopt.tp")
 local Embedding = require("lwopt.nn.embedding")
 local VocabParallelEmbedding = require("lwopt.nn.vocab_embedding")
 local Block = require("lwopt.nn.block")
-local LayerNorm = require("lwopt.nn.layernorm")
 local errors = require("lwopt.errors")
 local fields = require("lwopt.fields")
 
@@ -38,6 +37,15 @@ GPT.fields = {
    { "router_muon", "bool", false },
    { "recompute_gelu", "bool", false },
    { "activations", "choice", "fp32", { "fp32", "bf16" } },
+   -- the parts (docs/parts.md): GPT-2's by default; LLaMA's and nanochat's models choose others
+   { "norm", "choice", "layernorm", { "layernorm", "rmsnorm" } },
+   { "norm_gain", "bool", true }, { "norm_eps", "coef", 1e-5 },
+   { "position", "choice", "learned", { "learned", "rotary" } },
+   { "rope_base", "coef", 10000 },
+   { "rope_pairing", "choice", "halves", { "halves", "interleaved" } },
+   { "activation", "choice", "gelu", { "gelu", "relu2", "swiglu" } },
+   { "n_kv_head", "size", function(c) return c.n_head end },
+   { "qk_norm", "bool", false }, { "window", "count", 0 },
 }
 
 -- The groups a model is built over (not part of its description): lw.ep.groups's and
@@ -51,6 +59,17 @@ function GPT.check(c, who)
    end
    if c.n_expert > 0 and c.topk > c.n_expert then
       return ("%s: topk (%d) must be <= n_expert (%d)"):format(who, c.topk, c.n_expert)
+   end
+   if c.n_head % c.n_kv_head ~= 0 then
+      return ("%s: n_kv_head (%d) must divide n_head (%d)"):format(who, c.n_kv_head, c.n_head)
+   end
+   if c.n_expert > 0 and c.activation ~= "gelu" then
+      return ("%s: activation '%s' with experts (n_expert %d): the experts are GELU MLPs"):format(
+         who, c.activation, c.n_expert)
+   end
+   if c.position == "rotary" and (c.n_embd / c.n_head) % 2 ~= 0 then
+      return ("%s: rotary positions need an even head dim (n_embd / n_head = %d)"):format(who,
+         c.n_embd / c.n_head)
    end
    return nil
 end
@@ -97,16 +116,23 @@ function GPT.new(cfg)
    -- the LM head's vocabulary rows held here, and the first one's id
    self.head_rows, self.head_first = o.vocab, 0
    if self.tp then
-      self.embedding = self:add(VocabParallelEmbedding.new(o.vocab, c, o.seq_len, o.tied, self.tp))
+      self.embedding = self:add(VocabParallelEmbedding.new(o.vocab, c, o.seq_len, o.tied, self.tp,
+         o.position == "learned"))
       self.head_rows, self.head_first = self.embedding.rows, self.embedding.first
    else
-      self.embedding = self:add(Embedding.new(o.vocab, c, o.seq_len, o.tied))
+      self.embedding = self:add(Embedding.new(o.vocab, c, o.seq_len, o.tied,
+         o.position == "learned"))
    end
+   -- the parts every block takes (docs/parts.md)
+   local parts = { norm = o.norm, norm_gain = o.norm_gain, norm_eps = o.norm_eps,
+      activation = o.activation }
+   local attention = { n_kv_head = o.n_kv_head, window = o.window, qk_norm = o.qk_norm,
+      rotary = o.position == "rotary" and { base = o.rope_base, pairing = o.rope_pairing } }
    self.blocks = {}
    self.block_inputs = {} -- each block's input in the last forward, for its backward
    for i = 0, o.n_layer - 1 do
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
-         moe_config(o), self.tp, o.mlp_hidden))
+         moe_config(o), self.tp, o.mlp_hidden, attention, parts))
    end
    local activations = ({ fp32 = lib.LW_DTYPE_F32, bf16 = lib.LW_DTYPE_BF16 })[o.activations]
    for _, block in ipairs(self.blocks) do
@@ -114,7 +140,7 @@ function GPT.new(cfg)
       block:set_activations(activations)
    end
    self.logits_dtype = activations
-   self.ln_f = self:add(LayerNorm.new("ln_f.", c, o.bias))
+   self.ln_f = self:add(Block.norm("ln_f.", c, o.bias, parts))
    if not o.tied then
       self:declare("lm_head.weight", { self.head_rows, c }, "output", self.tp and
          { tp = { dim = 0, blocks = 1, rows = o.vocab },

@@ -59,4 +59,18 @@ function RMSNorm:forward(x, n) return self:with_params("forward", forward, x, n)
 -- accumulates into dx (float* [n, c]) and, with a gain, into its gradient
 function RMSNorm:backward(x, dy, dx, n) self:with_params("backward", backward, x, dy, dx, n) end
 
+-- The residual add before the norm, as LayerNorm:forward_add: a, b float* [n, c] -> sum = a + b
+-- (a buffer of this module) and the norm of sum (two passes: no fused kernel yet).
+function RMSNorm:forward_add(a, b, n)
+   self.sum = self:buffer("sum", n * self.c)
+   check(lib.lw_vec_add(self.stream, self.sum, a, b, n * self.c))
+   return self.sum, self:forward(self.sum, n)
+end
+
+-- As LayerNorm:backward_add: dx += dres, then the norm's input gradient from dy.
+function RMSNorm:backward_add(x, dy, dx, dres, n)
+   check(lib.lw_vec_add(self.stream, dx, dx, dres, n * self.c))
+   self:backward(x, dy, dx, n)
+end
+
 return RMSNorm

@@ -19,18 +19,20 @@ VocabParallelEmbedding.shape_args = { "b", "t" }
 -- both tables are read with their dtype
 VocabParallelEmbedding.stored_reads = { ["wte.weight"] = true, ["wpe.weight"] = true }
 
--- VocabParallelEmbedding(vocab, c, seq_len, shared, tp): wte {rows, c}, rows = ceil(vocab / t),
+-- VocabParallelEmbedding(vocab, c, seq_len, shared, tp, positions): wte {rows, c}, rows =
+-- ceil(vocab / t),
 -- with tp = { dim = 0, blocks = 1, rows = vocab } and full_shape {t * rows, c} (shared: the LM
 -- head too);
 -- wpe {seq_len, c}, replicated; named as in GPT-2. tp: lw.tp.groups's table.
-function VocabParallelEmbedding.new(vocab, c, seq_len, shared, tp)
+function VocabParallelEmbedding.new(vocab, c, seq_len, shared, tp, positions)
    local self = setmetatable({}, VocabParallelEmbedding):init("")
    local rows = math.ceil(vocab / tp.size)
    self.tp, self.vocab, self.c, self.rows, self.first = tp, vocab, c, rows, tp.rank * rows
    self:declare("wte.weight", { rows, c }, "embedding", { shared_embedding = shared,
       tp = { dim = 0, blocks = 1, rows = vocab }, full_shape = { tp.size * rows, c } })
-   self:declare("wpe.weight", { seq_len, c }, "embedding")
-   self.ready_order = { "wpe.weight", "wte.weight" } -- as nn.Embedding's
+   -- positions false: none (as nn.Embedding's)
+   if positions ~= false then self:declare("wpe.weight", { seq_len, c }, "embedding") end
+   self.ready_order = positions ~= false and { "wpe.weight", "wte.weight" } or { "wte.weight" }
    return self
 end
 
