@@ -292,6 +292,11 @@ describe("lw.layout.compute on bad input", function()
       -- Q, K and V cost 8 x 16 each, not 24 x 16 together; o 16 x 8
       assert.equal(3 * 16 * 8 * 8 + 16 * 8 * 8, l:stats().rank_cost[1])
       assert.not_equal(l:hash(), lw.layout.compute({ mat("qkv", 24, 16), mat("o", 16, 8) }):hash())
+      -- grouped KV heads: unequal Q, K and V blocks (16 rows, not a multiple of 3), as the qkv
+      -- rows give them
+      local gqa = lw.layout.compute({ mat("gqa", 16, 16, { tp = { dim = 0, blocks = 3 },
+         qkv = { groups = 1, rows = { 8, 4, 4 } } }) })
+      assert.same({ dim = 0, blocks = 3 }, gqa.params[1].tp)
       fails("lw.layout.compute: layout: parameter 'w' is sharded over TP along dimension 2, but "
          .. "it has 2 dimensions (tp_dim 0 to 1)", { mat("w", 8, 8, { tp = { dim = 2 } }) })
       fails("lw.layout.compute: layout: parameter 'w' has local size 8 along its TP dimension "

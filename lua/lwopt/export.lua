@@ -76,6 +76,10 @@ end
 -- vocabulary. Refuses a mixture of experts and tensors that are not lw.arch.gpt's.
 function export.model_config(f, extra, given, what)
    extra, given = extra or {}, given or {}
+   if extra.arch ~= nil and extra.arch ~= "gpt" then
+      fail("%s holds a %s model; the export formats (hf-gpt2, nanogpt) hold GPT-2's "
+         .. "architecture", what, tostring(extra.arch))
+   end
    local wte = f.shapes["wte.weight"]
    if wte == nil or #wte ~= 2 or f.shapes["wpe.weight"] == nil then
       fail("%s holds no 'wte.weight' and 'wpe.weight': not an lwopt GPT (its first tensors: %s)",

@@ -110,7 +110,17 @@ end
 -- records it }.
 local function configure(params, extra, o, where, whose)
    whose = whose or {}
-   local cfg = shape_config(params, where)
+   -- a model other than GPT-2's is built from the config its checkpoint records (lw.models)
+   local arch, cfg = extra.arch or "gpt", nil
+   if arch ~= "gpt" then
+      if type(extra.model) ~= "table" then
+         fail("%s: a %s model, but no config of it is recorded", where, tostring(arch))
+      end
+      cfg = {}
+      for k, v in pairs(extra.model) do cfg[k] = v end
+   else
+      cfg = shape_config(params, where)
+   end
    local recorded = extra.n_layer ~= nil
    cfg.n_head = setting(extra.n_head, o.n_head, "--n-head", function()
       local name, p = preset_of(cfg)
@@ -153,7 +163,7 @@ local function configure(params, extra, o, where, whose)
       seed = extra.seed or trained.DEFAULTS.seed, batch = extra.batch or trained.DEFAULTS.batch,
       eval_max = extra.eval_max or trained.DEFAULTS.eval_max,
       bytes_seen = sampling.bytes_of_mask(extra.bytes_seen), data = extra.data }
-   return cfg, settings
+   return cfg, settings, arch
 end
 
 -- Copies a bare file's parameters into ddp: every name and shape checked against the model's
@@ -234,8 +244,9 @@ function trained.open(path, o)
             .. "transposed back, " or "", b.bias and "biases kept" or "no biases"))
       end
    end
-   local cfg, settings = configure(params, m and m.extra or b.extra, o, where, b and b.whose)
-   local model = lw.models.build("gpt", cfg)
+   local cfg, settings, arch = configure(params, m and m.extra or b.extra, o, where,
+      b and b.whose)
+   local model = lw.models.build(arch, cfg)
    -- no optimizer: every parameter in AdamW's buffers, which take any shape; the forward pass
    -- is the same whatever the routing
    local specs = lw.route(model:parameters(), { { match = ".", optimizer = "adamw" } })
@@ -252,7 +263,7 @@ function trained.open(path, o)
    else
       load_file(b.f, ddp, where)
    end
-   return { path = where, step = m and m.step, model = model, ddp = ddp, cfg = cfg,
+   return { path = where, step = m and m.step, model = model, ddp = ddp, cfg = cfg, arch = arch,
             settings = settings, param_dtype = ddp.param_dtype, comm = comm }
 end
 
@@ -260,6 +271,10 @@ end
 -- (384 rows)"; with experts "8 experts, top-2").
 function trained.describe(t)
    local c, s = t.cfg, t.settings
+   if (t.arch or "gpt") ~= "gpt" then
+      return ("%s, %s"):format(lw.models.describe(t.arch, c), s.kind == "bytes" and "bytes"
+         or ("vocabulary %d (%d rows)"):format(s.vocab, c.vocab))
+   end
    return ("GPT %d layers x %d, %d heads, sequence %d, %s%s"):format(c.n_layer, c.n_embd,
       c.n_head, c.seq_len, s.kind == "bytes" and "bytes"
       or ("vocabulary %d (%d rows)"):format(s.vocab, c.vocab),

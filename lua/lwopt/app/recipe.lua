@@ -238,14 +238,21 @@ local function build_run(v, comm, data, rules)
    local tg = recipe_tp.groups(v, comm)
    local shape = { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq }
    -- biases and an untied head: --init-from a GPT-2 that has them (recipe_init.lua)
+   -- --arch: the registry's model (lw.models); LLaMA's parts and untied head are its defaults
    local function gpt_config()
       local c = recipe.gpt_config(shape, v.vocab, v.seq, moe, v.mlp_hidden)
-      c.bias, c.tied = v.bias or false, v.tied ~= false
+      if v.arch == "gpt" then
+         c.bias, c.tied = v.bias or false, v.tied ~= false
+      else
+         c.tied, c.n_kv_head = nil, v.n_kv_head
+      end
       return c
    end
    local cfg = gpt_config()
    cfg.recompute_gelu, cfg.activations = v.recompute_gelu == "on", v.activations
-   local model = lw.models.build("gpt", cfg, { ep = g, tp = tg })
+   local model = lw.models.build(v.arch, cfg, { ep = g, tp = tg })
+   -- what a checkpoint records to build the model again (sample, eval): its whole config
+   v.model_config = lw.models.config(v.arch, cfg)
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    -- errors name an unmatched parameter; a rule that routes none is warned about over the
@@ -262,7 +269,7 @@ local function build_run(v, comm, data, rules)
       tp_comm = tg and tg.comm }))
    -- the same values whatever --ep or --tp: drawn over the ep 1, tp 1 model, in its order
    local every = (g or tg) and (function()
-      return lw.models.specs("gpt", gpt_config())
+      return lw.models.specs(v.arch, gpt_config())
    end)() or nil
    init_params(model, ddp, v.seed, v.n_layer, every, tg)
    -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part

@@ -47,6 +47,10 @@ recipe_flags.list = {
      .. "own" },
    { "config", "string", nil, "a Lua file returning a table of flag values ({ n_layer = 4, lr = "
      .. "1e-3 }), or a --log whose configuration record is read back; flags given override it" },
+   { "arch", { "gpt", "llama" }, "gpt", "the model (lw.models): GPT-2's architecture, or "
+     .. "LLaMA's (RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head)" },
+   { "n-kv-head", "int", nil, "--arch llama: KV heads, dividing --n-head (default --n-head)",
+     min = 1 },
    { "n-layer", "int", nil, "transformer blocks (default: the preset's)", min = 1, max = 65536 },
    { "n-head", "int", nil, "attention heads, a divisor of --n-embd (default: the preset's)",
      min = 1, max = 65536 },
@@ -417,6 +421,9 @@ local function check_flags(v)
             fail("--%s needs --ckpt-dir", (name:gsub("_", "-")))
          end
       end
+   end
+   if v.n_kv_head and v.arch == "gpt" then
+      fail("--n-kv-head is for --arch llama (GPT-2's attention has a KV head per head)")
    end
    if v.overwrite and not v.ckpt_dir and not v.log then
       fail("--overwrite needs --ckpt-dir or --log (what it lets a new run replace)")

@@ -149,7 +149,8 @@ local function next_text(run, v, path, last)
          shell_word(tidy(path))),
       ("  the same command%s with --resume --steps %d   # trains on from step %d"):format(
          v.overwrite and " without --overwrite," or "", 2 * v.steps, last) }
-   if (v.n_expert or 0) == 0 then
+   -- the export formats hold GPT-2's architecture
+   if (v.n_expert or 0) == 0 and v.arch == "gpt" then
       lines[#lines + 1] = ("  %s export %s --format hf-gpt2 %s   # for transformers"):format(
          cmd, dir, shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
    end
@@ -289,9 +290,11 @@ end
 local function announce(run, v, data, path, say)
    if v.quiet then return end
    local dp = run.dp_comm or run.comm
-   say(("lwopt %s: GPT %d layers x %d, %d heads, %s; %s/%s ZeRO-%d%s on %s, global batch %d x "
-      .. "%d %ss; %s"):format(lw.version,
-      v.n_layer, v.n_embd, v.n_head,
+   local model = v.arch == "llama" and ("LLaMA %d layers x %d, %d heads (%d KV)"):format(v.n_layer,
+      v.n_embd, v.n_head, v.model_config.n_kv_head)
+      or ("GPT %d layers x %d, %d heads"):format(v.n_layer, v.n_embd, v.n_head)
+   say(("lwopt %s: %s, %s; %s/%s ZeRO-%d%s on %s, global batch %d x %d %ss; %s"):format(
+      lw.version, model,
       recipe_report.parameters_text(run.full_specs or run.ddp.specs, v),
       v.optimizer, v.mode, v.zero, v.shard == "rows" and " row-sharded" or "",
       recipe_tp.ranks_text(run), v.batch * v.accum * dp.size, v.seq, unit_of(data),

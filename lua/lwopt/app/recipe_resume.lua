@@ -17,6 +17,11 @@ function recipe_resume.data_name(data)
 end
 
 -- The settings a checkpoint records (manifest extra) for this run's flags.
+-- The dense MLP's hidden width: the model's (its config's default when no flag gave one).
+local function hidden(v)
+   return v.model_config and v.model_config.mlp_hidden or v.mlp_hidden or 4 * v.n_embd
+end
+
 local function settings(v, comm, data)
    -- shape_from: the --init-from file whose shape the model took (recipe_init.lua), or nil
    return { preset = v.preset, shape_from = v.shape_from, n_layer = v.n_layer,
@@ -32,7 +37,9 @@ local function settings(v, comm, data)
             n_expert = v.n_expert, shared_expert = v.shared_expert,
             topk = v.topk, aux_coef = v.aux_coef, ep = v.ep, tp = v.tp,
             muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
-            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil,
+            mlp_hidden = v.n_expert == 0 and hidden(v) or nil,
+            -- the model (lw.models) and its whole config, which sample and eval build again
+            arch = v.arch, model = v.model_config,
             -- what `lwopt eval` and `lwopt sample` repeat: the validation sequences, and the
             -- bytes the sample draws among
             eval_max = v.eval_max,
@@ -46,21 +53,22 @@ end
 local function model_settings(v)
    return { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq,
             data_kind = v.data_kind, vocab = v.vocab, n_expert = v.n_expert,
-            shared_expert = v.shared_expert,
-            mlp_hidden = v.n_expert == 0 and (v.mlp_hidden or 4 * v.n_embd) or nil }
+            shared_expert = v.shared_expert, arch = v.arch, model = v.model_config,
+            mlp_hidden = v.n_expert == 0 and hidden(v) or nil }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
 -- checkpoint made with other values cannot continue this run.
 local BREAKING = {
-   { "data_kind", "--data" }, { "vocab", "--vocab" },
+   { "arch", "--arch" }, { "data_kind", "--data" }, { "vocab", "--vocab" },
    { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
    { "seq", "--seq" }, { "optimizer", "--optimizer" }, { "n_expert", "--n-expert" },
    { "shared_expert", "--shared-expert" }, { "mlp_hidden", "--mlp-hidden" },
 }
 -- What a checkpoint that does not record a setting was trained with (those before token data
 -- were all byte-level).
-local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false }
+local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false,
+   arch = "gpt" }
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Breaking settings' changes a resume may make all the same: Muon's matrices to NorMuon and
 -- back (the checkpoint loader carries the momentum and starts or drops NorMuon's v).

@@ -49,8 +49,9 @@ static lw_status check_options(const lw_layout_options *o) {
 static bool valid_dtype(lw_dtype d) { return d >= LW_DTYPE_F32 && d <= LW_DTYPE_F16; }
 
 /* The tensor-parallel fields of a spec whose shape is already checked (docs/algorithms.md
- * section 9): a TP shard names one of its dimensions, whose local size its blocks divide; a fused
- * QKV weight is 2-D with exactly groups x (q + k + v) rows. */
+ * section 9): a TP shard names one of its dimensions, whose local size its blocks divide (or,
+ * for a fused QKV weight, whose qkv rows make its blocks); a fused QKV weight is 2-D with
+ * exactly groups x (q + k + v) rows. */
 static lw_status check_tp(const lw_param_spec *s) {
     if (s->tp_blocks < 0)
         return lwi_fail(LW_ERR_INVALID,
@@ -63,7 +64,9 @@ static lw_status check_tp(const lw_param_spec *s) {
                             "layout: parameter '%s' is sharded over TP along dimension %d, but "
                             "it has %d dimensions (tp_dim 0 to %d)",
                             s->name, s->tp_dim, s->ndim, s->ndim - 1);
-        if (s->shape[s->tp_dim] % s->tp_blocks != 0)
+        /* a fused QKV weight's blocks are its Q, K and V rows (unequal with grouped KV heads),
+           which its qkv rows say below */
+        if (s->shape[s->tp_dim] % s->tp_blocks != 0 && s->qkv_groups == 0)
             return lwi_fail(LW_ERR_INVALID,
                             "layout: parameter '%s' has local size %lld along its TP dimension "
                             "%d, not a multiple of its %d TP blocks",

@@ -1,0 +1,81 @@
+-- recipe_arch_spec.lua: --arch llama in recipes/gpt_small.lua: LLaMA's model (lw.models) trains,
+-- checkpoints with its config, resumes as an uninterrupted run does, gives `lwopt sample` and
+-- `lwopt eval` the run's own sample and loss, splits over ranks (ZeRO-3, --tp) with the one-rank
+-- losses, and is refused where it does not fit (export, --n-kv-head without it, a GPT resume).
+local helpers = require("helpers")
+
+local root = assert(io.popen("pwd")):read("*l")
+local recipe = "cd /tmp && luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --arch llama "
+   .. "--n-kv-head 2 --eval-max 4 --warmup 2 --progress lines "
+local lwopt = "cd /tmp && " .. root .. "/bin/lwopt "
+local MPIRUN = "cd /tmp && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 200 "
+   .. "mpirun -np 2 -x OPENBLAS_NUM_THREADS=1 luajit " .. root .. "/recipes/gpt_small.lua "
+   .. "--preset tiny --arch llama --n-kv-head 2 --eval-max 4 --warmup 2 --progress lines "
+
+local function losses(out)
+   local t = {}
+   for step, loss in out:gmatch("step +(%d+)/%d+  loss (%d+%.%d+)") do t[tonumber(step)] = loss end
+   return t
+end
+
+describe("--arch llama", function()
+   it("trains, resumes as an uninterrupted run, and samples and evaluates from its checkpoint",
+      function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      local out, status = helpers.sh(recipe .. "--steps 6 --sample 30 --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%)", out)
+      assert.is_nil(out:find("export", 1, true)) -- no export line: the formats are GPT-2's
+      local whole = losses(out)
+      local sample = out:match("(sample:\n[^\n]*)")
+      local final = out:match("final validation loss (%d+%.%d+)")
+      local said, st = helpers.sh(lwopt .. "sample " .. dir)
+      assert.equal(0, st, said)
+      assert.matches(sample, said, 1, true)
+      said, st = helpers.sh(lwopt .. "eval " .. dir .. " --data " .. root .. "/data/kjv.txt")
+      assert.equal(0, st, said)
+      assert.matches("validation loss " .. final, said, 1, true)
+      assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes", said)
+      said, st = helpers.sh(lwopt .. "export " .. dir .. " " .. dir .. "-hf")
+      assert.equal(1, st)
+      assert.matches("holds a llama model; the export formats (hf-gpt2, nanogpt) hold GPT-2's "
+         .. "architecture", said, 1, true)
+      -- stopped at 4 and resumed: the uninterrupted run's losses
+      helpers.sh("rm -rf " .. dir)
+      out, status = helpers.sh(recipe .. "--steps 6 --sample 0 --stop-after 4 --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      out, status = helpers.sh(recipe .. "--steps 6 --sample 0 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      local resumed = losses(out)
+      for s = 5, 6 do assert.equal(whole[s], resumed[s], "step " .. s) end
+      -- GPT-2's model cannot continue it
+      out, status = helpers.sh("cd /tmp && luajit " .. root .. "/recipes/gpt_small.lua --preset "
+         .. "tiny --steps 8 --resume --ckpt-dir " .. dir)
+      assert.equal(1, status)
+      assert.matches("--arch", out, 1, true)
+      helpers.sh("rm -rf " .. dir)
+   end)
+
+   it("refuses --n-kv-head without --arch llama", function()
+      local out, status = helpers.sh("cd /tmp && luajit " .. root .. "/recipes/gpt_small.lua "
+         .. "--preset tiny --n-kv-head 2 --steps 1")
+      assert.equal(1, status)
+      assert.matches("--n-kv-head is for --arch llama", out, 1, true)
+   end)
+
+   it("gives the one-rank losses on 2 ranks at ZeRO-3 and with --tp 2 #mpi", function()
+      -- the same global batch of 8 sequences: 2 micro-steps of 4 on one rank (or one TP group)
+      local one = losses((helpers.sh(recipe .. "--steps 3 --sample 0 --batch 4 --global-batch 8")))
+      for _, flags in ipairs({ "--zero 3", "--tp 2" }) do
+         local out, status = helpers.sh(MPIRUN .. "--steps 3 --sample 0 --batch 4 --global-batch 8 "
+            .. flags)
+         assert.equal(0, status, out)
+         local two = losses(out)
+         for s = 1, 3 do
+            assert.is_true(math.abs(tonumber(one[s]) - tonumber(two[s])) < 2e-4,
+               flags .. " step " .. s .. ": " .. one[s] .. " vs " .. tostring(two[s]))
+         end
+      end
+   end)
+end)
