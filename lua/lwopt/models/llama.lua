@@ -4,6 +4,7 @@
 -- halves), grouped-query attention, a SwiGLU MLP, no biases, an untied head). It is nn.GPT
 -- built with those parts (docs/parts.md), so every runtime choice GPT has applies.
 local GPT = require("lwopt.nn.gpt")
+local gpt = require("lwopt.models.gpt")
 
 -- GPT's fields with LLaMA's defaults: the parts above, RoPE base 500000 (LLaMA 3's), the MLP's
 -- hidden width 8/3 n_embd rounded up to a multiple of 64 (LLaMA's rule for its width).
@@ -23,13 +24,8 @@ return {
    name = "llama",
    fields = fields,
    check = GPT.check,
-   -- run: { tp, ep } groups, or none
-   build = function(c, run)
-      local cfg = {}
-      for k, v in pairs(c) do cfg[k] = v end
-      cfg.tp, cfg.ep = run.tp or false, run.ep or false
-      return GPT.new(cfg)
-   end,
+   -- nn.GPT over run's groups, as GPT-2's entry builds it
+   build = gpt.build,
    describe = function(c)
       return ("LLaMA %d layers x %d, %d heads (%d KV), sequence %d"):format(c.n_layer,
          c.n_embd, c.n_head, c.n_kv_head, c.seq_len)
