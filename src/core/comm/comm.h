@@ -13,7 +13,7 @@
 #define LWI_LABEL 64   /* bytes of a collective's label, with its NUL */
 #define LWI_PHASE 64   /* bytes of a communicator's phase, with its NUL */
 #define LWI_BROKEN 640 /* bytes of the watchdog's message kept on a broken communicator */
-#define LWI_ABOUT 256  /* bytes of lw_comm_about's line, with its NUL */
+#define LWI_ABOUT 512  /* bytes of lw_comm_about's line, with its NUL */
 
 /* A backend: collectives start on a request and complete through test / wait, so that every
  * wait can go through the watchdog's deadline. Barrier, broadcast, all-reduce and all-gather-v
