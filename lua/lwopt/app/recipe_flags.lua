@@ -51,6 +51,8 @@ recipe_flags.list = {
      .. "LLaMA's (RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head)" },
    { "n-kv-head", "int", nil, "--arch llama: KV heads, dividing --n-head (default --n-head)",
      min = 1 },
+   { "rope-pairing", { "halves", "interleaved" }, nil, "--arch llama: the rotary pairs, (i, i + "
+     .. "head_dim/2) as Hugging Face's LLaMA or (2i, 2i + 1) as Meta's original (default halves)" },
    { "n-layer", "int", nil, "transformer blocks (default: the preset's)", min = 1, max = 65536 },
    { "n-head", "int", nil, "attention heads, a divisor of --n-embd (default: the preset's)",
      min = 1, max = 65536 },
@@ -424,6 +426,9 @@ local function check_flags(v)
    end
    if v.n_kv_head and v.arch == "gpt" then
       fail("--n-kv-head is for --arch llama (GPT-2's attention has a KV head per head)")
+   end
+   if v.rope_pairing and v.arch == "gpt" then
+      fail("--rope-pairing is for --arch llama (GPT-2's positions are a learned table)")
    end
    if v.overwrite and not v.ckpt_dir and not v.log then
       fail("--overwrite needs --ckpt-dir or --log (what it lets a new run replace)")
