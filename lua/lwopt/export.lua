@@ -228,10 +228,11 @@ function export.tensors(f, format, cfg)
    return out, list
 end
 
--- export.run{ ckpt, format (nil: the checkpoint's architecture's), out_dir, n_head, vocab }: writes out_dir/model.safetensors and
--- out_dir/config.json, both or neither (publish.dir: out_dir as it was until both are whole and
--- durable, then replaced in one step, its other files carried over). Returns { file, config,
--- tensors (count), values, cfg, src, dropped (the tied LM head left out: true/false) }.
+-- export.run{ ckpt, format (nil: the checkpoint's architecture's: hf-gpt2, or hf-llama for a
+-- LLaMA), out_dir, n_head, vocab }: writes out_dir/model.safetensors and out_dir/config.json,
+-- both or neither (publish.dir: out_dir as it was until both are whole and durable, then
+-- replaced in one step, its other files carried over). Returns { file, config, tensors (count),
+-- values, cfg, src, format (the one written), dropped (the tied LM head left out) }.
 function export.run(o)
    local src = export.source(o.ckpt)
    local f = weights.open(src.file, WHERE .. ": " .. src.file)

@@ -1,10 +1,11 @@
 -- init_from.lua: the recipe's --init-from FILE: a run's first weights read from a safetensors
 -- file instead of the seeded draws: lwopt's own names (--save-params, a checkpoint's
 -- model.safetensors) or an `lwopt export` in hf-gpt2 or nanogpt names (gpt_names.lua, read
--- backwards) or, into a LLaMA, hf-llama names (llama_names.lua: q, k, v and gate, up joined). Every name and shape is checked against the model before anything is written;
--- F32, BF16 and F16 tensors are widened to fp32 and written through lw.ddp's with_param, so any
--- ZeRO level, device, parameter dtype, --ep and --tp take them as a checkpoint's. The optimizer
--- state starts fresh.
+-- backwards) or, into a LLaMA, hf-llama names (llama_names.lua: q, k, v and gate, up joined).
+-- Every name and shape is checked against the model before anything is written; F32, BF16 and
+-- F16 tensors are widened to fp32 and written through lw.ddp's with_param, so any ZeRO level,
+-- device, parameter dtype, --ep and --tp take them as a checkpoint's. The optimizer state
+-- starts fresh.
 local ffi = require("ffi")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")

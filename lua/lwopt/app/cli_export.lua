@@ -1,6 +1,6 @@
--- cli_export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt|hf-llama OUT_DIR`: its flags, usage and
--- printing; the export itself (reading the checkpoint, converting, writing OUT_DIR) is the
--- library's (lwopt.export).
+-- cli_export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt|hf-llama OUT_DIR`: its flags,
+-- usage and printing; the export itself (reading the checkpoint, converting, writing OUT_DIR)
+-- is the library's (lwopt.export).
 local flags = require("lwopt.flags")
 local names = require("lwopt.gpt_names")
 local errors = require("lwopt.errors")

@@ -62,7 +62,8 @@ end
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
 -- checkpoint made with other values cannot continue this run.
 local BREAKING = {
-   { "arch", "--arch" }, { "rope_pairing", "--rope-pairing" }, { "data_kind", "--data" }, { "vocab", "--vocab" },
+   { "arch", "--arch" }, { "rope_pairing", "--rope-pairing" }, { "data_kind", "--data" },
+   { "vocab", "--vocab" },
    { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
    { "seq", "--seq" }, { "optimizer", "--optimizer" }, { "n_expert", "--n-expert" },
    { "shared_expert", "--shared-expert" }, { "mlp_hidden", "--mlp-hidden" },

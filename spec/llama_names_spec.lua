@@ -1,4 +1,4 @@
--- export_llama_spec.lua: `lwopt export --format hf-llama` (llama_names.lua) and its way back:
+-- llama_names_spec.lua: `lwopt export --format hf-llama` (llama_names.lua) and its way back:
 -- every tensor of the export compared with the checkpoint's under a mapping written again here
 -- (Q, K, V and gate, up rows cut out of the fused weights; each head's interleaved rotary pairs
 -- (2i, 2i + 1) moved to (i, i + hd/2)); config.json; the model read back by lwopt.trained and
