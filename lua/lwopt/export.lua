@@ -1,10 +1,9 @@
 -- export.lua: a trained dense GPT or LLaMA (a checkpoint step directory, a --ckpt-dir's newest
 -- whole checkpoint, or a model.safetensors / --save-params file) written as another program's
 -- files: OUT_DIR/model.safetensors (fp32, named and laid out as gpt_names.lua or, for hf-llama,
--- llama_names.lua says) and
--- OUT_DIR/config.json, both or neither: OUT_DIR is replaced whole (publish.lua), its other files
--- carried over. It reads and converts; it trains nothing and needs no communicator. The command,
--- `lwopt export`, is app/cli_export.lua.
+-- llama_names.lua says) and OUT_DIR/config.json, both or neither: OUT_DIR is replaced whole
+-- (publish.lua), its other files carried over. It reads and converts; it trains nothing and
+-- needs no communicator. The command, `lwopt export`, is app/cli_export.lua.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
