@@ -1,7 +1,8 @@
 -- recipe_arch_spec.lua: --arch llama in recipes/gpt_small.lua: LLaMA's model (lw.models) trains,
 -- checkpoints with its config, resumes as an uninterrupted run does, gives `lwopt sample` and
--- `lwopt eval` the run's own sample and loss, splits over ranks (ZeRO-3, --tp) with the one-rank
--- losses, and is refused where it does not fit (export, --n-kv-head without it, a GPT resume).
+-- `lwopt eval` the run's own sample and loss (from its hf-llama export too), splits over ranks
+-- (ZeRO-3, --tp) with the one-rank losses, and is refused where it does not fit (hf-gpt2,
+-- --n-kv-head without it, a GPT resume).
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")
@@ -26,7 +27,7 @@ describe("--arch llama", function()
       local out, status = helpers.sh(recipe .. "--steps 6 --sample 30 --ckpt-dir " .. dir)
       assert.equal(0, status, out)
       assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%)", out)
-      assert.is_nil(out:find("export", 1, true)) -- no export line: the formats are GPT-2's
+      assert.matches("export " .. dir .. " --format hf-llama " .. dir .. "-hf", out, 1, true)
       local whole = losses(out)
       local sample = out:match("(sample:\n[^\n]*)")
       local final = out:match("final validation loss (%d+%.%d+)")
@@ -37,10 +38,23 @@ describe("--arch llama", function()
       assert.equal(0, st, said)
       assert.matches("validation loss " .. final, said, 1, true)
       assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes", said)
-      said, st = helpers.sh(lwopt .. "export " .. dir .. " " .. dir .. "-hf")
+      said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-gpt2 " .. dir .. "-hf")
       assert.equal(1, st)
-      assert.matches("holds a llama model; the export formats (hf-gpt2, nanogpt) hold GPT-2's "
-         .. "architecture", said, 1, true)
+      assert.matches("holds a llama model; hf-gpt2 and nanogpt hold GPT-2's architecture: use "
+         .. "--format hf-llama", said, 1, true)
+      -- the line the run printed: its export, which sample and eval read as the run's model
+      said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-llama " .. dir .. "-hf")
+      assert.equal(0, st, said)
+      said, st = helpers.sh(lwopt .. "sample " .. dir .. "-hf/model.safetensors --tokens 8")
+      assert.equal(0, st, said)
+      assert.matches("note: hf-llama names", said, 1, true)
+      assert.matches("sample:\n", said, 1, true)
+      said, st = helpers.sh(lwopt .. "eval " .. dir .. "-hf/model.safetensors --eval-max 4 "
+         .. "--data " .. root .. "/data/kjv.txt")
+      assert.equal(0, st, said)
+      assert.matches("validation loss " .. final, said, 1, true)
+      assert.matches("LLaMA 4 layers x 64, 4 heads (2 KV), sequence 32, bytes", said, 1, true)
+      helpers.sh("rm -rf " .. dir .. "-hf")
       -- stopped at 4 and resumed: the uninterrupted run's losses
       helpers.sh("rm -rf " .. dir)
       out, status = helpers.sh(recipe .. "--steps 6 --sample 0 --stop-after 4 --ckpt-dir " .. dir)

@@ -1,9 +1,9 @@
--- export.lua: a trained dense GPT (a checkpoint step directory, a --ckpt-dir's newest whole
--- checkpoint, or a model.safetensors / --save-params file) written as another program's files:
--- OUT_DIR/model.safetensors (fp32, named and laid out as gpt_names.lua says) and
--- OUT_DIR/config.json, both or neither: OUT_DIR is replaced whole (publish.lua), its other files
--- carried over. It reads and converts; it trains nothing and needs no communicator. The command,
--- `lwopt export`, is app/cli_export.lua.
+-- export.lua: a trained dense GPT or LLaMA (a checkpoint step directory, a --ckpt-dir's newest
+-- whole checkpoint, or a model.safetensors / --save-params file) written as another program's
+-- files: OUT_DIR/model.safetensors (fp32, named and laid out as gpt_names.lua or, for hf-llama,
+-- llama_names.lua says) and OUT_DIR/config.json, both or neither: OUT_DIR is replaced whole
+-- (publish.lua), its other files carried over. It reads and converts; it trains nothing and
+-- needs no communicator. The command, `lwopt export`, is app/cli_export.lua.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
@@ -12,6 +12,8 @@ local checkpoint = require("lwopt.checkpoint")
 local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
+local llama_names = require("lwopt.llama_names")
+local models = require("lwopt.models")
 local arch = require("lwopt.arch")
 local errors = require("lwopt.errors")
 local publish = require("lwopt.publish")
@@ -77,8 +79,8 @@ end
 function export.model_config(f, extra, given, what)
    extra, given = extra or {}, given or {}
    if extra.arch ~= nil and extra.arch ~= "gpt" then
-      fail("%s holds a %s model; the export formats (hf-gpt2, nanogpt) hold GPT-2's "
-         .. "architecture", what, tostring(extra.arch))
+      fail("%s holds a %s model; hf-gpt2 and nanogpt hold GPT-2's architecture: use --format "
+         .. "hf-llama", what, tostring(extra.arch))
    end
    local wte = f.shapes["wte.weight"]
    if wte == nil or #wte ~= 2 or f.shapes["wpe.weight"] == nil then
@@ -126,8 +128,49 @@ function export.model_config(f, extra, given, what)
    return cfg
 end
 
+-- The LLaMA a file holds, for hf-llama: the lw.models config its settings record (extra.model),
+-- checked against its tensors and against what LlamaForCausalLM can hold; the tokenizer's
+-- vocabulary from the settings or given.vocab, the padded rows from the config. Returns the
+-- names.map config of llama_names.lua, seq_len, norm_eps and rope_base added.
+function export.llama_config(f, extra, given, what)
+   extra, given = extra or {}, given or {}
+   local arch = extra.arch or (extra.n_layer and "gpt") or (f.shapes["wpe.weight"] and "gpt")
+   if arch ~= "llama" then
+      fail("%s holds %s; --format hf-llama holds LLaMA's architecture (a run with --arch "
+         .. "llama): use --format hf-gpt2 or nanogpt", what, arch and ("a %s model"):format(arch)
+         or "no model whose settings say --arch llama (no checkpoint manifest beside it, no "
+         .. "lwopt settings in it)")
+   end
+   if type(extra.model) ~= "table" then
+      fail("%s holds a llama model but does not record its config (the settings' model)", what)
+   end
+   local ok, m = pcall(models.config, "llama", extra.model, WHERE .. ": " .. what)
+   if not ok then fail("%s", errors.plain((tostring(m):gsub("^export: ", "")))) end
+   local why = llama_names.unfit(m)
+   if why then fail("%s cannot be written as hf-llama: %s", what, why) end
+   if given.n_head and given.n_head ~= m.n_head then
+      fail("--n-head %d: %s records %d heads", given.n_head, what, m.n_head)
+   end
+   local vocab = given.vocab or extra.vocab or 256
+   if vocab > m.vocab then
+      fail("the vocabulary (%d%s) is more than the %d rows of %s's token embedding", vocab,
+         given.vocab and ", --vocab" or "", m.vocab, what)
+   end
+   local expected = {}
+   for _, spec in ipairs(models.specs("llama", m)) do
+      expected[#expected + 1] = { name = spec.name, shape = spec.shape }
+   end
+   weights.check(f, expected, WHERE .. ": " .. what, ("an lwopt LLaMA of %d layers x %d")
+      :format(m.n_layer, m.n_embd))
+   return { n_layer = m.n_layer, n_embd = m.n_embd, n_head = m.n_head, n_kv_head = m.n_kv_head,
+      mlp_hidden = m.mlp_hidden, vocab = vocab, rows = m.vocab, seq_len = m.seq_len,
+      tied = m.tied, norm_eps = m.norm_eps, rope_base = m.rope_base,
+      rope_pairing = m.rope_pairing, arch = "llama" }
+end
+
 -- The config.json of a format for the model cfg (a JSON-ready table).
 function export.config(format, cfg)
+   if format == "hf-llama" then return llama_names.config(cfg) end
    if format == "nanogpt" then
       -- nanoGPT's GPTConfig fields: GPT(GPTConfig(**config)) builds the model these tensors fit
       return { block_size = cfg.seq_len, vocab_size = cfg.rows, n_layer = cfg.n_layer,
@@ -165,6 +208,16 @@ end
 
 -- The tensors of format for the model in file f (config cfg): { name, shape, data }.
 function export.tensors(f, format, cfg)
+   if format == "hf-llama" then
+      local out, whole = {}, {}
+      local list = llama_names.map(cfg)
+      for _, e in ipairs(list) do
+         whole[e.from] = whole[e.from] or weights.read(f, e.from)
+         out[#out + 1] = { name = e.name, shape = e.shape,
+            data = llama_names.slice(whole[e.from], e) }
+      end
+      return out, list
+   end
    local list, why = names.map(format, cfg)
    if list == nil then fail("--format %s: %s", format, why) end
    local out = {}
@@ -174,20 +227,29 @@ function export.tensors(f, format, cfg)
    return out, list
 end
 
--- export.run{ ckpt, format, out_dir, n_head, vocab }: writes out_dir/model.safetensors and
--- out_dir/config.json, both or neither (publish.dir: out_dir as it was until both are whole and
--- durable, then replaced in one step, its other files carried over). Returns { file, config,
--- tensors (count), values, cfg, src, dropped (the tied LM head left out: true/false) }.
+-- export.run{ ckpt, format (nil: the checkpoint's architecture's: hf-gpt2, or hf-llama for a
+-- LLaMA), out_dir, n_head, vocab }: writes out_dir/model.safetensors and out_dir/config.json,
+-- both or neither (publish.dir: out_dir as it was until both are whole and durable, then
+-- replaced in one step, its other files carried over). Returns { file, config, tensors (count),
+-- values, cfg, src, format (the one written), dropped (the tied LM head left out) }.
 function export.run(o)
    local src = export.source(o.ckpt)
    local f = weights.open(src.file, WHERE .. ": " .. src.file)
-   local cfg = export.model_config(f, src.extra or recorded_settings(f),
-      { n_head = o.n_head, vocab = o.vocab }, src.what)
+   local extra = src.extra or recorded_settings(f)
+   -- no --format: the architecture's own (GPT-2's hf-gpt2, LLaMA's hf-llama)
+   o.format = o.format or ((extra or {}).arch == "llama" and "hf-llama" or "hf-gpt2")
+   local given = { n_head = o.n_head, vocab = o.vocab }
+   local cfg
+   if o.format == "hf-llama" then
+      cfg = export.llama_config(f, extra, given, src.what)
+   else
+      cfg = export.model_config(f, extra, given, src.what)
+   end
    local out_dir = o.out_dir:gsub("(.)/+$", "%1") -- "hf/" names hf/config.json, not hf//
    local out_file = out_dir .. "/model.safetensors"
    local config_file = out_dir .. "/config.json"
-   local r = { file = out_file, config = config_file, cfg = cfg, src = src,
-               dropped = o.format == "hf-gpt2" and cfg.tied }
+   local r = { file = out_file, config = config_file, cfg = cfg, src = src, format = o.format,
+               dropped = o.format ~= "nanogpt" and cfg.tied }
    publish.dir(out_dir, function(stage)
       if files.real_path(out_file) == files.real_path(src.file)
          or files.same_file(out_file, src.file) then

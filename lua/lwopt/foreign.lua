@@ -1,5 +1,6 @@
 -- foreign.lua: a GPT in another program's names (an `lwopt export` in hf-gpt2 or nanogpt names,
--- or OpenAI's GPT-2 as transformers saves it) seen as lwopt's model: which format a file is in,
+-- or OpenAI's GPT-2 as transformers saves it; a LLaMA in hf-llama names, llama_names.lua) seen
+-- as lwopt's model: which format a file is in,
 -- the model its tensors' shapes give (layers, width, vocabulary, sequence, MLP, tie, biases),
 -- the settings it records (its metadata's config, else a config.json beside it) and each lwopt
 -- parameter read back from it (Conv1D weights transposed, GPT-2's vocabulary padded with zero
@@ -10,6 +11,7 @@ local files = require("lwopt.files")
 local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
+local llama_names = require("lwopt.llama_names")
 local presets = require("lwopt.presets")
 local errors = require("lwopt.errors")
 
@@ -45,6 +47,7 @@ end
 -- export's metadata says or, without it, as the names and shapes show.
 function foreign.format(f)
    return safetensors.metadata(f.st, "lwopt.format")
+      or (f.shapes["model.embed_tokens.weight"] and llama_names.FORMAT)
       or names.detect(function(name) return f.shapes[name] end)
 end
 
@@ -53,6 +56,22 @@ local function object_of(text)
    if text == nil then return nil end
    local ok, t = pcall(json.decode, text)
    return ok and type(t) == "table" and t or nil
+end
+
+-- The config a file in another format records: its metadata's, else a config.json beside it
+-- (transformers' or nanoGPT's keys), and where it was read; nil when it has none.
+function foreign.config(f)
+   local config, from = object_of(safetensors.metadata(f.st, "config")), "its metadata's config"
+   if config == nil then
+      local path = files.dirname(f.path) .. "/config.json"
+      local h = io.open(path, "rb")
+      if h then
+         config, from = object_of(h:read("*a")), path
+         h:close()
+      end
+   end
+   if config == nil then return nil, nil end
+   return config, from
 end
 
 -- The settings a file records, in a checkpoint manifest's words ({ n_head, vocab, seq, n_layer,
@@ -64,16 +83,14 @@ function foreign.recorded(f, fmt)
       local t = object_of(safetensors.metadata(f.st, weights.SETTINGS_KEY))
       return t or {}, t and "its lwopt settings" or nil
    end
-   local config, from = object_of(safetensors.metadata(f.st, "config")), "its metadata's config"
-   if config == nil then
-      local path = files.dirname(f.path) .. "/config.json"
-      local h = io.open(path, "rb")
-      if h then
-         config, from = object_of(h:read("*a")), path
-         h:close()
-      end
-   end
+   local config, from = foreign.config(f)
    if config == nil then return {}, nil end
+   if fmt == llama_names.FORMAT then
+      return { n_head = tonumber(config.num_attention_heads),
+         n_layer = tonumber(config.num_hidden_layers), n_embd = tonumber(config.hidden_size),
+         seq = tonumber(config.max_position_embeddings), vocab = tonumber(config.vocab_size) },
+         from
+   end
    local hf = fmt == "hf-gpt2"
    local out = { n_head = tonumber(config.n_head), n_layer = tonumber(config.n_layer),
       n_embd = tonumber(config.n_embd),
@@ -136,10 +153,31 @@ function foreign.plan(f, fmt, cfg, where)
    return by_param
 end
 
+-- The LLaMA an hf-llama file holds: lw.models' llama config (vocab: lwopt's padded rows,
+-- real_vocab: the file's; rope_pairing halves, transformers'), from its tensors' shapes and its
+-- config (foreign.config), checked against the file (every name, shape and dtype); and its
+-- entries by lwopt parameter (llama_names.by_param). where names the file in errors.
+function foreign.llama(f, where)
+   local cfg, why = llama_names.model_config(f.shapes, foreign.config(f), presets.vocab_rows)
+   if cfg == nil then errors.fail(where, "%s", why) end
+   return cfg, foreign.llama_plan(f, cfg, cfg.real_vocab, where)
+end
+
+-- The entries of an hf-llama file for the lwopt LLaMA cfg (lw.models' config: vocab its padded
+-- rows) and the tokenizer's vocab, checked against the file; by lwopt parameter.
+function foreign.llama_plan(f, cfg, vocab, where)
+   local list = llama_names.map{ n_layer = cfg.n_layer, n_embd = cfg.n_embd,
+      n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, mlp_hidden = cfg.mlp_hidden,
+      vocab = vocab, tied = cfg.tied, rope_pairing = cfg.rope_pairing }
+   weights.check(f, list, where, "hf-llama's names")
+   return llama_names.by_param(list)
+end
+
 -- An lwopt parameter of shape (its whole tensor's) as an fp32 host array, from its entry e of
 -- foreign.plan: Conv1D's [in, out] transposed back to [out, in], an unpadded vocabulary's rows
--- followed by zero rows.
+-- followed by zero rows; or of foreign.llama_plan: its pieces put together.
 function foreign.tensor(f, e, shape)
+   if e.pieces then return llama_names.assemble(f, e, shape) end
    local src = weights.read(f, e.name)
    if e.transpose then return weights.transpose(src, e.shape[1], e.shape[2]) end
    if e.rows and e.rows < shape[1] then

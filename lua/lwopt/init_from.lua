@@ -1,10 +1,11 @@
 -- init_from.lua: the recipe's --init-from FILE: a run's first weights read from a safetensors
 -- file instead of the seeded draws: lwopt's own names (--save-params, a checkpoint's
 -- model.safetensors) or an `lwopt export` in hf-gpt2 or nanogpt names (gpt_names.lua, read
--- backwards). Every name and shape is checked against the model before anything is written;
--- F32, BF16 and F16 tensors are widened to fp32 and written through lw.ddp's with_param, so any
--- ZeRO level, device, parameter dtype, --ep and --tp take them as a checkpoint's. The optimizer
--- state starts fresh.
+-- backwards) or, into a LLaMA, hf-llama names (llama_names.lua: q, k, v and gate, up joined).
+-- Every name and shape is checked against the model before anything is written; F32, BF16 and
+-- F16 tensors are widened to fp32 and written through lw.ddp's with_param, so any ZeRO level,
+-- device, parameter dtype, --ep and --tp take them as a checkpoint's. The optimizer state
+-- starts fresh.
 local ffi = require("ffi")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
@@ -73,6 +74,12 @@ function init_from.load(path, s)
             expected[#expected + 1] = { name = spec.name, shape = tp.model_shape(spec) }
          end
          weights.check(f, expected, where, "lwopt's names")
+      elseif (fmt == "hf-llama") ~= (s.cfg.position == "rotary") then
+         errors.fail(where, "a %s file holds %s, and this model is %s", fmt,
+            fmt == "hf-llama" and "a LLaMA" or "a GPT-2", s.cfg.position == "rotary"
+            and "a LLaMA (rotary positions)" or "a GPT-2 (learned positions)")
+      elseif fmt == "hf-llama" then
+         by_param, dropped = foreign.llama_plan(f, s.cfg, s.vocab, where), 0
       else
          local c = s.cfg
          by_param, dropped = foreign_plan(f, fmt, { n_layer = c.n_layer, n_embd = c.n_embd,
@@ -99,12 +106,15 @@ function init_from.load(path, s)
       return ("initialised from %s: %d tensors by lwopt's names, %s%s%s; the optimizer starts "
          .. "fresh"):format(path, #f.order, dtypes, widened, rounded)
    end
-   local rows = s.vocab < s.cfg.vocab and fmt == "hf-gpt2"
+   local rows = s.vocab < s.cfg.vocab and fmt ~= "nanogpt"
       and ("; vocabulary rows %d-%d (lwopt's padding) start at zero"):format(s.vocab,
          s.cfg.vocab - 1) or ""
+   local how = fmt == "hf-gpt2" and " (Conv1D weights transposed back)"
+      or fmt == "hf-llama" and (" (q, k, v and gate, up joined into the fused weights%s)")
+         :format(s.cfg.rope_pairing == "interleaved"
+            and ", Q and K rows turned to the interleaved pairing" or "") or ""
    return ("initialised from %s: %d tensors by %s's names%s%s, %s%s%s%s; the optimizer starts "
-      .. "fresh"):format(path, #f.order, fmt,
-      fmt == "hf-gpt2" and " (Conv1D weights transposed back)" or "",
+      .. "fresh"):format(path, #f.order, fmt, how,
       dropped > 0 and (", %d zero biases dropped"):format(dropped) or "", dtypes, widened,
       rounded, rows)
 end

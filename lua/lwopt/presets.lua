@@ -7,20 +7,25 @@ local tokens_mod = require("lwopt.tokens")
 local presets = {}
 
 -- Model and schedule sizes. vocab is the token vocabulary of token shards (GPT-2's tokenizer
--- for all: the shards llm.c and modded-nanogpt prepare); byte data always has 256.
+-- for all: the shards llm.c and modded-nanogpt prepare); byte data always has 256. n_kv_head
+-- is --arch llama's: the same layers, width and heads with grouped KV heads (LLaMA's MLP, 8/3
+-- of the width, and its fewer K and V rows make a block of 89% (gpt2) to 100% (tiny) of GPT-2's
+-- block's parameters; LLaMA's untied head adds a vocabulary's rows); a preset without it gives
+-- LLaMA a KV head per head.
 presets.NAMES = { "tiny", "small", "wide", "gpt2", "gpt2-medium", "moe" }
 presets.presets = {
    tiny = { n_layer = 4, n_embd = 64, n_head = 4, seq = 32, batch = 8, steps = 50, lr = 3e-3,
-            warmup = 10, eval_every = 25, vocab = tokens_mod.GPT2_VOCAB },
+            warmup = 10, eval_every = 25, vocab = tokens_mod.GPT2_VOCAB, n_kv_head = 2 },
    small = { n_layer = 6, n_embd = 256, n_head = 8, seq = 128, batch = 8, steps = 500, lr = 3e-3,
-             warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB },
+             warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB, n_kv_head = 4 },
    -- small, 4x wider: for measuring sharding where matrices dominate
    wide = { n_layer = 6, n_embd = 1024, n_head = 16, seq = 128, batch = 8, steps = 500, lr = 1e-3,
             warmup = 50, eval_every = 100, vocab = tokens_mod.GPT2_VOCAB },
    -- GPT-2 124M (nanoGPT's and llm.c's): 18865 steps of 524288 tokens are llm.c's 10B-token
    -- FineWeb run (a global batch of 64 sequences of 1024: --batch 8 x --accum 8 / ranks)
    gpt2 = { n_layer = 12, n_embd = 768, n_head = 12, seq = 1024, batch = 8, steps = 18865,
-            lr = 6e-4, warmup = 700, eval_every = 250, vocab = tokens_mod.GPT2_VOCAB },
+            lr = 6e-4, warmup = 700, eval_every = 250, vocab = tokens_mod.GPT2_VOCAB,
+            n_kv_head = 4 },
    -- GPT-2 350M (GPT-2 medium): 24 layers x 1024, 16 heads, on gpt2's schedule
    ["gpt2-medium"] = { n_layer = 24, n_embd = 1024, n_head = 16, seq = 1024, batch = 8,
                        steps = 18865, lr = 3e-4, warmup = 700, eval_every = 250,
@@ -39,7 +44,7 @@ for _, p in pairs(presets.presets) do p.adamw_lr = p.lr end
 presets.KEYS = { "n_layer", "n_embd", "n_head", "seq", "batch", "steps", "lr", "warmup",
    "eval_every" }
 local OPTIONAL = { vocab = true, adamw_lr = true, n_expert = true, topk = true, aux_coef = true,
-   base = true }
+   base = true, n_kv_head = true }
 
 -- The library's presets with a recipe's own (own: { name = { n_layer = 2, ... } }, each
 -- complete or naming a library preset it changes, base = "small"), checked: a name already

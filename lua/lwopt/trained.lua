@@ -5,7 +5,8 @@
 -- (--save-params, its settings in the metadata; a checkpoint's model.safetensors, its manifest
 -- beside it) or another program's (hf-gpt2, nanogpt: foreign.lua, its settings in a config), whose
 -- tensors' shapes give the model and whose records, else flags, what shapes cannot (the heads, the
--- token vocabulary); a flag that contradicts a record is refused. The model is built and loaded on
+-- token vocabulary); a flag that contradicts a record is refused. An hf-llama file (transformers'
+-- LlamaForCausalLM) gives an --arch llama model. The model is built and loaded on
 -- every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was trained on is
 -- opened as the recipe opens it. It does not train or write anything.
 local lw = require("lwopt")
@@ -180,6 +181,25 @@ local function load_file(f, ddp, path)
    end
 end
 
+-- A bare hf-llama file, open, as bare_file says: the LLaMA its shapes and config give (the
+-- lw.models config recorded as a checkpoint records it), its heads and tokenizer's vocabulary.
+local function llama_file(f, path)
+   local c, plan = foreign.llama(f, path)
+   local model = {}
+   for k, x in pairs(c) do model[k] = x end
+   model.real_vocab = nil
+   local params = {}
+   for _, spec in ipairs(lw.models.specs("llama", model)) do
+      params[#params + 1] = { name = spec.name, shape = spec.shape }
+   end
+   local _, from = foreign.config(f)
+   local function whose(value) return ("%s records %s (%s)"):format(path, value, from) end
+   return { f = f, fmt = "hf-llama", params = params, plan = plan, whose = { n_head = whose,
+      vocab = function(value)
+         return ("%s holds %d tokens (its token embedding's rows)"):format(path, value)
+      end }, extra = { n_head = c.n_head, vocab = c.real_vocab, arch = "llama", model = model } }
+end
+
 -- A bare file, open: { f, fmt ("lwopt", "hf-gpt2" or "nanogpt"), params (lwopt's names and
 -- shapes), extra (the settings it records, in a manifest's words), whose (where it records each,
 -- for refusals), plan (another format's entries by lwopt parameter, foreign.plan's) }.
@@ -201,6 +221,7 @@ local function bare_file(path)
       return { f = f, fmt = fmt, params = tensors_of(f), extra = extra,
                whose = from and recorded_in(from) }
    end
+   if fmt == "hf-llama" then return llama_file(f, path) end
    local c = foreign.shape(f, fmt, path)
    local plan = foreign.plan(f, fmt, c, path)
    local params = lw.arch.gpt{ n_layer = c.n_layer, n_embd = c.n_embd, n_head = 1,
@@ -239,7 +260,9 @@ function trained.open(path, o)
    else
       b = bare_file(where)
       params = b.params
-      if b.plan then
+      if b.fmt == "hf-llama" then
+         o.note("hf-llama names: q, k, v and gate, up joined into lwopt's fused weights")
+      elseif b.plan then
          o.note(("%s names: %s%s"):format(b.fmt, b.fmt == "hf-gpt2" and "Conv1D weights "
             .. "transposed back, " or "", b.bias and "biases kept" or "no biases"))
       end

@@ -12,18 +12,8 @@ if ! /usr/bin/python3 -c "import numpy" 2>/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# a text file, and token shards in llm.c's format (1024-byte header, uint16 ids below 300)
-/usr/bin/python3 - "$tmp" <<'PY'
-import sys
-import numpy as np
-d = sys.argv[1]
-open(d + "/text.txt", "w").write("In the beginning was the word, and the word was lwopt. " * 400)
-for name, n, seed in (("t_train_000.bin", 20000, 1), ("t_val_000.bin", 4000, 2)):
-    ids = np.random.default_rng(seed).integers(0, 300, n).astype("<u2")
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = (20240520, 1, n)
-    open(d + "/" + name, "wb").write(header.tobytes() + ids.tobytes())
-PY
+# a text file, and token shards of vocabulary 300
+/usr/bin/python3 tests/export/make_data.py "$tmp"
 status=0
 for kind in bytes tokens; do
     if [ "$kind" = bytes ]; then data=(--data "$tmp/text.txt"); else

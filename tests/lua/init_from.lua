@@ -2,8 +2,9 @@
 -- parameter dtype: a run started from a file with a learning rate of 1e-30 (an update far below
 -- every weight's last bit) ends with exactly the file's weights, so its --save-params must equal
 -- the file byte for byte: lwopt's own names (1 rank; 2 ranks at ZeRO-2 and ZeRO-3 with buckets;
--- --tp 2; packed layout), an hf-gpt2 export (2 ranks, ZeRO-3), a mixture of experts at --ep 2,
--- and a BF16 file into bf16 parameters at ZeRO-3 (its values exactly).
+-- --tp 2; packed layout), an hf-gpt2 export (2 ranks, ZeRO-3), an --arch llama run's hf-llama
+-- export (interleaved pairing, --tp 2), a mixture of experts at --ep 2, and a BF16 file into
+-- bf16 parameters at ZeRO-3 (its values exactly).
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/init_from.lua
 local ffi = require("ffi")
 local safetensors = require("lwopt.safetensors")
@@ -75,6 +76,19 @@ do
       and slurp(params) == want, "an hf-gpt2 export at 2 ranks, ZeRO-3: the weights exactly")
    sh("rm -rf " .. dir)
    os.remove(params)
+end
+
+-- an --arch llama run's hf-llama export (Q and K rows turned from the interleaved pairing to
+-- halves) read back into the interleaved model, its fused weights split at --tp 2
+do
+   local ref, dir, params = tmp .. "-llama.st", tmp .. "-llama-hf", tmp .. "-llama-p.st"
+   local llama = "--arch llama --rope-pairing interleaved "
+   assert(recipe(1, llama .. "--steps 2 --save-params " .. ref))
+   assert(sh("bin/lwopt export " .. ref .. " --format hf-llama " .. dir .. " > /dev/null"))
+   expect(still(2, dir .. "/model.safetensors", llama .. "--tp 2", params)
+      and slurp(params) == slurp(ref), "an hf-llama export at --tp 2: the weights exactly")
+   sh("rm -rf " .. dir)
+   for _, f in ipairs({ ref, params }) do os.remove(f) end
 end
 
 -- a mixture of experts by lwopt's names at --ep 2: every rank takes its own experts

@@ -1,27 +1,32 @@
--- cli_export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt OUT_DIR`: its flags, usage and
--- printing; the export itself (reading the checkpoint, converting, writing OUT_DIR) is the
--- library's (lwopt.export).
+-- cli_export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt|hf-llama OUT_DIR`: its flags,
+-- usage and printing; the export itself (reading the checkpoint, converting, writing OUT_DIR)
+-- is the library's (lwopt.export).
 local flags = require("lwopt.flags")
 local names = require("lwopt.gpt_names")
 local errors = require("lwopt.errors")
 local export = require("lwopt.export")
+local llama_names = require("lwopt.llama_names")
 
 local cli_export = {}
 
 -- The place export's errors name, said once by the command.
 local WHERE = "export"
 
+-- GPT-2's formats and LLaMA's
+local FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT }
+
 local FLAGS = {
-   { "format", names.FORMATS, "hf-gpt2", "the files to write: hf-gpt2 (transformers' "
-     .. "GPT2LMHeadModel: Conv1D weights transposed, zero biases, the real vocabulary) or nanogpt "
-     .. "(nanoGPT's GPT state dict and GPTConfig)" },
+   { "format", FORMATS, nil, "the files to write: hf-gpt2 (transformers' GPT2LMHeadModel: "
+     .. "Conv1D weights transposed, zero biases, the real vocabulary), nanogpt (nanoGPT's GPT "
+     .. "state dict and GPTConfig) or hf-llama (transformers' LlamaForCausalLM, of an --arch "
+     .. "llama run); default: hf-gpt2, or hf-llama for a LLaMA" },
    { "n-head", "int", nil, "attention heads, for a file that does not record them", min = 1 },
    { "vocab", "int", nil, "the tokenizer's vocabulary, for a file that does not record it "
      .. "(the rows above it are lwopt's padding, left out of hf-gpt2)", min = 1 },
    { "help", "bool", false, "this text" },
 }
 
-local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt] OUT_DIR\n"
+local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama] OUT_DIR\n"
    .. "  CKPT: a checkpoint step directory, a --ckpt-dir (its newest whole checkpoint), or a\n"
    .. "  model.safetensors / --save-params file; writes OUT_DIR/model.safetensors and "
    .. "OUT_DIR/config.json\n" .. flags.usage(FLAGS)
@@ -51,13 +56,17 @@ function cli_export.main(argv, out, err)
    end
    local c = r.cfg
    if r.src.note then out:write("export: ", r.src.note, "\n") end
-   out:write(("exported %s%s as %s: %s (%d tensors, %.2fM values; vocabulary %d%s%s), %s\n")
-      :format(r.src.what, r.src.step and (" (step %d)"):format(r.src.step) or "", v.format,
-      r.file, r.tensors, r.values / 1e6, v.format == "hf-gpt2" and c.vocab or c.rows,
-      v.format == "hf-gpt2" and c.rows ~= c.vocab and (", padding rows %d-%d left out")
+   local real = r.format ~= "nanogpt" -- the real vocabulary, not the padded rows
+   local llama = r.format == "hf-llama"
+   out:write(("exported %s%s as %s: %s (%d tensors, %.2fM values; vocabulary %d%s%s%s), %s\n")
+      :format(r.src.what, r.src.step and (" (step %d)"):format(r.src.step) or "", r.format,
+      r.file, r.tensors, r.values / 1e6, real and c.vocab or c.rows,
+      real and c.rows ~= c.vocab and (", padding rows %d-%d left out")
          :format(c.vocab, c.rows - 1) or "",
-      r.dropped and "; tied LM head left out: transformers ties lm_head to transformer.wte"
-         or "", r.config))
+      r.dropped and ("; tied LM head left out: transformers ties lm_head to %s")
+         :format(llama and "model.embed_tokens" or "transformer.wte") or "",
+      llama and c.rope_pairing == "interleaved" and "; Q and K rows turned from the interleaved "
+         .. "rotary pairing to transformers' halves" or "", r.config))
    return 0
 end
 

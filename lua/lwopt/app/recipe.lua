@@ -244,7 +244,9 @@ local function build_run(v, comm, data, rules)
       if v.arch == "gpt" then
          c.bias, c.tied = v.bias or false, v.tied ~= false
       else
-         c.tied, c.n_kv_head = nil, v.n_kv_head
+         c.tied, c.n_kv_head, c.rope_pairing = v.tied, v.n_kv_head, v.rope_pairing
+         -- an hf-llama file's (recipe_init.lua), else LLaMA's defaults
+         c.norm_eps, c.rope_base = v.norm_eps, v.rope_base
       end
       return c
    end

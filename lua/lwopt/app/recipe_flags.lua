@@ -49,8 +49,10 @@ recipe_flags.list = {
      .. "1e-3 }), or a --log whose configuration record is read back; flags given override it" },
    { "arch", { "gpt", "llama" }, "gpt", "the model (lw.models): GPT-2's architecture, or "
      .. "LLaMA's (RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head)" },
-   { "n-kv-head", "int", nil, "--arch llama: KV heads, dividing --n-head (default --n-head)",
-     min = 1 },
+   { "n-kv-head", "int", nil, "--arch llama: KV heads, dividing --n-head (default: the "
+     .. "preset's with its --n-head, else --n-head)", min = 1 },
+   { "rope-pairing", { "halves", "interleaved" }, nil, "--arch llama: the rotary pairs, (i, i + "
+     .. "head_dim/2) as Hugging Face's LLaMA or (2i, 2i + 1) as Meta's original (default halves)" },
    { "n-layer", "int", nil, "transformer blocks (default: the preset's)", min = 1, max = 65536 },
    { "n-head", "int", nil, "attention heads, a divisor of --n-embd (default: the preset's)",
      min = 1, max = 65536 },
@@ -425,6 +427,9 @@ local function check_flags(v)
    if v.n_kv_head and v.arch == "gpt" then
       fail("--n-kv-head is for --arch llama (GPT-2's attention has a KV head per head)")
    end
+   if v.rope_pairing and v.arch == "gpt" then
+      fail("--rope-pairing is for --arch llama (GPT-2's positions are a learned table)")
+   end
    if v.overwrite and not v.ckpt_dir and not v.log then
       fail("--overwrite needs --ckpt-dir or --log (what it lets a new run replace)")
    end
@@ -439,6 +444,10 @@ local function check_flags(v)
       if v[k] == nil then v[k], v.from_preset[k] = preset[k], true end
    end
    v.keep = v.keep or 3
+   -- LLaMA's grouped KV heads: the preset's, for its own heads (presets.lua)
+   if v.arch == "llama" and v.n_kv_head == nil and v.from_preset.n_head then
+      v.n_kv_head = preset.n_kv_head
+   end
    if v.n_embd % v.n_head ~= 0 then
       fail("--n-head %d does not divide the width %d (--n-embd%s)", v.n_head, v.n_embd,
          v.from_preset.n_embd and (", --preset %s's"):format(v.preset) or "")

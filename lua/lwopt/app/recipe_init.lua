@@ -1,5 +1,6 @@
 -- recipe_init.lua: the model's shape for --init-from a file in another program's names
--- (hf-gpt2: OpenAI's GPT-2 as transformers saves it, or an `lwopt export`; nanogpt): taken from
+-- (hf-gpt2: OpenAI's GPT-2 as transformers saves it, or an `lwopt export`; nanogpt; hf-llama,
+-- transformers' LlamaForCausalLM, for --arch llama): taken from
 -- the file instead of the preset, so its weights fine-tune as they are, biases and an untied
 -- LM head included. A shape flag given that contradicts the file is refused by name. Files in
 -- lwopt's names keep the preset's shape (init_from.lua checks them against it).
@@ -19,6 +20,7 @@ local SHAPE = {
    { "n_head", "--n-head", "%d attention heads" },
    { "seq", "--seq", "%d positions (the sequence length)" },
    { "mlp_hidden", "--mlp-hidden", "%d hidden channels in its MLP" },
+   { "n_kv_head", "--n-kv-head", "%d KV heads" },
 }
 
 -- The vocabulary of a foreign file against the data's: v.vocab and v.vocab_rows become the
@@ -49,25 +51,9 @@ local function adopt_vocab(v, cfg, where)
    end
 end
 
--- recipe_init.adopt(v): after the flags' checks (recipe_flags.check), v's model shape (n_layer,
--- n_embd, n_head, seq, mlp_hidden, vocab, vocab_rows, and bias and tied for the GPT's
--- configuration) set from v.init_from's file when it is in another program's names. Returns
--- the line that says so, or nil. Every rank reads the file alike, so every rank refuses alike.
-function recipe_init.adopt(v)
-   if not v.init_from then return nil end
-   local where = "--init-from " .. v.init_from
-   local f = foreign.view(weights.open(v.init_from, where))
-   local fmt = foreign.format(f)
-   if fmt == "lwopt" then return nil end
-   if v.n_expert > 0 then
-      fail("%s holds a dense GPT (%s's names), and --n-expert%s asks for a mixture of experts: "
-         .. "add --n-expert 0", where, fmt, v.given.n_expert and "" or
-         (" (--preset %s's)"):format(v.preset))
-   end
-   local cfg = foreign.shape(f, fmt, where)
-   local recorded, from = foreign.recorded(f, fmt)
-   local file = { n_layer = cfg.n_layer, n_embd = cfg.n_embd, n_head = recorded.n_head,
-      seq = cfg.seq_len, mlp_hidden = cfg.mlp_hidden }
+-- The shape flags given that contradict the file's (file: SHAPE's keys, nil where it does not
+-- say) refused by name; v takes the file's values.
+local function adopt_shape(v, file, where, from)
    for _, s in ipairs(SHAPE) do
       local key, flag, words = s[1], s[2], s[3]
       local want = file[key]
@@ -80,6 +66,58 @@ function recipe_init.adopt(v)
          v.from_preset[key] = nil
       end
    end
+end
+
+-- An hf-llama file's LLaMA (foreign.llama): its shape, vocabulary, tie, RMSNorm's epsilon and
+-- rotary base; the sequence stays the run's (rotary positions have no table), at most the
+-- file's max_position_embeddings. --rope-pairing interleaved takes its Q and K rows turned
+-- (init_from.lua). Returns the line that says so.
+local function adopt_llama(v, f, where)
+   local cfg = foreign.llama(f, where)
+   local _, from = foreign.config(f)
+   if v.seq > cfg.seq_len then
+      if v.given.seq then
+         fail("--seq %d: %s has %d positions (its max_position_embeddings)", v.seq, where,
+            cfg.seq_len)
+      end
+      v.seq, v.from_preset.seq = cfg.seq_len, nil
+   end
+   adopt_shape(v, { n_layer = cfg.n_layer, n_embd = cfg.n_embd, n_head = cfg.n_head,
+      n_kv_head = cfg.n_kv_head, mlp_hidden = cfg.mlp_hidden }, where, from)
+   adopt_vocab(v, { vocab = cfg.real_vocab, rows = cfg.vocab }, where)
+   v.tied, v.norm_eps, v.rope_base, v.shape_from = cfg.tied, cfg.norm_eps, cfg.rope_base,
+      v.init_from
+   return ("the model's shape is %s's (hf-llama names): %d layers x %d, %d heads (%d KV), MLP "
+      .. "%d, sequence %d, vocabulary %d, %s LM head, RMSNorm eps %g, rotary base %g"):format(
+      v.init_from, v.n_layer, v.n_embd, v.n_head, v.n_kv_head, v.mlp_hidden, v.seq, v.vocab,
+      cfg.tied and "a tied" or "an untied", cfg.norm_eps, cfg.rope_base)
+end
+
+-- recipe_init.adopt(v): after the flags' checks (recipe_flags.check), v's model shape (n_layer,
+-- n_embd, n_head, seq, mlp_hidden, vocab, vocab_rows, and bias and tied for the GPT's
+-- configuration) set from v.init_from's file when it is in another program's names. Returns
+-- the line that says so, or nil. Every rank reads the file alike, so every rank refuses alike.
+function recipe_init.adopt(v)
+   if not v.init_from then return nil end
+   local where = "--init-from " .. v.init_from
+   local f = foreign.view(weights.open(v.init_from, where))
+   local fmt = foreign.format(f)
+   if fmt == "lwopt" then return nil end
+   if (fmt == "hf-llama") ~= (v.arch == "llama") then
+      fail("%s holds %s (%s names), and --arch %s builds %s: %s", where, fmt == "hf-llama"
+         and "a LLaMA" or "a GPT-2", fmt, v.arch, v.arch == "llama" and "LLaMA's" or "GPT-2's",
+         fmt == "hf-llama" and "add --arch llama" or "drop --arch llama")
+   end
+   if v.n_expert > 0 then
+      fail("%s holds a dense GPT (%s's names), and --n-expert%s asks for a mixture of experts: "
+         .. "add --n-expert 0", where, fmt, v.given.n_expert and "" or
+         (" (--preset %s's)"):format(v.preset))
+   end
+   if fmt == "hf-llama" then return adopt_llama(v, f, where) end
+   local cfg = foreign.shape(f, fmt, where)
+   local recorded, from = foreign.recorded(f, fmt)
+   adopt_shape(v, { n_layer = cfg.n_layer, n_embd = cfg.n_embd, n_head = recorded.n_head,
+      seq = cfg.seq_len, mlp_hidden = cfg.mlp_hidden }, where, from)
    if recorded.n_head == nil and not v.given.n_head then
       fail("%s does not record its attention heads (no config in its metadata, no config.json "
          .. "beside it): give --n-head", where)

@@ -149,10 +149,11 @@ local function next_text(run, v, path, last)
          shell_word(tidy(path))),
       ("  the same command%s with --resume --steps %d   # trains on from step %d"):format(
          v.overwrite and " without --overwrite," or "", 2 * v.steps, last) }
-   -- the export formats hold GPT-2's architecture
-   if (v.n_expert or 0) == 0 and v.arch == "gpt" then
-      lines[#lines + 1] = ("  %s export %s --format hf-gpt2 %s   # for transformers"):format(
-         cmd, dir, shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
+   -- the export formats hold dense models: GPT-2's (hf-gpt2) and LLaMA's (hf-llama)
+   if (v.n_expert or 0) == 0 then
+      lines[#lines + 1] = ("  %s export %s --format %s %s   # for transformers"):format(
+         cmd, dir, v.arch == "llama" and "hf-llama" or "hf-gpt2",
+         shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
    end
    return table.concat(lines, "\n")
 end

@@ -40,6 +40,7 @@ local function settings(v, comm, data)
             mlp_hidden = v.n_expert == 0 and hidden(v) or nil,
             -- the model (lw.models) and its whole config, which sample and eval build again
             arch = v.arch, model = v.model_config,
+            rope_pairing = v.model_config and v.model_config.rope_pairing,
             -- what `lwopt eval` and `lwopt sample` repeat: the validation sequences, and the
             -- bytes the sample draws among
             eval_max = v.eval_max,
@@ -54,13 +55,15 @@ local function model_settings(v)
    return { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq,
             data_kind = v.data_kind, vocab = v.vocab, n_expert = v.n_expert,
             shared_expert = v.shared_expert, arch = v.arch, model = v.model_config,
+            rope_pairing = v.model_config and v.model_config.rope_pairing,
             mlp_hidden = v.n_expert == 0 and hidden(v) or nil }
 end
 
 -- Settings that change the model's shape or its optimizer state, or what its tokens mean: a
 -- checkpoint made with other values cannot continue this run.
 local BREAKING = {
-   { "arch", "--arch" }, { "data_kind", "--data" }, { "vocab", "--vocab" },
+   { "arch", "--arch" }, { "rope_pairing", "--rope-pairing" }, { "data_kind", "--data" },
+   { "vocab", "--vocab" },
    { "n_layer", "--preset" }, { "n_embd", "--preset" }, { "n_head", "--preset" },
    { "seq", "--seq" }, { "optimizer", "--optimizer" }, { "n_expert", "--n-expert" },
    { "shared_expert", "--shared-expert" }, { "mlp_hidden", "--mlp-hidden" },
@@ -68,7 +71,7 @@ local BREAKING = {
 -- What a checkpoint that does not record a setting was trained with (those before token data
 -- were all byte-level).
 local BEFORE = { data_kind = "bytes", vocab = 256, n_expert = 0, shared_expert = false,
-   arch = "gpt" }
+   arch = "gpt", rope_pairing = "halves" }
 local KIND_WORDS = { bytes = "bytes of a text file", tokens = "token shards" }
 -- Breaking settings' changes a resume may make all the same: Muon's matrices to NorMuon and
 -- back (the checkpoint loader carries the momentum and starts or drops NorMuon's v).
