@@ -185,7 +185,7 @@ costs.default_topk = 2
 -- a layer's n experts, so each expert sees topk / n of the tokens on average; over an EP rank's
 -- specs (its n / ep experts only) topk / (n / ep) is the rows each of them gets per token of
 -- the rank, the EP group's tokens arriving by the all-to-all. Experts are counted by their
--- names, <layer>experts.<index>.<...>, as lw.arch and lw.nn.MoE name them.
+-- names, <layer>experts.<index>.<...>, as lw.nn.MoE names them (lw.models declares them so).
 local function expert_shares(specs, topk)
    topk = topk or costs.default_topk
    if not (type(topk) == "number" and topk >= 1 and topk < math.huge) then
