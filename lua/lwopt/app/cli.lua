@@ -41,6 +41,8 @@ examples:
   lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost
   lwopt layout --arch gpt --n-layer 48 --n-embd 1600 --n-head 25 --dp 64 --bucket-size 40M \
       --model-step h100-node --tokens 8192       (and the predicted step; --compare: all layouts)
+  lwopt layout --arch llama --n-layer 16 --n-embd 2048 --n-head 16 --n-expert 64 \
+      --expert-hidden 1024 --dp 64 --expert-dp 8  (any lw.models model, its fields as flags)
   lwopt train --preset tiny                     (seconds; mpirun -np 2 lwopt train: 2 ranks)]]
 
 -- The model fields that change neither a model's parameters nor its modelled step: no layout

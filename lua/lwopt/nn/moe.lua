@@ -90,10 +90,11 @@ end
 -- MoE(prefix, c, cfg): cfg = { n_expert, topk = 2, expert_hidden = 4c, aux_coef = 0.01,
 -- shared_expert = false, router_muon = false, bias = false, ep = false (or lw.ep.groups's
 -- table: this rank's experts only), activation = "gelu" (every expert's and the shared one's:
--- nn.MLP's "gelu", "relu2" or "swiglu", whose fc is then 2 expert_hidden rows: gate, up) }. Parameters, in this order:
--- router.weight {n_expert, c} (use_muon = false unless router_muon: AdamW by the default
--- routing rules; a rule of one's own may still send it to Muon), experts.<e>.fc / .proj (role
--- "expert", expert = true: the layout puts them in expert buffers), shared.fc / .proj (dense).
+-- nn.MLP's "gelu", "relu2" or "swiglu", whose fc is then 2 expert_hidden rows: gate, up) }.
+-- Parameters, in this order: router.weight {n_expert, c} (use_muon = false unless router_muon:
+-- AdamW by the default routing rules; a rule of one's own may still send it to Muon),
+-- experts.<e>.fc / .proj (role "expert", expert = true: the layout puts them in expert buffers),
+-- shared.fc / .proj (dense).
 function MoE.new(prefix, c, cfg)
    local self = setmetatable({}, MoE):init(prefix)
    local o = settings(c, cfg)
