@@ -5,16 +5,20 @@
 -- imbalance over its lower bound, and the time one layout takes (median of repeated runs).
 local lw = require("lwopt")
 
+-- GPT-2's and LLaMA's shapes as lw.models declares them (fused QKV weights, which the cost
+-- layout costs as their Q, K and V; SwiGLU's gate and up rows in one fc), the MoE a LLaMA with
+-- 64 SwiGLU experts in every layer.
+local function llama(cfg) return lw.models.specs("llama", cfg) end
 local models = {
    { "GPT-2 124M", lw.arch.gpt{ n_layer = 12, n_embd = 768, n_head = 12 } },
    { "GPT-2 350M", lw.arch.gpt{ n_layer = 24, n_embd = 1024, n_head = 16 } },
    { "GPT-2 1.5B", lw.arch.gpt{ n_layer = 48, n_embd = 1600, n_head = 25 } },
-   { "LLaMA 1B", lw.arch.llama{ n_layer = 16, n_embd = 2048, n_head = 32, n_kv_head = 8,
-      ffn_hidden = 8192, vocab = 128256, tied = true, fused = true } },
-   { "LLaMA 8B", lw.arch.llama{ n_layer = 32, n_embd = 4096, n_head = 32, n_kv_head = 8,
-      ffn_hidden = 14336, vocab = 128256, fused = true } },
-   { "MoE 64x", lw.arch.moe{ n_layer = 16, n_embd = 2048, n_head = 16, n_expert = 64,
-      expert_hidden = 1024, vocab = 50304, fused = true } },
+   { "LLaMA 1B", llama{ n_layer = 16, n_embd = 2048, n_head = 32, n_kv_head = 8,
+      mlp_hidden = 8192, vocab = 128256, tied = true } },
+   { "LLaMA 8B", llama{ n_layer = 32, n_embd = 4096, n_head = 32, n_kv_head = 8,
+      mlp_hidden = 14336, vocab = 128256 } },
+   { "MoE 64x", llama{ n_layer = 16, n_embd = 2048, n_head = 16, n_expert = 64,
+      expert_hidden = 1024, vocab = 50304 } },
 }
 local dps = { 2, 4, 8, 16, 32, 64, 256 }
 local algorithms = { "cost", "lpt", "size_matching", "packed" }

@@ -29,8 +29,8 @@ if arg[1] == "--scale" then
    local models = {
       { "GPT-2 1.5B", lw.arch.gpt{ n_layer = 48, n_embd = 1600, n_head = 25, dtype = "bf16" },
         { n_layer = 48, n_embd = 1600, seq_len = 1024 } },
-      { "LLaMA 8B", lw.arch.llama{ n_layer = 32, n_embd = 4096, n_head = 32, n_kv_head = 8,
-        ffn_hidden = 14336, vocab = 128256, fused = true, dtype = "bf16" },
+      { "LLaMA 8B", lw.models.specs("llama", { n_layer = 32, n_embd = 4096, n_head = 32,
+        n_kv_head = 8, mlp_hidden = 14336, vocab = 128256, dtype = "bf16" }),
         { n_layer = 32, n_embd = 4096, seq_len = 8192 } },
    }
    local ring = lw.stepmodel.machine("h100-node")

@@ -1,7 +1,9 @@
--- Specs for lua/lwopt/arch.lua: parameter names, shapes, order, roles and totals of the GPT,
--- LLaMA and MoE spec builders, and every config validation error.
+-- Specs for lua/lwopt/arch.lua and the specs lw.models declares: parameter names, shapes,
+-- order, roles and totals of GPT-2, LLaMA and their mixtures of experts, and every config
+-- validation error.
 
 local arch = require("lwopt.arch")
+local models = require("lwopt.models")
 
 -- "name {d1,d2} role" per spec, so a whole model compares as one list.
 local function summary(specs)
@@ -27,16 +29,16 @@ end
 
 -- A LLaMA with 1 layer, n_embd 8, 4 query heads sharing 2 kv heads (head_dim 2).
 local function tiny_llama(extra)
-   local cfg = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, ffn_hidden = 12, vocab = 16 }
+   local cfg = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, mlp_hidden = 12, vocab = 16 }
    for k, v in pairs(extra or {}) do cfg[k] = v end
-   return arch.llama(cfg)
+   return models.specs("llama", cfg)
 end
 
+-- The same LLaMA with a mixture of 2 SwiGLU experts of hidden 6 in each layer.
 local function tiny_moe(extra)
-   local cfg = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, n_expert = 2,
-                 expert_hidden = 6, vocab = 16 }
+   local cfg = { n_expert = 2, expert_hidden = 6 }
    for k, v in pairs(extra or {}) do cfg[k] = v end
-   return arch.moe(cfg)
+   return tiny_llama(cfg)
 end
 
 describe("arch.gpt", function()
@@ -122,94 +124,70 @@ describe("arch.gpt", function()
    end)
 end)
 
-describe("arch.llama", function()
-   it("lists unfused q, k, v and gate, up, down with grouped-query k/v shapes", function()
+describe("lw.models' llama specs", function()
+   it("lists the fused qkv (grouped-query K, V rows) and SwiGLU's fc (gate, up rows)", function()
       assert.same({
-         "embed.weight {16,8} embedding",
-         "layers.0.attn_norm.weight {8} norm",
-         "layers.0.attn.q.weight {8,8} matrix",
-         "layers.0.attn.k.weight {4,8} matrix",
-         "layers.0.attn.v.weight {4,8} matrix",
-         "layers.0.attn.o.weight {8,8} matrix",
-         "layers.0.ffn_norm.weight {8} norm",
-         "layers.0.mlp.gate.weight {12,8} matrix",
-         "layers.0.mlp.up.weight {12,8} matrix",
-         "layers.0.mlp.down.weight {8,12} matrix",
-         "norm.weight {8} norm",
+         "wte.weight {16,8} embedding",
+         "h.0.ln_1.weight {8} norm",
+         "h.0.attn.qkv.weight {16,8} matrix",
+         "h.0.attn.proj.weight {8,8} matrix",
+         "h.0.ln_2.weight {8} norm",
+         "h.0.mlp.fc.weight {24,8} matrix",
+         "h.0.mlp.proj.weight {8,12} matrix",
+         "ln_f.weight {8} norm",
          "lm_head.weight {16,8} output",
       }, summary(tiny_llama()))
-   end)
-
-   it("lists fused qkv and gate_up with the same element count as unfused", function()
-      local fused = tiny_llama{ fused = true }
-      assert.same({
-         "embed.weight {16,8} embedding",
-         "layers.0.attn_norm.weight {8} norm",
-         "layers.0.attn.qkv.weight {16,8} matrix",
-         "layers.0.attn.o.weight {8,8} matrix",
-         "layers.0.ffn_norm.weight {8} norm",
-         "layers.0.mlp.gate_up.weight {24,8} matrix",
-         "layers.0.mlp.down.weight {8,12} matrix",
-         "norm.weight {8} norm",
-         "lm_head.weight {16,8} output",
-      }, summary(fused))
-      assert.equal(arch.numel(tiny_llama()), arch.numel(fused))
+      -- Q, K and V as Muon's split_qkv and the layout's cost see them: 8, 4 and 4 rows
+      assert.same({ groups = 1, rows = { 8, 4, 4 } },
+         by_name(tiny_llama())["h.0.attn.qkv.weight"].qkv)
    end)
 
    it("defaults n_kv_head to n_head and drops lm_head when tied", function()
-      local specs = arch.llama{ n_layer = 2, n_embd = 8, n_head = 4, ffn_hidden = 12, vocab = 16,
-                                tied = true }
+      local specs = models.specs("llama", { n_layer = 2, n_embd = 8, n_head = 4, mlp_hidden = 12,
+                                            vocab = 16, tied = true })
       local t = by_name(specs)
-      assert.same({ 8, 8 }, t["layers.1.attn.k.weight"].shape)
+      assert.same({ 24, 8 }, t["h.1.attn.qkv.weight"].shape)
+      assert.same({ 8, 8, 8 }, t["h.1.attn.qkv.weight"].qkv.rows)
       assert.is_nil(t["lm_head.weight"])
-      assert.is_true(t["embed.weight"].shared_embedding)
-      assert.equal("norm.weight", specs[#specs].name)
+      assert.is_true(t["wte.weight"].shared_embedding)
+      assert.equal("ln_f.weight", specs[#specs].name)
    end)
 
    it("leaves the embedding unshared by default (untied)", function()
-      assert.is_false(by_name(tiny_llama())["embed.weight"].shared_embedding)
+      assert.is_false(by_name(tiny_llama())["wte.weight"].shared_embedding)
    end)
 
    it("counts 8,030,261,248 parameters for LLaMA-3 8B", function()
       -- 2 * 128256*4096 + 32 * (2*4096 + 2*4096^2 + 2*1024*4096 + 3*14336*4096) + 4096
-      local specs = arch.llama{ n_layer = 32, n_embd = 4096, n_head = 32, n_kv_head = 8,
-                                ffn_hidden = 14336, vocab = 128256 }
+      local specs = models.specs("llama", { n_layer = 32, n_embd = 4096, n_head = 32,
+                                            n_kv_head = 8, mlp_hidden = 14336, vocab = 128256 })
       assert.equal(8030261248, arch.numel(specs))
-      assert.same({ 1024, 4096 }, by_name(specs)["layers.31.attn.v.weight"].shape)
+      local qkv = by_name(specs)["h.31.attn.qkv.weight"]
+      assert.same({ 6144, 4096 }, qkv.shape)
+      assert.same({ 4096, 1024, 1024 }, qkv.qkv.rows)
    end)
 end)
 
-describe("arch.moe", function()
-   it("replaces each dense MLP with a router and per-expert gate, up, down", function()
+describe("lw.models' llama with experts (n_expert > 0)", function()
+   it("replaces each dense MLP with a router and SwiGLU experts", function()
       assert.same({
-         "embed.weight {16,8} embedding",
-         "layers.0.attn_norm.weight {8} norm",
-         "layers.0.attn.q.weight {8,8} matrix",
-         "layers.0.attn.k.weight {4,8} matrix",
-         "layers.0.attn.v.weight {4,8} matrix",
-         "layers.0.attn.o.weight {8,8} matrix",
-         "layers.0.ffn_norm.weight {8} norm",
-         "layers.0.moe.router.weight {2,8} matrix",
-         "layers.0.moe.experts.0.gate.weight {6,8} expert",
-         "layers.0.moe.experts.0.up.weight {6,8} expert",
-         "layers.0.moe.experts.0.down.weight {8,6} expert",
-         "layers.0.moe.experts.1.gate.weight {6,8} expert",
-         "layers.0.moe.experts.1.up.weight {6,8} expert",
-         "layers.0.moe.experts.1.down.weight {8,6} expert",
-         "norm.weight {8} norm",
+         "wte.weight {16,8} embedding",
+         "h.0.ln_1.weight {8} norm",
+         "h.0.attn.qkv.weight {16,8} matrix",
+         "h.0.attn.proj.weight {8,8} matrix",
+         "h.0.ln_2.weight {8} norm",
+         "h.0.moe.router.weight {2,8} matrix",
+         "h.0.moe.experts.0.fc.weight {12,8} expert",
+         "h.0.moe.experts.0.proj.weight {8,6} expert",
+         "h.0.moe.experts.1.fc.weight {12,8} expert",
+         "h.0.moe.experts.1.proj.weight {8,6} expert",
+         "ln_f.weight {8} norm",
          "lm_head.weight {16,8} output",
       }, summary(tiny_moe()))
    end)
 
-   it("fuses each expert's gate and up into gate_up when fused", function()
-      local t = by_name(tiny_moe{ fused = true })
-      assert.same({ 12, 8 }, t["layers.0.moe.experts.1.gate_up.weight"].shape)
-      assert.is_nil(t["layers.0.moe.experts.1.gate.weight"])
-      assert.same({ 16, 8 }, t["layers.0.attn.qkv.weight"].shape)
-   end)
-
    it("flags expert weights, and only them, with expert = true", function()
-      for _, s in ipairs(tiny_moe()) do
+      for _, s in ipairs(tiny_moe{ shared_expert = true }) do
          local is_expert = s.name:find("%.experts%.") ~= nil
          assert.equal(is_expert, s.expert)
          assert.equal(is_expert, s.role == "expert")
@@ -217,19 +195,19 @@ describe("arch.moe", function()
    end)
 
    it("keeps the router off Muon unless router_muon is set", function()
-      local off = by_name(tiny_moe())["layers.0.moe.router.weight"]
+      local off = by_name(tiny_moe())["h.0.moe.router.weight"]
       assert.equal("matrix", off.role)
       assert.is_false(off.use_muon)
       assert.is_false(off.expert)
-      local on = by_name(tiny_moe{ router_muon = true })["layers.0.moe.router.weight"]
+      local on = by_name(tiny_moe{ router_muon = true })["h.0.moe.router.weight"]
       assert.is_nil(on.use_muon)
       for _, s in ipairs(tiny_moe()) do
-         if s.name ~= "layers.0.moe.router.weight" then assert.is_nil(s.use_muon) end
+         if s.name ~= "h.0.moe.router.weight" then assert.is_nil(s.use_muon) end
       end
    end)
 
-   it("accepts but does not use ffn_hidden", function()
-      assert.same(summary(tiny_moe()), summary(tiny_moe{ ffn_hidden = 100 }))
+   it("accepts but does not use mlp_hidden", function()
+      assert.same(summary(tiny_moe()), summary(tiny_moe{ mlp_hidden = 100 }))
    end)
 end)
 
@@ -273,9 +251,10 @@ end)
 
 describe("arch validation", function()
    local gpt = { n_layer = 1, n_embd = 8, n_head = 2 }
-   local llama = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, ffn_hidden = 12 }
+   local llama = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, mlp_hidden = 12 }
    local moe = { n_layer = 1, n_embd = 8, n_head = 4, n_kv_head = 2, n_expert = 2,
                  expert_hidden = 6 }
+   local function llama_specs(cfg) return models.specs("llama", cfg) end
 
    local function with(base, changes)
       local t = {}
@@ -291,10 +270,8 @@ describe("arch validation", function()
 
    it("rejects a config that is not a table", function()
       assert.has_error(function() arch.gpt(nil) end, "lw.arch.gpt: config must be a table, got nil")
-      assert.has_error(function() arch.llama(12) end,
-                       "lw.arch.llama: config must be a table, got number")
-      assert.has_error(function() arch.moe("x") end,
-                       "lw.arch.moe: config must be a table, got string")
+      assert.has_error(function() llama_specs(12) end,
+                       "lw.models.llama: config must be a table, got number")
    end)
 
    it("rejects a missing required field", function()
@@ -302,12 +279,8 @@ describe("arch validation", function()
                        "lw.arch.gpt: missing required field 'n_layer'")
       assert.has_error(function() arch.gpt(without(gpt, "n_head")) end,
                        "lw.arch.gpt: missing required field 'n_head'")
-      assert.has_error(function() arch.llama(without(llama, "ffn_hidden")) end,
-                       "lw.arch.llama: missing required field 'ffn_hidden'")
-      assert.has_error(function() arch.moe(without(moe, "n_expert")) end,
-                       "lw.arch.moe: missing required field 'n_expert'")
-      assert.has_error(function() arch.moe(without(moe, "expert_hidden")) end,
-                       "lw.arch.moe: missing required field 'expert_hidden'")
+      assert.has_error(function() llama_specs(without(llama, "n_embd")) end,
+                       "lw.models.llama: missing required field 'n_embd'")
    end)
 
    it("rejects sizes that are zero, negative, fractional or not numbers", function()
@@ -321,31 +294,28 @@ describe("arch validation", function()
                        'lw.arch.gpt: n_embd ("8") must be a positive integer')
       assert.has_error(function() arch.gpt(with(gpt, { n_layer = math.huge })) end,
                        "lw.arch.gpt: n_layer (inf) must be a positive integer")
-      assert.has_error(function() arch.llama(with(llama, { ffn_hidden = 0 })) end,
-                       "lw.arch.llama: ffn_hidden (0) must be a positive integer")
-      assert.has_error(function() arch.moe(with(moe, { expert_hidden = 1.5 })) end,
-                       "lw.arch.moe: expert_hidden (1.5) must be a positive integer")
-      assert.has_error(function() arch.moe(with(moe, { ffn_hidden = -1 })) end,
-                       "lw.arch.moe: ffn_hidden (-1) must be a positive integer")
+      assert.has_error(function() llama_specs(with(llama, { mlp_hidden = 0 })) end,
+                       "lw.models.llama: mlp_hidden (0) must be a positive integer")
+      assert.has_error(function() llama_specs(with(moe, { expert_hidden = 1.5 })) end,
+                       "lw.models.llama: expert_hidden (1.5) must be a positive integer")
+      assert.has_error(function() llama_specs(with(moe, { n_expert = -2 })) end,
+                       "lw.models.llama: n_expert (-2) must be an integer >= 0")
    end)
 
    it("rejects n_embd not divisible by n_head", function()
       assert.has_error(function() arch.gpt{ n_layer = 1, n_embd = 100, n_head = 3 } end,
                        "lw.arch.gpt: n_embd (100) must be divisible by n_head (3)")
-      assert.has_error(function() arch.llama(with(llama, { n_head = 3, n_kv_head = 3 })) end,
-                       "lw.arch.llama: n_embd (8) must be divisible by n_head (3)")
+      assert.has_error(function() llama_specs(with(llama, { n_head = 3, n_kv_head = 3 })) end,
+                       "lw.models.llama: n_embd (8) must be divisible by n_head (3)")
    end)
 
-   it("rejects n_kv_head larger than n_head", function()
-      assert.has_error(function() arch.llama(with(llama, { n_kv_head = 8 })) end,
-                       "lw.arch.llama: n_kv_head (8) must be <= n_head (4)")
-      assert.has_error(function() arch.moe(with(moe, { n_kv_head = 8 })) end,
-                       "lw.arch.moe: n_kv_head (8) must be <= n_head (4)")
-   end)
-
-   it("rejects n_head not divisible by n_kv_head", function()
-      assert.has_error(function() arch.llama(with(llama, { n_head = 8, n_kv_head = 3 })) end,
-                       "lw.arch.llama: n_head (8) must be divisible by n_kv_head (3)")
+   it("rejects an n_kv_head that does not divide n_head, larger ones included", function()
+      assert.has_error(function() llama_specs(with(llama, { n_kv_head = 8 })) end,
+                       "lw.models.llama: n_kv_head (8) must divide n_head (4)")
+      assert.has_error(function() llama_specs(with(moe, { n_kv_head = 8 })) end,
+                       "lw.models.llama: n_kv_head (8) must divide n_head (4)")
+      assert.has_error(function() llama_specs(with(llama, { n_head = 8, n_kv_head = 3 })) end,
+                       "lw.models.llama: n_kv_head (3) must divide n_head (8)")
    end)
 
    it("rejects unknown fields so that typos are caught", function()
@@ -353,24 +323,25 @@ describe("arch validation", function()
                        "lw.arch.gpt: unknown field 'n_layers'")
       assert.has_error(function() arch.gpt(with(gpt, { ffn_hidden = 2 })) end,
                        "lw.arch.gpt: unknown field 'ffn_hidden'")
-      assert.has_error(function() arch.llama(with(llama, { bias = false })) end,
-                       "lw.arch.llama: unknown field 'bias'")
-      assert.has_error(function() arch.llama(with(llama, { router_muon = true })) end,
-                       "lw.arch.llama: unknown field 'router_muon'")
-      assert.has_error(function() arch.moe(with(moe, { n_experts = 2 })) end,
-                       "lw.arch.moe: unknown field 'n_experts'")
+      -- the hand-written LLaMA specs' names, which no module declares
+      assert.has_error(function() llama_specs(with(llama, { ffn_hidden = 12 })) end,
+                       "lw.models.llama: unknown field 'ffn_hidden'")
+      assert.has_error(function() llama_specs(with(llama, { fused = true })) end,
+                       "lw.models.llama: unknown field 'fused'")
+      assert.has_error(function() llama_specs(with(moe, { n_experts = 2 })) end,
+                       "lw.models.llama: unknown field 'n_experts'")
    end)
 
    it("rejects an unknown dtype", function()
       assert.has_error(function() arch.gpt(with(gpt, { dtype = "fp32" })) end,
                        'lw.arch.gpt: dtype ("fp32") must be one of "f32", "bf16", "f16"')
-      assert.has_error(function() arch.llama(with(llama, { dtype = 16 })) end,
-                       'lw.arch.llama: dtype (16) must be one of "f32", "bf16", "f16"')
+      assert.has_error(function() llama_specs(with(llama, { dtype = 16 })) end,
+                       'lw.models.llama: dtype (16) must be one of "f32", "bf16", "f16"')
    end)
 
    it("accepts f16 and bf16 as dtypes", function()
-      assert.equal("f16", arch.llama(with(llama, { dtype = "f16" }))[1].dtype)
-      assert.equal("bf16", arch.moe(with(moe, { dtype = "bf16" }))[1].dtype)
+      assert.equal("f16", llama_specs(with(llama, { dtype = "f16" }))[1].dtype)
+      assert.equal("bf16", llama_specs(with(moe, { dtype = "bf16" }))[1].dtype)
    end)
 
    it("rejects booleans given as other types", function()
@@ -378,10 +349,10 @@ describe("arch validation", function()
                        "lw.arch.gpt: tied (1) must be a boolean")
       assert.has_error(function() arch.gpt(with(gpt, { bias = "false" })) end,
                        'lw.arch.gpt: bias ("false") must be a boolean')
-      assert.has_error(function() arch.llama(with(llama, { fused = 0 })) end,
-                       "lw.arch.llama: fused (0) must be a boolean")
-      assert.has_error(function() arch.moe(with(moe, { router_muon = "yes" })) end,
-                       'lw.arch.moe: router_muon ("yes") must be a boolean')
+      assert.has_error(function() llama_specs(with(llama, { tied = 0 })) end,
+                       "lw.models.llama: tied (0) must be a boolean")
+      assert.has_error(function() llama_specs(with(moe, { router_muon = "yes" })) end,
+                       'lw.models.llama: router_muon ("yes") must be a boolean')
    end)
 
    it("points the error at the caller's line", function()

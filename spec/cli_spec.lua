@@ -51,12 +51,46 @@ describe("lwopt layout", function()
       assert.equal(l:json("  ") .. "\n", out)
    end)
 
-   it("passes llama and moe options through", function()
-      local status, out = run({ "layout", "--arch", "moe", "--n-layer", "1", "--n-embd", "64",
-         "--n-head", "4", "--n-kv-head", "2", "--n-expert", "4", "--expert-hidden", "32",
-         "--vocab", "100", "--dp", "4", "--expert-dp", "2", "--stats" })
+   it("lays out any registered model from its own fields, as lw.models declares it", function()
+      local argv = { "layout", "--arch", "llama", "--n-layer", "1", "--n-embd", "64", "--n-head",
+         "4", "--n-kv-head", "2", "--n-expert", "4", "--expert-hidden", "32", "--vocab", "100",
+         "--shared-expert", "--dp", "4", "--expert-dp", "2", "--json" }
+      local status, out = run(argv)
       assert.equal(0, status)
-      assert.matches("^stats\n", out)
+      local specs = lw.models.specs("llama", { n_layer = 1, n_embd = 64, n_head = 4,
+         n_kv_head = 2, n_expert = 4, expert_hidden = 32, vocab = 100, shared_expert = true })
+      local l = lw.layout.compute(specs, { dp = 4, expert_dp = 2 })
+      assert.equal(l:json("  ") .. "\n", out)
+      -- SwiGLU experts: fc holds gate and up
+      assert.equal(2 * 32 * 64, l:place("h.0.moe.experts.3.fc.weight").numel)
+      -- on|off fields, --untied, and one TP rank's shards
+      status, out = run({ "layout", "--n-layer", "1", "--n-embd", "64", "--n-head", "2",
+         "--vocab", "100", "--bias", "--tied", "off", "--tp", "2", "--json" })
+      assert.equal(0, status)
+      l = lw.layout.compute(lw.models.specs("gpt", { n_layer = 1, n_embd = 64, n_head = 2,
+         vocab = 100, bias = true, tied = false, tp = 2, tp_rank = 0 }), { dp = 1 })
+      assert.equal(l:json("  ") .. "\n", out)
+      local _, again = run({ "layout", "--n-layer", "1", "--n-embd", "64", "--n-head", "2",
+         "--vocab", "100", "--bias", "on", "--untied", "--tp", "2", "--json" })
+      assert.equal(out, again)
+   end)
+
+   it("says what to use instead of --arch moe, --fused and --ffn-hidden", function()
+      local base = { "layout", "--n-layer", "1", "--n-embd", "64", "--n-head", "4" }
+      local function refused(...)
+         local argv = { unpack(base) }
+         for _, a in ipairs({ ... }) do argv[#argv + 1] = a end
+         local status, _, err = run(argv)
+         assert.equal(2, status)
+         return err
+      end
+      assert.matches("--arch moe is not a model: a mixture of experts is a model with "
+         .. "--n-expert N, e.g. --arch llama --n-expert 8", refused("--arch", "moe"), 1, true)
+      assert.matches("--fused is gone: every model declares its fused weights",
+         refused("--arch", "llama", "--fused"), 1, true)
+      assert.matches("--ffn-hidden is now --mlp-hidden", refused("--ffn-hidden", "128"), 1, true)
+      assert.equal("lwopt: --arch gpt3 is not a model (gpt, llama) (lwopt layout --help lists "
+         .. "them)\n", refused("--arch", "gpt3"))
    end)
 
    it("reports bad flags in one line with status 2, bad values with status 1", function()
@@ -76,8 +110,7 @@ describe("lwopt layout", function()
       for _, case in ipairs({
          { "layout", "--arch gpt needs --n-layer" },
          { "layout --n-layer 2 --n-embd 64", "--arch gpt needs --n-head" },
-         { "layout --arch llama --n-layer 2 --n-embd 64 --n-head 2",
-           "--arch llama needs --ffn-hidden" },
+         { "layout --arch llama --n-layer 2 --n-head 2", "--arch llama needs --n-embd" },
          { gpt .. "--dp 0", "--dp must be >= 1, got 0" },
          { gpt .. "--bucket-size 0", "--bucket-size must be >= 1, got 0" },
          { "layout --n-layer 0 --n-embd 64 --n-head 2", "--n-layer must be >= 1, got 0" },

@@ -226,14 +226,14 @@ describe("lw.layout.compute", function()
 
    it("lays out a 1.5B GPT-2 at dp 64 and a 64-expert MoE, valid under every algorithm", function()
       local big = lw.arch.gpt{ n_layer = 48, n_embd = 1600, n_head = 25 }
-      local moe = lw.arch.moe{ n_layer = 2, n_embd = 256, n_head = 4, n_kv_head = 2,
-         n_expert = 64, expert_hidden = 128, vocab = 1000 }
+      local moe = lw.models.specs("llama", { n_layer = 2, n_embd = 256, n_head = 4,
+         n_kv_head = 2, n_expert = 64, expert_hidden = 128, vocab = 1000 })
       for _, algorithm in ipairs(lw.layout.algorithms) do
          assert.is_true(lw.layout.compute(big, { dp = 64, algorithm = algorithm }):check())
          local l = lw.layout.compute(moe, { dp = 8, expert_dp = 4, algorithm = algorithm,
             bucket_size = 1e5 })
          assert.is_true(l:check())
-         local ebuf = l.buffers[l:place("layers.0.moe.experts.0.up.weight").buffer]
+         local ebuf = l.buffers[l:place("h.0.moe.experts.0.fc.weight").buffer]
          assert.is_true(ebuf.key.expert)
          assert.equal(4, ebuf.dp)
       end

@@ -1,6 +1,7 @@
 -- route_spec.lua: lw.route with the default rules (docs/algorithms.md section 1) and custom lists.
 local route = require("lwopt.route")
 local arch = require("lwopt.arch")
+local models = require("lwopt.models")
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")
@@ -27,11 +28,12 @@ describe("lw.route with the default rules", function()
    end)
 
    it("keeps a tied embedding on adamw and the MoE router off muon", function()
-      local r = by_name(route(arch.moe{ n_layer = 1, n_embd = 64, n_head = 2, n_expert = 2,
-         expert_hidden = 32, vocab = 100, tied = true }))
-      assert.equal("adamw", r["embed.weight"])
-      assert.equal("adamw", r["layers.0.moe.router.weight"])
-      assert.equal("muon", r["layers.0.moe.experts.1.down.weight"])
+      local r = by_name(route(models.specs("llama", { n_layer = 1, n_embd = 64, n_head = 2,
+         n_expert = 2, expert_hidden = 32, vocab = 100, tied = true })))
+      assert.equal("adamw", r["wte.weight"])
+      assert.equal("adamw", r["h.0.moe.router.weight"])
+      assert.equal("muon", r["h.0.moe.experts.1.proj.weight"])
+      assert.equal("muon", r["h.0.moe.experts.1.fc.weight"])
    end)
 
    it("honours use_muon in both directions and sends 3-D tensors to adamw", function()

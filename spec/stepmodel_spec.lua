@@ -343,17 +343,33 @@ describe("lw.stepmodel with a mixture of experts", function()
       local r = lw.stepmodel.predict(layout, { tokens = TOKENS, machine = machine(1e8, 0),
          topk = 1 })
       assert.near(6 * (DENSE + EXPERTS / 4) * TOKENS / 1e9, r.compute, 1e-12)
-      local want, matrices = 0, 0
+      local want, matrices, whole = 0, 0, 0
       for _, s in ipairs(specs) do
          if s.optimizer == "muon" then
-            want, matrices = want + lw.stepmodel.ns_flops(s.shape), matrices + 1
+            whole = whole + lw.stepmodel.ns_flops(s.shape)
+            if s.qkv then -- split_qkv (the library's default): Q, K and V, 64 x 64 each
+               want, matrices = want + 3 * lw.stepmodel.ns_flops({ 64, 64 }), matrices + 3
+            else
+               want, matrices = want + lw.stepmodel.ns_flops(s.shape), matrices + 1
+            end
          end
       end
-      assert.equal(2 * (2 + 4 * 2), matrices) -- per layer qkv, proj and 4 experts' fc and proj
-      local ns, counted = 0, 0
-      for _, w in ipairs(r.ranks) do ns, counted = ns + w.ns_flops, counted + w.matrices end
+      -- per layer Q, K, V, proj and 4 experts' fc and proj
+      assert.equal(2 * (3 + 1 + 4 * 2), matrices)
+      local function totals(result)
+         local ns, counted = 0, 0
+         for _, w in ipairs(result.ranks) do ns, counted = ns + w.ns_flops, counted + w.matrices end
+         return ns, counted
+      end
+      local ns, counted = totals(r)
       assert.equal(want, ns)
       assert.equal(matrices, counted)
+      -- split_qkv off: the fused weight is one 192 x 64 matrix, as the library then takes it
+      ns, counted = totals(lw.stepmodel.predict(layout, { tokens = TOKENS,
+         machine = machine(1e8, 0), topk = 1, muon = { split_qkv = false } }))
+      assert.equal(whole, ns)
+      assert.equal(matrices - 2 * 2, counted)
+      assert.is_true(whole < want)
    end)
 
    it("refuses an expert it cannot place in a layer, and a bad topk", function()
@@ -427,16 +443,20 @@ describe("lwopt layout --model-step and --compare", function()
       assert.not_matches("legend", out, 1, true) -- no map
    end)
 
-   it("counts attention with --seq-len for llama, which has no position table", function()
-      local status, out = run({ "layout", "--arch", "llama", "--n-layer", "2", "--n-embd", "64",
-         "--n-head", "4", "--ffn-hidden", "128", "--vocab", "100", "--seq-len", "512",
-         "--model-step", "--stats" })
-      assert.equal(0, status)
-      -- 6 per matrix element (per layer q, k, v, o 64 x 64 and gate, up, down 64 x 128; the LM
-      -- head 100 x 64) + 12 x n_layer x n_embd x seq_len of attention
+   it("counts attention over --seq-len for llama, which has no position table", function()
+      local argv = { "layout", "--arch", "llama", "--n-layer", "2", "--n-embd", "64",
+         "--n-head", "4", "--mlp-hidden", "128", "--vocab", "100", "--model-step", "--stats" }
+      -- 6 per matrix element (per layer qkv and proj 64 x 64 each of Q, K, V, O; fc 256 x 64
+      -- (SwiGLU's gate and up) and proj 64 x 128; the LM head 100 x 64) + 12 x n_layer x n_embd
+      -- x seq_len of attention
       local n = 2 * (4 * 64 * 64 + 3 * 64 * 128) + 100 * 64
-      assert.matches(("%.4g GFLOP per token"):format((6 * n + 12 * 2 * 64 * 512) / 1e9), out, 1,
-         true)
+      for _, seq in ipairs({ 1024, 512 }) do -- 1024: the model's default, then --seq-len
+         local status, out = run(argv)
+         assert.equal(0, status)
+         assert.matches(("%.4g GFLOP per token"):format((6 * n + 12 * 2 * 64 * seq) / 1e9), out,
+            1, true)
+         argv[#argv + 1], argv[#argv + 2] = "--seq-len", "512"
+      end
    end)
 
    it("takes changed machine fields and reports bad ones", function()

@@ -5,6 +5,8 @@
 --        [--overlap on|off] [--batch B] [--accum K] [--steps S] [--optimizer muon|adamw]
 --        [--zero 1|2|3] [--shard aligned|rows] [--layout A] [--bucket N] [--layers L]
 --        [--experts E] (every MLP a mixture of E experts, top-2, a shared expert)
+--        [--arch gpt|llama] (the registry's model of that name, lw.models: llama's experts
+--        are SwiGLU MLPs)
 --        [--param-dtype fp32|bf16] (bf16: fp32 master weights in the optimizer)
 --        [--grad-dtype fp32|bf16] (what the gradient sums move)
 --        [--ep P] (expert parallelism over groups of P ranks, lw.ep.groups; with --ep, of any P,
@@ -26,13 +28,14 @@ lw.comm.run(function()
       { "bucket", "int", 8192, "" }, { "layers", "int", 2, "" },
       { "experts", "int", 0, "" }, { "ep", "int", 0, "" },
       { "param-dtype", "string", "fp32", "" }, { "grad-dtype", "string", "fp32", "" },
+      { "arch", "string", "gpt", "" },
    }))
    local comm = lw.comm.init()
    local g = v.ep > 0 and lw.ep.groups(comm, v.ep, v.experts) or nil
    local t = 16
-   local model = lw.nn.GPT.new{ n_layer = v.layers, n_embd = 32, n_head = 4, vocab = 256,
-      seq_len = t, n_expert = v.experts, topk = 2, aux_coef = 0.05,
-      shared_expert = v.experts > 0, ep = g and g.size > 1 and g }
+   local model = lw.models.build(v.arch, { n_layer = v.layers, n_embd = 32, n_head = 4,
+      vocab = 256, seq_len = t, n_expert = v.experts, topk = 2, aux_coef = 0.05,
+      shared_expert = v.experts > 0 }, { ep = g and g.size > 1 and g or nil })
    local rules = v.optimizer == "adamw" and { { match = ".", optimizer = "adamw" } } or nil
    local specs = lw.route(model:parameters(), rules)
    local ddp = lw.ddp.new(specs, comm, { mode = v.mode, bucket_size = v.bucket,

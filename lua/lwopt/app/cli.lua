@@ -41,31 +41,87 @@ examples:
   lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost
   lwopt layout --arch gpt --n-layer 48 --n-embd 1600 --n-head 25 --dp 64 --bucket-size 40M \
       --model-step h100-node --tokens 8192       (and the predicted step; --compare: all layouts)
+  lwopt layout --arch llama --n-layer 16 --n-embd 2048 --n-head 16 --n-expert 64 \
+      --expert-hidden 1024 --dp 64 --expert-dp 8  (any lw.models model, its fields as flags)
   lwopt train --preset tiny                     (seconds; mpirun -np 2 lwopt train: 2 ranks)]]
 
--- The layout command's flags; the dtype and layout choices are the library's (lw.layout), read
--- when the command runs, so that `lwopt help` works without the library.
+-- The model fields that change neither a model's parameters nor its modelled step: no layout
+-- flag for them.
+local NOT_LAYOUT = { recompute_gelu = true, activations = true, aux_coef = true,
+   norm_eps = true, rope_base = true, rope_pairing = true, window = true, qk_norm = true }
+
+-- What a model field's flag says in --help, where the field's name alone does not.
+local FIELD_HELP = {
+   n_layer = "layers", n_embd = "model width", n_head = "attention heads",
+   n_kv_head = "key/value heads (grouped-query attention; default --n-head)",
+   vocab = "vocabulary size",
+   seq_len = "sequence length (learned positions' table; the modelled attention's with "
+      .. "--model-step or --compare)",
+   tied = "share the input embedding and the LM head (--untied: off)",
+   bias = "linear and norm biases", mlp_hidden = "dense MLP hidden size",
+   n_expert = "experts per layer: every MLP a mixture of experts of the model's activation",
+   topk = "experts each token is routed to: the experts' share of the modelled compute with "
+      .. "--model-step or --compare (default 2)",
+   expert_hidden = "expert MLP hidden size", shared_expert = "a shared expert every token takes",
+   router_muon = "the router on Muon instead of AdamW", norm = "norm layers",
+   norm_gain = "norm gains", position = "positions: a learned table or rotary",
+   activation = "MLP (and expert) activation",
+}
+
+-- Flags of the model fields (lw.models) of every registered model, each once, in the models'
+-- order: "size" and "count" fields ints, "coef" numbers, "choice" their values, "bool" on|off
+-- ("--tied" alone: on); returns the list and the fields by key.
+local function model_flags(models)
+   local list, by_key = {}, {}
+   for _, name in ipairs(models.names()) do
+      for _, f in ipairs(models.get(name).fields) do
+         local key, kind = f[1], f[2]
+         if not by_key[key] and not NOT_LAYOUT[key] and kind ~= "any" then
+            local text = FIELD_HELP[key] or key:gsub("_", " ")
+            if f[3] ~= nil and key ~= "topk" then text = text .. " (default: the model's)" end
+            local flag = { key:gsub("_", "-"), nil, nil, text }
+            if kind == "size" or kind == "count" then
+               flag[2], flag.min = "int", kind == "size" and 1 or 0
+            elseif kind == "coef" then
+               flag[2], flag.min = "number", 0
+            elseif kind == "choice" then
+               flag[2] = f[4]
+            elseif kind == "bool" then
+               flag[2], flag.bare = { "on", "off" }, "on"
+            end
+            if flag[2] then
+               list[#list + 1] = flag
+               by_key[key] = f
+            end
+         end
+      end
+   end
+   return list, by_key
+end
+
+-- Flags the layout command had before every model came from lw.models, and what to use
+-- instead: refused with that.
+local GONE = {
+   fused = "--fused is gone: every model declares its fused weights (attn.qkv; SwiGLU's fc as "
+      .. "gate and up rows), and Muon orthogonalises Q, K and V apart unless --split-qkv off",
+   ["ffn-hidden"] = "--ffn-hidden is now --mlp-hidden (the model's field)",
+}
+
+-- The layout command's flags; the dtype and layout choices are the library's (lw.layout), and
+-- the models and their fields the registry's (lw.models), read when the command runs, so that
+-- `lwopt help` works without the library. Also the model fields' flags by key.
 local function layout_flags()
    local layout = require("lwopt.layout")
    local stepmodel = require("lwopt.planner")
-   return {
-      { "arch", { "gpt", "llama", "moe" }, "gpt", "model family" },
-      { "n-layer", "int", nil, "layers", min = 1 },
-      { "n-embd", "int", nil, "model width", min = 1 },
-      { "n-head", "int", nil, "attention heads", min = 1 },
-      { "n-kv-head", "int", nil, "key/value heads (llama, moe)", min = 1 },
-      { "ffn-hidden", "int", nil, "MLP hidden size (llama)", min = 1 },
-      { "n-expert", "int", nil, "experts per layer (moe)", min = 1 },
-      { "expert-hidden", "int", nil, "expert MLP hidden size (moe)", min = 1 },
-      { "topk", "int", nil, "experts each token is routed to: the experts' share of the "
-        .. "modelled compute with --model-step or --compare (default 2)", min = 1 },
-      { "vocab", "int", nil, "vocabulary size", min = 1 },
-      { "seq-len", "int", nil, "sequence length (gpt position embedding; the modelled "
-        .. "attention's with --model-step or --compare)", min = 1 },
-      { "tied", "bool", false, "share input embedding and LM head" },
-      { "untied", "bool", false, "separate LM head" },
-      { "bias", "bool", false, "linear and layernorm biases (gpt)" },
-      { "fused", "bool", false, "fused qkv and gate_up matrices (llama, moe)" },
+   local models = require("lwopt.models")
+   local list = { { "arch", "string", "gpt", "the model (" .. table.concat(models.names(), ", ")
+      .. "); a mixture of experts is any of them with --n-expert" } }
+   local fields_list, by_key = model_flags(models)
+   for _, f in ipairs(fields_list) do list[#list + 1] = f end
+   for _, f in ipairs({
+      { "untied", "bool", false, "a separate LM head (--tied off)" },
+      { "tp", "int", 1, "tensor-parallel size: the layout of one TP rank's shards (each rank's "
+        .. "shapes alike; dense models)", min = 1 },
       { "dtype", layout.dtypes, nil, "parameter dtype" },
       { "dp", "int", 1, "data-parallel size", min = 1 },
       { "expert-dp", "int", nil, "expert data-parallel size (default: dp)", min = 1 },
@@ -92,32 +148,37 @@ local function layout_flags()
       { "muon-variant", { "default", "nanochat" }, nil, "Muon's options as the recipe's flag "
         .. "sets them: their passes over every matrix with --model-step and --compare (default: "
         .. "the library's Muon)" },
+      { "split-qkv", { "on", "off" }, "on", "Muon orthogonalises a fused QKV weight's Q, K and V "
+        .. "as three matrices (the modelled Newton-Schulz, as the recipe's --split-qkv)" },
       { "flops-per-token", "number", nil, "forward + backward FLOPs per token (default: 6 per "
-        .. "matrix parameter, plus attention for gpt or with --seq-len)", min = 0 },
+        .. "matrix parameter, plus attention over the model's sequence length)", min = 0 },
       { "machine-set", "string", nil, "change fields of the machine, e.g. "
         .. "model_flops=5e14,intra.bandwidth=3e11,variable=ring" },
       { "help", "bool", false, "this text" },
-   }
+   }) do list[#list + 1] = f end
+   return list, by_key
 end
 
-local ARCH_FIELDS = { "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "n_expert",
-   "expert_hidden", "vocab", "seq_len", "dtype" }
+-- The layout options lw.layout.compute names in its messages, and the declaration's, besides
+-- the model's fields.
+local LAYOUT_FIELDS = { "dp", "expert_dp", "bucket_size", "algorithm", "adamw_layout", "tp",
+   "dtype" }
 
--- The layout options lw.layout.compute names in its messages, besides the model's fields.
-local LAYOUT_FIELDS = { "dp", "expert_dp", "bucket_size", "algorithm", "adamw_layout" }
-
--- A message of lw.arch or lw.layout in the words of the command line: the caller's position
+-- A message of lw.models or lw.layout in the words of the command line: the caller's position
 -- and the function's name dropped, each field named by its flag ("n_embd (65) must be
 -- divisible by n_head (2)" reads "--n-embd (65) must be divisible by --n-head (2)").
-local function in_flag_words(message)
+local function in_flag_words(message, model_fields)
    message = tostring(message):gsub("^%S+%.lua:%d+: ", ""):gsub("^lw%.[%w_.]+: ", "")
       :gsub("^layout: ", "")
-   for _, list in ipairs({ ARCH_FIELDS, LAYOUT_FIELDS }) do
-      for _, field in ipairs(list) do
-         local flag = "--" .. field:gsub("_", "-")
-         message = message:gsub("'" .. field .. "'", flag)
-            :gsub("%f[%w_]" .. field .. "%f[^%w_]", flag)
-      end
+   local keys = {}
+   for key in pairs(model_fields) do keys[#keys + 1] = key end
+   for _, key in ipairs(LAYOUT_FIELDS) do keys[#keys + 1] = key end
+   -- longer keys first, so that n_head is not replaced inside n_kv_head's flag
+   table.sort(keys, function(a, b) return #a > #b or (#a == #b and a < b) end)
+   for _, field in ipairs(keys) do
+      local flag = "--" .. field:gsub("_", "-")
+      message = message:gsub("'" .. field .. "'", flag)
+         :gsub("%f[%w_]" .. field .. "%f[^%w_]", flag)
    end
    return message
 end
@@ -151,26 +212,48 @@ local function machine_of(stepmodel, v)
    return m
 end
 
--- lw.stepmodel.predict's options from the layout command's flags: FLOPs per token from
--- --flops-per-token, else 6 per matrix parameter (an expert's at --topk over its layer's
--- experts) plus attention (gpt: n_layer x n_embd x its seq_len; llama and moe when --seq-len is
--- given).
-local function step_options(lw, v, specs)
-   local attention
-   local seq = v.seq_len or (v.arch == "gpt" and 1024 or nil)
-   if seq and v.n_layer and v.n_embd then
-      attention = { n_layer = v.n_layer, n_embd = v.n_embd, seq_len = seq }
-   end
+-- lw.stepmodel.predict's options from the layout command's flags and the model's config c
+-- (its defaults filled): FLOPs per token from --flops-per-token, else 6 per matrix parameter
+-- (an expert's at topk over its layer's experts) plus attention (n_layer x n_embd x the
+-- model's seq_len); Muon's variant and split_qkv as the recipe's flags set them.
+local function step_options(lw, v, c, specs)
+   local attention = { n_layer = c.n_layer, n_embd = c.n_embd, seq_len = c.seq_len }
+   local muon = { split_qkv = v.split_qkv == "on" }
+   if v.muon_variant then muon.variant = v.muon_variant end
    return { tokens = v.tokens, zero = v.zero, machine = machine_of(lw.stepmodel, v),
-            topk = v.topk, muon = v.muon_variant and { variant = v.muon_variant },
-            model = v.flops_per_token or lw.stepmodel.flops_per_token(specs, attention, v.topk) }
+            topk = c.topk, muon = muon,
+            model = v.flops_per_token or lw.stepmodel.flops_per_token(specs, attention, c.topk) }
+end
+
+-- The model's fields from the flags given (only those: the model fills its defaults), or nil
+-- and the message of a flag the model does not have.
+local function model_config(v, arch, by_key, models)
+   local own = {}
+   for _, f in ipairs(models.get(arch).fields) do own[f[1]] = true end
+   local config = {}
+   for key, f in pairs(by_key) do
+      local value = v[key]
+      if value ~= nil then
+         if not own[key] then
+            return nil, ("--%s is not a field of --arch %s"):format(key:gsub("_", "-"), arch)
+         end
+         if f[2] == "bool" then value = value == "on" end
+         config[key] = value
+      end
+   end
+   if v.untied then config.tied = false end
+   return config
 end
 
 local function layout_command(argv, out, err)
-   local list = layout_flags()
+   local help = "lwopt layout --help"
+   for _, a in ipairs(argv) do
+      local name = a:match("^%-%-([%w%-]+)")
+      if name and GONE[name] then return usage_error(err, GONE[name], help) end
+   end
+   local list, by_key = layout_flags()
    local usage = "usage: lwopt layout [flags]\n" .. flags.usage(list)
    local v, positional = flags.parse(argv, list)
-   local help = "lwopt layout --help"
    if v == nil then return usage_error(err, positional, help) end
    if v.help then
       out:write(usage, "\n")
@@ -179,18 +262,23 @@ local function layout_command(argv, out, err)
    if #positional > 0 then
       return usage_error(err, "unexpected argument '" .. positional[1] .. "'", help)
    end
-   if v.tied and v.untied then
+   if v.tied == "on" and v.untied then
       return usage_error(err, "--tied and --untied exclude each other", help)
    end
    local lw = require("lwopt")
-   local config = {}
-   for _, k in ipairs(ARCH_FIELDS) do config[k] = v[k] end
-   -- llama and moe have no position table: there --seq-len only sizes the modelled attention
-   if (v.model_step or v.compare) and v.arch ~= "gpt" then config.seq_len = nil end
-   if v.tied then config.tied = true end
-   if v.untied then config.tied = false end
-   if v.bias then config.bias = true end
-   if v.fused then config.fused = true end
+   local names = lw.models.names()
+   local known = false
+   for _, name in ipairs(names) do known = known or name == v.arch end
+   if v.arch == "moe" then
+      return usage_error(err, "--arch moe is not a model: a mixture of experts is a model with "
+         .. "--n-expert N, e.g. --arch llama --n-expert 8 --expert-hidden H (LLaMA's, SwiGLU "
+         .. "experts) or --arch gpt --n-expert 8 (GPT-2's, GELU experts)", help)
+   elseif not known then
+      return usage_error(err, ("--arch %s is not a model (%s)"):format(v.arch,
+         table.concat(names, ", ")), help)
+   end
+   local config, bad = model_config(v, v.arch, by_key, lw.models)
+   if config == nil then return usage_error(err, bad, help) end
    if v.compare and (v.json or v.stats) then
       return usage_error(err, "--compare prints its own table, not --json or --stats", help)
    end
@@ -199,10 +287,14 @@ local function layout_command(argv, out, err)
    end
    local modelled = v.model_step or v.compare
    local ok, result, extra = pcall(function()
-      local specs = lw.arch[v.arch](config)
+      local c = lw.models.config(v.arch, config)
+      local declared = {}
+      for k, x in pairs(config) do declared[k] = x end
+      declared.dtype, declared.tp, declared.tp_rank = v.dtype, v.tp, 0
+      local specs = lw.models.specs(v.arch, declared)
       local layout_opts = { dp = v.dp, expert_dp = v.expert_dp, bucket_size = v.bucket_size,
          algorithm = v.algorithm, adamw_layout = v.adamw_layout, high_busbw = v.high_busbw }
-      local predict_opts = modelled and step_options(lw, v, specs)
+      local predict_opts = modelled and step_options(lw, v, c, specs)
       if v.compare then
          return nil, lw.stepmodel.compare(specs, layout_opts, predict_opts)
       end
@@ -210,7 +302,7 @@ local function layout_command(argv, out, err)
       return l, v.model_step and lw.stepmodel.predict(l, predict_opts)
    end)
    if not ok then
-      local message = in_flag_words(result)
+      local message = in_flag_words(result, by_key)
       -- a flag the model needs and was not given is a usage error like an unknown one
       local missing = message:match("^missing required field (%-%-[%w%-]+)$")
       if missing then

@@ -47,7 +47,7 @@ recipe_flags.list = {
      .. "own" },
    { "config", "string", nil, "a Lua file returning a table of flag values ({ n_layer = 4, lr = "
      .. "1e-3 }), or a --log whose configuration record is read back; flags given override it" },
-   { "arch", { "gpt", "llama" }, "gpt", "the model (lw.models): GPT-2's architecture, or "
+   { "arch", lw.models.names(), "gpt", "the model (lw.models): GPT-2's architecture, or "
      .. "LLaMA's (RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head)" },
    { "n-kv-head", "int", nil, "--arch llama: KV heads, dividing --n-head (default: the "
      .. "preset's with its --n-head, else --n-head)", min = 1 },
@@ -88,8 +88,9 @@ recipe_flags.list = {
      .. "fp32 on the CPU)", ddp = "param_dtype" },
    { "grad-dtype", { "fp32", "bf16" }, "fp32", "what the gradient buffers hold and the "
      .. "reduce-scatters move", ddp = "grad_dtype" },
-   { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts (default: "
-     .. "the preset's; none but --preset moe's 8; 0: a dense MLP, also with --preset moe)",
+   { "n-expert", "int", nil, "experts per layer: every MLP becomes a mixture of experts of the "
+     .. "model's activation (--arch llama: SwiGLU) (default: the preset's; none but --preset moe's "
+     .. "8; 0: a dense MLP, also with --preset moe)",
      min = 0, max = 65536 },
    { "topk", "int", nil, "experts each token is routed to (default 2)", min = 1, max = 65536 },
    { "aux-coef", "number", nil, "weight of the load-balancing loss (default 0.01)", min = 0 },

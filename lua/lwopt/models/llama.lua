@@ -27,7 +27,8 @@ return {
    -- nn.GPT over run's groups, as GPT-2's entry builds it
    build = gpt.build,
    describe = function(c)
-      return ("LLaMA %d layers x %d, %d heads (%d KV), sequence %d"):format(c.n_layer,
-         c.n_embd, c.n_head, c.n_kv_head, c.seq_len)
+      return ("LLaMA %d layers x %d, %d heads (%d KV), sequence %d%s"):format(c.n_layer,
+         c.n_embd, c.n_head, c.n_kv_head, c.seq_len, c.n_expert > 0 and
+         (", %d experts, top-%d"):format(c.n_expert, c.topk) or "")
    end,
 }

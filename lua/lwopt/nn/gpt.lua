@@ -63,10 +63,6 @@ function GPT.check(c, who)
    if c.n_head % c.n_kv_head ~= 0 then
       return ("%s: n_kv_head (%d) must divide n_head (%d)"):format(who, c.n_kv_head, c.n_head)
    end
-   if c.n_expert > 0 and c.activation ~= "gelu" then
-      return ("%s: activation '%s' with experts (n_expert %d): the experts are GELU MLPs"):format(
-         who, c.activation, c.n_expert)
-   end
    if c.position == "rotary" and (c.n_embd / c.n_head) % 2 ~= 0 then
       return ("%s: rotary positions need an even head dim (n_embd / n_head = %d)"):format(who,
          c.n_embd / c.n_head)
@@ -79,7 +75,7 @@ local function moe_config(o)
    if o.n_expert == 0 then return nil end
    return { n_expert = o.n_expert, topk = o.topk, expert_hidden = o.expert_hidden,
             aux_coef = o.aux_coef, shared_expert = o.shared_expert, router_muon = o.router_muon,
-            ep = o.ep }
+            ep = o.ep, activation = o.activation }
 end
 
 -- GPT{ n_layer, n_embd, n_head, vocab, seq_len, tied, bias, mlp_hidden, recompute_gelu,
@@ -91,8 +87,9 @@ end
 -- Block:set_activations, and the LM head's logits in bf16 (its statistics still fp32); neither
 -- changes the parameters)
 -- for the same config (with ep, lw.ep.groups's table: only this EP rank's experts, by global
--- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every block's MLP a mixture of experts (nn.MoE):
--- n_expert experts of hidden size expert_hidden (default 4 n_embd), each token routed to topk
+-- index, and their tokens exchanged within the EP group; nn/moe.lua). n_expert > 0 makes every
+-- block's MLP a mixture of experts (nn.MoE) of the model's activation: n_expert experts of
+-- hidden size expert_hidden (default 4 n_embd), each token routed to topk
 -- (default 2) of them, a load-balancing loss weighted aux_coef (default 0.01), shared_expert
 -- (default false) adding one dense MLP every token goes through, router_muon (default false)
 -- leaving the router to the routing rules' Muon instead of AdamW. tp (lw.tp.groups's table, size

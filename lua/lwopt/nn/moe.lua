@@ -1,10 +1,10 @@
--- nn/moe.lua: MoE, a mixture of experts in place of a Block's MLP, on one rank (expert
--- parallelism, ep > 1, is not here yet): a router Linear (c -> n_expert, no bias), top-k routing
--- with renormalised weights (lw_moe_router_forward), dropless dispatch (every token reaches its
--- k distinct experts), each expert an MLP (c -> expert_hidden -> c) run on the rows routed to
--- it, the weighted combine back into token order, the load-balancing loss (lw_moe_aux_loss_*),
--- and an optional shared expert every token goes through, added unweighted. The module
--- contract is in nn/module.lua.
+-- nn/moe.lua: MoE, a mixture of experts in place of a Block's MLP (expert parallelism, ep > 1,
+-- below): a router Linear (c -> n_expert, no bias), top-k routing with renormalised weights
+-- (lw_moe_router_forward), dropless dispatch (every token reaches its k distinct experts), each
+-- expert an MLP (c -> expert_hidden -> c, of the model's activation: GELU, ReLU^2 or SwiGLU) run
+-- on the rows routed to it, the weighted combine back into token order, the load-balancing loss
+-- (lw_moe_aux_loss_*), and an optional shared expert every token goes through, added
+-- unweighted. The module contract is in nn/module.lua.
 --
 -- The permutation (assignments sorted by expert, stable in token order) is built on the host
 -- from the experts array, copied there through lw_device_copy: per forward one copy of n*k
@@ -41,7 +41,7 @@ local MoE = base.class(base.Module)
 MoE.shape_args = { "n" }
 
 MoE.DEFAULTS = { topk = 2, aux_coef = 0.01, shared_expert = false, router_muon = false,
-                 bias = false, ep = false }
+                 bias = false, ep = false, activation = "gelu" }
 
 local function is_count(v) return type(v) == "number" and v == math.floor(v) and v >= 1
    and v < 2 ^ 31 end
@@ -89,10 +89,12 @@ end
 
 -- MoE(prefix, c, cfg): cfg = { n_expert, topk = 2, expert_hidden = 4c, aux_coef = 0.01,
 -- shared_expert = false, router_muon = false, bias = false, ep = false (or lw.ep.groups's
--- table: this rank's experts only) }. Parameters, in this order:
--- router.weight {n_expert, c} (use_muon = false unless router_muon: AdamW by the default
--- routing rules; a rule of one's own may still send it to Muon), experts.<e>.fc / .proj (role
--- "expert", expert = true: the layout puts them in expert buffers), shared.fc / .proj (dense).
+-- table: this rank's experts only), activation = "gelu" (every expert's and the shared one's:
+-- nn.MLP's "gelu", "relu2" or "swiglu", whose fc is then 2 expert_hidden rows: gate, up) }.
+-- Parameters, in this order: router.weight {n_expert, c} (use_muon = false unless router_muon:
+-- AdamW by the default routing rules; a rule of one's own may still send it to Muon),
+-- experts.<e>.fc / .proj (role "expert", expert = true: the layout puts them in expert buffers),
+-- shared.fc / .proj (dense).
 function MoE.new(prefix, c, cfg)
    local self = setmetatable({}, MoE):init(prefix)
    local o = settings(c, cfg)
@@ -111,10 +113,11 @@ function MoE.new(prefix, c, cfg)
    for l = 1, self.n_local do
       local e = self.first + l - 1
       self.experts[l] = self:add(MLP.new(prefix .. "experts." .. e .. ".", c, o.bias,
-         o.expert_hidden, { role = "expert", expert = true }))
+         o.expert_hidden, { role = "expert", expert = true }, nil, o.activation))
    end
    if o.shared_expert then
-      self.shared = self:add(MLP.new(prefix .. "shared.", c, o.bias, o.expert_hidden))
+      self.shared = self:add(MLP.new(prefix .. "shared.", c, o.bias, o.expert_hidden, nil, nil,
+         o.activation))
    end
    -- per expert (1-based), from the last forward: rows routed to it and where they start in
    -- the permuted order; its MLP's output

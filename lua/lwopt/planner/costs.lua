@@ -125,8 +125,8 @@ costs.muon_option_bytes = { row_equilibrate = 12, renormalize = 12, cautious_wd 
 
 -- The Muon options a step runs with: muon is lw.optim.new's muon table (a variant and the keys
 -- beside it; nil: the library's defaults), checked as lw.optim.new checks it. Returns the bytes
--- per orthogonalised element its options add (costs.muon_option_bytes) and its Newton-Schulz
--- steps.
+-- per orthogonalised element its options add (costs.muon_option_bytes), its Newton-Schulz
+-- steps and whether it splits a fused QKV weight into Q, K and V (split_qkv).
 function costs.muon_work(muon)
    if muon ~= nil and type(muon) ~= "table" then
       fail("muon must be lw.optim.new's muon options (a table), got %s", type(muon))
@@ -138,7 +138,17 @@ function costs.muon_work(muon)
    for name, bytes in pairs(costs.muon_option_bytes) do
       if c.muon[name] then extra = extra + bytes end
    end
-   return extra, c.muon.ns_steps
+   return extra, c.muon.ns_steps, c.muon.split_qkv
+end
+
+-- The matrices Muon orthogonalises for parameter p: with split_qkv a fused QKV weight (p.qkv =
+-- { groups = g, rows = { q, k, v } }) is three, Q's g q rows, K's g k and V's g v, each by its
+-- columns (as the library splits it); anything else its own shape. A list of shapes.
+function costs.muon_matrices(p, split_qkv)
+   if not (split_qkv and p.qkv) then return { p.shape } end
+   local out = {}
+   for c = 1, 3 do out[c] = { p.qkv.groups * p.qkv.rows[c], p.shape[2] } end
+   return out
 end
 
 local DTYPE_BYTES = { f32 = 4, bf16 = 2, f16 = 2, f64 = 8, i64 = 8 }
@@ -175,7 +185,7 @@ costs.default_topk = 2
 -- a layer's n experts, so each expert sees topk / n of the tokens on average; over an EP rank's
 -- specs (its n / ep experts only) topk / (n / ep) is the rows each of them gets per token of
 -- the rank, the EP group's tokens arriving by the all-to-all. Experts are counted by their
--- names, <layer>experts.<index>.<...>, as lw.arch and lw.nn.MoE name them.
+-- names, <layer>experts.<index>.<...>, as lw.nn.MoE names them (lw.models declares them so).
 local function expert_shares(specs, topk)
    topk = topk or costs.default_topk
    if not (type(topk) == "number" and topk >= 1 and topk < math.huge) then

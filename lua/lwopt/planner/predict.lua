@@ -203,11 +203,12 @@ end
 -- ---- the optimizer -------------------------------------------------------------------------
 
 -- Per rank (1-based: rank r at r + 1, over the largest buffer dp): Newton-Schulz FLOPs, matrices
--- and their elements (orthogonalised), and the elements updated element-wise by each rule. A
--- matrix owned whole is its owner's; Muon on an element-wise (distopt) or row-sharded (rows) buffer, or an
--- unsharded one, orthogonalises every matrix on every rank (docs/algorithms.md section 8). A
--- buffer of smaller dp (expert_dp) maps rank r to r mod dp.
-local function rank_work(layout, steps)
+-- (a fused QKV weight three under Muon's split_qkv) and their elements (orthogonalised), and
+-- the elements updated element-wise by each rule. A matrix owned whole is its owner's; Muon on
+-- an element-wise (distopt) or row-sharded (rows) buffer, or an unsharded one, orthogonalises
+-- every matrix on every rank (docs/algorithms.md section 8). A buffer of smaller dp (expert_dp)
+-- maps rank r to r mod dp.
+local function rank_work(layout, steps, split_qkv)
    local ranks = 1
    for _, b in ipairs(layout.buffers) do ranks = math.max(ranks, b.dp) end
    local work = {}
@@ -230,8 +231,13 @@ local function rank_work(layout, steps)
       local buffer = layout.buffers[p.buffer]
       local field = p.optimizer
       if kinds[p.optimizer].whole then
-         credit(buffer, p.owner, "ns_flops", costs.ns_flops(p.shape, steps))
-         credit(buffer, p.owner, "matrices", 1)
+         -- the library splits a fused QKV weight for Muon's rule only (NorMuon's second moment
+         -- is per row already)
+         local matrices = costs.muon_matrices(p, split_qkv and p.optimizer == "muon")
+         for _, shape in ipairs(matrices) do
+            credit(buffer, p.owner, "ns_flops", costs.ns_flops(shape, steps))
+         end
+         credit(buffer, p.owner, "matrices", #matrices)
          credit(buffer, p.owner, "orthogonalised", numel_of(p.shape))
       end
       if p.owner ~= nil then
@@ -297,7 +303,8 @@ local PREDICT_OPTIONS = { model = true, tokens = true, machine = true, zero = tr
 -- per token of a mixture of experts, whose experts' forward and backward count at topk over
 -- their layer's experts while Newton-Schulz runs on every expert matrix. muon: Muon's options as
 -- lw.optim.new takes them (default: the library's), whose rescaling passes (costs.muon_work) every
--- matrix orthogonalised adds, and whose ns_steps count when ns_steps is not given.
+-- matrix orthogonalised adds, whose ns_steps count when ns_steps is not given, and whose
+-- split_qkv (default on) makes a fused QKV weight's Newton-Schulz its Q's, K's and V's.
 function predict.predict(layout, opts)
    if type(layout) ~= "table" or type(layout.buffers) ~= "table" or type(layout.params) ~= "table"
    then
@@ -316,7 +323,7 @@ function predict.predict(layout, opts)
    if zero ~= 1 and zero ~= 2 and zero ~= 3 then
       fail("zero must be 1, 2 or 3, got %s", tostring(zero))
    end
-   local option_bytes, muon_steps = costs.muon_work(opts.muon)
+   local option_bytes, muon_steps, split_qkv = costs.muon_work(opts.muon)
    local steps = opts.ns_steps or (opts.muon ~= nil and muon_steps) or costs.ns_steps
    if not positive(steps) then
       fail("ns_steps must be a positive number, got %s", tostring(steps))
@@ -342,7 +349,7 @@ function predict.predict(layout, opts)
 
    -- ranks sharing a node's cores (a CPU machine): rates scale by cores / ranks on the node
    local groups, param_group = make_groups(layout)
-   local work = rank_work(layout, steps)
+   local work = rank_work(layout, steps, split_qkv)
    local ranks = #work
    local on_node = machine.devices_per_node and math.min(ranks, machine.devices_per_node) or ranks
    local share = machine.cores and math.min(1, machine.cores / on_node) or 1

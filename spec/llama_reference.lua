@@ -1,0 +1,181 @@
+-- llama_reference.lua: a slow float64 LLaMA written from the published architecture (Hugging
+-- Face's LlamaForCausalLM: RMSNorm x / sqrt(mean(x^2) + eps) * w, rotary embeddings by halves
+-- with rotate_half and theta_i = base^(-2i / hd), grouped KV heads repeated for their query
+-- heads, causal softmax over q.k / sqrt(hd), a SwiGLU MLP down(silu(gate(x)) * up(x)), an untied
+-- head), with nanochat's parts (QK norm, a sliding window, ReLU^2, parameter-free norms) and a
+-- mixture of experts in place of the MLP (n_expert > 0). lwopt's fused layouts are read as they
+-- are declared (qkv rows: Q heads, K heads, V heads; fc rows: gate, up). Returns
+-- ref(P, cfg, tokens, targets, b, t): the mean cross-entropy and the summed load-balancing loss.
+return function(P, cfg, tokens, targets, b, t)
+   local c, nh, nkv, V, H = cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.vocab, cfg.mlp_hidden
+   local hd = c / nh
+   local function rmsnorm(x, w, eps)
+      local y = {}
+      for r = 1, #x do
+         local ms = 0
+         for k = 1, #x[r] do ms = ms + x[r][k] ^ 2 end
+         local s = 1 / math.sqrt(ms / #x[r] + eps)
+         y[r] = {}
+         for k = 1, #x[r] do y[r][k] = x[r][k] * s * (w and w[k] or 1) end
+      end
+      return y
+   end
+   local function linear(x, w, n_in, n_out)
+      local y = {}
+      for r = 1, #x do
+         y[r] = {}
+         for o = 1, n_out do
+            local s = 0
+            for i = 1, n_in do s = s + x[r][i] * w[(o - 1) * n_in + i] end
+            y[r][o] = s
+         end
+      end
+      return y
+   end
+   -- head h's hd values of row r of a [rows, heads * hd] table, from column offset `at`
+   local function head(v, at, h)
+      local out = {}
+      for i = 1, hd do out[i] = v[at + h * hd + i] end
+      return out
+   end
+   local function rotate(x, pos)
+      local out, half = {}, hd / 2
+      for i = 1, half do
+         local theta = pos * cfg.rope_base ^ (-2 * (i - 1) / hd)
+         local cs, sn = math.cos(theta), math.sin(theta)
+         out[i] = x[i] * cs - x[i + half] * sn
+         out[i + half] = x[i + half] * cs + x[i] * sn
+      end
+      return out
+   end
+   local function head_norm(x)
+      if not cfg.qk_norm then return x end
+      return rmsnorm({ x }, nil, 2 ^ -23)[1]
+   end
+   -- the MLP of prefix p (hidden channels) on rows x: proj(act(fc(x))), fc's rows gate then up for
+   -- SwiGLU
+   local function mlp(x, p, hidden)
+      local swiglu = cfg.activation == "swiglu"
+      local f = linear(x, P[p .. "fc.weight"], c, swiglu and 2 * hidden or hidden)
+      local act = {}
+      for r = 1, #f do
+         act[r] = {}
+         for k = 1, hidden do
+            if swiglu then
+               local g = f[r][k]
+               act[r][k] = g / (1 + math.exp(-g)) * f[r][hidden + k]
+            else
+               assert(cfg.activation == "relu2", "no reference for " .. cfg.activation)
+               act[r][k] = math.max(f[r][k], 0) ^ 2
+            end
+         end
+      end
+      return linear(act, P[p .. "proj.weight"], hidden, c)
+   end
+   -- The mixture of prefix p on rows x (Switch/GShard-style, as the MoE papers write it):
+   -- router softmax, each row's topk most probable experts (ties to the lower index), their
+   -- probabilities renormalised to sum to 1 as the weights of the experts' outputs, plus the
+   -- shared expert's; and the load-balancing loss aux_coef * E * sum_e f_e P_e (f_e: expert e's
+   -- share of the row-slots, P_e: its mean probability).
+   local function mixture(x, p)
+      local E, k, eh = cfg.n_expert, cfg.topk, cfg.expert_hidden
+      local logits = linear(x, P[p .. "router.weight"], c, E)
+      local out, count, mean = {}, {}, {}
+      for e = 1, E do count[e], mean[e] = 0, 0 end
+      local outs = {}
+      for e = 1, E do outs[e] = mlp(x, p .. "experts." .. (e - 1) .. ".", eh) end
+      local shared = cfg.shared_expert and mlp(x, p .. "shared.", eh)
+      for r = 1, #x do
+         local mx = -math.huge
+         for e = 1, E do mx = math.max(mx, logits[r][e]) end
+         local z, pr = 0, {}
+         for e = 1, E do pr[e] = math.exp(logits[r][e] - mx); z = z + pr[e] end
+         for e = 1, E do pr[e] = pr[e] / z; mean[e] = mean[e] + pr[e] / #x end
+         local taken, chosen, sum = {}, {}, 0
+         for _ = 1, k do
+            local best
+            for e = 1, E do
+               if not taken[e] and (best == nil or pr[e] > pr[best]) then best = e end
+            end
+            taken[best] = true
+            chosen[#chosen + 1] = best
+            sum = sum + pr[best]
+            count[best] = count[best] + 1
+         end
+         out[r] = {}
+         for i = 1, c do
+            local v = shared and shared[r][i] or 0
+            for _, e in ipairs(chosen) do v = v + pr[e] / sum * outs[e][r][i] end
+            out[r][i] = v
+         end
+      end
+      local aux = 0
+      for e = 1, E do aux = aux + count[e] / (#x * k) * mean[e] end
+      return out, cfg.aux_coef * E * aux
+   end
+   local aux = 0
+   local x = {}
+   for r = 1, b * t do
+      x[r] = {}
+      for k = 1, c do x[r][k] = P["wte.weight"][tokens[r - 1] * c + k] end
+   end
+   for l = 0, cfg.n_layer - 1 do
+      local p = "h." .. l .. "."
+      local a = rmsnorm(x, P[p .. "ln_1.weight"], cfg.norm_eps)
+      local qkv = linear(a, P[p .. "attn.qkv.weight"], c, c + 2 * nkv * hd)
+      local att = {}
+      for r = 1, b * t do att[r] = {} end
+      for s = 0, b - 1 do
+         for h = 0, nh - 1 do
+            local g = math.floor(h / (nh / nkv))
+            local q, k, v = {}, {}, {}
+            for i = 1, t do
+               local row = qkv[s * t + i]
+               q[i] = head_norm(rotate(head(row, 0, h), i - 1))
+               k[i] = head_norm(rotate(head(row, c, g), i - 1))
+               v[i] = head(row, c + nkv * hd, g)
+            end
+            for i = 1, t do
+               local first = cfg.window > 0 and math.max(1, i - cfg.window) or 1
+               local sc, mx = {}, -math.huge
+               for j = first, i do
+                  local d = 0
+                  for e = 1, hd do d = d + q[i][e] * k[j][e] end
+                  sc[j] = d / math.sqrt(hd)
+                  mx = math.max(mx, sc[j])
+               end
+               local z = 0
+               for j = first, i do sc[j] = math.exp(sc[j] - mx); z = z + sc[j] end
+               for e = 1, hd do
+                  local o = 0
+                  for j = first, i do o = o + sc[j] / z * v[j][e] end
+                  att[s * t + i][h * hd + e] = o
+               end
+            end
+         end
+      end
+      local o = linear(att, P[p .. "attn.proj.weight"], c, c)
+      for r = 1, #x do for k = 1, c do x[r][k] = x[r][k] + o[r][k] end end
+      local m = rmsnorm(x, P[p .. "ln_2.weight"], cfg.norm_eps)
+      local d
+      if (cfg.n_expert or 0) > 0 then
+         local a2
+         d, a2 = mixture(m, p .. "moe.")
+         aux = aux + a2
+      else
+         d = mlp(m, p .. "mlp.", H)
+      end
+      for r = 1, #x do for k = 1, c do x[r][k] = x[r][k] + d[r][k] end end
+   end
+   local hfin = rmsnorm(x, P["ln_f.weight"], cfg.norm_eps)
+   local logits = linear(hfin, P["lm_head.weight"], c, V)
+   local total = 0
+   for r = 1, #logits do
+      local mx = -math.huge
+      for v = 1, V do mx = math.max(mx, logits[r][v]) end
+      local z = 0
+      for v = 1, V do z = z + math.exp(logits[r][v] - mx) end
+      total = total + (math.log(z) + mx - logits[r][targets[r - 1] + 1])
+   end
+   return total / #logits, aux
+end
