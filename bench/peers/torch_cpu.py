@@ -290,10 +290,11 @@ class Muon:
                         p.view(-1).copy_(recv[r][j * numel:(j + 1) * numel])
 
 
-def adamw(torch, named, lr):
-    """AdamW with weight decay on the 2-D non-embedding matrices only (optim.lua)."""
-    decay = [p for n, p in named if p.dim() == 2 and n not in ("wte.weight", "wpe.weight")]
-    rest = [p for n, p in named if not (p.dim() == 2 and n not in ("wte.weight", "wpe.weight"))]
+def adamw(torch, named, lr, embeddings=("wte.weight", "wpe.weight")):
+    """AdamW with weight decay on the 2-D matrices that are not embeddings (the names in
+    `embeddings`) only (optim.lua)."""
+    decay = [p for n, p in named if p.dim() == 2 and n not in embeddings]
+    rest = [p for n, p in named if not (p.dim() == 2 and n not in embeddings)]
     groups = [{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
@@ -342,9 +343,9 @@ def parse_args(argv):
     return args
 
 
-def launch(argv, nproc):
-    """Starts nproc copies of this script as the ranks of one gloo group on this machine (what
-    torchrun --standalone would do) and waits for them; the worst exit status."""
+def launch(argv, nproc, script=None):
+    """Starts nproc copies of `script` (default: this one) as the ranks of one gloo group on this
+    machine (what torchrun --standalone would do) and waits for them; the worst exit status."""
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -352,26 +353,43 @@ def launch(argv, nproc):
     for rank in range(nproc):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv,
-                                      env=env))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(script or __file__)]
+                                      + argv, env=env))
     codes = [p.wait() for p in procs]
     return max(codes, key=abs)
 
 
-def main(argv):
-    args = parse_args(argv)
-    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        rest, skip = [], False
-        for a in argv:  # the ranks get the same flags but --nproc
-            if skip:
-                skip = False
-            elif a == "--nproc":
-                skip = True
-            elif not a.startswith("--nproc="):
-                rest.append(a)
-        return launch(rest, args.nproc)
+def launch_ranks(argv, nproc, script=None):
+    """launch() with argv less its --nproc: the ranks get the same flags but that one."""
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    return launch(rest, nproc, script)
+
+
+def finish(status):
+    """Ends the process with status. A rank leaves without Python's finalisation: in torch 1.13
+    the gloo process group's destructor, run from the DDP reducer's at interpreter exit, joins a
+    worker thread that waits for the GIL the exiting thread holds, and the rank hangs (seen here,
+    1 run in ~20). The caller has finished every collective (a barrier at the end of the run)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+def start_torch(threads, who):
+    """Imports torch with `threads` intra-op and OpenBLAS threads and, in a rank that launch()
+    started, joins its gloo group: (torch, torch.distributed, rank, world), or None (said on
+    stderr, `who` naming the script) when python3 cannot import torch."""
     # Before torch loads: OpenBLAS reads its thread count once, when the library loads.
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
     # torch's elementwise ops run on OpenMP threads that, by default, spin for a while after
     # each parallel region; on 2 cores they then compete with OpenBLAS's own (pthread) threads
     # in the GEMM that follows. bench/peers.lua sets OMP_WAIT_POLICY=passive (threads sleep at
@@ -380,17 +398,28 @@ def main(argv):
     try:
         import torch
     except ImportError:
-        print("torch_cpu.py: python3 cannot import torch; install Debian's: "
+        print(f"{who}: python3 cannot import torch; install Debian's: "
               "apt-get install -y python3-torch", file=sys.stderr)
-        return 77
+        return None
     import torch.distributed as dist
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = 0
     if world > 1:
         dist.init_process_group("gloo")
         rank = dist.get_rank()
-    elif args.muon_split:
+    return torch, dist, rank, world
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return launch_ranks(argv, args.nproc)
+    started = start_torch(args.threads, "torch_cpu.py")
+    if started is None:
+        return 77
+    torch, dist, rank, world = started
+    if world == 1 and args.muon_split:
         print("torch_cpu.py: --muon-split needs several ranks (torchrun --nproc_per_node N)",
               file=sys.stderr)
         return 2
@@ -473,7 +502,7 @@ def main(argv):
         f"{args.steps} {result['loss']:.4f}")
     say("RESULT " + json.dumps(result), flush=True)
     if world > 1:
-        dist.barrier()  # then os._exit (below): no destroy_process_group, see there
+        dist.barrier()  # then finish(): no destroy_process_group, see there
     return 0
 
 
@@ -508,18 +537,9 @@ def muon_step_alone(torch, dist, args, muon, named, rank, world, say):
         f"over {args.steps} steps")
     say("RESULT " + json.dumps(result), flush=True)
     if world > 1:
-        dist.barrier()  # then os._exit (below): no destroy_process_group, see there
+        dist.barrier()  # then finish(): no destroy_process_group, see there
     return 0
 
 
 if __name__ == "__main__":
-    status = main(sys.argv[1:])
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # A rank leaves without Python's finalisation: in torch 1.13 the gloo process group's
-        # destructor, run from the DDP reducer's at interpreter exit, joins a worker thread that
-        # waits for the GIL the exiting thread holds, and the rank hangs (seen here, 1 run in
-        # ~20). Every collective is done by now (the barrier at the end of the run).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    sys.exit(status)
+    finish(main(sys.argv[1:]))
