@@ -21,6 +21,7 @@
 --        [--muon-repeats 10] [--rows 1,2,3,4,5]   (from the repo root)
 local dkjson = require("dkjson")
 local flags = require("lwopt.flags")
+local peer = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/peer_runs.lua")
 
 local SPEC = {
    { "steps", "int", 30, "steps per timing run (the first 5 are left out)", min = 6 },
@@ -41,46 +42,12 @@ if v.help then
    os.exit(0)
 end
 
-local PYTHON = "/usr/bin/python3" -- Debian's: the only one that imports Debian's torch
+local PYTHON = peer.PYTHON
 local PEER = "bench/peers/torch_cpu.py"
 local SKIP = 5
+local sh, first_line = peer.sh, peer.first_line
 
-local function sh(cmd)
-   local ok = os.execute(cmd)
-   return ok == 0 or ok == true
-end
-
-local function read(cmd)
-   local pipe = assert(io.popen(cmd))
-   local out = pipe:read("*a")
-   pipe:close()
-   return out
-end
-
-local function first_line(path)
-   local f = io.open(path)
-   if not f then return "" end
-   local line = f:read("*l") or ""
-   f:close()
-   return line
-end
-
--- torch, installed on demand
-if not sh(PYTHON .. " -c 'import torch' 2>/dev/null") then
-   if read("id -u"):match("^0") then
-      print("python3-torch is missing: apt-get install -y python3-torch")
-      if not sh("DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch > /dev/null") then
-         io.stderr:write("apt-get install -y python3-torch failed\n")
-         os.exit(1)
-      end
-   else
-      print("skipped: python3 cannot import torch; install Debian's with\n"
-         .. "  sudo apt-get install -y python3-torch")
-      os.exit(77)
-   end
-end
-local torch_version = read(PYTHON .. " -c 'import torch; print(torch.__version__)'"):gsub("%s+$",
-   "")
+local torch_version = peer.torch_version()
 
 -- One configuration of either side: name, and how to run it.
 local LW = {
@@ -163,10 +130,7 @@ local function run_torch(key, steps, extra)
    local cmd = ("OMP_WAIT_POLICY=passive %s %s --nproc %d --threads %d --optimizer %s%s "
       .. "--steps %d --skip %d --quiet %s"):format(PYTHON, PEER, c.nproc, c.threads, c.optimizer,
       c.split and " --muon-split" or "", steps, math.min(SKIP, steps - 1), extra)
-   local out = read(cmd .. " 2>&1")
-   local json = out:match("RESULT (%b{})")
-   assert(json, "failed: " .. cmd .. "\n" .. out)
-   local r = dkjson.decode(json)
+   local r = peer.result(cmd)
    if r.time_ms then
       local out2 = { tps = r.tokens_per_s, loss = r.loss, loss_last10 = r.loss_last10 }
       for k, x in pairs(r.time_ms) do out2[k] = x end
@@ -175,13 +139,12 @@ local function run_torch(key, steps, extra)
    return r
 end
 
-local median = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/recipe_runs.lua").median
+local median = peer.median
 
-local cpu = read("grep -m1 'model name' /proc/cpuinfo"):match(":%s*(.-)%s*$") or "?"
 local load0 = first_line("/proc/loadavg")
-print(("%s, %s cores; torch %s (Debian python3-torch); %d rounds of %d steps (means over steps "
-   .. "%d-%d), loss check %d steps"):format(cpu, read("nproc"):gsub("%s", ""), torch_version,
-   v.rounds, v.steps, SKIP + 1, v.steps, v.loss_steps))
+print(("%s; torch %s (Debian python3-torch); %d rounds of %d steps (means over steps "
+   .. "%d-%d), loss check %d steps"):format(peer.machine(), torch_version, v.rounds, v.steps,
+   SKIP + 1, v.steps, v.loss_steps))
 print("load average at the start: " .. load0)
 io.stdout:flush()
 
@@ -197,33 +160,24 @@ end
 
 local runs = { lw = {}, pt = {}, alone = {} }
 local t_start = os.time()
-for round = 1, v.rounds do
-   for i = 0, #order - 1 do
-      local side, key = unpack(order[(i + round - 1) % #order + 1])
-      local r
-      if side == "lw" then
-         r = run_lwopt(key, v.steps)
-      elseif side == "pt" then
-         r = run_torch(key, v.steps, "--init fast")
-      else
-         r = run_torch(key, v.muon_repeats, "--init fast --muon-step")
-      end
-      runs[side][key] = runs[side][key] or {}
-      table.insert(runs[side][key], r)
-      io.stderr:write(("round %d: %s %s %s\n"):format(round, side, key, r.tps and
-         ("%.0f tokens/s"):format(r.tps) or ("Muon step %.1f ms"):format(r.muon_step_ms_median)))
+peer.rounds(order, v.rounds, function(item, round)
+   local side, key = unpack(item)
+   local r
+   if side == "lw" then
+      r = run_lwopt(key, v.steps)
+   elseif side == "pt" then
+      r = run_torch(key, v.steps, "--init fast")
+   else
+      r = run_torch(key, v.muon_repeats, "--init fast --muon-step")
    end
-end
+   runs[side][key] = runs[side][key] or {}
+   table.insert(runs[side][key], r)
+   io.stderr:write(("round %d: %s %s %s\n"):format(round, side, key, r.tps and
+      ("%.0f tokens/s"):format(r.tps) or ("Muon step %.1f ms"):format(r.muon_step_ms_median)))
+end)
 
 -- best run (highest tokens/s) and median tokens/s of a configuration
-local function summary(list)
-   local best, tps = list[1], {}
-   for i, r in ipairs(list) do
-      tps[i] = r.tps
-      if r.tps > best.tps then best = r end
-   end
-   return best, median(tps)
-end
+local summary = peer.summary
 
 print(("\nbest and median tokens/s over %d interleaved rounds; load average at the end: %s; "
    .. "%d min"):format(v.rounds, first_line("/proc/loadavg"), math.floor((os.time() - t_start)
@@ -235,10 +189,8 @@ for _, row in ipairs(ROWS) do
    local lb, lm = summary(runs.lw[row[2]])
    local pb, pm = summary(runs.pt[row[3]])
    -- paired: the median over rounds of the round's lwopt / torch, two runs close in time
-   local paired = {}
-   for i, r in ipairs(runs.lw[row[2]]) do paired[i] = r.tps / runs.pt[row[3]][i].tps end
    print(("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |"):format(row[1], lb.tps, lm,
-      pb.tps, pm, lb.tps / pb.tps, lm / pm, median(paired)))
+      pb.tps, pm, lb.tps / pb.tps, lm / pm, peer.paired(runs.lw[row[2]], runs.pt[row[3]])))
 end
 
 print("\nstep breakdown of each configuration's best run, ms per step (lwopt's opt: the "

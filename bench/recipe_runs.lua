@@ -14,20 +14,22 @@ local MPIRUN = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun
 
 -- The shell command of one run: opts = { ranks = 2, threads = 1 (BLAS threads per rank), args =
 -- the recipe's flags (a string), log = path, root = a checkout to run in (default: here),
--- recipe = "recipes/gpt_small.lua" }. Its output is discarded (stderr too with quiet = true).
+-- recipe = "recipes/gpt_small.lua", wrap = a command each rank's luajit runs under (e.g. one
+-- that measures it) }. Its output is discarded (stderr too with quiet = true).
 function runs.command(opts)
    local ranks, threads = opts.ranks or 2, opts.threads or 1
    local launcher = ranks == 1 and ("OPENBLAS_NUM_THREADS=%d "):format(threads)
       or MPIRUN:format(ranks, threads)
-   return ("%s%sluajit %s %s --sample 0 --quiet --log %s > /dev/null%s"):format(
+   return ("%s%s%sluajit %s %s --sample 0 --quiet --log %s > /dev/null%s"):format(
       opts.root and ("cd %s && "):format(opts.root) or "", launcher,
-      opts.recipe or "recipes/gpt_small.lua", opts.args or "", opts.log,
-      opts.quiet and " 2>&1" or "")
+      opts.wrap and opts.wrap .. " " or "", opts.recipe or "recipes/gpt_small.lua",
+      opts.args or "", opts.log, opts.quiet and " 2>&1" or "")
 end
 
 -- Runs the recipe once (runs.command's opts, without log) and returns its log's step records,
--- one decoded table per step in order (the configuration record left out); the log, its loss
--- curve and the temporary name are removed.
+-- one decoded table per step in order, the command, and the log's configuration record (the
+-- model, its parameter count, the flags); the log, its loss curve and the temporary name are
+-- removed.
 -- A failed run is an error naming its command; with opts.any_status its exit status is not
 -- asked (a run that trained but could not draw its loss curve, on a machine without gnuplot,
 -- exits 1): the caller counts the records.
@@ -39,12 +41,12 @@ function runs.run(opts)
    local cmd = runs.command(o)
    local ok = os.execute(cmd)
    ok = ok == 0 or ok == true or opts.any_status
-   local records = {}
+   local records, config = {}, nil
    local log = ok and io.open(o.log) -- none when a run ended before its first record
    if log then
       for line in log:lines() do
          local rec = dkjson.decode(line)
-         if rec.kind ~= "config" then records[#records + 1] = rec end
+         if rec.kind ~= "config" then records[#records + 1] = rec else config = rec end
       end
       log:close()
    end
@@ -52,7 +54,7 @@ function runs.run(opts)
    os.remove(name .. ".png")
    os.remove(name)
    assert(ok, "failed: " .. cmd)
-   return records, cmd
+   return records, cmd, config
 end
 
 -- A record's value at a path: "tokens_per_s", "time_ms.fwd", "by_rank.muon_ms.2" (a list's
