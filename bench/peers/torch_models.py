@@ -12,12 +12,13 @@ Written from the published architectures, not from lwopt's code:
   repeat_kv); the MLP's hidden width 64 ceil(8 C / 3 / 64) = 704; no biases; an untied lm_head;
   init HF's: normal(0, 0.02) for every Linear and embedding, gains 1.
 - nanochat: nanochat/gpt.py's GPT (Andrej Karpathy's nanochat) less what lwopt's model leaves
-  out (the smear of the previous token and the mid-layer backout): the token embedding followed
+  out (the smear of the previous token, the mid-layer backout, and Q and K times 1.2 after the
+  QK norm: lwopt's attention scales by 1 / sqrt(hd) only): the token embedding followed
   by a parameter-free RMSNorm (eps: fp32's machine epsilon, F.rms_norm's default), whose output
   x0 is mixed back in before each layer, x = resid_lambdas[i] x + x0_lambdas[i] x0; per layer
   x + c_proj(attn(norm(x))), then + mlp(norm(.)) with a ReLU^2 MLP of 4 C; rotary embeddings by
   halves turning nanochat's way (y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos), base 100000, then
-  QK norm and Q, K x 1.2; GQA; on layers i with i mod 2 = (L - 1) mod 2 a value embedding
+  QK norm; GQA; on layers i with i mod 2 = (L - 1) mod 2 a value embedding
   [V, n_kv_head hd] added to V through a per-KV-head gate 3 sigmoid(W_g x[..., :12]); sliding
   windows by the pattern SSSL (short: 128 ceil(T / 4 / 128), the last layer full: at T = 128
   every window is the whole sequence); a final norm, an untied lm_head and logits capped by
@@ -32,9 +33,12 @@ eps 1e-8 and weight decay 0.1 on the 2-D matrices that are not embeddings (the t
 and the value embeddings take none, nor do gains and scalars): the recipe's --optimizer adamw.
 --nproc N: DDP over gloo, ranks started as torch_cpu.py starts them.
 Prints, on rank 0, tokens/s (the mean over steps after --skip), forward / backward / optimizer
-ms, the loss, every rank's peak RSS (getrusage's ru_maxrss) and one line `RESULT {json}`.
+ms, the loss (of step 1, the last step and the mean of the last 10), every rank's peak RSS
+(getrusage's ru_maxrss) and one line `RESULT {json}`. --save-init FILE writes the initial
+weights in lwopt's names and layouts (safetensors) for the recipe's --init-from: the two then
+start from the same weights, and step 1's loss is the same forward on both sides.
 Usage: python3 bench/peers/torch_models.py --arch llama|nanochat [--n-kv-head K] [--nproc N]
-       [--threads T] [--steps N] [--skip K] [--quiet]
+       [--threads T] [--steps N] [--skip K] [--save-init FILE] [--quiet]
 """
 import argparse
 import json
@@ -52,7 +56,8 @@ L, C, NH, T, B, V = base.L, base.C, base.NH, base.T, base.B, base.V
 HD = C // NH
 LLAMA_HIDDEN = 64 * math.ceil(8 * C / 3 / 64)  # 704
 LLAMA_ROPE_BASE, LLAMA_EPS = 500000.0, 1e-5
-NC_ROPE_BASE, NC_SOFTCAP, NC_GATE_CHANNELS, NC_GATE_SCALE, NC_QK_SCALE = 100000.0, 15.0, 12, 3.0, 1.2
+NC_ROPE_BASE, NC_SOFTCAP = 100000.0, 15.0
+NC_GATE_CHANNELS, NC_GATE_SCALE = 12, 3.0
 NC_PATTERN = "SSSL"
 
 
@@ -193,8 +198,8 @@ def make_models(torch, n_kv):
             if ve is not None:
                 gate = NC_GATE_SCALE * torch.sigmoid(self.ve_gate(x[..., :NC_GATE_CHANNELS]))
                 v = (v.view(b, t, n_kv, HD) + gate.unsqueeze(-1) * ve.view(b, t, n_kv, HD))
-            q = rms(self.rotate(heads(self.c_q(x), NH, b, t)), eps) * NC_QK_SCALE
-            k = rms(self.rotate(heads(self.c_k(x), n_kv, b, t)), eps) * NC_QK_SCALE
+            q = rms(self.rotate(heads(self.c_q(x), NH, b, t)), eps)
+            k = rms(self.rotate(heads(self.c_k(x), n_kv, b, t)), eps)
             y = attend(q, k, v.reshape(b, t, n_kv, HD).transpose(1, 2), self.mask,
                        1.0 / math.sqrt(HD))
             return self.c_proj(y.transpose(1, 2).reshape(b, t, C))
@@ -272,6 +277,56 @@ def make_models(torch, n_kv):
     return {"llama": Llama, "nanochat": NanoChat}
 
 
+def lwopt_weights(torch, arch, model):
+    """[(lwopt's name, tensor)]: the model's weights in the names and layouts of lwopt's
+    --save-params, read by its --init-from (attn.qkv: the Q, K and V rows stacked; llama's
+    mlp.fc: the gate's rows, then the up projection's)."""
+    out = []
+    if arch == "llama":
+        out.append(("wte.weight", model.embed_tokens.weight))
+        for i, l in enumerate(model.layers):
+            out += [(f"h.{i}.ln_1.weight", l.input_layernorm.weight),
+                    (f"h.{i}.attn.qkv.weight", torch.cat((l.q_proj.weight, l.k_proj.weight,
+                                                          l.v_proj.weight))),
+                    (f"h.{i}.attn.proj.weight", l.o_proj.weight),
+                    (f"h.{i}.ln_2.weight", l.post_attention_layernorm.weight),
+                    (f"h.{i}.mlp.fc.weight", torch.cat((l.gate_proj.weight, l.up_proj.weight))),
+                    (f"h.{i}.mlp.proj.weight", l.down_proj.weight)]
+        return out + [("ln_f.weight", model.norm.weight), ("lm_head.weight", model.lm_head.weight)]
+    out += [("wte.weight", model.wte.weight), ("resid_lambdas", model.resid_lambdas),
+            ("x0_lambdas", model.x0_lambdas)]
+    for i, block in enumerate(model.h):
+        a = block.attn
+        out.append((f"h.{i}.attn.qkv.weight", torch.cat((a.c_q.weight, a.c_k.weight,
+                                                         a.c_v.weight))))
+        if a.ve_gate is not None:
+            out += [(f"h.{i}.attn.ve.weight", model.value_embeds[str(i)].weight),
+                    (f"h.{i}.attn.ve_gate.weight", a.ve_gate.weight)]
+        out += [(f"h.{i}.attn.proj.weight", a.c_proj.weight),
+                (f"h.{i}.mlp.fc.weight", block.mlp.c_fc.weight),
+                (f"h.{i}.mlp.proj.weight", block.mlp.c_proj.weight)]
+    return out + [("lm_head.weight", model.lm_head.weight)]
+
+
+def save_safetensors(path, named):
+    """named [(name, tensor)] as a safetensors file of F32 tensors: an 8-byte little-endian
+    header length, the JSON header (padded with spaces to 8 bytes), then the data in order."""
+    header, blobs, at = {}, [], 0
+    for name, t in named:
+        blob = t.detach().float().contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape),
+                        "data_offsets": [at, at + len(blob)]}
+        blobs.append(blob)
+        at += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", choices=("llama", "nanochat"), required=True)
@@ -283,6 +338,9 @@ def parse_args(argv):
     p.add_argument("--skip", type=int, default=5, help="first steps left out of the figures")
     p.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "..", "data", "kjv.txt"))
+    p.add_argument("--save-init", metavar="FILE",
+                   help="write the initial weights in lwopt's names (safetensors) for the "
+                        "recipe's --init-from, then train")
     p.add_argument("--quiet", action="store_true", help="no line per step")
     args = p.parse_args(argv)
     if args.steps <= args.skip or args.skip < 0 or args.threads < 1 or args.nproc < 1:
@@ -320,6 +378,10 @@ def main(argv):
     count, expected = sum(p.numel() for p in model.parameters()), n_params(args.arch,
                                                                             args.n_kv_head)
     assert count == expected, f"{args.arch}: {count} parameters built, {expected} expected"
+    if args.save_init and rank == 0:  # rank 0's: the weights DDP broadcasts
+        weights = lwopt_weights(torch, args.arch, model)
+        assert sum(t.numel() for _, t in weights) == count, "a parameter left out of the file"
+        save_safetensors(args.save_init, weights)
     run = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -364,6 +426,7 @@ def main(argv):
     result = {"arch": args.arch, "parameters": count,
               "tokens_per_s": statistics.fmean(r["tokens_per_s"] for r in timed),
               "time_ms": mean, "loss": recs[-1]["loss"], "steps": args.steps,
+              "loss_first": recs[0]["loss"],
               "loss_last10": statistics.fmean(r["loss"] for r in recs[-10:]),
               "rss_mb": peak_rss_mb(torch, dist, world), "world": world,
               "threads": args.threads, "torch": torch.__version__}
