@@ -1,8 +1,9 @@
 -- bench/recipe_runs.lua: what the benchmarks that train share: one run of recipes/gpt_small.lua
 -- (under mpirun from 2 ranks) with a JSON log, the log read back as records, means and medians
 -- of record fields over the steps after warm-up, and the best and the median of repeated runs.
--- It measures nothing itself. Used by bench/train_throughput.lua, bench/layout_train.lua and
--- bench/moe.lua (bench/peers.lua and bench/tp_modes.lua take its median):
+-- It measures nothing itself. Used by bench/train_throughput.lua, bench/layout_train.lua,
+-- bench/moe.lua and bench/models.lua (bench/peers.lua, bench/peer_runs.lua and bench/tp_modes.lua
+-- take its median):
 --    local runs = dofile("bench/recipe_runs.lua")   -- from the repo root, as the scripts run
 local dkjson = require("dkjson")
 

@@ -50,6 +50,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ left in the checkout by the import below
 import torch_cpu as base  # noqa: E402  (the peer whose data, schedule and launcher this reuses)
 
 L, C, NH, T, B, V = base.L, base.C, base.NH, base.T, base.B, base.V
