@@ -179,22 +179,23 @@ for _, c in ipairs(configs) do
    order[#order + 1] = { side = "lw", c = c }
    order[#order + 1] = { side = "pt", c = c }
 end
-peer.rounds(order, v.rounds, function(item, round)
-   local c = item.c
-   local r = item.side == "lw" and run_lwopt(c, v.steps) or run_torch(c, v.steps)
-   table.insert(c[item.side], r)
-   io.stderr:write(("round %d: %s %s, %s: %.0f tokens/s\n"):format(round, item.side == "lw"
-      and "lwopt" or "torch", c.arch, c.label, r.tps))
-end)
-
--- The same model on both sides, or no comparison.
-for _, c in ipairs(configs) do
+-- The same model on both sides, or no comparison: checked once a configuration has run on both.
+local function same_size(c)
    local a, b = c.lw[1].parameters, c.pt[1].parameters
    if a ~= b then
       error(("%s: lwopt builds %d parameters, %s %d: the peer is not lwopt's model"):format(
          c.arch, a, PEER, b), 0)
    end
 end
+
+peer.rounds(order, v.rounds, function(item, round)
+   local c = item.c
+   local r = item.side == "lw" and run_lwopt(c, v.steps) or run_torch(c, v.steps)
+   table.insert(c[item.side], r)
+   io.stderr:write(("round %d: %s %s, %s: %.0f tokens/s\n"):format(round, item.side == "lw"
+      and "lwopt" or "torch", c.arch, c.label, r.tps))
+   if #c.lw == 1 and #c.pt == 1 then same_size(c) end
+end)
 local counted = {}
 for _, c in ipairs(configs) do
    if not counted[c.arch] then
