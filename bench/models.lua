@@ -82,6 +82,11 @@ local layouts = list(v.ranks, "ranks", function(r)
 end)
 
 local torch_version = peer.torch_version()
+if not peer.sh("test -x /usr/bin/time") then
+   io.stderr:write("bench/models.lua: lwopt's peak RSS needs /usr/bin/time (Debian: apt-get "
+      .. "install time)\n")
+   os.exit(1)
+end
 local kv_flag = v.n_kv_head > 0 and (" --n-kv-head %d"):format(v.n_kv_head) or ""
 
 -- The models the recipe knows; the others are skipped, saying why (its own refusal).
@@ -259,7 +264,8 @@ if v.loss_steps > 0 then
    -- lwopt starts from them (--init-from); both train on the same batches, 1 process x 2 threads.
    print(("\nthe loss from the same initial weights (torch's draws, read by lwopt's --init-from) "
       .. "on the same batches, 1 process x 2 threads, %d steps: step 1 (the same forward: equal "
-      .. "up to rounding when the two are the same model), and the mean of the last 10 steps")
+      .. "up to rounding when the two are the same model), and the mean of the last 10 steps (all "
+      .. "of them when fewer)")
       :format(v.loss_steps))
    print("| model | lwopt step 1 | torch step 1 | difference | lwopt last 10 | torch last 10 | "
       .. "difference |")

@@ -112,7 +112,7 @@ def make_models(torch, n_kv):
     def heads(z, n, b, t):
         return z.view(b, t, n, HD).transpose(1, 2)  # [b, n, t, hd]
 
-    class RMSNorm(nn.Module):  # HF's LlamaRMSNorm: a gain, the mean square in fp32
+    class RMSNorm(nn.Module):  # HF's LlamaRMSNorm: x / sqrt(mean(x^2) + eps), times a gain
         def __init__(self):
             super().__init__()
             self.weight = nn.Parameter(torch.ones(C))
@@ -168,7 +168,7 @@ def make_models(torch, n_kv):
 
         def init_weights(self):
             with torch.no_grad():
-                for name, p in self.named_parameters():
+                for p in self.parameters():
                     if p.dim() == 1:
                         p.fill_(1.0)
                     else:
