@@ -158,9 +158,11 @@ recipe_flags.list = {
    { "adamw-lr", "number", nil, "peak learning rate of the parameters AdamW updates: all of them "
      .. "with --optimizer adamw (default: the preset's AdamW lr)", above = 0, optim = "lr" },
    { "embedding-lr", "number", nil, "peak learning rate of the embeddings (the tied token "
-     .. "embedding is also the LM head) on AdamW (default: --adamw-lr)", above = 0 },
+     .. "embedding is also the LM head) on AdamW (default: --adamw-lr; --arch nanochat: its "
+     .. "token embedding's, 0.2, half of it for the value embeddings)", above = 0 },
    { "scalar-lr", "number", nil, "peak learning rate of the gains and biases on AdamW (default: "
-     .. "--adamw-lr)", above = 0 },
+     .. "--adamw-lr; --arch nanochat: its x0 scalars', 0.5, a hundredth of it for the residual "
+     .. "scalars)", above = 0 },
    { "weight-decay", "number", 0.1, "weight decay of the matrices (AdamW's embeddings, gains and "
      .. "biases have none)", min = 0, optim = "weight_decay" },
    { "adamw-weight-decay", "number", nil, "AdamW's weight decay of the matrices it updates "
