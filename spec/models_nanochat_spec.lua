@@ -47,6 +47,13 @@ describe("lw.models' nanochat against a float64 nanochat", function()
       end, missing_parts())
    end)
 
+   it("matches its loss and gradients with ReLU^2 experts in place of the MLPs", function()
+      -- aux_coef 0: the reference's first result is then the whole objective
+      local cfg = { n_expert = 2, topk = 1, expert_hidden = 8, aux_coef = 0 }
+      for k, v in pairs(base) do cfg[k] = v end
+      model_check.check("nanochat", cfg, nil, missing_parts())
+   end)
+
    -- Once nn.GPT has the fields (another branch adds them), the same check with them on: the
    -- logits capped at 2 (so that the cap bends them), a norm after the embedding, and the
    -- window pattern "SL" (S: the window, L: the whole sequence; the last layer always L).
