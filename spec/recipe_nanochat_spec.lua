@@ -39,6 +39,19 @@ describe("--arch nanochat's optimizer groups", function()
       end
    end)
 
+   it("keep a mixture of experts' router off Muon, as the default rules do", function()
+      local v = { from_preset = {} }
+      recipe_nanochat.flag_defaults(v)
+      local specs = lw.models.specs("nanochat", { n_layer = 1, n_embd = 32, n_head = 2,
+         vocab = 64, n_expert = 2 })
+      local r = {}
+      for _, s in ipairs(lw.route(specs, recipe_nanochat.rules(v, 32), { warn = false })) do
+         r[s.name] = s.optimizer
+      end
+      assert.equal("adamw", r["h.0.moe.router.weight"])
+      assert.equal("muon", r["h.0.moe.experts.1.fc.weight"])
+   end)
+
    it("take the learning-rate flags given: --adamw-lr the head's, --embedding-lr the "
       .. "embeddings', --scalar-lr the scalars'", function()
       local v = { lr = 0.05, adamw_lr = 0.001, embedding_lr = 0.3, scalar_lr = 0.1,

@@ -39,6 +39,10 @@ function recipe_nanochat.rules(v, n_embd)
         optional = true, opts = adamw(0.01 * v.scalar_lr, 0.05, 0.8, 0.95) },
       { name = "nanochat's x0 scalars", match = "^x0_lambdas$", optimizer = "adamw",
         optional = true, opts = adamw(v.scalar_lr, 0, 0.96, 0.95) },
+      -- a module's own choice first (a mixture of experts' router stays off Muon), as the
+      -- default rules take it
+      { name = "excluded from Muon", optional = true, optimizer = "adamw",
+        match = function(s) return s.use_muon == false end },
       { name = "matrix", optimizer = "muon", match = function(s) return #s.shape == 2 end },
       { name = "everything else", optional = true, optimizer = "adamw", match = "." },
    }
