@@ -2,9 +2,14 @@
 -- Face's LlamaForCausalLM: RMSNorm x / sqrt(mean(x^2) + eps) * w, rotary embeddings by halves
 -- with rotate_half and theta_i = base^(-2i / hd), grouped KV heads repeated for their query
 -- heads, causal softmax over q.k / sqrt(hd), a SwiGLU MLP down(silu(gate(x)) * up(x)), an untied
--- head), with nanochat's parts (QK norm, a sliding window, ReLU^2, parameter-free norms) and a
--- mixture of experts in place of the MLP (n_expert > 0). lwopt's fused layouts are read as they
--- are declared (qkv rows: Q heads, K heads, V heads; fc rows: gate, up). Returns
+-- head), with nanochat's parts (QK norm, a sliding window, ReLU^2, parameter-free norms; from
+-- nanochat/gpt.py: rotation the other way, rope_reverse; a window per layer, cfg.windows; a norm
+-- after the embedding, embed_norm; per-layer residual scalars x = resid_lambdas[i] x +
+-- x0_lambdas[i] x0, resid_scalars; value embeddings gated into V on every other layer, the last
+-- included, value_embeds: v += scale sigmoid(W_g x[:, :channels]) ve per KV head; the logits'
+-- tanh softcap, softcap > 0) and a mixture of experts in place of the MLP (n_expert > 0).
+-- lwopt's fused layouts are read as they are declared (qkv rows: Q heads, K heads, V heads; fc
+-- rows: gate, up). Returns
 -- ref(P, cfg, tokens, targets, b, t): the mean cross-entropy and the summed load-balancing loss.
 return function(P, cfg, tokens, targets, b, t)
    local c, nh, nkv, V, H = cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.vocab, cfg.mlp_hidden
@@ -41,7 +46,8 @@ return function(P, cfg, tokens, targets, b, t)
    local function rotate(x, pos)
       local out, half = {}, hd / 2
       for i = 1, half do
-         local theta = pos * cfg.rope_base ^ (-2 * (i - 1) / hd)
+         -- nanochat's rotation (rope_reverse) turns by minus the angle
+         local theta = (cfg.rope_reverse and -pos or pos) * cfg.rope_base ^ (-2 * (i - 1) / hd)
          local cs, sn = math.cos(theta), math.sin(theta)
          out[i] = x[i] * cs - x[i + half] * sn
          out[i + half] = x[i + half] * cs + x[i] * sn
@@ -119,10 +125,39 @@ return function(P, cfg, tokens, targets, b, t)
       x[r] = {}
       for k = 1, c do x[r][k] = P["wte.weight"][tokens[r - 1] * c + k] end
    end
+   if cfg.embed_norm then x = rmsnorm(x, nil, cfg.norm_eps) end
+   local x0 = x
    for l = 0, cfg.n_layer - 1 do
       local p = "h." .. l .. "."
+      if cfg.resid_scalars then
+         local mixed = {}
+         for r = 1, #x do
+            mixed[r] = {}
+            for k = 1, c do
+               mixed[r][k] = P.resid_lambdas[l + 1] * x[r][k] + P.x0_lambdas[l + 1] * x0[r][k]
+            end
+         end
+         x = mixed
+      end
       local a = rmsnorm(x, P[p .. "ln_1.weight"], cfg.norm_eps)
       local qkv = linear(a, P[p .. "attn.qkv.weight"], c, c + 2 * nkv * hd)
+      -- value embeddings: every other layer, the last one included
+      if cfg.value_embeds and l % 2 == (cfg.n_layer - 1) % 2 then
+         local ve, wg, ch = P[p .. "attn.ve.weight"], P[p .. "attn.ve_gate.weight"],
+            cfg.ve_gate_channels
+         for r = 1, #qkv do
+            for g = 0, nkv - 1 do
+               local z = 0
+               for j = 1, ch do z = z + wg[g * ch + j] * a[r][j] end
+               local gate = cfg.ve_gate_scale / (1 + math.exp(-z))
+               for e = 1, hd do
+                  qkv[r][c + nkv * hd + g * hd + e] = qkv[r][c + nkv * hd + g * hd + e]
+                     + gate * ve[tokens[r - 1] * nkv * hd + g * hd + e]
+               end
+            end
+         end
+      end
+      local window = cfg.windows and cfg.windows[l + 1] or cfg.window
       local att = {}
       for r = 1, b * t do att[r] = {} end
       for s = 0, b - 1 do
@@ -136,7 +171,7 @@ return function(P, cfg, tokens, targets, b, t)
                v[i] = head(row, c + nkv * hd, g)
             end
             for i = 1, t do
-               local first = cfg.window > 0 and math.max(1, i - cfg.window) or 1
+               local first = window > 0 and math.max(1, i - window) or 1
                local sc, mx = {}, -math.huge
                for j = first, i do
                   local d = 0
@@ -169,6 +204,11 @@ return function(P, cfg, tokens, targets, b, t)
    end
    local hfin = rmsnorm(x, P["ln_f.weight"], cfg.norm_eps)
    local logits = linear(hfin, P["lm_head.weight"], c, V)
+   if (cfg.softcap or 0) > 0 then
+      for r = 1, #logits do
+         for v = 1, V do logits[r][v] = cfg.softcap * math.tanh(logits[r][v] / cfg.softcap) end
+      end
+   end
    local total = 0
    for r = 1, #logits do
       local mx = -math.huge

@@ -14,9 +14,9 @@ end
 
 describe("lw.models", function()
    it("names its models and refuses an unknown one, listing them", function()
-      assert.same({ "gpt", "llama" }, lw.models.names())
+      assert.same({ "gpt", "llama", "nanochat" }, lw.models.names())
       assert.has_error(function() lw.models.get("gpt3") end,
-         "lw.models: unknown model 'gpt3' (gpt, llama)")
+         "lw.models: unknown model 'gpt3' (gpt, llama, nanochat)")
    end)
 
    it("fills a config's defaults and names what is wrong", function()

@@ -2,7 +2,8 @@
 -- checkpoints with its config, resumes as an uninterrupted run does, gives `lwopt sample` and
 -- `lwopt eval` the run's own sample and loss (from its hf-llama export too), splits over ranks
 -- (ZeRO-3, --tp) with the one-rank losses, and is refused where it does not fit (hf-gpt2,
--- --n-kv-head without it, a GPT resume).
+-- --n-kv-head without it, a GPT resume). --arch nanochat likewise, but for the export (no
+-- format holds it) and --tp (its value embeddings are not split).
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")
@@ -90,6 +91,57 @@ describe("--arch llama", function()
             assert.is_true(math.abs(tonumber(one[s]) - tonumber(two[s])) < 2e-4,
                flags .. " step " .. s .. ": " .. one[s] .. " vs " .. tostring(two[s]))
          end
+      end
+   end)
+end)
+
+describe("--arch nanochat", function()
+   local nanochat = "cd /tmp && luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --arch "
+      .. "nanochat --n-kv-head 2 --eval-max 4 --warmup 2 --progress lines "
+   local MPI_NANOCHAT = MPIRUN:gsub("%-%-arch llama", "--arch nanochat")
+
+   it("trains, resumes as an uninterrupted run, and samples and evaluates from its checkpoint",
+      function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      local out, status = helpers.sh(nanochat .. "--steps 6 --sample 30 --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      assert.matches("nanochat 4 layers x 64, 4 heads %(2 KV%)", out)
+      assert.is_nil(out:find("export", 1, true)) -- no format holds its architecture
+      local whole = losses(out)
+      local sample = out:match("(sample:\n[^\n]*)")
+      local final = out:match("final validation loss (%d+%.%d+)")
+      local said, st = helpers.sh(lwopt .. "sample " .. dir)
+      assert.equal(0, st, said)
+      assert.matches(sample, said, 1, true)
+      said, st = helpers.sh(lwopt .. "eval " .. dir .. " --data " .. root .. "/data/kjv.txt")
+      assert.equal(0, st, said)
+      assert.matches("validation loss " .. final, said, 1, true)
+      assert.matches("nanochat 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes", said)
+      said, st = helpers.sh(lwopt .. "export " .. dir .. " " .. dir .. "-hf")
+      assert.equal(1, st)
+      assert.matches("holds a nanochat model, which no export format holds", said, 1, true)
+      helpers.sh("rm -rf " .. dir)
+      out, status = helpers.sh(nanochat .. "--steps 6 --sample 0 --stop-after 4 --ckpt-dir "
+         .. dir)
+      assert.equal(0, status, out)
+      out, status = helpers.sh(nanochat .. "--steps 6 --sample 0 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      local resumed = losses(out)
+      for s = 5, 6 do assert.equal(whole[s], resumed[s], "step " .. s) end
+      helpers.sh("rm -rf " .. dir)
+   end)
+
+   it("gives the one-rank losses on 2 ranks at ZeRO-3 #mpi", function()
+      local one = losses((helpers.sh(nanochat .. "--steps 3 --sample 0 --batch 4 "
+         .. "--global-batch 8")))
+      local out, status = helpers.sh(MPI_NANOCHAT .. "--steps 3 --sample 0 --batch 4 "
+         .. "--global-batch 8 --zero 3")
+      assert.equal(0, status, out)
+      local two = losses(out)
+      for s = 1, 3 do
+         assert.is_true(math.abs(tonumber(one[s]) - tonumber(two[s])) < 2e-4,
+            "step " .. s .. ": " .. one[s] .. " vs " .. tostring(two[s]))
       end
    end)
 end)

@@ -27,6 +27,15 @@ describe("lw.route with the default rules", function()
       assert.equal("adamw", r["lm_head.weight"])
    end)
 
+   it("sends scalars (role scalar) to adamw whatever their shape", function()
+      local r = by_name(route({
+         { name = "resid_lambdas", shape = { 12 }, role = "scalar" },
+         { name = "gates", shape = { 4, 3 }, role = "scalar" },
+         { name = "w", shape = { 4, 3 }, role = "matrix" },
+      }))
+      assert.same({ resid_lambdas = "adamw", gates = "adamw", w = "muon" }, r)
+   end)
+
    it("keeps a tied embedding on adamw and the MoE router off muon", function()
       local r = by_name(route(models.specs("llama", { n_layer = 1, n_embd = 64, n_head = 2,
          n_expert = 2, expert_hidden = 32, vocab = 100, tied = true })))

@@ -295,6 +295,39 @@ lw_status lw_head_rmsnorm_backward(lw_stream *stream, void *dx, lw_dtype dx_dtyp
                                    lw_dtype y_dtype, const float *rstd, int64_t rows,
                                    int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd);
 
+/* ---- nanochat's value embeddings and residual scalars ---------------------------------------- *
+ * The value embeddings' gate (ResFormer's value residual as nanochat gates it), over n rows: per
+ * row r and head h < n_heads, g = scale * sigmoid(z), z = sum_{j < channels} w[h, j] x[r, j]
+ * (w [n_heads, channels], x rows x_stride floats apart: the attention's input, of which the
+ * first channels columns feed the gate), and the head's hd values of qkv from column col0 + h hd
+ * (rows row_stride apart: the V heads of a fused qkv) get += g * ve[r, h hd + d] (ve [n,
+ * n_heads hd], the rows' value embeddings). z and sigmoid in double, g rounded once; fp32. */
+lw_status lw_value_gate_forward(lw_stream *stream, float *qkv, const float *ve, const float *x,
+                                const float *w, int64_t n, int64_t row_stride, int64_t col0,
+                                int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
+                                float scale);
+/* Its backward from dqkv (the V heads' gradient, same layout as qkv): dve[n, n_heads hd] += g dv;
+ * dz[n, n_heads] = the gate logits' gradient (written: z's, sum_d dv ve times g (1 - sigmoid),
+ * in double, rounded once); dx[r, j < channels] += sum_h dz w[h, j] (the other columns
+ * untouched); dw[n_heads, channels] += sum_r dz[r, h] x[r, j], in double in an order fixed by the
+ * shape. */
+lw_status lw_value_gate_backward(lw_stream *stream, float *dve, float *dx, float *dw, float *dz,
+                                 const float *dqkv, const float *ve, const float *x,
+                                 const float *w, int64_t n, int64_t row_stride, int64_t col0,
+                                 int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
+                                 float scale);
+
+/* A layer's residual scalars: y[n] = a x + b x0, a and b one float each in device memory (the
+ * parameters resid_lambdas[i] and x0_lambdas[i]); y may be x. Each product rounded, then the
+ * sum. */
+lw_status lw_residual_mix_forward(lw_stream *stream, float *y, const float *x, const float *x0,
+                                  const float *a, const float *b, int64_t n);
+/* dx += a dy, dx0 += b dy, da[0] += sum dy x, db[0] += sum dy x0: the sums in double in an
+ * order fixed by n (the same result on every call), rounded once. */
+lw_status lw_residual_mix_backward(lw_stream *stream, float *dx, float *dx0, float *da, float *db,
+                                   const float *dy, const float *x, const float *x0,
+                                   const float *a, const float *b, int64_t n);
+
 /* LW_CDEF_END */
 
 #ifdef __cplusplus

@@ -236,6 +236,10 @@ function export.run(o)
    local src = export.source(o.ckpt)
    local f = weights.open(src.file, WHERE .. ": " .. src.file)
    local extra = src.extra or recorded_settings(f)
+   if (extra or {}).arch == "nanochat" then
+      fail("%s holds a nanochat model, which no export format holds (hf-gpt2, "
+         .. "nanogpt and hf-llama have no value embeddings or residual scalars)", src.what)
+   end
    -- no --format: the architecture's own (GPT-2's hf-gpt2, LLaMA's hf-llama)
    o.format = o.format or ((extra or {}).arch == "llama" and "hf-llama" or "hf-gpt2")
    local given = { n_head = o.n_head, vocab = o.vocab }

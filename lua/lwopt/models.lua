@@ -11,7 +11,7 @@ local fields = require("lwopt.fields")
 local models = {}
 
 -- The registered models, in the order `lwopt` lists them.
-local NAMES = { "gpt", "llama" }
+local NAMES = { "gpt", "llama", "nanochat" }
 
 local entries = {}
 

@@ -25,6 +25,9 @@ route.default_rules = {
      match = function(s) return s.use_muon == true end },
    { name = "embedding or output", optional = true, optimizer = "adamw",
      match = function(s) return s.role == "embedding" or s.role == "output" end },
+   -- per-layer scalars (nanochat's residual scalars), whatever their shape
+   { name = "scalar", optional = true, optimizer = "adamw",
+     match = function(s) return s.role == "scalar" end },
    { name = "matrix", optional = true, optimizer = "muon", match = is_matrix },
    { name = "everything else", optional = true, optimizer = "adamw",
      match = function() return true end },

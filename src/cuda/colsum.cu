@@ -70,6 +70,17 @@ struct xrstd_value {
     }
 };
 
+// The value embeddings' gate weight gradient: column h * channels + k of row r is dz[r, h] x[r,
+// k] (x rows x_stride apart), the product in double, as the CPU forms it
+struct outer_value {
+    const float *dz, *x;
+    int64_t heads, channels, x_stride;
+    __device__ double operator()(int64_t r, int64_t j, int64_t cols) const {
+        (void)cols;
+        return (double)dz[r * heads + j / channels] * (double)x[r * x_stride + j % channels];
+    }
+};
+
 template <typename V>
 __global__ void colsum_partials(V value, int64_t n, int64_t cols, int64_t per, double *partials) {
     __shared__ double part[ROW_THREADS][COL_TILE];
@@ -131,4 +142,11 @@ extern "C" cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const flo
                                        int64_t n, int64_t c, double *work) {
     if (mean == NULL) return colsum(stream, dg, xrstd_value{dy, x, rstd}, n, c, work);
     return colsum(stream, dg, xhat_value{dy, x, mean, rstd}, n, c, work);
+}
+
+extern "C" cudaError_t lwc_colsum_outer(cudaStream_t stream, float *dw, const float *dz,
+                                        const float *x, int64_t n, int64_t heads,
+                                        int64_t channels, int64_t x_stride, double *work) {
+    return colsum(stream, dw, outer_value{dz, x, heads, channels, x_stride}, n, heads * channels,
+                  work);
 }

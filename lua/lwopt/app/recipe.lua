@@ -26,6 +26,7 @@ local recipe_resume = require("lwopt.app.recipe_resume")
 local recipe_report = require("lwopt.app.recipe_report")
 local recipe_init = require("lwopt.app.recipe_init")
 local recipe_order = require("lwopt.app.recipe_order")
+local recipe_nanochat = require("lwopt.app.recipe_nanochat")
 
 local recipe = {}
 
@@ -58,7 +59,10 @@ local function lcg(state) return (state * 1103515245 + 12345) % 2147483648 end
 -- of experts held by another EP rank skipped, so every --ep starts from the same values; with
 -- --tp (g: lw.tp.groups's table) a sharded tensor's draws are the whole tp 1 tensor's, of which
 -- this TP rank keeps its shard, so every --tp starts from the same values too.
-local function init_params(model, ddp, seed, n_layer, every, g)
+-- plan (optional): the model's own initialisation (its registry entry's init), by parameter: a
+-- spec -> { normal = std } | { uniform = { lo, hi } } | { values = list } | { zeros = true }, or
+-- nil for the above.
+local function init_params(model, ddp, seed, n_layer, every, g, plan)
    local state = seed
    local function uniform()
       state = lcg(state)
@@ -67,11 +71,31 @@ local function init_params(model, ddp, seed, n_layer, every, g)
    local function normal() -- Box-Muller
       return math.sqrt(-2 * math.log(uniform())) * math.cos(2 * math.pi * uniform())
    end
+   -- the value of element i (0-based) by a plan, drawing as it goes
+   local function planned(how, i)
+      if how.normal then return how.normal * normal() end
+      if how.uniform then return how.uniform[1] + (how.uniform[2] - how.uniform[1]) * uniform() end
+      return how.values and how.values[i + 1] or 0
+   end
    local held = {}
    for _, spec in ipairs(model:parameters()) do held[spec.name] = spec end
    for _, spec in ipairs(every or model:parameters()) do
       local mine = held[spec.name]
-      if mine then
+      local how = plan and plan(spec)
+      if how then
+         local numel = lw.tp.numel(spec.shape)
+         -- not held here (another EP rank's): drawn all the same, so that the draws line up
+         local into = mine and (mine.tp and ffi.new("float[?]", numel)) or nil
+         local function fill(data)
+            local out = into or data
+            for i = 0, numel - 1 do
+               local x = planned(how, i)
+               if out then out[i] = x end
+            end
+            if mine and mine.tp then lw.tp.from_model(into, mine, g.size, g.rank, data) end
+         end
+         if mine then ddp:with_param(spec.name, function(p) fill(p.data) end) else fill(nil) end
+      elseif mine then
          ddp:with_param(spec.name, function(p)
             if spec.role == "norm" then
                p:fill(1)
@@ -255,6 +279,8 @@ local function build_run(v, comm, data, rules)
    local model = lw.models.build(v.arch, cfg, { ep = g, tp = tg })
    -- what a checkpoint records to build the model again (sample, eval): its whole config
    v.model_config = lw.models.config(v.arch, cfg)
+   -- nanochat's optimizer groups unless the recipe brings its rules (app/recipe_nanochat.lua)
+   if v.arch == "nanochat" and rules == nil then rules = recipe_nanochat.rules(v, v.n_embd) end
    if v.optimizer == "adamw" then rules = { { match = ".", optimizer = "adamw" } } end
    if v.optimizer == "normuon" then rules = recipe.to_normuon(rules or lw.route.default_rules) end
    -- errors name an unmatched parameter; a rule that routes none is warned about over the
@@ -273,7 +299,9 @@ local function build_run(v, comm, data, rules)
    local every = (g or tg) and (function()
       return lw.models.specs(v.arch, gpt_config())
    end)() or nil
-   init_params(model, ddp, v.seed, v.n_layer, every, tg)
+   local entry = lw.models.get(v.arch)
+   init_params(model, ddp, v.seed, v.n_layer, every, tg,
+      entry.init and function(spec) return entry.init(spec, v.model_config) end)
    -- full_specs: the whole model's parameters, of which --ep and --tp give each rank a part
    local run = { ep = g, tp = tg, dp_comm = tg and tg.dp_comm, full_specs = every, rules = rules,
       comm = comm, model = model, ddp = ddp, opt = opt, data = data, steps = v.steps,

@@ -47,10 +47,12 @@ recipe_flags.list = {
      .. "own" },
    { "config", "string", nil, "a Lua file returning a table of flag values ({ n_layer = 4, lr = "
      .. "1e-3 }), or a --log whose configuration record is read back; flags given override it" },
-   { "arch", lw.models.names(), "gpt", "the model (lw.models): GPT-2's architecture, or "
-     .. "LLaMA's (RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head)" },
-   { "n-kv-head", "int", nil, "--arch llama: KV heads, dividing --n-head (default: the "
-     .. "preset's with its --n-head, else --n-head)", min = 1 },
+   { "arch", lw.models.names(), "gpt", "the model (lw.models): GPT-2's architecture, LLaMA's "
+     .. "(RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head), or "
+     .. "nanochat's (LLaMA's with ReLU^2, QK norm, value embeddings, residual scalars; its "
+     .. "optimizer groups and learning rates)" },
+   { "n-kv-head", "int", nil, "--arch llama or nanochat: KV heads, dividing --n-head (default: "
+     .. "the preset's with its --n-head, else --n-head)", min = 1 },
    { "rope-pairing", { "halves", "interleaved" }, nil, "--arch llama: the rotary pairs, (i, i + "
      .. "head_dim/2) as Hugging Face's LLaMA or (2i, 2i + 1) as Meta's original (default halves)" },
    { "n-layer", "int", nil, "transformer blocks (default: the preset's)", min = 1, max = 65536 },
@@ -156,9 +158,11 @@ recipe_flags.list = {
    { "adamw-lr", "number", nil, "peak learning rate of the parameters AdamW updates: all of them "
      .. "with --optimizer adamw (default: the preset's AdamW lr)", above = 0, optim = "lr" },
    { "embedding-lr", "number", nil, "peak learning rate of the embeddings (the tied token "
-     .. "embedding is also the LM head) on AdamW (default: --adamw-lr)", above = 0 },
+     .. "embedding is also the LM head) on AdamW (default: --adamw-lr; --arch nanochat: its "
+     .. "token embedding's, 0.2, half of it for the value embeddings)", above = 0 },
    { "scalar-lr", "number", nil, "peak learning rate of the gains and biases on AdamW (default: "
-     .. "--adamw-lr)", above = 0 },
+     .. "--adamw-lr; --arch nanochat: its x0 scalars', 0.5, a hundredth of it for the residual "
+     .. "scalars)", above = 0 },
    { "weight-decay", "number", 0.1, "weight decay of the matrices (AdamW's embeddings, gains and "
      .. "biases have none)", min = 0, optim = "weight_decay" },
    { "adamw-weight-decay", "number", nil, "AdamW's weight decay of the matrices it updates "
@@ -426,7 +430,8 @@ local function check_flags(v)
       end
    end
    if v.n_kv_head and v.arch == "gpt" then
-      fail("--n-kv-head is for --arch llama (GPT-2's attention has a KV head per head)")
+      fail("--n-kv-head is for --arch llama or nanochat (GPT-2's attention has a KV head per "
+         .. "head)")
    end
    if v.rope_pairing and v.arch == "gpt" then
       fail("--rope-pairing is for --arch llama (GPT-2's positions are a learned table)")
@@ -453,6 +458,8 @@ local function check_flags(v)
       fail("--n-head %d does not divide the width %d (--n-embd%s)", v.n_head, v.n_embd,
          v.from_preset.n_embd and (", --preset %s's"):format(v.preset) or "")
    end
+   -- nanochat's four learning rates where the flags do not give them (app/recipe_nanochat.lua)
+   if v.arch == "nanochat" then require("lwopt.app.recipe_nanochat").flag_defaults(v) end
    v.embedding_lr = v.embedding_lr or v.adamw_lr
    v.scalar_lr = v.scalar_lr or v.adamw_lr
    if v.optimizer == "adamw" then

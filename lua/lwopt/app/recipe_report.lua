@@ -149,8 +149,9 @@ local function next_text(run, v, path, last)
          shell_word(tidy(path))),
       ("  the same command%s with --resume --steps %d   # trains on from step %d"):format(
          v.overwrite and " without --overwrite," or "", 2 * v.steps, last) }
-   -- the export formats hold dense models: GPT-2's (hf-gpt2) and LLaMA's (hf-llama)
-   if (v.n_expert or 0) == 0 then
+   -- the export formats hold dense models: GPT-2's (hf-gpt2) and LLaMA's (hf-llama), not
+   -- nanochat's (its value embeddings and residual scalars)
+   if (v.n_expert or 0) == 0 and v.arch ~= "nanochat" then
       lines[#lines + 1] = ("  %s export %s --format %s %s   # for transformers"):format(
          cmd, dir, v.arch == "llama" and "hf-llama" or "hf-gpt2",
          shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
@@ -291,8 +292,9 @@ end
 local function announce(run, v, data, path, say)
    if v.quiet then return end
    local dp = run.dp_comm or run.comm
-   local model = v.arch == "llama" and ("LLaMA %d layers x %d, %d heads (%d KV)"):format(v.n_layer,
-      v.n_embd, v.n_head, v.model_config.n_kv_head)
+   local names = { llama = "LLaMA", nanochat = "nanochat" }
+   local model = names[v.arch] and ("%s %d layers x %d, %d heads (%d KV)"):format(names[v.arch],
+      v.n_layer, v.n_embd, v.n_head, v.model_config.n_kv_head)
       or ("GPT %d layers x %d, %d heads"):format(v.n_layer, v.n_embd, v.n_head)
    say(("lwopt %s: %s, %s; %s/%s ZeRO-%d%s on %s, global batch %d x %d %ss; %s"):format(
       lw.version, model,

@@ -6,7 +6,8 @@
 -- n_kv_head / t of them, so t must divide n_kv_head), attention runs on the rank's heads, and
 -- proj is row-parallel (its all-reduce gives every rank the whole output). When its owner asks
 -- (head_max), the forward also gives each of the rank's heads' largest logit, which QK-clip reads
--- (lwopt/qk_clip.lua).
+-- (lwopt/qk_clip.lua). With value embeddings (nanochat's, ResFormer's value residual), a table
+-- of the tokens' values is mixed into V through a per-head gate (lw_value_gate_forward).
 local C = require("lwopt.C")
 local base = require("lwopt.nn.module")
 local Linear = require("lwopt.nn.linear")
@@ -32,6 +33,11 @@ Attention.head_max = nil
 -- qkv's output (the attention's input) and the attention's output (proj's input) in dtype
 -- (lw_dtype), and the input x, which qkv reads, in x_dtype.
 function Attention:set_activations(dtype, x_dtype)
+   if self.value_embed and (dtype ~= lib.LW_DTYPE_F32 or x_dtype ~= lib.LW_DTYPE_F32) then
+      errors.fail("nn.CausalSelfAttention " .. self.prefix, "value embeddings take fp32 "
+         .. "activations (the gate reads the input and writes qkv's V heads in fp32); use "
+         .. "activations \"fp32\"")
+   end
    self.qkv.y_dtype, self.out_dtype = dtype, dtype
    self.proj.x_dtype, self.qkv.x_dtype = dtype, x_dtype
    if self.rotary then self.rotary.qkv_dtype = dtype end
@@ -46,7 +52,10 @@ local function is_count(v) return type(v) == "number" and v >= 1 and v == math.f
 -- query and its own, flash attention's window_size (w, 0)), rotary (nil: no positions here, as
 -- GPT-2's learned table gives them; true or { base, pairing, sign }: nn.Rotary on the Q and K
 -- heads of qkv's output), qk_norm (nil; true or { eps }: nn.QKNorm after the rotation, nanochat's
--- order) }. With hd = c / n_head and kv =
+-- order), value_embed (nil; { vocab, channels = 12, scale = 3 }: parameters ve.weight {vocab,
+-- kv}, looked up by the tokens the owner sets in self.tokens before each forward, and
+-- ve_gate.weight {n_kv_head, channels}; V += scale sigmoid(ve_gate x[:, :channels]) ve per KV
+-- head; not under tensor parallelism) }. With hd = c / n_head and kv =
 -- n_kv_head * hd: qkv {c + 2 kv, c} (rows: the query heads, then the KV heads' K, then their V)
 -- and proj {c, c} Linears, or with tp (size above 1) their column- and row-parallel shards: qkv
 -- {(c + 2 kv) / t, c}, proj {c, c / t}. The qkv weight's spec says how its rows split into Q, K
@@ -87,6 +96,18 @@ function Attention.new(prefix, c, n_head, bias, tp, opts)
       self.qk_norm = self:add(QKNorm.new({ prefix = prefix .. "qk_norm.", head_dim = hd,
          n_head = self.n_head, n_kv_head = self.n_kv_head, eps = q.eps }))
    end
+   if opts.value_embed then
+      local ve = opts.value_embed
+      if t > 1 then
+         errors.fail(who, "value embeddings under tensor parallelism (tp %d): not supported; "
+            .. "train this model without --tp", t)
+      end
+      self.ve_channels, self.ve_scale = ve.channels or 12, ve.scale or 3
+      if self.ve_channels > c then
+         errors.fail(who, "the value gate's channels (%d) exceed n_embd (%d)", self.ve_channels, c)
+      end
+      self.value_embed, self.kv, self.ve_vocab = true, kv, ve.vocab
+   end
    if tp then
       -- equal blocks (today's { 3 }) unless the KV heads are fewer
       local blocks = kv == c and 3 or { c, kv, kv }
@@ -95,15 +116,46 @@ function Attention.new(prefix, c, n_head, bias, tp, opts)
       self.proj = self:add(RowParallelLinear.new(prefix .. "proj.", c, c, bias, tp))
    else
       self.qkv = self:add(Linear.new(prefix .. "qkv.", c, c + 2 * kv, bias, { weight = qkv }))
+      -- between qkv and proj: the order the passes read them in
+      if self.value_embed then
+         self:declare("ve.weight", { self.ve_vocab, kv }, "embedding")
+         self:declare("ve_gate.weight", { n_kv, self.ve_channels }, "matrix")
+      end
       self.proj = self:add(Linear.new(prefix .. "proj.", c, c, bias))
    end
    return self
+end
+
+-- the value embeddings' table is read with its dtype (lw_embedding_forward takes it)
+Attention.stored_reads = { ["ve.weight"] = true }
+
+-- The tokens' value embeddings (kept for the backward), mixed into qkv's V heads by the gate.
+local function value_forward(self, x, b, t)
+   local n = b * t
+   self.ve = self:buffer("ve", n * self.kv)
+   check(lib.lw_embedding_forward(self.stream, self.ve, self.tokens, self.w["ve.weight"], nil,
+      self.dtype["ve.weight"], b, t, self.kv))
+   check(lib.lw_value_gate_forward(self.stream, self.qkv_out, self.ve, x, self.w["ve_gate.weight"],
+      n, self.qkv_width, self.c + self.kv, self.c, self.n_kv_head, self.c / self.n_head,
+      self.ve_channels, self.ve_scale))
+end
+
+local function value_backward(self, x, dqkv, dx, b, t)
+   local n = b * t
+   local dve, dz = self:transient("dve", n * self.kv), self:transient("dz", n * self.n_kv_head)
+   zero(dve, n * self.kv, self.stream)
+   check(lib.lw_value_gate_backward(self.stream, dve, dx, self.g["ve_gate.weight"], dz, dqkv,
+      self.ve, x, self.w["ve_gate.weight"], n, self.qkv_width, self.c + self.kv, self.c,
+      self.n_kv_head, self.c / self.n_head, self.ve_channels, self.ve_scale))
+   check(lib.lw_embedding_backward(self.stream, self.g["ve.weight"], nil, dve, self.tokens, b, t,
+      self.kv))
 end
 
 -- x: float* [b*t, c] -> float* [b*t, c]
 function Attention:forward(x, b, t)
    local n = b * t
    self.qkv_out = self.qkv:forward(x, n)
+   if self.value_embed then self:with_params("forward", value_forward, x, b, t) end
    if self.rotary then self.rotary:forward(self.qkv_out, b, t) end
    if self.qk_norm then self.qk_norm:forward(self.qkv_out, b, t) end
    -- each row's log-sum-exp: all the backward keeps of the softmax (no t x t per head)
@@ -146,6 +198,8 @@ function Attention:backward(x, dout, dx, b, t)
    -- back through the norm (from its output, qkv_out as the forward left it) and the rotation
    if self.qk_norm then self.qk_norm:backward(self.qkv_out, dqkv, nil, b, t) end
    if self.rotary then self.rotary:backward(self.qkv_out, dqkv, nil, b, t) end
+   -- V's gradient reaches the gate and the table; qkv's own V rows take it whole
+   if self.value_embed then self:with_params("backward", value_backward, x, dqkv, dx, b, t) end
    self.qkv:backward(x, dqkv, dx, n)
 end
 

@@ -13,6 +13,7 @@ local tp_mod = require("lwopt.tp")
 local Embedding = require("lwopt.nn.embedding")
 local VocabParallelEmbedding = require("lwopt.nn.vocab_embedding")
 local Block = require("lwopt.nn.block")
+local ResidualScalars = require("lwopt.nn.residual_scalars")
 local errors = require("lwopt.errors")
 local fields = require("lwopt.fields")
 
@@ -46,6 +47,11 @@ GPT.fields = {
    { "activation", "choice", "gelu", { "gelu", "relu2", "swiglu" } },
    { "n_kv_head", "size", function(c) return c.n_head end },
    { "qk_norm", "bool", false }, { "window", "count", 0 },
+   -- nanochat's: rotary turning the other way, value embeddings on every other layer (the last
+   -- included) with their gate's input channels and scale, per-layer residual scalars
+   { "rope_reverse", "bool", false },
+   { "value_embeds", "bool", false }, { "ve_gate_channels", "size", 12 },
+   { "ve_gate_scale", "coef", 3 }, { "resid_scalars", "bool", false },
 }
 
 -- The groups a model is built over (not part of its description): lw.ep.groups's and
@@ -67,8 +73,16 @@ function GPT.check(c, who)
       return ("%s: rotary positions need an even head dim (n_embd / n_head = %d)"):format(who,
          c.n_embd / c.n_head)
    end
+   if c.value_embeds and c.ve_gate_channels > c.n_embd then
+      return ("%s: ve_gate_channels (%d) must be <= n_embd (%d): the gate reads the attention "
+         .. "input's first channels"):format(who, c.ve_gate_channels, c.n_embd)
+   end
    return nil
 end
+
+-- Whether layer i (0-based) of n_layer has value embeddings: every other layer, the last one
+-- included (nanochat's has_ve).
+function GPT.has_value_embeds(i, n_layer) return i % 2 == (n_layer - 1) % 2 end
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
@@ -106,6 +120,10 @@ function GPT.new(cfg)
          hidden = o.mlp_hidden or 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
          ep = o.ep and o.ep.size or 1 })
       if bad then fail("%s", bad) end
+      if o.value_embeds then
+         fail("value embeddings under tensor parallelism (tp %d) are not supported: their tables "
+            .. "and gates are not split over the TP group", o.tp.size)
+      end
       self.tp = o.tp
    end
    self.cfg = o
@@ -123,11 +141,19 @@ function GPT.new(cfg)
    -- the parts every block takes (docs/parts.md)
    local parts = { norm = o.norm, norm_gain = o.norm_gain, norm_eps = o.norm_eps,
       activation = o.activation }
-   local attention = { n_kv_head = o.n_kv_head, window = o.window, qk_norm = o.qk_norm,
-      rotary = o.position == "rotary" and { base = o.rope_base, pairing = o.rope_pairing } }
+   local rotary = o.position == "rotary" and { base = o.rope_base, pairing = o.rope_pairing,
+      sign = o.rope_reverse and -1 or 1 }
+   if o.resid_scalars then self.scalars = self:add(ResidualScalars.new(o.n_layer, c)) end
    self.blocks = {}
    self.block_inputs = {} -- each block's input in the last forward, for its backward
+   self.mix_inputs = {} -- with residual scalars: what each layer's mix took, for its backward
    for i = 0, o.n_layer - 1 do
+      local attention = { n_kv_head = o.n_kv_head, window = o.window, qk_norm = o.qk_norm,
+         rotary = rotary }
+      if o.value_embeds and GPT.has_value_embeds(i, o.n_layer) then
+         attention.value_embed = { vocab = o.vocab, channels = o.ve_gate_channels,
+            scale = o.ve_gate_scale }
+      end
       self.blocks[i + 1] = self:add(Block.new("h." .. i .. ".", c, o.n_head, o.bias,
          moe_config(o), self.tp, o.mlp_hidden, attention, parts))
    end
@@ -241,11 +267,21 @@ function GPT:forward(tokens, targets, b, t)
       local all = self:buffer("head_max", #self.blocks * nh)
       for i, block in ipairs(self.blocks) do block.attn.head_max = all + (i - 1) * nh end
    end
+   -- x0: what the residual scalars mix back in before every layer
+   local scalars, x0 = self.scalars, x
+   self.x0 = x0
+   if scalars then scalars:hold("forward") end
    for i, block in ipairs(self.blocks) do
+      if scalars then
+         self.mix_inputs[i] = x
+         x = scalars:forward(i, x, x0, n)
+      end
       self.block_inputs[i] = x
+      block.attn.tokens = self.tokens -- the value embeddings' lookup, if the layer has them
       x = block:forward(x, b, t)
       if block.moe then self.aux_loss = self.aux_loss + block.moe.aux_loss end
    end
+   if scalars then scalars:let_go() end
    self.x_last = x
    self.h = self.ln_f:forward(x, n)
    self.logits = self:buffer("logits",
@@ -283,11 +319,26 @@ function GPT:backward(loss_scale)
    zero(dx, n * c, self.stream)
    self.ln_f:backward(self.x_last, dh, dx, n)
    local dnext = self:buffer("dx2", n * c)
+   local scalars, dx0 = self.scalars, nil
+   if scalars then
+      scalars:hold("backward")
+      dx0 = self:buffer("dx0", n * c) -- the gradient every layer's mix sends to x0
+      zero(dx0, n * c, self.stream)
+   end
    for i = #self.blocks, 1, -1 do
       if self.blocks[i].moe then self.blocks[i].moe.aux_scale = loss_scale or 1 end
       zero(dnext, n * c, self.stream)
       self.blocks[i]:backward(self.block_inputs[i], dx, dnext, b, t)
-      dx, dnext = dnext, dx
+      if scalars then -- dnext is the mix's output gradient: dx becomes its input's
+         zero(dx, n * c, self.stream)
+         scalars:backward(i, self.mix_inputs[i], self.x0, dnext, dx, dx0, n)
+      else
+         dx, dnext = dnext, dx
+      end
+   end
+   if scalars then
+      check(lib.lw_vec_add(self.stream, dx, dx, dx0, n * c))
+      scalars:let_go()
    end
    self.embedding:backward(self.tokens, dx, nil, b, t)
 end

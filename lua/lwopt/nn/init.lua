@@ -28,6 +28,8 @@ return {
    MLP = require("lwopt.nn.mlp"),
    MoE = require("lwopt.nn.moe"),
    Block = require("lwopt.nn.block"),
+   -- nanochat's per-layer residual scalars (its value embeddings are CausalSelfAttention's)
+   ResidualScalars = require("lwopt.nn.residual_scalars"),
    GPT = require("lwopt.nn.gpt"),
    -- Bytes of activation buffers allocated by the modules of this process.
    activation_bytes = base.activation_bytes,

@@ -238,7 +238,32 @@
        int64_t hd),                                                                                \
       (s, dx, dx_dtype, y, y_dtype, rstd, rows, row_stride, col0, n_heads, hd),                    \
       lwi_check_head_rmsnorm("head rmsnorm backward", dx_dtype, y_dtype, rows, row_stride, col0, \
-                             n_heads, hd, 0.0f))
+                             n_heads, hd, 0.0f))                                                   \
+    /* nanochat's value embeddings' per-head gate and its per-layer residual scalars */           \
+    X(value_gate_forward,                                                                          \
+      (lw_stream * s, float *qkv, const float *ve, const float *x, const float *w, int64_t n,      \
+       int64_t row_stride, int64_t col0, int64_t x_stride, int64_t n_heads, int64_t hd,            \
+       int64_t channels, float scale),                                                             \
+      (s, qkv, ve, x, w, n, row_stride, col0, x_stride, n_heads, hd, channels, scale),             \
+      lwi_check_value_gate("value gate forward", n, row_stride, col0, x_stride, n_heads, hd,       \
+                           channels, scale))                                                       \
+    X(value_gate_backward,                                                                         \
+      (lw_stream * s, float *dve, float *dx, float *dw, float *dz, const float *dqkv,              \
+       const float *ve, const float *x, const float *w, int64_t n, int64_t row_stride,             \
+       int64_t col0, int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,              \
+       float scale),                                                                               \
+      (s, dve, dx, dw, dz, dqkv, ve, x, w, n, row_stride, col0, x_stride, n_heads, hd, channels,   \
+       scale),                                                                                     \
+      lwi_check_value_gate("value gate backward", n, row_stride, col0, x_stride, n_heads, hd,      \
+                           channels, scale))                                                       \
+    X(residual_mix_forward,                                                                        \
+      (lw_stream * s, float *y, const float *x, const float *x0, const float *a, const float *b,   \
+       int64_t n),                                                                                 \
+      (s, y, x, x0, a, b, n), lwi_work_if(n > 0))                                                  \
+    X(residual_mix_backward,                                                                       \
+      (lw_stream * s, float *dx, float *dx0, float *da, float *db, const float *dy,                \
+       const float *x, const float *x0, const float *a, const float *b, int64_t n),                \
+      (s, dx, dx0, da, db, dy, x, x0, a, b, n), lwi_work_if(n > 0))
 
 /* The kernels the core calls with its own structures (the optimizers): dispatched by
  * lwi_run_<name> (device.h), with no public function of their own.

@@ -250,3 +250,22 @@ lw_status lwi_check_head_rmsnorm(const char *what, lw_dtype dtype, lw_dtype y_dt
     st = check_heads_in_row(what, row_stride, col0, n_heads, hd);
     return st != LW_OK ? st : lwi_work_if(rows > 0 && n_heads > 0);
 }
+
+lw_status lwi_check_value_gate(const char *what, int64_t n, int64_t row_stride, int64_t col0,
+                               int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
+                               float scale) {
+    if (n < 0) return lwi_fail(LW_ERR_INVALID, "%s: n (%lld) must be >= 0", what, (long long)n);
+    if (n_heads < 1 || hd < 1)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: n_heads (%lld) and the head dim hd (%lld) must be >= 1", what,
+                        (long long)n_heads, (long long)hd);
+    if (channels < 1 || channels > x_stride)
+        return lwi_fail(LW_ERR_INVALID,
+                        "%s: the gate's channels (%lld) must be >= 1 and within x's row stride "
+                        "(%lld)",
+                        what, (long long)channels, (long long)x_stride);
+    if (!isfinite(scale))
+        return lwi_fail(LW_ERR_INVALID, "%s: scale must be finite, got %g", what, (double)scale);
+    lw_status st = check_heads_in_row(what, row_stride, col0, n_heads, hd);
+    return st != LW_OK ? st : lwi_work_if(n > 0);
+}

@@ -27,7 +27,8 @@ void lwi_cpu_widen_bf16(float *y, const uint16_t *x, int64_t n);
  * rmsnorm.c, relu2.c, swiglu.c (the activations: their operands in activation.h), softcap.c (the
  * logits' softcap), attention.c, cross_entropy.c, moe.c (router, load-balancing loss), gather.c
  * (gather, combine), bf16.c (the conversions between fp32 and bf16), rope.c (rotary embeddings),
- * head_rmsnorm.c (QK norm); copy_2d in cpu.c with the memory entries. */
+ * head_rmsnorm.c (QK norm), value_gate.c and residual_mix.c (nanochat's value embeddings' gate
+ * and residual scalars); copy_2d in cpu.c with the memory entries. */
 #define LWI_CPU_SIZE_DECLARATION(name, params, args) int64_t lwi_cpu_##name params;
 LWI_SCRATCH_SIZES(LWI_CPU_SIZE_DECLARATION)
 #undef LWI_CPU_SIZE_DECLARATION

@@ -1,0 +1,73 @@
+-- models/nanochat.lua: the registry's entry for nanochat's GPT (Andrej Karpathy's nanochat,
+-- nanochat/gpt.py): token embedding without positions, parameter-free RMSNorm before the
+-- attention and the MLP and at the end, rotary embeddings by halves turning nanochat's way (the
+-- opposite of Hugging Face's) with base 100000, QK norm after the rotation, grouped-query
+-- attention, value embeddings mixed into V through a per-head gate on every other layer (the last
+-- included), per-layer residual scalars mixing the embedding back in, a ReLU^2 MLP, no biases,
+-- an untied head. It is nn.GPT built with those parts (docs/parts.md); what nanochat has beyond
+-- them is listed there.
+local GPT = require("lwopt.nn.gpt")
+local gpt = require("lwopt.models.gpt")
+
+local function has_field(key)
+   for _, f in ipairs(GPT.fields) do if f[1] == key then return true end end
+   return false
+end
+
+-- GPT's fields with nanochat's defaults. The norms' eps is torch's default for F.rms_norm in
+-- fp32, the dtype's machine epsilon. softcap, window_pattern and embed_norm are nanochat's values
+-- for fields nn.GPT may not have yet (unused until it does); the short window of its "S" layers
+-- (a quarter of the sequence, rounded up to 128) is window's default only with window_pattern,
+-- since without a pattern a window would apply to every layer.
+local DEFAULTS = { norm = "rmsnorm", norm_gain = false, norm_eps = 2 ^ -23, position = "rotary",
+   rope_base = 100000, rope_pairing = "halves", rope_reverse = true, activation = "relu2",
+   qk_norm = true, tied = false, bias = false, vocab = 32768, seq_len = 2048,
+   value_embeds = true, ve_gate_channels = 12, ve_gate_scale = 3, resid_scalars = true,
+   softcap = 15, window_pattern = "SSSL", embed_norm = true }
+if has_field("window_pattern") then
+   DEFAULTS.window = function(c) return 128 * math.ceil(c.seq_len / 4 / 128) end
+end
+
+local fields = {}
+for i, f in ipairs(GPT.fields) do
+   local copy = { f[1], f[2], f[3], f[4] }
+   if DEFAULTS[f[1]] ~= nil then copy[3] = DEFAULTS[f[1]] end
+   fields[i] = copy
+end
+
+-- nanochat's init_weights, by parameter (c: the model's config): how its values are drawn.
+-- { normal = std }, { uniform = { lo, hi } }, { values = list } or { zeros = true }.
+local function init(spec, c)
+   local name = spec.name
+   local s = math.sqrt(3) / math.sqrt(c.n_embd) -- a uniform of std 1 / sqrt(n_embd)
+   local L = c.n_layer
+   local function ramp(first, drop)
+      local v = {}
+      for i = 0, L - 1 do v[i + 1] = first - drop * i / math.max(L - 1, 1) end
+      return { values = v }
+   end
+   if name == "wte.weight" then return { normal = 0.8 } end
+   if name == "lm_head.weight" then return { normal = 0.001 } end
+   if name == "resid_lambdas" then return ramp(1.15, 0.10) end
+   if name == "x0_lambdas" then return ramp(0.20, 0.15) end
+   if name:match("proj%.weight$") then return { zeros = true } end
+   if name:match("mlp%.fc%.weight$") then return { uniform = { -0.4 * s, 0.4 * s } } end
+   if name:match("ve_gate%.weight$") then return { uniform = { 0, 0.02 } } end
+   if name:match("attn%.qkv%.weight$") or name:match("attn%.ve%.weight$") then
+      return { uniform = { -s, s } }
+   end
+   return nil -- anything else: the recipe's default
+end
+
+return {
+   name = "nanochat",
+   fields = fields,
+   check = GPT.check,
+   -- nn.GPT over run's groups, as GPT-2's entry builds it
+   build = gpt.build,
+   init = init,
+   describe = function(c)
+      return ("nanochat %d layers x %d, %d heads (%d KV), sequence %d"):format(c.n_layer,
+         c.n_embd, c.n_head, c.n_kv_head, c.seq_len)
+   end,
+}
