@@ -76,8 +76,8 @@ lw_status lw_add_layernorm_forward(lw_stream *stream, float *sum, void *y, lw_dt
  * lw_layernorm_backward; lw_vec_add then lw_layernorm_backward, bit for bit. */
 lw_status lw_add_layernorm_backward(lw_stream *stream, float *dx, float *dg, float *dbeta,
                                     const float *dres, const float *dy, const float *x,
-                                    const float *g, const float *mean, const float *rstd,
-                                    int64_t n, int64_t c);
+                                    const float *g, const float *mean, const float *rstd, int64_t n,
+                                    int64_t c);
 
 /* GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), y of y_dtype, x of
  * x_dtype. */
@@ -138,16 +138,16 @@ lw_status lw_softcap_backward(lw_stream *stream, float *dx, const float *dy, con
  * (w, 0)). c must divide by nh, nh by nkv. */
 
 /* Floats of scratch both passes need, the caller's workspace on the stream's device. */
-int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c,
-                                    int64_t nh, int64_t nkv, int64_t window);
+int64_t lw_attention_scratch_floats(lw_stream *stream, int64_t b, int64_t t, int64_t c, int64_t nh,
+                                    int64_t nkv, int64_t window);
 /* qkv of qkv_dtype; out of out_dtype (fp32, or bf16: computed in fp32 and rounded); lse fp32.
  * head_max[nh] (optional, fp32): each head's largest score q_i . k_j / sqrt(hd) over the
  * batch's unmasked pairs (the causal window's), as the kernel computes its scores; NaN for a
  * head with a NaN row (docs/c_api.md). */
 lw_status lw_attention_forward(lw_stream *stream, void *out, lw_dtype out_dtype, float *lse,
-                               float *head_max, float *scratch, const void *qkv,
-                               lw_dtype qkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,
-                               int64_t nkv, int64_t window);
+                               float *head_max, float *scratch, const void *qkv, lw_dtype qkv_dtype,
+                               int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv,
+                               int64_t window);
 /* dqkv[b, t, c + 2 nkv hd] += ..., from the forward's qkv (of qkv_dtype), out (of out_dtype)
  * and lse; dqkv of dqkv_dtype (bf16: the fp32 sum rounded). A KV head's gradient sums over the
  * query heads that read it. */
@@ -159,7 +159,9 @@ lw_status lw_attention_backward(lw_stream *stream, void *dqkv, lw_dtype dqkv_dty
 /* ---- the LM head: logits and softmax cross-entropy ------------------------------------------ *
  * logits = h[n, c] w[v, c]^T, formed a chunk of rows at a time in scratch (never n x v at once
  * unless that fits one chunk), in logits_dtype (fp32, or bf16 with fp32 statistics); the
- * backward takes the forward's. Rows whose target is outside [0, v) are ignored. */
+ * backward takes the forward's. softcap > 0 caps every logit at softcap tanh(logit / softcap)
+ * (lw_softcap_forward's formula, in fp32) before the softmax, and the backward takes the cap's
+ * slope; 0 leaves them as they are. Rows whose target is outside [0, v) are ignored. */
 
 /* Floats of scratch the LM head needs for n rows and v vocabulary rows. */
 int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v);
@@ -167,15 +169,17 @@ int64_t lw_cross_entropy_scratch_floats(lw_stream *stream, int64_t n, int64_t v)
  * the mean over counted rows; waits for the stream. */
 lw_status lw_cross_entropy_forward(lw_stream *stream, float *losses, float *lse, float *scratch,
                                    const float *h, const void *w, lw_dtype w_dtype,
-                                   lw_dtype logits_dtype, const int32_t *targets, int64_t n,
-                                   int64_t c, int64_t v, double *loss);
-/* Backward of loss_scale * (mean loss), after the forward of the same h, w, targets with its
- * scratch untouched: dlogits = loss_scale * (softmax - onehot) / count, dh[n, c] += dlogits w
- * (dh optional), dw[v, c] += dlogits^T h. */
+                                   lw_dtype logits_dtype, float softcap, const int32_t *targets,
+                                   int64_t n, int64_t c, int64_t v, double *loss);
+/* Backward of loss_scale * (mean loss), after the forward of the same h, w, softcap, targets
+ * with its scratch untouched: dlogits = loss_scale * (softmax - onehot) / count (times the cap's
+ * slope 1 - (z / softcap)^2 at each capped logit z), dh[n, c] += dlogits w (dh optional),
+ * dw[v, c] += dlogits^T h. */
 lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                     const float *h, const void *w, lw_dtype w_dtype,
-                                    lw_dtype logits_dtype, const int32_t *targets, const float *lse,
-                                    int64_t n, int64_t c, int64_t v, float loss_scale);
+                                    lw_dtype logits_dtype, float softcap, const int32_t *targets,
+                                    const float *lse, int64_t n, int64_t c, int64_t v,
+                                    float loss_scale);
 
 /* ---- tensor parallelism: the vocabulary-parallel embedding and LM head ----------------------- *
  * Each rank of a TP group holds rows [first, first + rows) of the vocabulary's tables; the
@@ -186,34 +190,36 @@ lw_status lw_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, flo
  * wpe[t, :] (optional: one rank passes it). wte: [rows, c]. */
 lw_status lw_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
                                      const void *wte, const void *wpe, lw_dtype w_dtype,
-                                     int64_t first, int64_t rows, int64_t b, int64_t t,
-                                     int64_t c);
+                                     int64_t first, int64_t rows, int64_t b, int64_t t, int64_t c);
 /* dwte[tokens[b, t] - first, :] += dy[b, t, :] for tokens in [first, first + rows), in the
  * order of lw_embedding_backward; dwpe[t, :] += dy[b, t, :] (optional). */
 lw_status lw_embedding_range_backward(lw_stream *stream, float *dwte, float *dwpe, const float *dy,
-                                      const int32_t *tokens, int64_t first, int64_t rows,
-                                      int64_t b, int64_t t, int64_t c);
+                                      const int32_t *tokens, int64_t first, int64_t rows, int64_t b,
+                                      int64_t t, int64_t c);
 /* This rank's softmax statistics for vocabulary rows [first, first + v): stats[3, n] = each
  * row's largest logit here, its sum of exp(logit - max), and the target's logit when held here
- * (else 0). Scratch as lw_cross_entropy_forward's. */
+ * (else 0), of the capped logits with softcap > 0 (as lw_cross_entropy_forward's). Scratch as
+ * lw_cross_entropy_forward's. */
 lw_status lw_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
                                            const float *h, const void *w, lw_dtype w_dtype,
-                                           lw_dtype logits_dtype, const int32_t *targets, int64_t n,
-                                           int64_t c, int64_t v, int64_t first, int64_t vocab);
+                                           lw_dtype logits_dtype, float softcap,
+                                           const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                           int64_t first, int64_t vocab);
 /* The group's stats[parts, 3, n] (all ranks', in rank order) combined into lse[n] and
  * losses[n]; [out] *loss (host): the mean over counted rows; waits for the stream. The same on
  * every rank, bit for bit. */
-lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse,
-                                   const float *stats, int64_t parts, const int32_t *targets,
-                                   int64_t n, int64_t vocab, double *loss);
+lw_status lw_cross_entropy_combine(lw_stream *stream, float *losses, float *lse, const float *stats,
+                                   int64_t parts, const int32_t *targets, int64_t n, int64_t vocab,
+                                   double *loss);
 /* Backward of loss_scale * (mean loss) on this rank's rows, after lw_cross_entropy_combine and
- * with the partial forward's scratch untouched: dh[n, c] += this rank's share (dh optional),
- * dw[v, c] += dlogits^T h. */
+ * with the partial forward's scratch untouched (and its softcap): dh[n, c] += this rank's share
+ * (dh optional), dw[v, c] += dlogits^T h. */
 lw_status lw_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                             const float *h, const void *w, lw_dtype w_dtype,
-                                            lw_dtype logits_dtype, const int32_t *targets,
-                                            const float *lse, int64_t n, int64_t c, int64_t v,
-                                            int64_t first, int64_t vocab, float loss_scale);
+                                            lw_dtype logits_dtype, float softcap,
+                                            const int32_t *targets, const float *lse, int64_t n,
+                                            int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                            float loss_scale);
 
 /* ---- a mixture of experts ---------------------------------------------------------------------
  * n tokens, e experts, each token sent to k of them. The token permutation (tokens sorted by

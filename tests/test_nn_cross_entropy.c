@@ -38,19 +38,20 @@ static ce_case case_new(int64_t n, int64_t c, int64_t v, int ignore_every) {
 }
 
 static void case_free(ce_case *k) {
-    free(k->h), free(k->w), free(k->tg), free(k->lse), free(k->scratch), free(k->losses), free(k->dh), free(k->dw);
+    free(k->h), free(k->w), free(k->tg), free(k->lse), free(k->scratch), free(k->losses),
+        free(k->dh), free(k->dw);
 }
 
 static double forward(ce_case *k) {
     double loss = NAN;
     CHECK_OK(lw_cross_entropy_forward(NULL, k->losses, k->lse, k->scratch, k->h, k->w, LW_DTYPE_F32,
-                                      LW_DTYPE_F32, k->tg, k->n, k->c, k->v, &loss));
+                                      LW_DTYPE_F32, 0.0f, k->tg, k->n, k->c, k->v, &loss));
     return loss;
 }
 
 static void backward(ce_case *k, float *dh, float *dw, float scale) {
     CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->scratch, k->h, k->w, LW_DTYPE_F32,
-                                       LW_DTYPE_F32, k->tg, k->lse, k->n, k->c, k->v, scale));
+                                       LW_DTYPE_F32, 0.0f, k->tg, k->lse, k->n, k->c, k->v, scale));
 }
 
 static double logit(const ce_case *k, int64_t i, int64_t j) {
@@ -276,14 +277,23 @@ static void test_large_logits(void) {
     case_free(&k);
 }
 
-/* Logits of a dtype the head does not hold, named, before anything is written. */
+/* Logits of a dtype the head does not hold, or a softcap not finite and >= 0, named, before
+ * anything is written. */
 static void test_dtypes(void) {
     float h[2] = {1, 2}, w[4] = {1, 0, 0, 1}, losses[1] = {7}, lse[1] = {7}, scratch[2];
     const int32_t tg[1] = {1};
     double loss = -1;
     CHECK_FAILS(lw_cross_entropy_forward(NULL, losses, lse, scratch, h, w, LW_DTYPE_F32,
-                                         LW_DTYPE_F16, tg, 1, 2, 2, &loss),
+                                         LW_DTYPE_F16, 0.0f, tg, 1, 2, 2, &loss),
                 LW_ERR_INVALID, "cross-entropy forward: logits of dtype f16: fp32 or bf16 only");
+    CHECK_FAILS(lw_cross_entropy_forward(NULL, losses, lse, scratch, h, w, LW_DTYPE_F32,
+                                         LW_DTYPE_F32, -15.0f, tg, 1, 2, 2, &loss),
+                LW_ERR_INVALID,
+                "cross-entropy forward: softcap must be finite and >= 0 (0: none), got -15");
+    CHECK_FAILS(lw_cross_entropy_backward(NULL, losses, w, scratch, h, w, LW_DTYPE_F32,
+                                          LW_DTYPE_F32, INFINITY, tg, lse, 1, 2, 2, 1.0f),
+                LW_ERR_INVALID,
+                "cross-entropy backward: softcap must be finite and >= 0 (0: none), got inf");
     CHECK(losses[0] == 7 && lse[0] == 7);
 }
 

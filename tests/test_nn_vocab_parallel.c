@@ -147,7 +147,7 @@ static double tp_forward(tp_case *k) {
     for (int64_t p = 0; p < k->parts; p++)
         CHECK_OK(lw_cross_entropy_partial_forward(
             NULL, k->stats + p * 3 * k->n, k->scratch[p], k->h, k->w + p * k->rows * k->c,
-            LW_DTYPE_F32, LW_DTYPE_F32, k->tg, k->n, k->c, k->rows, p * k->rows, k->vocab));
+            LW_DTYPE_F32, LW_DTYPE_F32, 0.0f, k->tg, k->n, k->c, k->rows, p * k->rows, k->vocab));
     double loss = NAN;
     CHECK_OK(lw_cross_entropy_combine(NULL, k->losses, k->lse, k->stats, k->parts, k->tg, k->n,
                                       k->vocab, &loss));
@@ -159,10 +159,10 @@ static void tp_backward(tp_case *k, float *dh, float *dw, float scale) {
     float *part = nn_alloc(k->n * k->c);
     for (int64_t p = 0; p < k->parts; p++) {
         memset(part, 0, sizeof(float) * (size_t)(k->n * k->c));
-        CHECK_OK(lw_cross_entropy_partial_backward(NULL, part, dw + p * k->rows * k->c,
-                                                   k->scratch[p], k->h, k->w + p * k->rows * k->c,
-                                                   LW_DTYPE_F32, LW_DTYPE_F32, k->tg, k->lse, k->n,
-                                                   k->c, k->rows, p * k->rows, k->vocab, scale));
+        CHECK_OK(lw_cross_entropy_partial_backward(
+            NULL, part, dw + p * k->rows * k->c, k->scratch[p], k->h, k->w + p * k->rows * k->c,
+            LW_DTYPE_F32, LW_DTYPE_F32, 0.0f, k->tg, k->lse, k->n, k->c, k->rows, p * k->rows,
+            k->vocab, scale));
         for (int64_t i = 0; i < k->n * k->c; i++)
             dh[i] += part[i];
     }
@@ -195,9 +195,9 @@ static void cross_entropy_case(int64_t n, int64_t c, int64_t vocab, int64_t part
     double ref = NAN;
     const float scale = 2.5f;
     CHECK_OK(lw_cross_entropy_forward(NULL, losses, lse, scratch, k.h, k.w, LW_DTYPE_F32,
-                                      LW_DTYPE_F32, k.tg, n, c, vocab, &ref));
+                                      LW_DTYPE_F32, 0.0f, k.tg, n, c, vocab, &ref));
     CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, scratch, k.h, k.w, LW_DTYPE_F32, LW_DTYPE_F32,
-                                       k.tg, lse, n, c, vocab, scale));
+                                       0.0f, k.tg, lse, n, c, vocab, scale));
     const double mean = tp_forward(&k);
     float *tdh = nn_alloc(n * c), *tdw = nn_alloc(padded * c);
     tp_backward(&k, tdh, tdw, scale);
@@ -282,9 +282,9 @@ static void test_padding_shard_compares(void) {
     nn_fill(w, v * c, 1.0f);
     int32_t tg[6] = {0, 3, 7, -1, 8, 5};
     CHECK_OK(lw_cross_entropy_partial_forward(NULL, a, scratch, h, w, LW_DTYPE_F32, LW_DTYPE_F32,
-                                              tg, n, c, v, first, vocab));
+                                              0.0f, tg, n, c, v, first, vocab));
     CHECK_OK(lw_cross_entropy_partial_forward(NULL, b, scratch, h, w, LW_DTYPE_F32, LW_DTYPE_F32,
-                                              tg, n, c, v, first, vocab));
+                                              0.0f, tg, n, c, v, first, vocab));
     bool padding = true;
     for (int64_t i = 0; i < n; i++)
         padding &= isinf(a[i]) && a[i] < 0 && a[n + i] == 0.0f && a[2 * n + i] == 0.0f;

@@ -21,8 +21,14 @@
 //
 // At the end the same head split over tensor parallelism's vocabulary ranks: a rank's row
 // statistics, their combination across ranks, and its rows' gradient.
+//
+// A softcap (cap > 0) is applied as the row kernels read each logit (softcap.h, the softcap
+// kernel's operations): the scratch keeps the GEMM's logits, except that a kept fp32 chunk holds
+// the capped logits rather than the probabilities, from which the backward takes both the
+// probability and the cap's slope. cap 0 takes none of these paths.
 #include "cuda/bf16_bits.h"
 #include "cuda/cuda.h"
+#include "cuda/softcap.h"
 
 #include <math.h>
 
@@ -53,6 +59,13 @@ template <typename T, typename Op> __device__ T block_reduce(T v, T *shared, Op 
     return shared[32];
 }
 
+// Logit j of a row as the softmax sees it: capped when cap > 0 (a uniform branch)
+template <typename L>
+__device__ __forceinline__ float logit_at(const L *row, int64_t j, float cap) {
+    const float x = lwc_load(row, j);
+    return cap > 0.0f ? lwc_softcap_value(x, cap) : x;
+}
+
 struct max_op {
     __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
@@ -60,13 +73,13 @@ struct sum_op {
     __device__ double operator()(double a, double b) const { return a + b; }
 };
 
-// grid (rows): row r of logits[rows, v]: lse[r], losses[r]; with keep (fp32 logits only), the
-// row becomes its probabilities exp(logit - lse) (the backward's input when the whole batch fit
-// one chunk).
+// grid (rows): row r of logits[rows, v] (capped at cap > 0): lse[r], losses[r]; with keep (fp32
+// logits only), the row becomes its probabilities exp(logit - lse), or with a cap its capped
+// logits (the backward's input when the whole batch fit one chunk).
 template <typename L>
 __global__ void __launch_bounds__(ROW_THREADS)
-    rows_kernel(L *logits, int64_t v, const int32_t *targets, float *losses, float *lse,
-                bool keep) {
+    rows_kernel(L *logits, int64_t v, const int32_t *targets, float *losses, float *lse, bool keep,
+                float cap) {
     __shared__ float fshared[33];
     __shared__ double dshared[33];
     __shared__ float row_lse;
@@ -74,12 +87,12 @@ __global__ void __launch_bounds__(ROW_THREADS)
     L *row = logits + r * v;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-        m = fmaxf(m, lwc_load(row, j));
+        m = fmaxf(m, logit_at(row, j, cap));
     m = block_reduce(m, fshared, max_op(), -INFINITY);
     // expf of the shifted logits summed in double: v can be 50k
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-        sum += (double)expf(lwc_load(row, j) - m);
+        sum += (double)expf(logit_at(row, j, cap) - m);
     sum = block_reduce(sum, dshared, sum_op(), 0.0);
     if (threadIdx.x == 0) {
         const double log_sum = log(sum);
@@ -88,10 +101,13 @@ __global__ void __launch_bounds__(ROW_THREADS)
         row_lse = l;
         const int32_t tg = targets[r];
         // log(sum) - (logit - max): accurate where the target's probability underflows
-        losses[r] = counted(tg, v) ? (float)(log_sum - (double)(lwc_load(row, tg) - m)) : 0.0f;
+        losses[r] = counted(tg, v) ? (float)(log_sum - (double)(logit_at(row, tg, cap) - m)) : 0.0f;
     }
     __syncthreads(); // row[tg] is read before any thread overwrites it
-    if (keep) {
+    if (keep && cap > 0.0f) {
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+            lwc_store(row, j, logit_at(row, j, cap));
+    } else if (keep) {
         const float l = row_lse;
         for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
             lwc_store(row, j, expf(lwc_load(row, j) - l));
@@ -118,10 +134,12 @@ __global__ void count_kernel(const int32_t *targets, int64_t n, int64_t v, int32
 
 // grid (rows): row r becomes loss_scale / count * (p - onehot(target)), p = exp(logit - lse)
 // (recompute) or the kept probabilities; 0 for an ignored target. Rounded as the CPU: p * s,
-// then the target's entry minus s (then to bf16 for bf16 logits).
+// then the target's entry minus s (then to bf16 for bf16 logits). With a cap, p = exp(z - lse)
+// of the capped logit z (capped here with recompute, else kept so), and each entry then times
+// the cap's slope at z.
 template <typename L>
 __global__ void dlogits_kernel(L *logits, int64_t v, const int32_t *targets, const float *lse,
-                               bool recompute, float loss_scale, const int32_t *count) {
+                               bool recompute, float loss_scale, const int32_t *count, float cap) {
     const int64_t r = blockIdx.x;
     L *row = logits + r * v;
     const int32_t tg = targets[r];
@@ -132,6 +150,14 @@ __global__ void dlogits_kernel(L *logits, int64_t v, const int32_t *targets, con
     }
     // count >= 1 here: this row's target is counted
     const float s = __fdiv_rn(loss_scale, (float)*count), l = lse[r];
+    if (cap > 0.0f) {
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+            const float z = recompute ? logit_at(row, j, cap) : lwc_load(row, j);
+            const float d = __fmul_rn(expf(z - l), s);
+            lwc_store(row, j, __fmul_rn(j == tg ? __fsub_rn(d, s) : d, lwc_softcap_slope(z, cap)));
+        }
+        return;
+    }
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
         const float x = lwc_load(row, j);
         const float d = __fmul_rn(recompute ? expf(x - l) : x, s);
@@ -141,30 +167,30 @@ __global__ void dlogits_kernel(L *logits, int64_t v, const int32_t *targets, con
 
 // ---- tensor parallelism: the vocabulary-parallel head -------------------------------------
 
-// grid (rows): row r of logits[rows, v], its first `real` columns: the max, the sum of exp(logit
-// - max) in double (rounded once to float), the target's logit where this rank holds it; into
-// stats[3, n] at row r0 + r. real 0: -inf, 0, 0 (the logits are not read).
+// grid (rows): row r of logits[rows, v] (capped at cap > 0), its first `real` columns: the max,
+// the sum of exp(logit - max) in double (rounded once to float), the target's logit where this
+// rank holds it; into stats[3, n] at row r0 + r. real 0: -inf, 0, 0 (the logits are not read).
 template <typename L>
 __global__ void __launch_bounds__(ROW_THREADS)
     partial_rows_kernel(const L *logits, int64_t v, int64_t real, const int32_t *targets,
-                        int64_t first, float *stats, int64_t n, int64_t r0) {
+                        int64_t first, float *stats, int64_t n, int64_t r0, float cap) {
     __shared__ float fshared[33];
     __shared__ double dshared[33];
     const int64_t r = blockIdx.x;
     const L *row = logits + r * v;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
-        m = fmaxf(m, lwc_load(row, j));
+        m = fmaxf(m, logit_at(row, j, cap));
     m = block_reduce(m, fshared, max_op(), -INFINITY);
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
-        sum += (double)expf(lwc_load(row, j) - m);
+        sum += (double)expf(logit_at(row, j, cap) - m);
     sum = block_reduce(sum, dshared, sum_op(), 0.0);
     if (threadIdx.x == 0) {
         const int64_t k = (int64_t)targets[r] - first;
         stats[r0 + r] = m;
         stats[n + r0 + r] = (float)sum;
-        stats[2 * n + r0 + r] = k >= 0 && k < real ? lwc_load(row, k) : 0.0f;
+        stats[2 * n + r0 + r] = k >= 0 && k < real ? logit_at(row, k, cap) : 0.0f;
     }
 }
 
@@ -190,11 +216,12 @@ __global__ void combine_kernel(float *losses, float *lse, const float *stats, in
 
 // grid (rows): row r becomes loss_scale / count * (exp(logit - lse) - onehot) over its first
 // `real` columns (the target at column target - first when held here), 0 in the padding and in a
-// row whose target is ignored. Rounded as the CPU: p * s, then the target's entry minus s.
+// row whose target is ignored. Rounded as the CPU: p * s, then the target's entry minus s; with
+// a cap, p of the capped logit z, each entry then times the cap's slope at z.
 template <typename L>
 __global__ void partial_dlogits_kernel(L *logits, int64_t v, int64_t real, const int32_t *targets,
                                        int64_t first, int64_t vocab, const float *lse,
-                                       float loss_scale, const int32_t *count) {
+                                       float loss_scale, const int32_t *count, float cap) {
     const int64_t r = blockIdx.x;
     L *row = logits + r * v;
     const int32_t tg = targets[r];
@@ -210,8 +237,9 @@ __global__ void partial_dlogits_kernel(L *logits, int64_t v, int64_t real, const
             lwc_store(row, j, 0.0f);
             continue;
         }
-        const float d = __fmul_rn(expf(lwc_load(row, j) - l), s);
-        lwc_store(row, j, j == k ? __fsub_rn(d, s) : d);
+        const float z = logit_at(row, j, cap);
+        const float d0 = __fmul_rn(expf(z - l), s), d = j == k ? __fsub_rn(d0, s) : d0;
+        lwc_store(row, j, cap > 0.0f ? __fmul_rn(d, lwc_softcap_slope(z, cap)) : d);
     }
 }
 
@@ -220,14 +248,14 @@ __global__ void partial_dlogits_kernel(L *logits, int64_t v, int64_t real, const
 // The kernels' launchers (the vocabulary-parallel head's first), each returning the launch's error.
 static cudaError_t ce_partial_rows(cudaStream_t stream, const void *logits, bool bf16, int64_t rows,
                                    int64_t v, int64_t real, const int32_t *targets, int64_t first,
-                                   float *stats, int64_t n, int64_t r0) {
+                                   float *stats, int64_t n, int64_t r0, float cap) {
     if (rows <= 0) return cudaSuccess;
     if (bf16)
         partial_rows_kernel<<<(unsigned)rows, ROW_THREADS, 0, stream>>>(
-            static_cast<const uint16_t *>(logits), v, real, targets, first, stats, n, r0);
+            static_cast<const uint16_t *>(logits), v, real, targets, first, stats, n, r0, cap);
     else
         partial_rows_kernel<<<(unsigned)rows, ROW_THREADS, 0, stream>>>(
-            static_cast<const float *>(logits), v, real, targets, first, stats, n, r0);
+            static_cast<const float *>(logits), v, real, targets, first, stats, n, r0, cap);
     return cudaGetLastError();
 }
 
@@ -245,27 +273,29 @@ static cudaError_t ce_combine(cudaStream_t stream, float *losses, float *lse, co
 static cudaError_t ce_partial_dlogits(cudaStream_t stream, void *logits, bool bf16, int64_t rows,
                                       int64_t v, int64_t real, const int32_t *targets,
                                       int64_t first, int64_t vocab, const float *lse,
-                                      float loss_scale, const int32_t *count) {
+                                      float loss_scale, const int32_t *count, float cap) {
     if (rows <= 0 || v <= 0) return cudaSuccess;
     if (bf16)
         partial_dlogits_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
-            static_cast<uint16_t *>(logits), v, real, targets, first, vocab, lse, loss_scale,
-            count);
+            static_cast<uint16_t *>(logits), v, real, targets, first, vocab, lse, loss_scale, count,
+            cap);
     else
         partial_dlogits_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
-            static_cast<float *>(logits), v, real, targets, first, vocab, lse, loss_scale, count);
+            static_cast<float *>(logits), v, real, targets, first, vocab, lse, loss_scale, count,
+            cap);
     return cudaGetLastError();
 }
 
 static cudaError_t ce_rows(cudaStream_t stream, void *logits, bool bf16, int64_t rows, int64_t v,
-                           const int32_t *targets, float *losses, float *lse, bool keep) {
+                           const int32_t *targets, float *losses, float *lse, bool keep,
+                           float cap) {
     if (rows <= 0 || v <= 0) return cudaSuccess;
     if (bf16)
         rows_kernel<<<(unsigned)rows, ROW_THREADS, 0, stream>>>(static_cast<uint16_t *>(logits), v,
-                                                                targets, losses, lse, false);
+                                                                targets, losses, lse, false, cap);
     else
         rows_kernel<<<(unsigned)rows, ROW_THREADS, 0, stream>>>(static_cast<float *>(logits), v,
-                                                                targets, losses, lse, keep);
+                                                                targets, losses, lse, keep, cap);
     return cudaGetLastError();
 }
 
@@ -277,14 +307,14 @@ static cudaError_t ce_count(cudaStream_t stream, const int32_t *targets, int64_t
 
 static cudaError_t ce_dlogits(cudaStream_t stream, void *logits, bool bf16, int64_t rows, int64_t v,
                               const int32_t *targets, const float *lse, bool recompute,
-                              float loss_scale, const int32_t *count) {
+                              float loss_scale, const int32_t *count, float cap) {
     if (rows <= 0 || v <= 0) return cudaSuccess;
     if (bf16) // bf16 logits are never overwritten by probabilities: always from the logits
         dlogits_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
-            static_cast<uint16_t *>(logits), v, targets, lse, true, loss_scale, count);
+            static_cast<uint16_t *>(logits), v, targets, lse, true, loss_scale, count, cap);
     else
         dlogits_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
-            static_cast<float *>(logits), v, targets, lse, recompute, loss_scale, count);
+            static_cast<float *>(logits), v, targets, lse, recompute, loss_scale, count, cap);
     return cudaGetLastError();
 }
 
@@ -409,8 +439,8 @@ static lw_status mean_loss(lw_stream *s, const float *losses, const int32_t *tar
 
 lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, float *scratch,
                                     const float *h, const void *w, lw_dtype w_dtype,
-                                    lw_dtype logits_dtype, const int32_t *targets, int64_t n,
-                                    int64_t c, int64_t v, double *loss) {
+                                    lw_dtype logits_dtype, float softcap, const int32_t *targets,
+                                    int64_t n, int64_t c, int64_t v, double *loss) {
     *loss = 0.0;
     if (n <= 0 || v <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
@@ -427,7 +457,7 @@ lw_status lwc_cross_entropy_forward(lw_stream *s, float *losses, float *lse, flo
         if (st == LW_OK)
             st = lwc_launched(s,
                               ce_rows(cs, scratch, bf16, rows, v, targets + r0, losses + r0,
-                                      lse + r0, chunk == n),
+                                      lse + r0, chunk == n, softcap),
                               "the cross-entropy row kernel");
     }
     if (st != LW_OK) return st;
@@ -463,7 +493,7 @@ static lw_status head_grads(lw_stream *s, const ce_operands *o, void *scratch, i
 
 lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *scratch,
                                      const float *h, const void *w, lw_dtype w_dtype,
-                                     lw_dtype logits_dtype, const int32_t *targets,
+                                     lw_dtype logits_dtype, float softcap, const int32_t *targets,
                                      const float *lse, int64_t n, int64_t c, int64_t v,
                                      float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
@@ -488,7 +518,7 @@ lw_status lwc_cross_entropy_backward(lw_stream *s, float *dh, float *dw, float *
         if (st == LW_OK)
             st = lwc_launched(s,
                               ce_dlogits(cs, scratch, bf16, rows, v, targets + r0, lse + r0,
-                                         recompute, loss_scale, count),
+                                         recompute, loss_scale, count, softcap),
                               "the cross-entropy gradient kernel");
         if (st == LW_OK) st = head_grads(s, &o, scratch, r0, rows, c, v, dh, dw);
     }
@@ -506,9 +536,9 @@ static int64_t real_rows(int64_t first, int64_t v, int64_t vocab) {
 
 lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *scratch,
                                             const float *h, const void *w, lw_dtype w_dtype,
-                                            lw_dtype logits_dtype, const int32_t *targets,
-                                            int64_t n, int64_t c, int64_t v, int64_t first,
-                                            int64_t vocab) {
+                                            lw_dtype logits_dtype, float softcap,
+                                            const int32_t *targets, int64_t n, int64_t c, int64_t v,
+                                            int64_t first, int64_t vocab) {
     if (n <= 0 || v <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -516,7 +546,7 @@ lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *s
     const int64_t chunk = call_rows(s, n, v, logits_dtype), real = real_rows(first, v, vocab);
     if (real == 0) // all padding: no logits needed, the kernel writes -inf, 0, 0
         return lwc_launched(
-            s, ce_partial_rows(cs, scratch, bf16, n, v, 0, targets, first, stats, n, 0),
+            s, ce_partial_rows(cs, scratch, bf16, n, v, 0, targets, first, stats, n, 0, softcap),
             "the cross-entropy statistics kernel");
     ce_operands o;
     lw_status st = operands(s, &o, h, w, w_dtype, logits_dtype, n, c, v, true,
@@ -528,7 +558,7 @@ lw_status lwc_cross_entropy_partial_forward(lw_stream *s, float *stats, float *s
         if (st == LW_OK)
             st = lwc_launched(s,
                               ce_partial_rows(cs, scratch, bf16, rows, v, real, targets + r0, first,
-                                              stats, n, r0),
+                                              stats, n, r0, softcap),
                               "the cross-entropy statistics kernel");
     }
     return st;
@@ -548,9 +578,10 @@ lw_status lwc_cross_entropy_combine(lw_stream *s, float *losses, float *lse, con
 
 lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw, float *scratch,
                                              const float *h, const void *w, lw_dtype w_dtype,
-                                             lw_dtype logits_dtype, const int32_t *targets,
-                                             const float *lse, int64_t n, int64_t c, int64_t v,
-                                             int64_t first, int64_t vocab, float loss_scale) {
+                                             lw_dtype logits_dtype, float softcap,
+                                             const int32_t *targets, const float *lse, int64_t n,
+                                             int64_t c, int64_t v, int64_t first, int64_t vocab,
+                                             float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
@@ -568,10 +599,11 @@ lw_status lwc_cross_entropy_partial_backward(lw_stream *s, float *dh, float *dw,
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (recompute) st = logits(s, scratch, &o, r0, rows, c, v);
         if (st == LW_OK)
-            st = lwc_launched(s,
-                              ce_partial_dlogits(cs, scratch, bf16, rows, v, real, targets + r0,
-                                                 first, vocab, lse + r0, loss_scale, count),
-                              "the cross-entropy gradient kernel");
+            st =
+                lwc_launched(s,
+                             ce_partial_dlogits(cs, scratch, bf16, rows, v, real, targets + r0,
+                                                first, vocab, lse + r0, loss_scale, count, softcap),
+                             "the cross-entropy gradient kernel");
         if (st == LW_OK) st = head_grads(s, &o, scratch, r0, rows, c, v, dh, dw);
     }
     return st;

@@ -3,6 +3,7 @@
 // CUDA's (within an ulp or two of the CPU's libm); the backward is the CPU's operations
 // (device/cpu/softcap.c), each rounded to nearest with no FMA contraction, bit for bit.
 #include "cuda/cuda.h"
+#include "cuda/softcap.h"
 
 namespace {
 
@@ -16,18 +17,15 @@ int blocks_for(int64_t n) {
 __global__ void softcap_kernel(float *y, const float *x, int64_t n, float cap) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = __fmul_rn(cap, tanhf(__fdiv_rn(x[i], cap)));
+        y[i] = lwc_softcap_value(x[i], cap);
 }
 
 // dx += dy (1 - t)(1 + t), t = y / cap
 __global__ void softcap_grad_kernel(float *dx, const float *dy, const float *y, int64_t n,
                                     float cap) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const float t = __fdiv_rn(y[i], cap);
-        const float slope = __fmul_rn(__fsub_rn(1.0f, t), __fadd_rn(1.0f, t));
-        dx[i] = __fadd_rn(dx[i], __fmul_rn(dy[i], slope));
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        dx[i] = __fadd_rn(dx[i], __fmul_rn(dy[i], lwc_softcap_slope(y[i], cap)));
 }
 
 } // namespace

@@ -1,7 +1,9 @@
 /* cross_entropy.c: the LM head with its cross-entropy against the CPU: on one rank (forward,
  * backward) and vocabulary-parallel (a rank's partial forward and backward, the combination of
- * the ranks' statistics), in every matmul precision, with fp32 and bf16 heads and logits. */
-#include "harness.h"
+ * the ranks' statistics), in every matmul precision, with fp32 and bf16 heads and logits, with
+ * and without the logits' softcap; the capped cases on every device against a float64
+ * reference too (cross_entropy_reference.c). */
+#include "cross_entropy_reference.h"
 
 /* ---- the cases ------------------------------------------------------------------------------- *
  * The head on one rank: n rows of c channels, a vocabulary of v, every ignore_every-th target
@@ -12,21 +14,32 @@ static const struct {
     int64_t n, c, v;
     int ignore_every;
     bool dh, bf16_w, bf16_logits;
+    float cap; /* the logits' softcap (0: none) */
 } cross_entropy_shapes[] = {
-    {7, 33, 50, 3, true, false, false},       /* one chunk: the probabilities are kept */
-    {1, 8, 1, 0, true, false, false},         /* one row, one class: loss 0, gradient 0 */
-    {300, 40, 1000, 4, false, false, false},  /* dh NULL */
-    {5, 8, 10, 1, true, false, false},        /* every target ignored */
-    {0, 8, 10, 0, true, false, false},        /* no rows */
-    {3000, 64, 50304, 5, true, false, false}, /* three of the GPU's chunks of 1334 rows, the
+    {7, 33, 50, 3, true, false, false, 0},       /* one chunk: the probabilities are kept */
+    {1, 8, 1, 0, true, false, false, 0},         /* one row, one class: loss 0, gradient 0 */
+    {300, 40, 1000, 4, false, false, false, 0},  /* dh NULL */
+    {5, 8, 10, 1, true, false, false, 0},        /* every target ignored */
+    {0, 8, 10, 0, true, false, false, 0},        /* no rows */
+    {3000, 64, 50304, 5, true, false, false, 0}, /* three of the GPU's chunks of 1334 rows, the
                                                  last short */
-    {7, 33, 50, 3, true, true, false},        /* a bf16 head */
-    {300, 40, 1000, 4, false, true, false},   /* no dh: w is read by the logits alone */
-    {3000, 64, 50304, 5, true, true, false},
-    {7, 33, 50, 3, true, false, true},       /* bf16 logits: one chunk, the logits kept */
-    {300, 40, 1000, 4, false, true, true},   /* with a bf16 head, no dh */
-    {5, 8, 10, 1, true, false, true},        /* every target ignored */
-    {3000, 64, 50304, 5, true, false, true}, /* two of the GPU's bf16 chunks of 2668 rows */
+    {7, 33, 50, 3, true, true, false, 0},        /* a bf16 head */
+    {300, 40, 1000, 4, false, true, false, 0},   /* no dh: w is read by the logits alone */
+    {3000, 64, 50304, 5, true, true, false, 0},
+    {7, 33, 50, 3, true, false, true, 0},       /* bf16 logits: one chunk, the logits kept */
+    {300, 40, 1000, 4, false, true, true, 0},   /* with a bf16 head, no dh */
+    {5, 8, 10, 1, true, false, true, 0},        /* every target ignored */
+    {3000, 64, 50304, 5, true, false, true, 0}, /* two of the GPU's bf16 chunks of 2668 rows */
+    /* capped at 2, where logits reach ~3 and the cap bends them: one chunk (the capped logits
+     * kept), a bf16 head, bf16 logits, no dh; the CPU's chunks of 2^24 floats (the capped logits
+     * recomputed: 1100 rows of 16384 make two); nanochat's 15 at a GPU's size */
+    {7, 33, 50, 3, true, false, false, 2.0f},
+    {7, 33, 50, 3, true, true, false, 2.0f},
+    {7, 33, 50, 3, true, false, true, 2.0f},
+    {300, 40, 1000, 4, false, false, false, 2.0f},
+    {1100, 4, 16384, 0, true, false, false, 2.0f},
+    {3000, 64, 50304, 5, true, false, false, 15.0f},
+    {3000, 64, 50304, 5, true, false, true, 15.0f},
 };
 
 /* A rank's rows [first, first + v) of a vocabulary `vocab` (rows past it: padding), with a bf16
@@ -34,18 +47,23 @@ static const struct {
 static const struct {
     int64_t n, c, v, first, vocab;
     bool bf16_w, bf16_logits;
+    float cap;
 } head_shapes[] = {
-    {7, 33, 25, 25, 50, false, false},             /* one chunk: the logits are kept */
-    {7, 33, 26, 26, 50, false, false},             /* the last rank: 24 real rows, 2 of
+    {7, 33, 25, 25, 50, false, false, 0},             /* one chunk: the logits are kept */
+    {7, 33, 26, 26, 50, false, false, 0},             /* the last rank: 24 real rows, 2 of
                                                       padding */
-    {5, 8, 4, 8, 8, false, false},                 /* only padding here */
-    {0, 8, 4, 0, 8, false, false},                 /* no rows */
-    {3000, 64, 25152, 25152, 50257, false, false}, /* two of the GPU's chunks of 2668 rows;
+    {5, 8, 4, 8, 8, false, false, 0},                 /* only padding here */
+    {0, 8, 4, 0, 8, false, false, 0},                 /* no rows */
+    {3000, 64, 25152, 25152, 50257, false, false, 0}, /* two of the GPU's chunks of 2668 rows;
                                                       47 of padding */
-    {7, 33, 26, 26, 50, true, false},              /* a bf16 head */
-    {3000, 64, 25152, 25152, 50257, true, false},
-    {7, 33, 26, 26, 50, false, true},             /* bf16 logits */
-    {3000, 64, 25152, 25152, 50257, false, true}, /* one of the GPU's bf16 chunks */
+    {7, 33, 26, 26, 50, true, false, 0},              /* a bf16 head */
+    {3000, 64, 25152, 25152, 50257, true, false, 0},
+    {7, 33, 26, 26, 50, false, true, 0},             /* bf16 logits */
+    {3000, 64, 25152, 25152, 50257, false, true, 0}, /* one of the GPU's bf16 chunks */
+    {7, 33, 26, 26, 50, false, false, 2.0f},         /* capped: the last rank, padding */
+    {7, 33, 25, 0, 50, true, false, 2.0f},           /* the first rank, a bf16 head */
+    {7, 33, 26, 26, 50, false, true, 2.0f},          /* bf16 logits */
+    {3000, 64, 25152, 25152, 50257, false, false, 15.0f},
 };
 
 /* ---- the head on one rank: tolerances, runs and hooks ---------------------------------------- *
@@ -92,6 +110,10 @@ typedef struct {
     int32_t *targets;
     uint16_t *w16;    /* a bf16 head (w: its widened values), or NULL */
     bool bf16_logits; /* the logits (and dlogits) in bf16 */
+    float cap;        /* the logits' softcap (0: none) */
+    /* capped fp32 logits: the float64 reference's losses, lse, mean loss, dh and dw (NULL:
+     * none) */
+    double *ref_losses, *ref_lse, *ref_dh, *ref_dw, ref_loss;
 } ce_args;
 
 /* bf16 logits: the CPU rounds its fp32 logits, a GPU its own (fp32 or bf16-product) sums, so a
@@ -135,8 +157,8 @@ static void run_cross_entropy_forward(run *r, const void *p) {
         float *losses = output(r, widened ? "losses (widened)" : "losses", a->n, ml);
         float *lse = output(r, widened ? "lse (widened)" : "lse", a->n, ms);
         double loss = -1;
-        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, lt, targets, a->n, a->c,
-                                         a->v, &loss));
+        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, lt, a->cap, targets,
+                                         a->n, a->c, a->v, &loss));
         result_of(r, widened ? "loss (widened)" : "loss", loss, mloss);
     }
     if (!a->bf16_logits) return;
@@ -146,7 +168,7 @@ static void run_cross_entropy_forward(run *r, const void *p) {
     double loss = -1;
     call(r, lw_cross_entropy_forward(r->s, losses32, scratch(r, a->n), work, h,
                                      input(r, a->w, a->v * a->c), LW_DTYPE_F32, LW_DTYPE_F32,
-                                     targets, a->n, a->c, a->v, &loss));
+                                     a->cap, targets, a->n, a->c, a->v, &loss));
 }
 
 /* loss_scale n: dlogits = n / count (p - onehot), entries of order 1, not 1 / n */
@@ -166,17 +188,47 @@ static void run_cross_entropy_backward(run *r, const void *p) {
             a->dh ? accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m) : NULL;
         float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
         double loss = 0;
-        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, lt, targets, a->n, a->c,
-                                         a->v, &loss));
-        call(r, lw_cross_entropy_backward(r->s, dh, dw, work, h, w, wt, lt, targets, lse, a->n,
-                                          a->c, a->v, (float)a->n));
+        call(r, lw_cross_entropy_forward(r->s, losses, lse, work, h, w, wt, lt, a->cap, targets,
+                                         a->n, a->c, a->v, &loss));
+        call(r, lw_cross_entropy_backward(r->s, dh, dw, work, h, w, wt, lt, a->cap, targets, lse,
+                                          a->n, a->c, a->v, (float)a->n));
     }
+}
+
+/* got = start + ref (ref a gradient in float64), n values: within tol of 1% of the largest */
+static void near_gradient(const kernel_case *k, const run *r, const char *what, const float *start,
+                          const double *ref, int64_t n, double tol) {
+    double *want = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)), top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        want[i] = start[i] + ref[i];
+        top = fmax(top, fabs(want[i]));
+    }
+    near_reference(k, r, what, want, n, tol, 1e-2 * top + 1e-30);
+    free(want);
+}
+
+/* The capped head against float64 (fp32 GEMMs and tanhf: the forward within 1e-5 as against the
+ * CPU, lse as a log; the gradients within 1e-4 of 1% of the largest value, the differences'
+ * own error near 1e-10): the softcap reached the loss and the gradients (a head without it is
+ * off by far more at cap 2). */
+static void capped_reference(const kernel_case *k, const run *r, bool forward) {
+    const ce_args *a = k->args;
+    if (forward) {
+        near_reference(k, r, "losses", a->ref_losses, a->n, 1e-5, 1.0);
+        near_reference(k, r, "lse", a->ref_lse, a->n, 1e-5, 1.0);
+        expect(k, r, fabs(result_named(r, "loss") - a->ref_loss) <= 1e-5 * fmax(1.0, a->ref_loss),
+               "the capped mean loss is float64's");
+        return;
+    }
+    if (a->dh) near_gradient(k, r, "dh", a->dh0, a->ref_dh, a->n * a->c, 1e-4);
+    near_gradient(k, r, "dw", a->dw0, a->ref_dw, a->v * a->c, 1e-4);
 }
 
 /* every target ignored: loss 0, nothing added */
 static void after_cross_entropy(const kernel_case *k, const run *r) {
     const ce_args *a = k->args;
     const bool forward = strcmp(k->kernel, "cross_entropy_forward") == 0;
+    if (a->ref_losses != NULL) capped_reference(k, r, forward);
     if (a->w16 != NULL && forward) {
         same_as_widened(k, r, "losses", a->n);
         same_as_widened(k, r, "lse", a->n);
@@ -234,6 +286,10 @@ typedef struct {
     int32_t *targets;
     uint16_t *w16;    /* this rank's rows of a bf16 head (w: their widened values), or NULL */
     bool bf16_logits; /* the logits (and dlogits) in bf16: bf16 products' budget, as above */
+    float cap;        /* the logits' softcap (0: none) */
+    /* capped fp32 logits: the float64 reference's statistics of this rank, dh and dw of the loss
+     * with the peer's statistics held constant (NULL: none) */
+    double *ref_stats, *ref_dh, *ref_dw;
 } head_args;
 
 static measure head_stats_measure(lw_matmul m) {
@@ -259,14 +315,17 @@ static void run_partial_forward(run *r, const void *p) {
         lw_dtype wt;
         const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *stats = output(r, widened ? "stats (widened)" : "stats", 3 * a->n, m);
-        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, targets, a->n,
-                                                 a->c, a->v, a->first, a->vocab));
+        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, a->cap, targets,
+                                                 a->n, a->c, a->v, a->first, a->vocab));
     }
 }
 
+/* capped: the statistics against float64's (the maxima and target logits are logits within 1e-5
+ * of 1, the sums 1e-5 relative) */
 static void after_partial_forward(const kernel_case *k, const run *r) {
     const head_args *a = k->args;
     if (a->w16 != NULL) same_as_widened(k, r, "stats", 3 * a->n);
+    if (a->ref_stats != NULL) near_reference(k, r, "stats", a->ref_stats, 3 * a->n, 1e-5, 1.0);
 }
 
 static void run_combine(run *r, const void *p) {
@@ -295,11 +354,11 @@ static void run_partial_backward(run *r, const void *p) {
         const void *w = input_typed(r, a->w, widened ? NULL : a->w16, a->v * a->c, &wt);
         float *dh = accumulated(r, widened ? "dh (widened)" : "dh", a->dh0, a->n * a->c, m);
         float *dw = accumulated(r, widened ? "dw (widened)" : "dw", a->dw0, a->v * a->c, m);
-        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, targets, a->n,
-                                                 a->c, a->v, a->first, a->vocab));
-        call(r,
-             lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, lt, targets, lse, a->n,
-                                               a->c, a->v, a->first, a->vocab, (float)a->n));
+        call(r, lw_cross_entropy_partial_forward(r->s, stats, work, h, w, wt, lt, a->cap, targets,
+                                                 a->n, a->c, a->v, a->first, a->vocab));
+        call(r, lw_cross_entropy_partial_backward(r->s, dh, dw, work, h, w, wt, lt, a->cap, targets,
+                                                  lse, a->n, a->c, a->v, a->first, a->vocab,
+                                                  (float)a->n));
     }
 }
 
@@ -317,6 +376,10 @@ static void after_partial_backward(const kernel_case *k, const run *r) {
         same_as_widened(k, r, "dh", a->n * a->c);
         same_as_widened(k, r, "dw", a->v * a->c);
     }
+    if (a->ref_dh != NULL) { /* as the one-rank head's, the lse the CPU's float */
+        near_gradient(k, r, "dh", a->dh0, a->ref_dh, a->n * a->c, 1e-4);
+        near_gradient(k, r, "dw", a->dw0, a->ref_dw, a->v * a->c, 1e-4);
+    }
 }
 
 /* ---- the cases, made and checked ------------------------------------------------------------ */
@@ -330,11 +393,14 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
                      .ignore_every = cross_entropy_shapes[s].ignore_every,
                      .dh = cross_entropy_shapes[s].dh,
                      .large = cross_entropy_shapes[s].v == 50304,
-                     .bf16_logits = cross_entropy_shapes[s].bf16_logits};
-        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s%s%s", (long long)a.n,
+                     .bf16_logits = cross_entropy_shapes[s].bf16_logits,
+                     .cap = cross_entropy_shapes[s].cap};
+        char capped[24] = "";
+        if (a.cap > 0) snprintf(capped, sizeof capped, ", softcap %g", (double)a.cap);
+        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s%s%s%s", (long long)a.n,
                  (long long)a.c, (long long)a.v, a.ignore_every == 1 ? ", all ignored" : "",
                  a.dh ? "" : ", no dh", cross_entropy_shapes[s].bf16_w ? ", bf16 head" : "",
-                 a.bf16_logits ? ", bf16 logits" : "");
+                 a.bf16_logits ? ", bf16 logits" : "", capped);
         a.h = random_floats(a.n * a.c), a.w = scaled_random(a.v * a.c, 0.5f, 0.0f);
         if (cross_entropy_shapes[s].bf16_w) a.w16 = round_weights(a.w, a.v * a.c);
         a.targets = random_ids(a.n, a.v);
@@ -342,6 +408,25 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
             if (i % a.ignore_every == a.ignore_every - 1)
                 a.targets[i] = i % 2 ? -1 : (int32_t)(a.v + i); /* outside [0, v): ignored */
         a.dh0 = prefill(a.n * a.c), a.dw0 = prefill(a.v * a.c);
+        if (a.cap > 0 && !a.bf16_logits && !a.large) {
+            const ce_reference ref = {.n = a.n,
+                                      .c = a.c,
+                                      .v = a.v,
+                                      .vocab = a.v,
+                                      .cap = a.cap,
+                                      .loss_scale = 1.0,
+                                      .h = a.h,
+                                      .w = a.w,
+                                      .targets = a.targets};
+            a.ref_losses = malloc(sizeof(double) * (size_t)a.n);
+            a.ref_lse = malloc(sizeof(double) * (size_t)a.n);
+            a.ref_dh = malloc(sizeof(double) * (size_t)(a.n * a.c));
+            a.ref_dw = malloc(sizeof(double) * (size_t)(a.v * a.c));
+            a.ref_loss = ce_reference_forward(&ref, a.ref_losses, a.ref_lse, NULL);
+            ce_reference grads = ref;
+            grads.loss_scale = (double)a.n; /* the backward's loss_scale */
+            if (fn == run_cross_entropy_backward) ce_reference_grads(&grads, a.ref_dh, a.ref_dw);
+        }
         if (have_gpu()) /* the GPU's chunks of 2^26 floats of logits */
             EXPECT_EQ(lw_cross_entropy_scratch_floats(other_stream(), a.n, a.v),
                       gpu_chunk_rows(a.n, a.v) * a.v);
@@ -353,6 +438,7 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
                              .large = a.large,
                              .gemm = true});
         free(a.h), free(a.w), free(a.targets), free(a.dh0), free(a.dw0), free(a.w16);
+        free(a.ref_losses), free(a.ref_lse), free(a.ref_dh), free(a.ref_dw);
     }
 }
 
@@ -368,12 +454,15 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
                        .first = head_shapes[s].first,
                        .vocab = head_shapes[s].vocab,
                        .large = head_shapes[s].v == 25152,
-                       .bf16_logits = head_shapes[s].bf16_logits};
+                       .bf16_logits = head_shapes[s].bf16_logits,
+                       .cap = head_shapes[s].cap};
         const int64_t n = a.n;
-        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld%s%s",
+        char capped[24] = "";
+        if (a.cap > 0) snprintf(capped, sizeof capped, ", softcap %g", (double)a.cap);
+        snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld%s%s%s",
                  (long long)n, (long long)a.c, (long long)a.first, (long long)a.v,
                  (long long)a.vocab, head_shapes[s].bf16_w ? ", bf16 head" : "",
-                 a.bf16_logits ? ", bf16 logits" : "");
+                 a.bf16_logits ? ", bf16 logits" : "", capped);
         a.h = random_floats(n * a.c), a.w = scaled_random(a.v * a.c, 0.5f, 0.0f);
         if (head_shapes[s].bf16_w) a.w16 = round_weights(a.w, a.v * a.c);
         a.targets = random_ids(n, a.vocab);
@@ -388,8 +477,8 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
         float *work = cpu_array(lw_cross_entropy_scratch_floats(NULL, n, a.v)),
               *losses = cpu_array(n);
         EXPECT_OK(lw_cross_entropy_partial_forward(NULL, a.stats, work, a.h, a.w, LW_DTYPE_F32,
-                                                   LW_DTYPE_F32, a.targets, n, a.c, a.v, a.first,
-                                                   a.vocab));
+                                                   LW_DTYPE_F32, a.cap, a.targets, n, a.c, a.v,
+                                                   a.first, a.vocab));
         for (int64_t i = 0; i < n; i++) {
             a.stats[3 * n + i] = 0.5f * random_float();
             a.stats[4 * n + i] = 100.0f + 50.0f * random_float();
@@ -399,6 +488,24 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
         EXPECT_OK(lw_cross_entropy_combine(NULL, losses, a.lse, a.stats, 2, a.targets, n, a.vocab,
                                            &loss));
         a.dh0 = random_floats(n * a.c), a.dw0 = random_floats(a.v * a.c);
+        if (a.cap > 0 && !a.bf16_logits && !a.large) {
+            const ce_reference ref = {.n = n,
+                                      .c = a.c,
+                                      .v = a.v,
+                                      .first = a.first,
+                                      .vocab = a.vocab,
+                                      .cap = a.cap,
+                                      .loss_scale = (double)n,
+                                      .h = a.h,
+                                      .w = a.w,
+                                      .peer = a.stats + 3 * n,
+                                      .targets = a.targets};
+            a.ref_stats = malloc(sizeof(double) * (size_t)(3 * n));
+            a.ref_dh = malloc(sizeof(double) * (size_t)(n * a.c));
+            a.ref_dw = malloc(sizeof(double) * (size_t)(a.v * a.c));
+            if (fn == run_partial_forward) ce_reference_forward(&ref, NULL, NULL, a.ref_stats);
+            if (fn == run_partial_backward) ce_reference_grads(&ref, a.ref_dh, a.ref_dw);
+        }
         if (have_gpu())
             EXPECT_EQ(lw_cross_entropy_scratch_floats(other_stream(), n, a.v),
                       gpu_chunk_rows(n, a.v) * a.v);
@@ -411,7 +518,7 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
                              .gemm = fn != run_combine});
         free(a.h), free(a.w), free(a.targets), free(a.stats), free(a.lse), free(work), free(losses);
         free(a.w16);
-        free(a.dh0), free(a.dw0);
+        free(a.dh0), free(a.dw0), free(a.ref_stats), free(a.ref_dh), free(a.ref_dw);
     }
 }
 

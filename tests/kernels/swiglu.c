@@ -72,6 +72,8 @@ static void after_swiglu(const kernel_case *k, const run *r) {
     const activation_inputs *in = &a->in;
     const bool forward = strcmp(k->kernel, "swiglu_forward") == 0;
     const int64_t h = a->c / 2, nc = a->n * a->c, m = forward ? nc / 2 : nc;
+    /* top: the largest value, and in the backward the largest of the terms a gradient adds,
+     * whose roundings stay when the sum cancels */
     double *ref = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1)), top = 0;
     for (int64_t i = 0; i < a->n; i++)
         for (int64_t j = 0; j < h; j++) {
@@ -84,6 +86,10 @@ static void after_swiglu(const kernel_case *k, const run *r) {
                 const double g = in->dy[i * h + j];
                 ref[i * a->c + j] = in->dx0[i * a->c + j] + g * xr[h + j] * slope;
                 ref[i * a->c + h + j] = in->dx0[i * a->c + h + j] + g * silu;
+                /* silu's slope s + a s (1 - s) cancels near a = -1.28: its terms, below 1.1,
+                 * carry their rounding, so the scale is g b's */
+                if (isfinite(g * xr[h + j])) top = fmax(top, fabs(g * xr[h + j]));
+                if (isfinite(g * silu)) top = fmax(top, fabs(g * silu));
             }
         }
     for (int64_t i = 0; i < m; i++)

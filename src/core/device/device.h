@@ -13,7 +13,7 @@
 #include "base/base.h"
 #include "device/kernel_list.h"
 
-#define LWI_DEVICE_ABI 16 /* the current version; what each one changed: docs/abi.md */
+#define LWI_DEVICE_ABI 17 /* the current version; what each one changed: docs/abi.md */
 
 /* What Muon's element-wise step needs besides the arrays (lw_muon_momentum). */
 typedef struct lwi_muon_step {
@@ -201,10 +201,11 @@ lw_status lwi_check_linear_gelu(const char *what, lw_dtype dtype, lw_dtype dy_dt
 lw_status lwi_check_attention(const char *what, lw_dtype qkv_dtype, lw_dtype out_dtype,
                               lw_dtype dqkv_dtype, int64_t b, int64_t t, int64_t c, int64_t nh,
                               int64_t nkv, int64_t window);
-/* The LM head's weight and logits dtypes (fp32 or bf16), and with the range. */
-lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype);
+/* The LM head's weight and logits dtypes (fp32 or bf16) and its softcap (finite, >= 0), and
+ * with the range. */
+lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype, float softcap);
 lw_status lwi_check_head_range(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype,
-                               int64_t first, int64_t rows, int64_t vocab);
+                               float softcap, int64_t first, int64_t rows, int64_t vocab);
 /* Both of the above: the weights' dtype, then the range. */
 lw_status lwi_check_weight_range(const char *what, lw_dtype w_dtype, int64_t first, int64_t rows,
                                  int64_t vocab);

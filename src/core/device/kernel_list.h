@@ -88,16 +88,17 @@
                           nkv, window))                                                            \
     X(cross_entropy_forward,                                                                       \
       (lw_stream * s, float *losses, float *lse, float *scratch, const float *h, const void *w,    \
-       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, int64_t n, int64_t c,      \
-       int64_t v, double *loss),                                                                   \
-      (s, losses, lse, scratch, h, w, w_dtype, logits_dtype, targets, n, c, v, loss),              \
-      lwi_check_head("cross-entropy forward", w_dtype, logits_dtype))                              \
+       lw_dtype w_dtype, lw_dtype logits_dtype, float softcap, const int32_t *targets, int64_t n,  \
+       int64_t c, int64_t v, double *loss),                                                        \
+      (s, losses, lse, scratch, h, w, w_dtype, logits_dtype, softcap, targets, n, c, v, loss),     \
+      lwi_check_head("cross-entropy forward", w_dtype, logits_dtype, softcap))                     \
     X(cross_entropy_backward,                                                                      \
       (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const void *w,         \
-       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, const float *lse,          \
-       int64_t n, int64_t c, int64_t v, float loss_scale),                                         \
-      (s, dh, dw, scratch, h, w, w_dtype, logits_dtype, targets, lse, n, c, v, loss_scale),        \
-      lwi_check_head("cross-entropy backward", w_dtype, logits_dtype))                             \
+       lw_dtype w_dtype, lw_dtype logits_dtype, float softcap, const int32_t *targets,             \
+       const float *lse, int64_t n, int64_t c, int64_t v, float loss_scale),                       \
+      (s, dh, dw, scratch, h, w, w_dtype, logits_dtype, softcap, targets, lse, n, c, v,            \
+       loss_scale),                                                                                \
+      lwi_check_head("cross-entropy backward", w_dtype, logits_dtype, softcap))                    \
     X(moe_router_forward,                                                                          \
       (lw_stream * s, int32_t *experts, float *weights, float *probs, const float *logits,         \
        int64_t n, int64_t e, int64_t k),                                                           \
@@ -144,11 +145,11 @@
       lwi_check_range("embedding range backward", first, rows, 1))                                 \
     X(cross_entropy_partial_forward,                                                               \
       (lw_stream * s, float *stats, float *scratch, const float *h, const void *w,                 \
-       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, int64_t n, int64_t c,      \
-       int64_t v, int64_t first, int64_t vocab),                                                   \
-      (s, stats, scratch, h, w, w_dtype, logits_dtype, targets, n, c, v, first, vocab),            \
-      lwi_check_head_range("cross-entropy partial forward", w_dtype, logits_dtype, first, v,       \
-                           vocab))                                                                 \
+       lw_dtype w_dtype, lw_dtype logits_dtype, float softcap, const int32_t *targets, int64_t n,  \
+       int64_t c, int64_t v, int64_t first, int64_t vocab),                                        \
+      (s, stats, scratch, h, w, w_dtype, logits_dtype, softcap, targets, n, c, v, first, vocab),   \
+      lwi_check_head_range("cross-entropy partial forward", w_dtype, logits_dtype, softcap, first,  \
+                           v, vocab))                                                              \
     X(cross_entropy_combine,                                                                       \
       (lw_stream * s, float *losses, float *lse, const float *stats, int64_t parts,                \
        const int32_t *targets, int64_t n, int64_t vocab, double *loss),                            \
@@ -156,12 +157,13 @@
       lwi_check_parts("cross-entropy combine", parts, vocab))                                      \
     X(cross_entropy_partial_backward,                                                              \
       (lw_stream * s, float *dh, float *dw, float *scratch, const float *h, const void *w,         \
-       lw_dtype w_dtype, lw_dtype logits_dtype, const int32_t *targets, const float *lse,          \
-       int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab, float loss_scale),           \
-      (s, dh, dw, scratch, h, w, w_dtype, logits_dtype, targets, lse, n, c, v, first, vocab,       \
-       loss_scale),                                                                                \
-      lwi_check_head_range("cross-entropy partial backward", w_dtype, logits_dtype, first, v,      \
-                           vocab))                                                                 \
+       lw_dtype w_dtype, lw_dtype logits_dtype, float softcap, const int32_t *targets,             \
+       const float *lse, int64_t n, int64_t c, int64_t v, int64_t first, int64_t vocab,            \
+       float loss_scale),                                                                          \
+      (s, dh, dw, scratch, h, w, w_dtype, logits_dtype, softcap, targets, lse, n, c, v, first,     \
+       vocab, loss_scale),                                                                         \
+      lwi_check_head_range("cross-entropy partial backward", w_dtype, logits_dtype, softcap,       \
+                           first, v, vocab))                                                       \
     X(vec_to_bf16, (lw_stream * s, uint16_t *y, const float *x, int64_t n), (s, y, x, n),          \
       lwi_work_if(n > 0))                                                                          \
     X(vec_from_bf16, (lw_stream * s, float *y, const uint16_t *x, int64_t n), (s, y, x, n),        \

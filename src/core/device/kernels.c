@@ -134,14 +134,18 @@ lw_status lwi_check_linear_gelu(const char *what, lw_dtype dtype, lw_dtype dy_dt
     return st != LW_OK ? st : lwi_check_linear(what, "GELU input", dtype, x_dtype, w_dtype);
 }
 
-lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype) {
-    const lw_status st = check_dtype(what, "weight", w_dtype);
-    return st != LW_OK ? st : check_dtype(what, "logits", logits_dtype);
+lw_status lwi_check_head(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype, float softcap) {
+    lw_status st = check_dtype(what, "weight", w_dtype);
+    if (st == LW_OK) st = check_dtype(what, "logits", logits_dtype);
+    if (st == LW_OK && (!(softcap >= 0.0f) || isinf(softcap)))
+        return lwi_fail(LW_ERR_INVALID, "%s: softcap must be finite and >= 0 (0: none), got %g",
+                        what, (double)softcap);
+    return st;
 }
 
 lw_status lwi_check_head_range(const char *what, lw_dtype w_dtype, lw_dtype logits_dtype,
-                               int64_t first, int64_t rows, int64_t vocab) {
-    const lw_status st = lwi_check_head(what, w_dtype, logits_dtype);
+                               float softcap, int64_t first, int64_t rows, int64_t vocab) {
+    const lw_status st = lwi_check_head(what, w_dtype, logits_dtype, softcap);
     return st != LW_OK ? st : lwi_check_range(what, first, rows, vocab);
 }
 

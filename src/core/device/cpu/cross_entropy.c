@@ -7,8 +7,13 @@
  * vocabulary ranks (lw_cross_entropy_partial_forward, _combine, _partial_backward). A bf16 head
  * is widened once per call (exactly) by the entry points at the end, not once per chunk. bf16
  * logits are held as the fp32 values of their bf16 rounding (the scratch stays fp32 here): each
- * logit rounded after its GEMM, each row of dlogits after it is formed. */
+ * logit rounded after its GEMM, each row of dlogits after it is formed. With a softcap (cap > 0)
+ * every logit is first capped in place, cap tanh(logit / cap), in fp32 (a bf16 logit's capped
+ * value is not rounded again), and the softmax is of the capped logits; the backward multiplies
+ * each dlogit by the cap's slope at that logit, so the forward keeps the capped logits (not the
+ * probabilities) for it. */
 #include "device/cpu/cpu.h"
+#include "device/cpu/softcap.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -51,9 +56,28 @@ static void logits(float *out, const float *h, const float *w, int64_t rows, int
     }
 }
 
+/* The first `real` logits of each of the chunk's rows capped in place (cap > 0; 0: none). */
+static void cap_rows(float *scratch, int64_t rows, int64_t v, int64_t real, float cap) {
+    if (cap <= 0.0f) return;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < real; j++)
+            scratch[i * v + j] = lwi_softcap_value(scratch[i * v + j], cap);
+}
+
+/* A capped row's dlogits in place from its capped logits z: s (exp(z - lse) - onehot) times the
+ * cap's slope at z, over its first `real` columns (k: the target's column, or -1). */
+static void capped_dlogits(float *row, int64_t real, int64_t k, float row_lse, float s, float cap) {
+    for (int64_t j = 0; j < real; j++) {
+        const float z = row[j];
+        float d = expf(z - row_lse) * s;
+        if (j == k) d -= s;
+        row[j] = d * lwi_softcap_slope(z, cap);
+    }
+}
+
 static lw_status forward(float *losses, float *lse, float *scratch, const float *h, const float *w,
-                         bool bf16, const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                         double *loss) {
+                         bool bf16, float cap, const int32_t *targets, int64_t n, int64_t c,
+                         int64_t v, double *loss) {
     if (n <= 0 || v <= 0) {
         *loss = 0.0;
         return LW_OK;
@@ -64,6 +88,7 @@ static lw_status forward(float *losses, float *lse, float *scratch, const float 
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         logits(scratch, h + r0 * c, w, rows, c, v, bf16);
+        cap_rows(scratch, rows, v, v, cap);
         for (int64_t i = 0; i < rows; i++) {
             float *row = scratch + i * v;
             float m = row[0];
@@ -86,7 +111,7 @@ static lw_status forward(float *losses, float *lse, float *scratch, const float 
             } else {
                 losses[r0 + i] = 0.0f;
             }
-            if (chunk == n) /* kept for the backward */
+            if (chunk == n && cap <= 0.0f) /* kept for the backward (capped: the capped logits) */
                 for (int64_t j = 0; j < v; j++)
                     row[j] = expf(row[j] - row_lse);
         }
@@ -115,8 +140,8 @@ static void head_grads(float *dh, float *dw, const float *scratch, const float *
 }
 
 static lw_status backward(float *dh, float *dw, float *scratch, const float *h, const float *w,
-                          bool bf16, const int32_t *targets, const float *lse, int64_t n, int64_t c,
-                          int64_t v, float loss_scale) {
+                          bool bf16, float cap, const int32_t *targets, const float *lse, int64_t n,
+                          int64_t c, int64_t v, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
     const int64_t count = counted_rows(targets, n, v);
     /* No counted row means the loss is the constant 0: nothing to add. */
@@ -127,7 +152,8 @@ static lw_status backward(float *dh, float *dw, float *scratch, const float *h, 
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (chunk < n) {
             logits(scratch, h + r0 * c, w, rows, c, v, bf16);
-            for (int64_t i = 0; i < rows; i++) {
+            cap_rows(scratch, rows, v, v, cap);
+            for (int64_t i = 0; i < rows && cap <= 0.0f; i++) {
                 float *row = scratch + i * v;
                 for (int64_t j = 0; j < v; j++)
                     row[j] = expf(row[j] - lse[r0 + i]);
@@ -136,7 +162,10 @@ static lw_status backward(float *dh, float *dw, float *scratch, const float *h, 
         for (int64_t i = 0; i < rows; i++) {
             float *row = scratch + i * v;
             const int32_t tg = targets[r0 + i];
-            if (counted(tg, v)) {
+            if (counted(tg, v) && cap > 0.0f) {
+                capped_dlogits(row, v, tg, lse[r0 + i], s, cap);
+                if (bf16) as_bf16(row, v);
+            } else if (counted(tg, v)) {
                 for (int64_t j = 0; j < v; j++)
                     row[j] *= s;
                 row[tg] -= s;
@@ -168,8 +197,8 @@ static inline bool held(int32_t target, int64_t first, int64_t real) {
 }
 
 static lw_status partial_forward(float *stats, float *scratch, const float *h, const float *w,
-                                 bool bf16, const int32_t *targets, int64_t n, int64_t c, int64_t v,
-                                 int64_t first, int64_t vocab) {
+                                 bool bf16, float cap, const int32_t *targets, int64_t n, int64_t c,
+                                 int64_t v, int64_t first, int64_t vocab) {
     if (n <= 0) return LW_OK;
     float *mx = stats, *sums = stats + n, *tl = stats + 2 * n;
     const int64_t real = real_rows(first, v, vocab);
@@ -182,6 +211,7 @@ static lw_status partial_forward(float *stats, float *scratch, const float *h, c
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         logits(scratch, h + r0 * c, w, rows, c, v, bf16);
+        cap_rows(scratch, rows, v, real, cap);
         for (int64_t i = 0; i < rows; i++) {
             const float *row = scratch + i * v;
             float m = row[0];
@@ -195,7 +225,7 @@ static lw_status partial_forward(float *stats, float *scratch, const float *h, c
             sums[r0 + i] = (float)sum;
             tl[r0 + i] = held(tg, first, real) ? row[tg - first] : 0.0f;
         }
-        /* chunk == n: the logits stay in the scratch for the backward */
+        /* chunk == n: the (capped) logits stay in the scratch for the backward */
     }
     return LW_OK;
 }
@@ -235,7 +265,7 @@ lw_status lwi_cpu_cross_entropy_combine(lw_stream *stream, float *losses, float 
 }
 
 static lw_status partial_backward(float *dh, float *dw, float *scratch, const float *h,
-                                  const float *w, bool bf16, const int32_t *targets,
+                                  const float *w, bool bf16, float cap, const int32_t *targets,
                                   const float *lse, int64_t n, int64_t c, int64_t v, int64_t first,
                                   int64_t vocab, float loss_scale) {
     if (n <= 0 || v <= 0 || c <= 0) return LW_OK;
@@ -246,7 +276,10 @@ static lw_status partial_backward(float *dh, float *dw, float *scratch, const fl
     const int64_t chunk = chunk_rows(n, v);
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        if (chunk < n) logits(scratch, h + r0 * c, w, rows, c, v, bf16);
+        if (chunk < n) {
+            logits(scratch, h + r0 * c, w, rows, c, v, bf16);
+            cap_rows(scratch, rows, v, real, cap);
+        }
         for (int64_t i = 0; i < rows; i++) {
             float *row = scratch + i * v;
             const int32_t tg = targets[r0 + i];
@@ -257,11 +290,15 @@ static lw_status partial_backward(float *dh, float *dw, float *scratch, const fl
             }
             /* rounded as the one-rank kernel: p, then p * s, then the target's minus s */
             const float l = lse[r0 + i];
-            for (int64_t j = 0; j < real; j++)
-                row[j] = expf(row[j] - l) * s;
+            if (cap > 0.0f) {
+                capped_dlogits(row, real, held(tg, first, real) ? tg - first : -1, l, s, cap);
+            } else {
+                for (int64_t j = 0; j < real; j++)
+                    row[j] = expf(row[j] - l) * s;
+                if (held(tg, first, real)) row[tg - first] -= s;
+            }
             for (int64_t j = real; j < v; j++)
                 row[j] = 0.0f;
-            if (held(tg, first, real)) row[tg - first] -= s;
             if (bf16) as_bf16(row, real);
         }
         head_grads(dh, dw, scratch, h, w, r0, rows, c, v);
@@ -291,57 +328,57 @@ static lw_status head_close(head_f32 *hd, lw_status st) {
 
 lw_status lwi_cpu_cross_entropy_forward(lw_stream *stream, float *losses, float *lse,
                                         float *scratch, const float *h, const void *w,
-                                        lw_dtype w_dtype, lw_dtype logits_dtype,
+                                        lw_dtype w_dtype, lw_dtype logits_dtype, float softcap,
                                         const int32_t *targets, int64_t n, int64_t c, int64_t v,
                                         double *loss) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK)
-        st = forward(losses, lse, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, n, c, v,
-                     loss);
+        st = forward(losses, lse, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, softcap, targets,
+                     n, c, v, loss);
     return head_close(&hd, st);
 }
 
 lw_status lwi_cpu_cross_entropy_backward(lw_stream *stream, float *dh, float *dw, float *scratch,
                                          const float *h, const void *w, lw_dtype w_dtype,
-                                         lw_dtype logits_dtype, const int32_t *targets,
-                                         const float *lse, int64_t n, int64_t c, int64_t v,
-                                         float loss_scale) {
+                                         lw_dtype logits_dtype, float softcap,
+                                         const int32_t *targets, const float *lse, int64_t n,
+                                         int64_t c, int64_t v, float loss_scale) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK)
-        st = backward(dh, dw, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, lse, n, c,
-                      v, loss_scale);
+        st = backward(dh, dw, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, softcap, targets,
+                      lse, n, c, v, loss_scale);
     return head_close(&hd, st);
 }
 
 lw_status lwi_cpu_cross_entropy_partial_forward(lw_stream *stream, float *stats, float *scratch,
                                                 const float *h, const void *w, lw_dtype w_dtype,
-                                                lw_dtype logits_dtype, const int32_t *targets,
-                                                int64_t n, int64_t c, int64_t v, int64_t first,
-                                                int64_t vocab) {
+                                                lw_dtype logits_dtype, float softcap,
+                                                const int32_t *targets, int64_t n, int64_t c,
+                                                int64_t v, int64_t first, int64_t vocab) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK)
-        st = partial_forward(stats, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, n, c,
-                             v, first, vocab);
+        st = partial_forward(stats, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, softcap,
+                             targets, n, c, v, first, vocab);
     return head_close(&hd, st);
 }
 
 lw_status lwi_cpu_cross_entropy_partial_backward(lw_stream *stream, float *dh, float *dw,
                                                  float *scratch, const float *h, const void *w,
                                                  lw_dtype w_dtype, lw_dtype logits_dtype,
-                                                 const int32_t *targets, const float *lse,
-                                                 int64_t n, int64_t c, int64_t v, int64_t first,
-                                                 int64_t vocab, float loss_scale) {
+                                                 float softcap, const int32_t *targets,
+                                                 const float *lse, int64_t n, int64_t c, int64_t v,
+                                                 int64_t first, int64_t vocab, float loss_scale) {
     (void)stream;
     head_f32 hd;
     lw_status st = head_open(&hd, w, w_dtype, n, v, c);
     if (st == LW_OK)
-        st = partial_backward(dh, dw, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, targets, lse,
-                              n, c, v, first, vocab, loss_scale);
+        st = partial_backward(dh, dw, scratch, h, hd.w, logits_dtype == LW_DTYPE_BF16, softcap,
+                              targets, lse, n, c, v, first, vocab, loss_scale);
     return head_close(&hd, st);
 }

@@ -5,8 +5,7 @@
  * on the forward and bit for bit on the backward (the same y). */
 #include "device/cpu/cpu.h"
 #include "device/cpu/pool.h"
-
-#include <math.h>
+#include "device/cpu/softcap.h"
 
 /* elements per part of the pool at least */
 #define GRAIN 16384
@@ -21,18 +20,14 @@ static void forward_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     (void)part;
     const softcap_job *j = ctx;
     for (int64_t i = begin; i < end; i++)
-        j->out[i] = j->cap * tanhf(j->x[i] / j->cap);
+        j->out[i] = lwi_softcap_value(j->x[i], j->cap);
 }
 
-/* 1 - t^2 as (1 - t)(1 + t): 1 - t is exact for |t| in [1/2, 1], where 1 - t^2 would lose
- * the rounding of t^2 against a small difference */
 static void backward_range(void *ctx, int64_t begin, int64_t end, int32_t part) {
     (void)part;
     const softcap_job *j = ctx;
-    for (int64_t i = begin; i < end; i++) {
-        const float t = j->y[i] / j->cap;
-        j->out[i] += j->dy[i] * ((1.0f - t) * (1.0f + t));
-    }
+    for (int64_t i = begin; i < end; i++)
+        j->out[i] += j->dy[i] * lwi_softcap_slope(j->y[i], j->cap);
 }
 
 lw_status lwi_cpu_softcap_forward(lw_stream *stream, float *y, const float *x, int64_t n,

@@ -1,0 +1,20 @@
+// softcap.h: the logits' tanh softcap on a GPU, one value at a time, shared by the softcap
+// entries (softcap.cu) and the LM head's cross-entropy (cross_entropy.cu), so that a capped
+// cross-entropy caps exactly as lw_softcap_forward does. The CPU's operations
+// (device/cpu/softcap.h), each rounded to nearest with no FMA contraction; tanhf is CUDA's.
+#ifndef LW_CUDA_SOFTCAP_H
+#define LW_CUDA_SOFTCAP_H
+
+// cap tanh(x / cap)
+__device__ __forceinline__ float lwc_softcap_value(float x, float cap) {
+    return __fmul_rn(cap, tanhf(__fdiv_rn(x, cap)));
+}
+
+// The slope of the cap at its output y: (1 - t)(1 + t), t = y / cap (1 - t^2 without the
+// cancellation of t^2 near 1)
+__device__ __forceinline__ float lwc_softcap_slope(float y, float cap) {
+    const float t = __fdiv_rn(y, cap);
+    return __fmul_rn(__fsub_rn(1.0f, t), __fadd_rn(1.0f, t));
+}
+
+#endif
