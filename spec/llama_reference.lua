@@ -3,14 +3,16 @@
 -- with rotate_half and theta_i = base^(-2i / hd), grouped KV heads repeated for their query
 -- heads, causal softmax over q.k / sqrt(hd), a SwiGLU MLP down(silu(gate(x)) * up(x)), an untied
 -- head), with nanochat's parts (QK norm, a sliding window, ReLU^2, parameter-free norms; from
--- nanochat/gpt.py: rotation the other way, rope_reverse; a window per layer, cfg.windows; a norm
--- after the embedding, embed_norm; per-layer residual scalars x = resid_lambdas[i] x +
--- x0_lambdas[i] x0, resid_scalars; value embeddings gated into V on every other layer, the last
--- included, value_embeds: v += scale sigmoid(W_g x[:, :channels]) ve per KV head; the logits'
--- tanh softcap, softcap > 0) and a mixture of experts in place of the MLP (n_expert > 0).
--- lwopt's fused layouts are read as they are declared (qkv rows: Q heads, K heads, V heads; fc
--- rows: gate, up). Returns
--- ref(P, cfg, tokens, targets, b, t): the mean cross-entropy and the summed load-balancing loss.
+-- nanochat/gpt.py: rotation the other way, rope_reverse; a window per layer, cfg.windows, or
+-- from cfg.window_pattern (S and L layers repeated, the last one L); a norm after the embedding,
+-- embed_norm (with ln_e's gain when it has one); per-layer residual scalars x =
+-- resid_lambdas[i] x + x0_lambdas[i] x0, resid_scalars; value embeddings gated into V on every
+-- other layer, the last included, value_embeds: v += scale sigmoid(W_g x[:, :channels]) ve per
+-- KV head; the logits' tanh softcap, softcap > 0) and a mixture of experts in place of the MLP
+-- (n_expert > 0). lwopt's fused layouts are read as they are declared (qkv rows: Q heads, K
+-- heads, V heads; fc rows: gate, up). Returns ref(P, cfg, tokens, targets, b, t): the mean
+-- cross-entropy, the summed load-balancing loss and the (capped) logits, a table of b t rows of
+-- vocab values.
 return function(P, cfg, tokens, targets, b, t)
    local c, nh, nkv, V, H = cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.vocab, cfg.mlp_hidden
    local hd = c / nh
@@ -119,13 +121,21 @@ return function(P, cfg, tokens, targets, b, t)
       for e = 1, E do aux = aux + count[e] / (#x * k) * mean[e] end
       return out, cfg.aux_coef * E * aux
    end
+   -- layer l's window: S (cfg.window) or L (0) from the pattern repeated, the last layer L
+   local function layer_window(l)
+      local pattern = cfg.window_pattern
+      if pattern == nil then return cfg.window end
+      if l == cfg.n_layer - 1 or #pattern == 0 then return 0 end
+      local k = l % #pattern + 1
+      return pattern:sub(k, k) == "S" and cfg.window or 0
+   end
    local aux = 0
    local x = {}
    for r = 1, b * t do
       x[r] = {}
       for k = 1, c do x[r][k] = P["wte.weight"][tokens[r - 1] * c + k] end
    end
-   if cfg.embed_norm then x = rmsnorm(x, nil, cfg.norm_eps) end
+   if cfg.embed_norm then x = rmsnorm(x, P["ln_e.weight"], cfg.norm_eps) end
    local x0 = x
    for l = 0, cfg.n_layer - 1 do
       local p = "h." .. l .. "."
@@ -157,7 +167,7 @@ return function(P, cfg, tokens, targets, b, t)
             end
          end
       end
-      local window = cfg.windows and cfg.windows[l + 1] or cfg.window
+      local window = cfg.windows and cfg.windows[l + 1] or layer_window(l)
       local att = {}
       for r = 1, b * t do att[r] = {} end
       for s = 0, b - 1 do
@@ -217,5 +227,5 @@ return function(P, cfg, tokens, targets, b, t)
       for v = 1, V do z = z + math.exp(logits[r][v] - mx) end
       total = total + (math.log(z) + mx - logits[r][targets[r - 1] + 1])
    end
-   return total / #logits, aux
+   return total / #logits, aux, logits
 end

@@ -1,7 +1,8 @@
 -- fields.lua: a config table checked against a list of fields, as models and lw.arch take
 -- them. A field is { key, kind, default, values }: kind "size" (an integer in [1, 2^53)),
 -- "count" (an integer >= 0), "coef" (a finite number >= 0), "bool", "dtype" (a spec's element
--- type), "choice" (one of the strings in values) or "any" (passed as given); no default means
+-- type), "choice" (one of the strings in values), "string" (a string of the characters in
+-- values, a string itself) or "any" (passed as given); no default means
 -- required, a function default is computed from the fields checked before it (nil: absent).
 -- Fields are checked in list order, so that the first error reported is always the same one.
 local fields = {}
@@ -30,6 +31,9 @@ local function wrong(who, f, v)
       return ("%s: %s (%s) must be a finite number >= 0"):format(who, key, show(v))
    elseif kind == "bool" and type(v) ~= "boolean" then
       return ("%s: %s (%s) must be a boolean"):format(who, key, show(v))
+   elseif kind == "string" and (type(v) ~= "string" or v:find("[^" .. f[4] .. "]")) then
+      return ("%s: %s (%s) must be a string of the characters %s"):format(who, key, show(v),
+         f[4]:gsub(".", "%0, "):sub(1, -3))
    elseif kind == "dtype" and not DTYPES[v] then
       return ("%s: %s (%s) must be one of \"f32\", \"bf16\", \"f16\""):format(who, key, show(v))
    elseif kind == "choice" then

@@ -52,6 +52,10 @@ GPT.fields = {
    { "rope_reverse", "bool", false },
    { "value_embeds", "bool", false }, { "ve_gate_channels", "size", 12 },
    { "ve_gate_scale", "coef", 3 }, { "resid_scalars", "bool", false },
+   -- nanochat's: a window per layer (absent: `window` on every layer), the norm after the
+   -- token embedding, the logits' softcap (0: none)
+   { "window_pattern", "string", function() return nil end, "SL" },
+   { "embed_norm", "bool", false }, { "softcap", "coef", 0 },
 }
 
 -- The groups a model is built over (not part of its description): lw.ep.groups's and
@@ -77,12 +81,27 @@ function GPT.check(c, who)
       return ("%s: ve_gate_channels (%d) must be <= n_embd (%d): the gate reads the attention "
          .. "input's first channels"):format(who, c.ve_gate_channels, c.n_embd)
    end
+   if c.window_pattern and c.window_pattern:find("S") and c.window == 0 then
+      return ("%s: window_pattern '%s' has short-window layers (S) but window is 0: give "
+         .. "window > 0"):format(who, c.window_pattern)
+   end
    return nil
 end
 
 -- Whether layer i (0-based) of n_layer has value embeddings: every other layer, the last one
 -- included (nanochat's has_ve).
 function GPT.has_value_embeds(i, n_layer) return i % 2 == (n_layer - 1) % 2 end
+
+-- Layer i's (0-based) attention window: `window` on every layer without a pattern; with one,
+-- its character at i (tiled over the layers) says S, the window, or L, the full context (0),
+-- and the last layer is always full. "L" or "" make every layer full.
+function GPT.layer_window(c, i)
+   local pattern = c.window_pattern
+   if pattern == nil then return c.window end
+   if pattern == "" or i == c.n_layer - 1 then return 0 end
+   local k = i % #pattern + 1
+   return pattern:sub(k, k) == "S" and c.window or 0
+end
 
 -- The config of every block's nn.MoE, or nil for a dense model (n_expert 0).
 local function moe_config(o)
@@ -144,12 +163,14 @@ function GPT.new(cfg)
    local rotary = o.position == "rotary" and { base = o.rope_base, pairing = o.rope_pairing,
       sign = o.rope_reverse and -1 or 1 }
    if o.resid_scalars then self.scalars = self:add(ResidualScalars.new(o.n_layer, c)) end
+   -- nanochat's norm of the token embedding's output, before the first block
+   if o.embed_norm then self.ln_e = self:add(Block.norm("ln_e.", c, o.bias, parts)) end
    self.blocks = {}
    self.block_inputs = {} -- each block's input in the last forward, for its backward
    self.mix_inputs = {} -- with residual scalars: what each layer's mix took, for its backward
    for i = 0, o.n_layer - 1 do
-      local attention = { n_kv_head = o.n_kv_head, window = o.window, qk_norm = o.qk_norm,
-         rotary = rotary }
+      local attention = { n_kv_head = o.n_kv_head, window = GPT.layer_window(o, i),
+         qk_norm = o.qk_norm, rotary = rotary }
       if o.value_embeds and GPT.has_value_embeds(i, o.n_layer) then
          attention.value_embed = { vocab = o.vocab, channels = o.ve_gate_channels,
             scale = o.ve_gate_scale }
@@ -201,7 +222,8 @@ local function head_forward(owner, self, n, tg)
    local o, c = self.cfg, self.cfg.n_embd
    local name = self.head_name
    check(lib.lw_cross_entropy_forward(self.stream, self.losses, self.lse, self.logits, self.h,
-      owner.w[name], owner.dtype[name], self.logits_dtype, tg, n, c, o.vocab, loss_cell))
+      owner.w[name], owner.dtype[name], self.logits_dtype, o.softcap, tg, n, c, o.vocab,
+      loss_cell))
    return loss_cell[0]
 end
 
@@ -210,8 +232,8 @@ local function head_backward(owner, self, dh, loss_scale)
    local n = self.b * self.t
    local name = self.head_name
    check(lib.lw_cross_entropy_backward(self.stream, dh, owner.g[name], self.logits, self.h,
-      owner.w[name], owner.dtype[name], self.logits_dtype, self.targets, self.lse, n, c, o.vocab,
-      loss_scale or 1))
+      owner.w[name], owner.dtype[name], self.logits_dtype, o.softcap, self.targets, self.lse, n,
+      c, o.vocab, loss_scale or 1))
 end
 
 -- The vocabulary-parallel head (tp): this rank's softmax statistics into its slot of the
@@ -219,15 +241,15 @@ end
 local function head_forward_tp(owner, self, n, tg)
    local name = self.head_name
    check(lib.lw_cross_entropy_partial_forward(self.stream, self.stats + self.tp.rank * 3 * n,
-      self.logits, self.h, owner.w[name], owner.dtype[name], self.logits_dtype, tg, n,
-      self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab))
+      self.logits, self.h, owner.w[name], owner.dtype[name], self.logits_dtype, self.cfg.softcap,
+      tg, n, self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab))
 end
 
 local function head_backward_tp(owner, self, dh, loss_scale)
    local name = self.head_name
    check(lib.lw_cross_entropy_partial_backward(self.stream, dh, owner.g[name], self.logits,
-      self.h, owner.w[name], owner.dtype[name], self.logits_dtype, self.targets, self.lse,
-      self.b * self.t, self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab,
+      self.h, owner.w[name], owner.dtype[name], self.logits_dtype, self.cfg.softcap, self.targets,
+      self.lse, self.b * self.t, self.cfg.n_embd, self.head_rows, self.head_first, self.cfg.vocab,
       loss_scale or 1))
 end
 
@@ -261,6 +283,10 @@ function GPT:forward(tokens, targets, b, t)
    self.tokens = self:on_device(tokens, n, "tokens")
    self.targets = self:on_device(targets, n, "targets")
    local x = self.embedding:forward(self.tokens, b, t)
+   if self.ln_e then
+      self.x_embed = x
+      x = self.ln_e:forward(x, n)
+   end
    self.aux_loss = 0
    if self.want_max_logits then -- every layer's heads' largest logits in one device array
       local nh = self.blocks[1].attn.n_head
@@ -340,6 +366,11 @@ function GPT:backward(loss_scale)
       check(lib.lw_vec_add(self.stream, dx, dx, dx0, n * c))
       scalars:let_go()
    end
+   if self.ln_e then
+      zero(dnext, n * c, self.stream)
+      self.ln_e:backward(self.x_embed, dx, dnext, n)
+      dx = dnext
+   end
    self.embedding:backward(self.tokens, dx, nil, b, t)
 end
 
@@ -404,6 +435,10 @@ function GPT:next_probs(row)
    local dev = self:buffer("row_logits", all)
    owner:with_params_reused("forward", row_logits, self, row, dev)
    if self.tp then tp_mod.allgather(self.tp, self.device, dev, all, "the sampled row's logits") end
+   -- capped as the loss caps them (the softcap kernel, in place)
+   if self.cfg.softcap > 0 then
+      check(lib.lw_softcap_forward(self.stream, dev, dev, all, self.cfg.softcap))
+   end
    check(lib.lw_device_copy(self.stream, p, dev, 4 * v, lib.LW_COPY_DEVICE_TO_HOST))
    local m = p[0]
    for j = 1, v - 1 do if p[j] > m then m = p[j] end end
