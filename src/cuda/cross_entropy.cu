@@ -21,11 +21,8 @@
 //
 // At the end the same head split over tensor parallelism's vocabulary ranks: a rank's row
 // statistics, their combination across ranks, and its rows' gradient.
-//
-// A softcap (cap > 0) is applied as the row kernels read each logit (softcap.h, the softcap
-// kernel's operations): the scratch keeps the GEMM's logits, except that a kept fp32 chunk holds
-// the capped logits rather than the probabilities, from which the backward takes both the
-// probability and the cap's slope. cap 0 takes none of these paths.
+// A softcap (cap > 0) is applied as the row kernels read each logit (softcap.h); a kept fp32 chunk
+// holds the capped logits (not the probabilities), whence the backward's p and slope.
 #include "cuda/bf16_bits.h"
 #include "cuda/cuda.h"
 #include "cuda/softcap.h"
@@ -59,13 +56,6 @@ template <typename T, typename Op> __device__ T block_reduce(T v, T *shared, Op 
     return shared[32];
 }
 
-// Logit j of a row as the softmax sees it: capped when cap > 0 (a uniform branch)
-template <typename L>
-__device__ __forceinline__ float logit_at(const L *row, int64_t j, float cap) {
-    const float x = lwc_load(row, j);
-    return cap > 0.0f ? lwc_softcap_value(x, cap) : x;
-}
-
 struct max_op {
     __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
@@ -87,12 +77,12 @@ __global__ void __launch_bounds__(ROW_THREADS)
     L *row = logits + r * v;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-        m = fmaxf(m, logit_at(row, j, cap));
+        m = fmaxf(m, lwc_capped_logit(row, j, cap));
     m = block_reduce(m, fshared, max_op(), -INFINITY);
     // expf of the shifted logits summed in double: v can be 50k
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-        sum += (double)expf(logit_at(row, j, cap) - m);
+        sum += (double)expf(lwc_capped_logit(row, j, cap) - m);
     sum = block_reduce(sum, dshared, sum_op(), 0.0);
     if (threadIdx.x == 0) {
         const double log_sum = log(sum);
@@ -101,12 +91,13 @@ __global__ void __launch_bounds__(ROW_THREADS)
         row_lse = l;
         const int32_t tg = targets[r];
         // log(sum) - (logit - max): accurate where the target's probability underflows
-        losses[r] = counted(tg, v) ? (float)(log_sum - (double)(logit_at(row, tg, cap) - m)) : 0.0f;
+        losses[r] =
+            counted(tg, v) ? (float)(log_sum - (double)(lwc_capped_logit(row, tg, cap) - m)) : 0.0f;
     }
     __syncthreads(); // row[tg] is read before any thread overwrites it
     if (keep && cap > 0.0f) {
         for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-            lwc_store(row, j, logit_at(row, j, cap));
+            lwc_store(row, j, lwc_capped_logit(row, j, cap));
     } else if (keep) {
         const float l = row_lse;
         for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
@@ -134,9 +125,8 @@ __global__ void count_kernel(const int32_t *targets, int64_t n, int64_t v, int32
 
 // grid (rows): row r becomes loss_scale / count * (p - onehot(target)), p = exp(logit - lse)
 // (recompute) or the kept probabilities; 0 for an ignored target. Rounded as the CPU: p * s,
-// then the target's entry minus s (then to bf16 for bf16 logits). With a cap, p = exp(z - lse)
-// of the capped logit z (capped here with recompute, else kept so), and each entry then times
-// the cap's slope at z.
+// then the target's entry minus s (then to bf16 for bf16 logits). Capped: p of the capped logit
+// z (kept so, or capped here), each entry then times the cap's slope at z.
 template <typename L>
 __global__ void dlogits_kernel(L *logits, int64_t v, const int32_t *targets, const float *lse,
                                bool recompute, float loss_scale, const int32_t *count, float cap) {
@@ -152,7 +142,7 @@ __global__ void dlogits_kernel(L *logits, int64_t v, const int32_t *targets, con
     const float s = __fdiv_rn(loss_scale, (float)*count), l = lse[r];
     if (cap > 0.0f) {
         for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-            const float z = recompute ? logit_at(row, j, cap) : lwc_load(row, j);
+            const float z = recompute ? lwc_capped_logit(row, j, cap) : lwc_load(row, j);
             const float d = __fmul_rn(expf(z - l), s);
             lwc_store(row, j, __fmul_rn(j == tg ? __fsub_rn(d, s) : d, lwc_softcap_slope(z, cap)));
         }
@@ -180,17 +170,17 @@ __global__ void __launch_bounds__(ROW_THREADS)
     const L *row = logits + r * v;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
-        m = fmaxf(m, logit_at(row, j, cap));
+        m = fmaxf(m, lwc_capped_logit(row, j, cap));
     m = block_reduce(m, fshared, max_op(), -INFINITY);
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
-        sum += (double)expf(logit_at(row, j, cap) - m);
+        sum += (double)expf(lwc_capped_logit(row, j, cap) - m);
     sum = block_reduce(sum, dshared, sum_op(), 0.0);
     if (threadIdx.x == 0) {
         const int64_t k = (int64_t)targets[r] - first;
         stats[r0 + r] = m;
         stats[n + r0 + r] = (float)sum;
-        stats[2 * n + r0 + r] = k >= 0 && k < real ? logit_at(row, k, cap) : 0.0f;
+        stats[2 * n + r0 + r] = k >= 0 && k < real ? lwc_capped_logit(row, k, cap) : 0.0f;
     }
 }
 
@@ -237,7 +227,7 @@ __global__ void partial_dlogits_kernel(L *logits, int64_t v, int64_t real, const
             lwc_store(row, j, 0.0f);
             continue;
         }
-        const float z = logit_at(row, j, cap);
+        const float z = lwc_capped_logit(row, j, cap);
         const float d0 = __fmul_rn(expf(z - l), s), d = j == k ? __fsub_rn(d0, s) : d0;
         lwc_store(row, j, cap > 0.0f ? __fmul_rn(d, lwc_softcap_slope(z, cap)) : d);
     }

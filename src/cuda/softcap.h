@@ -5,6 +5,8 @@
 #ifndef LW_CUDA_SOFTCAP_H
 #define LW_CUDA_SOFTCAP_H
 
+#include "cuda/bf16_bits.h"
+
 // cap tanh(x / cap)
 __device__ __forceinline__ float lwc_softcap_value(float x, float cap) {
     return __fmul_rn(cap, tanhf(__fdiv_rn(x, cap)));
@@ -15,6 +17,14 @@ __device__ __forceinline__ float lwc_softcap_value(float x, float cap) {
 __device__ __forceinline__ float lwc_softcap_slope(float y, float cap) {
     const float t = __fdiv_rn(y, cap);
     return __fmul_rn(__fsub_rn(1.0f, t), __fadd_rn(1.0f, t));
+}
+
+// Logit j of a row (fp32, or bf16 widened) as a capped softmax sees it: capped when cap > 0 (a
+// uniform branch), as it is at 0
+template <typename L>
+__device__ __forceinline__ float lwc_capped_logit(const L *row, int64_t j, float cap) {
+    const float x = lwc_load(row, j);
+    return cap > 0.0f ? lwc_softcap_value(x, cap) : x;
 }
 
 #endif
