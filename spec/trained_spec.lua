@@ -161,6 +161,45 @@ describe("lwopt.trained", function()
       os.remove(other)
    end)
 
+   it("rebuilds nanochat's head parts from the model config a checkpoint records", function()
+      -- the config the recipe records (lw.models.config: every field, defaults filled), with
+      -- the softcap, the embedding norm and a window pattern set; the checkpoint's model gives
+      -- the saved model's loss, which each of the three changes
+      local cfg = { n_layer = 2, n_embd = 16, n_head = 4, n_kv_head = 2, vocab = 256,
+         seq_len = 8, softcap = 1.5, embed_norm = true, window = 2, window_pattern = "SL" }
+      local tokens, targets = ffi.new("int32_t[8]"), ffi.new("int32_t[8]")
+      for i = 0, 7 do tokens[i], targets[i] = (i * 37 + 5) % 256, (i * 11 + 3) % 256 end
+      local function loss_of(c)
+         local model = lw.models.build("llama", c)
+         local specs = lw.route(model:parameters(), { { match = ".", optimizer = "adamw" } })
+         local ddp = lw.ddp.new(specs, lw.comm.self())
+         for _, s in ipairs(model:parameters()) do
+            local seed = 0 -- by name: a model without ln_e holds the others' values
+            for ch in s.name:gmatch(".") do seed = seed + ch:byte() end
+            ddp:param(s.name):copy(function(k)
+               return (s.role == "norm" and 1 or 0) + 0.4 * math.sin(seed + k)
+            end)
+         end
+         model:bind(ddp, nil)
+         return model:forward(tokens, targets, 1, 8), ddp
+      end
+      local want, ddp = loss_of(cfg)
+      local dir = os.tmpname()
+      os.remove(dir)
+      lw.checkpoint.save(dir, { ddp = ddp, opt = lw.optim.new(ddp, { lr = 1e-2 }), step = 1,
+         extra = { arch = "llama", model = lw.models.config("llama", cfg), n_layer = 2,
+            n_embd = 16, n_head = 4, vocab = 256, seq = 8, data_kind = "bytes" } })
+      local t = trained.open(dir, { comm = lw.comm.self() })
+      assert.same({ 1.5, true, 2, "SL" }, { t.cfg.softcap, t.cfg.embed_norm, t.cfg.window,
+         t.cfg.window_pattern })
+      assert.equal(want, t.model:forward(tokens, targets, 1, 8))
+      for _, change in ipairs({ { softcap = 0 }, { embed_norm = false },
+         { window_pattern = "L" } }) do
+         assert.are_not.equal(want, (loss_of(with(cfg, change))))
+      end
+      helpers.sh("rm -rf " .. dir)
+   end)
+
    it("opens data as the recipe does, refusing the other kind than the model's", function()
       local bytes = { kind = "bytes", vocab = 256, seq = 8 }
       local text = helpers.tempfile(("abcdefgh"):rep(100))
