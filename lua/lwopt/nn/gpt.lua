@@ -129,6 +129,7 @@ end
 -- t above 1; a dense model only) makes the model this TP rank's shards, lw.arch.gpt{ tp = t,
 -- tp_rank = r }'s specs: heads, MLP channels and vocabulary rows split over the TP group (the
 -- vocabulary padded to a multiple of t, the padding masked), norms and row-parallel biases whole.
+-- nanochat's softcap, window_pattern and embed_norm: docs/parts.md (the defaults: none of them).
 function GPT.new(cfg)
    local self = setmetatable({}, GPT):init("")
    local o, err = fields.check("nn.GPT", cfg, GPT.fields, RUN_FIELDS)
