@@ -1,12 +1,14 @@
 /* test_nn_cross_entropy.c: the fused LM head + cross-entropy against a float64 reference
  * (losses, each row's logsumexp, and the backward), in one chunk of rows and in several (a
- * GPT-2-sized vocabulary, where the backward recomputes the logits), dh and dw against finite
+ * GPT-2-sized vocabulary, where the backward recomputes the logits), with and without the
+ * logits' softcap, dh and dw against finite
  * differences, accumulation, ignored and out-of-range targets, uniform logits, and logits too
  * large for an unshifted exp. */
 #include "nn_check.h"
 
 typedef struct {
     int64_t n, c, v;
+    float cap;      /* the logits' softcap (0: none) */
     float *h;       /* [n, c] */
     float *w;       /* [v, c] */
     int32_t *tg;    /* [n] */
@@ -18,7 +20,7 @@ typedef struct {
 
 /* Targets uniform in [0, v); every `ignore_every`-th row (if > 0) gets -1. */
 static ce_case case_new(int64_t n, int64_t c, int64_t v, int ignore_every) {
-    ce_case k = {n, c, v, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    ce_case k = {n, c, v, 0.0f, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     k.h = nn_alloc(n * c);
     k.w = nn_alloc(v * c);
     k.tg = calloc((size_t)n, sizeof(int32_t));
@@ -45,27 +47,30 @@ static void case_free(ce_case *k) {
 static double forward(ce_case *k) {
     double loss = NAN;
     CHECK_OK(lw_cross_entropy_forward(NULL, k->losses, k->lse, k->scratch, k->h, k->w, LW_DTYPE_F32,
-                                      LW_DTYPE_F32, 0.0f, k->tg, k->n, k->c, k->v, &loss));
+                                      LW_DTYPE_F32, k->cap, k->tg, k->n, k->c, k->v, &loss));
     return loss;
 }
 
 static void backward(ce_case *k, float *dh, float *dw, float scale) {
     CHECK_OK(lw_cross_entropy_backward(NULL, dh, dw, k->scratch, k->h, k->w, LW_DTYPE_F32,
-                                       LW_DTYPE_F32, 0.0f, k->tg, k->lse, k->n, k->c, k->v, scale));
+                                       LW_DTYPE_F32, k->cap, k->tg, k->lse, k->n, k->c, k->v,
+                                       scale));
 }
 
+/* logit j of row i, capped at cap tanh(logit / cap) with a cap */
 static double logit(const ce_case *k, int64_t i, int64_t j) {
     double s = 0;
     for (int64_t d = 0; d < k->c; d++)
         s += (double)k->h[i * k->c + d] * k->w[j * k->c + d];
-    return s;
+    return k->cap > 0 ? k->cap * tanh(s / k->cap) : s;
 }
 
 /* Explicit logits and logsumexp in double: lse[n], losses[n], the mean over counted rows, and
  * the backward of scale * mean into dh[n, c] and dw[v, c] (from zero). */
 static double reference(const ce_case *k, double *lse_out, double *losses, double *dh, double *dw,
                         double scale) {
-    double *probs = malloc(sizeof(double) * (size_t)k->v);
+    /* row i's logits, once: z[v] */
+    double *probs = malloc(sizeof(double) * (size_t)k->v), *z = malloc(sizeof(double) * k->v);
     int64_t n = k->n, c = k->c, v = k->v, count = 0;
     double total = 0;
     for (int64_t i = 0; i < n; i++)
@@ -76,27 +81,33 @@ static double reference(const ce_case *k, double *lse_out, double *losses, doubl
         dw[i] = 0;
     for (int64_t i = 0; i < n; i++) {
         double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < v; j++) {
+            z[j] = logit(k, i, j);
+            m = fmax(m, z[j]);
+        }
         for (int64_t j = 0; j < v; j++)
-            m = fmax(m, logit(k, i, j));
-        for (int64_t j = 0; j < v; j++)
-            sum += exp(logit(k, i, j) - m);
+            sum += exp(z[j] - m);
         double lse = m + log(sum);
         lse_out[i] = lse;
         for (int64_t j = 0; j < v; j++)
-            probs[j] = exp(logit(k, i, j) - lse);
+            probs[j] = exp(z[j] - lse);
         bool counted = k->tg[i] >= 0 && k->tg[i] < v;
-        losses[i] = counted ? lse - logit(k, i, k->tg[i]) : 0.0;
+        losses[i] = counted ? lse - z[k->tg[i]] : 0.0;
         total += losses[i];
         if (!counted) continue;
         for (int64_t j = 0; j < v; j++) {
             double g = scale * (probs[j] - (j == k->tg[i])) / (double)count;
+            if (k->cap > 0) { /* the cap's slope 1 - tanh^2 */
+                const double t = z[j] / k->cap;
+                g *= 1 - t * t;
+            }
             for (int64_t d = 0; d < c; d++) {
                 dh[i * c + d] += g * k->w[j * c + d];
                 dw[j * c + d] += g * k->h[i * c + d];
             }
         }
     }
-    free(probs);
+    free(probs), free(z);
     return count > 0 ? total / (double)count : 0.0;
 }
 
@@ -110,8 +121,9 @@ static double max_diff(const float *a, const double *b, int64_t n) {
 /* Logits here are O(1) float32 dot products of <= 24 terms: log-sum-exps, losses and gradients
  * agree with float64 to ~3e-7 (measured), and 2e-6 leaves room for other OpenBLAS kernels. The
  * backward runs with loss_scale 2.5, so a dropped scale shows too. */
-static void test_matches_reference(int64_t n, int64_t c, int64_t v) {
+static void test_matches_reference(int64_t n, int64_t c, int64_t v, float cap) {
     ce_case k = case_new(n, c, v, 3);
+    k.cap = cap;
     double *lse = malloc(sizeof(double) * (size_t)n), *losses = malloc(sizeof(double) * n);
     double *dh = malloc(sizeof(double) * (size_t)(n * c)), *dw = malloc(sizeof(double) * v * c);
     const double scale = 2.5;
@@ -122,10 +134,10 @@ static void test_matches_reference(int64_t n, int64_t c, int64_t v) {
     double ddh = max_diff(k.dh, dh, n * c), ddw = max_diff(k.dw, dw, v * c);
     const int64_t chunks = (n * v + lw_cross_entropy_scratch_floats(NULL, n, v) - 1) /
                            lw_cross_entropy_scratch_floats(NULL, n, v);
-    printf("reference n=%lld c=%lld v=%lld (%lld chunk%s): |mean| %.2e |lse| %.2e |losses| %.2e "
-           "|dh| %.2e |dw| %.2e\n",
-           (long long)n, (long long)c, (long long)v, (long long)chunks, chunks == 1 ? "" : "s",
-           fabs(mean - ref), dp, dl, ddh, ddw);
+    printf("reference n=%lld c=%lld v=%lld softcap %g (%lld chunk%s): |mean| %.2e |lse| %.2e "
+           "|losses| %.2e |dh| %.2e |dw| %.2e\n",
+           (long long)n, (long long)c, (long long)v, (double)cap, (long long)chunks,
+           chunks == 1 ? "" : "s", fabs(mean - ref), dp, dl, ddh, ddw);
     CHECK(fabs(mean - ref) <= 2e-6);
     CHECK(dp <= 2e-6);
     CHECK(dl <= 2e-6);
@@ -299,10 +311,14 @@ static void test_dtypes(void) {
 
 int main(void) {
     test_dtypes();
-    test_matches_reference(7, 9, 11);
-    test_matches_reference(13, 24, 300);
+    test_matches_reference(7, 9, 11, 0.0f);
+    test_matches_reference(13, 24, 300, 0.0f);
     /* GPT-2's padded vocabulary: several chunks of rows, the backward recomputing each one */
-    test_matches_reference(400, 4, 50304);
+    test_matches_reference(400, 4, 50304, 0.0f);
+    /* capped at 1 (the logits reach ~3): one chunk keeping the capped logits, and several,
+     * the backward capping each chunk's logits again */
+    test_matches_reference(13, 24, 300, 1.0f);
+    test_matches_reference(340, 4, 50304, 1.0f);
     test_gradients(7, 9, 11, 1000);
     test_gradients(13, 24, 300, 400);
     test_backward_accumulates();

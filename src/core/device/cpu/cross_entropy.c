@@ -152,8 +152,9 @@ static lw_status backward(float *dh, float *dw, float *scratch, const float *h, 
         const int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         if (chunk < n) {
             logits(scratch, h + r0 * c, w, rows, c, v, bf16);
+            /* capped: the capped logits, as the forward keeps them; else the probabilities */
             cap_rows(scratch, rows, v, v, cap);
-            for (int64_t i = 0; i < rows && cap <= 0.0f; i++) {
+            for (int64_t i = 0; cap <= 0.0f && i < rows; i++) {
                 float *row = scratch + i * v;
                 for (int64_t j = 0; j < v; j++)
                     row[j] = expf(row[j] - lse[r0 + i]);
