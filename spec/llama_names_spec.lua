@@ -234,5 +234,14 @@ describe("lwopt export --format hf-llama", function()
       assert.equal("lwopt export: " .. qk .. " cannot be written as hf-llama: its qk_norm is "
          .. "true, and LlamaForCausalLM's is false\n", err)
       assert.is_nil(io.open(dir .. "/o/config.json"))
+      -- nanochat's head parts: none in LlamaForCausalLM (a pattern's short windows need a window,
+      -- refused as the window)
+      local names = require("lwopt.llama_names")
+      assert.equal("its softcap is 15, and LlamaForCausalLM's is 0", names.unfit({ softcap = 15 }))
+      assert.equal("its embed_norm is true, and LlamaForCausalLM's is false",
+         names.unfit({ embed_norm = true }))
+      assert.equal("its window is 768, and LlamaForCausalLM's is 0",
+         names.unfit({ window = 768, window_pattern = "SSSL" }))
+      assert.is_nil(names.unfit({ window_pattern = "L", softcap = 0, embed_norm = false }))
    end)
 end)

@@ -17,12 +17,12 @@ names.ABOUT = "Hugging Face LLaMA (transformers LlamaForCausalLM)"
 -- The parts of lw.models' llama that LlamaForCausalLM has, as the config fields that say them:
 -- a model with another value cannot be written in its names.
 names.PARTS = { norm = "rmsnorm", norm_gain = true, position = "rotary", activation = "swiglu",
-   bias = false, qk_norm = false, window = 0, n_expert = 0 }
+   bias = false, qk_norm = false, window = 0, n_expert = 0, embed_norm = false, softcap = 0 }
 
 -- Whether cfg (an lw.models llama config) is a LlamaForCausalLM; nil or why not.
 function names.unfit(cfg)
    for _, key in ipairs({ "norm", "norm_gain", "position", "activation", "bias", "qk_norm",
-      "window", "n_expert" }) do
+      "window", "n_expert", "embed_norm", "softcap" }) do
       local want, have = names.PARTS[key], cfg[key]
       if have ~= nil and have ~= want then
          return ("its %s is %s, and LlamaForCausalLM's is %s"):format(key, tostring(have),

@@ -48,7 +48,8 @@ examples:
 -- The model fields that change neither a model's parameters nor its modelled step: no layout
 -- flag for them.
 local NOT_LAYOUT = { recompute_gelu = true, activations = true, aux_coef = true,
-   norm_eps = true, rope_base = true, rope_pairing = true, window = true, qk_norm = true }
+   norm_eps = true, rope_base = true, rope_pairing = true, window = true, qk_norm = true,
+   window_pattern = true, softcap = true }
 
 -- What a model field's flag says in --help, where the field's name alone does not.
 local FIELD_HELP = {
@@ -66,6 +67,7 @@ local FIELD_HELP = {
    router_muon = "the router on Muon instead of AdamW", norm = "norm layers",
    norm_gain = "norm gains", position = "positions: a learned table or rotary",
    activation = "MLP (and expert) activation",
+   embed_norm = "a norm after the token embedding (its gain with --norm-gain)",
 }
 
 -- Flags of the model fields (lw.models) of every registered model, each once, in the models'
