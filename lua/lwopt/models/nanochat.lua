@@ -16,7 +16,7 @@ end
 
 -- GPT's fields with nanochat's defaults. The norms' eps is torch's default for F.rms_norm in
 -- fp32, the dtype's machine epsilon. softcap, window_pattern and embed_norm are nanochat's values
--- for fields nn.GPT may not have yet (unused until it does); the short window of its "S" layers
+-- for nn.GPT's fields (docs/parts.md); the short window of its "S" layers
 -- (a quarter of the sequence, rounded up to 128) is window's default only with window_pattern,
 -- since without a pattern a window would apply to every layer.
 local DEFAULTS = { norm = "rmsnorm", norm_gain = false, norm_eps = 2 ^ -23, position = "rotary",
