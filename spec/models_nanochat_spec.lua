@@ -4,21 +4,7 @@
 -- architecture (llama_reference.lua, through model_check.lua): the loss within 1e-5 and every
 -- parameter's gradient against central differences; its parameters, routing and refusals.
 local lw = require("lwopt")
-local GPT = require("lwopt.nn.gpt")
 local model_check = require("model_check")
-
-local function has_field(key)
-   for _, f in ipairs(GPT.fields) do if f[1] == key then return true end end
-   return false
-end
-
--- What the reference must leave off while nn.GPT lacks the field that would switch it on.
-local function missing_parts()
-   local off = {}
-   if not has_field("softcap") then off.softcap = 0 end
-   if not has_field("embed_norm") then off.embed_norm = false end
-   return off
-end
 
 describe("lw.models' nanochat against a float64 nanochat", function()
    local base = { n_layer = 3, n_embd = 16, n_head = 4, n_kv_head = 2, vocab = 13, seq_len = 6,
@@ -27,9 +13,8 @@ describe("lw.models' nanochat against a float64 nanochat", function()
    it("matches its loss and gradients (softcap, embed norm and windows off)", function()
       local cfg = {}
       for k, v in pairs(base) do cfg[k] = v end
-      if has_field("softcap") then cfg.softcap = 0 end
-      if has_field("embed_norm") then cfg.embed_norm = false end
-      model_check.check("nanochat", cfg, nil, missing_parts())
+      cfg.softcap, cfg.embed_norm = 0, false
+      model_check.check("nanochat", cfg)
    end)
 
    it("matches its loss and gradients with nanochat's residual scalars and a small gate scale",
@@ -44,32 +29,23 @@ describe("lw.models' nanochat against a float64 nanochat", function()
             r.data[i] = 1.15 - 0.10 * i / 2
             x.data[i] = 0.20 - 0.15 * i / 2
          end
-      end, missing_parts())
+      end)
    end)
 
    it("matches its loss and gradients with ReLU^2 experts in place of the MLPs", function()
       -- aux_coef 0: the reference's first result is then the whole objective
       local cfg = { n_expert = 2, topk = 1, expert_hidden = 8, aux_coef = 0 }
       for k, v in pairs(base) do cfg[k] = v end
-      model_check.check("nanochat", cfg, nil, missing_parts())
+      model_check.check("nanochat", cfg)
    end)
 
-   -- Once nn.GPT has the fields (another branch adds them), the same check with them on: the
-   -- logits capped at 2 (so that the cap bends them), a norm after the embedding, and the
-   -- window pattern "SL" (S: the window, L: the whole sequence; the last layer always L).
-   local later = { "softcap", "embed_norm", "window_pattern" }
-   local ready = true
-   for _, k in ipairs(later) do ready = ready and has_field(k) end
-   local with_parts = "matches its loss and gradients with the softcap, embed norm and windows on"
-   if not ready then
-      pending(with_parts .. " (nn.GPT has no softcap, embed_norm and window_pattern yet)")
-   else
-      it(with_parts, function()
-         local cfg = { softcap = 2, embed_norm = true, window_pattern = "SL", window = 2 }
-         for k, v in pairs(base) do cfg[k] = v end
-         model_check.check("nanochat", cfg, nil, { windows = { 2, 0, 0 } })
-      end)
-   end
+   -- the logits capped at 2 (so that the cap bends them), a norm after the embedding, and the
+   -- window pattern "SL" (S: the window, L: the whole sequence; the last layer always L)
+   it("matches its loss and gradients with the softcap, embed norm and windows on", function()
+      local cfg = { softcap = 2, embed_norm = true, window_pattern = "SL", window = 2 }
+      for k, v in pairs(base) do cfg[k] = v end
+      model_check.check("nanochat", cfg, nil, { windows = { 2, 0, 0 } })
+   end)
 
    it("declares nanochat's parameters: value embeddings on every other layer, the last included",
       function()

@@ -9,24 +9,16 @@
 local GPT = require("lwopt.nn.gpt")
 local gpt = require("lwopt.models.gpt")
 
-local function has_field(key)
-   for _, f in ipairs(GPT.fields) do if f[1] == key then return true end end
-   return false
-end
-
 -- GPT's fields with nanochat's defaults. The norms' eps is torch's default for F.rms_norm in
--- fp32, the dtype's machine epsilon. softcap, window_pattern and embed_norm are nanochat's values
--- for nn.GPT's fields (docs/parts.md); the short window of its "S" layers
--- (a quarter of the sequence, rounded up to 128) is window's default only with window_pattern,
--- since without a pattern a window would apply to every layer.
+-- fp32, the dtype's machine epsilon. window is the short window of the pattern's "S" layers (a
+-- quarter of the sequence, rounded up to 128, as nanochat's); its "L" layers see the whole
+-- sequence.
 local DEFAULTS = { norm = "rmsnorm", norm_gain = false, norm_eps = 2 ^ -23, position = "rotary",
    rope_base = 100000, rope_pairing = "halves", rope_reverse = true, activation = "relu2",
    qk_norm = true, tied = false, bias = false, vocab = 32768, seq_len = 2048,
    value_embeds = true, ve_gate_channels = 12, ve_gate_scale = 3, resid_scalars = true,
    softcap = 15, window_pattern = "SSSL", embed_norm = true }
-if has_field("window_pattern") then
-   DEFAULTS.window = function(c) return 128 * math.ceil(c.seq_len / 4 / 128) end
-end
+DEFAULTS.window = function(c) return 128 * math.ceil(c.seq_len / 4 / 128) end
 
 local fields = {}
 for i, f in ipairs(GPT.fields) do
