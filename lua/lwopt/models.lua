@@ -1,10 +1,12 @@
 -- models.lua: the model registry. Each model is an entry of lwopt/models/<name>.lua: its name,
--- its config fields (lwopt/fields.lua: the shape and how it runs, with defaults and checks),
--- check (the rules across fields), build (an lw.nn module with nn.GPT's loss API: forward(tokens,
--- targets, b, t), backward(loss_scale), parameters(), next_probs(row)) and describe (the model
--- in words). Whatever needs a model asks here: its parameter specs come from its modules'
--- declarations (no second description to keep equal), for any size and TP rank, without
--- allocating anything. A new architecture is its entry file and its name in NAMES.
+-- its title (how a run's reports name it), its config fields (lwopt/fields.lua: the shape and how
+-- it runs, with defaults and checks), check (the rules across fields), build (an lw.nn module
+-- with nn.GPT's loss API: forward(tokens, targets, b, t), backward(loss_scale), parameters(),
+-- next_probs(row)), describe (the model in words) and optionally init (spec, cfg: its own initial
+-- values by parameter). Whatever needs a model asks here: its parameter specs come from its
+-- modules' declarations (no second description to keep equal), for any size and TP rank, without
+-- allocating anything. A new architecture is its entry file and its name in NAMES, or, from a
+-- recipe, models.register(models.derive(...)).
 local errors = require("lwopt.errors")
 local fields = require("lwopt.fields")
 
@@ -38,6 +40,69 @@ function models.get(name, where)
    end
    entries[name] = entries[name] or require("lwopt.models." .. name)
    return entries[name]
+end
+
+-- The model in words, from its entry's title: "LLaMA 4 layers x 64, 4 heads (2 KV), sequence
+-- 32", experts added when it has them.
+local function describe_by_title(title)
+   return function(c)
+      return ("%s %d layers x %d, %d heads (%d KV), sequence %d%s"):format(title, c.n_layer,
+         c.n_embd, c.n_head, c.n_kv_head, c.seq_len, c.n_expert > 0 and
+         (", %d experts, top-%d"):format(c.n_expert, c.topk) or "")
+   end
+end
+
+-- A new entry made from registered model `base`'s: o = { name, title (default name), defaults
+-- (field -> its new default: a value, or a function of the fields before it, as
+-- lwopt/fields.lua's), init, describe (each default: base's; describe: by title) }. The
+-- architecture's parts are its fields' defaults (docs/parts.md), so a model made of existing
+-- parts is its name and its defaults. A default for a field base lacks is an error naming it.
+function models.derive(base, o)
+   local who = "lw.models.derive"
+   local b = models.get(base, who)
+   if type(o) ~= "table" or type(o.name) ~= "string" then
+      errors.misuse(who, "expects { name = ..., defaults = { ... } }")
+   end
+   local defaults, seen, list = o.defaults or {}, {}, {}
+   for i, f in ipairs(b.fields) do
+      local copy = { f[1], f[2], f[3], f[4] }
+      if defaults[f[1]] ~= nil then copy[3], seen[f[1]] = defaults[f[1]], true end
+      list[i] = copy
+   end
+   for key in pairs(defaults) do
+      if not seen[key] then
+         errors.misuse(who, "'%s' has no field '%s' (the model's fields: lw.models.get('%s').fields)",
+            base, tostring(key), base)
+      end
+   end
+   local title = o.title or o.name
+   return { name = o.name, title = title, fields = list, check = b.check, build = b.build,
+      init = o.init or b.init, describe = o.describe or describe_by_title(title) }
+end
+
+-- Adds entry (as lwopt/models/<name>.lua's, or models.derive's) to the registry under its name,
+-- for this process: a recipe's own architecture, which its --arch then names. A name already
+-- registered, or an entry without its functions, is an error.
+function models.register(entry)
+   local who = "lw.models.register"
+   if type(entry) ~= "table" or type(entry.name) ~= "string"
+      or not entry.name:match("^%a[%w_-]*$") then
+      errors.misuse(who, "expects an entry whose name is a word (lw.models.derive makes one)")
+   end
+   for _, n in ipairs(NAMES) do
+      if n == entry.name then errors.misuse(who, "a model '%s' is registered already", n) end
+   end
+   for _, key in ipairs({ "check", "build", "describe" }) do
+      if type(entry[key]) ~= "function" then
+         errors.misuse(who, "entry '%s' has no %s function", entry.name, key)
+      end
+   end
+   if type(entry.fields) ~= "table" then
+      errors.misuse(who, "entry '%s' has no fields list", entry.name)
+   end
+   entry.title = entry.title or entry.name
+   NAMES[#NAMES + 1] = entry.name
+   entries[entry.name] = entry
 end
 
 -- cfg checked for model `name` (errors named by `who`, default "lw.models.<name>"), its

@@ -292,10 +292,11 @@ end
 local function announce(run, v, data, path, say)
    if v.quiet then return end
    local dp = run.dp_comm or run.comm
-   local names = { llama = "LLaMA", nanochat = "nanochat" }
-   local model = names[v.arch] and ("%s %d layers x %d, %d heads (%d KV)"):format(names[v.arch],
-      v.n_layer, v.n_embd, v.n_head, v.model_config.n_kv_head)
-      or ("GPT %d layers x %d, %d heads"):format(v.n_layer, v.n_embd, v.n_head)
+   -- the model by its registry entry's title; its KV heads unless GPT-2's all-heads default
+   local kv = v.model_config.n_kv_head
+   local model = ("%s %d layers x %d, %d heads%s"):format(lw.models.get(v.arch).title,
+      v.n_layer, v.n_embd, v.n_head, (v.arch ~= "gpt" or kv ~= v.n_head)
+      and (" (%d KV)"):format(kv) or "")
    say(("lwopt %s: %s, %s; %s/%s ZeRO-%d%s on %s, global batch %d x %d %ss; %s"):format(
       lw.version, model,
       recipe_report.parameters_text(run.full_specs or run.ddp.specs, v),

@@ -4,6 +4,7 @@ local GPT = require("lwopt.nn.gpt")
 
 return {
    name = "gpt",
+   title = "GPT", -- how run reports name it
    fields = GPT.fields,
    check = GPT.check,
    -- run: { tp, ep } groups, or none

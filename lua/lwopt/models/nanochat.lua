@@ -6,8 +6,7 @@
 -- included), per-layer residual scalars mixing the embedding back in, a ReLU^2 MLP, no biases,
 -- an untied head. It is nn.GPT built with those parts (docs/parts.md); what nanochat has beyond
 -- them is listed there.
-local GPT = require("lwopt.nn.gpt")
-local gpt = require("lwopt.models.gpt")
+local models = require("lwopt.models")
 
 -- GPT's fields with nanochat's defaults. The norms' eps is torch's default for F.rms_norm in
 -- fp32, the dtype's machine epsilon. window is the short window of the pattern's "S" layers (a
@@ -19,13 +18,6 @@ local DEFAULTS = { norm = "rmsnorm", norm_gain = false, norm_eps = 2 ^ -23, posi
    value_embeds = true, ve_gate_channels = 12, ve_gate_scale = 3, resid_scalars = true,
    softcap = 15, window_pattern = "SSSL", embed_norm = true }
 DEFAULTS.window = function(c) return 128 * math.ceil(c.seq_len / 4 / 128) end
-
-local fields = {}
-for i, f in ipairs(GPT.fields) do
-   local copy = { f[1], f[2], f[3], f[4] }
-   if DEFAULTS[f[1]] ~= nil then copy[3] = DEFAULTS[f[1]] end
-   fields[i] = copy
-end
 
 -- nanochat's init_weights, by parameter (c: the model's config): how its values are drawn.
 -- { normal = std }, { uniform = { lo, hi } }, { values = list } or { zeros = true }.
@@ -51,15 +43,5 @@ local function init(spec, c)
    return nil -- anything else: the recipe's default
 end
 
-return {
-   name = "nanochat",
-   fields = fields,
-   check = GPT.check,
-   -- nn.GPT over run's groups, as GPT-2's entry builds it
-   build = gpt.build,
-   init = init,
-   describe = function(c)
-      return ("nanochat %d layers x %d, %d heads (%d KV), sequence %d"):format(c.n_layer,
-         c.n_embd, c.n_head, c.n_kv_head, c.seq_len)
-   end,
-}
+return models.derive("gpt", { name = "nanochat", title = "nanochat", defaults = DEFAULTS,
+   init = init })
