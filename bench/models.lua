@@ -30,8 +30,8 @@ local SPEC = {
    { "loss-steps", "int", 30, "steps of the same-weights loss check (0: none)", min = 0 },
    { "archs", "string", "llama,nanochat", "the models (--arch of the recipe)" },
    { "ranks", "string", "1,2", "layouts: 1 = 1 process x 2 threads, 2 = 2 ranks x 1 thread" },
-   { "n-kv-head", "int", 0, "KV heads of both sides (0: the recipe's default, one per head)",
-     min = 0 },
+   { "n-kv-head", "int", 4, "KV heads of both sides (4: the small preset's for --arch llama)",
+     min = 1 },
    { "lwopt-root", "string", ".", "the lwopt checkout whose recipe runs (built; e.g. a branch's "
      .. "worktree)" },
    { "help", "bool", false, "this text" },
@@ -87,7 +87,7 @@ if not peer.sh("test -x /usr/bin/time") then
       .. "install time)\n")
    os.exit(1)
 end
-local kv_flag = v.n_kv_head > 0 and (" --n-kv-head %d"):format(v.n_kv_head) or ""
+local kv_flag = (" --n-kv-head %d"):format(v.n_kv_head)
 
 -- The models the recipe knows; the others are skipped, saying why (its own refusal).
 local root = v.lwopt_root
