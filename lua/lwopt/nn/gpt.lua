@@ -140,10 +140,6 @@ function GPT.new(cfg)
          hidden = o.mlp_hidden or 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
          ep = o.ep and o.ep.size or 1 })
       if bad then fail("%s", bad) end
-      if o.value_embeds then
-         fail("value embeddings under tensor parallelism (tp %d) are not supported: their tables "
-            .. "and gates are not split over the TP group", o.tp.size)
-      end
       self.tp = o.tp
    end
    self.cfg = o
