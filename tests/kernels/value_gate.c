@@ -46,6 +46,7 @@ typedef struct {
     float *qkv, *ve, *x, *w, *dqkv, *dve0, *dx0, *dw0;
     float *qkvw, *xw, *dqkvw;       /* qkv, x and dqkv rounded to bf16 and widened again */
     uint16_t *qkv16, *x16, *dqkv16; /* their bits */
+    bool mixed; /* the backward with one of dqkv and x in bf16 (a run of its own: its buffers) */
 } gate_args;
 
 /* A bf16 value off its float64 reference by the rounding to bf16 (half a step: 2^-9 of the
@@ -74,6 +75,11 @@ static void run_gate_forward(run *r, const void *p) {
     const uint16_t *x16 = input_bf16(r, a->x16, a->nx);
     uint16_t *qkv16 = updated_bf16(r, "qkv (widened) bf16", a->qkv16, a->nqkv, bf16_step(m));
     call(r, forward(r->s, a, qkv16, LW_DTYPE_BF16, ve, x16, LW_DTYPE_BF16, w));
+    /* one of the two in bf16 */
+    uint16_t *q16 = updated_bf16(r, "qkv bf16, x fp32", a->qkv16, a->nqkv, bf16_step(m));
+    call(r, forward(r->s, a, q16, LW_DTYPE_BF16, ve, xw, LW_DTYPE_F32, w));
+    float *q32 = updated(r, "qkv fp32, x bf16", a->qkvw, a->nqkv, m);
+    call(r, forward(r->s, a, q32, LW_DTYPE_F32, ve, x16, LW_DTYPE_BF16, w));
 }
 
 /* The backward's outputs, named by `names` (dve, dx, dw, dz: string constants, which the run
@@ -94,18 +100,38 @@ static void backward_into(run *r, const gate_args *a, const char *const names[4]
 
 static const char *const FP32_NAMES[4] = {"dve", "dx", "dw", "dz"};
 static const char *const BF16_NAMES[4] = {"dve of bf16", "dx of bf16", "dw of bf16", "dz of bf16"};
+static const char *const DQKV16_NAMES[4] = {"dve of bf16 dqkv", "dx of bf16 dqkv",
+                                            "dw of bf16 dqkv", "dz of bf16 dqkv"};
+static const char *const X16_NAMES[4] = {"dve of bf16 x", "dx of bf16 x", "dw of bf16 x",
+                                         "dz of bf16 x"};
 static const char *const WIDENED_NAMES[4] = {"dve of bf16 (widened)", "dx of bf16 (widened)",
                                              "dw of bf16 (widened)", "dz of bf16 (widened)"};
 
-/* fp32; bf16 dqkv and x ("of bf16"); and fp32 on them widened ("of bf16 (widened)") */
+/* fp32; bf16 dqkv and x ("of bf16"); and fp32 on them widened ("of bf16 (widened)"). Mixed:
+ * the widened run, and bf16 dqkv with fp32 x, and fp32 dqkv with bf16 x. */
 static void run_gate_backward(run *r, const void *p) {
     const gate_args *a = p;
-    backward_into(r, a, FP32_NAMES, input(r, a->dqkv, a->nqkv), LW_DTYPE_F32, input(r, a->x, a->nx),
-                  LW_DTYPE_F32);
-    backward_into(r, a, BF16_NAMES, input_bf16(r, a->dqkv16, a->nqkv), LW_DTYPE_BF16,
-                  input_bf16(r, a->x16, a->nx), LW_DTYPE_BF16);
+    if (!a->mixed) {
+        backward_into(r, a, FP32_NAMES, input(r, a->dqkv, a->nqkv), LW_DTYPE_F32,
+                      input(r, a->x, a->nx), LW_DTYPE_F32);
+        backward_into(r, a, BF16_NAMES, input_bf16(r, a->dqkv16, a->nqkv), LW_DTYPE_BF16,
+                      input_bf16(r, a->x16, a->nx), LW_DTYPE_BF16);
+    }
     backward_into(r, a, WIDENED_NAMES, input(r, a->dqkvw, a->nqkv), LW_DTYPE_F32,
                   input(r, a->xw, a->nx), LW_DTYPE_F32);
+    if (a->mixed) {
+        backward_into(r, a, DQKV16_NAMES, input_bf16(r, a->dqkv16, a->nqkv), LW_DTYPE_BF16,
+                      input(r, a->xw, a->nx), LW_DTYPE_F32);
+        backward_into(r, a, X16_NAMES, input(r, a->dqkvw, a->nqkv), LW_DTYPE_F32,
+                      input_bf16(r, a->x16, a->nx), LW_DTYPE_BF16);
+    }
+}
+
+/* Outputs `got` and `want` the same bytes (bytes each), on r's device. */
+static void same_bits(const kernel_case *k, const run *r, const char *got, const char *want,
+                      int64_t bytes, const char *what) {
+    const void *g = got_of(r, got), *w = got_of(r, want);
+    expect(k, r, g != NULL && w != NULL && memcmp(g, w, (size_t)bytes) == 0, what);
 }
 
 /* The float64 gate of head h at row r, and its logit's slope g'(z) = scale s (1 - s). */
@@ -196,6 +222,10 @@ static void after_gate_forward(const kernel_case *k, const run *r) {
             fmax(worst, fabs(bf16_reference_value(got16[i]) - ref[i]) / fmax(fabs(ref[i]), floor));
     expect(k, r, worst <= BF16_TOL, "bf16 qkv is within a bf16 step of the float64 reference");
     free(ref);
+    same_bits(k, r, "qkv bf16, x fp32", "qkv (widened) bf16", 2 * a->nqkv,
+              "bf16 qkv with fp32 x: bf16 x's widening's results");
+    same_bits(k, r, "qkv fp32, x bf16", "qkv (widened)", 4 * a->nqkv,
+              "fp32 qkv with bf16 x: its widening's results");
 }
 
 /* Central differences of the objective in element i of p (float64), against the kernel's
@@ -268,12 +298,20 @@ static void check_backward(const kernel_case *k, const run *r, const float *dqkv
  * kernels read them widened and compute the same from there. */
 static void after_gate_backward(const kernel_case *k, const run *r) {
     const gate_args *a = k->args;
+    const int64_t bytes[4] = {4 * a->c->n * a->kv, 4 * a->nx, 4 * a->nw, 4 * a->nz};
+    if (a->mixed) {
+        for (int i = 0; i < 4; i++) {
+            same_bits(k, r, DQKV16_NAMES[i], WIDENED_NAMES[i], bytes[i],
+                      "bf16 dqkv with fp32 x: its widening's results");
+            same_bits(k, r, X16_NAMES[i], WIDENED_NAMES[i], bytes[i],
+                      "fp32 dqkv with bf16 x: its widening's results");
+        }
+        return;
+    }
     check_backward(k, r, a->dqkv, a->x, FP32_NAMES, true);
     check_backward(k, r, a->dqkvw, a->xw, BF16_NAMES, false);
-    widening_exact(k, r, "dve of bf16", a->c->n * a->kv);
-    widening_exact(k, r, "dx of bf16", a->nx);
-    widening_exact(k, r, "dw of bf16", a->nw);
-    widening_exact(k, r, "dz of bf16", a->nz);
+    for (int i = 0; i < 4; i++)
+        widening_exact(k, r, BF16_NAMES[i], bytes[i] / 4);
 }
 
 /* ---- refusals -------------------------------------------------------------------------------- */
@@ -337,6 +375,12 @@ static void gate_cases(const char *kernel, run_fn fn, after_fn after) {
         a.dqkv16 = round_weights(a.dqkvw, a.nqkv);
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
+        if (strcmp(kernel, "value_gate_backward") == 0) {
+            a.mixed = true;
+            snprintf(a.shape + strlen(a.shape), sizeof a.shape - strlen(a.shape), ", mixed");
+            check(&(kernel_case){
+                .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
+        }
         free(a.qkv), free(a.ve), free(a.x), free(a.w), free(a.dqkv);
         free(a.dve0), free(a.dx0), free(a.dw0);
         free(a.qkvw), free(a.xw), free(a.dqkvw), free(a.qkv16), free(a.x16), free(a.dqkv16);
