@@ -79,19 +79,35 @@ describe("lw.models' nanochat against a float64 nanochat", function()
       assert.equal("muon", by["h.0.attn.ve_gate.weight"])
    end)
 
+   it("declares a TP rank's shards of the value embeddings and gates: its KV heads' columns and "
+      .. "rows", function()
+      local cfg = { n_layer = 2, n_embd = 64, n_head = 4, n_kv_head = 2, vocab = 100, tp = 2,
+         tp_rank = 1 }
+      local by = {}
+      for _, s in ipairs(lw.models.specs("nanochat", cfg)) do by[s.name] = s end
+      local ve, gate = by["h.1.attn.ve.weight"], by["h.1.attn.ve_gate.weight"]
+      assert.same({ 100, 16 }, ve.shape)
+      assert.same({ 100, 32 }, ve.full_shape)
+      assert.same({ 1, 1 }, { ve.tp.dim, ve.tp.blocks })
+      assert.same({ 1, 12 }, gate.shape)
+      assert.same({ 2, 12 }, gate.full_shape)
+      assert.same({ 0, 1 }, { gate.tp.dim, gate.tp.blocks })
+      assert.is_nil(by["h.0.attn.ve.weight"])
+      -- the shards put together are the tp 1 tensors: rank r's columns r * 16 .. r * 16 + 15
+      local runs = {}
+      lw.tp.runs(ve.full_shape, ve.tp, 2, 1, function(l, f, n) runs[#runs + 1] = { l, f, n } end)
+      assert.same({ 0, 16, 16 }, runs[1])
+      assert.same({ 16, 48, 16 }, runs[2])
+   end)
+
    it("refuses what it cannot run, by name", function()
-      assert.has_error(function()
-         lw.models.specs("nanochat", { n_layer = 2, n_embd = 64, n_head = 4, vocab = 100,
-            tp = 2 })
-      end, "lw.models.nanochat: value embeddings under tensor parallelism (tp 2) are not "
-         .. "supported: their tables and gates are not split over the TP group")
+      local ok, err = pcall(lw.models.specs, "nanochat", { n_layer = 2, n_embd = 64, n_head = 4,
+         n_kv_head = 2, vocab = 100, tp = 4 })
+      assert.is_false(ok)
+      assert.matches("tp 4 does not divide the 2 KV heads", tostring(err), 1, true)
       assert.has_error(function()
          lw.models.config("nanochat", { n_layer = 2, n_embd = 8, n_head = 2 })
       end, "lw.models.nanochat: ve_gate_channels (12) must be <= n_embd (8): the gate reads the "
          .. "attention input's first channels")
-      local ok, err = pcall(lw.models.build, "nanochat", { n_layer = 1, n_embd = 32, n_head = 2,
-         vocab = 50, activations = "bf16" })
-      assert.is_false(ok)
-      assert.matches("value embeddings take fp32 activations", tostring(err), 1, true)
    end)
 end)

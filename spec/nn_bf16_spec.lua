@@ -133,6 +133,30 @@ describe("lw.nn with bf16 activations", function()
       end)
    end
 
+   -- nanochat's parts: the value gate reads the bf16 input and writes bf16 V heads, the
+   -- residual scalars, rotary and QK norm run beside it
+   it("stays within bf16's rounding of the fp32 run (nanochat's value embeddings and scalars)",
+      function()
+      local nanochat = { n_kv_head = 1, bias = false, tied = false, norm = "rmsnorm",
+         norm_gain = false, position = "rotary", rope_reverse = true, activation = "relu2",
+         qk_norm = true, value_embeds = true, ve_gate_channels = 6, resid_scalars = true }
+      local fp32 = run("fp32", nanochat)
+      local bf16 = run("bf16", nanochat)
+      assert.is_true(math.abs(bf16.loss - fp32.loss) < 1e-2, bf16.loss .. " " .. fp32.loss)
+      assert.is_true(bf16.loss ~= fp32.loss)
+      assert.is_not_nil(fp32["h.1.attn.ve_gate.weight"])
+      for name, g in pairs(fp32) do
+         if name ~= "loss" then
+            local worst, scale = 0, 1e-3
+            for i = 1, #g do
+               worst = math.max(worst, math.abs(bf16[name][i] - g[i]))
+               scale = math.max(scale, math.abs(g[i]))
+            end
+            assert.is_true(worst <= 0.05 * scale, name .. " " .. worst .. " of " .. scale)
+         end
+      end
+   end)
+
    -- fc with GELU and proj's backward with GELU's are one call each (lw_linear_gelu_forward,
    -- _backward) where the dtypes agree: on the CPU the two kernels' results, bit for bit
    local cases = { { "fp32", {} }, { "bf16", {} }, { "bf16", { recompute_gelu = true } } }

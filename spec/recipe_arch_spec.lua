@@ -3,7 +3,8 @@
 -- `lwopt eval` the run's own sample and loss (from its hf-llama export too), splits over ranks
 -- (ZeRO-3, --tp) with the one-rank losses, and is refused where it does not fit (hf-gpt2,
 -- --n-kv-head without it, a GPT resume). --arch nanochat likewise, but for the export (no
--- format holds it) and --tp (its value embeddings are not split).
+-- format holds it); under --tp its checkpoint resumes on one rank, and with --activations bf16
+-- it tracks the fp32 run.
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")
@@ -132,16 +133,45 @@ describe("--arch nanochat", function()
       helpers.sh("rm -rf " .. dir)
    end)
 
-   it("gives the one-rank losses on 2 ranks at ZeRO-3 #mpi", function()
+   it("gives the one-rank losses on 2 ranks at ZeRO-3 and with --tp 2, and resumes its --tp 2 "
+      .. "checkpoint on one rank #mpi", function()
       local one = losses((helpers.sh(nanochat .. "--steps 3 --sample 0 --batch 4 "
          .. "--global-batch 8")))
-      local out, status = helpers.sh(MPI_NANOCHAT .. "--steps 3 --sample 0 --batch 4 "
-         .. "--global-batch 8 --zero 3")
-      assert.equal(0, status, out)
-      local two = losses(out)
-      for s = 1, 3 do
-         assert.is_true(math.abs(tonumber(one[s]) - tonumber(two[s])) < 2e-4,
-            "step " .. s .. ": " .. one[s] .. " vs " .. tostring(two[s]))
+      local dir = os.tmpname()
+      os.remove(dir)
+      for _, flags in ipairs({ "--zero 3", "--tp 2 --stop-after 2 --ckpt-dir " .. dir }) do
+         local out, status = helpers.sh(MPI_NANOCHAT .. "--steps 3 --sample 0 --batch 4 "
+            .. "--global-batch 8 " .. flags)
+         assert.equal(0, status, out)
+         local two = losses(out)
+         for s = 1, flags:find("--tp", 1, true) and 2 or 3 do
+            assert.is_true(math.abs(tonumber(one[s]) - tonumber(two[s])) < 2e-4,
+               flags .. " step " .. s .. ": " .. one[s] .. " vs " .. tostring(two[s]))
+         end
       end
+      -- the TP shards of the value embeddings and gates put together again at tp 1
+      local out, status = helpers.sh(nanochat .. "--steps 3 --sample 0 --batch 4 "
+         .. "--global-batch 8 --resume --ckpt-dir " .. dir)
+      assert.equal(0, status, out)
+      local resumed = losses(out)
+      assert.is_nil(resumed[2])
+      assert.is_true(math.abs(tonumber(one[3]) - tonumber(resumed[3])) < 2e-4,
+         "resumed step 3: " .. one[3] .. " vs " .. tostring(resumed[3]))
+      helpers.sh("rm -rf " .. dir)
+   end)
+
+   it("trains with --activations bf16 within bf16's rounding of the fp32 run", function()
+      local run = nanochat .. "--steps 3 --sample 0 --batch 4 "
+      local fp32 = losses((helpers.sh(run)))
+      local out, status = helpers.sh(run .. "--activations bf16")
+      assert.equal(0, status, out)
+      local bf16 = losses(out)
+      local moved = false -- the losses are printed to 4 places: the rounding shows in some
+      for s = 1, 3 do
+         local d = math.abs(tonumber(fp32[s]) - tonumber(bf16[s]))
+         assert.is_true(d < 2e-2, "step " .. s .. ": " .. fp32[s] .. " vs " .. tostring(bf16[s]))
+         moved = moved or d > 0
+      end
+      assert.is_true(moved, "bf16 rounded nothing")
    end)
 end)

@@ -307,21 +307,23 @@ lw_status lw_head_rmsnorm_backward(lw_stream *stream, void *dx, lw_dtype dx_dtyp
  * (w [n_heads, channels], x rows x_stride floats apart: the attention's input, of which the
  * first channels columns feed the gate), and the head's hd values of qkv from column col0 + h hd
  * (rows row_stride apart: the V heads of a fused qkv) get += g * ve[r, h hd + d] (ve [n,
- * n_heads hd], the rows' value embeddings). z and sigmoid in double, g rounded once; fp32. */
-lw_status lw_value_gate_forward(lw_stream *stream, float *qkv, const float *ve, const float *x,
-                                const float *w, int64_t n, int64_t row_stride, int64_t col0,
-                                int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
-                                float scale);
-/* Its backward from dqkv (the V heads' gradient, same layout as qkv): dve[n, n_heads hd] += g dv;
- * dz[n, n_heads] = the gate logits' gradient (written: z's, sum_d dv ve times g (1 - sigmoid),
- * in double, rounded once); dx[r, j < channels] += sum_h dz w[h, j] (the other columns
- * untouched); dw[n_heads, channels] += sum_r dz[r, h] x[r, j], in double in an order fixed by the
- * shape. */
+ * n_heads hd], the rows' value embeddings). z and sigmoid in double, g rounded once. qkv is
+ * of qkv_dtype and x of x_dtype (fp32 or bf16: bf16 is read widened, and a bf16 V value is
+ * written as the fp32 sum rounded once to nearest even); ve and w fp32. */
+lw_status lw_value_gate_forward(lw_stream *stream, void *qkv, lw_dtype qkv_dtype, const float *ve,
+                                const void *x, lw_dtype x_dtype, const float *w, int64_t n,
+                                int64_t row_stride, int64_t col0, int64_t x_stride,
+                                int64_t n_heads, int64_t hd, int64_t channels, float scale);
+/* Its backward from dqkv (the V heads' gradient, same layout and qkv_dtype as qkv):
+ * dve[n, n_heads hd] += g dv; dz[n, n_heads] = the gate logits' gradient (written: z's, sum_d dv
+ * ve times g (1 - sigmoid), in double, rounded once); dx[r, j < channels] += sum_h dz w[h, j]
+ * (the other columns untouched); dw[n_heads, channels] += sum_r dz[r, h] x[r, j], in double in
+ * an order fixed by the shape. x of x_dtype; the gradients written fp32. */
 lw_status lw_value_gate_backward(lw_stream *stream, float *dve, float *dx, float *dw, float *dz,
-                                 const float *dqkv, const float *ve, const float *x,
-                                 const float *w, int64_t n, int64_t row_stride, int64_t col0,
-                                 int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
-                                 float scale);
+                                 const void *dqkv, lw_dtype qkv_dtype, const float *ve,
+                                 const void *x, lw_dtype x_dtype, const float *w, int64_t n,
+                                 int64_t row_stride, int64_t col0, int64_t x_stride,
+                                 int64_t n_heads, int64_t hd, int64_t channels, float scale);
 
 /* A layer's residual scalars: y[n] = a x + b x0, a and b one float each in device memory (the
  * parameters resid_lambdas[i] and x0_lambdas[i]); y may be x. Each product rounded, then the

@@ -72,12 +72,14 @@ struct xrstd_value {
 
 // The value embeddings' gate weight gradient: column h * channels + k of row r is dz[r, h] x[r,
 // k] (x rows x_stride apart), the product in double, as the CPU forms it
-struct outer_value {
-    const float *dz, *x;
+template <typename X> struct outer_value {
+    const float *dz;
+    const X *x; // fp32, or bf16 bits read widened
     int64_t heads, channels, x_stride;
     __device__ double operator()(int64_t r, int64_t j, int64_t cols) const {
         (void)cols;
-        return (double)dz[r * heads + j / channels] * (double)x[r * x_stride + j % channels];
+        return (double)dz[r * heads + j / channels] *
+               (double)lwc_load(x, r * x_stride + j % channels);
     }
 };
 
@@ -145,8 +147,14 @@ extern "C" cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const flo
 }
 
 extern "C" cudaError_t lwc_colsum_outer(cudaStream_t stream, float *dw, const float *dz,
-                                        const float *x, int64_t n, int64_t heads,
+                                        const void *x, bool x_bf16, int64_t n, int64_t heads,
                                         int64_t channels, int64_t x_stride, double *work) {
-    return colsum(stream, dw, outer_value{dz, x, heads, channels, x_stride}, n, heads * channels,
-                  work);
+    if (x_bf16)
+        return colsum(stream, dw,
+                      outer_value<unsigned short>{dz, static_cast<const unsigned short *>(x), heads,
+                                                  channels, x_stride},
+                      n, heads * channels, work);
+    return colsum(stream, dw,
+                  outer_value<float>{dz, static_cast<const float *>(x), heads, channels, x_stride},
+                  n, heads * channels, work);
 }

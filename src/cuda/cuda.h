@@ -212,11 +212,12 @@ cudaError_t lwc_colsum_xhat(cudaStream_t stream, float *dg, const float *dy, con
                             const float *mean, const float *rstd, int64_t n, int64_t c,
                             double *work);
 /* dw[heads * channels] += column sums of dz[r, h] * x[r, k] (column h * channels + k; x rows
- * x_stride floats apart), each product in double: the value embeddings' gate weight gradient
- * (value_gate.cu). Workspace: lwc_colsum_doubles(n, heads * channels). */
-cudaError_t lwc_colsum_outer(cudaStream_t stream, float *dw, const float *dz, const float *x,
-                             int64_t n, int64_t heads, int64_t channels, int64_t x_stride,
-                             double *work);
+ * x_stride elements apart, fp32 or (x_bf16) bf16 read widened), each product in double: the
+ * value embeddings' gate weight gradient (value_gate.cu). Workspace: lwc_colsum_doubles(n, heads
+ * * channels). */
+cudaError_t lwc_colsum_outer(cudaStream_t stream, float *dw, const float *dz, const void *x,
+                             bool x_bf16, int64_t n, int64_t heads, int64_t channels,
+                             int64_t x_stride, double *work);
 
 /* linear.cu: y[n, cols] = b in every row (a linear layer's bias, before its GEMM adds x w^T;
  * gemm_lt.c's bias seeded the same way). */

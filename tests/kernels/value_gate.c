@@ -1,7 +1,7 @@
 /* value_gate.c: nanochat's value embeddings' per-head gate (value_gate_forward, _backward) on
- * the V heads of strided qkv rows, against the CPU; on every device against a float64
- * reference, the backward also against central differences of the float64 forward; the
- * dispatcher's refusals. */
+ * the V heads of strided qkv rows, with fp32 and bf16 qkv and x, against the CPU; on every device
+ * against a float64 reference (bf16's at a bf16 step), the backward also against central
+ * differences of the float64 forward; the dispatcher's refusals. */
 #include "harness.h"
 
 /* ---- the cases ------------------------------------------------------------------------------- *
@@ -44,29 +44,94 @@ typedef struct {
     const gate_shape *c;
     int64_t row_stride, col0, kv, nqkv, nx, nw, nz;
     float *qkv, *ve, *x, *w, *dqkv, *dve0, *dx0, *dw0;
+    float *qkvw, *xw, *dqkvw;       /* qkv, x and dqkv rounded to bf16 and widened again */
+    uint16_t *qkv16, *x16, *dqkv16; /* their bits */
+    bool mixed; /* the backward with one of dqkv and x in bf16 (a run of its own: its buffers) */
 } gate_args;
 
+/* A bf16 value off its float64 reference by the rounding to bf16 (half a step: 2^-9 of the
+ * value, 2^-8 at the bottom of a binade) and the fp32 roundings before it. */
+#define BF16_TOL (1.0 / 256 + 1e-5)
+
+static lw_status forward(lw_stream *s, const gate_args *a, void *qkv, lw_dtype qkv_dtype,
+                         const float *ve, const void *x, lw_dtype x_dtype, const float *w) {
+    const gate_shape *c = a->c;
+    return lw_value_gate_forward(s, qkv, qkv_dtype, ve, x, x_dtype, w, c->n, a->row_stride, a->col0,
+                                 c->x_stride, c->n_heads, c->hd, c->channels, c->scale);
+}
+
+/* fp32; fp32 on the bf16 inputs widened ("qkv (widened)"); and bf16 qkv and x */
 static void run_gate_forward(run *r, const void *p) {
     const gate_args *a = p;
     const gate_shape *c = a->c;
+    const measure m = gate_measure();
     const float *ve = input(r, a->ve, c->n * a->kv), *x = input(r, a->x, a->nx);
     const float *w = input(r, a->w, a->nw);
-    float *qkv = updated(r, "qkv", a->qkv, a->nqkv, gate_measure());
-    call(r, lw_value_gate_forward(r->s, qkv, ve, x, w, c->n, a->row_stride, a->col0, c->x_stride,
-                                  c->n_heads, c->hd, c->channels, c->scale));
+    float *qkv = updated(r, "qkv", a->qkv, a->nqkv, m);
+    call(r, forward(r->s, a, qkv, LW_DTYPE_F32, ve, x, LW_DTYPE_F32, w));
+    const float *xw = input(r, a->xw, a->nx);
+    float *qkvw = updated(r, "qkv (widened)", a->qkvw, a->nqkv, m);
+    call(r, forward(r->s, a, qkvw, LW_DTYPE_F32, ve, xw, LW_DTYPE_F32, w));
+    const uint16_t *x16 = input_bf16(r, a->x16, a->nx);
+    uint16_t *qkv16 = updated_bf16(r, "qkv (widened) bf16", a->qkv16, a->nqkv, bf16_step(m));
+    call(r, forward(r->s, a, qkv16, LW_DTYPE_BF16, ve, x16, LW_DTYPE_BF16, w));
+    /* one of the two in bf16 */
+    uint16_t *q16 = updated_bf16(r, "qkv bf16, x fp32", a->qkv16, a->nqkv, bf16_step(m));
+    call(r, forward(r->s, a, q16, LW_DTYPE_BF16, ve, xw, LW_DTYPE_F32, w));
+    float *q32 = updated(r, "qkv fp32, x bf16", a->qkvw, a->nqkv, m);
+    call(r, forward(r->s, a, q32, LW_DTYPE_F32, ve, x16, LW_DTYPE_BF16, w));
 }
 
+/* The backward's outputs, named by `names` (dve, dx, dw, dz: string constants, which the run
+ * keeps), from dqkv and x of a dtype. */
+static void backward_into(run *r, const gate_args *a, const char *const names[4], const void *dqkv,
+                          lw_dtype qkv_dtype, const void *x, lw_dtype x_dtype) {
+    const gate_shape *c = a->c;
+    const measure m = gate_measure();
+    const float *ve = input(r, a->ve, c->n * a->kv), *w = input(r, a->w, a->nw);
+    float *dve = accumulated(r, names[0], a->dve0, c->n * a->kv, m);
+    float *dx = accumulated(r, names[1], a->dx0, a->nx, m);
+    float *dw = accumulated(r, names[2], a->dw0, a->nw, m);
+    float *dz = output(r, names[3], a->nz, m);
+    call(r, lw_value_gate_backward(r->s, dve, dx, dw, dz, dqkv, qkv_dtype, ve, x, x_dtype, w, c->n,
+                                   a->row_stride, a->col0, c->x_stride, c->n_heads, c->hd,
+                                   c->channels, c->scale));
+}
+
+static const char *const FP32_NAMES[4] = {"dve", "dx", "dw", "dz"};
+static const char *const BF16_NAMES[4] = {"dve of bf16", "dx of bf16", "dw of bf16", "dz of bf16"};
+static const char *const DQKV16_NAMES[4] = {"dve of bf16 dqkv", "dx of bf16 dqkv",
+                                            "dw of bf16 dqkv", "dz of bf16 dqkv"};
+static const char *const X16_NAMES[4] = {"dve of bf16 x", "dx of bf16 x", "dw of bf16 x",
+                                         "dz of bf16 x"};
+static const char *const WIDENED_NAMES[4] = {"dve of bf16 (widened)", "dx of bf16 (widened)",
+                                             "dw of bf16 (widened)", "dz of bf16 (widened)"};
+
+/* fp32; bf16 dqkv and x ("of bf16"); and fp32 on them widened ("of bf16 (widened)"). Mixed:
+ * the widened run, and bf16 dqkv with fp32 x, and fp32 dqkv with bf16 x. */
 static void run_gate_backward(run *r, const void *p) {
     const gate_args *a = p;
-    const gate_shape *c = a->c;
-    const float *dqkv = input(r, a->dqkv, a->nqkv), *ve = input(r, a->ve, c->n * a->kv);
-    const float *x = input(r, a->x, a->nx), *w = input(r, a->w, a->nw);
-    float *dve = accumulated(r, "dve", a->dve0, c->n * a->kv, gate_measure());
-    float *dx = accumulated(r, "dx", a->dx0, a->nx, gate_measure());
-    float *dw = accumulated(r, "dw", a->dw0, a->nw, gate_measure());
-    float *dz = output(r, "dz", a->nz, gate_measure());
-    call(r, lw_value_gate_backward(r->s, dve, dx, dw, dz, dqkv, ve, x, w, c->n, a->row_stride,
-                                   a->col0, c->x_stride, c->n_heads, c->hd, c->channels, c->scale));
+    if (!a->mixed) {
+        backward_into(r, a, FP32_NAMES, input(r, a->dqkv, a->nqkv), LW_DTYPE_F32,
+                      input(r, a->x, a->nx), LW_DTYPE_F32);
+        backward_into(r, a, BF16_NAMES, input_bf16(r, a->dqkv16, a->nqkv), LW_DTYPE_BF16,
+                      input_bf16(r, a->x16, a->nx), LW_DTYPE_BF16);
+    }
+    backward_into(r, a, WIDENED_NAMES, input(r, a->dqkvw, a->nqkv), LW_DTYPE_F32,
+                  input(r, a->xw, a->nx), LW_DTYPE_F32);
+    if (a->mixed) {
+        backward_into(r, a, DQKV16_NAMES, input_bf16(r, a->dqkv16, a->nqkv), LW_DTYPE_BF16,
+                      input(r, a->xw, a->nx), LW_DTYPE_F32);
+        backward_into(r, a, X16_NAMES, input(r, a->dqkvw, a->nqkv), LW_DTYPE_F32,
+                      input_bf16(r, a->x16, a->nx), LW_DTYPE_BF16);
+    }
+}
+
+/* Outputs `got` and `want` the same bytes (bytes each), on r's device. */
+static void same_bits(const kernel_case *k, const run *r, const char *got, const char *want,
+                      int64_t bytes, const char *what) {
+    const void *g = got_of(r, got), *w = got_of(r, want);
+    expect(k, r, g != NULL && w != NULL && memcmp(g, w, (size_t)bytes) == 0, what);
 }
 
 /* The float64 gate of head h at row r, and its logit's slope g'(z) = scale s (1 - s). */
@@ -104,10 +169,10 @@ static double *widened(const float *x, int64_t n) {
     return y;
 }
 
-static void after_gate_forward(const kernel_case *k, const run *r) {
-    const gate_args *a = k->args;
+/* The float64 forward from qkv and x (float values): qkv's new values, allocated. */
+static double *forward_reference(const gate_args *a, const float *qkv, const float *xf) {
     const gate_shape *c = a->c;
-    double *x = widened(a->x, a->nx), *w = widened(a->w, a->nw), *ref = widened(a->qkv, a->nqkv);
+    double *x = widened(xf, a->nx), *w = widened(a->w, a->nw), *ref = widened(qkv, a->nqkv);
     for (int64_t row = 0; row < c->n; row++)
         for (int64_t h = 0; h < c->n_heads; h++) {
             const double g = gate_of(a, x, w, row, h, NULL);
@@ -115,18 +180,8 @@ static void after_gate_forward(const kernel_case *k, const run *r) {
                 ref[row * a->row_stride + a->col0 + h * c->hd + d] +=
                     g * a->ve[row * a->kv + h * c->hd + d];
         }
-    double top = 0;
-    for (int64_t i = 0; i < a->nqkv; i++)
-        top = fmax(top, fabs(ref[i]));
-    near_reference(k, r, "qkv", ref, a->nqkv, 1e-5, 0.1 * top + 1e-30);
-    /* the Q and K heads are not the gate's: bit for bit as they were */
-    const float *got = f32_of(r, "qkv");
-    bool kept = got != NULL;
-    for (int64_t row = 0; kept && row < c->n; row++)
-        kept = memcmp(got + row * a->row_stride, a->qkv + row * a->row_stride,
-                      sizeof(float) * (size_t)a->col0) == 0;
-    expect(k, r, kept, "the columns before the V heads are untouched");
-    free(x), free(w), free(ref);
+    free(x), free(w);
+    return ref;
 }
 
 static double top_of(const double *v, int64_t n) {
@@ -134,6 +189,43 @@ static double top_of(const double *v, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         top = fmax(top, fabs(v[i]));
     return top;
+}
+
+/* Whether each row's columns before the V heads (the Q and K heads, not the gate's) are bit for
+ * bit as they were: `size` bytes an element. */
+static bool kept_before_v(const gate_args *a, const void *got, const void *start, size_t size) {
+    bool kept = got != NULL;
+    for (int64_t row = 0; kept && row < a->c->n; row++)
+        kept = memcmp((const char *)got + size * (size_t)(row * a->row_stride),
+                      (const char *)start + size * (size_t)(row * a->row_stride),
+                      size * (size_t)a->col0) == 0;
+    return kept;
+}
+
+static void after_gate_forward(const kernel_case *k, const run *r) {
+    const gate_args *a = k->args;
+    double *ref = forward_reference(a, a->qkv, a->x);
+    near_reference(k, r, "qkv", ref, a->nqkv, 1e-5, 0.1 * top_of(ref, a->nqkv) + 1e-30);
+    expect(k, r, kept_before_v(a, f32_of(r, "qkv"), a->qkv, 4),
+           "the columns before the V heads are untouched");
+    free(ref);
+    /* bf16: the widened inputs' fp32 output rounded, and so within a bf16 step of float64 */
+    after_bf16_output(k, r, "qkv (widened)", a->nqkv);
+    const uint16_t *got16 = got_of(r, "qkv (widened) bf16");
+    expect(k, r, kept_before_v(a, got16, a->qkv16, 2),
+           "bf16: the columns before the V heads are untouched");
+    ref = forward_reference(a, a->qkvw, a->xw);
+    const double floor = 0.1 * top_of(ref, a->nqkv) + 1e-30;
+    double worst = got16 == NULL ? INFINITY : 0;
+    for (int64_t i = 0; got16 != NULL && i < a->nqkv; i++)
+        worst =
+            fmax(worst, fabs(bf16_reference_value(got16[i]) - ref[i]) / fmax(fabs(ref[i]), floor));
+    expect(k, r, worst <= BF16_TOL, "bf16 qkv is within a bf16 step of the float64 reference");
+    free(ref);
+    same_bits(k, r, "qkv bf16, x fp32", "qkv (widened) bf16", 2 * a->nqkv,
+              "bf16 qkv with fp32 x: bf16 x's widening's results");
+    same_bits(k, r, "qkv fp32, x bf16", "qkv (widened)", 4 * a->nqkv,
+              "fp32 qkv with bf16 x: its widening's results");
 }
 
 /* Central differences of the objective in element i of p (float64), against the kernel's
@@ -157,10 +249,14 @@ static double worst_difference(const gate_args *a, double *x, double *w, double 
     return worst;
 }
 
-static void after_gate_backward(const kernel_case *k, const run *r) {
+/* The backward's outputs (names) from dqkv and x (float values), against the
+ * float64 reference; with differences (the fp32 run: dqkv and x are the case's own), on the CPU
+ * also against the float64 forward's central differences. */
+static void check_backward(const kernel_case *k, const run *r, const float *dqkvf, const float *xf,
+                           const char *const names[4], bool differences) {
     const gate_args *a = k->args;
     const gate_shape *c = a->c;
-    double *x = widened(a->x, a->nx), *w = widened(a->w, a->nw), *ve = widened(a->ve, c->n * a->kv);
+    double *x = widened(xf, a->nx), *w = widened(a->w, a->nw), *ve = widened(a->ve, c->n * a->kv);
     double *dve = widened(a->dve0, c->n * a->kv), *dx = widened(a->dx0, a->nx);
     double *dw = widened(a->dw0, a->nw), *dz = calloc((size_t)(a->nz > 0 ? a->nz : 1), 8);
     for (int64_t row = 0; row < c->n; row++)
@@ -168,7 +264,7 @@ static void after_gate_backward(const kernel_case *k, const run *r) {
             double slope, dot = 0;
             const double g = gate_of(a, x, w, row, h, &slope);
             for (int64_t d = 0; d < c->hd; d++) {
-                const double dv = a->dqkv[row * a->row_stride + a->col0 + h * c->hd + d];
+                const double dv = dqkvf[row * a->row_stride + a->col0 + h * c->hd + d];
                 dot += dv * ve[row * a->kv + h * c->hd + d];
                 dve[row * a->kv + h * c->hd + d] += g * dv;
             }
@@ -179,12 +275,13 @@ static void after_gate_backward(const kernel_case *k, const run *r) {
                 dw[h * c->channels + j] += z * x[row * c->x_stride + j];
             }
         }
-    near_reference(k, r, "dve", dve, c->n * a->kv, 1e-5, 0.1 * top_of(dve, c->n * a->kv) + 1e-30);
-    near_reference(k, r, "dx", dx, a->nx, 1e-5, 0.1 * top_of(dx, a->nx) + 1e-30);
-    near_reference(k, r, "dw", dw, a->nw, 1e-5, 0.1 * top_of(dw, a->nw) + 1e-30);
-    near_reference(k, r, "dz", dz, a->nz, 1e-5, 0.1 * top_of(dz, a->nz) + 1e-30);
-    const float *gdx = f32_of(r, "dx"), *gdw = f32_of(r, "dw"), *gdve = f32_of(r, "dve");
-    if (on_cpu(r->device) && c->n > 0 && gdx && gdw && gdve) {
+    const double *ref[4] = {dve, dx, dw, dz};
+    const int64_t n[4] = {c->n * a->kv, a->nx, a->nw, a->nz};
+    for (int i = 0; i < 4; i++)
+        near_reference(k, r, names[i], ref[i], n[i], 1e-5, 0.1 * top_of(ref[i], n[i]) + 1e-30);
+    const float *gdve = f32_of(r, names[0]), *gdx = f32_of(r, names[1]);
+    const float *gdw = f32_of(r, names[2]);
+    if (differences && on_cpu(r->device) && c->n > 0 && gdx && gdw && gdve) {
         /* x's columns past the gate's channels have no gradient: only its first ones moved */
         double worst =
             worst_difference(a, x, w, ve, w, a->nw, gdw, a->dw0, 1e-2 * top_of(dw, a->nw));
@@ -197,26 +294,59 @@ static void after_gate_backward(const kernel_case *k, const run *r) {
     free(x), free(w), free(ve), free(dve), free(dx), free(dw), free(dz);
 }
 
+/* bf16 dqkv and x give their widening's fp32 results, bit for bit, on every device: the
+ * kernels read them widened and compute the same from there. */
+static void after_gate_backward(const kernel_case *k, const run *r) {
+    const gate_args *a = k->args;
+    const int64_t bytes[4] = {4 * a->c->n * a->kv, 4 * a->nx, 4 * a->nw, 4 * a->nz};
+    if (a->mixed) {
+        for (int i = 0; i < 4; i++) {
+            same_bits(k, r, DQKV16_NAMES[i], WIDENED_NAMES[i], bytes[i],
+                      "bf16 dqkv with fp32 x: its widening's results");
+            same_bits(k, r, X16_NAMES[i], WIDENED_NAMES[i], bytes[i],
+                      "fp32 dqkv with bf16 x: its widening's results");
+        }
+        return;
+    }
+    check_backward(k, r, a->dqkv, a->x, FP32_NAMES, true);
+    check_backward(k, r, a->dqkvw, a->xw, BF16_NAMES, false);
+    for (int i = 0; i < 4; i++)
+        widening_exact(k, r, BF16_NAMES[i], bytes[i] / 4);
+}
+
 /* ---- refusals -------------------------------------------------------------------------------- */
 
 static void gate_refusals(void) {
     float v[64] = {0}, x[16] = {0}, w[12] = {0};
-    EXPECT_FAILS(lw_value_gate_forward(NULL, v, v, x, w, 1, 16, 12, 16, 1, 8, 12, 3.0f),
+    const lw_dtype f32 = LW_DTYPE_F32;
+    EXPECT_FAILS(lw_value_gate_forward(NULL, v, f32, v, x, f32, w, 1, 16, 12, 16, 1, 8, 12, 3.0f),
                  LW_ERR_INVALID,
                  "value gate forward: the heads' columns col0 + n_heads * hd = 12 + 1 * 8 pass "
                  "the row stride 16");
-    EXPECT_FAILS(lw_value_gate_forward(NULL, v, v, x, w, 1, 16, 8, 8, 1, 8, 12, 3.0f),
+    EXPECT_FAILS(lw_value_gate_forward(NULL, v, f32, v, x, f32, w, 1, 16, 8, 8, 1, 8, 12, 3.0f),
                  LW_ERR_INVALID,
                  "value gate forward: the gate's channels (12) must be >= 1 and within x's row "
                  "stride (8)");
-    EXPECT_FAILS(
-        lw_value_gate_backward(NULL, v, x, w, v, v, v, x, w, 1, 16, 8, 16, 1, 8, 12, INFINITY),
-        LW_ERR_INVALID, "value gate backward: scale must be finite, got inf");
-    EXPECT_FAILS(lw_value_gate_forward(NULL, v, v, x, w, 1, 16, 8, 16, 0, 8, 12, 3.0f),
+    EXPECT_FAILS(lw_value_gate_backward(NULL, v, x, w, v, v, f32, v, x, f32, w, 1, 16, 8, 16, 1, 8,
+                                        12, INFINITY),
+                 LW_ERR_INVALID, "value gate backward: scale must be finite, got inf");
+    EXPECT_FAILS(lw_value_gate_forward(NULL, v, f32, v, x, f32, w, 1, 16, 8, 16, 0, 8, 12, 3.0f),
                  LW_ERR_INVALID, "n_heads (0) and the head dim hd (8) must be >= 1");
-    EXPECT_FAILS(lw_value_gate_forward(NULL, v, v, x, w, -1, 16, 8, 16, 1, 8, 12, 3.0f),
+    EXPECT_FAILS(lw_value_gate_forward(NULL, v, f32, v, x, f32, w, -1, 16, 8, 16, 1, 8, 12, 3.0f),
                  LW_ERR_INVALID, "value gate forward: n (-1) must be >= 0");
+    EXPECT_FAILS(
+        lw_value_gate_forward(NULL, v, LW_DTYPE_F16, v, x, f32, w, 1, 16, 8, 16, 1, 8, 12, 3.0f),
+        LW_ERR_INVALID, "value gate forward: qkv of dtype f16: fp32 or bf16 only");
+    EXPECT_FAILS(lw_value_gate_backward(NULL, v, x, w, v, v, f32, v, x, LW_DTYPE_F16, w, 1, 16, 8,
+                                        16, 1, 8, 12, 3.0f),
+                 LW_ERR_INVALID, "value gate backward: input of dtype f16: fp32 or bf16 only");
     EXPECT(v[0] == 0 && x[0] == 0 && w[0] == 0);
+}
+
+static float *copy_of(const float *x, int64_t n) {
+    float *y = cpu_array(n);
+    memcpy(y, x, sizeof(float) * (size_t)(n > 0 ? n : 1));
+    return y;
 }
 
 /* ---- the cases, made and checked ------------------------------------------------------------ */
@@ -239,10 +369,21 @@ static void gate_cases(const char *kernel, run_fn fn, after_fn after) {
         a.x = scaled_random(a.nx, 2.0f, 0.0f), a.w = scaled_random(a.nw, c->gate_scale, 0.0f);
         a.dqkv = random_floats(a.nqkv);
         a.dve0 = prefill(c->n * a.kv), a.dx0 = prefill(a.nx), a.dw0 = prefill(a.nw);
+        a.qkvw = copy_of(a.qkv, a.nqkv), a.xw = copy_of(a.x, a.nx),
+        a.dqkvw = copy_of(a.dqkv, a.nqkv);
+        a.qkv16 = round_weights(a.qkvw, a.nqkv), a.x16 = round_weights(a.xw, a.nx);
+        a.dqkv16 = round_weights(a.dqkvw, a.nqkv);
         check(&(kernel_case){
             .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
+        if (strcmp(kernel, "value_gate_backward") == 0) {
+            a.mixed = true;
+            snprintf(a.shape + strlen(a.shape), sizeof a.shape - strlen(a.shape), ", mixed");
+            check(&(kernel_case){
+                .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
+        }
         free(a.qkv), free(a.ve), free(a.x), free(a.w), free(a.dqkv);
         free(a.dve0), free(a.dx0), free(a.dw0);
+        free(a.qkvw), free(a.xw), free(a.dqkvw), free(a.qkv16), free(a.x16), free(a.dqkv16);
     }
 }
 

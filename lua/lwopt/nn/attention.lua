@@ -33,11 +33,6 @@ Attention.head_max = nil
 -- qkv's output (the attention's input) and the attention's output (proj's input) in dtype
 -- (lw_dtype), and the input x, which qkv reads, in x_dtype.
 function Attention:set_activations(dtype, x_dtype)
-   if self.value_embed and (dtype ~= lib.LW_DTYPE_F32 or x_dtype ~= lib.LW_DTYPE_F32) then
-      errors.fail("nn.CausalSelfAttention " .. self.prefix, "value embeddings take fp32 "
-         .. "activations (the gate reads the input and writes qkv's V heads in fp32); use "
-         .. "activations \"fp32\"")
-   end
    self.qkv.y_dtype, self.out_dtype = dtype, dtype
    self.proj.x_dtype, self.qkv.x_dtype = dtype, x_dtype
    if self.rotary then self.rotary.qkv_dtype = dtype end
@@ -55,7 +50,8 @@ local function is_count(v) return type(v) == "number" and v >= 1 and v == math.f
 -- order), value_embed (nil; { vocab, channels = 12, scale = 3 }: parameters ve.weight {vocab,
 -- kv}, looked up by the tokens the owner sets in self.tokens before each forward, and
 -- ve_gate.weight {n_kv_head, channels}; V += scale sigmoid(ve_gate x[:, :channels]) ve per KV
--- head; not under tensor parallelism) }. With hd = c / n_head and kv =
+-- head; under tp the table's columns and the gate's rows of this rank's KV heads: {vocab, kv / t}
+-- and {n_kv_head / t, channels}) }. With hd = c / n_head and kv =
 -- n_kv_head * hd: qkv {c + 2 kv, c} (rows: the query heads, then the KV heads' K, then their V)
 -- and proj {c, c} Linears, or with tp (size above 1) their column- and row-parallel shards: qkv
 -- {(c + 2 kv) / t, c}, proj {c, c / t}. The qkv weight's spec says how its rows split into Q, K
@@ -98,21 +94,25 @@ function Attention.new(prefix, c, n_head, bias, tp, opts)
    end
    if opts.value_embed then
       local ve = opts.value_embed
-      if t > 1 then
-         errors.fail(who, "value embeddings under tensor parallelism (tp %d): not supported; "
-            .. "train this model without --tp", t)
-      end
       self.ve_channels, self.ve_scale = ve.channels or 12, ve.scale or 3
       if self.ve_channels > c then
          errors.fail(who, "the value gate's channels (%d) exceed n_embd (%d)", self.ve_channels, c)
       end
-      self.value_embed, self.kv, self.ve_vocab = true, kv, ve.vocab
+      -- this rank's KV heads' values (all of them without tp); the gate reads the whole input
+      self.value_embed, self.kv, self.ve_vocab, self.x_width = true, kv / t, ve.vocab, c
    end
    if tp then
       -- equal blocks (today's { 3 }) unless the KV heads are fewer
       local blocks = kv == c and 3 or { c, kv, kv }
       self.qkv = self:add(ColumnParallelLinear.new(prefix .. "qkv.", c, c + 2 * kv, bias, tp,
          blocks, qkv))
+      -- this rank's KV heads: the table's columns and the gate's rows
+      if self.value_embed then
+         self:declare("ve.weight", { self.ve_vocab, kv / t }, "embedding",
+            { tp = { dim = 1, blocks = 1 }, full_shape = { self.ve_vocab, kv } })
+         self:declare("ve_gate.weight", { n_kv / t, self.ve_channels }, "matrix",
+            { tp = { dim = 0, blocks = 1 }, full_shape = { n_kv, self.ve_channels } })
+      end
       self.proj = self:add(RowParallelLinear.new(prefix .. "proj.", c, c, bias, tp))
    else
       self.qkv = self:add(Linear.new(prefix .. "qkv.", c, c + 2 * kv, bias, { weight = qkv }))
@@ -135,9 +135,9 @@ local function value_forward(self, x, b, t)
    self.ve = self:buffer("ve", n * self.kv)
    check(lib.lw_embedding_forward(self.stream, self.ve, self.tokens, self.w["ve.weight"], nil,
       self.dtype["ve.weight"], b, t, self.kv))
-   check(lib.lw_value_gate_forward(self.stream, self.qkv_out, self.ve, x, self.w["ve_gate.weight"],
-      n, self.qkv_width, self.c + self.kv, self.c, self.n_kv_head, self.c / self.n_head,
-      self.ve_channels, self.ve_scale))
+   check(lib.lw_value_gate_forward(self.stream, self.qkv_out, self.qkv.y_dtype, self.ve, x,
+      self.qkv.x_dtype, self.w["ve_gate.weight"], n, self.qkv_width, self.c + self.kv,
+      self.x_width, self.n_kv_head, self.c / self.n_head, self.ve_channels, self.ve_scale))
 end
 
 local function value_backward(self, x, dqkv, dx, b, t)
@@ -145,13 +145,14 @@ local function value_backward(self, x, dqkv, dx, b, t)
    local dve, dz = self:transient("dve", n * self.kv), self:transient("dz", n * self.n_kv_head)
    zero(dve, n * self.kv, self.stream)
    check(lib.lw_value_gate_backward(self.stream, dve, dx, self.g["ve_gate.weight"], dz, dqkv,
-      self.ve, x, self.w["ve_gate.weight"], n, self.qkv_width, self.c + self.kv, self.c,
-      self.n_kv_head, self.c / self.n_head, self.ve_channels, self.ve_scale))
+      self.qkv.y_dtype, self.ve, x, self.qkv.x_dtype, self.w["ve_gate.weight"], n,
+      self.qkv_width, self.c + self.kv, self.x_width, self.n_kv_head, self.c / self.n_head,
+      self.ve_channels, self.ve_scale))
    check(lib.lw_embedding_backward(self.stream, self.g["ve.weight"], nil, dve, self.tokens, b, t,
       self.kv))
 end
 
--- x: float* [b*t, c] -> float* [b*t, c]
+-- x: [b*t, c] of qkv.x_dtype -> float* [b*t, c]
 function Attention:forward(x, b, t)
    local n = b * t
    self.qkv_out = self.qkv:forward(x, n)
@@ -198,8 +199,17 @@ function Attention:backward(x, dout, dx, b, t)
    -- back through the norm (from its output, qkv_out as the forward left it) and the rotation
    if self.qk_norm then self.qk_norm:backward(self.qkv_out, dqkv, nil, b, t) end
    if self.rotary then self.rotary:backward(self.qkv_out, dqkv, nil, b, t) end
-   -- V's gradient reaches the gate and the table; qkv's own V rows take it whole
-   if self.value_embed then self:with_params("backward", value_backward, x, dqkv, dx, b, t) end
+   -- V's gradient reaches the gate and the table; qkv's own V rows take it whole. Under tensor
+   -- parallelism the gate's input gradient is this rank's heads' share: it joins qkv's share in
+   -- the one all-reduce of the input gradient.
+   if not self.value_embed then return self.qkv:backward(x, dqkv, dx, n) end
+   local share = dx
+   if self.qkv.tp or dx == nil then -- a share of its own (or the gate's, dropped)
+      share = self:transient("gate dx", n * self.x_width)
+      zero(share, n * self.x_width, self.stream)
+   end
+   self:with_params("backward", value_backward, x, dqkv, share, b, t)
+   if self.qkv.tp and dx ~= nil then return self.qkv:backward(x, dqkv, dx, n, share) end
    self.qkv:backward(x, dqkv, dx, n)
 end
 

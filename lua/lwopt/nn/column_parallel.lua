@@ -64,10 +64,12 @@ end
 function ColumnParallelLinear:forward(x, n) return self:with_params("forward", Linear.run_forward, x, n) end
 
 -- Accumulates into dx (float* [n, in], may be nil) the whole input gradient (the TP group's sum)
--- and into this rank's parameter gradients.
-function ColumnParallelLinear:backward(x, dy, dx, n)
-   local dxp = nil
-   if dx ~= nil then
+-- and into this rank's parameter gradients. share (optional, with dx): float* [n, in], this
+-- rank's share of the input gradient from another branch that reads the same x (the value
+-- gate); this layer's share is added to it and the sum all-reduced once (share is overwritten).
+function ColumnParallelLinear:backward(x, dy, dx, n, share)
+   local dxp = share
+   if dx ~= nil and dxp == nil then
       dxp = self:transient("dx share", n * self.n_in)
       zero(dxp, n * self.n_in, self.stream)
    end

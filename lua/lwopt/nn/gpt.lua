@@ -127,8 +127,9 @@ end
 -- (default false) adding one dense MLP every token goes through, router_muon (default false)
 -- leaving the router to the routing rules' Muon instead of AdamW. tp (lw.tp.groups's table, size
 -- t above 1; a dense model only) makes the model this TP rank's shards, lw.arch.gpt{ tp = t,
--- tp_rank = r }'s specs: heads, MLP channels and vocabulary rows split over the TP group (the
--- vocabulary padded to a multiple of t, the padding masked), norms and row-parallel biases whole.
+-- tp_rank = r }'s specs: heads (with their value embeddings' columns and gate rows), MLP
+-- channels and vocabulary rows split over the TP group (the vocabulary padded to a multiple of
+-- t, the padding masked), norms and row-parallel biases whole.
 -- nanochat's softcap, window_pattern and embed_norm: docs/parts.md (the defaults: none of them).
 function GPT.new(cfg)
    local self = setmetatable({}, GPT):init("")
@@ -140,10 +141,6 @@ function GPT.new(cfg)
          hidden = o.mlp_hidden or 4 * o.n_embd, vocab = o.vocab, pad_vocab = true, n_expert = o.n_expert,
          ep = o.ep and o.ep.size or 1 })
       if bad then fail("%s", bad) end
-      if o.value_embeds then
-         fail("value embeddings under tensor parallelism (tp %d) are not supported: their tables "
-            .. "and gates are not split over the TP group", o.tp.size)
-      end
       self.tp = o.tp
    end
    self.cfg = o

@@ -233,12 +233,13 @@ lw_status lwi_check_head_rmsnorm(const char *what, lw_dtype dtype, lw_dtype y_dt
                                  int64_t row_stride, int64_t col0, int64_t n_heads, int64_t hd,
                                  float eps);
 
-/* The value embeddings' gate: n >= 0, n_heads, hd and channels >= 1, the gate's channels within
- * x's row (channels <= x_stride), the V heads within qkv's row (col0 >= 0, col0 + n_heads hd <=
- * row_stride), a finite scale; nothing to do without rows. */
-lw_status lwi_check_value_gate(const char *what, int64_t n, int64_t row_stride, int64_t col0,
-                               int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
-                               float scale);
+/* The value embeddings' gate: qkv (and its gradient) and x of fp32 or bf16, n >= 0, n_heads, hd
+ * and channels >= 1, the gate's channels within x's row (channels <= x_stride), the V heads
+ * within qkv's row (col0 >= 0, col0 + n_heads hd <= row_stride), a finite scale; nothing to do
+ * without rows. */
+lw_status lwi_check_value_gate(const char *what, lw_dtype qkv_dtype, lw_dtype x_dtype, int64_t n,
+                               int64_t row_stride, int64_t col0, int64_t x_stride, int64_t n_heads,
+                               int64_t hd, int64_t channels, float scale);
 
 /* The stream to run on: the CPU's default stream for NULL. */
 lw_stream *lwi_stream_or_cpu(lw_stream *stream);

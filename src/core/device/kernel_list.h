@@ -243,21 +243,22 @@
                              n_heads, hd, 0.0f))                                                   \
     /* nanochat's value embeddings' per-head gate and its per-layer residual scalars */           \
     X(value_gate_forward,                                                                          \
-      (lw_stream * s, float *qkv, const float *ve, const float *x, const float *w, int64_t n,      \
-       int64_t row_stride, int64_t col0, int64_t x_stride, int64_t n_heads, int64_t hd,            \
-       int64_t channels, float scale),                                                             \
-      (s, qkv, ve, x, w, n, row_stride, col0, x_stride, n_heads, hd, channels, scale),             \
-      lwi_check_value_gate("value gate forward", n, row_stride, col0, x_stride, n_heads, hd,       \
-                           channels, scale))                                                       \
-    X(value_gate_backward,                                                                         \
-      (lw_stream * s, float *dve, float *dx, float *dw, float *dz, const float *dqkv,              \
-       const float *ve, const float *x, const float *w, int64_t n, int64_t row_stride,             \
-       int64_t col0, int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,              \
-       float scale),                                                                               \
-      (s, dve, dx, dw, dz, dqkv, ve, x, w, n, row_stride, col0, x_stride, n_heads, hd, channels,   \
+      (lw_stream * s, void *qkv, lw_dtype qkv_dtype, const float *ve, const void *x,               \
+       lw_dtype x_dtype, const float *w, int64_t n, int64_t row_stride, int64_t col0,              \
+       int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels, float scale),              \
+      (s, qkv, qkv_dtype, ve, x, x_dtype, w, n, row_stride, col0, x_stride, n_heads, hd, channels, \
        scale),                                                                                     \
-      lwi_check_value_gate("value gate backward", n, row_stride, col0, x_stride, n_heads, hd,      \
-                           channels, scale))                                                       \
+      lwi_check_value_gate("value gate forward", qkv_dtype, x_dtype, n, row_stride, col0,        \
+                           x_stride, n_heads, hd, channels, scale))                                \
+    X(value_gate_backward,                                                                         \
+      (lw_stream * s, float *dve, float *dx, float *dw, float *dz, const void *dqkv,               \
+       lw_dtype qkv_dtype, const float *ve, const void *x, lw_dtype x_dtype, const float *w,      \
+       int64_t n, int64_t row_stride, int64_t col0, int64_t x_stride, int64_t n_heads, int64_t hd, \
+       int64_t channels, float scale),                                                             \
+      (s, dve, dx, dw, dz, dqkv, qkv_dtype, ve, x, x_dtype, w, n, row_stride, col0, x_stride,      \
+       n_heads, hd, channels, scale),                                                              \
+      lwi_check_value_gate("value gate backward", qkv_dtype, x_dtype, n, row_stride, col0,       \
+                           x_stride, n_heads, hd, channels, scale))                                \
     X(residual_mix_forward,                                                                        \
       (lw_stream * s, float *y, const float *x, const float *x0, const float *a, const float *b,   \
        int64_t n),                                                                                 \

@@ -255,9 +255,12 @@ lw_status lwi_check_head_rmsnorm(const char *what, lw_dtype dtype, lw_dtype y_dt
     return st != LW_OK ? st : lwi_work_if(rows > 0 && n_heads > 0);
 }
 
-lw_status lwi_check_value_gate(const char *what, int64_t n, int64_t row_stride, int64_t col0,
-                               int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
-                               float scale) {
+lw_status lwi_check_value_gate(const char *what, lw_dtype qkv_dtype, lw_dtype x_dtype, int64_t n,
+                               int64_t row_stride, int64_t col0, int64_t x_stride, int64_t n_heads,
+                               int64_t hd, int64_t channels, float scale) {
+    lw_status st = check_dtype(what, "qkv", qkv_dtype);
+    if (st == LW_OK) st = check_dtype(what, "input", x_dtype);
+    if (st != LW_OK) return st;
     if (n < 0) return lwi_fail(LW_ERR_INVALID, "%s: n (%lld) must be >= 0", what, (long long)n);
     if (n_heads < 1 || hd < 1)
         return lwi_fail(LW_ERR_INVALID,
@@ -270,6 +273,6 @@ lw_status lwi_check_value_gate(const char *what, int64_t n, int64_t row_stride, 
                         what, (long long)channels, (long long)x_stride);
     if (!isfinite(scale))
         return lwi_fail(LW_ERR_INVALID, "%s: scale must be finite, got %g", what, (double)scale);
-    lw_status st = check_heads_in_row(what, row_stride, col0, n_heads, hd);
+    st = check_heads_in_row(what, row_stride, col0, n_heads, hd);
     return st != LW_OK ? st : lwi_work_if(n > 0);
 }

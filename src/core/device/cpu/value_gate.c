@@ -1,29 +1,44 @@
 /* value_gate.c: nanochat's value embeddings mixed into the V heads through a per-head gate,
  * forward and backward (lw_model_kernels.h). The gate's logit and sigmoid are taken in double
  * and g rounded once, so a device that does the same agrees within an ulp of g; the weight's
- * gradient is a column sum over the rows in row order, in double. No table lookup here: the
- * value embeddings arrive as rows (the embedding kernels give them). */
+ * gradient is a column sum over the rows in row order, in double. bf16 qkv and x are read
+ * widened (and a bf16 V value written rounded once), so they give their widening's results. No
+ * table lookup here: the value embeddings arrive as rows (the embedding kernels give them). */
 #include "device/cpu/cpu.h"
 #include "device/cpu/pool.h"
 
 #include <math.h>
+#include <string.h>
 
 /* rows per part of the pool at least */
 #define GRAIN 64
 
 typedef struct {
-    float *qkv, *dve, *dx, *dw, *dz;
-    const float *dqkv, *ve, *x, *w;
+    void *qkv; /* of qkv16 ? bf16 : fp32, as dqkv */
+    float *dve, *dx, *dw, *dz;
+    const void *dqkv, *x; /* x of x16 ? bf16 : fp32 */
+    const float *ve, *w;
+    bool qkv16, x16;
     int64_t n, row_stride, col0, x_stride, n_heads, hd, channels;
     double scale;
 } gate_job;
 
+/* element i of p, fp32 or bf16 (widened exactly) */
+static inline float load(const void *p, bool bf16, int64_t i) {
+    if (!bf16) return ((const float *)p)[i];
+    const uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
 /* the gate's logit of head h at row r, in double */
 static double logit(const gate_job *j, int64_t r, int64_t h) {
-    const float *xr = j->x + r * j->x_stride, *wh = j->w + h * j->channels;
+    const float *wh = j->w + h * j->channels;
+    const int64_t at = r * j->x_stride;
     double z = 0;
     for (int64_t k = 0; k < j->channels; k++)
-        z += (double)wh[k] * (double)xr[k];
+        z += (double)wh[k] * (double)load(j->x, j->x16, at + k);
     return z;
 }
 
@@ -34,10 +49,15 @@ static void forward_rows(void *ctx, int64_t begin, int64_t end, int32_t part) {
     for (int64_t r = begin; r < end; r++) {
         for (int64_t h = 0; h < j->n_heads; h++) {
             const float g = (float)(j->scale / (1.0 + exp(-logit(j, r, h))));
-            float *v = j->qkv + r * j->row_stride + j->col0 + h * j->hd;
+            const int64_t at = r * j->row_stride + j->col0 + h * j->hd;
             const float *e = j->ve + r * kv + h * j->hd;
-            for (int64_t d = 0; d < j->hd; d++)
-                v[d] += g * e[d];
+            for (int64_t d = 0; d < j->hd; d++) {
+                const float v = load(j->qkv, j->qkv16, at + d) + g * e[d];
+                if (j->qkv16)
+                    lwi_cpu_round_bf16((uint16_t *)j->qkv + at + d, &v, 1);
+                else
+                    ((float *)j->qkv)[at + d] = v;
+            }
         }
     }
 }
@@ -54,13 +74,14 @@ static void backward_rows(void *ctx, int64_t begin, int64_t end, int32_t part) {
             const double z = logit(j, r, h);
             const double s = 1.0 / (1.0 + exp(-z)), sc = 1.0 / (1.0 + exp(z));
             const float g = (float)(j->scale * s);
-            const float *dv = j->dqkv + r * j->row_stride + j->col0 + h * j->hd;
+            const int64_t at = r * j->row_stride + j->col0 + h * j->hd;
             const float *e = j->ve + r * kv + h * j->hd;
             float *dvr = j->dve + r * kv + h * j->hd;
             double dot = 0;
             for (int64_t d = 0; d < j->hd; d++) {
-                dot += (double)dv[d] * (double)e[d];
-                dvr[d] += g * dv[d];
+                const float dv = load(j->dqkv, j->qkv16, at + d);
+                dot += (double)dv * (double)e[d];
+                dvr[d] += g * dv;
             }
             dzr[h] = (float)(dot * j->scale * s * sc);
         }
@@ -82,17 +103,21 @@ static void weight_columns(void *ctx, int64_t begin, int64_t end, int32_t part) 
         const int64_t h = col / j->channels, k = col % j->channels;
         double acc = 0;
         for (int64_t r = 0; r < j->n; r++)
-            acc += (double)j->dz[r * j->n_heads + h] * (double)j->x[r * j->x_stride + k];
+            acc +=
+                (double)j->dz[r * j->n_heads + h] * (double)load(j->x, j->x16, r * j->x_stride + k);
         j->dw[col] += (float)acc;
     }
 }
 
-lw_status lwi_cpu_value_gate_forward(lw_stream *stream, float *qkv, const float *ve, const float *x,
+lw_status lwi_cpu_value_gate_forward(lw_stream *stream, void *qkv, lw_dtype qkv_dtype,
+                                     const float *ve, const void *x, lw_dtype x_dtype,
                                      const float *w, int64_t n, int64_t row_stride, int64_t col0,
                                      int64_t x_stride, int64_t n_heads, int64_t hd,
                                      int64_t channels, float scale) {
     (void)stream;
     gate_job j = {.qkv = qkv,
+                  .qkv16 = qkv_dtype == LW_DTYPE_BF16,
+                  .x16 = x_dtype == LW_DTYPE_BF16,
                   .ve = ve,
                   .x = x,
                   .w = w,
@@ -109,12 +134,15 @@ lw_status lwi_cpu_value_gate_forward(lw_stream *stream, float *qkv, const float 
 }
 
 lw_status lwi_cpu_value_gate_backward(lw_stream *stream, float *dve, float *dx, float *dw,
-                                      float *dz, const float *dqkv, const float *ve, const float *x,
+                                      float *dz, const void *dqkv, lw_dtype qkv_dtype,
+                                      const float *ve, const void *x, lw_dtype x_dtype,
                                       const float *w, int64_t n, int64_t row_stride, int64_t col0,
                                       int64_t x_stride, int64_t n_heads, int64_t hd,
                                       int64_t channels, float scale) {
     (void)stream;
     gate_job j = {.dve = dve,
+                  .qkv16 = qkv_dtype == LW_DTYPE_BF16,
+                  .x16 = x_dtype == LW_DTYPE_BF16,
                   .dx = dx,
                   .dw = dw,
                   .dz = dz,
