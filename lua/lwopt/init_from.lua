@@ -131,7 +131,9 @@ function init_from.load(path, s)
    local how = fmt == "hf-gpt2" and " (Conv1D weights transposed back)"
       or fmt == "hf-llama" and (" (q, k, v and gate, up joined into the fused weights%s)")
          :format(s.cfg.rope_pairing == "interleaved"
-            and ", Q and K rows turned to the interleaved pairing" or "") or ""
+            and ", Q and K rows turned to the interleaved pairing" or "")
+      or fmt == "nanochat" and (" (c_q, c_k and c_v joined into the fused weights%s)"):format(
+         f.shapes["smear_lambda"] and "; its zero smear gate and backout left out" or "") or ""
    return ("initialised from %s: %d tensors by %s's names%s%s, %s%s%s%s; the optimizer starts "
       .. "fresh"):format(path, #f.order, fmt, how,
       dropped > 0 and (", %d zero biases dropped"):format(dropped) or "", dtypes, widened,
