@@ -213,8 +213,8 @@ describe("lwopt export", function()
       local ckpt = make_checkpoint(dir .. "/ck")
       local cases = {
          { { "export", ckpt, "--format", "onnx", dir .. "/o" }, 2, "lwopt export: --format must "
-           .. "be one of hf-gpt2|nanogpt|hf-llama, got 'onnx' (lwopt export --help lists the "
-           .. "flags)\n" },
+           .. "be one of hf-gpt2|nanogpt|hf-llama|nanochat, got 'onnx' (lwopt export --help "
+           .. "lists the flags)\n" },
          { { "export", ckpt }, 2, "lwopt export: needs CKPT and OUT_DIR, got 1 argument (lwopt "
            .. "export --help lists the flags)\n" },
          { { "export", dir .. "/nothing", dir .. "/o" }, 1, "lwopt export: " .. dir

@@ -1,9 +1,10 @@
--- export.lua: a trained dense GPT or LLaMA (a checkpoint step directory, a --ckpt-dir's newest
--- whole checkpoint, or a model.safetensors / --save-params file) written as another program's
--- files: OUT_DIR/model.safetensors (fp32, named and laid out as gpt_names.lua or, for hf-llama,
--- llama_names.lua says) and OUT_DIR/config.json, both or neither: OUT_DIR is replaced whole
--- (publish.lua), its other files carried over. It reads and converts; it trains nothing and
--- needs no communicator. The command, `lwopt export`, is app/cli_export.lua.
+-- export.lua: a trained dense GPT, LLaMA or nanochat model (a checkpoint step directory, a
+-- --ckpt-dir's newest whole checkpoint, or a model.safetensors / --save-params file) written as
+-- another program's files: OUT_DIR/model.safetensors (fp32, named and laid out as gpt_names.lua,
+-- llama_names.lua or nanochat_names.lua says) and OUT_DIR/config.json (nanochat: meta.json), both
+-- or neither: OUT_DIR is replaced whole (publish.lua), its other files carried over. It reads and
+-- converts; it trains nothing and needs no communicator. The command, `lwopt export`, is
+-- app/cli_export.lua.
 local ffi = require("ffi")
 local C = require("lwopt.C")
 local json = require("lwopt.json")
@@ -13,6 +14,7 @@ local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
 local llama_names = require("lwopt.llama_names")
+local nanochat_names = require("lwopt.nanochat_names")
 local models = require("lwopt.models")
 local arch = require("lwopt.arch")
 local errors = require("lwopt.errors")
@@ -168,9 +170,50 @@ function export.llama_config(f, extra, given, what)
       rope_pairing = m.rope_pairing, arch = "llama" }
 end
 
--- The config.json of a format for the model cfg (a JSON-ready table).
-function export.config(format, cfg)
+-- The nanochat model a file holds, for --format nanochat: the lw.models config its settings
+-- record (extra.model), checked against its tensors and against what nanochat's GPT computes.
+-- Returns { model (that config), vocab (the tokenizer's), rows (nanochat's padded rows),
+-- n_layer, n_embd, n_head, n_kv_head }.
+function export.nanochat_config(f, extra, given, what)
+   extra, given = extra or {}, given or {}
+   local arch = extra.arch or (extra.n_layer and "gpt") or (f.shapes["wpe.weight"] and "gpt")
+   if arch ~= "nanochat" then
+      fail("%s holds %s; --format nanochat holds nanochat's architecture (a run with --arch "
+         .. "nanochat): use --format %s", what, arch and ("a %s model"):format(arch)
+         or "no model whose settings say --arch nanochat (no checkpoint manifest beside it, no "
+         .. "lwopt settings in it)", arch == "llama" and "hf-llama" or "hf-gpt2 or nanogpt")
+   end
+   if type(extra.model) ~= "table" then
+      fail("%s holds a nanochat model but does not record its config (the settings' model)",
+         what)
+   end
+   local ok, m = pcall(models.config, "nanochat", extra.model, WHERE .. ": " .. what)
+   if not ok then fail("%s", errors.plain((tostring(m):gsub("^export: ", "")))) end
+   local why = nanochat_names.unfit(m)
+   if why then fail("%s cannot be written as nanochat: %s", what, why) end
+   if given.n_head and given.n_head ~= m.n_head then
+      fail("--n-head %d: %s records %d heads", given.n_head, what, m.n_head)
+   end
+   local vocab = given.vocab or extra.vocab or 256
+   if vocab > m.vocab then
+      fail("the vocabulary (%d%s) is more than the %d rows of %s's token embedding", vocab,
+         given.vocab and ", --vocab" or "", m.vocab, what)
+   end
+   local expected = {}
+   for _, spec in ipairs(models.specs("nanochat", m)) do
+      expected[#expected + 1] = { name = spec.name, shape = spec.shape }
+   end
+   weights.check(f, expected, WHERE .. ": " .. what, ("an lwopt nanochat model of %d layers x "
+      .. "%d"):format(m.n_layer, m.n_embd))
+   return { model = m, vocab = vocab, rows = nanochat_names.rows(vocab), lwopt_rows = m.vocab,
+      n_layer = m.n_layer, n_embd = m.n_embd, n_head = m.n_head, n_kv_head = m.n_kv_head,
+      arch = "nanochat" }
+end
+
+-- The config.json of a format for the model cfg (a JSON-ready table); nanochat's meta.json.
+function export.config(format, cfg, step)
    if format == "hf-llama" then return llama_names.config(cfg) end
+   if format == "nanochat" then return nanochat_names.meta(cfg.model, cfg.vocab, step) end
    if format == "nanogpt" then
       -- nanoGPT's GPTConfig fields: GPT(GPTConfig(**config)) builds the model these tensors fit
       return { block_size = cfg.seq_len, vocab_size = cfg.rows, n_layer = cfg.n_layer,
@@ -208,6 +251,17 @@ end
 
 -- The tensors of format for the model in file f (config cfg): { name, shape, data }.
 function export.tensors(f, format, cfg)
+   if format == "nanochat" then
+      local out, whole = {}, {}
+      local list = nanochat_names.map(cfg)
+      for _, e in ipairs(list) do
+         if e.from then whole[e.from] = whole[e.from] or weights.read(f, e.from) end
+         local have = e.from and f.shapes[e.from][1]
+         out[#out + 1] = { name = e.name, shape = e.shape,
+            data = nanochat_names.slice(e.from and whole[e.from], e, have) }
+      end
+      return out, list
+   end
    if format == "hf-llama" then
       local out, whole = {}, {}
       local list = llama_names.map(cfg)
@@ -227,8 +281,9 @@ function export.tensors(f, format, cfg)
    return out, list
 end
 
--- export.run{ ckpt, format (nil: the checkpoint's architecture's: hf-gpt2, or hf-llama for a
--- LLaMA), out_dir, n_head, vocab }: writes out_dir/model.safetensors and out_dir/config.json,
+-- export.run{ ckpt, format (nil: the checkpoint's architecture's: hf-gpt2, hf-llama for a
+-- LLaMA, nanochat for nanochat's), out_dir, n_head, vocab }: writes out_dir/model.safetensors
+-- and out_dir/config.json (nanochat: out_dir/meta.json),
 -- both or neither (publish.dir: out_dir as it was until both are whole and durable, then
 -- replaced in one step, its other files carried over). Returns { file, config, tensors (count),
 -- values, cfg, src, format (the one written), dropped (the tied LM head left out) }.
@@ -236,22 +291,29 @@ function export.run(o)
    local src = export.source(o.ckpt)
    local f = weights.open(src.file, WHERE .. ": " .. src.file)
    local extra = src.extra or recorded_settings(f)
-   if (extra or {}).arch == "nanochat" then
-      fail("%s holds a nanochat model, which no export format holds (hf-gpt2, "
-         .. "nanogpt and hf-llama have no value embeddings or residual scalars)", src.what)
+   local arch = (extra or {}).arch
+   if arch == "nanochat" and o.format and o.format ~= "nanochat" then
+      fail("%s holds a nanochat model, which --format %s does not hold (hf-gpt2, nanogpt and "
+         .. "hf-llama have no value embeddings or residual scalars): use --format nanochat",
+         src.what, o.format)
    end
-   -- no --format: the architecture's own (GPT-2's hf-gpt2, LLaMA's hf-llama)
-   o.format = o.format or ((extra or {}).arch == "llama" and "hf-llama" or "hf-gpt2")
+   -- no --format: the architecture's own (GPT-2's hf-gpt2, LLaMA's hf-llama, nanochat's)
+   o.format = o.format or (arch == "llama" and "hf-llama")
+      or (arch == "nanochat" and "nanochat") or "hf-gpt2"
    local given = { n_head = o.n_head, vocab = o.vocab }
    local cfg
-   if o.format == "hf-llama" then
+   if o.format == "nanochat" then
+      cfg = export.nanochat_config(f, extra, given, src.what)
+   elseif o.format == "hf-llama" then
       cfg = export.llama_config(f, extra, given, src.what)
    else
       cfg = export.model_config(f, extra, given, src.what)
    end
    local out_dir = o.out_dir:gsub("(.)/+$", "%1") -- "hf/" names hf/config.json, not hf//
    local out_file = out_dir .. "/model.safetensors"
-   local config_file = out_dir .. "/config.json"
+   -- nanochat's checkpoints carry a meta JSON beside the weights, not a config.json
+   local config_name = o.format == "nanochat" and "meta.json" or "config.json"
+   local config_file = out_dir .. "/" .. config_name
    local r = { file = out_file, config = config_file, cfg = cfg, src = src, format = o.format,
                dropped = o.format ~= "nanogpt" and cfg.tied }
    publish.dir(out_dir, function(stage)
@@ -261,7 +323,7 @@ function export.run(o)
             .. "input; choose another OUT_DIR", out_file)
       end
       local tensors = export.tensors(f, o.format, cfg)
-      local config = export.config(o.format, cfg)
+      local config = export.config(o.format, cfg, src.step)
       r.tensors, r.values = #tensors, 0
       for _, t in ipairs(tensors) do r.values = r.values + weights.numel(t.shape) end
       local ok, err = pcall(safetensors.write, stage .. "/model.safetensors", tensors, {
@@ -273,7 +335,7 @@ function export.run(o)
       if not ok then fail("cannot write %s: %s", out_file, errors.plain(tostring(err))) end
       local text = json.encode(config, "  ") .. "\n"
       -- lw_file_write fsyncs, as the safetensors writer does: both durable before the exchange
-      if C.lib.lw_file_write(stage .. "/config.json", text, #text, nil) ~= 0 then
+      if C.lib.lw_file_write(stage .. "/" .. config_name, text, #text, nil) ~= 0 then
          fail("cannot write %s: %s", config_file, errors.plain(C.last_error()))
       end
    end)

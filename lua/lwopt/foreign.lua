@@ -1,6 +1,7 @@
 -- foreign.lua: a GPT in another program's names (an `lwopt export` in hf-gpt2 or nanogpt names,
--- or OpenAI's GPT-2 as transformers saves it; a LLaMA in hf-llama names, llama_names.lua) seen
--- as lwopt's model: which format a file is in,
+-- or OpenAI's GPT-2 as transformers saves it; a LLaMA in hf-llama names, llama_names.lua; a
+-- nanochat model in its names, nanochat_names.lua) seen as lwopt's model: which format a file
+-- is in,
 -- the model its tensors' shapes give (layers, width, vocabulary, sequence, MLP, tie, biases),
 -- the settings it records (its metadata's config, else a config.json beside it) and each lwopt
 -- parameter read back from it (Conv1D weights transposed, GPT-2's vocabulary padded with zero
@@ -12,6 +13,7 @@ local safetensors = require("lwopt.safetensors")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
 local llama_names = require("lwopt.llama_names")
+local nanochat_names = require("lwopt.nanochat_names")
 local presets = require("lwopt.presets")
 local errors = require("lwopt.errors")
 
@@ -43,11 +45,13 @@ function foreign.view(f)
    return v
 end
 
--- The format of an open weights file (weights.open's): "lwopt", "hf-gpt2" or "nanogpt", as the
--- export's metadata says or, without it, as the names and shapes show.
+-- The format of an open weights file (weights.open's): "lwopt", "hf-gpt2", "nanogpt",
+-- "hf-llama" or "nanochat", as the export's metadata says or, without it, as the names and
+-- shapes show.
 function foreign.format(f)
    return safetensors.metadata(f.st, "lwopt.format")
       or (f.shapes["model.embed_tokens.weight"] and llama_names.FORMAT)
+      or (f.shapes["transformer.h.0.attn.c_q.weight"] and nanochat_names.FORMAT)
       or names.detect(function(name) return f.shapes[name] end)
 end
 
@@ -59,11 +63,13 @@ local function object_of(text)
 end
 
 -- The config a file in another format records: its metadata's, else a config.json beside it
--- (transformers' or nanoGPT's keys), and where it was read; nil when it has none.
+-- (transformers' or nanoGPT's keys; nanochat's: a meta.json), and where it was read; nil when
+-- it has none.
 function foreign.config(f)
    local config, from = object_of(safetensors.metadata(f.st, "config")), "its metadata's config"
    if config == nil then
-      local path = files.dirname(f.path) .. "/config.json"
+      local beside = foreign.format(f) == nanochat_names.FORMAT and "meta.json" or "config.json"
+      local path = files.dirname(f.path) .. "/" .. beside
       local h = io.open(path, "rb")
       if h then
          config, from = object_of(h:read("*a")), path
@@ -85,6 +91,12 @@ function foreign.recorded(f, fmt)
    end
    local config, from = foreign.config(f)
    if config == nil then return {}, nil end
+   if fmt == nanochat_names.FORMAT then
+      local mc = type(config.model_config) == "table" and config.model_config or config
+      return { n_head = tonumber(mc.n_head), n_layer = tonumber(mc.n_layer),
+         n_embd = tonumber(mc.n_embd), seq = tonumber(mc.sequence_len),
+         vocab = tonumber(mc.vocab_size) }, from
+   end
    if fmt == llama_names.FORMAT then
       return { n_head = tonumber(config.num_attention_heads),
          n_layer = tonumber(config.num_hidden_layers), n_embd = tonumber(config.hidden_size),
@@ -173,10 +185,41 @@ function foreign.llama_plan(f, cfg, vocab, where)
    return llama_names.by_param(list)
 end
 
+-- The nanochat model a nanochat file holds: lw.models' nanochat config (vocab: lwopt's padded
+-- rows; real_vocab, the tokenizer's; rows, the file's; smear: whether it has the smear gate and
+-- backout scalar) from its tensors' shapes and its meta (foreign.config), checked against the
+-- file; and its entries by lwopt parameter. where names the file in errors.
+function foreign.nanochat(f, where)
+   local cfg, why = nanochat_names.model_config(f.shapes, foreign.config(f), presets.vocab_rows)
+   if cfg == nil then errors.fail(where, "%s", why) end
+   return cfg, foreign.nanochat_plan(f, cfg, where)
+end
+
+-- The entries of a nanochat file for cfg (foreign.nanochat's, or an lw.models nanochat config
+-- with rows and smear added), checked against the file, by lwopt parameter; the parts lwopt's
+-- model lacks (the smear gate, the backout scalar) must be zero there.
+function foreign.nanochat_plan(f, cfg, where)
+   local list = nanochat_names.map{ n_layer = cfg.n_layer, n_embd = cfg.n_embd,
+      n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, rows = cfg.rows, smear = cfg.smear }
+   weights.check(f, list, where, "nanochat's names")
+   local by_param, zeros = nanochat_names.by_param(list)
+   for _, e in ipairs(zeros) do
+      local x = weights.read(f, e.name)
+      for i = 0, weights.numel(e.shape) - 1 do
+         if x[i] ~= 0 then
+            errors.fail(where, "'%s' is not zero (%g), and lwopt's nanochat model has no smear "
+               .. "gate or backout: these weights need those parts", e.name, x[i])
+         end
+      end
+   end
+   return by_param
+end
+
 -- An lwopt parameter of shape (its whole tensor's) as an fp32 host array, from its entry e of
 -- foreign.plan: Conv1D's [in, out] transposed back to [out, in], an unpadded vocabulary's rows
--- followed by zero rows; or of foreign.llama_plan: its pieces put together.
+-- followed by zero rows; or of foreign.llama_plan or nanochat_plan: its pieces put together.
 function foreign.tensor(f, e, shape)
+   if e.nanochat then return nanochat_names.assemble(f, e, shape) end
    if e.pieces then return llama_names.assemble(f, e, shape) end
    local src = weights.read(f, e.name)
    if e.transpose then return weights.transpose(src, e.shape[1], e.shape[2]) end

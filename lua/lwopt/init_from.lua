@@ -1,7 +1,8 @@
 -- init_from.lua: the recipe's --init-from FILE: a run's first weights read from a safetensors
 -- file instead of the seeded draws: lwopt's own names (--save-params, a checkpoint's
 -- model.safetensors) or an `lwopt export` in hf-gpt2 or nanogpt names (gpt_names.lua, read
--- backwards) or, into a LLaMA, hf-llama names (llama_names.lua: q, k, v and gate, up joined).
+-- backwards) or, into a LLaMA, hf-llama names (llama_names.lua: q, k, v and gate, up joined)
+-- or, into nanochat's model, nanochat's names (nanochat_names.lua: c_q, c_k, c_v joined).
 -- Every name and shape is checked against the model before anything is written; F32, BF16 and
 -- F16 tensors are widened to fp32 and written through lw.ddp's with_param, so any ZeRO level,
 -- device, parameter dtype, --ep and --tp take them as a checkpoint's. The optimizer state
@@ -10,6 +11,7 @@ local ffi = require("ffi")
 local weights = require("lwopt.weights")
 local names = require("lwopt.gpt_names")
 local foreign = require("lwopt.foreign")
+local nanochat_names = require("lwopt.nanochat_names")
 local tp = require("lwopt.tp")
 local errors = require("lwopt.errors")
 
@@ -49,6 +51,18 @@ local function foreign_plan(f, fmt, cfg, where)
    return by_param, dropped
 end
 
+-- The model a file format holds, and the model a config builds, in words.
+local function file_model(fmt)
+   if fmt == "hf-llama" then return "a LLaMA" end
+   if fmt == "nanochat" then return "a nanochat model" end
+   return "a GPT-2"
+end
+local function config_model(c)
+   if c.value_embeds then return "a nanochat model", "a nanochat model (value embeddings)" end
+   if c.position == "rotary" then return "a LLaMA", "a LLaMA (rotary positions)" end
+   return "a GPT-2", "a GPT-2 (learned positions)"
+end
+
 -- Parameter `spec`'s full tensor (the tp 1 model's, tp.model_shape) as an fp32 host array,
 -- from the file: as stored (lwopt names), or through its entry e (foreign.tensor).
 local function full_tensor(f, spec, e)
@@ -74,10 +88,14 @@ function init_from.load(path, s)
             expected[#expected + 1] = { name = spec.name, shape = tp.model_shape(spec) }
          end
          weights.check(f, expected, where, "lwopt's names")
-      elseif (fmt == "hf-llama") ~= (s.cfg.position == "rotary") then
-         errors.fail(where, "a %s file holds %s, and this model is %s", fmt,
-            fmt == "hf-llama" and "a LLaMA" or "a GPT-2", s.cfg.position == "rotary"
-            and "a LLaMA (rotary positions)" or "a GPT-2 (learned positions)")
+      elseif file_model(fmt) ~= config_model(s.cfg) then
+         errors.fail(where, "a %s file holds %s, and this model is %s", fmt, file_model(fmt),
+            select(2, config_model(s.cfg)))
+      elseif fmt == "nanochat" then
+         local c = s.cfg
+         by_param, dropped = foreign.nanochat_plan(f, { n_layer = c.n_layer, n_embd = c.n_embd,
+            n_head = c.n_head, n_kv_head = c.n_kv_head, rows = nanochat_names.rows(s.vocab),
+            smear = f.shapes["smear_lambda"] ~= nil }, where), 0
       elseif fmt == "hf-llama" then
          by_param, dropped = foreign.llama_plan(f, s.cfg, s.vocab, where), 0
       else
@@ -106,13 +124,16 @@ function init_from.load(path, s)
       return ("initialised from %s: %d tensors by lwopt's names, %s%s%s; the optimizer starts "
          .. "fresh"):format(path, #f.order, dtypes, widened, rounded)
    end
-   local rows = s.vocab < s.cfg.vocab and fmt ~= "nanogpt"
-      and ("; vocabulary rows %d-%d (lwopt's padding) start at zero"):format(s.vocab,
+   local first = fmt == "nanochat" and nanochat_names.rows(s.vocab) or s.vocab
+   local rows = first < s.cfg.vocab and fmt ~= "nanogpt"
+      and ("; vocabulary rows %d-%d (lwopt's padding) start at zero"):format(first,
          s.cfg.vocab - 1) or ""
    local how = fmt == "hf-gpt2" and " (Conv1D weights transposed back)"
       or fmt == "hf-llama" and (" (q, k, v and gate, up joined into the fused weights%s)")
          :format(s.cfg.rope_pairing == "interleaved"
-            and ", Q and K rows turned to the interleaved pairing" or "") or ""
+            and ", Q and K rows turned to the interleaved pairing" or "")
+      or fmt == "nanochat" and (" (c_q, c_k and c_v joined into the fused weights%s)"):format(
+         f.shapes["smear_lambda"] and "; its zero smear gate and backout left out" or "") or ""
    return ("initialised from %s: %d tensors by %s's names%s%s, %s%s%s%s; the optimizer starts "
       .. "fresh"):format(path, #f.order, fmt, how,
       dropped > 0 and (", %d zero biases dropped"):format(dropped) or "", dtypes, widened,

@@ -1,14 +1,14 @@
--- trained.lua: a trained GPT for the commands that use one after training (sample and
--- eval; their runner is app/cli_trained.lua): read from a checkpoint (a step-N directory, or a
--- --ckpt-dir whose `latest` names one), whose manifest records the recipe's settings, or from a
--- bare .safetensors file (F32, BF16 or F16, read as --init-from reads them) in lwopt's names
--- (--save-params, its settings in the metadata; a checkpoint's model.safetensors, its manifest
--- beside it) or another program's (hf-gpt2, nanogpt: foreign.lua, its settings in a config), whose
--- tensors' shapes give the model and whose records, else flags, what shapes cannot (the heads, the
--- token vocabulary); a flag that contradicts a record is refused. An hf-llama file (transformers'
--- LlamaForCausalLM) gives an --arch llama model. The model is built and loaded on
--- every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was trained on is
--- opened as the recipe opens it. It does not train or write anything.
+-- trained.lua: a trained GPT for the commands that use one after training (sample and eval; their
+-- runner is app/cli_trained.lua): read from a checkpoint (a step-N directory, or a --ckpt-dir whose
+-- `latest` names one), whose manifest records the recipe's settings, or from a bare .safetensors
+-- file (F32, BF16 or F16, read as --init-from reads them) in lwopt's names (--save-params, its
+-- settings in the metadata; a checkpoint's model.safetensors, its manifest beside it) or another
+-- program's (hf-gpt2, nanogpt: foreign.lua, its settings in a config), whose tensors' shapes give
+-- the model and whose records, else flags, what shapes cannot (the heads, the token vocabulary); a
+-- flag that contradicts a record is refused. An hf-llama file (transformers' LlamaForCausalLM)
+-- gives an --arch llama model, a nanochat file an --arch nanochat one. The model is built and
+-- loaded on every rank of the job (one without mpirun) on the CPU or a GPU, and the data it was
+-- trained on is opened as the recipe opens it. It does not train or write anything.
 local lw = require("lwopt")
 local files = require("lwopt.files")
 local checkpoint = require("lwopt.checkpoint")
@@ -200,6 +200,23 @@ local function llama_file(f, path)
       end }, extra = { n_head = c.n_head, vocab = c.real_vocab, arch = "llama", model = model } }
 end
 
+-- A bare nanochat file, open, as bare_file says: the model its shapes and meta give.
+local function nanochat_file(f, path)
+   local c, plan = foreign.nanochat(f, path)
+   local model = { n_layer = c.n_layer, n_embd = c.n_embd, n_head = c.n_head,
+      n_kv_head = c.n_kv_head, vocab = c.vocab, seq_len = c.seq_len,
+      window_pattern = c.window_pattern }
+   local params = {}
+   for _, spec in ipairs(lw.models.specs("nanochat", model)) do
+      params[#params + 1] = { name = spec.name, shape = spec.shape }
+   end
+   local _, from = foreign.config(f)
+   local function whose(value) return ("%s records %s (%s)"):format(path, value, from) end
+   return { f = f, fmt = "nanochat", params = params, plan = plan,
+      whose = { n_head = whose, vocab = whose },
+      extra = { n_head = c.n_head, vocab = c.real_vocab, arch = "nanochat", model = model } }
+end
+
 -- A bare file, open: { f, fmt ("lwopt", "hf-gpt2" or "nanogpt"), params (lwopt's names and
 -- shapes), extra (the settings it records, in a manifest's words), whose (where it records each,
 -- for refusals), plan (another format's entries by lwopt parameter, foreign.plan's) }.
@@ -222,6 +239,7 @@ local function bare_file(path)
                whose = from and recorded_in(from) }
    end
    if fmt == "hf-llama" then return llama_file(f, path) end
+   if fmt == "nanochat" then return nanochat_file(f, path) end
    local c = foreign.shape(f, fmt, path)
    local plan = foreign.plan(f, fmt, c, path)
    local params = lw.arch.gpt{ n_layer = c.n_layer, n_embd = c.n_embd, n_head = 1,
@@ -262,6 +280,8 @@ function trained.open(path, o)
       params = b.params
       if b.fmt == "hf-llama" then
          o.note("hf-llama names: q, k, v and gate, up joined into lwopt's fused weights")
+      elseif b.fmt == "nanochat" then
+         o.note("nanochat names: c_q, c_k and c_v joined into lwopt's fused weights")
       elseif b.plan then
          o.note(("%s names: %s%s"):format(b.fmt, b.fmt == "hf-gpt2" and "Conv1D weights "
             .. "transposed back, " or "", b.bias and "biases kept" or "no biases"))

@@ -3,8 +3,9 @@
 -- every weight's last bit) ends with exactly the file's weights, so its --save-params must equal
 -- the file byte for byte: lwopt's own names (1 rank; 2 ranks at ZeRO-2 and ZeRO-3 with buckets;
 -- --tp 2; packed layout), an hf-gpt2 export (2 ranks, ZeRO-3), an --arch llama run's hf-llama
--- export (interleaved pairing, --tp 2), a mixture of experts at --ep 2, and a BF16 file into
--- bf16 parameters at ZeRO-3 (its values exactly).
+-- export (interleaved pairing, --tp 2), an --arch nanochat run's nanochat export (2 ranks,
+-- ZeRO-3), a mixture of experts at --ep 2, and a BF16 file into bf16 parameters at ZeRO-3 (its
+-- values exactly).
 -- Prints "N passed, M failed". Usage: bin/lwopt run tests/lua/init_from.lua
 local ffi = require("ffi")
 local safetensors = require("lwopt.safetensors")
@@ -87,6 +88,21 @@ do
    assert(sh("bin/lwopt export " .. ref .. " --format hf-llama " .. dir .. " > /dev/null"))
    expect(still(2, dir .. "/model.safetensors", llama .. "--tp 2", params)
       and slurp(params) == slurp(ref), "an hf-llama export at --tp 2: the weights exactly")
+   sh("rm -rf " .. dir)
+   for _, f in ipairs({ ref, params }) do os.remove(f) end
+end
+
+-- an --arch nanochat run's nanochat export (c_q, c_k, c_v joined, value embeddings moved back
+-- under their layers) read back at ZeRO-3 on 2 ranks; nanochat's embedding and scalar rates
+-- are their own flags
+do
+   local ref, dir, params = tmp .. "-nc.st", tmp .. "-nc", tmp .. "-nc-p.st"
+   local nanochat = "--arch nanochat --embedding-lr 1e-30 --scalar-lr 1e-30 "
+   assert(recipe(1, "--arch nanochat --steps 2 --save-params " .. ref))
+   assert(sh("bin/lwopt export " .. ref .. " --format nanochat " .. dir .. " > /dev/null"))
+   expect(still(2, dir .. "/model.safetensors", nanochat .. "--zero 3 --bucket-size 20000",
+      params) and slurp(params) == slurp(ref), "a nanochat export at 2 ranks, ZeRO-3: the "
+      .. "weights exactly")
    sh("rm -rf " .. dir)
    for _, f in ipairs({ ref, params }) do os.remove(f) end
 end

@@ -1,35 +1,37 @@
--- cli_export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt|hf-llama OUT_DIR`: its flags,
--- usage and printing; the export itself (reading the checkpoint, converting, writing OUT_DIR)
--- is the library's (lwopt.export).
+-- cli_export.lua: `lwopt export CKPT --format hf-gpt2|nanogpt|hf-llama|nanochat OUT_DIR`: its
+-- flags, usage and printing; the export itself (reading the checkpoint, converting, writing
+-- OUT_DIR) is the library's (lwopt.export).
 local flags = require("lwopt.flags")
 local names = require("lwopt.gpt_names")
 local errors = require("lwopt.errors")
 local export = require("lwopt.export")
 local llama_names = require("lwopt.llama_names")
+local nanochat_names = require("lwopt.nanochat_names")
 
 local cli_export = {}
 
 -- The place export's errors name, said once by the command.
 local WHERE = "export"
 
--- GPT-2's formats and LLaMA's
-local FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT }
+-- GPT-2's formats, LLaMA's and nanochat's
+local FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT, nanochat_names.FORMAT }
 
 local FLAGS = {
    { "format", FORMATS, nil, "the files to write: hf-gpt2 (transformers' GPT2LMHeadModel: "
      .. "Conv1D weights transposed, zero biases, the real vocabulary), nanogpt (nanoGPT's GPT "
      .. "state dict and GPTConfig) or hf-llama (transformers' LlamaForCausalLM, of an --arch "
-     .. "llama run); default: hf-gpt2, or hf-llama for a LLaMA" },
+     .. "llama run) or nanochat (nanochat's GPT state dict and meta.json, of an --arch nanochat "
+     .. "run); default: the checkpoint's architecture's" },
    { "n-head", "int", nil, "attention heads, for a file that does not record them", min = 1 },
    { "vocab", "int", nil, "the tokenizer's vocabulary, for a file that does not record it "
      .. "(the rows above it are lwopt's padding, left out of hf-gpt2)", min = 1 },
    { "help", "bool", false, "this text" },
 }
 
-local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama] OUT_DIR\n"
+local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama|nanochat] OUT_DIR\n"
    .. "  CKPT: a checkpoint step directory, a --ckpt-dir (its newest whole checkpoint), or a\n"
    .. "  model.safetensors / --save-params file; writes OUT_DIR/model.safetensors and "
-   .. "OUT_DIR/config.json\n" .. flags.usage(FLAGS)
+   .. "OUT_DIR/config.json (nanochat: OUT_DIR/meta.json)\n" .. flags.usage(FLAGS)
 
 -- `lwopt export`: returns the exit status (2: usage, 1: an error, both said in one line).
 function cli_export.main(argv, out, err)
@@ -56,6 +58,15 @@ function cli_export.main(argv, out, err)
    end
    local c = r.cfg
    if r.src.note then out:write("export: ", r.src.note, "\n") end
+   if r.format == "nanochat" then
+      out:write(("exported %s%s as nanochat: %s (%d tensors, %.2fM values; vocabulary %d in "
+         .. "nanochat's %d rows%s; smear gate and backout scalar zero: off, as lwopt's model has "
+         .. "neither), %s\n"):format(r.src.what, r.src.step and (" (step %d)"):format(r.src.step)
+         or "", r.file, r.tensors, r.values / 1e6, c.vocab, c.rows, c.lwopt_rows > c.rows
+         and (", lwopt's padding rows %d-%d left out"):format(c.rows, c.lwopt_rows - 1) or "",
+         r.config))
+      return 0
+   end
    local real = r.format ~= "nanogpt" -- the real vocabulary, not the padded rows
    local llama = r.format == "hf-llama"
    out:write(("exported %s%s as %s: %s (%d tensors, %.2fM values; vocabulary %d%s%s%s), %s\n")

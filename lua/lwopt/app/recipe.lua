@@ -271,6 +271,8 @@ local function build_run(v, comm, data, rules)
          c.tied, c.n_kv_head, c.rope_pairing = v.tied, v.n_kv_head, v.rope_pairing
          -- an hf-llama file's (recipe_init.lua), else LLaMA's defaults
          c.norm_eps, c.rope_base = v.norm_eps, v.rope_base
+         -- a nanochat file's window pattern (recipe_init.lua), else the model's default
+         c.window_pattern = v.window_pattern
       end
       return c
    end

@@ -220,10 +220,11 @@ recipe_flags.list = {
      .. "file is refused without --overwrite or --resume)" },
    { "save-params", "string", nil, "write the final parameters as safetensors" },
    { "init-from", "string", nil, "start from the weights in this safetensors file (--save-params, "
-     .. "a checkpoint's model.safetensors, or an `lwopt export` in hf-gpt2 or nanogpt names; F32, "
-     .. "BF16 or F16) instead of the seeded initialisation, with a fresh optimizer; an hf-gpt2 or "
-     .. "nanogpt file gives the model's shape (a shape flag that contradicts it is refused); a "
-     .. "--resume that finds a checkpoint takes the checkpoint's weights instead" },
+     .. "a checkpoint's model.safetensors, or an `lwopt export` in hf-gpt2, nanogpt, hf-llama or "
+     .. "nanochat names; F32, BF16 or F16) instead of the seeded initialisation, with a fresh "
+     .. "optimizer; another program's file gives the model's shape (a shape flag that "
+     .. "contradicts it is refused); a --resume that finds a checkpoint takes the checkpoint's "
+     .. "weights instead" },
    { "ckpt-dir", "string", nil, "save checkpoints into this directory" },
    { "ckpt-every", "int", 0, "steps between checkpoints (0: only at the end)", min = 0 },
    { "keep", "int", nil, "checkpoints of this run kept, the newest (default 3)", min = 1 },

@@ -1,6 +1,6 @@
 -- recipe_init.lua: the model's shape for --init-from a file in another program's names
 -- (hf-gpt2: OpenAI's GPT-2 as transformers saves it, or an `lwopt export`; nanogpt; hf-llama,
--- transformers' LlamaForCausalLM, for --arch llama): taken from
+-- transformers' LlamaForCausalLM, for --arch llama; nanochat's, for --arch nanochat): taken from
 -- the file instead of the preset, so its weights fine-tune as they are, biases and an untied
 -- LM head included. A shape flag given that contradicts the file is refused by name. Files in
 -- lwopt's names keep the preset's shape (init_from.lua checks them against it).
@@ -93,6 +93,26 @@ local function adopt_llama(v, f, where)
       cfg.tied and "a tied" or "an untied", cfg.norm_eps, cfg.rope_base)
 end
 
+-- A nanochat file's model (foreign.nanochat): its shape, vocabulary, sequence (the short
+-- window is a quarter of it: the file's, not the preset's) and window pattern. Returns the line
+-- that says so.
+local function adopt_nanochat(v, f, where)
+   local cfg = foreign.nanochat(f, where)
+   local _, from = foreign.config(f)
+   adopt_shape(v, { n_layer = cfg.n_layer, n_embd = cfg.n_embd, n_head = cfg.n_head,
+      n_kv_head = cfg.n_kv_head, seq = cfg.seq_len }, where, from)
+   adopt_vocab(v, { vocab = cfg.real_vocab, rows = cfg.vocab }, where)
+   v.window_pattern, v.shape_from = cfg.window_pattern, v.init_from
+   return ("the model's shape is %s's (nanochat names): %d layers x %d, %d heads (%d KV), "
+      .. "sequence %d, vocabulary %d, window pattern %s"):format(v.init_from, v.n_layer,
+      v.n_embd, v.n_head, v.n_kv_head, v.seq, v.vocab, cfg.window_pattern)
+end
+
+-- The model a file format holds and the one an --arch builds, in words, and the flag that fits.
+local FILE_MODEL = { ["hf-llama"] = { "a LLaMA", "llama" }, nanochat = { "a nanochat model",
+   "nanochat" } }
+local ARCH_MODEL = { llama = "LLaMA's", nanochat = "nanochat's", gpt = "GPT-2's" }
+
 -- recipe_init.adopt(v): after the flags' checks (recipe_flags.check), v's model shape (n_layer,
 -- n_embd, n_head, seq, mlp_hidden, vocab, vocab_rows, and bias and tied for the GPT's
 -- configuration) set from v.init_from's file when it is in another program's names. Returns
@@ -103,10 +123,11 @@ function recipe_init.adopt(v)
    local f = foreign.view(weights.open(v.init_from, where))
    local fmt = foreign.format(f)
    if fmt == "lwopt" then return nil end
-   if (fmt == "hf-llama") ~= (v.arch == "llama") then
-      fail("%s holds %s (%s names), and --arch %s builds %s: %s", where, fmt == "hf-llama"
-         and "a LLaMA" or "a GPT-2", fmt, v.arch, v.arch == "llama" and "LLaMA's" or "GPT-2's",
-         fmt == "hf-llama" and "add --arch llama" or "drop --arch llama")
+   local holds = FILE_MODEL[fmt] or { "a GPT-2", "gpt" }
+   if holds[2] ~= v.arch then
+      fail("%s holds %s (%s names), and --arch %s builds %s: %s", where, holds[1], fmt, v.arch,
+         ARCH_MODEL[v.arch] or v.arch, holds[2] == "gpt" and ("drop --arch " .. v.arch)
+         or ("add --arch " .. holds[2]))
    end
    if v.n_expert > 0 then
       fail("%s holds a dense GPT (%s's names), and --n-expert%s asks for a mixture of experts: "
@@ -114,6 +135,7 @@ function recipe_init.adopt(v)
          (" (--preset %s's)"):format(v.preset))
    end
    if fmt == "hf-llama" then return adopt_llama(v, f, where) end
+   if fmt == "nanochat" then return adopt_nanochat(v, f, where) end
    local cfg = foreign.shape(f, fmt, where)
    local recorded, from = foreign.recorded(f, fmt)
    adopt_shape(v, { n_layer = cfg.n_layer, n_embd = cfg.n_embd, n_head = recorded.n_head,

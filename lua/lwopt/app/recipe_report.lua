@@ -149,12 +149,13 @@ local function next_text(run, v, path, last)
          shell_word(tidy(path))),
       ("  the same command%s with --resume --steps %d   # trains on from step %d"):format(
          v.overwrite and " without --overwrite," or "", 2 * v.steps, last) }
-   -- the export formats hold dense models: GPT-2's (hf-gpt2) and LLaMA's (hf-llama), not
-   -- nanochat's (its value embeddings and residual scalars)
-   if (v.n_expert or 0) == 0 and v.arch ~= "nanochat" then
-      lines[#lines + 1] = ("  %s export %s --format %s %s   # for transformers"):format(
-         cmd, dir, v.arch == "llama" and "hf-llama" or "hf-gpt2",
-         shell_word(v.ckpt_dir:gsub("/+$", "") .. "-hf"))
+   -- the export formats hold dense models: GPT-2's (hf-gpt2), LLaMA's (hf-llama), nanochat's
+   if (v.n_expert or 0) == 0 then
+      local nanochat = v.arch == "nanochat"
+      lines[#lines + 1] = ("  %s export %s --format %s %s   # for %s"):format(cmd, dir,
+         nanochat and "nanochat" or v.arch == "llama" and "hf-llama" or "hf-gpt2",
+         shell_word(v.ckpt_dir:gsub("/+$", "") .. (nanochat and "-nanochat" or "-hf")),
+         nanochat and "nanochat" or "transformers")
    end
    return table.concat(lines, "\n")
 end
