@@ -2,9 +2,9 @@
 -- checkpoints with its config, resumes as an uninterrupted run does, gives `lwopt sample` and
 -- `lwopt eval` the run's own sample and loss (from its hf-llama export too), splits over ranks
 -- (ZeRO-3, --tp) with the one-rank losses, and is refused where it does not fit (hf-gpt2,
--- --n-kv-head without it, a GPT resume). --arch nanochat likewise, but for the export (no
--- format holds it); under --tp its checkpoint resumes on one rank, and with --activations bf16
--- it tracks the fp32 run.
+-- --n-kv-head without it, a GPT resume). --arch nanochat likewise (its export in nanochat's
+-- names); under --tp its checkpoint resumes on one rank, and with --activations bf16 it tracks
+-- the fp32 run.
 local helpers = require("helpers")
 
 local root = assert(io.popen("pwd")):read("*l")
