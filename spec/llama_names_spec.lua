@@ -216,8 +216,8 @@ describe("lwopt export --format hf-llama", function()
       for _, format in ipairs({ "hf-gpt2", "nanogpt" }) do
          local status, _, err = run({ "export", ckpt, "--format", format, dir .. "/o" })
          assert.equal(1, status)
-         assert.equal("lwopt export: " .. ckpt .. " holds a llama model; hf-gpt2 and nanogpt "
-            .. "hold GPT-2's architecture: use --format hf-llama\n", err)
+         assert.equal("lwopt export: " .. ckpt .. " holds a LLaMA model, which --format "
+            .. format .. " does not hold: use --format hf-llama\n", err)
       end
       local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 16, n_head = 2, vocab = 32, seq_len = 8 }
       local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
@@ -225,9 +225,8 @@ describe("lwopt export --format hf-llama", function()
          opt = lw.optim.new(ddp, { lr = 1e-2 }), extra = { n_layer = 1, n_head = 2 } })
       local status, _, err = run({ "export", gpt, "--format", "hf-llama", dir .. "/o" })
       assert.equal(1, status)
-      assert.equal("lwopt export: " .. gpt .. " holds a gpt model; --format hf-llama holds "
-         .. "LLaMA's architecture (a run with --arch llama): use --format hf-gpt2 or nanogpt\n",
-         err)
+      assert.equal("lwopt export: " .. gpt .. " holds a GPT model, which --format hf-llama "
+         .. "does not hold: use --format hf-gpt2 or nanogpt\n", err)
       local qk = make_checkpoint(dir .. "/qk", { qk_norm = true })
       status, _, err = run({ "export", qk, dir .. "/o" })
       assert.equal(1, status)

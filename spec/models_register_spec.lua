@@ -11,6 +11,9 @@ describe("lw.models.derive and register", function()
       local mistral = lw.models.derive("llama", { name = "mistral", title = "Mistral",
          defaults = { window = 16, rope_base = 1e6, vocab = 100 } })
       assert.equal("mistral", mistral.name)
+      -- llama's export format holds LLaMA, not its variants: a derived entry names its own
+      assert.same({}, mistral.formats)
+      assert.same({ "hf-llama" }, lw.models.get("llama").formats)
       -- its fields: llama's, three defaults changed, the others llama's (SwiGLU, RMSNorm ...)
       local llama = lw.models.get("llama")
       assert.equal(#llama.fields, #mistral.fields)
@@ -62,10 +65,17 @@ lw.comm.run(function(...) require("lwopt.app.recipe").main({ ... }, nil, arg[0])
       f:close()
       local out, status = helpers.sh("cd " .. dir .. " && luajit mistral.lua --arch mistral "
          .. "--preset tiny --steps 3 --eval-max 2 --warmup 1 --progress lines --data "
-         .. root .. "/data/kjv.txt")
+         .. root .. "/data/kjv.txt --ckpt-dir " .. dir .. "/ck")
       assert.equal(0, status, out)
       assert.matches("Mistral 4 layers x 64, 4 heads (2 KV)", out, 1, true)
       assert.matches("step +3/3  loss %d+%.%d+", out)
+      -- no export format holds it: the next commands offer none, and export says why
+      assert.matches("eval " .. dir .. "/ck", out, 1, true)
+      assert.is_nil(out:find(" export ", 1, true))
+      local said, st = helpers.sh(root .. "/bin/lwopt export " .. dir .. "/ck " .. dir .. "/hf")
+      assert.equal(1, st)
+      assert.matches("holds a mistral model, which no export format holds (they hold the "
+         .. "models gpt, llama, nanochat)", said, 1, true)
       os.execute("rm -rf " .. dir)
    end)
 end)

@@ -227,15 +227,13 @@ describe("lwopt export --format nanochat", function()
          local status, _, err = run({ "export", ckpt, "--format", format, dir .. "/o" })
          assert.equal(1, status)
          assert.equal("lwopt export: " .. ckpt .. " holds a nanochat model, which --format "
-            .. format .. " does not hold (hf-gpt2, nanogpt and hf-llama have no value "
-            .. "embeddings or residual scalars): use --format nanochat\n", err)
+            .. format .. " does not hold: use --format nanochat\n", err)
       end
       local gpt = fh.model_files(dir, true)
       local status, _, err = run({ "export", gpt, "--format", "nanochat", dir .. "/o" })
       assert.equal(1, status)
-      assert.equal("lwopt export: " .. gpt .. " holds a gpt model; --format nanochat holds "
-         .. "nanochat's architecture (a run with --arch nanochat): use --format hf-gpt2 or "
-         .. "nanogpt\n", err)
+      assert.equal("lwopt export: " .. gpt .. " holds a GPT model, which --format nanochat "
+         .. "does not hold: use --format hf-gpt2 or nanogpt\n", err)
       for _, case in ipairs({
          { { softcap = 0 }, "its softcap is 0, and nanochat's is 15" },
          { { rope_base = 10000 }, "its rope_base is 10000, and nanochat's is 100000" },

@@ -281,25 +281,39 @@ function export.tensors(f, format, cfg)
    return out, list
 end
 
--- export.run{ ckpt, format (nil: the checkpoint's architecture's: hf-gpt2, hf-llama for a
--- LLaMA, nanochat for nanochat's), out_dir, n_head, vocab }: writes out_dir/model.safetensors
--- and out_dir/config.json (nanochat: out_dir/meta.json),
--- both or neither (publish.dir: out_dir as it was until both are whole and durable, then
+-- export.run{ ckpt, format (nil: the first of the formats its model's registry entry names:
+-- hf-gpt2, hf-llama for a LLaMA, nanochat for nanochat's), out_dir, n_head, vocab }: writes
+-- out_dir/model.safetensors and out_dir/config.json (nanochat: out_dir/meta.json), both or
+-- neither (publish.dir: out_dir as it was until both are whole and durable, then
 -- replaced in one step, its other files carried over). Returns { file, config, tensors (count),
 -- values, cfg, src, format (the one written), dropped (the tied LM head left out) }.
 function export.run(o)
    local src = export.source(o.ckpt)
    local f = weights.open(src.file, WHERE .. ": " .. src.file)
    local extra = src.extra or recorded_settings(f)
-   local arch = (extra or {}).arch
-   if arch == "nanochat" and o.format and o.format ~= "nanochat" then
-      fail("%s holds a nanochat model, which --format %s does not hold (hf-gpt2, nanogpt and "
-         .. "hf-llama have no value embeddings or residual scalars): use --format nanochat",
-         src.what, o.format)
+   -- the formats that hold the model its settings name (its registry entry's; a file without
+   -- settings: each format's reader judges its tensors), the first when --format is not given
+   local arch = (extra or {}).arch or (extra and extra.n_layer and "gpt")
+   if arch then
+      local known, entry = pcall(models.get, arch)
+      local formats = known and entry.formats or {}
+      if #formats == 0 then
+         local held = {}
+         for _, name in ipairs(models.names()) do
+            if #models.get(name).formats > 0 then held[#held + 1] = name end
+         end
+         fail("%s holds a %s model, which no export format holds (they hold the models %s)",
+            src.what, known and entry.title or arch, table.concat(held, ", "))
+      end
+      local fits = o.format == nil
+      for _, name in ipairs(formats) do fits = fits or name == o.format end
+      if not fits then
+         fail("%s holds a %s model, which --format %s does not hold: use --format %s",
+            src.what, entry.title, o.format, table.concat(formats, " or "))
+      end
+      o.format = o.format or formats[1]
    end
-   -- no --format: the architecture's own (GPT-2's hf-gpt2, LLaMA's hf-llama, nanochat's)
-   o.format = o.format or (arch == "llama" and "hf-llama")
-      or (arch == "nanochat" and "nanochat") or "hf-gpt2"
+   o.format = o.format or "hf-gpt2"
    local given = { n_head = o.n_head, vocab = o.vocab }
    local cfg
    if o.format == "nanochat" then

@@ -1,5 +1,5 @@
 -- models.lua: the model registry. Each model is an entry of lwopt/models/<name>.lua: its name,
--- its title (how a run's reports name it), its config fields (lwopt/fields.lua: the shape and how
+-- its title (how a run's reports name it), the export formats that hold it, its config fields (lwopt/fields.lua: the shape and how
 -- it runs, with defaults and checks), check (the rules across fields), build (an lw.nn module
 -- with nn.GPT's loss API: forward(tokens, targets, b, t), backward(loss_scale), parameters(),
 -- next_probs(row)), describe (the model in words) and optionally init (spec, cfg: its own initial
@@ -54,7 +54,8 @@ end
 
 -- A new entry made from registered model `base`'s: o = { name, title (default name), defaults
 -- (field -> its new default: a value, or a function of the fields before it, as
--- lwopt/fields.lua's), init, describe (each default: base's; describe: by title) }. The
+-- lwopt/fields.lua's), init (default base's), describe (default by title), formats (lwopt
+-- export's formats that hold it; default none: base's formats do not hold base's variants) }. The
 -- architecture's parts are its fields' defaults (docs/parts.md), so a model made of existing
 -- parts is its name and its defaults. A default for a field base lacks is an error naming it.
 function models.derive(base, o)
@@ -77,7 +78,8 @@ function models.derive(base, o)
    end
    local title = o.title or o.name
    return { name = o.name, title = title, fields = list, check = b.check, build = b.build,
-      init = o.init or b.init, describe = o.describe or describe_by_title(title) }
+      init = o.init or b.init, describe = o.describe or describe_by_title(title),
+      formats = o.formats or {} }
 end
 
 -- Adds entry (as lwopt/models/<name>.lua's, or models.derive's) to the registry under its name,
@@ -100,7 +102,7 @@ function models.register(entry)
    if type(entry.fields) ~= "table" then
       errors.misuse(who, "entry '%s' has no fields list", entry.name)
    end
-   entry.title = entry.title or entry.name
+   entry.title, entry.formats = entry.title or entry.name, entry.formats or {}
    NAMES[#NAMES + 1] = entry.name
    entries[entry.name] = entry
 end

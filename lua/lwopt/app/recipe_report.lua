@@ -149,11 +149,12 @@ local function next_text(run, v, path, last)
          shell_word(tidy(path))),
       ("  the same command%s with --resume --steps %d   # trains on from step %d"):format(
          v.overwrite and " without --overwrite," or "", 2 * v.steps, last) }
-   -- the export formats hold dense models: GPT-2's (hf-gpt2), LLaMA's (hf-llama), nanochat's
-   if (v.n_expert or 0) == 0 then
-      local nanochat = v.arch == "nanochat"
-      lines[#lines + 1] = ("  %s export %s --format %s %s   # for %s"):format(cmd, dir,
-         nanochat and "nanochat" or v.arch == "llama" and "hf-llama" or "hf-gpt2",
+   -- the export formats hold dense models, each format its registry entry's (hf-gpt2,
+   -- hf-llama, nanochat; a recipe's own model: none)
+   local format = lw.models.get(v.arch).formats[1]
+   if (v.n_expert or 0) == 0 and format then
+      local nanochat = format == "nanochat"
+      lines[#lines + 1] = ("  %s export %s --format %s %s   # for %s"):format(cmd, dir, format,
          shell_word(v.ckpt_dir:gsub("/+$", "") .. (nanochat and "-nanochat" or "-hf")),
          nanochat and "nanochat" or "transformers")
    end

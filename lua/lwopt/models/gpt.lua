@@ -5,6 +5,8 @@ local GPT = require("lwopt.nn.gpt")
 return {
    name = "gpt",
    title = "GPT", -- how run reports name it
+   -- lwopt export's formats that hold it, the default first (export.lua, gpt_names.lua)
+   formats = { "hf-gpt2", "nanogpt" },
    fields = GPT.fields,
    check = GPT.check,
    -- run: { tp, ep } groups, or none

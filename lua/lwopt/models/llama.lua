@@ -7,7 +7,7 @@ local models = require("lwopt.models")
 
 -- GPT's fields with LLaMA's defaults: the parts above, RoPE base 500000 (LLaMA 3's), the MLP's
 -- hidden width 8/3 n_embd rounded up to a multiple of 64 (LLaMA's rule for its width).
-return models.derive("gpt", { name = "llama", title = "LLaMA", defaults = {
+return models.derive("gpt", { name = "llama", title = "LLaMA", formats = { "hf-llama" }, defaults = {
    norm = "rmsnorm", position = "rotary", activation = "swiglu", tied = false, bias = false,
    rope_base = 500000, vocab = 128256,
    mlp_hidden = function(c) return 64 * math.ceil(8 * c.n_embd / 3 / 64) end } })

@@ -43,5 +43,5 @@ local function init(spec, c)
    return nil -- anything else: the recipe's default
 end
 
-return models.derive("gpt", { name = "nanochat", title = "nanochat", defaults = DEFAULTS,
-   init = init })
+return models.derive("gpt", { name = "nanochat", title = "nanochat", formats = { "nanochat" },
+   defaults = DEFAULTS, init = init })
