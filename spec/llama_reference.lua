@@ -13,6 +13,8 @@
 -- heads, V heads; fc rows: gate, up). Returns ref(P, cfg, tokens, targets, b, t): the mean
 -- cross-entropy, the summed load-balancing loss and the (capped) logits, a table of b t rows of
 -- vocab values.
+local cross_entropy = require("nn_helpers").cross_entropy
+
 return function(P, cfg, tokens, targets, b, t)
    local c, nh, nkv, V, H = cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.vocab, cfg.mlp_hidden
    local hd = c / nh
@@ -219,13 +221,5 @@ return function(P, cfg, tokens, targets, b, t)
          for v = 1, V do logits[r][v] = cfg.softcap * math.tanh(logits[r][v] / cfg.softcap) end
       end
    end
-   local total = 0
-   for r = 1, #logits do
-      local mx = -math.huge
-      for v = 1, V do mx = math.max(mx, logits[r][v]) end
-      local z = 0
-      for v = 1, V do z = z + math.exp(logits[r][v] - mx) end
-      total = total + (math.log(z) + mx - logits[r][targets[r - 1] + 1])
-   end
-   return total / #logits, aux, logits
+   return cross_entropy(logits, targets), aux, logits
 end

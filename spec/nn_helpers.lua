@@ -1,6 +1,7 @@
 -- nn_helpers.lua: what the lw.nn specs share: a module bound to a one-rank replicated lw.ddp
 -- with seeded parameters, a small GPT's forward and backward, seeded inputs, their copies and a
--- dot product, and a module's forward and backward against a float64 reference.
+-- dot product, a module's forward and backward against a float64 reference, and the references'
+-- cross-entropy.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
@@ -121,6 +122,20 @@ function M.against_reference(module, n, width_in, width_out, ref)
       out[short] = worst(d:grad(s.name).data, differences(params[short]), #params[short])
    end
    return out, d
+end
+
+-- The mean cross-entropy of logits (rows of Lua lists, float64) against targets (0-based ids,
+-- an int32_t array indexed from 0): what the float64 model references return.
+function M.cross_entropy(logits, targets)
+   local total = 0
+   for r = 1, #logits do
+      local row, mx = logits[r], -math.huge
+      for v = 1, #row do mx = math.max(mx, row[v]) end
+      local z = 0
+      for v = 1, #row do z = z + math.exp(row[v] - mx) end
+      total = total + (math.log(z) + mx - row[targets[r - 1] + 1])
+   end
+   return total / #logits
 end
 
 -- sum of a[i] b[i] over two Lua lists
