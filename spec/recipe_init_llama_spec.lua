@@ -4,9 +4,7 @@
 -- most its max_position_embeddings), step 1's loss the file's model's on that batch, read back
 -- by `lwopt eval`; a shape flag that contradicts the file, and a file of the other
 -- architecture, refused by name.
-local ffi = require("ffi")
 local lw = require("lwopt")
-local json = require("lwopt.json")
 local export = require("lwopt.export")
 local trained = require("lwopt.trained")
 local helpers = require("helpers")
@@ -51,17 +49,7 @@ describe("--init-from an hf-llama file", function()
       assert.matches("initialised from " .. hf .. ": 21 tensors by hf-llama's names (q, k, v "
          .. "and gate, up joined into the fused weights), F32", out, 1, true)
       -- step 1's loss is the file's model's on the run's first batch (batch 4, seed 1337)
-      local step1
-      for line in io.lines(dir .. "/log.jsonl") do
-         local r = json.decode(line)
-         if r.step == 1 and r.loss then step1 = r.loss end
-      end
-      local t = trained.open(hf)
-      local data = trained.open_data(text, t.settings)
-      local tokens, targets = ffi.new("int32_t[64]"), ffi.new("int32_t[64]")
-      data:train_batch(tokens, targets, 1337, 1, 0, 0, 1, 4, 16)
-      local want = t.model:forward(tokens, targets, 4, 16)
-      assert.is_true(math.abs(step1 - want) < 1e-5, ("%.9f vs %.9f"):format(step1, want))
+      fh.check_first_step(dir .. "/log.jsonl", hf, text, 4, 16)
       -- resumed with the same command; the checkpoint is read back as the run's LLaMA
       out, status = helpers.sh(recipe .. "--steps 2 --resume")
       assert.equal(0, status, out)
