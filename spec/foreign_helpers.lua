@@ -1,7 +1,7 @@
 -- foreign_helpers.lua: what foreign_spec.lua and the --init-from specs share: a tiny GPT with
 -- biases as a checkpoint and as its hf-gpt2 export, a text file to read as bytes, the validation
--- loss `lwopt eval` gives a path, and a run's first step checked against the file it started
--- from.
+-- loss `lwopt eval` gives a path, a run's first step checked against the file it started from,
+-- and refused recipe commands.
 local ffi = require("ffi")
 local assert = require("luassert")
 local lw = require("lwopt")
@@ -71,6 +71,15 @@ function foreign_helpers.check_first_step(log, file, text, b, t)
    local want = m.model:forward(tokens, targets, b, t)
    assert.is_true(math.abs(step1 - want) < 1e-5, ("%.9f vs %.9f"):format(step1, want))
    return m
+end
+
+-- Each case { flags, message }: the recipe command with flags appended fails, saying message.
+function foreign_helpers.refuses(recipe, cases)
+   for _, case in ipairs(cases) do
+      local out, status = helpers.sh(recipe .. case[1])
+      assert.is_not.equal(0, status, out)
+      assert.matches(case[2], out, 1, true)
+   end
 end
 
 return foreign_helpers
