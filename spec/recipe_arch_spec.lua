@@ -62,8 +62,8 @@ describe("--arch llama", function()
          "LLaMA 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes")
       local said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-gpt2 " .. dir .. "-hf")
       assert.equal(1, st)
-      assert.matches("holds a llama model; hf-gpt2 and nanogpt hold GPT-2's architecture: use "
-         .. "--format hf-llama", said, 1, true)
+      assert.matches("holds a LLaMA model, which --format hf-gpt2 does not hold: use --format "
+         .. "hf-llama", said, 1, true)
       -- the line the run printed: its export, which sample and eval read as the run's model
       said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-llama " .. dir .. "-hf")
       assert.equal(0, st, said)
