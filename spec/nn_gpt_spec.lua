@@ -5,6 +5,7 @@ local lw = require("lwopt")
 local nn = lw.nn
 local bind = require("nn_helpers").bind
 local cross_entropy = require("nn_helpers").cross_entropy
+local linear = require("nn_helpers").linear
 local model_check = require("model_check")
 
 describe("lw.nn.GPT", function()
@@ -43,18 +44,6 @@ local function ref_gpt(P, cfg, tokens, targets, b, t)
          y[r] = {}
          for k = 1, c do
             y[r][k] = (x[r][k] - mean) / math.sqrt(var + 1e-5) * w[k] + (bias and bias[k] or 0)
-         end
-      end
-      return y
-   end
-   local function linear(x, w, bias, n_in, n_out)
-      local y = {}
-      for r = 1, #x do
-         y[r] = {}
-         for o = 1, n_out do
-            local s = bias and bias[o] or 0
-            for i = 1, n_in do s = s + x[r][i] * w[(o - 1) * n_in + i] end
-            y[r][o] = s
          end
       end
       return y
