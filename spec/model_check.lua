@@ -29,8 +29,11 @@ end
 
 -- Every parameter's gradient in d (after model:backward) against central differences (step
 -- 1e-3) of objective(), at `per` elements of each spread over it: the worst relative error
--- |num - grad| / max(|num|, 1e-2) under 2e-2.
-function M.gradients(model, d, objective, per)
+-- |num - grad| / max(|num|, 1e-2) under 2e-2; o.both: relative to |num| + |grad| instead,
+-- o.tol: under o.tol instead.
+function M.gradients(model, d, objective, per, o)
+   o = o or {}
+   local tol = o.tol or 2e-2
    for _, s in ipairs(model:parameters()) do
       local p, g = d:param(s.name), d:grad(s.name)
       local worst, step = 0, math.max(1, math.floor(p.numel / per))
@@ -42,9 +45,10 @@ function M.gradients(model, d, objective, per)
          local down = objective()
          p.data[i] = keep
          local num = (up - down) / 2e-3
-         worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1e-2, math.abs(num)))
+         local scale = math.abs(num) + (o.both and math.abs(g.data[i]) or 0)
+         worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1e-2, scale))
       end
-      assert.is_true(worst < 2e-2, s.name .. " worst " .. worst)
+      assert.is_true(worst < tol, s.name .. " worst " .. worst)
    end
 end
 
