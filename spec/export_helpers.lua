@@ -1,8 +1,10 @@
--- export_helpers.lua: shared by the export specs (llama_names, nanochat_names): running the
--- command line, a safetensors file's tensors by name, a trained model's loss over its real
--- vocabulary and the check that --init-from wrote a checkpoint's weights bit for bit.
+-- export_helpers.lua: shared by the export specs (llama_names, nanochat_names, the --init-from
+-- ones): running the command line, a checkpoint of a model of lw.models to export, a
+-- safetensors file's tensors by name, a trained model's loss over its real vocabulary and the
+-- check that --init-from wrote a checkpoint's weights bit for bit.
 local ffi = require("ffi")
 local assert = require("luassert")
+local lw = require("lwopt")
 local cli = require("lwopt.app.cli")
 local weights = require("lwopt.weights")
 local helpers = require("helpers")
@@ -14,6 +16,19 @@ function export_helpers.run(argv)
    local out, err = helpers.sink(), helpers.sink()
    local status = cli.main(argv, out, err)
    return status, out.text(), err.text()
+end
+
+-- A checkpoint at dir of lw.models' arch model of cfg (its config), element k of parameter i
+-- amp sin(1.3 i + 0.07 k) + offset (every value different), saved at step 1 with the settings
+-- extra. Returns its step directory.
+function export_helpers.checkpoint(dir, arch, cfg, extra, amp, offset)
+   local model = lw.models.build(arch, cfg)
+   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
+   for i, s in ipairs(model:parameters()) do
+      ddp:param(s.name):copy(function(k) return amp * math.sin(1.3 * i + 0.07 * k) + offset end)
+   end
+   return lw.checkpoint.save(dir, { ddp = ddp, step = 1, opt = lw.optim.new(ddp, { lr = 1e-2 }),
+      extra = extra })
 end
 
 -- name -> { shape, data (float*) } of a safetensors file (lwopt's weights reader), and the

@@ -28,14 +28,8 @@ end
 local function make_checkpoint(dir, o)
    o = o or {}
    local cfg = config(o)
-   local model = lw.models.build("llama", cfg)
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return 0.5 * math.sin(1.3 * i + 0.07 * k) end)
-   end
-   return lw.checkpoint.save(dir, { ddp = ddp, step = 1, opt = lw.optim.new(ddp, { lr = 1e-2 }),
-      extra = { arch = "llama", model = cfg, n_layer = 2, n_embd = C, n_head = HEADS,
-         vocab = VOCAB, seq = 8, data_kind = "tokens" } }), cfg
+   return eh.checkpoint(dir, "llama", cfg, { arch = "llama", model = cfg, n_layer = 2,
+      n_embd = C, n_head = HEADS, vocab = VOCAB, seq = 8, data_kind = "tokens" }, 0.5, 0), cfg
 end
 
 -- The row of lwopt's tensor that row r of a Q or K block holds (theirs in halves pairing): the

@@ -35,15 +35,9 @@ end
 local function make_checkpoint(dir, o, vocab)
    local cfg = config(o)
    vocab = vocab or VOCAB
-   local model = lw.models.build("nanochat", cfg)
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return 0.4 * math.sin(1.3 * i + 0.07 * k) + 0.01 end)
-   end
-   return lw.checkpoint.save(dir, { ddp = ddp, step = 1, opt = lw.optim.new(ddp, { lr = 1e-2 }),
-      extra = { arch = "nanochat", model = cfg, n_layer = cfg.n_layer, n_embd = C,
-         n_head = HEADS, vocab = vocab, seq = cfg.seq_len,
-         data_kind = vocab == 256 and "bytes" or "tokens" } }), cfg
+   return eh.checkpoint(dir, "nanochat", cfg, { arch = "nanochat", model = cfg,
+      n_layer = cfg.n_layer, n_embd = C, n_head = HEADS, vocab = vocab, seq = cfg.seq_len,
+      data_kind = vocab == 256 and "bytes" or "tokens" }, 0.4, 0.01), cfg
 end
 
 -- Every tensor of the export at out equals the checkpoint's under the mapping.

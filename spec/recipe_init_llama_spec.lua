@@ -9,6 +9,7 @@ local export = require("lwopt.export")
 local trained = require("lwopt.trained")
 local helpers = require("helpers")
 local fh = require("foreign_helpers")
+local eh = require("export_helpers")
 
 -- A tiny LLaMA on bytes (2 layers x 32, 4 heads, 2 KV, MLP 96, 16 positions, RMSNorm eps 1e-6,
 -- rotary base 10000, interleaved pairing) as a checkpoint in dir/llama-ck and its hf-llama
@@ -17,14 +18,9 @@ local function llama_file(dir)
    local cfg = lw.models.config("llama", { n_layer = 2, n_embd = 32, n_head = 4, n_kv_head = 2,
       mlp_hidden = 96, vocab = 256, seq_len = 16, norm_eps = 1e-6, rope_base = 10000,
       rope_pairing = "interleaved" })
-   local model = lw.models.build("llama", cfg)
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return 0.3 * math.sin(1.3 * i + 0.07 * k) + 0.02 end)
-   end
-   local ckpt = lw.checkpoint.save(dir .. "/llama-ck", { ddp = ddp, step = 1,
-      opt = lw.optim.new(ddp, { lr = 1e-2 }), extra = { arch = "llama", model = cfg,
-      n_layer = 2, n_embd = 32, n_head = 4, vocab = 256, seq = 16, data_kind = "bytes" } })
+   local ckpt = eh.checkpoint(dir .. "/llama-ck", "llama", cfg, { arch = "llama", model = cfg,
+      n_layer = 2, n_embd = 32, n_head = 4, vocab = 256, seq = 16, data_kind = "bytes" }, 0.3,
+      0.02)
    export.run({ ckpt = ckpt, format = "hf-llama", out_dir = dir .. "/llama-hf" })
    return ckpt, dir .. "/llama-hf/model.safetensors"
 end
