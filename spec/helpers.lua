@@ -1,6 +1,7 @@
 -- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
--- command from the repo root, temporary files, token shards, tokenizer files, a safetensors
--- reader and writer of many tensors, a training log's records, and small logs to read.
+-- command from the repo root, temporary files and directories, token shards, tokenizer files, a
+-- safetensors reader and writer of many tensors, a training log's records, and small logs to
+-- read.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -52,6 +53,14 @@ function helpers.lines_of(command)
    for line in pipe:lines() do list[#list + 1] = line end
    pipe:close()
    return list
+end
+
+-- A new empty temporary directory; returns its path.
+function helpers.tempdir()
+   local dir = os.tmpname()
+   os.remove(dir)
+   os.execute("mkdir -p " .. dir)
+   return dir
 end
 
 -- A temporary file holding text; returns its path.

@@ -4,20 +4,13 @@
 -- (2i, 2i + 1) moved to (i, i + hd/2)); config.json; the model read back by lwopt.trained and
 -- --init-from gives the checkpoint's outputs and weights; the refusals. tests/export/
 -- check_hf_llama.py checks the same against a numpy LlamaForCausalLM.
-local ffi = require("ffi")
 local lw = require("lwopt")
-local cli = require("lwopt.app.cli")
 local json = require("lwopt.json")
-local weights = require("lwopt.weights")
 local trained = require("lwopt.trained")
 local init_from = require("lwopt.init_from")
 local helpers = require("helpers")
-
-local function run(argv)
-   local out, err = helpers.sink(), helpers.sink()
-   local status = cli.main(argv, out, err)
-   return status, out.text(), err.text()
-end
+local eh = require("export_helpers")
+local run, tensors_of = eh.run, eh.tensors_of
 
 -- C 32, 4 heads of 8, 2 KV heads, MLP 64 (fused fc: 128 rows), 128 rows of which 50 are the
 -- real vocabulary.
@@ -35,24 +28,8 @@ end
 local function make_checkpoint(dir, o)
    o = o or {}
    local cfg = config(o)
-   local model = lw.models.build("llama", cfg)
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return 0.5 * math.sin(1.3 * i + 0.07 * k) end)
-   end
-   return lw.checkpoint.save(dir, { ddp = ddp, step = 1, opt = lw.optim.new(ddp, { lr = 1e-2 }),
-      extra = { arch = "llama", model = cfg, n_layer = 2, n_embd = C, n_head = HEADS,
-         vocab = VOCAB, seq = 8, data_kind = "tokens" } }), cfg
-end
-
--- name -> { shape, data (float*) } of a safetensors file (lwopt's weights reader).
-local function tensors_of(path)
-   local f = weights.open(path, path)
-   local out = {}
-   for _, name in ipairs(f.order) do
-      out[name] = { shape = f.shapes[name], data = weights.read(f, name) }
-   end
-   return out, f.order
+   return eh.checkpoint(dir, "llama", cfg, { arch = "llama", model = cfg, n_layer = 2,
+      n_embd = C, n_head = HEADS, vocab = VOCAB, seq = 8, data_kind = "tokens" }, 0.5, 0), cfg
 end
 
 -- The row of lwopt's tensor that row r of a Q or K block holds (theirs in halves pairing): the
@@ -104,29 +81,12 @@ local function compare(ckpt, out, pairing, tied)
    assert.equal("model.embed_tokens.weight", order[1])
 end
 
--- The mean loss of a trained model (lwopt.trained's) on fixed tokens, its softmax over the real
--- vocabulary (an export's: the padding rows, never targets, are left out).
-local function loss_of(t)
-   local n = 7
-   local tokens = ffi.new("int32_t[?]", n)
-   for i = 0, n - 1 do tokens[i] = (i * 13 + 5) % VOCAB end
-   t.model:forward(tokens, nil, 1, n)
-   local loss = 0
-   for r = 0, n - 1 do
-      local p, sum = t.model:next_probs(r), 0
-      for j = 0, VOCAB - 1 do sum = sum + p[j] end
-      loss = loss - math.log(p[(r * 7 + 3) % VOCAB] / sum)
-   end
-   return loss / n
-end
+-- The mean loss of a trained model on 7 fixed tokens over the real vocabulary.
+local function loss_of(t) return eh.loss_of(t, VOCAB, 7) end
 
 describe("lwopt export --format hf-llama", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      os.execute("mkdir -p " .. dir)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("cuts q, k, v and gate, up out of the fused weights, turns interleaved pairs to halves, "
@@ -188,17 +148,8 @@ describe("lwopt export --format hf-llama", function()
       assert.matches("21 tensors by hf-llama's names (q, k, v and gate, up joined into the fused "
          .. "weights, Q and K rows turned to the interleaved pairing), F32; vocabulary rows "
          .. "50-127 (lwopt's padding) start at zero", line, 1, true)
-      for _, s in ipairs(model:parameters()) do
-         local o = ours[s.name]
-         ddp:with_param(s.name, function(t)
-            for k = 0, t.numel - 1 do
-               local row = math.floor(k / (o.shape[2] or 1))
-               local want = (s.name:match("wte") or s.name:match("lm_head")) and row >= VOCAB
-                  and 0 or o.data[k]
-               assert.equal(want, t.data[k], s.name)
-            end
-         end)
-      end
+      eh.same_weights(model, ddp, ours,
+         function(name) return name:match("wte") or name:match("lm_head") end, VOCAB)
       -- GPT-2's model takes none of it
       local gpt = lw.nn.GPT.new{ n_layer = 2, n_embd = C, n_head = HEADS, vocab = ROWS,
          seq_len = 8 }

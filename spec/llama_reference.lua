@@ -13,6 +13,9 @@
 -- heads, V heads; fc rows: gate, up). Returns ref(P, cfg, tokens, targets, b, t): the mean
 -- cross-entropy, the summed load-balancing loss and the (capped) logits, a table of b t rows of
 -- vocab values.
+local nn_helpers = require("nn_helpers")
+local cross_entropy, nn_linear = nn_helpers.cross_entropy, nn_helpers.linear
+
 return function(P, cfg, tokens, targets, b, t)
    local c, nh, nkv, V, H = cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.vocab, cfg.mlp_hidden
    local hd = c / nh
@@ -27,18 +30,7 @@ return function(P, cfg, tokens, targets, b, t)
       end
       return y
    end
-   local function linear(x, w, n_in, n_out)
-      local y = {}
-      for r = 1, #x do
-         y[r] = {}
-         for o = 1, n_out do
-            local s = 0
-            for i = 1, n_in do s = s + x[r][i] * w[(o - 1) * n_in + i] end
-            y[r][o] = s
-         end
-      end
-      return y
-   end
+   local function linear(x, w, n_in, n_out) return nn_linear(x, w, nil, n_in, n_out) end
    -- head h's hd values of row r of a [rows, heads * hd] table, from column offset `at`
    local function head(v, at, h)
       local out = {}
@@ -219,13 +211,5 @@ return function(P, cfg, tokens, targets, b, t)
          for v = 1, V do logits[r][v] = cfg.softcap * math.tanh(logits[r][v] / cfg.softcap) end
       end
    end
-   local total = 0
-   for r = 1, #logits do
-      local mx = -math.huge
-      for v = 1, V do mx = math.max(mx, logits[r][v]) end
-      local z = 0
-      for v = 1, V do z = z + math.exp(logits[r][v] - mx) end
-      total = total + (math.log(z) + mx - logits[r][targets[r - 1] + 1])
-   end
-   return total / #logits, aux, logits
+   return cross_entropy(logits, targets), aux, logits
 end

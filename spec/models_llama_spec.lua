@@ -2,12 +2,11 @@
 -- slow float64 LLaMA of llama_reference.lua; also the parts nanochat adds on the same model: QK
 -- norm, a sliding window (on every layer, or per layer from a pattern), ReLU^2, parameter-free
 -- norms, the norm after the token embedding and the logits' softcap. Loss within 1e-5 from the
--- same weights, gradients against the reference's finite differences, sampling's distribution
--- against the reference's logits; the capped head over 2 TP ranks against one rank.
-local ffi = require("ffi")
+-- same weights, gradients against the reference's finite differences (model_check.lua),
+-- sampling's distribution against the reference's logits; the capped head over 2 TP ranks
+-- against one rank.
 local lw = require("lwopt")
-local bind = require("nn_helpers").bind
-local ref_llama = require("llama_reference")
+local model_check = require("model_check")
 
 describe("lw.models' llama against a float64 LLaMA", function()
    local base = { n_layer = 2, n_embd = 16, n_head = 4, n_kv_head = 2, vocab = 13, seq_len = 6,
@@ -26,46 +25,17 @@ describe("lw.models' llama against a float64 LLaMA", function()
    for name, cfg in pairs({ llama = base, ["nanochat's parts"] = nanochat,
       ["nanochat's head"] = head, ["an embedding norm with a gain"] = gains }) do
       it(("matches its loss and gradients (%s)"):format(name), function()
-         local model = lw.models.build("llama", cfg)
-         local full = lw.models.config("llama", cfg)
-         local d = bind(model)
-         local b, t = 2, 6
-         local tokens, targets = ffi.new("int32_t[12]"), ffi.new("int32_t[12]")
-         for i = 0, 11 do tokens[i] = (i * 7 + 3) % 13; targets[i] = (i * 5 + 1) % 13 end
-         local function params()
-            local P = {}
-            for _, s in ipairs(model:parameters()) do P[s.name] = d:param(s.name):totable() end
-            return P
-         end
-         local loss = model:forward(tokens, targets, b, t)
-         local want, _, logits = ref_llama(params(), full, tokens, targets, b, t)
-         assert.near(want, loss, 1e-5)
-         -- sampling's distribution: the softmax of the (capped) logits
-         for _, row in ipairs({ 0, 7 }) do
-            local p, mx, z = model:next_probs(row), -math.huge, 0
-            for v = 1, cfg.vocab do mx = math.max(mx, logits[row + 1][v]) end
-            for v = 1, cfg.vocab do z = z + math.exp(logits[row + 1][v] - mx) end
-            for v = 1, cfg.vocab do
-               assert.near(math.exp(logits[row + 1][v] - mx) / z, p[v - 1], 1e-6)
+         -- sampling's distribution: the softmax of the reference's (capped) logits
+         model_check.check("llama", cfg, nil, nil, function(model, logits)
+            for _, row in ipairs({ 0, 7 }) do
+               local p, mx, z = model:next_probs(row), -math.huge, 0
+               for v = 1, cfg.vocab do mx = math.max(mx, logits[row + 1][v]) end
+               for v = 1, cfg.vocab do z = z + math.exp(logits[row + 1][v] - mx) end
+               for v = 1, cfg.vocab do
+                  assert.near(math.exp(logits[row + 1][v] - mx) / z, p[v - 1], 1e-6)
+               end
             end
-         end
-         d:zero_grad()
-         model:backward(1)
-         for _, s in ipairs(model:parameters()) do
-            local p, g = d:param(s.name), d:grad(s.name)
-            local worst, step = 0, math.max(1, math.floor(p.numel / 5))
-            for i = 0, p.numel - 1, step do
-               local keep = p.data[i]
-               p.data[i] = keep + 1e-3
-               local up = ref_llama(params(), full, tokens, targets, b, t)
-               p.data[i] = keep - 1e-3
-               local down = ref_llama(params(), full, tokens, targets, b, t)
-               p.data[i] = keep
-               local num = (up - down) / 2e-3
-               worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1e-2, math.abs(num)))
-            end
-            assert.is_true(worst < 2e-2, s.name .. " worst " .. worst)
-         end
+         end)
       end)
    end
 

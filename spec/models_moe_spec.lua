@@ -3,10 +3,10 @@
 -- top-k with renormalised weights, the experts and the shared expert, the load-balancing loss.
 -- Loss and load-balancing loss within 1e-5 from the same weights, gradients (of the loss plus
 -- the load-balancing loss, as backward takes them) against the reference's finite differences.
-local ffi = require("ffi")
 local lw = require("lwopt")
 local bind = require("nn_helpers").bind
 local ref = require("llama_reference")
+local model_check = require("model_check")
 
 describe("lw.models' llama with a mixture of experts against a float64 reference", function()
    local swiglu = { n_layer = 2, n_embd = 16, n_head = 4, n_kv_head = 2, vocab = 13,
@@ -22,13 +22,8 @@ describe("lw.models' llama with a mixture of experts against a float64 reference
          local full = lw.models.config("llama", cfg)
          local d = bind(model)
          local b, t = 2, 6
-         local tokens, targets = ffi.new("int32_t[12]"), ffi.new("int32_t[12]")
-         for i = 0, 11 do tokens[i] = (i * 7 + 3) % 13; targets[i] = (i * 5 + 1) % 13 end
-         local function params()
-            local P = {}
-            for _, s in ipairs(model:parameters()) do P[s.name] = d:param(s.name):totable() end
-            return P
-         end
+         local tokens, targets = model_check.batch(b, t, 13)
+         local params = model_check.params_of(model, d)
          local function objective()
             local loss, aux = ref(params(), full, tokens, targets, b, t)
             return loss + aux
@@ -40,23 +35,9 @@ describe("lw.models' llama with a mixture of experts against a float64 reference
          assert.near(want_aux, model.aux_loss, 1e-5)
          d:zero_grad()
          model:backward(1)
+         model_check.gradients(model, d, objective, 4)
          local seen = {}
-         for _, s in ipairs(model:parameters()) do
-            local p, g = d:param(s.name), d:grad(s.name)
-            local worst, step = 0, math.max(1, math.floor(p.numel / 4))
-            for i = 0, p.numel - 1, step do
-               local keep = p.data[i]
-               p.data[i] = keep + 1e-3
-               local up = objective()
-               p.data[i] = keep - 1e-3
-               local down = objective()
-               p.data[i] = keep
-               local num = (up - down) / 2e-3
-               worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1e-2, math.abs(num)))
-            end
-            assert.is_true(worst < 2e-2, s.name .. " worst " .. worst)
-            seen[s.name] = table.concat(s.shape, "x")
-         end
+         for _, s in ipairs(model:parameters()) do seen[s.name] = table.concat(s.shape, "x") end
          -- the experts are the activation's MLPs: SwiGLU's fc holds gate and up rows
          local fc = (cfg.activation == "relu2" and 1 or 2) * cfg.expert_hidden .. "x16"
          assert.equal(fc, seen["h.0.moe.experts.0.fc.weight"])

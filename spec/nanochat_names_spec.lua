@@ -7,7 +7,6 @@
 -- tests/export/check_nanochat.py checks the same against a numpy nanochat GPT.
 local ffi = require("ffi")
 local lw = require("lwopt")
-local cli = require("lwopt.app.cli")
 local json = require("lwopt.json")
 local weights = require("lwopt.weights")
 local safetensors = require("lwopt.safetensors")
@@ -16,12 +15,8 @@ local trained = require("lwopt.trained")
 local init_from = require("lwopt.init_from")
 local helpers = require("helpers")
 local fh = require("foreign_helpers")
-
-local function run(argv)
-   local out, err = helpers.sink(), helpers.sink()
-   local status = cli.main(argv, out, err)
-   return status, out.text(), err.text()
-end
+local eh = require("export_helpers")
+local run, tensors_of = eh.run, eh.tensors_of
 
 -- C 32, 4 heads of 8, 2 KV heads, 3 layers (value embeddings on 0 and 2); the tokenizer's 300
 -- tokens in lwopt's 384 rows and nanochat's 320.
@@ -40,25 +35,9 @@ end
 local function make_checkpoint(dir, o, vocab)
    local cfg = config(o)
    vocab = vocab or VOCAB
-   local model = lw.models.build("nanochat", cfg)
-   local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
-   for i, s in ipairs(model:parameters()) do
-      ddp:param(s.name):copy(function(k) return 0.4 * math.sin(1.3 * i + 0.07 * k) + 0.01 end)
-   end
-   return lw.checkpoint.save(dir, { ddp = ddp, step = 1, opt = lw.optim.new(ddp, { lr = 1e-2 }),
-      extra = { arch = "nanochat", model = cfg, n_layer = cfg.n_layer, n_embd = C,
-         n_head = HEADS, vocab = vocab, seq = cfg.seq_len,
-         data_kind = vocab == 256 and "bytes" or "tokens" } }), cfg
-end
-
--- name -> { shape, data (float*) } of a safetensors file (lwopt's weights reader).
-local function tensors_of(path)
-   local f = weights.open(path, path)
-   local out = {}
-   for _, name in ipairs(f.order) do
-      out[name] = { shape = f.shapes[name], data = weights.read(f, name) }
-   end
-   return out, f.order
+   return eh.checkpoint(dir, "nanochat", cfg, { arch = "nanochat", model = cfg,
+      n_layer = cfg.n_layer, n_embd = C, n_head = HEADS, vocab = vocab, seq = cfg.seq_len,
+      data_kind = vocab == 256 and "bytes" or "tokens" }, 0.4, 0.01), cfg
 end
 
 -- Every tensor of the export at out equals the checkpoint's under the mapping.
@@ -102,29 +81,13 @@ local function compare(ckpt, out)
    assert.equal(count, #order) -- no other tensor
 end
 
--- The mean loss of a trained model (lwopt.trained's) on fixed tokens, its softmax over the real
--- vocabulary (nanochat crops its logits to it).
-local function loss_of(t)
-   local n = 9
-   local tokens = ffi.new("int32_t[?]", n)
-   for i = 0, n - 1 do tokens[i] = (i * 13 + 5) % VOCAB end
-   t.model:forward(tokens, nil, 1, n)
-   local loss = 0
-   for r = 0, n - 1 do
-      local p, sum = t.model:next_probs(r), 0
-      for j = 0, VOCAB - 1 do sum = sum + p[j] end
-      loss = loss - math.log(p[(r * 7 + 3) % VOCAB] / sum)
-   end
-   return loss / n
-end
+-- The mean loss of a trained model on 9 fixed tokens over the real vocabulary (nanochat crops
+-- its logits to it).
+local function loss_of(t) return eh.loss_of(t, VOCAB, 9) end
 
 describe("lwopt export --format nanochat", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      os.execute("mkdir -p " .. dir)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("writes nanochat's names and meta.json, and reads back as the same model", function()
@@ -161,18 +124,9 @@ describe("lwopt export --format nanochat", function()
       assert.matches("29 tensors by nanochat's names (c_q, c_k and c_v joined into the fused "
          .. "weights; its zero smear gate and backout left out), F32; vocabulary rows 320-383 "
          .. "(lwopt's padding) start at zero", line, 1, true)
-      for _, s in ipairs(model:parameters()) do
-         local o = ours[s.name]
-         local vocab_rows = s.name == "wte.weight" or s.name == "lm_head.weight"
-            or s.name:match("attn%.ve%.weight$")
-         ddp:with_param(s.name, function(t)
-            for k = 0, t.numel - 1 do
-               local row = math.floor(k / (o.shape[2] or 1))
-               local want = vocab_rows and row >= NC_ROWS and 0 or o.data[k]
-               assert.equal(want, t.data[k], s.name)
-            end
-         end)
-      end
+      eh.same_weights(model, ddp, ours, function(name)
+         return name == "wte.weight" or name == "lm_head.weight" or name:match("attn%.ve%.weight$")
+      end, NC_ROWS)
       -- a LLaMA's model and GPT-2's take none of it
       for _, other in ipairs({
          { lw.models.build("llama", lw.models.config("llama", { n_layer = 1, n_embd = C,
@@ -203,18 +157,8 @@ describe("lwopt export --format nanochat", function()
          assert.matches("the model's shape is " .. file .. "'s (nanochat names): 3 layers x 32, "
             .. "4 heads (2 KV), sequence 16, vocabulary 256, window pattern SL\n", out, 1, true)
          -- step 1's loss is the file's model's on the run's first batch (batch 4, seed 1337)
-         local step1
-         for line in io.lines(d .. "/log.jsonl") do
-            local r = json.decode(line)
-            if r.step == 1 and r.loss then step1 = r.loss end
-         end
-         local t = trained.open(file)
+         local t = fh.check_first_step(d .. "/log.jsonl", file, text, 4, 16)
          assert.equal("SL", t.cfg.window_pattern)
-         local data = trained.open_data(text, t.settings)
-         local tokens, targets = ffi.new("int32_t[64]"), ffi.new("int32_t[64]")
-         data:train_batch(tokens, targets, 1337, 1, 0, 0, 1, 4, 16)
-         local want = t.model:forward(tokens, targets, 4, 16)
-         assert.is_true(math.abs(step1 - want) < 1e-5, ("%.9f vs %.9f"):format(step1, want))
       end)
       os.execute("rm -rf " .. d)
       assert(ok, err)

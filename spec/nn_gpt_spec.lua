@@ -4,6 +4,9 @@ local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
 local bind = require("nn_helpers").bind
+local cross_entropy = require("nn_helpers").cross_entropy
+local linear = require("nn_helpers").linear
+local model_check = require("model_check")
 
 describe("lw.nn.GPT", function()
    it("declares the parameters of lw.arch.gpt, in order", function()
@@ -41,18 +44,6 @@ local function ref_gpt(P, cfg, tokens, targets, b, t)
          y[r] = {}
          for k = 1, c do
             y[r][k] = (x[r][k] - mean) / math.sqrt(var + 1e-5) * w[k] + (bias and bias[k] or 0)
-         end
-      end
-      return y
-   end
-   local function linear(x, w, bias, n_in, n_out)
-      local y = {}
-      for r = 1, #x do
-         y[r] = {}
-         for o = 1, n_out do
-            local s = bias and bias[o] or 0
-            for i = 1, n_in do s = s + x[r][i] * w[(o - 1) * n_in + i] end
-            y[r][o] = s
          end
       end
       return y
@@ -105,16 +96,8 @@ local function ref_gpt(P, cfg, tokens, targets, b, t)
    local h = layernorm(x, P["ln_f.weight"], P["ln_f.bias"])
    local head = P["lm_head.weight"] or P["wte.weight"]
    local logits = linear(h, head, nil, c, V)
-   local total = 0
-   for r = 1, #logits do
-      local mx = -math.huge
-      for v = 1, V do mx = math.max(mx, logits[r][v]) end
-      local z = 0
-      for v = 1, V do z = z + math.exp(logits[r][v] - mx) end
-      total = total + (math.log(z) + mx - logits[r][targets[r - 1] + 1])
-   end
    local _ = vec
-   return total / #logits
+   return cross_entropy(logits, targets)
 end
 
 describe("lw.nn.GPT against a slow reference", function()
@@ -125,34 +108,17 @@ describe("lw.nn.GPT against a slow reference", function()
          local model = nn.GPT.new(cfg)
          local d = bind(model)
          local b, t = 2, 5
-         local tokens, targets = ffi.new("int32_t[10]"), ffi.new("int32_t[10]")
-         for i = 0, 9 do tokens[i] = (i * 7 + 3) % cfg.vocab; targets[i] = (i * 5 + 1) % cfg.vocab end
+         local tokens, targets = model_check.batch(b, t, cfg.vocab)
          -- the reference reads the same parameters as Lua arrays (1-based)
-         local function params()
-            local P = {}
-            for _, s in ipairs(model:parameters()) do P[s.name] = d:param(s.name):totable() end
-            return P
-         end
+         local params = model_check.params_of(model, d)
          local loss = model:forward(tokens, targets, b, t)
          local ref = ref_gpt(params(), model.cfg, tokens, targets, b, t)
          assert.near(ref, loss, 1e-5)
          d:zero_grad()
          model:backward(1)
-         for _, s in ipairs(model:parameters()) do
-            local p, g = d:param(s.name), d:grad(s.name)
-            local worst, step = 0, math.max(1, math.floor(p.numel / 6))
-            for i = 0, p.numel - 1, step do
-               local keep = p.data[i]
-               p.data[i] = keep + 1e-3
-               local up = ref_gpt(params(), model.cfg, tokens, targets, b, t)
-               p.data[i] = keep - 1e-3
-               local down = ref_gpt(params(), model.cfg, tokens, targets, b, t)
-               p.data[i] = keep
-               local num = (up - down) / 2e-3
-               worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1e-2, math.abs(num)))
-            end
-            assert.is_true(worst < 2e-2, s.name .. " worst " .. worst)
-         end
+         model_check.gradients(model, d, function()
+            return ref_gpt(params(), model.cfg, tokens, targets, b, t)
+         end, 6)
       end)
    end
 

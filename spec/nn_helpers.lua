@@ -1,6 +1,7 @@
 -- nn_helpers.lua: what the lw.nn specs share: a module bound to a one-rank replicated lw.ddp
 -- with seeded parameters, a small GPT's forward and backward, seeded inputs, their copies and a
--- dot product, and a module's forward and backward against a float64 reference.
+-- dot product, a module's forward and backward against a float64 reference, and the references'
+-- projection and cross-entropy.
 local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
@@ -121,6 +122,36 @@ function M.against_reference(module, n, width_in, width_out, ref)
       out[short] = worst(d:grad(s.name).data, differences(params[short]), #params[short])
    end
    return out, d
+end
+
+-- x @ w^T (+ bias): rows of Lua lists (n_in values each) times w, a flat Lua array of n_out
+-- rows of n_in (nn.Linear's layout); bias, when given, n_out values. What the float64 model
+-- references compute their projections with.
+function M.linear(x, w, bias, n_in, n_out)
+   local y = {}
+   for r = 1, #x do
+      y[r] = {}
+      for o = 1, n_out do
+         local s = bias and bias[o] or 0
+         for i = 1, n_in do s = s + x[r][i] * w[(o - 1) * n_in + i] end
+         y[r][o] = s
+      end
+   end
+   return y
+end
+
+-- The mean cross-entropy of logits (rows of Lua lists, float64) against targets (0-based ids,
+-- an int32_t array indexed from 0): what the float64 model references return.
+function M.cross_entropy(logits, targets)
+   local total = 0
+   for r = 1, #logits do
+      local row, mx = logits[r], -math.huge
+      for v = 1, #row do mx = math.max(mx, row[v]) end
+      local z = 0
+      for v = 1, #row do z = z + math.exp(row[v] - mx) end
+      total = total + (math.log(z) + mx - row[targets[r - 1] + 1])
+   end
+   return total / #logits
 end
 
 -- sum of a[i] b[i] over two Lua lists

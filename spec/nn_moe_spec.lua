@@ -5,6 +5,7 @@ local ffi = require("ffi")
 local lw = require("lwopt")
 local nn = lw.nn
 local h = require("nn_helpers")
+local model_check = require("model_check")
 local bind, randoms, dot = h.bind, h.randoms, h.dot
 
 describe("lw.nn.MoE", function()
@@ -209,22 +210,7 @@ describe("lw.nn.GPT with experts", function()
          local l = model:forward(tokens, targets, b, t)
          return 0.5 * (l + model.aux_loss)
       end
-      for _, s in ipairs(model:parameters()) do
-         local p, g = d:param(s.name), d:grad(s.name)
-         local worst, step = 0, math.max(1, math.floor(p.numel / 5))
-         for i = 0, p.numel - 1, step do
-            local keep = p.data[i]
-            p.data[i] = keep + 1e-3
-            local up = objective()
-            p.data[i] = keep - 1e-3
-            local down = objective()
-            p.data[i] = keep
-            local num = (up - down) / 2e-3
-            worst = math.max(worst, math.abs(num - g.data[i]) / math.max(1e-2, math.abs(num)
-               + math.abs(g.data[i])))
-         end
-         assert.is_true(worst < 3e-2, s.name .. " worst " .. worst)
-      end
+      model_check.gradients(model, d, objective, 5, { both = true, tol = 3e-2 })
    end)
 
    it("routes the router to AdamW and the experts to Muon in expert buffers; rules may differ",

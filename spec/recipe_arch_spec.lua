@@ -21,6 +21,34 @@ local function losses(out)
    return t
 end
 
+-- The output of a run that checkpointed in dir: `lwopt sample` and `lwopt eval` of dir give its
+-- sample and final validation loss, eval naming the model as model (a pattern) says. Returns
+-- the run's losses by step.
+local function read_back(out, dir, model)
+   local sample = out:match("(sample:\n[^\n]*)")
+   local final = out:match("final validation loss (%d+%.%d+)")
+   local said, st = helpers.sh(lwopt .. "sample " .. dir)
+   assert.equal(0, st, said)
+   assert.matches(sample, said, 1, true)
+   said, st = helpers.sh(lwopt .. "eval " .. dir .. " --data " .. root .. "/data/kjv.txt")
+   assert.equal(0, st, said)
+   assert.matches("validation loss " .. final, said, 1, true)
+   assert.matches(model, said)
+   return losses(out), final
+end
+
+-- run (a recipe command) from scratch in dir for 6 steps, stopped at 4 and resumed: steps 5 and
+-- 6 have the losses of whole, the uninterrupted run's.
+local function resumes(run, dir, whole)
+   helpers.sh("rm -rf " .. dir)
+   local out, status = helpers.sh(run .. "--steps 6 --sample 0 --stop-after 4 --ckpt-dir " .. dir)
+   assert.equal(0, status, out)
+   out, status = helpers.sh(run .. "--steps 6 --sample 0 --resume --ckpt-dir " .. dir)
+   assert.equal(0, status, out)
+   local resumed = losses(out)
+   for s = 5, 6 do assert.equal(whole[s], resumed[s], "step " .. s) end
+end
+
 describe("--arch llama", function()
    it("trains, resumes as an uninterrupted run, and samples and evaluates from its checkpoint",
       function()
@@ -30,20 +58,12 @@ describe("--arch llama", function()
       assert.equal(0, status, out)
       assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%)", out)
       assert.matches("export " .. dir .. " --format hf-llama " .. dir .. "-hf", out, 1, true)
-      local whole = losses(out)
-      local sample = out:match("(sample:\n[^\n]*)")
-      local final = out:match("final validation loss (%d+%.%d+)")
-      local said, st = helpers.sh(lwopt .. "sample " .. dir)
-      assert.equal(0, st, said)
-      assert.matches(sample, said, 1, true)
-      said, st = helpers.sh(lwopt .. "eval " .. dir .. " --data " .. root .. "/data/kjv.txt")
-      assert.equal(0, st, said)
-      assert.matches("validation loss " .. final, said, 1, true)
-      assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes", said)
-      said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-gpt2 " .. dir .. "-hf")
+      local whole, final = read_back(out, dir,
+         "LLaMA 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes")
+      local said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-gpt2 " .. dir .. "-hf")
       assert.equal(1, st)
-      assert.matches("holds a llama model; hf-gpt2 and nanogpt hold GPT-2's architecture: use "
-         .. "--format hf-llama", said, 1, true)
+      assert.matches("holds a LLaMA model, which --format hf-gpt2 does not hold: use --format "
+         .. "hf-llama", said, 1, true)
       -- the line the run printed: its export, which sample and eval read as the run's model
       said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-llama " .. dir .. "-hf")
       assert.equal(0, st, said)
@@ -58,13 +78,7 @@ describe("--arch llama", function()
       assert.matches("LLaMA 4 layers x 64, 4 heads (2 KV), sequence 32, bytes", said, 1, true)
       helpers.sh("rm -rf " .. dir .. "-hf")
       -- stopped at 4 and resumed: the uninterrupted run's losses
-      helpers.sh("rm -rf " .. dir)
-      out, status = helpers.sh(recipe .. "--steps 6 --sample 0 --stop-after 4 --ckpt-dir " .. dir)
-      assert.equal(0, status, out)
-      out, status = helpers.sh(recipe .. "--steps 6 --sample 0 --resume --ckpt-dir " .. dir)
-      assert.equal(0, status, out)
-      local resumed = losses(out)
-      for s = 5, 6 do assert.equal(whole[s], resumed[s], "step " .. s) end
+      resumes(recipe, dir, whole)
       -- GPT-2's model cannot continue it
       out, status = helpers.sh("cd /tmp && luajit " .. root .. "/recipes/gpt_small.lua --preset "
          .. "tiny --steps 8 --resume --ckpt-dir " .. dir)
@@ -110,17 +124,9 @@ describe("--arch nanochat", function()
       assert.matches("nanochat 4 layers x 64, 4 heads %(2 KV%)", out)
       assert.matches("export " .. dir .. " --format nanochat " .. dir .. "-nanochat   # for "
          .. "nanochat", out, 1, true)
-      local whole = losses(out)
-      local sample = out:match("(sample:\n[^\n]*)")
-      local final = out:match("final validation loss (%d+%.%d+)")
-      local said, st = helpers.sh(lwopt .. "sample " .. dir)
-      assert.equal(0, st, said)
-      assert.matches(sample, said, 1, true)
-      said, st = helpers.sh(lwopt .. "eval " .. dir .. " --data " .. root .. "/data/kjv.txt")
-      assert.equal(0, st, said)
-      assert.matches("validation loss " .. final, said, 1, true)
-      assert.matches("nanochat 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes", said)
-      said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-llama " .. dir .. "-hf")
+      local whole = read_back(out, dir,
+         "nanochat 4 layers x 64, 4 heads %(2 KV%), sequence 32, bytes")
+      local said, st = helpers.sh(lwopt .. "export " .. dir .. " --format hf-llama " .. dir .. "-hf")
       assert.equal(1, st)
       assert.matches("holds a nanochat model, which --format hf-llama does not hold", said, 1,
          true)
@@ -128,14 +134,7 @@ describe("--arch nanochat", function()
       assert.equal(0, st, said)
       assert.matches("as nanochat: ", said, 1, true)
       helpers.sh("rm -rf " .. dir .. "-nc")
-      helpers.sh("rm -rf " .. dir)
-      out, status = helpers.sh(nanochat .. "--steps 6 --sample 0 --stop-after 4 --ckpt-dir "
-         .. dir)
-      assert.equal(0, status, out)
-      out, status = helpers.sh(nanochat .. "--steps 6 --sample 0 --resume --ckpt-dir " .. dir)
-      assert.equal(0, status, out)
-      local resumed = losses(out)
-      for s = 5, 6 do assert.equal(whole[s], resumed[s], "step " .. s) end
+      resumes(nanochat, dir, whole)
       helpers.sh("rm -rf " .. dir)
    end)
 

@@ -130,26 +130,33 @@ function export.model_config(f, extra, given, what)
    return cfg
 end
 
--- The LLaMA a file holds, for hf-llama: the lw.models config its settings record (extra.model),
--- checked against its tensors and against what LlamaForCausalLM can hold; the tokenizer's
--- vocabulary from the settings or given.vocab, the padded rows from the config. Returns the
--- names.map config of llama_names.lua, seq_len, norm_eps and rope_base added.
-function export.llama_config(f, extra, given, what)
+-- The formats a refusal points a model of another architecture to.
+local FORMAT_OF = { llama = "hf-llama", nanochat = "nanochat" }
+
+-- The lw.models config of the kind.arch model a file holds, for --format kind.format: the config
+-- its settings record (extra.model), refused by name when the file holds another architecture
+-- or records no config, when kind.unfit(config) says why the format cannot hold it, when
+-- given.n_head differs or the vocabulary outgrows the embedding, and checked against the file's
+-- tensors (kind.label names the model expected). Returns the config and the tokenizer's
+-- vocabulary (the settings' or given.vocab).
+local function model_config(f, extra, given, what, kind)
    extra, given = extra or {}, given or {}
    local arch = extra.arch or (extra.n_layer and "gpt") or (f.shapes["wpe.weight"] and "gpt")
-   if arch ~= "llama" then
-      fail("%s holds %s; --format hf-llama holds LLaMA's architecture (a run with --arch "
-         .. "llama): use --format hf-gpt2 or nanogpt", what, arch and ("a %s model"):format(arch)
-         or "no model whose settings say --arch llama (no checkpoint manifest beside it, no "
-         .. "lwopt settings in it)")
+   if arch ~= kind.arch then
+      fail("%s holds %s; --format %s holds %s's architecture (a run with --arch %s): use "
+         .. "--format %s", what, arch and ("a %s model"):format(arch)
+         or ("no model whose settings say --arch %s (no checkpoint manifest beside it, no "
+         .. "lwopt settings in it)"):format(kind.arch), kind.format, kind.title, kind.arch,
+         FORMAT_OF[arch] or "hf-gpt2 or nanogpt")
    end
    if type(extra.model) ~= "table" then
-      fail("%s holds a llama model but does not record its config (the settings' model)", what)
+      fail("%s holds a %s model but does not record its config (the settings' model)", what,
+         kind.arch)
    end
-   local ok, m = pcall(models.config, "llama", extra.model, WHERE .. ": " .. what)
+   local ok, m = pcall(models.config, kind.arch, extra.model, WHERE .. ": " .. what)
    if not ok then fail("%s", errors.plain((tostring(m):gsub("^export: ", "")))) end
-   local why = llama_names.unfit(m)
-   if why then fail("%s cannot be written as hf-llama: %s", what, why) end
+   local why = kind.unfit(m)
+   if why then fail("%s cannot be written as %s: %s", what, kind.format, why) end
    if given.n_head and given.n_head ~= m.n_head then
       fail("--n-head %d: %s records %d heads", given.n_head, what, m.n_head)
    end
@@ -159,11 +166,21 @@ function export.llama_config(f, extra, given, what)
          given.vocab and ", --vocab" or "", m.vocab, what)
    end
    local expected = {}
-   for _, spec in ipairs(models.specs("llama", m)) do
+   for _, spec in ipairs(models.specs(kind.arch, m)) do
       expected[#expected + 1] = { name = spec.name, shape = spec.shape }
    end
-   weights.check(f, expected, WHERE .. ": " .. what, ("an lwopt LLaMA of %d layers x %d")
-      :format(m.n_layer, m.n_embd))
+   weights.check(f, expected, WHERE .. ": " .. what, ("%s of %d layers x %d")
+      :format(kind.label, m.n_layer, m.n_embd))
+   return m, vocab
+end
+
+-- The LLaMA a file holds, for hf-llama: the lw.models config its settings record (extra.model),
+-- checked against its tensors and against what LlamaForCausalLM can hold; the tokenizer's
+-- vocabulary from the settings or given.vocab, the padded rows from the config. Returns the
+-- names.map config of llama_names.lua, seq_len, norm_eps and rope_base added.
+function export.llama_config(f, extra, given, what)
+   local m, vocab = model_config(f, extra, given, what, { arch = "llama", format = "hf-llama",
+      title = "LLaMA", label = "an lwopt LLaMA", unfit = llama_names.unfit })
    return { n_layer = m.n_layer, n_embd = m.n_embd, n_head = m.n_head, n_kv_head = m.n_kv_head,
       mlp_hidden = m.mlp_hidden, vocab = vocab, rows = m.vocab, seq_len = m.seq_len,
       tied = m.tied, norm_eps = m.norm_eps, rope_base = m.rope_base,
@@ -175,36 +192,9 @@ end
 -- Returns { model (that config), vocab (the tokenizer's), rows (nanochat's padded rows),
 -- n_layer, n_embd, n_head, n_kv_head }.
 function export.nanochat_config(f, extra, given, what)
-   extra, given = extra or {}, given or {}
-   local arch = extra.arch or (extra.n_layer and "gpt") or (f.shapes["wpe.weight"] and "gpt")
-   if arch ~= "nanochat" then
-      fail("%s holds %s; --format nanochat holds nanochat's architecture (a run with --arch "
-         .. "nanochat): use --format %s", what, arch and ("a %s model"):format(arch)
-         or "no model whose settings say --arch nanochat (no checkpoint manifest beside it, no "
-         .. "lwopt settings in it)", arch == "llama" and "hf-llama" or "hf-gpt2 or nanogpt")
-   end
-   if type(extra.model) ~= "table" then
-      fail("%s holds a nanochat model but does not record its config (the settings' model)",
-         what)
-   end
-   local ok, m = pcall(models.config, "nanochat", extra.model, WHERE .. ": " .. what)
-   if not ok then fail("%s", errors.plain((tostring(m):gsub("^export: ", "")))) end
-   local why = nanochat_names.unfit(m)
-   if why then fail("%s cannot be written as nanochat: %s", what, why) end
-   if given.n_head and given.n_head ~= m.n_head then
-      fail("--n-head %d: %s records %d heads", given.n_head, what, m.n_head)
-   end
-   local vocab = given.vocab or extra.vocab or 256
-   if vocab > m.vocab then
-      fail("the vocabulary (%d%s) is more than the %d rows of %s's token embedding", vocab,
-         given.vocab and ", --vocab" or "", m.vocab, what)
-   end
-   local expected = {}
-   for _, spec in ipairs(models.specs("nanochat", m)) do
-      expected[#expected + 1] = { name = spec.name, shape = spec.shape }
-   end
-   weights.check(f, expected, WHERE .. ": " .. what, ("an lwopt nanochat model of %d layers x "
-      .. "%d"):format(m.n_layer, m.n_embd))
+   local m, vocab = model_config(f, extra, given, what, { arch = "nanochat",
+      format = "nanochat", title = "nanochat", label = "an lwopt nanochat model",
+      unfit = nanochat_names.unfit })
    return { model = m, vocab = vocab, rows = nanochat_names.rows(vocab), lwopt_rows = m.vocab,
       n_layer = m.n_layer, n_embd = m.n_embd, n_head = m.n_head, n_kv_head = m.n_kv_head,
       arch = "nanochat" }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """check_hf.py: checks an `lwopt export` against the checkpoint it was made from, reading both
-safetensors files with numpy from their raw bytes (an 8-byte little-endian header length, the
-JSON header, the data), independently of lwopt's reader:
+safetensors files with numpy from their raw bytes (export_check.py's reader), independently of
+lwopt's:
 
 - the export is a file the safetensors library and transformers accept: F32 tensors whose byte
   ranges tile the data section, metadata of strings with "format": "pt";
@@ -18,53 +18,12 @@ Usage: check_hf.py CKPT_STEP_DIR OUT_DIR FORMAT LWOPT_BIN
 Exit 0 when every check passes, 1 otherwise, 77 when numpy cannot be imported.
 """
 import json
-import struct
-import subprocess
+import os
 import sys
 
-try:
-    import numpy as np
-except ImportError:
-    print("check_hf.py: numpy is not importable (Debian's python3-numpy): skipped")
-    sys.exit(77)
-
-failures = []
-
-
-def expect(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED: " + what)
-
-
-def read_safetensors(path):
-    """(metadata, {name: float32 array}, names in header order), checking the file's layout."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    data = raw[8 + n:]
-    meta = header.pop("__metadata__", None)
-    tensors, spans = {}, []
-    for name, t in header.items():
-        expect(t["dtype"] == "F32", "%s: %s is %s, not F32" % (path, name, t["dtype"]))
-        a, b = t["data_offsets"]
-        count = 1
-        for d in t["shape"]:
-            count *= d
-        expect(b - a == 4 * count, "%s: %s spans %d bytes for shape %s" % (path, name, b - a,
-                                                                           t["shape"]))
-        spans.append((a, b))
-        tensors[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(t["shape"])
-    spans.sort()
-    at = 0
-    for a, b in spans:
-        expect(a == at, "%s: the data section has a gap or overlap at byte %d" % (path, a))
-        at = b
-    expect(at == len(data), "%s: the tensors cover %d of %d data bytes" % (path, at, len(data)))
-    if meta is not None:
-        expect(all(isinstance(v, str) for v in meta.values()),
-               "%s: a metadata value is not a string" % path)
-    return meta, tensors, list(header.keys())
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_check  # noqa: E402  (exits 77 itself where numpy is missing)
+from export_check import np, expect  # noqa: E402
 
 
 def expected_tensors(ours, cfg, fmt):
@@ -161,10 +120,7 @@ def gpt2_loss(T, config, fmt, ids):
         x = x + linear(h, p + "mlp.c_proj", c)
     x = ln(x, "transformer.ln_f")
     head = g["lm_head.weight"] if "lm_head.weight" in g else g["transformer.wte.weight"]
-    logits = x @ head.T
-    logits -= logits.max(-1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    return float(-logp[np.arange(t), np.array(ids[1:])].mean())
+    return export_check.mean_cross_entropy(x @ head.T, ids)
 
 
 def main():
@@ -174,27 +130,17 @@ def main():
     ckpt, out_dir, fmt, lwopt = sys.argv[1:]
     manifest = json.load(open(ckpt + "/manifest.json"))
     extra = manifest["extra"]
-    _, ours, _ = read_safetensors(ckpt + "/model.safetensors")
-    meta, theirs, order = read_safetensors(out_dir + "/model.safetensors")
+    _, ours, _ = export_check.read_safetensors(ckpt + "/model.safetensors")
+    meta, theirs, order = export_check.read_safetensors(out_dir + "/model.safetensors")
     config = json.load(open(out_dir + "/config.json"))
     hf = fmt == "hf-gpt2"
     rows = ours["wte.weight"].shape[0]
     vocab = extra.get("vocab", 256)
     cfg = {"n_embd": extra["n_embd"], "n_layer": extra["n_layer"], "vocab": vocab}
 
-    expect(meta is not None and meta.get("format") == "pt",
-           "the metadata says format pt (transformers refuses a file without it): %r" % meta)
-    expect(meta is not None and json.loads(meta.get("config", "null")) == config,
-           "the metadata's config is config.json's")
-    want = expected_tensors(ours, cfg, fmt)
-    expect(sorted(want) == sorted(theirs),
-           "the export's names are the mapping's: missing %s, extra %s" % (
-               sorted(set(want) - set(theirs)), sorted(set(theirs) - set(want))))
-    for name in sorted(set(want) & set(theirs)):
-        a, b = theirs[name], want[name]
-        expect(a.shape == b.shape and np.array_equal(a, b),
-               "%s equals the checkpoint's under the mapping (shape %s, want %s)" % (
-                   name, a.shape, b.shape))
+    export_check.check_metadata(meta, config, "config.json",
+                                " (transformers refuses a file without it)")
+    export_check.check_tensors(expected_tensors(ours, cfg, fmt), theirs)
     expect(order[0] == "transformer.wte.weight", "the token embedding comes first")
 
     if hf:
@@ -217,17 +163,14 @@ def main():
     V = config["vocab_size"]
     ids = [(i * 37 + 11) % vocab for i in range(min(extra["seq"], 32) + 1)]
     mine = gpt2_loss(theirs, config, fmt, ids)
-    said = subprocess.run([lwopt, "run", "tests/export/lwopt_loss.lua", ckpt, str(V)] +
-                          [str(i) for i in ids], capture_output=True, text=True)
-    expect(said.returncode == 0, "lwopt_loss.lua ran: " + said.stdout + said.stderr)
-    if said.returncode == 0:
-        theirs_loss = float(said.stdout.split()[-1])
+    theirs_loss = export_check.lwopt_loss(lwopt, ckpt, V, ids)
+    if theirs_loss is not None:
         expect(abs(mine - theirs_loss) < 1e-4,
                "the export's loss %.7f (numpy GPT-2) is lwopt's %.7f within 1e-4" % (
                    mine, theirs_loss))
         print("%s: %d tensors equal the checkpoint's; loss %.6f (numpy) vs %.6f (lwopt)" % (
             fmt, len(theirs), mine, theirs_loss))
-    return 1 if failures else 0
+    return 1 if export_check.failures else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """check_hf_llama.py: checks an `lwopt export --format hf-llama` against the --arch llama
 checkpoint it was made from, reading both safetensors files with numpy from their raw bytes
-(check_hf.py's reader), independently of lwopt's:
+(export_check.py's reader), independently of lwopt's:
 
 - every tensor is the checkpoint's under the documented mapping (docs/checkpoints.md,
   "hf-llama"): q_proj, k_proj and v_proj the Q, K and V rows of the fused qkv weight, gate_proj
@@ -20,14 +20,11 @@ Exit 0 when every check passes, 1 otherwise, 77 when numpy cannot be imported.
 """
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check_hf  # noqa: E402  (exits 77 itself where numpy is missing)
-
-np = check_hf.np
-expect = check_hf.expect
+import export_check  # noqa: E402  (exits 77 itself where numpy is missing)
+from export_check import np, expect  # noqa: E402
 
 
 def to_halves(w, hd):
@@ -111,10 +108,7 @@ def llama_loss(T, config, ids):
     x = rms_norm(x, g["model.norm.weight"], eps)
     tied = config["tie_word_embeddings"]
     head = g["model.embed_tokens.weight"] if tied else g["lm_head.weight"]
-    logits = x @ head.T
-    logits -= logits.max(-1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    return float(-logp[np.arange(t), np.array(ids[1:])].mean())
+    return export_check.mean_cross_entropy(x @ head.T, ids)
 
 
 def main():
@@ -124,24 +118,14 @@ def main():
     ckpt, out_dir, lwopt = sys.argv[1:]
     extra = json.load(open(ckpt + "/manifest.json"))["extra"]
     model = extra["model"]
-    _, ours, _ = check_hf.read_safetensors(ckpt + "/model.safetensors")
-    meta, theirs, order = check_hf.read_safetensors(out_dir + "/model.safetensors")
+    _, ours, _ = export_check.read_safetensors(ckpt + "/model.safetensors")
+    meta, theirs, order = export_check.read_safetensors(out_dir + "/model.safetensors")
     config = json.load(open(out_dir + "/config.json"))
     vocab = extra.get("vocab", 256)
 
-    expect(meta is not None and meta.get("format") == "pt",
-           "the metadata says format pt (transformers refuses a file without it): %r" % meta)
-    expect(meta is not None and json.loads(meta.get("config", "null")) == config,
-           "the metadata's config is config.json's")
-    want = expected_tensors(ours, model, vocab)
-    expect(sorted(want) == sorted(theirs),
-           "the export's names are the mapping's: missing %s, extra %s" % (
-               sorted(set(want) - set(theirs)), sorted(set(theirs) - set(want))))
-    for name in sorted(set(want) & set(theirs)):
-        a, b = theirs[name], want[name]
-        expect(a.shape == b.shape and np.array_equal(a, b),
-               "%s equals the checkpoint's under the mapping (shape %s, want %s)" % (
-                   name, a.shape, b.shape))
+    export_check.check_metadata(meta, config, "config.json",
+                                " (transformers refuses a file without it)")
+    export_check.check_tensors(expected_tensors(ours, model, vocab), theirs)
     expect(order[0] == "model.embed_tokens.weight", "the token embedding comes first")
 
     c, nh = model["n_embd"], model["n_head"]
@@ -162,18 +146,15 @@ def main():
     # the same loss from the export (numpy) and from the checkpoint (lwopt's model)
     ids = [(i * 37 + 11) % vocab for i in range(min(model["seq_len"], 32) + 1)]
     mine = llama_loss(theirs, config, ids)
-    said = subprocess.run([lwopt, "run", "tests/export/lwopt_loss.lua", ckpt, str(vocab)] +
-                          [str(i) for i in ids], capture_output=True, text=True)
-    expect(said.returncode == 0, "lwopt_loss.lua ran: " + said.stdout + said.stderr)
-    if said.returncode == 0:
-        lwopt_loss = float(said.stdout.split()[-1])
+    lwopt_loss = export_check.lwopt_loss(lwopt, ckpt, vocab, ids)
+    if lwopt_loss is not None:
         expect(abs(mine - lwopt_loss) < 1e-5,
                "the export's loss %.8f (numpy LLaMA) is lwopt's %.8f within 1e-5" % (
                    mine, lwopt_loss))
         print("hf-llama (%s pairing, %d KV of %d heads): %d tensors equal the checkpoint's; "
               "loss %.7f (numpy) vs %.7f (lwopt)" % (model["rope_pairing"], model["n_kv_head"],
                                                     nh, len(theirs), mine, lwopt_loss))
-    return 1 if check_hf.failures else 0
+    return 1 if export_check.failures else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """check_nanochat.py: checks an `lwopt export --format nanochat` against the --arch nanochat
 checkpoint it was made from, reading both safetensors files with numpy from their raw bytes
-(check_hf.py's reader), independently of lwopt's:
+(export_check.py's reader), independently of lwopt's:
 
 - every tensor is the checkpoint's under the documented mapping (docs/checkpoints.md,
   "nanochat"): c_q, c_k and c_v the Q, K and V rows of the fused qkv weight, value_embeds.<i>
@@ -23,14 +23,11 @@ Exit 0 when every check passes, 1 otherwise, 77 when numpy cannot be imported.
 """
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check_hf  # noqa: E402  (exits 77 itself where numpy is missing)
-
-np = check_hf.np
-expect = check_hf.expect
+import export_check  # noqa: E402  (exits 77 itself where numpy is missing)
+from export_check import np, expect  # noqa: E402
 
 EPS = 2.0 ** -23  # F.rms_norm's default eps for fp32 tensors: the dtype's machine epsilon
 
@@ -132,10 +129,7 @@ def nanochat_loss(T, mc, ids, qk_scale):
             backout = x
     x = norm(x - g["backout_lambda"][0] * backout)
     logits = (x @ g["lm_head.weight"].T)[:, :vocab]
-    logits = 15.0 * np.tanh(logits / 15.0)
-    logits -= logits.max(-1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    return float(-logp[np.arange(t), np.array(ids[1:])].mean())
+    return export_check.mean_cross_entropy(15.0 * np.tanh(logits / 15.0), ids)
 
 
 def main():
@@ -146,24 +140,13 @@ def main():
     manifest = json.load(open(ckpt + "/manifest.json"))
     extra = manifest["extra"]
     model = extra["model"]
-    _, ours, _ = check_hf.read_safetensors(ckpt + "/model.safetensors")
-    meta, theirs, order = check_hf.read_safetensors(out_dir + "/model.safetensors")
+    _, ours, _ = export_check.read_safetensors(ckpt + "/model.safetensors")
+    meta, theirs, order = export_check.read_safetensors(out_dir + "/model.safetensors")
     meta_json = json.load(open(out_dir + "/meta.json"))
     vocab = extra.get("vocab", 256)
 
-    expect(meta is not None and meta.get("format") == "pt",
-           "the metadata says format pt: %r" % meta)
-    expect(meta is not None and json.loads(meta.get("config", "null")) == meta_json,
-           "the metadata's config is meta.json's")
-    want = expected_tensors(ours, model, vocab)
-    expect(sorted(want) == sorted(theirs),
-           "the export's names are the mapping's: missing %s, extra %s" % (
-               sorted(set(want) - set(theirs)), sorted(set(theirs) - set(want))))
-    for name in sorted(set(want) & set(theirs)):
-        a, b = theirs[name], want[name]
-        expect(a.shape == b.shape and np.array_equal(a, b),
-               "%s equals the checkpoint's under the mapping (shape %s, want %s)" % (
-                   name, a.shape, b.shape))
+    export_check.check_metadata(meta, meta_json, "meta.json")
+    export_check.check_tensors(expected_tensors(ours, model, vocab), theirs)
 
     mc = meta_json.get("model_config", {})
     want_config = {"sequence_len": model["seq_len"], "vocab_size": vocab,
@@ -177,11 +160,8 @@ def main():
     # whole sequence: the short windows cut where it is longer than they are
     ids = [(i * 37 + 11) % vocab for i in range(model["seq_len"] + 1)]
     mine = nanochat_loss(theirs, want_config, ids, 1.0)
-    said = subprocess.run([lwopt, "run", "tests/export/lwopt_loss.lua", ckpt, str(vocab)] +
-                          [str(i) for i in ids], capture_output=True, text=True)
-    expect(said.returncode == 0, "lwopt_loss.lua ran: " + said.stdout + said.stderr)
-    if said.returncode == 0:
-        lwopt_loss = float(said.stdout.split()[-1])
+    lwopt_loss = export_check.lwopt_loss(lwopt, ckpt, vocab, ids)
+    if lwopt_loss is not None:
         expect(abs(mine - lwopt_loss) < 1e-5,
                "the export's loss %.8f (numpy nanochat) is lwopt's %.8f within 1e-5" % (
                    mine, lwopt_loss))
@@ -196,7 +176,7 @@ def main():
                                            model["n_head"], want_config["window_pattern"],
                                            vocab, padded(vocab), len(theirs), mine,
                                            lwopt_loss, cut))
-    return 1 if check_hf.failures else 0
+    return 1 if export_check.failures else 0
 
 
 if __name__ == "__main__":

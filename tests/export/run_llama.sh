@@ -8,14 +8,7 @@
 # Usage: tests/export/run_llama.sh [ROOT]
 set -uo pipefail
 cd "${1:-$(dirname "$0")/../..}"
-if ! /usr/bin/python3 -c "import numpy" 2>/dev/null; then
-    echo "export: /usr/bin/python3 cannot import numpy (python3-numpy): skipped"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-/usr/bin/python3 tests/export/make_data.py "$tmp"
-status=0
+. tests/export/common.sh
 for model in gqa interleaved mha; do
     case "$model" in
         gqa) flags=(--data "$tmp/text.txt") ;;
@@ -23,16 +16,8 @@ for model in gqa interleaved mha; do
                             --rope-pairing interleaved) ;;
         mha) flags=(--data "$tmp/text.txt" --n-kv-head 4) ;;
     esac
-    if ! luajit recipes/gpt_small.lua --preset tiny --arch llama --steps 3 --warmup 1 \
-        --sample 0 --quiet "${flags[@]}" --ckpt-dir "$tmp/$model"; then
-        echo "FAILED: the $model checkpoint was not made"
-        exit 1
-    fi
-    if ! bin/lwopt export "$tmp/$model" --format hf-llama "$tmp/$model-hf"; then
-        echo "FAILED: lwopt export $model --format hf-llama"
-        status=1
-        continue
-    fi
+    checkpoint "$model" --arch llama --steps 3 --warmup 1 "${flags[@]}"
+    exported "$model" hf-llama "$tmp/$model-hf" || continue
     echo "== $model"
     /usr/bin/python3 tests/export/check_hf_llama.py "$tmp/$model/step-000000003" \
         "$tmp/$model-hf" bin/lwopt || status=1

@@ -8,30 +8,15 @@
 # Usage: tests/export/run_nanochat.sh [ROOT]
 set -uo pipefail
 cd "${1:-$(dirname "$0")/../..}"
-if ! /usr/bin/python3 -c "import numpy" 2>/dev/null; then
-    echo "export: /usr/bin/python3 cannot import numpy (python3-numpy): skipped"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-/usr/bin/python3 tests/export/make_data.py "$tmp"
-status=0
+. tests/export/common.sh
 for model in tokens bytes; do
     case "$model" in
         tokens) flags=(--data "$tmp/t_train_*.bin" --vocab 300 --n-kv-head 2) ;;
         bytes) flags=(--data "$tmp/text.txt" --n-layer 3) ;;
     esac
-    if ! luajit recipes/gpt_small.lua --preset tiny --arch nanochat --seq 160 --batch 2 \
-        --steps 3 --warmup 1 --sample 0 --eval-every 0 --quiet "${flags[@]}" \
-        --ckpt-dir "$tmp/$model"; then
-        echo "FAILED: the $model checkpoint was not made"
-        exit 1
-    fi
-    if ! bin/lwopt export "$tmp/$model" --format nanochat "$tmp/$model-nc"; then
-        echo "FAILED: lwopt export $model --format nanochat"
-        status=1
-        continue
-    fi
+    checkpoint "$model" --arch nanochat --seq 160 --batch 2 --steps 3 --warmup 1 \
+        --eval-every 0 "${flags[@]}"
+    exported "$model" nanochat "$tmp/$model-nc" || continue
     echo "== $model"
     /usr/bin/python3 tests/export/check_nanochat.py "$tmp/$model/step-000000003" \
         "$tmp/$model-nc" bin/lwopt || status=1

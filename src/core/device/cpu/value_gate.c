@@ -109,26 +109,35 @@ static void weight_columns(void *ctx, int64_t begin, int64_t end, int32_t part) 
     }
 }
 
+/* the fields both directions read: the layout, the value embeddings, x and the gate's weight */
+static gate_job job_of(lw_dtype qkv_dtype, const float *ve, const void *x, lw_dtype x_dtype,
+                       const float *w, int64_t n, int64_t row_stride, int64_t col0,
+                       int64_t x_stride, int64_t n_heads, int64_t hd, int64_t channels,
+                       float scale) {
+    return (gate_job){.qkv16 = qkv_dtype == LW_DTYPE_BF16,
+                      .x16 = x_dtype == LW_DTYPE_BF16,
+                      .ve = ve,
+                      .x = x,
+                      .w = w,
+                      .n = n,
+                      .row_stride = row_stride,
+                      .col0 = col0,
+                      .x_stride = x_stride,
+                      .n_heads = n_heads,
+                      .hd = hd,
+                      .channels = channels,
+                      .scale = scale};
+}
+
 lw_status lwi_cpu_value_gate_forward(lw_stream *stream, void *qkv, lw_dtype qkv_dtype,
                                      const float *ve, const void *x, lw_dtype x_dtype,
                                      const float *w, int64_t n, int64_t row_stride, int64_t col0,
                                      int64_t x_stride, int64_t n_heads, int64_t hd,
                                      int64_t channels, float scale) {
     (void)stream;
-    gate_job j = {.qkv = qkv,
-                  .qkv16 = qkv_dtype == LW_DTYPE_BF16,
-                  .x16 = x_dtype == LW_DTYPE_BF16,
-                  .ve = ve,
-                  .x = x,
-                  .w = w,
-                  .n = n,
-                  .row_stride = row_stride,
-                  .col0 = col0,
-                  .x_stride = x_stride,
-                  .n_heads = n_heads,
-                  .hd = hd,
-                  .channels = channels,
-                  .scale = scale};
+    gate_job j = job_of(qkv_dtype, ve, x, x_dtype, w, n, row_stride, col0, x_stride, n_heads, hd,
+                        channels, scale);
+    j.qkv = qkv;
     lwi_cpu_parallel(n, GRAIN, forward_rows, &j);
     return LW_OK;
 }
@@ -140,24 +149,13 @@ lw_status lwi_cpu_value_gate_backward(lw_stream *stream, float *dve, float *dx, 
                                       int64_t x_stride, int64_t n_heads, int64_t hd,
                                       int64_t channels, float scale) {
     (void)stream;
-    gate_job j = {.dve = dve,
-                  .qkv16 = qkv_dtype == LW_DTYPE_BF16,
-                  .x16 = x_dtype == LW_DTYPE_BF16,
-                  .dx = dx,
-                  .dw = dw,
-                  .dz = dz,
-                  .dqkv = dqkv,
-                  .ve = ve,
-                  .x = x,
-                  .w = w,
-                  .n = n,
-                  .row_stride = row_stride,
-                  .col0 = col0,
-                  .x_stride = x_stride,
-                  .n_heads = n_heads,
-                  .hd = hd,
-                  .channels = channels,
-                  .scale = scale};
+    gate_job j = job_of(qkv_dtype, ve, x, x_dtype, w, n, row_stride, col0, x_stride, n_heads, hd,
+                        channels, scale);
+    j.dve = dve;
+    j.dx = dx;
+    j.dw = dw;
+    j.dz = dz;
+    j.dqkv = dqkv;
     lwi_cpu_parallel(n, GRAIN, backward_rows, &j);
     lwi_cpu_parallel(n_heads * channels, 1, weight_columns, &j);
     return LW_OK;
