@@ -35,8 +35,8 @@ function models.get(name, where)
    local known = false
    for _, n in ipairs(NAMES) do known = known or n == name end
    if not known then
-      errors.fail(where or "lw.models", "unknown model '%s' (%s)", tostring(name),
-         table.concat(NAMES, ", "))
+      errors.fail(where or "lw.models", "unknown model '%s' (%s; a model a recipe registers is "
+         .. "known where it registers it)", tostring(name), table.concat(NAMES, ", "))
    end
    entries[name] = entries[name] or require("lwopt.models." .. name)
    return entries[name]
