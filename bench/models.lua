@@ -19,7 +19,6 @@
 -- Usage: bin/lwopt run bench/models.lua [--steps 30] [--rounds 3] [--loss-steps 30]
 --        [--archs llama,nanochat] [--ranks 1,2] [--n-kv-head K] [--lwopt-root DIR]
 --        (from the repo root)
-local flags = require("lwopt.flags")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local peer = dofile(here .. "/peer_runs.lua")
 local runs = dofile(here .. "/recipe_runs.lua")
@@ -36,16 +35,7 @@ local SPEC = {
      .. "worktree)" },
    { "help", "bool", false, "this text" },
 }
-local v, rest = flags.parse(arg, SPEC)
-if v == nil or #rest > 0 then
-   io.stderr:write(tostring(v == nil and rest or ("unexpected argument " .. rest[1])), "\n",
-      flags.usage(SPEC), "\n")
-   os.exit(2)
-end
-if v.help then
-   print("usage: bin/lwopt run bench/models.lua [flags]\n" .. flags.usage(SPEC))
-   os.exit(0)
-end
+local v = peer.flags(SPEC, "bench/models.lua")
 
 local RECIPE = "recipes/gpt_small.lua"
 local PEER = "bench/peers/torch_models.py"

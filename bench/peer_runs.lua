@@ -11,6 +11,23 @@ local median = dofile(here .. "/recipe_runs.lua").median
 
 local peer = {}
 
+-- The script's flags (arg) by spec (lwopt.flags), its usage printed and the script ended for
+-- --help (status 0) or a bad flag (status 2); script: its path, for the usage line.
+function peer.flags(spec, script)
+   local flags = require("lwopt.flags")
+   local v, rest = flags.parse(arg, spec)
+   if v == nil or #rest > 0 then
+      io.stderr:write(tostring(v == nil and rest or ("unexpected argument " .. rest[1])), "\n",
+         flags.usage(spec), "\n")
+      os.exit(2)
+   end
+   if v.help then
+      print(("usage: bin/lwopt run %s [flags]\n"):format(script) .. flags.usage(spec))
+      os.exit(0)
+   end
+   return v
+end
+
 -- Debian's: the only python3 that imports Debian's torch
 peer.PYTHON = "/usr/bin/python3"
 

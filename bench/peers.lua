@@ -20,7 +20,6 @@
 -- Usage: bin/lwopt run bench/peers.lua [--steps 30] [--rounds 3] [--loss-steps 100]
 --        [--muon-repeats 10] [--rows 1,2,3,4,5]   (from the repo root)
 local dkjson = require("dkjson")
-local flags = require("lwopt.flags")
 local peer = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/peer_runs.lua")
 
 local SPEC = {
@@ -31,16 +30,7 @@ local SPEC = {
    { "rows", "string", "1,2,3,4,5", "the comparisons to run, by their row in the table" },
    { "help", "bool", false, "this text" },
 }
-local v, rest = flags.parse(arg, SPEC)
-if v == nil or #rest > 0 then
-   io.stderr:write(tostring(v == nil and rest or ("unexpected argument " .. rest[1])), "\n",
-      flags.usage(SPEC), "\n")
-   os.exit(2)
-end
-if v.help then
-   print("usage: bin/lwopt run bench/peers.lua [flags]\n" .. flags.usage(SPEC))
-   os.exit(0)
-end
+local v = peer.flags(SPEC, "bench/peers.lua")
 
 local PYTHON = peer.PYTHON
 local PEER = "bench/peers/torch_cpu.py"

@@ -6,6 +6,23 @@ local lw = require("lwopt")
 local nn = lw.nn
 local forward_backward = require("nn_helpers").forward_backward
 
+-- The bf16 run's loss within 1e-2 of the fp32 run's and not equal to it (the rounding
+-- happened), each gradient within 5% of its largest element (1e-3 at least).
+local function tracks(fp32, bf16)
+   assert.is_true(math.abs(bf16.loss - fp32.loss) < 1e-2, bf16.loss .. " " .. fp32.loss)
+   assert.is_true(bf16.loss ~= fp32.loss)
+   for name, g in pairs(fp32) do
+      if name ~= "loss" then
+         local worst, scale = 0, 1e-3
+         for i = 1, #g do
+            worst = math.max(worst, math.abs(bf16[name][i] - g[i]))
+            scale = math.max(scale, math.abs(g[i]))
+         end
+         assert.is_true(worst <= 0.05 * scale, name .. " " .. worst .. " of " .. scale)
+      end
+   end
+end
+
 describe("lw.nn with bf16 parameters", function()
    -- The kernels that take a weight's dtype read bf16 parameters as the buffers store them, the
    -- other parameters through fp32 views: a run so gives the losses and gradients of the same
@@ -113,18 +130,7 @@ describe("lw.nn with bf16 activations", function()
          run("bf16", extra)
          local fp32, held32 = run("fp32", extra)
          local bf16, held16 = run("bf16", extra)
-         assert.is_true(math.abs(bf16.loss - fp32.loss) < 1e-2, bf16.loss .. " " .. fp32.loss)
-         assert.is_true(bf16.loss ~= fp32.loss) -- the rounding happened
-         for name, g in pairs(fp32) do
-            if name ~= "loss" then
-               local worst, scale = 0, 1e-3
-               for i = 1, #g do
-                  worst = math.max(worst, math.abs(bf16[name][i] - g[i]))
-                  scale = math.max(scale, math.abs(g[i]))
-               end
-               assert.is_true(worst <= 0.05 * scale, name .. " " .. worst .. " of " .. scale)
-            end
-         end
+         tracks(fp32, bf16)
          if spared[what] then
             assert.are.equal(spared[what], held32 - held16)
          else
@@ -142,19 +148,8 @@ describe("lw.nn with bf16 activations", function()
          qk_norm = true, value_embeds = true, ve_gate_channels = 6, resid_scalars = true }
       local fp32 = run("fp32", nanochat)
       local bf16 = run("bf16", nanochat)
-      assert.is_true(math.abs(bf16.loss - fp32.loss) < 1e-2, bf16.loss .. " " .. fp32.loss)
-      assert.is_true(bf16.loss ~= fp32.loss)
+      tracks(fp32, bf16)
       assert.is_not_nil(fp32["h.1.attn.ve_gate.weight"])
-      for name, g in pairs(fp32) do
-         if name ~= "loss" then
-            local worst, scale = 0, 1e-3
-            for i = 1, #g do
-               worst = math.max(worst, math.abs(bf16[name][i] - g[i]))
-               scale = math.max(scale, math.abs(g[i]))
-            end
-            assert.is_true(worst <= 0.05 * scale, name .. " " .. worst .. " of " .. scale)
-         end
-      end
    end)
 
    -- fc with GELU and proj's backward with GELU's are one call each (lw_linear_gelu_forward,
