@@ -127,8 +127,9 @@ void expect(const kernel_case *k, const run *r, bool ok, const char *what) {
         failed(k, r, "%s", what);
 }
 
-void near_reference(const kernel_case *k, const run *r, const char *what, const double *ref,
-                    int64_t n, double tol, double floor) {
+/* near_reference's comparison, the floor either one for all (floors NULL) or each element's */
+static void near_floors(const kernel_case *k, const run *r, const char *what, const double *ref,
+                        int64_t n, double tol, double floor, const double *floors) {
     const float *got = f32_of(r, what);
     if (got == NULL) {
         failed(k, r, "no output %s to hold against its float64 reference", what);
@@ -137,7 +138,8 @@ void near_reference(const kernel_case *k, const run *r, const char *what, const 
     double worst = 0;
     int64_t at = -1;
     for (int64_t i = 0; i < n; i++) {
-        const double e = isfinite(ref[i]) ? fabs(got[i] - ref[i]) / fmax(fabs(ref[i]), floor)
+        const double f = floors != NULL ? floors[i] : floor;
+        const double e = isfinite(ref[i]) ? fabs(got[i] - ref[i]) / fmax(fabs(ref[i]), f)
                          : isnan(ref[i])  ? (isnan(got[i]) ? 0 : INFINITY)
                                           : (got[i] == ref[i] ? 0 : INFINITY);
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, at = i; /* a NaN got: infinitely off */
@@ -147,6 +149,16 @@ void near_reference(const kernel_case *k, const run *r, const char *what, const 
                what, worst, (long long)at, (double)got[at], ref[at], tol);
     else
         passed();
+}
+
+void near_reference(const kernel_case *k, const run *r, const char *what, const double *ref,
+                    int64_t n, double tol, double floor) {
+    near_floors(k, r, what, ref, n, tol, floor, NULL);
+}
+
+void near_reference_each(const kernel_case *k, const run *r, const char *what, const double *ref,
+                         const double *floors, int64_t n, double tol) {
+    near_floors(k, r, what, ref, n, tol, 0, floors);
 }
 
 void expect_true(const char *file, int line, const char *expr, bool ok) {
@@ -193,6 +205,7 @@ void expect_failure(const char *file, int line, const char *expr, lw_status st, 
 static int cases_run[2];           /* on the CPU, on the other device */
 static int cases_large;            /* left out: large, and no GPU */
 static bool run_large;             /* a GPU, or LWOPT_TEST_LARGE=1 (the CPU's side alone) */
+static int cases_sanitized;        /* left out: long on the CPU, and a sanitizer build */
 static const char *skipped_kernel; /* the kernel the other device was last found to lack */
 
 /* Two runs of one device agree bit for bit (NaN equal to any NaN). */
@@ -396,6 +409,27 @@ bool left_out(bool large) {
     return large && !run_large;
 }
 
+/* A shape that is long on the CPU (hundreds of rows through every run's float64 reference) is
+ * left out, counted, where AddressSanitizer is built in (gcc and clang say so by macro): its
+ * checks make such a shape cost ten times the Release build's, and the smaller shapes walk the
+ * same tiles, edges, windows and grouped heads. The Release build runs every one. */
+#if defined(__SANITIZE_ADDRESS__)
+enum { SANITIZED = 1 };
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+enum { SANITIZED = 1 };
+#else
+enum { SANITIZED = 0 };
+#endif
+#else
+enum { SANITIZED = 0 };
+#endif
+
+bool left_out_sanitized(bool long_on_cpu) {
+    cases_sanitized += long_on_cpu && SANITIZED;
+    return long_on_cpu && SANITIZED;
+}
+
 /* ---- seeded inputs: cuda_util.h's sequence, the one this file holds -------------------------- */
 
 float random_float(void) { return frand(); }
@@ -484,6 +518,9 @@ int main(void) {
     printf("test_kernels: %d cases on the CPU", cases_run[0]);
     if (cases_large > 0)
         printf(" (%d of a GPU's size left out: no GPU; LWOPT_TEST_LARGE=1 runs them)", cases_large);
+    if (cases_sanitized > 0)
+        printf(" (%d long ones left out under the sanitizers: the Release build runs them)",
+               cases_sanitized);
     if (have_other) printf(", %d on %s", cases_run[1], lw_device_name(gpu));
     if (skipped > 0) printf(" (%d kernels it lacks skipped)", skipped);
     printf("\n");

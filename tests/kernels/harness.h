@@ -236,6 +236,8 @@ enum { BF16_UNWRITTEN = 0x7fa5 };
 
 /* Whether a case of a GPU's size is left out (no GPU, no LWOPT_TEST_LARGE=1); counted. */
 bool left_out(bool large);
+/* Whether a case long on the CPU is left out (a sanitizer build); counted. */
+bool left_out_sanitized(bool long_on_cpu);
 
 /* ---- checks ---------------------------------------------------------------------------------- */
 
@@ -246,6 +248,9 @@ void expect(const kernel_case *k, const run *r, bool ok, const char *what);
  * counted, the worst said when it fails. */
 void near_reference(const kernel_case *k, const run *r, const char *what, const double *ref,
                     int64_t n, double tol, double floor);
+/* The same with a floor per element, floors[i] (a sum's terms' scale where it may cancel). */
+void near_reference_each(const kernel_case *k, const run *r, const char *what, const double *ref,
+                         const double *floors, int64_t n, double tol);
 /* A failure of the case on r's device, said as printf would; counted. */
 void failed(const kernel_case *k, const run *r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
