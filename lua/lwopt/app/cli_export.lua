@@ -21,14 +21,17 @@ local FLAGS = {
      .. "Conv1D weights transposed, zero biases, the real vocabulary), nanogpt (nanoGPT's GPT "
      .. "state dict and GPTConfig) or hf-llama (transformers' LlamaForCausalLM, of an --arch "
      .. "llama run) or nanochat (nanochat's GPT state dict and meta.json, of an --arch nanochat "
-     .. "run); default: the checkpoint's architecture's" },
+     .. "run); default: the checkpoint's architecture's (a model of a models file: the first its "
+     .. "entry's formats list)" },
    { "n-head", "int", nil, "attention heads, for a file that does not record them", min = 1 },
    { "vocab", "int", nil, "the tokenizer's vocabulary, for a file that does not record it "
      .. "(the rows above it are lwopt's padding, left out of hf-gpt2)", min = 1 },
+   require("lwopt.app.cli_models").FLAG,
    { "help", "bool", false, "this text" },
 }
 
-local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama|nanochat] OUT_DIR\n"
+local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama|nanochat] "
+   .. "[--models FILE]... OUT_DIR\n"
    .. "  CKPT: a checkpoint step directory, a --ckpt-dir (its newest whole checkpoint), or a\n"
    .. "  model.safetensors / --save-params file; writes OUT_DIR/model.safetensors and "
    .. "OUT_DIR/config.json (nanochat: OUT_DIR/meta.json)\n" .. flags.usage(FLAGS)
