@@ -153,5 +153,13 @@ describe("--models and LWOPT_MODELS", function()
       assert.is_nil(ok)
       assert.equal("models file " .. other .. ": a model 'mistral' is registered already (by "
          .. file .. ")", why)
+      -- a models file may load the one whose model it derives from
+      local nested = write(dir, "nested.lua", "local lw = require('lwopt')\n"
+         .. "lw.models.load('" .. file .. "')\n"
+         .. "return lw.models.derive('mistral', { name = 'swa', defaults = { window = 16 } })\n")
+      assert.is_true(cli_models.load({ "--models", nested }, env(nil)))
+      local models = require("lwopt.models")
+      assert.equal(1e6, models.config("swa", { n_layer = 1, n_embd = 64, n_head = 4 }).rope_base)
+      assert.equal(nested, models.get("swa").file)
    end)
 end)

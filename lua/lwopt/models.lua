@@ -119,8 +119,9 @@ end
 
 -- Adds entry (as lwopt/models/<name>.lua's, or models.derive's) to the registry under its name,
 -- for this process: a recipe's own architecture, which its --arch then names. A name already
--- registered, or an entry without its functions, is an error. A models file returns its entries
--- instead of calling this (models.load registers them and records the file).
+-- registered, or an entry without its functions, is an error (who: the place it names, default
+-- "lw.models.register"). A models file returns its entries instead of calling this
+-- (models.load registers them and records the file).
 function models.register(entry, who)
    who = who or "lw.models.register"
    if loading and who == "lw.models.register" then
@@ -175,10 +176,12 @@ function models.load(path)
       errors.fail(who, "models file %s has a syntax error on line %s: %s", path, line or "?",
          what or tostring(err))
    end
+   -- a models file may load another (a base it derives from): the outer one's state kept
+   local outer = loading
    loading = { path = path }
    local ok, result = pcall(chunk, path)
    local calls_register = loading.calls_register
-   loading = nil
+   loading = outer
    if not ok and calls_register then
       errors.fail(who, "models file %s calls lw.models.register (line %s): a models file returns "
          .. "its entries instead, which lw.models.load registers", path,
