@@ -50,6 +50,20 @@ describe("lw.models.derive and register", function()
       assert.matches("name is a word", err, 1, true)
    end)
 
+   it("says which models file to pass for a recorded model it does not know", function()
+      assert.equal("llama", lw.models.recorded("llama", "checkpoint ck/step-1").name)
+      local ok, err = pcall(lw.models.recorded, "own", "checkpoint ck/step-1", "/m/own.lua")
+      assert.is_false(ok)
+      assert.equal("checkpoint ck/step-1 holds model 'own' (registered by /m/own.lua when it "
+         .. "was trained): pass --models /m/own.lua", err)
+      -- a model registered without a models file: no hint to give
+      ok, err = pcall(lw.models.recorded, "own", "params.safetensors")
+      assert.is_false(ok)
+      assert.equal("params.safetensors holds model 'own', which no models file loaded here "
+         .. "registers (the known models: gpt, llama, nanochat): pass --models FILE, the models "
+         .. "file that registers it", err)
+   end)
+
    it("trains a model a recipe loads from a models file, by --arch", function()
       local dir = os.tmpname()
       os.remove(dir)
