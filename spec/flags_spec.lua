@@ -19,7 +19,8 @@ describe("lw.flags.parse", function()
    end)
 
    it("collects a flag given again into a list when it is marked many", function()
-      local many = { { "file", "string", nil, "a file", many = true }, { "dp", "int", 1, "ranks" } }
+      local many = { { "file", "string", nil, "a file", many = true },
+                     { "dp", "int", 1, "ranks" } }
       assert.same({ "a.lua", "b.lua" }, flags.parse({ "--file", "a.lua", "--dp", "2",
          "--file=b.lua" }, many).file)
       assert.is_nil(flags.parse({ "--dp", "2" }, many).file)

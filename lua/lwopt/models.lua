@@ -188,7 +188,8 @@ function models.load(path)
          tostring(result):match("^[^\n]-:(%d+): ") or "?")
    end
    if not ok then
-      errors.fail(who, "models file %s failed while it ran: %s", path, errors.plain(tostring(result)))
+      errors.fail(who, "models file %s failed while it ran: %s", path,
+         errors.plain(tostring(result)))
    end
    -- every entry checked before any is registered: a bad file registers nothing
    local list, names, seen = entries_of(result, path), {}, {}
