@@ -138,8 +138,17 @@ describe("--models and LWOPT_MODELS", function()
          .. "symbol near 'return' (from LWOPT_MODELS)", said("x", syntax))
       -- a bad file registers none of its models
       assert.has_error(function() require("lwopt.models").get("fine") end)
+      -- an entry whose formats name no export format: export says so
+      local typo = write(dir, "typo.lua", "local lw = require('lwopt')\n"
+         .. "return lw.models.derive('llama', { name = 'mistral', formats = { 'hf-lama' } })\n")
+      local out, status = helpers.sh(lwopt .. " export " .. dir .. "/ck " .. dir
+         .. "/typo --models " .. typo)
+      assert.equal(1, status, out)
+      assert.equal("lwopt export: " .. dir .. "/ck/step-000000003 holds a mistral model, whose "
+         .. "entry lists the format 'hf-lama', which is not one of lwopt export's (hf-gpt2, "
+         .. "nanogpt, hf-llama, nanochat)\n", out)
       -- the command: its name, the message, status 1
-      local out, status = helpers.sh(lwopt .. " sample " .. dir .. "/ck --models " .. clash)
+      out, status = helpers.sh(lwopt .. " sample " .. dir .. "/ck --models " .. clash)
       assert.equal(1, status, out)
       assert.equal("lwopt sample: models file " .. clash .. ": 'llama' is the name of one of "
          .. "the library's models (gpt, llama, nanochat): give the model another name\n", out)

@@ -24,6 +24,9 @@ local export = {}
 
 local WHERE = "export"
 
+-- The formats it writes: GPT-2's two, LLaMA's and nanochat's.
+export.FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT, nanochat_names.FORMAT }
+
 local fail = errors.failer(WHERE)
 
 -- A checkpoint manifest read for export, its messages in export's words.
@@ -313,6 +316,14 @@ function export.run(o)
             src.what, entry.title, o.format, table.concat(formats, " or "))
       end
       o.format = o.format or formats[1]
+      -- a models file's entry may name a format that is not one (a typo)
+      local real = false
+      for _, name in ipairs(export.FORMATS) do real = real or name == o.format end
+      if not real then
+         fail("%s holds a %s model, whose entry lists the format '%s', which is not one of "
+            .. "lwopt export's (%s)", src.what, entry.title, tostring(o.format),
+            table.concat(export.FORMATS, ", "))
+      end
    end
    o.format = o.format or "hf-gpt2"
    local given = { n_head = o.n_head, vocab = o.vocab }

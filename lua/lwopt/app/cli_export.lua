@@ -2,11 +2,8 @@
 -- flags, usage and printing; the export itself (reading the checkpoint, converting, writing
 -- OUT_DIR) is the library's (lwopt.export).
 local flags = require("lwopt.flags")
-local names = require("lwopt.gpt_names")
 local errors = require("lwopt.errors")
 local export = require("lwopt.export")
-local llama_names = require("lwopt.llama_names")
-local nanochat_names = require("lwopt.nanochat_names")
 
 local cli_export = {}
 
@@ -14,7 +11,7 @@ local cli_export = {}
 local WHERE = "export"
 
 -- GPT-2's formats, LLaMA's and nanochat's
-local FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT, nanochat_names.FORMAT }
+local FORMATS = export.FORMATS
 
 local FLAGS = {
    { "format", FORMATS, nil, "the files to write: hf-gpt2 (transformers' GPT2LMHeadModel: "
