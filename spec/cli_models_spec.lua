@@ -8,7 +8,8 @@ local cli_models = require("lwopt.app.cli_models")
 
 local root = assert(io.popen("pwd")):read("*l")
 local lwopt = root .. "/bin/lwopt"
-local file = root .. "/recipes/models/mistral.lua"
+-- as checkpoints record it: its real path
+local file = require("lwopt.files").real_path(root .. "/recipes/models/mistral.lua")
 
 -- A file in dir holding text.
 local function write(dir, name, text)
