@@ -89,8 +89,8 @@ describe("lwopt layout", function()
       assert.matches("--fused is gone: every model declares its fused weights",
          refused("--arch", "llama", "--fused"), 1, true)
       assert.matches("--ffn-hidden is now --mlp-hidden", refused("--ffn-hidden", "128"), 1, true)
-      assert.equal("lwopt: --arch gpt3 is not a model (gpt, llama, nanochat) (lwopt layout "
-         .. "--help lists them)\n", refused("--arch", "gpt3"))
+      assert.equal("lwopt: --arch gpt3 is not a model (gpt, llama, nanochat; a models file's: "
+         .. "--models FILE) (lwopt layout --help lists them)\n", refused("--arch", "gpt3"))
    end)
 
    it("reports bad flags in one line with status 2, bad values with status 1", function()

@@ -18,6 +18,16 @@ describe("lw.flags.parse", function()
       assert.same({ "file" }, positional)
    end)
 
+   it("collects a flag given again into a list when it is marked many", function()
+      local many = { { "file", "string", nil, "a file", many = true },
+                     { "dp", "int", 1, "ranks" } }
+      assert.same({ "a.lua", "b.lua" }, flags.parse({ "--file", "a.lua", "--dp", "2",
+         "--file=b.lua" }, many).file)
+      assert.is_nil(flags.parse({ "--dp", "2" }, many).file)
+      -- a flag without it keeps the last value
+      assert.equal(3, flags.parse({ "--dp", "2", "--dp", "3" }, many).dp)
+   end)
+
    it("converts sizes with K, M and G suffixes", function()
       assert.equal(2000, flags.parse({ "--bucket-size", "2K" }, list).bucket_size)
       assert.equal(3e9, flags.parse({ "--bucket-size", "3G" }, list).bucket_size)

@@ -1,6 +1,6 @@
 -- models_register_spec.lua: a model made of existing parts is its name and its defaults
--- (lw.models.derive), and a recipe registers it (lw.models.register) and trains it by --arch,
--- the announce line naming it by its title; bad entries are refused by name.
+-- (lw.models.derive), and a recipe registers it from a models file (lw.models.load) and trains
+-- it by --arch, the announce line naming it by its title; bad entries are refused by name.
 local lw = require("lwopt")
 local helpers = require("helpers")
 
@@ -40,7 +40,8 @@ describe("lw.models.derive and register", function()
       assert.matches("unknown model 'lama' (gpt, llama, nanochat; ", err, 1, true)
       ok, err = pcall(lw.models.register, lw.models.derive("gpt", { name = "gpt" }))
       assert.is_false(ok)
-      assert.matches("a model 'gpt' is registered already", err, 1, true)
+      assert.matches("'gpt' is the name of one of the library's models (gpt, llama, nanochat)",
+         err, 1, true)
       ok, err = pcall(lw.models.register, { name = "y", fields = {} })
       assert.is_false(ok)
       assert.matches("entry 'y' has no check function", err, 1, true)
@@ -49,38 +50,57 @@ describe("lw.models.derive and register", function()
       assert.matches("name is a word", err, 1, true)
    end)
 
-   it("trains a model a recipe registers, by --arch", function()
+   it("says which models file to pass for a recorded model it does not know", function()
+      assert.equal("llama", lw.models.recorded("llama", "checkpoint ck/step-1").name)
+      local ok, err = pcall(lw.models.recorded, "own", "checkpoint ck/step-1", "/m/own.lua")
+      assert.is_false(ok)
+      assert.equal("checkpoint ck/step-1 holds model 'own' (registered by /m/own.lua when it "
+         .. "was trained): pass --models /m/own.lua", err)
+      -- a model registered without a models file: no hint to give
+      ok, err = pcall(lw.models.recorded, "own", "params.safetensors")
+      assert.is_false(ok)
+      assert.equal("params.safetensors holds model 'own', which no models file loaded here "
+         .. "registers (the known models: gpt, llama, nanochat): pass --models FILE, the models "
+         .. "file that registers it", err)
+   end)
+
+   it("trains a model a recipe loads from a models file, by --arch", function()
       local dir = os.tmpname()
       os.remove(dir)
       assert(os.execute("mkdir -p " .. dir) == 0)
-      -- a recipe of its own: LLaMA with a sliding window on every layer and 2 KV heads
-      local f = assert(io.open(dir .. "/mistral.lua", "w"))
+      -- a models file: LLaMA with a sliding window on every layer and 2 KV heads
+      local f = assert(io.open(dir .. "/swa.lua", "w"))
+      f:write([[
+local lw = require("lwopt")
+return lw.models.derive("llama", { name = "swa", title = "Windowed LLaMA",
+   defaults = { window = 8, n_kv_head = 2 } })
+]])
+      f:close()
+      -- the recipe loads it, so that training and the commands share one definition
+      f = assert(io.open(dir .. "/recipe.lua", "w"))
       f:write(([[
 package.path = "%s/lua/?.lua;%s/lua/?/init.lua;%s/build/lua/?.lua;" .. package.path
 local lw = require("lwopt")
-lw.models.register(lw.models.derive("llama", { name = "mistral", title = "Mistral",
-   defaults = { window = 8, n_kv_head = 2 } }))
-lw.comm.run(function(...) require("lwopt.app.recipe").main({ ... }, nil, arg[0]) end, ...)
+lw.comm.run(function(...)
+   lw.models.load("swa.lua")
+   require("lwopt.app.recipe").main({ ... }, nil, arg[0])
+end, ...)
 ]]):format(root, root, root))
       f:close()
-      local out, status = helpers.sh("cd " .. dir .. " && luajit mistral.lua --arch mistral "
+      local out, status = helpers.sh("cd " .. dir .. " && luajit recipe.lua --arch swa "
          .. "--preset tiny --steps 3 --eval-max 2 --warmup 1 --progress lines --data "
          .. root .. "/data/kjv.txt --ckpt-dir " .. dir .. "/ck")
       assert.equal(0, status, out)
-      assert.matches("Mistral 4 layers x 64, 4 heads (2 KV)", out, 1, true)
+      assert.matches("Windowed LLaMA 4 layers x 64, 4 heads (2 KV)", out, 1, true)
       assert.matches("step +3/3  loss %d+%.%d+", out)
-      -- no export format holds it: the next commands offer none, and export says why
-      assert.matches("eval " .. dir .. "/ck", out, 1, true)
+      -- the next commands load the models file; no export format holds the model, so none
+      assert.matches("eval " .. dir .. "/ck --models " .. dir .. "/swa.lua --data", out, 1, true)
       assert.is_nil(out:find(" export ", 1, true))
-      local said, st = helpers.sh(root .. "/bin/lwopt export " .. dir .. "/ck " .. dir .. "/hf")
+      local said, st = helpers.sh(root .. "/bin/lwopt export " .. dir .. "/ck " .. dir
+         .. "/hf --models " .. dir .. "/swa.lua")
       assert.equal(1, st)
-      assert.matches("holds a mistral model, which no export format holds (they hold the "
-         .. "models gpt, llama, nanochat)", said, 1, true)
-      -- lwopt sample knows the library's models: the recipe's own is named as unknown, and why
-      said, st = helpers.sh(root .. "/bin/lwopt sample " .. dir .. "/ck")
-      assert.equal(1, st)
-      assert.matches("unknown model 'mistral' (gpt, llama, nanochat; a model a recipe registers "
-         .. "is known where it registers it)", said, 1, true)
+      assert.matches("holds a Windowed LLaMA model, which no export format holds (they hold "
+         .. "the models gpt, llama, nanochat)", said, 1, true)
       os.execute("rm -rf " .. dir)
    end)
 end)

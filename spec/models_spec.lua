@@ -16,8 +16,8 @@ describe("lw.models", function()
    it("names its models and refuses an unknown one, listing them", function()
       assert.same({ "gpt", "llama", "nanochat" }, lw.models.names())
       assert.has_error(function() lw.models.get("gpt3") end,
-         "lw.models: unknown model 'gpt3' (gpt, llama, nanochat; a model a recipe registers "
-         .. "is known where it registers it)")
+         "lw.models: unknown model 'gpt3' (gpt, llama, nanochat; other models are registered by "
+         .. "a models file: --models FILE)")
    end)
 
    it("fills a config's defaults and names what is wrong", function()

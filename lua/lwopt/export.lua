@@ -24,6 +24,9 @@ local export = {}
 
 local WHERE = "export"
 
+-- The formats it writes: GPT-2's two, LLaMA's and nanochat's.
+export.FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT, nanochat_names.FORMAT }
+
 local fail = errors.failer(WHERE)
 
 -- A checkpoint manifest read for export, its messages in export's words.
@@ -133,7 +136,8 @@ end
 -- The formats a refusal points a model of another architecture to.
 local FORMAT_OF = { llama = "hf-llama", nanochat = "nanochat" }
 
--- The lw.models config of the kind.arch model a file holds, for --format kind.format: the config
+-- The lw.models config of the kind.arch model a file holds (or of a models file's model whose
+-- entry lists kind.format), for --format kind.format: the config
 -- its settings record (extra.model), refused by name when the file holds another architecture
 -- or records no config, when kind.unfit(config) says why the format cannot hold it, when
 -- given.n_head differs or the vocabulary outgrows the embedding, and checked against the file's
@@ -142,7 +146,15 @@ local FORMAT_OF = { llama = "hf-llama", nanochat = "nanochat" }
 local function model_config(f, extra, given, what, kind)
    extra, given = extra or {}, given or {}
    local arch = extra.arch or (extra.n_layer and "gpt") or (f.shapes["wpe.weight"] and "gpt")
-   if arch ~= kind.arch then
+   -- a models file's model whose entry lists the format is written as the format's model
+   local listed = false
+   if arch and arch ~= kind.arch then
+      local known, entry = pcall(models.get, arch)
+      for _, name in ipairs(known and entry.formats or {}) do
+         listed = listed or name == kind.format
+      end
+   end
+   if arch ~= kind.arch and not listed then
       fail("%s holds %s; --format %s holds %s's architecture (a run with --arch %s): use "
          .. "--format %s", what, arch and ("a %s model"):format(arch)
          or ("no model whose settings say --arch %s (no checkpoint manifest beside it, no "
@@ -151,9 +163,9 @@ local function model_config(f, extra, given, what, kind)
    end
    if type(extra.model) ~= "table" then
       fail("%s holds a %s model but does not record its config (the settings' model)", what,
-         kind.arch)
+         arch)
    end
-   local ok, m = pcall(models.config, kind.arch, extra.model, WHERE .. ": " .. what)
+   local ok, m = pcall(models.config, arch, extra.model, WHERE .. ": " .. what)
    if not ok then fail("%s", errors.plain((tostring(m):gsub("^export: ", "")))) end
    local why = kind.unfit(m)
    if why then fail("%s cannot be written as %s: %s", what, kind.format, why) end
@@ -166,7 +178,7 @@ local function model_config(f, extra, given, what, kind)
          given.vocab and ", --vocab" or "", m.vocab, what)
    end
    local expected = {}
-   for _, spec in ipairs(models.specs(kind.arch, m)) do
+   for _, spec in ipairs(models.specs(arch, m)) do
       expected[#expected + 1] = { name = spec.name, shape = spec.shape }
    end
    weights.check(f, expected, WHERE .. ": " .. what, ("%s of %d layers x %d")
@@ -285,15 +297,17 @@ function export.run(o)
    -- settings: each format's reader judges its tensors), the first when --format is not given
    local arch = (extra or {}).arch or (extra and extra.n_layer and "gpt")
    if arch then
-      local known, entry = pcall(models.get, arch)
-      local formats = known and entry.formats or {}
+      -- a models file's model: known once --models loads its file, which the settings name
+      local entry = models.recorded(arch, (src.step and "checkpoint " or "") .. src.what,
+         extra.models_file)
+      local formats = entry.formats
       if #formats == 0 then
          local held = {}
          for _, name in ipairs(models.names()) do
             if #models.get(name).formats > 0 then held[#held + 1] = name end
          end
          fail("%s holds a %s model, which no export format holds (they hold the models %s)",
-            src.what, known and entry.title or arch, table.concat(held, ", "))
+            src.what, entry.title, table.concat(held, ", "))
       end
       local fits = o.format == nil
       for _, name in ipairs(formats) do fits = fits or name == o.format end
@@ -302,6 +316,14 @@ function export.run(o)
             src.what, entry.title, o.format, table.concat(formats, " or "))
       end
       o.format = o.format or formats[1]
+      -- a models file's entry may name a format that is not one (a typo)
+      local real = false
+      for _, name in ipairs(export.FORMATS) do real = real or name == o.format end
+      if not real then
+         fail("%s holds a %s model, whose entry lists the format '%s', which is not one of "
+            .. "lwopt export's (%s)", src.what, entry.title, tostring(o.format),
+            table.concat(export.FORMATS, ", "))
+      end
    end
    o.format = o.format or "hf-gpt2"
    local given = { n_head = o.n_head, vocab = o.vocab }

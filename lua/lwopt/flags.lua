@@ -7,7 +7,8 @@
 -- takes when it is given without one (last, or followed by another flag): { "model-step",
 -- { "a", "b" }, nil, "...", bare = "a" } reads "--model-step" as "--model-step a"; `words`
 -- names values a number flag also takes by a word: { "eval-max", "int", 64, ..., words = {
--- all = "all" } } reads "--eval-max all" as "all".
+-- all = "all" } } reads "--eval-max all" as "all"; `many = true` lets a flag be given again,
+-- its value the list of every one given (nil when none is).
 -- "--n-layer 12" and "--n-layer=12" set n_layer.
 local errors = require("lwopt.errors")
 
@@ -145,7 +146,12 @@ function flags.parse(argv, list)
             end
             local v, err = convert(f, text)
             if v == nil then return nil, err end
-            values[key] = v
+            if f.many then
+               values[key] = values[key] or {}
+               values[key][#values[key] + 1] = v
+            else
+               values[key] = v
+            end
          end
       end
       i = i + 1

@@ -287,8 +287,13 @@ function trained.open(path, o)
             .. "transposed back, " or "", b.bias and "biases kept" or "no biases"))
       end
    end
-   local cfg, settings, arch = configure(params, m and m.extra or b.extra, o, where,
-      b and b.whose)
+   local extra = m and m.extra or b.extra
+   -- a model of a models file is known once that file is loaded (--models): never loaded here
+   if extra and extra.arch then
+      lw.models.recorded(extra.arch, (what == "checkpoint" and "checkpoint " or "") .. where,
+         extra.models_file)
+   end
+   local cfg, settings, arch = configure(params, extra, o, where, b and b.whose)
    local model = lw.models.build(arch, cfg)
    -- no optimizer: every parameter in AdamW's buffers, which take any shape; the forward pass
    -- is the same whatever the routing

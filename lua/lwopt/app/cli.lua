@@ -17,7 +17,7 @@ commands:
   layout [flags]      print the layout of a model's parameters (lwopt layout --help)
   run FILE [args]     run a Lua script with lwopt on its path (arg[0] = FILE, arg[1..] = args)
   train [flags]       train a GPT: recipes/gpt_small.lua with these flags (lwopt train --help)
-  repl                interactive LuaJIT session with `lw` loaded
+  repl [--models F]   interactive LuaJIT session with `lw` loaded
   device [NAME]       what device NAME (cpu, cuda, cuda:N) is, or why it cannot be had;
                       without NAME the CPU and, if there is one, the GPU
   version             version, library, LuaJIT and whether CUDA is on (--version: one line)
@@ -36,6 +36,9 @@ commands:
   data prepare TEXT... --tokenizer T --out DIR
                       text files as token shards for --data (lwopt data --help)
   help                this text
+
+Models of your own: a models file returns entries (lw.models.derive(...)); layout, sample, eval,
+export, repl and train take --models FILE (repeatable) or LWOPT_MODELS=a.lua:b.lua to know them.
 
 examples:
   lwopt layout --arch gpt --n-layer 12 --n-embd 768 --n-head 12 --dp 8 --algorithm cost
@@ -117,7 +120,8 @@ local function layout_flags()
    local stepmodel = require("lwopt.planner")
    local models = require("lwopt.models")
    local list = { { "arch", "string", "gpt", "the model (" .. table.concat(models.names(), ", ")
-      .. "); a mixture of experts is any of them with --n-expert" } }
+      .. "; --models FILE adds a models file's); a mixture of experts is any of them with "
+      .. "--n-expert" }, require("lwopt.app.cli_models").FLAG }
    local fields_list, by_key = model_flags(models)
    for _, f in ipairs(fields_list) do list[#list + 1] = f end
    for _, f in ipairs({
@@ -276,8 +280,8 @@ local function layout_command(argv, out, err)
          .. "--n-expert N, e.g. --arch llama --n-expert 8 --expert-hidden H (LLaMA's, SwiGLU "
          .. "experts) or --arch gpt --n-expert 8 (GPT-2's, GELU experts)", help)
    elseif not known then
-      return usage_error(err, ("--arch %s is not a model (%s)"):format(v.arch,
-         table.concat(names, ", ")), help)
+      return usage_error(err, ("--arch %s is not a model (%s; a models file's: --models FILE)")
+         :format(v.arch, table.concat(names, ", ")), help)
    end
    local config, bad = model_config(v, v.arch, by_key, lw.models)
    if config == nil then return usage_error(err, bad, help) end
@@ -429,11 +433,29 @@ local function version_command(argv, out, err, short)
    return 0
 end
 
+-- lwopt repl [--models FILE]...: the session, with those models registered.
+local function repl_command(argv, out, err)
+   local list = { require("lwopt.app.cli_models").FLAG, { "help", "bool", false, "this text" } }
+   local v, positional = flags.parse(argv, list)
+   if v == nil then return usage_error(err, positional, "lwopt repl --help") end
+   if #positional > 0 then
+      return usage_error(err, "unexpected argument '" .. positional[1] .. "'", "lwopt repl --help")
+   end
+   if v.help then
+      out:write("usage: lwopt repl [--models FILE]...\n", flags.usage(list), "\n")
+      return 0
+   end
+   return require("lwopt.app.repl").run{ lw = require("lwopt") }
+end
+
 -- The commands whose flags and work need the library (its dtypes, layouts, kernels); the log
 -- readers (plot, compare, csv) and `run` (a script of the user's) do not.
 local NEEDS_LIBRARY = { layout = true, device = true, export = true, repl = true, sample = true,
    eval = true, train = true, version = true, ["--version"] = true, tokenizer = true,
    data = true }
+
+-- The commands that open or name a model: --models FILE and LWOPT_MODELS load models files.
+local TAKES_MODELS = { layout = true, export = true, repl = true, sample = true, eval = true }
 
 function cli.main(argv, out, err)
    out, err = out or io.stdout, err or io.stderr
@@ -448,6 +470,15 @@ function cli.main(argv, out, err)
       local loaded, why = pcall(require, "lwopt.C")
       if not loaded then
          err:write(tostring(why), "\n")
+         return 1
+      end
+   end
+   -- the models files before the command's flags: their models are then --arch's choices, and
+   -- a checkpoint of one of them can be opened
+   if TAKES_MODELS[command] then
+      local loaded, why = require("lwopt.app.cli_models").load(rest)
+      if not loaded then
+         err:write("lwopt ", command, ": ", why, "\n")
          return 1
       end
    end
@@ -466,7 +497,7 @@ function cli.main(argv, out, err)
    elseif command == "export" then
       return require("lwopt.app.cli_export").main(rest, out, err)
    elseif command == "repl" then
-      return require("lwopt.app.repl").run{ lw = require("lwopt") }
+      return repl_command(rest, out, err)
    elseif command == "sample" then
       return require("lwopt.app.cli_sample").main(rest, out, err)
    elseif command == "eval" then

@@ -2,11 +2,8 @@
 -- flags, usage and printing; the export itself (reading the checkpoint, converting, writing
 -- OUT_DIR) is the library's (lwopt.export).
 local flags = require("lwopt.flags")
-local names = require("lwopt.gpt_names")
 local errors = require("lwopt.errors")
 local export = require("lwopt.export")
-local llama_names = require("lwopt.llama_names")
-local nanochat_names = require("lwopt.nanochat_names")
 
 local cli_export = {}
 
@@ -14,21 +11,24 @@ local cli_export = {}
 local WHERE = "export"
 
 -- GPT-2's formats, LLaMA's and nanochat's
-local FORMATS = { names.FORMATS[1], names.FORMATS[2], llama_names.FORMAT, nanochat_names.FORMAT }
+local FORMATS = export.FORMATS
 
 local FLAGS = {
    { "format", FORMATS, nil, "the files to write: hf-gpt2 (transformers' GPT2LMHeadModel: "
      .. "Conv1D weights transposed, zero biases, the real vocabulary), nanogpt (nanoGPT's GPT "
      .. "state dict and GPTConfig) or hf-llama (transformers' LlamaForCausalLM, of an --arch "
      .. "llama run) or nanochat (nanochat's GPT state dict and meta.json, of an --arch nanochat "
-     .. "run); default: the checkpoint's architecture's" },
+     .. "run); default: the checkpoint's architecture's (a model of a models file: the first its "
+     .. "entry's formats list)" },
    { "n-head", "int", nil, "attention heads, for a file that does not record them", min = 1 },
    { "vocab", "int", nil, "the tokenizer's vocabulary, for a file that does not record it "
      .. "(the rows above it are lwopt's padding, left out of hf-gpt2)", min = 1 },
+   require("lwopt.app.cli_models").FLAG,
    { "help", "bool", false, "this text" },
 }
 
-local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama|nanochat] OUT_DIR\n"
+local USAGE = "usage: lwopt export CKPT [--format hf-gpt2|nanogpt|hf-llama|nanochat] "
+   .. "[--models FILE]... OUT_DIR\n"
    .. "  CKPT: a checkpoint step directory, a --ckpt-dir (its newest whole checkpoint), or a\n"
    .. "  model.safetensors / --save-params file; writes OUT_DIR/model.safetensors and "
    .. "OUT_DIR/config.json (nanochat: OUT_DIR/meta.json)\n" .. flags.usage(FLAGS)

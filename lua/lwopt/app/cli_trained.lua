@@ -19,6 +19,7 @@ cli_trained.flags = {
      max = 2 ^ 31 - 1 },
    { "topk", "int", nil, "experts per token of a bare .safetensors file of a mixture of experts "
      .. "(default 2)", min = 1 },
+   require("lwopt.app.cli_models").FLAG,
 }
 
 -- The commands' opening: trained.open with the flags v (device, n_head, vocab, topk) on the

@@ -35,6 +35,13 @@ end
 local function words(f, value, path, key)
    local dashed = "--" .. f[1]
    if value == json.null then return {} end
+   if f.many and type(value) == "table" then -- a flag given again (--models a --models b)
+      local out = {}
+      for _, one in ipairs(value) do
+         for _, w in ipairs(words(f, one, path, key)) do out[#out + 1] = w end
+      end
+      return out
+   end
    if f[2] == "bool" then
       if type(value) ~= "boolean" then
          fail(path, "%s must be true or false, got %s", key, tostring(value))

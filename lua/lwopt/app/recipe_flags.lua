@@ -50,7 +50,8 @@ recipe_flags.list = {
    { "arch", lw.models.names(), "gpt", "the model (lw.models): GPT-2's architecture, LLaMA's "
      .. "(RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head), or "
      .. "nanochat's (LLaMA's with ReLU^2, QK norm, value embeddings, residual scalars; its "
-     .. "optimizer groups and learning rates)" },
+     .. "optimizer groups and learning rates), or one a models file registers (--models)" },
+   require("lwopt.app.cli_models").FLAG,
    { "n-kv-head", "int", nil, "--arch llama or nanochat: KV heads, dividing --n-head (default: "
      .. "the preset's with its --n-head, else --n-head)", min = 1 },
    { "rope-pairing", { "halves", "interleaved" }, nil, "--arch llama: the rotary pairs, (i, i + "
@@ -477,19 +478,29 @@ local function check_flags(v)
    end
 end
 
--- The flag list with a recipe's own presets among --preset's choices (names: every preset's).
-local function list_with(names)
+-- The flag list with a recipe's own presets among --preset's choices (names: every preset's;
+-- nil: the library's) and the models registered now among --arch's (loose: any word, for
+-- reading a --config before the models files it names are loaded).
+local function list_with(names, loose)
+   local choices = { preset = names, arch = loose and "string" or lw.models.names() }
    local list = {}
    for i, f in ipairs(recipe_flags.list) do
-      if f[1] == "preset" then
+      if choices[f[1]] then
          local copy = {}
          for k, x in pairs(f) do copy[k] = x end
-         copy[2] = names
+         copy[2] = choices[f[1]]
          f = copy
       end
       list[i] = f
    end
    return list
+end
+
+-- Loads the models files of LWOPT_MODELS and argv's --models (app/cli_models.lua); a bad one
+-- ends the job, named.
+local function load_models(argv)
+   local loaded, why = require("lwopt.app.cli_models").load(argv)
+   if not loaded then lw.comm.fail(why, recipe_flags.EXIT_USAGE) end
 end
 
 -- The keys of the flags argv gives (a set), parsed against list without its defaults.
@@ -513,18 +524,23 @@ end
 local function parse_flags(argv, script, own)
    local ok, all, names = pcall(presets.with, own)
    if not ok then lw.comm.fail(tostring(all), recipe_flags.EXIT_USAGE) end
-   local list = own and list_with(names) or recipe_flags.list
-   local v, positional = flags.parse(argv, list)
+   load_models(argv)
+   names = own and names or nil
+   local list = list_with(names)
+   local v, positional = flags.parse(argv, list_with(names, true))
    if v ~= nil and #positional > 0 then
       v, positional = nil, ("unexpected argument '%s'"):format(positional[1])
    end
    if v ~= nil and v.config and not v.help then
-      local read, args = pcall(recipe_config.args, v.config, list)
+      local read, args = pcall(recipe_config.args, v.config, list_with(names, true))
       if not read then lw.comm.fail(tostring(args), recipe_flags.EXIT_USAGE) end
       for _, a in ipairs(argv) do args[#args + 1] = a end
       argv = args
-      v, positional = flags.parse(argv, list)
+      -- the config's models files too (a log's record names the run's)
+      load_models(argv)
+      list = list_with(names)
    end
+   if v ~= nil then v, positional = flags.parse(argv, list) end
    if v == nil then
       lw.comm.fail(positional .. " (--help lists the flags)", recipe_flags.EXIT_USAGE)
    end

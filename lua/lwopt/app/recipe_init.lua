@@ -124,7 +124,12 @@ function recipe_init.adopt(v)
    local fmt = foreign.format(f)
    if fmt == "lwopt" then return nil end
    local holds = FILE_MODEL[fmt] or { "a GPT-2", "gpt" }
-   if holds[2] ~= v.arch then
+   -- a models file's model takes the files of the formats its entry lists
+   local listed = false
+   for _, name in ipairs(require("lwopt.models").get(v.arch).formats) do
+      listed = listed or name == fmt
+   end
+   if holds[2] ~= v.arch and not listed then
       fail("%s holds %s (%s names), and --arch %s builds %s: %s", where, holds[1], fmt, v.arch,
          ARCH_MODEL[v.arch] or v.arch, holds[2] == "gpt" and ("drop --arch " .. v.arch)
          or ("add --arch " .. holds[2]))

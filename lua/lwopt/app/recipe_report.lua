@@ -141,6 +141,9 @@ end
 -- sample, the loss over the whole validation split, a resume that trains on, an export.
 local function next_text(run, v, path, last)
    local cmd, dir = lwopt_command(), shell_word(v.ckpt_dir)
+   -- a models file's model: the commands load its file as the recipe did
+   local file = lw.models.get(v.arch).file
+   if file then dir = dir .. " --models " .. shell_word(tidy(file)) end
    local tokens = run.data.kind == "tokens"
    local lines = { ("next, from the checkpoint in %s:"):format(v.ckpt_dir),
       ("  %s sample %s%s   # another sample"):format(cmd, dir, tokens and ""

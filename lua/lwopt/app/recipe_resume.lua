@@ -22,6 +22,12 @@ local function hidden(v)
    return v.model_config and v.model_config.mlp_hidden or v.mlp_hidden or 4 * v.n_embd
 end
 
+-- The models file that registered the model (lw.models.load's record), or nil for the
+-- library's: kept as a hint for the commands that open the checkpoint, never run by them.
+local function models_file(v)
+   return require("lwopt.models").get(v.arch).file
+end
+
 local function settings(v, comm, data)
    -- shape_from: the --init-from file whose shape the model took (recipe_init.lua), or nil
    return { preset = v.preset, shape_from = v.shape_from, n_layer = v.n_layer,
@@ -39,7 +45,7 @@ local function settings(v, comm, data)
             muon_tp_mode = v.muon_tp_mode, split_qkv = v.split_qkv,
             mlp_hidden = v.n_expert == 0 and hidden(v) or nil,
             -- the model (lw.models) and its whole config, which sample and eval build again
-            arch = v.arch, model = v.model_config,
+            arch = v.arch, model = v.model_config, models_file = models_file(v),
             rope_pairing = v.model_config and v.model_config.rope_pairing,
             -- what `lwopt eval` and `lwopt sample` repeat: the validation sequences, and the
             -- bytes the sample draws among
@@ -55,6 +61,7 @@ local function model_settings(v)
    return { n_layer = v.n_layer, n_embd = v.n_embd, n_head = v.n_head, seq = v.seq,
             data_kind = v.data_kind, vocab = v.vocab, n_expert = v.n_expert,
             shared_expert = v.shared_expert, arch = v.arch, model = v.model_config,
+            models_file = models_file(v),
             rope_pairing = v.model_config and v.model_config.rope_pairing,
             mlp_hidden = v.n_expert == 0 and hidden(v) or nil }
 end

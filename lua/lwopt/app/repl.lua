@@ -15,7 +15,7 @@ lwopt %s, LuaJIT REPL with `lw` loaded: expressions print their value.
 -- checks that every module of lw is here and that every call named exists.
 repl.MODULES = {
    { "models", "the model registry: each model's config, modules and parameter specs",
-     "names(), config(name, cfg), build(name, cfg, run), specs(name, cfg)" },
+     "names(), config(name, cfg), build(name, cfg, run), specs(name, cfg), load(file)" },
    { "arch", "a model's parameter specs in definition order",
      "gpt{n_layer, n_embd, n_head, ...}, llama{...}, moe{...}, numel(specs)" },
    { "route", "which optimizer updates each parameter: rules as data, first match wins",
