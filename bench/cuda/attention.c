@@ -98,25 +98,28 @@ int main(int argc, char **argv) {
             const lw_dtype dt = p < 2 ? LW_DTYPE_BF16 : LW_DTYPE_F32;
             const double f = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, false, repeats, n);
             const double fb = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, true, repeats, n);
-            static const char *kernels[] = {"bf16 (tensor cores)",
-                                            "bf16 pipelined (tensor cores)", "fp32"};
+            static const char *kernels[] = {"bf16 (tensor cores)", "bf16 pipelined (tensor cores)",
+                                            "fp32"};
             printf("| attention b %lld, nh %lld, t %lld, hd %lld | lwopt %s | %.3f | %.3f | %.1f | "
                    "%.1f |\n",
-                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd, kernels[p],
-                   f, fb, flops / f / 1e9, 3.5 * flops / fb / 1e9);
+                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd, kernels[p], f,
+                   fb, flops / f / 1e9, 3.5 * flops / fb / 1e9);
             fflush(stdout);
             if (p == 0 && i == 0) goal_shape = fb;
             if (p == 1 && i == 0) goal_pipelined = fb;
         }
     }
     bench_check(lw_device_set_matmul(bench_gpu, LW_MATMUL_FP32), "lw_device_set_matmul");
-    if (saved != NULL) setenv("LWOPT_ATTN_PIPELINE", saved, 1);
-    else unsetenv("LWOPT_ATTN_PIPELINE");
+    if (saved != NULL)
+        setenv("LWOPT_ATTN_PIPELINE", saved, 1);
+    else
+        unsetenv("LWOPT_ATTN_PIPELINE");
     free(saved);
     printf("\nb 8, 12 heads, t 1024, head dim 64: forward + backward %.3f ms a layer in bf16 "
            "(goal <= 0.33 ms: 1.3x torch SDPA's ~0.25 ms on an H100); best of %d x %d calls\n",
            goal_shape, repeats, calls);
-    printf("the same, pipelined staging (LWOPT_ATTN_PIPELINE=1): %.3f ms, %.2f of the synchronous\n",
+    printf("the same, pipelined staging (LWOPT_ATTN_PIPELINE=1): %.3f ms, %.2f of the "
+           "synchronous\n",
            goal_pipelined, goal_pipelined / goal_shape);
     lw_device_free(bench_gpu, qkv), lw_device_free(bench_gpu, dout);
     lw_device_free(bench_gpu, dqkv), lw_device_free(bench_gpu, out);

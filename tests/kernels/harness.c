@@ -457,16 +457,16 @@ static void cuda_attention_pipeline(void) {
         float *dev[4], *host[2][4], *scratch = NULL;
         for (int j = 0; j < 4; j++)
             CHECK_OK(lw_device_alloc(gpu, 4 * n[j], (void **)&dev[j]));
-        CHECK_OK(lw_device_alloc(
-            gpu, 4 * lw_attention_scratch_floats(gs, b, t, c, nh, nkv, window), (void **)&scratch));
+        CHECK_OK(lw_device_alloc(gpu, 4 * lw_attention_scratch_floats(gs, b, t, c, nh, nkv, window),
+                                 (void **)&scratch));
         for (int v = 0; v < 2; v++) {
             setenv("LWOPT_ATTN_PIPELINE", v == 0 ? "0" : "1", 1);
             CHECK_OK(lw_device_copy(gs, dev[3], zeros, 4 * nq, LW_COPY_HOST_TO_DEVICE));
             CHECK_OK(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], dev[2], scratch, dq16,
                                           LW_DTYPE_BF16, b, t, c, nh, nkv, window));
             CHECK_OK(lw_attention_backward(gs, dev[3], LW_DTYPE_F32, scratch, ddout, dq16,
-                                           LW_DTYPE_BF16, dev[0], LW_DTYPE_F32, dev[1], b, t, c,
-                                           nh, nkv, window));
+                                           LW_DTYPE_BF16, dev[0], LW_DTYPE_F32, dev[1], b, t, c, nh,
+                                           nkv, window));
             for (int j = 0; j < 4; j++) {
                 host[v][j] = malloc(4 * (size_t)n[j]);
                 download(host[v][j], dev[j], 4 * n[j]);
@@ -487,8 +487,10 @@ static void cuda_attention_pipeline(void) {
     printf("test_kernels: LWOPT_ATTN_PIPELINE=1 %s =0's attention bit for bit (bf16 qkv, head dims "
            "64, 128); =2 refused\n",
            same ? "gives" : "DOES NOT give");
-    if (saved != NULL) setenv("LWOPT_ATTN_PIPELINE", saved, 1);
-    else unsetenv("LWOPT_ATTN_PIPELINE");
+    if (saved != NULL)
+        setenv("LWOPT_ATTN_PIPELINE", saved, 1);
+    else
+        unsetenv("LWOPT_ATTN_PIPELINE");
     free(saved);
     CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
 }

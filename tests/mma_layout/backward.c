@@ -14,8 +14,8 @@
  * M rows of Q and dO from q0 into one buffer, with their lse log2(e) and D. */
 static void stage_query_step(uint16_t *qb, uint16_t *ob, float *lb, float *db, const uint16_t *q16,
                              const uint16_t *d16, const float *lse, const float *dd, int64_t bi,
-                             int64_t h, int q0, int M, int64_t t, int64_t c, int64_t nh,
-                             int64_t c3, int hd) {
+                             int64_t h, int q0, int M, int64_t t, int64_t c, int64_t nh, int64_t c3,
+                             int hd) {
     emu_stage_async(qb, q16 + bi * t * c3 + h * hd, c3, q0, M, t, hd);
     emu_stage_async(ob, d16 + bi * t * c + h * hd, c, q0, M, t, hd);
     for (int r = 0; r < M; r++) {
@@ -74,14 +74,14 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
             if (pipe) {
                 emu_stage_async(ks, q16 + kv, c3, k0, LWC_FA_BLOCK, t, hd);
                 emu_stage_async(vs, q16 + kv + nkv * hd, c3, k0, LWC_FA_BLOCK, t, hd);
-                stage_query_step(qs, os, ls, ds, q16, d16, lse, dd, bi, kh * group, first * M, M,
-                                 t, c, nh, c3, hd);
+                stage_query_step(qs, os, ls, ds, q16, d16, lse, dd, bi, kh * group, first * M, M, t,
+                                 c, nh, c3, hd);
             } else {
                 emu_stage(ks, k, c3, k0, LWC_FA_BLOCK, t, hd);
                 emu_stage(vs, v, c3, k0, LWC_FA_BLOCK, t, hd);
             }
             memset(acc_a, 0, sizeof acc_a), memset(acc_b, 0, sizeof acc_b); /* dk, dv */
-            int n = 0; /* the steps begun */
+            int n = 0;                                                      /* the steps begun */
             for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
                 const int64_t bh = bi * nh + h;
                 const float *q = qkv + rows + h * hd, *dout_h = dout + bi * t * c + h * hd;

@@ -9,9 +9,11 @@
 #include <string.h>
 
 /* the faults' names, in the order of mma_test.h's FAULT_ values */
-static const char *fault_names[] = {"none", "a B operand's k halves swapped",
+static const char *fault_names[] = {"none",
+                                    "a B operand's k halves swapped",
                                     "P's A operand packed in the wrong order",
-                                    "the causal mask one key late", "a quad reduced over 2 lanes",
+                                    "the causal mask one key late",
+                                    "a quad reduced over 2 lanes",
                                     "a step computed on the buffer being filled"};
 
 /* ---- the emulation against double attention ------------------------------------------------- */
@@ -167,8 +169,8 @@ void test_emulation(void) {
         /* causal alone, and grouped under a window; each staging (the buffer fault the
          * pipelined one's alone) */
         bool caught = true;
-        for (int v = fault == FAULT_BUFFER ? LWC_FA_PIPELINED : LWC_FA_SYNC;
-             v <= LWC_FA_PIPELINED; v++)
+        for (int v = fault == FAULT_BUFFER ? LWC_FA_PIPELINED : LWC_FA_SYNC; v <= LWC_FA_PIPELINED;
+             v++)
             caught = caught && !emulation_within((shape){1, 70, 1, 64, 1, 0}, true, v) &&
                      !emulation_within((shape){1, 100, 2, 64, 1, 20}, true, v);
         printf("test_mma_layout: fault \"%s\": %s\n", fault_names[fault],
