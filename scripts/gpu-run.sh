@@ -15,8 +15,10 @@
 #   machine.txt  the commit, nvidia-smi, the GPU as lwopt sees it
 #   build.log    configure and build
 #   tests.log    the GPU tests, and everything they printed (ctest's LastTest.log)
-#   bench.log    bench_cuda_* (attention per layer among them) and bench/gpt2_gpu.lua (then,
-#                budget left, its quick runs at batch 16 and on GPT-2 350M, bench/bf16_band.lua)
+#   bench.log    bench_cuda_* (attention per layer among them, its tensor-core kernels' two
+#                stagings side by side, and when cuobjdump is here their SASS's cp.async and
+#                16-byte loads counted per kernel) and bench/gpt2_gpu.lua (then, budget left, its
+#                quick runs at batch 16 and on GPT-2 350M, bench/bf16_band.lua)
 #   peers.log    the PyTorch peers (torch_attention.py: SDPA on bench_cuda_attention's shapes)
 #   profile.txt  the profiler's output (CSV)
 # Exits non-zero when there is no GPU, the build fails or a test fails; a benchmark that fails is
@@ -115,6 +117,15 @@ if [ "$bench" = 1 ]; then
     step bench_newton_schulz_tf32 bench.log 45 "$build/bench_cuda_newton_schulz" tf32 --no-batched
     step bench_adamw bench.log 30 "$build/bench_cuda_adamw"
     step bench_optimizer_step bench.log 45 "$build/bench_cuda_optimizer_step"
+    # the tensor-core attention's kernels as built (sm_90 SASS): per kernel, LDGSTS (cp.async,
+    # the pipelined staging's) and LDG.E.128 (16-byte loads) counted, when cuobjdump is here
+    cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
+    if [ -n "$cuobjdump" ]; then
+        step sass_attention bench.log 60 scripts/sass-count.sh "$cuobjdump" \
+            "$build/liblwopt_cuda.so" flash_mma
+    else
+        echo "sass_attention: skipped (no cuobjdump here)" | tee -a "$summary"
+    fi
     step bench_attention bench.log 60 "$build/bench_cuda_attention"
     # LWOPT_GEMM_REPORT: which path each bf16-output GEMM shape takes (cuBLASLt's epilogue or not)
     step bench_gpt2 bench.log 150 env LWOPT_GEMM_REPORT=1 bin/lwopt run bench/gpt2_gpu.lua

@@ -5,7 +5,8 @@ Prints, from OUT/bench.log and OUT/peers.log: tokens/s of each GPT-2 configurati
 bench/gpt2_gpu.lua and of the PyTorch peer (bench/peers/torch_gpt2.py), lwopt's best against
 torch.compile's with the same optimizer, Muon's cost over AdamW, the memory columns, Newton-
 Schulz against cuBLAS's GEMM (bench_cuda_newton_schulz's worst ratio), and attention per layer
-(bench_cuda_attention against torch_attention.py's SDPA, shape by shape); from OUT/profile.txt (Nsight
+(bench_cuda_attention against torch_attention.py's SDPA, shape by shape, the tensor-core kernels'
+pipelined staging beside); from OUT/profile.txt (Nsight
 Compute's --csv, or Nsight Systems' cuda_gpu_kern_sum report) each kernel family's share of GPU
 time and the largest kernels. A figure whose log is missing is said to be missing.
 Usage: scripts/gpu_report.py OUT            (the standard library only: runs on any python3)
@@ -124,9 +125,14 @@ def attention_lines(bench, peers):
         return ["attention (bench_cuda_attention): no table in bench.log"]
     out = ["attention per layer, forward + backward ms (bench_cuda_attention, torch_attention.py):"]
     for (shape, kernels), (fwd, both) in ours.items():
-        if not kernels.startswith("lwopt bf16"):
+        # the synchronous staging's row leads; the pipelined one's (LWOPT_ATTN_PIPELINE=1) joins it
+        if not kernels.startswith("lwopt bf16") or "pipelined" in kernels:
             continue
         text = f"  {shape}: lwopt bf16 {both:.3f} (forward {fwd:.3f})"
+        piped = ours.get((shape, "lwopt bf16 pipelined (tensor cores)"))
+        if piped:
+            text += (f", pipelined {piped[1]:.3f} (forward {piped[0]:.3f}): "
+                     f"{piped[1] / both:.2f} of it")
         fp32 = ours.get((shape, "lwopt fp32"))
         if fp32:
             text += f", lwopt fp32 {fp32[1]:.3f}"

@@ -11,6 +11,9 @@
  * recomputes S and dP in both its passes: 3.5 times the forward's products, not 2.5). Each figure
  * is the best of the repeats of `calls` calls in a row after a warm-up, the stream synchronised
  * around them.
+ * Each bf16 shape runs twice, side by side: the tensor-core kernels' synchronous staging
+ * (LWOPT_ATTN_PIPELINE=0) and their pipelined one (=1, row "lwopt bf16 pipelined"), the variable
+ * set before each and put back after.
  * Goal: forward + backward within 1.3x of torch SDPA's, <= 0.33 ms at b 8, 12 heads, t 1024,
  * head dim 64 on an H100.
  * Usage: bench_cuda_attention [--repeats N] [--calls N] */
@@ -66,43 +69,58 @@ int main(int argc, char **argv) {
     bench_check(lw_vec_to_bf16(bench_stream, qkv16, qkv, 3 * most), "lw_vec_to_bf16");
     bench_check(lw_device_alloc(bench_gpu, 4 * most, (void **)&out), "lw_device_alloc");
     bench_check(lw_device_alloc(bench_gpu, 4 * 8 * 12 * 4096, (void **)&lse), "lw_device_alloc");
-    bench_check(lw_device_alloc(bench_gpu, 4 * 8 * 12 * 4096, (void **)&scratch),
+    /* the largest shape's scratch (D, and dout's bf16 copy for the pipelined backward) */
+    int64_t scratch_floats = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t n = lw_attention_scratch_floats(bench_stream, shapes[i].b, shapes[i].t,
+                                                      shapes[i].c, shapes[i].nh, shapes[i].nh, 0);
+        scratch_floats = n > scratch_floats ? n : scratch_floats;
+    }
+    bench_check(lw_device_alloc(bench_gpu, 4 * scratch_floats, (void **)&scratch),
                 "lw_device_alloc");
+    const char *was = getenv("LWOPT_ATTN_PIPELINE");
+    char *saved = was != NULL ? strdup(was) : NULL;
     printf("| attention shape | kernels | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n"
            "|---|---|---|---|---|---|\n");
-    double goal_shape = 0;
+    double goal_shape = 0, goal_pipelined = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         const int64_t hd = s->c / s->nh;
-        bench_check(lw_attention_scratch_floats(bench_stream, s->b, s->t, s->c, s->nh, s->nh,
-                                                0) <=
-                            8 * 12 * 4096
-                        ? LW_OK
-                        : LW_ERR_RANGE,
-                    "the attention scratch");
         const double flops = 2.0 * (double)(s->b * s->nh) * (double)(s->t * s->t) * (double)hd;
-        for (int p = 0; p < (s->t == 1024 ? 2 : 1); p++) {
-            const lw_matmul m = p == 0 ? LW_MATMUL_BF16 : LW_MATMUL_FP32;
+        /* p 0: bf16, synchronous staging; 1: bf16, pipelined; 2: fp32 (t 1024 alone) */
+        for (int p = 0; p < (s->t == 1024 ? 3 : 2); p++) {
+            const lw_matmul m = p < 2 ? LW_MATMUL_BF16 : LW_MATMUL_FP32;
             bench_check(lw_device_set_matmul(bench_gpu, m), "lw_device_set_matmul");
-            const int n = p == 0 ? calls : 1; /* the fp32 kernels take ms a call */
+            setenv("LWOPT_ATTN_PIPELINE", p == 1 ? "1" : "0", 1);
+            const int n = p < 2 ? calls : 1; /* the fp32 kernels take ms a call */
             /* bf16: qkv and out in bf16, as the model keeps them (and SDPA is given) */
-            const void *q = p == 0 ? (const void *)qkv16 : (const void *)qkv;
-            const lw_dtype dt = p == 0 ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+            const void *q = p < 2 ? (const void *)qkv16 : (const void *)qkv;
+            const lw_dtype dt = p < 2 ? LW_DTYPE_BF16 : LW_DTYPE_F32;
             const double f = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, false, repeats, n);
             const double fb = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, true, repeats, n);
+            static const char *kernels[] = {"bf16 (tensor cores)", "bf16 pipelined (tensor cores)",
+                                            "fp32"};
             printf("| attention b %lld, nh %lld, t %lld, hd %lld | lwopt %s | %.3f | %.3f | %.1f | "
                    "%.1f |\n",
-                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd,
-                   p == 0 ? "bf16 (tensor cores)" : "fp32", f, fb, flops / f / 1e9,
-                   3.5 * flops / fb / 1e9);
+                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd, kernels[p], f,
+                   fb, flops / f / 1e9, 3.5 * flops / fb / 1e9);
             fflush(stdout);
             if (p == 0 && i == 0) goal_shape = fb;
+            if (p == 1 && i == 0) goal_pipelined = fb;
         }
     }
     bench_check(lw_device_set_matmul(bench_gpu, LW_MATMUL_FP32), "lw_device_set_matmul");
+    if (saved != NULL)
+        setenv("LWOPT_ATTN_PIPELINE", saved, 1);
+    else
+        unsetenv("LWOPT_ATTN_PIPELINE");
+    free(saved);
     printf("\nb 8, 12 heads, t 1024, head dim 64: forward + backward %.3f ms a layer in bf16 "
            "(goal <= 0.33 ms: 1.3x torch SDPA's ~0.25 ms on an H100); best of %d x %d calls\n",
            goal_shape, repeats, calls);
+    printf("the same, pipelined staging (LWOPT_ATTN_PIPELINE=1): %.3f ms, %.2f of the "
+           "synchronous\n",
+           goal_pipelined, goal_pipelined / goal_shape);
     lw_device_free(bench_gpu, qkv), lw_device_free(bench_gpu, dout);
     lw_device_free(bench_gpu, dqkv), lw_device_free(bench_gpu, out);
     lw_device_free(bench_gpu, lse), lw_device_free(bench_gpu, scratch);

@@ -4,7 +4,8 @@
 // of kernels (attention_mma.cu's on tensor cores under the bf16 matmul setting,
 // attention_fp32.cu's in fp32 otherwise), the launches, for the fp32 kernels a bf16 qkv's
 // widening and a bf16 output's and dqkv's rounding through the stream's workspace, and the
-// heads' largest scores reduced from the rows' that either forward leaves in the scratch.
+// heads' largest scores reduced from the rows' that either forward leaves in the scratch, and
+// LWOPT_ATTN_PIPELINE, which picks the tensor-core kernels' staging.
 #include "cuda/attention_fp32.h"
 #include "cuda/attention_mma.h"
 #include "cuda/cuda.h"
@@ -12,6 +13,9 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -56,12 +60,43 @@ static lw_status heads_max(lw_stream *s, float *head_max, const float *rowmax, i
 
 // ---- the table's entries ------------------------------------------------------------------------
 
+// Where dout's bf16 copy starts in the scratch, in floats: past the b nh t row values, at a
+// 256-byte boundary (16 bytes is what cp.async needs).
+static int64_t dout16_at(int64_t b, int64_t t, int64_t nh) { return (b * nh * t + 63) / 64 * 64; }
+
 // One float per (batch, head, row): the backward's D = rowsum(dout * out), or the forward's rows'
-// largest scores when it is asked for the heads' maxima.
+// largest scores when it is asked for the heads' maxima. At a head dim the tensor-core kernels
+// serve, room after them for dout in bf16 [b, t, c], which their pipelined backward stages
+// (LWOPT_ATTN_PIPELINE=1): sized whatever the variable holds now, since it is read per launch.
 int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv,
                                      int64_t window) {
-    (void)c, (void)nkv, (void)window;
-    return b > 0 && t > 0 && nh > 0 ? b * nh * t : 0;
+    (void)nkv, (void)window;
+    if (b <= 0 || t <= 0 || nh <= 0) return 0;
+    if (c <= 0 || c % nh != 0 || !lwc_flash_mma_serves(c / nh)) return b * nh * t;
+    return dout16_at(b, t, nh) + (b * t * c + 1) / 2;
+}
+
+// LWOPT_ATTN_PIPELINE, read at each launch (a benchmark switches it between runs): unset, empty
+// or "0", the tensor-core kernels stage each step's tiles synchronously, as they always have;
+// "1", a bf16 qkv's a step ahead by cp.async, the backward's dO from the bf16 copy the row dots
+// write (an fp32 qkv has the one staging: the variable changes nothing for it). Any other value
+// fails the launch, and is named on stderr once.
+static lw_status pipeline_setting(const lw_stream *s, bool *on) {
+    static bool said;
+    const char *env = getenv("LWOPT_ATTN_PIPELINE");
+    *on = env != NULL && strcmp(env, "1") == 0;
+    if (env == NULL || env[0] == '\0' || strcmp(env, "0") == 0 || *on) return LW_OK;
+    if (!said)
+        fprintf(stderr,
+                "lwopt: LWOPT_ATTN_PIPELINE=\"%s\" is none of its values: unset or 0 (the "
+                "tensor-core attention stages its tiles synchronously), 1 (pipelined, by "
+                "cp.async)\n",
+                env);
+    said = true;
+    return lwc_host->fail(LW_ERR_INVALID,
+                          "%s: attention: LWOPT_ATTN_PIPELINE is \"%s\"; it takes 0 (or unset) "
+                          "or 1",
+                          s->device->name, env);
 }
 
 // What these kernels need of the shapes (the dispatcher checked that there is work, that nh
@@ -107,12 +142,21 @@ static bool tensor_cores(const lw_stream *s, int64_t b, int64_t t, int64_t c, in
                          bool backward, const void *const *tensors, int count) {
     const lwc_device *d = lwc_dev(s->device);
     if (s->device->matmul != LW_MATMUL_BF16 || !lwc_flash_mma_serves(c / nh) || d->prop.major < 8 ||
-        lwc_flash_mma_smem_bytes(c / nh, backward) > d->prop.sharedMemPerBlockOptin ||
+        lwc_flash_mma_smem_bytes(c / nh, backward, false) > d->prop.sharedMemPerBlockOptin ||
         lwc_flash_mma_blocks(b, t, nh) > INT_MAX)
         return false;
     for (int i = 0; i < count; i++)
         if ((uintptr_t)tensors[i] % 16 != 0) return false;
     return true;
+}
+
+// Whether the tensor-core kernels, chosen, take the pipelined staging: asked for
+// (pipeline_setting), a bf16 qkv, and their larger tiles within the device's shared memory (at
+// head dim 128 the backward's pass an 8.6 or 8.9 GPU's 99 KB: the synchronous staging there).
+static bool pipelined(const lw_stream *s, bool asked, bool qkv16, int64_t hd, bool backward) {
+    return asked && qkv16 &&
+           lwc_flash_mma_smem_bytes(hd, backward, true) <=
+               lwc_dev(s->device)->prop.sharedMemPerBlockOptin;
 }
 
 // The tensor-core kernels read a bf16 qkv and write a bf16 out as they are. The fp32 kernels
@@ -133,14 +177,17 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     const bool out16 = out_dtype == LW_DTYPE_BF16, qkv16 = qkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {qkv, out};
     const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
-    lw_status st = check_attention(s, "forward", b, t, c, nh, nkv, false, mma);
+    bool asked;
+    lw_status st = pipeline_setting(s, &asked);
+    if (st == LW_OK) st = check_attention(s, "forward", b, t, c, nh, nkv, false, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
     if (mma) {
         st = lwc_launched(s,
                           lwc_flash_mma_forward(cs, out, out16, lse, rowmax, qkv, qkv16, b, t, c,
-                                                nh, nkv, window),
+                                                nh, nkv, window,
+                                                pipelined(s, asked, qkv16, c / nh, false)),
                           "the attention kernel (tensor cores)");
         return st == LW_OK ? heads_max(s, head_max, rowmax, b, t, nh) : st;
     }
@@ -158,7 +205,8 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
 }
 
 // The fp32 kernels take a bf16 qkv widened into the stream's workspace and accumulate a bf16
-// dqkv there (widened first, rounded back after).
+// dqkv there (widened first, rounded back after). The pipelined tensor-core kernels take dout
+// in bf16, which the row dots write into the scratch past D (lwc_attention_scratch_floats).
 lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, float *scratch,
                                  const float *dout, const void *qkv, lw_dtype qkv_dtype,
                                  const void *out, lw_dtype out_dtype, const float *lse, int64_t b,
@@ -166,19 +214,25 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
     const bool qkv16 = qkv_dtype == LW_DTYPE_BF16, d16 = dqkv_dtype == LW_DTYPE_BF16;
     const void *tensors[] = {dqkv, dout, qkv};
     const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
-    lw_status st = check_attention(s, "backward", b, t, c, nh, nkv, true, mma);
+    bool asked;
+    lw_status st = pipeline_setting(s, &asked);
+    if (st == LW_OK) st = check_attention(s, "backward", b, t, c, nh, nkv, true, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
     cudaStream_t cs = lwc_cuda_stream(s);
-    // D = rowsum(dout * out) into the scratch, for either pair of kernels
+    uint16_t *dout16 = NULL; // the pipelined kernels' dO, where cp.async can read it
+    if (mma && pipelined(s, asked, qkv16, c / nh, true) && (uintptr_t)scratch % 16 == 0)
+        dout16 = reinterpret_cast<uint16_t *>(scratch + dout16_at(b, t, nh));
+    // D = rowsum(dout * out) into the scratch, for either pair of kernels (and dout16)
     st = lwc_launched(
-        s, lwc_flash_rowdot(cs, scratch, dout, out, out_dtype == LW_DTYPE_BF16, b, t, c, nh),
+        s,
+        lwc_flash_rowdot(cs, scratch, dout, out, out_dtype == LW_DTYPE_BF16, b, t, c, nh, dout16),
         "the attention backward's row sums");
     if (st != LW_OK) return st;
     if (mma)
         return lwc_launched(s,
                             lwc_flash_mma_backward(cs, dqkv, d16, scratch, dout, qkv, qkv16, lse, b,
-                                                   t, c, nh, nkv, window),
+                                                   t, c, nh, nkv, window, dout16),
                             "the attention backward kernels (tensor cores)");
     const int64_t nq = b * t * (c + 2 * nkv * (c / nh));
     const int64_t bytes[2] = {qkv16 ? 4 * nq : 0, d16 ? 4 * nq : 0};

@@ -21,6 +21,7 @@
 #include "cuda/attention_fp32.h"
 #include "cuda/bf16_bits.h"
 #include "cuda/cuda.h"
+#include "cuda/mma_layout.h"
 
 #include <limits.h>
 #include <math.h>
@@ -218,18 +219,27 @@ __global__ void __launch_bounds__(THREADS)
 
 // dd[bh, i] = dout_i . out_i over the head's hd channels (in double, as the CPU): one warp per
 // row, rows = b * nh * t.
-// O: float, or unsigned short for a bf16 out (widened exactly).
-template <typename O>
-__global__ void rowdot_kernel(float *dd, const float *dout, const O *out, int64_t rows, int t,
-                              int c, int nh, int hd) {
+// O: float, or unsigned short for a bf16 out (widened exactly). COPY (hd a multiple of 32): also
+// dout16 = dout in bf16, each even channel's lane rounding it with the next as the tensor-core
+// kernels' staging rounds a pair (mma_layout.h's lwc_mma_pack), so that their pipelined variant
+// stages the same bits.
+template <typename O, bool COPY>
+__global__ void rowdot_kernel(float *dd, uint16_t *dout16, const float *dout, const O *out,
+                              int64_t rows, int t, int c, int nh, int hd) {
     const int lane = threadIdx.x & 31;
     const int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + (threadIdx.x >> 5);
     if (r >= rows) return; // whole warps
     const int64_t bh = r / t, i = r - bh * t, bi = bh / nh, h = bh - bi * nh;
     const int64_t off = (bi * t + i) * c + h * hd;
     double s = 0.0;
-    for (int d = lane; d < hd; d += 32)
+    for (int d = lane; d < hd; d += 32) {
         s += (double)dout[off + d] * lwc_load(out, off + d);
+        if (COPY) {
+            const float next = __shfl_down_sync(0xffffffffu, dout[off + d], 1);
+            if ((lane & 1) == 0)
+                *reinterpret_cast<uint32_t *>(dout16 + off + d) = lwc_mma_pack(dout[off + d], next);
+        }
+    }
     for (int o = 16; o > 0; o >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) dd[r] = (float)s;
@@ -479,18 +489,32 @@ cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, float
     }
 }
 
-cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
-                             bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh) {
-    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
-    const int64_t rows = b * nh * t, per_block = THREADS / 32;
+// The row dots with out of either type, and dout's bf16 copy when asked.
+template <bool COPY>
+static void rowdot(cudaStream_t stream, float *dd, uint16_t *dout16, const float *dout,
+                   const void *out, bool out_bf16, int64_t rows, int64_t t, int64_t c, int64_t nh) {
+    const int64_t per_block = THREADS / 32;
     const unsigned blocks = (unsigned)((rows + per_block - 1) / per_block);
     if (out_bf16)
-        rowdot_kernel<<<blocks, THREADS, 0, stream>>>(dd, dout,
-                                                      static_cast<const unsigned short *>(out),
-                                                      rows, (int)t, (int)c, (int)nh, (int)(c / nh));
+        rowdot_kernel<unsigned short, COPY><<<blocks, THREADS, 0, stream>>>(
+            dd, dout16, dout, static_cast<const unsigned short *>(out), rows, (int)t, (int)c,
+            (int)nh, (int)(c / nh));
     else
-        rowdot_kernel<<<blocks, THREADS, 0, stream>>>(dd, dout, static_cast<const float *>(out),
-                                                      rows, (int)t, (int)c, (int)nh, (int)(c / nh));
+        rowdot_kernel<float, COPY>
+            <<<blocks, THREADS, 0, stream>>>(dd, dout16, dout, static_cast<const float *>(out),
+                                             rows, (int)t, (int)c, (int)nh, (int)(c / nh));
+}
+
+cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
+                             bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh,
+                             uint16_t *dout16) {
+    if (b <= 0 || t <= 0 || c <= 0 || nh <= 0) return cudaSuccess;
+    if (dout16 != nullptr && (c / nh) % 32 != 0) return cudaErrorInvalidValue;
+    const int64_t rows = b * nh * t;
+    if (dout16 != nullptr)
+        rowdot<true>(stream, dd, dout16, dout, out, out_bf16, rows, t, c, nh);
+    else
+        rowdot<false>(stream, dd, nullptr, dout, out, out_bf16, rows, t, c, nh);
     return cudaGetLastError();
 }
 

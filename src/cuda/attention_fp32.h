@@ -20,9 +20,12 @@ cudaError_t lwc_flash_forward(cudaStream_t stream, float *out, float *lse, float
                               const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
                               int64_t nkv, int64_t window);
 // dd[b, nh, t] = rowsum(dout * out) over each head's channels, in double rounded once: the
-// backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch).
+// backward's D, for these kernels and attention_mma.cu's (dd: the entry's scratch). dout16[b, t,
+// c] (optional; head dim a multiple of 32): dout rounded to bf16 as attention_mma.cu's staging
+// rounds it, for its pipelined kernels.
 cudaError_t lwc_flash_rowdot(cudaStream_t stream, float *dd, const float *dout, const void *out,
-                             bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh);
+                             bool out_bf16, int64_t b, int64_t t, int64_t c, int64_t nh,
+                             uint16_t *dout16);
 // dqkv[b, t, c + 2 nkv hd] += the backward, from dd (lwc_flash_rowdot's, queued before).
 cudaError_t lwc_flash_backward(cudaStream_t stream, float *dqkv, const float *dd, const float *dout,
                                const float *qkv, const float *lse, int64_t b, int64_t t, int64_t c,

@@ -15,10 +15,13 @@
 // softmax comes from mma_layout.h, which tests/mma_layout/ shares: it runs these three
 // tile loops on the CPU, step for step (the numbered steps below are its), emulating a warp's
 // lanes, mma.sync and ldmatrix, against double-precision attention. The tile sizes and why are
-// in mma_layout.h.
+// in mma_layout.h; the two stagings of the steps' tiles (PIPE), in attention_stage.h.
 #include "cuda/bf16_bits.h"
 #include "cuda/attention_mma.h"
+#include "cuda/attention_stage.h"
 #include "cuda/mma_layout.h"
+
+#include <type_traits>
 
 namespace {
 
@@ -26,7 +29,8 @@ constexpr int THREADS = LWC_FA_THREADS;
 // Blocks an SM should hold at once, which caps the registers a thread may use: at head dim 64
 // the forward and dQ kernels fit 168 registers (three blocks of 128 threads in an SM's 64 Ki)
 // with no spill (ptxas -v, sm_80 and sm_90); dK/dV would spill there, and at 128 each needs
-// about 255 (two blocks) whatever is asked.
+// about 255 (two blocks) whatever is asked. The pipelined kernels' counts are alike, and so
+// are their blocks per SM (mma_layout.h's tiles comment).
 template <int D> constexpr int MIN_BLOCKS = D == 64 ? 3 : 2;
 constexpr float LOG2E = 1.44269504088896341f;
 
@@ -62,32 +66,6 @@ __device__ __forceinline__ void load_block(uint32_t *r, const uint16_t *tile, in
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(a));
-}
-
-// Rows [r0, r0 + ROWS) of one head's [t, D] slice of a tensor (rows `stride` values apart) into
-// a shared tile in bf16: fp32 values rounded, bf16 ones (T uint16_t) copied; rows at or past t
-// are zeros. A fixed count of 4-value chunks per thread, unrolled, so that a thread's loads are
-// issued before its first store waits on one.
-__device__ __forceinline__ uint2 chunk_bf16(const float *p) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    return make_uint2(lwc_mma_pack(v.x, v.y), lwc_mma_pack(v.z, v.w));
-}
-__device__ __forceinline__ uint2 chunk_bf16(const uint16_t *p) {
-    return *reinterpret_cast<const uint2 *>(p);
-}
-
-template <int D, int ROWS, typename T>
-__device__ __forceinline__ void stage(uint16_t *tile, const T *src, int64_t stride, int r0, int t) {
-    static_assert(ROWS * D / 4 % THREADS == 0, "whole chunks per thread");
-#pragma unroll
-    for (int i = 0; i < ROWS * D / 4 / THREADS; i++) {
-        const int e = threadIdx.x + i * THREADS;
-        int row, col;
-        lwc_fa_chunk(e, D, &row, &col);
-        uint2 v = make_uint2(0u, 0u);
-        if (r0 + row < t) v = chunk_bf16(src + (int64_t)(r0 + row) * stride + col);
-        *reinterpret_cast<uint2 *>(tile + lwc_fa_at(row, col, D)) = v;
-    }
 }
 
 // A lane's two adjacent outputs of a row (col even): float2, or two bf16 rounded as the CPU
@@ -181,11 +159,14 @@ __device__ __forceinline__ void add2(uint16_t *g, float x, float y) {
 
 // Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
-template <int D, typename QKV, typename O>
+template <int D, typename QKV, typename O, bool PIPE>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     flash_mma_forward_kernel(O *out, float *lse, float *rowmax, const QKV *qkv, heads a, float sc) {
+    static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
+    // PIPE: buffer 1's K and V follow buffer 0's (KV_BUF apart)
+    constexpr int KV_BUF = 2 * LWC_FA_STEP * LD;
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
     const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
@@ -197,8 +178,14 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     const QKV *rows = qkv + (int64_t)bi * t * c3, *q = rows + (int64_t)h * D;
     const QKV *k = rows + c + (int64_t)(h / a.group) * D, *v = k + (int64_t)a.nkv * D;
 
-    // 1. the block's Q; the warp's 16 rows as A operands, held for every step
-    stage<D, LWC_FA_BLOCK>(qs, q, c3, q0, t);
+    // 1. the block's Q (PIPE: once the first K and V are sent); its A operands, held throughout
+    if constexpr (PIPE) {
+        const int k0 = lwc_fa_first_key_step(q0, window) * LWC_FA_STEP;
+        lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks, k, c3, k0, t);
+        lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs, v, c3, k0, t);
+        lwc_stage_commit();
+    }
+    lwc_stage<D, LWC_FA_BLOCK, THREADS>(qs, q, c3, q0, t);
     __syncthreads();
     uint32_t qa[KD][4];
 #pragma unroll
@@ -210,10 +197,24 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
-        __syncthreads(); // every warp is done with the last step's
-        stage<D, LWC_FA_STEP>(ks, k, c3, k0, t);
-        stage<D, LWC_FA_STEP>(vs, v, c3, k0, t);
-        __syncthreads();
+        const uint16_t *kb = ks, *vb = vs;
+        if constexpr (PIPE) {
+            const int buf = lwc_fa_stage_buffer(step - lwc_fa_first_key_step(q0, window));
+            kb = ks + buf * KV_BUF, vb = vs + buf * KV_BUF;
+            lwc_stage_wait_all();
+            __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
+            if (step < last) {
+                const int next = (step + 1) * LWC_FA_STEP;
+                lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, c3, next, t);
+                lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, c3, next, t);
+                lwc_stage_commit();
+            }
+        } else {
+            __syncthreads(); // every warp is done with the last step's
+            lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, c3, k0, t);
+            lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, c3, k0, t);
+            __syncthreads();
+        }
         // 3. S = Q K^T, two key tiles per ldmatrix
         float s[NT][4] = {};
 #pragma unroll
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
 #pragma unroll
             for (int jj = 0; jj < NT / 2; jj++) {
                 uint32_t b[4];
-                load_block<D, LWC_LDSM_B>(b, ks, 16 * jj, 16 * kk, lane);
+                load_block<D, LWC_LDSM_B>(b, kb, 16 * jj, 16 * kk, lane);
                 mma(s[2 * jj], qa[kk], b[0], b[1]);
                 mma(s[2 * jj + 1], qa[kk], b[2], b[3]);
             }
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         lwc_fa_softmax(s, NT, sc, mx, m, l, alpha);
         lwc_fa_rescale(o, ND, alpha);
         // 5. O += P V: P's C tiles as A operands, V's B operands transposed by ldmatrix
-        accumulate<D, NT>(o, s, vs, lane);
+        accumulate<D, NT>(o, s, vb, lane);
     }
     // 6. the rows' sums over the quad; out = O / l, lse, and when asked the rows' largest scores
     quad_sum(l);
@@ -256,18 +257,25 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     }
 }
 
+// The backward kernels' dout: fp32, or (PIPE) attention.cu's bf16 copy of it.
+template <bool PIPE> using dout_t = typename std::conditional<PIPE, uint16_t, float>::type;
+
 // dK and dV: a block per (batch x KV head, 64 keys), warp w owning keys 16w .. 16w + 15, over
 // the query heads that read the KV head and, for each, the query steps from the diagonal to the
-// window's last. dd: D per (batch x head, row).
-template <int D, typename QKV, typename DQ>
+// window's last. dd: D per (batch x head, row). PIPE: the steps run as one sequence over the
+// query heads, the next (the next head's first after a head's last) staged during this one.
+template <int D, typename QKV, typename DQ, bool PIPE>
 __global__ void __launch_bounds__(THREADS)
-    flash_mma_dkdv_kernel(DQ *dqkv, const float *dout, const QKV *qkv, const float *lse,
+    flash_mma_dkdv_kernel(DQ *dqkv, const dout_t<PIPE> *dout, const QKV *qkv, const float *lse,
                           const float *dd, heads a, float scale, float sc) {
+    static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int M = LWC_FA_KV_STEP(D), NT = M / 8, ND = D / 8, LD = D + LWC_FA_PAD;
+    // PIPE: buffer 1's Q and dO follow buffer 0's (Q_BUF apart), then both buffers' floats
+    constexpr int Q_BUF = 2 * M * LD, F_BUF = 2 * M;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *ks = smem, *vs = ks + LWC_FA_BLOCK * LD, *qs = vs + LWC_FA_BLOCK * LD;
     uint16_t *os = qs + M * LD;
-    float *ls = reinterpret_cast<float *>(os + M * LD), *ds = ls + M;
+    float *ls = reinterpret_cast<float *>(PIPE ? qs + 2 * Q_BUF : os + M * LD), *ds = ls + M;
     const int t = a.t, c = a.c, window = a.window;
     int bk, tile;
     lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_DKDV, &bk, &tile);
@@ -278,38 +286,70 @@ __global__ void __launch_bounds__(THREADS)
     const int64_t kv = rows + c + (int64_t)kh * D; // the KV head's k (its v nkv D further)
     const QKV *k = qkv + kv, *v = k + (int64_t)a.nkv * D;
 
-    // 1. the block's K and V
-    stage<D, LWC_FA_BLOCK>(ks, k, c3, k0, t);
-    stage<D, LWC_FA_BLOCK>(vs, v, c3, k0, t);
+    // 1. the block's K and V (PIPE: with the first step's Q and dO)
+    if constexpr (PIPE) {
+        lwc_stage_async<D, LWC_FA_BLOCK, THREADS>(ks, k, c3, k0, t);
+        lwc_stage_async<D, LWC_FA_BLOCK, THREADS>(vs, v, c3, k0, t);
+        const int h0 = kh * a.group, first = lwc_fa_first_query_step(k0, M);
+        lwc_stage_query_step<D, M, THREADS>(
+            qs, os, ls, ds, qkv + rows + (int64_t)h0 * D, c3,
+            dout + (int64_t)bi * t * c + (int64_t)h0 * D, c, lse + ((int64_t)bi * a.nh + h0) * t,
+            dd + ((int64_t)bi * a.nh + h0) * t, LOG2E, first * M, t);
+        lwc_stage_commit();
+    } else {
+        lwc_stage<D, LWC_FA_BLOCK, THREADS>(ks, k, c3, k0, t);
+        lwc_stage<D, LWC_FA_BLOCK, THREADS>(vs, v, c3, k0, t);
+    }
     float dk[ND][4] = {}, dv[ND][4] = {};
 
     const int first = lwc_fa_first_query_step(k0, M);
     const int last = lwc_fa_last_query_step(k0, t, M, window);
+    int n = 0; // PIPE: the steps begun, whose parity is the buffer
     for (int h = kh * a.group; h < (kh + 1) * a.group; h++) {
         const int bh = bi * a.nh + h;
         const QKV *q = qkv + rows + (int64_t)h * D;
-        const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
+        const dout_t<PIPE> *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
         const float *lse_h = lse + (int64_t)bh * t, *dd_h = dd + (int64_t)bh * t;
         for (int step = first; step <= last; step++) {
             const int q0 = step * M;
             // 2. the step's Q, dO, lse log2(e) and D (0 past t)
-            __syncthreads();
-            stage<D, M>(qs, q, c3, q0, t);
-            stage<D, M>(os, dout_h, c, q0, t);
-            for (int r = threadIdx.x; r < M; r += THREADS) {
-                ls[r] = q0 + r < t ? lse_h[q0 + r] * LOG2E : 0.0f;
-                ds[r] = q0 + r < t ? dd_h[q0 + r] : 0.0f;
+            const uint16_t *qb = qs, *ob = os;
+            const float *lb = ls, *db = ds;
+            if constexpr (PIPE) {
+                const int buf = lwc_fa_stage_buffer(n++), other = 1 - buf;
+                qb = qs + buf * Q_BUF, ob = os + buf * Q_BUF, lb = ls + buf * F_BUF,
+                db = ds + buf * F_BUF;
+                lwc_stage_wait_all();
+                __syncthreads(); // this step's tiles are in; every warp is done with the other
+                int nh = h, ns = step;
+                if (lwc_fa_next_query_step(&nh, &ns, first, last, (kh + 1) * a.group)) {
+                    const int64_t nbh = (int64_t)bi * a.nh + nh;
+                    lwc_stage_query_step<D, M, THREADS>(
+                        qs + other * Q_BUF, os + other * Q_BUF, ls + other * F_BUF,
+                        ds + other * F_BUF, qkv + rows + (int64_t)nh * D, c3,
+                        dout + (int64_t)bi * t * c + (int64_t)nh * D, c, lse + nbh * t,
+                        dd + nbh * t, LOG2E, ns * M, t);
+                    lwc_stage_commit();
+                }
+            } else {
+                __syncthreads();
+                lwc_stage<D, M, THREADS>(qs, q, c3, q0, t);
+                lwc_stage<D, M, THREADS>(os, dout_h, c, q0, t);
+                for (int r = threadIdx.x; r < M; r += THREADS) {
+                    ls[r] = q0 + r < t ? lse_h[q0 + r] * LOG2E : 0.0f;
+                    ds[r] = q0 + r < t ? dd_h[q0 + r] : 0.0f;
+                }
+                __syncthreads();
             }
-            __syncthreads();
             // 3. S^T = K Q^T and dP^T = V dO^T, the warp's keys as A operands
             float s[NT][4] = {}, dp[NT][4] = {};
-            score_pair<D, NT>(s, dp, ks, vs, qs, os, warp, lane);
+            score_pair<D, NT>(s, dp, ks, vs, qb, ob, warp, lane);
             // 4. P^T and dS^T (masked on the diagonal's and the window edge's steps, and past t)
-            lwc_fa_grad_kv(s, dp, NT, lane, ls, ds, row0, q0, t, window,
+            lwc_fa_grad_kv(s, dp, NT, lane, lb, db, row0, q0, t, window,
                            lwc_fa_grad_masked(q0, M, k0, LWC_FA_BLOCK, t, window), sc);
             // 5. dV += P^T dO, dK += dS^T Q
-            accumulate<D, NT>(dv, s, os, lane);
-            accumulate<D, NT>(dk, dp, qs, lane);
+            accumulate<D, NT>(dv, s, ob, lane);
+            accumulate<D, NT>(dk, dp, qb, lane);
         }
     }
     // 6. dqkv's k part += scale dK, its v part += dV
@@ -328,11 +368,14 @@ __global__ void __launch_bounds__(THREADS)
 
 // dQ: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over the
 // key steps from the window's first to the diagonal.
-template <int D, typename QKV, typename DQ>
+template <int D, typename QKV, typename DQ, bool PIPE>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
-    flash_mma_dq_kernel(DQ *dqkv, const float *dout, const QKV *qkv, const float *lse,
+    flash_mma_dq_kernel(DQ *dqkv, const dout_t<PIPE> *dout, const QKV *qkv, const float *lse,
                         const float *dd, heads a, float scale, float sc) {
+    static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
+    // PIPE: buffer 1's K and V follow buffer 0's (KV_BUF apart)
+    constexpr int KV_BUF = 2 * LWC_FA_STEP * LD;
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
     uint16_t *vs = ks + LWC_FA_STEP * LD;
@@ -345,11 +388,20 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     const int64_t c3 = a.ld, rows = (int64_t)bi * t * c3, head = rows + (int64_t)h * D;
     const QKV *q = qkv + head, *k = qkv + rows + c + (int64_t)(h / a.group) * D;
     const QKV *v = k + (int64_t)a.nkv * D;
-    const float *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
+    const dout_t<PIPE> *dout_h = dout + (int64_t)bi * t * c + (int64_t)h * D;
 
-    // 1. the block's Q and dO; the lane's two rows' lse log2(e) and D
-    stage<D, LWC_FA_BLOCK>(qs, q, c3, q0, t);
-    stage<D, LWC_FA_BLOCK>(os, dout_h, c, q0, t);
+    // 1. the block's Q and dO (PIPE: with the first K and V); the lane's rows' lse log2(e), D
+    if constexpr (PIPE) {
+        lwc_stage_async<D, LWC_FA_BLOCK, THREADS>(qs, q, c3, q0, t);
+        lwc_stage_async<D, LWC_FA_BLOCK, THREADS>(os, dout_h, c, q0, t);
+        const int k0 = lwc_fa_first_key_step(q0, window) * LWC_FA_STEP;
+        lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks, k, c3, k0, t);
+        lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs, v, c3, k0, t);
+        lwc_stage_commit();
+    } else {
+        lwc_stage<D, LWC_FA_BLOCK, THREADS>(qs, q, c3, q0, t);
+        lwc_stage<D, LWC_FA_BLOCK, THREADS>(os, dout_h, c, q0, t);
+    }
     float lr[2], dr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -363,18 +415,32 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
-        __syncthreads();
-        stage<D, LWC_FA_STEP>(ks, k, c3, k0, t);
-        stage<D, LWC_FA_STEP>(vs, v, c3, k0, t);
-        __syncthreads();
+        const uint16_t *kb = ks, *vb = vs;
+        if constexpr (PIPE) {
+            const int buf = lwc_fa_stage_buffer(step - lwc_fa_first_key_step(q0, window));
+            kb = ks + buf * KV_BUF, vb = vs + buf * KV_BUF;
+            lwc_stage_wait_all();
+            __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
+            if (step < last) {
+                const int next = (step + 1) * LWC_FA_STEP;
+                lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, c3, next, t);
+                lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, c3, next, t);
+                lwc_stage_commit();
+            }
+        } else {
+            __syncthreads();
+            lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, c3, k0, t);
+            lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, c3, k0, t);
+            __syncthreads();
+        }
         // 3. S = Q K^T and dP = dO V^T, the warp's rows as A operands
         float s[NT][4] = {}, dp[NT][4] = {};
-        score_pair<D, NT>(s, dp, qs, os, ks, vs, warp, lane);
+        score_pair<D, NT>(s, dp, qs, os, kb, vb, warp, lane);
         // 4. dS = P (dP - D), into s
         lwc_fa_grad_q(s, dp, NT, lane, lr, dr, row0, k0, t, window,
                       lwc_fa_grad_masked(q0, LWC_FA_BLOCK, k0, LWC_FA_STEP, t, window), sc);
         // 5. dQ += dS K
-        accumulate<D, NT>(dq, s, ks, lane);
+        accumulate<D, NT>(dq, s, kb, lane);
     }
     // 6. dqkv's q part += scale dQ
 #pragma unroll
@@ -402,82 +468,94 @@ heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
     return a;
 }
 
-template <int D, typename QKV, typename O>
+template <int D, typename QKV, typename O, bool PIPE>
 cudaError_t forward(cudaStream_t stream, O *out, float *lse, float *rowmax, const QKV *qkv,
                     int64_t b, const heads &a) {
-    const size_t bytes = lwc_fa_smem_bytes(D, LWC_FA_FORWARD);
-    cudaError_t e = opt_in(flash_mma_forward_kernel<D, QKV, O>, bytes);
+    const size_t bytes = lwc_fa_smem_bytes(D, LWC_FA_FORWARD, PIPE);
+    cudaError_t e = opt_in(flash_mma_forward_kernel<D, QKV, O, PIPE>, bytes);
     if (e != cudaSuccess) return e;
     const float sc = 1.0f / sqrtf((float)D) * LOG2E;
-    flash_mma_forward_kernel<D, QKV, O>
+    flash_mma_forward_kernel<D, QKV, O, PIPE>
         <<<(unsigned)(b * a.nh * a.tiles), THREADS, bytes, stream>>>(out, lse, rowmax, qkv, a, sc);
     return cudaGetLastError();
 }
 
-template <int D, typename QKV, typename DQ>
-cudaError_t backward(cudaStream_t stream, DQ *dqkv, const float *dd, const float *dout,
+template <int D, typename QKV, typename DQ, bool PIPE>
+cudaError_t backward(cudaStream_t stream, DQ *dqkv, const float *dd, const dout_t<PIPE> *dout,
                      const QKV *qkv, const float *lse, int64_t b, const heads &a) {
-    const size_t kv_bytes = lwc_fa_smem_bytes(D, LWC_FA_DKDV);
-    const size_t q_bytes = lwc_fa_smem_bytes(D, LWC_FA_DQ);
-    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D, QKV, DQ>, kv_bytes);
-    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D, QKV, DQ>, q_bytes);
+    const size_t kv_bytes = lwc_fa_smem_bytes(D, LWC_FA_DKDV, PIPE);
+    const size_t q_bytes = lwc_fa_smem_bytes(D, LWC_FA_DQ, PIPE);
+    cudaError_t e = opt_in(flash_mma_dkdv_kernel<D, QKV, DQ, PIPE>, kv_bytes);
+    if (e == cudaSuccess) e = opt_in(flash_mma_dq_kernel<D, QKV, DQ, PIPE>, q_bytes);
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)D), sc = scale * LOG2E;
     // dK and dV a block per KV head's key tile, dQ a block per query head's query tile
-    flash_mma_dkdv_kernel<D, QKV, DQ>
+    flash_mma_dkdv_kernel<D, QKV, DQ, PIPE>
         <<<(unsigned)(b * a.nkv * a.tiles), THREADS, kv_bytes, stream>>>(dqkv, dout, qkv, lse, dd,
                                                                          a, scale, sc);
-    flash_mma_dq_kernel<D, QKV, DQ><<<(unsigned)(b * a.nh * a.tiles), THREADS, q_bytes, stream>>>(
-        dqkv, dout, qkv, lse, dd, a, scale, sc);
+    flash_mma_dq_kernel<D, QKV, DQ, PIPE>
+        <<<(unsigned)(b * a.nh * a.tiles), THREADS, q_bytes, stream>>>(dqkv, dout, qkv, lse, dd, a,
+                                                                       scale, sc);
     return cudaGetLastError();
 }
 
-// The head dim's kernels for qkv of either type (bf16 as uint16_t).
+// The head dim's kernels for qkv of either type (bf16 as uint16_t; an fp32 one's staging rounds).
 template <int D, typename O>
 cudaError_t forward_for(cudaStream_t stream, O *out, float *lse, float *rowmax, const void *qkv,
-                        bool qkv_bf16, int64_t b, const heads &a) {
-    if (qkv_bf16)
-        return forward<D>(stream, out, lse, rowmax, static_cast<const uint16_t *>(qkv), b, a);
-    return forward<D>(stream, out, lse, rowmax, static_cast<const float *>(qkv), b, a);
+                        bool qkv_bf16, bool pipelined, int64_t b, const heads &a) {
+    const uint16_t *q16 = static_cast<const uint16_t *>(qkv);
+    if (qkv_bf16 && pipelined)
+        return forward<D, uint16_t, O, true>(stream, out, lse, rowmax, q16, b, a);
+    if (qkv_bf16) return forward<D, uint16_t, O, false>(stream, out, lse, rowmax, q16, b, a);
+    return forward<D, float, O, false>(stream, out, lse, rowmax, static_cast<const float *>(qkv), b,
+                                       a);
 }
 
 template <int D>
 cudaError_t forward_typed(cudaStream_t stream, void *out, bool out_bf16, float *lse, float *rowmax,
-                          const void *qkv, bool qkv_bf16, int64_t b, const heads &a) {
+                          const void *qkv, bool qkv_bf16, bool pipelined, int64_t b,
+                          const heads &a) {
     if (out_bf16)
-        return forward_for<D>(stream, static_cast<uint16_t *>(out), lse, rowmax, qkv, qkv_bf16, b,
-                              a);
-    return forward_for<D>(stream, static_cast<float *>(out), lse, rowmax, qkv, qkv_bf16, b, a);
+        return forward_for<D>(stream, static_cast<uint16_t *>(out), lse, rowmax, qkv, qkv_bf16,
+                              pipelined, b, a);
+    return forward_for<D>(stream, static_cast<float *>(out), lse, rowmax, qkv, qkv_bf16, pipelined,
+                          b, a);
 }
 
+// dout16 (a bf16 qkv alone): the pipelined kernels, which stage it instead of dout.
 template <int D, typename DQ>
 cudaError_t backward_for(cudaStream_t stream, DQ *dqkv, const float *dd, const float *dout,
-                         const void *qkv, bool qkv_bf16, const float *lse, int64_t b,
-                         const heads &a) {
-    if (qkv_bf16)
-        return backward<D>(stream, dqkv, dd, dout, static_cast<const uint16_t *>(qkv), lse, b, a);
-    return backward<D>(stream, dqkv, dd, dout, static_cast<const float *>(qkv), lse, b, a);
+                         const uint16_t *dout16, const void *qkv, bool qkv_bf16, const float *lse,
+                         int64_t b, const heads &a) {
+    const uint16_t *q16 = static_cast<const uint16_t *>(qkv);
+    if (qkv_bf16 && dout16 != nullptr)
+        return backward<D, uint16_t, DQ, true>(stream, dqkv, dd, dout16, q16, lse, b, a);
+    if (qkv_bf16) return backward<D, uint16_t, DQ, false>(stream, dqkv, dd, dout, q16, lse, b, a);
+    return backward<D, float, DQ, false>(stream, dqkv, dd, dout, static_cast<const float *>(qkv),
+                                         lse, b, a);
 }
 
 template <int D>
 cudaError_t backward_typed(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
-                           const float *dout, const void *qkv, bool qkv_bf16, const float *lse,
-                           int64_t b, const heads &a) {
+                           const float *dout, const uint16_t *dout16, const void *qkv,
+                           bool qkv_bf16, const float *lse, int64_t b, const heads &a) {
     if (dqkv_bf16)
-        return backward_for<D>(stream, static_cast<uint16_t *>(dqkv), dd, dout, qkv, qkv_bf16, lse,
-                               b, a);
-    return backward_for<D>(stream, static_cast<float *>(dqkv), dd, dout, qkv, qkv_bf16, lse, b, a);
+        return backward_for<D>(stream, static_cast<uint16_t *>(dqkv), dd, dout, dout16, qkv,
+                               qkv_bf16, lse, b, a);
+    return backward_for<D>(stream, static_cast<float *>(dqkv), dd, dout, dout16, qkv, qkv_bf16, lse,
+                           b, a);
 }
 
 } // namespace
 
 bool lwc_flash_mma_serves(int64_t hd) { return hd == 64 || hd == 128; }
 
-size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward) {
+size_t lwc_flash_mma_smem_bytes(int64_t hd, bool backward, bool pipelined) {
     if (!lwc_flash_mma_serves(hd)) return 0;
-    if (!backward) return lwc_fa_smem_bytes((int)hd, LWC_FA_FORWARD);
-    const size_t kv = lwc_fa_smem_bytes((int)hd, LWC_FA_DKDV);
-    const size_t q = lwc_fa_smem_bytes((int)hd, LWC_FA_DQ);
+    const int v = pipelined ? LWC_FA_PIPELINED : LWC_FA_SYNC;
+    if (!backward) return lwc_fa_smem_bytes((int)hd, LWC_FA_FORWARD, v);
+    const size_t kv = lwc_fa_smem_bytes((int)hd, LWC_FA_DKDV, v);
+    const size_t q = lwc_fa_smem_bytes((int)hd, LWC_FA_DQ, v);
     return kv > q ? kv : q;
 }
 
@@ -487,14 +565,17 @@ int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
 
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
                                   float *rowmax, const void *qkv, bool qkv_bf16, int64_t b,
-                                  int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
+                                  int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window,
+                                  bool pipelined) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
     const heads a = heads_of(t, c, nh, nkv, window);
     switch (c / nh) {
     case 64:
-        return forward_typed<64>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, a);
+        return forward_typed<64>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, pipelined, b,
+                                 a);
     case 128:
-        return forward_typed<128>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, b, a);
+        return forward_typed<128>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, pipelined, b,
+                                  a);
     default:
         return cudaErrorInvalidValue; // the caller checks the head dim first
     }
@@ -503,14 +584,16 @@ cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16,
 cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
                                    const float *dout, const void *qkv, bool qkv_bf16,
                                    const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
-                                   int64_t nkv, int64_t window) {
+                                   int64_t nkv, int64_t window, const uint16_t *dout16) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
     const heads a = heads_of(t, c, nh, nkv, window);
     switch (c / nh) {
     case 64:
-        return backward_typed<64>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, a);
+        return backward_typed<64>(stream, dqkv, dqkv_bf16, dd, dout, dout16, qkv, qkv_bf16, lse, b,
+                                  a);
     case 128:
-        return backward_typed<128>(stream, dqkv, dqkv_bf16, dd, dout, qkv, qkv_bf16, lse, b, a);
+        return backward_typed<128>(stream, dqkv, dqkv_bf16, dd, dout, dout16, qkv, qkv_bf16, lse, b,
+                                   a);
     default:
         return cudaErrorInvalidValue;
     }

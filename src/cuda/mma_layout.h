@@ -122,6 +122,13 @@ LWC_MMA_FN uint32_t lwc_mma_pack(float lo, float hi) {
  *     177-188.
  *   - the dk/dv kernel holds dK and dV (hd registers together: 128 at hd 128) besides P^T and
  *     dP^T, so at hd 128 it steps over 32 queries (32 registers for both) instead of 64 (64).
+ *   - ptxas -v, sm_90, no spill in any instantiation; synchronous / pipelined staging: hd 64
+ *     forward 164-165 / 163, dq 168 / 168, dk/dv 177-178 / 181; hd 128 forward 252-254 /
+ *     240-241, dq 244-248 / 250, dk/dv 242-245 / 242. The pipelined tiles (lwc_fa_smem_bytes:
+ *     hd 64 45, 54, 55 KB for forward, dq, dk/dv; hd 128 85, 102, 69 KB, against 27, 36, 37 and
+ *     51, 68, 51) leave the blocks per SM as the registers set them, three or two at hd 64 (two
+ *     for dk/dv), two at 128, within an H100's 228 KB; an 8.6 / 8.9 GPU's 99 KB per block does
+ *     not hold hd 128's pipelined dq (attention.cu stages synchronously there).
  * Shared tiles are bf16, row-major, rows hd + 8 elements apart: 144 or 272 bytes, 4 banks past a
  * multiple of 32, so the 8 rows an ldmatrix phase reads (16 bytes each) fall in 32 different
  * banks; the staging's 8-byte stores of a half-warp cover one row's 128 contiguous bytes. */
@@ -197,18 +204,53 @@ LWC_MMA_FN void lwc_fa_chunk(int e, int hd, int *row, int *col) {
     *col = 4 * (e - *row * (hd / 4));
 }
 
+/* ---- the staging's variants ------------------------------------------------------------------ *
+ * LWC_FA_SYNC: a step's two tiles (forward and dq K and V, dk/dv Q and dO) are loaded, stored
+ * and waited for before the warps compute on them. LWC_FA_PIPELINED (a bf16 qkv, and the bf16
+ * copy of dO that attention.cu's row dots write): the next step's two tiles travel by cp.async
+ * (16 bytes a thread a chunk) into a second buffer while the warps compute on the current one,
+ * as FlashAttention-2 double-buffers; a block's steps alternate between the buffers. */
+enum { LWC_FA_SYNC = 0, LWC_FA_PIPELINED = 1 };
+
+/* The buffer (0 or 1) of the block's n-th step (n from 0, counted over the dk/dv kernel's
+ * query heads as one sequence): consecutive steps never share one, so a step's copies land in
+ * the buffer that no warp still reads. */
+LWC_MMA_FN int lwc_fa_stage_buffer(int n) { return n & 1; }
+
+/* The pipelined staging's chunk e (of rows * hd / 8): 8 consecutive bf16 of one row, 16 bytes
+ * (one cp.async); consecutive threads take consecutive chunks, so a warp's 8-lane phase writes
+ * one row's 128 contiguous bytes. */
+LWC_MMA_FN void lwc_fa_chunk16(int e, int hd, int *row, int *col) {
+    *row = e / (hd / 8);
+    *col = 8 * (e - *row * (hd / 8));
+}
+
+/* dk/dv under the pipeline: the step after (*h, *step) in the block's order (the query heads
+ * [*h, h_end) in turn, each over its steps first .. last), in place; false after the last. */
+LWC_MMA_FN bool lwc_fa_next_query_step(int *h, int *step, int first, int last, int h_end) {
+    if (*step < last) {
+        ++*step;
+        return true;
+    }
+    if (*h + 1 >= h_end) return false;
+    ++*h;
+    *step = first;
+    return true;
+}
+
 /* Shared memory of a kernel at head dim hd, in bytes: its bf16 tiles (forward Q, K, V; dk/dv
- * K, V, Q, dO; dq Q, dO, K, V) and the dk/dv kernel's two floats per query of a step. */
-LWC_MMA_FN size_t lwc_fa_smem_bytes(int hd, int kernel) {
-    const size_t row = 2 * (size_t)(hd + LWC_FA_PAD);
+ * K, V, Q, dO; dq Q, dO, K, V) and the dk/dv kernel's two floats per query of a step; the
+ * pipelined variant holds two of each step's tiles (and floats). */
+LWC_MMA_FN size_t lwc_fa_smem_bytes(int hd, int kernel, int variant) {
+    const size_t row = 2 * (size_t)(hd + LWC_FA_PAD), buffers = variant == LWC_FA_PIPELINED ? 2 : 1;
     switch (kernel) {
     case LWC_FA_FORWARD:
-        return (LWC_FA_BLOCK + 2 * LWC_FA_STEP) * row;
+        return (LWC_FA_BLOCK + buffers * 2 * LWC_FA_STEP) * row;
     case LWC_FA_DKDV:
-        return (2 * LWC_FA_BLOCK + 2 * LWC_FA_KV_STEP(hd)) * row +
-               2 * sizeof(float) * LWC_FA_KV_STEP(hd);
+        return (2 * LWC_FA_BLOCK + buffers * 2 * LWC_FA_KV_STEP(hd)) * row +
+               buffers * 2 * sizeof(float) * LWC_FA_KV_STEP(hd);
     default:
-        return (2 * LWC_FA_BLOCK + 2 * LWC_FA_STEP) * row;
+        return (2 * LWC_FA_BLOCK + buffers * 2 * LWC_FA_STEP) * row;
     }
 }
 

@@ -18,9 +18,12 @@
  * or with LWOPT_TEST_LARGE=1. The optimizers' kernels (LWI_CORE_KERNELS) are run through their
  * public calls, or named where they are tested. A GPU's own limits and refusals close the run.
  * Without a GPU the CPU still runs, so the test never skips, unless LWOPT_TEST_REQUIRE=cuda asks
- * for one (test_kernels_gpu, label gpu): then no CUDA is exit 77. */
+ * for one (test_kernels_gpu, label gpu): then no CUDA is exit 77. `test_kernels PREFIX...` runs
+ * the kernels whose names begin with a prefix (test_kernels_attention_pipeline_gpu: attention,
+ * under LWOPT_ATTN_PIPELINE=1). */
 #include "harness.h"
 
+#include "bf16_reference.h"
 #include "cuda_util.h"
 
 #include <stdarg.h>
@@ -463,6 +466,69 @@ static void cuda_contract(void) {
     lw_device_free(gpu, sc), lw_device_free(gpu, rows);
 }
 
+/* LWOPT_ATTN_PIPELINE, the tensor-core attention's staging (read at each launch): with a bf16
+ * qkv, "1" (a step ahead by cp.async, dO from the row dots' bf16 copy) gives "0"'s out, lse,
+ * heads' maxima and dqkv bit for bit, at head dims 64 and 128, grouped, windowed, t not a
+ * multiple of a tile; any other value is refused, named. The variable is put back after. */
+static void cuda_attention_pipeline(void) {
+    const char *was = getenv("LWOPT_ATTN_PIPELINE");
+    char *saved = was != NULL ? strdup(was) : NULL;
+    const struct {
+        int64_t b, t, c, nh, nkv, window;
+    } shapes[] = {{2, 200, 256, 4, 2, 0}, {1, 130, 256, 2, 1, 50}};
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_BF16));
+    bool same = true;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t b = shapes[i].b, t = shapes[i].t, c = shapes[i].c, nh = shapes[i].nh;
+        const int64_t nkv = shapes[i].nkv, window = shapes[i].window, hd = c / nh;
+        const int64_t nq = b * t * (c + 2 * nkv * hd), no = b * t * c, nl = b * nh * t;
+        const int64_t n[4] = {no, nl, nh, nq}; /* out, lse, head_max, dqkv */
+        float *qkv = host_random(nq), *dout = host_random(no), *zeros = calloc((size_t)nq, 4);
+        uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)nq);
+        for (int64_t j = 0; j < nq; j++)
+            q16[j] = bf16_reference(qkv[j]);
+        void *dq16 = upload(q16, 2 * nq), *ddout = upload(dout, 4 * no);
+        float *dev[4], *host[2][4], *scratch = NULL;
+        for (int j = 0; j < 4; j++)
+            CHECK_OK(lw_device_alloc(gpu, 4 * n[j], (void **)&dev[j]));
+        CHECK_OK(lw_device_alloc(gpu, 4 * lw_attention_scratch_floats(gs, b, t, c, nh, nkv, window),
+                                 (void **)&scratch));
+        for (int v = 0; v < 2; v++) {
+            setenv("LWOPT_ATTN_PIPELINE", v == 0 ? "0" : "1", 1);
+            CHECK_OK(lw_device_copy(gs, dev[3], zeros, 4 * nq, LW_COPY_HOST_TO_DEVICE));
+            CHECK_OK(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], dev[2], scratch, dq16,
+                                          LW_DTYPE_BF16, b, t, c, nh, nkv, window));
+            CHECK_OK(lw_attention_backward(gs, dev[3], LW_DTYPE_F32, scratch, ddout, dq16,
+                                           LW_DTYPE_BF16, dev[0], LW_DTYPE_F32, dev[1], b, t, c, nh,
+                                           nkv, window));
+            for (int j = 0; j < 4; j++) {
+                host[v][j] = malloc(4 * (size_t)n[j]);
+                download(host[v][j], dev[j], 4 * n[j]);
+            }
+        }
+        setenv("LWOPT_ATTN_PIPELINE", "2", 1);
+        CHECK_FAILS(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], NULL, scratch, dq16,
+                                         LW_DTYPE_BF16, b, t, c, nh, nkv, window),
+                    LW_ERR_INVALID, "LWOPT_ATTN_PIPELINE is \"2\"");
+        for (int j = 0; j < 4; j++) {
+            same = same && memcmp(host[0][j], host[1][j], 4 * (size_t)n[j]) == 0;
+            free(host[0][j]), free(host[1][j]), lw_device_free(gpu, dev[j]);
+        }
+        lw_device_free(gpu, scratch), lw_device_free(gpu, dq16), lw_device_free(gpu, ddout);
+        free(qkv), free(dout), free(zeros), free(q16);
+    }
+    CHECK(same);
+    printf("test_kernels: LWOPT_ATTN_PIPELINE=1 %s =0's attention bit for bit (bf16 qkv, head dims "
+           "64, 128); =2 refused\n",
+           same ? "gives" : "DOES NOT give");
+    if (saved != NULL)
+        setenv("LWOPT_ATTN_PIPELINE", saved, 1);
+    else
+        unsetenv("LWOPT_ATTN_PIPELINE");
+    free(saved);
+    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
+}
+
 /* ---- the list's kernels, each with its entry ------------------------------------------------ *
  * The entries come from the case files (harness.h declares them from the list): a kernel added to
  * kernel_list.h without a case_<name> (public) or core_<name> (the optimizers') fails to link,
@@ -478,8 +544,30 @@ typedef struct {
 static const list_entry public_kernels[] = {LWI_PUBLIC_KERNELS(LIST_CASE)};
 static const list_entry core_kernels[] = {LWI_CORE_KERNELS(LIST_CORE)};
 
+/* `test_kernels [PREFIX ...]`: the kernels whose names begin with one of the prefixes (every
+ * kernel without one): `test_kernels attention` runs attention_forward and attention_backward. */
+static int prefixes;
+static char **prefix;
+
+static bool chosen(const char *name) {
+    for (int i = 0; i < prefixes; i++)
+        if (strncmp(name, prefix[i], strlen(prefix[i])) == 0) return true;
+    return prefixes == 0;
+}
+
+/* A prefix that names no kernel of either list: say so rather than run nothing. */
+static bool prefix_unknown(const char *p, const list_entry *a, size_t na, const list_entry *b,
+                           size_t nb) {
+    for (size_t i = 0; i < na + nb; i++) {
+        const char *name = i < na ? a[i].name : b[i - na].name;
+        if (strncmp(name, p, strlen(p)) == 0) return false;
+    }
+    return true;
+}
+
 static void run_list(const list_entry *list, size_t count, int *skipped) {
     for (size_t i = 0; i < count; i++) {
+        if (!chosen(list[i].name)) continue;
         const char *before = skipped_kernel;
         const kernel_entry *e = list[i].entry;
         e->cases(list[i].name, e->fn, e->after);
@@ -487,7 +575,18 @@ static void run_list(const list_entry *list, size_t count, int *skipped) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    prefixes = argc - 1, prefix = argv + 1;
+    const size_t npub = sizeof public_kernels / sizeof public_kernels[0];
+    const size_t ncore = sizeof core_kernels / sizeof core_kernels[0];
+    for (int i = 0; i < prefixes; i++)
+        if (prefix_unknown(prefix[i], public_kernels, npub, core_kernels, ncore)) {
+            fprintf(stderr,
+                    "test_kernels: no kernel of the list begins with \"%s\" (usage: test_kernels "
+                    "[PREFIX ...], e.g. test_kernels attention)\n",
+                    prefix[i]);
+            return 2;
+        }
     cpu = lw_device_cpu();
     const char *require = getenv("LWOPT_TEST_REQUIRE");
     const int other = cuda_try_open();
@@ -512,9 +611,9 @@ int main(void) {
         printf("test_kernels: the CPU alone (no other device: %s)\n", lw_last_error());
     }
     int skipped = 0;
-    run_list(public_kernels, sizeof public_kernels / sizeof public_kernels[0], &skipped);
-    run_list(core_kernels, sizeof core_kernels / sizeof core_kernels[0], &skipped);
-    if (have_gpu()) cuda_contract();
+    run_list(public_kernels, npub, &skipped);
+    run_list(core_kernels, ncore, &skipped);
+    if (have_gpu()) cuda_contract(), cuda_attention_pipeline();
     printf("test_kernels: %d cases on the CPU", cases_run[0]);
     if (cases_large > 0)
         printf(" (%d of a GPU's size left out: no GPU; LWOPT_TEST_LARGE=1 runs them)", cases_large);

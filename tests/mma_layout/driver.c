@@ -10,17 +10,19 @@
  *     phase (nor between the stores of a half-warp when tiles are staged);
  *   - the tile plan (layouts.c): every (batch x head, tile) block once, the steps a block runs are
  *     exactly those holding a kept pair, the masks applied exactly where a pair is masked (all t
- *     up to 300), shared memory holding the kernels' tiles;
+ *     up to 300), shared memory holding the kernels' tiles; the pipelined staging's 16-byte
+ *     chunks, alternating buffers and dk/dv order of steps;
  *   - the kernels' three tile loops run on the CPU step for step (emulate_* in forward.c and
  *     backward.c, numbered as in attention_mma.cu, from warp.c's pieces): 32 lanes' registers as
  *     arrays, mma.sync and ldmatrix emulated from the ISA's layouts, the header's per-lane steps,
  *     the quads' shuffles, the same tiles, causal skipping, online rescaling and order of
  *     accumulation; against double-precision causal attention on bf16-rounded inputs, within a
  *     bound per element (reference.c), the forward's rows' largest scores (lwc_fa_max_score,
- *     which attention.cu reduces per head) as lse is (emulation.c);
- *   - that the comparison could fail: four faults injected into the emulation (an operand's
+ *     which attention.cu reduces per head) as lse is (emulation.c); the pipelined staging's
+ *     results bit for bit the synchronous staging's;
+ *   - that the comparison could fail: five faults injected into the emulation (an operand's
  *     halves swapped, the P -> A packing reordered, the mask one key late, a quad reduced over
- *     two lanes) must each break it (emulation.c).
+ *     two lanes, a step computed on the buffer being filled) must each break it (emulation.c).
  * `test_mma_layout --harness` instead prints what tests/kernels/attention.c's bf16 tolerances are
  * derived from (harness.c). CMake builds every file of tests/mma_layout/ into test_mma_layout. */
 #include "../check.h"
@@ -46,6 +48,7 @@ int main(int argc, char **argv) {
     test_fragments();
     test_ldmatrix();
     test_plan();
+    test_pipeline();
     test_nan_key();
     test_emulation();
     return check_exit("test_mma_layout");

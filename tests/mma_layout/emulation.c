@@ -1,15 +1,20 @@
 /* emulation.c: the emulated kernels against double attention within reference.c's bounds, a NaN
- * key's rows, and the faults (warp.c) each caught. */
+ * key's rows, the pipelined staging bit for bit the synchronous one, and the faults (warp.c)
+ * each caught. */
 #include "mma_test.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* the faults' names, in the order of mma_test.h's FAULT_ values */
-static const char *fault_names[] = {"none", "a B operand's k halves swapped",
+static const char *fault_names[] = {"none",
+                                    "a B operand's k halves swapped",
                                     "P's A operand packed in the wrong order",
-                                    "the causal mask one key late", "a quad reduced over 2 lanes"};
+                                    "the causal mask one key late",
+                                    "a quad reduced over 2 lanes",
+                                    "a step computed on the buffer being filled"};
 
 /* ---- the emulation against double attention ------------------------------------------------- */
 
@@ -32,9 +37,9 @@ static double worst_ratio(const float *got, const double *ref, const double *tol
     return w;
 }
 
-/* The emulated kernels on bf16 inputs of one shape; false when an output is past its bound
- * (printed unless quiet). */
-static bool emulation_within(shape sh, bool quiet) {
+/* The emulated kernels (variant: the staging) on bf16 inputs of one shape; false when an output
+ * is past its bound (printed unless quiet). */
+static bool emulation_within(shape sh, bool quiet, int variant) {
     const int64_t b = sh.b, t = sh.t, nh = sh.nh, c = nh * sh.hd, n = b * t * c, nl = b * nh * t;
     const int64_t nkv = sh.nkv, nq = b * t * (c + 2 * nkv * sh.hd);
     float *qkv = random_array(nq, 2.0f, true), *dout = random_array(n, 1.0f, true);
@@ -47,14 +52,15 @@ static bool emulation_within(shape sh, bool quiet) {
                      .tol_dqkv = malloc(sizeof(double) * (size_t)nq),
                      .rowmax = malloc(sizeof(double) * (size_t)nl)};
     reference_attention(&ref, qkv, dout, NULL, b, t, c, nh, nkv, sh.window, b * nh);
-    emulate_forward(out, lse, top, qkv, b, t, c, nh, nkv, sh.window, b * nh);
+    emulate_forward(out, lse, top, qkv, b, t, c, nh, nkv, sh.window, b * nh, variant);
     /* the backward from the reference's out and lse, as the harness hands a device the CPU's */
     float *ref_out = calloc((size_t)n, sizeof(float)), *ref_lse = calloc((size_t)nl, sizeof(float));
     for (int64_t i = 0; i < n; i++)
         ref_out[i] = (float)ref.out[i];
     for (int64_t i = 0; i < nl; i++)
         ref_lse[i] = (float)ref.lse[i];
-    emulate_backward(dqkv, dout, qkv, ref_out, ref_lse, b, t, c, nh, nkv, sh.window, b * nh);
+    emulate_backward(dqkv, dout, qkv, ref_out, ref_lse, b, t, c, nh, nkv, sh.window, b * nh,
+                     variant);
     double *tol_lse = malloc(sizeof(double) * (size_t)nl);
     for (int64_t i = 0; i < nl; i++)
         tol_lse[i] = (1 + fabs(ref.lse[i])) / 16384;
@@ -87,7 +93,7 @@ static void nan_key(int64_t nkv, int window) {
     float *out = calloc((size_t)(t * c), sizeof(float)), *lse = calloc((size_t)(nh * t), 4);
     float *top = calloc((size_t)(nh * t), 4);
     qkv[bad * ld + c + 3] = NAN;
-    emulate_forward(out, lse, top, qkv, 1, t, c, nh, nkv, window, nh);
+    emulate_forward(out, lse, top, qkv, 1, t, c, nh, nkv, window, nh, LWC_FA_SYNC);
     bool as_promised = true;
     for (int64_t i = 0; i < t; i++)
         for (int64_t h = 0; h < nh; h++) {
@@ -109,6 +115,36 @@ void test_nan_key(void) {
     nan_key(1, 30);
 }
 
+/* The pipelined staging (bf16 qkv, dout copied to bf16 by the row dots) gives the synchronous
+ * staging's out, lse, rows' largest scores and dqkv bit for bit: the same values reach the same
+ * tiles, through the other buffer every other step. */
+static bool variants_agree(shape sh) {
+    const int64_t b = sh.b, t = sh.t, nh = sh.nh, c = nh * sh.hd, n = b * t * c, nl = b * nh * t;
+    const int64_t nq = b * t * (c + 2 * sh.nkv * sh.hd);
+    float *qkv = random_array(nq, 2.0f, true), *dout = random_array(n, 1.0f, false);
+    float *d0 = random_array(nq, 0.01f, false), *got[2][4];
+    for (int v = 0; v < 2; v++) {
+        float *out = got[v][0] = calloc((size_t)n, 4), *lse = got[v][1] = calloc((size_t)nl, 4);
+        float *top = got[v][2] = calloc((size_t)nl, 4);
+        float *dqkv = got[v][3] = malloc(sizeof(float) * (size_t)nq);
+        memcpy(dqkv, d0, sizeof(float) * (size_t)nq);
+        emulate_forward(out, lse, top, qkv, b, t, c, nh, sh.nkv, sh.window, b * nh, v);
+        emulate_backward(dqkv, dout, qkv, out, lse, b, t, c, nh, sh.nkv, sh.window, b * nh, v);
+    }
+    const int64_t sizes[4] = {n, nl, nl, nq};
+    bool same = true;
+    for (int i = 0; i < 4; i++) {
+        same = same && memcmp(got[0][i], got[1][i], sizeof(float) * (size_t)sizes[i]) == 0;
+        free(got[0][i]), free(got[1][i]);
+    }
+    printf("test_mma_layout: b %lld, t %lld, nh %lld, nkv %lld, window %d, head dim %lld: the "
+           "pipelined staging %s the synchronous one bit for bit\n",
+           (long long)b, (long long)t, (long long)nh, (long long)sh.nkv, sh.window,
+           (long long)sh.hd, same ? "gives" : "DOES NOT give");
+    free(qkv), free(dout), free(d0);
+    return same;
+}
+
 void test_emulation(void) {
     const shape shapes[] = {
         {1, 1, 1, 64, 1, 0},      /* one row */
@@ -125,11 +161,18 @@ void test_emulation(void) {
         {1, 260, 2, 64, 2, 64},   /* a window of a whole step */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        EXPECT(emulation_within(shapes[i], false));
+        EXPECT(emulation_within(shapes[i], false, LWC_FA_SYNC));
+    /* every shape but GPT-2's t (the longest), pipelined: the same bits */
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (shapes[i].t < 1024) EXPECT(variants_agree(shapes[i]));
     for (fault = FAULT_NONE + 1; fault < FAULT_COUNT; fault++) {
-        /* causal alone, and grouped under a window */
-        const bool caught = !emulation_within((shape){1, 70, 1, 64, 1, 0}, true) &&
-                            !emulation_within((shape){1, 100, 2, 64, 1, 20}, true);
+        /* causal alone, and grouped under a window; each staging (the buffer fault the
+         * pipelined one's alone) */
+        bool caught = true;
+        for (int v = fault == FAULT_BUFFER ? LWC_FA_PIPELINED : LWC_FA_SYNC; v <= LWC_FA_PIPELINED;
+             v++)
+            caught = caught && !emulation_within((shape){1, 70, 1, 64, 1, 0}, true, v) &&
+                     !emulation_within((shape){1, 100, 2, 64, 1, 20}, true, v);
         printf("test_mma_layout: fault \"%s\": %s\n", fault_names[fault],
                caught ? "caught" : "NOT caught");
         EXPECT(caught);

@@ -1,5 +1,6 @@
 /* forward.c: flash_mma_forward_kernel's tile loop on the emulated warps, steps numbered as in
- * attention_mma.cu. */
+ * attention_mma.cu, with either staging (the pipelined one sends step n + 1's K and V into the
+ * other buffer before step n computes, as the copies land while it does). */
 #include "mma_test.h"
 
 #include <math.h>
@@ -9,12 +10,15 @@
 /* ---- the forward, as flash_mma_forward_kernel ---------------------------------------------- */
 
 void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, int64_t b, int64_t t,
-                     int64_t c, int64_t nh, int64_t nkv, int window, int64_t heads) {
+                     int64_t c, int64_t nh, int64_t nkv, int window, int64_t heads, int variant) {
     const int hd = (int)(c / nh), LD = hd + LWC_FA_PAD, NT = LWC_FA_STEP / 8, ND = hd / 8;
     const int KD = hd / 16, tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
     const float sc = 1.0f / sqrtf((float)hd) * LOG2E;
-    uint16_t *smem = smem_of(hd, LWC_FA_FORWARD);
+    const bool pipe = variant == LWC_FA_PIPELINED;
+    uint16_t *smem = smem_of(hd, LWC_FA_FORWARD, variant);
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
+    const int kv_buf = 2 * LWC_FA_STEP * LD; /* buffer 1's K and V past buffer 0's */
+    uint16_t *q16 = pipe ? bf16_bits_of(qkv, b * t * (c + 2 * nkv * hd)) : NULL;
     static uint32_t qa[LWC_FA_WARPS][32][MAX_KD][4];
     static float o[LWC_FA_WARPS][32][MAX_ND][4], m[LWC_FA_WARPS][32][2], l[LWC_FA_WARPS][32][2];
     for (int64_t block = 0; block < b * nh * tiles; block++) {
@@ -25,7 +29,13 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
         const int q0 = tile * LWC_FA_BLOCK;
         const float *q = qkv + bi * t * c3 + h * hd;
         const float *k = qkv + bi * t * c3 + c + h / (nh / nkv) * hd, *v = k + nkv * hd;
+        const int64_t k_at = k - qkv, v_at = v - qkv;
+        const int first = lwc_fa_first_key_step(q0, window), last = lwc_fa_last_key_step(q0, t);
         /* 1. */
+        if (pipe) {
+            emu_stage_async(ks, q16 + k_at, c3, first * LWC_FA_STEP, LWC_FA_STEP, t, hd);
+            emu_stage_async(vs, q16 + v_at, c3, first * LWC_FA_STEP, LWC_FA_STEP, t, hd);
+        }
         emu_stage(qs, q, c3, q0, LWC_FA_BLOCK, t, hd);
         for (int w = 0; w < LWC_FA_WARPS; w++) {
             for (int kk = 0; kk < KD; kk++) {
@@ -38,12 +48,24 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
             for (int ln = 0; ln < 32; ln++)
                 m[w][ln][0] = m[w][ln][1] = -INFINITY, l[w][ln][0] = l[w][ln][1] = 0.0f;
         }
-        const int last = lwc_fa_last_key_step(q0, t);
-        for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
+        for (int step = first; step <= last; step++) {
             const int k0 = step * LWC_FA_STEP;
             /* 2. */
-            emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
-            emu_stage(vs, v, c3, k0, LWC_FA_STEP, t, hd);
+            const uint16_t *kb = ks, *vb = vs;
+            if (pipe) {
+                kb = ks + emu_buffer(step - first) * kv_buf;
+                vb = vs + emu_buffer(step - first) * kv_buf;
+                const int other = 1 - lwc_fa_stage_buffer(step - first);
+                if (step < last) {
+                    emu_stage_async(ks + other * kv_buf, q16 + k_at, c3, k0 + LWC_FA_STEP,
+                                    LWC_FA_STEP, t, hd);
+                    emu_stage_async(vs + other * kv_buf, q16 + v_at, c3, k0 + LWC_FA_STEP,
+                                    LWC_FA_STEP, t, hd);
+                }
+            } else {
+                emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
+                emu_stage(vs, v, c3, k0, LWC_FA_STEP, t, hd);
+            }
             for (int w = 0; w < LWC_FA_WARPS; w++) {
                 const int row0 = q0 + LWC_FA_WARP_ROWS * w;
                 /* 3. */
@@ -52,7 +74,7 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
                 for (int kk = 0; kk < KD; kk++)
                     for (int jj = 0; jj < NT / 2; jj++) {
                         uint32_t bq[32][4];
-                        emu_load_block(bq, ks, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
+                        emu_load_block(bq, kb, 16 * jj, 16 * kk, LWC_LDSM_B, hd);
                         emu_mma(&s[0][0], MAX_NT, 2 * jj, &qa[w][0][kk], MAX_KD, bq, 0);
                         emu_mma(&s[0][0], MAX_NT, 2 * jj + 1, &qa[w][0][kk], MAX_KD, bq, 1);
                     }
@@ -69,7 +91,7 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
                     lwc_fa_rescale(o[w][ln], ND, alpha);
                 }
                 /* 5. */
-                emu_accumulate(&o[w][0][0], s, vs, NT, hd);
+                emu_accumulate(&o[w][0][0], s, vb, NT, hd);
             }
         }
         /* 6. */
@@ -92,5 +114,5 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
             }
         }
     }
-    free(smem);
+    free(smem), free(q16);
 }

@@ -65,7 +65,7 @@ void harness(void) {
                          .dqkv = malloc(sizeof(double) * (size_t)nq),
                          .rowmax = calloc((size_t)nl, sizeof(double))};
         reference_attention(&ref, qkv, dout, d0, b, t, c, nh, nkv, window, heads);
-        emulate_forward(out, lse, top, qkv, b, t, c, nh, nkv, window, heads);
+        emulate_forward(out, lse, top, qkv, b, t, c, nh, nkv, window, heads, LWC_FA_SYNC);
         float *bh_top = malloc(sizeof(float) * (size_t)heads);
         double *bh_ref = malloc(sizeof(double) * (size_t)heads);
         for (int64_t bh = 0; bh < heads; bh++) {
@@ -79,7 +79,7 @@ void harness(void) {
             ro[i] = (float)ref.out[i];
         for (int64_t i = 0; i < nl; i++)
             rl[i] = (float)ref.lse[i];
-        emulate_backward(dqkv, dout, qkv, ro, rl, b, t, c, nh, nkv, window, heads);
+        emulate_backward(dqkv, dout, qkv, ro, rl, b, t, c, nh, nkv, window, heads, LWC_FA_SYNC);
         /* over the heads emulated only: the rest of out is 0 on both sides, of dqkv d0 (a K or
          * V column counts as its KV head's first query head) */
         for (int64_t i = 0; i < nq; i++) {

@@ -1,5 +1,6 @@
 /* layouts.c: the header's index arithmetic against the ISA (ptx.c) and brute force: the
- * fragments, ldmatrix's reads and banks, the tile plan (blocks, steps, masks, shared memory). */
+ * fragments, ldmatrix's reads and banks, the tile plan (blocks, steps, masks, shared memory), the
+ * pipelined staging's chunks, buffers and order of steps. */
 #include "mma_test.h"
 
 #include <stdio.h>
@@ -188,10 +189,17 @@ void test_plan(void) {
     }
     for (int hd = 64; hd <= 128; hd += 64) {
         const size_t row = 2 * (size_t)(hd + LWC_FA_PAD), M = (size_t)LWC_FA_KV_STEP(hd);
-        smem = smem && lwc_fa_smem_bytes(hd, LWC_FA_FORWARD) >= (64 + 64 + 64) * row &&
-               lwc_fa_smem_bytes(hd, LWC_FA_DKDV) >= (64 + 64 + 2 * M) * row + 8 * M &&
-               lwc_fa_smem_bytes(hd, LWC_FA_DQ) >= 4 * 64 * row &&
-               lwc_fa_smem_bytes(hd, LWC_FA_DKDV) <= 227 * 1024; /* an H100's opt-in limit */
+        smem = smem && lwc_fa_smem_bytes(hd, LWC_FA_FORWARD, LWC_FA_SYNC) >= (64 + 64 + 64) * row &&
+               lwc_fa_smem_bytes(hd, LWC_FA_DKDV, LWC_FA_SYNC) >= (64 + 64 + 2 * M) * row + 8 * M &&
+               lwc_fa_smem_bytes(hd, LWC_FA_DQ, LWC_FA_SYNC) >= 4 * 64 * row;
+        /* the pipelined variant: a second buffer of each step's tiles (and floats) */
+        smem = smem &&
+               lwc_fa_smem_bytes(hd, LWC_FA_FORWARD, LWC_FA_PIPELINED) >= (64 + 4 * 64) * row &&
+               lwc_fa_smem_bytes(hd, LWC_FA_DKDV, LWC_FA_PIPELINED) >=
+                   (64 + 64 + 4 * M) * row + 16 * M &&
+               lwc_fa_smem_bytes(hd, LWC_FA_DQ, LWC_FA_PIPELINED) >= (2 * 64 + 4 * 64) * row;
+        for (int kernel = LWC_FA_FORWARD; kernel <= LWC_FA_DQ; kernel++) /* an H100's opt-in */
+            smem = smem && lwc_fa_smem_bytes(hd, kernel, LWC_FA_PIPELINED) <= 227 * 1024;
     }
     EXPECT(blocks);
     EXPECT(steps);
@@ -200,4 +208,60 @@ void test_plan(void) {
     printf("test_mma_layout: t = 1 .. 300, windows 0, 1, 40, 64, 100: every block once, heaviest "
            "first; the steps run are those with a kept pair; masks where a pair is masked; shared "
            "memory holds the tiles\n");
+}
+
+/* The pipelined staging: the 16-byte chunks of a step's tile cover it once, each within a row,
+ * 16-byte aligned in shared memory, a warp's 8-lane phases bank-conflict free; consecutive steps
+ * use different buffers; the dk/dv kernel's next step walks its nested loops' order. */
+void test_pipeline(void) {
+    bool cover = true, aligned = true, banks = true, buffers = true, order = true;
+    for (int hd = 64; hd <= 128; hd += 64)
+        for (int rows = 32; rows <= 64; rows += 32) {
+            int *seen = calloc((size_t)(rows * hd), sizeof(int));
+            for (int e = 0; e < rows * hd / 8; e++) {
+                int row, col;
+                lwc_fa_chunk16(e, hd, &row, &col);
+                cover = cover && row >= 0 && row < rows && col >= 0 && col + 8 <= hd;
+                for (int i = 0; i < 8 && cover; i++)
+                    seen[row * hd + col + i]++;
+                aligned = aligned && (2 * lwc_fa_at(row, col, hd)) % 16 == 0;
+            }
+            for (int i = 0; i < rows * hd; i++)
+                cover = cover && seen[i] == 1;
+            free(seen);
+            /* cp.async of 16 bytes: a warp's stores go in phases of 8 lanes, each 128 bytes */
+            for (int e0 = 0; e0 < rows * hd / 8; e0 += 8) {
+                unsigned used = 0;
+                for (int e = e0; e < e0 + 8; e++) {
+                    int row, col;
+                    lwc_fa_chunk16(e, hd, &row, &col);
+                    const unsigned bank = (unsigned)(lwc_fa_at(row, col, hd) / 2) % 32;
+                    banks = banks && bank % 4 == 0 && !(used >> bank & 15u);
+                    used |= 15u << bank;
+                }
+            }
+        }
+    for (int n = 0; n < 100; n++)
+        buffers = buffers && lwc_fa_stage_buffer(n) != lwc_fa_stage_buffer(n + 1) &&
+                  (lwc_fa_stage_buffer(n) == 0 || lwc_fa_stage_buffer(n) == 1);
+    for (int first = 0; first < 4; first++)
+        for (int last = first; last < first + 4; last++)
+            for (int h0 = 0; h0 < 3; h0++)
+                for (int h1 = h0 + 1; h1 < h0 + 4; h1++) {
+                    int h = h0, step = first;
+                    bool more = true;
+                    for (int hh = h0; hh < h1; hh++)
+                        for (int ss = first; ss <= last; ss++) {
+                            order = order && more && h == hh && step == ss;
+                            more = lwc_fa_next_query_step(&h, &step, first, last, h1);
+                        }
+                    order = order && !more;
+                }
+    EXPECT(cover);
+    EXPECT(aligned);
+    EXPECT(banks);
+    EXPECT(buffers);
+    EXPECT(order);
+    printf("test_mma_layout: the pipelined staging: 16-byte chunks cover a tile once, aligned, no "
+           "bank conflicts; steps alternate buffers; dk/dv's steps run in their loops' order\n");
 }

@@ -25,7 +25,7 @@ void ptx_mma(float *d[32], uint32_t *a[32], uint32_t b[32][4], int pair);
 
 /* ---- warp.c: a warp's pieces, and the faults the comparisons must catch ---------------------- */
 
-enum { FAULT_NONE, FAULT_B_HALVES, FAULT_PACK, FAULT_MASK, FAULT_QUAD, FAULT_COUNT };
+enum { FAULT_NONE, FAULT_B_HALVES, FAULT_PACK, FAULT_MASK, FAULT_QUAD, FAULT_BUFFER, FAULT_COUNT };
 extern int fault; /* the one injected: emulation.c sets it, the pieces and forward.c read it */
 
 static const float LOG2E = 1.44269504088896341f;
@@ -39,21 +39,28 @@ void emu_quad_max(float v[32][2]);
 void emu_quad_sum(float v[32][2]);
 void emu_stage(uint16_t *tile, const float *src, int64_t stride, int r0, int rows, int64_t t,
                int hd);
+/* the pipelined variant: bf16 (its bits) copied in 16-byte chunks, zeros past t; the buffer the
+ * n-th step computes on (the other one with FAULT_BUFFER); a tensor's bf16 bits */
+void emu_stage_async(uint16_t *tile, const uint16_t *src, int64_t stride, int r0, int rows,
+                     int64_t t, int hd);
+int emu_buffer(int n);
+uint16_t *bf16_bits_of(const float *x, int64_t n);
 void emu_score_pair(float (*s)[4], float (*dp)[4], const uint16_t *x, const uint16_t *w,
                     const uint16_t *y, const uint16_t *z, int warp, int nt, int hd);
 void emu_accumulate(float (*acc)[4], float (*p)[MAX_NT][4], const uint16_t *tile, int nt, int hd);
-uint16_t *smem_of(int hd, int kernel);
+uint16_t *smem_of(int hd, int kernel, int variant);
 
 /* ---- forward.c, backward.c: the kernels' tile loops, the heads bh < heads ------------------- *
  * qkv[b, t, c + 2 nkv hd]: nh query heads reading nkv KV heads (query head h KV head h / (nh /
  * nkv)), a window (0: none), as lw_model_kernels.h says; heads a multiple of nh / nkv, so that
- * a KV head's gradient is over query heads all emulated or all left out. */
+ * a KV head's gradient is over query heads all emulated or all left out. variant: mma_layout.h's
+ * LWC_FA_SYNC or LWC_FA_PIPELINED (qkv then bf16 values, as the GPU's bf16 qkv). */
 
 void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, int64_t b, int64_t t,
-                     int64_t c, int64_t nh, int64_t nkv, int window, int64_t heads);
+                     int64_t c, int64_t nh, int64_t nkv, int window, int64_t heads, int variant);
 void emulate_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                       const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh, int64_t nkv,
-                      int window, int64_t heads);
+                      int window, int64_t heads, int variant);
 
 /* ---- reference.c: double-precision attention, and each output's bound ------------------------ */
 
@@ -76,6 +83,7 @@ float *random_array(int64_t n, float scale, bool bf16);
 void test_fragments(void); /* layouts.c */
 void test_ldmatrix(void);
 void test_plan(void);
+void test_pipeline(void);
 void test_nan_key(void); /* emulation.c */
 void test_emulation(void);
 void harness(void); /* harness.c */

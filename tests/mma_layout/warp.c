@@ -70,6 +70,29 @@ void emu_stage(uint16_t *tile, const float *src, int64_t stride, int r0, int row
     }
 }
 
+/* attention_stage.h's lwc_stage_async: chunks of 8 bf16 (lwc_fa_chunk16), copied; rows past t
+ * zero-filled. */
+void emu_stage_async(uint16_t *tile, const uint16_t *src, int64_t stride, int r0, int rows,
+                     int64_t t, int hd) {
+    for (int e = 0; e < rows * hd / 8; e++) {
+        int row, col;
+        lwc_fa_chunk16(e, hd, &row, &col);
+        for (int i = 0; i < 8; i++)
+            tile[lwc_fa_at(row, col + i, hd)] =
+                r0 + row < t ? src[(int64_t)(r0 + row) * stride + col + i] : 0;
+    }
+}
+
+/* The buffer a step computes on, with the fault that reads the one being filled. */
+int emu_buffer(int n) { return lwc_fa_stage_buffer(n) ^ (fault == FAULT_BUFFER); }
+
+uint16_t *bf16_bits_of(const float *x, int64_t n) {
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++)
+        b[i] = lwc_mma_bf16(x[i]);
+    return b;
+}
+
 /* The kernel's pack of P (or dS) into A operands, with the packing fault. */
 static void emu_pack(float (*s)[4], int kk, uint32_t a[4]) {
     lwc_fa_pack_a(s, kk, a);
@@ -114,6 +137,6 @@ void emu_accumulate(float (*acc)[4], float (*p)[MAX_NT][4], const uint16_t *tile
 }
 
 /* One shared memory of `bytes`, as the kernel's (tiles placed at the kernel's offsets). */
-uint16_t *smem_of(int hd, int kernel) {
-    return calloc(lwc_fa_smem_bytes(hd, kernel), 1);
+uint16_t *smem_of(int hd, int kernel, int variant) {
+    return calloc(lwc_fa_smem_bytes(hd, kernel, variant), 1);
 }
