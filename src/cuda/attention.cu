@@ -5,10 +5,12 @@
 // attention_fp32.cu's in fp32 otherwise), the launches, for the fp32 kernels a bf16 qkv's
 // widening and a bf16 output's and dqkv's rounding through the stream's workspace, and the
 // heads' largest scores reduced from the rows' that either forward leaves in the scratch, and
-// LWOPT_ATTN_PIPELINE, which picks the tensor-core kernels' staging.
+// LWOPT_ATTN_PIPELINE and LWOPT_ATTN_ORDER, which pick the tensor-core kernels' staging and
+// their grids' block order.
 #include "cuda/attention_fp32.h"
 #include "cuda/attention_mma.h"
 #include "cuda/cuda.h"
+#include "cuda/mma_layout.h"
 
 #include <limits.h>
 #include <math.h>
@@ -99,6 +101,29 @@ static lw_status pipeline_setting(const lw_stream *s, bool *on) {
                           s->device->name, env);
 }
 
+// LWOPT_ATTN_ORDER, read at each launch (a benchmark switches it between runs): unset, empty or
+// "heads", the tensor-core kernels' grids keep a head's tiles together, as they always have;
+// "work", tile-major: every head's heaviest tile first (mma_layout.h's lwc_fa_block; the fp32
+// kernels have the one order). Any other value fails the launch, and is named on stderr once.
+static lw_status order_setting(const lw_stream *s, int *order) {
+    static bool said;
+    const char *env = getenv("LWOPT_ATTN_ORDER");
+    const bool work = env != NULL && strcmp(env, "work") == 0;
+    *order = work ? LWC_FA_ORDER_WORK : LWC_FA_ORDER_HEADS;
+    if (env == NULL || env[0] == '\0' || strcmp(env, "heads") == 0 || work) return LW_OK;
+    if (!said)
+        fprintf(stderr,
+                "lwopt: LWOPT_ATTN_ORDER=\"%s\" is none of its values: unset or heads (the "
+                "tensor-core attention's grids keep a head's tiles together), work (tile-major, "
+                "every head's heaviest tile first)\n",
+                env);
+    said = true;
+    return lwc_host->fail(LW_ERR_INVALID,
+                          "%s: attention: LWOPT_ATTN_ORDER is \"%s\"; it takes heads (or unset) "
+                          "or work",
+                          s->device->name, env);
+}
+
 // What these kernels need of the shapes (the dispatcher checked that there is work, that nh
 // divides c and nkv nh, and the window): a head dim they are compiled for, shared memory the device can give a block (the
 // fp32 kernels' when they are the ones to run: the tensor-core kernels' smaller tiles were
@@ -178,7 +203,9 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
     const void *tensors[] = {qkv, out};
     const bool mma = tensor_cores(s, b, t, c, nh, false, tensors, 2);
     bool asked;
+    int order;
     lw_status st = pipeline_setting(s, &asked);
+    if (st == LW_OK) st = order_setting(s, &order);
     if (st == LW_OK) st = check_attention(s, "forward", b, t, c, nh, nkv, false, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
@@ -187,7 +214,7 @@ lw_status lwc_attention_forward(lw_stream *s, void *out, lw_dtype out_dtype, flo
         st = lwc_launched(s,
                           lwc_flash_mma_forward(cs, out, out16, lse, rowmax, qkv, qkv16, b, t, c,
                                                 nh, nkv, window,
-                                                pipelined(s, asked, qkv16, c / nh, false)),
+                                                pipelined(s, asked, qkv16, c / nh, false), order),
                           "the attention kernel (tensor cores)");
         return st == LW_OK ? heads_max(s, head_max, rowmax, b, t, nh) : st;
     }
@@ -215,7 +242,9 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
     const void *tensors[] = {dqkv, dout, qkv};
     const bool mma = tensor_cores(s, b, t, c, nh, true, tensors, 3);
     bool asked;
+    int order;
     lw_status st = pipeline_setting(s, &asked);
+    if (st == LW_OK) st = order_setting(s, &order);
     if (st == LW_OK) st = check_attention(s, "backward", b, t, c, nh, nkv, true, mma);
     if (st != LW_OK) return st;
     if (lwc_use(s->device) != LW_OK) return LW_ERR_IO;
@@ -232,7 +261,7 @@ lw_status lwc_attention_backward(lw_stream *s, void *dqkv, lw_dtype dqkv_dtype, 
     if (mma)
         return lwc_launched(s,
                             lwc_flash_mma_backward(cs, dqkv, d16, scratch, dout, qkv, qkv16, lse, b,
-                                                   t, c, nh, nkv, window, dout16),
+                                                   t, c, nh, nkv, window, dout16, order),
                             "the attention backward kernels (tensor cores)");
     const int64_t nq = b * t * (c + 2 * nkv * (c / nh));
     const int64_t bytes[2] = {qkv16 ? 4 * nq : 0, d16 ? 4 * nq : 0};

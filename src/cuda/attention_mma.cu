@@ -35,9 +35,9 @@ template <int D> constexpr int MIN_BLOCKS = D == 64 ? 3 : 2;
 constexpr float LOG2E = 1.44269504088896341f;
 
 // What every kernel takes of the shapes: qkv's rows `ld` = c + 2 nkv hd values apart, query head
-// h reading KV head h / group (group = nh / nkv), the window (0: none), and the tiles of t.
+// h reading KV head h / group (group = nh / nkv), the window (0: none), tiles of t, block order.
 struct heads {
-    int t, c, nh, nkv, group, ld, window, tiles;
+    int t, c, nh, nkv, group, ld, window, tiles, order;
 };
 
 // d (a C tile, 4 floats) += a (A, 4 registers) b (B, 2 registers): one warp's m16n8k16.
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
     const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
-    lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_FORWARD, &bh, &tile);
+    lwc_fa_block(blockIdx.x, a.tiles, gridDim.x / a.tiles, LWC_FA_FORWARD, a.order, &bh, &tile);
     const int bi = bh / a.nh, h = bh - bi * a.nh, q0 = tile * LWC_FA_BLOCK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(THREADS)
     float *ls = reinterpret_cast<float *>(PIPE ? qs + 2 * Q_BUF : os + M * LD), *ds = ls + M;
     const int t = a.t, c = a.c, window = a.window;
     int bk, tile;
-    lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_DKDV, &bk, &tile);
+    lwc_fa_block(blockIdx.x, a.tiles, gridDim.x / a.tiles, LWC_FA_DKDV, a.order, &bk, &tile);
     const int bi = bk / a.nkv, kh = bk - bi * a.nkv, k0 = tile * LWC_FA_BLOCK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = k0 + LWC_FA_WARP_ROWS * warp;
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     uint16_t *vs = ks + LWC_FA_STEP * LD;
     const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
-    lwc_fa_block(blockIdx.x, a.tiles, LWC_FA_DQ, &bh, &tile);
+    lwc_fa_block(blockIdx.x, a.tiles, gridDim.x / a.tiles, LWC_FA_DQ, a.order, &bh, &tile);
     const int bi = bh / a.nh, h = bh - bi * a.nh, q0 = tile * LWC_FA_BLOCK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = q0 + LWC_FA_WARP_ROWS * warp;
@@ -460,11 +460,11 @@ template <typename K> cudaError_t opt_in(K kernel, size_t bytes) {
 }
 
 // A window of t - 1 keys or more is every earlier key: 0, which also keeps it within int.
-heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window) {
+heads heads_of(int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window, int order) {
     heads a;
     a.t = (int)t, a.c = (int)c, a.nh = (int)nh, a.nkv = (int)nkv, a.group = (int)(nh / nkv);
     a.ld = (int)(c + 2 * nkv * (c / nh)), a.window = window < t - 1 ? (int)window : 0;
-    a.tiles = lwc_fa_tiles(t, LWC_FA_BLOCK);
+    a.tiles = lwc_fa_tiles(t, LWC_FA_BLOCK), a.order = order;
     return a;
 }
 
@@ -566,9 +566,9 @@ int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh) {
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
                                   float *rowmax, const void *qkv, bool qkv_bf16, int64_t b,
                                   int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window,
-                                  bool pipelined) {
+                                  bool pipelined, int order) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
-    const heads a = heads_of(t, c, nh, nkv, window);
+    const heads a = heads_of(t, c, nh, nkv, window, order);
     switch (c / nh) {
     case 64:
         return forward_typed<64>(stream, out, out_bf16, lse, rowmax, qkv, qkv_bf16, pipelined, b,
@@ -584,9 +584,9 @@ cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16,
 cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
                                    const float *dout, const void *qkv, bool qkv_bf16,
                                    const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
-                                   int64_t nkv, int64_t window, const uint16_t *dout16) {
+                                   int64_t nkv, int64_t window, const uint16_t *dout16, int order) {
     if (b <= 0 || t <= 0 || c <= 0 || nh <= 0 || nkv <= 0) return cudaSuccess;
-    const heads a = heads_of(t, c, nh, nkv, window);
+    const heads a = heads_of(t, c, nh, nkv, window, order);
     switch (c / nh) {
     case 64:
         return backward_typed<64>(stream, dqkv, dqkv_bf16, dd, dout, dout16, qkv, qkv_bf16, lse, b,

@@ -22,11 +22,13 @@ int64_t lwc_flash_mma_blocks(int64_t b, int64_t t, int64_t nh);
 // window 0 or w: lw_model_kernels.h's contract); rowmax[b, nh, t] (optional): each row's largest
 // scaled score (mma_layout.h's lwc_fa_max_score); each returns the launch's error. pipelined
 // (a bf16 qkv; an fp32 one ignores it): K and V staged by cp.async a step ahead, the same
-// results bit for bit.
+// results bit for bit. order (either launcher): the grids' block order, mma_layout.h's
+// LWC_FA_ORDER_HEADS (a head's tiles together) or LWC_FA_ORDER_WORK (tile-major, every head's
+// heaviest tile first): the same blocks, the same results bit for bit.
 cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16, float *lse,
                                   float *rowmax, const void *qkv, bool qkv_bf16, int64_t b,
                                   int64_t t, int64_t c, int64_t nh, int64_t nkv, int64_t window,
-                                  bool pipelined);
+                                  bool pipelined, int order);
 // dqkv[b, t, c + 2 nkv hd] += the backward, from dd (attention.cu's rowsum(dout * out), queued
 // before). dout16[b, t, c] (optional, 16-byte aligned, a bf16 qkv alone): dout rounded to bf16
 // as the kernels round it (lwc_flash_rowdot's copy), which the pipelined kernels stage a step
@@ -34,6 +36,6 @@ cudaError_t lwc_flash_mma_forward(cudaStream_t stream, void *out, bool out_bf16,
 cudaError_t lwc_flash_mma_backward(cudaStream_t stream, void *dqkv, bool dqkv_bf16, const float *dd,
                                    const float *dout, const void *qkv, bool qkv_bf16,
                                    const float *lse, int64_t b, int64_t t, int64_t c, int64_t nh,
-                                   int64_t nkv, int64_t window, const uint16_t *dout16);
+                                   int64_t nkv, int64_t window, const uint16_t *dout16, int order);
 
 #endif

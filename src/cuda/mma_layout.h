@@ -123,12 +123,14 @@ LWC_MMA_FN uint32_t lwc_mma_pack(float lo, float hi) {
  *   - the dk/dv kernel holds dK and dV (hd registers together: 128 at hd 128) besides P^T and
  *     dP^T, so at hd 128 it steps over 32 queries (32 registers for both) instead of 64 (64).
  *   - ptxas -v, sm_90, no spill in any instantiation; synchronous / pipelined staging: hd 64
- *     forward 164-165 / 163, dq 168 / 168, dk/dv 177-178 / 181; hd 128 forward 252-254 /
- *     240-241, dq 244-248 / 250, dk/dv 242-245 / 242. The pipelined tiles (lwc_fa_smem_bytes:
- *     hd 64 45, 54, 55 KB for forward, dq, dk/dv; hd 128 85, 102, 69 KB, against 27, 36, 37 and
- *     51, 68, 51) leave the blocks per SM as the registers set them, three or two at hd 64 (two
- *     for dk/dv), two at 128, within an H100's 228 KB; an 8.6 / 8.9 GPU's 99 KB per block does
- *     not hold hd 128's pipelined dq (attention.cu stages synchronously there).
+ *     forward 168 / 160, dq 168 / 168, dk/dv 232 / 181; hd 128 forward 245-255 / 239, dq
+ *     244-248 / 250, dk/dv 246 / 240 (since the grids' order is a run-time choice; the
+ *     synchronous dk/dv at hd 64 took 178 before, two blocks an SM either way). The pipelined
+ *     tiles (lwc_fa_smem_bytes: hd 64 45, 54, 55 KB for forward, dq, dk/dv; hd 128 85, 102, 69
+ *     KB, against 27, 36, 37 and 51, 68, 51) leave the blocks per SM as the registers set them,
+ *     three or two at hd 64 (two for dk/dv), two at 128, within an H100's 228 KB; an 8.6 / 8.9
+ *     GPU's 99 KB per block does not hold hd 128's pipelined dq (attention.cu stages
+ *     synchronously there).
  * Shared tiles are bf16, row-major, rows hd + 8 elements apart: 144 or 272 bytes, 4 banks past a
  * multiple of 32, so the 8 rows an ldmatrix phase reads (16 bytes each) fall in 32 different
  * banks; the staging's 8-byte stores of a half-warp cover one row's 128 contiguous bytes. */
@@ -147,14 +149,30 @@ enum { LWC_FA_FORWARD = 0, LWC_FA_DKDV = 1, LWC_FA_DQ = 2 };
 
 LWC_MMA_FN int lwc_fa_tiles(int64_t t, int size) { return (int)((t + size - 1) / size); }
 
-/* Block `block` of a grid of (batch x head) x tiles blocks: its batch x head and its tile, a
- * head's tiles consecutive (their K and V, or Q and dO, stay in L2 while they run), the heaviest
- * first: the last query tile (the most keys) for the forward and dq kernels, the first key tile
- * (the most queries) for the dk/dv kernel. */
-LWC_MMA_FN void lwc_fa_block(int64_t block, int tiles, int kernel, int *bh, int *tile) {
-    *bh = (int)(block / tiles);
-    const int i = (int)(block - (int64_t)*bh * tiles);
-    *tile = kernel == LWC_FA_DKDV ? i : tiles - 1 - i;
+/* The orders of a grid's blocks (attention_mma.cu takes one per launch from LWOPT_ATTN_ORDER):
+ *   LWC_FA_ORDER_HEADS  a head's tiles consecutive, the heaviest first: their K and V (or Q and
+ *                       dO) stay in L2 while they run;
+ *   LWC_FA_ORDER_WORK   tile-major across the (batch x head) pairs: every pair's heaviest tile,
+ *                       then every pair's next, ...: the longest blocks start first and the last
+ *                       to start are the shortest, so the SMs run out of work closer together (a
+ *                       greedy scheduler's makespan: bench/attention_schedule.c), at the cost of
+ *                       that L2 reuse (a head's tiles run `pairs` blocks apart). */
+enum { LWC_FA_ORDER_HEADS = 0, LWC_FA_ORDER_WORK = 1 };
+
+/* Block `block` of a grid of pairs (batch x head) x tiles blocks, in `order`: its batch x head and
+ * its tile, the heaviest first: the last query tile (the most keys) for the forward and dq
+ * kernels, the first key tile (the most queries) for the dk/dv kernel. */
+LWC_MMA_FN void lwc_fa_block(int64_t block, int tiles, int64_t pairs, int kernel, int order,
+                             int *bh, int *tile) {
+    int64_t i; /* the tile's rank, heaviest 0 */
+    if (order == LWC_FA_ORDER_WORK) {
+        i = block / pairs;
+        *bh = (int)(block - i * pairs);
+    } else {
+        *bh = (int)(block / tiles);
+        i = block - (int64_t)*bh * tiles;
+    }
+    *tile = kernel == LWC_FA_DKDV ? (int)i : tiles - 1 - (int)i;
 }
 
 /* Whether query `query` sees key `key`: causal, and under a window (0: none) no more than
@@ -178,6 +196,17 @@ LWC_MMA_FN int lwc_fa_first_query_step(int k0, int step) { return k0 / step; }
 LWC_MMA_FN int lwc_fa_last_query_step(int k0, int64_t t, int step, int window) {
     const int64_t reach = window > 0 ? (int64_t)k0 + LWC_FA_BLOCK - 1 + window : t - 1;
     return (int)((reach < t - 1 ? reach : t - 1) / step);
+}
+
+/* The steps block `tile` of `kernel` runs at head dim hd, the measure of its work: key steps for
+ * the forward and dq kernels, query steps for the dk/dv kernel (once per query head of its KV
+ * head's group). */
+LWC_MMA_FN int lwc_fa_steps(int kernel, int tile, int64_t t, int hd, int window) {
+    const int r0 = tile * LWC_FA_BLOCK;
+    if (kernel != LWC_FA_DKDV)
+        return lwc_fa_last_key_step(r0, t) - lwc_fa_first_key_step(r0, window) + 1;
+    const int step = LWC_FA_KV_STEP(hd);
+    return lwc_fa_last_query_step(r0, t, step, window) - lwc_fa_first_query_step(r0, step) + 1;
 }
 
 /* Whether a step of queries [q0, q0 + qn) against keys [k0, k0 + kn) holds a masked pair, and so

@@ -62,7 +62,7 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
         float *ls = (float *)(pipe ? qs + 2 * q_buf : os + M * LD), *ds = ls + M;
         for (int64_t block = 0; block < b * nkv * tiles; block++) {
             int bk, tile;
-            lwc_fa_block(block, tiles, LWC_FA_DKDV, &bk, &tile);
+            lwc_fa_block(block, tiles, b * nkv, LWC_FA_DKDV, emu_order, &bk, &tile);
             const int64_t bi = bk / nkv, kh = bk % nkv, rows = bi * t * c3;
             if (bi * nh + kh * group >= heads) continue;
             const int k0 = tile * LWC_FA_BLOCK;
@@ -152,7 +152,7 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
         const int kv_buf = 2 * LWC_FA_STEP * LD; /* buffer 1's K and V past buffer 0's */
         for (int64_t block = 0; block < b * nh * tiles; block++) {
             int bh, tile;
-            lwc_fa_block(block, tiles, LWC_FA_DQ, &bh, &tile);
+            lwc_fa_block(block, tiles, b * nh, LWC_FA_DQ, emu_order, &bh, &tile);
             if (bh >= heads) continue;
             const int64_t bi = bh / nh, h = bh % nh, rows = bi * t * c3, head = rows + h * hd;
             const int q0 = tile * LWC_FA_BLOCK;

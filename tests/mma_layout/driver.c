@@ -20,6 +20,9 @@
  *     bound per element (reference.c), the forward's rows' largest scores (lwc_fa_max_score,
  *     which attention.cu reduces per head) as lse is (emulation.c); the pipelined staging's
  *     results bit for bit the synchronous staging's;
+ *   - the grids' two block orders (orders.c): every block once in each, "heads" a head's tiles
+ *     together, "work" (tile-major) no block's steps above its predecessor's, over grid shapes
+ *     with GQA, windows and partial tiles; the emulated kernels the same bits in either;
  *   - that the comparison could fail: five faults injected into the emulation (an operand's
  *     halves swapped, the P -> A packing reordered, the mask one key late, a quad reduced over
  *     two lanes, a step computed on the buffer being filled) must each break it (emulation.c).
@@ -51,5 +54,7 @@ int main(int argc, char **argv) {
     test_pipeline();
     test_nan_key();
     test_emulation();
+    test_orders();
+    test_orders_emulated();
     return check_exit("test_mma_layout");
 }

@@ -23,7 +23,7 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
     static float o[LWC_FA_WARPS][32][MAX_ND][4], m[LWC_FA_WARPS][32][2], l[LWC_FA_WARPS][32][2];
     for (int64_t block = 0; block < b * nh * tiles; block++) {
         int bh, tile;
-        lwc_fa_block(block, tiles, LWC_FA_FORWARD, &bh, &tile);
+        lwc_fa_block(block, tiles, b * nh, LWC_FA_FORWARD, emu_order, &bh, &tile);
         if (bh >= heads) continue;
         const int64_t bi = bh / nh, h = bh % nh, c3 = c + 2 * nkv * hd;
         const int q0 = tile * LWC_FA_BLOCK;

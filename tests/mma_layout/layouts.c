@@ -133,7 +133,7 @@ void test_plan(void) {
             int seen[3][8] = {{0}};
             for (int64_t block = 0; block < 3 * tiles; block++) {
                 int bh, tile;
-                lwc_fa_block(block, tiles, kernel, &bh, &tile);
+                lwc_fa_block(block, tiles, 3, kernel, LWC_FA_ORDER_HEADS, &bh, &tile);
                 if (bh < 3 && tile >= 0 && tile < tiles) seen[bh][tile]++;
                 /* the heaviest first within a head */
                 if (block % tiles == 0)

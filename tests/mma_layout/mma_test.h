@@ -1,7 +1,8 @@
 /* mma_test.h: what the files of test_mma_layout share: the ISA's hardware (ptx.c), the emulated
  * warp's pieces and faults (warp.c), the emulated kernels (forward.c, backward.c), double attention
- * (reference.c), the checks (layouts.c, emulation.c), --harness (harness.c). A file here includes
- * no other test header: check.h's counters belong to driver.c, so checks count through EXPECT. */
+ * (reference.c), the checks (layouts.c, emulation.c, orders.c), --harness (harness.c). A file
+ * here includes no other test header: check.h's counters belong to driver.c, so checks count
+ * through EXPECT. */
 #ifndef LW_TEST_MMA_LAYOUT_MMA_TEST_H
 #define LW_TEST_MMA_LAYOUT_MMA_TEST_H
 
@@ -27,6 +28,8 @@ void ptx_mma(float *d[32], uint32_t *a[32], uint32_t b[32][4], int pair);
 
 enum { FAULT_NONE, FAULT_B_HALVES, FAULT_PACK, FAULT_MASK, FAULT_QUAD, FAULT_BUFFER, FAULT_COUNT };
 extern int fault; /* the one injected: emulation.c sets it, the pieces and forward.c read it */
+/* the grids' block order the emulated kernels run in (LWC_FA_ORDER_*): orders.c sets it */
+extern int emu_order;
 
 static const float LOG2E = 1.44269504088896341f;
 
@@ -86,6 +89,8 @@ void test_plan(void);
 void test_pipeline(void);
 void test_nan_key(void); /* emulation.c */
 void test_emulation(void);
+void test_orders(void); /* orders.c */
+void test_orders_emulated(void);
 void harness(void); /* harness.c */
 
 /* check.h's CHECK, counted in driver.c */

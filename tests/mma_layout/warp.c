@@ -7,6 +7,7 @@
 #include <string.h>
 
 int fault = FAULT_NONE;
+int emu_order = LWC_FA_ORDER_HEADS;
 
 /* ---- a warp's pieces, emulated --------------------------------------------------------------- */
 
