@@ -19,8 +19,9 @@
  * public calls, or named where they are tested. A GPU's own limits and refusals close the run.
  * Without a GPU the CPU still runs, so the test never skips, unless LWOPT_TEST_REQUIRE=cuda asks
  * for one (test_kernels_gpu, label gpu): then no CUDA is exit 77. `test_kernels PREFIX...` runs
- * the kernels whose names begin with a prefix (test_kernels_attention_pipeline_gpu: attention,
- * under LWOPT_ATTN_PIPELINE=1). */
+ * the kernels whose names begin with a prefix (test_kernels_attention_pipeline_gpu and
+ * test_kernels_attention_order_gpu: attention, under LWOPT_ATTN_PIPELINE=1 and
+ * LWOPT_ATTN_ORDER=work). */
 #include "harness.h"
 
 #include "bf16_reference.h"
@@ -466,13 +467,18 @@ static void cuda_contract(void) {
     lw_device_free(gpu, sc), lw_device_free(gpu, rows);
 }
 
-/* LWOPT_ATTN_PIPELINE, the tensor-core attention's staging (read at each launch): with a bf16
- * qkv, "1" (a step ahead by cp.async, dO from the row dots' bf16 copy) gives "0"'s out, lse,
- * heads' maxima and dqkv bit for bit, at head dims 64 and 128, grouped, windowed, t not a
- * multiple of a tile; any other value is refused, named. The variable is put back after. */
-static void cuda_attention_pipeline(void) {
-    const char *was = getenv("LWOPT_ATTN_PIPELINE");
+/* The tensor-core attention's variables, read at each launch: under `name`, `variant` gives
+ * `base`'s out, lse, heads' maxima and dqkv bit for bit (a bf16 qkv, head dims 64 and 128,
+ * grouped, windowed, t not a multiple of a tile), and `bad` is refused, named; the variable is
+ * put back after. LWOPT_ATTN_PIPELINE=1 stages a step ahead by cp.async, dO from the row dots'
+ * bf16 copy; LWOPT_ATTN_ORDER=work orders the grids' blocks tile-major: the same blocks, each
+ * computing what it did. */
+static void cuda_attention_variable(const char *name, const char *base, const char *variant,
+                                    const char *bad) {
+    const char *was = getenv(name);
     char *saved = was != NULL ? strdup(was) : NULL;
+    char refused[64];
+    snprintf(refused, sizeof refused, "%s is \"%s\"", name, bad);
     const struct {
         int64_t b, t, c, nh, nkv, window;
     } shapes[] = {{2, 200, 256, 4, 2, 0}, {1, 130, 256, 2, 1, 50}};
@@ -494,7 +500,7 @@ static void cuda_attention_pipeline(void) {
         CHECK_OK(lw_device_alloc(gpu, 4 * lw_attention_scratch_floats(gs, b, t, c, nh, nkv, window),
                                  (void **)&scratch));
         for (int v = 0; v < 2; v++) {
-            setenv("LWOPT_ATTN_PIPELINE", v == 0 ? "0" : "1", 1);
+            setenv(name, v == 0 ? base : variant, 1);
             CHECK_OK(lw_device_copy(gs, dev[3], zeros, 4 * nq, LW_COPY_HOST_TO_DEVICE));
             CHECK_OK(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], dev[2], scratch, dq16,
                                           LW_DTYPE_BF16, b, t, c, nh, nkv, window));
@@ -506,10 +512,10 @@ static void cuda_attention_pipeline(void) {
                 download(host[v][j], dev[j], 4 * n[j]);
             }
         }
-        setenv("LWOPT_ATTN_PIPELINE", "2", 1);
+        setenv(name, bad, 1);
         CHECK_FAILS(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], NULL, scratch, dq16,
                                          LW_DTYPE_BF16, b, t, c, nh, nkv, window),
-                    LW_ERR_INVALID, "LWOPT_ATTN_PIPELINE is \"2\"");
+                    LW_ERR_INVALID, refused);
         for (int j = 0; j < 4; j++) {
             same = same && memcmp(host[0][j], host[1][j], 4 * (size_t)n[j]) == 0;
             free(host[0][j]), free(host[1][j]), lw_device_free(gpu, dev[j]);
@@ -518,13 +524,13 @@ static void cuda_attention_pipeline(void) {
         free(qkv), free(dout), free(zeros), free(q16);
     }
     CHECK(same);
-    printf("test_kernels: LWOPT_ATTN_PIPELINE=1 %s =0's attention bit for bit (bf16 qkv, head dims "
-           "64, 128); =2 refused\n",
-           same ? "gives" : "DOES NOT give");
+    printf("test_kernels: %s=%s %s =%s's attention bit for bit (bf16 qkv, head dims 64, 128); "
+           "=%s refused\n",
+           name, variant, same ? "gives" : "DOES NOT give", base, bad);
     if (saved != NULL)
-        setenv("LWOPT_ATTN_PIPELINE", saved, 1);
+        setenv(name, saved, 1);
     else
-        unsetenv("LWOPT_ATTN_PIPELINE");
+        unsetenv(name);
     free(saved);
     CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
 }
@@ -613,7 +619,11 @@ int main(int argc, char **argv) {
     int skipped = 0;
     run_list(public_kernels, npub, &skipped);
     run_list(core_kernels, ncore, &skipped);
-    if (have_gpu()) cuda_contract(), cuda_attention_pipeline();
+    if (have_gpu()) {
+        cuda_contract();
+        cuda_attention_variable("LWOPT_ATTN_PIPELINE", "0", "1", "2");
+        cuda_attention_variable("LWOPT_ATTN_ORDER", "heads", "work", "diagonal");
+    }
     printf("test_kernels: %d cases on the CPU", cases_run[0]);
     if (cases_large > 0)
         printf(" (%d of a GPU's size left out: no GPU; LWOPT_TEST_LARGE=1 runs them)", cases_large);
