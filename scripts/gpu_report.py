@@ -6,7 +6,7 @@ bench/gpt2_gpu.lua and of the PyTorch peer (bench/peers/torch_gpt2.py), lwopt's 
 torch.compile's with the same optimizer, Muon's cost over AdamW, the memory columns, Newton-
 Schulz against cuBLAS's GEMM (bench_cuda_newton_schulz's worst ratio), and attention per layer
 (bench_cuda_attention against torch_attention.py's SDPA, shape by shape, the tensor-core kernels'
-pipelined staging beside); from OUT/profile.txt (Nsight
+variants beside: pipelined staging, tile-major grids); from OUT/profile.txt (Nsight
 Compute's --csv, or Nsight Systems' cuda_gpu_kern_sum report) each kernel family's share of GPU
 time and the largest kernels. A figure whose log is missing is said to be missing.
 Usage: scripts/gpu_report.py OUT            (the standard library only: runs on any python3)
@@ -119,20 +119,33 @@ def attention_rows(text):
     return rows
 
 
+# A tensor-core variant's row: "lwopt bf16 pipelined (tensor cores)" (LWOPT_ATTN_PIPELINE=1),
+# "lwopt bf16 (tensor cores, order work)" (LWOPT_ATTN_ORDER=work), or both; the default's is
+# "lwopt bf16 (tensor cores)".
+VARIANT = re.compile(r"lwopt bf16 (?:(\w+) )?\(tensor cores(?:, (.+))?\)$")
+
+
+def variant_of(kernels):
+    """The variant's label ("pipelined", "order work", "pipelined + order work"), "" for the
+    default's row, None for any other."""
+    m = VARIANT.match(kernels)
+    return None if not m else " + ".join(part for part in m.groups() if part)
+
+
 def attention_lines(bench, peers):
     ours, torch = attention_rows(bench), attention_rows(peers)
     if not ours:
         return ["attention (bench_cuda_attention): no table in bench.log"]
     out = ["attention per layer, forward + backward ms (bench_cuda_attention, torch_attention.py):"]
     for (shape, kernels), (fwd, both) in ours.items():
-        # the synchronous staging's row leads; the pipelined one's (LWOPT_ATTN_PIPELINE=1) joins it
-        if not kernels.startswith("lwopt bf16") or "pipelined" in kernels:
+        # the default's row leads; the variants' (LWOPT_ATTN_PIPELINE, LWOPT_ATTN_ORDER) join it
+        if not kernels.startswith("lwopt bf16") or variant_of(kernels):
             continue
         text = f"  {shape}: lwopt bf16 {both:.3f} (forward {fwd:.3f})"
-        piped = ours.get((shape, "lwopt bf16 pipelined (tensor cores)"))
-        if piped:
-            text += (f", pipelined {piped[1]:.3f} (forward {piped[0]:.3f}): "
-                     f"{piped[1] / both:.2f} of it")
+        for (other, label), (vfwd, vboth) in ours.items():
+            if other == shape and variant_of(label):
+                text += (f", {variant_of(label)} {vboth:.3f} (forward {vfwd:.3f}): "
+                         f"{vboth / both:.2f} of it")
         fp32 = ours.get((shape, "lwopt fp32"))
         if fp32:
             text += f", lwopt fp32 {fp32[1]:.3f}"

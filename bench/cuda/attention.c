@@ -11,9 +11,11 @@
  * recomputes S and dP in both its passes: 3.5 times the forward's products, not 2.5). Each figure
  * is the best of the repeats of `calls` calls in a row after a warm-up, the stream synchronised
  * around them.
- * Each bf16 shape runs twice, side by side: the tensor-core kernels' synchronous staging
- * (LWOPT_ATTN_PIPELINE=0) and their pipelined one (=1, row "lwopt bf16 pipelined"), the variable
- * set before each and put back after.
+ * Each bf16 shape runs four times, side by side: the tensor-core kernels' synchronous staging
+ * (LWOPT_ATTN_PIPELINE=0) and their pipelined one (=1, rows "lwopt bf16 pipelined"), each in the
+ * grids' two block orders (LWOPT_ATTN_ORDER=heads, a head's tiles together, and =work,
+ * tile-major: rows "(tensor cores, order work)"; bench/attention_schedule.c simulates why), the
+ * variables set before each run and put back after.
  * Goal: forward + backward within 1.3x of torch SDPA's, <= 0.33 ms at b 8, 12 heads, t 1024,
  * head dim 64 on an H100.
  * Usage: bench_cuda_attention [--repeats N] [--calls N] */
@@ -78,49 +80,63 @@ int main(int argc, char **argv) {
     }
     bench_check(lw_device_alloc(bench_gpu, 4 * scratch_floats, (void **)&scratch),
                 "lw_device_alloc");
-    const char *was = getenv("LWOPT_ATTN_PIPELINE");
-    char *saved = was != NULL ? strdup(was) : NULL;
+    static const char *vars[2] = {"LWOPT_ATTN_PIPELINE", "LWOPT_ATTN_ORDER"};
+    char *saved[2];
+    for (int v = 0; v < 2; v++)
+        saved[v] = getenv(vars[v]) != NULL ? strdup(getenv(vars[v])) : NULL;
+    /* a shape's runs: the row's kernels, the matmul setting, the two variables */
+    static const struct {
+        const char *kernels;
+        lw_matmul matmul;
+        const char *pipeline, *order;
+    } runs[] = {
+        {"bf16 (tensor cores)", LW_MATMUL_BF16, "0", "heads"},
+        {"bf16 pipelined (tensor cores)", LW_MATMUL_BF16, "1", "heads"},
+        {"bf16 (tensor cores, order work)", LW_MATMUL_BF16, "0", "work"},
+        {"bf16 pipelined (tensor cores, order work)", LW_MATMUL_BF16, "1", "work"},
+        {"fp32", LW_MATMUL_FP32, "0", "heads"}, /* at t 1024 alone: ms a call */
+    };
+    const int bf16_runs = 4;
     printf("| attention shape | kernels | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n"
            "|---|---|---|---|---|---|\n");
-    double goal_shape = 0, goal_pipelined = 0;
+    double goal[4] = {0, 0, 0, 0}; /* the bf16 runs' at the first shape */
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         const int64_t hd = s->c / s->nh;
         const double flops = 2.0 * (double)(s->b * s->nh) * (double)(s->t * s->t) * (double)hd;
-        /* p 0: bf16, synchronous staging; 1: bf16, pipelined; 2: fp32 (t 1024 alone) */
-        for (int p = 0; p < (s->t == 1024 ? 3 : 2); p++) {
-            const lw_matmul m = p < 2 ? LW_MATMUL_BF16 : LW_MATMUL_FP32;
-            bench_check(lw_device_set_matmul(bench_gpu, m), "lw_device_set_matmul");
-            setenv("LWOPT_ATTN_PIPELINE", p == 1 ? "1" : "0", 1);
-            const int n = p < 2 ? calls : 1; /* the fp32 kernels take ms a call */
+        for (int p = 0; p < (s->t == 1024 ? bf16_runs + 1 : bf16_runs); p++) {
+            const bool bf16 = p < bf16_runs;
+            bench_check(lw_device_set_matmul(bench_gpu, runs[p].matmul), "lw_device_set_matmul");
+            setenv(vars[0], runs[p].pipeline, 1), setenv(vars[1], runs[p].order, 1);
+            const int n = bf16 ? calls : 1; /* the fp32 kernels take ms a call */
             /* bf16: qkv and out in bf16, as the model keeps them (and SDPA is given) */
-            const void *q = p < 2 ? (const void *)qkv16 : (const void *)qkv;
-            const lw_dtype dt = p < 2 ? LW_DTYPE_BF16 : LW_DTYPE_F32;
+            const void *q = bf16 ? (const void *)qkv16 : (const void *)qkv;
+            const lw_dtype dt = bf16 ? LW_DTYPE_BF16 : LW_DTYPE_F32;
             const double f = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, false, repeats, n);
             const double fb = best_ms(s, out, lse, scratch, dqkv, q, dt, dout, true, repeats, n);
-            static const char *kernels[] = {"bf16 (tensor cores)", "bf16 pipelined (tensor cores)",
-                                            "fp32"};
             printf("| attention b %lld, nh %lld, t %lld, hd %lld | lwopt %s | %.3f | %.3f | %.1f | "
                    "%.1f |\n",
-                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd, kernels[p], f,
-                   fb, flops / f / 1e9, 3.5 * flops / fb / 1e9);
+                   (long long)s->b, (long long)s->nh, (long long)s->t, (long long)hd,
+                   runs[p].kernels, f, fb, flops / f / 1e9, 3.5 * flops / fb / 1e9);
             fflush(stdout);
-            if (p == 0 && i == 0) goal_shape = fb;
-            if (p == 1 && i == 0) goal_pipelined = fb;
+            if (bf16 && i == 0) goal[p] = fb;
         }
     }
     bench_check(lw_device_set_matmul(bench_gpu, LW_MATMUL_FP32), "lw_device_set_matmul");
-    if (saved != NULL)
-        setenv("LWOPT_ATTN_PIPELINE", saved, 1);
-    else
-        unsetenv("LWOPT_ATTN_PIPELINE");
-    free(saved);
+    for (int v = 0; v < 2; v++) {
+        if (saved[v] != NULL)
+            setenv(vars[v], saved[v], 1);
+        else
+            unsetenv(vars[v]);
+        free(saved[v]);
+    }
     printf("\nb 8, 12 heads, t 1024, head dim 64: forward + backward %.3f ms a layer in bf16 "
            "(goal <= 0.33 ms: 1.3x torch SDPA's ~0.25 ms on an H100); best of %d x %d calls\n",
-           goal_shape, repeats, calls);
+           goal[0], repeats, calls);
     printf("the same, pipelined staging (LWOPT_ATTN_PIPELINE=1): %.3f ms, %.2f of the "
-           "synchronous\n",
-           goal_pipelined, goal_pipelined / goal_shape);
+           "synchronous; tile-major grids (LWOPT_ATTN_ORDER=work): %.3f ms, %.2f; both: %.3f ms, "
+           "%.2f\n",
+           goal[1], goal[1] / goal[0], goal[2], goal[2] / goal[0], goal[3], goal[3] / goal[0]);
     lw_device_free(bench_gpu, qkv), lw_device_free(bench_gpu, dout);
     lw_device_free(bench_gpu, dqkv), lw_device_free(bench_gpu, out);
     lw_device_free(bench_gpu, lse), lw_device_free(bench_gpu, scratch);

@@ -25,6 +25,8 @@ bf16 GEMMs: Muon's cost over AdamW 0.081 (adamw / muon tokens/s - 1); ratio 0.45
 |---|---|---|---|---|---|
 | attention b 8, nh 12, t 1024, hd 64 | lwopt bf16 (tensor cores) | 0.100 | 0.400 | 129.0 | 112.7 |
 | attention b 8, nh 12, t 1024, hd 64 | lwopt bf16 pipelined (tensor cores) | 0.090 | 0.360 | 143.2 | 125.3 |
+| attention b 8, nh 12, t 1024, hd 64 | lwopt bf16 (tensor cores, order work) | 0.095 | 0.340 | 135.8 | 132.6 |
+| attention b 8, nh 12, t 1024, hd 64 | lwopt bf16 pipelined (tensor cores, order work) | 0.085 | 0.320 | 151.7 | 140.9 |
 | attention b 8, nh 12, t 1024, hd 64 | lwopt fp32 | 1.200 | 4.000 | 10.7 | 11.3 |
 | attention b 8, nh 6, t 1024, hd 128 | lwopt bf16 (tensor cores) | 0.090 | 0.360 | 143.2 | 125.3 |
 """
@@ -92,11 +94,12 @@ with tempfile.TemporaryDirectory() as d:
     expect("Muon's cost over AdamW 0.081" in out, "Muon's cost line")
     expect("worst ratio 0.61 (goal >= 0.70)" in out, "Newton-Schulz against cuBLAS")
     expect("b 8, nh 12, t 1024, hd 64: lwopt bf16 0.400 (forward 0.100), pipelined 0.360 "
-           "(forward 0.090): 0.90 of it, lwopt fp32 4.000, torch sdpa 0.250 (forward 0.080): "
-           "lwopt / torch 1.60 (goal <= 1.3)" in out,
-           "attention against SDPA, shape by shape, the pipelined staging beside:\n" + out)
+           "(forward 0.090): 0.90 of it, order work 0.340 (forward 0.095): 0.85 of it, pipelined "
+           "+ order work 0.320 (forward 0.085): 0.80 of it, lwopt fp32 4.000, torch sdpa 0.250 "
+           "(forward 0.080): lwopt / torch 1.60 (goal <= 1.3)" in out,
+           "attention against SDPA, shape by shape, the variants beside:\n" + out)
     expect(out.count("b 8, nh 12, t 1024, hd 64:") == 1,
-           "the pipelined row joins its shape's line, not one of its own:\n" + out)
+           "the variants' rows join their shape's line, not lines of their own:\n" + out)
     expect("b 8, nh 6, t 1024, hd 128: lwopt bf16 0.360 (forward 0.090), torch sdpa: not in "
            "peers.log" in out, "a shape torch did not run is said")
     expect("kernel profile: 5 rows, 1.0 ms of GPU time" in out, "the profile's total:\n" + out)
