@@ -15,13 +15,13 @@
  *     bit for bit; lwopt's own CUDA library must have every kernel, a stand-in's missing ones are
  *     reported skipped by name.
  * Shapes of a GPU's size (GPT-2 small's) are made where a GPU needs the CPU's results for them,
- * or with LWOPT_TEST_LARGE=1. The optimizers' kernels (LWI_CORE_KERNELS) are run through their
- * public calls, or named where they are tested. A GPU's own limits and refusals close the run.
- * Without a GPU the CPU still runs, so the test never skips, unless LWOPT_TEST_REQUIRE=cuda asks
- * for one (test_kernels_gpu, label gpu): then no CUDA is exit 77. `test_kernels PREFIX...` runs
- * the kernels whose names begin with a prefix (test_kernels_attention_pipeline_gpu and
- * test_kernels_attention_order_gpu: attention, under LWOPT_ATTN_PIPELINE=1 and
- * LWOPT_ATTN_ORDER=work). */
+ * or with LWOPT_TEST_LARGE=1 (=0: not even on a GPU). The optimizers' kernels (LWI_CORE_KERNELS)
+ * are run through their public calls, or named where they are tested. A GPU's own limits and
+ * refusals close the run (harness_cuda.c). Without a GPU the CPU still runs, so the test never
+ * skips, unless LWOPT_TEST_REQUIRE=cuda asks for one (test_kernels_gpu, label gpu): then no CUDA is
+ * exit 77. `test_kernels PREFIX...` runs the kernels whose names begin with a prefix
+ * (test_kernels_attention_pipeline_gpu and test_kernels_attention_order_gpu: attention, under
+ * LWOPT_ATTN_PIPELINE=1 and LWOPT_ATTN_ORDER=work). */
 #include "harness.h"
 
 #include "bf16_reference.h"
@@ -41,6 +41,7 @@ static bool have_other, other_partial;
 bool on_cpu(lw_device *d) { return d == cpu; }
 bool have_gpu(void) { return have_other && !other_partial; }
 lw_stream *other_stream(void) { return have_other ? gs : NULL; }
+lw_device *other_device(void) { return have_other ? gpu : NULL; }
 
 /* ---- measures -------------------------------------------------------------------------------- */
 
@@ -208,7 +209,7 @@ void expect_failure(const char *file, int line, const char *expr, lw_status st, 
 
 static int cases_run[2];           /* on the CPU, on the other device */
 static int cases_large;            /* left out: large, and no GPU */
-static bool run_large;             /* a GPU, or LWOPT_TEST_LARGE=1 (the CPU's side alone) */
+static bool run_large;             /* a GPU, or LWOPT_TEST_LARGE=1; not if it is 0 */
 static int cases_sanitized;        /* left out: long on the CPU, and a sanitizer build */
 static const char *skipped_kernel; /* the kernel the other device was last found to lack */
 
@@ -440,101 +441,6 @@ float random_float(void) { return frand(); }
 int32_t random_below(int64_t bound) { return rand_below(bound); }
 float *random_floats(int64_t n) { return host_random(n); }
 
-/* ---- what lwopt's CUDA device adds to the contract ------------------------------------------- *
- * Besides its scratch sizes (checked with the cases), the shapes it refuses with a clear error
- * rather than a wrong answer: a head dim past its kernels' largest (128), a negative row in a
- * scatter-add (its sort would misplace it; the CPU trusts rows to lie in the array). */
-
-static void cuda_contract(void) {
-    float *q = NULL, *o = NULL, *l = NULL, *sc = NULL;
-    CHECK_OK(lw_device_alloc(gpu, 4 * 4 * 3 * 512, (void **)&q));
-    CHECK_OK(lw_device_alloc(gpu, 4 * 4 * 512, (void **)&o));
-    CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&l));
-    CHECK_OK(lw_device_alloc(gpu, 4 * 2 * 4, (void **)&sc));
-    CHECK_FAILS(
-        lw_attention_forward(gs, o, LW_DTYPE_F32, l, NULL, sc, q, LW_DTYPE_F32, 1, 4, 512, 2, 2, 0),
-        LW_ERR_UNSUPPORTED, "head dim 256");
-    CHECK_FAILS(lw_attention_backward(gs, q, LW_DTYPE_F32, sc, o, q, LW_DTYPE_F32, o, LW_DTYPE_F32,
-                                      l, 1, 4, 512, 2, 2, 0),
-                LW_ERR_UNSUPPORTED, "head dim 256");
-    const int32_t bad[3] = {1, -4, 2};
-    int32_t *rows = NULL;
-    CHECK_OK(lw_device_alloc(gpu, sizeof bad, (void **)&rows));
-    CHECK_OK(lw_device_copy(gs, rows, bad, sizeof bad, LW_COPY_HOST_TO_DEVICE));
-    CHECK_FAILS(lw_gather_backward(gs, q, o, rows, 3, 8), LW_ERR_RANGE, "row -4 at position 1");
-    CHECK_FAILS(lw_combine_forward(gs, q, o, l, rows, 3, 8), LW_ERR_RANGE, "row -4 at position 1");
-    lw_device_free(gpu, q), lw_device_free(gpu, o), lw_device_free(gpu, l);
-    lw_device_free(gpu, sc), lw_device_free(gpu, rows);
-}
-
-/* The tensor-core attention's variables, read at each launch: under `name`, `variant` gives
- * `base`'s out, lse, heads' maxima and dqkv bit for bit (a bf16 qkv, head dims 64 and 128,
- * grouped, windowed, t not a multiple of a tile), and `bad` is refused, named; the variable is
- * put back after. LWOPT_ATTN_PIPELINE=1 stages a step ahead by cp.async, dO from the row dots'
- * bf16 copy; LWOPT_ATTN_ORDER=work orders the grids' blocks tile-major: the same blocks, each
- * computing what it did. */
-static void cuda_attention_variable(const char *name, const char *base, const char *variant,
-                                    const char *bad) {
-    const char *was = getenv(name);
-    char *saved = was != NULL ? strdup(was) : NULL;
-    char refused[64];
-    snprintf(refused, sizeof refused, "%s is \"%s\"", name, bad);
-    const struct {
-        int64_t b, t, c, nh, nkv, window;
-    } shapes[] = {{2, 200, 256, 4, 2, 0}, {1, 130, 256, 2, 1, 50}};
-    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_BF16));
-    bool same = true;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        const int64_t b = shapes[i].b, t = shapes[i].t, c = shapes[i].c, nh = shapes[i].nh;
-        const int64_t nkv = shapes[i].nkv, window = shapes[i].window, hd = c / nh;
-        const int64_t nq = b * t * (c + 2 * nkv * hd), no = b * t * c, nl = b * nh * t;
-        const int64_t n[4] = {no, nl, nh, nq}; /* out, lse, head_max, dqkv */
-        float *qkv = host_random(nq), *dout = host_random(no), *zeros = calloc((size_t)nq, 4);
-        uint16_t *q16 = malloc(sizeof(uint16_t) * (size_t)nq);
-        for (int64_t j = 0; j < nq; j++)
-            q16[j] = bf16_reference(qkv[j]);
-        void *dq16 = upload(q16, 2 * nq), *ddout = upload(dout, 4 * no);
-        float *dev[4], *host[2][4], *scratch = NULL;
-        for (int j = 0; j < 4; j++)
-            CHECK_OK(lw_device_alloc(gpu, 4 * n[j], (void **)&dev[j]));
-        CHECK_OK(lw_device_alloc(gpu, 4 * lw_attention_scratch_floats(gs, b, t, c, nh, nkv, window),
-                                 (void **)&scratch));
-        for (int v = 0; v < 2; v++) {
-            setenv(name, v == 0 ? base : variant, 1);
-            CHECK_OK(lw_device_copy(gs, dev[3], zeros, 4 * nq, LW_COPY_HOST_TO_DEVICE));
-            CHECK_OK(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], dev[2], scratch, dq16,
-                                          LW_DTYPE_BF16, b, t, c, nh, nkv, window));
-            CHECK_OK(lw_attention_backward(gs, dev[3], LW_DTYPE_F32, scratch, ddout, dq16,
-                                           LW_DTYPE_BF16, dev[0], LW_DTYPE_F32, dev[1], b, t, c, nh,
-                                           nkv, window));
-            for (int j = 0; j < 4; j++) {
-                host[v][j] = malloc(4 * (size_t)n[j]);
-                download(host[v][j], dev[j], 4 * n[j]);
-            }
-        }
-        setenv(name, bad, 1);
-        CHECK_FAILS(lw_attention_forward(gs, dev[0], LW_DTYPE_F32, dev[1], NULL, scratch, dq16,
-                                         LW_DTYPE_BF16, b, t, c, nh, nkv, window),
-                    LW_ERR_INVALID, refused);
-        for (int j = 0; j < 4; j++) {
-            same = same && memcmp(host[0][j], host[1][j], 4 * (size_t)n[j]) == 0;
-            free(host[0][j]), free(host[1][j]), lw_device_free(gpu, dev[j]);
-        }
-        lw_device_free(gpu, scratch), lw_device_free(gpu, dq16), lw_device_free(gpu, ddout);
-        free(qkv), free(dout), free(zeros), free(q16);
-    }
-    CHECK(same);
-    printf("test_kernels: %s=%s %s =%s's attention bit for bit (bf16 qkv, head dims 64, 128); "
-           "=%s refused\n",
-           name, variant, same ? "gives" : "DOES NOT give", base, bad);
-    if (saved != NULL)
-        setenv(name, saved, 1);
-    else
-        unsetenv(name);
-    free(saved);
-    CHECK_OK(lw_device_set_matmul(gpu, LW_MATMUL_FP32));
-}
-
 /* ---- the list's kernels, each with its entry ------------------------------------------------ *
  * The entries come from the case files (harness.h declares them from the list): a kernel added to
  * kernel_list.h without a case_<name> (public) or core_<name> (the optimizers') fails to link,
@@ -607,7 +513,7 @@ int main(int argc, char **argv) {
     have_other = other == 0;
     other_partial = have_other && getenv("LWOPT_CUDA_LIB") != NULL;
     const char *large = getenv("LWOPT_TEST_LARGE");
-    run_large = have_gpu() || (large != NULL && strcmp(large, "1") == 0);
+    run_large = large != NULL && *large != '\0' ? strcmp(large, "1") == 0 : have_gpu();
     if (have_other) {
         lw_device_info info;
         CHECK_OK(lw_device_get_info(gpu, &info));
@@ -619,11 +525,7 @@ int main(int argc, char **argv) {
     int skipped = 0;
     run_list(public_kernels, npub, &skipped);
     run_list(core_kernels, ncore, &skipped);
-    if (have_gpu()) {
-        cuda_contract();
-        cuda_attention_variable("LWOPT_ATTN_PIPELINE", "0", "1", "2");
-        cuda_attention_variable("LWOPT_ATTN_ORDER", "heads", "work", "diagonal");
-    }
+    if (have_gpu()) cuda_device_contract();
     printf("test_kernels: %d cases on the CPU", cases_run[0]);
     if (cases_large > 0)
         printf(" (%d of a GPU's size left out: no GPU; LWOPT_TEST_LARGE=1 runs them)", cases_large);

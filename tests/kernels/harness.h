@@ -278,6 +278,10 @@ bool on_cpu(lw_device *d);
 bool have_gpu(void);
 /* the other device's default stream; NULL when there is no other device */
 lw_stream *other_stream(void);
+/* The other device (a GPU or a stand-in), NULL without one. */
+lw_device *other_device(void);
+/* A GPU's own refusals and the attention variants' bits (harness_cuda.c); after the list. */
+void cuda_device_contract(void);
 
 /* ---- seeded inputs --------------------------------------------------------------------------- *
  * One seeded sequence for the whole run, drawn in the list's order, so that every case sees the
