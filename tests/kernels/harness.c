@@ -415,17 +415,11 @@ bool left_out(bool large) {
 }
 
 /* A shape that is long on the CPU (hundreds of rows through every run's float64 reference) is
- * left out, counted, where AddressSanitizer is built in (gcc and clang say so by macro): its
+ * left out, counted, where the sanitizers are built in (CMake's LWOPT_SANITIZE): their
  * checks make such a shape cost ten times the Release build's, and the smaller shapes walk the
  * same tiles, edges, windows and grouped heads. The Release build runs every one. */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(LWOPT_SANITIZED)
 enum { SANITIZED = 1 };
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-enum { SANITIZED = 1 };
-#else
-enum { SANITIZED = 0 };
-#endif
 #else
 enum { SANITIZED = 0 };
 #endif

@@ -145,6 +145,12 @@ static bool variants_agree(shape sh) {
     return same;
 }
 
+#if defined(LWOPT_SANITIZED)
+enum { SANITIZED = 1 };
+#else
+enum { SANITIZED = 0 };
+#endif
+
 void test_emulation(void) {
     const shape shapes[] = {
         {1, 1, 1, 64, 1, 0},      /* one row */
@@ -160,11 +166,14 @@ void test_emulation(void) {
         {1, 200, 2, 64, 1, 1},    /* a window of one key before the diagonal */
         {1, 260, 2, 64, 2, 64},   /* a window of a whole step */
     };
+    /* the sanitizer build (ten times slower) leaves out GPT-2's t, and pipelines only the shapes
+     * of up to 200 rows: the others walk the same paths for longer; the Release build runs all */
+    const int longest = SANITIZED ? 300 : 1024, longest_pipelined = SANITIZED ? 200 : 300;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        EXPECT(emulation_within(shapes[i], false, LWC_FA_SYNC));
+        if (shapes[i].t <= longest) EXPECT(emulation_within(shapes[i], false, LWC_FA_SYNC));
     /* every shape but GPT-2's t (the longest), pipelined: the same bits */
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (shapes[i].t < 1024) EXPECT(variants_agree(shapes[i]));
+        if (shapes[i].t <= longest_pipelined) EXPECT(variants_agree(shapes[i]));
     for (fault = FAULT_NONE + 1; fault < FAULT_COUNT; fault++) {
         /* causal alone, and grouped under a window; each staging (the buffer fault the
          * pipelined one's alone) */
