@@ -157,6 +157,35 @@ __device__ __forceinline__ void add2(uint16_t *g, float x, float y) {
     *p = lo | hi << 16;
 }
 
+// The forward's and the dq kernel's key step `step` (of first .. last) in shared memory, *kb and
+// *vb set to its K and V tiles: staged into ks and vs between two barriers, or (PIPE) waited for
+// in the step's buffer, the next step's then sent to the other (buffer 1's tiles KV_BUF past
+// buffer 0's) once every warp is done with it.
+template <int D, bool PIPE, typename QKV>
+__device__ __forceinline__ void key_step(const uint16_t **kb, const uint16_t **vb, uint16_t *ks,
+                                         uint16_t *vs, const QKV *k, const QKV *v, int64_t ld,
+                                         int step, int first, int last, int t) {
+    constexpr int KV_BUF = 2 * LWC_FA_STEP * (D + LWC_FA_PAD);
+    if constexpr (PIPE) {
+        const int buf = lwc_fa_stage_buffer(step - first);
+        *kb = ks + buf * KV_BUF, *vb = vs + buf * KV_BUF;
+        lwc_stage_wait_all();
+        __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
+        if (step < last) {
+            const int next = (step + 1) * LWC_FA_STEP;
+            lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, ld, next, t);
+            lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, ld, next, t);
+            lwc_stage_commit();
+        }
+    } else {
+        *kb = ks, *vb = vs;
+        __syncthreads(); // every warp is done with the last step's
+        lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, ld, step * LWC_FA_STEP, t);
+        lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, ld, step * LWC_FA_STEP, t);
+        __syncthreads();
+    }
+}
+
 // Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
 template <int D, typename QKV, typename O, bool PIPE>
@@ -165,8 +194,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
-    // PIPE: buffer 1's K and V follow buffer 0's (KV_BUF apart)
-    constexpr int KV_BUF = 2 * LWC_FA_STEP * LD;
+    // PIPE: a second K and V tile follow these (key_step)
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
     const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
@@ -194,27 +222,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     float o[ND][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     const int last = lwc_fa_last_key_step(q0, t);
-    for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
+    const int first = lwc_fa_first_key_step(q0, window);
+    for (int step = first; step <= last; step++) {
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
-        const uint16_t *kb = ks, *vb = vs;
-        if constexpr (PIPE) {
-            const int buf = lwc_fa_stage_buffer(step - lwc_fa_first_key_step(q0, window));
-            kb = ks + buf * KV_BUF, vb = vs + buf * KV_BUF;
-            lwc_stage_wait_all();
-            __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
-            if (step < last) {
-                const int next = (step + 1) * LWC_FA_STEP;
-                lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, c3, next, t);
-                lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, c3, next, t);
-                lwc_stage_commit();
-            }
-        } else {
-            __syncthreads(); // every warp is done with the last step's
-            lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, c3, k0, t);
-            lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, c3, k0, t);
-            __syncthreads();
-        }
+        const uint16_t *kb, *vb;
+        key_step<D, PIPE>(&kb, &vb, ks, vs, k, v, c3, step, first, last, t);
         // 3. S = Q K^T, two key tiles per ldmatrix
         float s[NT][4] = {};
 #pragma unroll
@@ -374,8 +387,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
                         const float *dd, heads a, float scale, float sc) {
     static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
-    // PIPE: buffer 1's K and V follow buffer 0's (KV_BUF apart)
-    constexpr int KV_BUF = 2 * LWC_FA_STEP * LD;
+    // PIPE: a second K and V tile follow these (key_step)
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
     uint16_t *vs = ks + LWC_FA_STEP * LD;
@@ -412,27 +424,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     float dq[ND][4] = {};
 
     const int last = lwc_fa_last_key_step(q0, t);
-    for (int step = lwc_fa_first_key_step(q0, window); step <= last; step++) {
+    const int first = lwc_fa_first_key_step(q0, window);
+    for (int step = first; step <= last; step++) {
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
-        const uint16_t *kb = ks, *vb = vs;
-        if constexpr (PIPE) {
-            const int buf = lwc_fa_stage_buffer(step - lwc_fa_first_key_step(q0, window));
-            kb = ks + buf * KV_BUF, vb = vs + buf * KV_BUF;
-            lwc_stage_wait_all();
-            __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
-            if (step < last) {
-                const int next = (step + 1) * LWC_FA_STEP;
-                lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, c3, next, t);
-                lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, c3, next, t);
-                lwc_stage_commit();
-            }
-        } else {
-            __syncthreads();
-            lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, c3, k0, t);
-            lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, c3, k0, t);
-            __syncthreads();
-        }
+        const uint16_t *kb, *vb;
+        key_step<D, PIPE>(&kb, &vb, ks, vs, k, v, c3, step, first, last, t);
         // 3. S = Q K^T and dP = dO V^T, the warp's rows as A operands
         float s[NT][4] = {}, dp[NT][4] = {};
         score_pair<D, NT>(s, dp, qs, os, kb, vb, warp, lane);
