@@ -12,6 +12,7 @@
 #include "cuda/cuda.h"
 #include "cuda/mma_layout.h"
 
+#include <atomic>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -84,17 +85,16 @@ int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh
 // write (an fp32 qkv has the one staging: the variable changes nothing for it). Any other value
 // fails the launch, and is named on stderr once.
 static lw_status pipeline_setting(const lw_stream *s, bool *on) {
-    static bool said;
+    static std::atomic<bool> said{false}; // streams may launch from several threads at once
     const char *env = getenv("LWOPT_ATTN_PIPELINE");
     *on = env != NULL && strcmp(env, "1") == 0;
     if (env == NULL || env[0] == '\0' || strcmp(env, "0") == 0 || *on) return LW_OK;
-    if (!said)
+    if (!said.exchange(true))
         fprintf(stderr,
                 "lwopt: LWOPT_ATTN_PIPELINE=\"%s\" is none of its values: unset or 0 (the "
                 "tensor-core attention stages its tiles synchronously), 1 (pipelined, by "
                 "cp.async)\n",
                 env);
-    said = true;
     return lwc_host->fail(LW_ERR_INVALID,
                           "%s: attention: LWOPT_ATTN_PIPELINE is \"%s\"; it takes 0 (or unset) "
                           "or 1",
@@ -106,18 +106,17 @@ static lw_status pipeline_setting(const lw_stream *s, bool *on) {
 // "work", tile-major: every head's heaviest tile first (mma_layout.h's lwc_fa_block; the fp32
 // kernels have the one order). Any other value fails the launch, and is named on stderr once.
 static lw_status order_setting(const lw_stream *s, int *order) {
-    static bool said;
+    static std::atomic<bool> said{false}; // as pipeline_setting's
     const char *env = getenv("LWOPT_ATTN_ORDER");
     const bool work = env != NULL && strcmp(env, "work") == 0;
     *order = work ? LWC_FA_ORDER_WORK : LWC_FA_ORDER_HEADS;
     if (env == NULL || env[0] == '\0' || strcmp(env, "heads") == 0 || work) return LW_OK;
-    if (!said)
+    if (!said.exchange(true))
         fprintf(stderr,
                 "lwopt: LWOPT_ATTN_ORDER=\"%s\" is none of its values: unset or heads (the "
                 "tensor-core attention's grids keep a head's tiles together), work (tile-major, "
                 "every head's heaviest tile first)\n",
                 env);
-    said = true;
     return lwc_host->fail(LW_ERR_INVALID,
                           "%s: attention: LWOPT_ATTN_ORDER is \"%s\"; it takes heads (or unset) "
                           "or work",
