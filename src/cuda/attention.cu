@@ -12,7 +12,6 @@
 #include "cuda/cuda.h"
 #include "cuda/mma_layout.h"
 
-#include <atomic>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -53,8 +52,8 @@ __global__ void __launch_bounds__(MAX_THREADS)
 } // namespace
 
 // head_max[nh] from the rows' maxima a forward left in rowmax[b, nh, t]; nothing without it.
-static lw_status heads_max(lw_stream *s, float *head_max, const float *rowmax, int64_t b,
-                           int64_t t, int64_t nh) {
+static lw_status heads_max(lw_stream *s, float *head_max, const float *rowmax, int64_t b, int64_t t,
+                           int64_t nh) {
     if (head_max == NULL) return LW_OK;
     head_max_kernel<<<(unsigned)nh, MAX_THREADS, 0, lwc_cuda_stream(s)>>>(head_max, rowmax, b,
                                                                           (int)t, (int)nh);
@@ -83,50 +82,39 @@ int64_t lwc_attention_scratch_floats(int64_t b, int64_t t, int64_t c, int64_t nh
 // or "0", the tensor-core kernels stage each step's tiles synchronously, as they always have;
 // "1", a bf16 qkv's a step ahead by cp.async, the backward's dO from the bf16 copy the row dots
 // write (an fp32 qkv has the one staging: the variable changes nothing for it). Any other value
-// fails the launch, and is named on stderr once.
+// fails the launch with an error that names the variable and its values.
 static lw_status pipeline_setting(const lw_stream *s, bool *on) {
-    static std::atomic<bool> said{false}; // streams may launch from several threads at once
     const char *env = getenv("LWOPT_ATTN_PIPELINE");
     *on = env != NULL && strcmp(env, "1") == 0;
     if (env == NULL || env[0] == '\0' || strcmp(env, "0") == 0 || *on) return LW_OK;
-    if (!said.exchange(true))
-        fprintf(stderr,
-                "lwopt: LWOPT_ATTN_PIPELINE=\"%s\" is none of its values: unset or 0 (the "
-                "tensor-core attention stages its tiles synchronously), 1 (pipelined, by "
-                "cp.async)\n",
-                env);
     return lwc_host->fail(LW_ERR_INVALID,
-                          "%s: attention: LWOPT_ATTN_PIPELINE is \"%s\"; it takes 0 (or unset) "
-                          "or 1",
+                          "%s: attention: LWOPT_ATTN_PIPELINE is \"%s\"; it takes 0 or unset (the "
+                          "tensor-core attention stages its tiles synchronously) or 1 (a step "
+                          "ahead, by cp.async)",
                           s->device->name, env);
 }
 
 // LWOPT_ATTN_ORDER, read at each launch (a benchmark switches it between runs): unset, empty or
 // "heads", the tensor-core kernels' grids keep a head's tiles together, as they always have;
 // "work", tile-major: every head's heaviest tile first (mma_layout.h's lwc_fa_block; the fp32
-// kernels have the one order). Any other value fails the launch, and is named on stderr once.
+// kernels have the one order). Any other value fails the launch with an error that names the
+// variable and its values.
 static lw_status order_setting(const lw_stream *s, int *order) {
-    static std::atomic<bool> said{false}; // as pipeline_setting's
     const char *env = getenv("LWOPT_ATTN_ORDER");
     const bool work = env != NULL && strcmp(env, "work") == 0;
     *order = work ? LWC_FA_ORDER_WORK : LWC_FA_ORDER_HEADS;
     if (env == NULL || env[0] == '\0' || strcmp(env, "heads") == 0 || work) return LW_OK;
-    if (!said.exchange(true))
-        fprintf(stderr,
-                "lwopt: LWOPT_ATTN_ORDER=\"%s\" is none of its values: unset or heads (the "
-                "tensor-core attention's grids keep a head's tiles together), work (tile-major, "
-                "every head's heaviest tile first)\n",
-                env);
     return lwc_host->fail(LW_ERR_INVALID,
-                          "%s: attention: LWOPT_ATTN_ORDER is \"%s\"; it takes heads (or unset) "
-                          "or work",
+                          "%s: attention: LWOPT_ATTN_ORDER is \"%s\"; it takes heads or unset (a "
+                          "head's tiles together) or work (tile-major, every head's heaviest "
+                          "tile first)",
                           s->device->name, env);
 }
 
 // What these kernels need of the shapes (the dispatcher checked that there is work, that nh
-// divides c and nkv nh, and the window): a head dim they are compiled for, shared memory the device can give a block (the
-// fp32 kernels' when they are the ones to run: the tensor-core kernels' smaller tiles were
-// checked by tensor_cores), and grid and index sizes within int.
+// divides c and nkv nh, and the window): a head dim they are compiled for, shared memory the device
+// can give a block (the fp32 kernels' when they are the ones to run: the tensor-core kernels'
+// smaller tiles were checked by tensor_cores), and grid and index sizes within int.
 static lw_status check_attention(lw_stream *s, const char *pass, int64_t b, int64_t t, int64_t c,
                                  int64_t nh, int64_t nkv, bool backward, bool mma) {
     const char *name = s->device->name;
