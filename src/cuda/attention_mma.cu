@@ -157,35 +157,6 @@ __device__ __forceinline__ void add2(uint16_t *g, float x, float y) {
     *p = lo | hi << 16;
 }
 
-// The forward's and the dq kernel's key step `step` (of first .. last) in shared memory, *kb and
-// *vb set to its K and V tiles: staged into ks and vs between two barriers, or (PIPE) waited for
-// in the step's buffer, the next step's then sent to the other (buffer 1's tiles KV_BUF past
-// buffer 0's) once every warp is done with it.
-template <int D, bool PIPE, typename QKV>
-__device__ __forceinline__ void key_step(const uint16_t **kb, const uint16_t **vb, uint16_t *ks,
-                                         uint16_t *vs, const QKV *k, const QKV *v, int64_t ld,
-                                         int step, int first, int last, int t) {
-    constexpr int KV_BUF = 2 * LWC_FA_STEP * (D + LWC_FA_PAD);
-    if constexpr (PIPE) {
-        const int buf = lwc_fa_stage_buffer(step - first);
-        *kb = ks + buf * KV_BUF, *vb = vs + buf * KV_BUF;
-        lwc_stage_wait_all();
-        __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
-        if (step < last) {
-            const int next = (step + 1) * LWC_FA_STEP;
-            lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, ld, next, t);
-            lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, ld, next, t);
-            lwc_stage_commit();
-        }
-    } else {
-        *kb = ks, *vb = vs;
-        __syncthreads(); // every warp is done with the last step's
-        lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, ld, step * LWC_FA_STEP, t);
-        lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, ld, step * LWC_FA_STEP, t);
-        __syncthreads();
-    }
-}
-
 // Forward: a block per (batch x head, 64 query rows), warp w owning rows 16w .. 16w + 15, over
 // the key steps up to the diagonal. sc: 1 / sqrt(hd) log2(e).
 template <int D, typename QKV, typename O, bool PIPE>
@@ -194,7 +165,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
     static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, KD = D / 16, LD = D + LWC_FA_PAD;
     extern __shared__ __align__(16) uint16_t smem[];
-    // PIPE: a second K and V tile follow these (key_step)
+    // PIPE: a second K and V tile follow these (lwc_key_step)
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
     const int t = a.t, c = a.c, window = a.window;
     int bh, tile;
@@ -227,7 +198,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
         const uint16_t *kb, *vb;
-        key_step<D, PIPE>(&kb, &vb, ks, vs, k, v, c3, step, first, last, t);
+        lwc_key_step<D, PIPE, THREADS>(&kb, &vb, ks, vs, k, v, c3, step, first, last, t);
         // 3. S = Q K^T, two key tiles per ldmatrix
         float s[NT][4] = {};
 #pragma unroll
@@ -304,11 +275,14 @@ __global__ void __launch_bounds__(THREADS)
         lwc_stage_async<D, LWC_FA_BLOCK, THREADS>(ks, k, c3, k0, t);
         lwc_stage_async<D, LWC_FA_BLOCK, THREADS>(vs, v, c3, k0, t);
         const int h0 = kh * a.group, first = lwc_fa_first_query_step(k0, M);
-        lwc_stage_query_step<D, M, THREADS>(
-            qs, os, ls, ds, qkv + rows + (int64_t)h0 * D, c3,
-            dout + (int64_t)bi * t * c + (int64_t)h0 * D, c, lse + ((int64_t)bi * a.nh + h0) * t,
-            dd + ((int64_t)bi * a.nh + h0) * t, LOG2E, first * M, t);
+        lwc_stage_query_tiles<D, M, THREADS>(qs, os, qkv + rows + (int64_t)h0 * D, c3,
+                                             dout + (int64_t)bi * t * c + (int64_t)h0 * D, c,
+                                             first * M, t);
         lwc_stage_commit();
+        const int64_t bh0 = (int64_t)bi * a.nh + h0;
+        lwc_query_floats_store<M>(
+            ls, ds,
+            lwc_query_floats_load<M, THREADS>(lse + bh0 * t, dd + bh0 * t, LOG2E, first * M, t));
     } else {
         lwc_stage<D, LWC_FA_BLOCK, THREADS>(ks, k, c3, k0, t);
         lwc_stage<D, LWC_FA_BLOCK, THREADS>(vs, v, c3, k0, t);
@@ -328,6 +302,11 @@ __global__ void __launch_bounds__(THREADS)
             // 2. the step's Q, dO, lse log2(e) and D (0 past t)
             const uint16_t *qb = qs, *ob = os;
             const float *lb = ls, *db = ds;
+            // PIPE: the next step's lse and D, loaded with its tiles sent, stored after this one's
+            // products (into the other buffer, nlb and ndb)
+            bool more = false;
+            lwc_query_floats next = {0.0f, 0.0f};
+            float *nlb = nullptr, *ndb = nullptr;
             if constexpr (PIPE) {
                 const int buf = lwc_fa_stage_buffer(n++), other = 1 - buf;
                 qb = qs + buf * Q_BUF, ob = os + buf * Q_BUF, lb = ls + buf * F_BUF,
@@ -335,14 +314,16 @@ __global__ void __launch_bounds__(THREADS)
                 lwc_stage_wait_all();
                 __syncthreads(); // this step's tiles are in; every warp is done with the other
                 int nh = h, ns = step;
-                if (lwc_fa_next_query_step(&nh, &ns, first, last, (kh + 1) * a.group)) {
+                more = lwc_fa_next_query_step(&nh, &ns, first, last, (kh + 1) * a.group);
+                if (more) {
                     const int64_t nbh = (int64_t)bi * a.nh + nh;
-                    lwc_stage_query_step<D, M, THREADS>(
-                        qs + other * Q_BUF, os + other * Q_BUF, ls + other * F_BUF,
-                        ds + other * F_BUF, qkv + rows + (int64_t)nh * D, c3,
-                        dout + (int64_t)bi * t * c + (int64_t)nh * D, c, lse + nbh * t,
-                        dd + nbh * t, LOG2E, ns * M, t);
+                    lwc_stage_query_tiles<D, M, THREADS>(
+                        qs + other * Q_BUF, os + other * Q_BUF, qkv + rows + (int64_t)nh * D, c3,
+                        dout + (int64_t)bi * t * c + (int64_t)nh * D, c, ns * M, t);
                     lwc_stage_commit();
+                    next = lwc_query_floats_load<M, THREADS>(lse + nbh * t, dd + nbh * t, LOG2E,
+                                                             ns * M, t);
+                    nlb = ls + other * F_BUF, ndb = ds + other * F_BUF;
                 }
             } else {
                 __syncthreads();
@@ -363,6 +344,8 @@ __global__ void __launch_bounds__(THREADS)
             // 5. dV += P^T dO, dK += dS^T Q
             accumulate<D, NT>(dv, s, ob, lane);
             accumulate<D, NT>(dk, dp, qb, lane);
+            if constexpr (PIPE)
+                if (more) lwc_query_floats_store<M>(nlb, ndb, next);
         }
     }
     // 6. dqkv's k part += scale dK, its v part += dV
@@ -387,7 +370,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
                         const float *dd, heads a, float scale, float sc) {
     static_assert(!PIPE || sizeof(QKV) == 2, "the pipeline copies a bf16 qkv as it is");
     constexpr int NT = LWC_FA_STEP / 8, ND = D / 8, LD = D + LWC_FA_PAD;
-    // PIPE: a second K and V tile follow these (key_step)
+    // PIPE: a second K and V tile follow these (lwc_key_step)
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
     uint16_t *vs = ks + LWC_FA_STEP * LD;
@@ -429,7 +412,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS<D>)
         const int k0 = step * LWC_FA_STEP;
         // 2. the step's K and V
         const uint16_t *kb, *vb;
-        key_step<D, PIPE>(&kb, &vb, ks, vs, k, v, c3, step, first, last, t);
+        lwc_key_step<D, PIPE, THREADS>(&kb, &vb, ks, vs, k, v, c3, step, first, last, t);
         // 3. S = Q K^T and dP = dO V^T, the warp's rows as A operands
         float s[NT][4] = {}, dp[NT][4] = {};
         score_pair<D, NT>(s, dp, qs, os, kb, vb, warp, lane);

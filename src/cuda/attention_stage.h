@@ -1,8 +1,9 @@
 // attention_stage.h: how the tensor-core attention (attention_mma.cu) stages its tiles into
 // shared memory: synchronously (fp32 rounded to bf16, bf16 copied: through registers), and in
 // its pipelined variant by cp.async (bf16 only, 16 bytes a chunk, not through registers) with
-// the commit and wait that fence the copies. The chunks and the tiles' layout are mma_layout.h's.
-// nvcc only; compute capability 8.0 or later.
+// the commit and wait that fence the copies; the forward's and dq's key steps either way, and
+// the dk/dv steps' pieces (tiles, and the queries' lse and D through registers). The chunks and the
+// tiles' layout are mma_layout.h's. nvcc only; compute capability 8.0 or later.
 #ifndef LWC_ATTENTION_STAGE_H
 #define LWC_ATTENTION_STAGE_H
 
@@ -69,21 +70,65 @@ __device__ __forceinline__ void lwc_stage_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// The forward's and the dq kernel's key step `step` (of first .. last) in shared memory, *kb and
+// *vb set to its K and V tiles: staged into ks and vs between two barriers, or (PIPE) waited for
+// in the step's buffer, the next step's then sent to the other (buffer 1's tiles KV_BUF past
+// buffer 0's) once every warp is done with it.
+template <int D, bool PIPE, int THREADS, typename QKV>
+__device__ __forceinline__ void lwc_key_step(const uint16_t **kb, const uint16_t **vb, uint16_t *ks,
+                                             uint16_t *vs, const QKV *k, const QKV *v, int64_t ld,
+                                             int step, int first, int last, int t) {
+    constexpr int KV_BUF = 2 * LWC_FA_STEP * (D + LWC_FA_PAD);
+    if constexpr (PIPE) {
+        const int buf = lwc_fa_stage_buffer(step - first);
+        *kb = ks + buf * KV_BUF, *vb = vs + buf * KV_BUF;
+        lwc_stage_wait_all();
+        __syncthreads(); // this step's tiles are in; every warp is done with the other buffer
+        if (step < last) {
+            const int next = (step + 1) * LWC_FA_STEP;
+            lwc_stage_async<D, LWC_FA_STEP, THREADS>(ks + (1 - buf) * KV_BUF, k, ld, next, t);
+            lwc_stage_async<D, LWC_FA_STEP, THREADS>(vs + (1 - buf) * KV_BUF, v, ld, next, t);
+            lwc_stage_commit();
+        }
+    } else {
+        *kb = ks, *vb = vs;
+        __syncthreads(); // every warp is done with the last step's
+        lwc_stage<D, LWC_FA_STEP, THREADS>(ks, k, ld, step * LWC_FA_STEP, t);
+        lwc_stage<D, LWC_FA_STEP, THREADS>(vs, v, ld, step * LWC_FA_STEP, t);
+        __syncthreads();
+    }
+}
+
+// The lse (times lse_scale) and D of the query a thread holds in a dk/dv step of M queries from
+// q0 (thread r < M: query q0 + r; 0 past t), loaded into registers: the pipelined kernel stores
+// them (lwc_query_floats_store) only after the step's products, which hide the loads' latency.
+struct lwc_query_floats {
+    float l, d;
+};
+
+template <int M, int THREADS>
+__device__ __forceinline__ lwc_query_floats lwc_query_floats_load(const float *lse, const float *dd,
+                                                                  float lse_scale, int q0, int t) {
+    static_assert(M <= THREADS, "a query per thread at most");
+    const int r = (int)threadIdx.x;
+    lwc_query_floats f = {0.0f, 0.0f};
+    if (r < M && q0 + r < t) f.l = lse[q0 + r] * lse_scale, f.d = dd[q0 + r];
+    return f;
+}
+
+template <int M>
+__device__ __forceinline__ void lwc_query_floats_store(float *lb, float *db, lwc_query_floats f) {
+    if ((int)threadIdx.x < M) lb[threadIdx.x] = f.l, db[threadIdx.x] = f.d;
+}
+
 // The dk/dv kernel's step under the pipeline: M rows of a query head's Q and dO (slices q and
-// dout, rows ld and c apart) from q0 into one buffer by cp.async (the caller commits), and the
-// queries' lse times lse_scale and D (that head's rows of lse and dd) by plain stores, 0 past t:
-// a few floats, whose loads wait where the tiles' do not.
+// dout, rows ld and c apart) from q0 into one buffer by cp.async (the caller commits).
 template <int D, int M, int THREADS>
-__device__ __forceinline__ void
-lwc_stage_query_step(uint16_t *qb, uint16_t *ob, float *lb, float *db, const uint16_t *q,
-                     int64_t ld, const uint16_t *dout, int64_t c, const float *lse, const float *dd,
-                     float lse_scale, int q0, int t) {
+__device__ __forceinline__ void lwc_stage_query_tiles(uint16_t *qb, uint16_t *ob, const uint16_t *q,
+                                                      int64_t ld, const uint16_t *dout, int64_t c,
+                                                      int q0, int t) {
     lwc_stage_async<D, M, THREADS>(qb, q, ld, q0, t);
     lwc_stage_async<D, M, THREADS>(ob, dout, c, q0, t);
-    for (int r = threadIdx.x; r < M; r += THREADS) {
-        lb[r] = q0 + r < t ? lse[q0 + r] * lse_scale : 0.0f;
-        db[r] = q0 + r < t ? dd[q0 + r] : 0.0f;
-    }
 }
 
 #endif

@@ -123,24 +123,24 @@ LWC_MMA_FN uint32_t lwc_mma_pack(float lo, float hi) {
  *   - the dk/dv kernel holds dK and dV (hd registers together: 128 at hd 128) besides P^T and
  *     dP^T, so at hd 128 it steps over 32 queries (32 registers for both) instead of 64 (64).
  *   - ptxas -v, sm_90, no spill in any instantiation; synchronous / pipelined staging: hd 64
- *     forward 168 / 160, dq 168 / 168, dk/dv 232 / 181; hd 128 forward 245-255 / 239, dq
- *     244-248 / 250, dk/dv 246 / 240 (since the grids' order is a run-time choice; the
- *     synchronous dk/dv at hd 64 took 178 before, two blocks an SM either way). The pipelined
- *     tiles (lwc_fa_smem_bytes: hd 64 45, 54, 55 KB for forward, dq, dk/dv; hd 128 85, 102, 69
- *     KB, against 27, 36, 37 and 51, 68, 51) leave the blocks per SM as the registers set them,
- *     three or two at hd 64 (two for dk/dv), two at 128, within an H100's 228 KB; an 8.6 / 8.9
- *     GPU's 99 KB per block does not hold hd 128's pipelined dq (attention.cu stages
- *     synchronously there).
+ *     forward 168 / 160, dq 168 / 168, dk/dv 232 / 243; hd 128 forward 245-255 / 239, dq
+ *     244-248 / 250, dk/dv 246 / 242 (the pipelined dk/dv holds the next step's lse and D; the
+ *     synchronous dk/dv at hd 64 took 178 before the grids' order became a run-time choice, two
+ *     blocks an SM either way). The pipelined tiles (lwc_fa_smem_bytes: hd 64 45, 54, 55 KB for
+ *     forward, dq, dk/dv; hd 128 85, 102, 69 KB, against 27, 36, 37 and 51, 68, 51) leave the
+ *     blocks per SM as the registers set them, three or two at hd 64 (two for dk/dv), two at
+ *     128, within an H100's 228 KB; an 8.6 / 8.9 GPU's 99 KB per block does not hold hd 128's
+ *     pipelined dq (attention.cu stages synchronously there).
  * Shared tiles are bf16, row-major, rows hd + 8 elements apart: 144 or 272 bytes, 4 banks past a
  * multiple of 32, so the 8 rows an ldmatrix phase reads (16 bytes each) fall in 32 different
  * banks; the staging's 8-byte stores of a half-warp cover one row's 128 contiguous bytes. */
 enum {
     LWC_FA_WARPS = 4,
     LWC_FA_THREADS = 32 * LWC_FA_WARPS,
-    LWC_FA_WARP_ROWS = 16,                       /* an mma tile's rows */
+    LWC_FA_WARP_ROWS = 16,                          /* an mma tile's rows */
     LWC_FA_BLOCK = LWC_FA_WARPS * LWC_FA_WARP_ROWS, /* a block's rows */
-    LWC_FA_STEP = 64,                            /* keys per step of the forward and dq kernels */
-    LWC_FA_PAD = 8                               /* bf16 elements past hd in a shared row */
+    LWC_FA_STEP = 64, /* keys per step of the forward and dq kernels */
+    LWC_FA_PAD = 8    /* bf16 elements past hd in a shared row */
 };
 /* queries per step of the dk/dv kernel */
 #define LWC_FA_KV_STEP(hd) ((hd) > 64 ? 32 : 64)

@@ -10,8 +10,10 @@
 
 /* ---- the backward: attention.cu's rowdot, then flash_mma_dkdv_kernel and flash_mma_dq_kernel */
 
-/* The dk/dv kernel's pipelined step (attention_stage.h's lwc_stage_query_step): query head h's
- * M rows of Q and dO from q0 into one buffer, with their lse log2(e) and D. */
+/* The dk/dv kernel's pipelined step (attention_stage.h's lwc_stage_query_tiles and
+ * lwc_query_floats_*): query head h's M rows of Q and dO from q0 into one buffer, with their lse
+ * log2(e) and D (which the kernel stores after the step before, here at once: the same values
+ * in the same buffer before the next barrier). */
 static void stage_query_step(uint16_t *qb, uint16_t *ob, float *lb, float *db, const uint16_t *q16,
                              const uint16_t *d16, const float *lse, const float *dd, int64_t bi,
                              int64_t h, int q0, int M, int64_t t, int64_t c, int64_t nh, int64_t c3,
