@@ -37,9 +37,7 @@ describe("lwopt eval", function()
 
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
+      dir = helpers.tempdir()
    end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 

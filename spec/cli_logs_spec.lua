@@ -19,9 +19,7 @@ end
 describe("lwopt plot, compare and csv", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      assert(os.execute("mkdir -p " .. dir) == 0)
+      dir = helpers.tempdir()
    end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 

@@ -13,9 +13,7 @@ local function lwopt(args) return helpers.sh_apart("cd /tmp && " .. bin .. " " .
 describe("lwopt tokenizer", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
+      dir = helpers.tempdir()
    end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 

@@ -45,9 +45,7 @@ end
 describe("--init-from", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      os.execute("mkdir -p " .. dir)
+      dir = helpers.tempdir()
    end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 

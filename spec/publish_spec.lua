@@ -29,9 +29,7 @@ end
 describe("publish.dir", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir)))
+      dir = helpers.tempdir()
    end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 

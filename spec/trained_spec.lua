@@ -47,16 +47,8 @@ local function open_error(path, o)
 end
 
 describe("lwopt.trained", function()
-   local paths = {}
-   local function file(cfg, o)
-      local path = model_file(cfg, o)
-      paths[#paths + 1] = path
-      return path
-   end
-   after_each(function()
-      for _, path in ipairs(paths) do os.remove(path) end
-      paths = {}
-   end)
+   local keep = helpers.temp_paths(after_each)
+   local function file(cfg, o) return keep(model_file(cfg, o)) end
 
    it("reads a bare file's model from its shapes, the heads from the preset of that shape",
       function()
@@ -144,9 +136,7 @@ describe("lwopt.trained", function()
 
    it("names a path that holds no model", function()
       assert.equal("/nonexistent/ckpt does not exist", open_error("/nonexistent/ckpt", {}))
-      local dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
+      local dir = helpers.tempdir()
       assert.equal(dir .. " is not a checkpoint (it has no manifest.json) and holds none (" .. dir
          .. " holds no checkpoint)", open_error(dir, {}))
       helpers.sh("rm -rf " .. dir)
