@@ -50,8 +50,7 @@ end
 describe("lw.checkpoint", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
+      dir = helpers.fresh_path()
    end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
@@ -384,8 +383,7 @@ describe("lw.checkpoint", function()
       local model, ddp, opt, victim
       before_each(function()
          model, ddp, opt = setup()
-         victim = os.tmpname()
-         os.remove(victim)
+         victim = helpers.fresh_path()
          helpers.sh(("mkdir -p %s && echo keep > %s/precious.txt"):format(victim, victim))
       end)
       after_each(function() os.execute("rm -rf " .. victim) end)

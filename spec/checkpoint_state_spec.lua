@@ -54,8 +54,7 @@ end
 describe("lw.checkpoint's optimizer state", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
+      dir = helpers.fresh_path()
    end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 

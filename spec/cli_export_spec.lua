@@ -116,8 +116,7 @@ end
 describe("lwopt export", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
+      dir = helpers.fresh_path()
    end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 

@@ -55,10 +55,16 @@ function helpers.lines_of(command)
    return list
 end
 
+-- A temporary path with nothing there yet (os.tmpname's name, its file removed).
+function helpers.fresh_path()
+   local path = os.tmpname()
+   os.remove(path)
+   return path
+end
+
 -- A new empty temporary directory; returns its path.
 function helpers.tempdir()
-   local dir = os.tmpname()
-   os.remove(dir)
+   local dir = helpers.fresh_path()
    assert(os.execute("mkdir -p " .. dir) == 0, "cannot create " .. dir)
    return dir
 end

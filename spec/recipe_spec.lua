@@ -144,8 +144,7 @@ describe("recipes/gpt_small.lua", function()
 
    it("finds the default corpus of the lwopt tree from a routing recipe copied elsewhere",
       function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir .. " && cp " .. root
          .. "/recipes/gpt_routing.lua " .. dir .. "/my_routing.lua")))
       local args = " --preset tiny --steps 1 --sample 0 --eval-max 1 --progress lines"
@@ -335,8 +334,7 @@ describe("recipes/gpt_small.lua", function()
       end)
 
       it("refuses to resume a checkpoint of another number of experts", function()
-         local dir = os.tmpname()
-         os.remove(dir)
+         local dir = helpers.fresh_path()
          local base = "luajit " .. recipe .. " --preset tiny --sample 0 --quiet --steps 2 "
          local out, status = helpers.sh(base .. "--n-expert 4 --ckpt-dir " .. dir)
          assert.equal(0, status, out)

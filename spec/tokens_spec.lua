@@ -9,8 +9,7 @@ local files = require("lwopt.files")
 
 -- A fresh temporary directory.
 local function temp_dir()
-   local dir = os.tmpname()
-   os.remove(dir)
+   local dir = helpers.fresh_path()
    files.make_dir(dir)
    return dir
 end

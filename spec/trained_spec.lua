@@ -174,8 +174,7 @@ describe("lwopt.trained", function()
          return model:forward(tokens, targets, 1, 8), ddp
       end
       local want, ddp = loss_of(cfg)
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       lw.checkpoint.save(dir, { ddp = ddp, opt = lw.optim.new(ddp, { lr = 1e-2 }), step = 1,
          extra = { arch = "llama", model = lw.models.config("llama", cfg), n_layer = 2,
             n_embd = 16, n_head = 4, vocab = 256, seq = 8, data_kind = "bytes" } })
