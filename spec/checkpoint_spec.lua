@@ -49,9 +49,7 @@ end
 
 describe("lw.checkpoint", function()
    local dir
-   before_each(function()
-      dir = helpers.fresh_path()
-   end)
+   before_each(function() dir = helpers.fresh_path() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("saves a directory of model, optimizer state and manifest, and resumes exactly", function()

@@ -36,9 +36,7 @@ describe("lwopt eval", function()
    end)
 
    local dir
-   before_each(function()
-      dir = helpers.tempdir()
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 
    it("gives the final validation loss of the run, from its checkpoint and parameters file",

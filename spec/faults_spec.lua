@@ -68,9 +68,7 @@ describe("the fault variables", function()
    local recipe = " recipes/gpt_small.lua --preset tiny --steps 2 --warmup 1 --batch 2 --sample 0 "
       .. "--quiet --ckpt-every 1 --ckpt-dir "
    local vars = "LWOPT_KILL_AFTER_STEP=1 LWOPT_CKPT_CRASH=rename "
-   before_each(function()
-      dir = helpers.fresh_path()
-   end)
+   before_each(function() dir = helpers.fresh_path() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("are read by no file of the library", function()

@@ -28,9 +28,7 @@ end
 
 describe("publish.dir", function()
    local dir
-   before_each(function()
-      dir = helpers.tempdir()
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 
    it("creates a missing directory, its parents too, holding what write wrote", function()
