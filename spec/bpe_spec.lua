@@ -19,16 +19,8 @@ local function error_of(fn, ...)
 end
 
 describe("lwopt.bpe", function()
-   local paths = {}
-   local function file(text)
-      local path = helpers.tempfile(text)
-      paths[#paths + 1] = path
-      return path
-   end
-   after_each(function()
-      for _, path in ipairs(paths) do os.remove(path) end
-      paths = {}
-   end)
+   local keep = helpers.temp_paths(after_each)
+   local function file(text) return keep(helpers.tempfile(text)) end
 
    it("cuts text into GPT-2's chunks", function()
       assert.same({ "Hello", ",", " world", "'s", "  ", " 12", "\n" },
@@ -144,16 +136,8 @@ describe("lwopt.bpe", function()
 end)
 
 describe("lwopt.bpe's errors", function()
-   local paths = {}
-   local function file(text)
-      local path = helpers.tempfile(text)
-      paths[#paths + 1] = path
-      return path
-   end
-   after_each(function()
-      for _, path in ipairs(paths) do os.remove(path) end
-      paths = {}
-   end)
+   local keep = helpers.temp_paths(after_each)
+   local function file(text) return keep(helpers.tempfile(text)) end
 
    local GOOD = '{"format": "lwopt-bpe", "version": 1, "pre_tokenizer": "gpt2", "vocab": 258, '
       .. '"special": [{"id": 257, "text": "<|endoftext|>"}], "merges": [[116, 104]]}'
@@ -186,8 +170,7 @@ describe("lwopt.bpe's errors", function()
    end)
 
    it("name GPT-2's and Hugging Face's files and what in them cannot be read", function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       helpers.sh("mkdir -p " .. dir .. " && cp " .. FIXTURES .. "/gpt2/* " .. dir)
       local function with_merges(text)
          local f = assert(io.open(dir .. "/merges.txt", "w"))

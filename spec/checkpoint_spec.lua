@@ -49,10 +49,7 @@ end
 
 describe("lw.checkpoint", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-   end)
+   before_each(function() dir = helpers.fresh_path() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("saves a directory of model, optimizer state and manifest, and resumes exactly", function()
@@ -384,8 +381,7 @@ describe("lw.checkpoint", function()
       local model, ddp, opt, victim
       before_each(function()
          model, ddp, opt = setup()
-         victim = os.tmpname()
-         os.remove(victim)
+         victim = helpers.fresh_path()
          helpers.sh(("mkdir -p %s && echo keep > %s/precious.txt"):format(victim, victim))
       end)
       after_each(function() os.execute("rm -rf " .. victim) end)

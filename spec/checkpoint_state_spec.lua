@@ -53,10 +53,7 @@ end
 
 describe("lw.checkpoint's optimizer state", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-   end)
+   before_each(function() dir = helpers.fresh_path() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("saves NorMuon's v at one float per line and resumes a NorMuon run exactly", function()

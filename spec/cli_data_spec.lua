@@ -45,9 +45,7 @@ end
 describe("lwopt data prepare", function()
    local dir
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
+      dir = helpers.tempdir()
       for i, name in ipairs({ "a.txt", "b.txt" }) do
          local f = assert(io.open(dir .. "/" .. name, "w"))
          f:write(some_text(i))

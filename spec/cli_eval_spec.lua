@@ -36,11 +36,7 @@ describe("lwopt eval", function()
    end)
 
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 
    it("gives the final validation loss of the run, from its checkpoint and parameters file",

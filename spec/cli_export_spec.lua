@@ -115,10 +115,7 @@ end
 
 describe("lwopt export", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-   end)
+   before_each(function() dir = helpers.fresh_path() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("writes hf-gpt2: Conv1D weights transposed, zero biases, the real vocabulary", function()

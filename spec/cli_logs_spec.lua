@@ -18,11 +18,7 @@ end
 
 describe("lwopt plot, compare and csv", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      assert(os.execute("mkdir -p " .. dir) == 0)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    local function two_runs() return helpers.two_logs(dir) end

@@ -21,9 +21,7 @@ end
 local function lwopt(args) return helpers.sh_apart("cd /tmp && " .. bin .. " " .. args) end
 
 local function new_dir()
-   local dir = os.tmpname()
-   os.remove(dir)
-   helpers.sh("mkdir -p " .. dir)
+   local dir = helpers.tempdir()
    return dir
 end
 

@@ -212,8 +212,7 @@ describe("lwopt", function()
 
    it("says in one line, before the library is built, that it must be built first", function()
       -- a copy of the tree's scripts and modules without build/: as a fresh clone is
-      local tree = os.tmpname()
-      os.remove(tree)
+      local tree = helpers.fresh_path()
       assert.equal(0, select(2, helpers.sh(("mkdir -p %s && cp -r %s/bin %s/lua %s/recipes %s")
          :format(tree, root, root, root, tree))))
       local lwopt = "cd /tmp && LUA_PATH= " .. tree .. "/bin/lwopt "

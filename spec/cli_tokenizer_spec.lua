@@ -12,11 +12,7 @@ local function lwopt(args) return helpers.sh_apart("cd /tmp && " .. bin .. " " .
 
 describe("lwopt tokenizer", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 
    -- A tokenizer trained on a small text in dir: its path.

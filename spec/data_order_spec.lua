@@ -111,8 +111,7 @@ describe("lw.data_order", function()
       end)
 
    it("reads token shards in order, across their boundaries, and locates a position", function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       files.make_dir(dir)
       local ids = {}
       local function shard(i, first, n, version)

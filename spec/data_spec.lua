@@ -18,20 +18,14 @@ describe("lw.data", function()
    end)
 
    it("gives the same global batch however it is split across ranks and micro-steps", function()
+      -- each sequence whole: its tokens and targets
+      local function row(tokens, targets, i)
+         local s = {}
+         for j = 0, 7 do s[#s + 1] = tokens[i * 8 + j] .. ">" .. targets[i * 8 + j] end
+         return table.concat(s, ",")
+      end
       local function global(ranks, accum, b)
-         local seqs = {}
-         local tokens, targets = ffi.new("int32_t[?]", b * 8), ffi.new("int32_t[?]", b * 8)
-         for micro = 0, accum - 1 do
-            for rank = 0, ranks - 1 do
-               d:train_batch(tokens, targets, 42, 3, micro, rank, ranks, b, 8)
-               for i = 0, b - 1 do
-                  local s = {}
-                  for j = 0, 7 do s[#s + 1] = tokens[i * 8 + j] .. ">" .. targets[i * 8 + j] end
-                  seqs[#seqs + 1] = table.concat(s, ",")
-               end
-            end
-         end
-         return seqs
+         return helpers.global_batch(d, ranks, accum, b, row)
       end
       local one = global(1, 6, 2)
       assert.equal(12, #one)

@@ -37,8 +37,7 @@ describe("tests/lua/faults.lua", function()
       local model = lw.nn.GPT.new{ n_layer = 1, n_embd = 8, n_head = 2, vocab = 16, seq_len = 4 }
       local ddp = lw.ddp.new(model:parameters(), lw.comm.self())
       local opt = lw.optim.new(ddp, { lr = 1e-2 })
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       -- the recording abort returns, so the save goes on to its end
       local stderr = io.stderr
       io.stderr = helpers.sink()
@@ -69,10 +68,7 @@ describe("the fault variables", function()
    local recipe = " recipes/gpt_small.lua --preset tiny --steps 2 --warmup 1 --batch 2 --sample 0 "
       .. "--quiet --ckpt-every 1 --ckpt-dir "
    local vars = "LWOPT_KILL_AFTER_STEP=1 LWOPT_CKPT_CRASH=rename "
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-   end)
+   before_each(function() dir = helpers.fresh_path() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("are read by no file of the library", function()

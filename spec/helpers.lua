@@ -1,7 +1,7 @@
 -- helpers.lua: shared by the specs: an output sink that collects writes, running a shell
--- command from the repo root, temporary files and directories, token shards, tokenizer files, a
--- safetensors reader and writer of many tensors, a training log's records, and small logs to
--- read.
+-- command from the repo root, temporary files and directories (and their removal after each
+-- test), token shards and the global batches drawn from them, tokenizer files, a safetensors
+-- reader and writer of many tensors, a training log's records, and small logs to read.
 local helpers = {}
 
 -- An object with :write and :flush, like a file, whose text is helpers.text(sink).
@@ -55,11 +55,17 @@ function helpers.lines_of(command)
    return list
 end
 
+-- A temporary path with nothing there yet (os.tmpname's name, its file removed).
+function helpers.fresh_path()
+   local path = os.tmpname()
+   os.remove(path)
+   return path
+end
+
 -- A new empty temporary directory; returns its path.
 function helpers.tempdir()
-   local dir = os.tmpname()
-   os.remove(dir)
-   os.execute("mkdir -p " .. dir)
+   local dir = helpers.fresh_path()
+   assert(os.execute("mkdir -p " .. dir) == 0, "cannot create " .. dir)
    return dir
 end
 
@@ -70,6 +76,20 @@ function helpers.tempfile(text)
    f:write(text)
    f:close()
    return path
+end
+
+-- A function keep(path) that returns path, the file there removed after each test: pass the
+-- after_each of the describe block calling it (busted gives it to spec files, not to modules).
+function helpers.temp_paths(after_each)
+   local paths = {}
+   after_each(function()
+      for _, path in ipairs(paths) do os.remove(path) end
+      paths = {}
+   end)
+   return function(path)
+      paths[#paths + 1] = path
+      return path
+   end
 end
 
 -- Little-endian bytes of an integer (negative: two's complement) in `size` bytes.
@@ -117,6 +137,22 @@ function helpers.token_dataset(dir, n, vocab)
    helpers.token_shard(ids(n, 2), { path = dir .. "/t_train_001.bin", version = 2 })
    helpers.token_shard(ids(math.floor(n / 5), 3), { path = dir .. "/t_val_000.bin" })
    return dir .. "/t_train_*.bin"
+end
+
+-- The global batch of seed 42, step 3 that d (lw.data or lw.tokens, seq_len 8) draws on
+-- `ranks` ranks over `accum` micro-steps of b sequences each, micro-step by micro-step and rank
+-- by rank: a list of row(tokens, targets, i) for each sequence i drawn.
+function helpers.global_batch(d, ranks, accum, b, row)
+   local ffi = require("ffi")
+   local seqs = {}
+   local tokens, targets = ffi.new("int32_t[?]", b * 8), ffi.new("int32_t[?]", b * 8)
+   for micro = 0, accum - 1 do
+      for rank = 0, ranks - 1 do
+         d:train_batch(tokens, targets, 42, 3, micro, rank, ranks, b, 8)
+         for i = 0, b - 1 do seqs[#seqs + 1] = row(tokens, targets, i) end
+      end
+   end
+   return seqs
 end
 
 -- Writes a tokenizer file as llm.c does (gpt2_tokenizer.bin: 256 uint32 of header: magic

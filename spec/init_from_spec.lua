@@ -44,11 +44,7 @@ end
 
 describe("--init-from", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      os.execute("mkdir -p " .. dir)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    it("writes F32 tensors by lwopt's names into the parameters and says so", function()

@@ -9,11 +9,7 @@ local config, step, write_log = helpers.log_config, helpers.log_step, helpers.wr
 
 describe("lwopt.logs", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      assert(os.execute("mkdir -p " .. dir) == 0)
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() os.execute("rm -rf " .. dir) end)
 
    local function two_runs() return helpers.two_logs(dir) end

@@ -65,9 +65,7 @@ describe("lw.models.derive and register", function()
    end)
 
    it("trains a model a recipe loads from a models file, by --arch", function()
-      local dir = os.tmpname()
-      os.remove(dir)
-      assert(os.execute("mkdir -p " .. dir) == 0)
+      local dir = helpers.tempdir()
       -- a models file: LLaMA with a sliding window on every layer and 2 KV heads
       local f = assert(io.open(dir .. "/swa.lua", "w"))
       f:write([[

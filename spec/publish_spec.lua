@@ -28,11 +28,7 @@ end
 
 describe("publish.dir", function()
    local dir
-   before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir)))
-   end)
+   before_each(function() dir = helpers.tempdir() end)
    after_each(function() helpers.sh("rm -rf " .. dir) end)
 
    it("creates a missing directory, its parents too, holding what write wrote", function()

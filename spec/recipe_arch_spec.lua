@@ -52,8 +52,7 @@ end
 describe("--arch llama", function()
    it("trains, resumes as an uninterrupted run, and samples and evaluates from its checkpoint",
       function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local out, status = helpers.sh(recipe .. "--steps 6 --sample 30 --ckpt-dir " .. dir)
       assert.equal(0, status, out)
       assert.matches("LLaMA 4 layers x 64, 4 heads %(2 KV%)", out)
@@ -117,8 +116,7 @@ describe("--arch nanochat", function()
 
    it("trains, resumes as an uninterrupted run, and samples and evaluates from its checkpoint",
       function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local out, status = helpers.sh(nanochat .. "--steps 6 --sample 30 --ckpt-dir " .. dir)
       assert.equal(0, status, out)
       assert.matches("nanochat 4 layers x 64, 4 heads %(2 KV%)", out)
@@ -142,8 +140,7 @@ describe("--arch nanochat", function()
       .. "checkpoint on one rank #mpi", function()
       local one = losses((helpers.sh(nanochat .. "--steps 3 --sample 0 --batch 4 "
          .. "--global-batch 8")))
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       for _, flags in ipairs({ "--zero 3", "--tp 2 --stop-after 2 --ckpt-dir " .. dir }) do
          local out, status = helpers.sh(MPI_NANOCHAT .. "--steps 3 --sample 0 --batch 4 "
             .. "--global-batch 8 " .. flags)

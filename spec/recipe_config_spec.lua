@@ -78,9 +78,7 @@ describe("--config FILE", function()
    end)
 
    it("reads a log's configuration record back: the same run, without its outputs", function()
-      local dir = os.tmpname()
-      os.remove(dir)
-      assert(os.execute("mkdir -p " .. dir) == 0)
+      local dir = helpers.tempdir()
       local conf = dir .. "/run.lua"
       local f = assert(io.open(conf, "w"))
       f:write('return { preset = "tiny", steps = 3, n_layer = 2, warmup = 1, schedule = "linear", '

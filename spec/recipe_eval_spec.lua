@@ -23,8 +23,7 @@ end
 
 describe("--keep-best", function()
    it("keeps the checkpoint of the lowest validation loss, across --keep and a resume", function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local out, status = helpers.sh(recipe .. "--steps 6 --lr 0.05 --keep 1 --keep-best "
          .. "--ckpt-dir " .. dir .. " --log " .. dir .. ".a.jsonl")
       assert.equal(0, status, out)
@@ -80,8 +79,7 @@ describe("--keep-best", function()
    end)
 
    it("ends with the next commands for its checkpoint, which run as printed", function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local cmd = "luajit " .. root .. "/recipes/gpt_small.lua --preset tiny --sample 0 "
          .. "--eval-max 2 --steps 2 --ckpt-dir '" .. dir .. " x'"
       local out, status = helpers.sh("cd /tmp && " .. cmd)

@@ -15,9 +15,7 @@ local T, PER_EPOCH = 32, 29
 describe("recipes/gpt_small.lua --data-order sequential #mpi", function()
    local dir, text, corpus
    setup(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
+      dir = helpers.tempdir()
       local chars = {}
       for i = 1, 1000 do chars[i] = string.char(32 + (i * 31 + (i * i) % 89) % 95) end
       text = table.concat(chars)

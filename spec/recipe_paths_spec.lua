@@ -7,8 +7,7 @@ local helpers = require("helpers")
 describe("lwopt.recipe_paths", function()
    local dir, corpus
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
+      dir = helpers.fresh_path()
       corpus = dir .. "/d/corpus.txt"
       helpers.sh(("mkdir -p %s/d && echo text > %s && ln -s %s/d %s/link && ln %s %s/hard")
          :format(dir, corpus, dir, dir, corpus, dir))

@@ -61,8 +61,7 @@ describe("the recipe's schedule on resume", function()
 
    it("trains a resumed run on the checkpoint's schedule, says its lr, and re-plans on asking",
       function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local log = dir .. ".jsonl"
       local out, status = helpers.sh(recipe .. "--steps 8 --warmup 2 --stop-after 4 --ckpt-dir "
          .. dir)
@@ -96,8 +95,7 @@ describe("the recipe's schedule on resume", function()
    end)
 
    it("keeps a wsd schedule's shape across a resume given no schedule flags", function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local log = dir .. ".jsonl"
       local out, status = helpers.sh(recipe .. "--steps 8 --warmup 1 --schedule wsd "
          .. "--decay-steps 3 --min-lr-ratio 0 --stop-after 5 --ckpt-dir " .. dir)

@@ -144,8 +144,7 @@ describe("recipes/gpt_small.lua", function()
 
    it("finds the default corpus of the lwopt tree from a routing recipe copied elsewhere",
       function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir .. " && cp " .. root
          .. "/recipes/gpt_routing.lua " .. dir .. "/my_routing.lua")))
       local args = " --preset tiny --steps 1 --sample 0 --eval-max 1 --progress lines"
@@ -202,9 +201,7 @@ describe("recipes/gpt_small.lua", function()
    describe("on token shards", function()
       local dir, pattern
       before_each(function()
-         dir = os.tmpname()
-         os.remove(dir)
-         helpers.sh("mkdir -p " .. dir)
+         dir = helpers.tempdir()
          pattern = helpers.token_dataset(dir, 3000, 300)
       end)
       after_each(function() helpers.sh("rm -rf " .. dir) end)
@@ -337,8 +334,7 @@ describe("recipes/gpt_small.lua", function()
       end)
 
       it("refuses to resume a checkpoint of another number of experts", function()
-         local dir = os.tmpname()
-         os.remove(dir)
+         local dir = helpers.fresh_path()
          local base = "luajit " .. recipe .. " --preset tiny --sample 0 --quiet --steps 2 "
          local out, status = helpers.sh(base .. "--n-expert 4 --ckpt-dir " .. dir)
          assert.equal(0, status, out)

@@ -16,8 +16,7 @@ local function exists(path) return select(2, helpers.sh("test -e " .. path)) == 
 describe("recipes/gpt_small.lua keeps the user's work", function()
    local dir, file
    before_each(function()
-      dir = os.tmpname()
-      os.remove(dir)
+      dir = helpers.fresh_path()
       file = dir .. ".out"
    end)
    after_each(function() helpers.sh("rm -rf " .. dir .. " " .. dir .. ".*") end)

@@ -74,8 +74,7 @@ describe("repl input", function()
    it("on a terminal, recalls lines with Up and keeps them for the next session", function()
       local why = terminal_pending()
       if why then return pending(why) end
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local hist = dir .. "/state/lwopt/history"
       local env = "XDG_STATE_HOME=" .. dir .. "/state HOME=" .. dir
       -- Up recalls 40+2 and Enter runs it again; a line edited with Backspace
@@ -110,8 +109,7 @@ describe("repl input", function()
       function()
       local why = terminal_pending()
       if why then return pending(why) end
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       assert.equal(0, select(2, helpers.sh("mkdir -p " .. dir .. " && mkfifo " .. dir .. "/fifo")))
       -- a directory, a device that never ends and a FIFO no one writes: each read would crash,
       -- spin or wait; timeout ends a session that does

@@ -103,8 +103,7 @@ describe("lw repl", function()
    end)
 
    it("runs commands piped into bin/lwopt repl, and saves no history from a pipe", function()
-      local hist = os.tmpname()
-      os.remove(hist)
+      local hist = helpers.fresh_path()
       local out, status = helpers.sh("cd /tmp && printf 'x = 6 * 7\\nx\\nhelp\\nquit\\n' | "
          .. "LWOPT_HISTORY=" .. hist .. " " .. root .. "/bin/lwopt repl")
       assert.equal(0, status, out)

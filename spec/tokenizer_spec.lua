@@ -14,16 +14,8 @@ local function load_error(path)
 end
 
 describe("lwopt.tokenizer", function()
-   local paths = {}
-   local function file(pieces, opts)
-      local path = helpers.tokenizer_file(pieces, opts)
-      paths[#paths + 1] = path
-      return path
-   end
-   after_each(function()
-      for _, path in ipairs(paths) do os.remove(path) end
-      paths = {}
-   end)
+   local keep = helpers.temp_paths(after_each)
+   local function file(pieces, opts) return keep(helpers.tokenizer_file(pieces, opts)) end
 
    it("reads a version 2 file: its size, end-of-text id and every token's bytes", function()
       local t = tokenizer.load(file(PIECES, { eot = 7 }))
@@ -67,8 +59,7 @@ describe("lwopt.tokenizer", function()
    end)
 
    it("refuses a file cut short, in the header or in a token", function()
-      local path = helpers.tempfile("short")
-      paths[#paths + 1] = path
+      local path = keep(helpers.tempfile("short"))
       assert.equal("tokenizer: " .. path .. ": has 5 bytes, less than the 1024-byte header: "
          .. "truncated, or not a tokenizer file", load_error(path))
       -- the last token's 13 bytes cut to 10: the file ends inside token 7

@@ -9,8 +9,7 @@ local files = require("lwopt.files")
 
 -- A fresh temporary directory.
 local function temp_dir()
-   local dir = os.tmpname()
-   os.remove(dir)
+   local dir = helpers.fresh_path()
    files.make_dir(dir)
    return dir
 end
@@ -60,16 +59,9 @@ describe("lw.tokens", function()
 
    it("draws the batches of lw.data: the same however they are split across ranks", function()
       local d = lw.tokens.open(train_shards(), { vocab = 1000, seq_len = 8 })
+      local function first(tokens, _, i) return tokens[i * 8] end -- a sequence's first token
       local function global(ranks, accum, b)
-         local seqs = {}
-         local tokens, targets = ffi.new("int32_t[?]", b * 8), ffi.new("int32_t[?]", b * 8)
-         for micro = 0, accum - 1 do
-            for rank = 0, ranks - 1 do
-               d:train_batch(tokens, targets, 42, 3, micro, rank, ranks, b, 8)
-               for i = 0, b - 1 do seqs[#seqs + 1] = tokens[i * 8] end
-            end
-         end
-         return seqs
+         return helpers.global_batch(d, ranks, accum, b, first)
       end
       local one = global(1, 6, 2)
       assert.same(one, global(2, 3, 2))

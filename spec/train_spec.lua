@@ -71,8 +71,7 @@ describe("lw.train.run", function()
    end)
 
    it("calls the step-end hooks after each step and its checkpoint, the run's first", function()
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       local calls = {}
       local run, cleanup = tiny_run{ steps = 3, eval_every = 0,
          checkpoint = { dir = dir, every = 1, keep = 5, run_id = "hooks" } }

@@ -47,16 +47,8 @@ local function open_error(path, o)
 end
 
 describe("lwopt.trained", function()
-   local paths = {}
-   local function file(cfg, o)
-      local path = model_file(cfg, o)
-      paths[#paths + 1] = path
-      return path
-   end
-   after_each(function()
-      for _, path in ipairs(paths) do os.remove(path) end
-      paths = {}
-   end)
+   local keep = helpers.temp_paths(after_each)
+   local function file(cfg, o) return keep(model_file(cfg, o)) end
 
    it("reads a bare file's model from its shapes, the heads from the preset of that shape",
       function()
@@ -144,9 +136,7 @@ describe("lwopt.trained", function()
 
    it("names a path that holds no model", function()
       assert.equal("/nonexistent/ckpt does not exist", open_error("/nonexistent/ckpt", {}))
-      local dir = os.tmpname()
-      os.remove(dir)
-      helpers.sh("mkdir -p " .. dir)
+      local dir = helpers.tempdir()
       assert.equal(dir .. " is not a checkpoint (it has no manifest.json) and holds none (" .. dir
          .. " holds no checkpoint)", open_error(dir, {}))
       helpers.sh("rm -rf " .. dir)
@@ -184,8 +174,7 @@ describe("lwopt.trained", function()
          return model:forward(tokens, targets, 1, 8), ddp
       end
       local want, ddp = loss_of(cfg)
-      local dir = os.tmpname()
-      os.remove(dir)
+      local dir = helpers.fresh_path()
       lw.checkpoint.save(dir, { ddp = ddp, opt = lw.optim.new(ddp, { lr = 1e-2 }), step = 1,
          extra = { arch = "llama", model = lw.models.config("llama", cfg), n_layer = 2,
             n_embd = 16, n_head = 4, vocab = 256, seq = 8, data_kind = "bytes" } })

@@ -1,12 +1,15 @@
-/* nn_check.h: helpers for the model-kernel tests: seeded random fills, and a finite-difference
- * gradient check. The loss is a weighted sum L = sum_i y_i r_i of a kernel's output with fixed
- * random weights r, so the analytic gradient is the kernel's backward with dy = r. */
+/* nn_check.h: helpers for the model-kernel tests: seeded random fills, an error held to its
+ * tolerance, and a finite-difference gradient check. The loss is a weighted sum
+ * L = sum_i y_i r_i of a kernel's output with fixed random weights r, so the analytic gradient
+ * is the kernel's backward with dy = r. */
 #ifndef LW_TEST_NN_CHECK_H
 #define LW_TEST_NN_CHECK_H
 
 #include "check.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static uint64_t nn_seed = 0x2545F4914F6CDD1Du;
@@ -42,6 +45,22 @@ static inline double nn_accumulate_error(const float *got, const float *pre, con
         worst = fmax(worst, fabs((double)got[i] - ((double)pre[i] + g[i])) /
                                 (1.0 + fabs(pre[i]) + fabs(g[i])));
     return worst;
+}
+
+/* Checks err <= tol, printing "<label>: err (tol tol)" (the label from fmt) when it is not, or
+ * always with NN_VERBOSE set. */
+static inline void nn_within(double err, double tol, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void nn_within(double err, double tol, const char *fmt, ...) {
+    if (err > tol || getenv("NN_VERBOSE")) {
+        FILE *to = err > tol ? stderr : stdout;
+        va_list ap;
+        va_start(ap, fmt);
+        vfprintf(to, fmt, ap);
+        va_end(ap);
+        fprintf(to, ": %.3g (tol %g)\n", err, tol);
+    }
+    CHECK(err <= tol);
 }
 
 /* Runs the forward pass and returns the loss; ctx is the test's. */

@@ -2,7 +2,8 @@
  * test_muon_tp.c and test_cuda_muon_tp.c): a rig of layout, buffers and optimizer made and freed
  * together on any device, parameters and gradients written and read the way modules reach them
  * (acquire, view, release) from a seeded fill, whole steps of forward, backward and the
- * optimizer, and the communicator a rig on one rank takes. What each test checks stays in it. */
+ * optimizer, the communicator a rig on one rank takes, and seeded full-rank values. What each test
+ * checks stays in it. */
 #ifndef LW_TEST_OPTIM_UTIL_H
 #define LW_TEST_OPTIM_UTIL_H
 
@@ -21,6 +22,18 @@ static inline int64_t spec_numel(const lw_param_spec *s) {
 /* A smooth initial weight of element i of parameter p, distinct per parameter. */
 static inline float smooth_init(int p, int64_t i) {
     return 0.1f * (float)sin(0.7 * p + 0.37 * (double)i);
+}
+
+/* A seeded value in [-1, 1] of key x, a 4-digit grid: whole tensors of these are full-rank (a
+ * low-rank gradient leaves singular values near 0, whose rounding Newton-Schulz amplifies by its
+ * slope there, ~4 a step: float against float64 would differ by 1e-4, not 1e-6). */
+static inline double hashed(uint64_t x) {
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 29;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return (double)(x % 20001) / 10000.0 - 1.0;
 }
 
 /* Fills host[0..n) with parameter p's initial weights (step -1) or its gradient at `step`. */

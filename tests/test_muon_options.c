@@ -29,18 +29,6 @@ typedef struct {
     int rank, size;
 } who;
 
-/* Seeded and full-rank (a low-rank gradient leaves singular values near 0, whose rounding
- * Newton-Schulz amplifies by its slope there, ~4 a step: float against float64 would differ by
- * 1e-4, not 1e-6). */
-static double hashed(uint64_t x) {
-    x ^= x >> 33;
-    x *= UINT64_C(0xff51afd7ed558ccd);
-    x ^= x >> 29;
-    x *= UINT64_C(0xc4ceb9fe1a85ec53);
-    x ^= x >> 33;
-    return (double)(x % 20001) / 10000.0 - 1.0;
-}
-
 /* Rank r's gradient of element i of parameter p at a step (step -1: the initial weights, the
  * same on every rank); the average over ranks is the base, whose rows have norms over two
  * decades (which equilibration evens out). */

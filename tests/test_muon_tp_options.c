@@ -54,16 +54,7 @@ static int64_t full_index(const full_param *p, int r, int64_t i, int64_t j) {
 }
 
 /* The full tensors' values: initial weights (step -1) or a step's gradient, seeded and full-rank
- * (test_muon_options.c says why), rows of spread norms. */
-static double hashed(uint64_t x) {
-    x ^= x >> 33;
-    x *= UINT64_C(0xff51afd7ed558ccd);
-    x ^= x >> 29;
-    x *= UINT64_C(0xc4ceb9fe1a85ec53);
-    x ^= x >> 33;
-    return (double)(x % 20001) / 10000.0 - 1.0;
-}
-
+ * (optim_util.h's hashed says why), rows of spread norms. */
 static double full_value(int p, int64_t f, int step) {
     const double h = hashed(((uint64_t)p * 1000003u + (uint64_t)f) * 17u + (uint64_t)(step + 1));
     if (step < 0) return 0.05 * h;

@@ -8,10 +8,7 @@
 #include <string.h>
 
 static void check_tol(const char *kernel, int64_t n, const char *what, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "%s n=%lld %s: %.3g (tol %g)\n", kernel, (long long)n,
-                what, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "%s n=%lld %s", kernel, (long long)n, what);
 }
 
 /* The kernel under test, its sizes and arrays: y [ny] from x [nx] (SwiGLU: n rows of fused width

@@ -7,10 +7,8 @@
 #include <stdlib.h>
 
 static void check_tol(const char *what, int64_t b, int64_t t, int64_t c, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "embedding b=%lld t=%lld c=%lld %s: %.3g (tol %g)\n",
-                (long long)b, (long long)t, (long long)c, what, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "embedding b=%lld t=%lld c=%lld %s", (long long)b, (long long)t,
+              (long long)c, what);
 }
 
 typedef struct {

@@ -8,10 +8,7 @@
 #include <stdlib.h>
 
 static void check_tol(const char *what, int64_t m, int64_t c, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "gather m=%lld c=%lld %s: %.3g (tol %g)\n",
-                (long long)m, (long long)c, what, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "gather m=%lld c=%lld %s", (long long)m, (long long)c, what);
 }
 
 typedef struct {

@@ -7,10 +7,7 @@
 #include <stdlib.h>
 
 static void check_tol(const char *what, int64_t n, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "gelu n=%lld %s: %.3g (tol %g)\n", (long long)n, what,
-                err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "gelu n=%lld %s", (long long)n, what);
 }
 
 static const double K = 0.7978845608028654; /* sqrt(2 / pi) */

@@ -7,10 +7,7 @@
 #include <stdlib.h>
 
 static void check_tol(const char *what, int64_t n, int64_t c, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "layernorm n=%lld c=%lld %s: %.3g (tol %g)\n",
-                (long long)n, (long long)c, what, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "layernorm n=%lld c=%lld %s", (long long)n, (long long)c, what);
 }
 
 #define LN_EPS 1e-5f

@@ -10,10 +10,8 @@
  * tolerances below). */
 static void check_tol(const char *what, int64_t n, int64_t in, int64_t out, double err,
                       double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "linear n=%lld in=%lld out=%lld %s: %.3g (tol %g)\n",
-                (long long)n, (long long)in, (long long)out, what, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "linear n=%lld in=%lld out=%lld %s", (long long)n, (long long)in,
+              (long long)out, what);
 }
 
 typedef struct {

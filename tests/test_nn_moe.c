@@ -10,10 +10,8 @@
 #include <stdlib.h>
 
 static void check_tol(const char *what, int64_t n, int64_t e, int64_t k, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "moe n=%lld e=%lld k=%lld %s: %.3g (tol %g)\n",
-                (long long)n, (long long)e, (long long)k, what, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "moe n=%lld e=%lld k=%lld %s", (long long)n, (long long)e, (long long)k,
+              what);
 }
 
 /* 2 tokens, 4 experts, top-2, worked by hand. Row 0 ties logits 1 and 2 at the top: both are

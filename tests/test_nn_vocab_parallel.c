@@ -13,9 +13,7 @@
 #include <stdio.h>
 
 static void check_tol(const char *what, const char *shape, double err, double tol) {
-    if (err > tol || getenv("NN_VERBOSE"))
-        fprintf(err > tol ? stderr : stdout, "%s (%s): %.3g (tol %g)\n", what, shape, err, tol);
-    CHECK(err <= tol);
+    nn_within(err, tol, "%s (%s)", what, shape);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

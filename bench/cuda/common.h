@@ -1,6 +1,7 @@
 /* common.h: what the GPU benchmarks share: the GPU (exit 77 with the reason when CUDA is not
- * available), seeded device arrays, and timing by stream synchronisation around lw_now (best of
- * the repeats after a warm-up). Everything through lw.h; cuBLAS only where a bench measures it. */
+ * available), seeded device arrays, timing by stream synchronisation around lw_now (best of the
+ * repeats after a warm-up), and an optimizer over GPU buffers. Everything through lw.h; cuBLAS
+ * only where a bench measures it. */
 #ifndef LW_BENCH_CUDA_COMMON_H
 #define LW_BENCH_CUDA_COMMON_H
 
@@ -62,6 +63,31 @@ static inline float *bench_random(int64_t n, float scale, uint64_t seed) {
 static inline double bench_since(lw_stream *s, double t0) {
     bench_check(lw_stream_synchronize(s), "lw_stream_synchronize");
     return lw_now() - t0;
+}
+
+/* An optimizer with its layout and buffers: specs' parameters as fp32 buffers on the GPU over
+ * dc, options oo. Freed together by bench_optimizer_free. */
+typedef struct {
+    lw_layout *layout;
+    lw_buffers *buffers;
+    lw_optimizer *opt;
+} bench_optimizer;
+
+static inline bench_optimizer bench_optimizer_new(lw_comm *dc, const lw_param_spec *specs, int n,
+                                                  const lw_optimizer_options *oo) {
+    bench_optimizer o = {NULL, NULL, NULL};
+    bench_check(lw_layout_new(specs, n, NULL, &o.layout), "lw_layout_new");
+    lw_buffers_options bo = lw_buffers_defaults();
+    bo.device = bench_gpu;
+    bench_check(lw_buffers_new(o.layout, dc, NULL, &bo, &o.buffers), "lw_buffers_new");
+    bench_check(lw_optimizer_new(o.buffers, oo, &o.opt), "lw_optimizer_new");
+    return o;
+}
+
+static inline void bench_optimizer_free(bench_optimizer *o) {
+    lw_optimizer_free(o->opt);
+    lw_buffers_free(o->buffers);
+    lw_layout_free(o->layout);
 }
 
 /* The device communicator of a one-rank job (NCCL), for buffers on the GPU. */

@@ -128,30 +128,21 @@ static double batched_step(lw_comm *dc, lw_ns_precision precision, int64_t rows,
                                    .dtype = LW_DTYPE_F32, .grad_dtype = LW_DTYPE_F32,
                                    .optimizer = LW_OPTIMIZER_MUON};
     }
-    lw_layout *l = NULL;
-    lw_buffers *bs = NULL;
-    lw_optimizer *opt = NULL;
-    bench_check(lw_layout_new(specs, batch, NULL, &l), "lw_layout_new");
-    lw_buffers_options bo = lw_buffers_defaults();
-    bo.device = bench_gpu;
-    bench_check(lw_buffers_new(l, dc, NULL, &bo, &bs), "lw_buffers_new");
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.muon.coeffs = LW_NS_SIMPLE;
     oo.muon.precision = precision;
-    bench_check(lw_optimizer_new(bs, &oo, &opt), "lw_optimizer_new");
+    bench_optimizer o = bench_optimizer_new(dc, specs, batch, &oo);
     lw_stream *s = lw_device_stream(bench_gpu);
     for (int i = 0; i < batch; i++) { /* gradients once: every step reuses them */
         float *g = NULL, *src = bench_random(rows * cols, 1.0f, 7 + (uint64_t)i);
-        bench_check(lw_buffers_grad(bs, i, &g), "lw_buffers_grad");
+        bench_check(lw_buffers_grad(o.buffers, i, &g), "lw_buffers_grad");
         bench_check(lw_device_copy(s, g, src, 4 * rows * cols, LW_COPY_DEVICE_TO_DEVICE), "copy");
         bench_check(lw_stream_synchronize(s), "sync");
         lw_device_free(bench_gpu, src);
     }
-    step_ctx c = {opt};
+    step_ctx c = {o.opt};
     double t = best_of(run_step, &c, s, repeats, 1);
-    lw_optimizer_free(opt);
-    lw_buffers_free(bs);
-    lw_layout_free(l);
+    bench_optimizer_free(&o);
     free(specs), free(names);
     return t;
 }

@@ -67,26 +67,19 @@ typedef struct measured {
 /* Best synchronised optimizer step over specs as fp32 buffers on the GPU. */
 static measured measure(lw_comm *dc, const lw_param_spec *specs, int n, lw_ns_precision precision,
                         int repeats) {
-    lw_layout *l = NULL;
-    lw_buffers *bs = NULL;
-    lw_optimizer *opt = NULL;
-    bench_check(lw_layout_new(specs, n, NULL, &l), "lw_layout_new");
-    lw_buffers_options bo = lw_buffers_defaults();
-    bo.device = bench_gpu;
-    bench_check(lw_buffers_new(l, dc, NULL, &bo, &bs), "lw_buffers_new");
     lw_optimizer_options oo = lw_optimizer_defaults();
     oo.muon.precision = precision;
     oo.clip = 1.0f;
-    bench_check(lw_optimizer_new(bs, &oo, &opt), "lw_optimizer_new");
+    bench_optimizer o = bench_optimizer_new(dc, specs, n, &oo);
     lw_stream *s = lw_device_stream(bench_gpu);
     measured m;
     memset(&m, 0, sizeof m);
     m.step = 1e30;
-    for (int32_t b = 0; b < lw_layout_num_buffers(l); b++) {
+    for (int32_t b = 0; b < lw_layout_num_buffers(o.layout); b++) {
         lw_buffer_info info;
         float *g = NULL;
-        bench_check(lw_layout_buffer(l, b, &info), "lw_layout_buffer");
-        bench_check(lw_buffers_grad_array(bs, b, &g), "lw_buffers_grad_array");
+        bench_check(lw_layout_buffer(o.layout, b, &info), "lw_layout_buffer");
+        bench_check(lw_buffers_grad_array(o.buffers, b, &g), "lw_buffers_grad_array");
         float *src = bench_random(info.numel, 1e-2f, 100 + (uint64_t)b);
         bench_check(lw_device_copy(s, g, src, 4 * info.numel, LW_COPY_DEVICE_TO_DEVICE), "copy");
         bench_check(lw_stream_synchronize(s), "sync");
@@ -96,13 +89,11 @@ static measured measure(lw_comm *dc, const lw_param_spec *specs, int n, lw_ns_pr
     for (int r = -1; r < repeats; r++) { /* r = -1: warm-up (state, workspace, cuBLAS) */
         lw_step_result res;
         double t0 = lw_now();
-        bench_check(lw_optimizer_step(opt, &res), "lw_optimizer_step");
+        bench_check(lw_optimizer_step(o.opt, &res), "lw_optimizer_step");
         double t = bench_since(s, t0);
         if (r >= 0 && t < m.step) m.step = t, m.best = res;
     }
-    lw_optimizer_free(opt);
-    lw_buffers_free(bs);
-    lw_layout_free(l);
+    bench_optimizer_free(&o);
     return m;
 }
 

@@ -12,9 +12,7 @@ local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
 
 local GPU = dofile("tests/gpu/require_gpu.lua")("tests/gpu/models.lua")
-local dir = os.tmpname()
-os.remove(dir)
-assert(tally.sh("mkdir -p " .. dir))
+local dir = tally.tempdir()
 local data = dofile("tests/lua/corpus.lua").write(dir .. "/corpus.txt", 2 ^ 20, 7)
 
 local STEPS = 12

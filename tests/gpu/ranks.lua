@@ -15,9 +15,7 @@ local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
 
 local DEVICE = dofile("tests/gpu/require_gpu.lua")("tests/gpu/ranks.lua", "cuda:0")
-local dir = os.tmpname()
-os.remove(dir)
-assert(tally.sh("mkdir -p " .. dir))
+local dir = tally.tempdir()
 local data = dofile("tests/lua/corpus.lua").write(dir .. "/corpus.txt", 2 ^ 20, 5)
 local TOLERANCE = 1e-4
 local STEPS = 4

@@ -13,9 +13,7 @@ local tally = dofile("tests/lua/tally.lua")
 local expect = tally.expect
 
 local GPU = dofile("tests/gpu/require_gpu.lua")("tests/gpu/train.lua")
-local dir = os.tmpname()
-os.remove(dir)
-assert(tally.sh("mkdir -p " .. dir))
+local dir = tally.tempdir()
 local data = dofile("tests/lua/corpus.lua").write(dir .. "/corpus.txt", 2 ^ 21, 11)
 
 -- A GPU machine may lack gnuplot: a recipe run with --log then says the loss curve failed and

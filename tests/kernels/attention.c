@@ -352,12 +352,8 @@ static void attention_cases(const char *kernel, run_fn fn, after_fn after) {
             a.out16[i] = bf16_reference(a.out[i]);
             a.out_w[i] = (float)bf16_reference_value(a.out16[i]);
         }
-        a.qkv_w = cpu_array(nq);
-        memcpy(a.qkv_w, a.qkv, sizeof(float) * (size_t)nq);
-        a.qkv16 = round_weights(a.qkv_w, nq);
-        a.d0_w = cpu_array(nq);
-        memcpy(a.d0_w, a.d0, sizeof(float) * (size_t)nq);
-        a.d0_16 = round_weights(a.d0_w, nq);
+        a.qkv16 = round_copy(a.qkv, nq, &a.qkv_w);
+        a.d0_16 = round_copy(a.d0, nq, &a.d0_w);
         /* the GPU's scratch: D = rowsum(dout * out), then at the tensor-core kernels' head dims
          * (64, 128), from a 256-byte boundary, dout's bf16 copy for their pipelined backward */
         const int64_t gpu_scratch = hd == 64 || hd == 128 ? (nl + 63) / 64 * 64 + (no + 1) / 2 : nl;

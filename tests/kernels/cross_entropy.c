@@ -100,6 +100,18 @@ static int64_t gpu_chunk_rows(int64_t n, int64_t v) {
     return rows < n ? rows : n;
 }
 
+/* On a GPU: the scratch its cross-entropy asks for, its chunks of 2^26 floats of logits. */
+static void expect_gpu_scratch(int64_t n, int64_t v) {
+    if (have_gpu())
+        EXPECT_EQ(lw_cross_entropy_scratch_floats(other_stream(), n, v), gpu_chunk_rows(n, v) * v);
+}
+
+/* ", softcap C" for a capped head, else nothing: the end of a case's shape */
+static void softcap_note(char note[24], float cap) {
+    note[0] = '\0';
+    if (cap > 0) snprintf(note, 24, ", softcap %g", (double)cap);
+}
+
 typedef struct {
     char shape[112];
     int64_t n, c, v;
@@ -394,8 +406,8 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
                      .large = cross_entropy_shapes[s].v == 50304,
                      .bf16_logits = cross_entropy_shapes[s].bf16_logits,
                      .cap = cross_entropy_shapes[s].cap};
-        char capped[24] = "";
-        if (a.cap > 0) snprintf(capped, sizeof capped, ", softcap %g", (double)a.cap);
+        char capped[24];
+        softcap_note(capped, a.cap);
         snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, v %lld%s%s%s%s%s", (long long)a.n,
                  (long long)a.c, (long long)a.v, a.ignore_every == 1 ? ", all ignored" : "",
                  a.dh ? "" : ", no dh", cross_entropy_shapes[s].bf16_w ? ", bf16 head" : "",
@@ -426,9 +438,7 @@ static void cross_entropy_cases(const char *kernel, run_fn fn, after_fn after) {
             grads.loss_scale = (double)a.n; /* the backward's loss_scale */
             if (fn == run_cross_entropy_backward) ce_reference_grads(&grads, a.ref_dh, a.ref_dw);
         }
-        if (have_gpu()) /* the GPU's chunks of 2^26 floats of logits */
-            EXPECT_EQ(lw_cross_entropy_scratch_floats(other_stream(), a.n, a.v),
-                      gpu_chunk_rows(a.n, a.v) * a.v);
+        expect_gpu_scratch(a.n, a.v);
         check(&(kernel_case){.kernel = kernel,
                              .shape = a.shape,
                              .fn = fn,
@@ -456,8 +466,8 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
                        .bf16_logits = head_shapes[s].bf16_logits,
                        .cap = head_shapes[s].cap};
         const int64_t n = a.n;
-        char capped[24] = "";
-        if (a.cap > 0) snprintf(capped, sizeof capped, ", softcap %g", (double)a.cap);
+        char capped[24];
+        softcap_note(capped, a.cap);
         snprintf(a.shape, sizeof a.shape, "n %lld, c %lld, rows [%lld, +%lld) of %lld%s%s%s",
                  (long long)n, (long long)a.c, (long long)a.first, (long long)a.v,
                  (long long)a.vocab, head_shapes[s].bf16_w ? ", bf16 head" : "",
@@ -505,9 +515,7 @@ static void head_cases(const char *kernel, run_fn fn, after_fn after) {
             if (fn == run_partial_forward) ce_reference_forward(&ref, NULL, NULL, a.ref_stats);
             if (fn == run_partial_backward) ce_reference_grads(&ref, a.ref_dh, a.ref_dw);
         }
-        if (have_gpu())
-            EXPECT_EQ(lw_cross_entropy_scratch_floats(other_stream(), n, a.v),
-                      gpu_chunk_rows(n, a.v) * a.v);
+        expect_gpu_scratch(n, a.v);
         check(&(kernel_case){.kernel = kernel,
                              .shape = a.shape,
                              .fn = fn,

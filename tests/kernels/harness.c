@@ -167,42 +167,21 @@ void near_reference_each(const kernel_case *k, const run *r, const char *what, c
 }
 
 void expect_true(const char *file, int line, const char *expr, bool ok) {
-    if (ok) {
-        check_passes++;
-    } else {
-        check_failures++;
-        fprintf(stderr, "%s:%d: check failed: %s\n", file, line, expr);
-    }
+    check_true(file, line, expr, ok);
 }
 
 void expect_equal(const char *file, int line, const char *a, const char *b, long long x,
                   long long y) {
-    if (x == y) {
-        check_passes++;
-    } else {
-        check_failures++;
-        fprintf(stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n", file, line, a, b, x, y);
-    }
+    check_equal(file, line, a, b, x, y);
 }
 
 void expect_status(const char *file, int line, const char *expr, lw_status st) {
-    if (st == LW_OK) {
-        check_passes++;
-    } else {
-        check_failures++;
-        fprintf(stderr, "%s:%d: %s failed (%d): %s\n", file, line, expr, (int)st, lw_last_error());
-    }
+    check_status(file, line, expr, st);
 }
 
 void expect_failure(const char *file, int line, const char *expr, lw_status st, lw_status want,
                     const char *text) {
-    if (st == want && strstr(lw_last_error(), text) != NULL) {
-        check_passes++;
-    } else {
-        check_failures++;
-        fprintf(stderr, "%s:%d: %s: expected status %d with \"%s\", got %d: \"%s\"\n", file, line,
-                expr, (int)want, text, (int)st, lw_last_error());
-    }
+    check_failure(file, line, expr, st, want, text);
 }
 
 /* ---- the driver ------------------------------------------------------------------------------ */

@@ -308,6 +308,9 @@ bool rounded_by(lw_matmul m, const float *v, int64_t n);
 measure differing_if(measure m, bool rounded);
 /* n weights rounded to bf16 in place (w holds the widened values after); their bits, allocated */
 uint16_t *round_weights(float *w, int64_t n);
+/* n values rounded to bf16, x left as it is: their bits; *widened: the widened values; both
+ * allocated */
+uint16_t *round_copy(const float *x, int64_t n, float **widened);
 /* weights (or an input) as the kernel reads them: the bf16 bits when there are any, else the
  * fp32 values; *dtype says which */
 const void *input_typed(run *r, const float *w, const uint16_t *bits, int64_t n, lw_dtype *dtype);

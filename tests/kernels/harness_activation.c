@@ -8,12 +8,8 @@ activation_inputs activation_inputs_new(int64_t nx, int64_t ny, float scale, con
     activation_inputs in = {.nx = nx, .ny = ny};
     in.x = scaled_random(nx, scale, 0.0f), in.dy = random_floats(ny), in.dx0 = random_floats(nx);
     if (n_specials > 0) memcpy(in.x, specials, sizeof(float) * n_specials);
-    in.xw = cpu_array(nx);
-    memcpy(in.xw, in.x, sizeof(float) * (size_t)nx);
-    in.x16 = round_weights(in.xw, nx);
-    in.dx0_w = cpu_array(nx);
-    memcpy(in.dx0_w, in.dx0, sizeof(float) * (size_t)nx);
-    in.dx0_16 = round_weights(in.dx0_w, nx);
+    in.x16 = round_copy(in.x, nx, &in.xw);
+    in.dx0_16 = round_copy(in.dx0, nx, &in.dx0_w);
     return in;
 }
 

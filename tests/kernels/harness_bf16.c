@@ -44,6 +44,12 @@ uint16_t *round_weights(float *w, int64_t n) {
     return bits;
 }
 
+uint16_t *round_copy(const float *x, int64_t n, float **widened) {
+    *widened = cpu_array(n);
+    memcpy(*widened, x, sizeof(float) * (size_t)n);
+    return round_weights(*widened, n);
+}
+
 /* A case's weights (or bf16 input) on the run's device as the kernel reads them: the bf16 bits
  * when it has them, else the fp32 values; *dtype says which. */
 const void *input_typed(run *r, const float *w, const uint16_t *bits, int64_t n, lw_dtype *dtype) {

@@ -56,6 +56,14 @@ static void *place(run *r, const char *what, role kind, elem_type type, int64_t 
     return b->alloc + GUARD_BYTES;
 }
 
+/* A buffer the kernel writes: placed, and compared between runs as how says. */
+static void *place_measured(run *r, const char *what, role kind, elem_type type, int64_t n,
+                            const void *start, measure how) {
+    void *p = place(r, what, kind, type, n, start);
+    r->b[r->nb - 1].how = how;
+    return p;
+}
+
 const float *input(run *r, const float *host, int64_t n) {
     return place(r, "an input", INPUT, F32, n, host);
 }
@@ -63,53 +71,35 @@ const int32_t *input_ids(run *r, const int32_t *host, int64_t n) {
     return place(r, "an input", INPUT, I32, n, host);
 }
 float *output(run *r, const char *what, int64_t n, measure how) {
-    float *p = place(r, what, WRITTEN, F32, n, NULL);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, WRITTEN, F32, n, NULL, how);
 }
 int32_t *output_ids(run *r, const char *what, int64_t n) {
-    int32_t *p = place(r, what, WRITTEN, I32, n, NULL);
-    r->b[r->nb - 1].how = bits();
-    return p;
+    return place_measured(r, what, WRITTEN, I32, n, NULL, bits());
 }
 const uint16_t *input_bf16(run *r, const uint16_t *host, int64_t n) {
     return place(r, "an input", INPUT, BF16, n, host);
 }
 uint16_t *output_bf16(run *r, const char *what, int64_t n) {
-    uint16_t *p = place(r, what, WRITTEN, BF16, n, NULL);
-    r->b[r->nb - 1].how = bits();
-    return p;
+    return place_measured(r, what, WRITTEN, BF16, n, NULL, bits());
 }
 uint16_t *output_bf16_values(run *r, const char *what, int64_t n, measure how) {
-    uint16_t *p = place(r, what, WRITTEN, BF16V, n, NULL);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, WRITTEN, BF16V, n, NULL, how);
 }
 float *updated(run *r, const char *what, const float *start, int64_t n, measure how) {
-    float *p = place(r, what, UPDATED, F32, n, start);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, UPDATED, F32, n, start, how);
 }
 uint16_t *updated_bf16(run *r, const char *what, const uint16_t *start, int64_t n, measure how) {
-    uint16_t *p = place(r, what, UPDATED, BF16V, n, start);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, UPDATED, BF16V, n, start, how);
 }
 uint16_t *accumulated_bf16(run *r, const char *what, const uint16_t *start, int64_t n,
                            measure how) {
-    uint16_t *p = place(r, what, ACCUMULATED, BF16V, n, start);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, ACCUMULATED, BF16V, n, start, how);
 }
 float *accumulated(run *r, const char *what, const float *start, int64_t n, measure how) {
-    float *p = place(r, what, ACCUMULATED, F32, n, start);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, ACCUMULATED, F32, n, start, how);
 }
 double *accumulated_f64(run *r, const char *what, const double *start, int64_t n, measure how) {
-    double *p = place(r, what, ACCUMULATED, F64, n, start);
-    r->b[r->nb - 1].how = how;
-    return p;
+    return place_measured(r, what, ACCUMULATED, F64, n, start, how);
 }
 float *scratch(run *r, int64_t n) { return place(r, "scratch", SCRATCH, F32, n, NULL); }
 

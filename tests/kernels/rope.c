@@ -184,9 +184,7 @@ static void rope_cases(const char *kernel, run_fn fn, after_fn after) {
                      (long long)c->hd, (long long)c->col0, (long long)c->stride,
                      lw_rope_pairing_name(a.pairing));
             a.x = scaled_random(a.n, 2.0f, 0.0f);
-            a.xw = cpu_array(a.n);
-            memcpy(a.xw, a.x, sizeof(float) * (size_t)a.n);
-            a.x16 = round_weights(a.xw, a.n);
+            a.x16 = round_copy(a.x, a.n, &a.xw);
             check(&(kernel_case){
                 .kernel = kernel, .shape = a.shape, .fn = fn, .args = &a, .after = after});
             free(a.x), free(a.xw), free(a.x16);

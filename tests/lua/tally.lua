@@ -1,6 +1,6 @@
 -- tally.lua: pass/fail bookkeeping for the Lua test drivers in tests/lua and tests/, which end
--- with the plain "N passed, M failed" line, and the helpers they share (the shell, a file's
--- bytes, a log's losses). Load with dofile("tests/lua/tally.lua").
+-- with the plain "N passed, M failed" line, and the helpers they share (the shell, a temporary
+-- directory, a file's bytes, a log's losses). Load with dofile("tests/lua/tally.lua").
 local tally = { passed = 0, failed = 0 }
 
 function tally.expect(ok, what)
@@ -22,6 +22,14 @@ end
 function tally.sh(cmd)
    local ok = os.execute(cmd)
    return ok == 0 or ok == true
+end
+
+-- A new empty temporary directory; its path.
+function tally.tempdir()
+   local dir = os.tmpname()
+   os.remove(dir)
+   assert(tally.sh("mkdir -p " .. dir), "cannot create " .. dir)
+   return dir
 end
 
 -- The per-step training losses of a recipe's JSON log, as written (the shortest text that reads

@@ -151,15 +151,14 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
         uint16_t *smem = smem_of(hd, LWC_FA_DQ, variant);
         uint16_t *qs = smem, *os = qs + LWC_FA_BLOCK * LD, *ks = os + LWC_FA_BLOCK * LD;
         uint16_t *vs = ks + LWC_FA_STEP * LD;
-        const int kv_buf = 2 * LWC_FA_STEP * LD; /* buffer 1's K and V past buffer 0's */
         for (int64_t block = 0; block < b * nh * tiles; block++) {
             int bh, tile;
             lwc_fa_block(block, tiles, b * nh, LWC_FA_DQ, emu_order, &bh, &tile);
             if (bh >= heads) continue;
             const int64_t bi = bh / nh, h = bh % nh, rows = bi * t * c3, head = rows + h * hd;
             const int q0 = tile * LWC_FA_BLOCK;
-            const float *q = qkv + head, *k = qkv + rows + c + h / group * hd, *v = k + nkv * hd;
-            const int64_t k_at = k - qkv, v_at = v - qkv;
+            const float *q = qkv + head;
+            const int64_t k_at = rows + c + h / group * hd, v_at = k_at + nkv * hd;
             const int first = lwc_fa_first_key_step(q0, window), last = lwc_fa_last_key_step(q0, t);
             /* 1. */
             if (pipe) {
@@ -183,21 +182,8 @@ void emulate_backward(float *dqkv, const float *dout, const float *qkv, const fl
             for (int step = first; step <= last; step++) {
                 const int k0 = step * LWC_FA_STEP;
                 /* 2. */
-                const uint16_t *kb = ks, *vb = vs;
-                if (pipe) {
-                    kb = ks + emu_buffer(step - first) * kv_buf;
-                    vb = vs + emu_buffer(step - first) * kv_buf;
-                    const int other = 1 - lwc_fa_stage_buffer(step - first);
-                    if (step < last) {
-                        emu_stage_async(ks + other * kv_buf, q16 + k_at, c3, k0 + LWC_FA_STEP,
-                                        LWC_FA_STEP, t, hd);
-                        emu_stage_async(vs + other * kv_buf, q16 + v_at, c3, k0 + LWC_FA_STEP,
-                                        LWC_FA_STEP, t, hd);
-                    }
-                } else {
-                    emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
-                    emu_stage(vs, v, c3, k0, LWC_FA_STEP, t, hd);
-                }
+                const uint16_t *kb, *vb;
+                emu_key_step(&kb, &vb, ks, vs, qkv, q16, k_at, v_at, c3, step, first, last, t, hd);
                 for (int w = 0; w < LWC_FA_WARPS; w++) {
                     const int row0 = q0 + LWC_FA_WARP_ROWS * w;
                     /* 3. */

@@ -17,7 +17,6 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
     const bool pipe = variant == LWC_FA_PIPELINED;
     uint16_t *smem = smem_of(hd, LWC_FA_FORWARD, variant);
     uint16_t *qs = smem, *ks = qs + LWC_FA_BLOCK * LD, *vs = ks + LWC_FA_STEP * LD;
-    const int kv_buf = 2 * LWC_FA_STEP * LD; /* buffer 1's K and V past buffer 0's */
     uint16_t *q16 = pipe ? bf16_bits_of(qkv, b * t * (c + 2 * nkv * hd)) : NULL;
     static uint32_t qa[LWC_FA_WARPS][32][MAX_KD][4];
     static float o[LWC_FA_WARPS][32][MAX_ND][4], m[LWC_FA_WARPS][32][2], l[LWC_FA_WARPS][32][2];
@@ -28,8 +27,7 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
         const int64_t bi = bh / nh, h = bh % nh, c3 = c + 2 * nkv * hd;
         const int q0 = tile * LWC_FA_BLOCK;
         const float *q = qkv + bi * t * c3 + h * hd;
-        const float *k = qkv + bi * t * c3 + c + h / (nh / nkv) * hd, *v = k + nkv * hd;
-        const int64_t k_at = k - qkv, v_at = v - qkv;
+        const int64_t k_at = bi * t * c3 + c + h / (nh / nkv) * hd, v_at = k_at + nkv * hd;
         const int first = lwc_fa_first_key_step(q0, window), last = lwc_fa_last_key_step(q0, t);
         /* 1. */
         if (pipe) {
@@ -51,21 +49,8 @@ void emulate_forward(float *out, float *lse, float *rowmax, const float *qkv, in
         for (int step = first; step <= last; step++) {
             const int k0 = step * LWC_FA_STEP;
             /* 2. */
-            const uint16_t *kb = ks, *vb = vs;
-            if (pipe) {
-                kb = ks + emu_buffer(step - first) * kv_buf;
-                vb = vs + emu_buffer(step - first) * kv_buf;
-                const int other = 1 - lwc_fa_stage_buffer(step - first);
-                if (step < last) {
-                    emu_stage_async(ks + other * kv_buf, q16 + k_at, c3, k0 + LWC_FA_STEP,
-                                    LWC_FA_STEP, t, hd);
-                    emu_stage_async(vs + other * kv_buf, q16 + v_at, c3, k0 + LWC_FA_STEP,
-                                    LWC_FA_STEP, t, hd);
-                }
-            } else {
-                emu_stage(ks, k, c3, k0, LWC_FA_STEP, t, hd);
-                emu_stage(vs, v, c3, k0, LWC_FA_STEP, t, hd);
-            }
+            const uint16_t *kb, *vb;
+            emu_key_step(&kb, &vb, ks, vs, qkv, q16, k_at, v_at, c3, step, first, last, t, hd);
             for (int w = 0; w < LWC_FA_WARPS; w++) {
                 const int row0 = q0 + LWC_FA_WARP_ROWS * w;
                 /* 3. */

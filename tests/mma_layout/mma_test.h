@@ -47,6 +47,10 @@ void emu_stage(uint16_t *tile, const float *src, int64_t stride, int r0, int row
 void emu_stage_async(uint16_t *tile, const uint16_t *src, int64_t stride, int r0, int rows,
                      int64_t t, int hd);
 int emu_buffer(int n);
+/* the kernels' key_step: the step's K and V tiles; q16 (qkv's bf16 bits) given: pipelined */
+void emu_key_step(const uint16_t **kb, const uint16_t **vb, uint16_t *ks, uint16_t *vs,
+                  const float *qkv, const uint16_t *q16, int64_t k_at, int64_t v_at, int64_t c3,
+                  int step, int first, int last, int64_t t, int hd);
 uint16_t *bf16_bits_of(const float *x, int64_t n);
 void emu_score_pair(float (*s)[4], float (*dp)[4], const uint16_t *x, const uint16_t *w,
                     const uint16_t *y, const uint16_t *z, int warp, int nt, int hd);

@@ -87,6 +87,29 @@ void emu_stage_async(uint16_t *tile, const uint16_t *src, int64_t stride, int r0
 /* The buffer a step computes on, with the fault that reads the one being filled. */
 int emu_buffer(int n) { return lwc_fa_stage_buffer(n) ^ (fault == FAULT_BUFFER); }
 
+/* The kernels' key_step: the step's K and V tiles (*kb, *vb). Pipelined (q16, qkv's bf16 bits,
+ * given), the next step's are sent into the other buffer before this one computes; else this
+ * step's are staged from qkv. k_at, v_at: the head's K and V in qkv's rows of stride c3. */
+void emu_key_step(const uint16_t **kb, const uint16_t **vb, uint16_t *ks, uint16_t *vs,
+                  const float *qkv, const uint16_t *q16, int64_t k_at, int64_t v_at, int64_t c3,
+                  int step, int first, int last, int64_t t, int hd) {
+    const int kv_buf = 2 * LWC_FA_STEP * (hd + LWC_FA_PAD); /* buffer 1's K and V past buffer 0's */
+    if (q16 != NULL) {
+        *kb = ks + emu_buffer(step - first) * kv_buf;
+        *vb = vs + emu_buffer(step - first) * kv_buf;
+        const int other = 1 - lwc_fa_stage_buffer(step - first);
+        const int next = (step + 1) * LWC_FA_STEP;
+        if (step < last) {
+            emu_stage_async(ks + other * kv_buf, q16 + k_at, c3, next, LWC_FA_STEP, t, hd);
+            emu_stage_async(vs + other * kv_buf, q16 + v_at, c3, next, LWC_FA_STEP, t, hd);
+        }
+    } else {
+        *kb = ks, *vb = vs;
+        emu_stage(ks, qkv + k_at, c3, step * LWC_FA_STEP, LWC_FA_STEP, t, hd);
+        emu_stage(vs, qkv + v_at, c3, step * LWC_FA_STEP, LWC_FA_STEP, t, hd);
+    }
+}
+
 uint16_t *bf16_bits_of(const float *x, int64_t n) {
     uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
     for (int64_t i = 0; i < n; i++)
