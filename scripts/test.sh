@@ -5,7 +5,7 @@
 # that need hardware this machine lacks, a GPU, skip: ctest exit 77, busted pending; they are
 # never counted as passed). Exits non-zero if any suite fails. Usage: scripts/test.sh [build-dir] [asan-build-dir]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 asan=${2:-build-asan}
 passed=0
@@ -67,8 +67,13 @@ tally_busted() {
 }
 
 run_ctest "$build"
+# The sanitizer build's C tests and the specs side by side: each keeps about one core busy (the
+# sanitizers' tests are single processes but a few small MPI ones; the specs wait on the
+# recipes they start), and every spec and test writes under its own temporary names.
+busted_into "$log.specs" &
+specs=$!
 run_ctest "$asan"
-busted_into "$log.specs"
+wait "$specs"
 tally_busted "$log.specs"
 # The specs again as another machine would run them: one BLAS thread a process, and four with
 # another CPU's OpenBLAS kernels (Haswell's, which AMD's Zen cores take too, where the CPU has
