@@ -177,12 +177,8 @@ local function model_config(f, extra, given, what, kind)
       fail("the vocabulary (%d%s) is more than the %d rows of %s's token embedding", vocab,
          given.vocab and ", --vocab" or "", m.vocab, what)
    end
-   local expected = {}
-   for _, spec in ipairs(models.specs(arch, m)) do
-      expected[#expected + 1] = { name = spec.name, shape = spec.shape }
-   end
-   weights.check(f, expected, WHERE .. ": " .. what, ("%s of %d layers x %d")
-      :format(kind.label, m.n_layer, m.n_embd))
+   weights.check(f, weights.names_and_shapes(models.specs(arch, m)), WHERE .. ": " .. what,
+      ("%s of %d layers x %d"):format(kind.label, m.n_layer, m.n_embd))
    return m, vocab
 end
 

@@ -167,13 +167,6 @@ local function configure(params, extra, o, where, whose)
    return cfg, settings, arch
 end
 
--- Each spec's name and shape, as weights.check and a bare file's params take them.
-local function names_and_shapes(specs)
-   local out = {}
-   for _, spec in ipairs(specs) do out[#out + 1] = { name = spec.name, shape = spec.shape } end
-   return out
-end
-
 -- A refusal's source of a setting: "path records value (from)".
 local function records(path, from)
    return function(value) return ("%s records %s (%s)"):format(path, value, from) end
@@ -182,7 +175,7 @@ end
 -- Copies a bare file's parameters into ddp: every name and shape checked against the model's
 -- first, F32, BF16 and F16 widened to fp32 as --init-from and `lwopt export` read them.
 local function load_file(f, ddp, path)
-   weights.check(f, names_and_shapes(ddp.specs), path, "lwopt's names")
+   weights.check(f, weights.names_and_shapes(ddp.specs), path, "lwopt's names")
    for _, spec in ipairs(ddp.specs) do
       local data = weights.read(f, spec.name)
       ddp:with_param(spec.name, function(t) ffi.copy(t.data, data, 4 * t.numel) end)
@@ -196,7 +189,7 @@ local function llama_file(f, path)
    local model = {}
    for k, x in pairs(c) do model[k] = x end
    model.real_vocab = nil
-   local params = names_and_shapes(lw.models.specs("llama", model))
+   local params = weights.names_and_shapes(lw.models.specs("llama", model))
    local _, from = foreign.config(f)
    local whose = records(path, from)
    return { f = f, fmt = "hf-llama", params = params, plan = plan, whose = { n_head = whose,
@@ -211,7 +204,7 @@ local function nanochat_file(f, path)
    local model = { n_layer = c.n_layer, n_embd = c.n_embd, n_head = c.n_head,
       n_kv_head = c.n_kv_head, vocab = c.vocab, seq_len = c.seq_len,
       window_pattern = c.window_pattern }
-   local params = names_and_shapes(lw.models.specs("nanochat", model))
+   local params = weights.names_and_shapes(lw.models.specs("nanochat", model))
    local _, from = foreign.config(f)
    local whose = records(path, from)
    return { f = f, fmt = "nanochat", params = params, plan = plan,

@@ -94,6 +94,13 @@ function weights.read(f, name)
    return out
 end
 
+-- The { name, shape } of each of a model's parameter specs: weights.check's `expected`.
+function weights.names_and_shapes(specs)
+   local out = {}
+   for _, spec in ipairs(specs) do out[#out + 1] = { name = spec.name, shape = spec.shape } end
+   return out
+end
+
 -- Checks an open file against `expected` (list of { name, shape }): the first problem as one
 -- line starting with `where`: a shape that differs, a missing tensor, one the model does not
 -- have, or a dtype other than F32, BF16, F16. names: what the expected names are, for the
