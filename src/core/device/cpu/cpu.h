@@ -6,6 +6,9 @@
 
 #include "device/device.h"
 
+#include <stdbool.h>
+#include <string.h>
+
 /* Sum of squares in double (four partial sums): the norms of the gradient and of Muon's update. */
 double lwi_cpu_sum_squares(const float *x, int64_t n);
 
@@ -19,6 +22,14 @@ lw_status lwi_cpu_as_f32(const void *x, lw_dtype dtype, int64_t n, const float *
 void lwi_cpu_round_bf16(uint16_t *y, const float *x, int64_t n);
 /* y[n] = x[n] (bf16) widened, exactly, on the calling thread: a kernel's block of bf16 input. */
 void lwi_cpu_widen_bf16(float *y, const uint16_t *x, int64_t n);
+/* Element i of an array of fp32, or of bf16 (widened: exact): a kernel reading either. */
+static inline float lwi_cpu_load(const void *x, bool bf16, int64_t i) {
+    if (!bf16) return ((const float *)x)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* Every kernel of the list (kernel_list.h), lwi_cpu_<name>, one family per file: vec.c, muon.c
  * (Newton-Schulz and Muon's step, its TP halves), muon_rescale.c (Muon's row equilibration,

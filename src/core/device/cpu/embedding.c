@@ -5,21 +5,11 @@
  * kernel does not know it, so callers validate ids once per batch, not per lookup. */
 #include "device/cpu/cpu.h"
 
-#include <string.h>
 
 /* The rows [first, first + rows) of the token table; other tokens look up nothing here (0) and
  * add no gradient. */
 static inline bool in_range(int32_t tok, int64_t first, int64_t rows) {
     return (int64_t)tok >= first && (int64_t)tok - first < rows;
-}
-
-/* Value i of a table of fp32 or bf16 (widened: exact). */
-static inline float weight_at(const void *table, bool bf16, int64_t i) {
-    if (!bf16) return ((const float *)table)[i];
-    const uint32_t u = (uint32_t)((const uint16_t *)table)[i] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 lw_status lwi_cpu_embedding_range_forward(lw_stream *stream, float *y, const int32_t *tokens,
@@ -38,9 +28,10 @@ lw_status lwi_cpu_embedding_range_forward(lw_stream *stream, float *y, const int
             /* the rank holding the token adds the same two floats as one rank holding them all;
              * a lone row is copied as it is (0 + x would turn -0 into +0) */
             for (int64_t i = 0; i < c; i++) {
-                const float x = tok ? weight_at(wte, bf16, at_tok + i) : 0.0f;
-                out[i] = !pos ? x : tok ? x + weight_at(wpe, bf16, at_pos + i)
-                                        : weight_at(wpe, bf16, at_pos + i);
+                const float x = tok ? lwi_cpu_load(wte, bf16, at_tok + i) : 0.0f;
+                out[i] = !pos  ? x
+                         : tok ? x + lwi_cpu_load(wpe, bf16, at_pos + i)
+                               : lwi_cpu_load(wpe, bf16, at_pos + i);
             }
         }
     return LW_OK;

@@ -8,7 +8,6 @@
 #include "device/cpu/pool.h"
 
 #include <math.h>
-#include <string.h>
 
 /* rows per part of the pool at least */
 #define GRAIN 64
@@ -23,22 +22,13 @@ typedef struct {
     double scale;
 } gate_job;
 
-/* element i of p, fp32 or bf16 (widened exactly) */
-static inline float load(const void *p, bool bf16, int64_t i) {
-    if (!bf16) return ((const float *)p)[i];
-    const uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
 /* the gate's logit of head h at row r, in double */
 static double logit(const gate_job *j, int64_t r, int64_t h) {
     const float *wh = j->w + h * j->channels;
     const int64_t at = r * j->x_stride;
     double z = 0;
     for (int64_t k = 0; k < j->channels; k++)
-        z += (double)wh[k] * (double)load(j->x, j->x16, at + k);
+        z += (double)wh[k] * (double)lwi_cpu_load(j->x, j->x16, at + k);
     return z;
 }
 
@@ -52,7 +42,7 @@ static void forward_rows(void *ctx, int64_t begin, int64_t end, int32_t part) {
             const int64_t at = r * j->row_stride + j->col0 + h * j->hd;
             const float *e = j->ve + r * kv + h * j->hd;
             for (int64_t d = 0; d < j->hd; d++) {
-                const float v = load(j->qkv, j->qkv16, at + d) + g * e[d];
+                const float v = lwi_cpu_load(j->qkv, j->qkv16, at + d) + g * e[d];
                 if (j->qkv16)
                     lwi_cpu_round_bf16((uint16_t *)j->qkv + at + d, &v, 1);
                 else
@@ -79,7 +69,7 @@ static void backward_rows(void *ctx, int64_t begin, int64_t end, int32_t part) {
             float *dvr = j->dve + r * kv + h * j->hd;
             double dot = 0;
             for (int64_t d = 0; d < j->hd; d++) {
-                const float dv = load(j->dqkv, j->qkv16, at + d);
+                const float dv = lwi_cpu_load(j->dqkv, j->qkv16, at + d);
                 dot += (double)dv * (double)e[d];
                 dvr[d] += g * dv;
             }
@@ -103,8 +93,8 @@ static void weight_columns(void *ctx, int64_t begin, int64_t end, int32_t part) 
         const int64_t h = col / j->channels, k = col % j->channels;
         double acc = 0;
         for (int64_t r = 0; r < j->n; r++)
-            acc +=
-                (double)j->dz[r * j->n_heads + h] * (double)load(j->x, j->x16, r * j->x_stride + k);
+            acc += (double)j->dz[r * j->n_heads + h] *
+                   (double)lwi_cpu_load(j->x, j->x16, r * j->x_stride + k);
         j->dw[col] += (float)acc;
     }
 }
