@@ -19,7 +19,7 @@
  * output types), which with its shared memory sets the blocks an SM holds:
  * [variant: synchronous, pipelined][kernel: forward, dk/dv, dq][head dim 64, 128]. */
 static const int registers[2][3][2] = {{{168, 255}, {232, 246}, {168, 248}},
-                                       {{160, 239}, {181, 240}, {168, 250}}};
+                                       {{160, 239}, {243, 242}, {168, 250}}};
 
 /* An H100's or H200's SM (compute capability 9.0): 64 Ki registers, allocated 256 a warp (8 a
  * thread); 228 KiB of shared memory, 1 KiB of it reserved per block; 2048 threads; 32 blocks. */
